@@ -1,0 +1,1 @@
+"""The compute daemon: registers a host in Placement, watches etcd, runs jobs."""

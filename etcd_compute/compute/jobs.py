@@ -1,0 +1,49 @@
+"""What runs in the worker processes: driver calls, nothing else.
+
+Only the main process talks to etcd (the gRPC client does not survive a
+fork); workers get plain dicts in and give plain dicts back.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from etcd_compute.drivers import Driver, load_driver
+
+_driver: Driver | None = None
+
+
+def init_worker(config: dict[str, Any]) -> None:
+    global _driver
+    logging.basicConfig(
+        level=config["logging"]["level"],
+        format="%(asctime)s %(levelname)s %(name)s[worker] %(message)s",
+    )
+    _driver = load_driver(config)
+
+
+def driver() -> Driver:
+    if _driver is None:
+        raise RuntimeError("worker not initialised")
+    return _driver
+
+
+def build(spec: dict[str, Any]) -> dict[str, Any]:
+    return driver().build(spec)
+
+
+def destroy(uuid: str) -> None:
+    driver().destroy(uuid)
+
+
+def list_instances() -> set[str]:
+    return driver().list_instances()
+
+
+def console(uuid: str, max_bytes: int) -> str:
+    return driver().console(uuid, max_bytes)
+
+
+def check() -> str:
+    return driver().check()

@@ -1,0 +1,194 @@
+"""Configuration: YAML files deep-merged over defaults, validated on load.
+
+The original toy merged its YAML shallowly over the defaults, so setting one
+key of a section dropped all the others. Here every section is merged key by
+key, and the result is checked against a JSON schema (unknown keys and wrong
+types are one-line errors that name the key).
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import socket
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import yaml
+
+from etcd_compute.errors import ConfigError
+from etcd_compute.schemas import validator as schema_validator
+
+ETCD_DEFAULTS: dict[str, Any] = {
+    # host:port pairs; more than one means an etcd cluster.
+    "endpoints": ["127.0.0.1:2379"],
+    # Every key we write lives under this prefix ("" in production, unique per test).
+    "prefix": "",
+    "timeout": 5.0,
+}
+
+PLACEMENT_DEFAULTS: dict[str, Any] = {
+    "endpoint": "http://127.0.0.1:8080",
+    # noauth2 token; with keystone this is a real token.
+    "token": "admin",
+    "timeout": 30.0,
+}
+
+LOGGING_DEFAULTS: dict[str, Any] = {"level": "INFO"}
+
+COMPUTE_DEFAULTS: dict[str, Any] = {
+    "etcd": ETCD_DEFAULTS,
+    "placement": PLACEMENT_DEFAULTS,
+    "logging": LOGGING_DEFAULTS,
+    "compute": {
+        # Resource provider uuid; generated once and kept in state_dir when null.
+        "uuid": None,
+        # Resource provider name; the host name when null.
+        "name": None,
+        "state_dir": "/var/lib/etcd-compute",
+        # Where instance disks live; DISK_GB is measured on its filesystem.
+        "instances_dir": "/var/lib/etcd-compute/instances",
+        "heartbeat_ttl": 10,
+        "inventory_refresh_seconds": 60,
+        "workers": 4,
+        "job_timeout_seconds": 900,
+        "shutdown_timeout_seconds": 30,
+        # How long the DELETED status record stays readable before etcd drops it.
+        "deleted_record_ttl": 3600,
+        "traits": [],
+        "aggregates": [],
+        "inventory": {
+            "VCPU": {"reserved": 0, "allocation_ratio": 4.0},
+            # Keep memory for the host itself and libvirt/qemu overhead.
+            "MEMORY_MB": {"reserved": 1024, "allocation_ratio": 1.0},
+            "DISK_GB": {"reserved": 1, "allocation_ratio": 1.0},
+        },
+    },
+    "driver": {
+        "name": "libvirt",
+        "libvirt": {
+            "uri": "qemu:///system",
+            # kvm, qemu (TCG) or auto (kvm when /dev/kvm is usable).
+            "domain_type": "auto",
+            "network": "etcd-compute",
+            "network_cidr": "192.168.123.0/24",
+            # An existing host bridge to attach as a second NIC (see README).
+            "bridge": None,
+            "image_cache_dir": "/var/lib/etcd-compute/images",
+            "image_cache_max_gb": 20,
+            "default_image": (
+                "https://github.com/cirros-dev/cirros/releases/download/0.6.3/"
+                "cirros-0.6.3-x86_64-disk.img"
+            ),
+            "boot_timeout_seconds": 300,
+            "mdserver_config": "mdserver.conf",
+        },
+        "fake": {
+            # Seconds a fake build takes (tests use it to destroy mid-build).
+            "build_seconds": 0.0,
+        },
+    },
+}
+
+SCHEDULE_DEFAULTS: dict[str, Any] = {
+    "etcd": ETCD_DEFAULTS,
+    "placement": PLACEMENT_DEFAULTS,
+    "logging": {"level": "WARNING"},
+    "scheduler": {
+        # Real ids for claims (Placement groups usage by them), not random per call.
+        "project_id": "00000000-0000-0000-0000-000000000001",
+        "user_id": "00000000-0000-0000-0000-000000000001",
+        "consumer_type": "INSTANCE",
+        # Candidates asked of Placement per request (Placement randomizes them).
+        "candidate_limit": 100,
+        "host_subset_size": 3,
+        "max_attempts": 3,
+        "claim_retries": 5,
+        "default_image": (
+            "https://github.com/cirros-dev/cirros/releases/download/0.6.3/"
+            "cirros-0.6.3-x86_64-disk.img"
+        ),
+        "filters": [
+            "AliveFilter",
+            "DisabledFilter",
+            "AffinityFilter",
+            "AntiAffinityFilter",
+            "MaxInstancesPerHostFilter",
+        ],
+        "max_instances_per_host": 50,
+        "weighers": {
+            "RAMWeigher": 1.0,
+            "CPUWeigher": 1.0,
+            "DiskWeigher": 0.0,
+            "BuildFailureWeigher": 1.0,
+            "SoftAffinityWeigher": 1.0,
+        },
+        "wait_timeout_seconds": 600,
+    },
+}
+
+
+def deep_merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
+    """Return `base` with `override` merged into it, dict by dict."""
+    merged = copy.deepcopy(base)
+    for key, value in override.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = deep_merge(merged[key], value)
+        else:
+            merged[key] = copy.deepcopy(value)
+    return merged
+
+
+def _key_path(error: jsonschema.ValidationError) -> str:
+    return ".".join(str(part) for part in error.absolute_path) or "(top level)"
+
+
+def validate(config: dict[str, Any], schema_name: str, source: str) -> None:
+    """Raise ConfigError naming the first offending key."""
+    validator = schema_validator(schema_name)
+    error = jsonschema.exceptions.best_match(validator.iter_errors(config))
+    if error is None:
+        return
+    if error.validator == "additionalProperties":
+        extra = sorted(set(error.instance) - set(error.schema.get("properties", {})))
+        where = _key_path(error)
+        prefix = "" if where == "(top level)" else where + "."
+        raise ConfigError(f"{source}: unknown key '{prefix}{extra[0]}'")
+    raise ConfigError(f"{source}: {_key_path(error)}: {error.message}")
+
+
+def load(
+    path: str | os.PathLike[str] | None,
+    defaults: dict[str, Any],
+    schema_name: str,
+    default_path: str,
+) -> dict[str, Any]:
+    """Read `path` (or `default_path` if it exists), merge over `defaults`, validate."""
+    candidate = Path(path) if path else Path(default_path)
+    overrides: dict[str, Any] = {}
+    if path and not candidate.exists():
+        raise ConfigError(f"{candidate}: no such configuration file")
+    if candidate.exists():
+        try:
+            loaded = yaml.safe_load(candidate.read_text()) or {}
+        except (OSError, yaml.YAMLError) as exc:
+            first = str(exc).splitlines()[0]
+            raise ConfigError(f"{candidate}: cannot read YAML: {first}") from None
+        if not isinstance(loaded, dict):
+            raise ConfigError(f"{candidate}: top level must be a mapping of sections")
+        overrides = loaded
+    config = deep_merge(defaults, overrides)
+    validate(config, schema_name, str(candidate))
+    return config
+
+
+def load_compute(path: str | None = None) -> dict[str, Any]:
+    config = load(path, COMPUTE_DEFAULTS, "compute_config", "compute.yaml")
+    compute = config["compute"]
+    compute["name"] = compute["name"] or socket.gethostname()
+    return config
+
+
+def load_schedule(path: str | None = None) -> dict[str, Any]:
+    return load(path, SCHEDULE_DEFAULTS, "schedule_config", "schedule.yaml")

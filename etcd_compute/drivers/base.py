@@ -1,0 +1,64 @@
+"""The driver interface: what a compute host needs from a hypervisor.
+
+Drivers run inside the worker processes of the compute daemon (never in the
+main process, which owns the etcd connection). Every operation is keyed by
+the instance uuid and idempotent, so a job repeated after a daemon restart
+never builds twice: `build` of an instance that already exists returns its
+result, `destroy` of one that is gone does nothing.
+"""
+
+from __future__ import annotations
+
+import abc
+from typing import Any
+
+
+class Driver(abc.ABC):
+    """One hypervisor. `config` is the whole validated compute configuration."""
+
+    name: str = "base"
+
+    def __init__(self, config: dict[str, Any]):
+        self.config = config
+
+    @abc.abstractmethod
+    def build(self, spec: dict[str, Any]) -> dict[str, Any]:
+        """Create and start the instance described by `spec` (an instance_spec message).
+
+        Returns `{"ip": str | None}`. Raises BuildError with a one-line reason;
+        on failure the driver removes whatever it created.
+        """
+
+    @abc.abstractmethod
+    def destroy(self, uuid: str) -> None:
+        """Stop and remove the instance and everything it owns (domain, disks, files)."""
+
+    @abc.abstractmethod
+    def list_instances(self) -> set[str]:
+        """Uuids of instances this driver currently holds (for reconciliation)."""
+
+    def console(self, uuid: str, max_bytes: int = 65536) -> str:
+        """The tail of the instance's serial console log."""
+        return ""
+
+    def check(self) -> str:
+        """Raise ServiceUnavailable if the hypervisor is unusable; else describe it."""
+        return self.name
+
+    def close(self) -> None:
+        """Release connections (called when a worker exits)."""
+        return None
+
+
+def load_driver(config: dict[str, Any]) -> Driver:
+    """The driver named in `config["driver"]["name"]`."""
+    name = config["driver"]["name"]
+    if name == "fake":
+        from etcd_compute.drivers.fake import FakeDriver
+
+        return FakeDriver(config)
+    if name == "libvirt":
+        from etcd_compute.drivers.libvirt import LibvirtDriver
+
+        return LibvirtDriver(config)
+    raise ValueError(f"unknown driver {name!r}")

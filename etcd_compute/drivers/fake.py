@@ -1,0 +1,76 @@
+"""A driver without VMs: each instance is a small JSON file.
+
+It keeps the contract of a real driver (idempotent, keyed by uuid, survives
+daemon restarts because its state is on disk) so the daemon's exactly-once
+logic is tested for real. `builds.log` gets one line per actual build, which
+is how tests prove that nothing was built twice. One FakeDriver serves any
+number of simulated hosts (`ecompute --fake-hosts N`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+from etcd_compute.drivers.base import Driver
+from etcd_compute.errors import BuildError
+
+
+def fake_ip(uuid: str) -> str:
+    """A stable address from TEST-NET-2 (198.51.100.0/24, never routed)."""
+    return f"198.51.100.{int(hashlib.sha256(uuid.encode()).hexdigest(), 16) % 253 + 1}"
+
+
+class FakeDriver(Driver):
+    name = "fake"
+
+    def __init__(self, config: dict[str, Any]):
+        super().__init__(config)
+        self.root = Path(config["compute"]["state_dir"]) / "fake-instances"
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.build_seconds = config["driver"]["fake"]["build_seconds"]
+
+    def _path(self, uuid: str) -> Path:
+        return self.root / f"{uuid}.json"
+
+    def build(self, spec: dict[str, Any]) -> dict[str, Any]:
+        uuid = spec["uuid"]
+        path = self._path(uuid)
+        if path.exists():
+            return json.loads(path.read_text())["result"]
+        image = spec.get("image", {}).get("url", "")
+        parsed = urlparse(image)
+        if parsed.scheme == "file" and not Path(parsed.path).exists():
+            raise BuildError(f"image {image} not found")
+        if self.build_seconds:
+            time.sleep(self.build_seconds)
+        result = {"ip": fake_ip(uuid)}
+        record = {"uuid": uuid, "host": spec["host"], "result": result, "built_at": time.time()}
+        try:
+            # O_EXCL: of two racing builds of one uuid only one creates the instance.
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        except FileExistsError:
+            return json.loads(path.read_text())["result"]
+        with os.fdopen(fd, "w") as handle:
+            json.dump(record, handle)
+        with open(self.root / "builds.log", "a") as log:
+            log.write(f"{uuid}\n")
+        return result
+
+    def destroy(self, uuid: str) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            self._path(uuid).unlink()
+
+    def list_instances(self) -> set[str]:
+        return {path.stem for path in self.root.glob("*.json")}
+
+    def console(self, uuid: str, max_bytes: int = 65536) -> str:
+        if not self._path(uuid).exists():
+            return ""
+        return f"fake console of {uuid}: booted\n"

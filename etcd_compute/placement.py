@@ -1,0 +1,228 @@
+"""A small client for the OpenStack Placement API (microversion 1.39).
+
+Reads like the task: `client.ensure_provider(uuid, name)`,
+`client.set_inventory(uuid, inventory)`, `client.claim(consumer, allocations)`.
+Errors come back as one-line exceptions: ServiceUnavailable when Placement
+cannot be reached, ConflictError for 409s (generation races, capacity),
+PlacementError for anything else.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+from urllib.parse import urlencode
+
+import requests
+
+from etcd_compute.errors import ConflictError, NotFound, PlacementError, ServiceUnavailable
+
+LOG = logging.getLogger(__name__)
+
+MICROVERSION = "1.39"
+# Placement's error codes for 409s we handle by refreshing and trying again.
+CONCURRENT_UPDATE = "placement.concurrent_update"
+INVENTORY_IN_USE = "placement.inventory.inuse"
+GENERATION_RETRIES = 10
+
+
+def _first_line(text: str) -> str:
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    return lines[0][:300] if lines else ""
+
+
+class PlacementClient:
+    def __init__(self, placement_config: dict[str, Any]):
+        self.endpoint = placement_config["endpoint"].rstrip("/")
+        self.timeout = placement_config["timeout"]
+        self.session = requests.Session()
+        self.session.headers.update(
+            {
+                "x-auth-token": placement_config["token"],
+                "openstack-api-version": f"placement {MICROVERSION}",
+                "accept": "application/json",
+            }
+        )
+        # Counted for benchmarks and `schedule.py --json`.
+        self.conflicts = 0
+
+    # --- transport -----------------------------------------------------------
+
+    def request(self, method: str, path: str, json: Any = None,
+                expect: tuple[int, ...] = (200,)) -> requests.Response:
+        url = self.endpoint + path
+        try:
+            response = self.session.request(method, url, json=json, timeout=self.timeout)
+        except requests.RequestException as exc:
+            raise ServiceUnavailable(
+                f"Placement at {self.endpoint} is unreachable ({exc.__class__.__name__}); "
+                "check that it runs and placement.endpoint in the config"
+            ) from None
+        if response.status_code in expect:
+            return response
+        self._raise_for(method, path, response)
+        raise AssertionError("unreachable")
+
+    def _raise_for(self, method: str, path: str, response: requests.Response) -> None:
+        code, detail = None, _first_line(response.text)
+        try:
+            error = response.json()["errors"][0]
+            code, detail = error.get("code"), _first_line(error.get("detail", detail))
+        except (ValueError, KeyError, IndexError, TypeError):
+            pass
+        message = f"Placement {method} {path.split('?')[0]}: {response.status_code} {detail}"
+        if response.status_code == 409:
+            self.conflicts += 1
+            raise ConflictError(message, 409, code)
+        if response.status_code == 404:
+            raise NotFound(message)
+        if response.status_code in (401, 403):
+            raise ServiceUnavailable(f"{message}; check placement.token")
+        raise PlacementError(message, response.status_code, code)
+
+    def get(self, path: str, **params: Any) -> dict[str, Any]:
+        query = f"?{urlencode(params)}" if params else ""
+        return self.request("GET", path + query).json()
+
+    # --- resource providers ----------------------------------------------------
+
+    def get_provider(self, uuid: str) -> dict[str, Any] | None:
+        try:
+            return self.get(f"/resource_providers/{uuid}")
+        except NotFound:
+            return None
+
+    def list_providers(self, **filters: Any) -> list[dict[str, Any]]:
+        return self.get("/resource_providers", **filters)["resource_providers"]
+
+    def ensure_provider(self, uuid: str, name: str) -> dict[str, Any]:
+        """The provider with `uuid`, created (or renamed to `name`) as needed."""
+        provider = self.get_provider(uuid)
+        if provider is None:
+            try:
+                self.request("POST", "/resource_providers",
+                             json={"uuid": uuid, "name": name}, expect=(200,))
+            except ConflictError:
+                taken = self.list_providers(name=name)
+                if taken and taken[0]["uuid"] != uuid:
+                    raise ConflictError(
+                        f"a resource provider named {name!r} already exists with uuid "
+                        f"{taken[0]['uuid']}; set compute.name or compute.uuid", 409,
+                    ) from None
+            provider = self.get_provider(uuid)
+            if provider is None:
+                raise PlacementError(f"resource provider {uuid} vanished after creation")
+        elif provider["name"] != name:
+            provider = self.request(
+                "PUT", f"/resource_providers/{uuid}", json={"name": name}
+            ).json()
+        return provider
+
+    def delete_provider(self, uuid: str) -> None:
+        self.request("DELETE", f"/resource_providers/{uuid}", expect=(204, 404))
+
+    def _with_generation(self, uuid: str, path: str, build_body: Any) -> dict[str, Any]:
+        """PUT `build_body(generation)` to `path`, refreshing the generation on conflict."""
+        for _ in range(GENERATION_RETRIES):
+            provider = self.get_provider(uuid)
+            if provider is None:
+                raise NotFound(f"resource provider {uuid} does not exist")
+            try:
+                return self.request("PUT", path,
+                                    json=build_body(provider["generation"])).json()
+            except ConflictError as exc:
+                if exc.code != CONCURRENT_UPDATE:
+                    raise
+                LOG.debug("generation conflict on %s, retrying", path)
+        raise ConflictError(f"provider {uuid}: generation kept changing on {path}", 409,
+                            CONCURRENT_UPDATE)
+
+    def set_inventory(self, uuid: str, inventories: dict[str, dict[str, Any]]) -> dict[str, Any]:
+        return self._with_generation(
+            uuid, f"/resource_providers/{uuid}/inventories",
+            lambda gen: {"resource_provider_generation": gen, "inventories": inventories},
+        )
+
+    def get_inventories(self, uuid: str) -> dict[str, dict[str, Any]]:
+        return self.get(f"/resource_providers/{uuid}/inventories")["inventories"]
+
+    def get_usages(self, uuid: str) -> dict[str, int]:
+        return self.get(f"/resource_providers/{uuid}/usages")["usages"]
+
+    def get_traits(self, uuid: str) -> set[str]:
+        return set(self.get(f"/resource_providers/{uuid}/traits")["traits"])
+
+    def ensure_custom_traits(self, traits: set[str]) -> None:
+        for trait in sorted(t for t in traits if t.startswith("CUSTOM_")):
+            self.request("PUT", f"/traits/{trait}", expect=(201, 204))
+
+    def known_traits(self, traits: set[str]) -> set[str]:
+        """The subset of `traits` Placement knows (standard os-traits or created custom)."""
+        if not traits:
+            return set()
+        listed = self.get("/traits", name="in:" + ",".join(sorted(traits)))["traits"]
+        return set(listed)
+
+    def set_traits(self, uuid: str, traits: set[str]) -> None:
+        self.ensure_custom_traits(traits)
+        self._with_generation(
+            uuid, f"/resource_providers/{uuid}/traits",
+            lambda gen: {"resource_provider_generation": gen, "traits": sorted(traits)},
+        )
+
+    def set_aggregates(self, uuid: str, aggregates: list[str]) -> None:
+        self._with_generation(
+            uuid, f"/resource_providers/{uuid}/aggregates",
+            lambda gen: {"resource_provider_generation": gen, "aggregates": sorted(aggregates)},
+        )
+
+    # --- candidates and claims ----------------------------------------------------
+
+    def allocation_candidates(self, query: str) -> dict[str, Any]:
+        """GET /allocation_candidates with an already-encoded query string."""
+        return self.request("GET", f"/allocation_candidates?{query}").json()
+
+    def get_allocations(self, consumer: str) -> dict[str, Any]:
+        """{"allocations": {rp: {"resources": ...}}, "consumer_generation": ...}."""
+        return self.get(f"/allocations/{consumer}")
+
+    def claim(self, consumer: str, allocations: dict[str, Any], project_id: str,
+              user_id: str, consumer_type: str = "INSTANCE",
+              consumer_generation: int | None = None) -> None:
+        """Claim `allocations` ({rp: {"resources": {...}}}) for one consumer, atomically."""
+        body = {
+            "allocations": allocations,
+            "project_id": project_id,
+            "user_id": user_id,
+            "consumer_generation": consumer_generation,
+            "consumer_type": consumer_type,
+        }
+        self.request("PUT", f"/allocations/{consumer}", json=body, expect=(204,))
+
+    def claim_many(self, claims: dict[str, dict[str, Any]], project_id: str, user_id: str,
+                   consumer_type: str = "INSTANCE") -> None:
+        """Claim for several consumers in one atomic POST /allocations: all or nothing.
+
+        `claims` maps consumer uuid to its allocations ({rp: {"resources": ...}}).
+        """
+        body = {
+            consumer: {
+                "allocations": allocations,
+                "project_id": project_id,
+                "user_id": user_id,
+                "consumer_generation": None,
+                "consumer_type": consumer_type,
+            }
+            for consumer, allocations in claims.items()
+        }
+        self.request("POST", "/allocations", json=body, expect=(204,))
+
+    def delete_allocations(self, consumer: str) -> bool:
+        """Free a consumer's allocations; False if it had none."""
+        response = self.request("DELETE", f"/allocations/{consumer}", expect=(204, 404))
+        return response.status_code == 204
+
+    def check(self) -> str:
+        root = self.request("GET", "/").json()
+        version = root["versions"][0]
+        return f"Placement {version['min_version']}..{version['max_version']} at {self.endpoint}"

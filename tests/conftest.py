@@ -1,0 +1,267 @@
+"""Test harness: real etcd, real Placement, libvirt's test driver.
+
+Session-wide: one etcd and one Placement (SQLite, one worker) on random free
+ports with temporary data. Per test: a unique etcd key prefix and a Placement
+with no providers or allocations left from earlier tests. Every process a
+test starts is stopped by pid, even when the test fails.
+
+With CI=true, a missing service fails the run; it never skips.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import uuid as uuidlib
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from etcd_compute import config as configuration
+from etcd_compute.errors import ServiceUnavailable
+from etcd_compute.etcd import Store
+from etcd_compute.local_services import EtcdServer, PlacementServer, pid_alive, stop_pid
+from etcd_compute.placement import PlacementClient
+
+REPO = Path(__file__).resolve().parent.parent
+IN_CI = os.environ.get("CI", "").lower() == "true"
+
+
+def unavailable(what: str) -> None:
+    """Fail in CI, skip on a developer machine without the service."""
+    if IN_CI:
+        pytest.fail(f"{what} (CI=true: missing services fail the run)", pytrace=False)
+    pytest.skip(what)
+
+
+def wait_for(predicate: Callable[[], Any], timeout: float = 20.0, interval: float = 0.05,
+             what: str = "condition") -> Any:
+    """Poll `predicate` until it returns something truthy; fail the test on timeout."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+
+# --------------------------------------------------------------------- services
+
+
+@pytest.fixture(scope="session")
+def etcd_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EtcdServer]:
+    if shutil.which("etcd") is None:
+        unavailable("etcd is not installed (make install)")
+    try:
+        server = EtcdServer.create(tmp_path_factory.mktemp("etcd")).start()
+    except ServiceUnavailable as exc:
+        unavailable(str(exc))
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def placement_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PlacementServer]:
+    try:
+        server = PlacementServer.create(tmp_path_factory.mktemp("placement")).start()
+    except ServiceUnavailable as exc:
+        unavailable(str(exc))
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def etcd_prefix() -> str:
+    return f"/test-{uuidlib.uuid4().hex[:12]}"
+
+
+@pytest.fixture
+def etcd_config(etcd_server: EtcdServer, etcd_prefix: str) -> dict[str, Any]:
+    return {"endpoints": [etcd_server.endpoint], "prefix": etcd_prefix, "timeout": 5.0}
+
+
+@pytest.fixture
+def placement_config(placement_server: PlacementServer) -> dict[str, Any]:
+    return {"endpoint": placement_server.endpoint, "token": "admin", "timeout": 30.0}
+
+
+@pytest.fixture
+def store(etcd_config: dict[str, Any]) -> Iterator[Store]:
+    store = Store(etcd_config)
+    yield store
+    store.client.delete_prefix(etcd_config["prefix"] + "/")
+    store.close()
+
+
+def wipe_placement(client: PlacementClient) -> None:
+    """Remove every allocation and provider: each test starts from an empty Placement."""
+    for provider in client.list_providers():
+        allocations = client.get(f"/resource_providers/{provider['uuid']}/allocations")
+        for consumer in allocations["allocations"]:
+            client.delete_allocations(consumer)
+    for provider in client.list_providers():
+        client.delete_provider(provider["uuid"])
+
+
+@pytest.fixture
+def placement(placement_config: dict[str, Any]) -> Iterator[PlacementClient]:
+    client = PlacementClient(placement_config)
+    wipe_placement(client)
+    yield client
+
+
+# ---------------------------------------------------------------- configuration
+
+
+@pytest.fixture
+def compute_config(tmp_path: Path, etcd_config: dict[str, Any],
+                   placement_config: dict[str, Any]) -> dict[str, Any]:
+    """A fake-driver compute with a small fixed inventory and a short heartbeat."""
+    state = tmp_path / "compute-state"
+    overrides = {
+        "etcd": etcd_config,
+        "placement": placement_config,
+        "logging": {"level": "DEBUG"},
+        "compute": {
+            "uuid": str(uuidlib.uuid4()),
+            "name": f"host-{uuidlib.uuid4().hex[:8]}",
+            "state_dir": str(state),
+            "instances_dir": str(state / "instances"),
+            "heartbeat_ttl": 3,
+            "workers": 2,
+            "job_timeout_seconds": 30,
+            "shutdown_timeout_seconds": 10,
+            "inventory": {
+                "VCPU": {"total": 4, "reserved": 0, "allocation_ratio": 1.0},
+                "MEMORY_MB": {"total": 2048, "reserved": 0, "allocation_ratio": 1.0},
+                "DISK_GB": {"total": 20, "reserved": 0, "allocation_ratio": 1.0},
+            },
+        },
+        "driver": {"name": "fake"},
+    }
+    config = configuration.deep_merge(configuration.COMPUTE_DEFAULTS, overrides)
+    configuration.validate(config, "compute_config", "test compute config")
+    return config
+
+
+@pytest.fixture
+def schedule_config(etcd_config: dict[str, Any],
+                    placement_config: dict[str, Any]) -> dict[str, Any]:
+    overrides = {
+        "etcd": etcd_config,
+        "placement": placement_config,
+        "scheduler": {"default_image": "file:///dev/null"},
+    }
+    config = configuration.deep_merge(configuration.SCHEDULE_DEFAULTS, overrides)
+    configuration.validate(config, "schedule_config", "test schedule config")
+    return config
+
+
+@pytest.fixture
+def write_yaml(tmp_path: Path) -> Callable[[str, dict[str, Any]], Path]:
+    def write(name: str, data: dict[str, Any]) -> Path:
+        path = tmp_path / name
+        path.write_text(yaml.safe_dump(data))
+        return path
+
+    return write
+
+
+# -------------------------------------------------------------------- processes
+
+
+class ComputeProcess:
+    """compute.py as a real child process, stopped by pid."""
+
+    def __init__(self, config_path: Path, log_path: Path, extra_args: list[str]):
+        self.config_path, self.log_path, self.extra_args = config_path, log_path, extra_args
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> ComputeProcess:
+        log = open(self.log_path, "ab")
+        self.process = subprocess.Popen(
+            [sys.executable, str(REPO / "compute.py"), "--config", str(self.config_path),
+             *self.extra_args],
+            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=REPO,
+            start_new_session=True,
+        )
+        log.close()
+        return self
+
+    @property
+    def pid(self) -> int:
+        assert self.process is not None
+        return self.process.pid
+
+    def alive(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def kill9(self) -> None:
+        """SIGKILL the daemon and its whole process group (workers included)."""
+        assert self.process is not None
+        try:
+            os.killpg(self.process.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.process.wait(10)
+
+    def terminate(self, timeout: float = 30) -> int:
+        assert self.process is not None
+        self.process.send_signal(signal.SIGTERM)
+        return self.process.wait(timeout)
+
+    def stop(self) -> None:
+        if self.process is None:
+            return
+        if self.alive():
+            stop_pid(self.process.pid, timeout=15)
+        # Workers are in the daemon's process group; leave none behind.
+        try:
+            os.killpg(self.process.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        if pid_alive(self.process.pid):
+            self.process.wait(5)
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+
+@pytest.fixture
+def start_compute(tmp_path: Path, write_yaml: Callable[..., Path]) -> Iterator[
+        Callable[..., ComputeProcess]]:
+    """Start compute.py processes with a config dict; all are stopped after the test."""
+    started: list[ComputeProcess] = []
+
+    def start(config: dict[str, Any], *extra_args: str, name: str = "compute") -> ComputeProcess:
+        path = write_yaml(f"{name}-{len(started)}.yaml", config)
+        process = ComputeProcess(path, tmp_path / f"{name}.log", list(extra_args)).start()
+        started.append(process)
+        return process
+
+    yield start
+    for process in started:
+        process.stop()
+
+
+# ---------------------------------------------------------------------- libvirt
+
+
+@pytest.fixture
+def libvirt_test_conn() -> Iterator[Any]:
+    """libvirt's test:///default driver: fast, in-process, no VMs."""
+    try:
+        import libvirt
+    except ImportError:
+        unavailable("libvirt-python is not installed (make install)")
+    conn = libvirt.open("test:///default")
+    yield conn
+    conn.close()

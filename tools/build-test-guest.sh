@@ -1,0 +1,214 @@
+#!/bin/bash
+# Build the tiny test guest used by the real-VM tests, offline from Debian packages.
+#
+#   tools/build-test-guest.sh            # prints the path of the qcow2 image
+#
+# The guest is the Debian kernel plus a busybox initramfs on a FAT partition
+# booted by syslinux (installed through mtools: no mounts, no loop devices).
+# Its init brings up eth0 with DHCP, prints the NoCloud config drive's
+# instance-id and user-data and the metadata server's answers on marker lines
+# to the serial console, then stays up:
+#
+#   ETCD-COMPUTE-GUEST ip=<address>
+#   ETCD-COMPUTE-GUEST configdrive instance-id=<id>
+#   ETCD-COMPUTE-GUEST configdrive user-data=<first line>
+#   ETCD-COMPUTE-GUEST metadata instance-id=<id>
+#   ETCD-COMPUTE-GUEST metadata user-data=<first line>
+#   ETCD-COMPUTE-GUEST ready
+#
+# Needs root (apt-get). The result is cached in $ETCD_COMPUTE_GUEST_CACHE
+# (default ~/.cache/etcd-compute/test-guest) under a hash of this script and
+# the kernel version, so a second run only prints the path.
+set -euo pipefail
+
+CACHE_DIR=${ETCD_COMPUTE_GUEST_CACHE:-$HOME/.cache/etcd-compute/test-guest}
+PACKAGES="busybox-static syslinux syslinux-common mtools dosfstools qemu-utils cpio kmod fdisk"
+# The kernel modules the guest loads (everything else it needs is built in).
+MODULES="virtio_pci virtio_net virtio_blk ata_piix sr_mod isofs vfat nls_cp437 nls_ascii"
+
+log() { echo "build-test-guest: $*" >&2; }
+
+install_packages() {
+    local missing=()
+    for package in $PACKAGES; do
+        dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" \
+            || missing+=("$package")
+    done
+    [ ${#missing[@]} -eq 0 ] && return
+    log "installing ${missing[*]}"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+}
+
+# The version linux-image-amd64 currently depends on, e.g. 6.1.0-56-amd64.
+kernel_version() {
+    local version
+    version=$(apt-cache depends linux-image-amd64 2>/dev/null \
+        | sed -n 's/^ *Depends: linux-image-\([0-9].*-amd64\)$/\1/p' | head -n1)
+    if [ -z "$version" ]; then
+        apt-get update -qq
+        version=$(apt-cache depends linux-image-amd64 \
+            | sed -n 's/^ *Depends: linux-image-\([0-9].*-amd64\)$/\1/p' | head -n1)
+    fi
+    [ -n "$version" ] || { log "cannot find the kernel linux-image-amd64 depends on"; exit 1; }
+    echo "$version"
+}
+
+# Print module paths (relative to the modules dir) in load order: dependencies first.
+module_load_order() {
+    local modules_dir=$1; shift
+    declare -A seen=()
+    visit() {
+        local name=$1 line path dep
+        line=$(grep -E "/${name//_/[_-]}\.ko(\.xz|\.zst)?:" "$modules_dir/modules.dep" || true)
+        if [ -z "$line" ]; then
+            # Built into the kernel: nothing to load.
+            grep -qE "/${name//_/[_-]}\.ko" "$modules_dir/modules.builtin" \
+                || { log "module $name not found"; exit 1; }
+            return
+        fi
+        path=${line%%:*}
+        [ -n "${seen[$path]:-}" ] && return
+        seen[$path]=1
+        for dep in ${line#*:}; do
+            dep=$(basename "$dep"); visit "${dep%%.ko*}"
+        done
+        echo "$path"
+    }
+    for module in "$@"; do visit "$module"; done
+}
+
+write_init() {
+    cat >"$1/init" <<'EOF'
+#!/bin/sh
+export PATH=/bin
+mount -t proc proc /proc
+mount -t sysfs sysfs /sys
+mount -t devtmpfs devtmpfs /dev
+exec >/dev/console 2>&1 </dev/null
+say() { echo "ETCD-COMPUTE-GUEST $*"; }
+say boot
+while read -r module; do insmod "/lib/modules/$module"; done </etc/module-order
+
+# DHCP in the background so the lease is renewed while the guest stays up.
+udhcpc -f -i eth0 -s /etc/udhcpc.script -t 60 -T 1 -A 1 -x hostname:etcd-compute-guest &
+for _ in $(seq 120); do
+    address=$(ip -4 -o addr show dev eth0 2>/dev/null | sed -n 's/.* inet \([0-9.]*\).*/\1/p')
+    [ -n "$address" ] && break
+    sleep 0.5
+done
+say "ip=${address:-none}"
+
+# NoCloud config drive: iso9660 labelled cidata.
+mkdir -p /cidata
+for _ in $(seq 20); do
+    device=$(findfs LABEL=cidata 2>/dev/null || true)
+    [ -n "$device" ] && mount -t iso9660 -o ro "$device" /cidata && break
+    sleep 0.5
+done
+if [ -f /cidata/meta-data ]; then
+    id=$(sed -n "s/^instance-id: *['\"]\{0,1\}\([^'\"]*\).*/\1/p" /cidata/meta-data)
+    say "configdrive instance-id=$id"
+    say "configdrive user-data=$(head -n1 /cidata/user-data)"
+else
+    say "configdrive missing"
+fi
+
+metadata() { wget -q -T 3 -O - "http://169.254.169.254/latest/$1" 2>/dev/null; }
+for _ in $(seq 10); do
+    id=$(metadata meta-data/instance-id) && break
+    sleep 1
+done
+say "metadata instance-id=${id:-none}"
+say "metadata user-data=$(metadata user-data | head -n1)"
+say ready
+while true; do sleep 3600; done
+EOF
+    chmod 755 "$1/init"
+
+    cat >"$1/etc/udhcpc.script" <<'EOF'
+#!/bin/sh
+case "$1" in
+    deconfig) ip link set "$interface" up; ip -4 addr flush dev "$interface" ;;
+    bound|renew)
+        ifconfig "$interface" "$ip" netmask "${subnet:-255.255.255.0}"
+        [ -n "${router:-}" ] && route add default gw "${router%% *}" dev "$interface" 2>/dev/null
+        true ;;
+esac
+EOF
+    chmod 755 "$1/etc/udhcpc.script"
+}
+
+build() {
+    local kver=$1 output=$2 work
+    work=$(mktemp -d)
+    WORK_DIR=$work
+
+    log "fetching linux-image-$kver"
+    (cd "$work" && apt-get download -qq "linux-image-$kver" 2>/dev/null)
+    dpkg-deb -x "$work"/linux-image-"$kver"_*.deb "$work/kernel"
+    local modules_dir=$work/kernel/lib/modules/$kver
+    depmod -b "$work/kernel" "$kver"
+
+    log "making the initramfs"
+    local root=$work/initramfs
+    mkdir -p "$root"/{bin,dev,proc,sys,etc,lib/modules}
+    cp /bin/busybox "$root/bin/busybox"
+    for applet in $(/bin/busybox --list); do
+        [ "$applet" = busybox ] || ln -s busybox "$root/bin/$applet"
+    done
+    module_load_order "$modules_dir" $MODULES >"$root/etc/module-order"
+    while read -r module; do
+        mkdir -p "$root/lib/modules/$(dirname "$module")"
+        cp "$modules_dir/$module" "$root/lib/modules/$module"
+    done <"$root/etc/module-order"
+    write_init "$root"
+    (cd "$root" && find . | cpio -o -H newc --quiet | gzip -9) >"$work/initrd.gz"
+
+    log "making the disk"
+    # 1 MiB for the MBR and alignment, then a bootable 48 MiB FAT partition.
+    local partition_offset=$((1024 * 1024)) partition_mib=48
+    truncate -s $((partition_offset + partition_mib * 1024 * 1024)) "$work/disk.raw"
+    echo "start=2048, type=6, bootable" | sfdisk -q "$work/disk.raw"
+    dd if=/usr/lib/syslinux/mbr/mbr.bin of="$work/disk.raw" bs=440 count=1 conv=notrunc status=none
+    local fat="$work/disk.raw@@$partition_offset"
+    mformat -i "$fat" -T $((partition_mib * 2048)) -h 64 -s 32 -H 2048 -v GUEST ::
+    syslinux --offset "$partition_offset" --install "$work/disk.raw"
+    cat >"$work/syslinux.cfg" <<EOF
+DEFAULT linux
+TIMEOUT 0
+PROMPT 0
+LABEL linux
+  KERNEL vmlinuz
+  INITRD initrd.gz
+  APPEND console=ttyS0 quiet panic=5 rdinit=/init
+EOF
+    mcopy -i "$fat" "$work/kernel/boot/vmlinuz-$kver" ::vmlinuz
+    mcopy -i "$fat" "$work/initrd.gz" ::initrd.gz
+    mcopy -i "$fat" "$work/syslinux.cfg" ::syslinux.cfg
+    qemu-img convert -q -f raw -O qcow2 "$work/disk.raw" "$output.tmp"
+    mv "$output.tmp" "$output"
+}
+
+WORK_DIR=
+trap '[ -z "$WORK_DIR" ] || rm -rf "$WORK_DIR"' EXIT
+
+main() {
+    [ "$(id -u)" -eq 0 ] || { log "must run as root (it installs packages)"; exit 1; }
+    install_packages
+    mkdir -p "$CACHE_DIR"
+    exec 9>"$CACHE_DIR/.lock"
+    flock 9  # one build at a time; later runs find the cached image
+    local kver key output
+    kver=$(kernel_version)
+    key=$(cat "${BASH_SOURCE[0]}" <(echo "$kver") | sha256sum | cut -c1-16)
+    output=$CACHE_DIR/guest-$key.qcow2
+    if [ ! -f "$output" ]; then
+        build "$kver" "$output"
+        log "built $output"
+    fi
+    ln -sfn "$(basename "$output")" "$CACHE_DIR/test-guest.qcow2"
+    echo "$output"
+}
+
+main "$@"
