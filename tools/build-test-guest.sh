@@ -205,6 +205,7 @@ main() {
     output=$CACHE_DIR/guest-$key.qcow2
     if [ ! -f "$output" ]; then
         build "$kver" "$output"
+        find "$CACHE_DIR" -maxdepth 1 -name 'guest-*.qcow2' ! -path "$output" -delete
         log "built $output"
     fi
     ln -sfn "$(basename "$output")" "$CACHE_DIR/test-guest.qcow2"
