@@ -15,7 +15,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 import uuid as uuidlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -29,30 +28,9 @@ from etcd_compute.errors import ServiceUnavailable
 from etcd_compute.etcd import Store
 from etcd_compute.local_services import EtcdServer, PlacementServer, pid_alive, stop_pid
 from etcd_compute.placement import PlacementClient
+from tests.support import unavailable, wait_for  # noqa: F401  (wait_for re-exported)
 
 REPO = Path(__file__).resolve().parent.parent
-IN_CI = os.environ.get("CI", "").lower() == "true"
-
-
-def unavailable(what: str) -> None:
-    """Fail in CI, skip on a developer machine without the service."""
-    if IN_CI:
-        pytest.fail(f"{what} (CI=true: missing services fail the run)", pytrace=False)
-    pytest.skip(what)
-
-
-def wait_for(predicate: Callable[[], Any], timeout: float = 20.0, interval: float = 0.05,
-             what: str = "condition") -> Any:
-    """Poll `predicate` until it returns something truthy; fail the test on timeout."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-
-
 # --------------------------------------------------------------------- services
 
 
