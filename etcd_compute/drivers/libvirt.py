@@ -1,0 +1,268 @@
+"""The libvirt driver: real VMs (qemu:///system) or libvirt's test driver (test:///default).
+
+build: base image (cache) -> qcow2 overlay -> NoCloud config drive -> meta.json
+-> define (validated) -> start -> wait for the guest's DHCP lease. Any failure
+removes everything the build created and raises BuildError with one line.
+
+With the test driver (fast tests) there is no hypervisor behind the domain:
+no image is downloaded (a file:// image must still exist), no network is set
+up, the domain is defined and started and the ip is None.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import urllib.parse
+from pathlib import Path
+from typing import Any
+
+import filelock
+import libvirt
+
+from etcd_compute.drivers.base import Driver
+from etcd_compute.errors import BuildError, ServiceUnavailable
+from etcd_compute.virt import configdrive, disks, network
+from etcd_compute.virt.domain import (
+    DomainSpec,
+    choose_domain_type,
+    domain_xml,
+    is_ours,
+    mac_addresses,
+)
+from etcd_compute.virt.images import ImageCache
+from etcd_compute.virt.instance_files import InstanceFiles, bases_in_use, instance_meta
+
+log = logging.getLogger(__name__)
+
+GIB = 1024**3
+LEASE_POLL_SECONDS = 0.5
+# Remove managed-save images, snapshot metadata and UEFI NVRAM with the domain
+# (the test driver knows no NVRAM).
+UNDEFINE_FLAGS = (
+    libvirt.VIR_DOMAIN_UNDEFINE_MANAGED_SAVE | libvirt.VIR_DOMAIN_UNDEFINE_SNAPSHOTS_METADATA
+)
+UNDEFINE_FLAGS_QEMU = UNDEFINE_FLAGS | libvirt.VIR_DOMAIN_UNDEFINE_NVRAM
+
+
+def _ignore_libvirt_errors(_context: object, _error: object) -> None:
+    """libvirt prints every error to stderr by default; we raise them instead."""
+
+
+libvirt.registerErrorHandler(_ignore_libvirt_errors, None)
+
+
+def _reason(exc: libvirt.libvirtError) -> str:
+    return (exc.get_error_message() or str(exc)).splitlines()[0]
+
+
+class LibvirtDriver(Driver):
+    name = "libvirt"
+
+    def __init__(self, config: dict[str, Any]):
+        super().__init__(config)
+        self.settings = config["driver"]["libvirt"]
+        self.instances_dir = Path(config["compute"]["instances_dir"])
+        self.images = ImageCache(
+            self.settings["image_cache_dir"],
+            int(self.settings["image_cache_max_gb"] * GIB),
+            in_use=lambda: bases_in_use(self.instances_dir),
+        )
+        self._connection: libvirt.virConnect | None = None
+
+    # -- connection -----------------------------------------------------------------
+
+    @property
+    def connection(self) -> libvirt.virConnect:
+        """The libvirt connection, reopened if libvirtd went away."""
+        if self._connection is not None and self._connection.isAlive():
+            return self._connection
+        uri = self.settings["uri"]
+        try:
+            self._connection = libvirt.open(uri)
+        except libvirt.libvirtError as exc:
+            raise ServiceUnavailable(f"libvirt {uri}: {_reason(exc)}") from None
+        return self._connection
+
+    @property
+    def is_test_driver(self) -> bool:
+        return self.connection.getType().lower() == "test"
+
+    def check(self) -> str:
+        connection = self.connection
+        try:
+            version = connection.getLibVersion()
+            kind = connection.getType()
+        except libvirt.libvirtError as exc:
+            raise ServiceUnavailable(f"libvirt {self.settings['uri']}: {_reason(exc)}") from None
+        major, minor = version // 1_000_000, version // 1000 % 1000
+        return f"libvirt {major}.{minor} {kind} at {self.settings['uri']}"
+
+    def close(self) -> None:
+        if self._connection is not None:
+            try:
+                self._connection.close()
+            except libvirt.libvirtError:
+                pass
+            self._connection = None
+
+    # -- lookups --------------------------------------------------------------------
+
+    def _our_domain(self, uuid: str) -> libvirt.virDomain | None:
+        try:
+            domain = self.connection.lookupByName(uuid)
+        except libvirt.libvirtError as exc:
+            if exc.get_error_code() == libvirt.VIR_ERR_NO_DOMAIN:
+                return None
+            raise
+        if not is_ours(domain):
+            raise BuildError(f"a domain named {uuid} exists but is not one of ours")
+        return domain
+
+    def list_instances(self) -> set[str]:
+        return {d.name() for d in self.connection.listAllDomains() if is_ours(d)}
+
+    def console(self, uuid: str, max_bytes: int = 65536) -> str:
+        return InstanceFiles.of(self.instances_dir, uuid).console_tail(max_bytes)
+
+    # -- build ----------------------------------------------------------------------
+
+    def build(self, spec: dict[str, Any]) -> dict[str, Any]:
+        uuid = spec["uuid"]
+        try:
+            existing = self._our_domain(uuid)
+            if existing is not None:
+                # A repeated job (daemon restart): finish what the first one started.
+                log.info("instance %s: already defined, resuming", uuid)
+                if not existing.isActive():
+                    existing.create()
+                return {"ip": self._wait_for_ip(existing)}
+            return {"ip": self._build_new(spec)}
+        except (BuildError, libvirt.libvirtError, OSError, ValueError) as exc:
+            reason = _reason(exc) if isinstance(exc, libvirt.libvirtError) else str(exc)
+            log.warning("instance %s: build failed: %s", uuid, reason)
+            self.destroy(uuid)
+            if isinstance(exc, BuildError):
+                raise
+            raise BuildError(reason.splitlines()[0] if reason else type(exc).__name__) from None
+
+    def _build_new(self, spec: dict[str, Any]) -> str | None:
+        uuid = spec["uuid"]
+        files = InstanceFiles.of(self.instances_dir, uuid)
+        files.remove()  # leftovers of a build that died before defining the domain
+        files.create()
+        image = spec.get("image") or {"url": self.settings["default_image"], "sha256": None}
+        resources = spec["resources"]
+        test_driver = self.is_test_driver
+
+        if test_driver:
+            _check_local_image(image["url"])
+        else:
+            with self.images.lock(image["url"]):  # eviction waits until the overlay exists
+                base = self.images.fetch(image["url"], image.get("sha256"))
+                disks.create_overlay(base, "qcow2", files.disk, int(resources.get("DISK_GB", 1)))
+
+        meta = instance_meta(spec)
+        configdrive.write_config_drive(
+            files.config_drive, uuid, meta["hostname"], meta["user_data"], meta["ssh_key"]
+        )
+        files.write_meta(meta)
+
+        network_name = self._ensure_network() if not test_driver else None
+        domain_spec = DomainSpec(
+            uuid=uuid,
+            name=meta["name"],
+            memory_mb=int(resources["MEMORY_MB"]),
+            vcpus=int(resources.get("VCPU", 1)),
+            domain_type=choose_domain_type(self.settings["domain_type"], self.connection),
+            disk=files.disk,
+            config_drive=files.config_drive,
+            console_log=files.console_log,
+            network=network_name,
+            bridge=self.settings["bridge"] if not test_driver else None,
+        )
+        domain = self.connection.defineXMLFlags(
+            domain_xml(domain_spec), libvirt.VIR_DOMAIN_DEFINE_VALIDATE
+        )
+        domain.create()
+        log.info("instance %s: started (%s)", uuid, domain_spec.domain_type)
+        if test_driver:
+            return None
+        return self._wait_for_ip(domain)
+
+    def _ensure_network(self) -> str:
+        name = self.settings["network"]
+        self.instances_dir.mkdir(parents=True, exist_ok=True)
+        # Workers start builds at once; one of them defines the network.
+        with filelock.FileLock(str(self.instances_dir / ".network.lock")):
+            net = network.ensure_network(self.connection, name, self.settings["network_cidr"])
+            try:
+                network.add_metadata_address(net.bridgeName())
+            except OSError as exc:
+                log.warning("network %s: %s", name, exc)
+        return name
+
+    def _wait_for_ip(self, domain: libvirt.virDomain) -> str | None:
+        """The guest's address once it has a DHCP lease; BuildError if it never gets one."""
+        if self.is_test_driver:
+            return None
+        name = self.settings["network"]
+        macs = mac_addresses(domain, name)
+        if not macs:
+            return None
+        net = self.connection.networkLookupByName(name)
+        timeout = float(self.settings["boot_timeout_seconds"])
+        started = time.monotonic()
+        while time.monotonic() - started < timeout:
+            ip = network.lease_ip(net, macs[0])
+            if ip:
+                log.info(
+                    "instance %s: %s after %.1fs", domain.name(), ip, time.monotonic() - started
+                )
+                return ip
+            try:
+                if not domain.isActive():
+                    raise BuildError("guest stopped while booting (see its console)")
+            except libvirt.libvirtError as exc:
+                if exc.get_error_code() == libvirt.VIR_ERR_NO_DOMAIN:
+                    raise BuildError("instance was destroyed while booting") from None
+                raise
+            time.sleep(LEASE_POLL_SECONDS)
+        raise BuildError(
+            f"no DHCP lease within {timeout:g}s: the guest did not boot (see its console)"
+        )
+
+    # -- destroy --------------------------------------------------------------------
+
+    def destroy(self, uuid: str) -> None:
+        domain = None
+        try:
+            domain = self._our_domain(uuid)
+        except BuildError:
+            log.warning("instance %s: a domain of that name is not ours, left alone", uuid)
+        if domain is not None:
+            try:
+                if domain.isActive():
+                    domain.destroy()
+            except libvirt.libvirtError as exc:
+                if exc.get_error_code() not in (
+                    libvirt.VIR_ERR_OPERATION_INVALID,  # stopped meanwhile
+                    libvirt.VIR_ERR_NO_DOMAIN,
+                ):
+                    raise
+            try:
+                domain.undefineFlags(
+                    UNDEFINE_FLAGS if self.is_test_driver else UNDEFINE_FLAGS_QEMU
+                )
+            except libvirt.libvirtError as exc:
+                if exc.get_error_code() != libvirt.VIR_ERR_NO_DOMAIN:
+                    raise
+            log.info("instance %s: domain removed", uuid)
+        InstanceFiles.of(self.instances_dir, uuid).remove()
+
+
+def _check_local_image(url: str) -> None:
+    """With the test driver nothing is downloaded, but a local image must exist."""
+    parsed = urllib.parse.urlparse(url)
+    if parsed.scheme == "file" and not Path(urllib.parse.unquote(parsed.path)).is_file():
+        raise BuildError(f"image {url}: no such file")

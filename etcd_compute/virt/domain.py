@@ -1,0 +1,143 @@
+"""The libvirt domain of an instance, as XML built with ElementTree.
+
+User-supplied values (the instance name) only ever reach the XML as element
+text or attribute values set through ElementTree, which escapes them.
+
+Our domains carry a metadata element in our own namespace; only domains with
+it are reported as instances, so other domains on the host are left alone.
+"""
+
+from __future__ import annotations
+
+import os
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass
+from pathlib import Path
+
+import libvirt
+
+NAMESPACE = "https://etcd-compute.invalid/xmlns/instance/1"
+NAMESPACE_PREFIX = "etcdcompute"
+
+
+@dataclass(frozen=True)
+class DomainSpec:
+    """What the domain XML is made from."""
+
+    uuid: str
+    name: str
+    memory_mb: int
+    vcpus: int
+    domain_type: str  # kvm, qemu or test
+    disk: Path
+    config_drive: Path
+    console_log: Path
+    network: str | None = None
+    bridge: str | None = None
+
+
+def _sub(parent: ET.Element, tag: str, text: str | None = None, **attrs: str) -> ET.Element:
+    element = ET.SubElement(parent, tag, attrs)
+    if text is not None:
+        element.text = text
+    return element
+
+
+def domain_xml(spec: DomainSpec) -> str:
+    domain = ET.Element("domain", type=spec.domain_type)
+    _sub(domain, "name", spec.uuid)
+    _sub(domain, "uuid", spec.uuid)
+    _sub(domain, "title", spec.name)
+    metadata = _sub(domain, "metadata")
+    metadata.append(ownership_element(spec.name))
+    _sub(domain, "memory", str(spec.memory_mb), unit="MiB")
+    _sub(domain, "vcpu", str(spec.vcpus))
+
+    os_element = _sub(domain, "os")
+    # i440fx: its IDE controller carries the config-drive cdrom that every guest can read.
+    _sub(os_element, "type", "hvm", arch="x86_64", machine="pc")
+    _sub(os_element, "boot", dev="hd")
+    features = _sub(domain, "features")
+    _sub(features, "acpi")
+    _sub(features, "apic")
+    if spec.domain_type == "kvm":
+        _sub(domain, "cpu", mode="host-passthrough")
+    _sub(domain, "clock", offset="utc")
+    _sub(domain, "on_poweroff", "destroy")
+    _sub(domain, "on_reboot", "restart")
+    _sub(domain, "on_crash", "destroy")
+
+    devices = _sub(domain, "devices")
+    disk = _sub(devices, "disk", type="file", device="disk")
+    _sub(disk, "driver", name="qemu", type="qcow2")
+    _sub(disk, "source", file=str(spec.disk))
+    _sub(disk, "target", dev="vda", bus="virtio")
+
+    cdrom = _sub(devices, "disk", type="file", device="cdrom")
+    _sub(cdrom, "driver", name="qemu", type="raw")
+    _sub(cdrom, "source", file=str(spec.config_drive))
+    _sub(cdrom, "target", dev="hdc", bus="ide")
+    _sub(cdrom, "readonly")
+
+    if spec.network:
+        nic = _sub(devices, "interface", type="network")
+        _sub(nic, "source", network=spec.network)
+        _sub(nic, "model", type="virtio")
+    if spec.bridge:
+        nic = _sub(devices, "interface", type="bridge")
+        _sub(nic, "source", bridge=spec.bridge)
+        _sub(nic, "model", type="virtio")
+
+    # The pty keeps `virsh console` working; virtlogd copies everything to the log file.
+    serial = _sub(devices, "serial", type="pty")
+    _sub(serial, "log", file=str(spec.console_log), append="off")
+    _sub(serial, "target", port="0")
+    console = _sub(devices, "console", type="pty")
+    _sub(console, "target", type="serial", port="0")
+    _sub(devices, "memballoon", model="none")
+    return ET.tostring(domain, encoding="unicode")
+
+
+def ownership_element(name: str) -> ET.Element:
+    """The metadata element that marks a domain as one of our instances."""
+    element = ET.Element(f"{{{NAMESPACE}}}instance")
+    _sub(element, f"{{{NAMESPACE}}}name", name)
+    return element
+
+
+ET.register_namespace(NAMESPACE_PREFIX, NAMESPACE)
+
+
+def is_ours(domain: libvirt.virDomain) -> bool:
+    try:
+        domain.metadata(libvirt.VIR_DOMAIN_METADATA_ELEMENT, NAMESPACE)
+    except libvirt.libvirtError:
+        return False
+    return True
+
+
+def mac_addresses(domain: libvirt.virDomain, network: str | None = None) -> list[str]:
+    """MACs of the domain's NICs (only those on `network` when given)."""
+    root = ET.fromstring(domain.XMLDesc(0))
+    macs = []
+    for nic in root.iterfind("devices/interface"):
+        source = nic.find("source")
+        if network and (source is None or source.get("network") != network):
+            continue
+        mac = nic.find("mac")
+        if mac is not None and mac.get("address"):
+            macs.append(mac.get("address").lower())
+    return macs
+
+
+def kvm_usable() -> bool:
+    return os.access("/dev/kvm", os.R_OK | os.W_OK)
+
+
+def choose_domain_type(setting: str, connection: libvirt.virConnect) -> str:
+    """kvm, qemu (TCG) or test, from the `domain_type` setting and the hypervisor."""
+    if connection.getType().lower() == "test":
+        return "test"
+    if setting == "auto":
+        return "kvm" if kvm_usable() else "qemu"
+    return setting

@@ -1,0 +1,112 @@
+"""The libvirt NAT network guests attach to, its DHCP leases and the metadata address.
+
+The network is tuned for fast DHCP: stp off with no forward delay (the bridge
+forwards at once), and dnsmasq's `no-ping` (it offers an address without first
+pinging it for a few seconds). Measured: first lease 5-7.5 s after start
+instead of ~9 s for the test guest under TCG.
+
+The metadata server listens on 169.254.169.254, which we add as a /32 on the
+network's bridge: guests reach it through their default route (the bridge),
+and the server sees each guest's own address as the source.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+import subprocess
+import time
+import xml.etree.ElementTree as ET
+from typing import Any
+
+import libvirt
+
+log = logging.getLogger(__name__)
+
+DNSMASQ_NAMESPACE = "http://libvirt.org/schemas/network/dnsmasq/1.0"
+METADATA_ADDRESS = "169.254.169.254"
+
+
+def network_xml(name: str, cidr: str) -> str:
+    subnet = ipaddress.IPv4Network(cidr)
+    hosts = list(subnet.hosts()) if subnet.num_addresses <= 65536 else None
+    if not hosts or len(hosts) < 3:
+        raise ValueError(f"network_cidr {cidr}: too small for a gateway and guests")
+    gateway, first, last = hosts[0], hosts[1], hosts[-1]
+
+    ET.register_namespace("dnsmasq", DNSMASQ_NAMESPACE)
+    network = ET.Element("network")
+    ET.SubElement(network, "name").text = name
+    ET.SubElement(network, "forward", mode="nat")
+    ET.SubElement(network, "bridge", stp="off", delay="0")
+    ip = ET.SubElement(network, "ip", address=str(gateway), netmask=str(subnet.netmask))
+    dhcp = ET.SubElement(ip, "dhcp")
+    ET.SubElement(dhcp, "range", start=str(first), end=str(last))
+    options = ET.SubElement(network, f"{{{DNSMASQ_NAMESPACE}}}options")
+    ET.SubElement(options, f"{{{DNSMASQ_NAMESPACE}}}option", value="no-ping")
+    return ET.tostring(network, encoding="unicode")
+
+
+def ensure_network(connection: libvirt.virConnect, name: str, cidr: str) -> libvirt.virNetwork:
+    """The network `name`, defined, started and autostarted if it was not.
+
+    Callers in several processes should hold a lock around this.
+    """
+    try:
+        network = connection.networkLookupByName(name)
+    except libvirt.libvirtError as exc:
+        if exc.get_error_code() != libvirt.VIR_ERR_NO_NETWORK:
+            raise
+        log.info("network %s: defining (%s)", name, cidr)
+        network = connection.networkDefineXML(network_xml(name, cidr))
+    if not network.isActive():
+        log.info("network %s: starting", name)
+        network.create()
+    if not network.autostart():
+        network.setAutostart(True)
+    return network
+
+
+def current_leases(network: libvirt.virNetwork, mac: str | None = None) -> list[dict[str, Any]]:
+    """Unexpired IPv4 leases, newest first (libvirt keeps stale ones for their lease time,
+    e.g. after a guest was destroyed without releasing its address)."""
+    now = time.time()
+    leases = [
+        lease
+        for lease in (network.DHCPLeases(mac) if mac else network.DHCPLeases())
+        if lease.get("type") == libvirt.VIR_IP_ADDR_TYPE_IPV4
+        and (not lease.get("expirytime") or lease["expirytime"] > now)
+    ]
+    return sorted(leases, key=lambda lease: lease.get("expirytime") or 0, reverse=True)
+
+
+def lease_ip(network: libvirt.virNetwork, mac: str) -> str | None:
+    """The guest's address from its current lease, or None if it has none yet."""
+    leases = [lease for lease in current_leases(network, mac) if lease["mac"].lower() == mac]
+    return leases[0]["ipaddr"] if leases else None
+
+
+def macs_for_ip(network: libvirt.virNetwork, ip: str) -> list[str]:
+    """MACs holding a current lease on `ip`, newest lease first."""
+    return [lease["mac"].lower() for lease in current_leases(network) if lease["ipaddr"] == ip]
+
+
+def _ip(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["ip", *args], capture_output=True, text=True, check=False)
+
+
+def has_metadata_address(bridge: str) -> bool:
+    shown = _ip("-4", "-o", "addr", "show", "dev", bridge, "to", f"{METADATA_ADDRESS}/32")
+    return shown.returncode == 0 and METADATA_ADDRESS in shown.stdout
+
+
+def add_metadata_address(bridge: str) -> None:
+    """Put 169.254.169.254/32 on the bridge (idempotent)."""
+    result = _ip("addr", "replace", f"{METADATA_ADDRESS}/32", "dev", bridge)
+    if result.returncode != 0:
+        raise OSError(f"ip addr replace {METADATA_ADDRESS} dev {bridge}: {result.stderr.strip()}")
+
+
+def remove_metadata_address(bridge: str) -> None:
+    """Take it off again (nothing happens if the bridge or address is gone)."""
+    _ip("addr", "del", f"{METADATA_ADDRESS}/32", "dev", bridge)
