@@ -26,9 +26,10 @@ INVENTORY_IN_USE = "placement.inventory.inuse"
 GENERATION_RETRIES = 10
 
 
-def _first_line(text: str) -> str:
+def _one_line(text: str) -> str:
+    """Placement's multi-line error details folded into one line."""
     lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
-    return lines[0][:300] if lines else ""
+    return " ".join(lines)[:400]
 
 
 class PlacementClient:
@@ -64,10 +65,10 @@ class PlacementClient:
         raise AssertionError("unreachable")
 
     def _raise_for(self, method: str, path: str, response: requests.Response) -> None:
-        code, detail = None, _first_line(response.text)
+        code, detail = None, _one_line(response.text)
         try:
             error = response.json()["errors"][0]
-            code, detail = error.get("code"), _first_line(error.get("detail", detail))
+            code, detail = error.get("code"), _one_line(error.get("detail", detail))
         except (ValueError, KeyError, IndexError, TypeError):
             pass
         message = f"Placement {method} {path.split('?')[0]}: {response.status_code} {detail}"

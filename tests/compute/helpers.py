@@ -1,0 +1,82 @@
+"""Shared steps for the compute daemon tests."""
+
+from __future__ import annotations
+
+import time
+import uuid as uuidlib
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from etcd_compute import messages
+from etcd_compute.etcd import Store
+from etcd_compute.placement import PlacementClient
+from tests.support import wait_for
+
+RESOURCES = {"VCPU": 1, "MEMORY_MB": 64, "DISK_GB": 1}
+
+
+def make_spec(rp_uuid: str, image: str = "file:///dev/null", **extra: Any) -> dict[str, Any]:
+    return {
+        "action": "build",
+        "uuid": str(uuidlib.uuid4()),
+        "name": "test",
+        "host": rp_uuid,
+        "resources": dict(RESOURCES),
+        "allocations": {rp_uuid: {"resources": dict(RESOURCES)}},
+        "image": {"url": image, "sha256": None},
+        "project_id": "p",
+        "user_id": "u",
+        "requested_at": time.time(),
+        **extra,
+    }
+
+
+def claim_and_send(store: Store, placement: PlacementClient, spec: dict[str, Any]) -> None:
+    """What a scheduler does: claim in Placement, then write the spec to the host's key."""
+    placement.claim(spec["uuid"], spec["allocations"], "p", "u")
+    store.put(messages.INSTANCE_SPEC, store.keys.host_instance(spec["host"], spec["uuid"]), spec)
+
+
+def send_destroy(store: Store, spec: dict[str, Any]) -> None:
+    store.put(messages.INSTANCE_SPEC, store.keys.host_instance(spec["host"], spec["uuid"]),
+              {**spec, "action": "destroy"})
+
+
+def record(store: Store, uuid: str) -> dict[str, Any] | None:
+    return store.read(messages.INSTANCE_RECORD, store.keys.instance(uuid))[0]
+
+
+def wait_state(store: Store, uuid: str, *states: str, timeout: float = 30) -> dict[str, Any]:
+    return wait_for(
+        lambda: (r := record(store, uuid)) and r["state"] in states and r,
+        timeout, what=f"instance {uuid} to reach {'/'.join(states)}",
+    )
+
+
+def fake_instances(compute_config: dict[str, Any]) -> set[str]:
+    root = Path(compute_config["compute"]["state_dir"]) / "fake-instances"
+    return {path.stem for path in root.glob("*.json")}
+
+
+def builds_log(compute_config: dict[str, Any]) -> list[str]:
+    path = Path(compute_config["compute"]["state_dir"]) / "fake-instances" / "builds.log"
+    return path.read_text().split() if path.exists() else []
+
+
+def assert_nothing_left(store: Store, placement: PlacementClient,
+                        compute_config: dict[str, Any], spec: dict[str, Any]) -> None:
+    """No allocation, no driver instance, no host/booted/console key for `spec`."""
+    uuid, rp = spec["uuid"], spec["host"]
+    assert placement.get_allocations(uuid)["allocations"] == {}
+    assert uuid not in fake_instances(compute_config)
+    for key in (store.keys.host_instance(rp, uuid), store.keys.booted(uuid),
+                store.keys.console(uuid)):
+        assert store.get(key) is None, f"{key} was left behind"
+
+
+def worker_pids(compute_pid: int) -> list[int]:
+    """The pool's worker processes (grandchildren through the forkserver)."""
+    main = psutil.Process(compute_pid)
+    return [p.pid for child in main.children() for p in child.children(recursive=True)]

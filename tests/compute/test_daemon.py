@@ -1,0 +1,313 @@
+"""The compute daemon against real etcd and Placement (fake driver).
+
+Each test runs compute.py as a real process, so kill -9 and restarts are real.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import threading
+import time
+from collections import Counter
+from typing import Any
+
+import pytest
+
+from etcd_compute import messages
+from etcd_compute.compute.service import DISABLED_TRAIT
+from etcd_compute.config import deep_merge
+from etcd_compute.etcd import Store
+from etcd_compute.placement import PlacementClient
+from tests.compute.helpers import (
+    assert_nothing_left,
+    builds_log,
+    claim_and_send,
+    fake_instances,
+    make_spec,
+    record,
+    send_destroy,
+    wait_state,
+    worker_pids,
+)
+from tests.support import wait_for
+
+
+def rp_of(config: dict[str, Any]) -> str:
+    return config["compute"]["uuid"]
+
+
+def wait_alive(store: Store, rp_uuid: str, timeout: float = 30) -> None:
+    wait_for(lambda: store.get(store.keys.alive(rp_uuid)), timeout, what="heartbeat key")
+
+
+def test_build_and_destroy_leave_nothing(start_compute, compute_config, store, placement):
+    compute = start_compute(compute_config)
+    wait_alive(store, rp_of(compute_config))
+    spec = make_spec(rp_of(compute_config))
+    claim_and_send(store, placement, spec)
+    active = wait_state(store, spec["uuid"], "ACTIVE")
+    assert active["ip"] and active["host"] == rp_of(compute_config)
+    assert store.get(store.keys.booted(spec["uuid"])).value.decode() == active["ip"]
+    assert placement.get_usages(rp_of(compute_config))["VCPU"] == 1
+
+    send_destroy(store, spec)
+    deleted = wait_state(store, spec["uuid"], "DELETED")
+    assert deleted["ip"] is None
+    assert_nothing_left(store, placement, compute_config, spec)
+    assert placement.get_usages(rp_of(compute_config))["VCPU"] == 0
+    # The DELETED record expires on its own: it is bound to a lease.
+    assert store.get(store.keys.instance(spec["uuid"])).lease != 0
+    assert "INSTANTIATE INSTANCE " + spec["uuid"] in compute.log()
+
+
+def test_restarts_reuse_provider_and_sigterm_disables(start_compute, compute_config, store,
+                                                      placement):
+    # No uuid in the config: the identity is generated once and kept in state_dir.
+    config = deep_merge(compute_config, {"compute": {"uuid": None}})
+    seen = set()
+    for _ in range(5):
+        compute = start_compute(config)
+        wait_for(lambda: placement.list_providers(), 30, what="provider registration")
+        providers = placement.list_providers()
+        wait_alive(store, providers[0]["uuid"])
+        assert DISABLED_TRAIT not in placement.get_traits(providers[0]["uuid"])
+        seen.update(p["uuid"] for p in providers)
+        assert compute.terminate() == 0
+        # A clean stop makes the host unschedulable and drops its heartbeat at once.
+        assert DISABLED_TRAIT in placement.get_traits(providers[0]["uuid"])
+        assert store.get(store.keys.alive(providers[0]["uuid"])) is None
+    assert len(seen) == 1 and len(placement.list_providers()) == 1
+
+
+def test_heartbeat_disappears_within_ttl_after_kill9(start_compute, compute_config, store):
+    compute = start_compute(compute_config)
+    rp = rp_of(compute_config)
+    wait_alive(store, rp)
+    killed_at = time.monotonic()
+    compute.kill9()
+    wait_for(lambda: store.get(store.keys.alive(rp)) is None,
+             compute_config["compute"]["heartbeat_ttl"] + 2, what="heartbeat to expire")
+    assert time.monotonic() - killed_at <= compute_config["compute"]["heartbeat_ttl"] + 1.5
+
+
+def test_200_requests_through_kill9_restarts_exactly_once(start_compute, compute_config,
+                                                         store):
+    config = deep_merge(compute_config, {"driver": {"fake": {"build_seconds": 0.02}},
+                                         "compute": {"workers": 2}})
+    rp = rp_of(config)
+    specs = [make_spec(rp) for _ in range(200)]
+    rng = random.Random(os.environ.get("TEST_SEED", "compute"))
+
+    def writer() -> None:
+        for spec in specs:
+            store.put(messages.INSTANCE_SPEC, store.keys.host_instance(rp, spec["uuid"]), spec)
+            time.sleep(rng.uniform(0, 0.02))
+
+    compute = start_compute(config)
+    wait_alive(store, rp)
+    thread = threading.Thread(target=writer)
+    thread.start()
+    kills = 0
+    while thread.is_alive() or kills < 3:
+        time.sleep(rng.uniform(0.3, 1.2))
+        compute.kill9()
+        kills += 1
+        compute = start_compute(config)
+    thread.join()
+    for spec in specs:
+        wait_state(store, spec["uuid"], "ACTIVE", timeout=60)
+    built = Counter(builds_log(config))
+    assert set(built) == {s["uuid"] for s in specs}
+    assert max(built.values()) == 1, "an instance was built twice"
+    for spec in specs:
+        # created BUILDING, then ACTIVE: no re-delivered event moved it again.
+        assert store.get_prefix(store.keys.instance(spec["uuid"]))[0][0] is not None
+        _, meta = store.client.get(store.keys.instance(spec["uuid"]))
+        assert meta.version == 2, f"record of {spec['uuid']} written {meta.version} times"
+    assert kills >= 3
+
+
+def test_etcd_restart_mid_stream_loses_nothing(tmp_path, start_compute, compute_config,
+                                               placement_config):
+    from etcd_compute.local_services import EtcdServer
+
+    etcd = EtcdServer.create(tmp_path / "own-etcd").start()
+    try:
+        etcd_config = {"endpoints": [etcd.endpoint], "prefix": "/restart", "timeout": 5.0}
+        config = deep_merge(compute_config, {"etcd": etcd_config})
+        rp = rp_of(config)
+        store = Store(etcd_config)
+        start_compute(config)
+        wait_alive(store, rp)
+        specs = [make_spec(rp) for _ in range(60)]
+        for spec in specs[:30]:
+            store.put(messages.INSTANCE_SPEC, store.keys.host_instance(rp, spec["uuid"]), spec)
+        etcd.stop()
+        time.sleep(2)
+        etcd.start()
+        # A fresh client: the point is the daemon's recovery, not this one's.
+        store = Store(etcd_config)
+        for spec in specs[30:]:
+            store.put(messages.INSTANCE_SPEC, store.keys.host_instance(rp, spec["uuid"]), spec)
+        for spec in specs:
+            wait_state(store, spec["uuid"], "ACTIVE", timeout=60)
+        assert sorted(builds_log(config)) == sorted(s["uuid"] for s in specs)
+        wait_alive(store, rp)  # the heartbeat came back too
+    finally:
+        etcd.stop()
+
+
+def test_destroy_during_build_ends_deleted_with_nothing_left(start_compute, compute_config,
+                                                            store, placement):
+    config = deep_merge(compute_config, {"driver": {"fake": {"build_seconds": 5}}})
+    start_compute(config)
+    wait_alive(store, rp_of(config))
+    spec = make_spec(rp_of(config))
+    claim_and_send(store, placement, spec)
+    wait_state(store, spec["uuid"], "BUILDING")
+    send_destroy(store, spec)
+    wait_state(store, spec["uuid"], "DELETED", timeout=20)
+    assert_nothing_left(store, placement, config, spec)
+    # and it does not come back when the cancelled build's time would have run out
+    time.sleep(1)
+    assert spec["uuid"] not in fake_instances(config)
+
+
+def test_build_failure_is_error_with_reason_and_frees_everything(start_compute,
+                                                                compute_config, store,
+                                                                placement):
+    start_compute(compute_config)
+    wait_alive(store, rp_of(compute_config))
+    spec = make_spec(rp_of(compute_config), image="file:///nonexistent/image.qcow2")
+    claim_and_send(store, placement, spec)
+    failed = wait_state(store, spec["uuid"], "ERROR")
+    assert "not found" in failed["error"]
+    assert_nothing_left(store, placement, compute_config, spec)
+    stats = store.read(messages.HOST_STATS, store.keys.stats(rp_of(compute_config)))[0]
+    assert len(stats["build_failures"]) == 1
+
+
+@pytest.mark.parametrize(
+    ("mutate", "reason"),
+    [
+        (lambda s: "{not json", "not valid JSON"),
+        (lambda s: {**s, "resources": {"VCPU": -1}}, "resources.VCPU"),
+        (lambda s: {k: v for k, v in s.items() if k != "resources"}, "'resources' is a required"),
+        (lambda s: {**s, "colour": "blue"}, "colour"),
+        (lambda s: {**s, "image": {"url": "ftp://example.org/x.img"}}, "image.url"),
+    ],
+    ids=["malformed-json", "negative-resources", "missing-resources", "unknown-field",
+         "bad-image-scheme"],
+)
+def test_bad_spec_is_error_and_daemon_keeps_going(start_compute, compute_config, store,
+                                                 placement, mutate, reason):
+    compute = start_compute(compute_config)
+    rp = rp_of(compute_config)
+    wait_alive(store, rp)
+    spec = make_spec(rp)
+    placement.claim(spec["uuid"], spec["allocations"], "p", "u")
+    bad = mutate(spec)
+    raw = bad if isinstance(bad, str) else __import__("json").dumps(bad)
+    store.client.put(store.keys.host_instance(rp, spec["uuid"]), raw)
+    failed = wait_state(store, spec["uuid"], "ERROR")
+    assert reason in failed["error"]
+    assert_nothing_left(store, placement, compute_config, spec)
+    good = make_spec(rp)
+    claim_and_send(store, placement, good)
+    wait_state(store, good["uuid"], "ACTIVE")
+    assert compute.alive()
+
+
+def test_hung_build_times_out_into_error(start_compute, compute_config, store, placement):
+    config = deep_merge(compute_config, {"driver": {"fake": {"build_seconds": 30}},
+                                         "compute": {"job_timeout_seconds": 1}})
+    start_compute(config)
+    wait_alive(store, rp_of(config))
+    spec = make_spec(rp_of(config))
+    claim_and_send(store, placement, spec)
+    failed = wait_state(store, spec["uuid"], "ERROR", timeout=20)
+    assert "timed out after 1 s" in failed["error"]
+    assert_nothing_left(store, placement, config, spec)
+
+
+def test_crashed_worker_is_error_with_reason(start_compute, compute_config, store, placement):
+    config = deep_merge(compute_config, {"driver": {"fake": {"build_seconds": 30}}})
+    compute = start_compute(config)
+    wait_alive(store, rp_of(config))
+    spec = make_spec(rp_of(config))
+    claim_and_send(store, placement, spec)
+    wait_state(store, spec["uuid"], "BUILDING")
+    workers = wait_for(lambda: worker_pids(compute.pid), 10, what="pool workers")
+    for pid in workers:
+        os.kill(pid, signal.SIGKILL)
+    failed = wait_state(store, spec["uuid"], "ERROR", timeout=20)
+    assert "worker died" in failed["error"]
+    assert_nothing_left(store, placement, config, spec)
+    assert compute.alive()
+
+
+def test_reconcile_builds_requests_sent_while_down(start_compute, compute_config, store,
+                                                   placement):
+    rp = rp_of(compute_config)
+    first = start_compute(compute_config)
+    wait_alive(store, rp)
+    assert first.terminate() == 0
+    pending = [make_spec(rp) for _ in range(3)]
+    for spec in pending:
+        claim_and_send(store, placement, spec)
+    compute = start_compute(compute_config)
+    for spec in pending:
+        wait_state(store, spec["uuid"], "ACTIVE")
+    assert "reconciled 3 spec(s)" in compute.log()
+
+
+def test_orphan_domains_are_reported(start_compute, compute_config, store):
+    import json
+    from pathlib import Path
+
+    root = Path(compute_config["compute"]["state_dir"]) / "fake-instances"
+    root.mkdir(parents=True)
+    orphan = "11111111-2222-4333-8444-555555555555"
+    (root / f"{orphan}.json").write_text(json.dumps({"uuid": orphan, "result": {}}))
+    compute = start_compute(compute_config)
+    wait_alive(store, rp_of(compute_config))
+    wait_for(lambda: f"orphan: the driver holds instance {orphan}" in compute.log(), 10,
+             what="orphan report")
+
+
+def test_record_states_follow_the_documented_machine(start_compute, compute_config, store,
+                                                    placement):
+    config = deep_merge(compute_config, {"driver": {"fake": {"build_seconds": 0.5}}})
+    start_compute(config)
+    wait_alive(store, rp_of(config))
+    spec = make_spec(rp_of(config))
+    claim_and_send(store, placement, spec)
+    seen = []
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline and (not seen or seen[-1] != "ACTIVE"):
+        current = record(store, spec["uuid"])
+        if current and (not seen or seen[-1] != current["state"]):
+            seen.append(current["state"])
+        time.sleep(0.02)
+    assert seen == ["BUILDING", "ACTIVE"]
+
+
+def test_inventory_and_traits_registered(start_compute, compute_config, store,
+                                         placement: PlacementClient):
+    config = deep_merge(compute_config, {"compute": {
+        "traits": ["CUSTOM_GPU_FREE"],
+        "aggregates": ["6f9a2b4e-1c3d-4e5f-8a7b-9c0d1e2f3a4b"],
+    }})
+    start_compute(config)
+    rp = rp_of(config)
+    wait_alive(store, rp)
+    inventory = placement.get_inventories(rp)
+    assert inventory["VCPU"]["total"] == 4
+    assert inventory["MEMORY_MB"]["total"] == 2048
+    traits = placement.get_traits(rp)
+    assert "CUSTOM_GPU_FREE" in traits
+    assert any(t.startswith("HW_CPU_X86_") for t in traits)
+    aggregates = placement.get(f"/resource_providers/{rp}/aggregates")["aggregates"]
+    assert aggregates == ["6f9a2b4e-1c3d-4e5f-8a7b-9c0d1e2f3a4b"]

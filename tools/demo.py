@@ -1,0 +1,194 @@
+#!/usr/bin/env python3
+"""`make demo`: the whole system once, on local services, then clean up.
+
+Starts (or reuses) local etcd, Placement and libvirtd, two compute daemons
+with distinct identities, schedules one instance, shows it, destroys it,
+shows its allocation is gone, and stops everything it started, by pid.
+With a usable libvirt/qemu it boots the offline-built test guest; otherwise
+it says so and uses the fake driver.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import subprocess
+import sys
+import time
+import uuid as uuidlib
+from collections.abc import Callable
+from pathlib import Path
+
+import yaml
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from etcd_compute import messages  # noqa: E402
+from etcd_compute.errors import EtcdComputeError  # noqa: E402
+from etcd_compute.etcd import Store  # noqa: E402
+from etcd_compute.local_services import LocalStack, libvirtd_usable, stop_pid  # noqa: E402
+from etcd_compute.placement import PlacementClient  # noqa: E402
+
+RUN = REPO / "run"
+DEMO = RUN / "demo"
+QUERY = "resources=VCPU:1,MEMORY_MB:128,DISK_GB:1"
+
+
+def say(line: str) -> None:
+    print(f"==> {line}", flush=True)
+
+
+def fail(message: str, fix: str) -> None:
+    print(f"error: {message} (fix: {fix})", file=sys.stderr, flush=True)
+    raise SystemExit(1)
+
+
+def real_vm_setup() -> dict | None:
+    """Libvirt driver settings for the test guest, or None to fall back to fake."""
+    if os.environ.get("DEMO_DRIVER") == "fake":
+        return None
+    if not libvirtd_usable():
+        say("libvirt/qemu not usable here: falling back to the fake driver (no real VM)")
+        return None
+    builder = REPO / "tools" / "build-test-guest.sh"
+    if not builder.exists():
+        say("test guest builder missing: falling back to the fake driver (no real VM)")
+        return None
+    result = subprocess.run([str(builder)], capture_output=True, text=True, check=False)
+    image = result.stdout.strip().splitlines()[-1] if result.stdout.strip() else ""
+    if result.returncode or not Path(image).exists():
+        reason = (result.stderr.strip().splitlines() or ["no image"])[-1]
+        say(f"could not build the test guest ({reason}): falling back to the fake driver")
+        return None
+    say(f"test guest image: {image} (built offline from Debian packages)")
+    return {
+        "name": "libvirt",
+        "libvirt": {
+            "uri": "qemu:///system",
+            "domain_type": "qemu",
+            "default_image": f"file://{image}",
+            "image_cache_dir": str(DEMO / "images"),
+            "boot_timeout_seconds": 180,
+        },
+    }
+
+
+def schedule(config: Path, *args: str, check: bool = True) -> str:
+    argv = [sys.executable, str(REPO / "schedule.py"), "--config", str(config), *args]
+    shown = " ".join(shlex.quote(a) for a in ["schedule.py", *args])
+    say(f"$ {shown}")
+    result = subprocess.run(argv, capture_output=True, text=True, check=False, cwd=REPO)
+    for line in (result.stdout + result.stderr).strip().splitlines():
+        print(f"    {line}", flush=True)
+    if check and result.returncode:
+        fail(f"{shown} exited {result.returncode}", f"see the compute logs in {DEMO}")
+    return result.stdout
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--keep", action="store_true",
+                        help="leave services and computes running (stop with: make down)")
+    args = parser.parse_args()
+
+    stack = LocalStack.load(RUN)
+    already = {name for name in ("etcd", "placement") if getattr(stack, name)}
+    try:
+        stack.up(2379, 8080, say)
+    except EtcdComputeError as exc:
+        fail(str(exc), "make down, or free ports 2379 and 8080")
+    started_here = {"etcd", "placement"} - already
+    computes: list[subprocess.Popen[bytes]] = []
+    try:
+        DEMO.mkdir(parents=True, exist_ok=True)
+        driver = real_vm_setup() or {"name": "fake"}
+        placement = {"endpoint": f"http://127.0.0.1:{stack.placement['port']}"}
+        etcd = {"endpoints": [f"127.0.0.1:{stack.etcd['port']}"]}
+        schedule_config = DEMO / "schedule.yaml"
+        scheduler = {"default_image": driver.get("libvirt", {}).get("default_image",
+                                                                     "file:///dev/null")}
+        schedule_config.write_text(yaml.safe_dump(
+            {"etcd": etcd, "placement": placement, "scheduler": scheduler}))
+        for number in (1, 2):
+            state = DEMO / f"compute-{number}"
+            config = {
+                "etcd": etcd, "placement": placement, "driver": driver,
+                "compute": {"name": f"demo-compute-{number}", "state_dir": str(state),
+                            "instances_dir": str(state / "instances"),
+                            "shutdown_timeout_seconds": 10},
+            }
+            path = DEMO / f"compute-{number}.yaml"
+            path.write_text(yaml.safe_dump(config))
+            log = open(DEMO / f"compute-{number}.log", "ab")
+            computes.append(subprocess.Popen(
+                [sys.executable, str(REPO / "compute.py"), "--config", str(path)],
+                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=REPO,
+                start_new_session=True))
+            say(f"compute daemon demo-compute-{number} started (pid {computes[-1].pid}, "
+                f"driver {driver['name']}, log {log.name})")
+        store = Store({"endpoints": etcd["endpoints"], "prefix": "", "timeout": 5.0})
+        wait(lambda: len(store.get_prefix(store.keys.alive_prefix(), keys_only=True)[0]) >= 2,
+             60, "both compute daemons to report alive", computes)
+        say("both compute daemons are alive (heartbeat keys under /alive/)")
+        out = schedule(schedule_config, QUERY)
+        notified = [line for line in out.splitlines() if line.startswith("NOTIFIED TARGET")]
+        instance = notified[0].split()[-1] if notified else None
+        if instance is None or not _is_uuid(instance):
+            fail("schedule.py printed no instance uuid", "see the output above")
+        wait(lambda: _state(store, instance) in ("ACTIVE", "ERROR"), 240,
+             f"instance {instance} to become ACTIVE", computes)
+        schedule(schedule_config, instance)
+        if _state(store, instance) != "ACTIVE":
+            fail(f"instance {instance} ended in ERROR", f"see {DEMO}/compute-*.log")
+        schedule(schedule_config, "destroy", instance)
+        wait(lambda: _state(store, instance) == "DELETED", 120,
+             f"instance {instance} to be DELETED", computes)
+        schedule(schedule_config, instance)
+        allocations = PlacementClient(
+            {"endpoint": placement["endpoint"], "token": "admin", "timeout": 10.0}
+        ).get_allocations(instance)["allocations"]
+        say(f"allocations of {instance} in Placement: {allocations or 'none (freed)'}")
+        if allocations:
+            fail("the allocation is still there after destroy", f"see {DEMO}/compute-*.log")
+        say("demo finished: schedule -> state -> destroy -> allocation gone")
+        return 0
+    finally:
+        if args.keep:
+            say("kept running; stop with: make down (computes: kill "
+                + " ".join(str(c.pid) for c in computes) + ")")
+        else:
+            for compute in computes:
+                stop_pid(compute.pid, timeout=20)
+            say(f"stopped {len(computes)} compute daemon(s)")
+            if started_here:
+                stack.down(say)
+
+
+def _is_uuid(text: str) -> bool:
+    try:
+        return str(uuidlib.UUID(text)) == text
+    except ValueError:
+        return False
+
+
+def _state(store: Store, instance: str) -> str | None:
+    record, _ = store.read(messages.INSTANCE_RECORD, store.keys.instance(instance))
+    return record["state"] if record else None
+
+
+def wait(predicate: Callable[[], bool], timeout: float, what: str,
+         computes: list[subprocess.Popen[bytes]]) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        if any(compute.poll() is not None for compute in computes):
+            fail("a compute daemon exited", f"see {DEMO}/compute-*.log")
+        time.sleep(0.5)
+    fail(f"timed out after {timeout:.0f} s waiting for {what}", f"see {DEMO}/compute-*.log")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# Install what etcd-compute needs on a Debian-like machine, as root.
+# Idempotent and quiet: packages already there and unchanged requirements are skipped.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+say() { echo "==> $*"; }
+die() { echo "error: $*" >&2; exit 1; }
+
+[ "$(id -u)" = 0 ] || die "run as root: it installs Debian packages (try: sudo make $*)"
+[ -f /etc/debian_version ] && command -v apt-get >/dev/null \
+  || die "needs Debian 12 or a Debian-like system with apt-get"
+
+# etcd and libvirt are the motors; postgresql backs the multi-worker Placement tests
+# and benchmarks; dnsmasq/iptables serve libvirt's NAT network; mtools, syslinux,
+# dosfstools and busybox build the offline test guest.
+PACKAGES="etcd-server etcd-client libvirt-daemon-system qemu-system-x86 qemu-utils
+  libvirt-dev pkg-config postgresql dnsmasq-base iptables iproute2 mtools syslinux
+  syslinux-common dosfstools busybox-static python3-venv python3-dev gcc"
+missing=""
+for package in $PACKAGES; do
+  dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" \
+    || missing="$missing $package"
+done
+if [ -n "$missing" ]; then
+  say "installing Debian packages:$missing"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $missing >/tmp/etcd-compute-apt.log 2>&1 \
+    || die "apt-get install failed; see /tmp/etcd-compute-apt.log"
+fi
+
+PYTHON=${PYTHON:-python3}
+# venv DIR REQUIREMENTS...: create DIR and install, unless the requirements are unchanged.
+venv() {
+  local dir=$1; shift
+  local stamp="$dir/.requirements.sha256"
+  local want; want=$(cat "$@" pyproject.toml | sha256sum | cut -d' ' -f1)
+  if [ -x "$dir/bin/python" ] && [ "$(cat "$stamp" 2>/dev/null)" = "$want" ]; then
+    return
+  fi
+  say "installing Python packages into $dir"
+  [ -x "$dir/bin/python" ] || "$PYTHON" -m venv "$dir"
+  "$dir/bin/pip" install -q --disable-pip-version-check --upgrade pip >/dev/null
+  local args=()
+  for file in "$@"; do args+=(-r "$file"); done
+  "$dir/bin/pip" install -q --disable-pip-version-check "${args[@]}" \
+    || die "pip install into $dir failed"
+  echo "$want" > "$stamp"
+}
+venv .venv requirements-test.txt
+if [ ! -x .venv/bin/ecompute ] || [ ! -x .venv/bin/eschedule ]; then
+  .venv/bin/pip install -q --disable-pip-version-check --no-deps -e . >/dev/null
+fi
+# Placement is a separate service with many dependencies of its own.
+venv .venv-placement requirements-placement.txt
