@@ -1,0 +1,337 @@
+"""schedule.py / eschedule: place instances, and look after them.
+
+    schedule.py 'resources=VCPU:1,MEMORY_MB:512,DISK_GB:1' [--count N] [--wait] ...
+    schedule.py UUID                 state, host, IP, resources, error
+    schedule.py destroy UUID         ask its host to destroy it
+    schedule.py list                 every instance
+    schedule.py hosts                every provider: capacity, usage, alive
+    schedule.py console UUID         the guest's serial console (tail)
+
+The first positional argument is a query (it contains '='), an instance uuid,
+or one of the subcommands. Exit status: 0 done, 1 no valid host / not found /
+instance failed, 2 bad input or config, 3 etcd or Placement unreachable.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any, NoReturn
+
+from etcd_compute import config as configuration
+from etcd_compute import logs
+from etcd_compute.errors import EtcdComputeError, NoValidHost, UsageError
+
+SUBCOMMANDS = ("destroy", "list", "hosts", "console")
+EXAMPLES = """\
+examples:
+  schedule.py 'resources=VCPU:1,MEMORY_MB:512,DISK_GB:1' --wait
+  schedule.py 'resources=VCPU:1,MEMORY_MB:256&required=!CUSTOM_SLOW' --count 3 \\
+      --hint anti-affinity=web
+  schedule.py 'resources=VCPU:1,MEMORY_MB:256' --zone <aggregate uuid>
+  schedule.py d578fb7c-7787-4e73-b69a-a7b3ef9bf73a
+  schedule.py destroy d578fb7c-7787-4e73-b69a-a7b3ef9bf73a
+
+query keys (Placement's GET /allocation_candidates syntax, microversion 1.39):
+  resources=RC:N,...   required=T,!T  required=in:T1,T2   member_of=AGG|in:A,B|!AGG
+  in_tree=RP   granular groups: resources1=..&required1=..   group_policy=none|isolate
+  limit=N      (join with &, quote the whole query for the shell)
+--zone AGG is member_of=AGG: zones are Placement aggregates; a compute joins one
+with compute.aggregates in compute.yaml.
+"""
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse whose errors are one line (UsageError), not usage text plus exit."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(message)
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = Parser(
+        prog="schedule.py",
+        description="Schedule instances onto compute hosts via Placement and etcd; "
+                    "show, list and destroy them.",
+        epilog=EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("words", nargs="*", metavar="QUERY|UUID|COMMAND",
+                        help="a query (resources=...), an instance uuid, or "
+                             "destroy UUID | list | hosts | console UUID")
+    parser.add_argument("--config", metavar="PATH",
+                        help="schedule.yaml to use (default: ./schedule.yaml if present)")
+    parser.add_argument("--image", metavar="URL", help="image to boot (http(s):// or file://)")
+    parser.add_argument("--count", type=int, default=1, metavar="N",
+                        help="place N instances, all or nothing (default 1)")
+    parser.add_argument("--name", help="instance name (NAME-1..NAME-N with --count)")
+    parser.add_argument("--user-data", metavar="FILE", help="cloud-init user data file")
+    parser.add_argument("--key", metavar="FILE", help="ssh public key file for the guest")
+    parser.add_argument("--zone", metavar="AZ",
+                        help="availability zone: a Placement aggregate uuid (member_of)")
+    parser.add_argument("--hint", action="append", default=[], metavar="POLICY=GROUP",
+                        help="server group: affinity=GROUP or anti-affinity=GROUP")
+    parser.add_argument("--wait", action="store_true",
+                        help="follow the instances until ACTIVE or ERROR (destroy: DELETED)")
+    parser.add_argument("--json", action="store_true", help="machine-readable output")
+    parser.add_argument("--log-level", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    return parser.parse_intermixed_args(argv)
+
+
+def _read_file(option: str, path: str | None) -> str | None:
+    if path is None:
+        return None
+    try:
+        return Path(path).read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"{option} {path}: cannot read ({exc.__class__.__name__})") from None
+
+
+def _group(hints: list[str]) -> tuple[str, str] | None:
+    if not hints:
+        return None
+    if len(hints) > 1:
+        raise UsageError("--hint: give at most one server group")
+    policy, sep, name = hints[0].partition("=")
+    if not sep:
+        raise UsageError(f"--hint {hints[0]!r}: expected affinity=GROUP or anti-affinity=GROUP")
+    return name, policy
+
+
+# ----------------------------------------------------------------- output
+
+
+def _emit_json(data: Any) -> None:
+    print(json.dumps(data, indent=2, sort_keys=True))
+
+
+def _table(rows: list[list[str]], header: list[str]) -> None:
+    widths = [max(len(str(x)) for x in column) for column in zip(header, *rows, strict=False)]
+    for row in [header, *rows]:
+        print("  ".join(str(cell).ljust(width) for cell, width in zip(row, widths,
+                                                                       strict=False)).rstrip())
+
+
+def _resources_text(resources: dict[str, int] | None) -> str:
+    return ",".join(f"{rc}:{n}" for rc, n in sorted((resources or {}).items())) or "-"
+
+
+def _when(timestamp: float | None) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(timestamp)) if timestamp else "-"
+
+
+def _progress(uuid: str, record: dict[str, Any] | None) -> None:
+    if record is None:
+        print(f"{uuid} GONE", flush=True)
+        return
+    detail = {"ACTIVE": f"ip={record.get('ip') or '-'}",
+              "ERROR": f"error={record.get('error') or '-'}"}.get(record["state"], "")
+    where = record.get("host_name") or record.get("host") or "-"
+    print(f"{uuid} {record['state']} on {where} {detail}".rstrip(), flush=True)
+
+
+# ----------------------------------------------------------------- commands
+
+
+def cmd_schedule(args: argparse.Namespace, config: dict[str, Any]) -> int:
+    from etcd_compute.compute import records
+    from etcd_compute.scheduler import RequestSpec, Scheduler
+    from etcd_compute.scheduler import instances as ops
+
+    request_spec = RequestSpec.build(
+        args.words[0], count=args.count, name=args.name, image_url=args.image,
+        user_data=_read_file("--user-data", args.user_data),
+        ssh_key=_read_file("--key", args.key), group=_group(args.hint), zone=args.zone,
+    )
+    scheduler = Scheduler(config)
+    try:
+        try:
+            destinations = scheduler.select_destinations(request_spec)
+        except NoValidHost as exc:
+            if args.json:
+                _emit_json({"error": str(exc), "reasons": exc.reasons})
+            else:
+                print(str(exc))
+                for reason in exc.reasons:
+                    print(reason)
+            return 1
+        if args.json and not args.wait:
+            _emit_json({"instances": [d.as_dict() for d in destinations],
+                        "conflicts": scheduler.placement.conflicts})
+        elif not args.json:
+            for destination in destinations:
+                print(f"NOTIFIED TARGET, {destination.host}, OF INSTANCE {destination.uuid}",
+                      flush=True)
+        if not args.wait:
+            return 0
+        final = ops.wait(scheduler.store, [d.uuid for d in destinations],
+                         frozenset({records.ACTIVE, records.ERROR, records.DELETED}),
+                         config["scheduler"]["wait_timeout_seconds"],
+                         (lambda *_: None) if args.json else _progress)
+        if args.json:
+            _emit_json({"instances": [{**d.as_dict(), "record": final.get(d.uuid)}
+                                      for d in destinations],
+                        "conflicts": scheduler.placement.conflicts})
+        ok = all(r is not None and r["state"] == records.ACTIVE for r in final.values())
+        return 0 if ok else 1
+    finally:
+        scheduler.close()
+
+
+def _store_and_placement(config: dict[str, Any]) -> tuple[Any, Any]:
+    from etcd_compute.etcd import Store
+    from etcd_compute.placement import PlacementClient
+
+    return Store(config["etcd"]), PlacementClient(config["placement"])
+
+
+def cmd_show(args: argparse.Namespace, config: dict[str, Any]) -> int:
+    from etcd_compute.scheduler import instances as ops
+
+    store, _ = _store_and_placement(config)
+    try:
+        record = ops.show(store, args.words[0])
+    finally:
+        store.close()
+    if args.json:
+        _emit_json(record)
+        return 0
+    host = record.get("host_name") or "-"
+    if record.get("host"):
+        host = f"{host} ({record['host']})"
+    rows = [["uuid", record["uuid"]], ["name", record.get("name") or "-"],
+            ["state", record["state"]], ["host", host], ["ip", record.get("ip") or "-"],
+            ["resources", _resources_text(record.get("resources"))],
+            ["image", record.get("image") or "-"], ["group", record.get("group") or "-"],
+            ["error", record.get("error") or "-"], ["created", _when(record.get("created_at"))],
+            ["updated", _when(record.get("updated_at"))]]
+    for key, value in rows:
+        print(f"{key:<10} {value}")
+    return 0
+
+
+def cmd_destroy(args: argparse.Namespace, config: dict[str, Any]) -> int:
+    from etcd_compute.compute import records
+    from etcd_compute.scheduler import instances as ops
+
+    if len(args.words) != 2:
+        raise UsageError("destroy: expected exactly one instance uuid")
+    uuid = ops.check_uuid(args.words[1])
+    store, placement = _store_and_placement(config)
+    try:
+        outcome = ops.destroy(store, placement, uuid)
+        messages_by_outcome = {
+            "requested": f"DESTROY REQUESTED FOR INSTANCE {uuid}",
+            "already": f"DESTROY ALREADY REQUESTED FOR INSTANCE {uuid}",
+            "removed": f"REMOVED INSTANCE {uuid} (no host held it; record and claim removed)",
+            "deleted": f"INSTANCE {uuid} IS ALREADY DELETED",
+        }
+        if args.wait and outcome in ("requested", "already"):
+            ops.wait(store, [uuid], frozenset({records.DELETED}),
+                     config["scheduler"]["wait_timeout_seconds"],
+                     (lambda *_: None) if args.json else _progress)
+        if args.json:
+            _emit_json({"uuid": uuid, "outcome": outcome})
+        else:
+            print(messages_by_outcome[outcome])
+        return 0
+    finally:
+        store.close()
+
+
+def cmd_list(args: argparse.Namespace, config: dict[str, Any]) -> int:
+    from etcd_compute.scheduler import instances as ops
+
+    store, _ = _store_and_placement(config)
+    try:
+        found = ops.list_instances(store)
+    finally:
+        store.close()
+    if args.json:
+        _emit_json(found)
+        return 0
+    _table([[r["uuid"], r.get("name") or "-", r["state"], r.get("host_name") or "-",
+             r.get("ip") or "-", _resources_text(r.get("resources"))] for r in found],
+           ["UUID", "NAME", "STATE", "HOST", "IP", "RESOURCES"])
+    return 0
+
+
+def cmd_hosts(args: argparse.Namespace, config: dict[str, Any]) -> int:
+    from etcd_compute.scheduler import instances as ops
+
+    store, placement = _store_and_placement(config)
+    try:
+        found = ops.hosts(store, placement)
+    finally:
+        store.close()
+    if args.json:
+        _emit_json(found)
+        return 0
+    classes = sorted({rc for h in found for rc in h["resources"]})
+
+    def usage(host: dict[str, Any], rc: str) -> str:
+        r = host["resources"].get(rc)
+        return f"{r['used']}/{r['capacity']}" if r else "-"
+
+    _table([[h["name"], h["uuid"], "yes" if h["alive"] else "NO",
+             "DISABLED" if h["disabled"] else "enabled", str(h["instances"]),
+             *(usage(h, rc) for rc in classes)] for h in found],
+           ["NAME", "UUID", "ALIVE", "STATUS", "INSTANCES", *(f"{rc} used/cap" for rc in classes)])
+    return 0
+
+
+def cmd_console(args: argparse.Namespace, config: dict[str, Any]) -> int:
+    from etcd_compute.scheduler import instances as ops
+
+    if len(args.words) != 2:
+        raise UsageError("console: expected exactly one instance uuid")
+    store, _ = _store_and_placement(config)
+    try:
+        text = ops.console(store, args.words[1])
+    finally:
+        store.close()
+    if args.json:
+        _emit_json({"uuid": args.words[1], "text": text})
+    else:
+        sys.stdout.write(text if text.endswith("\n") or not text else text + "\n")
+    return 0
+
+
+def dispatch(args: argparse.Namespace) -> int:
+    from etcd_compute.scheduler.request import UUID
+
+    if not args.words:
+        raise UsageError("nothing to do: give a query (resources=...), an instance uuid, or "
+                         "destroy|list|hosts|console; see --help")
+    first = args.words[0]
+    config = configuration.load_schedule(args.config)
+    logs.setup(args.log_level or config["logging"]["level"])
+    if first in SUBCOMMANDS:
+        if first in ("list", "hosts") and len(args.words) != 1:
+            raise UsageError(f"{first}: takes no arguments")
+        command = {"destroy": cmd_destroy, "list": cmd_list, "hosts": cmd_hosts,
+                   "console": cmd_console}[first]
+        return command(args, config)
+    if len(args.words) != 1:
+        raise UsageError(f"unexpected argument {args.words[1]!r} (quote the query; "
+                         "join its parts with &)")
+    if UUID.match(first):
+        return cmd_show(args, config)
+    if "=" in first:
+        return cmd_schedule(args, config)
+    raise UsageError(f"{first!r} is not a query (resources=...), an instance uuid, or one of "
+                     + ", ".join(SUBCOMMANDS))
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        args = parse_args(argv)
+        return dispatch(args)
+    except EtcdComputeError as exc:
+        print(f"schedule.py: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        return 130

@@ -1,0 +1,78 @@
+"""Host filters: each a tiny class with one method, enabled by name in schedule.yaml.
+
+A filter answers "can this host take one more instance of this request?".
+Resource fit is Placement's job (and the planner's virtual depletion); these
+cover what Placement does not know. To add one: write a class here with
+`host_passes` and a `reason`, list its name under `scheduler.filters`.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from etcd_compute.errors import ConfigError
+from etcd_compute.scheduler.hoststate import HostState
+
+if TYPE_CHECKING:
+    from etcd_compute.scheduler.planner import PlanContext
+
+
+class HostFilter:
+    # Completes "<Name> removed N host(s): <reason>" in the no-valid-host explanation.
+    reason = ""
+
+    def host_passes(self, host: HostState, context: PlanContext) -> bool:
+        raise NotImplementedError
+
+
+class AliveFilter(HostFilter):
+    reason = "no heartbeat in etcd (/alive/<rp> missing: compute.py not running?)"
+
+    def host_passes(self, host: HostState, context: PlanContext) -> bool:
+        return host.alive
+
+
+class DisabledFilter(HostFilter):
+    reason = "disabled (trait COMPUTE_STATUS_DISABLED: compute.py was stopped)"
+
+    def host_passes(self, host: HostState, context: PlanContext) -> bool:
+        return not host.disabled
+
+
+class AffinityFilter(HostFilter):
+    reason = "not where the affinity group's members are"
+
+    def host_passes(self, host: HostState, context: PlanContext) -> bool:
+        if context.policy != "affinity" or not context.group_hosts:
+            return True
+        return context.group_hosts[host.uuid] > 0
+
+
+class AntiAffinityFilter(HostFilter):
+    reason = "already hosts a member of the anti-affinity group"
+
+    def host_passes(self, host: HostState, context: PlanContext) -> bool:
+        if context.policy != "anti-affinity":
+            return True
+        return context.group_hosts[host.uuid] == 0
+
+
+class MaxInstancesPerHostFilter(HostFilter):
+    reason = "already at scheduler.max_instances_per_host"
+
+    def host_passes(self, host: HostState, context: PlanContext) -> bool:
+        return host.instances < context.max_instances_per_host
+
+
+def all_filters() -> dict[str, type[HostFilter]]:
+    return {cls.__name__: cls for cls in HostFilter.__subclasses__()}
+
+
+def enabled_filters(names: list[str]) -> list[HostFilter]:
+    """Instances of the filters named in config, in that order."""
+    known = all_filters()
+    unknown = [name for name in names if name not in known]
+    if unknown:
+        raise ConfigError(f"scheduler.filters: unknown filter {unknown[0]!r}; known: "
+                          + ", ".join(sorted(known)))
+    return [known[name]() for name in names]

@@ -1,0 +1,151 @@
+"""What the scheduler knows about each candidate host while it plans.
+
+Built from one `GET /allocation_candidates` (allocation requests and
+provider summaries) plus three etcd prefix reads (`/alive/`, `/stats/`,
+`/hosts/` keys only). Free capacity lives in one `ProviderUsage` shared by
+all hosts, so placing an instance "virtually depletes" it (a sharing
+provider used by two hosts is depleted for both) before the next pick.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from etcd_compute import messages
+from etcd_compute.errors import InvalidMessage
+from etcd_compute.etcd import Store
+
+DISABLED_TRAIT = "COMPUTE_STATUS_DISABLED"
+SHARING_TRAIT = "MISC_SHARES_VIA_AGGREGATE"
+# Build failures older than this no longer count against a host.
+BUILD_FAILURE_WINDOW_SECONDS = 3600.0
+
+Allocations = dict[str, dict[str, dict[str, int]]]  # {rp: {"resources": {rc: amount}}}
+
+
+class ProviderUsage:
+    """Free capacity per provider and resource class, depleted as we plan."""
+
+    def __init__(self, summaries: dict[str, Any]):
+        self.free: dict[str, dict[str, int]] = {
+            rp: {rc: int(v["capacity"]) - int(v["used"]) for rc, v in s["resources"].items()}
+            for rp, s in summaries.items()
+        }
+
+    def fits(self, allocations: Allocations) -> bool:
+        return all(
+            self.free.get(rp, {}).get(rc, 0) >= amount
+            for rp, alloc in allocations.items()
+            for rc, amount in alloc["resources"].items()
+        )
+
+    def consume(self, allocations: Allocations) -> None:
+        for rp, alloc in allocations.items():
+            for rc, amount in alloc["resources"].items():
+                self.free[rp][rc] -= amount
+
+
+@dataclass
+class HostState:
+    """A compute host (a root provider) that Placement says can take the request."""
+
+    uuid: str
+    name: str
+    usage: ProviderUsage
+    # Allocation requests Placement offered for this host; any that still fits will do.
+    options: list[Allocations] = field(default_factory=list)
+    traits: set[str] = field(default_factory=set)
+    # The host's provider tree (root and nested children) as far as Placement showed it.
+    tree: set[str] = field(default_factory=set)
+    alive: bool = False
+    instances: int = 0
+    build_failures: list[float] = field(default_factory=list)
+
+    @property
+    def disabled(self) -> bool:
+        return DISABLED_TRAIT in self.traits
+
+    @property
+    def free(self) -> dict[str, int]:
+        """Free amount per resource class over the host's provider tree."""
+        total: Counter[str] = Counter()
+        for rp in self.tree or {self.uuid}:
+            total.update(self.usage.free.get(rp, {}))
+        return dict(total)
+
+    def fitting_option(self) -> Allocations | None:
+        return next((option for option in self.options if self.usage.fits(option)), None)
+
+    def recent_failures(self, now: float | None = None) -> int:
+        now = now or time.time()
+        return sum(1 for t in self.build_failures if now - t < BUILD_FAILURE_WINDOW_SECONDS)
+
+
+def _host_of(allocations: Allocations, summaries: dict[str, Any]) -> str:
+    """The compute host of an allocation request: the root of a non-sharing provider."""
+    roots = []
+    for rp in allocations:
+        summary = summaries.get(rp, {})
+        root = summary.get("root_provider_uuid", rp)
+        sharing = SHARING_TRAIT in summaries.get(root, {}).get("traits", [])
+        roots.append((sharing, root))
+    return sorted(roots)[0][1]
+
+
+@dataclass
+class Cluster:
+    """etcd's view of the hosts: who is alive (and its name), stats, instance counts."""
+
+    alive: dict[str, str] = field(default_factory=dict)
+    build_failures: dict[str, list[float]] = field(default_factory=dict)
+    instances: Counter[str] = field(default_factory=Counter)
+
+    @classmethod
+    def read(cls, store: Store) -> Cluster:
+        keys = store.keys
+        alive = {rp: message.get("name", rp)
+                 for rp, message in store.read_prefix(messages.ALIVE, keys.alive_prefix()).items()}
+        stats = store.read_prefix(messages.HOST_STATS, keys.stats_prefix())
+        entries, _ = store.get_prefix(keys.hosts(), keys_only=True)
+        instances: Counter[str] = Counter()
+        for entry in entries:
+            parsed = keys.parse_host_instance(entry.key)
+            if parsed:
+                instances[parsed[0]] += 1
+        return cls(alive, {rp: s.get("build_failures", []) for rp, s in stats.items()}, instances)
+
+
+def host_states(candidates: dict[str, Any], cluster: Cluster) -> list[HostState]:
+    """HostStates from an allocation-candidates answer, in Placement's order."""
+    summaries = candidates.get("provider_summaries", {})
+    usage = ProviderUsage(summaries)
+    hosts: dict[str, HostState] = {}
+    for request in candidates.get("allocation_requests", []):
+        allocations = request["allocations"]
+        host_uuid = _host_of(allocations, summaries)
+        host = hosts.get(host_uuid)
+        if host is None:
+            host = hosts[host_uuid] = HostState(
+                uuid=host_uuid,
+                name=cluster.alive.get(host_uuid, host_uuid),
+                usage=usage,
+                traits=set(summaries.get(host_uuid, {}).get("traits", [])),
+                tree={rp for rp, s in summaries.items()
+                      if s.get("root_provider_uuid", rp) == host_uuid},
+                alive=host_uuid in cluster.alive,
+                instances=cluster.instances.get(host_uuid, 0),
+                build_failures=list(cluster.build_failures.get(host_uuid, [])),
+            )
+        host.options.append(allocations)
+    return list(hosts.values())
+
+
+def read_stats(store: Store, rp_uuid: str) -> dict[str, Any] | None:
+    try:
+        stats, _ = store.read(messages.HOST_STATS, store.keys.stats(rp_uuid))
+    except InvalidMessage:
+        return None
+    return stats

@@ -1,0 +1,85 @@
+"""What is asked of the scheduler (RequestSpec) and what it answers (Destination)."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from etcd_compute.errors import UsageError
+from etcd_compute.scheduler.request import UUID, ResourceRequest, parse_query
+
+NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
+GROUP_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+POLICIES = ("affinity", "anti-affinity")
+
+
+@dataclass
+class RequestSpec:
+    """One scheduling request: `count` instances of `request` (a parsed query)."""
+
+    request: ResourceRequest
+    count: int = 1
+    name: str | None = None
+    image_url: str | None = None
+    user_data: str | None = None
+    ssh_key: str | None = None
+    # Server group: (name, policy) with policy "affinity" or "anti-affinity".
+    group: tuple[str, str] | None = None
+    zone: str | None = None
+
+    @classmethod
+    def build(cls, query: str, count: int = 1, name: str | None = None,
+              image_url: str | None = None, user_data: str | None = None,
+              ssh_key: str | None = None, group: tuple[str, str] | None = None,
+              zone: str | None = None) -> RequestSpec:
+        """Parse and check everything locally; UsageError (one line) on any fault."""
+        request = parse_query(query)
+        if not isinstance(count, int) or not 1 <= count <= 1000:
+            raise UsageError(f"--count {count!r}: expected 1..1000")
+        if name is not None:
+            longest = name if count == 1 else f"{name}-{count}"
+            if not NAME.match(longest):
+                raise UsageError(f"--name {name!r}: letters, digits, '_.-', at most 63 "
+                                 "characters (with the -N suffix for --count)")
+        if image_url is not None and not re.match(r"^(https?|file)://\S+$", image_url):
+            raise UsageError(f"--image {image_url!r}: expected an http(s):// or file:// URL")
+        if group is not None:
+            group_name, policy = group
+            if policy not in POLICIES:
+                raise UsageError(f"--hint {policy}: expected affinity or anti-affinity")
+            if not GROUP_NAME.match(group_name):
+                raise UsageError(f"--hint {policy}={group_name!r}: group names are 1-64 of "
+                                 "letters, digits, '_.-'")
+        if zone is not None:
+            if not UUID.match(zone):
+                raise UsageError(f"--zone {zone!r}: expected an aggregate uuid "
+                                 "(zones are Placement aggregates)")
+            request.add_member_of([zone])
+        if user_data is not None and len(user_data) > 65536:
+            raise UsageError("--user-data: larger than 64 KiB")
+        if ssh_key is not None and len(ssh_key) > 16384:
+            raise UsageError("--key: larger than 16 KiB")
+        return cls(request, count, name, image_url, user_data, ssh_key, group, zone)
+
+    def instance_name(self, index: int, uuid: str) -> str:
+        if self.name is None:
+            return f"instance-{uuid[:8]}"
+        return self.name if self.count == 1 else f"{self.name}-{index + 1}"
+
+
+@dataclass
+class Destination:
+    """Where one instance went: its host, the claim, and the alternates kept in its spec."""
+
+    uuid: str
+    name: str
+    host: str
+    host_name: str
+    allocations: dict[str, Any]
+    alternates: list[dict[str, Any]] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"uuid": self.uuid, "name": self.name, "host": self.host,
+                "host_name": self.host_name, "allocations": self.allocations,
+                "alternates": self.alternates}
