@@ -99,11 +99,14 @@ for _ in $(seq 120); do
 done
 say "ip=${address:-none}"
 
-# NoCloud config drive: iso9660 labelled cidata.
+# NoCloud config drive: the iso9660 filesystem that holds meta-data.
 mkdir -p /cidata
 for _ in $(seq 20); do
-    device=$(findfs LABEL=cidata 2>/dev/null || true)
-    [ -n "$device" ] && mount -t iso9660 -o ro "$device" /cidata && break
+    for device in /sys/class/block/*; do
+        mount -t iso9660 -o ro "/dev/${device##*/}" /cidata 2>/dev/null || continue
+        [ -f /cidata/meta-data ] && break 2
+        umount /cidata
+    done
     sleep 0.5
 done
 if [ -f /cidata/meta-data ]; then
@@ -111,7 +114,7 @@ if [ -f /cidata/meta-data ]; then
     say "configdrive instance-id=$id"
     say "configdrive user-data=$(head -n1 /cidata/user-data)"
 else
-    say "configdrive missing"
+    say "configdrive missing; block devices: $(cd /sys/class/block && echo *)"
 fi
 
 metadata() { wget -q -T 3 -O - "http://169.254.169.254/latest/$1" 2>/dev/null; }
