@@ -33,6 +33,7 @@ from etcd_compute.errors import (
     EtcdComputeError,
     InvalidMessage,
     NoValidHost,
+    PlacementError,
     UsageError,
 )
 from etcd_compute.etcd import Store
@@ -124,7 +125,12 @@ class Scheduler:
     def _attempt(self, request_spec: RequestSpec) -> list[Destination]:
         limit = self.settings["candidate_limit"]
         query = request_spec.request.to_query(limit=limit)
-        candidates = self.placement.allocation_candidates(query)
+        try:
+            candidates = self.placement.allocation_candidates(query)
+        except PlacementError as exc:
+            if not explain.unknown_trait(exc):
+                raise UsageError(f"Placement rejected the query: {exc}") from None
+            candidates = {"allocation_requests": [], "provider_summaries": {}}
         group_hosts, group_revision = self._group_state(request_spec)
         if not candidates["allocation_requests"]:
             reasons = explain.explain(self.placement, request_spec.request, None)

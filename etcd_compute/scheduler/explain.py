@@ -12,13 +12,24 @@ FilterReport says how many hosts each filter removed.
 
 from __future__ import annotations
 
+from etcd_compute.errors import PlacementError
 from etcd_compute.placement import PlacementClient
 from etcd_compute.scheduler.planner import FilterReport
 from etcd_compute.scheduler.request import ResourceRequest
 
 
+def unknown_trait(exc: PlacementError) -> bool:
+    """Placement answers 400 "No such trait(s)" for a trait nobody ever created."""
+    return exc.status == 400 and "No such trait" in str(exc)
+
+
 def _has_candidates(placement: PlacementClient, query: str) -> bool:
-    return bool(placement.allocation_candidates(query)["allocation_requests"])
+    try:
+        return bool(placement.allocation_candidates(query)["allocation_requests"])
+    except PlacementError as exc:
+        if unknown_trait(exc):
+            return False
+        raise
 
 
 def _largest_free(placement: PlacementClient, rc: str) -> tuple[int, int] | None:

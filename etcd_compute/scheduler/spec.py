@@ -9,8 +9,8 @@ from typing import Any
 from etcd_compute.errors import UsageError
 from etcd_compute.scheduler.request import UUID, ResourceRequest, parse_query
 
-NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
-GROUP_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}\Z")
+GROUP_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}\Z")
 POLICIES = ("affinity", "anti-affinity")
 
 

@@ -1,0 +1,129 @@
+"""Filters and weighers visible in placements across simulated hosts (real etcd + Placement)."""
+
+from __future__ import annotations
+
+import random
+import time
+from collections import Counter
+
+import pytest
+
+from etcd_compute import messages
+from etcd_compute.config import deep_merge
+from etcd_compute.errors import NoValidHost, ServiceUnavailable
+from etcd_compute.scheduler import RequestSpec, Scheduler, notify
+from tests.scheduler.conftest import add_host
+
+QUERY = "resources=VCPU:1,MEMORY_MB:256,DISK_GB:1"
+
+
+def scheduler_for(schedule_config, store, placement, **settings):
+    config = deep_merge(schedule_config, {"scheduler": {"host_subset_size": 1, **settings}})
+    return Scheduler(config, store=store, placement=placement, rng=random.Random(4))
+
+
+def hosts_used(placement, destinations):
+    return Counter(d.host for d in destinations)
+
+
+def test_spread_by_default_pack_with_negative_multipliers(schedule_config, store, placement):
+    hosts = [add_host(placement, store, f"spread-{i}") for i in range(3)]
+    spread = scheduler_for(schedule_config, store, placement)
+    one_by_one = [spread.select_destinations(RequestSpec.build(QUERY))[0] for _ in range(6)]
+    assert sorted(hosts_used(placement, one_by_one).values()) == [2, 2, 2]
+    # Virtual depletion spreads the instances of one request too.
+    batch = spread.select_destinations(RequestSpec.build(QUERY, count=3))
+    assert set(hosts_used(placement, batch)) == set(hosts)
+
+    pack = scheduler_for(schedule_config, store, placement,
+                         weighers={"RAMWeigher": -1.0, "CPUWeigher": -1.0})
+    packed = pack.select_destinations(RequestSpec.build(QUERY, count=3))
+    # Every host has 1 VCPU left: packing fills one host after another, the fullest first.
+    assert len(packed) == 3
+    for host in hosts:
+        assert placement.get_usages(host)["VCPU"] == 4
+
+
+def test_pack_fills_one_host_before_the_next(schedule_config, store, placement):
+    hosts = [add_host(placement, store, f"pack-{i}") for i in range(3)]
+    pack = scheduler_for(schedule_config, store, placement,
+                         weighers={"RAMWeigher": -1.0, "CPUWeigher": -1.0})
+    placed = [pack.select_destinations(RequestSpec.build(QUERY))[0] for _ in range(5)]
+    counts = hosts_used(placement, placed)
+    assert sorted(counts.values()) == [1, 4]
+    assert sum(placement.get_usages(h).get("VCPU", 0) for h in hosts) == 5
+
+
+def test_anti_affinity_spreads_group_and_then_refuses(schedule_config, store, placement):
+    hosts = [add_host(placement, store, f"aa-{i}", totals={"VCPU": 16, "MEMORY_MB": 8192,
+                                                           "DISK_GB": 100}) for i in range(3)]
+    # Pack would put everything on one host; anti-affinity must win over it.
+    scheduler = scheduler_for(schedule_config, store, placement,
+                              weighers={"RAMWeigher": -1.0, "CPUWeigher": -1.0})
+    first = scheduler.select_destinations(RequestSpec.build(QUERY, count=2,
+                                                            group=("web", "anti-affinity")))
+    third = scheduler.select_destinations(RequestSpec.build(QUERY, group=("web",
+                                                                          "anti-affinity")))
+    assert {d.host for d in first + third} == set(hosts)
+    members = store.read_prefix(messages.GROUP_MEMBER, store.keys.group("web"))
+    assert {m["host"] for m in members.values()} == set(hosts)
+    with pytest.raises(NoValidHost) as caught:
+        scheduler.select_destinations(RequestSpec.build(QUERY, group=("web", "anti-affinity")))
+    assert "AntiAffinityFilter removed 3 host(s): already hosts a member of the " \
+           "anti-affinity group" in caught.value.reasons
+    # Another group is unaffected.
+    assert scheduler.select_destinations(RequestSpec.build(QUERY, group=("db", "anti-affinity")))
+
+
+def test_affinity_keeps_group_on_one_host(schedule_config, store, placement):
+    for i in range(3):
+        add_host(placement, store, f"aff-{i}")
+    scheduler = scheduler_for(schedule_config, store, placement)  # spread by default
+    placed = scheduler.select_destinations(RequestSpec.build(QUERY, count=2,
+                                                             group=("db", "affinity")))
+    placed += scheduler.select_destinations(RequestSpec.build(QUERY, group=("db", "affinity")))
+    assert len({d.host for d in placed}) == 1
+
+
+def test_build_failures_push_a_host_back(schedule_config, store, placement):
+    hosts = [add_host(placement, store, f"bf-{i}") for i in range(2)]
+    # Nova weighs build failures a million times heavier than free RAM; 10 is enough here.
+    scheduler = scheduler_for(schedule_config, store, placement, weighers={
+        "RAMWeigher": 1.0, "CPUWeigher": 1.0, "BuildFailureWeigher": 10.0})
+    scheduler.update_resource_stats(hosts[0], {"build_failures": [time.time()] * 3})
+    placed = [scheduler.select_destinations(RequestSpec.build(QUERY))[0] for _ in range(3)]
+    assert {d.host for d in placed} == {hosts[1]}
+    # By provider name as well as uuid.
+    scheduler.update_resource_stats("bf-1", {"build_failures": []})
+    stats, _ = store.read(messages.HOST_STATS, store.keys.stats(hosts[1]))
+    assert stats["build_failures"] == []
+
+
+def test_spec_record_member_and_alternates_written_together(schedule_config, store, placement):
+    hosts = [add_host(placement, store, f"alt-{i}") for i in range(4)]
+    scheduler = scheduler_for(schedule_config, store, placement, max_attempts=3)
+    (destination,) = scheduler.select_destinations(
+        RequestSpec.build(QUERY, name="web", group=("g1", "anti-affinity")))
+    spec, _ = store.read(messages.INSTANCE_SPEC,
+                         store.keys.host_instance(destination.host, destination.uuid))
+    assert spec["action"] == "build" and spec["name"] == "web"
+    assert len(spec["alternates"]) == 2
+    assert {a["host"] for a in spec["alternates"]} < set(hosts) - {destination.host}
+    record, _ = store.read(messages.INSTANCE_RECORD, store.keys.instance(destination.uuid))
+    assert record["state"] == "SCHEDULED" and record["host"] == destination.host
+    member, _ = store.read(messages.GROUP_MEMBER,
+                           store.keys.group_member("g1", destination.uuid))
+    assert member == {"host": destination.host, "policy": "anti-affinity"}
+
+
+def test_failed_etcd_write_undoes_the_claim(schedule_config, store, placement, monkeypatch):
+    host = add_host(placement, store, "undo")
+
+    def etcd_down(*_args, **_kwargs):
+        raise ServiceUnavailable("etcd down (simulated)")
+
+    monkeypatch.setattr(notify, "write_specs", etcd_down)
+    scheduler = scheduler_for(schedule_config, store, placement)
+    with pytest.raises(ServiceUnavailable):
+        scheduler.select_destinations(RequestSpec.build(QUERY, count=2))
+    assert placement.get_usages(host) == {"VCPU": 0, "MEMORY_MB": 0, "DISK_GB": 0}
