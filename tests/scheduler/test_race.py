@@ -1,0 +1,134 @@
+"""Schedulers racing for the last capacity, on Placement with 4 gunicorn workers on PostgreSQL.
+
+Several workers serve claims in parallel, so Placement's generation checks
+(with allocation_conflict_retry_count = 1) are what keeps two claims from
+both taking the last unit; our schedulers must re-plan on 409 and end with a
+placement elsewhere or NO ALLOCATIONS LEFT, never with more claimed than exists.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import subprocess
+import sys
+import uuid as uuidlib
+from collections import Counter
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from etcd_compute import config as configuration
+from etcd_compute.errors import ConflictError, NoValidHost, ServiceUnavailable
+from etcd_compute.etcd import Store
+from etcd_compute.local_services import PlacementServer, PostgresServer
+from etcd_compute.placement import PlacementClient
+from tests.conftest import unavailable
+from tests.scheduler.conftest import REPO, add_host
+
+pytestmark = pytest.mark.postgres
+
+RACERS = 12
+QUERY = "resources=VCPU:1,MEMORY_MB:128"
+
+
+@pytest.fixture(scope="module")
+def pg_placement(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PlacementServer]:
+    run_dir = tmp_path_factory.mktemp("pg-placement")
+    try:
+        postgres = PostgresServer.create(run_dir).start()
+    except ServiceUnavailable as exc:
+        unavailable(str(exc))
+    try:
+        server = PlacementServer.create(run_dir, db_url=postgres.url, workers=4).start()
+    except ServiceUnavailable as exc:
+        postgres.stop()
+        unavailable(str(exc))
+    yield server
+    server.stop()
+    postgres.stop()
+
+
+@pytest.fixture
+def race_config(pg_placement, etcd_config) -> dict[str, Any]:
+    overrides = {
+        "etcd": etcd_config,
+        "placement": {"endpoint": pg_placement.endpoint, "token": "admin", "timeout": 30.0},
+        # Everyone picks the same best host: the worst case for collisions.
+        "scheduler": {"host_subset_size": 1, "claim_retries": 8},
+    }
+    config = configuration.deep_merge(configuration.SCHEDULE_DEFAULTS, overrides)
+    configuration.validate(config, "schedule_config", "race config")
+    return config
+
+
+def racer(config: dict[str, Any], barrier: Any, results: Any) -> None:
+    """One scheduler process: wait for the others, then ask for one instance."""
+    from etcd_compute.scheduler import RequestSpec, Scheduler
+
+    scheduler = Scheduler(config)
+    spec = RequestSpec.build(QUERY)
+    scheduler.store.get("warm-up")  # connect before the start line
+    scheduler.placement.check()
+    barrier.wait(timeout=60)
+    try:
+        (destination,) = scheduler.select_destinations(spec)
+        results.put(("placed", destination.host, scheduler.replans))
+    except NoValidHost as exc:
+        results.put(("no valid host", exc.reasons[0], scheduler.replans))
+    except ConflictError as exc:
+        results.put(("conflict", str(exc), scheduler.replans))
+    except Exception as exc:  # reported, and fails the test
+        results.put(("crash", repr(exc), scheduler.replans))
+
+
+def claimed(client: PlacementClient, hosts: list[str]) -> int:
+    return sum(client.get_usages(host).get("VCPU", 0) for host in hosts)
+
+
+def test_library_schedulers_race_for_last_capacity(race_config, store):
+    client = PlacementClient(race_config["placement"])
+    hosts = [add_host(client, store, f"race-{uuidlib.uuid4().hex[:6]}",
+                      totals={"VCPU": 2, "MEMORY_MB": 1024}) for _ in range(2)]
+    context = multiprocessing.get_context("spawn")
+    barrier, results = context.Barrier(RACERS), context.Queue()
+    processes = [context.Process(target=racer, args=(race_config, barrier, results))
+                 for _ in range(RACERS)]
+    for process in processes:
+        process.start()
+    outcomes = [results.get(timeout=120) for _ in processes]
+    for process in processes:
+        process.join(30)
+    kinds = Counter(kind for kind, _, _ in outcomes)
+    assert kinds["crash"] == 0, outcomes
+    assert kinds["placed"] == 4, outcomes
+    assert kinds["placed"] + kinds["no valid host"] + kinds["conflict"] == RACERS
+    assert claimed(client, hosts) == 4
+    assert Counter(host for kind, host, _ in outcomes if kind == "placed") == \
+        Counter(dict.fromkeys(hosts, 2))
+    specs, _ = store.get_prefix(store.keys.hosts(), keys_only=True)
+    assert len(specs) == 4
+    for kind, detail, _ in outcomes:
+        if kind == "no valid host":
+            assert detail.startswith("resources=VCPU:1: no resource provider has any VCPU free")
+    # Print the figures for the report (pytest -s shows them).
+    print(f"\nrace: {dict(kinds)}, re-plans: {sum(r for _, _, r in outcomes)}")
+
+
+def test_cli_schedulers_race_for_last_capacity(race_config, store, write_yaml):
+    client = PlacementClient(race_config["placement"])
+    hosts = [add_host(client, store, f"cli-race-{i}", totals={"VCPU": 3, "MEMORY_MB": 1024})
+             for i in range(1)]
+    path = write_yaml("race.yaml", race_config)
+    processes = [subprocess.Popen([sys.executable, str(REPO / "schedule.py"), "--config",
+                                   str(path), QUERY], cwd=REPO, text=True,
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                 for _ in range(8)]
+    runs = [(p.wait(60), *p.communicate()) for p in processes]
+    placed = [out for code, out, _ in runs if code == 0]
+    assert len(placed) == 3, runs
+    assert all(out.startswith(f"NOTIFIED TARGET, {hosts[0]}, OF INSTANCE ") for out in placed)
+    for code, out, err in runs:
+        if code != 0:
+            assert code == 1 and out.startswith("NO ALLOCATIONS LEFT\n") and not err, (out, err)
+    assert claimed(client, hosts) == 3
