@@ -20,7 +20,6 @@ import pytest
 
 from etcd_compute import config as configuration
 from etcd_compute.errors import ConflictError, NoValidHost, ServiceUnavailable
-from etcd_compute.etcd import Store
 from etcd_compute.local_services import PlacementServer, PostgresServer
 from etcd_compute.placement import PlacementClient
 from tests.conftest import unavailable
