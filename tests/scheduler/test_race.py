@@ -61,12 +61,13 @@ def race_config(pg_placement, etcd_config) -> dict[str, Any]:
     return config
 
 
-def racer(config: dict[str, Any], barrier: Any, results: Any) -> None:
+def racer(config: dict[str, Any], barrier: Any, results: Any,
+          group: tuple[str, str] | None = None) -> None:
     """One scheduler process: wait for the others, then ask for one instance."""
     from etcd_compute.scheduler import RequestSpec, Scheduler
 
     scheduler = Scheduler(config)
-    spec = RequestSpec.build(QUERY)
+    spec = RequestSpec.build(QUERY, group=group)
     scheduler.store.get("warm-up")  # connect before the start line
     scheduler.placement.check()
     barrier.wait(timeout=60)
@@ -81,6 +82,20 @@ def racer(config: dict[str, Any], barrier: Any, results: Any) -> None:
         results.put(("crash", repr(exc), scheduler.replans))
 
 
+def race(config: dict[str, Any], racers: int,
+         group: tuple[str, str] | None = None) -> list[tuple[str, str, int]]:
+    context = multiprocessing.get_context("spawn")
+    barrier, results = context.Barrier(racers), context.Queue()
+    processes = [context.Process(target=racer, args=(config, barrier, results, group))
+                 for _ in range(racers)]
+    for process in processes:
+        process.start()
+    outcomes = [results.get(timeout=120) for _ in processes]
+    for process in processes:
+        process.join(30)
+    return outcomes
+
+
 def claimed(client: PlacementClient, hosts: list[str]) -> int:
     return sum(client.get_usages(host).get("VCPU", 0) for host in hosts)
 
@@ -89,15 +104,7 @@ def test_library_schedulers_race_for_last_capacity(race_config, store):
     client = PlacementClient(race_config["placement"])
     hosts = [add_host(client, store, f"race-{uuidlib.uuid4().hex[:6]}",
                       totals={"VCPU": 2, "MEMORY_MB": 1024}) for _ in range(2)]
-    context = multiprocessing.get_context("spawn")
-    barrier, results = context.Barrier(RACERS), context.Queue()
-    processes = [context.Process(target=racer, args=(race_config, barrier, results))
-                 for _ in range(RACERS)]
-    for process in processes:
-        process.start()
-    outcomes = [results.get(timeout=120) for _ in processes]
-    for process in processes:
-        process.join(30)
+    outcomes = race(race_config, RACERS)
     kinds = Counter(kind for kind, _, _ in outcomes)
     assert kinds["crash"] == 0, outcomes
     assert kinds["placed"] == 4, outcomes
@@ -112,6 +119,24 @@ def test_library_schedulers_race_for_last_capacity(race_config, store):
             assert detail.startswith("resources=VCPU:1: no resource provider has any VCPU free")
     # Print the figures for the report (pytest -s shows them).
     print(f"\nrace: {dict(kinds)}, re-plans: {sum(r for _, _, r in outcomes)}")
+
+
+def test_anti_affinity_race_never_doubles_up_a_host(race_config, store):
+    """Placement has room for all; only the etcd group compare keeps members apart."""
+    client = PlacementClient(race_config["placement"])
+    hosts = [add_host(client, store, f"aa-race-{uuidlib.uuid4().hex[:6]}",
+                      totals={"VCPU": 64, "MEMORY_MB": 65536}) for _ in range(3)]
+    outcomes = race(race_config, 8, group=("race-group", "anti-affinity"))
+    kinds = Counter(kind for kind, _, _ in outcomes)
+    assert kinds["crash"] == 0, outcomes
+    placed = [host for kind, host, _ in outcomes if kind == "placed"]
+    assert sorted(placed) == sorted(hosts), outcomes
+    # Losers' claims were undone: exactly one instance's worth on each host.
+    assert [client.get_usages(h)["VCPU"] for h in hosts] == [1, 1, 1]
+    for kind, detail, _ in outcomes:
+        assert kind == "placed" or (kind == "no valid host" and detail.startswith(
+            "AntiAffinityFilter removed")) or kind == "conflict", (kind, detail)
+    print(f"\nanti-affinity race: {dict(kinds)}, re-plans: {sum(r for _, _, r in outcomes)}")
 
 
 def test_cli_schedulers_race_for_last_capacity(race_config, store, write_yaml):
