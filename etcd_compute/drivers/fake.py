@@ -52,13 +52,17 @@ class FakeDriver(Driver):
             time.sleep(self.build_seconds)
         result = {"ip": fake_ip(uuid)}
         record = {"uuid": uuid, "host": spec["host"], "result": result, "built_at": time.time()}
+        # Write aside, then link into place: the instance appears whole or not at all
+        # (a kill -9 mid-write must not leave a half instance), and of two racing
+        # builds of one uuid only the first link succeeds.
+        staging = self.root / f".{uuid}.{os.getpid()}.tmp"
+        staging.write_text(json.dumps(record))
         try:
-            # O_EXCL: of two racing builds of one uuid only one creates the instance.
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            os.link(staging, path)
         except FileExistsError:
             return json.loads(path.read_text())["result"]
-        with os.fdopen(fd, "w") as handle:
-            json.dump(record, handle)
+        finally:
+            staging.unlink()
         with open(self.root / "builds.log", "a") as log:
             log.write(f"{uuid}\n")
         return result
