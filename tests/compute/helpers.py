@@ -10,6 +10,7 @@ from typing import Any
 import psutil
 
 from etcd_compute import messages
+from etcd_compute.compute.records import FINAL
 from etcd_compute.etcd import Store
 from etcd_compute.placement import PlacementClient
 from tests.support import wait_for
@@ -49,10 +50,17 @@ def record(store: Store, uuid: str) -> dict[str, Any] | None:
 
 
 def wait_state(store: Store, uuid: str, *states: str, timeout: float = 30) -> dict[str, Any]:
-    return wait_for(
-        lambda: (r := record(store, uuid)) and r["state"] in states and r,
-        timeout, what=f"instance {uuid} to reach {'/'.join(states)}",
-    )
+    """Wait for the record to reach one of `states`; fail at once on another final state."""
+
+    def reached() -> dict[str, Any] | None:
+        current = record(store, uuid)
+        if current and current["state"] in states:
+            return current
+        if current and current["state"] in FINAL:
+            raise AssertionError(f"instance {uuid} ended {current['state']}: {current}")
+        return None
+
+    return wait_for(reached, timeout, what=f"instance {uuid} to reach {'/'.join(states)}")
 
 
 def fake_instances(compute_config: dict[str, Any]) -> set[str]:
