@@ -117,7 +117,13 @@ else
     say "configdrive missing; block devices: $(cd /sys/class/block && echo *)"
 fi
 
-metadata() { wget -q -T 3 -O - "http://169.254.169.254/latest/$1" 2>/dev/null; }
+# busybox-static's wget crashes without glibc's NSS files; nc speaks plain HTTP/1.0.
+metadata() {
+    response=$(printf 'GET /latest/%s HTTP/1.0\r\nHost: 169.254.169.254\r\n\r\n' "$1" \
+        | nc -w 3 169.254.169.254 80 | tr -d '\r') || return 1
+    case "$response" in "HTTP/1."?" 200"*) ;; *) return 1 ;; esac
+    printf '%s\n' "$response" | sed '1,/^$/d'
+}
 for _ in $(seq 10); do
     id=$(metadata meta-data/instance-id) && break
     sleep 1

@@ -1,0 +1,167 @@
+"""Fixtures for the libvirt driver tests.
+
+Fast tests use libvirt's test driver (test:///default) and local files or an
+HTTP server on 127.0.0.1. Tests marked `vm` boot the tiny test guest
+(tools/build-test-guest.sh) under qemu:///system with TCG: they start
+libvirtd/virtlogd if they are not running (and stop them, by pid, at the
+end), use their own NAT network and metadata server, and remove both after.
+With CI=true anything missing fails the run instead of skipping.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import subprocess
+import time
+import uuid as uuidlib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import libvirt
+import pytest
+
+from etcd_compute.config import COMPUTE_DEFAULTS, deep_merge
+from etcd_compute.local_services import stop_pid
+from etcd_compute.mdserver import ensure_mdserver, stop_mdserver
+from tests.support import unavailable
+
+REPO = Path(__file__).resolve().parents[2]
+# qemu runs as libvirt-qemu and must traverse to the disks: not under a 0700 pytest tmp dir.
+VM_TEST_ROOT = Path("/var/tmp/etcd-compute-vm-tests")
+TEST_NETWORK = "etcd-compute-test"
+TEST_NETWORK_CIDR = "192.168.124.0/24"
+
+
+def new_uuid() -> str:
+    return str(uuidlib.uuid4())
+
+
+def make_spec(uuid: str, image_url: str, **overrides: Any) -> dict[str, Any]:
+    spec = {
+        "action": "build",
+        "uuid": uuid,
+        "name": f"guest-{uuid[:8]}",
+        "host": "00000000-0000-0000-0000-0000000000aa",
+        "resources": {"VCPU": 1, "MEMORY_MB": 128, "DISK_GB": 1},
+        "image": {"url": image_url, "sha256": None},
+        "user_data": f"user-data-of-{uuid}\nsecond line",
+        "ssh_key": f"ssh-ed25519 AAAAC3NzaC1lZDI1NTE5 key-of-{uuid}",
+    }
+    spec.update(overrides)
+    return spec
+
+
+# ----------------------------------------------------------------- test driver
+
+
+@pytest.fixture
+def test_driver_config(tmp_path: Path) -> dict[str, Any]:
+    return deep_merge(
+        COMPUTE_DEFAULTS,
+        {
+            "compute": {
+                "state_dir": str(tmp_path / "state"),
+                "instances_dir": str(tmp_path / "instances"),
+            },
+            "driver": {
+                "libvirt": {"uri": "test:///default", "image_cache_dir": str(tmp_path / "images")}
+            },
+        },
+    )
+
+
+# ----------------------------------------------------------------- real VMs
+
+
+def _libvirt_reachable() -> bool:
+    try:
+        libvirt.open("qemu:///system").close()
+        return True
+    except libvirt.libvirtError:
+        return False
+
+
+@pytest.fixture(scope="session")
+def system_libvirt() -> Iterator[None]:
+    """libvirtd (and virtlogd, which writes console logs), started here if not running."""
+    libvirt.registerErrorHandler(lambda _context, _error: None, None)
+    started: list[subprocess.Popen[bytes]] = []
+    if not _libvirt_reachable():
+        for daemon in ("virtlogd", "libvirtd"):
+            if shutil.which(daemon) is None:
+                unavailable(f"{daemon} is not installed (apt-get install libvirt-daemon-system)")
+        if subprocess.run(["pgrep", "-x", "virtlogd"], capture_output=True).returncode != 0:
+            started.append(subprocess.Popen(["virtlogd"]))
+        started.append(subprocess.Popen(["libvirtd"]))
+        deadline = time.monotonic() + 20
+        while not _libvirt_reachable() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        if not _libvirt_reachable():
+            for process in started:
+                stop_pid(process.pid)
+            unavailable("libvirtd did not come up on qemu:///system")
+    yield
+    for process in reversed(started):
+        stop_pid(process.pid)
+
+
+@pytest.fixture(scope="session")
+def test_guest_image() -> Path:
+    """The qcow2 built by tools/build-test-guest.sh (cached, so usually instant)."""
+    result = subprocess.run(
+        ["bash", str(REPO / "tools" / "build-test-guest.sh")],
+        capture_output=True, text=True, timeout=600,
+    )
+    if result.returncode != 0:
+        unavailable(f"tools/build-test-guest.sh failed: {result.stderr.strip()[-500:]}")
+    image = Path(result.stdout.strip().splitlines()[-1])
+    assert image.is_file(), image
+    return image
+
+
+@pytest.fixture(scope="session")
+def vm_config(system_libvirt: None) -> Iterator[dict[str, Any]]:
+    """A compute config on its own network, dirs and metadata server."""
+    root = VM_TEST_ROOT / uuidlib.uuid4().hex[:8]
+    root.mkdir(parents=True, mode=0o755)
+    VM_TEST_ROOT.chmod(0o755)
+    mdserver_conf = root / "mdserver.conf"
+    mdserver_conf.write_text(
+        "[mdserver]\n"
+        f"instances_dir = {root / 'instances'}\n"
+        f"network = {TEST_NETWORK}\n"
+        f"log_file = {root / 'mdserver.log'}\n"
+    )
+    config = deep_merge(
+        COMPUTE_DEFAULTS,
+        {
+            "compute": {
+                "state_dir": str(root / "state"),
+                "instances_dir": str(root / "instances"),
+            },
+            "driver": {
+                "libvirt": {
+                    "uri": "qemu:///system",
+                    "domain_type": "qemu",  # KVM here exists but is unusably slow
+                    "network": TEST_NETWORK,
+                    "network_cidr": TEST_NETWORK_CIDR,
+                    "image_cache_dir": str(root / "images"),
+                    "boot_timeout_seconds": 60,
+                    "mdserver_config": str(mdserver_conf),
+                }
+            },
+        },
+    )
+    ensure_mdserver(config)
+    yield config
+    stop_mdserver(config)
+    connection = libvirt.open("qemu:///system")
+    with contextlib.suppress(libvirt.libvirtError):
+        net = connection.networkLookupByName(TEST_NETWORK)
+        if net.isActive():
+            net.destroy()
+        net.undefine()
+    connection.close()
+    shutil.rmtree(root, ignore_errors=True)

@@ -1,0 +1,149 @@
+"""Real guests under qemu:///system (TCG): boot, config drive, metadata, destroy."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import libvirt
+import pytest
+import requests
+
+from etcd_compute.drivers.libvirt import LibvirtDriver
+from etcd_compute.errors import BuildError
+from etcd_compute.virt import network
+from tests.support import wait_for
+from tests.virt.conftest import make_spec, new_uuid
+
+pytestmark = pytest.mark.vm
+
+MARKER = re.compile(r"^ETCD-COMPUTE-GUEST (\S+)(?: ([^\r\n]*))?", re.M)
+
+
+def markers(console: str) -> list[str]:
+    return [" ".join(filter(None, match.groups())) for match in MARKER.finditer(console)]
+
+
+def finished_console(driver: LibvirtDriver, uuid: str) -> str | None:
+    console = driver.console(uuid)
+    return console if "ETCD-COMPUTE-GUEST ready" in console else None
+
+
+def assert_gone(driver: LibvirtDriver, uuid: str) -> None:
+    connection = libvirt.open(driver.settings["uri"])
+    try:
+        with pytest.raises(libvirt.libvirtError):
+            connection.lookupByName(uuid)
+    finally:
+        connection.close()
+    assert uuid not in driver.list_instances()
+    assert not (Path(driver.config["compute"]["instances_dir"]) / uuid).exists()
+
+
+def test_two_guests_boot_and_each_sees_only_its_own_data(
+    vm_config: dict[str, Any], test_guest_image: Path
+) -> None:
+    uuids = [new_uuid(), new_uuid()]
+    specs = {uuid: make_spec(uuid, f"file://{test_guest_image}") for uuid in uuids}
+
+    def build(uuid: str) -> tuple[dict[str, Any], float]:
+        driver = LibvirtDriver(vm_config)
+        started = time.monotonic()
+        try:
+            return driver.build(specs[uuid]), time.monotonic() - started
+        finally:
+            driver.close()
+
+    driver = LibvirtDriver(vm_config)
+    try:
+        with ThreadPoolExecutor(2) as pool:
+            results = dict(zip(uuids, pool.map(build, uuids), strict=True))
+        for uuid, (result, seconds) in results.items():
+            print(f"{uuid}: ip {result['ip']} after {seconds:.1f}s")
+            assert re.fullmatch(r"192\.168\.124\.\d+", result["ip"])
+        assert driver.list_instances() >= set(uuids)
+        # A repeated build (daemon restart) returns the same instance.
+        assert driver.build(specs[uuids[0]])["ip"] == results[uuids[0]][0]["ip"]
+
+        for uuid in uuids:
+            other = next(u for u in uuids if u != uuid)
+            console = wait_for(
+                lambda uuid=uuid: finished_console(driver, uuid),
+                timeout=60, interval=0.5, what=f"{uuid} to print its markers",
+            )
+            lines = markers(console)
+            first_line = f"user-data-of-{uuid}"
+            for source in ("configdrive", "metadata"):
+                assert f"{source} instance-id={uuid}" in lines, console
+                assert f"{source} user-data={first_line}" in lines, console
+            assert other not in console
+            files = Path(vm_config["compute"]["instances_dir"]) / uuid
+            assert {p.name for p in files.iterdir()} >= {
+                "disk.qcow2", "config.iso", "console.log", "meta.json"
+            }
+
+        # The host is not a guest: the metadata server tells it nothing.
+        answer = requests.get(
+            f"http://{network.METADATA_ADDRESS}/latest/meta-data/instance-id", timeout=5
+        )
+        assert answer.status_code == 404
+
+        for uuid in uuids:
+            started = time.monotonic()
+            driver.destroy(uuid)
+            print(f"{uuid}: destroyed in {time.monotonic() - started:.1f}s")
+            assert_gone(driver, uuid)
+        driver.destroy(uuids[0])  # idempotent
+    finally:
+        for uuid in uuids:
+            driver.destroy(uuid)
+        driver.close()
+
+
+def test_bad_image_url_fails_and_leaves_nothing(vm_config: dict[str, Any], tmp_path: Path) -> None:
+    driver = LibvirtDriver(vm_config)
+    uuid = new_uuid()
+    with pytest.raises(BuildError, match="no such file|No such file"):
+        driver.build(make_spec(uuid, f"file://{tmp_path}/missing.qcow2"))
+    assert_gone(driver, uuid)
+    driver.close()
+
+
+def test_checksum_mismatch_fails_and_leaves_nothing(
+    vm_config: dict[str, Any], test_guest_image: Path
+) -> None:
+    # A private copy, so this is a real download and not a hit in the cache.
+    copy = Path(vm_config["driver"]["libvirt"]["image_cache_dir"]).parent / "copy.qcow2"
+    copy.write_bytes(test_guest_image.read_bytes())
+    wrong = hashlib.sha256(b"something else").hexdigest()
+    driver = LibvirtDriver(vm_config)
+    uuid = new_uuid()
+    spec = make_spec(uuid, f"file://{copy}")
+    spec["image"]["sha256"] = wrong
+    with pytest.raises(BuildError, match=f"expected {wrong}"):
+        driver.build(spec)
+    assert_gone(driver, uuid)
+    assert not driver.images.base_path(spec["image"]["url"]).exists()
+    driver.close()
+
+
+def test_unbootable_image_fails_and_leaves_nothing(
+    vm_config: dict[str, Any], tmp_path: Path
+) -> None:
+    junk = Path(vm_config["driver"]["libvirt"]["image_cache_dir"]).parent / "junk.img"
+    junk.write_bytes(os.urandom(1024 * 1024))
+    config = {**vm_config, "driver": {**vm_config["driver"]}}
+    config["driver"]["libvirt"] = {**vm_config["driver"]["libvirt"], "boot_timeout_seconds": 20}
+    driver = LibvirtDriver(config)
+    uuid = new_uuid()
+    started = time.monotonic()
+    with pytest.raises(BuildError, match="no DHCP lease within 20s"):
+        driver.build(make_spec(uuid, f"file://{junk}"))
+    assert time.monotonic() - started < 40
+    assert_gone(driver, uuid)
+    driver.close()
