@@ -61,6 +61,13 @@ def _lock(path: Path) -> filelock.FileLock:
     return filelock.FileLock(str(path), is_singleton=True)
 
 
+def _mark_used(record_path: Path) -> None:
+    """The record's mtime is the image's last use (for LRU). Set explicitly with
+    nanoseconds: the kernel's own timestamps are coarser than two quick builds."""
+    now = time.time_ns()
+    os.utime(record_path, ns=(now, now))
+
+
 def url_key(url: str) -> str:
     return hashlib.sha256(url.encode()).hexdigest()
 
@@ -131,10 +138,11 @@ class ImageCache:
                     raise BuildError(
                         f"image {url}: sha256 is {record['sha256']}, expected {sha256}"
                     )
-                record_path.touch()  # last used, for LRU eviction
+                _mark_used(record_path)
                 return base
             record = self._download(url, sha256, base)
             record_path.write_text(json.dumps(record))
+            _mark_used(record_path)
         self.evict(keep={base})
         return base
 
