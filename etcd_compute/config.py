@@ -125,6 +125,9 @@ SCHEDULE_DEFAULTS: dict[str, Any] = {
             "SoftAffinityWeigher": 1.0,
         },
         "wait_timeout_seconds": 600,
+        # etcd's --max-txn-ops (default 128): one request's specs, records and group
+        # members go in one transaction, which bounds --count (64, or 42 with a group).
+        "etcd_max_txn_ops": 128,
     },
 }
 

@@ -91,6 +91,12 @@ class Scheduler:
         Raises NoValidHost (with reasons) when they do not all fit, ConflictError
         when every retry lost a race, ServiceUnavailable, UsageError.
         """
+        needed = notify.operations(request_spec.count, request_spec.group is not None)
+        if needed > self.settings["etcd_max_txn_ops"]:
+            raise UsageError(
+                f"--count {request_spec.count} needs {needed} etcd operations in one "
+                f"transaction; etcd allows {self.settings['etcd_max_txn_ops']} "
+                "(raise etcd's --max-txn-ops and scheduler.etcd_max_txn_ops together)")
         retrying = tenacity.Retrying(
             retry=tenacity.retry_if_exception_type(RetryablePlan),
             stop=tenacity.stop_after_attempt(self.settings["claim_retries"] + 1),

@@ -122,6 +122,9 @@ def host_states(candidates: dict[str, Any], cluster: Cluster) -> list[HostState]
     """HostStates from an allocation-candidates answer, in Placement's order."""
     summaries = candidates.get("provider_summaries", {})
     usage = ProviderUsage(summaries)
+    trees: dict[str, set[str]] = {}
+    for rp, summary in summaries.items():
+        trees.setdefault(summary.get("root_provider_uuid", rp), set()).add(rp)
     hosts: dict[str, HostState] = {}
     for request in candidates.get("allocation_requests", []):
         allocations = request["allocations"]
@@ -133,8 +136,7 @@ def host_states(candidates: dict[str, Any], cluster: Cluster) -> list[HostState]
                 name=cluster.alive.get(host_uuid, host_uuid),
                 usage=usage,
                 traits=set(summaries.get(host_uuid, {}).get("traits", [])),
-                tree={rp for rp, s in summaries.items()
-                      if s.get("root_provider_uuid", rp) == host_uuid},
+                tree=trees.get(host_uuid, {host_uuid}),
                 alive=host_uuid in cluster.alive,
                 instances=cluster.instances.get(host_uuid, 0),
                 build_failures=list(cluster.build_failures.get(host_uuid, [])),

@@ -47,6 +47,8 @@ def test_count_50_with_room_for_49_claims_and_writes_nothing(store, placement, r
     (["resources=VCPU:1", "--count", "x"], 2, "--count: invalid int value"),
     (["resources=VCPU:1", "--hint", "sticky=g"], 2, "--hint sticky"),
     (["resources=VCPU:1", "--key", "/nonexistent/key.pub"], 2, "--key /nonexistent/key.pub"),
+    (["resources=VCPU:1", "--count", "50", "--hint", "anti-affinity=g"], 2,
+     "--count 50 needs 150 etcd operations in one transaction; etcd allows 128"),
     (["destroy"], 2, "destroy: expected exactly one instance uuid"),
     (["destroy", "xyz"], 2, "'xyz' is not an instance uuid"),
     (["list", "extra"], 2, "list: takes no arguments"),
