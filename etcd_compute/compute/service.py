@@ -19,6 +19,7 @@ history we needed) lists our prefix and finishes whatever is pending.
 from __future__ import annotations
 
 import concurrent.futures
+import concurrent.futures.process
 import contextlib
 import logging
 import multiprocessing
@@ -69,6 +70,7 @@ class Job:
     # A destroy arrived while building: destroy as soon as the build is off.
     destroy_requested: bool = False
     reason: str | None = None
+    attempt: int = 1
     started: float = field(default_factory=time.monotonic)
 
 
@@ -104,13 +106,7 @@ class ComputeService:
             signal.signal(signal.SIGINT, self._on_signal)
         self.register()
         self.start_heartbeat()
-        self.pool = pebble.ProcessPool(
-            max_workers=self.settings["workers"],
-            initializer=jobs.init_worker,
-            initargs=(self.config,),
-            # Workers must not inherit the main process's gRPC threads.
-            context=multiprocessing.get_context("forkserver"),
-        )
+        self.pool = self._new_pool()
         self.reconcile()
         threading.Thread(target=self._watch_loop, name="watch", daemon=True).start()
         threading.Thread(target=self._timer_loop, name="timer", daemon=True).start()
@@ -120,6 +116,31 @@ class ComputeService:
         self._main_loop()
         self.shutdown()
         return 0
+
+    def _new_pool(self) -> pebble.ProcessPool:
+        return pebble.ProcessPool(
+            max_workers=self.settings["workers"],
+            initializer=jobs.init_worker,
+            initargs=(self.config,),
+            # Workers must not inherit the main process's gRPC threads.
+            context=multiprocessing.get_context("forkserver"),
+        )
+
+    def schedule_job(self, function: Callable[..., Any], *args: Any,
+                     timeout: float) -> concurrent.futures.Future:
+        """Run `function(*args)` in a worker; rebuild the pool if a dead worker broke it."""
+        assert self.pool is not None
+        try:
+            return self.pool.schedule(function, args=args, timeout=timeout)
+        except RuntimeError as exc:
+            self._replace_pool(str(exc))
+            return self.pool.schedule(function, args=args, timeout=timeout)
+
+    def _replace_pool(self, why: str) -> None:
+        LOG.error("worker pool broken (%s); starting a new one", why)
+        broken, self.pool = self.pool, self._new_pool()
+        # Its remaining futures fail or cancel, which ends their jobs like any failure.
+        threading.Thread(target=broken.stop, name="stop-broken-pool", daemon=True).start()
 
     def _on_signal(self, signum: int, _frame: Any) -> None:
         LOG.info("received %s: finishing in-flight jobs, then stopping",
@@ -338,8 +359,7 @@ class ComputeService:
                  len(wanted), revision, len(held))
 
     def _run_sync(self, function: Callable[..., Any], *args: Any) -> Any:
-        assert self.pool is not None
-        return self.pool.schedule(function, args=args, timeout=60).result()
+        return self.schedule_job(function, *args, timeout=60).result()
 
     # ------------------------------------------------------------------ specs
 
@@ -463,17 +483,23 @@ class ComputeService:
 
     # -------------------------------------------------------------------- jobs
 
-    def submit(self, kind: str, spec: dict[str, Any], record_revision: int,
-               reason: str | None = None) -> None:
+    def _pool_healthy(self) -> bool:
         assert self.pool is not None
+        try:
+            self.pool._check_pool_status()  # pebble has no public health check
+        except RuntimeError:
+            return False
+        return True
+
+    def submit(self, kind: str, spec: dict[str, Any], record_revision: int,
+               reason: str | None = None, attempt: int = 1) -> None:
         uuid = spec["uuid"]
+        timeout = self.settings["job_timeout_seconds"]
         if kind == "build":
-            future = self.pool.schedule(jobs.build, args=(spec,),
-                                        timeout=self.settings["job_timeout_seconds"])
+            future = self.schedule_job(jobs.build, spec, timeout=timeout)
         else:
-            future = self.pool.schedule(jobs.destroy, args=(uuid,),
-                                        timeout=self.settings["job_timeout_seconds"])
-        job = Job(kind, uuid, spec, future, record_revision, reason=reason)
+            future = self.schedule_job(jobs.destroy, uuid, timeout=timeout)
+        job = Job(kind, uuid, spec, future, record_revision, reason=reason, attempt=attempt)
         self.jobs[uuid] = job
         future.add_done_callback(lambda _f: self.events.put((self.on_job_done, (job,))))
 
@@ -482,6 +508,12 @@ class ComputeService:
             return
         del self.jobs[job.uuid]
         log = instance_log(job.uuid)
+        if _pool_broke(job.future) and job.attempt == 1:
+            # Not the instance's fault: the pool lost its workers. Run it again once.
+            if self.pool is not None and not self._pool_healthy():
+                self._replace_pool("all workers died")
+            self.submit(job.kind, job.spec, job.record_revision, reason=job.reason, attempt=2)
+            return
         error = _job_error(job, self.settings["job_timeout_seconds"])
         if job.kind == "build":
             if job.destroy_requested:
@@ -579,8 +611,7 @@ class ComputeService:
 
     def publish_console(self, uuid: str) -> None:
         """Put the tail of the serial log on etcd for `schedule.py console`."""
-        assert self.pool is not None
-        future = self.pool.schedule(jobs.console, args=(uuid, CONSOLE_MAX_BYTES), timeout=30)
+        future = self.schedule_job(jobs.console, uuid, CONSOLE_MAX_BYTES, timeout=30)
         future.add_done_callback(
             lambda f: self.events.put((self._store_console, (uuid, f)))
         )
@@ -612,6 +643,11 @@ def _job_error(job: Job, timeout: float) -> str | None:
     if isinstance(exc, EtcdComputeError):
         return str(exc)
     return f"{exc.__class__.__name__}: {str(exc).splitlines()[0] if str(exc) else ''}".rstrip(": ")
+
+
+def _pool_broke(future: concurrent.futures.Future) -> bool:
+    return (not future.cancelled()
+            and isinstance(future.exception(), concurrent.futures.process.BrokenProcessPool))
 
 
 def _is_uuid(text: str) -> bool:

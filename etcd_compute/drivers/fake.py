@@ -49,7 +49,11 @@ class FakeDriver(Driver):
         if parsed.scheme == "file" and not Path(parsed.path).exists():
             raise BuildError(f"image {image} not found")
         if self.build_seconds:
+            # Which worker is building what, for operators (and crash tests).
+            marker = self.root / f".{uuid}.building"
+            marker.write_text(str(os.getpid()))
             time.sleep(self.build_seconds)
+            marker.unlink(missing_ok=True)
         result = {"ip": fake_ip(uuid)}
         record = {"uuid": uuid, "host": spec["host"], "result": result, "built_at": time.time()}
         # Write aside, then link into place: the instance appears whole or not at all

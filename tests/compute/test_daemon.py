@@ -11,6 +11,7 @@ import signal
 import threading
 import time
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -239,13 +240,29 @@ def test_crashed_worker_is_error_with_reason(start_compute, compute_config, stor
     spec = make_spec(rp_of(config))
     claim_and_send(store, placement, spec)
     wait_state(store, spec["uuid"], "BUILDING")
-    workers = wait_for(lambda: worker_pids(compute.pid), 10, what="pool workers")
-    for pid in workers:
-        os.kill(pid, signal.SIGKILL)
+    marker = Path(config["compute"]["state_dir"]) / "fake-instances" / f".{spec['uuid']}.building"
+    building_pid = int(wait_for(lambda: marker.exists() and marker.read_text(), 10,
+                                what="the worker to start building"))
+    assert building_pid in worker_pids(compute.pid)
+    os.kill(building_pid, signal.SIGKILL)
     failed = wait_state(store, spec["uuid"], "ERROR", timeout=20)
     assert "worker died" in failed["error"]
     assert_nothing_left(store, placement, config, spec)
     assert compute.alive()
+
+
+def test_pool_survives_all_workers_killed(start_compute, compute_config, store, placement):
+    """Even idle workers dying (OOM killer) must not wedge the daemon."""
+    compute = start_compute(compute_config)
+    wait_alive(store, rp_of(compute_config))
+    first = make_spec(rp_of(compute_config))
+    claim_and_send(store, placement, first)
+    wait_state(store, first["uuid"], "ACTIVE")
+    for pid in worker_pids(compute.pid):
+        os.kill(pid, signal.SIGKILL)
+    second = make_spec(rp_of(compute_config))
+    claim_and_send(store, placement, second)
+    wait_state(store, second["uuid"], "ACTIVE", timeout=30)
 
 
 def test_reconcile_builds_requests_sent_while_down(start_compute, compute_config, store,
