@@ -121,7 +121,8 @@ SCHEDULE_DEFAULTS: dict[str, Any] = {
             "RAMWeigher": 1.0,
             "CPUWeigher": 1.0,
             "DiskWeigher": 0.0,
-            "BuildFailureWeigher": 1.0,
+            # Strong: one recent failure outweighs free-capacity differences.
+            "BuildFailureWeigher": 10.0,
             "SoftAffinityWeigher": 1.0,
         },
         "wait_timeout_seconds": 600,

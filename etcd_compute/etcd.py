@@ -19,7 +19,7 @@ import pyetcd
 import pyetcd.exceptions
 
 from etcd_compute import messages
-from etcd_compute.errors import InvalidMessage, ServiceUnavailable
+from etcd_compute.errors import EtcdComputeError, InvalidMessage, ServiceUnavailable
 from etcd_compute.keys import Keys
 
 GRPC_OPTIONS = [("grpc.max_reconnect_backoff_ms", 1000), ("grpc.initial_reconnect_backoff_ms", 100)]
@@ -46,17 +46,23 @@ def connect(etcd_config: dict[str, Any]) -> pyetcd.MultiEndpointEtcd3Client:
     )
 
 
+# gRPC codes that mean "etcd is not there (now)", as opposed to "etcd refused this".
+UNREACHABLE_CODES = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED}
+
+
 @contextlib.contextmanager
 def etcd_errors(endpoints: list[str]) -> Iterator[None]:
-    """Turn pyetcd/gRPC failures into one-line ServiceUnavailable errors."""
+    """Turn pyetcd/gRPC failures into one-line errors."""
     try:
         yield
     except ETCD_DOWN as exc:
-        detail = exc.__class__.__name__
-        if isinstance(exc, grpc.RpcError) and hasattr(exc, "code"):
-            detail = str(exc.code())
+        code = exc.code() if isinstance(exc, grpc.RpcError) and hasattr(exc, "code") else None
+        if code is not None and code not in UNREACHABLE_CODES:
+            details = exc.details() if hasattr(exc, "details") else ""
+            raise EtcdComputeError(f"etcd refused the request: {code.name}: {details}") from None
         raise ServiceUnavailable(
-            f"etcd at {', '.join(endpoints)} is unreachable ({detail}); "
+            f"etcd at {', '.join(endpoints)} is unreachable "
+            f"({code.name if code else exc.__class__.__name__}); "
             "check that etcd runs and etcd.endpoints in the config"
         ) from None
 

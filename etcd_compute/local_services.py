@@ -165,6 +165,9 @@ class EtcdServer(Service):
                 "--initial-cluster", f"local={peer_url}",
                 # Keep history bounded the way an operator would.
                 "--auto-compaction-retention", "1",
+                # One scheduler request is one transaction (2 ops per instance);
+                # the default of 128 caps --count at 64. Match scheduler.etcd_max_txn_ops.
+                "--max-txn-ops", "4096",
                 "--log-level", "warn",
             ]
         )
@@ -279,6 +282,8 @@ class PlacementServer(Service):
             "auth_strategy = noauth2\n"
             "[placement]\n"
             "allocation_conflict_retry_count = 1\n"
+            # Otherwise `limit` always returns the same first hosts to every scheduler.
+            "randomize_allocation_candidates = True\n"
             "[placement_database]\n"
             f"connection = {self.extra['db_url']}\n"
         )

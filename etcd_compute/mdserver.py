@@ -303,7 +303,8 @@ def running_pid(pid_file: Path) -> int | None:
 
 
 def pid_file_for(config: dict[str, Any]) -> Path:
-    return Path(config["compute"]["state_dir"]) / "mdserver.pid"
+    """One server per host: computes sharing an instances dir share its pid file."""
+    return Path(config["compute"]["instances_dir"]) / ".mdserver.pid"
 
 
 def _package_root() -> str:

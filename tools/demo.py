@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import os
 import shlex
+import shutil
 import subprocess
 import sys
 import time
@@ -28,11 +29,12 @@ sys.path.insert(0, str(REPO))
 from etcd_compute import messages  # noqa: E402
 from etcd_compute.errors import EtcdComputeError  # noqa: E402
 from etcd_compute.etcd import Store  # noqa: E402
-from etcd_compute.local_services import LocalStack, libvirtd_usable, stop_pid  # noqa: E402
+from etcd_compute.local_services import LocalStack, ensure_libvirtd, stop_pid  # noqa: E402
 from etcd_compute.placement import PlacementClient  # noqa: E402
 
 RUN = REPO / "run"
 DEMO = RUN / "demo"
+VM_FILES = Path("/var/tmp/etcd-compute-demo")
 QUERY = "resources=VCPU:1,MEMORY_MB:128,DISK_GB:1"
 
 
@@ -46,31 +48,47 @@ def fail(message: str, fix: str) -> None:
 
 
 def real_vm_setup() -> dict | None:
-    """Libvirt driver settings for the test guest, or None to fall back to fake."""
+    """Libvirt driver settings for the offline test guest, or None to use the fake driver."""
     if os.environ.get("DEMO_DRIVER") == "fake":
+        say("DEMO_DRIVER=fake: using the fake driver (no real VM)")
         return None
-    if not libvirtd_usable():
-        say("libvirt/qemu not usable here: falling back to the fake driver (no real VM)")
+    try:
+        ensure_libvirtd(RUN)
+    except EtcdComputeError as exc:
+        say(f"libvirt is not usable here ({exc}): falling back to the fake driver (no real VM)")
         return None
-    builder = REPO / "tools" / "build-test-guest.sh"
-    if not builder.exists():
-        say("test guest builder missing: falling back to the fake driver (no real VM)")
+    if shutil.which("qemu-system-x86_64") is None:
+        say("qemu is not installed: falling back to the fake driver (no real VM)")
         return None
-    result = subprocess.run([str(builder)], capture_output=True, text=True, check=False)
-    image = result.stdout.strip().splitlines()[-1] if result.stdout.strip() else ""
-    if result.returncode or not Path(image).exists():
-        reason = (result.stderr.strip().splitlines() or ["no image"])[-1]
+    say("building the test guest offline from Debian packages (cached after the first time)")
+    result = subprocess.run([str(REPO / "tools" / "build-test-guest.sh")], capture_output=True,
+                            text=True, check=False)
+    lines = result.stdout.strip().splitlines()
+    image = Path(lines[-1]) if lines else None
+    if result.returncode or image is None or not image.exists():
+        reason = (result.stderr.strip().splitlines() or ["no image printed"])[-1]
         say(f"could not build the test guest ({reason}): falling back to the fake driver")
         return None
-    say(f"test guest image: {image} (built offline from Debian packages)")
+    say(f"test guest image: {image}")
+    # qemu runs as libvirt-qemu, which cannot enter a checkout under a private home.
+    VM_FILES.mkdir(parents=True, exist_ok=True)
+    VM_FILES.chmod(0o755)
+    mdserver_conf = DEMO / "mdserver.conf"
+    mdserver_conf.write_text(
+        "[mdserver]\nbind_address = 169.254.169.254\nport = 80\n"
+        f"instances_dir = {VM_FILES / 'instances'}\nlibvirt_uri = qemu:///system\n"
+        f"network = etcd-compute\nlog_file = {DEMO / 'mdserver.log'}\n"
+    )
     return {
         "name": "libvirt",
         "libvirt": {
             "uri": "qemu:///system",
-            "domain_type": "qemu",
+            # TCG: KVM exists on many test machines but is unusably slow there.
+            "domain_type": os.environ.get("DEMO_DOMAIN_TYPE", "qemu"),
             "default_image": f"file://{image}",
-            "image_cache_dir": str(DEMO / "images"),
+            "image_cache_dir": str(VM_FILES / "images"),
             "boot_timeout_seconds": 180,
+            "mdserver_config": str(mdserver_conf),
         },
     }
 
@@ -101,6 +119,8 @@ def main() -> int:
         fail(str(exc), "make down, or free ports 2379 and 8080")
     started_here = {"etcd", "placement"} - already
     computes: list[subprocess.Popen[bytes]] = []
+    driver: dict = {"name": "fake"}
+    config: dict = {}
     try:
         DEMO.mkdir(parents=True, exist_ok=True)
         driver = real_vm_setup() or {"name": "fake"}
@@ -113,11 +133,13 @@ def main() -> int:
             {"etcd": etcd, "placement": placement, "scheduler": scheduler}))
         for number in (1, 2):
             state = DEMO / f"compute-{number}"
+            # Both daemons run on this one host: they share its instances dir (and so
+            # its metadata server), each with its own identity in its state dir.
+            instances = VM_FILES / "instances" if driver["name"] == "libvirt" else DEMO / "instances"
             config = {
                 "etcd": etcd, "placement": placement, "driver": driver,
                 "compute": {"name": f"demo-compute-{number}", "state_dir": str(state),
-                            "instances_dir": str(state / "instances"),
-                            "shutdown_timeout_seconds": 10},
+                            "instances_dir": str(instances), "shutdown_timeout_seconds": 10},
             }
             path = DEMO / f"compute-{number}.yaml"
             path.write_text(yaml.safe_dump(config))
@@ -162,8 +184,23 @@ def main() -> int:
             for compute in computes:
                 stop_pid(compute.pid, timeout=20)
             say(f"stopped {len(computes)} compute daemon(s)")
+            if driver["name"] == "libvirt":
+                cleanup_vm_files(config)
             if started_here:
                 stack.down(say)
+
+
+def cleanup_vm_files(compute_config: dict) -> None:
+    """Stop the metadata server and drop the demo's network and files."""
+    from etcd_compute.config import COMPUTE_DEFAULTS, deep_merge
+    from etcd_compute.mdserver import stop_mdserver
+    from etcd_compute.virt.network import remove_network
+
+    config = deep_merge(COMPUTE_DEFAULTS, compute_config)
+    stop_mdserver(config)
+    remove_network(config["driver"]["libvirt"]["uri"], config["driver"]["libvirt"]["network"])
+    shutil.rmtree(VM_FILES, ignore_errors=True)
+    say("stopped the metadata server, removed the demo network and VM files")
 
 
 def _is_uuid(text: str) -> bool:

@@ -50,6 +50,7 @@ DISABLED_TRAIT = "COMPUTE_STATUS_DISABLED"
 # How many recent build failures a host reports to the scheduler.
 FAILURES_KEPT = 20
 CONSOLE_MAX_BYTES = 65536
+MDSERVER_CHECK_SECONDS = 30
 
 
 def instance_log(uuid: str) -> logging.LoggerAdapter:
@@ -106,6 +107,7 @@ class ComputeService:
             signal.signal(signal.SIGINT, self._on_signal)
         self.register()
         self.start_heartbeat()
+        self.ensure_mdserver()
         self.pool = self._new_pool()
         self.reconcile()
         threading.Thread(target=self._watch_loop, name="watch", daemon=True).start()
@@ -243,6 +245,16 @@ class ComputeService:
         traits = traits | {DISABLED_TRAIT} if disabled else traits - {DISABLED_TRAIT}
         self.placement.set_traits(rp_uuid, traits)
 
+    def ensure_mdserver(self) -> None:
+        """Start the metadata server for our guests if it is not running (libvirt only)."""
+        if self.config["driver"]["name"] != "libvirt":
+            return
+        from etcd_compute.mdserver import ensure_mdserver
+
+        pid = ensure_mdserver(self.config)
+        if pid:
+            LOG.debug("metadata server running (pid %d)", pid)
+
     # ------------------------------------------------------------- heartbeat
 
     def start_heartbeat(self) -> None:
@@ -281,10 +293,15 @@ class ComputeService:
     def _timer_loop(self) -> None:
         refresh_every = self.settings["inventory_refresh_seconds"]
         next_refresh = time.monotonic() + refresh_every
+        next_mdserver_check = time.monotonic() + MDSERVER_CHECK_SECONDS
         while not self.stopping.wait(1.0):
             if time.monotonic() >= next_refresh:
                 next_refresh = time.monotonic() + refresh_every
                 self.events.put((self.refresh_inventory, ()))
+            if time.monotonic() >= next_mdserver_check:
+                # If the metadata server died, guests booting now would miss it.
+                next_mdserver_check = time.monotonic() + MDSERVER_CHECK_SECONDS
+                self.events.put((self.ensure_mdserver, ()))
 
     # ------------------------------------------------------------------ watch
 
