@@ -93,12 +93,12 @@ def real_vm_setup() -> dict | None:
     }
 
 
-def schedule(config: Path, *args: str, check: bool = True) -> str:
+def schedule(config: Path, *args: str, check: bool = True, quiet: bool = False) -> str:
     argv = [sys.executable, str(REPO / "schedule.py"), "--config", str(config), *args]
     shown = " ".join(shlex.quote(a) for a in ["schedule.py", *args])
     say(f"$ {shown}")
     result = subprocess.run(argv, capture_output=True, text=True, check=False, cwd=REPO)
-    for line in (result.stdout + result.stderr).strip().splitlines():
+    for line in [] if quiet else (result.stdout + result.stderr).strip().splitlines():
         print(f"    {line}", flush=True)
     if check and result.returncode:
         fail(f"{shown} exited {result.returncode}", f"see the compute logs in {DEMO}")
@@ -135,7 +135,8 @@ def main() -> int:
             state = DEMO / f"compute-{number}"
             # Both daemons run on this one host: they share its instances dir (and so
             # its metadata server), each with its own identity in its state dir.
-            instances = VM_FILES / "instances" if driver["name"] == "libvirt" else DEMO / "instances"
+            on_vm = driver["name"] == "libvirt"
+            instances = (VM_FILES if on_vm else DEMO) / "instances"
             config = {
                 "etcd": etcd, "placement": placement, "driver": driver,
                 "compute": {"name": f"demo-compute-{number}", "state_dir": str(state),
@@ -154,7 +155,9 @@ def main() -> int:
         wait(lambda: len(store.get_prefix(store.keys.alive_prefix(), keys_only=True)[0]) >= 2,
              60, "both compute daemons to report alive", computes)
         say("both compute daemons are alive (heartbeat keys under /alive/)")
-        out = schedule(schedule_config, QUERY)
+        user_data = DEMO / "user-data.txt"
+        user_data.write_text("hello-from-the-etcd-compute-demo\n")
+        out = schedule(schedule_config, QUERY, "--user-data", str(user_data))
         notified = [line for line in out.splitlines() if line.startswith("NOTIFIED TARGET")]
         instance = notified[0].split()[-1] if notified else None
         if instance is None or not _is_uuid(instance):
@@ -164,6 +167,14 @@ def main() -> int:
         schedule(schedule_config, instance)
         if _state(store, instance) != "ACTIVE":
             fail(f"instance {instance} ended in ERROR", f"see {DEMO}/compute-*.log")
+        if driver["name"] == "libvirt":
+            # The guest prints marker lines once it has read its own metadata.
+            wait(lambda: "metadata user-data" in _console(store, instance), 120,
+                 "the guest to read its metadata", computes)
+            out = schedule(schedule_config, "console", instance, quiet=True)
+            for line in out.splitlines():
+                if "ETCD-COMPUTE-GUEST" in line:
+                    print(f"    {line.strip()}", flush=True)
         schedule(schedule_config, "destroy", instance)
         wait(lambda: _state(store, instance) == "DELETED", 120,
              f"instance {instance} to be DELETED", computes)
@@ -184,8 +195,12 @@ def main() -> int:
             for compute in computes:
                 stop_pid(compute.pid, timeout=20)
             say(f"stopped {len(computes)} compute daemon(s)")
+            # Each step on its own: one failing must not leave the others running.
             if driver["name"] == "libvirt":
-                cleanup_vm_files(config)
+                try:
+                    cleanup_vm_files(config)
+                except Exception as exc:  # noqa: BLE001 - report and keep cleaning
+                    print(f"error: VM clean-up failed: {exc}", file=sys.stderr)
             if started_here:
                 stack.down(say)
 
@@ -213,6 +228,11 @@ def _is_uuid(text: str) -> bool:
 def _state(store: Store, instance: str) -> str | None:
     record, _ = store.read(messages.INSTANCE_RECORD, store.keys.instance(instance))
     return record["state"] if record else None
+
+
+def _console(store: Store, instance: str) -> str:
+    console, _ = store.read(messages.CONSOLE, store.keys.console(instance))
+    return console["text"] if console else ""
 
 
 def wait(predicate: Callable[[], bool], timeout: float, what: str,

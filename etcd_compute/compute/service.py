@@ -50,6 +50,7 @@ DISABLED_TRAIT = "COMPUTE_STATUS_DISABLED"
 # How many recent build failures a host reports to the scheduler.
 FAILURES_KEPT = 20
 CONSOLE_MAX_BYTES = 65536
+CONSOLE_REFRESH_SECONDS = 5
 MDSERVER_CHECK_SECONDS = 30
 
 
@@ -93,6 +94,8 @@ class ComputeService:
         self.cancel_watch: Callable[[], None] | None = None
         self.pool: pebble.ProcessPool | None = None
         self.inventories: dict[str, dict[str, Any]] = {}
+        # ACTIVE instances here -> hash of the console tail last published.
+        self.consoles: dict[str, int | None] = {}
         # One watch covers all our hosts: the host's own prefix, or all of /hosts/
         # when one process simulates many.
         self.watch_prefix = (
@@ -294,7 +297,11 @@ class ComputeService:
         refresh_every = self.settings["inventory_refresh_seconds"]
         next_refresh = time.monotonic() + refresh_every
         next_mdserver_check = time.monotonic() + MDSERVER_CHECK_SECONDS
+        next_console = time.monotonic() + CONSOLE_REFRESH_SECONDS
         while not self.stopping.wait(1.0):
+            if time.monotonic() >= next_console:
+                next_console = time.monotonic() + CONSOLE_REFRESH_SECONDS
+                self.events.put((self.refresh_consoles, ()))
             if time.monotonic() >= next_refresh:
                 next_refresh = time.monotonic() + refresh_every
                 self.events.put((self.refresh_inventory, ()))
@@ -437,6 +444,8 @@ class ComputeService:
         state = record["state"] if record else None
         if state in (records.ACTIVE, records.ERROR, records.DELETED, records.DELETING):
             log.debug("already %s; nothing to do", state)
+            if state == records.ACTIVE:
+                self.consoles.setdefault(uuid, None)
             return
         host = self.hosts[spec["host"]]
         if state == records.BUILDING and record and record["host"] == spec["host"]:
@@ -470,6 +479,7 @@ class ComputeService:
     def start_destroy(self, spec: dict[str, Any]) -> None:
         uuid, log = spec["uuid"], instance_log(spec["uuid"])
         job = self.jobs.get(uuid)
+        self.consoles.pop(uuid, None)
         if job is not None:
             if job.kind == "build" and not job.destroy_requested:
                 job.destroy_requested = True
@@ -572,6 +582,7 @@ class ComputeService:
             return
         instance_log(uuid).info("ACTIVE ip=%s (build took %.1f s)", ip,
                                 time.monotonic() - job.started)
+        self.consoles[uuid] = None
         self.publish_console(uuid)
 
     def finish_failed_build(self, job: Job) -> None:
@@ -596,6 +607,7 @@ class ComputeService:
 
     def finish_destroy(self, spec: dict[str, Any]) -> None:
         uuid = spec["uuid"]
+        self.consoles.pop(uuid, None)
         self.placement.delete_allocations(uuid)
         record, _ = self._read_record(uuid)
         deleted = (records.moved(record, records.DELETED, ip=None) if record
@@ -626,23 +638,38 @@ class ComputeService:
         failures = [*(stats or {}).get("build_failures", []), now][-FAILURES_KEPT:]
         self.store.put(messages.HOST_STATS, key, {"build_failures": failures, "updated_at": now})
 
+    def refresh_consoles(self) -> None:
+        """Republish console tails of ACTIVE instances (only those that changed are written)."""
+        for uuid in list(self.consoles):
+            if uuid not in self.jobs:
+                self.publish_console(uuid)
+
     def publish_console(self, uuid: str) -> None:
-        """Put the tail of the serial log on etcd for `schedule.py console`."""
+        """Put the tail of the serial log on etcd for `schedule.py console`.
+
+        Published at ACTIVE and then every few seconds while it changes, so the
+        operator sees the guest's boot without asking the host for it.
+        """
         future = self.schedule_job(jobs.console, uuid, CONSOLE_MAX_BYTES, timeout=30)
         future.add_done_callback(
             lambda f: self.events.put((self._store_console, (uuid, f)))
         )
 
     def _store_console(self, uuid: str, future: concurrent.futures.Future) -> None:
-        if future.exception() is not None:
+        if future.cancelled() or future.exception() is not None or uuid not in self.consoles:
             return
         text = future.result()
+        digest = hash(text)
+        if self.consoles.get(uuid) == digest:
+            return
         record, _ = self._read_record(uuid)
-        if record is None or record["state"] in (records.DELETED, records.DELETING):
+        if record is None or record["state"] != records.ACTIVE:
+            self.consoles.pop(uuid, None)
             return
         self.store.put(messages.CONSOLE, self.keys.console(uuid),
                        {"uuid": uuid, "text": text, "updated_at": time.time(),
-                        "truncated": len(text) >= CONSOLE_MAX_BYTES})
+                        "truncated": len(text.encode()) >= CONSOLE_MAX_BYTES})
+        self.consoles[uuid] = digest
 
 
 def _job_error(job: Job, timeout: float) -> str | None:

@@ -110,3 +110,22 @@ def add_metadata_address(bridge: str) -> None:
 def remove_metadata_address(bridge: str) -> None:
     """Take it off again (nothing happens if the bridge or address is gone)."""
     _ip("addr", "del", f"{METADATA_ADDRESS}/32", "dev", bridge)
+
+
+def remove_network(uri: str, name: str) -> bool:
+    """Stop and undefine the network `name` (demo and test clean-up); False if absent."""
+    connection = libvirt.open(uri)
+    try:
+        try:
+            network = connection.networkLookupByName(name)
+        except libvirt.libvirtError as exc:
+            if exc.get_error_code() == libvirt.VIR_ERR_NO_NETWORK:
+                return False
+            raise
+        if network.isActive():
+            network.destroy()
+        network.undefine()
+        log.info("network %s: removed", name)
+        return True
+    finally:
+        connection.close()
