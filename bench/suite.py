@@ -66,7 +66,8 @@ def run_suite(backend: str, run_dir: Path, hosts: int, count: int, batch: int,
         time.sleep(IDLE_SETTLE_SECONDS)
         out["rss_idle_fake_hosts"] = compute.rss_mb()
         fake_dir = compute.state_dir / "fake-instances"
-        verify.wipe(store, placement, fake_dir)
+        project = config["scheduler"]["project_id"]
+        verify.wipe(store, placement, [], project, fake_dir)
 
         batch_placed = None
         with RssSampler(compute) as sampler:
@@ -84,7 +85,9 @@ def run_suite(backend: str, run_dir: Path, hosts: int, count: int, batch: int,
                     raise verify.CheckFailed(f"({variant.key}) placed {len(result.placed)} "
                                              f"of {count}")
                 summary["active_wait_seconds"] = verify.wait_active(store, result.placed, 600)
-                summary["checks"] = verify.check(store, placement, result.placed, fake_dir)
+                checks = verify.check(store, placement, result.placed, fake_dir)
+                consumers = checks.pop("consumers")
+                summary["checks"] = checks
                 delays = list(notification.building_delays(store, start_revision).values())
                 summary["notification_ms"] = {
                     "count": len(delays),
@@ -101,7 +104,7 @@ def run_suite(backend: str, run_dir: Path, hosts: int, count: int, batch: int,
                     f"notify p50 {summary['notification_ms']['p50'] or 0:.1f} ms; checks ok")
                 if variant.key == "c":
                     batch_placed = result.placed
-                verify.wipe(store, placement, fake_dir)
+                verify.wipe(store, placement, consumers, project, fake_dir)
         out["rss_peak_under_run"] = sampler.peak
 
         if batch_placed:
@@ -111,7 +114,7 @@ def run_suite(backend: str, run_dir: Path, hosts: int, count: int, batch: int,
                 result: RunResult = floor.claim_batches(config, batch_placed, size)
                 out["floor"][name] = stats.summarize(result)
                 out["floor"][name]["batch"] = size
-                verify.wipe(store, placement, None)
+                verify.wipe(store, placement, [p.uuid for p in result.placed], project, None)
         store.close()
     finally:
         if compute is not None:

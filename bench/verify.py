@@ -119,12 +119,12 @@ def check(store: Store, placement: PlacementClient, placed: list[Placed],
         if uuid not in built:
             raise CheckFailed(f"the compute never built {uuid}")
     return {"providers": len(usage), "providers_used": hosts_used, "instances": len(wanted),
-            "over_capacity": 0, "records_active": len(wanted)}
+            "over_capacity": 0, "records_active": len(wanted), "consumers": sorted(consumers)}
 
 
-def wipe(store: Store, placement: PlacementClient, fake_instances_dir: Path | None) -> None:
+def wipe(store: Store, placement: PlacementClient, consumers: list[str], project_id: str,
+         fake_instances_dir: Path | None) -> None:
     """Back to the empty state: no allocations, no instance keys, no driver instances."""
-    consumers = [c for row in placement_usage(placement).values() for c in row["allocations"]]
     with ThreadPoolExecutor(THREADS) as pool:
         list(pool.map(placement.delete_allocations, consumers))
     for prefix in WIPED_PREFIXES:
@@ -133,6 +133,6 @@ def wipe(store: Store, placement: PlacementClient, fake_instances_dir: Path | No
     if fake_instances_dir is not None and fake_instances_dir.exists():
         shutil.rmtree(fake_instances_dir)
         fake_instances_dir.mkdir()
-    left = [c for row in placement_usage(placement).values() for c in row["allocations"]]
-    if left:
-        raise CheckFailed(f"{len(left)} allocation(s) left after the wipe")
+    usages = placement.get("/usages", project_id=project_id)["usages"]
+    if any(usages.values()):
+        raise CheckFailed(f"allocations left after the wipe: {usages}")
