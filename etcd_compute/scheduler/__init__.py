@@ -40,7 +40,7 @@ from etcd_compute.etcd import Store
 from etcd_compute.placement import PlacementClient
 from etcd_compute.scheduler import claims, explain, notify
 from etcd_compute.scheduler.filters import enabled_filters
-from etcd_compute.scheduler.hoststate import Cluster, host_states
+from etcd_compute.scheduler.hoststate import Cluster, candidate_providers, host_states
 from etcd_compute.scheduler.planner import NoRoom, PlanContext, plan
 from etcd_compute.scheduler.request import UUID, parse_query
 from etcd_compute.scheduler.spec import Destination, RequestSpec
@@ -141,7 +141,8 @@ class Scheduler:
         if not candidates["allocation_requests"]:
             reasons = explain.explain(self.placement, request_spec.request, None)
             raise NoValidHost(reasons)
-        hosts = host_states(candidates, Cluster.read(self.store))
+        hosts = host_states(candidates,
+                            Cluster.read(self.store, candidate_providers(candidates)))
         context = PlanContext(
             policy=request_spec.group[1] if request_spec.group else None,
             group_hosts=group_hosts,

@@ -104,11 +104,15 @@ class Cluster:
     instances: Counter[str] = field(default_factory=Counter)
 
     @classmethod
-    def read(cls, store: Store) -> Cluster:
+    def read(cls, store: Store, only: set[str] | None = None) -> Cluster:
+        """etcd's view; with `only` (the candidate providers), other hosts' messages are
+        skipped undecoded: validating all 1000 heartbeats of a large cluster on every
+        request cost ~80% of a one-instance request (bench/REPORT.md)."""
         keys = store.keys
         alive = {rp: message.get("name", rp)
-                 for rp, message in store.read_prefix(messages.ALIVE, keys.alive_prefix()).items()}
-        stats = store.read_prefix(messages.HOST_STATS, keys.stats_prefix())
+                 for rp, message in _read_some(store, messages.ALIVE, keys.alive_prefix(),
+                                               only).items()}
+        stats = _read_some(store, messages.HOST_STATS, keys.stats_prefix(), only)
         entries, _ = store.get_prefix(keys.hosts(), keys_only=True)
         instances: Counter[str] = Counter()
         for entry in entries:
@@ -116,6 +120,33 @@ class Cluster:
             if parsed:
                 instances[parsed[0]] += 1
         return cls(alive, {rp: s.get("build_failures", []) for rp, s in stats.items()}, instances)
+
+
+def _read_some(store: Store, schema: str, prefix: str,
+               only: set[str] | None) -> dict[str, dict[str, Any]]:
+    """Valid messages under `prefix` by last key segment, only those in `only` if given."""
+    entries, _ = store.get_prefix(prefix)
+    found = {}
+    for entry in entries:
+        name = entry.key.rsplit("/", 1)[-1]
+        if only is not None and name not in only:
+            continue
+        try:
+            found[name] = messages.decode(schema, entry.value)
+        except InvalidMessage:
+            continue
+    return found
+
+
+def candidate_providers(candidates: dict[str, Any]) -> set[str]:
+    """Every provider (and tree root) an allocation-candidates answer mentions."""
+    summaries = candidates.get("provider_summaries", {})
+    found = set(summaries)
+    found.update(s["root_provider_uuid"] for s in summaries.values()
+                 if s.get("root_provider_uuid"))
+    for request in candidates.get("allocation_requests", []):
+        found.update(request["allocations"])
+    return found
 
 
 def host_states(candidates: dict[str, Any], cluster: Cluster) -> list[HostState]:
