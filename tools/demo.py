@@ -195,6 +195,7 @@ def main() -> int:
             for compute in computes:
                 stop_pid(compute.pid, timeout=20)
             say(f"stopped {len(computes)} compute daemon(s)")
+            forget_demo_providers(stack)
             # Each step on its own: one failing must not leave the others running.
             if driver["name"] == "libvirt":
                 try:
@@ -203,6 +204,20 @@ def main() -> int:
                     print(f"error: VM clean-up failed: {exc}", file=sys.stderr)
             if started_here:
                 stack.down(say)
+
+
+def forget_demo_providers(stack: LocalStack) -> None:
+    """The demo's hosts are gone for good: remove their providers from Placement."""
+    if not stack.placement:
+        return
+    client = PlacementClient({"endpoint": f"http://127.0.0.1:{stack.placement['port']}",
+                              "token": "admin", "timeout": 10.0})
+    try:
+        for provider in client.list_providers():
+            if provider["name"].startswith("demo-compute-"):
+                client.delete_provider(provider["uuid"])
+    except EtcdComputeError as exc:
+        print(f"error: could not remove the demo's providers: {exc}", file=sys.stderr)
 
 
 def cleanup_vm_files(compute_config: dict) -> None:
