@@ -1,0 +1,67 @@
+"""Recovery paths that need a hand on the daemon's internals, on real services."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from etcd_compute import messages
+from etcd_compute.compute.identity import HostIdentity
+from etcd_compute.compute.inventory import build_inventory
+from etcd_compute.compute.service import ComputeService
+from etcd_compute.placement import PlacementClient
+from tests.compute.helpers import make_spec, wait_state
+
+
+def test_inventory_update_survives_generation_conflicts(placement: PlacementClient):
+    rp = "5d3f1a2b-0c4d-4e5f-8a9b-0c1d2e3f4a5b"
+    placement.ensure_provider(rp, "generation-race")
+    inventory = build_inventory({"VCPU": 4, "MEMORY_MB": 1024, "DISK_GB": 10}, {})
+    placement.set_inventory(rp, inventory)
+    real_get = placement.get_provider
+    stale = {"calls": 0}
+
+    def get_provider_racing(uuid: str) -> dict[str, Any] | None:
+        # Another writer changes the provider between our read and our write, twice.
+        stale["calls"] += 1
+        provider = real_get(uuid)
+        if stale["calls"] <= 2:
+            other = PlacementClient({"endpoint": placement.endpoint, "token": "admin",
+                                     "timeout": 10.0})
+            other.set_traits(uuid, {f"CUSTOM_RACE_{stale['calls']}"})
+        return provider
+
+    placement.get_provider = get_provider_racing  # type: ignore[method-assign]
+    bigger = build_inventory({"VCPU": 8, "MEMORY_MB": 1024, "DISK_GB": 10}, {})
+    placement.set_inventory(rp, bigger)
+    placement.get_provider = real_get  # type: ignore[method-assign]
+    assert placement.get_inventories(rp)["VCPU"]["total"] == 8
+    assert stale["calls"] == 3  # two conflicts, then success
+    assert placement.conflicts == 2
+
+
+def test_compacted_history_triggers_reconcile(compute_config, store, placement, caplog):
+    identity = HostIdentity(compute_config["compute"]["uuid"], compute_config["compute"]["name"])
+    service = ComputeService(compute_config, [identity])
+    service.register()
+    service.pool = service._new_pool()
+    try:
+        specs = [make_spec(identity.uuid) for _ in range(3)]
+        for spec in specs:
+            store.put(messages.INSTANCE_SPEC,
+                      store.keys.host_instance(identity.uuid, spec["uuid"]), spec)
+        _, revision = store.get_prefix(store.keys.hosts())
+        store.client.compact(revision)
+        # As if the daemon had been away since revision 1: the watch cannot resume there.
+        service.next_revision = 1
+        threading.Thread(target=service._watch_loop, daemon=True).start()
+        main = threading.Thread(target=service._main_loop, daemon=True)
+        main.start()
+        for spec in specs:
+            wait_state(store, spec["uuid"], "ACTIVE")
+        assert service.next_revision > revision
+        assert "etcd compacted history past revision 1; reconciling" in caplog.text
+    finally:
+        service.stop()
+        service.pool.stop()
+        service.store.close()
