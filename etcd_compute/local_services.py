@@ -132,6 +132,22 @@ class Service:
     def running(self) -> bool:
         return pid_alive(self.pid)
 
+    def _wait_healthy(self, url: str, timeout: float) -> None:
+        """Wait until `url` answers 2xx; stop the process and raise if it never does."""
+
+        def healthy() -> bool:
+            if not self.running():
+                raise self._fail(f"{self.name} exited at start")
+            try:
+                return requests.get(url, timeout=2).ok
+            except requests.RequestException:
+                return False
+
+        try:
+            wait_until(healthy, timeout, self.name)
+        except ServiceUnavailable as exc:
+            raise self._fail(str(exc)) from None
+
     def stop(self) -> None:
         stop_pid(self.pid)
         self.pid = None
@@ -171,19 +187,8 @@ class EtcdServer(Service):
                 "--log-level", "warn",
             ]
         )
-        try:
-            wait_until(self._healthy, 20, "etcd")
-        except ServiceUnavailable as exc:
-            raise self._fail(str(exc)) from None
+        self._wait_healthy(f"http://{self.endpoint}/health", 20)
         return self
-
-    def _healthy(self) -> bool:
-        if not self.running():
-            raise self._fail("etcd exited at start")
-        try:
-            return requests.get(f"http://{self.endpoint}/health", timeout=1).ok
-        except requests.RequestException:
-            return False
 
 
 class PostgresServer(Service):
@@ -314,19 +319,8 @@ class PlacementServer(Service):
             ],
             env={"OS_PLACEMENT_CONFIG_DIR": str(self.config_dir)},
         )
-        try:
-            wait_until(self._healthy, 60, "Placement")
-        except ServiceUnavailable as exc:
-            raise self._fail(str(exc)) from None
+        self._wait_healthy(self.endpoint + "/", 60)
         return self
-
-    def _healthy(self) -> bool:
-        if not self.running():
-            raise self._fail("Placement exited at start")
-        try:
-            return requests.get(self.endpoint + "/", timeout=2).ok
-        except requests.RequestException:
-            return False
 
 
 def libvirtd_usable(uri: str = "qemu:///system") -> bool:
