@@ -52,6 +52,8 @@ FAILURES_KEPT = 20
 CONSOLE_MAX_BYTES = 65536
 CONSOLE_REFRESH_SECONDS = 5
 MDSERVER_CHECK_SECONDS = 30
+# States in which the driver may hold the instance.
+LIVE = frozenset({records.BUILDING, records.ACTIVE, records.DELETING})
 
 
 def instance_log(uuid: str) -> logging.LoggerAdapter:
@@ -73,6 +75,8 @@ class Job:
     destroy_requested: bool = False
     reason: str | None = None
     attempt: int = 1
+    # False when the request was at fault (a bad spec), not the host.
+    blame_host: bool = True
     started: float = field(default_factory=time.monotonic)
 
 
@@ -414,10 +418,19 @@ class ComputeService:
             self.store.transaction([self.store.tx.mod(host_key) == spec_revision],
                                    [self.store.delete_op(host_key)])
             return
-        record, _ = self._read_record(uuid)
+        record, record_revision = self._read_record(uuid)
         if record and record["state"] == records.DELETED:
             return
         log.error("rejected: %s", reason)
+        if uuid in self.jobs or (record and record["state"] in LIVE):
+            # Garbage over an instance that may exist: tear it down like a failed build.
+            running = self.jobs.pop(uuid, None)
+            if running is not None:
+                running.future.cancel()
+            self.consoles.pop(uuid, None)
+            self.submit("cleanup", {"uuid": uuid, "host": rp_uuid}, record_revision,
+                        reason=reason, blame_host=False)
+            return
         self.placement.delete_allocations(uuid)
         self.store.transaction(
             [self.store.tx.mod(host_key) == spec_revision],
@@ -519,14 +532,15 @@ class ComputeService:
         return True
 
     def submit(self, kind: str, spec: dict[str, Any], record_revision: int,
-               reason: str | None = None, attempt: int = 1) -> None:
+               reason: str | None = None, attempt: int = 1, blame_host: bool = True) -> None:
         uuid = spec["uuid"]
         timeout = self.settings["job_timeout_seconds"]
         if kind == "build":
             future = self.schedule_job(jobs.build, spec, timeout=timeout)
         else:
             future = self.schedule_job(jobs.destroy, uuid, timeout=timeout)
-        job = Job(kind, uuid, spec, future, record_revision, reason=reason, attempt=attempt)
+        job = Job(kind, uuid, spec, future, record_revision, reason=reason, attempt=attempt,
+                  blame_host=blame_host)
         self.jobs[uuid] = job
         future.add_done_callback(lambda _f: self.events.put((self.on_job_done, (job,))))
 
@@ -539,7 +553,8 @@ class ComputeService:
             # Not the instance's fault: the pool lost its workers. Run it again once.
             if self.pool is not None and not self._pool_healthy():
                 self._replace_pool("all workers died")
-            self.submit(job.kind, job.spec, job.record_revision, reason=job.reason, attempt=2)
+            self.submit(job.kind, job.spec, job.record_revision, reason=job.reason, attempt=2,
+                        blame_host=job.blame_host)
             return
         error = _job_error(job, self.settings["job_timeout_seconds"])
         if job.kind == "build":
@@ -593,7 +608,8 @@ class ComputeService:
         failed = (records.moved(record, records.ERROR, error=job.reason) if record
                   else records.error_record(uuid, spec["host"], job.reason or "build failed"))
         ops = [self.store.put_op(messages.INSTANCE_RECORD, self.keys.instance(uuid), failed),
-               self.store.delete_op(host_key), self.store.delete_op(self.keys.booted(uuid))]
+               self.store.delete_op(host_key), self.store.delete_op(self.keys.booted(uuid)),
+               self.store.delete_op(self.keys.console(uuid))]
         if spec.get("group"):
             ops.append(self.store.delete_op(self.keys.group_member(spec["group"]["name"], uuid)))
         written = self.store.transaction(
@@ -602,7 +618,8 @@ class ComputeService:
         if written is None:
             self.events.put((self.reread_spec, (spec["host"], uuid)))
             return
-        self.record_build_failure(spec["host"])
+        if job.blame_host:
+            self.record_build_failure(spec["host"])
         instance_log(uuid).error("ERROR: %s (allocation freed, nothing left)", job.reason)
 
     def finish_destroy(self, spec: dict[str, Any]) -> None:

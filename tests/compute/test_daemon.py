@@ -221,6 +221,23 @@ def test_bad_spec_is_error_and_daemon_keeps_going(start_compute, compute_config,
     assert compute.alive()
 
 
+def test_garbage_over_an_active_instance_tears_it_down(start_compute, compute_config, store,
+                                                      placement):
+    compute = start_compute(compute_config)
+    rp = rp_of(compute_config)
+    wait_alive(store, rp)
+    spec = make_spec(rp)
+    claim_and_send(store, placement, spec)
+    wait_state(store, spec["uuid"], "ACTIVE")
+    store.client.put(store.keys.host_instance(rp, spec["uuid"]), "{garbage")
+    failed = wait_state(store, spec["uuid"], "ERROR")
+    assert "not valid JSON" in failed["error"]
+    assert_nothing_left(store, placement, compute_config, spec)
+    # The request was at fault, not the host: no build failure is held against it.
+    assert store.get(store.keys.stats(rp)) is None
+    assert compute.alive()
+
+
 def test_hung_build_times_out_into_error(start_compute, compute_config, store, placement):
     config = deep_merge(compute_config, {"driver": {"fake": {"build_seconds": 30}},
                                          "compute": {"job_timeout_seconds": 1}})
