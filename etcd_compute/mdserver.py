@@ -344,6 +344,13 @@ def ensure_mdserver(config: dict[str, Any]) -> int | None:
         if pid:
             return pid
         pid_file.unlink(missing_ok=True)
+        holder = _listener(md.bind_address, md.port)
+        if holder is not None:
+            raise ServiceUnavailable(
+                f"{md.bind_address}:{md.port} is already served by another metadata server "
+                f"(pid {holder}); one runs per host: stop it, or give this compute the same "
+                "instances_dir and mdserver.conf"
+            )
         # setsid --fork: the server is re-parented to init and never becomes our zombie.
         subprocess.run(
             ["setsid", "--fork", sys.executable, "-m", "etcd_compute.mdserver",
@@ -360,6 +367,15 @@ def ensure_mdserver(config: dict[str, Any]) -> int | None:
             time.sleep(0.1)
     where = md.log_file or "its stderr (set log_file in mdserver.conf)"
     raise ServiceUnavailable(f"metadata server did not start; see {where}")
+
+
+def _listener(address: str, port: int) -> int | None:
+    """Pid of the process listening on address:port, if any."""
+    for connection in psutil.net_connections(kind="tcp"):
+        if (connection.status == psutil.CONN_LISTEN and connection.laddr
+                and connection.laddr.ip == address and connection.laddr.port == port):
+            return connection.pid or -1
+    return None
 
 
 def stop_mdserver(config: dict[str, Any], timeout: float = 10.0) -> None:
