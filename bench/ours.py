@@ -16,8 +16,8 @@ from etcd_compute.scheduler import RequestSpec, Scheduler
 
 
 def run(config: dict[str, Any], count: int, query: str, batch: int = 1,
-        profile_path: str | None = None) -> RunResult:
-    """Place `count` instances in calls of `batch`, in this process."""
+        profile_path: str | None = None, pace: float = 0.0) -> RunResult:
+    """Place `count` instances in calls of `batch`, in this process (`pace` s apart)."""
     scheduler = Scheduler(config)
     result = RunResult()
     profiler = None
@@ -30,6 +30,8 @@ def run(config: dict[str, Any], count: int, query: str, batch: int = 1,
     try:
         left = count
         while left > 0:
+            if pace:
+                time.sleep(pace)
             size = min(batch, left)
             left -= size
             started = time.perf_counter()

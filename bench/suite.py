@@ -13,15 +13,17 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench import floor, notification, stats, verify
+from bench import floor, notification, ours, stats, verify
 from bench.footprint import RssSampler
 from bench.placements import RunResult
 from bench.services import ComputeProcess, Stack, fake_compute_config, say
-from bench.variants import all_variants
+from bench.variants import QUERY, all_variants
 from etcd_compute.etcd import Store
 from etcd_compute.placement import PlacementClient
 
 IDLE_SETTLE_SECONDS = 3.0
+# Gap between requests for the paced notification measurement.
+PACE_SECONDS = 0.05
 
 
 def idle_rss(stack: Stack, run_dir: Path, hosts: int) -> dict[str, float]:
@@ -106,6 +108,21 @@ def run_suite(backend: str, run_dir: Path, hosts: int, count: int, batch: int,
                     batch_placed = result.placed
                 verify.wipe(store, placement, consumers, project, fake_dir)
         out["rss_peak_under_run"] = sampler.peak
+
+        if not only or "n" in only:
+            say(f"{backend}: notification, paced: {count} instances one per call, "
+                f"{PACE_SECONDS * 1000:.0f} ms apart (the compute is idle at each arrival)")
+            start_revision = notification.current_revision(store)
+            result = ours.run(config, count, QUERY, 1, pace=PACE_SECONDS)
+            verify.wait_active(store, result.placed, 600)
+            checks = verify.check(store, placement, result.placed, fake_dir)
+            delays = list(notification.building_delays(store, start_revision).values())
+            out["notification_paced"] = {
+                "count": len(delays), "pace_ms": PACE_SECONDS * 1000,
+                "p50": _ms(stats.percentile(delays, 50)),
+                "p99": _ms(stats.percentile(delays, 99)),
+                "samples_ms": [1000 * x for x in delays]}
+            verify.wipe(store, placement, checks.pop("consumers"), project, fake_dir)
 
         if batch_placed:
             out["floor"] = {}
