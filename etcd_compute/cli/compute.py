@@ -7,11 +7,12 @@ import sys
 
 from etcd_compute import config as configuration
 from etcd_compute import logs
+from etcd_compute.cli import Parser
 from etcd_compute.errors import EtcdComputeError
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="compute.py",
         description="Register this host in Placement, watch etcd, build and destroy instances.",
     )
@@ -27,8 +28,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
     try:
+        args = parse_args(argv)
         config = configuration.load_compute(args.config)
         if args.fake_hosts:
             if args.fake_hosts < 0:

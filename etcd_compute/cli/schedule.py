@@ -19,10 +19,11 @@ import json
 import sys
 import time
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 from etcd_compute import config as configuration
 from etcd_compute import logs
+from etcd_compute.cli import Parser
 from etcd_compute.errors import EtcdComputeError, NoValidHost, UsageError
 
 SUBCOMMANDS = ("destroy", "list", "hosts", "console")
@@ -42,13 +43,6 @@ query keys (Placement's GET /allocation_candidates syntax, microversion 1.39):
 --zone AGG is member_of=AGG: zones are Placement aggregates; a compute joins one
 with compute.aggregates in compute.yaml.
 """
-
-
-class Parser(argparse.ArgumentParser):
-    """argparse whose errors are one line (UsageError), not usage text plus exit."""
-
-    def error(self, message: str) -> NoReturn:
-        raise UsageError(message)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
