@@ -70,6 +70,8 @@ class Scheduler:
         self.rng = rng or random.Random()
         # Claims that lost a race and were planned again; for --json and benchmarks.
         self.replans = 0
+        # Heartbeat and stats messages already validated, by (key, mod_revision).
+        self._decoded: dict[str, dict[tuple[str, int], dict[str, Any]]] = {}
 
     @property
     def store(self) -> Store:
@@ -142,7 +144,8 @@ class Scheduler:
             reasons = explain.explain(self.placement, request_spec.request, None)
             raise NoValidHost(reasons)
         hosts = host_states(candidates,
-                            Cluster.read(self.store, candidate_providers(candidates)))
+                            Cluster.read(self.store, candidate_providers(candidates),
+                                         self._decoded))
         context = PlanContext(
             policy=request_spec.group[1] if request_spec.group else None,
             group_hosts=group_hosts,

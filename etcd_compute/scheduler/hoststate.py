@@ -104,15 +104,18 @@ class Cluster:
     instances: Counter[str] = field(default_factory=Counter)
 
     @classmethod
-    def read(cls, store: Store, only: set[str] | None = None) -> Cluster:
+    def read(cls, store: Store, only: set[str] | None = None,
+             cache: dict[str, dict[tuple[str, int], dict[str, Any]]] | None = None) -> Cluster:
         """etcd's view; with `only` (the candidate providers), other hosts' messages are
-        skipped undecoded: validating all 1000 heartbeats of a large cluster on every
-        request cost ~80% of a one-instance request (bench/REPORT.md)."""
+        skipped undecoded, and `cache` (kept by a long-lived Scheduler) keeps the messages
+        already validated, by key and mod_revision: schema-validating every heartbeat on
+        every request cost ~80% of a one-instance request at 1000 hosts (bench/REPORT.md)."""
         keys = store.keys
+        cache = {} if cache is None else cache
         alive = {rp: message.get("name", rp)
                  for rp, message in _read_some(store, messages.ALIVE, keys.alive_prefix(),
-                                               only).items()}
-        stats = _read_some(store, messages.HOST_STATS, keys.stats_prefix(), only)
+                                               only, cache).items()}
+        stats = _read_some(store, messages.HOST_STATS, keys.stats_prefix(), only, cache)
         entries, _ = store.get_prefix(keys.hosts(), keys_only=True)
         instances: Counter[str] = Counter()
         for entry in entries:
@@ -122,19 +125,36 @@ class Cluster:
         return cls(alive, {rp: s.get("build_failures", []) for rp, s in stats.items()}, instances)
 
 
-def _read_some(store: Store, schema: str, prefix: str,
-               only: set[str] | None) -> dict[str, dict[str, Any]]:
-    """Valid messages under `prefix` by last key segment, only those in `only` if given."""
+def _read_some(store: Store, schema: str, prefix: str, only: set[str] | None,
+               cache: dict[str, dict[tuple[str, int], dict[str, Any]]]
+               ) -> dict[str, dict[str, Any]]:
+    """Valid messages under `prefix` by last key segment, only those in `only` if given.
+
+    `cache[prefix]` is replaced by this read's valid messages, so it never holds more
+    than the keys that exist now.
+    """
     entries, _ = store.get_prefix(prefix)
+    seen = cache.get(prefix, {})
+    fresh: dict[tuple[str, int], dict[str, Any]] = {}
     found = {}
     for entry in entries:
         name = entry.key.rsplit("/", 1)[-1]
         if only is not None and name not in only:
             continue
-        try:
-            found[name] = messages.decode(schema, entry.value)
-        except InvalidMessage:
-            continue
+        version = (entry.key, entry.mod_revision)
+        message = seen.get(version)
+        if message is None:
+            try:
+                message = messages.decode(schema, entry.value)
+            except InvalidMessage:
+                continue
+        fresh[version] = found[name] = message
+    if only is None:
+        cache[prefix] = fresh
+    else:
+        # Keep what other requests' candidates validated while those keys stay unchanged.
+        current = {(entry.key, entry.mod_revision) for entry in entries}
+        cache[prefix] = {v: m for v, m in {**seen, **fresh}.items() if v in current}
     return found
 
 
