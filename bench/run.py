@@ -33,7 +33,7 @@ from bench.verify import CheckFailed  # noqa: E402
 
 RESULTS = REPO / "bench" / "results"
 MODES: dict[str, dict[str, Any]] = {
-    "quick": {"hosts": 100, "instances": 100, "batch": 50, "processes": 8,
+    "quick": {"hosts": 100, "instances": 50, "batch": 25, "processes": 8,
               "postgres_workers": 4, "boot_runs": 1},
     "full": {"hosts": 1000, "instances": 1000, "batch": 100, "processes": 8,
              "postgres_workers": 4, "boot_runs": 5},

@@ -43,8 +43,11 @@ PROJECT_ID = "00000000-0000-0000-0000-00000000b0b0"
 USER_ID = "00000000-0000-0000-0000-00000000b0b0"
 
 
+_STARTED = time.monotonic()
+
+
 def say(line: str) -> None:
-    print(f"==> {line}", flush=True)
+    print(f"==> [{time.monotonic() - _STARTED:5.0f} s] {line}", flush=True)
 
 
 @dataclass
