@@ -46,6 +46,8 @@ class PlacementClient:
         )
         # Counted for benchmarks and `schedule.py --json`.
         self.conflicts = 0
+        # CUSTOM_* traits this client already made sure exist.
+        self._custom_traits: set[str] = set()
 
     # --- transport -----------------------------------------------------------
 
@@ -101,8 +103,9 @@ class PlacementClient:
         provider = self.get_provider(uuid)
         if provider is None:
             try:
-                self.request("POST", "/resource_providers",
-                             json={"uuid": uuid, "name": name}, expect=(200,))
+                # From microversion 1.20 the answer is the new provider itself.
+                return self.request("POST", "/resource_providers",
+                                    json={"uuid": uuid, "name": name}, expect=(200,)).json()
             except ConflictError:
                 taken = self.list_providers(name=name)
                 if taken and taken[0]["uuid"] != uuid:
@@ -122,27 +125,36 @@ class PlacementClient:
     def delete_provider(self, uuid: str) -> None:
         self.request("DELETE", f"/resource_providers/{uuid}", expect=(204, 404))
 
-    def _with_generation(self, uuid: str, path: str, build_body: Any) -> dict[str, Any]:
-        """PUT `build_body(generation)` to `path`, refreshing the generation on conflict."""
+    def _with_generation(self, uuid: str, path: str, build_body: Any,
+                         generation: int | None = None) -> dict[str, Any]:
+        """PUT `build_body(generation)` to `path`; on a generation conflict, re-read it.
+
+        Pass the generation a previous write returned to save a read.
+        """
         for _ in range(GENERATION_RETRIES):
-            provider = self.get_provider(uuid)
-            if provider is None:
-                raise NotFound(f"resource provider {uuid} does not exist")
+            if generation is None:
+                provider = self.get_provider(uuid)
+                if provider is None:
+                    raise NotFound(f"resource provider {uuid} does not exist")
+                generation = provider["generation"]
             try:
-                return self.request("PUT", path,
-                                    json=build_body(provider["generation"])).json()
+                return self.request("PUT", path, json=build_body(generation)).json()
             except ConflictError as exc:
                 if exc.code != CONCURRENT_UPDATE:
                     raise
                 LOG.debug("generation conflict on %s, retrying", path)
+                generation = None
         raise ConflictError(f"provider {uuid}: generation kept changing on {path}", 409,
                             CONCURRENT_UPDATE)
 
-    def set_inventory(self, uuid: str, inventories: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    def set_inventory(self, uuid: str, inventories: dict[str, dict[str, Any]],
+                      generation: int | None = None) -> int:
+        """Replace the provider's inventory; returns the provider's new generation."""
         return self._with_generation(
             uuid, f"/resource_providers/{uuid}/inventories",
             lambda gen: {"resource_provider_generation": gen, "inventories": inventories},
-        )
+            generation,
+        )["resource_provider_generation"]
 
     def get_inventories(self, uuid: str) -> dict[str, dict[str, Any]]:
         return self.get(f"/resource_providers/{uuid}/inventories")["inventories"]
@@ -154,8 +166,10 @@ class PlacementClient:
         return set(self.get(f"/resource_providers/{uuid}/traits")["traits"])
 
     def ensure_custom_traits(self, traits: set[str]) -> None:
-        for trait in sorted(t for t in traits if t.startswith("CUSTOM_")):
+        """Create the CUSTOM_* traits among `traits` (each once per client)."""
+        for trait in sorted(t for t in traits - self._custom_traits if t.startswith("CUSTOM_")):
             self.request("PUT", f"/traits/{trait}", expect=(201, 204))
+            self._custom_traits.add(trait)
 
     def known_traits(self, traits: set[str]) -> set[str]:
         """The subset of `traits` Placement knows (standard os-traits or created custom)."""
@@ -164,18 +178,23 @@ class PlacementClient:
         listed = self.get("/traits", name="in:" + ",".join(sorted(traits)))["traits"]
         return set(listed)
 
-    def set_traits(self, uuid: str, traits: set[str]) -> None:
+    def set_traits(self, uuid: str, traits: set[str], generation: int | None = None) -> int:
+        """Replace the provider's traits; returns its new generation."""
         self.ensure_custom_traits(traits)
-        self._with_generation(
+        return self._with_generation(
             uuid, f"/resource_providers/{uuid}/traits",
             lambda gen: {"resource_provider_generation": gen, "traits": sorted(traits)},
-        )
+            generation,
+        )["resource_provider_generation"]
 
-    def set_aggregates(self, uuid: str, aggregates: list[str]) -> None:
-        self._with_generation(
+    def set_aggregates(self, uuid: str, aggregates: list[str],
+                       generation: int | None = None) -> int:
+        """Replace the provider's aggregates; returns its new generation."""
+        return self._with_generation(
             uuid, f"/resource_providers/{uuid}/aggregates",
             lambda gen: {"resource_provider_generation": gen, "aggregates": sorted(aggregates)},
-        )
+            generation,
+        )["resource_provider_generation"]
 
     # --- candidates and claims ----------------------------------------------------
 

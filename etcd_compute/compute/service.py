@@ -219,11 +219,12 @@ class ComputeService:
         traits = self.placement.known_traits(wanted) | set(self.settings["traits"])
 
         def register_one(host: HostIdentity) -> None:
-            self.placement.ensure_provider(host.uuid, host.name)
-            self.placement.set_inventory(host.uuid, inventory)
+            # Each write returns the provider's next generation: no re-reads.
+            generation = self.placement.ensure_provider(host.uuid, host.name)["generation"]
+            generation = self.placement.set_inventory(host.uuid, inventory, generation)
             # Setting the full list also clears COMPUTE_STATUS_DISABLED from a stop.
-            self.placement.set_traits(host.uuid, traits)
-            self.placement.set_aggregates(host.uuid, self.settings["aggregates"])
+            generation = self.placement.set_traits(host.uuid, traits, generation)
+            self.placement.set_aggregates(host.uuid, self.settings["aggregates"], generation)
             self.inventories[host.uuid] = inventory
 
         self.placement.ensure_custom_traits(traits)
