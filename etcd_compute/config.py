@@ -87,6 +87,8 @@ COMPUTE_DEFAULTS: dict[str, Any] = {
         "fake": {
             # Seconds a fake build takes (tests use it to destroy mid-build).
             "build_seconds": 0.0,
+            # Every build fails: simulates a broken host (reschedule tests).
+            "fail_builds": False,
         },
     },
 }

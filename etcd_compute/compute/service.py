@@ -603,6 +603,8 @@ class ComputeService:
 
     def finish_failed_build(self, job: Job) -> None:
         uuid, spec = job.uuid, job.spec
+        if job.blame_host and self.reschedule(job):
+            return
         self.placement.delete_allocations(uuid)
         record, revision = self._read_record(uuid)
         host_key = self.keys.host_instance(spec["host"], uuid)
@@ -622,6 +624,54 @@ class ComputeService:
         if job.blame_host:
             self.record_build_failure(spec["host"])
         instance_log(uuid).error("ERROR: %s (allocation freed, nothing left)", job.reason)
+
+    def reschedule(self, job: Job) -> bool:
+        """Hand a failed build to the next live alternate host the scheduler kept.
+
+        The claim moves in one Placement call (we never hold neither host), then
+        spec, record and group membership move in one etcd transaction.
+        """
+        uuid, spec, log = job.uuid, job.spec, instance_log(job.uuid)
+        if "project_id" not in spec or "user_id" not in spec:
+            return False
+        record, revision = self._read_record(uuid)
+        if record is None or record["state"] != records.BUILDING:
+            return False
+        for index, alternate in enumerate(spec.get("alternates") or []):
+            host = alternate["host"]
+            if self.store.get(self.keys.alive(host)) is None:
+                log.info("alternate %s has no heartbeat; skipping it", host)
+                continue
+            current = self.placement.get_allocations(uuid)
+            try:
+                self.placement.claim(uuid, alternate["allocations"], spec["project_id"],
+                                     spec["user_id"],
+                                     consumer_generation=current.get("consumer_generation"))
+            except EtcdComputeError as exc:
+                log.info("alternate %s refused the claim (%s); trying the next", host, exc)
+                continue
+            moved_spec = {**spec, "host": host, "allocations": alternate["allocations"],
+                          "alternates": spec["alternates"][index + 1:]}
+            ops = [
+                self.store.put_op(messages.INSTANCE_SPEC, self.keys.host_instance(host, uuid),
+                                  moved_spec),
+                self.store.put_op(messages.INSTANCE_RECORD, self.keys.instance(uuid),
+                                  records.moved(record, records.SCHEDULED, host=host,
+                                                host_name=None)),
+                self.store.delete_op(self.keys.host_instance(spec["host"], uuid)),
+            ]
+            if spec.get("group"):
+                ops.append(self.store.put_op(
+                    messages.GROUP_MEMBER, self.keys.group_member(spec["group"]["name"], uuid),
+                    {"host": host, "policy": spec["group"]["policy"]}))
+            if self.store.transaction([self.store.unchanged(self.keys.instance(uuid), revision)],
+                                      ops) is None:
+                return False  # a destroy got in; the ERROR path frees the claim
+            self.record_build_failure(spec["host"])
+            log.warning("build failed here (%s); rescheduled to alternate host %s",
+                        job.reason, host)
+            return True
+        return False
 
     def finish_destroy(self, spec: dict[str, Any]) -> None:
         uuid = spec["uuid"]

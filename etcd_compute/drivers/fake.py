@@ -35,6 +35,7 @@ class FakeDriver(Driver):
         self.root = Path(config["compute"]["state_dir"]) / "fake-instances"
         self.root.mkdir(parents=True, exist_ok=True)
         self.build_seconds = config["driver"]["fake"]["build_seconds"]
+        self.fail_builds = config["driver"]["fake"]["fail_builds"]
 
     def _path(self, uuid: str) -> Path:
         return self.root / f"{uuid}.json"
@@ -44,6 +45,8 @@ class FakeDriver(Driver):
         path = self._path(uuid)
         if path.exists():
             return json.loads(path.read_text())["result"]
+        if self.fail_builds:
+            raise BuildError("fake hypervisor is broken (driver.fake.fail_builds)")
         image = spec.get("image", {}).get("url", "")
         parsed = urlparse(image)
         if parsed.scheme == "file" and not Path(parsed.path).exists():

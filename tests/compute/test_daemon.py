@@ -345,3 +345,47 @@ def test_inventory_and_traits_registered(start_compute, compute_config, store,
     assert any(t.startswith("HW_CPU_X86_") for t in traits)
     aggregates = placement.get(f"/resource_providers/{rp}/aggregates")["aggregates"]
     assert aggregates == ["6f9a2b4e-1c3d-4e5f-8a7b-9c0d1e2f3a4b"]
+
+
+def test_failed_build_is_rescheduled_to_an_alternate(start_compute, compute_config, store,
+                                                     placement):
+    import uuid as uuidlib
+
+    broken = deep_merge(compute_config, {"driver": {"fake": {"fail_builds": True}}})
+    healthy = deep_merge(compute_config, {"compute": {
+        "uuid": str(uuidlib.uuid4()), "name": "healthy-host",
+        "state_dir": compute_config["compute"]["state_dir"] + "-healthy"}})
+    start_compute(broken, name="broken")
+    start_compute(healthy, name="healthy")
+    a, b = rp_of(broken), rp_of(healthy)
+    wait_alive(store, a)
+    wait_alive(store, b)
+    spec = make_spec(a)
+    spec["alternates"] = [{"host": b, "allocations": {b: {"resources": spec["resources"]}}}]
+    claim_and_send(store, placement, spec)
+    active = wait_state(store, spec["uuid"], "ACTIVE")
+    assert active["host"] == b
+    # The claim moved with the instance; the broken host is blamed in its stats.
+    assert set(placement.get_allocations(spec["uuid"])["allocations"]) == {b}
+    assert placement.get_usages(a)["VCPU"] == 0 and placement.get_usages(b)["VCPU"] == 1
+    assert store.get(store.keys.host_instance(a, spec["uuid"])) is None
+    assert store.get(store.keys.host_instance(b, spec["uuid"])) is not None
+    assert len(store.read(messages.HOST_STATS, store.keys.stats(a))[0]["build_failures"]) == 1
+
+
+def test_failed_build_without_live_alternates_ends_in_error(start_compute, compute_config,
+                                                            store, placement):
+    import uuid as uuidlib
+
+    broken = deep_merge(compute_config, {"driver": {"fake": {"fail_builds": True}}})
+    start_compute(broken)
+    a = rp_of(broken)
+    wait_alive(store, a)
+    dead = str(uuidlib.uuid4())  # an alternate whose compute is not running
+    placement.ensure_provider(dead, "dead-host")
+    spec = make_spec(a)
+    spec["alternates"] = [{"host": dead, "allocations": {dead: {"resources": spec["resources"]}}}]
+    claim_and_send(store, placement, spec)
+    failed = wait_state(store, spec["uuid"], "ERROR")
+    assert "fake hypervisor is broken" in failed["error"]
+    assert_nothing_left(store, placement, broken, spec)
