@@ -51,6 +51,8 @@ DISABLED_TRAIT = "COMPUTE_STATUS_DISABLED"
 FAILURES_KEPT = 20
 CONSOLE_MAX_BYTES = 65536
 CONSOLE_REFRESH_SECONDS = 5
+# How long after ACTIVE a console keeps being republished.
+CONSOLE_FOLLOW_SECONDS = 600
 MDSERVER_CHECK_SECONDS = 30
 # States in which the driver may hold the instance.
 LIVE = frozenset({records.BUILDING, records.ACTIVE, records.DELETING})
@@ -59,6 +61,14 @@ LIVE = frozenset({records.BUILDING, records.ACTIVE, records.DELETING})
 def instance_log(uuid: str) -> logging.LoggerAdapter:
     """A logger whose every line names the instance."""
     return logging.LoggerAdapter(LOG, {"instance": uuid})
+
+
+@dataclass
+class ConsoleFollow:
+    """A console being republished while the guest boots."""
+
+    since: float = field(default_factory=time.monotonic)
+    digest: int | None = None
 
 
 @dataclass
@@ -98,8 +108,8 @@ class ComputeService:
         self.cancel_watch: Callable[[], None] | None = None
         self.pool: pebble.ProcessPool | None = None
         self.inventories: dict[str, dict[str, Any]] = {}
-        # ACTIVE instances here -> hash of the console tail last published.
-        self.consoles: dict[str, int | None] = {}
+        # Consoles followed: recently ACTIVE instances here -> ConsoleFollow.
+        self.consoles: dict[str, ConsoleFollow] = {}
         # One watch covers all our hosts: the host's own prefix, or all of /hosts/
         # when one process simulates many.
         self.watch_prefix = (
@@ -458,8 +468,6 @@ class ComputeService:
         state = record["state"] if record else None
         if state in (records.ACTIVE, records.ERROR, records.DELETED, records.DELETING):
             log.debug("already %s; nothing to do", state)
-            if state == records.ACTIVE:
-                self.consoles.setdefault(uuid, None)
             return
         host = self.hosts[spec["host"]]
         if state == records.BUILDING and record and record["host"] == spec["host"]:
@@ -598,8 +606,8 @@ class ComputeService:
             return
         instance_log(uuid).info("ACTIVE ip=%s (build took %.1f s)", ip,
                                 time.monotonic() - job.started)
-        self.consoles[uuid] = None
-        self.publish_console(uuid)
+        self.consoles[uuid] = ConsoleFollow()
+        self.publish_consoles([uuid])
 
     def finish_failed_build(self, job: Job) -> None:
         uuid, spec = job.uuid, job.spec
@@ -707,37 +715,38 @@ class ComputeService:
         self.store.put(messages.HOST_STATS, key, {"build_failures": failures, "updated_at": now})
 
     def refresh_consoles(self) -> None:
-        """Republish console tails of ACTIVE instances (only those that changed are written)."""
-        for uuid in list(self.consoles):
-            if uuid not in self.jobs:
-                self.publish_console(uuid)
+        """Republish the consoles still followed (boot output), in one worker job."""
+        now = time.monotonic()
+        for uuid, follow in list(self.consoles.items()):
+            if now - follow.since > CONSOLE_FOLLOW_SECONDS:
+                del self.consoles[uuid]
+        if self.consoles:
+            self.publish_consoles(sorted(self.consoles))
 
-    def publish_console(self, uuid: str) -> None:
-        """Put the tail of the serial log on etcd for `schedule.py console`.
+    def publish_consoles(self, uuids: list[str]) -> None:
+        """Put the tails of these serial logs on etcd for `schedule.py console`.
 
-        Published at ACTIVE and then every few seconds while it changes, so the
-        operator sees the guest's boot without asking the host for it.
+        Published at ACTIVE, then every few seconds while they change during the
+        first minutes (boot), so the operator sees the boot without asking for it.
         """
-        future = self.schedule_job(jobs.console, uuid, CONSOLE_MAX_BYTES, timeout=30)
-        future.add_done_callback(
-            lambda f: self.events.put((self._store_console, (uuid, f)))
-        )
+        future = self.schedule_job(jobs.consoles, uuids, CONSOLE_MAX_BYTES, timeout=60)
+        future.add_done_callback(lambda f: self.events.put((self._store_consoles, (f,))))
 
-    def _store_console(self, uuid: str, future: concurrent.futures.Future) -> None:
-        if future.cancelled() or future.exception() is not None or uuid not in self.consoles:
+    def _store_consoles(self, future: concurrent.futures.Future) -> None:
+        if future.cancelled() or future.exception() is not None:
             return
-        text = future.result()
-        digest = hash(text)
-        if self.consoles.get(uuid) == digest:
-            return
-        record, _ = self._read_record(uuid)
-        if record is None or record["state"] != records.ACTIVE:
-            self.consoles.pop(uuid, None)
-            return
-        self.store.put(messages.CONSOLE, self.keys.console(uuid),
-                       {"uuid": uuid, "text": text, "updated_at": time.time(),
-                        "truncated": len(text.encode()) >= CONSOLE_MAX_BYTES})
-        self.consoles[uuid] = digest
+        for uuid, text in future.result().items():
+            follow = self.consoles.get(uuid)
+            if follow is None or follow.digest == hash(text):
+                continue
+            record, _ = self._read_record(uuid)
+            if record is None or record["state"] != records.ACTIVE:
+                self.consoles.pop(uuid, None)
+                continue
+            self.store.put(messages.CONSOLE, self.keys.console(uuid),
+                           {"uuid": uuid, "text": text, "updated_at": time.time(),
+                            "truncated": len(text.encode()) >= CONSOLE_MAX_BYTES})
+            follow.digest = hash(text)
 
 
 def _job_error(job: Job, timeout: float) -> str | None:
