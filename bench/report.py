@@ -187,7 +187,8 @@ def markdown(results: dict[str, Any], plots: list[str], plot_prefix: str) -> str
         f"- {m['cpu']}, {m['cores']} cores, {m['memory_gib']} GiB; {m['os']}, "
         f"kernel {m['kernel']}",
         f"- Python {m['python']}; {m['etcd']}; {m['postgresql']}; "
-        f"{' '.join(m['placement'])}; {m['libvirt']}; {' '.join(m['qemu'])}",
+        f"{' '.join(m['placement']).replace('Version:', 'openstack-placement')}; "
+        f"{m['libvirt']}; {' '.join(m['qemu'])}",
         f"- load average (1/5/15 min, /proc/loadavg) before: `{results['load_before']}`, "
         f"after: `{results['load_after']}`. The machine is shared: other sessions run tests "
         "on the same 2 cores, so compare figures within this run, not across runs.",

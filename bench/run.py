@@ -53,6 +53,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--profile", action="store_true",
                         help="pyinstrument profiles of variants (b) and (c) in results/")
     parser.add_argument("--no-report", action="store_true", help="do not rewrite REPORT.md")
+    parser.add_argument("--report-only", action="store_true",
+                        help="regenerate the report and plots from results/<mode>.json")
     return parser.parse_args(argv)
 
 
@@ -98,6 +100,12 @@ def main(argv: list[str] | None = None) -> int:
     for key in ("hosts", "instances", "batch", "boot_runs"):
         if getattr(args, key) is not None:
             settings[key] = getattr(args, key)
+    if args.report_only:
+        results = json.loads((RESULTS / f"{mode}.json").read_text())
+        report.write(results, RESULTS, REPO / "bench" / "REPORT.md")
+        for line in report.summary_lines(results):
+            print(line)
+        return 0
     only = set(args.variants.split(",")) if args.variants else None
     RESULTS.mkdir(parents=True, exist_ok=True)
     profile_dir = str(RESULTS / "profiles") if args.profile else None
