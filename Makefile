@@ -3,7 +3,7 @@ PY := .venv/bin/python
 # Extra pytest arguments, e.g. make test PYTEST_ARGS="-k scheduler -x"
 PYTEST_ARGS ?=
 
-.PHONY: help install demo up down status test lint bench bench-full test-guest clean
+.PHONY: help install demo up down status test lint bench bench-full bench-deps clean
 
 help:
 	@echo "make demo      run the whole system once on local services, then clean up (KEEP=1 keeps it up)"
@@ -33,11 +33,14 @@ test: install
 lint: install
 	@$(PY) -m ruff check etcd_compute tests tools bench compute.py schedule.py
 
-bench: install
+bench: install bench-deps
 	@$(PY) bench/run.py --quick
 
-bench-full: install
+bench-full: install bench-deps
 	@$(PY) bench/run.py
+
+bench-deps:
+	@.venv/bin/pip install -q --disable-pip-version-check -r requirements-bench.txt
 
 clean: down
 	rm -rf run .pytest_cache
