@@ -154,7 +154,11 @@ def vm_config(system_libvirt: None) -> Iterator[dict[str, Any]]:
             },
         },
     )
-    ensure_mdserver(config)
+    try:
+        ensure_mdserver(config)
+    except Exception:
+        shutil.rmtree(root, ignore_errors=True)
+        raise
     yield config
     stop_mdserver(config)
     connection = libvirt.open("qemu:///system")
@@ -165,3 +169,5 @@ def vm_config(system_libvirt: None) -> Iterator[dict[str, Any]]:
         net.undefine()
     connection.close()
     shutil.rmtree(root, ignore_errors=True)
+    with contextlib.suppress(OSError):
+        VM_TEST_ROOT.rmdir()  # only when no other run is using it
