@@ -17,6 +17,7 @@ import argparse
 import json
 import platform
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -93,6 +94,10 @@ def load() -> str:
     return Path("/proc/loadavg").read_text().strip()
 
 
+def _exit_on_sigterm(signum: int, _frame: Any) -> None:
+    raise SystemExit(128 + signum)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     mode = "quick" if args.quick else "full"
@@ -116,6 +121,8 @@ def main(argv: list[str] | None = None) -> int:
     say(f"bench {mode}: {settings}; load {results['load_before']}")
     started = time.monotonic()
     status = 0
+    # SIGTERM (timeout, kill) must unwind through the `finally`s that stop services.
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
     run_root = Path(tempfile.mkdtemp(prefix="etcd-compute-bench-"))
     try:
         for backend in args.backends.split(","):
