@@ -555,8 +555,14 @@ class ComputeService:
 
     def on_job_done(self, job: Job) -> None:
         if self.jobs.get(job.uuid) is not job:
-            return
-        del self.jobs[job.uuid]
+            return  # cancelled or replaced meanwhile
+        # The job stays registered until its outcome is recorded: if etcd or Placement
+        # fails half way, `_dispatch` retries this same event and it is handled again.
+        self._finish_job(job)
+        if self.jobs.get(job.uuid) is job:
+            del self.jobs[job.uuid]
+
+    def _finish_job(self, job: Job) -> None:
         log = instance_log(job.uuid)
         if _pool_broke(job.future) and job.attempt == 1:
             # Not the instance's fault: the pool lost its workers. Run it again once.

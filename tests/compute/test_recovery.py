@@ -65,3 +65,36 @@ def test_compacted_history_triggers_reconcile(compute_config, store, placement, 
         service.stop()
         service.pool.stop()
         service.store.close()
+
+
+def test_finished_job_survives_an_etcd_blip_while_recording_it(compute_config, store,
+                                                               placement):
+    from etcd_compute.errors import ServiceUnavailable
+
+    identity = HostIdentity(compute_config["compute"]["uuid"], compute_config["compute"]["name"])
+    service = ComputeService(compute_config, [identity])
+    service.register()
+    service.pool = service._new_pool()
+    real_finish = service.finish_build
+    blips = {"left": 1}
+
+    def finish_build_once_unreachable(job, result):
+        if blips["left"]:
+            blips["left"] -= 1
+            raise ServiceUnavailable("etcd at test is unreachable (UNAVAILABLE)")
+        real_finish(job, result)
+
+    service.finish_build = finish_build_once_unreachable  # type: ignore[method-assign]
+    try:
+        service.reconcile()  # as `run` does: the watch resumes from the revision it read
+        threading.Thread(target=service._watch_loop, daemon=True).start()
+        threading.Thread(target=service._main_loop, daemon=True).start()
+        spec = make_spec(identity.uuid)
+        store.put(messages.INSTANCE_SPEC, store.keys.host_instance(identity.uuid, spec["uuid"]),
+                  spec)
+        wait_state(store, spec["uuid"], "ACTIVE")
+        assert blips["left"] == 0 and spec["uuid"] not in service.jobs
+    finally:
+        service.stop()
+        service.pool.stop()
+        service.store.close()
