@@ -144,7 +144,7 @@ def run_boot(run_dir: Path, runs: int) -> dict[str, Any]:
     libvirt.registerErrorHandler(lambda *_: None, None)
     try:
         image = _guest_image()
-        libvirtd_pid = ensure_libvirtd(run_dir)
+        libvirt_pids = ensure_libvirtd(run_dir)
     except Exception as exc:  # Skip, ServiceUnavailable, a failed build
         say(f"boot overhead: SKIPPED ({exc})")
         return {"skipped": str(exc)}
@@ -199,8 +199,8 @@ def run_boot(run_dir: Path, runs: int) -> dict[str, Any]:
             _remove_network(connection)
             connection.close()
         stack.stop()
-        if libvirtd_pid:
-            stop_pid(libvirtd_pid)
+        for pid in reversed(libvirt_pids):  # libvirtd, then virtlogd
+            stop_pid(pid)
         shutil.rmtree(root, ignore_errors=True)
     return out
 

@@ -337,22 +337,23 @@ def libvirtd_usable(uri: str = "qemu:///system") -> bool:
     return True
 
 
-def ensure_libvirtd(run_dir: Path) -> int | None:
-    """Start libvirtd (and virtlogd) if qemu:///system is not answering.
+def ensure_libvirtd(run_dir: Path) -> list[int]:
+    """Start libvirtd (and virtlogd, which writes console logs) if qemu:///system is silent.
 
-    Returns the pid of a libvirtd we started, None if one was already there.
+    Returns the pids of the daemons we started, to stop later; none if libvirtd was running.
     """
     if libvirtd_usable():
-        return None
+        return []
     if shutil.which("libvirtd") is None:
         raise ServiceUnavailable("libvirtd is not installed; run: make install")
     run_dir.mkdir(parents=True, exist_ok=True)
+    daemons = [("libvirtd", run_dir / "libvirtd.pid")]
     if shutil.which("virtlogd") and not Path("/run/libvirt/virtlogd-sock").exists():
-        subprocess.run(["virtlogd", "-d"], check=False)
-    pidfile = run_dir / "libvirtd.pid"
-    subprocess.run(["libvirtd", "-d", "--pid-file", str(pidfile)], check=False)
+        daemons.insert(0, ("virtlogd", run_dir / "virtlogd.pid"))
+    for daemon, pidfile in daemons:
+        subprocess.run([daemon, "-d", "--pid-file", str(pidfile)], check=False)
     wait_until(libvirtd_usable, 30, "libvirtd")
-    return int(pidfile.read_text().strip()) if pidfile.exists() else None
+    return [int(pidfile.read_text().strip()) for _, pidfile in daemons if pidfile.exists()]
 
 
 # --- `make up` / `make down`: a state file remembers what we started -------------
@@ -363,7 +364,8 @@ class LocalStack:
     run_dir: Path
     etcd: dict | None = None
     placement: dict | None = None
-    libvirtd_pid: int | None = None
+    # virtlogd and libvirtd, when we started them.
+    libvirt_pids: list[int] = field(default_factory=list)
 
     @property
     def state_file(self) -> Path:
@@ -375,13 +377,13 @@ class LocalStack:
         if stack.state_file.exists():
             saved = json.loads(stack.state_file.read_text())
             stack.etcd, stack.placement = saved.get("etcd"), saved.get("placement")
-            stack.libvirtd_pid = saved.get("libvirtd_pid")
+            stack.libvirt_pids = saved.get("libvirt_pids", [])
         return stack
 
     def save(self) -> None:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         state = {"etcd": self.etcd, "placement": self.placement,
-                 "libvirtd_pid": self.libvirtd_pid}
+                 "libvirt_pids": self.libvirt_pids}
         self.state_file.write_text(json.dumps(state, indent=2))
 
     def up(self, etcd_port: int, placement_port: int, say: Callable[[str], None]) -> None:
@@ -408,15 +410,15 @@ class LocalStack:
             self.placement = _service_state(placement)
             self.save()
             say(f"Placement started (pid {placement.pid}, {placement.endpoint}, SQLite)")
-        if self.libvirtd_pid and pid_alive(self.libvirtd_pid):
-            say(f"libvirtd already running (pid {self.libvirtd_pid})")
+        if any(pid_alive(pid) for pid in self.libvirt_pids):
+            say(f"libvirtd already running (pids {self.libvirt_pids})")
         else:
             try:
-                self.libvirtd_pid = ensure_libvirtd(self.run_dir)
+                self.libvirt_pids = ensure_libvirtd(self.run_dir)
             except ServiceUnavailable as exc:
                 say(f"libvirtd not available ({exc}); the fake driver still works")
             else:
-                say("libvirtd started" if self.libvirtd_pid else "libvirtd already running")
+                say("libvirtd started" if self.libvirt_pids else "libvirtd already running")
             self.save()
 
     def down(self, say: Callable[[str], None]) -> None:
@@ -426,10 +428,11 @@ class LocalStack:
                 stop_pid(state["pid"])
                 say(f"{name} stopped (pid {state['pid']})")
             setattr(self, name, None)
-        if self.libvirtd_pid and pid_alive(self.libvirtd_pid):
-            stop_pid(self.libvirtd_pid)
-            say(f"libvirtd stopped (pid {self.libvirtd_pid})")
-        self.libvirtd_pid = None
+        for pid in reversed(self.libvirt_pids):  # libvirtd before virtlogd
+            if pid_alive(pid):
+                stop_pid(pid)
+                say(f"stopped libvirt daemon (pid {pid})")
+        self.libvirt_pids = []
         self.save()
 
 
