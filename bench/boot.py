@@ -202,6 +202,8 @@ def run_boot(run_dir: Path, runs: int) -> dict[str, Any]:
         for pid in reversed(libvirt_pids):  # libvirtd, then virtlogd
             stop_pid(pid)
         shutil.rmtree(root, ignore_errors=True)
+        with contextlib.suppress(OSError):
+            BOOT_ROOT.rmdir()  # only when no other run is using it
     return out
 
 
