@@ -75,6 +75,19 @@ def _verdict(met: bool, detail: str) -> str:
     return "met" if met else f"MISSED ({detail})" if detail else "MISSED"
 
 
+def _cdf(ax: Any, samples: list[float], label: str, style: str = "-") -> None:
+    """An empirical CDF of `samples` on `ax`."""
+    values = sorted(samples)
+    ax.plot(values, [(i + 1) / len(values) for i in range(len(values))], style, label=label)
+
+
+def _save(fig: Any, out_dir: Path, name: str) -> str:
+    fig.tight_layout()
+    fig.savefig(out_dir / name, dpi=110)
+    plt.close(fig)
+    return name
+
+
 def plot(results: dict[str, Any], out_dir: Path, tag: str) -> list[str]:
     out_dir.mkdir(parents=True, exist_ok=True)
     suites = results["suites"]
@@ -98,11 +111,7 @@ def plot(results: dict[str, Any], out_dir: Path, tag: str) -> list[str]:
                  "(a: baseline, b: ours 1/call, c: ours --count, d/e: 8 procs ours/baseline)",
                  fontsize=8)
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    name = f"throughput-{tag}.png"
-    fig.savefig(out_dir / name, dpi=110)
-    plt.close(fig)
-    files.append(name)
+    files.append(_save(fig, out_dir, f"throughput-{tag}.png"))
 
     fig, axes = plt.subplots(1, len(suites), figsize=(6 * len(suites), 4.5), squeeze=False)
     for ax, (backend, suite) in zip(axes[0], suites.items(), strict=True):
@@ -110,20 +119,14 @@ def plot(results: dict[str, Any], out_dir: Path, tag: str) -> list[str]:
             variant = suite["variants"].get(key)
             if not variant:
                 continue
-            values = sorted(variant["latencies_ms"])
-            n = len(values)
-            ax.plot(values, [(i + 1) / n for i in range(n)], label=f"({key}) {variant['title']}")
+            _cdf(ax, variant["latencies_ms"], f"({key}) {variant['title']}")
         ax.set_xscale("log")
         ax.set_xlabel("per-instance latency, ms (log)")
         ax.set_ylabel("fraction of instances")
         ax.set_title(f"Latency CDF, Placement on {backend}", fontsize=9)
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize=7)
-    fig.tight_layout()
-    name = f"latency-{tag}.png"
-    fig.savefig(out_dir / name, dpi=110)
-    plt.close(fig)
-    files.append(name)
+    files.append(_save(fig, out_dir, f"latency-{tag}.png"))
 
     fig, axes = plt.subplots(1, len(suites), figsize=(6 * len(suites), 4.5), squeeze=False)
     for ax, (backend, suite) in zip(axes[0], suites.items(), strict=True):
@@ -131,25 +134,17 @@ def plot(results: dict[str, Any], out_dir: Path, tag: str) -> list[str]:
             variant = suite["variants"].get(key)
             if not variant or not variant["notification_samples_ms"]:
                 continue
-            values = sorted(variant["notification_samples_ms"])
-            n = len(values)
-            ax.plot(values, [(i + 1) / n for i in range(n)], label=f"({key}) {variant['title']}")
+            _cdf(ax, variant["notification_samples_ms"], f"({key}) {variant['title']}")
         paced = suite.get("notification_paced")
         if paced and paced["samples_ms"]:
-            values = sorted(paced["samples_ms"])
-            n = len(values)
-            ax.plot(values, [(i + 1) / n for i in range(n)], "k--", label="paced, compute idle")
+            _cdf(ax, paced["samples_ms"], "paced, compute idle", "k--")
         ax.axvline(5, color="grey", linestyle="--", linewidth=1)
         ax.set_xscale("log")
         ax.set_xlabel("scheduler etcd write -> compute receipt, ms (log)")
         ax.set_title(f"Notification latency CDF, Placement on {backend}", fontsize=9)
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize=7)
-    fig.tight_layout()
-    name = f"notification-{tag}.png"
-    fig.savefig(out_dir / name, dpi=110)
-    plt.close(fig)
-    files.append(name)
+    files.append(_save(fig, out_dir, f"notification-{tag}.png"))
 
     boot = results.get("boot", {})
     if boot.get("ours_s"):
@@ -160,11 +155,7 @@ def plot(results: dict[str, Any], out_dir: Path, tag: str) -> list[str]:
             ax.scatter([i] * len(boot[key]), boot[key], s=12, color="black", zorder=3)
         ax.set_ylabel("seconds (TCG guest)")
         ax.set_title(f"Boot, {boot['runs']} runs each", fontsize=9)
-        fig.tight_layout()
-        name = f"boot-{tag}.png"
-        fig.savefig(out_dir / name, dpi=110)
-        plt.close(fig)
-        files.append(name)
+        files.append(_save(fig, out_dir, f"boot-{tag}.png"))
     return files
 
 

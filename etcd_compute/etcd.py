@@ -94,6 +94,12 @@ class Store:
         with contextlib.suppress(Exception):
             self.client.close()
 
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
+
     # --- reads -------------------------------------------------------------
 
     def get(self, key: str) -> Entry | None:

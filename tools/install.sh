@@ -49,7 +49,8 @@ venv() {
 }
 venv .venv requirements-test.txt
 if [ ! -x .venv/bin/ecompute ] || [ ! -x .venv/bin/eschedule ]; then
-  .venv/bin/pip install -q --disable-pip-version-check --no-deps -e . >/dev/null
+  .venv/bin/pip install -q --disable-pip-version-check --no-deps -e . >/dev/null 2>&1 \
+    || die "pip install -e . failed (the ecompute/eschedule console scripts)"
 fi
 # Placement is a separate service with many dependencies of its own.
 venv .venv-placement requirements-placement.txt

@@ -175,21 +175,24 @@ def cmd_schedule(args: argparse.Namespace, config: dict[str, Any]) -> int:
         scheduler.close()
 
 
-def _store_and_placement(config: dict[str, Any]) -> tuple[Any, Any]:
+def _store(config: dict[str, Any]) -> Any:
+    """An etcd Store, used as `with _store(config) as store:` (closed afterwards)."""
     from etcd_compute.etcd import Store
+
+    return Store(config["etcd"])
+
+
+def _placement(config: dict[str, Any]) -> Any:
     from etcd_compute.placement import PlacementClient
 
-    return Store(config["etcd"]), PlacementClient(config["placement"])
+    return PlacementClient(config["placement"])
 
 
 def cmd_show(args: argparse.Namespace, config: dict[str, Any]) -> int:
     from etcd_compute.scheduler import instances as ops
 
-    store, _ = _store_and_placement(config)
-    try:
+    with _store(config) as store:
         record = ops.show(store, args.words[0])
-    finally:
-        store.close()
     if args.json:
         _emit_json(record)
         return 0
@@ -214,9 +217,8 @@ def cmd_destroy(args: argparse.Namespace, config: dict[str, Any]) -> int:
     if len(args.words) != 2:
         raise UsageError("destroy: expected exactly one instance uuid")
     uuid = ops.check_uuid(args.words[1])
-    store, placement = _store_and_placement(config)
-    try:
-        outcome = ops.destroy(store, placement, uuid)
+    with _store(config) as store:
+        outcome = ops.destroy(store, _placement(config), uuid)
         messages_by_outcome = {
             "requested": f"DESTROY REQUESTED FOR INSTANCE {uuid}",
             "already": f"DESTROY ALREADY REQUESTED FOR INSTANCE {uuid}",
@@ -232,18 +234,13 @@ def cmd_destroy(args: argparse.Namespace, config: dict[str, Any]) -> int:
         else:
             print(messages_by_outcome[outcome])
         return 0
-    finally:
-        store.close()
 
 
 def cmd_list(args: argparse.Namespace, config: dict[str, Any]) -> int:
     from etcd_compute.scheduler import instances as ops
 
-    store, _ = _store_and_placement(config)
-    try:
+    with _store(config) as store:
         found = ops.list_instances(store)
-    finally:
-        store.close()
     if args.json:
         _emit_json(found)
         return 0
@@ -256,11 +253,8 @@ def cmd_list(args: argparse.Namespace, config: dict[str, Any]) -> int:
 def cmd_hosts(args: argparse.Namespace, config: dict[str, Any]) -> int:
     from etcd_compute.scheduler import instances as ops
 
-    store, placement = _store_and_placement(config)
-    try:
-        found = ops.hosts(store, placement)
-    finally:
-        store.close()
+    with _store(config) as store:
+        found = ops.hosts(store, _placement(config))
     if args.json:
         _emit_json(found)
         return 0
@@ -282,11 +276,8 @@ def cmd_console(args: argparse.Namespace, config: dict[str, Any]) -> int:
 
     if len(args.words) != 2:
         raise UsageError("console: expected exactly one instance uuid")
-    store, _ = _store_and_placement(config)
-    try:
+    with _store(config) as store:
         text = ops.console(store, args.words[1])
-    finally:
-        store.close()
     if args.json:
         _emit_json({"uuid": args.words[1], "text": text})
     else:

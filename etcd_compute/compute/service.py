@@ -621,14 +621,10 @@ class ComputeService:
             return
         self.placement.delete_allocations(uuid)
         record, revision = self._read_record(uuid)
-        host_key = self.keys.host_instance(spec["host"], uuid)
         failed = (records.moved(record, records.ERROR, error=job.reason) if record
                   else records.error_record(uuid, spec["host"], job.reason or "build failed"))
         ops = [self.store.put_op(messages.INSTANCE_RECORD, self.keys.instance(uuid), failed),
-               self.store.delete_op(host_key), self.store.delete_op(self.keys.booted(uuid)),
-               self.store.delete_op(self.keys.console(uuid))]
-        if spec.get("group"):
-            ops.append(self.store.delete_op(self.keys.group_member(spec["group"]["name"], uuid)))
+               *self._key_deletes(spec, uuid)]
         written = self.store.transaction(
             [self.store.unchanged(self.keys.instance(uuid), revision)], ops
         )
@@ -638,6 +634,15 @@ class ComputeService:
         if job.blame_host:
             self.record_build_failure(spec["host"])
         instance_log(uuid).error("ERROR: %s (allocation freed, nothing left)", job.reason)
+
+    def _key_deletes(self, spec: dict[str, Any], uuid: str) -> list[Any]:
+        """Deletes of every key an instance owns besides its record (one list, so no
+        end state can forget one)."""
+        keys = [self.keys.host_instance(spec["host"], uuid), self.keys.booted(uuid),
+                self.keys.console(uuid)]
+        if spec.get("group"):
+            keys.append(self.keys.group_member(spec["group"]["name"], uuid))
+        return [self.store.delete_op(key) for key in keys]
 
     def reschedule(self, job: Job) -> bool:
         """Hand a failed build to the next live alternate host the scheduler kept.
@@ -695,16 +700,11 @@ class ComputeService:
         deleted = (records.moved(record, records.DELETED, ip=None) if record
                    else records.from_spec(spec, records.DELETED))
         lease = self.store.lease(self.settings["deleted_record_ttl"])
-        ops = [
+        self.store.transaction([], [
             self.store.put_op(messages.INSTANCE_RECORD, self.keys.instance(uuid), deleted,
                               lease=lease),
-            self.store.delete_op(self.keys.host_instance(spec["host"], uuid)),
-            self.store.delete_op(self.keys.booted(uuid)),
-            self.store.delete_op(self.keys.console(uuid)),
-        ]
-        if spec.get("group"):
-            ops.append(self.store.delete_op(self.keys.group_member(spec["group"]["name"], uuid)))
-        self.store.transaction([], ops)
+            *self._key_deletes(spec, uuid),
+        ])
         instance_log(uuid).info("DELETED (allocation freed)")
 
     # ------------------------------------------------------------ extras
