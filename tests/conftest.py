@@ -31,6 +31,15 @@ from etcd_compute.placement import PlacementClient
 from tests.support import unavailable, wait_for  # noqa: F401  (wait_for re-exported)
 
 REPO = Path(__file__).resolve().parent.parent
+def pytest_configure(config: pytest.Config) -> None:
+    # A SIGTERM (a CI timeout, kill) unwinds like Ctrl-C, so fixtures still stop
+    # every process they started.
+    def interrupt(_signum: int, _frame: object) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, interrupt)
+
+
 # --------------------------------------------------------------------- services
 
 
