@@ -3,11 +3,13 @@ PY := .venv/bin/python
 # Extra pytest arguments, e.g. make test PYTEST_ARGS="-k scheduler -x"
 PYTEST_ARGS ?=
 
-.PHONY: help install demo up down status test lint bench bench-full bench-deps clean
+.PHONY: help install demo up down status test unit lint bench bench-full bench-deps clean
 
 help:
 	@echo "make demo      run the whole system once on local services, then clean up (KEEP=1 keeps it up)"
-	@echo "make test      run the test suite against real etcd, Placement and libvirt"
+	@echo "make test      lint, import contracts, unit tests, then the functional tests against"
+	@echo "               real etcd, Placement and libvirt"
+	@echo "make unit      the unit layer alone (seconds, no services)"
 	@echo "make up/down   start/stop local etcd, Placement and libvirtd for trying commands by hand"
 	@echo "make bench     quick benchmarks (bench/); make bench-full for the REPORT.md figures"
 
@@ -18,20 +20,24 @@ demo: install
 	@$(PY) tools/demo.py $(if $(KEEP),--keep)
 
 up: install
-	@$(PY) -m etcd_compute.local_services up
+	@$(PY) -m tools.local_services up
 
 down:
-	@$(PY) -m etcd_compute.local_services down
+	@$(PY) -m tools.local_services down
 
 status:
-	@$(PY) -m etcd_compute.local_services status
+	@$(PY) -m tools.local_services status
 
-test: install
-	@$(PY) -m ruff check etcd_compute tests tools bench compute.py schedule.py
-	@$(PY) -m pytest $(PYTEST_ARGS)
+test: lint
+	@$(PY) -m pytest -q tests/unit
+	@$(PY) -m pytest --ignore=tests/unit $(PYTEST_ARGS)
+
+unit: install
+	@$(PY) -m pytest -q tests/unit $(PYTEST_ARGS)
 
 lint: install
 	@$(PY) -m ruff check etcd_compute tests tools bench compute.py schedule.py
+	@.venv/bin/lint-imports --no-cache
 
 bench: install bench-deps
 	@$(PY) bench/run.py --quick

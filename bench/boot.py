@@ -23,7 +23,7 @@ from typing import Any
 
 from bench import stats
 from bench.services import ComputeProcess, Stack, say
-from etcd_compute.local_services import REPO, ensure_libvirtd, free_port, stop_pid
+from tools.local_services import REPO, ensure_libvirtd, free_port, stop_pid
 
 BOOT_ROOT = Path("/var/tmp/etcd-compute-bench")
 NETWORK = "etcd-compute-bench"
@@ -73,7 +73,7 @@ def _compute_config(stack: Stack, root: Path) -> dict[str, Any]:
 
 def _boot_ours(scheduler: Any, image_url: str) -> tuple[float, str]:
     from etcd_compute.scheduler import RequestSpec
-    from etcd_compute.scheduler.instances import read_record
+    from etcd_compute.scheduler.operations import read_record
 
     started = time.perf_counter()
     (destination,) = scheduler.select_destinations(RequestSpec.build(QUERY, image_url=image_url))
@@ -88,7 +88,7 @@ def _boot_ours(scheduler: Any, image_url: str) -> tuple[float, str]:
 
 
 def _destroy_ours(scheduler: Any, uuid: str) -> None:
-    from etcd_compute.scheduler.instances import destroy, read_record
+    from etcd_compute.scheduler.operations import destroy, read_record
 
     destroy(scheduler.store, scheduler.placement, uuid)
     deadline = time.monotonic() + 120
@@ -191,7 +191,7 @@ def run_boot(run_dir: Path, runs: int) -> dict[str, Any]:
         if compute is not None:
             compute.stop()
         if config is not None:
-            from etcd_compute.mdserver import stop_mdserver
+            from etcd_compute.mdserver.supervisor import stop_mdserver
 
             with contextlib.suppress(Exception):
                 stop_mdserver(config)

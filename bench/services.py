@@ -21,7 +21,7 @@ import psutil
 import yaml
 
 from etcd_compute.config import SCHEDULE_DEFAULTS, deep_merge
-from etcd_compute.local_services import (
+from tools.local_services import (
     REPO,
     EtcdServer,
     PlacementServer,

@@ -5,18 +5,23 @@ We use `etcd-sdk-python` (imported as `pyetcd`): it keeps the API of the old
 Its default client refuses every call for 300 s after one failure
 (`time_retry`); we set it to 0 and keep gRPC's reconnect backoff short so a
 restarted etcd is usable again within a second.
+
+Transactions are written with our own small types (`Compare`, `Put`,
+`Delete`, `Txn`) and translated to pyetcd's only here, so the code that
+builds them (the instance model) can be tested against an in-memory store.
 """
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import grpc
 import pyetcd
 import pyetcd.exceptions
+import pyetcd.transactions
 
 from etcd_compute import messages
 from etcd_compute.errors import EtcdComputeError, InvalidMessage, ServiceUnavailable
@@ -78,46 +83,109 @@ class Entry:
     lease: int = 0
 
 
-class Store:
-    """An etcd client bound to our key layout and message schemas."""
+# --- transactions, in our own terms ------------------------------------------------------
 
-    def __init__(self, etcd_config: dict[str, Any]):
-        self.endpoints = list(etcd_config["endpoints"])
-        self.keys = Keys(etcd_config["prefix"])
-        self.client = connect(etcd_config)
-        self.tx = self.client.transactions
 
-    def errors(self) -> contextlib.AbstractContextManager[None]:
-        return etcd_errors(self.endpoints)
+@dataclass(frozen=True)
+class Compare:
+    """`target` of `key` (or of every key in [key, range_end)) `op` `value`.
 
-    def close(self) -> None:
-        with contextlib.suppress(Exception):
-            self.client.close()
+    target: "mod" (mod_revision), "create" (create_revision) or "version".
+    """
 
-    def __enter__(self) -> Store:
-        return self
+    key: str
+    target: str
+    op: str
+    value: int
+    range_end: str | None = None
 
-    def __exit__(self, *_exc: object) -> None:
-        self.close()
 
-    # --- reads -------------------------------------------------------------
+@dataclass(frozen=True)
+class Put:
+    key: str
+    value: str
+    lease: int | None = None
+
+
+@dataclass(frozen=True)
+class Delete:
+    key: str
+
+
+Op = Put | Delete
+
+
+@dataclass
+class Txn:
+    """Compares that must all hold, and the writes done (atomically) when they do."""
+
+    compare: list[Compare] = field(default_factory=list)
+    success: list[Op] = field(default_factory=list)
+
+    def __add__(self, other: Txn) -> Txn:
+        return Txn(self.compare + other.compare, self.success + other.success)
+
+
+def absent(key: str) -> Compare:
+    return Compare(key, "version", "==", 0)
+
+
+def unchanged(key: str, mod_revision: int) -> Compare:
+    """True when `key` is still at `mod_revision` (0: still absent)."""
+    return absent(key) if mod_revision == 0 else Compare(key, "mod", "==", mod_revision)
+
+
+def prefix_end(prefix: str) -> str:
+    """The first key after every key starting with `prefix` (etcd's range_end)."""
+    return prefix[:-1] + chr(ord(prefix[-1]) + 1)
+
+
+def none_created_since(prefix: str, revision: int) -> Compare:
+    """Every key under `prefix` was created at or before `revision` (an empty range passes)."""
+    return Compare(prefix, "create", "<", revision + 1, prefix_end(prefix))
+
+
+def put_message(schema: str, key: str, message: dict[str, Any], lease: int | None = None) -> Put:
+    """A put of a schema-checked message (validated now, like `Store.put`)."""
+    return Put(key, messages.encode(schema, message), lease)
+
+
+_TARGETS = {"mod": pyetcd.transactions.Mod, "create": pyetcd.transactions.Create,
+            "version": pyetcd.transactions.Version}
+
+
+def _to_pyetcd_compare(compare: Compare) -> Any:
+    target = _TARGETS[compare.target](compare.key, compare.range_end)
+    return {"==": target.__eq__, "!=": target.__ne__, "<": target.__lt__,
+            ">": target.__gt__}[compare.op](compare.value)
+
+
+def _to_pyetcd_op(op: Op) -> Any:
+    if isinstance(op, Put):
+        return pyetcd.transactions.Put(op.key, op.value, lease=op.lease)
+    return pyetcd.transactions.Delete(op.key)
+
+
+class KeyValueStore:
+    """Reads and writes of schema-checked messages, over four primitives a subclass provides:
+    `get`, `get_prefix`, `commit` and `grant` (etcd here; an in-memory store in unit tests)."""
+
+    keys: Keys
 
     def get(self, key: str) -> Entry | None:
-        with self.errors():
-            value, meta = self.client.get(key)
-        if value is None:
-            return None
-        return Entry(key, value, meta.mod_revision, meta.create_revision, meta.lease_id)
+        raise NotImplementedError
 
     def get_prefix(self, prefix: str, keys_only: bool = False) -> tuple[list[Entry], int]:
         """All entries under `prefix` and the store revision they were read at."""
-        with self.errors():
-            response = self.client.get_prefix_response(prefix, keys_only=keys_only)
-        entries = [
-            Entry(kv.key.decode(), kv.value, kv.mod_revision, kv.create_revision, kv.lease)
-            for kv in response.kvs
-        ]
-        return entries, response.header.revision
+        raise NotImplementedError
+
+    def commit(self, txn: Txn) -> int | None:
+        """Run `txn`: the revision it wrote at, or None if a comparison failed."""
+        raise NotImplementedError
+
+    def grant(self, ttl: int) -> int:
+        """The id of a new lease of `ttl` seconds, for keys that expire on their own."""
+        raise NotImplementedError
 
     def read(self, schema: str, key: str) -> tuple[dict[str, Any] | None, int]:
         """(message, mod_revision), or (None, 0) when the key does not exist.
@@ -138,26 +206,58 @@ class Store:
                 found[entry.key.rsplit("/", 1)[-1]] = messages.decode(schema, entry.value)
         return found
 
-    # --- writes ------------------------------------------------------------
-
     def put(self, schema: str, key: str, message: dict[str, Any], lease: Any = None) -> None:
-        value = messages.encode(schema, message)
+        """Write one message (`lease`: a lease id or pyetcd Lease the key expires with)."""
+        lease_id = getattr(lease, "id", lease)
+        self.commit(Txn([], [put_message(schema, key, message, lease_id)]))
+
+    def delete(self, key: str) -> None:
+        self.commit(Txn([], [Delete(key)]))
+
+
+class Store(KeyValueStore):
+    """An etcd client bound to our key layout and message schemas."""
+
+    def __init__(self, etcd_config: dict[str, Any]):
+        self.endpoints = list(etcd_config["endpoints"])
+        self.keys = Keys(etcd_config["prefix"])
+        self.client = connect(etcd_config)
+
+    def errors(self) -> contextlib.AbstractContextManager[None]:
+        return etcd_errors(self.endpoints)
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self.client.close()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
+
+    def get(self, key: str) -> Entry | None:
         with self.errors():
-            self.client.put(key, value, lease=lease)
+            value, meta = self.client.get(key)
+        if value is None:
+            return None
+        return Entry(key, value, meta.mod_revision, meta.create_revision, meta.lease_id)
 
-    def put_op(self, schema: str, key: str, message: dict[str, Any], lease: Any = None) -> Any:
-        """A put for a transaction (validated now, like `put`)."""
-        return self.tx.put(key, messages.encode(schema, message), lease=lease)
+    def get_prefix(self, prefix: str, keys_only: bool = False) -> tuple[list[Entry], int]:
+        with self.errors():
+            response = self.client.get_prefix_response(prefix, keys_only=keys_only)
+        entries = [
+            Entry(kv.key.decode(), kv.value, kv.mod_revision, kv.create_revision, kv.lease)
+            for kv in response.kvs
+        ]
+        return entries, response.header.revision
 
-    def delete_op(self, key: str) -> Any:
-        return self.tx.delete(key)
-
-    def transaction(self, compare: list[Any], success: list[Any],
-                    failure: list[Any] | None = None) -> int | None:
-        """Run a transaction: the revision it wrote at, or None if a comparison failed."""
+    def commit(self, txn: Txn) -> int | None:
         with self.errors():
             succeeded, responses = self.client.transaction(
-                compare=compare, success=success, failure=failure or []
+                compare=[_to_pyetcd_compare(c) for c in txn.compare],
+                success=[_to_pyetcd_op(op) for op in txn.success],
+                failure=[],
             )
         if not succeeded:
             return None
@@ -167,22 +267,10 @@ class Store:
                 return getattr(response, kind).header.revision
         return 0
 
-    def delete(self, key: str) -> None:
-        with self.errors():
-            self.client.delete(key)
-
     def lease(self, ttl: int) -> Any:
+        """A new lease (pyetcd's Lease: `.id`, `.refresh()`, `.revoke()`)."""
         with self.errors():
             return self.client.lease(ttl)
 
-    # --- comparisons for transactions ---------------------------------------
-
-    def absent(self, key: str) -> Any:
-        return self.tx.version(key) == 0
-
-    def unchanged(self, key: str, mod_revision: int) -> Any:
-        """True when `key` is still at `mod_revision` (0: still absent)."""
-        if mod_revision == 0:
-            return self.absent(key)
-        return self.tx.mod(key) == mod_revision
-
+    def grant(self, ttl: int) -> int:
+        return int(self.lease(ttl).id)

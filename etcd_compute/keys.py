@@ -14,7 +14,11 @@ can share one etcd.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
+
+# An instance or resource provider uuid as we write them: lower case, canonical form.
+UUID = re.compile(r"\A[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\Z")
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,9 @@ from etcd_compute.errors import ConflictError, NotFound, PlacementError, Service
 LOG = logging.getLogger(__name__)
 
 MICROVERSION = "1.39"
+# The standard trait that makes a provider unschedulable (Nova's choice too): a stopped
+# compute sets it, an operator may; the inventory stays truthful.
+DISABLED_TRAIT = "COMPUTE_STATUS_DISABLED"
 # Placement's error codes for 409s we handle by refreshing and trying again.
 CONCURRENT_UPDATE = "placement.concurrent_update"
 INVENTORY_IN_USE = "placement.inventory.inuse"

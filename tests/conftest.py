@@ -26,11 +26,11 @@ import yaml
 from etcd_compute import config as configuration
 from etcd_compute.errors import ServiceUnavailable
 from etcd_compute.etcd import Store
-from etcd_compute.local_services import EtcdServer, PlacementServer, pid_alive, stop_pid
 from etcd_compute.placement import PlacementClient
-from tests.support import unavailable, wait_for  # noqa: F401  (wait_for re-exported)
+from tests.support import REPO, Run, run_cli, unavailable, wait_for  # noqa: F401
+from tools.local_services import EtcdServer, PlacementServer, pid_alive, stop_pid
 
-REPO = Path(__file__).resolve().parent.parent
+
 def pytest_configure(config: pytest.Config) -> None:
     # A SIGTERM (a CI timeout, kill) unwinds like Ctrl-C, so fixtures still stop
     # every process they started.
@@ -150,6 +150,23 @@ def schedule_config(etcd_config: dict[str, Any],
     config = configuration.deep_merge(configuration.SCHEDULE_DEFAULTS, overrides)
     configuration.validate(config, "schedule_config", "test schedule config")
     return config
+
+
+@pytest.fixture
+def schedule_yaml(schedule_config: dict[str, Any],
+                  write_yaml: Callable[[str, dict[str, Any]], Path]) -> Path:
+    return write_yaml("schedule.yaml", schedule_config)
+
+
+@pytest.fixture
+def run_schedule(schedule_yaml: Path) -> Callable[..., Run]:
+    """Run the real schedule.py with the test's schedule.yaml."""
+
+    def run(*args: str, config: Path | None = None, timeout: float = 60) -> Run:
+        return run_cli("schedule.py", "--config", str(config or schedule_yaml), *args,
+                       timeout=timeout)
+
+    return run
 
 
 @pytest.fixture

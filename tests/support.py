@@ -1,20 +1,39 @@
-"""Small helpers shared by all tests (fixtures live in conftest.py)."""
+"""Helpers shared by every layer of tests (fixtures live in conftest.py).
+
+Defined once here: the repository path, the CI switch, waiting, a valid
+instance spec, and running the real command-line programs.
+"""
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import sys
 import time
+import uuid as uuidlib
 from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-IN_CI = os.environ.get("CI", "").lower() == "true"
+REPO = Path(__file__).resolve().parent.parent
+RESOURCES = {"VCPU": 1, "MEMORY_MB": 64, "DISK_GB": 1}
+
+
+def in_ci(environ: dict[str, str] | os._Environ[str] = os.environ) -> bool:
+    """CI=true, CI=1 or CI=yes (any case): missing services fail the run instead of skipping."""
+    return environ.get("CI", "").strip().lower() in ("true", "1", "yes")
+
+
+IN_CI = in_ci()
 
 
 def unavailable(what: str) -> None:
     """Fail in CI, skip on a developer machine without the service."""
-    if IN_CI:
+    if in_ci():
         pytest.fail(f"{what} (CI=true: missing services fail the run)", pytrace=False)
     pytest.skip(what)
 
@@ -29,3 +48,39 @@ def wait_for(predicate: Callable[[], Any], timeout: float = 20.0, interval: floa
             return value
         time.sleep(interval)
     raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+
+def make_spec(rp_uuid: str, image: str = "file:///dev/null", **extra: Any) -> dict[str, Any]:
+    """A valid instance_spec for host `rp_uuid` (a fresh uuid unless `uuid=` is given)."""
+    return {
+        "action": "build",
+        "uuid": str(uuidlib.uuid4()),
+        "name": "test",
+        "host": rp_uuid,
+        "resources": dict(RESOURCES),
+        "allocations": {rp_uuid: {"resources": dict(RESOURCES)}},
+        "image": {"url": image, "sha256": None},
+        "project_id": "p",
+        "user_id": "u",
+        "requested_at": time.time(),
+        **extra,
+    }
+
+
+@dataclass
+class Run:
+    """What a command-line program did."""
+
+    code: int
+    stdout: str
+    stderr: str
+
+    def json(self) -> Any:
+        return json.loads(self.stdout)
+
+
+def run_cli(program: str, *args: str, timeout: float = 60) -> Run:
+    """Run `schedule.py` or `compute.py` of this checkout as a real process."""
+    done = subprocess.run([sys.executable, str(REPO / program), *args], capture_output=True,
+                          text=True, timeout=timeout, cwd=REPO)
+    return Run(done.returncode, done.stdout, done.stderr)

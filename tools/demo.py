@@ -29,8 +29,8 @@ sys.path.insert(0, str(REPO))
 from etcd_compute import messages  # noqa: E402
 from etcd_compute.errors import EtcdComputeError  # noqa: E402
 from etcd_compute.etcd import Store  # noqa: E402
-from etcd_compute.local_services import LocalStack, ensure_libvirtd, stop_pid  # noqa: E402
 from etcd_compute.placement import PlacementClient  # noqa: E402
+from tools.local_services import LocalStack, ensure_libvirtd, stop_pid  # noqa: E402
 
 RUN = REPO / "run"
 DEMO = RUN / "demo"
@@ -223,7 +223,7 @@ def forget_demo_providers(stack: LocalStack) -> None:
 def cleanup_vm_files(compute_config: dict) -> None:
     """Stop the metadata server and drop the demo's network and files."""
     from etcd_compute.config import COMPUTE_DEFAULTS, deep_merge
-    from etcd_compute.mdserver import stop_mdserver
+    from etcd_compute.mdserver.supervisor import stop_mdserver
     from etcd_compute.virt.network import remove_network
 
     config = deep_merge(COMPUTE_DEFAULTS, compute_config)

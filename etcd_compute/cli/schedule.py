@@ -131,9 +131,9 @@ def _progress(uuid: str, record: dict[str, Any] | None) -> None:
 
 
 def cmd_schedule(args: argparse.Namespace, config: dict[str, Any]) -> int:
-    from etcd_compute.compute import records
+    from etcd_compute import instances
     from etcd_compute.scheduler import RequestSpec, Scheduler
-    from etcd_compute.scheduler import instances as ops
+    from etcd_compute.scheduler import operations as ops
 
     request_spec = RequestSpec.build(
         args.words[0], count=args.count, name=args.name, image_url=args.image,
@@ -162,14 +162,14 @@ def cmd_schedule(args: argparse.Namespace, config: dict[str, Any]) -> int:
         if not args.wait:
             return 0
         final = ops.wait(scheduler.store, [d.uuid for d in destinations],
-                         frozenset({records.ACTIVE, records.ERROR, records.DELETED}),
+                         frozenset({instances.ACTIVE, instances.ERROR, instances.DELETED}),
                          config["scheduler"]["wait_timeout_seconds"],
                          (lambda *_: None) if args.json else _progress)
         if args.json:
             _emit_json({"instances": [{**d.as_dict(), "record": final.get(d.uuid)}
                                       for d in destinations],
                         "conflicts": scheduler.placement.conflicts})
-        ok = all(r is not None and r["state"] == records.ACTIVE for r in final.values())
+        ok = all(r is not None and r["state"] == instances.ACTIVE for r in final.values())
         return 0 if ok else 1
     finally:
         scheduler.close()
@@ -189,7 +189,7 @@ def _placement(config: dict[str, Any]) -> Any:
 
 
 def cmd_show(args: argparse.Namespace, config: dict[str, Any]) -> int:
-    from etcd_compute.scheduler import instances as ops
+    from etcd_compute.scheduler import operations as ops
 
     with _store(config) as store:
         record = ops.show(store, args.words[0])
@@ -211,8 +211,8 @@ def cmd_show(args: argparse.Namespace, config: dict[str, Any]) -> int:
 
 
 def cmd_destroy(args: argparse.Namespace, config: dict[str, Any]) -> int:
-    from etcd_compute.compute import records
-    from etcd_compute.scheduler import instances as ops
+    from etcd_compute import instances
+    from etcd_compute.scheduler import operations as ops
 
     if len(args.words) != 2:
         raise UsageError("destroy: expected exactly one instance uuid")
@@ -226,7 +226,7 @@ def cmd_destroy(args: argparse.Namespace, config: dict[str, Any]) -> int:
             "deleted": f"INSTANCE {uuid} IS ALREADY DELETED",
         }
         if args.wait and outcome in ("requested", "already"):
-            ops.wait(store, [uuid], frozenset({records.DELETED}),
+            ops.wait(store, [uuid], frozenset({instances.DELETED}),
                      config["scheduler"]["wait_timeout_seconds"],
                      (lambda *_: None) if args.json else _progress)
         if args.json:
@@ -237,7 +237,7 @@ def cmd_destroy(args: argparse.Namespace, config: dict[str, Any]) -> int:
 
 
 def cmd_list(args: argparse.Namespace, config: dict[str, Any]) -> int:
-    from etcd_compute.scheduler import instances as ops
+    from etcd_compute.scheduler import operations as ops
 
     with _store(config) as store:
         found = ops.list_instances(store)
@@ -251,7 +251,7 @@ def cmd_list(args: argparse.Namespace, config: dict[str, Any]) -> int:
 
 
 def cmd_hosts(args: argparse.Namespace, config: dict[str, Any]) -> int:
-    from etcd_compute.scheduler import instances as ops
+    from etcd_compute.scheduler import operations as ops
 
     with _store(config) as store:
         found = ops.hosts(store, _placement(config))
@@ -272,7 +272,7 @@ def cmd_hosts(args: argparse.Namespace, config: dict[str, Any]) -> int:
 
 
 def cmd_console(args: argparse.Namespace, config: dict[str, Any]) -> int:
-    from etcd_compute.scheduler import instances as ops
+    from etcd_compute.scheduler import operations as ops
 
     if len(args.words) != 2:
         raise UsageError("console: expected exactly one instance uuid")

@@ -49,16 +49,3 @@ class Driver(abc.ABC):
         """Release connections (called when a worker exits)."""
         return None
 
-
-def load_driver(config: dict[str, Any]) -> Driver:
-    """The driver named in `config["driver"]["name"]`."""
-    name = config["driver"]["name"]
-    if name == "fake":
-        from etcd_compute.drivers.fake import FakeDriver
-
-        return FakeDriver(config)
-    if name == "libvirt":
-        from etcd_compute.drivers.libvirt import LibvirtDriver
-
-        return LibvirtDriver(config)
-    raise ValueError(f"unknown driver {name!r}")

@@ -8,13 +8,9 @@ cover what Placement does not know. To add one: write a class here with
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from etcd_compute.errors import ConfigError
+from etcd_compute.scheduler.context import PlanContext
 from etcd_compute.scheduler.hoststate import HostState
-
-if TYPE_CHECKING:
-    from etcd_compute.scheduler.planner import PlanContext
 
 
 class HostFilter:

@@ -17,8 +17,9 @@ from typing import Any
 from etcd_compute import messages
 from etcd_compute.errors import InvalidMessage
 from etcd_compute.etcd import Store
+from etcd_compute.instances import count_by_host
+from etcd_compute.placement import DISABLED_TRAIT
 
-DISABLED_TRAIT = "COMPUTE_STATUS_DISABLED"
 SHARING_TRAIT = "MISC_SHARES_VIA_AGGREGATE"
 # Build failures older than this no longer count against a host.
 BUILD_FAILURE_WINDOW_SECONDS = 3600.0
@@ -116,13 +117,8 @@ class Cluster:
                  for rp, message in _read_some(store, messages.ALIVE, keys.alive_prefix(),
                                                only, cache).items()}
         stats = _read_some(store, messages.HOST_STATS, keys.stats_prefix(), only, cache)
-        entries, _ = store.get_prefix(keys.hosts(), keys_only=True)
-        instances: Counter[str] = Counter()
-        for entry in entries:
-            parsed = keys.parse_host_instance(entry.key)
-            if parsed:
-                instances[parsed[0]] += 1
-        return cls(alive, {rp: s.get("build_failures", []) for rp, s in stats.items()}, instances)
+        return cls(alive, {rp: s.get("build_failures", []) for rp, s in stats.items()},
+                   count_by_host(store))
 
 
 def _read_some(store: Store, schema: str, prefix: str, only: set[str] | None,
@@ -195,10 +191,3 @@ def host_states(candidates: dict[str, Any], cluster: Cluster) -> list[HostState]
         host.options.append(allocations)
     return list(hosts.values())
 
-
-def read_stats(store: Store, rp_uuid: str) -> dict[str, Any] | None:
-    try:
-        stats, _ = store.read(messages.HOST_STATS, store.keys.stats(rp_uuid))
-    except InvalidMessage:
-        return None
-    return stats

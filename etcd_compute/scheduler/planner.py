@@ -10,24 +10,12 @@ Nothing is claimed here; `claims.py` does that for the whole plan at once.
 from __future__ import annotations
 
 import random
-import time
-from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
+from etcd_compute.scheduler.context import PlanContext
 from etcd_compute.scheduler.filters import HostFilter
 from etcd_compute.scheduler.hoststate import Allocations, HostState
 from etcd_compute.scheduler.weighers import HostWeigher, weigh
-
-
-@dataclass
-class PlanContext:
-    """What filters and weighers see besides the host: the group and limits."""
-
-    policy: str | None = None
-    # Members of the request's group per host: existing ones plus those planned so far.
-    group_hosts: Counter[str] = field(default_factory=Counter)
-    max_instances_per_host: int = 50
-    now: float = field(default_factory=time.time)
 
 
 @dataclass

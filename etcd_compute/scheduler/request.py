@@ -19,10 +19,10 @@ from dataclasses import dataclass, field
 from urllib.parse import quote, unquote
 
 from etcd_compute.errors import UsageError
+from etcd_compute.keys import UUID
 
 RESOURCE_CLASS = re.compile(r"^([A-Z_]+|CUSTOM_[A-Z0-9_]+)\Z")
 TRAIT = re.compile(r"^[A-Z0-9_]{1,255}\Z")
-UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\Z")
 KEY = re.compile(r"^(resources|required|member_of|in_tree)([A-Za-z0-9_-]{1,64})?\Z")
 # Placement stores amounts as 32-bit signed integers.
 MAX_AMOUNT = 2**31 - 1

@@ -9,13 +9,9 @@ a class here with `raw_weight`, give it a multiplier under `scheduler.weighers`.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from etcd_compute.errors import ConfigError
+from etcd_compute.scheduler.context import PlanContext
 from etcd_compute.scheduler.hoststate import HostState
-
-if TYPE_CHECKING:
-    from etcd_compute.scheduler.planner import PlanContext
 
 
 class HostWeigher:

@@ -21,9 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from etcd_compute.keys import UUID
 from etcd_compute.virt import disks
-
-UUID_PATTERN = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
 
 
 @dataclass(frozen=True)
@@ -32,7 +31,7 @@ class InstanceFiles:
 
     @classmethod
     def of(cls, instances_dir: str | os.PathLike[str], uuid: str) -> InstanceFiles:
-        if not UUID_PATTERN.match(uuid):
+        if not UUID.match(uuid):
             # The uuid becomes a path: refuse anything that could leave instances_dir.
             raise ValueError(f"not an instance uuid: {uuid!r}")
         return cls(Path(instances_dir) / uuid)

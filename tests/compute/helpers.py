@@ -2,37 +2,18 @@
 
 from __future__ import annotations
 
-import time
-import uuid as uuidlib
 from pathlib import Path
 from typing import Any
 
 import psutil
 
 from etcd_compute import messages
-from etcd_compute.compute.records import FINAL
 from etcd_compute.etcd import Store
+from etcd_compute.instances import FINAL
 from etcd_compute.placement import PlacementClient
-from tests.support import wait_for
+from tests.support import make_spec, wait_for
 
-RESOURCES = {"VCPU": 1, "MEMORY_MB": 64, "DISK_GB": 1}
-
-
-def make_spec(rp_uuid: str, image: str = "file:///dev/null", **extra: Any) -> dict[str, Any]:
-    return {
-        "action": "build",
-        "uuid": str(uuidlib.uuid4()),
-        "name": "test",
-        "host": rp_uuid,
-        "resources": dict(RESOURCES),
-        "allocations": {rp_uuid: {"resources": dict(RESOURCES)}},
-        "image": {"url": image, "sha256": None},
-        "project_id": "p",
-        "user_id": "u",
-        "requested_at": time.time(),
-        **extra,
-    }
-
+__all__ = ["make_spec"]  # re-exported: the compute tests import it from here
 
 def claim_and_send(store: Store, placement: PlacementClient, spec: dict[str, Any]) -> None:
     """What a scheduler does: claim in Placement, then write the spec to the host's key."""

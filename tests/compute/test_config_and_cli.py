@@ -2,24 +2,18 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 
 from etcd_compute import config as configuration
 from etcd_compute.compute.identity import fake_identities, load_identity
 from etcd_compute.compute.inventory import build_inventory, cpu_traits
 from etcd_compute.errors import ConfigError
-from etcd_compute.local_services import free_port
+from tests.support import REPO, Run, run_cli
+from tools.local_services import free_port
 
-REPO = Path(__file__).resolve().parents[2]
 
-
-def run_compute(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, str(REPO / "compute.py"), *args],
-                          capture_output=True, text=True, timeout=timeout, cwd=REPO)
+def run_compute(*args: str, timeout: float = 60) -> Run:
+    return run_cli("compute.py", *args, timeout=timeout)
 
 
 def test_deep_merge_keeps_sibling_keys():
@@ -83,21 +77,21 @@ def test_compute_bad_config_exits_2_with_one_line(tmp_path):
     path = tmp_path / "c.yaml"
     path.write_text("compute:\n  workers: -1\n")
     result = run_compute("--config", str(path))
-    assert result.returncode == 2
+    assert result.code == 2
     assert result.stderr.startswith("compute.py: error: ") and "compute.workers" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1 and "Traceback" not in result.stderr
 
 
 def test_compute_missing_config_file(tmp_path):
     result = run_compute("--config", str(tmp_path / "nope.yaml"))
-    assert result.returncode == 2 and "no such configuration file" in result.stderr
+    assert result.code == 2 and "no such configuration file" in result.stderr
 
 
 def test_compute_unreachable_etcd_is_one_line(tmp_path, write_yaml, compute_config):
     config = configuration.deep_merge(compute_config, {
         "etcd": {"endpoints": [f"127.0.0.1:{free_port()}"], "timeout": 1.0}})
     result = run_compute("--config", str(write_yaml("c.yaml", config)), "--check")
-    assert result.returncode == 3, result.stderr
+    assert result.code == 3, result.stderr
     assert "etcd at 127.0.0.1:" in result.stderr and "unreachable" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
 
@@ -106,14 +100,14 @@ def test_compute_unreachable_placement_is_one_line(tmp_path, write_yaml, compute
     config = configuration.deep_merge(compute_config, {
         "placement": {"endpoint": f"http://127.0.0.1:{free_port()}"}})
     result = run_compute("--config", str(write_yaml("c.yaml", config)))
-    assert result.returncode == 3, result.stderr
+    assert result.code == 3, result.stderr
     assert "Placement at http://127.0.0.1:" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
 
 
 def test_compute_check_reaches_everything(write_yaml, compute_config):
     result = run_compute("--config", str(write_yaml("c.yaml", compute_config)), "--check")
-    assert result.returncode == 0, result.stderr
+    assert result.code == 0, result.stderr
     lines = result.stdout.splitlines()
     assert lines[0] == "config: ok"
     assert lines[1].startswith("etcd: ok (version 3.")
@@ -125,5 +119,5 @@ def test_compute_check_with_libvirt_test_driver(write_yaml, compute_config, libv
     config = configuration.deep_merge(compute_config, {
         "driver": {"name": "libvirt", "libvirt": {"uri": "test:///default"}}})
     result = run_compute("--config", str(write_yaml("c.yaml", config)), "--check")
-    assert result.returncode == 0, result.stderr
+    assert result.code == 0, result.stderr
     assert result.stdout.splitlines()[3].startswith("driver: ok")

@@ -17,10 +17,9 @@ from typing import Any
 import pytest
 
 from etcd_compute import messages
-from etcd_compute.compute.service import DISABLED_TRAIT
 from etcd_compute.config import deep_merge
 from etcd_compute.etcd import Store
-from etcd_compute.placement import PlacementClient
+from etcd_compute.placement import DISABLED_TRAIT, PlacementClient
 from tests.compute.helpers import (
     assert_nothing_left,
     builds_log,
@@ -132,7 +131,7 @@ def test_200_requests_through_kill9_restarts_exactly_once(start_compute, compute
 
 def test_etcd_restart_mid_stream_loses_nothing(tmp_path, start_compute, compute_config,
                                                placement_config):
-    from etcd_compute.local_services import EtcdServer
+    from tools.local_services import EtcdServer
 
     etcd = EtcdServer.create(tmp_path / "own-etcd").start()
     try:

@@ -43,8 +43,8 @@ def test_inventory_update_survives_generation_conflicts(placement: PlacementClie
 def test_compacted_history_triggers_reconcile(compute_config, store, placement, caplog):
     identity = HostIdentity(compute_config["compute"]["uuid"], compute_config["compute"]["name"])
     service = ComputeService(compute_config, [identity])
-    service.register()
-    service.pool = service._new_pool()
+    service.registration.register()
+    service.pool.start()
     try:
         specs = [make_spec(identity.uuid) for _ in range(3)]
         for spec in specs:
@@ -54,8 +54,8 @@ def test_compacted_history_triggers_reconcile(compute_config, store, placement, 
         store.client.compact(revision)
         # As if the daemon had been away since revision 1: the watch cannot resume there.
         service.next_revision = 1
-        threading.Thread(target=service._watch_loop, daemon=True).start()
-        main = threading.Thread(target=service._main_loop, daemon=True)
+        threading.Thread(target=service.watch_loop, daemon=True).start()
+        main = threading.Thread(target=service.main_loop, daemon=True)
         main.start()
         for spec in specs:
             wait_state(store, spec["uuid"], "ACTIVE")
@@ -73,27 +73,29 @@ def test_finished_job_survives_an_etcd_blip_while_recording_it(compute_config, s
 
     identity = HostIdentity(compute_config["compute"]["uuid"], compute_config["compute"]["name"])
     service = ComputeService(compute_config, [identity])
-    service.register()
-    service.pool = service._new_pool()
-    real_finish = service.finish_build
-    blips = {"left": 1}
+    service.registration.register()
+    service.pool.start()
+    real_finish = service.machine.finish_build
+    calls = []
 
     def finish_build_once_unreachable(job, result):
-        if blips["left"]:
-            blips["left"] -= 1
+        calls.append(job.uuid)
+        if len(calls) == 1:
             raise ServiceUnavailable("etcd at test is unreachable (UNAVAILABLE)")
         real_finish(job, result)
 
-    service.finish_build = finish_build_once_unreachable  # type: ignore[method-assign]
+    service.machine.finish_build = finish_build_once_unreachable  # type: ignore[method-assign]
     try:
         service.reconcile()  # as `run` does: the watch resumes from the revision it read
-        threading.Thread(target=service._watch_loop, daemon=True).start()
-        threading.Thread(target=service._main_loop, daemon=True).start()
+        threading.Thread(target=service.watch_loop, daemon=True).start()
+        threading.Thread(target=service.main_loop, daemon=True).start()
         spec = make_spec(identity.uuid)
         store.put(messages.INSTANCE_SPEC, store.keys.host_instance(identity.uuid, spec["uuid"]),
                   spec)
         wait_state(store, spec["uuid"], "ACTIVE")
-        assert blips["left"] == 0 and spec["uuid"] not in service.jobs
+        # The blip happened, and the same finished job was recorded on the retry.
+        assert calls == [spec["uuid"], spec["uuid"]]
+        assert spec["uuid"] not in service.machine.jobs
     finally:
         service.stop()
         service.pool.stop()

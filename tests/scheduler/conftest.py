@@ -2,23 +2,13 @@
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 import time
 import uuid as uuidlib
-from collections.abc import Callable
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
-
-import pytest
 
 from etcd_compute import messages
 from etcd_compute.etcd import Store
 from etcd_compute.placement import PlacementClient
-
-REPO = Path(__file__).resolve().parents[2]
 
 SMALL = {"VCPU": 4, "MEMORY_MB": 2048, "DISK_GB": 20}
 
@@ -43,32 +33,3 @@ def add_host(placement: PlacementClient, store: Store | None, name: str,
         store.put(messages.ALIVE, store.keys.alive(uuid),
                   {"host": uuid, "name": name, "since": time.time()})
     return uuid
-
-
-@dataclass
-class Run:
-    code: int
-    stdout: str
-    stderr: str
-
-    def json(self) -> Any:
-        return json.loads(self.stdout)
-
-
-@pytest.fixture
-def schedule_yaml(schedule_config: dict[str, Any],
-                  write_yaml: Callable[[str, dict[str, Any]], Path]) -> Path:
-    return write_yaml("schedule.yaml", schedule_config)
-
-
-@pytest.fixture
-def run_schedule(schedule_yaml: Path) -> Callable[..., Run]:
-    """Run the real schedule.py with the test's schedule.yaml."""
-
-    def run(*args: str, config: Path | None = None, timeout: float = 60) -> Run:
-        argv = [sys.executable, str(REPO / "schedule.py"), "--config",
-                str(config or schedule_yaml), *args]
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, cwd=REPO)
-        return Run(done.returncode, done.stdout, done.stderr)
-
-    return run

@@ -7,8 +7,8 @@ import re
 import pytest
 
 from etcd_compute.config import deep_merge
-from etcd_compute.local_services import free_port
 from tests.scheduler.conftest import add_host
+from tools.local_services import free_port
 
 QUERY = "resources=VCPU:1,MEMORY_MB:64,DISK_GB:1"
 

@@ -20,10 +20,11 @@ import pytest
 
 from etcd_compute import config as configuration
 from etcd_compute.errors import ConflictError, NoValidHost, ServiceUnavailable
-from etcd_compute.local_services import PlacementServer, PostgresServer
 from etcd_compute.placement import PlacementClient
 from tests.conftest import unavailable
-from tests.scheduler.conftest import REPO, add_host
+from tests.scheduler.conftest import add_host
+from tests.support import REPO
+from tools.local_services import PlacementServer, PostgresServer
 
 pytestmark = pytest.mark.postgres
 

@@ -11,7 +11,7 @@ import pytest
 from etcd_compute import messages
 from etcd_compute.config import deep_merge
 from etcd_compute.errors import NoValidHost, ServiceUnavailable
-from etcd_compute.scheduler import RequestSpec, Scheduler, notify
+from etcd_compute.scheduler import RequestSpec, Scheduler, spec_writer
 from tests.scheduler.conftest import add_host
 
 QUERY = "resources=VCPU:1,MEMORY_MB:256,DISK_GB:1"
@@ -122,7 +122,7 @@ def test_failed_etcd_write_undoes_the_claim(schedule_config, store, placement, m
     def etcd_down(*_args, **_kwargs):
         raise ServiceUnavailable("etcd down (simulated)")
 
-    monkeypatch.setattr(notify, "write_specs", etcd_down)
+    monkeypatch.setattr(spec_writer, "write_specs", etcd_down)
     scheduler = scheduler_for(schedule_config, store, placement)
     with pytest.raises(ServiceUnavailable):
         scheduler.select_destinations(RequestSpec.build(QUERY, count=2))

@@ -23,11 +23,10 @@ import libvirt
 import pytest
 
 from etcd_compute.config import COMPUTE_DEFAULTS, deep_merge
-from etcd_compute.local_services import stop_pid
-from etcd_compute.mdserver import ensure_mdserver, stop_mdserver
-from tests.support import unavailable
+from etcd_compute.mdserver.supervisor import ensure_mdserver, stop_mdserver
+from tests.support import REPO, make_spec, unavailable
+from tools.local_services import stop_pid
 
-REPO = Path(__file__).resolve().parents[2]
 # qemu runs as libvirt-qemu and must traverse to the disks: not under a 0700 pytest tmp dir.
 VM_TEST_ROOT = Path("/var/tmp/etcd-compute-vm-tests")
 TEST_NETWORK = "etcd-compute-test"
@@ -38,19 +37,16 @@ def new_uuid() -> str:
     return str(uuidlib.uuid4())
 
 
-def make_spec(uuid: str, image_url: str, **overrides: Any) -> dict[str, Any]:
-    spec = {
-        "action": "build",
-        "uuid": uuid,
-        "name": f"guest-{uuid[:8]}",
-        "host": "00000000-0000-0000-0000-0000000000aa",
-        "resources": {"VCPU": 1, "MEMORY_MB": 128, "DISK_GB": 1},
-        "image": {"url": image_url, "sha256": None},
-        "user_data": f"user-data-of-{uuid}\nsecond line",
-        "ssh_key": f"ssh-ed25519 AAAAC3NzaC1lZDI1NTE5 key-of-{uuid}",
-    }
-    spec.update(overrides)
-    return spec
+def guest_spec(uuid: str, image_url: str, **overrides: Any) -> dict[str, Any]:
+    """A spec for a real guest: the shared `make_spec` with a name, user-data and key of its own."""
+    return make_spec(
+        "00000000-0000-0000-0000-0000000000aa", image_url, uuid=uuid,
+        name=f"guest-{uuid[:8]}",
+        resources={"VCPU": 1, "MEMORY_MB": 128, "DISK_GB": 1},
+        user_data=f"user-data-of-{uuid}\nsecond line",
+        ssh_key=f"ssh-ed25519 AAAAC3NzaC1lZDI1NTE5 key-of-{uuid}",
+        **overrides,
+    )
 
 
 # ----------------------------------------------------------------- test driver

@@ -11,9 +11,9 @@ import pytest
 
 from etcd_compute.drivers.libvirt import LibvirtDriver
 from etcd_compute.errors import BuildError
-from etcd_compute.mdserver import ensure_mdserver
+from etcd_compute.mdserver.supervisor import ensure_mdserver
 from etcd_compute.virt import domain
-from tests.virt.conftest import make_spec, new_uuid
+from tests.virt.conftest import guest_spec, new_uuid
 
 libvirt.registerErrorHandler(lambda _context, _error: None, None)
 
@@ -92,7 +92,7 @@ def test_driver_with_the_test_uri(test_driver_config: dict[str, Any], tmp_path: 
     image.write_bytes(b"not downloaded with the test driver")
     driver = LibvirtDriver(test_driver_config)
     uuid = new_uuid()
-    spec = make_spec(uuid, f"file://{image}")
+    spec = guest_spec(uuid, f"file://{image}")
     assert "TEST" in driver.check()
     assert driver.build(spec) == {"ip": None}
     assert driver.build(spec) == {"ip": None}  # idempotent
@@ -113,7 +113,7 @@ def test_driver_missing_file_image_fails_cleanly(test_driver_config: dict[str, A
     driver = LibvirtDriver(test_driver_config)
     uuid = new_uuid()
     with pytest.raises(BuildError, match="no such file"):
-        driver.build(make_spec(uuid, "file:///nonexistent/image.qcow2"))
+        driver.build(guest_spec(uuid, "file:///nonexistent/image.qcow2"))
     assert uuid not in driver.list_instances()
     assert not (Path(test_driver_config["compute"]["instances_dir"]) / uuid).exists()
 

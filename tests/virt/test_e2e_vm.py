@@ -8,8 +8,6 @@ or etcd key.
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -21,21 +19,12 @@ from etcd_compute.config import deep_merge
 from tests.compute.helpers import wait_state
 from tests.support import wait_for
 
-REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.vm
-
-
-def run_schedule(config_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, str(REPO / "schedule.py"), "--config", str(config_path), *args],
-        capture_output=True, text=True, timeout=300, cwd=REPO,
-    )
 
 
 def test_schedule_boot_console_destroy_with_a_real_guest(
     vm_config: dict[str, Any], test_guest_image: Path, compute_config: dict[str, Any],
-    schedule_config: dict[str, Any], start_compute, write_yaml, store, placement,
-    tmp_path: Path,
+    start_compute, run_schedule, store, placement, tmp_path: Path,
 ) -> None:
     config = deep_merge(compute_config, {
         "compute": {key: vm_config["compute"][key] for key in ("state_dir", "instances_dir")},
@@ -44,14 +33,13 @@ def test_schedule_boot_console_destroy_with_a_real_guest(
     rp = config["compute"]["uuid"]
     start_compute(config)
     wait_for(lambda: store.get(store.keys.alive(rp)), 60, what="compute heartbeat")
-    schedule_path = write_yaml("schedule.yaml", schedule_config)
     user_data = tmp_path / "user-data"
     user_data.write_text("user-data-through-the-whole-stack\n")
 
-    scheduled = run_schedule(schedule_path, "resources=VCPU:1,MEMORY_MB:128,DISK_GB:1",
+    scheduled = run_schedule("resources=VCPU:1,MEMORY_MB:128,DISK_GB:1",
                              "--image", f"file://{test_guest_image}",
-                             "--user-data", str(user_data))
-    assert scheduled.returncode == 0, scheduled.stderr
+                             "--user-data", str(user_data), timeout=300)
+    assert scheduled.code == 0, scheduled.stderr
     line = next(x for x in scheduled.stdout.splitlines() if x.startswith("NOTIFIED TARGET"))
     assert line.startswith(f"NOTIFIED TARGET, {rp}, OF INSTANCE ")
     uuid = line.split()[-1]
@@ -70,11 +58,11 @@ def test_schedule_boot_console_destroy_with_a_real_guest(
     for source in ("configdrive", "metadata"):
         assert f"ETCD-COMPUTE-GUEST {source} instance-id={uuid}" in text
         assert f"ETCD-COMPUTE-GUEST {source} user-data=user-data-through-the-whole-stack" in text
-    shown = run_schedule(schedule_path, "console", uuid)
+    shown = run_schedule("console", uuid)
     assert f"metadata instance-id={uuid}" in shown.stdout
 
-    destroyed = run_schedule(schedule_path, "destroy", uuid)
-    assert destroyed.returncode == 0, destroyed.stderr
+    destroyed = run_schedule("destroy", uuid)
+    assert destroyed.code == 0, destroyed.stderr
     wait_state(store, uuid, "DELETED", timeout=60)
     connection = libvirt.open("qemu:///system")
     try:

@@ -12,7 +12,8 @@ import libvirt
 import pytest
 
 from etcd_compute.errors import ConfigError
-from etcd_compute.mdserver import load_config, render
+from etcd_compute.mdserver.content import render
+from etcd_compute.mdserver.settings import load_config
 from etcd_compute.virt import network
 
 

@@ -18,7 +18,7 @@ from etcd_compute.drivers.libvirt import LibvirtDriver
 from etcd_compute.errors import BuildError
 from etcd_compute.virt import network
 from tests.support import wait_for
-from tests.virt.conftest import make_spec, new_uuid
+from tests.virt.conftest import guest_spec, new_uuid
 
 pytestmark = pytest.mark.vm
 
@@ -49,7 +49,7 @@ def test_two_guests_boot_and_each_sees_only_its_own_data(
     vm_config: dict[str, Any], test_guest_image: Path
 ) -> None:
     uuids = [new_uuid(), new_uuid()]
-    specs = {uuid: make_spec(uuid, f"file://{test_guest_image}") for uuid in uuids}
+    specs = {uuid: guest_spec(uuid, f"file://{test_guest_image}") for uuid in uuids}
 
     def build(uuid: str) -> tuple[dict[str, Any], float]:
         driver = LibvirtDriver(vm_config)
@@ -109,7 +109,7 @@ def test_bad_image_url_fails_and_leaves_nothing(vm_config: dict[str, Any], tmp_p
     driver = LibvirtDriver(vm_config)
     uuid = new_uuid()
     with pytest.raises(BuildError, match="no such file|No such file"):
-        driver.build(make_spec(uuid, f"file://{tmp_path}/missing.qcow2"))
+        driver.build(guest_spec(uuid, f"file://{tmp_path}/missing.qcow2"))
     assert_gone(driver, uuid)
     driver.close()
 
@@ -123,7 +123,7 @@ def test_checksum_mismatch_fails_and_leaves_nothing(
     wrong = hashlib.sha256(b"something else").hexdigest()
     driver = LibvirtDriver(vm_config)
     uuid = new_uuid()
-    spec = make_spec(uuid, f"file://{copy}")
+    spec = guest_spec(uuid, f"file://{copy}")
     spec["image"]["sha256"] = wrong
     with pytest.raises(BuildError, match=f"expected {wrong}"):
         driver.build(spec)
@@ -143,7 +143,7 @@ def test_unbootable_image_fails_and_leaves_nothing(
     uuid = new_uuid()
     started = time.monotonic()
     with pytest.raises(BuildError, match="no DHCP lease within 20s"):
-        driver.build(make_spec(uuid, f"file://{junk}"))
+        driver.build(guest_spec(uuid, f"file://{junk}"))
     assert time.monotonic() - started < 40
     assert_gone(driver, uuid)
     driver.close()

@@ -1,10 +1,15 @@
-"""Claim a whole plan in Placement at once, and undo it.
+"""Claims in Placement: take a whole plan at once, undo it, move one to another host.
 
 One instance: `PUT /allocations/<uuid>`; several: one `POST /allocations`
 carrying every consumer, which Placement applies atomically, so a request
 for 50 instances either holds 50 claims or none. New consumers go with
 consumer_generation null: Placement refuses (409) if the uuid already has
-allocations, so a claim never silently overwrites another.
+allocations, so a claim never silently overwrites another. A move replaces
+a consumer's allocations in one request, checked against the generation we
+read, so the instance never holds both hosts nor neither.
+
+The scheduler claims and unclaims; a compute host moves the claim of a
+failed build to an alternate host.
 """
 
 from __future__ import annotations
@@ -36,3 +41,14 @@ def unclaim(placement: PlacementClient, consumers: list[str]) -> list[str]:
         except EtcdComputeError:
             left.append(consumer)
     return left
+
+
+def move(placement: PlacementClient, consumer: str, allocations: dict[str, Any],
+         project_id: str, user_id: str) -> None:
+    """Replace `consumer`'s allocations with `allocations` in one request (generation checked).
+
+    ConflictError when the new host has no room or the consumer changed meanwhile.
+    """
+    current = placement.get_allocations(consumer)
+    placement.claim(consumer, allocations, project_id, user_id,
+                    consumer_generation=current.get("consumer_generation"))

@@ -1,7 +1,8 @@
-"""What runs in the worker processes: driver calls, nothing else.
+"""The worker side: what runs in the pool's processes (driver calls, nothing else).
 
 Only the main process talks to etcd (the gRPC client does not survive a
-fork); workers get plain dicts in and give plain dicts back.
+fork); workers get plain dicts in and give plain dicts back. `pool.py` is
+the main process's side.
 """
 
 from __future__ import annotations

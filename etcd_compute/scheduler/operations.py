@@ -1,19 +1,17 @@
-"""Instance commands over etcd and Placement: show, destroy, list, hosts, console, wait."""
+"""The operator's instance commands over etcd and Placement: show, destroy, list, hosts,
+console, wait. `schedule.py` is a thin layer over these."""
 
 from __future__ import annotations
 
 import time
-from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from etcd_compute import messages
-from etcd_compute.compute import records
+from etcd_compute import instances, messages
 from etcd_compute.errors import EtcdComputeError, InvalidMessage, NotFound, UsageError
-from etcd_compute.etcd import Entry, Store
-from etcd_compute.placement import PlacementClient
-from etcd_compute.scheduler.hoststate import DISABLED_TRAIT
+from etcd_compute.etcd import Store
+from etcd_compute.placement import DISABLED_TRAIT, PlacementClient
 from etcd_compute.scheduler.request import UUID
 
 
@@ -28,11 +26,8 @@ def check_uuid(text: str) -> str:
 
 
 def read_record(store: Store, uuid: str) -> dict[str, Any] | None:
-    try:
-        record, _ = store.read(messages.INSTANCE_RECORD, store.keys.instance(uuid))
-    except InvalidMessage:
-        return None
-    return record
+    """The record of `uuid`, or None (absent or unreadable)."""
+    return instances.read_record(store, uuid).record
 
 
 def show(store: Store, uuid: str) -> dict[str, Any]:
@@ -47,19 +42,6 @@ def show(store: Store, uuid: str) -> dict[str, Any]:
     return record
 
 
-def _find_host_key(store: Store, uuid: str, record: dict[str, Any] | None) -> Entry | None:
-    if record and record.get("host"):
-        entry = store.get(store.keys.host_instance(record["host"], uuid))
-        if entry is not None:
-            return entry
-    # No record, or it names no host: look for the spec under any host.
-    entries, _ = store.get_prefix(store.keys.hosts(), keys_only=True)
-    for entry in entries:
-        if entry.key.endswith("/" + uuid):
-            return store.get(entry.key)
-    return None
-
-
 def destroy(store: Store, placement: PlacementClient, uuid: str) -> str:
     """Ask the host to destroy `uuid`, or clean up an instance no host holds.
 
@@ -68,39 +50,29 @@ def destroy(store: Store, placement: PlacementClient, uuid: str) -> str:
     removed here), "deleted" (nothing left to do).
     """
     check_uuid(uuid)
-    keys = store.keys
     for _ in range(5):
         record = read_record(store, uuid)
-        entry = _find_host_key(store, uuid, record)
+        entry = instances.find_spec(store, uuid, record)
         if entry is not None:
             try:
                 spec = messages.decode(messages.INSTANCE_SPEC, entry.value)
             except InvalidMessage:
                 # Unreadable spec: the compute rejects it anyway; drop it and clean up.
-                store.transaction([store.tx.mod(entry.key) == entry.mod_revision],
-                                  [store.delete_op(entry.key)])
+                instances.drop_key(store, entry.key, entry.mod_revision)
                 continue
             if spec["action"] == "destroy":
                 return "already"
-            written = store.transaction(
-                [store.tx.mod(entry.key) == entry.mod_revision],
-                [store.put_op(messages.INSTANCE_SPEC, entry.key, {**spec, "action": "destroy"})],
-            )
-            if written is not None:
+            if instances.request_destroy(store, entry, spec) is not None:
                 return "requested"
             continue  # the spec moved under us (compute took it, or another destroy): re-read
         if record is None:
             raise NotFound(f"no instance {uuid} (never scheduled, or deleted and expired)")
-        if record["state"] == records.DELETED:
+        if record["state"] == instances.DELETED:
             return "deleted"
         # ERROR (the compute removed its host key), or a record whose host is gone:
         # nothing will act on it, so free its claim and drop its keys here.
         placement.delete_allocations(uuid)
-        ops = [store.delete_op(keys.instance(uuid)), store.delete_op(keys.booted(uuid)),
-               store.delete_op(keys.console(uuid))]
-        if record.get("group"):
-            ops.append(store.delete_op(keys.group_member(record["group"], uuid)))
-        store.transaction([], ops)
+        instances.remove(store, uuid, record)
         return "removed"
     raise UsageError(f"instance {uuid} kept changing while destroying it; try again")
 
@@ -129,12 +101,7 @@ def hosts(store: Store, placement: PlacementClient) -> list[dict[str, Any]]:
     """Every provider: capacity and usage per class, alive, disabled, instances."""
     providers = placement.list_providers()
     alive = store.read_prefix(messages.ALIVE, store.keys.alive_prefix())
-    entries, _ = store.get_prefix(store.keys.hosts(), keys_only=True)
-    instances: Counter[str] = Counter()
-    for entry in entries:
-        parsed = store.keys.parse_host_instance(entry.key)
-        if parsed:
-            instances[parsed[0]] += 1
+    counts = instances.count_by_host(store)
 
     def describe(provider: dict[str, Any]) -> dict[str, Any]:
         uuid = provider["uuid"]
@@ -147,7 +114,7 @@ def hosts(store: Store, placement: PlacementClient) -> list[dict[str, Any]]:
         }
         return {"uuid": uuid, "name": provider["name"], "alive": uuid in alive,
                 "disabled": DISABLED_TRAIT in placement.get_traits(uuid),
-                "instances": instances.get(uuid, 0), "resources": resources}
+                "instances": counts.get(uuid, 0), "resources": resources}
 
     with ThreadPoolExecutor(max_workers=8) as pool:
         described = list(pool.map(describe, providers))

@@ -5,9 +5,9 @@ started on the ports it is given (random free ones in tests) and stopped by
 pid. Nothing here is needed in production, where etcd and Placement are
 real deployments (an etcd cluster; Placement on PostgreSQL or MySQL).
 
-    python -m etcd_compute.local_services up [--run-dir run]
-    python -m etcd_compute.local_services down [--run-dir run]
-    python -m etcd_compute.local_services status [--run-dir run]
+    python -m tools.local_services up [--run-dir run]
+    python -m tools.local_services down [--run-dir run]
+    python -m tools.local_services status [--run-dir run]
 """
 
 from __future__ import annotations

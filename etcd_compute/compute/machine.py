@@ -1,0 +1,284 @@
+"""The compute side of an instance's life: spec arrived -> job -> end state.
+
+Everything here runs in the daemon's main thread (`service.py` calls it
+from its event loop), so there is no locking: a spec event, a finished job
+or a re-read is handled one at a time. Each end state is one transaction of
+the instance model (`instances.py`); each job is a driver call in the worker
+pool. Handlers that lose a race (a compare failed) re-read the spec and act
+on what is there now.
+
+Built against small interfaces (store, Placement, pool, consoles, `post`),
+so it runs against in-memory fakes in the unit tests.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from etcd_compute import instances, messages
+from etcd_compute.compute import worker
+from etcd_compute.compute.consoles import Consoles
+from etcd_compute.compute.identity import HostIdentity
+from etcd_compute.compute.pool import (
+    BUILD,
+    CLEANUP,
+    DESTROY,
+    Job,
+    WorkerPool,
+    job_error,
+    pool_broke,
+)
+from etcd_compute.compute.reschedule import reschedule
+from etcd_compute.errors import InvalidMessage
+from etcd_compute.etcd import KeyValueStore
+from etcd_compute.keys import UUID
+from etcd_compute.placement import PlacementClient
+
+LOG = logging.getLogger("etcd_compute.compute")
+
+# How many recent build failures a host reports to the scheduler.
+FAILURES_KEPT = 20
+
+Post = Callable[[Callable[..., None], tuple[Any, ...]], None]
+
+
+def instance_log(uuid: str) -> logging.LoggerAdapter:
+    """A logger whose every line names the instance."""
+    return logging.LoggerAdapter(LOG, {"instance": uuid})
+
+
+class InstanceMachine:
+    def __init__(self, store: KeyValueStore, placement: PlacementClient, pool: WorkerPool,
+                 consoles: Consoles, hosts: dict[str, HostIdentity], settings: dict[str, Any],
+                 post: Post, stopping: threading.Event):
+        self.store = store
+        self.keys = store.keys
+        self.placement = placement
+        self.pool = pool
+        self.consoles = consoles
+        self.hosts = hosts
+        self.settings = settings
+        # Queue a follow-up event for the main loop (re-reads after a lost race).
+        self.post = post
+        self.stopping = stopping
+        # Instances with a job in a worker, by uuid.
+        self.jobs: dict[str, Job] = {}
+
+    # ---------------------------------------------------------------- specs
+
+    def on_spec(self, rp_uuid: str, uuid: str, raw: bytes, spec_revision: int) -> None:
+        """A spec at /hosts/<rp_uuid>/<uuid> (new, changed, or listed by reconcile)."""
+        try:
+            spec = messages.decode(messages.INSTANCE_SPEC, raw)
+            if spec["uuid"] != uuid or spec["host"] != rp_uuid:
+                raise InvalidMessage(
+                    f"instance_spec: uuid/host {spec['uuid']}/{spec['host']} do not match "
+                    f"key {rp_uuid}/{uuid}"
+                )
+        except InvalidMessage as exc:
+            self.reject(rp_uuid, uuid, spec_revision, str(exc))
+            return
+        if spec["action"] == "build":
+            self.start_build(spec, spec_revision)
+        else:
+            instance_log(uuid).info("destroy requested")
+            self.start_destroy(spec)
+
+    def reread_spec(self, rp_uuid: str, uuid: str) -> None:
+        entry = self.store.get(self.keys.host_instance(rp_uuid, uuid))
+        if entry is not None:
+            self.on_spec(rp_uuid, uuid, entry.value, entry.mod_revision)
+
+    def _reread_later(self, spec: dict[str, Any]) -> None:
+        self.post(self.reread_spec, (spec["host"], spec["uuid"]))
+
+    def _read(self, uuid: str) -> instances.RecordRead:
+        read = instances.read_record(self.store, uuid)
+        if read.fault:
+            instance_log(uuid).warning("status record unreadable (%s); rewriting it", read.fault)
+        return read
+
+    def reject(self, rp_uuid: str, uuid: str, spec_revision: int, reason: str) -> None:
+        """A spec we cannot act on: ERROR with the reason, free the claim, drop the key."""
+        log = instance_log(uuid)
+        if not UUID.match(uuid):
+            key = self.keys.host_instance(rp_uuid, uuid)
+            log.error("dropping %s: not an instance key (%s)", key, reason)
+            instances.drop_key(self.store, key, spec_revision)
+            return
+        read = self._read(uuid)
+        if read.state == instances.DELETED:
+            return
+        log.error("rejected: %s", reason)
+        if uuid in self.jobs or read.state in instances.LIVE:
+            # Garbage over an instance that may exist: tear it down like a failed build.
+            running = self.jobs.pop(uuid, None)
+            if running is not None:
+                running.future.cancel()
+            self.consoles.forget(uuid)
+            self.submit(CLEANUP, {"uuid": uuid, "host": rp_uuid}, read.revision,
+                        reason=reason, blame_host=False)
+            return
+        self.placement.delete_allocations(uuid)
+        instances.reject(self.store, rp_uuid, uuid, spec_revision, reason)
+
+    def start_build(self, spec: dict[str, Any], spec_revision: int) -> None:
+        uuid, log = spec["uuid"], instance_log(spec["uuid"])
+        if uuid in self.jobs or self.stopping.is_set():
+            return
+        read = self._read(uuid)
+        if read.state in (instances.ACTIVE, instances.ERROR, instances.DELETED,
+                          instances.DELETING):
+            log.debug("already %s; nothing to do", read.state)
+            return
+        host = self.hosts[spec["host"]]
+        revision = read.revision
+        if read.state == instances.BUILDING and read.record and \
+                read.record["host"] == spec["host"]:
+            log.info("resuming build interrupted by a restart")
+        else:
+            revision = instances.begin_build(self.store, spec, spec_revision, read, host.name)
+            if revision is None:
+                # Someone moved first (a destroy, or another delivery): act on what is there now.
+                self._reread_later(spec)
+                return
+        log.info("INSTANTIATE INSTANCE %s WITH IMAGE %s", uuid,
+                 spec.get("image", {}).get("url", "(default)"))
+        log.info("ALLOCATIONS ARE %s", spec.get("allocations", {spec["host"]: {
+            "resources": spec["resources"]}}))
+        self.submit(BUILD, spec, revision)
+
+    def start_destroy(self, spec: dict[str, Any]) -> None:
+        uuid, log = spec["uuid"], instance_log(spec["uuid"])
+        job = self.jobs.get(uuid)
+        self.consoles.forget(uuid)
+        if job is not None:
+            if job.kind == BUILD and not job.destroy_requested:
+                job.destroy_requested = True
+                self._mark_deleting(spec)
+                # Cancelling a running pebble task stops its worker; destroy cleans up after.
+                job.future.cancel()
+                log.info("destroy while building: build cancelled")
+            return
+        if self._read(uuid).state == instances.DELETED:
+            self.finish_destroy(spec)  # idempotent: make sure nothing is left
+            return
+        self.submit(DESTROY, spec, self._mark_deleting(spec))
+
+    def _mark_deleting(self, spec: dict[str, Any]) -> int:
+        read = self._read(spec["uuid"])
+        if read.state == instances.DELETING:
+            return read.revision
+        written = instances.mark_deleting(self.store, spec, read)
+        return written if written is not None else self._read(spec["uuid"]).revision
+
+    # ----------------------------------------------------------------- jobs
+
+    def submit(self, kind: str, spec: dict[str, Any], record_revision: int,
+               reason: str | None = None, attempt: int = 1, blame_host: bool = True) -> None:
+        uuid = spec["uuid"]
+        timeout = self.settings["job_timeout_seconds"]
+        if kind == BUILD:
+            future = self.pool.schedule(worker.build, spec, timeout=timeout)
+        else:
+            future = self.pool.schedule(worker.destroy, uuid, timeout=timeout)
+        job = Job(kind, uuid, spec, future, record_revision, reason=reason, attempt=attempt,
+                  blame_host=blame_host)
+        self.jobs[uuid] = job
+        future.add_done_callback(lambda _f: self.post(self.on_job_done, (job,)))
+
+    def on_job_done(self, job: Job) -> None:
+        if self.jobs.get(job.uuid) is not job:
+            return  # cancelled or replaced meanwhile
+        # The job stays registered until its outcome is recorded: if etcd or Placement
+        # fails half way, the service retries this same event and it is handled again.
+        self._finish_job(job)
+        if self.jobs.get(job.uuid) is job:
+            del self.jobs[job.uuid]
+
+    def _finish_job(self, job: Job) -> None:
+        log = instance_log(job.uuid)
+        if pool_broke(job.future) and job.attempt == 1:
+            # Not the instance's fault: the pool lost its workers. Run it again once.
+            if not self.pool.healthy():
+                self.pool.replace("all workers died")
+            self.submit(job.kind, job.spec, job.record_revision, reason=job.reason, attempt=2,
+                        blame_host=job.blame_host)
+            return
+        error = job_error(job, self.settings["job_timeout_seconds"])
+        if job.kind == BUILD:
+            if job.destroy_requested:
+                self.submit(DESTROY, job.spec, self._read(job.uuid).revision)
+            elif error is None:
+                self.finish_build(job, job.future.result())
+            else:
+                log.error("build failed: %s", error)
+                # Remove whatever the failed build left before reporting ERROR.
+                self.submit(CLEANUP, job.spec, job.record_revision, reason=error)
+        elif job.kind == CLEANUP:
+            if error is not None:
+                log.error("cleanup after failed build also failed: %s", error)
+            self.finish_failed_build(job)
+        else:
+            if error is not None:
+                log.error("destroy failed: %s; it stays DELETING and is retried at next start",
+                          error)
+                return
+            self.finish_destroy(job.spec)
+
+    # ----------------------------------------------------------- end states
+
+    def finish_build(self, job: Job, result: dict[str, Any]) -> None:
+        uuid, spec = job.uuid, job.spec
+        read = self._read(uuid)
+        if read.state != instances.BUILDING:
+            # A destroy got in between; it owns the instance now.
+            self._reread_later(spec)
+            return
+        ip = result.get("ip")
+        if instances.activate(self.store, read, ip) is None:
+            self._reread_later(spec)
+            return
+        instance_log(uuid).info("ACTIVE ip=%s (build took %.1f s)", ip,
+                                time.monotonic() - job.started)
+        self.consoles.follow(uuid)
+
+    def finish_failed_build(self, job: Job) -> None:
+        uuid, spec, log = job.uuid, job.spec, instance_log(job.uuid)
+        if job.blame_host:
+            host = reschedule(self.store, self.placement, spec, log)
+            if host is not None:
+                self.record_build_failure(spec["host"])
+                log.warning("build failed here (%s); rescheduled to alternate host %s",
+                            job.reason, host)
+                return
+        self.placement.delete_allocations(uuid)
+        reason = job.reason or "build failed"
+        if instances.fail(self.store, spec, self._read(uuid), reason) is None:
+            self._reread_later(spec)
+            return
+        if job.blame_host:
+            self.record_build_failure(spec["host"])
+        log.error("ERROR: %s (allocation freed, nothing left)", job.reason)
+
+    def finish_destroy(self, spec: dict[str, Any]) -> None:
+        uuid = spec["uuid"]
+        self.consoles.forget(uuid)
+        self.placement.delete_allocations(uuid)
+        instances.delete(self.store, spec, self._read(uuid), self.settings["deleted_record_ttl"])
+        instance_log(uuid).info("DELETED (allocation freed)")
+
+    def record_build_failure(self, rp_uuid: str) -> None:
+        """Tell the scheduler (via /stats/) that a build failed here."""
+        key = self.keys.stats(rp_uuid)
+        try:
+            stats, _ = self.store.read(messages.HOST_STATS, key)
+        except InvalidMessage:
+            stats = None
+        now = time.time()
+        failures = [*(stats or {}).get("build_failures", []), now][-FAILURES_KEPT:]
+        self.store.put(messages.HOST_STATS, key, {"build_failures": failures, "updated_at": now})

@@ -1,0 +1,219 @@
+"""The Scheduler: place, claim and notify, one request at a time (see `scheduler/__init__`).
+
+One request: allocation candidates (bounded `limit`) -> host states (etcd:
+alive, stats, instance counts, group) -> filter and weigh with virtual
+depletion -> claim every instance in one atomic Placement call -> specs,
+SCHEDULED records and group members in one etcd transaction (claims undone
+if that fails). Claim conflicts (another scheduler won the race) re-plan
+with a jittered, bounded retry.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+import uuid as uuidlib
+from collections import Counter
+from typing import Any
+
+import tenacity
+
+from etcd_compute import claims, instances, messages
+from etcd_compute.errors import (
+    ConflictError,
+    EtcdComputeError,
+    InvalidMessage,
+    NoValidHost,
+    PlacementError,
+    UsageError,
+)
+from etcd_compute.etcd import Store
+from etcd_compute.placement import PlacementClient
+from etcd_compute.scheduler import explain, spec_writer
+from etcd_compute.scheduler.context import PlanContext
+from etcd_compute.scheduler.filters import enabled_filters
+from etcd_compute.scheduler.hoststate import Cluster, candidate_providers, host_states
+from etcd_compute.scheduler.planner import NoRoom, plan
+from etcd_compute.scheduler.request import UUID
+from etcd_compute.scheduler.spec import Destination, RequestSpec
+from etcd_compute.scheduler.weighers import enabled_weighers
+
+LOG = logging.getLogger(__name__)
+
+
+class RetryablePlan(EtcdComputeError):
+    """The plan lost a race (claim 409 or group changed); plan again."""
+
+
+class Scheduler:
+    """Schedules through one Placement client and one etcd Store (reused across calls)."""
+
+    def __init__(self, config: dict[str, Any], store: Store | None = None,
+                 placement: PlacementClient | None = None, rng: random.Random | None = None):
+        self.config = config
+        self.settings = config["scheduler"]
+        self.filters = enabled_filters(self.settings["filters"])
+        self.weighers = enabled_weighers(self.settings["weighers"])
+        self._store = store
+        self._placement = placement
+        self.rng = rng or random.Random()
+        # Claims that lost a race and were planned again; for --json and benchmarks.
+        self.replans = 0
+        # Heartbeat and stats messages already validated, by (key, mod_revision).
+        self._decoded: dict[str, dict[tuple[str, int], dict[str, Any]]] = {}
+
+    @property
+    def store(self) -> Store:
+        if self._store is None:
+            self._store = Store(self.config["etcd"])
+        return self._store
+
+    @property
+    def placement(self) -> PlacementClient:
+        if self._placement is None:
+            self._placement = PlacementClient(self.config["placement"])
+        return self._placement
+
+    # ------------------------------------------------------------ scheduling
+
+    def select_destinations(self, request_spec: RequestSpec) -> list[Destination]:
+        """Place, claim and notify `request_spec.count` instances; all or nothing.
+
+        Raises NoValidHost (with reasons) when they do not all fit, ConflictError
+        when every retry lost a race, ServiceUnavailable, UsageError.
+        """
+        needed = instances.operations(request_spec.count, request_spec.group is not None)
+        if needed > self.settings["etcd_max_txn_ops"]:
+            raise UsageError(
+                f"--count {request_spec.count} needs {needed} etcd operations in one "
+                f"transaction; etcd allows {self.settings['etcd_max_txn_ops']} "
+                "(raise etcd's --max-txn-ops and scheduler.etcd_max_txn_ops together)")
+        retrying = tenacity.Retrying(
+            retry=tenacity.retry_if_exception_type(RetryablePlan),
+            stop=tenacity.stop_after_attempt(self.settings["claim_retries"] + 1),
+            wait=tenacity.wait_random_exponential(multiplier=0.05, max=1.0),
+            reraise=True,
+        )
+        try:
+            return retrying(self._attempt, request_spec)
+        except RetryablePlan as exc:
+            raise ConflictError(
+                f"lost the race for capacity {self.settings['claim_retries'] + 1} times "
+                f"(last: {exc}); try again", 409) from None
+
+    def _group_state(self, request_spec: RequestSpec) -> tuple[Counter[str], int | None]:
+        """Hosts of the group's current members, and the revision they were read at."""
+        if request_spec.group is None:
+            return Counter(), None
+        name, policy = request_spec.group
+        entries, revision = self.store.get_prefix(self.store.keys.group(name))
+        hosts: Counter[str] = Counter()
+        for entry in entries:
+            try:
+                member = messages.decode(messages.GROUP_MEMBER, entry.value)
+            except InvalidMessage:
+                continue
+            if member["policy"] != policy:
+                raise UsageError(f"group {name!r} has policy {member['policy']}, "
+                                 f"not {policy}")
+            hosts[member["host"]] += 1
+        return hosts, revision
+
+    def _attempt(self, request_spec: RequestSpec) -> list[Destination]:
+        limit = self.settings["candidate_limit"]
+        query = request_spec.request.to_query(limit=limit)
+        try:
+            candidates = self.placement.allocation_candidates(query)
+        except PlacementError as exc:
+            if not explain.unknown_trait(exc):
+                raise UsageError(f"Placement rejected the query: {exc}") from None
+            candidates = {"allocation_requests": [], "provider_summaries": {}}
+        group_hosts, group_revision = self._group_state(request_spec)
+        if not candidates["allocation_requests"]:
+            reasons = explain.explain(self.placement, request_spec.request, None)
+            raise NoValidHost(reasons)
+        hosts = host_states(candidates,
+                            Cluster.read(self.store, candidate_providers(candidates),
+                                         self._decoded))
+        context = PlanContext(
+            policy=request_spec.group[1] if request_spec.group else None,
+            group_hosts=group_hosts,
+            max_instances_per_host=self.settings["max_instances_per_host"],
+        )
+        try:
+            picks = plan(hosts, request_spec.count, self.filters, self.weighers, context,
+                         self.settings["host_subset_size"], self.settings["max_attempts"],
+                         self.rng)
+        except NoRoom as exc:
+            limited = len(candidates["allocation_requests"]) >= min(
+                limit, request_spec.request.limit or limit)
+            raise NoValidHost(explain.explain(self.placement, request_spec.request,
+                                              exc.report, limited)) from None
+        destinations = []
+        for index, pick in enumerate(picks):
+            instance = str(uuidlib.uuid4())
+            destinations.append(Destination(
+                uuid=instance,
+                name=request_spec.instance_name(index, instance),
+                host=pick.host.uuid,
+                host_name=pick.host.name,
+                allocations=pick.allocations,
+                alternates=[{"host": host.uuid, "allocations": allocations}
+                            for host, allocations in pick.alternates],
+            ))
+        try:
+            claims.claim(self.placement,
+                         {d.uuid: d.allocations for d in destinations}, self.settings)
+        except ConflictError as exc:
+            self.replans += 1
+            LOG.info("claim lost a race (%s); planning again", exc.code or exc)
+            raise RetryablePlan(str(exc)) from None
+        consumers = [d.uuid for d in destinations]
+        try:
+            written = spec_writer.write_specs(self.store, destinations, request_spec,
+                                         self.settings, group_revision)
+        except BaseException:
+            claims.unclaim(self.placement, consumers)
+            raise
+        if written is None:
+            claims.unclaim(self.placement, consumers)
+            self.replans += 1
+            raise RetryablePlan(f"group {request_spec.group[0] if request_spec.group else ''} "
+                                "changed while we planned")
+        return destinations
+
+    # ----------------------------------------------------------------- stats
+
+    def update_resource_stats(self, name: str, stats: dict[str, Any]) -> None:
+        """Write `stats` (host_stats fields) for host `name` (provider uuid or name)."""
+        rp_uuid = name
+        if not UUID.match(name):
+            found = self.placement.list_providers(name=name)
+            if not found:
+                raise UsageError(f"no resource provider named {name!r}")
+            rp_uuid = found[0]["uuid"]
+        message = {**stats, "updated_at": stats.get("updated_at", time.time())}
+        self.store.put(messages.HOST_STATS, self.store.keys.stats(rp_uuid), message)
+
+    def close(self) -> None:
+        if self._store is not None:
+            self._store.close()
+
+
+def select_destinations(request_spec: RequestSpec, config: dict[str, Any]) -> list[Destination]:
+    """Module-level form of Scheduler.select_destinations (a fresh client per call)."""
+    scheduler = Scheduler(config)
+    try:
+        return scheduler.select_destinations(request_spec)
+    finally:
+        scheduler.close()
+
+
+def update_resource_stats(name: str, stats: dict[str, Any], config: dict[str, Any]) -> None:
+    """Module-level form of Scheduler.update_resource_stats."""
+    scheduler = Scheduler(config)
+    try:
+        scheduler.update_resource_stats(name, stats)
+    finally:
+        scheduler.close()

@@ -1,0 +1,50 @@
+"""Write the chosen hosts' specs: one spec, SCHEDULED record and group member per instance,
+all in one etcd transaction (the instance model's `schedule`).
+
+For a server group the transaction also compares that no member was added
+since we read the group: a concurrent scheduler that put another
+anti-affinity member on the same host makes our write fail, and the caller
+frees the claim and plans again.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from etcd_compute import instances
+from etcd_compute.etcd import Store
+from etcd_compute.scheduler.spec import Destination, RequestSpec
+
+
+def instance_spec(destination: Destination, request_spec: RequestSpec,
+                  settings: dict[str, Any], requested_at: float) -> dict[str, Any]:
+    """The instance_spec message a host receives for `destination`."""
+    group = request_spec.group
+    return {
+        "action": "build",
+        "uuid": destination.uuid,
+        "name": destination.name,
+        "host": destination.host,
+        "resources": request_spec.request.resources,
+        "allocations": destination.allocations,
+        "image": {"url": request_spec.image_url or settings["default_image"], "sha256": None},
+        "user_data": request_spec.user_data,
+        "ssh_key": request_spec.ssh_key,
+        "project_id": settings["project_id"],
+        "user_id": settings["user_id"],
+        "group": {"name": group[0], "policy": group[1]} if group else None,
+        "alternates": destination.alternates,
+        "requested_at": requested_at,
+    }
+
+
+def write_specs(store: Store, destinations: list[Destination], request_spec: RequestSpec,
+                settings: dict[str, Any], group_revision: int | None) -> int | None:
+    """One transaction for the whole request: its revision, or None if a compare failed."""
+    now = time.time()
+    placed = [(instance_spec(d, request_spec, settings, now), d.host_name) for d in destinations]
+    group = None
+    if request_spec.group and group_revision is not None:
+        group = (request_spec.group[0], group_revision)
+    return instances.schedule(store, placed, group)

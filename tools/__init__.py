@@ -1,0 +1,1 @@
+"""Developer tools: local services for the demo, `make up` and the tests; the demo itself."""
