@@ -2,9 +2,12 @@
 
 It keeps the contract of a real driver (idempotent, keyed by uuid, survives
 daemon restarts because its state is on disk) so the daemon's exactly-once
-logic is tested for real. `builds.log` gets one line per actual build, which
-is how tests prove that nothing was built twice. One FakeDriver serves any
-number of simulated hosts (`ecompute --fake-hosts N`).
+logic is tested for real. `builds.log` gets a line for every build *attempt*
+("start") and its outcome ("built", or "exists" when the instance was there
+already), with the worker's parent (the daemon's forkserver: one per daemon
+run) and the time: how tests prove that no instance was built twice, nor
+asked for again once done. One FakeDriver serves any number of simulated
+hosts (`ecompute --fake-hosts N`).
 """
 
 from __future__ import annotations
@@ -40,10 +43,16 @@ class FakeDriver(Driver):
     def _path(self, uuid: str) -> Path:
         return self.root / f"{uuid}.json"
 
+    def _log(self, uuid: str, event: str) -> None:
+        with open(self.root / "builds.log", "a") as log:
+            log.write(f"{uuid} {event} {os.getppid()} {time.time():.6f}\n")
+
     def build(self, spec: dict[str, Any]) -> dict[str, Any]:
         uuid = spec["uuid"]
         path = self._path(uuid)
+        self._log(uuid, "start")
         if path.exists():
+            self._log(uuid, "exists")
             return json.loads(path.read_text())["result"]
         if self.fail_builds:
             raise BuildError("fake hypervisor is broken (driver.fake.fail_builds)")
@@ -67,11 +76,11 @@ class FakeDriver(Driver):
         try:
             os.link(staging, path)
         except FileExistsError:
+            self._log(uuid, "exists")
             return json.loads(path.read_text())["result"]
         finally:
             staging.unlink()
-        with open(self.root / "builds.log", "a") as log:
-            log.write(f"{uuid}\n")
+        self._log(uuid, "built")
         return result
 
     def destroy(self, uuid: str) -> None:

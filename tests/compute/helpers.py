@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -50,9 +51,30 @@ def fake_instances(compute_config: dict[str, Any]) -> set[str]:
     return {path.stem for path in root.glob("*.json")}
 
 
-def builds_log(compute_config: dict[str, Any]) -> list[str]:
+@dataclass(frozen=True)
+class BuildEvent:
+    """A line of the fake driver's builds.log."""
+
+    uuid: str
+    event: str  # start (every attempt) | built | exists (the instance was there already)
+    daemon: int  # pid of the worker's parent: one per compute daemon run
+    at: float
+
+
+def build_events(compute_config: dict[str, Any]) -> list[BuildEvent]:
     path = Path(compute_config["compute"]["state_dir"]) / "fake-instances" / "builds.log"
-    return path.read_text().split() if path.exists() else []
+    if not path.exists():
+        return []
+    events = []
+    for line in path.read_text().splitlines():
+        uuid, event, daemon, at = line.split()
+        events.append(BuildEvent(uuid, event, int(daemon), float(at)))
+    return events
+
+
+def builds_log(compute_config: dict[str, Any]) -> list[str]:
+    """Uuids of instances the fake driver actually built, one per build."""
+    return [e.uuid for e in build_events(compute_config) if e.event == "built"]
 
 
 def assert_nothing_left(store: Store, placement: PlacementClient,

@@ -5,6 +5,7 @@ Each test runs compute.py as a real process, so kill -9 and restarts are real.
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import signal
@@ -14,14 +15,17 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import pyetcd.events
 import pytest
 
 from etcd_compute import messages
 from etcd_compute.config import deep_merge
 from etcd_compute.etcd import Store
+from etcd_compute.instances import check_transition
 from etcd_compute.placement import DISABLED_TRAIT, PlacementClient
 from tests.compute.helpers import (
     assert_nothing_left,
+    build_events,
     builds_log,
     claim_and_send,
     fake_instances,
@@ -116,14 +120,20 @@ def test_200_requests_through_kill9_restarts_exactly_once(start_compute, compute
         kills += 1
         compute = start_compute(config)
     thread.join()
-    for spec in specs:
-        wait_state(store, spec["uuid"], "ACTIVE", timeout=60)
-    built = Counter(builds_log(config))
-    assert set(built) == {s["uuid"] for s in specs}
+    active_at = {spec["uuid"]: wait_state(store, spec["uuid"], "ACTIVE", timeout=60)["updated_at"]
+                 for spec in specs}
+    events = build_events(config)
+    built = Counter(e.uuid for e in events if e.event == "built")
+    assert set(built) == {s["uuid"] for s in specs} == fake_instances(config)
     assert max(built.values()) == 1, "an instance was built twice"
+    # Every build *attempt* is logged: at most one per instance per daemon run (a restart
+    # may resume an interrupted build), and none once the instance was recorded ACTIVE.
+    attempts = Counter((e.uuid, e.daemon) for e in events if e.event == "start")
+    assert max(attempts.values()) == 1, "one daemon run started a build twice"
+    late = [e for e in events if e.event == "start" and e.at > active_at[e.uuid]]
+    assert not late, f"{len(late)} build(s) asked for after the instance was ACTIVE"
     for spec in specs:
         # created BUILDING, then ACTIVE: no re-delivered event moved it again.
-        assert store.get_prefix(store.keys.instance(spec["uuid"]))[0][0] is not None
         _, meta = store.client.get(store.keys.instance(spec["uuid"]))
         assert meta.version == 2, f"record of {spec['uuid']} written {meta.version} times"
     assert kills >= 3
@@ -161,18 +171,22 @@ def test_etcd_restart_mid_stream_loses_nothing(tmp_path, start_compute, compute_
 
 def test_destroy_during_build_ends_deleted_with_nothing_left(start_compute, compute_config,
                                                             store, placement):
-    config = deep_merge(compute_config, {"driver": {"fake": {"build_seconds": 5}}})
+    config = deep_merge(compute_config, {"driver": {"fake": {"build_seconds": 3}}})
     start_compute(config)
     wait_alive(store, rp_of(config))
     spec = make_spec(rp_of(config))
     claim_and_send(store, placement, spec)
     wait_state(store, spec["uuid"], "BUILDING")
+    marker = Path(config["compute"]["state_dir"]) / "fake-instances" / f".{spec['uuid']}.building"
+    wait_for(marker.exists, 10, what="the worker to start building")
+    started = time.monotonic()
     send_destroy(store, spec)
     wait_state(store, spec["uuid"], "DELETED", timeout=20)
     assert_nothing_left(store, placement, config, spec)
-    # and it does not come back when the cancelled build's time would have run out
-    time.sleep(1)
+    # and it does not come back once the cancelled build's 3 s would have run out
+    time.sleep(max(0.0, started + 4 - time.monotonic()))
     assert spec["uuid"] not in fake_instances(config)
+    assert [e.event for e in build_events(config) if e.uuid == spec["uuid"]] == ["start"]
 
 
 def test_build_failure_is_error_with_reason_and_frees_everything(start_compute,
@@ -274,7 +288,9 @@ def test_pool_survives_all_workers_killed(start_compute, compute_config, store, 
     first = make_spec(rp_of(compute_config))
     claim_and_send(store, placement, first)
     wait_state(store, first["uuid"], "ACTIVE")
-    for pid in worker_pids(compute.pid):
+    workers = worker_pids(compute.pid)
+    assert len(workers) == compute_config["compute"]["workers"], workers
+    for pid in workers:
         os.kill(pid, signal.SIGKILL)
     second = make_spec(rp_of(compute_config))
     claim_and_send(store, placement, second)
@@ -310,21 +326,45 @@ def test_orphan_domains_are_reported(start_compute, compute_config, store):
              what="orphan report")
 
 
+def record_history(store: Store, uuid: str, start_revision: int) -> list[str]:
+    """Every state the record was written with since `start_revision`, in order (from etcd's
+    history: no write can be missed the way polling misses one)."""
+    events, cancel = store.client.watch_response(store.keys.instance(uuid),
+                                                 start_revision=start_revision)
+    states = []
+    try:
+        for response in events:
+            for event in response.events:
+                if isinstance(event, pyetcd.events.PutEvent):
+                    states.append(json.loads(event.value)["state"])
+            break  # the history up to now arrives in the first response
+    finally:
+        cancel()
+    return states
+
+
 def test_record_states_follow_the_documented_machine(start_compute, compute_config, store,
                                                     placement):
     config = deep_merge(compute_config, {"driver": {"fake": {"build_seconds": 0.5}}})
     start_compute(config)
     wait_alive(store, rp_of(config))
+    _, start = store.get_prefix(store.keys.instances())
     spec = make_spec(rp_of(config))
     claim_and_send(store, placement, spec)
-    seen = []
-    deadline = time.monotonic() + 15
-    while time.monotonic() < deadline and (not seen or seen[-1] != "ACTIVE"):
-        current = record(store, spec["uuid"])
-        if current and (not seen or seen[-1] != current["state"]):
-            seen.append(current["state"])
-        time.sleep(0.02)
-    assert seen == ["BUILDING", "ACTIVE"]
+    wait_state(store, spec["uuid"], "ACTIVE")
+    send_destroy(store, spec)
+    wait_state(store, spec["uuid"], "DELETED")
+    assert record_history(store, spec["uuid"], start + 1) == [
+        "BUILDING", "ACTIVE", "DELETING", "DELETED"]
+
+    failing = make_spec(rp_of(config), image="file:///nonexistent/image.qcow2")
+    claim_and_send(store, placement, failing)
+    wait_state(store, failing["uuid"], "ERROR")
+    assert record_history(store, failing["uuid"], start + 1) == ["BUILDING", "ERROR"]
+    # Every transition seen is one the instance model allows.
+    for history in (["BUILDING", "ACTIVE", "DELETING", "DELETED"], ["BUILDING", "ERROR"]):
+        for current, target in zip([None, *history], history, strict=False):
+            check_transition(current, target)
 
 
 def test_inventory_and_traits_registered(start_compute, compute_config, store,
@@ -388,3 +428,54 @@ def test_failed_build_without_live_alternates_ends_in_error(start_compute, compu
     failed = wait_state(store, spec["uuid"], "ERROR")
     assert "fake hypervisor is broken" in failed["error"]
     assert_nothing_left(store, placement, broken, spec)
+
+
+def test_sigterm_lets_a_running_build_finish(start_compute, compute_config, store, placement):
+    config = deep_merge(compute_config, {"driver": {"fake": {"build_seconds": 2}}})
+    compute = start_compute(config)
+    rp = rp_of(config)
+    wait_alive(store, rp)
+    spec = make_spec(rp)
+    claim_and_send(store, placement, spec)
+    marker = Path(config["compute"]["state_dir"]) / "fake-instances" / f".{spec['uuid']}.building"
+    wait_for(marker.exists, 10, what="the worker to start building")
+    assert compute.terminate() == 0
+    # The drain: the build in flight was finished and recorded before the daemon exited.
+    assert record(store, spec["uuid"])["state"] == "ACTIVE"
+    assert DISABLED_TRAIT in placement.get_traits(rp)
+    assert store.get(store.keys.alive(rp)) is None
+
+
+def test_build_cut_by_sigterm_is_resumed_at_next_start(start_compute, compute_config, store,
+                                                       placement):
+    config = deep_merge(compute_config, {"driver": {"fake": {"build_seconds": 3}},
+                                         "compute": {"shutdown_timeout_seconds": 0.5}})
+    compute = start_compute(config)
+    rp = rp_of(config)
+    wait_alive(store, rp)
+    spec = make_spec(rp)
+    claim_and_send(store, placement, spec)
+    marker = Path(config["compute"]["state_dir"]) / "fake-instances" / f".{spec['uuid']}.building"
+    wait_for(marker.exists, 10, what="the worker to start building")
+    assert compute.terminate() == 0
+    assert "1 job(s) still running at shutdown" in compute.log()
+    assert record(store, spec["uuid"])["state"] == "BUILDING"
+    start_compute(config)
+    wait_state(store, spec["uuid"], "ACTIVE", timeout=30)
+    starts = [e for e in build_events(config) if e.uuid == spec["uuid"] and e.event == "start"]
+    assert len({e.daemon for e in starts}) == len(starts) == 2  # once per daemon run
+
+
+def test_destroy_sent_while_the_daemon_was_down(start_compute, compute_config, store,
+                                                placement):
+    rp = rp_of(compute_config)
+    compute = start_compute(compute_config)
+    wait_alive(store, rp)
+    spec = make_spec(rp)
+    claim_and_send(store, placement, spec)
+    wait_state(store, spec["uuid"], "ACTIVE")
+    assert compute.terminate() == 0
+    send_destroy(store, spec)
+    start_compute(compute_config)
+    wait_state(store, spec["uuid"], "DELETED")
+    assert_nothing_left(store, placement, compute_config, spec)
