@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import os
+import re
 import socket
 from pathlib import Path
 from typing import Any
@@ -157,7 +158,10 @@ def validate(config: dict[str, Any], schema_name: str, source: str) -> None:
     if error is None:
         return
     if error.validator == "additionalProperties":
-        extra = sorted(set(error.instance) - set(error.schema.get("properties", {})))
+        schema = error.schema
+        patterns = [re.compile(p) for p in schema.get("patternProperties", {})]
+        extra = sorted(key for key in error.instance if key not in schema.get("properties", {})
+                       and not any(p.search(key) for p in patterns))
         where = _key_path(error)
         prefix = "" if where == "(top level)" else where + "."
         raise ConfigError(f"{source}: unknown key '{prefix}{extra[0]}'")

@@ -29,7 +29,7 @@ CONSOLE_FOLLOW_SECONDS = 600
 class ConsoleFollow:
     """A console being republished while the guest boots."""
 
-    since: float = field(default_factory=time.monotonic)
+    since: float = field(default_factory=lambda: time.monotonic())
     digest: int | None = None
 
 

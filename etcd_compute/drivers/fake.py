@@ -19,7 +19,7 @@ import os
 import time
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlparse
+from urllib.parse import unquote, urlparse
 
 from etcd_compute.drivers.base import Driver
 from etcd_compute.errors import BuildError
@@ -58,7 +58,7 @@ class FakeDriver(Driver):
             raise BuildError("fake hypervisor is broken (driver.fake.fail_builds)")
         image = spec.get("image", {}).get("url", "")
         parsed = urlparse(image)
-        if parsed.scheme == "file" and not Path(parsed.path).exists():
+        if parsed.scheme == "file" and not Path(unquote(parsed.path)).exists():
             raise BuildError(f"image {image} not found")
         if self.build_seconds:
             # Which worker is building what, for operators (and crash tests).

@@ -46,7 +46,12 @@ class InstanceResolver:
             for mac in macs:  # newest lease first
                 for domain in domains:
                     if is_ours(domain) and mac in mac_addresses(domain, self.config.network):
-                        files = InstanceFiles.of(self.config.instances_dir, domain.name())
+                        try:
+                            files = InstanceFiles.of(self.config.instances_dir, domain.name())
+                        except ValueError:
+                            log.warning("domain %r is marked ours but is not named by an "
+                                        "instance uuid; ignored", domain.name())
+                            continue
                         return files.read_meta()
         except libvirt.libvirtError as exc:
             log.warning("lookup of %s failed: %s", ip, exc.get_error_message())

@@ -29,10 +29,10 @@ METADATA_ADDRESS = "169.254.169.254"
 
 def network_xml(name: str, cidr: str) -> str:
     subnet = ipaddress.IPv4Network(cidr)
-    hosts = list(subnet.hosts()) if subnet.num_addresses <= 65536 else None
-    if not hosts or len(hosts) < 3:
+    if subnet.num_addresses < 8:
         raise ValueError(f"network_cidr {cidr}: too small for a gateway and guests")
-    gateway, first, last = hosts[0], hosts[1], hosts[-1]
+    gateway = subnet.network_address + 1
+    first, last = subnet.network_address + 2, subnet.broadcast_address - 1
 
     ET.register_namespace("dnsmasq", DNSMASQ_NAMESPACE)
     network = ET.Element("network")

@@ -1,76 +1,15 @@
-"""Configuration loading and compute.py's behaviour on bad input."""
+"""compute.py's behaviour on bad input and with services down or up (the pure configuration
+tests are in tests/unit/test_config.py)."""
 
 from __future__ import annotations
 
-import pytest
-
 from etcd_compute import config as configuration
-from etcd_compute.compute.identity import fake_identities, load_identity
-from etcd_compute.compute.inventory import build_inventory, cpu_traits
-from etcd_compute.errors import ConfigError
-from tests.support import REPO, Run, run_cli
+from tests.support import Run, run_cli
 from tools.local_services import free_port
 
 
 def run_compute(*args: str, timeout: float = 60) -> Run:
     return run_cli("compute.py", *args, timeout=timeout)
-
-
-def test_deep_merge_keeps_sibling_keys():
-    merged = configuration.deep_merge(configuration.COMPUTE_DEFAULTS,
-                                      {"compute": {"inventory": {"VCPU": {"reserved": 2}}}})
-    assert merged["compute"]["inventory"]["VCPU"] == {"reserved": 2, "allocation_ratio": 4.0}
-    assert merged["compute"]["inventory"]["MEMORY_MB"]["reserved"] == 1024
-    assert merged["compute"]["workers"] == 4
-    # and the defaults themselves were not modified
-    assert configuration.COMPUTE_DEFAULTS["compute"]["inventory"]["VCPU"]["reserved"] == 0
-
-
-@pytest.mark.parametrize(
-    ("yaml_text", "message"),
-    [
-        ("compute:\n  workerz: 3\n", "unknown key 'compute.workerz'"),
-        ("colour: blue\n", "unknown key 'colour'"),
-        ("compute:\n  workers: many\n", "compute.workers: 'many' is not of type 'integer'"),
-        ("etcd:\n  endpoints: [localhost]\n", "etcd.endpoints.0"),
-        ("placement:\n  endpoint: ftp://x\n", "placement.endpoint"),
-        ("compute: [1, 2\n", "cannot read YAML"),
-        ("- a list\n", "top level must be a mapping"),
-    ],
-)
-def test_bad_config_is_one_line_error_naming_the_key(tmp_path, yaml_text, message):
-    path = tmp_path / "compute.yaml"
-    path.write_text(yaml_text)
-    with pytest.raises(ConfigError) as error:
-        configuration.load_compute(str(path))
-    assert message in str(error.value)
-    assert "\n" not in str(error.value)
-
-
-def test_samples_in_the_repository_are_valid():
-    assert configuration.load_compute(str(REPO / "compute.yaml"))["driver"]["name"] == "libvirt"
-    assert configuration.load_schedule(str(REPO / "schedule.yaml"))["scheduler"]["filters"]
-
-
-def test_identity_is_generated_once_and_kept(compute_config):
-    config = configuration.deep_merge(compute_config, {"compute": {"uuid": None}})
-    first = load_identity(config)
-    assert load_identity(config) == first
-    fakes = fake_identities(first, 3)
-    assert fake_identities(first, 3) == fakes and len({f.uuid for f in fakes}) == 3
-
-
-def test_inventory_policy_and_cpu_traits():
-    inventory = build_inventory({"VCPU": 8, "MEMORY_MB": 4096, "DISK_GB": 100},
-                                {"VCPU": {"allocation_ratio": 2.0},
-                                 "MEMORY_MB": {"reserved": 512},
-                                 "DISK_GB": {"total": 10}})
-    assert inventory["VCPU"]["total"] == 8 and inventory["VCPU"]["allocation_ratio"] == 2.0
-    assert inventory["MEMORY_MB"]["reserved"] == 512
-    assert inventory["DISK_GB"]["total"] == 10 and inventory["DISK_GB"]["max_unit"] == 10
-    assert cpu_traits("flags\t\t: fpu sse sse2 avx2 aes vmx\n") == {
-        "HW_CPU_X86_SSE", "HW_CPU_X86_SSE2", "HW_CPU_X86_AVX2", "HW_CPU_X86_AESNI",
-        "HW_CPU_X86_VMX"}
 
 
 def test_compute_bad_config_exits_2_with_one_line(tmp_path):

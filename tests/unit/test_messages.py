@@ -7,11 +7,12 @@ import time
 import uuid as uuidlib
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
 from etcd_compute import messages
 from etcd_compute.errors import InvalidMessage
+from etcd_compute.instances import new_record
 from etcd_compute.schemas import is_valid, validator
 
 RP = str(uuidlib.uuid4())
@@ -23,6 +24,8 @@ SPEC = {
     "user_data": None, "ssh_key": None, "project_id": "p", "user_id": "u", "group": None,
     "alternates": [], "requested_at": time.time(),
 }
+# A record as the scheduler writes it: the base the record schema's examples mutate.
+RECORD = new_record(SPEC, "SCHEDULED", "h")
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers(-3, 3) | st.floats(allow_nan=False)
@@ -31,6 +34,11 @@ json_values = st.recursive(
     | st.dictionaries(st.text(max_size=8), children, max_size=3),
     max_leaves=8,
 )
+
+
+def test_the_bases_of_the_agreement_checks_are_valid():
+    messages.check(messages.INSTANCE_SPEC, SPEC)
+    messages.check(messages.INSTANCE_RECORD, RECORD)
 
 
 def test_a_valid_spec_round_trips():
@@ -55,9 +63,93 @@ def test_invalid_specs_name_the_fault_in_one_line(change, fault):
     assert fault in str(error.value) and "\n" not in str(error.value)
 
 
-@settings(max_examples=300, deadline=None)
-@given(key=st.sampled_from(sorted(SPEC)), value=json_values)
-def test_compiled_check_agrees_with_jsonschema(key, value):
-    message = {**SPEC, key: value}
-    for schema in (messages.INSTANCE_SPEC, messages.INSTANCE_RECORD):
-        assert is_valid(schema, message) == validator(schema).is_valid(message)
+def _agreement(schema: str, base: dict):
+    """A hypothesis check: `base` with one key replaced (or dropped, or added); the compiled
+    validator and jsonschema must agree. Returns the check and the outcomes it saw."""
+    outcomes: set[bool] = set()
+
+    @settings(max_examples=200, deadline=None, database=None)
+    @given(key=st.sampled_from([*sorted(base), "surprise"]), value=json_values,
+           drop=st.booleans())
+    def check(key, value, drop):
+        message = {k: v for k, v in base.items() if k != key} if drop else {**base, key: value}
+        fast = is_valid(schema, message)
+        assert fast == validator(schema).is_valid(message), message
+        event(f"valid={fast}")
+        outcomes.add(fast)
+
+    return check, outcomes
+
+
+@pytest.mark.parametrize(("schema", "base"), [(messages.INSTANCE_SPEC, SPEC),
+                                              (messages.INSTANCE_RECORD, RECORD)])
+def test_compiled_check_agrees_with_jsonschema(schema, base):
+    check, outcomes = _agreement(schema, base)
+    check()
+    # Both outcomes occurred: the agreement was tested on valid and on invalid messages.
+    assert outcomes == {True, False}
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [b"", b"{", b"not json", b"\xff\xfe", "{'single': 'quotes'}", b"[1, 2"],
+)
+def test_decode_of_something_not_json_is_a_one_line_error(raw):
+    with pytest.raises(InvalidMessage) as error:
+        messages.decode(messages.INSTANCE_RECORD, raw)
+    text = str(error.value)
+    assert text.startswith("instance_record: not valid JSON (") and "\n" not in text
+
+
+@pytest.mark.parametrize("raw", [b"null", b"[]", b"42", b'"a string"'])
+def test_decode_of_json_that_is_not_an_object_is_refused(raw):
+    with pytest.raises(InvalidMessage, match="^instance_record: "):
+        messages.decode(messages.INSTANCE_RECORD, raw)
+
+
+def test_decode_accepts_bytes_and_text():
+    encoded = messages.encode(messages.INSTANCE_RECORD, RECORD)
+    assert messages.decode(messages.INSTANCE_RECORD, encoded) == RECORD
+    assert messages.decode(messages.INSTANCE_RECORD, encoded.encode()) == RECORD
+
+
+def test_encode_is_compact_sorted_json():
+    encoded = messages.encode(messages.INSTANCE_RECORD, RECORD)
+    assert "\n" not in encoded and ", " not in encoded and ": " not in encoded
+    assert encoded == json.dumps(RECORD, sort_keys=True, separators=(",", ":"))
+
+
+def test_encode_refuses_an_invalid_message_naming_the_key():
+    with pytest.raises(InvalidMessage) as error:
+        messages.encode(messages.INSTANCE_RECORD, {**RECORD, "state": "RUNNING"})
+    assert str(error.value).startswith("instance_record: state: ")
+
+
+def test_a_missing_required_key_is_named():
+    record = {k: v for k, v in RECORD.items() if k != "updated_at"}
+    with pytest.raises(InvalidMessage, match="updated_at"):
+        messages.check(messages.INSTANCE_RECORD, record)
+
+
+def test_a_top_level_fault_has_no_dangling_separator():
+    with pytest.raises(InvalidMessage) as error:
+        messages.check(messages.INSTANCE_RECORD, {**RECORD, "surprise": 1})
+    assert str(error.value).startswith("instance_record: ") and ": :" not in str(error.value)
+
+
+def test_a_very_long_reason_is_shortened_to_one_line():
+    huge = {**RECORD, "state": "X" * 5000}
+    with pytest.raises(InvalidMessage) as error:
+        messages.check(messages.INSTANCE_RECORD, huge)
+    assert len(str(error.value)) < 300 and str(error.value).endswith("...")
+
+
+@pytest.mark.parametrize(
+    ("schema", "message"),
+    [
+        (messages.CONSOLE, {"uuid": RP, "text": "boot", "updated_at": 1.0, "truncated": False}),
+        (messages.ALIVE, {"host": RP, "name": "h", "since": 1.0, "pid": 1, "driver": "fake"}),
+    ],
+)
+def test_other_messages_round_trip(schema, message):
+    assert messages.decode(schema, messages.encode(schema, message)) == message

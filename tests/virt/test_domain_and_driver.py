@@ -1,4 +1,5 @@
-"""Domain XML and the driver against libvirt's test driver (test:///default)."""
+"""Domain XML and the driver against libvirt's test driver (test:///default); the XML
+without libvirt is tested in tests/unit/virt/test_domain.py."""
 
 from __future__ import annotations
 
@@ -71,20 +72,6 @@ def test_foreign_domains_are_not_ours() -> None:
         assert not domain.is_ours(connection.lookupByName("test"))  # the test driver's own
     finally:
         connection.close()
-
-
-def test_domain_type_choice(monkeypatch: pytest.MonkeyPatch) -> None:
-    class Qemu:
-        def getType(self) -> str:  # noqa: N802 (libvirt's name)
-            return "QEMU"
-
-    monkeypatch.setattr(domain, "kvm_usable", lambda: True)
-    assert domain.choose_domain_type("auto", Qemu()) == "kvm"
-    assert domain.choose_domain_type("qemu", Qemu()) == "qemu"
-    monkeypatch.setattr(domain, "kvm_usable", lambda: False)
-    assert domain.choose_domain_type("auto", Qemu()) == "qemu"
-    xml = domain.domain_xml(domain_spec(new_uuid(), domain_type="kvm"))
-    assert ET.fromstring(xml).find("cpu").get("mode") == "host-passthrough"
 
 
 def test_driver_with_the_test_uri(test_driver_config: dict[str, Any], tmp_path: Path) -> None:

@@ -1,0 +1,153 @@
+"""schedule.py in-process, for what needs no service: bad input is exit status 2 and one line
+on stderr, found before any connection is made."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from etcd_compute import logs
+from etcd_compute.cli import schedule
+
+UUID = "0b7e4f1e-9a0c-4a51-8f0e-5d2c3b4a6e7f"
+
+
+@pytest.fixture
+def config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A schedule.yaml whose services do not exist (nothing here may reach them), and a
+    logging setup that leaves pytest's handlers alone."""
+    monkeypatch.setattr(logs, "setup", lambda *_args, **_kwargs: None)
+    path = tmp_path / "schedule.yaml"
+    path.write_text("etcd:\n  endpoints: ['127.0.0.1:9']\n  timeout: 0.1\n"
+                    "placement:\n  endpoint: http://127.0.0.1:9\n  timeout: 0.1\n")
+    return path
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = schedule.main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def assert_usage_error(result: tuple[int, str, str], *fragments: str) -> None:
+    code, out, err = result
+    assert code == 2, err
+    assert out == ""
+    assert err.startswith("schedule.py: error: ") and err.endswith("\n")
+    assert len(err.splitlines()) == 1 and "Traceback" not in err
+    for fragment in fragments:
+        assert fragment in err
+
+
+def test_no_words_says_what_to_give(capsys, config):
+    assert_usage_error(run(capsys, "--config", str(config)), "nothing to do")
+
+
+def test_an_unknown_word_is_neither_query_uuid_nor_command(capsys, config):
+    assert_usage_error(run(capsys, "--config", str(config), "frobnicate"),
+                       "'frobnicate' is not a query", "destroy, list, hosts, console")
+
+
+def test_an_upper_case_uuid_is_not_taken_for_an_instance(capsys, config):
+    assert_usage_error(run(capsys, "--config", str(config), UUID.upper()), "is not a query")
+
+
+@pytest.mark.parametrize("words", [["destroy"], ["destroy", UUID, UUID]])
+def test_destroy_needs_exactly_one_uuid(capsys, config, words):
+    assert_usage_error(run(capsys, "--config", str(config), *words),
+                       "destroy: expected exactly one instance uuid")
+
+
+def test_destroy_of_something_not_a_uuid(capsys, config):
+    assert_usage_error(run(capsys, "--config", str(config), "destroy", "web-1"),
+                       "'web-1' is not an instance uuid")
+
+
+def test_console_needs_exactly_one_uuid(capsys, config):
+    assert_usage_error(run(capsys, "--config", str(config), "console"),
+                       "console: expected exactly one instance uuid")
+
+
+@pytest.mark.parametrize("command", ["list", "hosts"])
+def test_list_and_hosts_take_no_arguments(capsys, config, command):
+    assert_usage_error(run(capsys, "--config", str(config), command, "extra"),
+                       f"{command}: takes no arguments")
+
+
+def test_a_query_in_two_words_asks_for_quoting(capsys, config):
+    assert_usage_error(run(capsys, "--config", str(config), "resources=VCPU:1", "limit=2"),
+                       "unexpected argument 'limit=2'", "quote the query")
+
+
+@pytest.mark.parametrize(
+    ("hints", "fragment"),
+    [
+        (["affinity"], "expected affinity=GROUP or anti-affinity=GROUP"),
+        (["sideways=web"], "--hint sideways: expected affinity or anti-affinity"),
+        (["affinity=web app"], "group names are 1-64"),
+        (["affinity=a", "affinity=b"], "at most one server group"),
+    ],
+)
+def test_a_bad_hint(capsys, config, hints, fragment):
+    args = [arg for hint in hints for arg in ("--hint", hint)]
+    assert_usage_error(run(capsys, "--config", str(config), "resources=VCPU:1", *args), fragment)
+
+
+@pytest.mark.parametrize("count", ["0", "-1", "1001"])
+def test_a_count_out_of_range(capsys, config, count):
+    assert_usage_error(run(capsys, "--config", str(config), "resources=VCPU:1",
+                           "--count", count), "--count", "expected 1..1000")
+
+
+def test_a_count_that_is_not_a_number(capsys, config):
+    assert_usage_error(run(capsys, "--config", str(config), "resources=VCPU:1",
+                           "--count", "many"), "invalid int value: 'many'")
+
+
+@pytest.mark.parametrize(
+    ("query", "fragment"),
+    [
+        ("resources=VCPU", "malformed pair"),
+        ("resources=vcpu:1", "bad resource class"),
+        ("resources=VCPU:0", "out of range"),
+        ("required=HW_CPU_X86_AVX2", "every request group needs resources"),
+        ("resources=VCPU:1&&limit=1", "empty parameter"),
+        ("resources=VCPU:1&colour=blue", "colour"),
+    ],
+)
+def test_a_bad_query(capsys, config, query, fragment):
+    assert_usage_error(run(capsys, "--config", str(config), query), fragment)
+
+
+@pytest.mark.parametrize(
+    ("options", "fragment"),
+    [
+        (["--image", "ftp://x/y.img"], "--image 'ftp://x/y.img'"),
+        (["--zone", "not-a-uuid"], "--zone 'not-a-uuid'"),
+        (["--name", "bad name"], "--name 'bad name'"),
+    ],
+)
+def test_bad_options_of_a_request(capsys, config, options, fragment):
+    assert_usage_error(run(capsys, "--config", str(config), "resources=VCPU:1", *options),
+                       fragment)
+
+
+def test_an_unreadable_user_data_file(capsys, config, tmp_path):
+    missing = tmp_path / "missing.yaml"
+    assert_usage_error(run(capsys, "--config", str(config), "resources=VCPU:1",
+                           "--user-data", str(missing)),
+                       f"--user-data {missing}: cannot read (FileNotFoundError)")
+
+
+def test_an_unknown_option(capsys, config):
+    assert_usage_error(run(capsys, "--config", str(config), "list", "--colour"),
+                       "unrecognized arguments: --colour")
+
+
+def test_a_bad_config_file_is_exit_2(capsys, tmp_path, config):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("scheduler:\n  max_attempts: 0\n")
+    assert_usage_error(run(capsys, "--config", str(bad), "list"), "scheduler.max_attempts")
+    assert_usage_error(run(capsys, "--config", str(tmp_path / "none.yaml"), "list"),
+                       "no such configuration file")

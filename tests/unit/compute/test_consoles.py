@@ -1,0 +1,200 @@
+"""Consoles (FakeStore, FakePool, EventLoop, the fake driver behind worker.py): the tail of an
+ACTIVE guest's console is published, republished only when it changed, and followed for a
+limited time."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import uuid as uuidlib
+from typing import Any
+
+import pytest
+
+from etcd_compute import instances, messages
+from etcd_compute.compute import consoles as consoles_module
+from etcd_compute.compute import worker
+from etcd_compute.compute.consoles import CONSOLE_FOLLOW_SECONDS, CONSOLE_MAX_BYTES, Consoles
+from etcd_compute.config import COMPUTE_DEFAULTS, deep_merge
+from tests.support import make_spec
+from tests.unit.fakes import EventLoop, FakePool, FakeStore
+
+RP = str(uuidlib.uuid4())
+
+
+@pytest.fixture
+def fake_worker(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """worker.py's driver, as a pool worker would have it: the fake driver under tmp_path."""
+    monkeypatch.setattr(worker, "_driver", None)  # restored after the test
+    worker.init_worker(deep_merge(COMPUTE_DEFAULTS, {
+        "compute": {"state_dir": str(tmp_path / "state"),
+                    "instances_dir": str(tmp_path / "instances")},
+        "driver": {"name": "fake"}}))
+
+
+class Host:
+    """A store, a pool and an event loop around one Consoles."""
+
+    def __init__(self) -> None:
+        self.store, self.pool, self.loop = FakeStore(), FakePool(), EventLoop()
+        self.consoles = Consoles(self.store, self.pool, self.loop.post)
+
+    def instance(self, state: str = instances.ACTIVE) -> str:
+        """An instance built by the driver, with a record in `state`."""
+        spec = make_spec(RP)
+        worker.build(spec)
+        record = instances.new_record(spec, instances.BUILDING, "h")
+        if state != instances.BUILDING:
+            record = instances.moved(record, state)
+        self.store.put(messages.INSTANCE_RECORD, self.store.keys.instance(spec["uuid"]), record)
+        return spec["uuid"]
+
+    def console(self, uuid: str) -> dict[str, Any] | None:
+        return self.store.read(messages.CONSOLE, self.store.keys.console(uuid))[0]
+
+    def console_revision(self, uuid: str) -> int:
+        return self.store.read(messages.CONSOLE, self.store.keys.console(uuid))[1]
+
+    def run(self) -> None:
+        self.loop.drain(self.pool)
+
+
+def test_following_an_active_instance_publishes_its_console(fake_worker):
+    host = Host()
+    uuid = host.instance()
+    host.consoles.follow(uuid)
+    assert host.console(uuid) is None  # nothing written before the job ran
+    host.run()
+    console = host.console(uuid)
+    assert console["uuid"] == uuid and console["truncated"] is False
+    assert console["text"] == worker.driver().console(uuid) and uuid in console["text"]
+    assert uuid in host.consoles.followed
+
+
+def test_an_unchanged_console_is_not_written_again(fake_worker):
+    host = Host()
+    uuid = host.instance()
+    host.consoles.follow(uuid)
+    host.run()
+    revision, writes = host.console_revision(uuid), len(host.store.committed)
+    host.consoles.refresh()
+    host.run()
+    assert host.console_revision(uuid) == revision
+    assert len(host.store.committed) == writes
+
+
+def test_a_changed_console_is_written_again(fake_worker):
+    host = Host()
+    uuid = host.instance()
+    host.consoles.follow(uuid)
+    host.run()
+    future: concurrent.futures.Future = concurrent.futures.Future()
+    future.set_result({uuid: "login:"})
+    host.consoles.store_tails(future)
+    assert host.console(uuid)["text"] == "login:"
+
+
+def test_all_followed_consoles_are_read_in_one_job(fake_worker):
+    host = Host()
+    uuids = [host.instance() for _ in range(3)]
+    for uuid in uuids:
+        host.consoles.follow(uuid)
+    host.run()
+    host.consoles.refresh()
+    assert len(host.pool.pending) == 1
+    _future, function, args = host.pool.pending[0]
+    assert function is worker.consoles and args == (sorted(uuids), CONSOLE_MAX_BYTES)
+    host.run()
+    assert all(host.console(uuid) for uuid in uuids)
+
+
+@pytest.mark.parametrize("state", [instances.BUILDING, instances.DELETING, instances.ERROR])
+def test_an_instance_that_is_not_active_is_forgotten_and_not_published(fake_worker, state):
+    host = Host()
+    uuid = host.instance(state)
+    host.consoles.follow(uuid)
+    host.run()
+    assert host.console(uuid) is None
+    assert uuid not in host.consoles.followed
+
+
+def test_an_instance_without_a_record_is_forgotten(fake_worker):
+    host = Host()
+    uuid = host.instance()
+    host.store.delete(host.store.keys.instance(uuid))
+    host.consoles.follow(uuid)
+    host.run()
+    assert host.console(uuid) is None and host.consoles.followed == {}
+
+
+def test_a_forgotten_instance_is_not_published(fake_worker):
+    host = Host()
+    uuid = host.instance()
+    host.consoles.follow(uuid)
+    host.consoles.forget(uuid)
+    host.run()
+    assert host.console(uuid) is None
+
+
+def test_a_console_is_followed_for_the_follow_time_then_dropped(fake_worker, monkeypatch):
+    host = Host()
+    uuid = host.instance()
+    host.consoles.follow(uuid)
+    host.run()
+    since = host.consoles.followed[uuid].since
+    monkeypatch.setattr(consoles_module.time, "monotonic",
+                        lambda: since + CONSOLE_FOLLOW_SECONDS - 1)
+    host.consoles.refresh()
+    assert uuid in host.consoles.followed and len(host.pool.pending) == 1
+    host.run()
+    monkeypatch.setattr(consoles_module.time, "monotonic",
+                        lambda: since + CONSOLE_FOLLOW_SECONDS + 1)
+    host.consoles.refresh()
+    assert host.consoles.followed == {} and host.pool.pending == []
+
+
+def test_only_follows_older_than_the_follow_time_are_dropped(fake_worker, monkeypatch):
+    host = Host()
+    old, new = host.instance(), host.instance()
+    host.consoles.follow(old)
+    host.consoles.follow(new)
+    host.run()
+    # `new` became ACTIVE much later than `old`.
+    later = host.consoles.followed[old].since + CONSOLE_FOLLOW_SECONDS + 1
+    host.consoles.followed[new].since = later - 10
+    monkeypatch.setattr(consoles_module.time, "monotonic", lambda: later)
+    host.consoles.refresh()
+    assert set(host.consoles.followed) == {new}
+    _future, _function, args = host.pool.pending[0]
+    assert args[0] == [new]
+
+
+def test_a_failed_or_cancelled_console_job_writes_nothing(fake_worker):
+    host = Host()
+    uuid = host.instance()
+    host.consoles.follow(uuid)
+    host.pool.fail_next(concurrent.futures.TimeoutError())
+    host.run()
+    assert host.console(uuid) is None and uuid in host.consoles.followed
+    cancelled: concurrent.futures.Future = concurrent.futures.Future()
+    cancelled.cancel()
+    host.consoles.store_tails(cancelled)
+    assert host.console(uuid) is None
+
+
+def test_a_console_at_the_size_limit_is_marked_truncated(fake_worker):
+    host = Host()
+    uuid = host.instance()
+    host.consoles.followed[uuid] = consoles_module.ConsoleFollow()
+    future: concurrent.futures.Future = concurrent.futures.Future()
+    future.set_result({uuid: "x" * CONSOLE_MAX_BYTES})
+    host.consoles.store_tails(future)
+    assert host.console(uuid)["truncated"] is True
+
+
+def test_tails_of_instances_not_followed_are_ignored(fake_worker):
+    host = Host()
+    uuid = host.instance()
+    future: concurrent.futures.Future = concurrent.futures.Future()
+    future.set_result({uuid: "text"})
+    host.consoles.store_tails(future)
+    assert host.console(uuid) is None

@@ -1,0 +1,135 @@
+"""The fake driver keeps a real driver's contract: idempotent per uuid, state on disk."""
+
+from __future__ import annotations
+
+import json
+import uuid as uuidlib
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from etcd_compute.config import COMPUTE_DEFAULTS, deep_merge
+from etcd_compute.drivers import load_driver
+from etcd_compute.drivers.fake import FakeDriver, fake_ip
+from etcd_compute.errors import BuildError
+from tests.support import make_spec
+
+RP = str(uuidlib.uuid4())
+
+
+def driver_in(tmp_path: Path, **fake: Any) -> FakeDriver:
+    config = deep_merge(COMPUTE_DEFAULTS, {"compute": {"state_dir": str(tmp_path / "state")},
+                                           "driver": {"name": "fake", "fake": fake}})
+    return FakeDriver(config)
+
+
+def test_build_creates_the_instance_and_returns_its_address(tmp_path):
+    driver = driver_in(tmp_path)
+    spec = make_spec(RP)
+    result = driver.build(spec)
+    assert result == {"ip": fake_ip(spec["uuid"])}
+    assert driver.list_instances() == {spec["uuid"]}
+    saved = json.loads((driver.root / f"{spec['uuid']}.json").read_text())
+    assert (saved["uuid"], saved["host"], saved["result"]) == (spec["uuid"], RP, result)
+
+
+def test_a_second_build_returns_the_first_result_without_building_again(tmp_path):
+    driver = driver_in(tmp_path)
+    spec = make_spec(RP)
+    first = driver.build(spec)
+    built_at = json.loads((driver.root / f"{spec['uuid']}.json").read_text())["built_at"]
+    assert driver.build(spec) == first
+    assert json.loads((driver.root / f"{spec['uuid']}.json").read_text())["built_at"] == built_at
+    assert driver.list_instances() == {spec["uuid"]}
+
+
+def test_an_instance_survives_a_new_driver_on_the_same_state(tmp_path):
+    spec = make_spec(RP)
+    first = driver_in(tmp_path).build(spec)
+    again = driver_in(tmp_path)
+    assert again.list_instances() == {spec["uuid"]}
+    assert again.build(spec) == first
+
+
+def test_a_broken_fake_hypervisor_fails_every_build_and_leaves_nothing(tmp_path):
+    driver = driver_in(tmp_path, fail_builds=True)
+    with pytest.raises(BuildError, match="fail_builds"):
+        driver.build(make_spec(RP))
+    assert driver.list_instances() == set()
+
+
+def test_a_missing_file_image_fails_the_build(tmp_path):
+    driver = driver_in(tmp_path)
+    image = f"file://{tmp_path}/no-such-image.qcow2"
+    with pytest.raises(BuildError) as caught:
+        driver.build(make_spec(RP, image=image))
+    assert str(caught.value) == f"image {image} not found"
+    assert driver.list_instances() == set()
+
+
+def test_an_existing_file_image_or_a_remote_one_builds(tmp_path):
+    image = tmp_path / "image.qcow2"
+    image.write_bytes(b"qcow")
+    driver = driver_in(tmp_path)
+    driver.build(make_spec(RP, image=f"file://{image}"))
+    driver.build(make_spec(RP, image="https://example.invalid/cirros.img"))  # not fetched
+    assert len(driver.list_instances()) == 2
+
+
+def test_destroy_removes_the_instance_and_is_idempotent(tmp_path):
+    driver = driver_in(tmp_path)
+    keep, gone = make_spec(RP), make_spec(RP)
+    driver.build(keep)
+    driver.build(gone)
+    driver.destroy(gone["uuid"])
+    driver.destroy(gone["uuid"])
+    driver.destroy(str(uuidlib.uuid4()))  # never built
+    assert driver.list_instances() == {keep["uuid"]}
+
+
+def test_list_instances_sees_only_instance_files(tmp_path):
+    driver = driver_in(tmp_path)
+    spec = make_spec(RP)
+    driver.build(spec)
+    (driver.root / f".{spec['uuid']}.building").write_text("1")
+    (driver.root / "notes.txt").write_text("x")
+    assert driver.list_instances() == {spec["uuid"]}
+
+
+def test_console_text_names_a_built_instance_and_is_empty_otherwise(tmp_path):
+    driver = driver_in(tmp_path)
+    spec = make_spec(RP)
+    unknown = str(uuidlib.uuid4())
+    assert driver.console(spec["uuid"]) == ""
+    driver.build(spec)
+    assert driver.console(spec["uuid"]) == f"fake console of {spec['uuid']}: booted\n"
+    assert driver.console(unknown) == ""
+    driver.destroy(spec["uuid"])
+    assert driver.console(spec["uuid"]) == ""
+
+
+def test_a_slow_build_leaves_no_marker_behind(tmp_path):
+    driver = driver_in(tmp_path, build_seconds=0.01)
+    spec = make_spec(RP)
+    driver.build(spec)
+    assert not list(driver.root.glob(".*"))
+
+
+def test_fake_addresses_are_stable_and_in_test_net_2():
+    uuids = [str(uuidlib.uuid4()) for _ in range(200)]
+    for uuid in uuids:
+        ip = fake_ip(uuid)
+        assert ip == fake_ip(uuid)
+        prefix, last = ip.rsplit(".", 1)
+        assert prefix == "198.51.100" and 1 <= int(last) <= 253
+
+
+def test_the_fake_driver_is_loaded_by_name_and_describes_itself(tmp_path):
+    config = deep_merge(COMPUTE_DEFAULTS, {"compute": {"state_dir": str(tmp_path)},
+                                           "driver": {"name": "fake"}})
+    driver = load_driver(config)
+    assert isinstance(driver, FakeDriver) and driver.check() == "fake"
+    driver.close()
+    with pytest.raises(ValueError, match="unknown driver 'xen'"):
+        load_driver(deep_merge(config, {"driver": {"name": "xen"}}))

@@ -1,0 +1,63 @@
+"""mdserver.conf: the [mdserver] section, defaults for what it leaves out, one-line errors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from etcd_compute.errors import ConfigError
+from etcd_compute.mdserver.settings import MdserverConfig, load_config
+from tests.support import REPO
+
+
+def test_mdserver_config(tmp_path: Path) -> None:
+    conf = tmp_path / "mdserver.conf"
+    conf.write_text("[mdserver]\nport = 8775\nnetwork = other\n")
+    config = load_config(conf)
+    assert (config.port, config.network, config.bind_address) == (8775, "other", "169.254.169.254")
+    conf.write_text("[mdserver]\nprot = 80\n")
+    with pytest.raises(ConfigError, match="unknown key 'mdserver.prot'"):
+        load_config(conf)
+
+
+def test_sample_mdserver_conf_loads() -> None:
+    config = load_config(REPO / "mdserver.conf")
+    assert config.port == 80 and config.instances_dir == "/var/lib/etcd-compute/instances"
+
+
+def test_an_empty_section_means_the_defaults(tmp_path: Path) -> None:
+    conf = tmp_path / "mdserver.conf"
+    conf.write_text("[mdserver]\n")
+    assert load_config(conf) == MdserverConfig()
+
+
+def test_every_key_is_read(tmp_path: Path) -> None:
+    conf = tmp_path / "mdserver.conf"
+    conf.write_text("[mdserver]\nbind_address = 127.0.0.1\nport = 8080\ninstances_dir = /i\n"
+                    "libvirt_uri = test:///default\nnetwork = n\nlog_file = /l.log\n")
+    assert load_config(conf) == MdserverConfig("127.0.0.1", 8080, "/i", "test:///default", "n",
+                                               "/l.log")
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("[other]\nport = 80\n", "no [mdserver] section"),
+        ("[mdserver]\nport = eighty\n", "mdserver.port: not a number"),
+        ("port = 80\n", "cannot read: File contains no section headers."),
+        ("[mdserver]\nport = 80\nport = 81\n", "cannot read: While reading from"),
+    ],
+)
+def test_bad_files_are_one_line_errors(tmp_path: Path, text: str, message: str) -> None:
+    conf = tmp_path / "mdserver.conf"
+    conf.write_text(text)
+    with pytest.raises(ConfigError) as caught:
+        load_config(conf)
+    assert str(caught.value).startswith(f"{conf}: ") and message in str(caught.value)
+    assert "\n" not in str(caught.value)
+
+
+def test_a_missing_file_is_a_one_line_error(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"nope.conf: cannot read: \[Errno 2\]"):
+        load_config(tmp_path / "nope.conf")

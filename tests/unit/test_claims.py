@@ -1,0 +1,155 @@
+"""Claims: one consumer is a PUT for a new consumer, several one atomic POST, unclaim is best
+effort, a move replaces a claim checked against the generation it read (FakePlacement)."""
+
+from __future__ import annotations
+
+import uuid as uuidlib
+from typing import Any
+
+import pytest
+
+from etcd_compute import claims
+from etcd_compute.errors import ConflictError, ServiceUnavailable
+from tests.unit.fakes import FakePlacement
+
+A, B = str(uuidlib.uuid4()), str(uuidlib.uuid4())
+SETTINGS = {"project_id": "p", "user_id": "u", "consumer_type": "INSTANCE"}
+
+
+def placement_with_hosts(vcpus: int = 4) -> FakePlacement:
+    placement = FakePlacement()
+    for uuid, name in ((A, "a"), (B, "b")):
+        placement.ensure_provider(uuid, name)
+        placement.set_inventory(uuid, {"VCPU": {"total": vcpus}})
+    return placement
+
+
+def on(rp: str, vcpus: int = 1) -> dict[str, Any]:
+    return {rp: {"resources": {"VCPU": vcpus}}}
+
+
+def test_one_consumer_is_claimed_with_a_put_for_a_new_consumer():
+    placement = placement_with_hosts()
+    claims.claim(placement, {"c1": on(A)}, SETTINGS)
+    assert placement.calls[-1] == "claim c1"
+    assert placement.get_allocations("c1") == {"allocations": on(A), "consumer_generation": 1}
+    assert placement.consumers["c1"]["project_id"] == "p"
+
+
+def test_claiming_a_consumer_that_already_holds_allocations_is_refused():
+    placement = placement_with_hosts()
+    claims.claim(placement, {"c1": on(A)}, SETTINGS)
+    with pytest.raises(ConflictError) as caught:
+        claims.claim(placement, {"c1": on(B)}, SETTINGS)  # generation None: must be new
+    assert caught.value.code == "placement.concurrent_update"
+    assert placement.get_allocations("c1")["allocations"] == on(A)  # not overwritten
+
+
+def test_several_consumers_are_claimed_in_one_request():
+    placement = placement_with_hosts()
+    claims.claim(placement, {"c1": on(A), "c2": on(B), "c3": on(A)}, SETTINGS)
+    assert [call for call in placement.calls if call.startswith("claim")] == ["claim_many 3"]
+    assert set(placement.consumers) == {"c1", "c2", "c3"}
+
+
+def test_several_consumers_are_all_or_nothing():
+    placement = placement_with_hosts(vcpus=2)
+    with pytest.raises(ConflictError):
+        claims.claim(placement, {"c1": on(A), "c2": on(A), "c3": on(A)}, SETTINGS)
+    assert placement.consumers == {}
+    assert placement.get_usages(A) == {"VCPU": 0}
+
+
+def test_a_claim_that_does_not_fit_holds_nothing():
+    placement = placement_with_hosts(vcpus=1)
+    with pytest.raises(ConflictError):
+        claims.claim(placement, {"c1": on(A, 2)}, SETTINGS)
+    assert placement.consumers == {}
+
+
+class FlakyPlacement(FakePlacement):
+    """Placement that cannot be reached for some consumers' deletes."""
+
+    def __init__(self, unreachable: set[str]):
+        super().__init__()
+        self.unreachable = unreachable
+
+    def delete_allocations(self, consumer: str) -> bool:
+        if consumer in self.unreachable:
+            raise ServiceUnavailable("Placement at x is unreachable")
+        return super().delete_allocations(consumer)
+
+
+def test_unclaim_deletes_what_it_can_and_returns_the_rest():
+    placement = FlakyPlacement({"c2"})
+    placement.ensure_provider(A, "a")
+    placement.set_inventory(A, {"VCPU": {"total": 4}})
+    claims.claim(placement, {"c1": on(A), "c2": on(A), "c3": on(A)}, SETTINGS)
+    assert claims.unclaim(placement, ["c1", "c2", "c3"]) == ["c2"]
+    assert set(placement.consumers) == {"c2"}
+
+
+def test_unclaim_of_consumers_without_allocations_is_not_a_failure():
+    placement = placement_with_hosts()
+    assert claims.unclaim(placement, ["never-claimed"]) == []
+    assert claims.unclaim(placement, []) == []
+
+
+def test_unclaim_does_not_swallow_programming_errors():
+    placement = placement_with_hosts()
+    placement.delete_allocations = lambda consumer: 1 / 0  # type: ignore[method-assign]
+    with pytest.raises(ZeroDivisionError):
+        claims.unclaim(placement, ["c1"])
+
+
+def test_move_replaces_the_allocation_in_one_request():
+    placement = placement_with_hosts()
+    claims.claim(placement, {"c1": on(A)}, SETTINGS)
+    claims.move(placement, "c1", on(B), "p", "u")
+    assert placement.get_allocations("c1") == {"allocations": on(B), "consumer_generation": 2}
+    assert placement.get_usages(A) == {"VCPU": 0} and placement.get_usages(B) == {"VCPU": 1}
+
+
+def test_move_passes_the_generation_it_read():
+    placement = placement_with_hosts()
+    claims.claim(placement, {"c1": on(A)}, SETTINGS)
+    seen: list[Any] = []
+    original = placement.claim
+
+    def spy(*args: Any, **kwargs: Any) -> None:
+        seen.append(kwargs.get("consumer_generation"))
+        original(*args, **kwargs)
+
+    placement.claim = spy  # type: ignore[method-assign]
+    claims.move(placement, "c1", on(B), "p", "u")
+    assert seen == [1]
+
+
+class RacingPlacement(FakePlacement):
+    """Someone else moves the consumer between our read and our write."""
+
+    def get_allocations(self, consumer: str) -> dict[str, Any]:
+        read = super().get_allocations(consumer)
+        current = self.consumers[consumer]
+        current["consumer_generation"] += 1  # another writer got there first
+        return read
+
+
+def test_move_fails_on_a_stale_generation_and_keeps_the_claim():
+    placement = RacingPlacement()
+    for uuid in (A, B):
+        placement.ensure_provider(uuid, uuid)
+        placement.set_inventory(uuid, {"VCPU": {"total": 4}})
+    claims.claim(placement, {"c1": on(A)}, SETTINGS)
+    with pytest.raises(ConflictError) as caught:
+        claims.move(placement, "c1", on(B), "p", "u")
+    assert caught.value.code == "placement.concurrent_update"
+    assert placement.consumers["c1"]["allocations"] == on(A)
+
+
+def test_move_to_a_host_without_room_keeps_the_old_claim():
+    placement = placement_with_hosts(vcpus=1)
+    claims.claim(placement, {"c1": on(A), "c2": on(B)}, SETTINGS)
+    with pytest.raises(ConflictError):
+        claims.move(placement, "c1", on(B), "p", "u")
+    assert placement.get_allocations("c1")["allocations"] == on(A)

@@ -1,0 +1,148 @@
+"""Configuration: deep merge over the defaults, one-line errors naming the key, the samples."""
+
+from __future__ import annotations
+
+import socket
+
+import pytest
+
+from etcd_compute import config as configuration
+from etcd_compute.errors import ConfigError
+from tests.support import REPO
+
+
+def test_deep_merge_keeps_sibling_keys():
+    merged = configuration.deep_merge(configuration.COMPUTE_DEFAULTS,
+                                      {"compute": {"inventory": {"VCPU": {"reserved": 2}}}})
+    assert merged["compute"]["inventory"]["VCPU"] == {"reserved": 2, "allocation_ratio": 4.0}
+    assert merged["compute"]["inventory"]["MEMORY_MB"]["reserved"] == 1024
+    assert merged["compute"]["workers"] == 4
+    # and the defaults themselves were not modified
+    assert configuration.COMPUTE_DEFAULTS["compute"]["inventory"]["VCPU"]["reserved"] == 0
+
+
+def test_deep_merge_replaces_lists_and_scalars_whole():
+    merged = configuration.deep_merge(configuration.SCHEDULE_DEFAULTS,
+                                      {"scheduler": {"filters": ["AliveFilter"]},
+                                       "etcd": {"endpoints": ["a:1", "b:2"]}})
+    assert merged["scheduler"]["filters"] == ["AliveFilter"]
+    assert merged["etcd"] == {"endpoints": ["a:1", "b:2"], "prefix": "", "timeout": 5.0}
+
+
+def test_deep_merge_copies_so_the_result_shares_nothing_with_its_inputs():
+    override = {"compute": {"traits": ["CUSTOM_A"]}}
+    merged = configuration.deep_merge(configuration.COMPUTE_DEFAULTS, override)
+    merged["compute"]["traits"].append("CUSTOM_B")
+    merged["etcd"]["endpoints"].append("x:1")
+    assert override["compute"]["traits"] == ["CUSTOM_A"]
+    assert configuration.COMPUTE_DEFAULTS["etcd"]["endpoints"] == ["127.0.0.1:2379"]
+    # The two defaults share their etcd section: neither may be changed through a merge.
+    assert configuration.SCHEDULE_DEFAULTS["etcd"]["endpoints"] == ["127.0.0.1:2379"]
+
+
+def test_a_scalar_can_replace_a_section_and_then_validation_says_so(tmp_path):
+    path = tmp_path / "compute.yaml"
+    path.write_text("driver: fake\n")
+    with pytest.raises(ConfigError, match="driver: 'fake' is not of type 'object'"):
+        configuration.load_compute(str(path))
+
+
+@pytest.mark.parametrize(
+    ("yaml_text", "message"),
+    [
+        ("compute:\n  workerz: 3\n", "unknown key 'compute.workerz'"),
+        ("colour: blue\n", "unknown key 'colour'"),
+        ("compute:\n  workers: many\n", "compute.workers: 'many' is not of type 'integer'"),
+        ("etcd:\n  endpoints: [localhost]\n", "etcd.endpoints.0"),
+        ("placement:\n  endpoint: ftp://x\n", "placement.endpoint"),
+        ("compute: [1, 2\n", "cannot read YAML"),
+        ("- a list\n", "top level must be a mapping"),
+        ("compute:\n  inventory:\n    GPU: {total: 1}\n", "unknown key 'compute.inventory.GPU'"),
+        ("compute:\n  traits: [FAST]\n", "compute.traits.0"),
+        ("driver:\n  name: xen\n", "driver.name"),
+        ("compute:\n  heartbeat_ttl: 1\n", "compute.heartbeat_ttl"),
+    ],
+)
+def test_bad_config_is_one_line_error_naming_the_key(tmp_path, yaml_text, message):
+    path = tmp_path / "compute.yaml"
+    path.write_text(yaml_text)
+    with pytest.raises(ConfigError) as error:
+        configuration.load_compute(str(path))
+    assert message in str(error.value)
+    assert "\n" not in str(error.value)
+    assert str(error.value).startswith(str(path))
+
+
+@pytest.mark.parametrize(
+    ("yaml_text", "message"),
+    [
+        ("scheduler:\n  filterz: []\n", "unknown key 'scheduler.filterz'"),
+        ("scheduler:\n  max_attempts: 0\n", "scheduler.max_attempts"),
+        ("scheduler:\n  host_subset_size: 0\n", "scheduler.host_subset_size"),
+        ("scheduler:\n  claim_retries: -1\n", "scheduler.claim_retries"),
+        ("scheduler:\n  weighers: {RAMWeigher: heavy}\n", "scheduler.weighers.RAMWeigher"),
+        ("scheduler:\n  filters: AliveFilter\n", "scheduler.filters"),
+        ("scheduler:\n  consumer_type: instance\n", "scheduler.consumer_type"),
+        ("scheduler:\n  default_image: /tmp/x.img\n", "scheduler.default_image"),
+        ("scheduler:\n  etcd_max_txn_ops: 2\n", "scheduler.etcd_max_txn_ops"),
+        ("scheduler:\n  wait_timeout_seconds: 0\n", "scheduler.wait_timeout_seconds"),
+        ("scheduler:\n  project_id: ''\n", "scheduler.project_id"),
+        ("etcd:\n  prefix: no-leading-slash\n", "etcd.prefix"),
+        ("etcd:\n  timeout: 0\n", "etcd.timeout"),
+        ("logging:\n  level: LOUD\n", "logging.level"),
+        ("compute:\n  workers: 2\n", "unknown key 'compute'"),  # a compute.yaml by mistake
+    ],
+)
+def test_bad_schedule_config_is_one_line_error_naming_the_key(tmp_path, yaml_text, message):
+    path = tmp_path / "schedule.yaml"
+    path.write_text(yaml_text)
+    with pytest.raises(ConfigError) as error:
+        configuration.load_schedule(str(path))
+    assert message in str(error.value) and "\n" not in str(error.value)
+
+
+def test_schedule_config_keeps_defaults_for_what_it_does_not_set(tmp_path):
+    path = tmp_path / "schedule.yaml"
+    path.write_text("scheduler:\n  weighers: {RAMWeigher: -1}\n  max_attempts: 5\n")
+    config = configuration.load_schedule(str(path))
+    assert config["scheduler"]["max_attempts"] == 5
+    assert config["scheduler"]["weighers"]["RAMWeigher"] == -1
+    assert config["scheduler"]["weighers"]["BuildFailureWeigher"] == 10.0  # merged, not lost
+    assert config["scheduler"]["filters"] == configuration.SCHEDULE_DEFAULTS["scheduler"][
+        "filters"]
+
+
+def test_the_defaults_are_valid_on_their_own():
+    configuration.validate(configuration.COMPUTE_DEFAULTS, "compute_config", "defaults")
+    configuration.validate(configuration.SCHEDULE_DEFAULTS, "schedule_config", "defaults")
+
+
+def test_an_empty_file_means_the_defaults(tmp_path):
+    path = tmp_path / "schedule.yaml"
+    path.write_text("# nothing set\n")
+    assert configuration.load_schedule(str(path)) == configuration.SCHEDULE_DEFAULTS
+
+
+def test_a_named_file_that_does_not_exist_is_an_error(tmp_path):
+    with pytest.raises(ConfigError, match="no such configuration file"):
+        configuration.load_schedule(str(tmp_path / "nope.yaml"))
+
+
+def test_without_a_path_the_file_in_the_current_directory_is_used(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert configuration.load_schedule() == configuration.SCHEDULE_DEFAULTS
+    (tmp_path / "schedule.yaml").write_text("scheduler:\n  max_attempts: 7\n")
+    assert configuration.load_schedule()["scheduler"]["max_attempts"] == 7
+
+
+def test_compute_name_defaults_to_the_host_name(tmp_path):
+    path = tmp_path / "compute.yaml"
+    path.write_text("{}\n")
+    assert configuration.load_compute(str(path))["compute"]["name"] == socket.gethostname()
+    path.write_text("compute:\n  name: rack-1\n")
+    assert configuration.load_compute(str(path))["compute"]["name"] == "rack-1"
+
+
+def test_samples_in_the_repository_are_valid():
+    assert configuration.load_compute(str(REPO / "compute.yaml"))["driver"]["name"] == "libvirt"
+    assert configuration.load_schedule(str(REPO / "schedule.yaml"))["scheduler"]["filters"]

@@ -1,0 +1,159 @@
+"""Domain XML built without libvirt, which domains are ours, their MACs, KVM or TCG.
+
+(That libvirt accepts the XML is checked against its test driver in
+tests/virt/test_domain_and_driver.py.)"""
+
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+from pathlib import Path
+from typing import Any
+
+import libvirt
+import pytest
+
+from etcd_compute.virt import domain
+
+UUID = "0b7e4f1e-9a0c-4a51-8f0e-5d2c3b4a6e7f"
+
+
+def domain_spec(**overrides: Any) -> domain.DomainSpec:
+    values: dict[str, Any] = {
+        "uuid": UUID,
+        "name": "web <1> & 'two'",
+        "memory_mb": 256,
+        "vcpus": 2,
+        "domain_type": "qemu",
+        "disk": Path("/instances") / UUID / "disk.qcow2",
+        "config_drive": Path("/instances") / UUID / "config.iso",
+        "console_log": Path("/instances") / UUID / "console.log",
+        "network": "etcd-compute",
+        "bridge": None,
+    }
+    values.update(overrides)
+    return domain.DomainSpec(**values)
+
+
+def parsed(**overrides: Any) -> ET.Element:
+    return ET.fromstring(domain.domain_xml(domain_spec(**overrides)))
+
+
+def test_the_domain_is_named_by_the_uuid_and_titled_by_the_escaped_name():
+    text = domain.domain_xml(domain_spec())
+    root = ET.fromstring(text)
+    assert root.get("type") == "qemu"
+    assert root.findtext("name") == UUID and root.findtext("uuid") == UUID
+    assert root.findtext("title") == "web <1> & 'two'"
+    assert "<1>" not in text  # escaped, not markup
+
+
+def test_the_domain_has_the_resources_it_was_given():
+    root = parsed(memory_mb=512, vcpus=3)
+    assert root.find("memory").attrib == {"unit": "MiB"} and root.findtext("memory") == "512"
+    assert root.findtext("vcpu") == "3"
+
+
+def test_the_domain_carries_our_ownership_metadata():
+    root = parsed()
+    owner = root.find(f"metadata/{{{domain.NAMESPACE}}}instance")
+    assert owner is not None
+    assert owner.findtext(f"{{{domain.NAMESPACE}}}name") == "web <1> & 'two'"
+    assert f"xmlns:{domain.NAMESPACE_PREFIX}=" in domain.domain_xml(domain_spec())
+
+
+def test_disks_config_drive_and_console_log_point_into_the_instance_directory():
+    root = parsed()
+    disks = {d.find("target").get("dev"): d for d in root.iterfind("devices/disk")}
+    assert disks["vda"].find("driver").get("type") == "qcow2"
+    assert disks["vda"].find("source").get("file") == f"/instances/{UUID}/disk.qcow2"
+    assert disks["vda"].find("target").get("bus") == "virtio"
+    assert disks["hdc"].get("device") == "cdrom" and disks["hdc"].find("readonly") is not None
+    assert disks["hdc"].find("source").get("file") == f"/instances/{UUID}/config.iso"
+    log = root.find("devices/serial/log")
+    assert log.attrib == {"file": f"/instances/{UUID}/console.log", "append": "off"}
+    assert root.find("devices/console/target").get("type") == "serial"
+
+
+@pytest.mark.parametrize(
+    ("network", "bridge", "nics"),
+    [("etcd-compute", None, [("network", "network", "etcd-compute")]),
+     ("etcd-compute", "br0", [("network", "network", "etcd-compute"),
+                              ("bridge", "bridge", "br0")]),
+     (None, "br0", [("bridge", "bridge", "br0")]),
+     (None, None, [])],
+)
+def test_nics_follow_the_network_and_bridge(network, bridge, nics):
+    root = parsed(network=network, bridge=bridge)
+    found = [(nic.get("type"), *next(iter(nic.find("source").attrib.items())))
+             for nic in root.iterfind("devices/interface")]
+    assert found == nics
+    assert all(nic.find("model").get("type") == "virtio"
+               for nic in root.iterfind("devices/interface"))
+
+
+@pytest.mark.parametrize(("domain_type", "passthrough"),
+                         [("kvm", True), ("qemu", False), ("test", False)])
+def test_only_kvm_passes_the_host_cpu_through(domain_type, passthrough):
+    cpu = parsed(domain_type=domain_type).find("cpu")
+    assert (cpu is not None and cpu.get("mode") == "host-passthrough") is passthrough
+
+
+class FakeDomain:
+    def __init__(self, xml: str, ours: bool):
+        self.xml, self.ours = xml, ours
+        self.asked: list[tuple[int, str]] = []
+
+    def XMLDesc(self, flags: int = 0) -> str:  # noqa: N802 (libvirt's names)
+        return self.xml
+
+    def metadata(self, kind: int, uri: str, flags: int = 0) -> str:
+        self.asked.append((kind, uri))
+        if not self.ours:
+            raise libvirt.libvirtError("metadata not found")
+        return "<instance/>"
+
+
+def test_a_domain_is_ours_when_it_has_our_metadata_element():
+    ours, foreign = FakeDomain("<domain/>", True), FakeDomain("<domain/>", False)
+    assert domain.is_ours(ours) and not domain.is_ours(foreign)
+    assert ours.asked == [(libvirt.VIR_DOMAIN_METADATA_ELEMENT, domain.NAMESPACE)]
+
+
+def with_macs(xml: str, macs: list[str | None]) -> str:
+    root = ET.fromstring(xml)
+    for nic, mac in zip(root.iterfind("devices/interface"), macs, strict=True):
+        if mac is not None:
+            ET.SubElement(nic, "mac", address=mac)
+    return ET.tostring(root, encoding="unicode")
+
+
+def test_mac_addresses_are_lower_case_and_filtered_by_network():
+    xml = with_macs(domain.domain_xml(domain_spec(bridge="br0")),
+                    ["52:54:00:AA:BB:CC", "52:54:00:11:22:33"])
+    guest = FakeDomain(xml, True)
+    assert domain.mac_addresses(guest) == ["52:54:00:aa:bb:cc", "52:54:00:11:22:33"]
+    assert domain.mac_addresses(guest, "etcd-compute") == ["52:54:00:aa:bb:cc"]
+    assert domain.mac_addresses(guest, "other") == []
+
+
+def test_a_nic_without_a_mac_is_skipped():
+    xml = with_macs(domain.domain_xml(domain_spec(bridge="br0")), [None, "52:54:00:11:22:33"])
+    assert domain.mac_addresses(FakeDomain(xml, True)) == ["52:54:00:11:22:33"]
+
+
+def test_domain_type_choice(monkeypatch: pytest.MonkeyPatch) -> None:
+    class Qemu:
+        def getType(self) -> str:  # noqa: N802 (libvirt's name)
+            return "QEMU"
+
+    class Test:
+        def getType(self) -> str:  # noqa: N802
+            return "Test"
+
+    monkeypatch.setattr(domain, "kvm_usable", lambda: True)
+    assert domain.choose_domain_type("auto", Qemu()) == "kvm"
+    assert domain.choose_domain_type("qemu", Qemu()) == "qemu"
+    assert domain.choose_domain_type("kvm", Test()) == "test"
+    monkeypatch.setattr(domain, "kvm_usable", lambda: False)
+    assert domain.choose_domain_type("auto", Qemu()) == "qemu"
+    assert domain.choose_domain_type("kvm", Qemu()) == "kvm"  # asked for: not second-guessed
