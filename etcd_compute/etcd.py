@@ -125,6 +125,15 @@ class Txn:
     def __add__(self, other: Txn) -> Txn:
         return Txn(self.compare + other.compare, self.success + other.success)
 
+    def size(self) -> int:
+        """About how many bytes the request is on the wire (etcd refuses requests over its
+        --max-request-bytes, 1.5 MiB by default)."""
+        total = sum(len(c.key) + len(c.range_end or "") + 16 for c in self.compare)
+        for op in self.success:
+            value = op.value if isinstance(op, Put) else ""
+            total += len(op.key) + len(value.encode() if isinstance(value, str) else value) + 16
+        return total
+
 
 def absent(key: str) -> Compare:
     return Compare(key, "version", "==", 0)

@@ -210,7 +210,12 @@ def schedule(store: KeyValueStore, placed: list[tuple[dict[str, Any], str | None
     and, for a server group read at revision R, that no member was added since
     (`group` = (group name, R)). Returns its revision, or None if a compare failed.
     """
-    keys = store.keys
+    return store.commit(schedule_txn(store.keys, placed, group))
+
+
+def schedule_txn(keys: Keys, placed: list[tuple[dict[str, Any], str | None]],
+                 group: tuple[str, int] | None = None) -> Txn:
+    """The transaction `schedule` commits (built first when its size must be checked)."""
     txn = Txn()
     for spec, host_name in placed:
         # Fresh uuid4s cannot collide; the record compare still guards against a rerun.
@@ -218,7 +223,7 @@ def schedule(store: KeyValueStore, placed: list[tuple[dict[str, Any], str | None
         txn.success += _placed(keys, spec, new_record(spec, SCHEDULED, host_name))
     if group is not None:
         txn.compare.append(none_created_since(keys.group(group[0]), group[1]))
-    return store.commit(txn)
+    return txn
 
 
 def operations(count: int, grouped: bool) -> int:

@@ -162,6 +162,15 @@ class Scheduler:
                 alternates=[{"host": host.uuid, "allocations": allocations}
                             for host, allocations in pick.alternates],
             ))
+        txn = spec_writer.transaction(self.store.keys, destinations, request_spec,
+                                      self.settings, group_revision)
+        if txn.size() > self.settings["etcd_max_request_bytes"]:
+            # Refused before claiming: etcd would refuse the write and the claim be undone.
+            raise UsageError(
+                f"this request writes about {txn.size()} bytes to etcd in one transaction; "
+                f"etcd allows {self.settings['etcd_max_request_bytes']} (fewer instances or "
+                "less user-data, or raise etcd's --max-request-bytes and "
+                "scheduler.etcd_max_request_bytes together)")
         try:
             claims.claim(self.placement,
                          {d.uuid: d.allocations for d in destinations}, self.settings)
@@ -171,17 +180,22 @@ class Scheduler:
             raise RetryablePlan(str(exc)) from None
         consumers = [d.uuid for d in destinations]
         try:
-            written = spec_writer.write_specs(self.store, destinations, request_spec,
-                                         self.settings, group_revision)
+            written = self.store.commit(txn)
         except BaseException:
-            claims.unclaim(self.placement, consumers)
+            self._unclaim(consumers)
             raise
         if written is None:
-            claims.unclaim(self.placement, consumers)
+            self._unclaim(consumers)
             self.replans += 1
             raise RetryablePlan(f"group {request_spec.group[0] if request_spec.group else ''} "
                                 "changed while we planned")
         return destinations
+
+    def _unclaim(self, consumers: list[str]) -> None:
+        left = claims.unclaim(self.placement, consumers)
+        if left:
+            LOG.error("could not free the claims of %s; free them with "
+                      "DELETE /allocations/<uuid>", ", ".join(left))
 
     # ----------------------------------------------------------------- stats
 

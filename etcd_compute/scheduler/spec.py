@@ -35,7 +35,7 @@ class RequestSpec:
               zone: str | None = None) -> RequestSpec:
         """Parse and check everything locally; UsageError (one line) on any fault."""
         request = parse_query(query)
-        if not isinstance(count, int) or not 1 <= count <= 1000:
+        if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= 1000:
             raise UsageError(f"--count {count!r}: expected 1..1000")
         if name is not None:
             longest = name if count == 1 else f"{name}-{count}"

@@ -13,7 +13,8 @@ import time
 from typing import Any
 
 from etcd_compute import instances
-from etcd_compute.etcd import Store
+from etcd_compute.etcd import KeyValueStore, Txn
+from etcd_compute.keys import Keys
 from etcd_compute.scheduler.spec import Destination, RequestSpec
 
 
@@ -39,12 +40,20 @@ def instance_spec(destination: Destination, request_spec: RequestSpec,
     }
 
 
-def write_specs(store: Store, destinations: list[Destination], request_spec: RequestSpec,
-                settings: dict[str, Any], group_revision: int | None) -> int | None:
-    """One transaction for the whole request: its revision, or None if a compare failed."""
+def transaction(keys: Keys, destinations: list[Destination], request_spec: RequestSpec,
+                settings: dict[str, Any], group_revision: int | None) -> Txn:
+    """The one transaction that writes the whole request (see `instances.schedule_txn`)."""
     now = time.time()
     placed = [(instance_spec(d, request_spec, settings, now), d.host_name) for d in destinations]
     group = None
     if request_spec.group and group_revision is not None:
         group = (request_spec.group[0], group_revision)
-    return instances.schedule(store, placed, group)
+    return instances.schedule_txn(keys, placed, group)
+
+
+def write_specs(store: KeyValueStore, destinations: list[Destination],
+                request_spec: RequestSpec, settings: dict[str, Any],
+                group_revision: int | None) -> int | None:
+    """Write the request: its revision, or None if a compare failed."""
+    return store.commit(transaction(store.keys, destinations, request_spec, settings,
+                                    group_revision))

@@ -234,22 +234,29 @@ class FakePlacement:
         self.calls.append(f"delete_allocations {consumer}")
         return self.consumers.pop(consumer, None) is not None
 
-    # candidates: resources, required/forbidden traits, member_of, limit
+    # candidates: resources, required (all, !forbidden, in:any), member_of (in:, !), limit;
+    # no granular groups, in_tree or group_policy
     def allocation_candidates(self, query: str) -> dict[str, Any]:
         params = parse_qsl(query)
         resources: dict[str, int] = {}
         required: set[str] = set()
         forbidden: set[str] = set()
+        any_of: list[set[str]] = []
         member_of: list[set[str]] = []
+        not_member_of: set[str] = set()
         limit = None
         for key, value in params:
             if key == "resources":
                 for pair in value.split(","):
                     rc, amount = pair.split(":")
                     resources[rc] = int(amount)
+            elif key == "required" and value.startswith("in:"):
+                any_of.append(set(value[3:].split(",")))
             elif key == "required":
                 for trait in value.split(","):
                     (forbidden if trait.startswith("!") else required).add(trait.lstrip("!"))
+            elif key == "member_of" and value.startswith("!"):
+                not_member_of.update(value[1:].removeprefix("in:").split(","))
             elif key == "member_of":
                 member_of.append(set(value.removeprefix("in:").split(",")))
             elif key == "limit":
@@ -262,7 +269,11 @@ class FakePlacement:
             traits = provider["traits"]
             if not required <= traits or forbidden & traits:
                 continue
-            if any(not (wanted & set(provider["aggregates"])) for wanted in member_of):
+            if any(not (wanted & traits) for wanted in any_of):
+                continue
+            aggregates = set(provider["aggregates"])
+            if any(not (wanted & aggregates) for wanted in member_of) or \
+                    not_member_of & aggregates:
                 continue
             requests.append({"allocations": {uuid: {"resources": dict(resources)}}})
             summaries[uuid] = {

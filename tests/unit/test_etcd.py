@@ -332,3 +332,9 @@ def test_delete_removes_the_key():
     store.delete("/alive/x")
     assert store.get("/alive/x") is None
     assert store.committed[-1].success == [Delete("/alive/x")]
+
+
+def test_txn_size_grows_with_keys_and_values():
+    small = Txn([absent("/k")], [Put("/k", "v")])
+    large = Txn([absent("/k")], [Put("/k", "v" * 100_000), Delete("/other")])
+    assert small.size() < 100 < 100_000 < large.size() < 100_200

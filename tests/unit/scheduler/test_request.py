@@ -103,3 +103,51 @@ def test_arbitrary_text_parses_or_raises_one_line_usage_error(text):
         return
     # Whatever parses renders to a query that parses to the same thing.
     assert parse_query(request.to_query()).to_query() == request.to_query()
+
+
+@pytest.mark.parametrize("text, fault", [
+    ("resources=", "resources: empty"),
+    ("resources=VCPU:1&required=", "required: empty"),
+    ("resources=VCPU:1,%20MEMORY_MB:1", "whitespace is not allowed"),
+    ("resources=VCPU:1&resources=MEMORY_MB:1", "resources: given twice"),
+    (f"resources=VCPU:1&in_tree={AGG}&in_tree={AGG}", "in_tree: given twice"),
+    ("resources=VCPU:1&required=in:CUSTOM_A,CUSTOM_A", "trait listed twice"),
+    (f"resources=VCPU:1&member_of=in:{AGG},{AGG}", "aggregate uuid listed twice"),
+    ("resources=VCPU:1&group_policy=none&group_policy=none", "group_policy: given twice"),
+    ("resources=VCPU:1&limit=1000000", "limit: '1000000' is not a positive integer"),
+    ("resources=VCPU:1&resources.x=VCPU:1", "unknown key 'resources.x'"),
+    ("resources=VCPU:1&required=" + "A" * 8200, "query longer than 8192 characters"),
+])
+def test_more_faults_are_named_in_one_line(text, fault):
+    with pytest.raises(UsageError) as caught:
+        parse_query(text)
+    assert fault in str(caught.value) and "\n" not in str(caught.value)
+
+
+def test_percent_encoded_query_is_decoded_before_checking():
+    request = parse_query("resources=VCPU%3A2%2CMEMORY_MB%3A64&required=%21CUSTOM_SLOW")
+    assert request.resources == {"VCPU": 2, "MEMORY_MB": 64}
+    assert request.groups[""].forbidden == ["CUSTOM_SLOW"]
+
+
+def test_repeated_traits_are_kept_once_and_granular_amounts_add_up():
+    request = parse_query("resources=VCPU:1&required=CUSTOM_A&required=CUSTOM_A,!CUSTOM_B"
+                          "&required=!CUSTOM_B&resources_GPU-1=VCPU:2,VGPU:1")
+    assert request.groups[""].required_all == ["CUSTOM_A"]
+    assert request.groups[""].forbidden == ["CUSTOM_B"]
+    assert request.resources == {"VCPU": 3, "VGPU": 1}
+
+
+def test_forbidden_aggregates_render_one_parameter_each_and_round_trip():
+    request = parse_query(f"resources=VCPU:1&member_of=!in:{AGG},{AGG2}&member_of=!{AGG}")
+    assert request.groups[""].forbidden_aggregates == [AGG, AGG2]
+    query = request.to_query()
+    assert f"member_of=!{AGG}&member_of=!{AGG2}" in query
+    assert parse_query(query).to_query() == query
+
+
+def test_limit_is_the_smaller_of_the_request_and_the_scheduler():
+    assert parse_query("resources=VCPU:1&limit=7").to_query(limit=3).endswith("limit=3")
+    assert parse_query("resources=VCPU:1&limit=7").to_query().endswith("limit=7")
+    assert parse_query("resources=VCPU:1").to_query(limit=50).endswith("limit=50")
+    assert "limit" not in parse_query("resources=VCPU:1").to_query()

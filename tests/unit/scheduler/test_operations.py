@@ -1,0 +1,292 @@
+"""The operator's commands over FakeStore and FakePlacement: show, destroy, list, console,
+wait, hosts."""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid as uuidlib
+
+import pytest
+
+from etcd_compute import instances, messages
+from etcd_compute.errors import NotFound, UsageError
+from etcd_compute.etcd import Txn
+from etcd_compute.scheduler import operations
+from tests.support import make_spec
+from tests.unit.fakes import FakePlacement, FakeStore
+
+RP = str(uuidlib.UUID(int=7))
+UNKNOWN = str(uuidlib.UUID(int=99))
+
+
+def scheduled(store: FakeStore, placement: FakePlacement | None = None, **extra) -> dict:
+    """An instance as the scheduler leaves it: spec, SCHEDULED record (and a claim)."""
+    spec = make_spec(RP, **extra)
+    assert instances.schedule(store, [(spec, "host-a")]) is not None
+    if placement is not None:
+        placement.consumers[spec["uuid"]] = {"allocations": spec["allocations"],
+                                             "consumer_generation": 1}
+    return spec
+
+
+def record_of(store: FakeStore, uuid: str) -> dict | None:
+    return instances.read_record(store, uuid).record
+
+
+def set_state(store: FakeStore, uuid: str, state: str) -> None:
+    record = record_of(store, uuid)
+    store.put(messages.INSTANCE_RECORD, store.keys.instance(uuid),
+              {**record, "state": state, "updated_at": time.time()})
+
+
+# --------------------------------------------------------------------------- show
+
+
+def test_show_adds_the_booted_ip_to_a_record_without_one():
+    store = FakeStore()
+    spec = scheduled(store)
+    store.put_raw(store.keys.booted(spec["uuid"]), "192.168.123.7")
+    shown = operations.show(store, spec["uuid"])
+    assert (shown["state"], shown["ip"]) == ("SCHEDULED", "192.168.123.7")
+    assert record_of(store, spec["uuid"])["ip"] is None  # shown, not written
+
+
+def test_show_keeps_the_record_ip_over_the_booted_key():
+    store = FakeStore()
+    spec = scheduled(store)
+    record = record_of(store, spec["uuid"])
+    store.put(messages.INSTANCE_RECORD, store.keys.instance(spec["uuid"]),
+              {**record, "ip": "10.0.0.1"})
+    store.put_raw(store.keys.booted(spec["uuid"]), "10.9.9.9")
+    assert operations.show(store, spec["uuid"])["ip"] == "10.0.0.1"
+    assert operations.show(store, scheduled(store)["uuid"])["ip"] is None
+
+
+def test_show_unknown_or_unreadable_is_not_found_and_a_non_uuid_a_usage_error():
+    store = FakeStore()
+    with pytest.raises(NotFound, match=f"no instance {UNKNOWN} .never scheduled"):
+        operations.show(store, UNKNOWN)
+    store.put_raw(store.keys.instance(UNKNOWN), "{broken")
+    with pytest.raises(NotFound):
+        operations.show(store, UNKNOWN)
+    with pytest.raises(UsageError, match="'xyz' is not an instance uuid"):
+        operations.show(store, "xyz")
+
+
+# ------------------------------------------------------------------------ destroy
+
+
+def test_destroy_requests_it_from_the_host_by_rewriting_the_spec():
+    store, placement = FakeStore(), FakePlacement()
+    spec = scheduled(store, placement)
+    assert operations.destroy(store, placement, spec["uuid"]) == "requested"
+    rewritten, _ = store.read(messages.INSTANCE_SPEC, store.keys.host_instance(RP, spec["uuid"]))
+    assert rewritten == {**spec, "action": "destroy"}
+    assert spec["uuid"] in placement.consumers  # the host frees the claim when it is done
+
+
+def test_destroy_twice_is_already_requested():
+    store, placement = FakeStore(), FakePlacement()
+    spec = scheduled(store, placement)
+    operations.destroy(store, placement, spec["uuid"])
+    revision = store.revision
+    assert operations.destroy(store, placement, spec["uuid"]) == "already"
+    assert store.revision == revision  # nothing written
+
+
+def test_destroy_an_error_instance_removes_record_keys_and_claim():
+    store, placement = FakeStore(), FakePlacement()
+    spec = scheduled(store, placement, group={"name": "g", "policy": "affinity"})
+    store.put_raw(store.keys.booted(spec["uuid"]), "10.0.0.2")
+    # The compute failed it: ERROR, every key but the record gone (its claim still held here).
+    instances.fail(store, spec, instances.read_record(store, spec["uuid"]), "disk full")
+    store.put_raw(store.keys.group_member("g", spec["uuid"]), "{}")  # a leftover goes too
+    assert operations.destroy(store, placement, spec["uuid"]) == "removed"
+    assert store.get_prefix("")[0] == []
+    assert spec["uuid"] not in placement.consumers
+
+
+def test_destroy_a_deleted_instance_is_deleted_and_changes_nothing():
+    store, placement = FakeStore(), FakePlacement()
+    spec = scheduled(store)
+    instances.delete(store, spec, instances.read_record(store, spec["uuid"]), ttl=60)
+    revision = store.revision
+    assert operations.destroy(store, placement, spec["uuid"]) == "deleted"
+    assert store.revision == revision and placement.calls == []
+
+
+def test_destroy_drops_an_unreadable_spec_and_cleans_up():
+    store, placement = FakeStore(), FakePlacement()
+    spec = scheduled(store, placement)
+    store.put_raw(store.keys.host_instance(RP, spec["uuid"]), "{not json")
+    assert operations.destroy(store, placement, spec["uuid"]) == "removed"
+    assert store.get(store.keys.host_instance(RP, spec["uuid"])) is None
+    assert record_of(store, spec["uuid"]) is None
+    assert spec["uuid"] not in placement.consumers
+
+
+def test_destroy_finds_the_spec_under_another_host_than_the_record_says():
+    store, placement = FakeStore(), FakePlacement()
+    other = str(uuidlib.UUID(int=8))
+    spec = make_spec(other)
+    store.put(messages.INSTANCE_SPEC, store.keys.host_instance(other, spec["uuid"]), spec)
+    store.put(messages.INSTANCE_RECORD, store.keys.instance(spec["uuid"]),
+              instances.new_record({**spec, "host": RP}, instances.SCHEDULED))
+    assert operations.destroy(store, placement, spec["uuid"]) == "requested"
+    assert store.read(messages.INSTANCE_SPEC,
+                      store.keys.host_instance(other, spec["uuid"]))[0]["action"] == "destroy"
+
+
+def test_destroy_unknown_is_not_found():
+    with pytest.raises(NotFound, match=f"no instance {UNKNOWN}"):
+        operations.destroy(FakeStore(), FakePlacement(), UNKNOWN)
+
+
+class MovingStore(FakeStore):
+    """The spec changes under every write we try (a busy compute)."""
+
+    def commit(self, txn: Txn) -> int | None:
+        if any(c.target == "mod" for c in txn.compare):
+            return None
+        return super().commit(txn)
+
+
+def test_destroy_gives_up_when_the_spec_keeps_changing():
+    store = MovingStore()
+    spec = scheduled(store)
+    with pytest.raises(UsageError, match="kept changing while destroying it; try again"):
+        operations.destroy(store, FakePlacement(), spec["uuid"])
+    assert store.read(messages.INSTANCE_SPEC,
+                      store.keys.host_instance(RP, spec["uuid"]))[0]["action"] == "build"
+
+
+# ---------------------------------------------------------------------- list, console
+
+
+def test_list_instances_oldest_first_then_by_uuid_skipping_unreadable():
+    store = FakeStore()
+    late = scheduled(store, requested_at=300.0)
+    early_b = scheduled(store, uuid=str(uuidlib.UUID(int=0xB)), requested_at=100.0)
+    early_a = scheduled(store, uuid=str(uuidlib.UUID(int=0xA)), requested_at=100.0)
+    middle = scheduled(store, requested_at=200.0)
+    store.put_raw(store.keys.instance(UNKNOWN), "{broken")
+    listed = [r["uuid"] for r in operations.list_instances(store)]
+    assert listed == [early_a["uuid"], early_b["uuid"], middle["uuid"], late["uuid"]]
+    assert operations.list_instances(FakeStore()) == []
+
+
+def test_console_prints_the_published_text():
+    store = FakeStore()
+    spec = scheduled(store)
+    store.put(messages.CONSOLE, store.keys.console(spec["uuid"]),
+              {"uuid": spec["uuid"], "text": "login: ", "updated_at": 1.0})
+    assert operations.console(store, spec["uuid"]) == "login: "
+
+
+def test_console_not_published_yet_names_the_state():
+    store = FakeStore()
+    spec = scheduled(store)
+    with pytest.raises(NotFound) as caught:
+        operations.console(store, spec["uuid"])
+    assert str(caught.value) == (f"console of {spec['uuid']} not published yet (state "
+                                 "SCHEDULED); the compute publishes it once the instance is "
+                                 "ACTIVE")
+    store.put_raw(store.keys.console(spec["uuid"]), '{"text": 1}')  # unreadable: as absent
+    with pytest.raises(NotFound, match="not published yet"):
+        operations.console(store, spec["uuid"])
+
+
+def test_console_of_an_unknown_instance():
+    with pytest.raises(NotFound) as caught:
+        operations.console(FakeStore(), UNKNOWN)
+    assert str(caught.value) == f"no instance {UNKNOWN}"
+
+
+# --------------------------------------------------------------------------- wait
+
+
+class ScriptedStore(FakeStore):
+    """Each read of an instance record first moves it to the next state of its script."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.scripts: dict[str, list[str | None]] = {}
+
+    def get(self, key: str):
+        uuid = key.rsplit("/", 1)[-1]
+        if key == self.keys.instance(uuid) and self.scripts.get(uuid):
+            state = self.scripts[uuid].pop(0)
+            if state is None:
+                self.delete(key)
+            else:
+                record = json.loads(self.entries[key].value)
+                self.put(messages.INSTANCE_RECORD, key, {**record, "state": state})
+        return super().get(key)
+
+
+def test_wait_reports_each_state_change_once_and_returns_the_final_records():
+    store = ScriptedStore()
+    first, second = scheduled(store), scheduled(store)
+    store.scripts[first["uuid"]] = ["SCHEDULED", "SCHEDULED", "BUILDING", "BUILDING", "ACTIVE"]
+    store.scripts[second["uuid"]] = ["BUILDING", "ERROR"]
+    changes = []
+    last = operations.wait(store, [first["uuid"], second["uuid"]], instances.FINAL, timeout=5,
+                           on_change=lambda u, r: changes.append((u, r and r["state"])),
+                           interval=0)
+    assert [s for u, s in changes if u == first["uuid"]] == ["SCHEDULED", "BUILDING", "ACTIVE"]
+    assert [s for u, s in changes if u == second["uuid"]] == ["BUILDING", "ERROR"]
+    assert {u: r["state"] for u, r in last.items()} == {first["uuid"]: "ACTIVE",
+                                                         second["uuid"]: "ERROR"}
+
+
+def test_wait_ends_for_a_record_that_is_gone():
+    store = ScriptedStore()
+    spec = scheduled(store)
+    store.scripts[spec["uuid"]] = ["DELETING", None]
+    changes = []
+    last = operations.wait(store, [spec["uuid"]], instances.FINAL, timeout=5,
+                           on_change=lambda u, r: changes.append(r and r["state"]), interval=0)
+    assert changes == ["DELETING", None]
+    assert last == {spec["uuid"]: None}
+
+
+def test_wait_times_out_naming_the_states_still_pending():
+    store = FakeStore()
+    done, stuck = scheduled(store), scheduled(store)
+    set_state(store, done["uuid"], "ACTIVE")
+    changes = []
+    with pytest.raises(operations.WaitTimeout) as caught:
+        operations.wait(store, [done["uuid"], stuck["uuid"]], instances.FINAL, timeout=0.05,
+                        on_change=lambda u, r: changes.append(u), interval=0.01)
+    assert str(caught.value) == ("1 instance(s) still not done after 0.05 s (SCHEDULED); "
+                                 "they go on without us")
+    assert sorted(changes) == sorted([done["uuid"], stuck["uuid"]])  # each reported once
+
+
+# -------------------------------------------------------------------------- hosts
+
+
+def test_hosts_show_capacity_usage_alive_disabled_and_instances_by_name():
+    store, placement = FakeStore(), FakePlacement()
+    busy, idle = str(uuidlib.UUID(int=1)), str(uuidlib.UUID(int=2))
+    placement.ensure_provider(busy, "b-host")
+    placement.set_inventory(busy, {"VCPU": {"total": 4, "allocation_ratio": 4.0},
+                                   "MEMORY_MB": {"total": 4096, "reserved": 1024}})
+    placement.ensure_provider(idle, "a-host")
+    placement.set_inventory(idle, {"VCPU": {"total": 2}})
+    placement.set_traits(idle, {"COMPUTE_STATUS_DISABLED"})
+    placement.claim(str(uuidlib.uuid4()), {busy: {"resources": {"VCPU": 3, "MEMORY_MB": 512}}},
+                    "p", "u")
+    store.put(messages.ALIVE, store.keys.alive(busy),
+              {"host": busy, "name": "b-host", "since": 1.0})
+    store.put_raw(store.keys.alive(idle), json.dumps({"host": "bad"}))  # unreadable: not alive
+    for _ in range(2):
+        store.put_raw(store.keys.host_instance(busy, str(uuidlib.uuid4())), "{}")
+    assert operations.hosts(store, placement) == [
+        {"uuid": idle, "name": "a-host", "alive": False, "disabled": True, "instances": 0,
+         "resources": {"VCPU": {"capacity": 2, "used": 0}}},
+        {"uuid": busy, "name": "b-host", "alive": True, "disabled": False, "instances": 2,
+         "resources": {"VCPU": {"capacity": 16, "used": 3},
+                       "MEMORY_MB": {"capacity": 3072, "used": 512}}},
+    ]

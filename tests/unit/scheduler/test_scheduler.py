@@ -1,0 +1,359 @@
+"""One request end to end in memory: plan, claim (FakePlacement), write (FakeStore); undo the
+claim when the write fails, plan again after a lost race, explain when nothing fits."""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+import uuid as uuidlib
+
+import pytest
+
+from etcd_compute import messages
+from etcd_compute.config import SCHEDULE_DEFAULTS, deep_merge, validate
+from etcd_compute.errors import (
+    ConflictError,
+    NoValidHost,
+    PlacementError,
+    ServiceUnavailable,
+    UsageError,
+)
+from etcd_compute.etcd import Put, Txn
+from etcd_compute.scheduler import RequestSpec, Scheduler
+from tests.unit.fakes import FakePlacement, FakeStore
+
+QUERY = "resources=VCPU:1,MEMORY_MB:256,DISK_GB:1"
+ONE = {"VCPU": 1, "MEMORY_MB": 256, "DISK_GB": 1}
+# claim_retries 2 keeps tenacity's jittered waits (<= 0.05 s, 0.1 s) short.
+CONFIG = deep_merge(SCHEDULE_DEFAULTS, {"scheduler": {
+    "default_image": "file:///dev/null", "host_subset_size": 1, "claim_retries": 2}})
+
+
+def add_host(placement: FakePlacement, store: FakeStore, name: str, vcpu: int = 4,
+             alive: bool = True) -> str:
+    uuid = str(uuidlib.uuid4())
+    placement.ensure_provider(uuid, name)
+    placement.set_inventory(uuid, {"VCPU": {"total": vcpu},
+                                   "MEMORY_MB": {"total": 256 * vcpu},
+                                   "DISK_GB": {"total": 10 * vcpu}})
+    if alive:
+        store.put(messages.ALIVE, store.keys.alive(uuid),
+                  {"host": uuid, "name": name, "since": time.time()})
+    return uuid
+
+
+def make_scheduler(store, placement, seed: int = 1, **settings) -> Scheduler:
+    config = deep_merge(CONFIG, {"scheduler": settings})
+    validate(config, "schedule_config", "unit test")
+    return Scheduler(config, store=store, placement=placement, rng=random.Random(seed))
+
+
+def spec_keys(store: FakeStore) -> list[str]:
+    return [e.key for e in store.get_prefix(store.keys.hosts(), keys_only=True)[0]]
+
+
+def claims(placement: FakePlacement) -> list[str]:
+    return [c for c in placement.calls if c.startswith("claim")]
+
+
+# ----------------------------------------------------------------------- success
+
+
+def test_select_destinations_claims_and_writes_every_instance():
+    store, placement = FakeStore("/t"), FakePlacement()
+    hosts = {add_host(placement, store, f"host-{i}"): f"host-{i}" for i in range(3)}
+    scheduler = make_scheduler(store, placement)
+    destinations = scheduler.select_destinations(RequestSpec.build(QUERY, count=2, name="web"))
+    assert [d.name for d in destinations] == ["web-1", "web-2"]
+    assert len({d.host for d in destinations}) == 2  # spread, also within one request
+    assert claims(placement) == ["claim_many 2"]
+    for d in destinations:
+        assert d.host_name == hosts[d.host]
+        assert d.allocations == {d.host: {"resources": ONE}}
+        assert placement.consumers[d.uuid]["allocations"] == d.allocations
+        assert placement.consumers[d.uuid]["project_id"] == CONFIG["scheduler"]["project_id"]
+        assert len(d.alternates) == 2 and d.host not in {a["host"] for a in d.alternates}
+        spec, _ = store.read(messages.INSTANCE_SPEC, store.keys.host_instance(d.host, d.uuid))
+        assert (spec["action"], spec["name"], spec["alternates"]) == ("build", d.name,
+                                                                     d.alternates)
+        record, _ = store.read(messages.INSTANCE_RECORD, store.keys.instance(d.uuid))
+        assert (record["state"], record["host_name"]) == ("SCHEDULED", hosts[d.host])
+    assert scheduler.replans == 0
+
+
+def test_one_instance_is_claimed_with_one_put():
+    store, placement = FakeStore(), FakePlacement()
+    add_host(placement, store, "only")
+    (d,) = make_scheduler(store, placement).select_destinations(RequestSpec.build(QUERY))
+    assert claims(placement) == [f"claim {d.uuid}"]
+    assert spec_keys(store) == [store.keys.host_instance(d.host, d.uuid)]
+
+
+def test_anti_affinity_members_in_etcd_are_respected_across_requests():
+    store, placement = FakeStore(), FakePlacement()
+    hosts = {add_host(placement, store, f"aa-{i}") for i in range(2)}
+    scheduler = make_scheduler(store, placement)
+    group = ("web", "anti-affinity")
+    first = scheduler.select_destinations(RequestSpec.build(QUERY, group=group))
+    second = scheduler.select_destinations(RequestSpec.build(QUERY, group=group))
+    assert {first[0].host, second[0].host} == hosts
+    with pytest.raises(NoValidHost) as caught:
+        scheduler.select_destinations(RequestSpec.build(QUERY, group=group))
+    assert any(r.startswith("AntiAffinityFilter removed 2 host(s)") for r in caught.value.reasons)
+
+
+def test_a_group_asked_with_another_policy_is_a_usage_error():
+    store, placement = FakeStore(), FakePlacement()
+    add_host(placement, store, "h")
+    scheduler = make_scheduler(store, placement)
+    scheduler.select_destinations(RequestSpec.build(QUERY, group=("db", "affinity")))
+    with pytest.raises(UsageError, match="group 'db' has policy affinity, not anti-affinity"):
+        scheduler.select_destinations(RequestSpec.build(QUERY, group=("db", "anti-affinity")))
+
+
+# ------------------------------------------------------------ etcd transaction size
+
+
+@pytest.mark.parametrize("count, group, fits", [
+    (3, None, True), (4, None, False), (2, ("g", "affinity"), True),
+    (3, ("g", "affinity"), False)])
+def test_count_beyond_etcd_max_txn_ops_is_refused_before_any_claim(count, group, fits):
+    store, placement = FakeStore(), FakePlacement()
+    add_host(placement, store, "big", vcpu=16)
+    scheduler = make_scheduler(store, placement, etcd_max_txn_ops=6)
+    request = RequestSpec.build(QUERY, count=count, group=group)
+    if fits:
+        assert len(scheduler.select_destinations(request)) == count
+        return
+    with pytest.raises(UsageError) as caught:
+        scheduler.select_destinations(request)
+    per = 3 if group else 2
+    assert str(caught.value).startswith(f"--count {count} needs {count * per} etcd operations "
+                                        "in one transaction; etcd allows 6")
+    assert claims(placement) == [] and spec_keys(store) == []
+
+
+def test_default_limit_allows_64_instances_or_42_in_a_group():
+    store, placement = FakeStore(), FakePlacement()
+    scheduler = make_scheduler(store, placement)
+    for count, group in ((65, None), (43, ("g", "affinity"))):
+        with pytest.raises(UsageError, match="etcd allows 128"):
+            scheduler.select_destinations(RequestSpec.build(QUERY, count=count, group=group))
+    assert claims(placement) == []
+
+
+# ------------------------------------------------------------ a failed etcd write
+
+
+class FailingStore(FakeStore):
+    """etcd that fails every write once `failure` is set (set it after the setup)."""
+
+    failure: BaseException | None = None
+
+    def commit(self, txn: Txn) -> int | None:
+        if self.failure is not None:
+            raise self.failure
+        return super().commit(txn)
+
+
+@pytest.mark.parametrize("failure", [ServiceUnavailable("etcd is unreachable (simulated)"),
+                                     KeyboardInterrupt()])
+def test_a_failed_etcd_write_undoes_the_claim(failure):
+    store, placement = FailingStore(), FakePlacement()
+    host = add_host(placement, store, "undo")
+    store.failure = failure
+    with pytest.raises(type(failure)):
+        make_scheduler(store, placement).select_destinations(RequestSpec.build(QUERY, count=2))
+    assert claims(placement) == ["claim_many 2"]
+    assert len([c for c in placement.calls if c.startswith("delete_allocations")]) == 2
+    assert placement.consumers == {}
+    assert placement.get_usages(host) == {"VCPU": 0, "MEMORY_MB": 0, "DISK_GB": 0}
+    assert spec_keys(store) == []
+
+
+class RivalGroupStore(FakeStore):
+    """A concurrent scheduler adds an anti-affinity member on our chosen host just before our
+    first spec write, so that write's group compare fails."""
+
+    rival: str | None = None
+
+    def commit(self, txn: Txn) -> int | None:
+        specs = [op.key for op in txn.success
+                 if isinstance(op, Put) and op.key.startswith(self.keys.hosts())]
+        if specs and self.rival is None:
+            self.rival = self.keys.parse_host_instance(specs[0])[0]
+            self.put_raw(self.keys.group_member("web", str(uuidlib.uuid4())),
+                         json.dumps({"host": self.rival, "policy": "anti-affinity"}))
+        return super().commit(txn)
+
+
+def test_a_group_that_changed_while_planning_frees_the_claim_and_plans_again():
+    store, placement = RivalGroupStore(), FakePlacement()
+    hosts = {add_host(placement, store, f"g-{i}") for i in range(2)}
+    scheduler = make_scheduler(store, placement)
+    (d,) = scheduler.select_destinations(RequestSpec.build(QUERY, group=("web", "anti-affinity")))
+    assert scheduler.replans == 1
+    assert d.host == (hosts - {store.rival}).pop()
+    assert len(claims(placement)) == 2
+    assert list(placement.consumers) == [d.uuid]  # the first claim was deleted
+    assert spec_keys(store) == [store.keys.host_instance(d.host, d.uuid)]
+
+
+# ------------------------------------------------------------------- lost races
+
+
+class RacingPlacement(FakePlacement):
+    """Another scheduler takes the last free VCPU of the host we claim, `races` times."""
+
+    races = 1
+    attempts = 0  # our claims (the rival's are not counted)
+
+    def _race(self, allocations_by_consumer: dict) -> None:
+        self.attempts += 1
+        if self.races <= 0:
+            return
+        self.races -= 1
+        for allocations in allocations_by_consumer.values():
+            for rp in allocations:
+                free = self.capacity(rp, "VCPU") - self.get_usages(rp).get("VCPU", 0)
+                if free:
+                    FakePlacement.claim(self, str(uuidlib.uuid4()),
+                                        {rp: {"resources": {"VCPU": free}}}, "rival", "rival")
+
+    def claim(self, consumer, allocations, *args, **kwargs) -> None:
+        self._race({consumer: allocations})
+        super().claim(consumer, allocations, *args, **kwargs)
+
+    def claim_many(self, claims_by_consumer, *args, **kwargs) -> None:
+        self._race(claims_by_consumer)
+        super().claim_many(claims_by_consumer, *args, **kwargs)
+
+
+def test_a_lost_claim_race_plans_again_with_fresh_candidates():
+    store, placement = FakeStore(), RacingPlacement()
+    hosts = [add_host(placement, store, f"race-{i}") for i in range(2)]
+    scheduler = make_scheduler(store, placement)
+    (d,) = scheduler.select_destinations(RequestSpec.build(QUERY))
+    assert placement.attempts == 2 and placement.conflicts == scheduler.replans == 1
+    (rival,) = [c for c in placement.consumers.values() if c["project_id"] == "rival"]
+    (taken,) = rival["allocations"]
+    assert set(hosts) == {taken, d.host}  # the second plan saw the rival's host full
+    ours = [c for c, data in placement.consumers.items() if data["project_id"] != "rival"]
+    assert ours == [d.uuid]
+    assert spec_keys(store) == [store.keys.host_instance(d.host, d.uuid)]
+
+
+def test_every_claim_lost_raises_conflict_after_claim_retries_plus_one_attempts():
+    store, placement = FakeStore(), RacingPlacement()
+    placement.races = 100
+    for i in range(5):
+        add_host(placement, store, f"lost-{i}", vcpu=8)
+    scheduler = make_scheduler(store, placement, claim_retries=2)
+    with pytest.raises(ConflictError) as caught:
+        scheduler.select_destinations(RequestSpec.build(QUERY))
+    assert placement.attempts == placement.conflicts == scheduler.replans == 3
+    assert caught.value.status == 409
+    assert str(caught.value).startswith("lost the race for capacity 3 times (last: ")
+    assert spec_keys(store) == []
+
+
+# ------------------------------------------------------------------ no valid host
+
+
+def test_no_valid_host_when_placement_has_no_candidates_names_the_class():
+    store, placement = FakeStore(), FakePlacement()
+    add_host(placement, store, "tiny", vcpu=1)
+    with pytest.raises(NoValidHost) as caught:
+        make_scheduler(store, placement).select_destinations(
+            RequestSpec.build("resources=VCPU:2"))
+    assert str(caught.value) == "NO ALLOCATIONS LEFT"
+    assert caught.value.reasons == ["resources=VCPU:2: no resource provider has 2 VCPU free "
+                                    "(largest free: 1, on 1 provider(s) with some)"]
+    assert claims(placement) == []
+
+
+def test_no_valid_host_when_filters_remove_everyone_says_which():
+    store, placement = FakeStore(), FakePlacement()
+    add_host(placement, store, "dead", alive=False)
+    add_host(placement, store, "live")
+    with pytest.raises(NoValidHost) as caught:
+        make_scheduler(store, placement, candidate_limit=1).select_destinations(
+            RequestSpec.build(QUERY))
+    assert caught.value.reasons == [
+        "AliveFilter removed 1 host(s): no heartbeat in etcd (/alive/<rp> missing: "
+        "compute.py not running?)",
+        "only 1 candidate host(s) considered (scheduler.candidate_limit); raise it to "
+        "consider more",
+    ]
+
+
+def test_a_batch_that_does_not_fit_claims_nothing():
+    store, placement = FakeStore(), FakePlacement()
+    add_host(placement, store, "a", vcpu=1)
+    add_host(placement, store, "b", vcpu=1)
+    with pytest.raises(NoValidHost) as caught:
+        make_scheduler(store, placement).select_destinations(RequestSpec.build(QUERY, count=3))
+    assert caught.value.reasons[:2] == [
+        "room for only 2 of the 3 instances requested; nothing was claimed",
+        "2 of 2 candidate host(s) would be full with the earlier instances of this request"]
+    assert claims(placement) == [] and spec_keys(store) == []
+
+
+class RefusingPlacement(FakePlacement):
+    def __init__(self, message: str) -> None:
+        super().__init__()
+        self.message = message
+
+    def allocation_candidates(self, query: str):
+        raise PlacementError(self.message, 400)
+
+
+def test_placement_refusing_the_query_is_a_usage_error():
+    store = FakeStore()
+    scheduler = make_scheduler(store, RefusingPlacement("Invalid resource class in resources"))
+    with pytest.raises(UsageError, match="Placement rejected the query: Invalid resource"):
+        scheduler.select_destinations(RequestSpec.build(QUERY))
+
+
+def test_an_unknown_trait_is_no_valid_host_not_an_error():
+    class UnknownTrait(FakePlacement):
+        def allocation_candidates(self, query: str):
+            if "CUSTOM_NEVER" in query:
+                raise PlacementError("No such trait(s): CUSTOM_NEVER", 400)
+            return super().allocation_candidates(query)
+
+    store, placement = FakeStore(), UnknownTrait()
+    add_host(placement, store, "plain")
+    with pytest.raises(NoValidHost) as caught:
+        make_scheduler(store, placement).select_destinations(
+            RequestSpec.build(QUERY + "&required=CUSTOM_NEVER"))
+    assert caught.value.reasons == ["required=CUSTOM_NEVER: no provider with enough free "
+                                    "resources has trait CUSTOM_NEVER"]
+
+
+# -------------------------------------------------------------------------- stats
+
+
+def test_update_resource_stats_by_uuid_or_provider_name():
+    store, placement = FakeStore(), FakePlacement()
+    host = add_host(placement, store, "stats-host")
+    scheduler = make_scheduler(store, placement)
+    scheduler.update_resource_stats(host, {"build_failures": [1.0], "updated_at": 2.0})
+    assert store.read(messages.HOST_STATS, store.keys.stats(host))[0] == {
+        "build_failures": [1.0], "updated_at": 2.0}
+    scheduler.update_resource_stats("stats-host", {"build_failures": []})
+    stats, _ = store.read(messages.HOST_STATS, store.keys.stats(host))
+    assert stats["build_failures"] == [] and stats["updated_at"] > 2.0
+    with pytest.raises(UsageError, match="no resource provider named 'nope'"):
+        scheduler.update_resource_stats("nope", {})
+
+
+def test_recent_build_failures_push_a_host_back():
+    store, placement = FakeStore(), FakePlacement()
+    failing = add_host(placement, store, "failing", vcpu=8)  # the freest host
+    other = add_host(placement, store, "other", vcpu=2)
+    scheduler = make_scheduler(store, placement)
+    scheduler.update_resource_stats(failing, {"build_failures": [time.time()]})
+    (d,) = scheduler.select_destinations(RequestSpec.build(QUERY))
+    assert d.host == other
