@@ -67,6 +67,26 @@ def make_spec(rp_uuid: str, image: str = "file:///dev/null", **extra: Any) -> di
     }
 
 
+def domain_spec(uuid: str, **overrides: Any) -> Any:
+    """A libvirt DomainSpec for `uuid` with a name that needs escaping (for XML tests)."""
+    from etcd_compute.virt.domain import DomainSpec
+
+    values: dict[str, Any] = {
+        "uuid": uuid,
+        "name": "web <1> & 'two'",
+        "memory_mb": 256,
+        "vcpus": 2,
+        "domain_type": "qemu",
+        "disk": Path("/instances") / uuid / "disk.qcow2",
+        "config_drive": Path("/instances") / uuid / "config.iso",
+        "console_log": Path("/instances") / uuid / "console.log",
+        "network": "etcd-compute",
+        "bridge": None,
+        **overrides,
+    }
+    return DomainSpec(**values)
+
+
 @dataclass
 class Run:
     """What a command-line program did."""

@@ -430,8 +430,8 @@ def test_failed_build_without_live_alternates_ends_in_error(start_compute, compu
     assert_nothing_left(store, placement, broken, spec)
 
 
-def test_sigterm_lets_a_running_build_finish(start_compute, compute_config, store, placement):
-    config = deep_merge(compute_config, {"driver": {"fake": {"build_seconds": 2}}})
+def start_one_build(start_compute, config, store, placement):
+    """A compute with one build running in a worker (the fake driver's marker is there)."""
     compute = start_compute(config)
     rp = rp_of(config)
     wait_alive(store, rp)
@@ -439,6 +439,13 @@ def test_sigterm_lets_a_running_build_finish(start_compute, compute_config, stor
     claim_and_send(store, placement, spec)
     marker = Path(config["compute"]["state_dir"]) / "fake-instances" / f".{spec['uuid']}.building"
     wait_for(marker.exists, 10, what="the worker to start building")
+    return compute, spec
+
+
+def test_sigterm_lets_a_running_build_finish(start_compute, compute_config, store, placement):
+    config = deep_merge(compute_config, {"driver": {"fake": {"build_seconds": 2}}})
+    compute, spec = start_one_build(start_compute, config, store, placement)
+    rp = rp_of(config)
     assert compute.terminate() == 0
     # The drain: the build in flight was finished and recorded before the daemon exited.
     assert record(store, spec["uuid"])["state"] == "ACTIVE"
@@ -450,13 +457,7 @@ def test_build_cut_by_sigterm_is_resumed_at_next_start(start_compute, compute_co
                                                        placement):
     config = deep_merge(compute_config, {"driver": {"fake": {"build_seconds": 3}},
                                          "compute": {"shutdown_timeout_seconds": 0.5}})
-    compute = start_compute(config)
-    rp = rp_of(config)
-    wait_alive(store, rp)
-    spec = make_spec(rp)
-    claim_and_send(store, placement, spec)
-    marker = Path(config["compute"]["state_dir"]) / "fake-instances" / f".{spec['uuid']}.building"
-    wait_for(marker.exists, 10, what="the worker to start building")
+    compute, spec = start_one_build(start_compute, config, store, placement)
     assert compute.terminate() == 0
     assert "1 job(s) still running at shutdown" in compute.log()
     assert record(store, spec["uuid"])["state"] == "BUILDING"

@@ -14,26 +14,15 @@ from etcd_compute.drivers.libvirt import LibvirtDriver
 from etcd_compute.errors import BuildError
 from etcd_compute.mdserver.supervisor import ensure_mdserver
 from etcd_compute.virt import domain
+from tests import support
 from tests.virt.conftest import guest_spec, new_uuid
 
 libvirt.registerErrorHandler(lambda _context, _error: None, None)
 
 
 def domain_spec(uuid: str, **overrides: Any) -> domain.DomainSpec:
-    values: dict[str, Any] = {
-        "uuid": uuid,
-        "name": "web <1> & 'two'",
-        "memory_mb": 256,
-        "vcpus": 2,
-        "domain_type": "test",
-        "disk": Path("/instances") / uuid / "disk.qcow2",
-        "config_drive": Path("/instances") / uuid / "config.iso",
-        "console_log": Path("/instances") / uuid / "console.log",
-        "network": "default",
-        "bridge": "br-ext",
-    }
-    values.update(overrides)
-    return domain.DomainSpec(**values)
+    return support.domain_spec(uuid, **{"domain_type": "test", "network": "default",
+                                        "bridge": "br-ext", **overrides})
 
 
 def test_domain_xml_validates_and_carries_the_allocation() -> None:

@@ -9,6 +9,7 @@ import pytest
 
 from etcd_compute import logs
 from etcd_compute.cli import compute
+from tests.unit.cli import helpers
 
 
 @pytest.fixture(autouse=True)
@@ -25,18 +26,11 @@ def good_config(tmp_path: Path) -> Path:
 
 
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    code = compute.main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
+    return helpers.run(compute.main, capsys, *argv)
 
 
 def assert_usage_error(result: tuple[int, str, str], *fragments: str) -> None:
-    code, out, err = result
-    assert code == 2, err
-    assert out == ""
-    assert err.startswith("compute.py: error: ") and len(err.splitlines()) == 1
-    for fragment in fragments:
-        assert fragment in err
+    helpers.assert_usage_error("compute.py", result, *fragments)
 
 
 @pytest.mark.parametrize(

@@ -9,6 +9,7 @@ import pytest
 
 from etcd_compute import logs
 from etcd_compute.cli import schedule
+from tests.unit.cli import helpers
 
 UUID = "0b7e4f1e-9a0c-4a51-8f0e-5d2c3b4a6e7f"
 
@@ -25,19 +26,11 @@ def config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    code = schedule.main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
+    return helpers.run(schedule.main, capsys, *argv)
 
 
 def assert_usage_error(result: tuple[int, str, str], *fragments: str) -> None:
-    code, out, err = result
-    assert code == 2, err
-    assert out == ""
-    assert err.startswith("schedule.py: error: ") and err.endswith("\n")
-    assert len(err.splitlines()) == 1 and "Traceback" not in err
-    for fragment in fragments:
-        assert fragment in err
+    helpers.assert_usage_error("schedule.py", result, *fragments)
 
 
 def test_no_words_says_what_to_give(capsys, config):

@@ -6,32 +6,19 @@ tests/virt/test_domain_and_driver.py.)"""
 from __future__ import annotations
 
 import xml.etree.ElementTree as ET
-from pathlib import Path
 from typing import Any
 
 import libvirt
 import pytest
 
 from etcd_compute.virt import domain
+from tests import support
 
 UUID = "0b7e4f1e-9a0c-4a51-8f0e-5d2c3b4a6e7f"
 
 
 def domain_spec(**overrides: Any) -> domain.DomainSpec:
-    values: dict[str, Any] = {
-        "uuid": UUID,
-        "name": "web <1> & 'two'",
-        "memory_mb": 256,
-        "vcpus": 2,
-        "domain_type": "qemu",
-        "disk": Path("/instances") / UUID / "disk.qcow2",
-        "config_drive": Path("/instances") / UUID / "config.iso",
-        "console_log": Path("/instances") / UUID / "console.log",
-        "network": "etcd-compute",
-        "bridge": None,
-    }
-    values.update(overrides)
-    return domain.DomainSpec(**values)
+    return support.domain_spec(UUID, **overrides)
 
 
 def parsed(**overrides: Any) -> ET.Element:
