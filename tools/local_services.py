@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import fcntl
 import json
 import os
 import shutil
@@ -23,7 +24,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -34,6 +35,28 @@ from etcd_compute.errors import ServiceUnavailable
 REPO = Path(__file__).resolve().parent.parent
 PLACEMENT_VENV = Path(os.environ.get("PLACEMENT_VENV", REPO / ".venv-placement"))
 POSTGRES_BIN = Path("/usr/lib/postgresql/15/bin")
+
+
+@contextlib.contextmanager
+def host_lock(name: str, timeout: float = 1800.0) -> Iterator[None]:
+    """Hold a machine-wide lock (for what only one user of this machine may hold at a time:
+    the metadata server's 169.254.169.254:80 and the guests that need it)."""
+    path = Path("/run/lock") / f"etcd-compute-{name}.lock"
+    with open(path, "a") as handle:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise ServiceUnavailable(
+                        f"{path} held by another run for {timeout:.0f} s") from None
+                time.sleep(0.5)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def free_port() -> int:

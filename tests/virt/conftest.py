@@ -25,7 +25,7 @@ import pytest
 from etcd_compute.config import COMPUTE_DEFAULTS, deep_merge
 from etcd_compute.mdserver.supervisor import ensure_mdserver, stop_mdserver
 from tests.support import REPO, make_spec, unavailable
-from tools.local_services import stop_pid
+from tools.local_services import host_lock, stop_pid
 
 # qemu runs as libvirt-qemu and must traverse to the disks: not under a 0700 pytest tmp dir.
 VM_TEST_ROOT = Path("/var/tmp/etcd-compute-vm-tests")
@@ -119,7 +119,16 @@ def test_guest_image() -> Path:
 
 @pytest.fixture(scope="session")
 def vm_config(system_libvirt: None) -> Iterator[dict[str, Any]]:
-    """A compute config on its own network, dirs and metadata server."""
+    """A compute config on its own network, dirs and metadata server.
+
+    One run at a time on a machine holds the metadata address (169.254.169.254:80):
+    a second test run (or the demo) waits for the lock.
+    """
+    with host_lock("guests"):
+        yield from _vm_config()
+
+
+def _vm_config() -> Iterator[dict[str, Any]]:
     root = VM_TEST_ROOT / uuidlib.uuid4().hex[:8]
     root.mkdir(parents=True, mode=0o755)
     VM_TEST_ROOT.chmod(0o755)
