@@ -52,7 +52,7 @@ def place_one(placement: PlacementClient, store: Store, query: str,
             continue
         host = next(iter(allocations))
         spec = instance_spec(uuid, host, resources, allocations, project_id, user_id)
-        store.put(messages.INSTANCE_SPEC, store.keys.host_instance(host, uuid), spec)
+        store.put(messages.INSTANCE_SPEC, store.keys.spec(host, uuid), spec)
         result.latencies.append(time.perf_counter() - started)
         result.placed.append(Placed(uuid, host, allocations))
         return

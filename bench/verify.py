@@ -22,10 +22,11 @@ from bench.placements import Placed
 from etcd_compute import messages
 from etcd_compute.errors import InvalidMessage
 from etcd_compute.etcd import Store
+from etcd_compute.keys import RECORDS
 from etcd_compute.placement import PlacementClient
 
 THREADS = 8
-WIPED_PREFIXES = ("/hosts/", "/instances/", "/booted/", "/console/", "/groups/", "/stats/")
+WIPED_PREFIXES = ("/hosts/", "/instances/", "/groups/", "/stats/", "/controller/")
 
 
 class CheckFailed(Exception):
@@ -33,9 +34,12 @@ class CheckFailed(Exception):
 
 
 def records(store: Store) -> dict[str, dict[str, Any]]:
-    entries, _ = store.get_prefix(store.keys.instances())
+    entries, _ = store.get_prefix(store.keys.hosts())
     found = {}
     for entry in entries:
+        parsed = store.keys.parse_host_key(entry.key)
+        if parsed is None or parsed.kind != RECORDS:
+            continue
         try:
             found[entry.key.rsplit("/", 1)[-1]] = messages.decode(messages.INSTANCE_RECORD,
                                                                   entry.value)
@@ -111,8 +115,8 @@ def check(store: Store, placement: PlacementClient, placed: list[Placed],
     spec_keys = {entry.key for entry in entries}
     built = {path.stem for path in fake_instances_dir.glob("*.json")}
     for uuid, rp in wanted.items():
-        if store.keys.host_instance(rp, uuid) not in spec_keys:
-            raise CheckFailed(f"spec of {uuid} not under /hosts/{rp}/")
+        if store.keys.spec(rp, uuid) not in spec_keys:
+            raise CheckFailed(f"spec of {uuid} not under /hosts/{rp}/specs/")
         record = found.get(uuid)
         if record is None or record["state"] != "ACTIVE" or record["host"] != rp:
             raise CheckFailed(f"record of {uuid} is {record} (expected ACTIVE on {rp})")

@@ -130,7 +130,7 @@ SCHEDULE_DEFAULTS: dict[str, Any] = {
         },
         "wait_timeout_seconds": 600,
         # etcd's --max-txn-ops (default 128): one request's specs, records and group
-        # members go in one transaction, which bounds --count (64, or 42 with a group).
+        # members go in one transaction, which bounds --count (42, or 32 with a group).
         "etcd_max_txn_ops": 128,
         # etcd's --max-request-bytes: one request's specs are written in one transaction.
         "etcd_max_request_bytes": 1572864,

@@ -8,10 +8,14 @@ what a transition writes (and what it compares first) is decided in one place.
          \\           \\-> ERROR (allocation freed, nothing left) -> DELETING/removed
           \\-> ERROR / DELETING (a bad spec, a destroy before the build started)
 
-Keys an instance owns (see `keys.py`): its record `/instances/<uuid>`, its
-spec `/hosts/<rp>/<uuid>`, `/booted/<uuid>`, `/console/<uuid>` and, in a
-server group, `/groups/<name>/<uuid>`. Every write compares the revision it
-read, so an event delivered twice never moves an instance twice.
+Keys (see `keys.py`): on its host, the instance's spec, record, /booted/ and
+/console/ keys, all under /hosts/<rp>/, which the host may write; on the
+operator's side, its location `/instances/<uuid>` (which host holds it) and,
+in a server group, `/groups/<name>/<uuid>`, which a host may not touch. The
+operator's keys of an instance that ended are removed by whoever next reads
+them (`forget`): the CLI, the scheduler reading a group, the controller.
+Every write compares the revision it read, so an event delivered twice never
+moves an instance twice.
 """
 
 from __future__ import annotations
@@ -37,7 +41,7 @@ from etcd_compute.etcd import (
     put_message,
     unchanged,
 )
-from etcd_compute.keys import Keys
+from etcd_compute.keys import RECORDS, SPECS, Keys
 
 LOG = logging.getLogger(__name__)
 
@@ -58,8 +62,7 @@ LIVE = frozenset({BUILDING, ACTIVE, DELETING})
 TRANSITIONS: dict[str | None, frozenset[str]] = {
     None: frozenset({SCHEDULED, BUILDING, ERROR, DELETING, DELETED}),
     SCHEDULED: frozenset({BUILDING, ERROR, DELETING, DELETED}),
-    # BUILDING -> BUILDING: a spec for the same uuid arrived at another host.
-    BUILDING: frozenset({BUILDING, ACTIVE, SCHEDULED, ERROR, DELETING, DELETED}),
+    BUILDING: frozenset({ACTIVE, SCHEDULED, ERROR, DELETING, DELETED}),
     ACTIVE: frozenset({ERROR, DELETING, DELETED}),
     ERROR: frozenset({ERROR, DELETING, DELETED}),
     DELETING: frozenset({ERROR, DELETED}),
@@ -126,10 +129,10 @@ class RecordRead:
         return self.record["state"] if self.record else None
 
 
-def read_record(store: KeyValueStore, uuid: str) -> RecordRead:
-    """The record of `uuid` and its revision; an unreadable one reads as absent (with a fault),
-    at its real revision, so the next write replaces it."""
-    entry = store.get(store.keys.instance(uuid))
+def read_record(store: KeyValueStore, host: str, uuid: str) -> RecordRead:
+    """The record of `uuid` on `host` and its revision; an unreadable one reads as absent
+    (with a fault), at its real revision, so the next write replaces it."""
+    entry = store.get(store.keys.record(host, uuid))
     if entry is None:
         return RecordRead(None, 0)
     try:
@@ -139,64 +142,100 @@ def read_record(store: KeyValueStore, uuid: str) -> RecordRead:
         return RecordRead(None, entry.mod_revision, str(exc))
 
 
+def locate(store: KeyValueStore, uuid: str) -> dict[str, Any] | None:
+    """Where `uuid` is ({"host": rp, "group": ...}), or None if it is known nowhere."""
+    try:
+        location, _ = store.read(messages.INSTANCE_LOCATION, store.keys.location(uuid))
+    except InvalidMessage:
+        return None
+    return location
+
+
+def find(store: KeyValueStore, uuid: str) -> tuple[str | None, RecordRead]:
+    """(host, record) of `uuid`, from its location; without one (a spec written straight to a
+    host, then rejected), from a search of the hosts' records. (None, absent) if unknown."""
+    location = locate(store, uuid)
+    if location is not None:
+        return location["host"], read_record(store, location["host"], uuid)
+    entries, _ = store.get_prefix(store.keys.hosts(), keys_only=True)
+    for entry in entries:
+        parsed = store.keys.parse_host_key(entry.key)
+        if parsed is not None and parsed.kind == RECORDS and parsed.uuid == uuid:
+            return parsed.host, read_record(store, parsed.host, uuid)
+    return None, RecordRead(None, 0)
+
+
+def group_members(store: KeyValueStore, name: str) -> tuple[dict[str, dict[str, Any]], int]:
+    """The live members of server group `name` ({uuid: member}) and the revision they were
+    read at. Members that ended (ERROR, DELETED) do not count; those whose record is gone
+    are forgotten here (their host could not remove the operator's keys)."""
+    entries, revision = store.get_prefix(store.keys.group(name))
+    live: dict[str, dict[str, Any]] = {}
+    for entry in entries:
+        uuid = entry.key.rsplit("/", 1)[-1]
+        try:
+            member = messages.decode(messages.GROUP_MEMBER, entry.value)
+        except InvalidMessage:
+            continue
+        read = read_record(store, member["host"], uuid)
+        if read.record is None and read.fault is None and \
+                forget(store, uuid, member["host"], name) is not None:
+            continue  # it ended and is forgotten
+        if read.state not in (ERROR, DELETED):
+            live[uuid] = member
+    return live, revision
+
+
 def count_by_host(store: KeyValueStore) -> Counter[str]:
     """Instances per host, from the spec keys (one keys-only read)."""
     entries, _ = store.get_prefix(store.keys.hosts(), keys_only=True)
     counts: Counter[str] = Counter()
     for entry in entries:
-        parsed = store.keys.parse_host_instance(entry.key)
-        if parsed:
-            counts[parsed[0]] += 1
+        parsed = store.keys.parse_host_key(entry.key)
+        if parsed is not None and parsed.kind == SPECS:
+            counts[parsed.host] += 1
     return counts
-
-
-def find_spec(store: KeyValueStore, uuid: str, record: dict[str, Any] | None) -> Entry | None:
-    """The spec key of `uuid`: under the record's host, else under any host."""
-    if record and record.get("host"):
-        entry = store.get(store.keys.host_instance(record["host"], uuid))
-        if entry is not None:
-            return entry
-    entries, _ = store.get_prefix(store.keys.hosts(), keys_only=True)
-    for entry in entries:
-        if entry.key.endswith("/" + uuid):
-            return store.get(entry.key)
-    return None
 
 
 # --- keys ----------------------------------------------------------------------------------
 
 
-def owned_keys(keys: Keys, uuid: str, host: str | None, group: str | None) -> list[str]:
-    """Every key the instance owns besides its record (one list, so no end state forgets one)."""
-    owned = [keys.booted(uuid), keys.console(uuid)]
-    if host:
-        owned.insert(0, keys.host_instance(host, uuid))
+def host_keys(keys: Keys, host: str, uuid: str) -> list[str]:
+    """The instance's keys on its host besides its record: what the host removes at the end."""
+    return [keys.spec(host, uuid), keys.booted(host, uuid), keys.console(host, uuid)]
+
+
+def operator_keys(keys: Keys, uuid: str, group: str | None) -> list[str]:
+    """The instance's keys only the operator's side writes: its location and group member."""
+    owned = [keys.location(uuid)]
     if group:
         owned.append(keys.group_member(group, uuid))
     return owned
 
 
-def _spec_keys(keys: Keys, spec: dict[str, Any]) -> list[Op]:
-    group = (spec.get("group") or {}).get("name")
-    return [Delete(key) for key in owned_keys(keys, spec["uuid"], spec["host"], group)]
-
-
 def _placed(keys: Keys, spec: dict[str, Any], record: dict[str, Any]) -> list[Op]:
-    """Spec at its host, record, and group membership: what makes an instance live on a host."""
-    uuid = spec["uuid"]
+    """Spec and record on the host, location and group membership: an instance placed."""
+    uuid, host = spec["uuid"], spec["host"]
+    group = (spec.get("group") or {}).get("name")
     ops: list[Op] = [
-        put_message(messages.INSTANCE_SPEC, keys.host_instance(spec["host"], uuid), spec),
-        put_message(messages.INSTANCE_RECORD, keys.instance(uuid), record),
+        put_message(messages.INSTANCE_SPEC, keys.spec(host, uuid), spec),
+        put_message(messages.INSTANCE_RECORD, keys.record(host, uuid), record),
+        put_message(messages.INSTANCE_LOCATION, keys.location(uuid),
+                    {"host": host, "group": group, "created_at": record["created_at"]}),
     ]
-    if spec.get("group"):
-        ops.append(put_message(messages.GROUP_MEMBER,
-                               keys.group_member(spec["group"]["name"], uuid),
-                               {"host": spec["host"], "policy": spec["group"]["policy"]}))
+    if group:
+        ops.append(put_message(messages.GROUP_MEMBER, keys.group_member(group, uuid),
+                               {"host": host, "policy": spec["group"]["policy"]}))
     return ops
 
 
 def _record_put(keys: Keys, record: dict[str, Any], lease: int | None = None) -> Op:
-    return put_message(messages.INSTANCE_RECORD, keys.instance(record["uuid"]), record, lease)
+    return put_message(messages.INSTANCE_RECORD, keys.record(record["host"], record["uuid"]),
+                       record, lease)
+
+
+def _host_deletes(keys: Keys, host: str, uuid: str) -> list[Op]:
+    return [Delete(key) for key in host_keys(keys, host, uuid)]
 
 
 # --- transitions: each one transaction -------------------------------------------------------
@@ -204,11 +243,12 @@ def _record_put(keys: Keys, record: dict[str, Any], lease: int | None = None) ->
 
 def schedule(store: KeyValueStore, placed: list[tuple[dict[str, Any], str | None]],
              group: tuple[str, int] | None = None) -> int | None:
-    """New instances: (spec, host name) each -> spec, SCHEDULED record, group member.
+    """New instances: (spec, host name) each -> spec, SCHEDULED record, location, member.
 
-    One transaction for the whole request. It compares that no record exists yet
-    and, for a server group read at revision R, that no member was added since
-    (`group` = (group name, R)). Returns its revision, or None if a compare failed.
+    One transaction for the whole request. It compares that the instances are
+    known nowhere yet and, for a server group read at revision R, that no member
+    was added since (`group` = (group name, R)). Returns its revision, or None if
+    a compare failed.
     """
     return store.commit(schedule_txn(store.keys, placed, group))
 
@@ -218,8 +258,8 @@ def schedule_txn(keys: Keys, placed: list[tuple[dict[str, Any], str | None]],
     """The transaction `schedule` commits (built first when its size must be checked)."""
     txn = Txn()
     for spec, host_name in placed:
-        # Fresh uuid4s cannot collide; the record compare still guards against a rerun.
-        txn.compare.append(absent(keys.instance(spec["uuid"])))
+        # Fresh uuid4s cannot collide; the compare still guards against a rerun.
+        txn.compare.append(absent(keys.location(spec["uuid"])))
         txn.success += _placed(keys, spec, new_record(spec, SCHEDULED, host_name))
     if group is not None:
         txn.compare.append(none_created_since(keys.group(group[0]), group[1]))
@@ -228,18 +268,18 @@ def schedule_txn(keys: Keys, placed: list[tuple[dict[str, Any], str | None]],
 
 def operations(count: int, grouped: bool) -> int:
     """Writes in `schedule`'s transaction for `count` instances (compares are fewer)."""
-    return count * (3 if grouped else 2)
+    return count * (4 if grouped else 3)
 
 
-def begin_build(store: KeyValueStore, spec: dict[str, Any], spec_revision: int, read: RecordRead,
-                host_name: str) -> int | None:
+def begin_build(store: KeyValueStore, spec: dict[str, Any], spec_revision: int,
+                read: RecordRead, host_name: str) -> int | None:
     """-> BUILDING on `spec["host"]`, if neither record nor spec moved since they were read."""
-    keys = store.keys
-    building = (moved(read.record, BUILDING, host=spec["host"], host_name=host_name)
+    keys, uuid, host = store.keys, spec["uuid"], spec["host"]
+    building = (moved(read.record, BUILDING, host=host, host_name=host_name)
                 if read.record else new_record(spec, BUILDING, host_name))
     return store.commit(Txn(
-        [unchanged(keys.instance(spec["uuid"]), read.revision),
-         Compare(keys.host_instance(spec["host"], spec["uuid"]), "mod", "==", spec_revision)],
+        [unchanged(keys.record(host, uuid), read.revision),
+         Compare(keys.spec(host, uuid), "mod", "==", spec_revision)],
         [_record_put(keys, building)],
     ))
 
@@ -247,32 +287,33 @@ def begin_build(store: KeyValueStore, spec: dict[str, Any], spec_revision: int, 
 def activate(store: KeyValueStore, read: RecordRead, ip: str | None) -> int | None:
     """BUILDING -> ACTIVE with its IP (also on /booted/, as in the original toy)."""
     assert read.record is not None
-    keys = store.keys
-    uuid = read.record["uuid"]
-    success = [_record_put(keys, moved(read.record, ACTIVE, ip=ip, error=None))]
+    keys, record = store.keys, read.record
+    success = [_record_put(keys, moved(record, ACTIVE, ip=ip, error=None))]
     if ip:
         # /booted/ holds the bare IP, the original toy's format, not a JSON message.
-        success.append(Put(keys.booted(uuid), ip))
-    return store.commit(Txn([unchanged(keys.instance(uuid), read.revision)], success))
+        success.append(Put(keys.booted(record["host"], record["uuid"]), ip))
+    return store.commit(Txn([unchanged(keys.record(record["host"], record["uuid"]),
+                                       read.revision)], success))
 
 
-def fail(store: KeyValueStore, spec: dict[str, Any], read: RecordRead, reason: str) -> int | None:
-    """-> ERROR with `reason`; every key but the record goes. The caller freed the claim."""
-    keys = store.keys
+def fail(store: KeyValueStore, spec: dict[str, Any], read: RecordRead,
+         reason: str) -> int | None:
+    """-> ERROR with `reason`; the host's other keys go. The caller freed the claim."""
+    keys, uuid, host = store.keys, spec["uuid"], spec["host"]
     failed = (moved(read.record, ERROR, error=reason) if read.record
-              else error_record(spec["uuid"], spec["host"], reason))
-    return store.commit(Txn([unchanged(keys.instance(spec["uuid"]), read.revision)],
-                            [_record_put(keys, failed), *_spec_keys(keys, spec)]))
+              else error_record(uuid, host, reason))
+    return store.commit(Txn([unchanged(keys.record(host, uuid), read.revision)],
+                            [_record_put(keys, failed), *_host_deletes(keys, host, uuid)]))
 
 
 def reject(store: KeyValueStore, rp_uuid: str, uuid: str, spec_revision: int,
            reason: str) -> int | None:
     """A spec nobody can act on: ERROR record with the reason, spec key dropped."""
     keys = store.keys
-    host_key = keys.host_instance(rp_uuid, uuid)
-    return store.commit(Txn([Compare(host_key, "mod", "==", spec_revision)],
+    spec_key = keys.spec(rp_uuid, uuid)
+    return store.commit(Txn([Compare(spec_key, "mod", "==", spec_revision)],
                             [_record_put(keys, error_record(uuid, rp_uuid, reason)),
-                             Delete(host_key)]))
+                             Delete(spec_key)]))
 
 
 def drop_key(store: KeyValueStore, key: str, revision: int) -> int | None:
@@ -285,33 +326,35 @@ def mark_deleting(store: KeyValueStore, spec: dict[str, Any], read: RecordRead) 
     keys = store.keys
     deleting = (moved(read.record, DELETING) if read.record
                 else new_record(spec, DELETING))
-    return store.commit(Txn([unchanged(keys.instance(spec["uuid"]), read.revision)],
+    return store.commit(Txn([unchanged(keys.record(spec["host"], spec["uuid"]),
+                                       read.revision)],
                             [_record_put(keys, deleting)]))
 
 
-def delete(store: KeyValueStore, spec: dict[str, Any], read: RecordRead, ttl: int) -> int | None:
-    """-> DELETED, a record that expires after `ttl` s; every other key goes."""
+def delete(store: KeyValueStore, spec: dict[str, Any], read: RecordRead,
+           ttl: int) -> int | None:
+    """-> DELETED, a record that expires after `ttl` s; the host's other keys go."""
     keys = store.keys
     deleted = (moved(read.record, DELETED, ip=None) if read.record
                else new_record(spec, DELETED))
     lease = store.grant(ttl)
-    return store.commit(Txn([], [_record_put(keys, deleted, lease), *_spec_keys(keys, spec)]))
+    return store.commit(Txn([], [_record_put(keys, deleted, lease),
+                                 *_host_deletes(keys, spec["host"], spec["uuid"])]))
 
 
 def move(store: KeyValueStore, spec: dict[str, Any], read: RecordRead, host: str,
          allocations: dict[str, Any], alternates: list[dict[str, Any]]) -> int | None:
-    """BUILDING on spec's host -> SCHEDULED on `host`: spec, record and membership move together.
-
-    The caller moved the claim first (one Placement call).
-    """
+    """BUILDING on spec's host -> SCHEDULED on `host` (the operator's side: it writes another
+    host's keys). Spec, record, location and membership move in one transaction; the
+    caller moved the claim first (one Placement call)."""
     assert read.record is not None
-    keys = store.keys
+    keys, uuid, old = store.keys, spec["uuid"], spec["host"]
     moved_spec = {**spec, "host": host, "allocations": allocations, "alternates": alternates}
     record = moved(read.record, SCHEDULED, host=host, host_name=None)
     return store.commit(Txn(
-        [unchanged(keys.instance(spec["uuid"]), read.revision)],
-        [*_placed(keys, moved_spec, record),
-         Delete(keys.host_instance(spec["host"], spec["uuid"]))],
+        [unchanged(keys.record(old, uuid), read.revision)],
+        [*_host_deletes(keys, old, uuid), Delete(keys.record(old, uuid)),
+         *_placed(keys, moved_spec, record)],
     ))
 
 
@@ -322,8 +365,29 @@ def request_destroy(store: KeyValueStore, entry: Entry, spec: dict[str, Any]) ->
                                          {**spec, "action": "destroy"})]))
 
 
-def remove(store: KeyValueStore, uuid: str, record: dict[str, Any]) -> int | None:
-    """Forget an instance no host holds (ERROR, or its host is gone): record and keys."""
+def remove(store: KeyValueStore, uuid: str, host: str | None, group: str | None) -> int | None:
+    """Forget an instance no host holds (ERROR, or its host is gone): every key it has."""
     keys = store.keys
-    owned = owned_keys(keys, uuid, None, record.get("group"))
-    return store.commit(Txn([], [Delete(keys.instance(uuid)), *(Delete(k) for k in owned)]))
+    ops: list[Op] = [Delete(k) for k in operator_keys(keys, uuid, group)]
+    if host:
+        ops += [Delete(keys.record(host, uuid)), *_host_deletes(keys, host, uuid)]
+    return store.commit(Txn([], ops))
+
+
+def forget(store: KeyValueStore, uuid: str, host: str, group: str | None) -> int | None:
+    """Remove the operator's keys (location, member) of an instance whose record is gone from
+    `host`, if it is still gone and still located there (not moved meanwhile)."""
+    keys = store.keys
+    entry = store.get(keys.location(uuid))
+    location = None
+    if entry is not None:
+        try:
+            location = messages.decode(messages.INSTANCE_LOCATION, entry.value)
+        except InvalidMessage:
+            location = {"host": host}  # unreadable: as good as gone
+    compare = [absent(keys.record(host, uuid)), absent(keys.spec(host, uuid))]
+    if entry is not None:
+        if location is None or location["host"] != host:
+            return None
+        compare.append(Compare(keys.location(uuid), "mod", "==", entry.mod_revision))
+    return store.commit(Txn(compare, [Delete(k) for k in operator_keys(keys, uuid, group)]))

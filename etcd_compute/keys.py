@@ -1,12 +1,20 @@
 """The etcd key layout, in one place.
 
-    /hosts/<rp_uuid>/<instance_uuid>   instance_spec: what the host must do
-    /instances/<instance_uuid>         instance_record: state, host, ip, error
-    /booted/<instance_uuid>            the guest IP (kept from the original toy)
-    /alive/<rp_uuid>                   heartbeat, bound to the host's lease
-    /stats/<rp_uuid>                   host_stats: recent build failures ...
-    /groups/<name>/<instance_uuid>     server group membership
-    /console/<instance_uuid>           tail of the serial log
+Everything a compute host writes is a key of its own, so etcd's prefix
+permissions can give each host exactly its keys (see `etcd_auth.py`):
+
+    /hosts/<rp_uuid>/specs/<instance_uuid>      instance_spec: what the host must do
+    /hosts/<rp_uuid>/instances/<instance_uuid>  instance_record: state, ip, error
+    /hosts/<rp_uuid>/booted/<instance_uuid>     the guest IP (kept from the original toy)
+    /hosts/<rp_uuid>/console/<instance_uuid>    tail of the serial log
+    /alive/<rp_uuid>                            heartbeat, bound to the host's lease
+    /stats/<rp_uuid>                            host_stats: recent build failures ...
+
+and what only the operator's side (scheduler, CLI, controller) writes:
+
+    /instances/<instance_uuid>                  instance_location: which host holds it
+    /groups/<name>/<instance_uuid>              server group membership
+    /controller/leader                          the elected `schedule.py serve`
 
 Everything sits under a configurable prefix so several deployments (or tests)
 can share one etcd.
@@ -20,28 +28,50 @@ from dataclasses import dataclass
 # An instance or resource provider uuid as we write them: lower case, canonical form.
 UUID = re.compile(r"\A[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\Z")
 
+# Per-instance key kinds under /hosts/<rp>/.
+SPECS, RECORDS, BOOTED, CONSOLE = "specs", "instances", "booted", "console"
+HOST_KINDS = (SPECS, RECORDS, BOOTED, CONSOLE)
+
+
+@dataclass(frozen=True)
+class HostKey:
+    """A per-instance key under /hosts/, parsed."""
+
+    host: str
+    kind: str
+    uuid: str
+
 
 @dataclass(frozen=True)
 class Keys:
     prefix: str = ""
 
+    # --- one host's keys ---------------------------------------------------------------
+
     def hosts(self) -> str:
         return f"{self.prefix}/hosts/"
 
     def host(self, rp_uuid: str) -> str:
+        """Every key of this host starts with this (its etcd role's prefix)."""
         return f"{self.prefix}/hosts/{rp_uuid}/"
 
-    def host_instance(self, rp_uuid: str, instance_uuid: str) -> str:
-        return f"{self.prefix}/hosts/{rp_uuid}/{instance_uuid}"
+    def specs(self, rp_uuid: str) -> str:
+        return f"{self.host(rp_uuid)}{SPECS}/"
 
-    def instances(self) -> str:
-        return f"{self.prefix}/instances/"
+    def spec(self, rp_uuid: str, instance_uuid: str) -> str:
+        return f"{self.specs(rp_uuid)}{instance_uuid}"
 
-    def instance(self, instance_uuid: str) -> str:
-        return f"{self.prefix}/instances/{instance_uuid}"
+    def records(self, rp_uuid: str) -> str:
+        return f"{self.host(rp_uuid)}{RECORDS}/"
 
-    def booted(self, instance_uuid: str) -> str:
-        return f"{self.prefix}/booted/{instance_uuid}"
+    def record(self, rp_uuid: str, instance_uuid: str) -> str:
+        return f"{self.records(rp_uuid)}{instance_uuid}"
+
+    def booted(self, rp_uuid: str, instance_uuid: str) -> str:
+        return f"{self.host(rp_uuid)}{BOOTED}/{instance_uuid}"
+
+    def console(self, rp_uuid: str, instance_uuid: str) -> str:
+        return f"{self.host(rp_uuid)}{CONSOLE}/{instance_uuid}"
 
     def alive_prefix(self) -> str:
         return f"{self.prefix}/alive/"
@@ -55,19 +85,44 @@ class Keys:
     def stats(self, rp_uuid: str) -> str:
         return f"{self.prefix}/stats/{rp_uuid}"
 
+    # --- the operator's keys -------------------------------------------------------------
+
+    def locations(self) -> str:
+        return f"{self.prefix}/instances/"
+
+    def location(self, instance_uuid: str) -> str:
+        return f"{self.prefix}/instances/{instance_uuid}"
+
+    def groups(self) -> str:
+        return f"{self.prefix}/groups/"
+
     def group(self, name: str) -> str:
         return f"{self.prefix}/groups/{name}/"
 
     def group_member(self, name: str, instance_uuid: str) -> str:
         return f"{self.prefix}/groups/{name}/{instance_uuid}"
 
-    def console(self, instance_uuid: str) -> str:
-        return f"{self.prefix}/console/{instance_uuid}"
+    def controller(self) -> str:
+        return f"{self.prefix}/controller/"
 
-    def parse_host_instance(self, key: str) -> tuple[str, str] | None:
-        """(rp_uuid, instance_uuid) from a /hosts/ key, or None if it is not one."""
-        rest = key[len(self.hosts()) :] if key.startswith(self.hosts()) else None
-        if rest is None or rest.count("/") != 1:
+    def leader(self) -> str:
+        return f"{self.prefix}/controller/leader"
+
+    # --- parsing -------------------------------------------------------------------------
+
+    def parse_host_key(self, key: str) -> HostKey | None:
+        """/hosts/<rp>/<kind>/<uuid> parsed, or None for any other key (extra or empty
+        segments, an unknown kind)."""
+        if not key.startswith(self.hosts()):
             return None
-        rp_uuid, instance_uuid = rest.split("/")
-        return rp_uuid, instance_uuid
+        parts = key[len(self.hosts()):].split("/")
+        if len(parts) != 3 or not all(parts) or parts[1] not in HOST_KINDS:
+            return None
+        return HostKey(parts[0], parts[1], parts[2])
+
+    def parse_spec(self, key: str) -> tuple[str, str] | None:
+        """(rp_uuid, instance_uuid) from a spec key, or None if it is not one."""
+        parsed = self.parse_host_key(key)
+        if parsed is None or parsed.kind != SPECS:
+            return None
+        return parsed.host, parsed.uuid

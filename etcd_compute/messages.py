@@ -16,6 +16,7 @@ from etcd_compute.schemas import is_valid, validator
 
 INSTANCE_SPEC = "instance_spec"
 INSTANCE_RECORD = "instance_record"
+INSTANCE_LOCATION = "instance_location"
 ALIVE = "alive"
 HOST_STATS = "host_stats"
 GROUP_MEMBER = "group_member"

@@ -145,7 +145,8 @@ def schedule_config(etcd_config: dict[str, Any],
     overrides = {
         "etcd": etcd_config,
         "placement": placement_config,
-        "scheduler": {"default_image": "file:///dev/null"},
+        # The test etcd runs with --max-txn-ops 4096 (tools/local_services.py).
+        "scheduler": {"default_image": "file:///dev/null", "etcd_max_txn_ops": 4096},
     }
     config = configuration.deep_merge(configuration.SCHEDULE_DEFAULTS, overrides)
     configuration.validate(config, "schedule_config", "test schedule config")

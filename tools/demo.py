@@ -26,7 +26,7 @@ import yaml
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from etcd_compute import messages  # noqa: E402
+from etcd_compute import instances, messages  # noqa: E402
 from etcd_compute.errors import EtcdComputeError  # noqa: E402
 from etcd_compute.etcd import Store  # noqa: E402
 from etcd_compute.placement import PlacementClient  # noqa: E402
@@ -136,11 +136,11 @@ def main() -> int:
             # Both daemons run on this one host: they share its instances dir (and so
             # its metadata server), each with its own identity in its state dir.
             on_vm = driver["name"] == "libvirt"
-            instances = (VM_FILES if on_vm else DEMO) / "instances"
+            instances_dir = (VM_FILES if on_vm else DEMO) / "instances"
             config = {
                 "etcd": etcd, "placement": placement, "driver": driver,
                 "compute": {"name": f"demo-compute-{number}", "state_dir": str(state),
-                            "instances_dir": str(instances), "shutdown_timeout_seconds": 10},
+                            "instances_dir": str(instances_dir), "shutdown_timeout_seconds": 10},
             }
             path = DEMO / f"compute-{number}.yaml"
             path.write_text(yaml.safe_dump(config))
@@ -241,12 +241,14 @@ def _is_uuid(text: str) -> bool:
 
 
 def _state(store: Store, instance: str) -> str | None:
-    record, _ = store.read(messages.INSTANCE_RECORD, store.keys.instance(instance))
-    return record["state"] if record else None
+    return instances.find(store, instance)[1].state
 
 
 def _console(store: Store, instance: str) -> str:
-    console, _ = store.read(messages.CONSOLE, store.keys.console(instance))
+    host, _ = instances.find(store, instance)
+    if host is None:
+        return ""
+    console, _ = store.read(messages.CONSOLE, store.keys.console(host, instance))
     return console["text"] if console else ""
 
 

@@ -205,7 +205,7 @@ class EtcdServer(Service):
                 # Keep history bounded the way an operator would.
                 "--auto-compaction-retention", "1",
                 # One scheduler request is one transaction (2 ops per instance);
-                # the default of 128 caps --count at 64. Match scheduler.etcd_max_txn_ops.
+                # the default of 128 caps --count at 42. Match scheduler.etcd_max_txn_ops.
                 "--max-txn-ops", "4096",
                 "--log-level", "warn",
             ]

@@ -29,6 +29,7 @@ CONSOLE_FOLLOW_SECONDS = 600
 class ConsoleFollow:
     """A console being republished while the guest boots."""
 
+    host: str
     since: float = field(default_factory=lambda: time.monotonic())
     digest: int | None = None
 
@@ -42,9 +43,9 @@ class Consoles:
         # Recently ACTIVE instances here -> ConsoleFollow.
         self.followed: dict[str, ConsoleFollow] = {}
 
-    def follow(self, uuid: str) -> None:
+    def follow(self, host: str, uuid: str) -> None:
         """Publish this instance's console now and while it boots."""
-        self.followed[uuid] = ConsoleFollow()
+        self.followed[uuid] = ConsoleFollow(host)
         self.publish([uuid])
 
     def forget(self, uuid: str) -> None:
@@ -71,10 +72,10 @@ class Consoles:
             follow = self.followed.get(uuid)
             if follow is None or follow.digest == hash(text):
                 continue
-            if instances.read_record(self.store, uuid).state != instances.ACTIVE:
+            if instances.read_record(self.store, follow.host, uuid).state != instances.ACTIVE:
                 self.forget(uuid)
                 continue
-            self.store.put(messages.CONSOLE, self.store.keys.console(uuid),
+            self.store.put(messages.CONSOLE, self.store.keys.console(follow.host, uuid),
                            {"uuid": uuid, "text": text, "updated_at": time.time(),
                             "truncated": len(text.encode()) >= CONSOLE_MAX_BYTES})
             follow.digest = hash(text)

@@ -89,15 +89,15 @@ class InstanceMachine:
             self.start_destroy(spec)
 
     def reread_spec(self, rp_uuid: str, uuid: str) -> None:
-        entry = self.store.get(self.keys.host_instance(rp_uuid, uuid))
+        entry = self.store.get(self.keys.spec(rp_uuid, uuid))
         if entry is not None:
             self.on_spec(rp_uuid, uuid, entry.value, entry.mod_revision)
 
     def _reread_later(self, spec: dict[str, Any]) -> None:
         self.post(self.reread_spec, (spec["host"], spec["uuid"]))
 
-    def _read(self, uuid: str) -> instances.RecordRead:
-        read = instances.read_record(self.store, uuid)
+    def _read(self, rp_uuid: str, uuid: str) -> instances.RecordRead:
+        read = instances.read_record(self.store, rp_uuid, uuid)
         if read.fault:
             instance_log(uuid).warning("status record unreadable (%s); rewriting it", read.fault)
         return read
@@ -106,11 +106,11 @@ class InstanceMachine:
         """A spec we cannot act on: ERROR with the reason, free the claim, drop the key."""
         log = instance_log(uuid)
         if not UUID.match(uuid):
-            key = self.keys.host_instance(rp_uuid, uuid)
+            key = self.keys.spec(rp_uuid, uuid)
             log.error("dropping %s: not an instance key (%s)", key, reason)
             instances.drop_key(self.store, key, spec_revision)
             return
-        read = self._read(uuid)
+        read = self._read(rp_uuid, uuid)
         if read.state == instances.DELETED:
             return
         log.error("rejected: %s", reason)
@@ -130,7 +130,7 @@ class InstanceMachine:
         uuid, log = spec["uuid"], instance_log(spec["uuid"])
         if uuid in self.jobs or self.stopping.is_set():
             return
-        read = self._read(uuid)
+        read = self._read(spec["host"], uuid)
         if read.state in (instances.ACTIVE, instances.ERROR, instances.DELETED,
                           instances.DELETING):
             log.debug("already %s; nothing to do", read.state)
@@ -164,17 +164,17 @@ class InstanceMachine:
                 job.future.cancel()
                 log.info("destroy while building: build cancelled")
             return
-        if self._read(uuid).state == instances.DELETED:
+        if self._read(spec["host"], uuid).state == instances.DELETED:
             self.finish_destroy(spec)  # idempotent: make sure nothing is left
             return
         self.submit(DESTROY, spec, self._mark_deleting(spec))
 
     def _mark_deleting(self, spec: dict[str, Any]) -> int:
-        read = self._read(spec["uuid"])
+        read = self._read(spec["host"], spec["uuid"])
         if read.state == instances.DELETING:
             return read.revision
         written = instances.mark_deleting(self.store, spec, read)
-        return written if written is not None else self._read(spec["uuid"]).revision
+        return written if written is not None else self._read(spec["host"], spec["uuid"]).revision
 
     # ----------------------------------------------------------------- jobs
 
@@ -212,7 +212,7 @@ class InstanceMachine:
         error = job_error(job, self.settings["job_timeout_seconds"])
         if job.kind == BUILD:
             if job.destroy_requested:
-                self.submit(DESTROY, job.spec, self._read(job.uuid).revision)
+                self.submit(DESTROY, job.spec, self._read(job.spec["host"], job.uuid).revision)
             elif error is None:
                 self.finish_build(job, job.future.result())
             else:
@@ -234,7 +234,7 @@ class InstanceMachine:
 
     def finish_build(self, job: Job, result: dict[str, Any]) -> None:
         uuid, spec = job.uuid, job.spec
-        read = self._read(uuid)
+        read = self._read(spec["host"], uuid)
         if read.state != instances.BUILDING:
             # A destroy got in between; it owns the instance now.
             self._reread_later(spec)
@@ -245,7 +245,7 @@ class InstanceMachine:
             return
         instance_log(uuid).info("ACTIVE ip=%s (build took %.1f s)", ip,
                                 time.monotonic() - job.started)
-        self.consoles.follow(uuid)
+        self.consoles.follow(spec["host"], uuid)
 
     def finish_failed_build(self, job: Job) -> None:
         uuid, spec, log = job.uuid, job.spec, instance_log(job.uuid)
@@ -258,7 +258,7 @@ class InstanceMachine:
                 return
         self.placement.delete_allocations(uuid)
         reason = job.reason or "build failed"
-        if instances.fail(self.store, spec, self._read(uuid), reason) is None:
+        if instances.fail(self.store, spec, self._read(spec["host"], uuid), reason) is None:
             self._reread_later(spec)
             return
         if job.blame_host:
@@ -269,7 +269,8 @@ class InstanceMachine:
         uuid = spec["uuid"]
         self.consoles.forget(uuid)
         self.placement.delete_allocations(uuid)
-        instances.delete(self.store, spec, self._read(uuid), self.settings["deleted_record_ttl"])
+        instances.delete(self.store, spec, self._read(spec["host"], uuid),
+                         self.settings["deleted_record_ttl"])
         instance_log(uuid).info("DELETED (allocation freed)")
 
     def record_build_failure(self, rp_uuid: str) -> None:

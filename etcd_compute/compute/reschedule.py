@@ -22,7 +22,7 @@ def reschedule(store: KeyValueStore, placement: PlacementClient, spec: dict[str,
     uuid = spec["uuid"]
     if "project_id" not in spec or "user_id" not in spec:
         return None
-    read = instances.read_record(store, uuid)
+    read = instances.read_record(store, spec["host"], uuid)
     if read.state != instances.BUILDING:
         return None
     alternates = spec.get("alternates") or []

@@ -71,10 +71,10 @@ class ComputeService:
         self.consoles = Consoles(self.store, self.pool, self.post)
         self.machine = InstanceMachine(self.store, self.placement, self.pool, self.consoles,
                                        self.hosts, self.settings, self.post, self.stopping)
-        # One watch covers all our hosts: the host's own prefix, or all of /hosts/
+        # One watch covers all our hosts: the host's own specs, or all of /hosts/
         # when one process simulates many.
         self.watch_prefix = (
-            self.keys.host(next(iter(self.hosts))) if len(self.hosts) == 1 else self.keys.hosts()
+            self.keys.specs(next(iter(self.hosts))) if len(self.hosts) == 1 else self.keys.hosts()
         )
 
     def post(self, handler: Callable[..., None], args: tuple[Any, ...] = ()) -> None:
@@ -223,7 +223,7 @@ class ComputeService:
             done.set()
 
     def on_watch_event(self, event: Any) -> None:
-        parsed = self.keys.parse_host_instance(event.key.decode())
+        parsed = self.keys.parse_spec(event.key.decode())
         if parsed is None or parsed[0] not in self.hosts:
             return
         if isinstance(event, pyetcd.events.DeleteEvent):
@@ -237,7 +237,7 @@ class ComputeService:
         entries, revision = self.store.get_prefix(self.watch_prefix)
         wanted: set[str] = set()
         for entry in entries:
-            parsed = self.keys.parse_host_instance(entry.key)
+            parsed = self.keys.parse_spec(entry.key)
             if parsed is None or parsed[0] not in self.hosts:
                 continue
             wanted.add(parsed[1])

@@ -11,6 +11,7 @@ from typing import Any
 from etcd_compute import instances, messages
 from etcd_compute.errors import EtcdComputeError, InvalidMessage, NotFound, UsageError
 from etcd_compute.etcd import Store
+from etcd_compute.keys import RECORDS
 from etcd_compute.placement import DISABLED_TRAIT, PlacementClient
 from etcd_compute.scheduler.request import UUID
 
@@ -26,17 +27,39 @@ def check_uuid(text: str) -> str:
 
 
 def read_record(store: Store, uuid: str) -> dict[str, Any] | None:
-    """The record of `uuid`, or None (absent or unreadable)."""
-    return instances.read_record(store, uuid).record
+    """The record of `uuid` wherever it is, or None (unknown, or unreadable)."""
+    return instances.find(store, uuid)[1].record
+
+
+def _gone(uuid: str) -> NotFound:
+    return NotFound(f"no instance {uuid} (never scheduled, or deleted and expired)")
+
+
+def _where(store: Store, uuid: str) -> tuple[str, str | None, instances.RecordRead]:
+    """(host, group, record) of `uuid`; NotFound when it is known nowhere. A location whose
+    host kept nothing of the instance (it ended and its record expired) is dropped here."""
+    location = instances.locate(store, uuid)
+    if location is None:
+        host, read = instances.find(store, uuid)
+        if host is None:
+            raise _gone(uuid)
+        return host, (read.record or {}).get("group"), read
+    read = instances.read_record(store, location["host"], uuid)
+    if read.record is None and read.fault is None and \
+            store.get(store.keys.spec(location["host"], uuid)) is None:
+        instances.forget(store, uuid, location["host"], location.get("group"))
+        raise _gone(uuid)
+    return location["host"], location.get("group"), read
 
 
 def show(store: Store, uuid: str) -> dict[str, Any]:
     """The instance record (plus the /booted IP); NotFound if there is none."""
     check_uuid(uuid)
-    record = read_record(store, uuid)
-    if record is None:
-        raise NotFound(f"no instance {uuid} (never scheduled, or deleted and expired)")
-    booted = store.get(store.keys.booted(uuid))
+    host, _group, read = _where(store, uuid)
+    if read.record is None:
+        raise _gone(uuid)
+    record = read.record
+    booted = store.get(store.keys.booted(host, uuid))
     if booted is not None and not record.get("ip"):
         record = {**record, "ip": booted.value.decode(errors="replace")}
     return record
@@ -45,14 +68,14 @@ def show(store: Store, uuid: str) -> dict[str, Any]:
 def destroy(store: Store, placement: PlacementClient, uuid: str) -> str:
     """Ask the host to destroy `uuid`, or clean up an instance no host holds.
 
-    Returns what was done: "requested" (host key rewritten with action destroy),
-    "already" (a destroy is pending), "removed" (no host key: record and claim
+    Returns what was done: "requested" (the host's spec rewritten with action destroy),
+    "already" (a destroy is pending), "removed" (no spec: record, keys and claim
     removed here), "deleted" (nothing left to do).
     """
     check_uuid(uuid)
     for _ in range(5):
-        record = read_record(store, uuid)
-        entry = instances.find_spec(store, uuid, record)
+        host, group, read = _where(store, uuid)
+        entry = store.get(store.keys.spec(host, uuid))
         if entry is not None:
             try:
                 spec = messages.decode(messages.INSTANCE_SPEC, entry.value)
@@ -65,35 +88,46 @@ def destroy(store: Store, placement: PlacementClient, uuid: str) -> str:
             if instances.request_destroy(store, entry, spec) is not None:
                 return "requested"
             continue  # the spec moved under us (compute took it, or another destroy): re-read
-        if record is None:
-            raise NotFound(f"no instance {uuid} (never scheduled, or deleted and expired)")
-        if record["state"] == instances.DELETED:
+        if read.state == instances.DELETED:
             return "deleted"
-        # ERROR (the compute removed its host key), or a record whose host is gone:
+        # ERROR (the compute removed its spec), or a record whose host is gone:
         # nothing will act on it, so free its claim and drop its keys here.
         placement.delete_allocations(uuid)
-        instances.remove(store, uuid, record)
+        instances.remove(store, uuid, host, group)
         return "removed"
     raise UsageError(f"instance {uuid} kept changing while destroying it; try again")
 
 
 def list_instances(store: Store) -> list[dict[str, Any]]:
-    found = store.read_prefix(messages.INSTANCE_RECORD, store.keys.instances())
+    """Every instance record, oldest first (locations of ended instances are dropped)."""
+    entries, _ = store.get_prefix(store.keys.hosts(), keys_only=True)
+    hosts_with_records = set()
+    for entry in entries:
+        parsed = store.keys.parse_host_key(entry.key)
+        if parsed is not None and parsed.kind == RECORDS:
+            hosts_with_records.add(parsed.host)
+    found: dict[str, dict[str, Any]] = {}
+    for host in sorted(hosts_with_records):
+        found.update(store.read_prefix(messages.INSTANCE_RECORD, store.keys.records(host)))
+    for uuid, location in store.read_prefix(messages.INSTANCE_LOCATION,
+                                            store.keys.locations()).items():
+        if uuid not in found:
+            instances.forget(store, uuid, location["host"], location.get("group"))
     return sorted(found.values(), key=lambda r: (r.get("created_at") or 0, r["uuid"]))
 
 
 def console(store: Store, uuid: str) -> str:
     check_uuid(uuid)
+    host, read = instances.find(store, uuid)
+    if host is None or read.record is None:
+        raise NotFound(f"no instance {uuid}")
     try:
-        message, _ = store.read(messages.CONSOLE, store.keys.console(uuid))
+        message, _ = store.read(messages.CONSOLE, store.keys.console(host, uuid))
     except InvalidMessage:
         message = None
     if message is not None:
         return message["text"]
-    record = read_record(store, uuid)
-    if record is None:
-        raise NotFound(f"no instance {uuid}")
-    raise NotFound(f"console of {uuid} not published yet (state {record['state']}); "
+    raise NotFound(f"console of {uuid} not published yet (state {read.state}); "
                    "the compute publishes it once the instance is ACTIVE")
 
 

@@ -23,7 +23,6 @@ from etcd_compute import claims, instances, messages
 from etcd_compute.errors import (
     ConflictError,
     EtcdComputeError,
-    InvalidMessage,
     NoValidHost,
     PlacementError,
     UsageError,
@@ -107,13 +106,9 @@ class Scheduler:
         if request_spec.group is None:
             return Counter(), None
         name, policy = request_spec.group
-        entries, revision = self.store.get_prefix(self.store.keys.group(name))
+        members, revision = instances.group_members(self.store, name)
         hosts: Counter[str] = Counter()
-        for entry in entries:
-            try:
-                member = messages.decode(messages.GROUP_MEMBER, entry.value)
-            except InvalidMessage:
-                continue
+        for member in members.values():
             if member["policy"] != policy:
                 raise UsageError(f"group {name!r} has policy {member['policy']}, "
                                  f"not {policy}")

@@ -8,9 +8,10 @@ from typing import Any
 
 import psutil
 
-from etcd_compute import messages
-from etcd_compute.etcd import Store
+from etcd_compute import instances, messages
+from etcd_compute.etcd import Entry, Store
 from etcd_compute.instances import FINAL
+from etcd_compute.keys import RECORDS
 from etcd_compute.placement import PlacementClient
 from tests.support import make_spec, wait_for
 
@@ -19,16 +20,31 @@ __all__ = ["make_spec"]  # re-exported: the compute tests import it from here
 def claim_and_send(store: Store, placement: PlacementClient, spec: dict[str, Any]) -> None:
     """What a scheduler does: claim in Placement, then write the spec to the host's key."""
     placement.claim(spec["uuid"], spec["allocations"], "p", "u")
-    store.put(messages.INSTANCE_SPEC, store.keys.host_instance(spec["host"], spec["uuid"]), spec)
+    store.put(messages.INSTANCE_SPEC, store.keys.spec(spec["host"], spec["uuid"]), spec)
 
 
 def send_destroy(store: Store, spec: dict[str, Any]) -> None:
-    store.put(messages.INSTANCE_SPEC, store.keys.host_instance(spec["host"], spec["uuid"]),
+    store.put(messages.INSTANCE_SPEC, store.keys.spec(spec["host"], spec["uuid"]),
               {**spec, "action": "destroy"})
 
 
 def record(store: Store, uuid: str) -> dict[str, Any] | None:
-    return store.read(messages.INSTANCE_RECORD, store.keys.instance(uuid))[0]
+    entry = record_entry(store, uuid)
+    return messages.decode(messages.INSTANCE_RECORD, entry.value) if entry else None
+
+
+def record_entry(store: Store, uuid: str) -> Entry | None:
+    """The record key of `uuid` on whichever host has it (tests write specs without the
+    scheduler's location key, so look on every host)."""
+    location = instances.locate(store, uuid)
+    if location is not None:
+        return store.get(store.keys.record(location["host"], uuid))
+    entries, _ = store.get_prefix(store.keys.hosts(), keys_only=True)
+    for entry in entries:
+        parsed = store.keys.parse_host_key(entry.key)
+        if parsed is not None and parsed.kind == RECORDS and parsed.uuid == uuid:
+            return store.get(entry.key)
+    return None
 
 
 def wait_state(store: Store, uuid: str, *states: str, timeout: float = 30) -> dict[str, Any]:
@@ -83,8 +99,7 @@ def assert_nothing_left(store: Store, placement: PlacementClient,
     uuid, rp = spec["uuid"], spec["host"]
     assert placement.get_allocations(uuid)["allocations"] == {}
     assert uuid not in fake_instances(compute_config)
-    for key in (store.keys.host_instance(rp, uuid), store.keys.booted(uuid),
-                store.keys.console(uuid)):
+    for key in instances.host_keys(store.keys, rp, uuid):
         assert store.get(key) is None, f"{key} was left behind"
 
 

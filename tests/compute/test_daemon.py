@@ -31,6 +31,7 @@ from tests.compute.helpers import (
     fake_instances,
     make_spec,
     record,
+    record_entry,
     send_destroy,
     wait_state,
     worker_pids,
@@ -53,7 +54,8 @@ def test_build_and_destroy_leave_nothing(start_compute, compute_config, store, p
     claim_and_send(store, placement, spec)
     active = wait_state(store, spec["uuid"], "ACTIVE")
     assert active["ip"] and active["host"] == rp_of(compute_config)
-    assert store.get(store.keys.booted(spec["uuid"])).value.decode() == active["ip"]
+    booted = store.get(store.keys.booted(rp_of(compute_config), spec["uuid"]))
+    assert booted.value.decode() == active["ip"]
     assert placement.get_usages(rp_of(compute_config))["VCPU"] == 1
 
     send_destroy(store, spec)
@@ -62,7 +64,7 @@ def test_build_and_destroy_leave_nothing(start_compute, compute_config, store, p
     assert_nothing_left(store, placement, compute_config, spec)
     assert placement.get_usages(rp_of(compute_config))["VCPU"] == 0
     # The DELETED record expires on its own: it is bound to a lease.
-    assert store.get(store.keys.instance(spec["uuid"])).lease != 0
+    assert record_entry(store, spec["uuid"]).lease != 0
     assert "INSTANTIATE INSTANCE " + spec["uuid"] in compute.log()
 
 
@@ -106,7 +108,7 @@ def test_200_requests_through_kill9_restarts_exactly_once(start_compute, compute
 
     def writer() -> None:
         for spec in specs:
-            store.put(messages.INSTANCE_SPEC, store.keys.host_instance(rp, spec["uuid"]), spec)
+            store.put(messages.INSTANCE_SPEC, store.keys.spec(rp, spec["uuid"]), spec)
             time.sleep(rng.uniform(0, 0.02))
 
     compute = start_compute(config)
@@ -134,7 +136,7 @@ def test_200_requests_through_kill9_restarts_exactly_once(start_compute, compute
     assert not late, f"{len(late)} build(s) asked for after the instance was ACTIVE"
     for spec in specs:
         # created BUILDING, then ACTIVE: no re-delivered event moved it again.
-        _, meta = store.client.get(store.keys.instance(spec["uuid"]))
+        _, meta = store.client.get(store.keys.record(rp, spec["uuid"]))
         assert meta.version == 2, f"record of {spec['uuid']} written {meta.version} times"
     assert kills >= 3
 
@@ -153,14 +155,14 @@ def test_etcd_restart_mid_stream_loses_nothing(tmp_path, start_compute, compute_
         wait_alive(store, rp)
         specs = [make_spec(rp) for _ in range(60)]
         for spec in specs[:30]:
-            store.put(messages.INSTANCE_SPEC, store.keys.host_instance(rp, spec["uuid"]), spec)
+            store.put(messages.INSTANCE_SPEC, store.keys.spec(rp, spec["uuid"]), spec)
         etcd.stop()
         time.sleep(2)
         etcd.start()
         # A fresh client: the point is the daemon's recovery, not this one's.
         store = Store(etcd_config)
         for spec in specs[30:]:
-            store.put(messages.INSTANCE_SPEC, store.keys.host_instance(rp, spec["uuid"]), spec)
+            store.put(messages.INSTANCE_SPEC, store.keys.spec(rp, spec["uuid"]), spec)
         for spec in specs:
             wait_state(store, spec["uuid"], "ACTIVE", timeout=60)
         assert sorted(builds_log(config)) == sorted(s["uuid"] for s in specs)
@@ -224,7 +226,7 @@ def test_bad_spec_is_error_and_daemon_keeps_going(start_compute, compute_config,
     placement.claim(spec["uuid"], spec["allocations"], "p", "u")
     bad = mutate(spec)
     raw = bad if isinstance(bad, str) else __import__("json").dumps(bad)
-    store.client.put(store.keys.host_instance(rp, spec["uuid"]), raw)
+    store.client.put(store.keys.spec(rp, spec["uuid"]), raw)
     failed = wait_state(store, spec["uuid"], "ERROR")
     assert reason in failed["error"]
     assert_nothing_left(store, placement, compute_config, spec)
@@ -242,7 +244,7 @@ def test_garbage_over_an_active_instance_tears_it_down(start_compute, compute_co
     spec = make_spec(rp)
     claim_and_send(store, placement, spec)
     wait_state(store, spec["uuid"], "ACTIVE")
-    store.client.put(store.keys.host_instance(rp, spec["uuid"]), "{garbage")
+    store.client.put(store.keys.spec(rp, spec["uuid"]), "{garbage")
     failed = wait_state(store, spec["uuid"], "ERROR")
     assert "not valid JSON" in failed["error"]
     assert_nothing_left(store, placement, compute_config, spec)
@@ -326,10 +328,10 @@ def test_orphan_domains_are_reported(start_compute, compute_config, store):
              what="orphan report")
 
 
-def record_history(store: Store, uuid: str, start_revision: int) -> list[str]:
+def record_history(store: Store, rp: str, uuid: str, start_revision: int) -> list[str]:
     """Every state the record was written with since `start_revision`, in order (from etcd's
     history: no write can be missed the way polling misses one)."""
-    events, cancel = store.client.watch_response(store.keys.instance(uuid),
+    events, cancel = store.client.watch_response(store.keys.record(rp, uuid),
                                                  start_revision=start_revision)
     states = []
     try:
@@ -348,19 +350,19 @@ def test_record_states_follow_the_documented_machine(start_compute, compute_conf
     config = deep_merge(compute_config, {"driver": {"fake": {"build_seconds": 0.5}}})
     start_compute(config)
     wait_alive(store, rp_of(config))
-    _, start = store.get_prefix(store.keys.instances())
+    _, start = store.get_prefix(store.keys.hosts())
     spec = make_spec(rp_of(config))
     claim_and_send(store, placement, spec)
     wait_state(store, spec["uuid"], "ACTIVE")
     send_destroy(store, spec)
     wait_state(store, spec["uuid"], "DELETED")
-    assert record_history(store, spec["uuid"], start + 1) == [
+    assert record_history(store, rp_of(config), spec["uuid"], start + 1) == [
         "BUILDING", "ACTIVE", "DELETING", "DELETED"]
 
     failing = make_spec(rp_of(config), image="file:///nonexistent/image.qcow2")
     claim_and_send(store, placement, failing)
     wait_state(store, failing["uuid"], "ERROR")
-    assert record_history(store, failing["uuid"], start + 1) == ["BUILDING", "ERROR"]
+    assert record_history(store, rp_of(config), failing["uuid"], start + 1) == ["BUILDING", "ERROR"]
     # Every transition seen is one the instance model allows.
     for history in (["BUILDING", "ACTIVE", "DELETING", "DELETED"], ["BUILDING", "ERROR"]):
         for current, target in zip([None, *history], history, strict=False):
@@ -407,8 +409,8 @@ def test_failed_build_is_rescheduled_to_an_alternate(start_compute, compute_conf
     # The claim moved with the instance; the broken host is blamed in its stats.
     assert set(placement.get_allocations(spec["uuid"])["allocations"]) == {b}
     assert placement.get_usages(a)["VCPU"] == 0 and placement.get_usages(b)["VCPU"] == 1
-    assert store.get(store.keys.host_instance(a, spec["uuid"])) is None
-    assert store.get(store.keys.host_instance(b, spec["uuid"])) is not None
+    assert store.get(store.keys.spec(a, spec["uuid"])) is None
+    assert store.get(store.keys.spec(b, spec["uuid"])) is not None
     assert len(store.read(messages.HOST_STATS, store.keys.stats(a))[0]["build_failures"]) == 1
 
 

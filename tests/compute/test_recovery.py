@@ -49,7 +49,7 @@ def test_compacted_history_triggers_reconcile(compute_config, store, placement, 
         specs = [make_spec(identity.uuid) for _ in range(3)]
         for spec in specs:
             store.put(messages.INSTANCE_SPEC,
-                      store.keys.host_instance(identity.uuid, spec["uuid"]), spec)
+                      store.keys.spec(identity.uuid, spec["uuid"]), spec)
         _, revision = store.get_prefix(store.keys.hosts())
         store.client.compact(revision)
         # As if the daemon had been away since revision 1: the watch cannot resume there.
@@ -90,7 +90,7 @@ def test_finished_job_survives_an_etcd_blip_while_recording_it(compute_config, s
         threading.Thread(target=service.watch_loop, daemon=True).start()
         threading.Thread(target=service.main_loop, daemon=True).start()
         spec = make_spec(identity.uuid)
-        store.put(messages.INSTANCE_SPEC, store.keys.host_instance(identity.uuid, spec["uuid"]),
+        store.put(messages.INSTANCE_SPEC, store.keys.spec(identity.uuid, spec["uuid"]),
                   spec)
         wait_state(store, spec["uuid"], "ACTIVE")
         # The blip happened, and the same finished job was recorded on the retry.

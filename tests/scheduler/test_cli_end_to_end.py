@@ -46,9 +46,9 @@ def test_schedule_wait_show_destroy(compute_config, start_compute, store, placem
     assert destroyed.code == 0, destroyed.stderr
     assert f"DESTROY REQUESTED FOR INSTANCE {uuid}" in destroyed.stdout
     assert placement.get_allocations(uuid)["allocations"] == {}
-    assert store.get(store.keys.host_instance(host, uuid)) is None
-    assert store.get(store.keys.booted(uuid)) is None
-    record, _ = store.read(messages.INSTANCE_RECORD, store.keys.instance(uuid))
+    assert store.get(store.keys.spec(host, uuid)) is None
+    assert store.get(store.keys.booted(host, uuid)) is None
+    record, _ = store.read(messages.INSTANCE_RECORD, store.keys.record(host, uuid))
     assert record["state"] == "DELETED"
 
 
@@ -79,7 +79,8 @@ def test_failed_build_then_destroy_removes_record(compute_config, start_compute,
     removed = run_schedule("destroy", uuid)
     assert removed.code == 0, removed.stderr
     assert f"REMOVED INSTANCE {uuid}" in removed.stdout
-    assert store.get(store.keys.instance(uuid)) is None
+    assert store.get(store.keys.record(host, uuid)) is None
+    assert store.get(store.keys.location(uuid)) is None
     assert store.get_prefix(store.keys.group("broken"))[0] == []
     assert run_schedule(uuid).code == 1
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections import Counter
 
 import pytest
 
@@ -34,9 +35,10 @@ def test_count_50_with_room_for_49_claims_and_writes_nothing(store, placement, r
     assert {i["name"] for i in instances} == {f"batch-{n}" for n in range(1, 50)}
     for host in hosts:
         assert placement.get_usages(host)["VCPU"] == 7
-    specs, _ = store.get_prefix(store.keys.hosts(), keys_only=True)
-    records, _ = store.get_prefix(store.keys.instances(), keys_only=True)
-    assert len(specs) == len(records) == 49
+    written, _ = store.get_prefix(store.keys.hosts(), keys_only=True)
+    kinds = Counter(store.keys.parse_host_key(e.key).kind for e in written)
+    located, _ = store.get_prefix(store.keys.locations(), keys_only=True)
+    assert kinds == {"specs": 49, "instances": 49} and len(located) == 49
 
 
 @pytest.mark.parametrize("args, code, fault", [
@@ -47,8 +49,6 @@ def test_count_50_with_room_for_49_claims_and_writes_nothing(store, placement, r
     (["resources=VCPU:1", "--count", "x"], 2, "--count: invalid int value"),
     (["resources=VCPU:1", "--hint", "sticky=g"], 2, "--hint sticky"),
     (["resources=VCPU:1", "--key", "/nonexistent/key.pub"], 2, "--key /nonexistent/key.pub"),
-    (["resources=VCPU:1", "--count", "50", "--hint", "anti-affinity=g"], 2,
-     "--count 50 needs 150 etcd operations in one transaction; etcd allows 128"),
     (["destroy"], 2, "destroy: expected exactly one instance uuid"),
     (["destroy", "xyz"], 2, "'xyz' is not an instance uuid"),
     (["list", "extra"], 2, "list: takes no arguments"),
@@ -59,6 +59,22 @@ def test_bad_input_is_one_line(run_schedule, args, code, fault):
     assert run.stdout == ""
     assert run.stderr.startswith("schedule.py: error: ") and run.stderr.count("\n") == 1
     assert fault in run.stderr
+
+
+def test_a_count_over_etcds_txn_limit_is_refused_before_anything(schedule_config, write_yaml,
+                                                                  run_schedule, store,
+                                                                  placement):
+    hosts = [add_host(placement, store, f"txn-{i}", totals={"VCPU": 64, "MEMORY_MB": 65536,
+                                                           "DISK_GB": 100}) for i in range(5)]
+    default_etcd = write_yaml("etcd-default.yaml", deep_merge(
+        schedule_config, {"scheduler": {"etcd_max_txn_ops": 128}}))
+    run = run_schedule("resources=VCPU:1", "--count", "50", "--hint", "anti-affinity=g",
+                       config=default_etcd)
+    assert run.code == 2 and run.stdout == ""
+    assert run.stderr == ("schedule.py: error: --count 50 needs 200 etcd operations in one "
+                          "transaction; etcd allows 128 (raise etcd's --max-txn-ops and "
+                          "scheduler.etcd_max_txn_ops together)\n")
+    assert all(placement.get_usages(host)["VCPU"] == 0 for host in hosts)
 
 
 def test_unreachable_services_are_one_line(schedule_config, write_yaml, run_schedule):

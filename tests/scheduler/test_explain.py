@@ -86,7 +86,7 @@ def test_filters_say_how_many_hosts_they_removed(schedule_config, store, placeme
     add_host(placement, store, "dead-2", alive=False)
     add_host(placement, store, "disabled", traits={"COMPUTE_STATUS_DISABLED"})
     busy = add_host(placement, store, "busy")
-    store.client.put(store.keys.host_instance(busy, str(uuidlib.uuid4())), "{}")
+    store.client.put(store.keys.spec(busy, str(uuidlib.uuid4())), "{}")
     config = deep_merge(schedule_config, {"scheduler": {"max_instances_per_host": 1}})
     reasons = reasons_for(config, store, placement, "resources=VCPU:1")
     assert reasons == [

@@ -117,8 +117,8 @@ def test_spec_record_member_and_alternates_written_together(schedule_config, sto
     assert len({d.host for d in destinations}) == 2
     revisions = set()
     for index, destination in enumerate(destinations, start=1):
-        spec_key = store.keys.host_instance(destination.host, destination.uuid)
-        record_key = store.keys.instance(destination.uuid)
+        spec_key = store.keys.spec(destination.host, destination.uuid)
+        record_key = store.keys.record(destination.host, destination.uuid)
         member_key = store.keys.group_member("g1", destination.uuid)
         spec, _ = store.read(messages.INSTANCE_SPEC, spec_key)
         assert spec["action"] == "build" and spec["name"] == f"web-{index}"
@@ -128,7 +128,8 @@ def test_spec_record_member_and_alternates_written_together(schedule_config, sto
         assert record["state"] == "SCHEDULED" and record["host"] == destination.host
         member, _ = store.read(messages.GROUP_MEMBER, member_key)
         assert member == {"host": destination.host, "policy": "anti-affinity"}
-        revisions |= {store.get(key).mod_revision for key in (spec_key, record_key, member_key)}
+        keys = (spec_key, record_key, member_key, store.keys.location(destination.uuid))
+        revisions |= {store.get(key).mod_revision for key in keys}
     # One etcd transaction for the whole request: every key of every instance at one revision.
     assert len(revisions) == 1
 
@@ -160,7 +161,7 @@ def test_failed_etcd_write_undoes_the_claim(schedule_config, store, placement, m
     for consumer in claimed[0]:  # ... and undone
         assert placement.get_allocations(consumer)["allocations"] == {}
     assert placement.get_usages(host) == {"VCPU": 0, "MEMORY_MB": 0, "DISK_GB": 0}
-    for prefix in (store.keys.hosts(), store.keys.instances()):
+    for prefix in (store.keys.hosts(), store.keys.locations()):
         assert store.get_prefix(prefix, keys_only=True)[0] == []
 
 

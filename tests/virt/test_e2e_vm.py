@@ -14,7 +14,7 @@ from typing import Any
 import libvirt
 import pytest
 
-from etcd_compute import messages
+from etcd_compute import instances, messages
 from etcd_compute.config import deep_merge
 from tests.compute.helpers import wait_state
 from tests.support import wait_for
@@ -46,10 +46,10 @@ def test_schedule_boot_console_destroy_with_a_real_guest(
 
     active = wait_state(store, uuid, "ACTIVE", timeout=180)
     assert active["ip"] and active["ip"].startswith("192.168.124.")
-    assert store.get(store.keys.booted(uuid)).value.decode() == active["ip"]
+    assert store.get(store.keys.booted(rp, uuid)).value.decode() == active["ip"]
 
     def console() -> str:
-        published, _ = store.read(messages.CONSOLE, store.keys.console(uuid))
+        published, _ = store.read(messages.CONSOLE, store.keys.console(rp, uuid))
         return published["text"] if published else ""
 
     wait_for(lambda: "ETCD-COMPUTE-GUEST metadata user-data" in console(), 120,
@@ -72,6 +72,5 @@ def test_schedule_boot_console_destroy_with_a_real_guest(
         connection.close()
     assert not (Path(config["compute"]["instances_dir"]) / uuid).exists()
     assert placement.get_allocations(uuid)["allocations"] == {}
-    for key in (store.keys.host_instance(rp, uuid), store.keys.booted(uuid),
-                store.keys.console(uuid)):
+    for key in instances.host_keys(store.keys, rp, uuid):
         assert store.get(key) is None, key

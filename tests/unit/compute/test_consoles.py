@@ -45,14 +45,14 @@ class Host:
         record = instances.new_record(spec, instances.BUILDING, "h")
         if state != instances.BUILDING:
             record = instances.moved(record, state)
-        self.store.put(messages.INSTANCE_RECORD, self.store.keys.instance(spec["uuid"]), record)
+        self.store.put(messages.INSTANCE_RECORD, self.store.keys.record(RP, spec["uuid"]), record)
         return spec["uuid"]
 
     def console(self, uuid: str) -> dict[str, Any] | None:
-        return self.store.read(messages.CONSOLE, self.store.keys.console(uuid))[0]
+        return self.store.read(messages.CONSOLE, self.store.keys.console(RP, uuid))[0]
 
     def console_revision(self, uuid: str) -> int:
-        return self.store.read(messages.CONSOLE, self.store.keys.console(uuid))[1]
+        return self.store.read(messages.CONSOLE, self.store.keys.console(RP, uuid))[1]
 
     def run(self) -> None:
         self.loop.drain(self.pool)
@@ -61,7 +61,7 @@ class Host:
 def test_following_an_active_instance_publishes_its_console(fake_worker):
     host = Host()
     uuid = host.instance()
-    host.consoles.follow(uuid)
+    host.consoles.follow(RP, uuid)
     assert host.console(uuid) is None  # nothing written before the job ran
     host.run()
     console = host.console(uuid)
@@ -73,7 +73,7 @@ def test_following_an_active_instance_publishes_its_console(fake_worker):
 def test_an_unchanged_console_is_not_written_again(fake_worker):
     host = Host()
     uuid = host.instance()
-    host.consoles.follow(uuid)
+    host.consoles.follow(RP, uuid)
     host.run()
     revision, writes = host.console_revision(uuid), len(host.store.committed)
     host.consoles.refresh()
@@ -85,7 +85,7 @@ def test_an_unchanged_console_is_not_written_again(fake_worker):
 def test_a_changed_console_is_written_again(fake_worker):
     host = Host()
     uuid = host.instance()
-    host.consoles.follow(uuid)
+    host.consoles.follow(RP, uuid)
     host.run()
     future: concurrent.futures.Future = concurrent.futures.Future()
     future.set_result({uuid: "login:"})
@@ -97,7 +97,7 @@ def test_all_followed_consoles_are_read_in_one_job(fake_worker):
     host = Host()
     uuids = [host.instance() for _ in range(3)]
     for uuid in uuids:
-        host.consoles.follow(uuid)
+        host.consoles.follow(RP, uuid)
     host.run()
     host.consoles.refresh()
     assert len(host.pool.pending) == 1
@@ -111,7 +111,7 @@ def test_all_followed_consoles_are_read_in_one_job(fake_worker):
 def test_an_instance_that_is_not_active_is_forgotten_and_not_published(fake_worker, state):
     host = Host()
     uuid = host.instance(state)
-    host.consoles.follow(uuid)
+    host.consoles.follow(RP, uuid)
     host.run()
     assert host.console(uuid) is None
     assert uuid not in host.consoles.followed
@@ -120,16 +120,31 @@ def test_an_instance_that_is_not_active_is_forgotten_and_not_published(fake_work
 def test_an_instance_without_a_record_is_forgotten(fake_worker):
     host = Host()
     uuid = host.instance()
-    host.store.delete(host.store.keys.instance(uuid))
-    host.consoles.follow(uuid)
+    host.store.delete(host.store.keys.record(RP, uuid))
+    host.consoles.follow(RP, uuid)
     host.run()
     assert host.console(uuid) is None and host.consoles.followed == {}
+
+
+def test_the_record_and_console_are_those_on_the_followed_host(fake_worker):
+    host = Host()
+    uuid = host.instance()
+    other = str(uuidlib.uuid4())
+    host.consoles.follow(other, uuid)  # no record of it there
+    host.run()
+    assert host.consoles.followed == {}
+    assert host.store.get_prefix(host.store.keys.host(other))[0] == []
+    assert host.console(uuid) is None
+    host.consoles.follow(RP, uuid)
+    host.run()
+    assert host.console(uuid) is not None
+    assert host.store.get_prefix(host.store.keys.host(other))[0] == []
 
 
 def test_a_forgotten_instance_is_not_published(fake_worker):
     host = Host()
     uuid = host.instance()
-    host.consoles.follow(uuid)
+    host.consoles.follow(RP, uuid)
     host.consoles.forget(uuid)
     host.run()
     assert host.console(uuid) is None
@@ -138,7 +153,7 @@ def test_a_forgotten_instance_is_not_published(fake_worker):
 def test_a_console_is_followed_for_the_follow_time_then_dropped(fake_worker, monkeypatch):
     host = Host()
     uuid = host.instance()
-    host.consoles.follow(uuid)
+    host.consoles.follow(RP, uuid)
     host.run()
     since = host.consoles.followed[uuid].since
     monkeypatch.setattr(consoles_module.time, "monotonic",
@@ -155,8 +170,8 @@ def test_a_console_is_followed_for_the_follow_time_then_dropped(fake_worker, mon
 def test_only_follows_older_than_the_follow_time_are_dropped(fake_worker, monkeypatch):
     host = Host()
     old, new = host.instance(), host.instance()
-    host.consoles.follow(old)
-    host.consoles.follow(new)
+    host.consoles.follow(RP, old)
+    host.consoles.follow(RP, new)
     host.run()
     # `new` became ACTIVE much later than `old`.
     later = host.consoles.followed[old].since + CONSOLE_FOLLOW_SECONDS + 1
@@ -171,7 +186,7 @@ def test_only_follows_older_than_the_follow_time_are_dropped(fake_worker, monkey
 def test_a_failed_or_cancelled_console_job_writes_nothing(fake_worker):
     host = Host()
     uuid = host.instance()
-    host.consoles.follow(uuid)
+    host.consoles.follow(RP, uuid)
     host.pool.fail_next(concurrent.futures.TimeoutError())
     host.run()
     assert host.console(uuid) is None and uuid in host.consoles.followed
@@ -184,7 +199,7 @@ def test_a_failed_or_cancelled_console_job_writes_nothing(fake_worker):
 def test_a_console_at_the_size_limit_is_marked_truncated(fake_worker):
     host = Host()
     uuid = host.instance()
-    host.consoles.followed[uuid] = consoles_module.ConsoleFollow()
+    host.consoles.followed[uuid] = consoles_module.ConsoleFollow(RP)
     future: concurrent.futures.Future = concurrent.futures.Future()
     future.set_result({uuid: "x" * CONSOLE_MAX_BYTES})
     host.consoles.store_tails(future)

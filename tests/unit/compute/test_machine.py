@@ -65,17 +65,17 @@ class Host:
 
     def deliver(self, uuid: str, rp: str | None = None) -> int:
         """The watch delivers the current value of the spec key."""
-        entry = self.store.get(self.keys.host_instance(rp or self.rp, uuid))
+        entry = self.store.get(self.keys.spec(rp or self.rp, uuid))
         assert entry is not None
         self.machine.on_spec(rp or self.rp, uuid, entry.value, entry.mod_revision)
         return entry.mod_revision
 
     def write_raw(self, uuid: str, value: str, rp: str | None = None) -> None:
-        self.store.put_raw(self.keys.host_instance(rp or self.rp, uuid), value)
+        self.store.put_raw(self.keys.spec(rp or self.rp, uuid), value)
         self.deliver(uuid, rp)
 
     def destroy(self, spec: dict[str, Any]) -> None:
-        entry = self.store.get(self.keys.host_instance(self.rp, spec["uuid"]))
+        entry = self.store.get(self.keys.spec(self.rp, spec["uuid"]))
         assert instances.request_destroy(self.store, entry, spec) is not None
         self.deliver(spec["uuid"])
 
@@ -83,7 +83,7 @@ class Host:
         self.loop.drain(self.pool)
 
     def record(self, uuid: str) -> dict[str, Any] | None:
-        return instances.read_record(self.store, uuid).record
+        return instances.read_record(self.store, self.rp, uuid).record
 
     def driver_holds(self) -> set[str]:
         return worker.list_instances()
@@ -109,8 +109,8 @@ def test_spec_builds_to_active_with_ip_booted_key_and_console(host):
     host.settle()
     record = host.record(spec["uuid"])
     assert record["state"] == "ACTIVE" and record["ip"].startswith("198.51.100.")
-    assert host.store.get(host.keys.booted(spec["uuid"])).value.decode() == record["ip"]
-    console, _ = host.store.read(messages.CONSOLE, host.keys.console(spec["uuid"]))
+    assert host.store.get(host.keys.booted(host.rp, spec["uuid"])).value.decode() == record["ip"]
+    console, _ = host.store.read(messages.CONSOLE, host.keys.console(host.rp, spec["uuid"]))
     assert console["text"] == f"fake console of {spec['uuid']}: booted\n"
     assert host.driver_holds() == {spec["uuid"]}
 
@@ -142,10 +142,42 @@ def test_destroy_frees_everything_and_leaves_an_expiring_deleted_record(host):
     assert host.record(spec["uuid"])["state"] == "DELETING"
     host.settle()
     assert host.record(spec["uuid"])["state"] == "DELETED"
-    assert host.keys_of(spec["uuid"]) == [host.keys.instance(spec["uuid"])]
-    assert host.store.get(host.keys.instance(spec["uuid"])).lease in host.store.leases
+    # On the host only the record is left; the operator's keys stay until a reader forgets
+    # them (a host may not write them).
+    assert host.keys_of(spec["uuid"]) == sorted([
+        host.keys.record(host.rp, spec["uuid"]), host.keys.location(spec["uuid"]),
+        host.keys.group_member("g", spec["uuid"])])
+    assert host.store.get(host.keys.record(host.rp, spec["uuid"])).lease in host.store.leases
     assert host.placement.get_allocations(spec["uuid"])["allocations"] == {}
     assert host.driver_holds() == set()
+
+
+def test_a_hosts_life_of_an_instance_writes_only_its_own_keys(host):
+    # What etcd's per-host permissions allow it: /hosts/<rp>/ (and its /stats/<rp>).
+    written: list[str] = []
+
+    def on_the_host(uuid: str) -> None:
+        before = len(host.store.committed)
+        host.deliver(uuid)
+        host.settle()
+        written.extend(op.key for txn in host.store.committed[before:] for op in txn.success)
+
+    spec = host.spec(group={"name": "g", "policy": "affinity"})
+    failed = host.spec(image="file:///nonexistent/image.qcow2")
+    for each in (spec, failed):
+        host.placement.claim(each["uuid"], each["allocations"], "p", "u")
+        instances.schedule(host.store, [(each, "host-a")])  # the scheduler's writes
+        on_the_host(each["uuid"])
+    assert host.record(spec["uuid"])["state"] == "ACTIVE"
+    assert host.record(failed["uuid"])["state"] == "ERROR"
+    entry = host.store.get(host.keys.spec(host.rp, spec["uuid"]))
+    instances.request_destroy(host.store, entry, spec)  # the operator's write
+    on_the_host(spec["uuid"])
+    assert host.record(spec["uuid"])["state"] == "DELETED"
+    assert host.keys.record(host.rp, spec["uuid"]) in written
+    assert host.keys.stats(host.rp) in written
+    assert [k for k in written
+            if not k.startswith(host.keys.host(host.rp)) and k != host.keys.stats(host.rp)] == []
 
 
 def test_destroy_during_build_cancels_it_and_nothing_is_built(host):
@@ -166,12 +198,12 @@ def test_destroy_of_a_deleted_instance_is_idempotent(host):
     host.settle()
     host.destroy(spec)
     host.settle()
-    host.store.put(messages.INSTANCE_SPEC, host.keys.host_instance(host.rp, spec["uuid"]),
+    host.store.put(messages.INSTANCE_SPEC, host.keys.spec(host.rp, spec["uuid"]),
                    {**spec, "action": "destroy"})
     host.deliver(spec["uuid"])
     host.settle()
     assert host.record(spec["uuid"])["state"] == "DELETED"
-    assert host.store.get(host.keys.host_instance(host.rp, spec["uuid"])) is None
+    assert host.store.get(host.keys.spec(host.rp, spec["uuid"])) is None
 
 
 def test_failed_build_ends_in_error_with_nothing_left_and_counts_against_the_host(host):
@@ -180,7 +212,8 @@ def test_failed_build_ends_in_error_with_nothing_left_and_counts_against_the_hos
     host.settle()
     record = host.record(spec["uuid"])
     assert record["state"] == "ERROR" and "not found" in record["error"]
-    assert host.keys_of(spec["uuid"]) == [host.keys.instance(spec["uuid"])]
+    assert host.keys_of(spec["uuid"]) == [host.keys.record(host.rp, spec["uuid"]),
+                                          host.keys.location(spec["uuid"])]
     assert host.placement.get_allocations(spec["uuid"])["allocations"] == {}
     assert host.failures() == 1
 
@@ -203,13 +236,14 @@ def test_failed_build_moves_to_a_live_alternate_with_its_claim(tmp_path):
                           for h in (dead, other)]
     host.send(spec)
     host.settle()
-    record = host.record(spec["uuid"])
+    record = instances.read_record(host.store, other, spec["uuid"]).record
     assert (record["state"], record["host"]) == ("SCHEDULED", other)
+    assert instances.locate(host.store, spec["uuid"])["host"] == other
     assert set(host.placement.get_allocations(spec["uuid"])["allocations"]) == {other}
     moved, _ = host.store.read(messages.INSTANCE_SPEC,
-                               host.keys.host_instance(other, spec["uuid"]))
+                               host.keys.spec(other, spec["uuid"]))
     assert moved["alternates"] == []
-    assert host.store.get(host.keys.host_instance(host.rp, spec["uuid"])) is None
+    assert host.store.get_prefix(host.keys.host(host.rp))[0] == []
     assert host.failures() == 1
 
 
@@ -234,7 +268,7 @@ def test_garbage_spec_is_error_with_the_reason_and_the_claim_freed(host, raw, fa
     host.write_raw(uuid, raw)
     record = host.record(uuid)
     assert record["state"] == "ERROR" and fault in record["error"]
-    assert host.store.get(host.keys.host_instance(host.rp, uuid)) is None
+    assert host.store.get(host.keys.spec(host.rp, uuid)) is None
     assert host.placement.get_allocations(uuid)["allocations"] == {}
     assert host.failures() == 0  # the request was at fault, not the host
 
@@ -260,15 +294,15 @@ def test_garbage_over_an_active_instance_tears_it_down(host):
 
 def test_a_key_that_is_not_an_instance_is_dropped_without_a_record(host):
     host.write_raw("not-a-uuid", "{}")
-    assert host.store.get(host.keys.host_instance(host.rp, "not-a-uuid")) is None
-    assert host.store.get_prefix(host.keys.instances())[0] == []
+    assert host.store.get(host.keys.spec(host.rp, "not-a-uuid")) is None
+    assert host.store.get_prefix(host.keys.records(host.rp))[0] == []
 
 
 def test_an_unreadable_record_is_rewritten_by_the_build(host, caplog):
     spec = host.spec()
     host.placement.claim(spec["uuid"], spec["allocations"], "p", "u")
-    host.store.put(messages.INSTANCE_SPEC, host.keys.host_instance(host.rp, spec["uuid"]), spec)
-    host.store.put_raw(host.keys.instance(spec["uuid"]), "{broken")
+    host.store.put(messages.INSTANCE_SPEC, host.keys.spec(host.rp, spec["uuid"]), spec)
+    host.store.put_raw(host.keys.record(host.rp, spec["uuid"]), "{broken")
     host.deliver(spec["uuid"])
     host.settle()
     assert host.record(spec["uuid"])["state"] == "ACTIVE"
@@ -292,7 +326,7 @@ def test_losing_the_race_to_a_destroy_rereads_the_spec(host):
     revision = host.send(spec, claim=True)
     host.settle()
     # A stale delivery of the build spec after the operator asked for a destroy.
-    entry = host.store.get(host.keys.host_instance(host.rp, spec["uuid"]))
+    entry = host.store.get(host.keys.spec(host.rp, spec["uuid"]))
     instances.request_destroy(host.store, entry, spec)
     host.machine.on_spec(host.rp, spec["uuid"], entry.value, revision)
     host.settle()

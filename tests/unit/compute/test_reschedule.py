@@ -27,28 +27,32 @@ def setup(alive: bool = True) -> tuple[FakeStore, FakePlacement, dict, str]:
     spec["alternates"] = [{"host": there, "allocations": {there: {"resources": spec["resources"]}}}]
     placement.claim(spec["uuid"], spec["allocations"], "p", "u")
     instances.schedule(store, [(spec, "a")])
-    entry = store.get(store.keys.host_instance(here, spec["uuid"]))
+    entry = store.get(store.keys.spec(here, spec["uuid"]))
     instances.begin_build(store, spec, entry.mod_revision,
-                          instances.read_record(store, spec["uuid"]), "a")
+                          instances.read_record(store, here, spec["uuid"]), "a")
     return store, placement, spec, there
 
 
-def test_moves_claim_spec_and_record():
+def test_moves_claim_spec_record_and_location():
     store, placement, spec, there = setup()
     assert reschedule(store, placement, spec, LOG) == there
     assert set(placement.get_allocations(spec["uuid"])["allocations"]) == {there}
-    assert instances.read_record(store, spec["uuid"]).record["host"] == there
+    assert instances.read_record(store, there, spec["uuid"]).record["host"] == there
+    assert store.get(store.keys.spec(there, spec["uuid"])) is not None
+    assert store.get_prefix(store.keys.host(spec["host"]))[0] == []
+    assert instances.find(store, spec["uuid"])[0] == there
 
 
 def test_an_alternate_without_heartbeat_is_skipped():
     store, placement, spec, _ = setup(alive=False)
     assert reschedule(store, placement, spec, LOG) is None
     assert set(placement.get_allocations(spec["uuid"])["allocations"]) == {spec["host"]}
+    assert instances.locate(store, spec["uuid"])["host"] == spec["host"]
 
 
 def test_only_a_building_instance_moves():
     store, placement, spec, _ = setup()
-    instances.mark_deleting(store, spec, instances.read_record(store, spec["uuid"]))
+    instances.mark_deleting(store, spec, instances.read_record(store, spec["host"], spec["uuid"]))
     assert reschedule(store, placement, spec, LOG) is None
     assert set(placement.get_allocations(spec["uuid"])["allocations"]) == {spec["host"]}
 

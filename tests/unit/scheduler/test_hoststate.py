@@ -181,8 +181,8 @@ def cluster_store() -> FakeStore:
                                                          "updated_at": NOW})
     store.put_raw(store.keys.stats(B), '{"build_failures": "many"}')
     for _ in range(2):
-        store.put_raw(store.keys.host_instance(A, str(uuidlib.uuid4())), "{}")
-    store.put_raw(store.keys.host_instance(B, str(uuidlib.uuid4())), "{}")
+        store.put_raw(store.keys.spec(A, str(uuidlib.uuid4())), "{}")
+    store.put_raw(store.keys.spec(B, str(uuidlib.uuid4())), "{}")
     return store
 
 

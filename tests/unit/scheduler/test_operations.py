@@ -12,17 +12,20 @@ import pytest
 from etcd_compute import instances, messages
 from etcd_compute.errors import NotFound, UsageError
 from etcd_compute.etcd import Txn
+from etcd_compute.keys import RECORDS
 from etcd_compute.scheduler import operations
 from tests.support import make_spec
 from tests.unit.fakes import FakePlacement, FakeStore
 
-RP = str(uuidlib.UUID(int=7))
+RP, OTHER = str(uuidlib.UUID(int=7)), str(uuidlib.UUID(int=8))
 UNKNOWN = str(uuidlib.UUID(int=99))
 
 
-def scheduled(store: FakeStore, placement: FakePlacement | None = None, **extra) -> dict:
-    """An instance as the scheduler leaves it: spec, SCHEDULED record (and a claim)."""
-    spec = make_spec(RP, **extra)
+def scheduled(store: FakeStore, placement: FakePlacement | None = None, host: str = RP,
+              **extra) -> dict:
+    """An instance as the scheduler leaves it: spec, SCHEDULED record, location (and a
+    claim)."""
+    spec = make_spec(host, **extra)
     assert instances.schedule(store, [(spec, "host-a")]) is not None
     if placement is not None:
         placement.consumers[spec["uuid"]] = {"allocations": spec["allocations"],
@@ -31,13 +34,28 @@ def scheduled(store: FakeStore, placement: FakePlacement | None = None, **extra)
 
 
 def record_of(store: FakeStore, uuid: str) -> dict | None:
-    return instances.read_record(store, uuid).record
+    return instances.find(store, uuid)[1].record
+
+
+def read(store: FakeStore, uuid: str) -> instances.RecordRead:
+    return instances.find(store, uuid)[1]
 
 
 def set_state(store: FakeStore, uuid: str, state: str) -> None:
     record = record_of(store, uuid)
-    store.put(messages.INSTANCE_RECORD, store.keys.instance(uuid),
+    store.put(messages.INSTANCE_RECORD, store.keys.record(record["host"], uuid),
               {**record, "state": state, "updated_at": time.time()})
+
+
+def expired(store: FakeStore, spec: dict) -> None:
+    """The host deleted the instance and its DELETED record expired: only the operator's keys
+    (location, member) are left."""
+    instances.delete(store, spec, read(store, spec["uuid"]), ttl=60)
+    store.delete(store.keys.record(spec["host"], spec["uuid"]))
+
+
+def keys_left(store: FakeStore) -> set[str]:
+    return {e.key for e in store.get_prefix("")[0]}
 
 
 # --------------------------------------------------------------------------- show
@@ -46,7 +64,7 @@ def set_state(store: FakeStore, uuid: str, state: str) -> None:
 def test_show_adds_the_booted_ip_to_a_record_without_one():
     store = FakeStore()
     spec = scheduled(store)
-    store.put_raw(store.keys.booted(spec["uuid"]), "192.168.123.7")
+    store.put_raw(store.keys.booted(RP, spec["uuid"]), "192.168.123.7")
     shown = operations.show(store, spec["uuid"])
     assert (shown["state"], shown["ip"]) == ("SCHEDULED", "192.168.123.7")
     assert record_of(store, spec["uuid"])["ip"] is None  # shown, not written
@@ -56,22 +74,47 @@ def test_show_keeps_the_record_ip_over_the_booted_key():
     store = FakeStore()
     spec = scheduled(store)
     record = record_of(store, spec["uuid"])
-    store.put(messages.INSTANCE_RECORD, store.keys.instance(spec["uuid"]),
+    store.put(messages.INSTANCE_RECORD, store.keys.record(RP, spec["uuid"]),
               {**record, "ip": "10.0.0.1"})
-    store.put_raw(store.keys.booted(spec["uuid"]), "10.9.9.9")
+    store.put_raw(store.keys.booted(RP, spec["uuid"]), "10.9.9.9")
     assert operations.show(store, spec["uuid"])["ip"] == "10.0.0.1"
     assert operations.show(store, scheduled(store)["uuid"])["ip"] is None
+
+
+def test_show_reads_the_record_on_the_host_the_location_names():
+    store = FakeStore()
+    spec = scheduled(store, host=OTHER)
+    store.put_raw(store.keys.booted(OTHER, spec["uuid"]), "10.0.0.8")
+    store.put_raw(store.keys.booted(RP, spec["uuid"]), "10.0.0.7")  # not where it is
+    shown = operations.show(store, spec["uuid"])
+    assert (shown["host"], shown["ip"]) == (OTHER, "10.0.0.8")
 
 
 def test_show_unknown_or_unreadable_is_not_found_and_a_non_uuid_a_usage_error():
     store = FakeStore()
     with pytest.raises(NotFound, match=f"no instance {UNKNOWN} .never scheduled"):
         operations.show(store, UNKNOWN)
-    store.put_raw(store.keys.instance(UNKNOWN), "{broken")
+    store.put_raw(store.keys.location(UNKNOWN), "{broken")
     with pytest.raises(NotFound):
         operations.show(store, UNKNOWN)
+    spec = scheduled(store)
+    store.put_raw(store.keys.record(RP, spec["uuid"]), "{broken")
+    with pytest.raises(NotFound):
+        operations.show(store, spec["uuid"])
+    assert instances.locate(store, spec["uuid"]) is not None  # still held by its host
     with pytest.raises(UsageError, match="'xyz' is not an instance uuid"):
         operations.show(store, "xyz")
+
+
+def test_show_of_an_instance_whose_record_expired_forgets_it():
+    store = FakeStore()
+    spec = scheduled(store, group={"name": "g", "policy": "affinity"})
+    expired(store, spec)
+    assert keys_left(store) == {store.keys.location(spec["uuid"]),
+                                store.keys.group_member("g", spec["uuid"])}
+    with pytest.raises(NotFound, match=f"no instance {spec['uuid']} .never scheduled"):
+        operations.show(store, spec["uuid"])
+    assert keys_left(store) == set()
 
 
 # ------------------------------------------------------------------------ destroy
@@ -81,7 +124,7 @@ def test_destroy_requests_it_from_the_host_by_rewriting_the_spec():
     store, placement = FakeStore(), FakePlacement()
     spec = scheduled(store, placement)
     assert operations.destroy(store, placement, spec["uuid"]) == "requested"
-    rewritten, _ = store.read(messages.INSTANCE_SPEC, store.keys.host_instance(RP, spec["uuid"]))
+    rewritten, _ = store.read(messages.INSTANCE_SPEC, store.keys.spec(RP, spec["uuid"]))
     assert rewritten == {**spec, "action": "destroy"}
     assert spec["uuid"] in placement.consumers  # the host frees the claim when it is done
 
@@ -98,19 +141,23 @@ def test_destroy_twice_is_already_requested():
 def test_destroy_an_error_instance_removes_record_keys_and_claim():
     store, placement = FakeStore(), FakePlacement()
     spec = scheduled(store, placement, group={"name": "g", "policy": "affinity"})
-    store.put_raw(store.keys.booted(spec["uuid"]), "10.0.0.2")
-    # The compute failed it: ERROR, every key but the record gone (its claim still held here).
-    instances.fail(store, spec, instances.read_record(store, spec["uuid"]), "disk full")
-    store.put_raw(store.keys.group_member("g", spec["uuid"]), "{}")  # a leftover goes too
+    # The compute failed it: ERROR, the host's keys but the record gone, the operator's
+    # location and member still there (its claim still held here).
+    instances.fail(store, spec, read(store, spec["uuid"]), "disk full")
+    store.put_raw(store.keys.booted(RP, spec["uuid"]), "10.0.0.2")  # a leftover goes too
+    assert keys_left(store) == {store.keys.record(RP, spec["uuid"]),
+                                store.keys.booted(RP, spec["uuid"]),
+                                store.keys.location(spec["uuid"]),
+                                store.keys.group_member("g", spec["uuid"])}
     assert operations.destroy(store, placement, spec["uuid"]) == "removed"
-    assert store.get_prefix("")[0] == []
+    assert keys_left(store) == set()
     assert spec["uuid"] not in placement.consumers
 
 
 def test_destroy_a_deleted_instance_is_deleted_and_changes_nothing():
     store, placement = FakeStore(), FakePlacement()
     spec = scheduled(store)
-    instances.delete(store, spec, instances.read_record(store, spec["uuid"]), ttl=60)
+    instances.delete(store, spec, read(store, spec["uuid"]), ttl=60)
     revision = store.revision
     assert operations.destroy(store, placement, spec["uuid"]) == "deleted"
     assert store.revision == revision and placement.calls == []
@@ -119,23 +166,42 @@ def test_destroy_a_deleted_instance_is_deleted_and_changes_nothing():
 def test_destroy_drops_an_unreadable_spec_and_cleans_up():
     store, placement = FakeStore(), FakePlacement()
     spec = scheduled(store, placement)
-    store.put_raw(store.keys.host_instance(RP, spec["uuid"]), "{not json")
+    store.put_raw(store.keys.spec(RP, spec["uuid"]), "{not json")
     assert operations.destroy(store, placement, spec["uuid"]) == "removed"
-    assert store.get(store.keys.host_instance(RP, spec["uuid"])) is None
+    assert store.get(store.keys.spec(RP, spec["uuid"])) is None
     assert record_of(store, spec["uuid"]) is None
     assert spec["uuid"] not in placement.consumers
 
 
-def test_destroy_finds_the_spec_under_another_host_than_the_record_says():
+def test_destroy_goes_to_the_host_the_location_names_after_a_move():
     store, placement = FakeStore(), FakePlacement()
-    other = str(uuidlib.UUID(int=8))
-    spec = make_spec(other)
-    store.put(messages.INSTANCE_SPEC, store.keys.host_instance(other, spec["uuid"]), spec)
-    store.put(messages.INSTANCE_RECORD, store.keys.instance(spec["uuid"]),
-              instances.new_record({**spec, "host": RP}, instances.SCHEDULED))
+    spec = scheduled(store, placement)
+    entry = store.get(store.keys.spec(RP, spec["uuid"]))
+    instances.begin_build(store, spec, entry.mod_revision, read(store, spec["uuid"]), "h")
+    instances.move(store, spec, read(store, spec["uuid"]), OTHER,
+                   {OTHER: {"resources": spec["resources"]}}, [])
     assert operations.destroy(store, placement, spec["uuid"]) == "requested"
     assert store.read(messages.INSTANCE_SPEC,
-                      store.keys.host_instance(other, spec["uuid"]))[0]["action"] == "destroy"
+                      store.keys.spec(OTHER, spec["uuid"]))[0]["action"] == "destroy"
+    assert store.get_prefix(store.keys.host(RP))[0] == []
+
+
+def test_destroy_of_an_instance_whose_record_expired_is_not_found_and_forgets_it():
+    store, placement = FakeStore(), FakePlacement()
+    spec = scheduled(store, group={"name": "g", "policy": "anti-affinity"})
+    expired(store, spec)
+    with pytest.raises(NotFound, match=f"no instance {spec['uuid']}"):
+        operations.destroy(store, placement, spec["uuid"])
+    assert keys_left(store) == set() and placement.calls == []
+
+
+def test_destroy_of_an_unreadable_record_without_a_spec_removes_it():
+    store, placement = FakeStore(), FakePlacement()
+    spec = scheduled(store, placement)
+    store.delete(store.keys.spec(RP, spec["uuid"]))
+    store.put_raw(store.keys.record(RP, spec["uuid"]), "{broken")
+    assert operations.destroy(store, placement, spec["uuid"]) == "removed"
+    assert keys_left(store) == set() and spec["uuid"] not in placement.consumers
 
 
 def test_destroy_unknown_is_not_found():
@@ -158,7 +224,7 @@ def test_destroy_gives_up_when_the_spec_keeps_changing():
     with pytest.raises(UsageError, match="kept changing while destroying it; try again"):
         operations.destroy(store, FakePlacement(), spec["uuid"])
     assert store.read(messages.INSTANCE_SPEC,
-                      store.keys.host_instance(RP, spec["uuid"]))[0]["action"] == "build"
+                      store.keys.spec(RP, spec["uuid"]))[0]["action"] == "build"
 
 
 # ---------------------------------------------------------------------- list, console
@@ -167,19 +233,34 @@ def test_destroy_gives_up_when_the_spec_keeps_changing():
 def test_list_instances_oldest_first_then_by_uuid_skipping_unreadable():
     store = FakeStore()
     late = scheduled(store, requested_at=300.0)
-    early_b = scheduled(store, uuid=str(uuidlib.UUID(int=0xB)), requested_at=100.0)
+    early_b = scheduled(store, uuid=str(uuidlib.UUID(int=0xB)), requested_at=100.0, host=OTHER)
     early_a = scheduled(store, uuid=str(uuidlib.UUID(int=0xA)), requested_at=100.0)
-    middle = scheduled(store, requested_at=200.0)
-    store.put_raw(store.keys.instance(UNKNOWN), "{broken")
+    middle = scheduled(store, requested_at=200.0, host=OTHER)
+    garbled = scheduled(store)
+    store.put_raw(store.keys.record(RP, garbled["uuid"]), "{broken")
+    store.put_raw(store.keys.location(UNKNOWN), "{broken")
     listed = [r["uuid"] for r in operations.list_instances(store)]
     assert listed == [early_a["uuid"], early_b["uuid"], middle["uuid"], late["uuid"]]
+    # An unreadable record is still its host's: its location stays.
+    assert instances.locate(store, garbled["uuid"]) is not None
     assert operations.list_instances(FakeStore()) == []
+
+
+def test_list_instances_forgets_instances_whose_record_expired():
+    store = FakeStore()
+    kept = scheduled(store, group={"name": "g", "policy": "affinity"})
+    gone = scheduled(store, group={"name": "g", "policy": "affinity"}, host=OTHER)
+    expired(store, gone)
+    assert [r["uuid"] for r in operations.list_instances(store)] == [kept["uuid"]]
+    assert instances.locate(store, gone["uuid"]) is None
+    assert store.get(store.keys.group_member("g", gone["uuid"])) is None
+    assert instances.locate(store, kept["uuid"]) is not None
 
 
 def test_console_prints_the_published_text():
     store = FakeStore()
     spec = scheduled(store)
-    store.put(messages.CONSOLE, store.keys.console(spec["uuid"]),
+    store.put(messages.CONSOLE, store.keys.console(RP, spec["uuid"]),
               {"uuid": spec["uuid"], "text": "login: ", "updated_at": 1.0})
     assert operations.console(store, spec["uuid"]) == "login: "
 
@@ -192,15 +273,33 @@ def test_console_not_published_yet_names_the_state():
     assert str(caught.value) == (f"console of {spec['uuid']} not published yet (state "
                                  "SCHEDULED); the compute publishes it once the instance is "
                                  "ACTIVE")
-    store.put_raw(store.keys.console(spec["uuid"]), '{"text": 1}')  # unreadable: as absent
+    store.put_raw(store.keys.console(RP, spec["uuid"]), '{"text": 1}')  # unreadable: as absent
     with pytest.raises(NotFound, match="not published yet"):
         operations.console(store, spec["uuid"])
+
+
+def test_console_is_read_on_the_host_the_location_names():
+    store = FakeStore()
+    spec = scheduled(store, host=OTHER)
+    store.put(messages.CONSOLE, store.keys.console(RP, spec["uuid"]),
+              {"uuid": spec["uuid"], "text": "elsewhere", "updated_at": 1.0})
+    with pytest.raises(NotFound, match="not published yet"):
+        operations.console(store, spec["uuid"])
+    store.put(messages.CONSOLE, store.keys.console(OTHER, spec["uuid"]),
+              {"uuid": spec["uuid"], "text": "here", "updated_at": 1.0})
+    assert operations.console(store, spec["uuid"]) == "here"
 
 
 def test_console_of_an_unknown_instance():
     with pytest.raises(NotFound) as caught:
         operations.console(FakeStore(), UNKNOWN)
     assert str(caught.value) == f"no instance {UNKNOWN}"
+    store = FakeStore()
+    spec = scheduled(store)
+    expired(store, spec)
+    with pytest.raises(NotFound) as caught:
+        operations.console(store, spec["uuid"])
+    assert str(caught.value) == f"no instance {spec['uuid']}"
 
 
 # --------------------------------------------------------------------------- wait
@@ -214,8 +313,9 @@ class ScriptedStore(FakeStore):
         self.scripts: dict[str, list[str | None]] = {}
 
     def get(self, key: str):
-        uuid = key.rsplit("/", 1)[-1]
-        if key == self.keys.instance(uuid) and self.scripts.get(uuid):
+        parsed = self.keys.parse_host_key(key)
+        uuid = parsed.uuid if parsed and parsed.kind == RECORDS else None
+        if uuid and self.scripts.get(uuid):
             state = self.scripts[uuid].pop(0)
             if state is None:
                 self.delete(key)
@@ -282,7 +382,9 @@ def test_hosts_show_capacity_usage_alive_disabled_and_instances_by_name():
               {"host": busy, "name": "b-host", "since": 1.0})
     store.put_raw(store.keys.alive(idle), json.dumps({"host": "bad"}))  # unreadable: not alive
     for _ in range(2):
-        store.put_raw(store.keys.host_instance(busy, str(uuidlib.uuid4())), "{}")
+        instance = str(uuidlib.uuid4())
+        store.put_raw(store.keys.spec(busy, instance), "{}")
+        store.put_raw(store.keys.record(busy, instance), "{}")  # counted once, by its spec
     assert operations.hosts(store, placement) == [
         {"uuid": idle, "name": "a-host", "alive": False, "disabled": True, "instances": 0,
          "resources": {"VCPU": {"capacity": 2, "used": 0}}},

@@ -3,14 +3,13 @@ claim when the write fails, plan again after a lost race, explain when nothing f
 
 from __future__ import annotations
 
-import json
 import random
 import time
 import uuid as uuidlib
 
 import pytest
 
-from etcd_compute import messages
+from etcd_compute import instances, messages
 from etcd_compute.config import SCHEDULE_DEFAULTS, deep_merge, validate
 from etcd_compute.errors import (
     ConflictError,
@@ -20,7 +19,9 @@ from etcd_compute.errors import (
     UsageError,
 )
 from etcd_compute.etcd import Put, Txn
+from etcd_compute.keys import SPECS
 from etcd_compute.scheduler import RequestSpec, Scheduler
+from tests.support import make_spec
 from tests.unit.fakes import FakePlacement, FakeStore
 
 QUERY = "resources=VCPU:1,MEMORY_MB:256,DISK_GB:1"
@@ -50,7 +51,9 @@ def make_scheduler(store, placement, seed: int = 1, **settings) -> Scheduler:
 
 
 def spec_keys(store: FakeStore) -> list[str]:
-    return [e.key for e in store.get_prefix(store.keys.hosts(), keys_only=True)[0]]
+    entries, _ = store.get_prefix(store.keys.hosts(), keys_only=True)
+    return [e.key for e in entries
+            if (parsed := store.keys.parse_host_key(e.key)) and parsed.kind == SPECS]
 
 
 def claims(placement: FakePlacement) -> list[str]:
@@ -74,10 +77,10 @@ def test_select_destinations_claims_and_writes_every_instance():
         assert placement.consumers[d.uuid]["allocations"] == d.allocations
         assert placement.consumers[d.uuid]["project_id"] == CONFIG["scheduler"]["project_id"]
         assert len(d.alternates) == 2 and d.host not in {a["host"] for a in d.alternates}
-        spec, _ = store.read(messages.INSTANCE_SPEC, store.keys.host_instance(d.host, d.uuid))
+        spec, _ = store.read(messages.INSTANCE_SPEC, store.keys.spec(d.host, d.uuid))
         assert (spec["action"], spec["name"], spec["alternates"]) == ("build", d.name,
                                                                      d.alternates)
-        record, _ = store.read(messages.INSTANCE_RECORD, store.keys.instance(d.uuid))
+        record, _ = store.read(messages.INSTANCE_RECORD, store.keys.record(d.host, d.uuid))
         assert (record["state"], record["host_name"]) == ("SCHEDULED", hosts[d.host])
     assert scheduler.replans == 0
 
@@ -87,7 +90,7 @@ def test_one_instance_is_claimed_with_one_put():
     add_host(placement, store, "only")
     (d,) = make_scheduler(store, placement).select_destinations(RequestSpec.build(QUERY))
     assert claims(placement) == [f"claim {d.uuid}"]
-    assert spec_keys(store) == [store.keys.host_instance(d.host, d.uuid)]
+    assert spec_keys(store) == [store.keys.spec(d.host, d.uuid)]
 
 
 def test_anti_affinity_members_in_etcd_are_respected_across_requests():
@@ -116,8 +119,8 @@ def test_a_group_asked_with_another_policy_is_a_usage_error():
 
 
 @pytest.mark.parametrize("count, group, fits", [
-    (3, None, True), (4, None, False), (2, ("g", "affinity"), True),
-    (3, ("g", "affinity"), False)])
+    (2, None, True), (3, None, False), (1, ("g", "affinity"), True),
+    (2, ("g", "affinity"), False)])
 def test_count_beyond_etcd_max_txn_ops_is_refused_before_any_claim(count, group, fits):
     store, placement = FakeStore(), FakePlacement()
     add_host(placement, store, "big", vcpu=16)
@@ -128,19 +131,25 @@ def test_count_beyond_etcd_max_txn_ops_is_refused_before_any_claim(count, group,
         return
     with pytest.raises(UsageError) as caught:
         scheduler.select_destinations(request)
-    per = 3 if group else 2
+    per = 4 if group else 3  # spec, record, location (and group member) per instance
     assert str(caught.value).startswith(f"--count {count} needs {count * per} etcd operations "
                                         "in one transaction; etcd allows 6")
     assert claims(placement) == [] and spec_keys(store) == []
 
 
-def test_default_limit_allows_64_instances_or_42_in_a_group():
+def test_default_limit_allows_42_instances_or_32_in_a_group():
     store, placement = FakeStore(), FakePlacement()
     scheduler = make_scheduler(store, placement)
-    for count, group in ((65, None), (43, ("g", "affinity"))):
+    for count, group in ((43, None), (33, ("g", "affinity"))):
         with pytest.raises(UsageError, match="etcd allows 128"):
             scheduler.select_destinations(RequestSpec.build(QUERY, count=count, group=group))
     assert claims(placement) == []
+    for count, group in ((42, None), (32, ("g", "affinity"))):
+        store, placement = FakeStore(), FakePlacement()
+        add_host(placement, store, "big", vcpu=count)
+        assert len(make_scheduler(store, placement).select_destinations(
+            RequestSpec.build(QUERY, count=count, group=group))) == count
+        assert len(store.committed[-1].success) in (126, 128)
 
 
 # ------------------------------------------------------------ a failed etcd write
@@ -173,18 +182,21 @@ def test_a_failed_etcd_write_undoes_the_claim(failure):
 
 
 class RivalGroupStore(FakeStore):
-    """A concurrent scheduler adds an anti-affinity member on our chosen host just before our
-    first spec write, so that write's group compare fails."""
+    """A concurrent scheduler places an anti-affinity member on our chosen host just before
+    our first spec write (spec, record, location and member), so that write's group compare
+    fails."""
 
     rival: str | None = None
+    rival_uuid: str | None = None
 
     def commit(self, txn: Txn) -> int | None:
-        specs = [op.key for op in txn.success
-                 if isinstance(op, Put) and op.key.startswith(self.keys.hosts())]
+        specs = [parsed for op in txn.success
+                 if isinstance(op, Put) and (parsed := self.keys.parse_spec(op.key))]
         if specs and self.rival is None:
-            self.rival = self.keys.parse_host_instance(specs[0])[0]
-            self.put_raw(self.keys.group_member("web", str(uuidlib.uuid4())),
-                         json.dumps({"host": self.rival, "policy": "anti-affinity"}))
+            self.rival = specs[0][0]
+            spec = make_spec(self.rival, group={"name": "web", "policy": "anti-affinity"})
+            self.rival_uuid = spec["uuid"]
+            assert super().commit(instances.schedule_txn(self.keys, [(spec, "rival")]))
         return super().commit(txn)
 
 
@@ -197,7 +209,34 @@ def test_a_group_that_changed_while_planning_frees_the_claim_and_plans_again():
     assert d.host == (hosts - {store.rival}).pop()
     assert len(claims(placement)) == 2
     assert list(placement.consumers) == [d.uuid]  # the first claim was deleted
-    assert spec_keys(store) == [store.keys.host_instance(d.host, d.uuid)]
+    assert spec_keys(store) == sorted([store.keys.spec(d.host, d.uuid),
+                                       store.keys.spec(store.rival, store.rival_uuid)])
+
+
+def test_a_group_member_whose_instance_ended_does_not_hold_its_host():
+    store, placement = FakeStore(), FakePlacement()
+    hosts = {add_host(placement, store, f"aa-{i}") for i in range(2)}
+    scheduler = make_scheduler(store, placement)
+    group = ("web", "anti-affinity")
+    first, second = (scheduler.select_destinations(RequestSpec.build(QUERY, group=group))[0]
+                     for _ in range(2))
+    assert {first.host, second.host} == hosts
+    # The first one failed on its host (ERROR): it no longer counts against its host, but
+    # its member stays (its host may not delete it).
+    spec, _ = store.read(messages.INSTANCE_SPEC, store.keys.spec(first.host, first.uuid))
+    instances.fail(store, spec, instances.read_record(store, first.host, first.uuid), "x")
+    (third,) = scheduler.select_destinations(RequestSpec.build(QUERY, group=group))
+    assert third.host == first.host
+    assert store.get(store.keys.group_member("web", first.uuid)) is not None
+    # The second one was deleted and its record expired: its member and location are
+    # forgotten by the scheduler reading the group.
+    spec, _ = store.read(messages.INSTANCE_SPEC, store.keys.spec(second.host, second.uuid))
+    instances.delete(store, spec, instances.read_record(store, second.host, second.uuid), 60)
+    store.delete(store.keys.record(second.host, second.uuid))
+    (fourth,) = scheduler.select_destinations(RequestSpec.build(QUERY, group=group))
+    assert fourth.host == second.host
+    assert store.get(store.keys.group_member("web", second.uuid)) is None
+    assert instances.locate(store, second.uuid) is None
 
 
 # ------------------------------------------------------------------- lost races
@@ -241,7 +280,7 @@ def test_a_lost_claim_race_plans_again_with_fresh_candidates():
     assert set(hosts) == {taken, d.host}  # the second plan saw the rival's host full
     ours = [c for c, data in placement.consumers.items() if data["project_id"] != "rival"]
     assert ours == [d.uuid]
-    assert spec_keys(store) == [store.keys.host_instance(d.host, d.uuid)]
+    assert spec_keys(store) == [store.keys.spec(d.host, d.uuid)]
 
 
 def test_every_claim_lost_raises_conflict_after_claim_retries_plus_one_attempts():

@@ -1,5 +1,5 @@
-"""The spec a host receives, and one transaction per request for every spec, SCHEDULED record
-and group member (FakeStore)."""
+"""The spec a host receives, and one transaction per request for every spec, SCHEDULED record,
+location and group member (FakeStore)."""
 
 from __future__ import annotations
 
@@ -59,11 +59,12 @@ def test_write_specs_writes_everything_in_one_transaction_at_one_revision():
     revision = write_specs(store, targets, request, SETTINGS, group_read_at)
     assert revision == store.revision
     assert len(store.committed) == before + 1
-    assert len(store.committed[-1].success) == 3 * len(targets)
+    assert len(store.committed[-1].success) == 4 * len(targets)
     for target in targets:
-        keys = [store.keys.host_instance(target.host, target.uuid),
-                store.keys.instance(target.uuid), store.keys.group_member("g", target.uuid)]
-        assert [store.get(key).mod_revision for key in keys] == [revision] * 3
+        keys = [store.keys.spec(target.host, target.uuid),
+                store.keys.record(target.host, target.uuid),
+                store.keys.group_member("g", target.uuid), store.keys.location(target.uuid)]
+        assert [store.get(key).mod_revision for key in keys] == [revision] * 4
         spec, _ = store.read(messages.INSTANCE_SPEC, keys[0])
         assert (spec["name"], spec["host"], spec["action"]) == (target.name, target.host, "build")
         record, _ = store.read(messages.INSTANCE_RECORD, keys[1])
@@ -72,6 +73,9 @@ def test_write_specs_writes_everything_in_one_transaction_at_one_revision():
         assert record["created_at"] == spec["requested_at"]
         member, _ = store.read(messages.GROUP_MEMBER, keys[2])
         assert member == {"host": target.host, "policy": "anti-affinity"}
+        location, _ = store.read(messages.INSTANCE_LOCATION, keys[3])
+        assert location == {"host": target.host, "group": "g",
+                            "created_at": spec["requested_at"]}
 
 
 def test_write_specs_without_a_group_writes_no_member():
@@ -80,7 +84,10 @@ def test_write_specs_without_a_group_writes_no_member():
     revision = write_specs(store, [target], RequestSpec.build("resources=VCPU:1"), SETTINGS, None)
     assert revision is not None
     assert sorted(e.key for e in store.get_prefix("")[0]) == sorted(
-        [store.keys.host_instance(HOST, target.uuid), store.keys.instance(target.uuid)])
+        [store.keys.spec(HOST, target.uuid), store.keys.record(HOST, target.uuid),
+         store.keys.location(target.uuid)])
+    assert store.read(messages.INSTANCE_LOCATION,
+                      store.keys.location(target.uuid))[0]["group"] is None
 
 
 def test_write_specs_refuses_when_the_group_grew_since_it_was_read():
