@@ -1,0 +1,160 @@
+"""Child processes we start and stop by pid, and the little helpers around them."""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import requests
+
+from etcd_compute.errors import ServiceUnavailable
+
+REPO = Path(__file__).resolve().parents[2]
+PLACEMENT_VENV = Path(os.environ.get("PLACEMENT_VENV", REPO / ".venv-placement"))
+
+
+@contextlib.contextmanager
+def host_lock(name: str, timeout: float = 1800.0) -> Iterator[None]:
+    """Hold a machine-wide lock (for what only one user of this machine may hold at a time:
+    the metadata server's 169.254.169.254:80 and the guests that need it)."""
+    path = Path("/run/lock") / f"etcd-compute-{name}.lock"
+    with open(path, "a") as handle:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise ServiceUnavailable(
+                        f"{path} held by another run for {timeout:.0f} s") from None
+                time.sleep(0.5)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def free_port() -> int:
+    """A TCP port on loopback that nobody listens on right now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def port_open(port: int, host: str = "127.0.0.1") -> bool:
+    with socket.socket() as sock:
+        sock.settimeout(0.5)
+        return sock.connect_ex((host, port)) == 0
+
+
+def pid_alive(pid: int | None) -> bool:
+    if not pid:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # A zombie child still answers kill(0); treat it as gone.
+    with contextlib.suppress(OSError):
+        if Path(f"/proc/{pid}/stat").read_text().split(") ")[1].startswith("Z"):
+            return False
+    return True
+
+
+def stop_pid(pid: int | None, timeout: float = 10.0) -> None:
+    """SIGTERM, wait, then SIGKILL: the process (group) is gone when this returns."""
+    if not pid_alive(pid):
+        return
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(pid, os.WNOHANG)
+        if not pid_alive(pid):
+            return
+        time.sleep(0.05)
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGKILL)
+    with contextlib.suppress(ChildProcessError):
+        os.waitpid(pid, 0)
+
+
+def wait_until(check: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return
+        time.sleep(0.1)
+    raise ServiceUnavailable(f"{what} did not become ready within {timeout:.0f} s")
+
+
+@dataclass
+class Service:
+    """A child process we started; `pid` is what we stop it by."""
+
+    name: str
+    run_dir: Path
+    port: int
+    pid: int | None = None
+    extra: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def log_path(self) -> Path:
+        return self.run_dir / f"{self.name}.log"
+
+    def _spawn(self, argv: list[str], env: dict[str, str] | None = None) -> None:
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        with open(self.log_path, "ab") as log:
+            process = subprocess.Popen(
+                argv,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env={**os.environ, **(env or {})},
+                # Own session: a Ctrl-C in the terminal reaches us, not the services.
+                start_new_session=True,
+            )
+        self.pid = process.pid
+
+    def _fail(self, message: str) -> ServiceUnavailable:
+        tail = ""
+        with contextlib.suppress(OSError):
+            lines = self.log_path.read_text(errors="replace").strip().splitlines()
+            tail = f" (last log line: {lines[-1][:200]})" if lines else ""
+        self.stop()
+        return ServiceUnavailable(f"{message}; see {self.log_path}{tail}")
+
+    def running(self) -> bool:
+        return pid_alive(self.pid)
+
+    def _wait_healthy(self, url: str, timeout: float) -> None:
+        """Wait until `url` answers 2xx; stop the process and raise if it never does."""
+
+        def healthy() -> bool:
+            if not self.running():
+                raise self._fail(f"{self.name} exited at start")
+            try:
+                return requests.get(url, timeout=2).ok
+            except requests.RequestException:
+                return False
+
+        try:
+            wait_until(healthy, timeout, self.name)
+        except ServiceUnavailable as exc:
+            raise self._fail(str(exc)) from None
+
+    def stop(self) -> None:
+        stop_pid(self.pid)
+        self.pid = None
