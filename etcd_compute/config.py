@@ -27,13 +27,29 @@ ETCD_DEFAULTS: dict[str, Any] = {
     # Every key we write lives under this prefix ("" in production, unique per test).
     "prefix": "",
     "timeout": 5.0,
+    # TLS: the cluster CA, and this client's certificate and key (its CN is its etcd user).
+    # Relative paths are relative to the configuration file.
+    "ca_cert": None,
+    "cert": None,
+    "key": None,
+    # Password authentication instead of (or with) a certificate; etcd's simple tokens are
+    # per member, so a client re-authenticates when another member does not know its token.
+    "user": None,
+    "password": None,
 }
 
 PLACEMENT_DEFAULTS: dict[str, Any] = {
     "endpoint": "http://127.0.0.1:8080",
-    # noauth2 token; with keystone this is a real token.
+    # noauth2 token (Placement behind mutual TLS: the certificate is the credential).
     "token": "admin",
     "timeout": 30.0,
+    # TLS, as for etcd: an https endpoint verified with ca_cert; cert/key authenticate us.
+    "ca_cert": None,
+    "cert": None,
+    "key": None,
+    # Sites with Keystone: authenticate with keystoneauth1 instead of the token
+    # (auth_url plus username/password/project, or an application credential).
+    "keystone": None,
 }
 
 LOGGING_DEFAULTS: dict[str, Any] = {"level": "INFO"}
@@ -192,7 +208,22 @@ def load(
         overrides = loaded
     config = deep_merge(defaults, overrides)
     validate(config, schema_name, str(candidate))
+    if candidate.exists():
+        resolve_paths(config, candidate.resolve().parent)
     return config
+
+
+# Paths in these sections are relative to the configuration file that names them.
+TLS_FILES = ("ca_cert", "cert", "key")
+
+
+def resolve_paths(config: dict[str, Any], base: Path) -> None:
+    """Make the TLS file paths of `config` absolute, relative to `base`."""
+    for section in ("etcd", "placement"):
+        for name in TLS_FILES:
+            value = config.get(section, {}).get(name)
+            if value and not Path(value).is_absolute():
+                config[section][name] = str(base / value)
 
 
 def load_compute(path: str | None = None) -> dict[str, Any]:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import grpc
@@ -24,7 +25,7 @@ import pyetcd.exceptions
 import pyetcd.transactions
 
 from etcd_compute import messages
-from etcd_compute.errors import EtcdComputeError, InvalidMessage, ServiceUnavailable
+from etcd_compute.errors import ConfigError, EtcdComputeError, InvalidMessage, ServiceUnavailable
 from etcd_compute.keys import Keys
 
 GRPC_OPTIONS = [("grpc.max_reconnect_backoff_ms", 1000), ("grpc.initial_reconnect_backoff_ms", 100)]
@@ -39,20 +40,51 @@ ETCD_DOWN = (
 )
 
 
+def _read(setting: str, path: str) -> bytes:
+    try:
+        return Path(path).read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"etcd.{setting} {path}: cannot read ({exc.strerror})") from None
+
+
+def tls_credentials(etcd_config: dict[str, Any]) -> grpc.ChannelCredentials | None:
+    """gRPC TLS credentials from etcd.ca_cert/cert/key, or None for plain TCP."""
+    ca, cert, key = (etcd_config.get(name) for name in ("ca_cert", "cert", "key"))
+    if not ca:
+        if cert or key:
+            raise ConfigError("etcd.cert and etcd.key need etcd.ca_cert (TLS)")
+        return None
+    if bool(cert) != bool(key):
+        raise ConfigError("etcd.cert and etcd.key go together")
+    return grpc.ssl_channel_credentials(
+        _read("ca_cert", ca), _read("key", key) if key else None,
+        _read("cert", cert) if cert else None)
+
+
 def connect(etcd_config: dict[str, Any]) -> pyetcd.MultiEndpointEtcd3Client:
+    credentials = tls_credentials(etcd_config)
     endpoints = []
     for endpoint in etcd_config["endpoints"]:
         host, port = endpoint.rsplit(":", 1)
-        endpoints.append(
-            pyetcd.Endpoint(host, int(port), secure=False, time_retry=0, opts=GRPC_OPTIONS)
-        )
-    return pyetcd.MultiEndpointEtcd3Client(
-        endpoints=endpoints, timeout=etcd_config["timeout"], failover=True
-    )
+        endpoints.append(pyetcd.Endpoint(host, int(port), secure=credentials is not None,
+                                         creds=credentials, time_retry=0, opts=GRPC_OPTIONS))
+    with etcd_errors(etcd_config["endpoints"]):
+        # With a user and password this authenticates right away (a network call).
+        return pyetcd.MultiEndpointEtcd3Client(
+            endpoints=endpoints, timeout=etcd_config["timeout"], failover=True,
+            user=etcd_config.get("user"), password=etcd_config.get("password"))
 
 
 # gRPC codes that mean "etcd is not there (now)", as opposed to "etcd refused this".
 UNREACHABLE_CODES = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED}
+
+
+# What gRPC says when the TLS handshake, not the network, failed.
+TLS_FAULTS = ("SSL", "ssl", "certificate", "handshake", "TLS", "tls")
+
+
+class PermissionDenied(EtcdComputeError):
+    """etcd refused a request for lack of permission (its RBAC)."""
 
 
 @contextlib.contextmanager
@@ -62,9 +94,17 @@ def etcd_errors(endpoints: list[str]) -> Iterator[None]:
         yield
     except ETCD_DOWN as exc:
         code = exc.code() if isinstance(exc, grpc.RpcError) and hasattr(exc, "code") else None
+        details = (exc.details() or "") if hasattr(exc, "details") else ""
+        details = " ".join(details.split())[:300]
+        if code == grpc.StatusCode.PERMISSION_DENIED:
+            raise PermissionDenied(f"etcd refused the request: PERMISSION_DENIED: "
+                                   f"{details}") from None
         if code is not None and code not in UNREACHABLE_CODES:
-            details = exc.details() if hasattr(exc, "details") else ""
             raise EtcdComputeError(f"etcd refused the request: {code.name}: {details}") from None
+        if any(fault in details for fault in TLS_FAULTS):
+            raise ServiceUnavailable(
+                f"etcd at {', '.join(endpoints)}: TLS handshake failed ({details}); check "
+                "etcd.ca_cert/cert/key against the cluster CA") from None
         raise ServiceUnavailable(
             f"etcd at {', '.join(endpoints)} is unreachable "
             f"({code.name if code else exc.__class__.__name__}); "
@@ -228,12 +268,27 @@ class Store(KeyValueStore):
     """An etcd client bound to our key layout and message schemas."""
 
     def __init__(self, etcd_config: dict[str, Any]):
+        self.config = etcd_config
         self.endpoints = list(etcd_config["endpoints"])
         self.keys = Keys(etcd_config["prefix"])
         self.client = connect(etcd_config)
 
     def errors(self) -> contextlib.AbstractContextManager[None]:
         return etcd_errors(self.endpoints)
+
+    def _rpc(self, call: Any) -> Any:
+        """`call(client)`, with one-line errors. A password user whose token another member
+        does not know (etcd's simple tokens live in one member) authenticates again, once."""
+        with self.errors():
+            try:
+                return call(self.client)
+            except grpc.RpcError as exc:
+                if not self.config.get("user") or \
+                        exc.code() != grpc.StatusCode.UNAUTHENTICATED:
+                    raise
+            self.close()
+            self.client = connect(self.config)
+            return call(self.client)
 
     def close(self) -> None:
         with contextlib.suppress(Exception):
@@ -246,15 +301,14 @@ class Store(KeyValueStore):
         self.close()
 
     def get(self, key: str) -> Entry | None:
-        with self.errors():
-            value, meta = self.client.get(key)
+        value, meta = self._rpc(lambda client: client.get(key))
         if value is None:
             return None
         return Entry(key, value, meta.mod_revision, meta.create_revision, meta.lease_id)
 
     def get_prefix(self, prefix: str, keys_only: bool = False) -> tuple[list[Entry], int]:
-        with self.errors():
-            response = self.client.get_prefix_response(prefix, keys_only=keys_only)
+        response = self._rpc(
+            lambda client: client.get_prefix_response(prefix, keys_only=keys_only))
         entries = [
             Entry(kv.key.decode(), kv.value, kv.mod_revision, kv.create_revision, kv.lease)
             for kv in response.kvs
@@ -262,12 +316,11 @@ class Store(KeyValueStore):
         return entries, response.header.revision
 
     def commit(self, txn: Txn) -> int | None:
-        with self.errors():
-            succeeded, responses = self.client.transaction(
-                compare=[_to_pyetcd_compare(c) for c in txn.compare],
-                success=[_to_pyetcd_op(op) for op in txn.success],
-                failure=[],
-            )
+        succeeded, responses = self._rpc(lambda client: client.transaction(
+            compare=[_to_pyetcd_compare(c) for c in txn.compare],
+            success=[_to_pyetcd_op(op) for op in txn.success],
+            failure=[],
+        ))
         if not succeeded:
             return None
         for response in responses:
@@ -278,8 +331,7 @@ class Store(KeyValueStore):
 
     def lease(self, ttl: int) -> Any:
         """A new lease (pyetcd's Lease: `.id`, `.refresh()`, `.revoke()`)."""
-        with self.errors():
-            return self.client.lease(ttl)
+        return self._rpc(lambda client: client.lease(ttl))
 
     def grant(self, ttl: int) -> int:
         return int(self.lease(ttl).id)

@@ -10,12 +10,21 @@ PlacementError for anything else.
 from __future__ import annotations
 
 import logging
+import re
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
 
 import requests
 
-from etcd_compute.errors import ConflictError, NotFound, PlacementError, ServiceUnavailable
+from etcd_compute.errors import (
+    ConfigError,
+    ConflictError,
+    NotFound,
+    PlacementError,
+    ServiceUnavailable,
+)
 
 LOG = logging.getLogger(__name__)
 
@@ -35,11 +44,58 @@ def _one_line(text: str) -> str:
     return " ".join(lines)[:400]
 
 
+def _tls(placement_config: dict[str, Any]) -> tuple[str | bool, tuple[str, str] | None]:
+    """(what requests verifies the server with, our client certificate) from the config."""
+    ca, cert, key = (placement_config.get(name) for name in ("ca_cert", "cert", "key"))
+    if bool(cert) != bool(key):
+        raise ConfigError("placement.cert and placement.key go together")
+    for setting, path in (("ca_cert", ca), ("cert", cert), ("key", key)):
+        if path and not Path(path).is_file():
+            raise ConfigError(f"placement.{setting} {path}: no such file")
+    return (ca or True), ((cert, key) if cert and key else None)
+
+
+def keystone_token_source(keystone: dict[str, Any], verify: str | bool,
+                          timeout: float) -> Callable[[], str]:
+    """A function that returns a valid Keystone token (keystoneauth1 caches and renews it)."""
+    from keystoneauth1 import session as ks_session
+    from keystoneauth1.identity import v3
+
+    if keystone.get("application_credential_id"):
+        auth = v3.ApplicationCredential(
+            auth_url=keystone["auth_url"],
+            application_credential_id=keystone["application_credential_id"],
+            application_credential_secret=keystone.get("application_credential_secret", ""))
+    else:
+        auth = v3.Password(
+            auth_url=keystone["auth_url"], username=keystone.get("username"),
+            password=keystone.get("password"), project_name=keystone.get("project_name"),
+            user_domain_name=keystone.get("user_domain_name", "Default"),
+            project_domain_name=keystone.get("project_domain_name", "Default"))
+    session = ks_session.Session(auth=auth, verify=verify, timeout=timeout)
+
+    def token() -> str:
+        from keystoneauth1 import exceptions as ks_exceptions
+
+        try:
+            return session.get_token()
+        except ks_exceptions.Unauthorized:
+            raise ServiceUnavailable("Keystone refused our credentials "
+                                     "(placement.keystone)") from None
+        except ks_exceptions.ClientException as exc:
+            raise ServiceUnavailable(f"Keystone at {keystone['auth_url']}: "
+                                     f"{_one_line(str(exc))[:200]}") from None
+
+    return token
+
+
 class PlacementClient:
     def __init__(self, placement_config: dict[str, Any]):
         self.endpoint = placement_config["endpoint"].rstrip("/")
         self.timeout = placement_config["timeout"]
         self.session = requests.Session()
+        # Passed with every request: requests lets REQUESTS_CA_BUNDLE override a session's.
+        self.verify, self.cert = _tls(placement_config)
         self.session.headers.update(
             {
                 "x-auth-token": placement_config["token"],
@@ -47,6 +103,10 @@ class PlacementClient:
                 "accept": "application/json",
             }
         )
+        self._token: Callable[[], str] | None = None
+        if placement_config.get("keystone"):
+            self._token = keystone_token_source(placement_config["keystone"],
+                                                self.verify, self.timeout)
         # Counted for benchmarks and `schedule.py --json`.
         self.conflicts = 0
         # CUSTOM_* traits this client already made sure exist.
@@ -57,8 +117,17 @@ class PlacementClient:
     def request(self, method: str, path: str, json: Any = None,
                 expect: tuple[int, ...] = (200,)) -> requests.Response:
         url = self.endpoint + path
+        headers = {"x-auth-token": self._token()} if self._token else None
         try:
-            response = self.session.request(method, url, json=json, timeout=self.timeout)
+            response = self.session.request(method, url, json=json, timeout=self.timeout,
+                                            headers=headers, verify=self.verify,
+                                            cert=self.cert)
+        except requests.exceptions.SSLError as exc:
+            found = re.search(r"\[SSL: [A-Z0-9_]+\][^(]*", str(exc))
+            reason = found.group(0).strip() if found else _one_line(str(exc))[-200:]
+            raise ServiceUnavailable(
+                f"Placement at {self.endpoint}: TLS handshake failed ({reason}); check "
+                "placement.ca_cert/cert/key against the cluster CA") from None
         except requests.RequestException as exc:
             raise ServiceUnavailable(
                 f"Placement at {self.endpoint} is unreachable ({exc.__class__.__name__}); "

@@ -6,8 +6,10 @@ import shutil
 import subprocess
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from etcd_compute.errors import ServiceUnavailable
+from etcd_compute.pki import OPERATOR, PLACEMENT, ROOT, Pki
 from tools.local_services.process import PLACEMENT_VENV, Service, free_port, port_open, wait_until
 
 POSTGRES_BIN = Path("/usr/lib/postgresql/15/bin")
@@ -77,23 +79,41 @@ class PlacementServer(Service):
     `allocation_conflict_retry_count = 1`: with the default of 10 and several
     workers, two racing claims for the last unit both succeeded in over half
     of the trials measured here. Our scheduler retries 409s itself.
+
+    With a `Pki`, gunicorn serves TLS and requires a client certificate of the
+    cluster CA (`--cert-reqs 2`): only holders of cluster certificates reach it.
     """
+
+    pki: Pki | None = None
 
     @classmethod
     def create(
-        cls, run_dir: Path, port: int | None = None, db_url: str | None = None, workers: int = 1
+        cls, run_dir: Path, port: int | None = None, db_url: str | None = None,
+        workers: int = 1, pki: Pki | None = None, ip: str = "127.0.0.1",
     ) -> PlacementServer:
         db_url = db_url or f"sqlite:///{run_dir / 'placement.sqlite'}"
         if db_url.startswith("sqlite") and workers != 1:
             raise ValueError("Placement on SQLite needs exactly one worker")
-        return cls(
+        server = cls(
             "placement", run_dir, port or free_port(),
-            extra={"db_url": db_url, "workers": str(workers)},
+            extra={"db_url": db_url, "workers": str(workers), "ip": ip},
         )
+        server.pki = pki
+        return server
 
     @property
     def endpoint(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        scheme = "https" if self.pki else "http"
+        return f"{scheme}://{self.extra.get('ip', '127.0.0.1')}:{self.port}"
+
+    def client_config(self, user: str = "operator") -> dict[str, Any]:
+        """A `placement:` config section; with TLS, as the certificate `user`."""
+        config: dict[str, Any] = {"endpoint": self.endpoint, "token": "admin", "timeout": 30.0}
+        if self.pki:
+            issued = self.pki.issue(user, ROOT if user == "root" else OPERATOR)
+            config.update(ca_cert=str(self.pki.ca_cert), cert=str(issued.cert),
+                          key=str(issued.key))
+        return config
 
     @property
     def config_dir(self) -> Path:
@@ -130,16 +150,28 @@ class PlacementServer(Service):
         if sync.returncode:
             lines = (sync.stderr or sync.stdout).strip().splitlines() or ["(no output)"]
             raise ServiceUnavailable(f"placement-manage db sync failed: {lines[-1][:200]}")
+        tls: list[str] = []
+        verify: str | bool = True
+        cert = None
+        if self.pki:
+            issued = self.pki.issue(self.name, PLACEMENT, ips=sorted({self.extra["ip"],
+                                                                     "127.0.0.1"}))
+            # CERT_REQUIRED: no cluster certificate, no TLS session.
+            tls = ["--certfile", str(issued.cert), "--keyfile", str(issued.key),
+                   "--ca-certs", str(self.pki.ca_cert), "--cert-reqs", "2"]
+            probe = self.pki.issue("operator", OPERATOR)
+            verify, cert = str(self.pki.ca_cert), (str(probe.cert), str(probe.key))
         self._spawn(
             [
                 str(gunicorn),
                 "--workers", self.extra["workers"],
-                "--bind", f"127.0.0.1:{self.port}",
+                "--bind", f"{self.extra['ip']}:{self.port}",
                 "--no-control-socket",
                 "--timeout", "120",
+                *tls,
                 "placement.wsgi.api:application",
             ],
             env={"OS_PLACEMENT_CONFIG_DIR": str(self.config_dir)},
         )
-        self._wait_healthy(self.endpoint + "/", 60)
+        self._wait_healthy(self.endpoint + "/", 60, verify, cert)
         return self

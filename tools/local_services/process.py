@@ -139,14 +139,15 @@ class Service:
     def running(self) -> bool:
         return pid_alive(self.pid)
 
-    def _wait_healthy(self, url: str, timeout: float) -> None:
+    def _wait_healthy(self, url: str, timeout: float, verify: str | bool = True,
+                      cert: tuple[str, str] | None = None) -> None:
         """Wait until `url` answers 2xx; stop the process and raise if it never does."""
 
         def healthy() -> bool:
             if not self.running():
                 raise self._fail(f"{self.name} exited at start")
             try:
-                return requests.get(url, timeout=2).ok
+                return requests.get(url, timeout=2, verify=verify, cert=cert).ok
             except requests.RequestException:
                 return False
 
