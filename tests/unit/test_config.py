@@ -26,7 +26,8 @@ def test_deep_merge_replaces_lists_and_scalars_whole():
                                       {"scheduler": {"filters": ["AliveFilter"]},
                                        "etcd": {"endpoints": ["a:1", "b:2"]}})
     assert merged["scheduler"]["filters"] == ["AliveFilter"]
-    assert merged["etcd"] == {"endpoints": ["a:1", "b:2"], "prefix": "", "timeout": 5.0}
+    assert merged["etcd"] == {**configuration.ETCD_DEFAULTS, "endpoints": ["a:1", "b:2"]}
+    assert merged["etcd"]["prefix"] == "" and merged["etcd"]["timeout"] == 5.0
 
 
 def test_deep_merge_copies_so_the_result_shares_nothing_with_its_inputs():
