@@ -145,6 +145,9 @@ SCHEDULE_DEFAULTS: dict[str, Any] = {
             "SoftAffinityWeigher": 1.0,
         },
         "wait_timeout_seconds": 600,
+        # schedule.py serve: the leader's lease; a standby takes over this long after the
+        # leader dies (at most).
+        "controller_lease_ttl": 10,
         # etcd's --max-txn-ops (default 128): one request's specs, records and group
         # members go in one transaction, which bounds --count (42, or 32 with a group).
         "etcd_max_txn_ops": 128,

@@ -4,7 +4,7 @@ Scheduler, compute daemon and CLI all move instances through this module, so
 what a transition writes (and what it compares first) is decided in one place.
 
     SCHEDULED -> BUILDING -> ACTIVE -> DELETING -> DELETED (record expires)
-        \\            |  \\-> SCHEDULED (rescheduled to an alternate host)
+        \\            |  \\-> RESCHEDULING -> SCHEDULED on an alternate host (controller)
          \\           \\-> ERROR (allocation freed, nothing left) -> DELETING/removed
           \\-> ERROR / DELETING (a bad spec, a destroy before the build started)
 
@@ -51,8 +51,10 @@ ACTIVE = "ACTIVE"
 ERROR = "ERROR"
 DELETING = "DELETING"
 DELETED = "DELETED"
+# The build failed here; the controller (schedule.py serve) moves it to an alternate host.
+RESCHEDULING = "RESCHEDULING"
 
-STATES = (SCHEDULED, BUILDING, ACTIVE, ERROR, DELETING, DELETED)
+STATES = (SCHEDULED, BUILDING, ACTIVE, RESCHEDULING, ERROR, DELETING, DELETED)
 # States `schedule.py --wait` stops at (ACTIVE can still change: destroy).
 FINAL = frozenset({ACTIVE, ERROR, DELETED})
 # States in which a driver may hold the instance.
@@ -62,7 +64,9 @@ LIVE = frozenset({BUILDING, ACTIVE, DELETING})
 TRANSITIONS: dict[str | None, frozenset[str]] = {
     None: frozenset({SCHEDULED, BUILDING, ERROR, DELETING, DELETED}),
     SCHEDULED: frozenset({BUILDING, ERROR, DELETING, DELETED}),
-    BUILDING: frozenset({ACTIVE, SCHEDULED, ERROR, DELETING, DELETED}),
+    BUILDING: frozenset({ACTIVE, RESCHEDULING, ERROR, DELETING, DELETED}),
+    # The controller moves it (SCHEDULED elsewhere), or gives up (ERROR).
+    RESCHEDULING: frozenset({SCHEDULED, ERROR, DELETING, DELETED}),
     ACTIVE: frozenset({ERROR, DELETING, DELETED}),
     ERROR: frozenset({ERROR, DELETING, DELETED}),
     DELETING: frozenset({ERROR, DELETED}),
@@ -321,6 +325,16 @@ def drop_key(store: KeyValueStore, key: str, revision: int) -> int | None:
     return store.commit(Txn([Compare(key, "mod", "==", revision)], [Delete(key)]))
 
 
+def hand_over(store: KeyValueStore, spec: dict[str, Any], read: RecordRead,
+              reason: str) -> int | None:
+    """BUILDING -> RESCHEDULING: the build failed here and the controller is asked to move it
+    (the host may not write another host's keys). The claim and spec stay as they are."""
+    assert read.record is not None
+    keys = store.keys
+    return store.commit(Txn([unchanged(keys.record(spec["host"], spec["uuid"]), read.revision)],
+                            [_record_put(keys, moved(read.record, RESCHEDULING, error=reason))]))
+
+
 def mark_deleting(store: KeyValueStore, spec: dict[str, Any], read: RecordRead) -> int | None:
     """-> DELETING (a destroy was asked for)."""
     keys = store.keys
@@ -344,13 +358,13 @@ def delete(store: KeyValueStore, spec: dict[str, Any], read: RecordRead,
 
 def move(store: KeyValueStore, spec: dict[str, Any], read: RecordRead, host: str,
          allocations: dict[str, Any], alternates: list[dict[str, Any]]) -> int | None:
-    """BUILDING on spec's host -> SCHEDULED on `host` (the operator's side: it writes another
-    host's keys). Spec, record, location and membership move in one transaction; the
-    caller moved the claim first (one Placement call)."""
+    """RESCHEDULING on spec's host -> SCHEDULED on `host` (the operator's side: it writes
+    another host's keys). Spec, record, location and membership move in one transaction;
+    the caller moved the claim first (one Placement call)."""
     assert read.record is not None
     keys, uuid, old = store.keys, spec["uuid"], spec["host"]
     moved_spec = {**spec, "host": host, "allocations": allocations, "alternates": alternates}
-    record = moved(read.record, SCHEDULED, host=host, host_name=None)
+    record = moved(read.record, SCHEDULED, host=host, host_name=None, error=None)
     return store.commit(Txn(
         [unchanged(keys.record(old, uuid), read.revision)],
         [*_host_deletes(keys, old, uuid), Delete(keys.record(old, uuid)),

@@ -21,6 +21,7 @@ ALIVE = "alive"
 HOST_STATS = "host_stats"
 GROUP_MEMBER = "group_member"
 CONSOLE = "console"
+CONTROLLER_LEADER = "controller_leader"
 
 
 def check(schema: str, message: Any) -> None:

@@ -26,6 +26,8 @@ import yaml
 from etcd_compute import config as configuration
 from etcd_compute.errors import ServiceUnavailable
 from etcd_compute.etcd import Store
+from etcd_compute.etcd_auth import ROOT, EtcdAuth
+from etcd_compute.pki import COMPUTE, Pki, compute_name
 from etcd_compute.placement import PlacementClient
 from tests.support import REPO, Run, run_cli, unavailable, wait_for  # noqa: F401
 from tools.local_services import EtcdServer, PlacementServer, pid_alive, stop_pid
@@ -42,13 +44,27 @@ def pytest_configure(config: pytest.Config) -> None:
 
 # --------------------------------------------------------------------- services
 
+# The operator's certificate and etcd user (schedule.py, the tests' own clients).
+OPERATOR_USER = "operator"
+
 
 @pytest.fixture(scope="session")
-def etcd_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EtcdServer]:
+def cluster_pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
+    """The cluster CA the session's etcd and Placement trust (secure by default)."""
+    pki = Pki(tmp_path_factory.mktemp("pki"))
+    pki.init("etcd-compute-tests")
+    return pki
+
+
+@pytest.fixture(scope="session")
+def etcd_server(tmp_path_factory: pytest.TempPathFactory,
+                cluster_pki: Pki) -> Iterator[EtcdServer]:
+    """etcd over TLS with client certificates and RBAC on (root, the operator role)."""
     if shutil.which("etcd") is None:
         unavailable("etcd is not installed (make install)")
     try:
-        server = EtcdServer.create(tmp_path_factory.mktemp("etcd")).start()
+        server = EtcdServer.create(tmp_path_factory.mktemp("etcd"), pki=cluster_pki).start()
+        server.enable_auth([OPERATOR_USER])
     except ServiceUnavailable as exc:
         unavailable(str(exc))
     yield server
@@ -56,9 +72,12 @@ def etcd_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EtcdServer
 
 
 @pytest.fixture(scope="session")
-def placement_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PlacementServer]:
+def placement_server(tmp_path_factory: pytest.TempPathFactory,
+                     cluster_pki: Pki) -> Iterator[PlacementServer]:
+    """Placement over TLS, refusing clients without a cluster certificate."""
     try:
-        server = PlacementServer.create(tmp_path_factory.mktemp("placement")).start()
+        server = PlacementServer.create(tmp_path_factory.mktemp("placement"),
+                                        pki=cluster_pki).start()
     except ServiceUnavailable as exc:
         unavailable(str(exc))
     yield server
@@ -72,12 +91,31 @@ def etcd_prefix() -> str:
 
 @pytest.fixture
 def etcd_config(etcd_server: EtcdServer, etcd_prefix: str) -> dict[str, Any]:
-    return {"endpoints": [etcd_server.endpoint], "prefix": etcd_prefix, "timeout": 5.0}
+    """The operator's view of etcd (what schedule.py and the tests' own client use)."""
+    return etcd_server.client_config(etcd_prefix, OPERATOR_USER)
 
 
 @pytest.fixture
 def placement_config(placement_server: PlacementServer) -> dict[str, Any]:
-    return {"endpoint": placement_server.endpoint, "token": "admin", "timeout": 30.0}
+    return placement_server.client_config(OPERATOR_USER)
+
+
+@pytest.fixture
+def host_credentials(etcd_server: EtcdServer, placement_server: PlacementServer,
+                     cluster_pki: Pki, etcd_prefix: str) -> Callable[[str], dict[str, Any]]:
+    """`etcd` and `placement` config sections for the compute host `rp_uuid`: its own
+    certificate (CN compute-<rp_uuid>) and etcd role, as `cluster.py host add` makes them."""
+
+    def credentials(rp_uuid: str) -> dict[str, Any]:
+        issued = cluster_pki.issue(compute_name(rp_uuid), COMPUTE)
+        with Store(etcd_server.client_config(etcd_prefix, ROOT)) as root:
+            EtcdAuth(root).add_host(rp_uuid)
+        tls = {"ca_cert": str(cluster_pki.ca_cert), "cert": str(issued.cert),
+               "key": str(issued.key)}
+        return {"etcd": {**etcd_server.client_config(etcd_prefix), **tls},
+                "placement": {**placement_server.client_config(), **tls}}
+
+    return credentials
 
 
 @pytest.fixture
@@ -109,16 +147,17 @@ def placement(placement_config: dict[str, Any]) -> Iterator[PlacementClient]:
 
 
 @pytest.fixture
-def compute_config(tmp_path: Path, etcd_config: dict[str, Any],
-                   placement_config: dict[str, Any]) -> dict[str, Any]:
-    """A fake-driver compute with a small fixed inventory and a short heartbeat."""
+def compute_config(tmp_path: Path, host_credentials: Callable[[str], dict[str, Any]]
+                   ) -> dict[str, Any]:
+    """A fake-driver compute with a small fixed inventory and a short heartbeat, holding
+    its own host certificate (see `host_config` for more hosts)."""
+    rp_uuid = str(uuidlib.uuid4())
     state = tmp_path / "compute-state"
     overrides = {
-        "etcd": etcd_config,
-        "placement": placement_config,
+        **host_credentials(rp_uuid),
         "logging": {"level": "DEBUG"},
         "compute": {
-            "uuid": str(uuidlib.uuid4()),
+            "uuid": rp_uuid,
             "name": f"host-{uuidlib.uuid4().hex[:8]}",
             "state_dir": str(state),
             "instances_dir": str(state / "instances"),
@@ -137,6 +176,33 @@ def compute_config(tmp_path: Path, etcd_config: dict[str, Any],
     config = configuration.deep_merge(configuration.COMPUTE_DEFAULTS, overrides)
     configuration.validate(config, "compute_config", "test compute config")
     return config
+
+
+@pytest.fixture
+def host_config(tmp_path: Path, compute_config: dict[str, Any],
+                host_credentials: Callable[[str], dict[str, Any]]
+                ) -> Callable[..., dict[str, Any]]:
+    """Another compute host like `compute_config`: its own uuid, name, state and certificate."""
+
+    def another(name: str, **overrides: Any) -> dict[str, Any]:
+        rp_uuid = str(uuidlib.uuid4())
+        state = tmp_path / f"{name}-state"
+        config = configuration.deep_merge(compute_config, {
+            **host_credentials(rp_uuid),
+            "compute": {"uuid": rp_uuid, "name": name, "state_dir": str(state),
+                        "instances_dir": str(state / "instances")}})
+        return configuration.deep_merge(config, overrides)
+
+    return another
+
+
+@pytest.fixture
+def fake_hosts_config(compute_config: dict[str, Any], etcd_config: dict[str, Any],
+                      placement_config: dict[str, Any]) -> dict[str, Any]:
+    """For `compute.py --fake-hosts N`: one process acts for N hosts, so it needs the
+    operator's credentials rather than one host's (benchmarks and CLI tests only)."""
+    return configuration.deep_merge(compute_config, {"etcd": etcd_config,
+                                                     "placement": placement_config})
 
 
 @pytest.fixture
@@ -183,18 +249,17 @@ def write_yaml(tmp_path: Path) -> Callable[[str, dict[str, Any]], Path]:
 # -------------------------------------------------------------------- processes
 
 
-class ComputeProcess:
-    """compute.py as a real child process, stopped by pid."""
+class DaemonProcess:
+    """compute.py or `schedule.py serve` as a real child process, stopped by pid."""
 
-    def __init__(self, config_path: Path, log_path: Path, extra_args: list[str]):
-        self.config_path, self.log_path, self.extra_args = config_path, log_path, extra_args
+    def __init__(self, argv: list[str], log_path: Path):
+        self.argv, self.log_path = argv, log_path
         self.process: subprocess.Popen[bytes] | None = None
 
-    def start(self) -> ComputeProcess:
+    def start(self) -> DaemonProcess:
         log = open(self.log_path, "ab")
         self.process = subprocess.Popen(
-            [sys.executable, str(REPO / "compute.py"), "--config", str(self.config_path),
-             *self.extra_args],
+            [sys.executable, *self.argv],
             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=REPO,
             start_new_session=True,
         )
@@ -240,15 +305,37 @@ class ComputeProcess:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
 
 
+ComputeProcess = DaemonProcess
+
+
 @pytest.fixture
 def start_compute(tmp_path: Path, write_yaml: Callable[..., Path]) -> Iterator[
-        Callable[..., ComputeProcess]]:
+        Callable[..., DaemonProcess]]:
     """Start compute.py processes with a config dict; all are stopped after the test."""
-    started: list[ComputeProcess] = []
+    started: list[DaemonProcess] = []
 
-    def start(config: dict[str, Any], *extra_args: str, name: str = "compute") -> ComputeProcess:
+    def start(config: dict[str, Any], *extra_args: str, name: str = "compute") -> DaemonProcess:
         path = write_yaml(f"{name}-{len(started)}.yaml", config)
-        process = ComputeProcess(path, tmp_path / f"{name}.log", list(extra_args)).start()
+        process = DaemonProcess([str(REPO / "compute.py"), "--config", str(path),
+                                 *extra_args], tmp_path / f"{name}.log").start()
+        started.append(process)
+        return process
+
+    yield start
+    for process in started:
+        process.stop()
+
+
+@pytest.fixture
+def start_controller(tmp_path: Path, write_yaml: Callable[..., Path],
+                     schedule_config: dict[str, Any]) -> Iterator[Callable[..., DaemonProcess]]:
+    """Start `schedule.py serve` processes (the test's schedule config unless given)."""
+    started: list[DaemonProcess] = []
+
+    def start(config: dict[str, Any] | None = None, name: str = "controller") -> DaemonProcess:
+        path = write_yaml(f"{name}-{len(started)}.yaml", config or schedule_config)
+        process = DaemonProcess([str(REPO / "schedule.py"), "--config", str(path), "serve"],
+                                tmp_path / f"{name}-{len(started)}.log").start()
         started.append(process)
         return process
 

@@ -6,6 +6,7 @@
     schedule.py list                 every instance
     schedule.py hosts                every provider: capacity, usage, alive
     schedule.py console UUID         the guest's serial console (tail)
+    schedule.py serve                the controller (leader-elected): reschedules failed builds
 
 The first positional argument is a query (it contains '='), an instance uuid,
 or one of the subcommands. Exit status: 0 done, 1 no valid host / not found /
@@ -26,7 +27,7 @@ from etcd_compute import logs
 from etcd_compute.cli import Parser
 from etcd_compute.errors import EtcdComputeError, NoValidHost, UsageError
 
-SUBCOMMANDS = ("destroy", "list", "hosts", "console")
+SUBCOMMANDS = ("destroy", "list", "hosts", "console", "serve")
 EXAMPLES = """\
 examples:
   schedule.py 'resources=VCPU:1,MEMORY_MB:512,DISK_GB:1' --wait
@@ -55,7 +56,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("words", nargs="*", metavar="QUERY|UUID|COMMAND",
                         help="a query (resources=...), an instance uuid, or "
-                             "destroy UUID | list | hosts | console UUID")
+                             "destroy UUID | list | hosts | console UUID | serve")
     parser.add_argument("--config", metavar="PATH",
                         help="schedule.yaml to use (default: ./schedule.yaml if present)")
     parser.add_argument("--image", metavar="URL", help="image to boot (http(s):// or file://)")
@@ -285,20 +286,28 @@ def cmd_console(args: argparse.Namespace, config: dict[str, Any]) -> int:
     return 0
 
 
+def cmd_serve(args: argparse.Namespace, config: dict[str, Any]) -> int:
+    from etcd_compute.scheduler.serve import ControllerService
+
+    return ControllerService(config).run()
+
+
 def dispatch(args: argparse.Namespace) -> int:
     from etcd_compute.scheduler.request import UUID
 
     if not args.words:
         raise UsageError("nothing to do: give a query (resources=...), an instance uuid, or "
-                         "destroy|list|hosts|console; see --help")
+                         "destroy|list|hosts|console|serve; see --help")
     first = args.words[0]
     config = configuration.load_schedule(args.config)
-    logs.setup(args.log_level or config["logging"]["level"])
+    # A daemon reports what it does; a command only what went wrong.
+    default_level = "INFO" if first == "serve" else config["logging"]["level"]
+    logs.setup(args.log_level or default_level)
     if first in SUBCOMMANDS:
-        if first in ("list", "hosts") and len(args.words) != 1:
+        if first in ("list", "hosts", "serve") and len(args.words) != 1:
             raise UsageError(f"{first}: takes no arguments")
         command = {"destroy": cmd_destroy, "list": cmd_list, "hosts": cmd_hosts,
-                   "console": cmd_console}[first]
+                   "console": cmd_console, "serve": cmd_serve}[first]
         return command(args, config)
     if len(args.words) != 1:
         raise UsageError(f"unexpected argument {args.words[1]!r} (quote the query; "

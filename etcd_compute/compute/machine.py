@@ -32,7 +32,6 @@ from etcd_compute.compute.pool import (
     job_error,
     pool_broke,
 )
-from etcd_compute.compute.reschedule import reschedule
 from etcd_compute.errors import InvalidMessage
 from etcd_compute.etcd import KeyValueStore
 from etcd_compute.keys import UUID
@@ -132,7 +131,7 @@ class InstanceMachine:
             return
         read = self._read(spec["host"], uuid)
         if read.state in (instances.ACTIVE, instances.ERROR, instances.DELETED,
-                          instances.DELETING):
+                          instances.DELETING, instances.RESCHEDULING):
             log.debug("already %s; nothing to do", read.state)
             return
         host = self.hosts[spec["host"]]
@@ -249,21 +248,28 @@ class InstanceMachine:
 
     def finish_failed_build(self, job: Job) -> None:
         uuid, spec, log = job.uuid, job.spec, instance_log(job.uuid)
-        if job.blame_host:
-            host = reschedule(self.store, self.placement, spec, log)
-            if host is not None:
+        reason = job.reason or "build failed"
+        if job.blame_host and self._can_hand_over(spec):
+            read = self._read(spec["host"], uuid)
+            if read.state == instances.BUILDING and \
+                    instances.hand_over(self.store, spec, read, reason) is not None:
                 self.record_build_failure(spec["host"])
-                log.warning("build failed here (%s); rescheduled to alternate host %s",
-                            job.reason, host)
+                log.warning("build failed here (%s); handed to the controller for one of "
+                            "%d alternate host(s)", reason, len(spec["alternates"]))
                 return
         self.placement.delete_allocations(uuid)
-        reason = job.reason or "build failed"
         if instances.fail(self.store, spec, self._read(spec["host"], uuid), reason) is None:
             self._reread_later(spec)
             return
         if job.blame_host:
             self.record_build_failure(spec["host"])
         log.error("ERROR: %s (allocation freed, nothing left)", job.reason)
+
+    def _can_hand_over(self, spec: dict[str, Any]) -> bool:
+        """Alternates kept, owner ids to move the claim with, and a controller to do it
+        (`schedule.py serve`; a host may not write another host's keys)."""
+        return bool(spec.get("alternates")) and "project_id" in spec and \
+            "user_id" in spec and self.store.get(self.keys.leader()) is not None
 
     def finish_destroy(self, spec: dict[str, Any]) -> None:
         uuid = spec["uuid"]

@@ -145,9 +145,11 @@ def test_etcd_restart_mid_stream_loses_nothing(tmp_path, start_compute, compute_
                                                placement_config):
     from tools.local_services import EtcdServer
 
+    # Plain TCP, no auth: this test is also the proof that the plain mode still works.
     etcd = EtcdServer.create(tmp_path / "own-etcd").start()
     try:
-        etcd_config = {"endpoints": [etcd.endpoint], "prefix": "/restart", "timeout": 5.0}
+        etcd_config = {"endpoints": [etcd.endpoint], "prefix": "/restart", "timeout": 5.0,
+                       "ca_cert": None, "cert": None, "key": None}
         config = deep_merge(compute_config, {"etcd": etcd_config})
         rp = rp_of(config)
         store = Store(etcd_config)
@@ -388,19 +390,18 @@ def test_inventory_and_traits_registered(start_compute, compute_config, store,
     assert aggregates == ["6f9a2b4e-1c3d-4e5f-8a7b-9c0d1e2f3a4b"]
 
 
-def test_failed_build_is_rescheduled_to_an_alternate(start_compute, compute_config, store,
+def test_failed_build_is_rescheduled_to_an_alternate(start_compute, start_controller,
+                                                     compute_config, host_config, store,
                                                      placement):
-    import uuid as uuidlib
-
     broken = deep_merge(compute_config, {"driver": {"fake": {"fail_builds": True}}})
-    healthy = deep_merge(compute_config, {"compute": {
-        "uuid": str(uuidlib.uuid4()), "name": "healthy-host",
-        "state_dir": compute_config["compute"]["state_dir"] + "-healthy"}})
+    healthy = host_config("healthy-host")
+    start_controller()
     start_compute(broken, name="broken")
     start_compute(healthy, name="healthy")
     a, b = rp_of(broken), rp_of(healthy)
     wait_alive(store, a)
     wait_alive(store, b)
+    wait_for(lambda: store.get(store.keys.leader()), 20, what="a controller to lead")
     spec = make_spec(a)
     spec["alternates"] = [{"host": b, "allocations": {b: {"resources": spec["resources"]}}}]
     claim_and_send(store, placement, spec)
@@ -410,8 +411,30 @@ def test_failed_build_is_rescheduled_to_an_alternate(start_compute, compute_conf
     assert set(placement.get_allocations(spec["uuid"])["allocations"]) == {b}
     assert placement.get_usages(a)["VCPU"] == 0 and placement.get_usages(b)["VCPU"] == 1
     assert store.get(store.keys.spec(a, spec["uuid"])) is None
+    assert store.get(store.keys.record(a, spec["uuid"])) is None
     assert store.get(store.keys.spec(b, spec["uuid"])) is not None
     assert len(store.read(messages.HOST_STATS, store.keys.stats(a))[0]["build_failures"]) == 1
+
+
+def test_no_alternate_that_takes_it_ends_in_error_through_the_controller(
+        start_compute, start_controller, compute_config, store, placement):
+    import uuid as uuidlib
+
+    broken = deep_merge(compute_config, {"driver": {"fake": {"fail_builds": True}}})
+    start_controller()
+    start_compute(broken)
+    a = rp_of(broken)
+    wait_alive(store, a)
+    wait_for(lambda: store.get(store.keys.leader()), 20, what="a controller to lead")
+    dead = str(uuidlib.uuid4())  # an alternate whose compute is not running
+    placement.ensure_provider(dead, "dead-host")
+    spec = make_spec(a)
+    spec["alternates"] = [{"host": dead, "allocations": {dead: {"resources": spec["resources"]}}}]
+    claim_and_send(store, placement, spec)
+    failed = wait_state(store, spec["uuid"], "ERROR")
+    assert failed["error"] == ("fake hypervisor is broken (driver.fake.fail_builds); "
+                               "no alternate host would take it")
+    assert_nothing_left(store, placement, broken, spec)
 
 
 def test_failed_build_without_live_alternates_ends_in_error(start_compute, compute_config,

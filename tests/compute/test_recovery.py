@@ -13,7 +13,8 @@ from etcd_compute.placement import PlacementClient
 from tests.compute.helpers import make_spec, wait_state
 
 
-def test_inventory_update_survives_generation_conflicts(placement: PlacementClient):
+def test_inventory_update_survives_generation_conflicts(placement: PlacementClient,
+                                                        placement_config):
     rp = "5d3f1a2b-0c4d-4e5f-8a9b-0c1d2e3f4a5b"
     placement.ensure_provider(rp, "generation-race")
     inventory = build_inventory({"VCPU": 4, "MEMORY_MB": 1024, "DISK_GB": 10}, {})
@@ -26,8 +27,7 @@ def test_inventory_update_survives_generation_conflicts(placement: PlacementClie
         stale["calls"] += 1
         provider = real_get(uuid)
         if stale["calls"] <= 2:
-            other = PlacementClient({"endpoint": placement.endpoint, "token": "admin",
-                                     "timeout": 10.0})
+            other = PlacementClient(placement_config)
             other.set_traits(uuid, {f"CUSTOM_RACE_{stale['calls']}"})
         return provider
 

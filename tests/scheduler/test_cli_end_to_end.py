@@ -85,9 +85,9 @@ def test_failed_build_then_destroy_removes_record(compute_config, start_compute,
     assert run_schedule(uuid).code == 1
 
 
-def test_fake_hosts_anti_affinity_through_cli(compute_config, start_compute, store, placement,
-                                              run_schedule):
-    start_compute(compute_config, "--fake-hosts", "4")
+def test_fake_hosts_anti_affinity_through_cli(fake_hosts_config, start_compute, store,
+                                              placement, run_schedule):
+    start_compute(fake_hosts_config, "--fake-hosts", "4")
     wait_for(lambda: len(store.get_prefix(store.keys.alive_prefix())[0]) == 4,
              what="4 fake hosts alive")
     run = run_schedule("resources=VCPU:1,MEMORY_MB:128", "--count", "4", "--wait",

@@ -69,7 +69,7 @@ def racer(config: dict[str, Any], barrier: Any, results: Any,
 
     scheduler = Scheduler(config)
     spec = RequestSpec.build(QUERY, group=group)
-    scheduler.store.get("warm-up")  # connect before the start line
+    scheduler.store.get(scheduler.store.keys.prefix + "/warm-up")  # connect before the start
     scheduler.placement.check()
     barrier.wait(timeout=60)
     try:

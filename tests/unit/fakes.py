@@ -86,6 +86,29 @@ class FakeStore(KeyValueStore):
         self.leases[lease] = ttl
         return lease
 
+    def lease(self, ttl: int) -> FakeLease:
+        return FakeLease(self, self.grant(ttl), ttl)
+
+    def expire(self, lease: int) -> None:
+        """What etcd does when a lease runs out: its keys go."""
+        self.leases.pop(lease, None)
+        for key in [k for k, e in self.entries.items() if e.lease == lease]:
+            self.commit(Txn([], [Delete(key)]))
+
+
+class FakeLease:
+    """pyetcd's Lease as far as we use it: id, refresh(), revoke()."""
+
+    def __init__(self, store: FakeStore, lease_id: int, ttl: int):
+        self.store, self.id, self.ttl = store, lease_id, ttl
+
+    def refresh(self) -> list[Any]:
+        alive = self.id in self.store.leases
+        return [type("LeaseKeepAliveResponse", (), {"TTL": self.ttl if alive else 0})()]
+
+    def revoke(self) -> None:
+        self.store.expire(self.id)
+
     def put_raw(self, key: str, value: str | bytes) -> int:
         """Write anything at all (what a hostile or broken writer could)."""
         result = self.commit(Txn([], [Put(key, value)]))  # type: ignore[arg-type]

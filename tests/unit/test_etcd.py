@@ -18,6 +18,7 @@ from etcd_compute.errors import EtcdComputeError, InvalidMessage, ServiceUnavail
 from etcd_compute.etcd import (
     Compare,
     Delete,
+    PermissionDenied,
     Put,
     Store,
     Txn,
@@ -193,7 +194,8 @@ def test_an_rpc_error_without_a_code_counts_as_unreachable():
 def test_a_refusal_is_not_reported_as_an_outage(code):
     with pytest.raises(EtcdComputeError) as caught, etcd_errors(ENDPOINTS):
         raise RpcError(code, "etcdserver: too many operations in txn request")
-    assert type(caught.value) is EtcdComputeError
+    expected = PermissionDenied if code == grpc.StatusCode.PERMISSION_DENIED else EtcdComputeError
+    assert type(caught.value) is expected
     assert caught.value.exit_code == 1
     assert str(caught.value) == (f"etcd refused the request: {code.name}: "
                                  "etcdserver: too many operations in txn request")
@@ -231,6 +233,7 @@ class FakeClient:
 def store_over(client: FakeClient) -> Store:
     store = Store.__new__(Store)  # no connection: the client is the fake
     store.endpoints, store.keys, store.client = list(ENDPOINTS), Keys(""), client
+    store.config = {"endpoints": list(ENDPOINTS)}
     return store
 
 

@@ -16,12 +16,14 @@ from tests.unit.fakes import FakeStore
 RP, OTHER = str(uuidlib.uuid4()), str(uuidlib.uuid4())
 
 ALLOWED = [(None, s) for s in ("SCHEDULED", "BUILDING", "ERROR", "DELETING", "DELETED")] + [
-    ("SCHEDULED", "BUILDING"), ("BUILDING", "ACTIVE"), ("BUILDING", "SCHEDULED"),
+    ("SCHEDULED", "BUILDING"), ("BUILDING", "ACTIVE"), ("BUILDING", "RESCHEDULING"),
     ("BUILDING", "ERROR"), ("ACTIVE", "DELETING"), ("ACTIVE", "ERROR"), ("ERROR", "DELETING"),
+    ("RESCHEDULING", "SCHEDULED"), ("RESCHEDULING", "ERROR"), ("RESCHEDULING", "DELETING"),
     ("DELETING", "DELETED"), ("DELETED", "DELETED"),
 ]
 REFUSED = [(None, "ACTIVE"), ("SCHEDULED", "ACTIVE"), ("SCHEDULED", "SCHEDULED"),
            ("ACTIVE", "BUILDING"), ("ACTIVE", "SCHEDULED"), ("ERROR", "ACTIVE"),
+           ("BUILDING", "SCHEDULED"), ("ACTIVE", "RESCHEDULING"), ("RESCHEDULING", "ACTIVE"),
            ("DELETING", "ACTIVE"), ("DELETED", "BUILDING"), ("DELETED", "ERROR")]
 
 
@@ -101,6 +103,14 @@ def build_one(store: FakeStore, **extra) -> dict:
     assert instances.begin_build(store, spec, store.get(store.keys.spec(RP, spec["uuid"]))
                                  .mod_revision, instances.read_record(store, RP, spec["uuid"]),
                                  "h") is not None
+    return spec
+
+
+def handed_over(store: FakeStore, **extra) -> dict:
+    """An instance whose build failed on RP, handed to the controller (RESCHEDULING)."""
+    spec = build_one(store, **extra)
+    assert instances.hand_over(store, spec, instances.read_record(store, RP, spec["uuid"]),
+                               "disk full") is not None
     return spec
 
 
@@ -245,7 +255,7 @@ def test_a_hosts_transitions_write_only_its_own_keys():
 
 def test_move_takes_spec_record_location_and_member_to_the_new_host_together():
     store = FakeStore()
-    spec = build_one(store, group={"name": "g", "policy": "anti-affinity"})
+    spec = handed_over(store, group={"name": "g", "policy": "anti-affinity"})
     store.put_raw(store.keys.console(RP, spec["uuid"]), "{}")
     allocations = {OTHER: {"resources": spec["resources"]}}
     revision = instances.move(store, spec, instances.read_record(store, RP, spec["uuid"]), OTHER,
@@ -266,7 +276,7 @@ def test_move_takes_spec_record_location_and_member_to_the_new_host_together():
 
 def test_move_only_over_the_record_it_read():
     store = FakeStore()
-    spec = build_one(store)
+    spec = handed_over(store)
     read = instances.read_record(store, RP, spec["uuid"])
     instances.mark_deleting(store, spec, read)  # a destroy got in
     assert instances.move(store, spec, read, OTHER, {}, []) is None
@@ -431,7 +441,7 @@ def test_count_by_host_counts_specs_only():
 
 def test_every_transition_writes_valid_messages():
     store = FakeStore()
-    spec = build_one(store, group={"name": "g", "policy": "affinity"})
+    spec = handed_over(store, group={"name": "g", "policy": "affinity"})
     instances.move(store, spec, instances.read_record(store, RP, spec["uuid"]), OTHER,
                    {OTHER: {"resources": spec["resources"]}}, [])
     schemas = {store.keys.location(spec["uuid"]): messages.INSTANCE_LOCATION,
@@ -447,7 +457,7 @@ def test_every_transition_writes_valid_messages():
 
 def test_forget_leaves_an_instance_that_moved_meanwhile():
     store = FakeStore()
-    spec = build_one(store, group={"name": "g", "policy": "anti-affinity"})
+    spec = handed_over(store, group={"name": "g", "policy": "anti-affinity"})
     stale_location = instances.locate(store, spec["uuid"])  # a reader saw: on RP
     instances.move(store, spec, instances.read_record(store, RP, spec["uuid"]), OTHER,
                    {OTHER: {"resources": spec["resources"]}}, [])

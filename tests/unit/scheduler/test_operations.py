@@ -178,6 +178,7 @@ def test_destroy_goes_to_the_host_the_location_names_after_a_move():
     spec = scheduled(store, placement)
     entry = store.get(store.keys.spec(RP, spec["uuid"]))
     instances.begin_build(store, spec, entry.mod_revision, read(store, spec["uuid"]), "h")
+    instances.hand_over(store, spec, read(store, spec["uuid"]), "broken")
     instances.move(store, spec, read(store, spec["uuid"]), OTHER,
                    {OTHER: {"resources": spec["resources"]}}, [])
     assert operations.destroy(store, placement, spec["uuid"]) == "requested"

@@ -1,0 +1,102 @@
+"""Leader election through etcd: exactly one `schedule.py serve` acts; standbys wait.
+
+The leader key `/controller/leader` is created only if absent, bound to the
+candidate's lease. The leader refreshes its lease every third of the TTL; if
+it dies, the key vanishes with the lease and a standby's next attempt
+(every second) wins. A leader that cannot refresh in time stops acting
+before its lease can run out (`is_leader` turns false at the deadline it
+could still vouch for), so two controllers never act at once.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import time
+from typing import Any
+
+from etcd_compute import messages
+from etcd_compute.errors import EtcdComputeError
+from etcd_compute.etcd import Store, Txn, absent, put_message
+
+LOG = logging.getLogger("etcd_compute.controller")
+
+
+class Election:
+    def __init__(self, store: Store, ttl: int = 10, name: str | None = None):
+        self.store = store
+        self.ttl = ttl
+        self.name = name or f"{socket.gethostname()}:{os.getpid()}"
+        self.lease: Any = None
+        # Monotonic time until which our lease is certainly alive (last refresh + TTL,
+        # minus a margin): past it we no longer count as leader.
+        self._valid_until = 0.0
+        self._lock = threading.Lock()
+
+    @property
+    def is_leader(self) -> bool:
+        with self._lock:
+            return self.lease is not None and time.monotonic() < self._valid_until
+
+    def _vouch(self, sent_at: float, ttl: int) -> None:
+        with self._lock:
+            self._valid_until = sent_at + max(ttl - 1, 1) * 0.9
+
+    def campaign(self) -> bool:
+        """Try once to become leader; True if we are now."""
+        if self.is_leader:
+            return True
+        sent = time.monotonic()
+        lease = self.store.lease(self.ttl)
+        key = self.store.keys.leader()
+        won = self.store.commit(Txn([absent(key)], [put_message(
+            messages.CONTROLLER_LEADER, key,
+            {"name": self.name, "since": time.time(), "pid": os.getpid()}, int(lease.id))]))
+        if won is None:
+            lease.revoke()
+            return False
+        with self._lock:
+            self.lease = lease
+        self._vouch(sent, self.ttl)
+        LOG.info("leader now (%s)", self.name)
+        return True
+
+    def refresh(self) -> bool:
+        """Keep the lease; False (no longer leader) if etcd forgot it or cannot be reached."""
+        if self.lease is None:
+            return False
+        sent = time.monotonic()
+        try:
+            response = list(self.lease.refresh())[0]
+        except (EtcdComputeError, IndexError, Exception) as exc:  # noqa: BLE001
+            LOG.warning("leader lease not refreshed (%s)", exc.__class__.__name__)
+            return self.is_leader
+        if response.TTL <= 0:
+            self._lost("leader lease expired")
+            return False
+        self._vouch(sent, int(response.TTL))
+        return True
+
+    def _lost(self, why: str) -> None:
+        with self._lock:
+            if self.lease is not None:
+                LOG.warning("no longer leader: %s", why)
+            self.lease = None
+            self._valid_until = 0.0
+
+    def resign(self) -> None:
+        """Give leadership up now (the standby takes over at once, not after the TTL)."""
+        lease, self.lease = self.lease, None
+        self._lost("resigned")
+        if lease is not None:
+            try:
+                lease.revoke()
+            except Exception:  # noqa: BLE001 (best effort: it expires anyway)
+                LOG.debug("leader lease revoke failed")
+
+    def leader(self) -> dict[str, Any] | None:
+        """Who leads now (any controller may ask)."""
+        message, _ = self.store.read(messages.CONTROLLER_LEADER, self.store.keys.leader())
+        return message
