@@ -95,6 +95,16 @@ class FakeStore(KeyValueStore):
         for key in [k for k, e in self.entries.items() if e.lease == lease]:
             self.commit(Txn([], [Delete(key)]))
 
+    def put_raw(self, key: str, value: str | bytes) -> int:
+        """Write anything at all (what a hostile or broken writer could)."""
+        result = self.commit(Txn([], [Put(key, value)]))  # type: ignore[arg-type]
+        assert result is not None
+        return result
+
+    def delete_prefix(self, prefix: str) -> None:
+        for key in [k for k in self.entries if k.startswith(prefix)]:
+            del self.entries[key]
+
 
 class FakeLease:
     """pyetcd's Lease as far as we use it: id, refresh(), revoke()."""
@@ -108,17 +118,6 @@ class FakeLease:
 
     def revoke(self) -> None:
         self.store.expire(self.id)
-
-    def put_raw(self, key: str, value: str | bytes) -> int:
-        """Write anything at all (what a hostile or broken writer could)."""
-        result = self.commit(Txn([], [Put(key, value)]))  # type: ignore[arg-type]
-        assert result is not None
-        return result
-
-    def delete_prefix(self, prefix: str) -> None:
-        for key in [k for k in self.entries if k.startswith(prefix)]:
-            del self.entries[key]
-
 
 
 # ---------------------------------------------------------------------- Placement
