@@ -78,6 +78,12 @@ COMPUTE_DEFAULTS: dict[str, Any] = {
             "bridge": None,
             "image_cache_dir": "/var/lib/etcd-compute/images",
             "image_cache_max_gb": 20,
+            # Directories file:// images may come from (none: file:// URLs are refused).
+            "image_file_dirs": [],
+            # Largest image downloaded (bytes on the wire and after decoding), and how
+            # long one download may take in all.
+            "image_max_gb": 10,
+            "image_download_timeout_seconds": 600,
             "default_image": (
                 "https://github.com/cirros-dev/cirros/releases/download/0.6.3/"
                 "cirros-0.6.3-x86_64-disk.img"

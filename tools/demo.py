@@ -87,6 +87,8 @@ def real_vm_setup() -> dict | None:
             "domain_type": os.environ.get("DEMO_DOMAIN_TYPE", "qemu"),
             "default_image": f"file://{image}",
             "image_cache_dir": str(VM_FILES / "images"),
+            # file:// images only from where the test guest is built.
+            "image_file_dirs": [str(Path(image).parent)],
             "boot_timeout_seconds": 180,
             "mdserver_config": str(mdserver_conf),
         },

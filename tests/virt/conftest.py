@@ -11,6 +11,7 @@ With CI=true anything missing fails the run instead of skipping.
 from __future__ import annotations
 
 import contextlib
+import os
 import shutil
 import subprocess
 import time
@@ -31,6 +32,10 @@ from tools.local_services import host_lock, stop_pid
 VM_TEST_ROOT = Path("/var/tmp/etcd-compute-vm-tests")
 TEST_NETWORK = "etcd-compute-test"
 TEST_NETWORK_CIDR = "192.168.124.0/24"
+# Where tools/build-test-guest.sh keeps the test guest: a directory file:// images may
+# come from in the VM tests (as the demo allows its own).
+GUEST_CACHE = Path(os.environ.get("ETCD_COMPUTE_GUEST_CACHE",
+                                  Path.home() / ".cache" / "etcd-compute" / "test-guest"))
 
 
 def new_uuid() -> str:
@@ -153,6 +158,7 @@ def _vm_config() -> Iterator[dict[str, Any]]:
                     "network": TEST_NETWORK,
                     "network_cidr": TEST_NETWORK_CIDR,
                     "image_cache_dir": str(root / "images"),
+                    "image_file_dirs": [str(GUEST_CACHE), str(root)],
                     "boot_timeout_seconds": 60,
                     "mdserver_config": str(mdserver_conf),
                 }

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import subprocess
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -15,7 +16,7 @@ import pytest
 import requests
 
 from etcd_compute.drivers.libvirt import LibvirtDriver
-from etcd_compute.errors import BuildError
+from etcd_compute.errors import BuildError, RequestError
 from etcd_compute.virt import network
 from tests.support import wait_for
 from tests.virt.conftest import guest_spec, new_uuid
@@ -111,6 +112,26 @@ def test_bad_image_url_fails_and_leaves_nothing(vm_config: dict[str, Any], tmp_p
     with pytest.raises(BuildError, match="no such file|No such file"):
         driver.build(guest_spec(uuid, f"file://{tmp_path}/missing.qcow2"))
     assert_gone(driver, uuid)
+    driver.close()
+
+
+def test_refused_images_fail_before_anything_runs_and_leave_nothing(
+    vm_config: dict[str, Any],
+) -> None:
+    """A host file, and a 200 KB qcow2 declaring 16 TiB for a 1 GiB claim: one RequestError
+    line each, no domain, no instance dir, nothing in the cache."""
+    root = Path(vm_config["driver"]["libvirt"]["image_cache_dir"]).parent
+    huge = root / "huge.qcow2"
+    subprocess.run(["qemu-img", "create", "-q", "-f", "qcow2", str(huge), "16T"], check=True)
+    driver = LibvirtDriver(vm_config)
+    for url, fault in [("file:///etc/shadow", "not under a directory allowed"),
+                       (f"file://{huge}", "16384 GiB is larger than the 1 GiB disk")]:
+        uuid = new_uuid()
+        with pytest.raises(RequestError, match=fault):
+            driver.build(guest_spec(uuid, url))
+        assert_gone(driver, uuid)
+        cache = driver.images.cache_dir
+        assert not [p for p in cache.iterdir() if p.suffix != ".lock"], list(cache.iterdir())
     driver.close()
 
 
