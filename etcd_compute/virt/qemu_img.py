@@ -19,12 +19,13 @@ from typing import Any
 from etcd_compute.errors import BuildError, RequestError
 
 GIB = 1024**3
-# Nova's QEMU_IMG_LIMITS: 1 GiB of address space, 30 s of CPU. Measured here:
-# `qemu-img info` needs ~60 MiB, `convert` of a 1 GiB raw image ~300 MiB.
+# Nova's QEMU_IMG_LIMITS: 1 GiB of address space, 30 s of CPU. Measured here
+# (qemu-img 7.2): `info` runs within 128 MiB; `convert` of a 1 GiB raw image
+# ran within 512 MiB and failed at 256 MiB (its coroutine stacks).
 ADDRESS_SPACE_BYTES = 1 * GIB
 INFO_CPU_SECONDS = 30
-# A conversion reads the whole image: CPU time grows with it (a 1 GiB raw
-# image with data takes ~2 s here); the job timeout bounds its wall time.
+# A conversion reads the whole image, so its CPU time grows with it: 3.5 s for
+# 1 GiB of random data here. The job timeout bounds its wall time.
 CONVERT_CPU_SECONDS = 600
 FORMATS = ("raw", "qcow2")
 
