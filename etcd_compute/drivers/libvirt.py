@@ -152,7 +152,9 @@ class LibvirtDriver(Driver):
             self.destroy(uuid)
             if isinstance(exc, BuildError):
                 raise
-            raise BuildError(reason.splitlines()[0] if reason else type(exc).__name__) from None
+            # One line, bounded: it becomes the record's error (at most 4096 characters).
+            line = reason.splitlines()[0] if reason else type(exc).__name__
+            raise BuildError(line[:1000]) from None
 
     def _build_new(self, spec: dict[str, Any]) -> str | None:
         uuid = spec["uuid"]
