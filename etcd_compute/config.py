@@ -126,6 +126,9 @@ SCHEDULE_DEFAULTS: dict[str, Any] = {
             "MaxInstancesPerHostFilter",
         ],
         "max_instances_per_host": 50,
+        # Classes every instance must claim: what the libvirt driver builds a guest
+        # from. A request without one is refused before any claim (exit status 2).
+        "required_resources": ["VCPU", "MEMORY_MB", "DISK_GB"],
         "weighers": {
             "RAMWeigher": 1.0,
             "CPUWeigher": 1.0,
