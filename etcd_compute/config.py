@@ -63,7 +63,9 @@ COMPUTE_DEFAULTS: dict[str, Any] = {
             "VCPU": {"reserved": 0, "allocation_ratio": 4.0},
             # Keep memory for the host itself and libvirt/qemu overhead.
             "MEMORY_MB": {"reserved": 1024, "allocation_ratio": 1.0},
-            "DISK_GB": {"reserved": 1, "allocation_ratio": 1.0},
+            # The image cache's room is not for instance disks: taken off the measured
+            # total (null: driver.libvirt.image_cache_max_gb with the libvirt driver).
+            "DISK_GB": {"reserved": 1, "allocation_ratio": 1.0, "image_cache_gb": None},
         },
     },
     "driver": {
@@ -208,6 +210,11 @@ def load_compute(path: str | None = None) -> dict[str, Any]:
     config = load(path, COMPUTE_DEFAULTS, "compute_config", "compute.yaml")
     compute = config["compute"]
     compute["name"] = compute["name"] or socket.gethostname()
+    disk = compute["inventory"].setdefault("DISK_GB", {})
+    if disk.get("image_cache_gb") is None:
+        driver = config["driver"]
+        disk["image_cache_gb"] = (driver["libvirt"]["image_cache_max_gb"]
+                                  if driver["name"] == "libvirt" else 0)
     return config
 
 
