@@ -52,7 +52,7 @@ ACCEPTED_FORMATS = {"raw": "raw", "gpt": "raw", "qcow2": "qcow2"}
 def _lock(path: Path) -> filelock.FileLock:
     # One lock object per path and process, so taking it again nests instead of
     # deadlocking; threads still exclude each other (each has its own lock state).
-    return filelock.FileLock(str(path), is_singleton=True)
+    return filelock.FileLock(str(path), is_singleton=True, mode=0o600)
 
 
 def _mark_used(record_path: Path) -> None:

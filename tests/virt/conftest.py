@@ -135,8 +135,9 @@ def vm_config(system_libvirt: None) -> Iterator[dict[str, Any]]:
 
 def _vm_config() -> Iterator[dict[str, Any]]:
     root = VM_TEST_ROOT / uuidlib.uuid4().hex[:8]
-    root.mkdir(parents=True, mode=0o755)
-    VM_TEST_ROOT.chmod(0o755)
+    # qemu (libvirt-qemu) only traverses these; other users may not list them.
+    root.mkdir(parents=True, mode=0o711)
+    VM_TEST_ROOT.chmod(0o711)
     mdserver_conf = root / "mdserver.conf"
     mdserver_conf.write_text(
         "[mdserver]\n"

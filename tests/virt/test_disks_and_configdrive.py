@@ -57,6 +57,7 @@ def test_config_drive_contents(tmp_path: Path) -> None:
     iso = tmp_path / "config.iso"
     key = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5 someone@example"
     configdrive.write_config_drive(iso, "abc-123", "my-host", "#cloud-config\nfoo: 1\n", key)
+    assert stat.S_IMODE(iso.stat().st_mode) == 0o600  # user-data and key: tenant data
     files = configdrive.read_config_drive(iso)
     assert set(files) == {"meta-data", "user-data"}
     meta = yaml.safe_load(files["meta-data"])

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import stat
 import subprocess
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -44,6 +45,22 @@ def assert_gone(driver: LibvirtDriver, uuid: str) -> None:
         connection.close()
     assert uuid not in driver.list_instances()
     assert not (Path(driver.config["compute"]["instances_dir"]) / uuid).exists()
+
+
+def assert_private(instance_dir: Path, cache_dir: Path) -> None:
+    """Tenant data and cached images: another local user can neither list nor read them,
+    while qemu (libvirt-qemu) runs the guest from them."""
+    for directory in (instance_dir, instance_dir.parent, cache_dir):
+        assert stat.S_IMODE(directory.stat().st_mode) == 0o711, directory
+    tenant_files = [instance_dir / n for n in ("disk.qcow2", "config.iso", "meta.json")]
+    for path in [*tenant_files, *cache_dir.glob("*.qcow2"), *cache_dir.glob("*.json")]:
+        assert stat.S_IMODE(path.stat().st_mode) & 0o077 == 0, path
+    for path in [instance_dir, cache_dir, *tenant_files, instance_dir / "console.log"]:
+        as_nobody = subprocess.run(
+            ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups",
+             "cat" if path.is_file() else "ls", str(path)],
+            capture_output=True, check=False)
+        assert as_nobody.returncode != 0 and not as_nobody.stdout, path
 
 
 def test_two_guests_boot_and_each_sees_only_its_own_data(
@@ -87,6 +104,7 @@ def test_two_guests_boot_and_each_sees_only_its_own_data(
             assert {p.name for p in files.iterdir()} >= {
                 "disk.qcow2", "config.iso", "console.log", "meta.json"
             }
+            assert_private(files, driver.images.cache_dir)
 
         # The host is not a guest: the metadata server tells it nothing.
         answer = requests.get(
