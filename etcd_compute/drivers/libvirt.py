@@ -22,7 +22,7 @@ import libvirt
 
 from etcd_compute.drivers.base import Driver
 from etcd_compute.errors import BuildError, RequestError, ServiceUnavailable
-from etcd_compute.virt import configdrive, disks, network
+from etcd_compute.virt import configdrive, disks, network, nwfilter
 from etcd_compute.virt.domain import (
     DomainSpec,
     choose_domain_type,
@@ -185,6 +185,7 @@ class LibvirtDriver(Driver):
         files.write_meta(meta)
 
         network_name = self._ensure_network() if not test_driver else None
+        nic_filter = self._ensure_filters() if not test_driver else None
         domain_spec = DomainSpec(
             uuid=uuid,
             name=meta["name"],
@@ -196,6 +197,8 @@ class LibvirtDriver(Driver):
             console_log=files.console_log,
             network=network_name,
             bridge=self.settings["bridge"] if not test_driver else None,
+            nic_filter=nic_filter,
+            dhcp_server=nwfilter.gateway_of(self.settings["network_cidr"]),
         )
         domain = self.connection.defineXMLFlags(
             domain_xml(domain_spec), libvirt.VIR_DOMAIN_DEFINE_VALIDATE
@@ -217,6 +220,11 @@ class LibvirtDriver(Driver):
             except OSError as exc:
                 log.warning("network %s: %s", name, exc)
         return name
+
+    def _ensure_filters(self) -> str:
+        """Our nwfilters, defined if missing or changed (one worker at a time)."""
+        with filelock.FileLock(str(self.instances_dir / ".network.lock")):
+            return nwfilter.ensure_filters(self.connection)
 
     def _wait_for_ip(self, domain: libvirt.virDomain) -> str | None:
         """The guest's address once it has a DHCP lease; BuildError if it never gets one."""

@@ -25,6 +25,7 @@ import pytest
 
 from etcd_compute.config import COMPUTE_DEFAULTS, deep_merge
 from etcd_compute.mdserver.supervisor import ensure_mdserver, stop_mdserver
+from etcd_compute.virt import nwfilter
 from tests.support import REPO, make_spec, unavailable
 from tools.local_services import host_lock, stop_pid
 
@@ -173,6 +174,8 @@ def _vm_config() -> Iterator[dict[str, Any]]:
         raise
     yield config
     stop_mdserver(config)
+    with contextlib.suppress(libvirt.libvirtError):
+        nwfilter.remove_filters("qemu:///system")
     connection = libvirt.open("qemu:///system")
     with contextlib.suppress(libvirt.libvirtError):
         net = connection.networkLookupByName(TEST_NETWORK)

@@ -8,6 +8,7 @@ import re
 import stat
 import subprocess
 import time
+import xml.etree.ElementTree as ET
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -105,6 +106,14 @@ def test_two_guests_boot_and_each_sees_only_its_own_data(
                 "disk.qcow2", "config.iso", "console.log", "meta.json"
             }
             assert_private(files, driver.images.cache_dir)
+
+        # Each NIC carries our filter, bound to the lease from the gateway.
+        for uuid in uuids:
+            nic = ET.fromstring(driver.connection.lookupByName(uuid).XMLDesc(0)).find(
+                "devices/interface/filterref")
+            assert nic is not None and nic.get("filter") == "etcd-compute-guest"
+            parameters = {p.get("name"): p.get("value") for p in nic.iterfind("parameter")}
+            assert parameters == {"CTRL_IP_LEARNING": "dhcp", "DHCPSERVER": "192.168.124.1"}
 
         # The host is not a guest: the metadata server tells it nothing.
         answer = requests.get(
