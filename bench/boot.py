@@ -67,6 +67,7 @@ def _compute_config(stack: Stack, root: Path) -> dict[str, Any]:
         "driver": {"name": "libvirt", "libvirt": {
             "uri": "qemu:///system", "domain_type": "qemu", "network": NETWORK,
             "network_cidr": NETWORK_CIDR, "image_cache_dir": str(root / "images"),
+            "image_file_dirs": [str(root)],
             "boot_timeout_seconds": int(BOOT_TIMEOUT), "mdserver_config": str(mdserver_conf)}},
     }
 

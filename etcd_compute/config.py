@@ -79,7 +79,9 @@ COMPUTE_DEFAULTS: dict[str, Any] = {
             "VCPU": {"reserved": 0, "allocation_ratio": 4.0},
             # Keep memory for the host itself and libvirt/qemu overhead.
             "MEMORY_MB": {"reserved": 1024, "allocation_ratio": 1.0},
-            "DISK_GB": {"reserved": 1, "allocation_ratio": 1.0},
+            # The image cache's room is not for instance disks: taken off the measured
+            # total (null: driver.libvirt.image_cache_max_gb with the libvirt driver).
+            "DISK_GB": {"reserved": 1, "allocation_ratio": 1.0, "image_cache_gb": None},
         },
     },
     "driver": {
@@ -94,6 +96,12 @@ COMPUTE_DEFAULTS: dict[str, Any] = {
             "bridge": None,
             "image_cache_dir": "/var/lib/etcd-compute/images",
             "image_cache_max_gb": 20,
+            # Directories file:// images may come from (none: file:// URLs are refused).
+            "image_file_dirs": [],
+            # Largest image downloaded (bytes on the wire and after decoding), and how
+            # long one download may take in all.
+            "image_max_gb": 10,
+            "image_download_timeout_seconds": 600,
             "default_image": (
                 "https://github.com/cirros-dev/cirros/releases/download/0.6.3/"
                 "cirros-0.6.3-x86_64-disk.img"
@@ -136,6 +144,9 @@ SCHEDULE_DEFAULTS: dict[str, Any] = {
             "MaxInstancesPerHostFilter",
         ],
         "max_instances_per_host": 50,
+        # Classes every instance must claim: what the libvirt driver builds a guest
+        # from. A request without one is refused before any claim (exit status 2).
+        "required_resources": ["VCPU", "MEMORY_MB", "DISK_GB"],
         "weighers": {
             "RAMWeigher": 1.0,
             "CPUWeigher": 1.0,
@@ -233,6 +244,11 @@ def load_compute(path: str | None = None) -> dict[str, Any]:
     config = load(path, COMPUTE_DEFAULTS, "compute_config", "compute.yaml")
     compute = config["compute"]
     compute["name"] = compute["name"] or socket.gethostname()
+    disk = compute["inventory"].setdefault("DISK_GB", {})
+    if disk.get("image_cache_gb") is None:
+        driver = config["driver"]
+        disk["image_cache_gb"] = (driver["libvirt"]["image_cache_max_gb"]
+                                  if driver["name"] == "libvirt" else 0)
     return config
 
 

@@ -61,3 +61,12 @@ class InvalidMessage(EtcdComputeError):
 
 class BuildError(EtcdComputeError):
     """A driver could not build an instance; the message is the reason."""
+
+
+class RequestError(BuildError):
+    """The request — its image, URL, checksum, size, format — is at fault, not the host.
+
+    The compute ends such a build in ERROR without rescheduling it and without
+    counting it against the host. One string argument, so it pickles across
+    the worker pool unchanged.
+    """

@@ -2,11 +2,18 @@
 
 Like Placement validating every request body, nothing goes onto etcd or is
 acted upon from it without matching its schema in `etcd_compute/schemas/`.
+
+Whatever is stored under a key, reading it raises nothing but InvalidMessage:
+a value larger than MAX_MESSAGE_BYTES or nested deeper than MAX_DEPTH is
+refused before json.loads sees it (deep nesting once raised RecursionError out
+of here and took the compute down), and the compiled validator's verdict is
+final (jsonschema is asked only to explain a refusal).
 """
 
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import jsonschema
@@ -23,16 +30,33 @@ GROUP_MEMBER = "group_member"
 CONSOLE = "console"
 CONTROLLER_LEADER = "controller_leader"
 
+# The largest message we write is a spec (64 KiB user-data, 16 KiB key, escaped
+# as JSON at most 6 bytes a character) or a console (64 KiB); etcd takes 1.5 MiB.
+MAX_MESSAGE_BYTES = 1024 * 1024
+# Our deepest message nests 6 levels (a spec's alternates' allocations' resources).
+MAX_DEPTH = 16
+# Linear-time scans (no backtracking): escapes out first, then strings, then count.
+_ESCAPES = re.compile(rb"\\.", re.S)
+_STRINGS = re.compile(rb'"[^"]*"')
+_BRACKETS = re.compile(rb"[\[\]{}]")
+
 
 def check(schema: str, message: Any) -> None:
     """Raise InvalidMessage with a one-line reason if `message` breaks `schema`."""
     if is_valid(schema, message):
         return
     error = jsonschema.exceptions.best_match(validator(schema).iter_errors(message))
-    if error is not None:
-        where = ".".join(str(p) for p in error.absolute_path)
-        detail = error.message if len(error.message) < 200 else error.message[:197] + "..."
-        raise InvalidMessage(f"{schema}: {where + ': ' if where else ''}{detail}")
+    if error is None:  # the explainer saw no fault; the verdict stands
+        raise InvalidMessage(f"{schema}: does not match the schema")
+    where = ".".join(_printable(str(p)) for p in error.absolute_path)
+    detail = _printable(error.message)
+    detail = detail if len(detail) < 200 else detail[:197] + "..."
+    raise InvalidMessage(f"{schema}: {where + ': ' if where else ''}{detail}")
+
+
+def _printable(text: str) -> str:
+    """`text` with control characters escaped (a message must stay one line)."""
+    return "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in text)
 
 
 def encode(schema: str, message: dict[str, Any]) -> str:
@@ -40,10 +64,25 @@ def encode(schema: str, message: dict[str, Any]) -> str:
     return json.dumps(message, sort_keys=True, separators=(",", ":"))
 
 
+def nesting_depth(raw: bytes) -> int:
+    """How deeply arrays and objects nest in the JSON text `raw` (strings skipped)."""
+    depth = deepest = 0
+    for bracket in _BRACKETS.findall(_STRINGS.sub(b"", _ESCAPES.sub(b"", raw))):
+        depth += 1 if bracket in b"[{" else -1
+        deepest = max(deepest, depth)
+    return deepest
+
+
 def decode(schema: str, raw: bytes | str) -> dict[str, Any]:
+    data = raw.encode(errors="surrogatepass") if isinstance(raw, str) else bytes(raw)
+    if len(data) > MAX_MESSAGE_BYTES:
+        raise InvalidMessage(f"{schema}: {len(data)} bytes, larger than the "
+                             f"{MAX_MESSAGE_BYTES} a message may be")
+    if nesting_depth(data) > MAX_DEPTH:
+        raise InvalidMessage(f"{schema}: nested deeper than {MAX_DEPTH} levels")
     try:
-        message = json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as exc:
+        message = json.loads(data)
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
         raise InvalidMessage(f"{schema}: not valid JSON ({exc.__class__.__name__})") from None
     check(schema, message)
     return message

@@ -87,6 +87,8 @@ def real_vm_setup() -> dict | None:
             "domain_type": os.environ.get("DEMO_DOMAIN_TYPE", "qemu"),
             "default_image": f"file://{image}",
             "image_cache_dir": str(VM_FILES / "images"),
+            # file:// images only from where the test guest is built.
+            "image_file_dirs": [str(Path(image).parent)],
             "boot_timeout_seconds": 180,
             "mdserver_config": str(mdserver_conf),
         },
@@ -225,12 +227,14 @@ def cleanup_vm_files(compute_config: dict) -> None:
     from etcd_compute.config import COMPUTE_DEFAULTS, deep_merge
     from etcd_compute.mdserver.supervisor import stop_mdserver
     from etcd_compute.virt.network import remove_network
+    from etcd_compute.virt.nwfilter import remove_filters
 
     config = deep_merge(COMPUTE_DEFAULTS, compute_config)
     stop_mdserver(config)
     remove_network(config["driver"]["libvirt"]["uri"], config["driver"]["libvirt"]["network"])
+    remove_filters(config["driver"]["libvirt"]["uri"])
     shutil.rmtree(VM_FILES, ignore_errors=True)
-    say("stopped the metadata server, removed the demo network and VM files")
+    say("stopped the metadata server, removed the demo network, nwfilters and VM files")
 
 
 def _is_uuid(text: str) -> bool:

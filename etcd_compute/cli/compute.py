@@ -7,7 +7,7 @@ import sys
 
 from etcd_compute import config as configuration
 from etcd_compute import logs
-from etcd_compute.cli import Parser
+from etcd_compute.cli import Parser, terminal_line
 from etcd_compute.errors import EtcdComputeError
 
 
@@ -49,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
         hosts = fake_identities(identity, args.fake_hosts) if args.fake_hosts else [identity]
         return ComputeService(config, hosts).run()
     except EtcdComputeError as exc:
-        print(f"compute.py: error: {exc}", file=sys.stderr)
+        print(f"compute.py: error: {terminal_line(str(exc))}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
         return 130

@@ -24,7 +24,7 @@ from typing import Any
 
 from etcd_compute import config as configuration
 from etcd_compute import logs
-from etcd_compute.cli import Parser
+from etcd_compute.cli import Parser, terminal_line, terminal_text
 from etcd_compute.errors import EtcdComputeError, NoValidHost, UsageError
 
 SUBCOMMANDS = ("destroy", "list", "hosts", "console", "serve")
@@ -104,10 +104,11 @@ def _emit_json(data: Any) -> None:
 
 
 def _table(rows: list[list[str]], header: list[str]) -> None:
+    rows = [[terminal_line(str(cell)) for cell in row] for row in rows]
     widths = [max(len(str(x)) for x in column) for column in zip(header, *rows, strict=False)]
     for row in [header, *rows]:
-        print("  ".join(str(cell).ljust(width) for cell, width in zip(row, widths,
-                                                                       strict=False)).rstrip())
+        print("  ".join(cell.ljust(width) for cell, width in zip(row, widths,
+                                                                  strict=False)).rstrip())
 
 
 def _resources_text(resources: dict[str, int] | None) -> str:
@@ -125,7 +126,7 @@ def _progress(uuid: str, record: dict[str, Any] | None) -> None:
     detail = {"ACTIVE": f"ip={record.get('ip') or '-'}",
               "ERROR": f"error={record.get('error') or '-'}"}.get(record["state"], "")
     where = record.get("host_name") or record.get("host") or "-"
-    print(f"{uuid} {record['state']} on {where} {detail}".rstrip(), flush=True)
+    print(terminal_line(f"{uuid} {record['state']} on {where} {detail}".rstrip()), flush=True)
 
 
 # ----------------------------------------------------------------- commands
@@ -140,6 +141,7 @@ def cmd_schedule(args: argparse.Namespace, config: dict[str, Any]) -> int:
         args.words[0], count=args.count, name=args.name, image_url=args.image,
         user_data=_read_file("--user-data", args.user_data),
         ssh_key=_read_file("--key", args.key), group=_group(args.hint), zone=args.zone,
+        required_resources=config["scheduler"]["required_resources"],
     )
     scheduler = Scheduler(config)
     try:
@@ -151,7 +153,7 @@ def cmd_schedule(args: argparse.Namespace, config: dict[str, Any]) -> int:
             else:
                 print(str(exc))
                 for reason in exc.reasons:
-                    print(reason)
+                    print(terminal_line(reason))
             return 1
         if args.json and not args.wait:
             _emit_json({"instances": [d.as_dict() for d in destinations],
@@ -207,7 +209,7 @@ def cmd_show(args: argparse.Namespace, config: dict[str, Any]) -> int:
             ["error", record.get("error") or "-"], ["created", _when(record.get("created_at"))],
             ["updated", _when(record.get("updated_at"))]]
     for key, value in rows:
-        print(f"{key:<10} {value}")
+        print(f"{key:<10} {terminal_line(str(value))}")
     return 0
 
 
@@ -282,6 +284,8 @@ def cmd_console(args: argparse.Namespace, config: dict[str, Any]) -> int:
     if args.json:
         _emit_json({"uuid": args.words[1], "text": text})
     else:
+        # A guest writes its console: what it prints must not drive our terminal.
+        text = terminal_text(text)
         sys.stdout.write(text if text.endswith("\n") or not text else text + "\n")
     return 0
 
@@ -325,7 +329,7 @@ def main(argv: list[str] | None = None) -> int:
         args = parse_args(argv)
         return dispatch(args)
     except EtcdComputeError as exc:
-        print(f"schedule.py: error: {exc}", file=sys.stderr)
+        print(f"schedule.py: error: {terminal_line(str(exc))}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
         return 130

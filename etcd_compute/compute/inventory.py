@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
@@ -77,11 +78,17 @@ def build_inventory(totals: dict[str, int], policy: dict[str, dict[str, Any]]) -
     """Placement inventory records: totals with reserved / allocation_ratio from config.
 
     A configured `total` replaces the measured one (used for simulated hosts).
+    DISK_GB: the measured file system less the image cache's cap (`image_cache_gb`),
+    which shares it; `reserved` is the configured reserve on top. What instances
+    may claim is the file system size less both.
     """
     inventory = {}
     for resource_class, measured in totals.items():
         settings = policy.get(resource_class, {})
-        total = int(settings.get("total", measured))
+        if resource_class == "DISK_GB":
+            measured -= math.ceil(settings.get("image_cache_gb") or 0)
+        # Placement wants a total of at least 1; a full reserve leaves nothing to claim.
+        total = max(1, int(settings.get("total", measured)))
         reserved = min(int(settings.get("reserved", 0)), total)
         inventory[resource_class] = {
             "total": total,

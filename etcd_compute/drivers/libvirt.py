@@ -21,8 +21,8 @@ import filelock
 import libvirt
 
 from etcd_compute.drivers.base import Driver
-from etcd_compute.errors import BuildError, ServiceUnavailable
-from etcd_compute.virt import configdrive, disks, network
+from etcd_compute.errors import BuildError, RequestError, ServiceUnavailable
+from etcd_compute.virt import configdrive, disks, network, nwfilter
 from etcd_compute.virt.domain import (
     DomainSpec,
     choose_domain_type,
@@ -32,10 +32,14 @@ from etcd_compute.virt.domain import (
 )
 from etcd_compute.virt.images import ImageCache
 from etcd_compute.virt.instance_files import InstanceFiles, bases_in_use, instance_meta
+from etcd_compute.virt.sources import SourcePolicy
 
 log = logging.getLogger(__name__)
 
 GIB = 1024**3
+# What a spec must claim for this driver to build it (the scheduler refuses requests
+# without them; a spec that reaches us anyway is the request's fault).
+REQUIRED_RESOURCES = ("VCPU", "MEMORY_MB", "DISK_GB")
 LEASE_POLL_SECONDS = 0.5
 # Remove managed-save images, snapshot metadata and UEFI NVRAM with the domain
 # (the test driver knows no NVRAM).
@@ -67,7 +71,11 @@ class LibvirtDriver(Driver):
             self.settings["image_cache_dir"],
             int(self.settings["image_cache_max_gb"] * GIB),
             in_use=lambda: bases_in_use(self.instances_dir),
+            policy=source_policy(self.settings),
         )
+        # A worker starts (or replaces one killed for its timeout): partial files
+        # that no one is writing are a killed job's.
+        self.images.sweep()
         self._connection: libvirt.virConnect | None = None
 
     # -- connection -----------------------------------------------------------------
@@ -144,7 +152,9 @@ class LibvirtDriver(Driver):
             self.destroy(uuid)
             if isinstance(exc, BuildError):
                 raise
-            raise BuildError(reason.splitlines()[0] if reason else type(exc).__name__) from None
+            # One line, bounded: it becomes the record's error (at most 4096 characters).
+            line = reason.splitlines()[0] if reason else type(exc).__name__
+            raise BuildError(line[:1000]) from None
 
     def _build_new(self, spec: dict[str, Any]) -> str | None:
         uuid = spec["uuid"]
@@ -153,14 +163,20 @@ class LibvirtDriver(Driver):
         files.create()
         image = spec.get("image") or {"url": self.settings["default_image"], "sha256": None}
         resources = spec["resources"]
+        missing = [rc for rc in REQUIRED_RESOURCES if rc not in resources]
+        if missing:
+            raise RequestError(f"the request claims no {', '.join(missing)}: the libvirt "
+                               f"driver needs {', '.join(REQUIRED_RESOURCES)}")
         test_driver = self.is_test_driver
 
         if test_driver:
             _check_local_image(image["url"])
         else:
             with self.images.lock(image["url"]):  # eviction waits until the overlay exists
-                base = self.images.fetch(image["url"], image.get("sha256"))
-                disks.create_overlay(base, "qcow2", files.disk, int(resources.get("DISK_GB", 1)))
+                disk_gb = int(resources["DISK_GB"])
+                base = self.images.fetch(image["url"], image.get("sha256"),
+                                         max_virtual_size=disk_gb * GIB)
+                disks.create_overlay(base, "qcow2", files.disk, disk_gb)
 
         meta = instance_meta(spec)
         configdrive.write_config_drive(
@@ -169,17 +185,20 @@ class LibvirtDriver(Driver):
         files.write_meta(meta)
 
         network_name = self._ensure_network() if not test_driver else None
+        nic_filter = self._ensure_filters() if not test_driver else None
         domain_spec = DomainSpec(
             uuid=uuid,
             name=meta["name"],
             memory_mb=int(resources["MEMORY_MB"]),
-            vcpus=int(resources.get("VCPU", 1)),
+            vcpus=int(resources["VCPU"]),
             domain_type=choose_domain_type(self.settings["domain_type"], self.connection),
             disk=files.disk,
             config_drive=files.config_drive,
             console_log=files.console_log,
             network=network_name,
             bridge=self.settings["bridge"] if not test_driver else None,
+            nic_filter=nic_filter,
+            dhcp_server=nwfilter.gateway_of(self.settings["network_cidr"]),
         )
         domain = self.connection.defineXMLFlags(
             domain_xml(domain_spec), libvirt.VIR_DOMAIN_DEFINE_VALIDATE
@@ -201,6 +220,11 @@ class LibvirtDriver(Driver):
             except OSError as exc:
                 log.warning("network %s: %s", name, exc)
         return name
+
+    def _ensure_filters(self) -> str:
+        """Our nwfilters, defined if missing or changed (one worker at a time)."""
+        with filelock.FileLock(str(self.instances_dir / ".network.lock")):
+            return nwfilter.ensure_filters(self.connection)
 
     def _wait_for_ip(self, domain: libvirt.virDomain) -> str | None:
         """The guest's address once it has a DHCP lease; BuildError if it never gets one."""
@@ -265,4 +289,13 @@ def _check_local_image(url: str) -> None:
     """With the test driver nothing is downloaded, but a local image must exist."""
     parsed = urllib.parse.urlparse(url)
     if parsed.scheme == "file" and not Path(urllib.parse.unquote(parsed.path)).is_file():
-        raise BuildError(f"image {url}: no such file")
+        raise RequestError(f"image {url}: no such file")
+
+
+def source_policy(settings: dict[str, Any]) -> SourcePolicy:
+    """Where images may come from and how much of them is read (driver.libvirt settings)."""
+    return SourcePolicy(
+        file_dirs=tuple(settings["image_file_dirs"]),
+        max_bytes=int(settings["image_max_gb"] * GIB),
+        deadline_seconds=float(settings["image_download_timeout_seconds"]),
+    )

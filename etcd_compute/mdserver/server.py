@@ -4,10 +4,15 @@ It serves EC2-style paths (/latest/meta-data/..., /latest/user-data) and
 OpenStack's /openstack/latest/meta_data.json (`content.py`). Each guest gets
 only its own data (`resolver.py`); any other source gets 404.
 
+Guests are untrusted clients, so the HTTP server is waitress, not http.server:
+a fixed number of worker threads (`threads`), at most `connection_limit`
+connections, an idle connection closed after `idle_timeout_seconds`, request
+headers and bodies bounded (mdserver.conf). Idle connections cost no thread.
+
 While it runs it keeps 169.254.169.254/32 on the network's bridge (added when
 the network is up, re-added if the network is restarted, removed when the
 server stops). The socket is bound with IP_FREEBIND, so the server can start
-before the address exists.
+before the address exists; waitress serves that already-bound socket.
 """
 
 from __future__ import annotations
@@ -19,11 +24,12 @@ import signal
 import socket
 import sys
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
 import libvirt
+import waitress
 
 from etcd_compute.errors import ConfigError
 from etcd_compute.mdserver.content import render
@@ -35,41 +41,58 @@ log = logging.getLogger("etcd_compute.mdserver")
 
 IP_FREEBIND = getattr(socket, "IP_FREEBIND", 15)
 ADDRESS_CHECK_SECONDS = 2.0
+StartResponse = Callable[[str, list[tuple[str, str]]], Any]
 
 
-class MetadataHandler(BaseHTTPRequestHandler):
-    server: MetadataHTTPServer
-    server_version = "etcd-compute-mdserver"
+class MetadataApp:
+    """The WSGI application: the asking guest's own data, or 404."""
 
-    def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
-        source = self.client_address[0]
-        meta = self.server.resolver.meta_for(source)
-        answer = render(self.path.split("?", 1)[0], meta) if meta else None
-        if answer is None:
-            self.send_error(404)
-            return
-        content_type, body = answer
-        self.send_response(200)
-        self.send_header("Content-Type", content_type)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
+    def __init__(self, resolver: InstanceResolver):
+        self.resolver = resolver
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
-        log.info("%s %s", self.client_address[0], format % args)
+    def __call__(self, environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
+        source = environ.get("REMOTE_ADDR", "")
+        path = environ.get("PATH_INFO", "")
+        if environ.get("REQUEST_METHOD") not in ("GET", "HEAD"):
+            status, content_type, body = "405 Method Not Allowed", "text/plain", b""
+        else:
+            meta = self.resolver.meta_for(source)
+            answer = render(path, meta) if meta else None
+            if answer is None:
+                status, content_type, body = "404 Not Found", "text/plain", b""
+            else:
+                status = "200 OK"
+                content_type, body = answer
+        log.info("%s %s %r %s", source, environ.get("REQUEST_METHOD"), path[:200], status[:3])
+        start_response(status, [("Content-Type", content_type),
+                                ("Content-Length", str(len(body)))])
+        return [body] if environ.get("REQUEST_METHOD") != "HEAD" else []
 
 
-class MetadataHTTPServer(ThreadingHTTPServer):
-    daemon_threads = True
+def listening_socket(config: MdserverConfig) -> socket.socket:
+    """The server's socket, bound with IP_FREEBIND (the address may not exist yet)."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.setsockopt(socket.SOL_IP, IP_FREEBIND, 1)
+    sock.bind((config.bind_address, config.port))
+    return sock
 
-    def __init__(self, config: MdserverConfig):
-        self.resolver = InstanceResolver(config)
-        super().__init__((config.bind_address, config.port), MetadataHandler)
 
-    def server_bind(self) -> None:
-        # Bind even while 169.254.169.254 is not (yet) on the bridge.
-        self.socket.setsockopt(socket.SOL_IP, IP_FREEBIND, 1)
-        super().server_bind()
+def create_server(config: MdserverConfig, sock: socket.socket) -> Any:
+    """A waitress server for `sock` with mdserver.conf's limits."""
+    return waitress.create_server(
+        MetadataApp(InstanceResolver(config)),
+        sockets=[sock],
+        threads=config.threads,
+        connection_limit=config.connection_limit,
+        channel_timeout=config.idle_timeout_seconds,
+        # Idle connections are looked for this often (waitress's default is 30 s).
+        cleanup_interval=max(1, config.idle_timeout_seconds // 2),
+        max_request_header_size=config.max_request_header_bytes,
+        max_request_body_size=config.max_request_body_bytes,
+        ident="etcd-compute-mdserver",
+        expose_tracebacks=False,
+    )
 
 
 # -- the address on the bridge ---------------------------------------------------------
@@ -117,7 +140,8 @@ class MetadataAddressKeeper(threading.Thread):
 
 def serve(config: MdserverConfig, pid_file: Path | None = None) -> None:
     """Run until SIGTERM or SIGINT."""
-    server = MetadataHTTPServer(config)
+    sock = listening_socket(config)
+    server = create_server(config, sock)
     keeper = None
     if config.bind_address == network.METADATA_ADDRESS:
         keeper = MetadataAddressKeeper(config)
@@ -127,15 +151,18 @@ def serve(config: MdserverConfig, pid_file: Path | None = None) -> None:
         pid_file.write_text(f"{os.getpid()}\n")  # written once listening: a ready signal
 
     def stop(_signum: int, _frame: object) -> None:
-        threading.Thread(target=server.shutdown, daemon=True).start()
+        raise SystemExit  # waitress's loop stops on it and shuts its threads down
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
-    log.info("listening on %s:%d", config.bind_address, config.port)
+    log.info("listening on %s:%d (%d threads, at most %d connections, idle timeout %d s)",
+             config.bind_address, config.port, config.threads, config.connection_limit,
+             config.idle_timeout_seconds)
     try:
-        server.serve_forever(poll_interval=0.5)
+        server.run()
     finally:
-        server.server_close()
+        server.close()
+        sock.close()
         if keeper:
             keeper.stopping.set()
             keeper.remove()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import configparser
+import dataclasses
 import os
 from dataclasses import dataclass
 from typing import Any
@@ -19,6 +20,25 @@ class MdserverConfig:
     libvirt_uri: str = "qemu:///system"
     network: str = "etcd-compute"
     log_file: str = ""
+    # Guests are untrusted clients: requests are served by this many threads, at most
+    # this many connections are open at once, an idle one is closed after this long,
+    # and a request's headers and body are bounded (guests only ever GET).
+    threads: int = 4
+    connection_limit: int = 100
+    idle_timeout_seconds: int = 10
+    max_request_header_bytes: int = 8192
+    max_request_body_bytes: int = 1024
+
+
+# Integer settings and their allowed range.
+LIMITS = {
+    "port": (1, 65535),
+    "threads": (1, 64),
+    "connection_limit": (1, 10000),
+    "idle_timeout_seconds": (1, 3600),
+    "max_request_header_bytes": (1024, 1024 * 1024),
+    "max_request_body_bytes": (0, 1024 * 1024),
+}
 
 
 def load_config(path: str | os.PathLike[str]) -> MdserverConfig:
@@ -32,14 +52,18 @@ def load_config(path: str | os.PathLike[str]) -> MdserverConfig:
     if not parser.has_section("mdserver"):
         raise ConfigError(f"{path}: no [mdserver] section")
     section = parser["mdserver"]
-    known = set(MdserverConfig.__dataclass_fields__)
+    known = {field.name for field in dataclasses.fields(MdserverConfig)}
     unknown = sorted(set(section) - known)
     if unknown:
         raise ConfigError(f"{path}: unknown key 'mdserver.{unknown[0]}'")
     values: dict[str, Any] = dict(section)
-    if "port" in values:
+    for key, (low, high) in LIMITS.items():
+        if key not in values:
+            continue
         try:
-            values["port"] = int(values["port"])
+            values[key] = int(values[key])
         except ValueError:
-            raise ConfigError(f"{path}: mdserver.port: not a number") from None
+            raise ConfigError(f"{path}: mdserver.{key}: not a number") from None
+        if not low <= values[key] <= high:
+            raise ConfigError(f"{path}: mdserver.{key}: {values[key]} is not in {low}..{high}")
     return MdserverConfig(**values)

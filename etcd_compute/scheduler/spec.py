@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any
 
 from etcd_compute.errors import UsageError
 from etcd_compute.scheduler.request import UUID, ResourceRequest, parse_query
 
-NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}\Z")
-GROUP_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}\Z")
+NAME = re.compile(r"\A[A-Za-z0-9][A-Za-z0-9_.-]{0,62}\Z")
+GROUP_NAME = re.compile(r"\A[A-Za-z0-9_.-]{1,64}\Z")
+# As the instance_spec schema has it: printable ASCII, at most 2048 characters.
+IMAGE_URL = re.compile(r"\A(https?|file)://[!-~]{1,2030}\Z")
 POLICIES = ("affinity", "anti-affinity")
 
 
@@ -32,8 +35,13 @@ class RequestSpec:
     def build(cls, query: str, count: int = 1, name: str | None = None,
               image_url: str | None = None, user_data: str | None = None,
               ssh_key: str | None = None, group: tuple[str, str] | None = None,
-              zone: str | None = None) -> RequestSpec:
-        """Parse and check everything locally; UsageError (one line) on any fault."""
+              zone: str | None = None,
+              required_resources: Collection[str] = ()) -> RequestSpec:
+        """Parse and check everything locally; UsageError (one line) on any fault.
+
+        `required_resources`: classes every instance must claim (schedule.py passes
+        `scheduler.required_resources`: what the libvirt driver needs).
+        """
         request = parse_query(query)
         if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= 1000:
             raise UsageError(f"--count {count!r}: expected 1..1000")
@@ -42,8 +50,9 @@ class RequestSpec:
             if not NAME.match(longest):
                 raise UsageError(f"--name {name!r}: letters, digits, '_.-', at most 63 "
                                  "characters (with the -N suffix for --count)")
-        if image_url is not None and not re.match(r"^(https?|file)://\S+$", image_url):
-            raise UsageError(f"--image {image_url!r}: expected an http(s):// or file:// URL")
+        if image_url is not None and not IMAGE_URL.match(image_url):
+            raise UsageError(f"--image {image_url[:100]!r}: expected an http(s):// or file:// "
+                             "URL of printable ASCII, at most 2048 characters")
         if group is not None:
             group_name, policy = group
             if policy not in POLICIES:
@@ -60,6 +69,10 @@ class RequestSpec:
             raise UsageError("--user-data: larger than 64 KiB")
         if ssh_key is not None and len(ssh_key) > 16384:
             raise UsageError("--key: larger than 16 KiB")
+        missing = [rc for rc in required_resources if rc not in request.resources]
+        if missing:
+            raise UsageError(f"resources: {', '.join(missing)} missing; every instance claims "
+                             f"{', '.join(required_resources)} (scheduler.required_resources)")
         return cls(request, count, name, image_url, user_data, ssh_key, group, zone)
 
     def instance_name(self, index: int, uuid: str) -> str:

@@ -2,6 +2,10 @@
 
 Each `*.json` file here has an `$id` equal to its file name, so schemas can
 refer to each other (`{"$ref": "common.json#/$defs/uuid"}`).
+
+"integer" is strict in both validators: an int, never a float such as 256.0
+(which JSON Schema since draft 6 calls an integer) and never a boolean.
+Patterns are anchored `\\A...\\Z` (`$` also matches before a final newline).
 """
 
 from __future__ import annotations
@@ -14,6 +18,9 @@ from typing import Any
 
 import fastjsonschema
 import jsonschema
+from fastjsonschema.draft04 import CodeGeneratorDraft04
+from fastjsonschema.draft07 import CodeGeneratorDraft07
+from fastjsonschema.ref_resolver import RefResolver
 from referencing import Registry, Resource
 
 
@@ -54,13 +61,31 @@ def _inline_refs(node: Any, base: str) -> Any:
     return {key: _inline_refs(value, base) for key, value in node.items() if key != "$defs"}
 
 
+def _is_strict_integer(_checker: Any, instance: Any) -> bool:
+    return isinstance(instance, int) and not isinstance(instance, bool)
+
+
+StrictValidator = jsonschema.validators.extend(
+    jsonschema.Draft202012Validator,
+    type_checker=jsonschema.Draft202012Validator.TYPE_CHECKER.redefine(
+        "integer", _is_strict_integer),
+)
+
+
 @functools.cache
-def validator(name: str) -> jsonschema.Draft202012Validator:
+def validator(name: str) -> jsonschema.protocols.Validator:
     """A reusable validator for the schema `name`, with cross-file refs inlined.
 
     Use it to explain what is wrong (`best_match`); `is_valid` is the fast check.
     """
-    return jsonschema.Draft202012Validator(_inline_refs(load_schema(name), f"{name}.json"))
+    return StrictValidator(_inline_refs(load_schema(name), f"{name}.json"))
+
+
+class _StrictIntegersDraft07(CodeGeneratorDraft07):
+    """Draft 7, with draft 4's "integer": an int, not a float without a fraction."""
+
+    def generate_type(self) -> None:
+        CodeGeneratorDraft04.generate_type(self)
 
 
 @functools.cache
@@ -68,7 +93,12 @@ def _compiled(name: str) -> Callable[[Any], Any]:
     schema = _inline_refs(load_schema(name), f"{name}.json")
     # Our schemas only use keywords draft-07 has too; fastjsonschema compiles draft-07.
     schema = {**schema, "$schema": "http://json-schema.org/draft-07/schema#"}
-    return fastjsonschema.compile(schema)
+    # What fastjsonschema.compile does, with our generator.
+    resolver = RefResolver.from_schema(schema, store={})
+    generator = _StrictIntegersDraft07(schema, resolver=resolver)
+    state = generator.global_state
+    exec(generator.func_code, state)  # noqa: S102 (fastjsonschema's own way to compile)
+    return state[resolver.get_scope_name()]
 
 
 def is_valid(name: str, instance: Any) -> bool:

@@ -9,6 +9,7 @@ the plain ISO 9660 names underneath are only 8.3 placeholders.
 from __future__ import annotations
 
 import io
+import os
 from pathlib import Path
 
 import pycdlib
@@ -47,10 +48,14 @@ def write_config_drive(
             joliet_path=f"/{name}",
         )
     partial = path.with_suffix(".partial")
+    # Tenant data (user-data, key): readable by its owner only from the first byte on.
+    fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
     try:
-        iso.write(str(partial))
+        with os.fdopen(fd, "wb") as handle:
+            iso.write_fp(handle)
     finally:
         iso.close()
+    os.chmod(partial, 0o600)
     partial.rename(path)
 
 

@@ -1,38 +1,35 @@
 """Per-instance disks: a qcow2 overlay on a cached base image.
 
 The overlay holds only what the guest writes, so many instances share one
-base. It is created at the instance's DISK_GB, or at the base's own virtual
-size when that is larger (a disk is never smaller than its image).
+base. It is exactly the instance's DISK_GB: what the request claimed in
+Placement. A base whose virtual size is larger is refused (the request's
+fault): a disk is never silently grown past its claim.
 """
 
 from __future__ import annotations
 
 import struct
-import subprocess
 from pathlib import Path
 
-from etcd_compute.errors import BuildError
-from etcd_compute.virt.images import qemu_img_info
+from etcd_compute.errors import RequestError
+from etcd_compute.virt import qemu_img
 
 GIB = 1024**3
 QCOW2_MAGIC = b"QFI\xfb"
 
 
 def create_overlay(base: Path, base_format: str, overlay: Path, disk_gb: int) -> int:
-    """Create `overlay` backed by `base`; return its virtual size in bytes."""
-    base_size = int(qemu_img_info(base, base_format)["virtual-size"])
-    size = max(disk_gb * GIB, base_size)
-    result = subprocess.run(
-        ["qemu-img", "create", "-q", "-f", "qcow2", "-F", base_format,
-         "-b", str(base), str(overlay), str(size)],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if result.returncode != 0:
+    """Create `overlay` (0600) backed by `base`; return its virtual size in bytes."""
+    size = disk_gb * GIB
+    base_size = int(qemu_img.info(base, base_format)["virtual-size"])
+    if base_size > size:
+        raise RequestError(f"image virtual size {base_size / GIB:g} GiB is larger than the "
+                           f"{disk_gb} GiB disk the request claimed (DISK_GB)")
+    try:
+        qemu_img.create_overlay(base, base_format, overlay, size)
+    except BaseException:
         overlay.unlink(missing_ok=True)
-        reason = (result.stderr.strip().splitlines() or ["failed"])[-1]
-        raise BuildError(f"qemu-img create: {reason}")
+        raise
     return size
 
 

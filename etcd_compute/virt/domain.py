@@ -34,6 +34,9 @@ class DomainSpec:
     console_log: Path
     network: str | None = None
     bridge: str | None = None
+    # The nwfilter on the NIC of `network`, bound to its DHCP lease from `dhcp_server`.
+    nic_filter: str | None = None
+    dhcp_server: str | None = None
 
 
 def _sub(parent: ET.Element, tag: str, text: str | None = None, **attrs: str) -> ET.Element:
@@ -83,6 +86,12 @@ def domain_xml(spec: DomainSpec) -> str:
         nic = _sub(devices, "interface", type="network")
         _sub(nic, "source", network=spec.network)
         _sub(nic, "model", type="virtio")
+        if spec.nic_filter:
+            filterref = _sub(nic, "filterref", filter=spec.nic_filter)
+            # The IP the filter allows is the one DHCP from the gateway leases.
+            _sub(filterref, "parameter", name="CTRL_IP_LEARNING", value="dhcp")
+            if spec.dhcp_server:
+                _sub(filterref, "parameter", name="DHCPSERVER", value=spec.dhcp_server)
     if spec.bridge:
         nic = _sub(devices, "interface", type="bridge")
         _sub(nic, "source", bridge=spec.bridge)

@@ -1,17 +1,25 @@
 """The base image cache: one file per image URL, shared by every instance on the host.
 
 An image is downloaded once (a file lock per URL makes concurrent builds that
-ask for the same URL wait for the first download), its sha256 is checked when
-the spec carries one, and anything that is not qcow2 is converted to qcow2
-once, so every base can carry copy-on-write overlays.
+ask for the same URL wait for the first download) within the limits of
+`sources.SourcePolicy`, its sha256 is checked when the spec carries one, and
+then it is inspected before anything runs qemu-img on it: oslo.utils' format
+inspector (what Nova uses since OSSA-2024-001) detects the real format from
+the bytes and refuses what would read other host files (qcow2 backing and
+data files, VMDK extents, ...). Only raw and qcow2 are accepted; raw is
+converted to qcow2 once (`qemu-img -f raw`, never a probe), so every base can
+carry copy-on-write overlays. An image whose virtual size is larger than the
+disk the request claimed is refused.
 
-Layout of `cache_dir`, with KEY the sha256 of the URL:
+Layout of `cache_dir` (0711: qemu, running as another user, must reach the
+bases; no one else may list or read them), with KEY the sha256 of the URL:
 
-    KEY.qcow2      the base image
-    KEY.json       url, sha256 of the downloaded bytes, original format; its
-                   mtime is the last time a build used the image (for LRU)
-    KEY.lock       the per-URL lock
-    KEY.download   a download in progress
+    KEY.qcow2       the base image (0600; libvirt gives qemu access while it runs)
+    KEY.json        url, sha256 of the downloaded bytes, original format, virtual size;
+                    its mtime is the last time a build used the image (for LRU)
+    KEY.lock        the per-URL lock
+    KEY.download    a download in progress      } removed by whoever next holds
+    KEY.converting  a conversion in progress    } the URL's lock (`sweep`)
 """
 
 from __future__ import annotations
@@ -20,45 +28,31 @@ import hashlib
 import json
 import logging
 import os
-import shutil
-import subprocess
 import time
-import urllib.parse
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import Any
 
 import filelock
-import requests
+from oslo_utils.imageutils import format_inspector
 
-from etcd_compute.errors import BuildError
+from etcd_compute.errors import RequestError
+from etcd_compute.virt import qemu_img
+from etcd_compute.virt.sources import SourcePolicy, copy_image, size_text
 
 log = logging.getLogger(__name__)
 
-CHUNK_BYTES = 1024 * 1024
-PROGRESS_INTERVAL_SECONDS = 5.0
-# Connect and per-read timeouts of an HTTP download (a stalled server fails the build).
-HTTP_TIMEOUT = (10, 60)
-
-
-def qemu_img_info(path: Path, image_format: str | None = None) -> dict[str, Any]:
-    """`qemu-img info --output=json` of `path` (format probed unless given)."""
-    command = ["qemu-img", "info", "--output=json"]
-    if image_format:
-        command += ["-f", image_format]
-    result = subprocess.run(
-        [*command, str(path)], capture_output=True, text=True, check=False
-    )
-    if result.returncode != 0:
-        reason = (result.stderr.strip().splitlines() or ["failed"])[-1]
-        raise BuildError(f"qemu-img info {path.name}: {reason}")
-    return json.loads(result.stdout)
+GIB = 1024**3
+PARTIAL_SUFFIXES = (".download", ".converting")
+# What the inspector may call an image we accept: a raw disk with an MBR or GPT
+# partition table is "gpt" to it, and raw to qemu.
+ACCEPTED_FORMATS = {"raw": "raw", "gpt": "raw", "qcow2": "qcow2"}
 
 
 def _lock(path: Path) -> filelock.FileLock:
     # One lock object per path and process, so taking it again nests instead of
     # deadlocking; threads still exclude each other (each has its own lock state).
-    return filelock.FileLock(str(path), is_singleton=True)
+    return filelock.FileLock(str(path), is_singleton=True, mode=0o600)
 
 
 def _mark_used(record_path: Path) -> None:
@@ -68,37 +62,43 @@ def _mark_used(record_path: Path) -> None:
     os.utime(record_path, ns=(now, now))
 
 
+def _write_private(path: Path, text: str) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        handle.write(text)
+
+
 def url_key(url: str) -> str:
     return hashlib.sha256(url.encode()).hexdigest()
 
 
-def _read_chunks(url: str) -> tuple[Iterator[bytes], int | None]:
-    """The bytes behind `url` in chunks, and the total size if known."""
-    parsed = urllib.parse.urlparse(url)
-    if parsed.scheme == "file":
-        path = Path(urllib.parse.unquote(parsed.path))
-        try:
-            handle = path.open("rb")
-        except OSError as exc:
-            raise BuildError(f"image {url}: {exc.strerror}") from None
+def inspect(path: Path, url: str) -> tuple[str, int]:
+    """(qemu format, virtual size) of a downloaded image; RequestError if it is refused."""
+    try:
+        inspector = format_inspector.detect_file_format(str(path))
+        if inspector is None:
+            raise format_inspector.ImageFormatError("format not recognised")
+        inspector.safety_check()
+    except format_inspector.SafetyCheckFailed as exc:
+        checks = ", ".join(sorted(exc.failures))
+        raise RequestError(f"image {url}: refused {inspector} image, failed safety checks: "
+                           f"{checks}") from None
+    except format_inspector.ImageFormatError as exc:
+        reason = str(exc).splitlines()[0] if str(exc) else "malformed"
+        raise RequestError(f"image {url}: unrecognised or malformed image: {reason}") from None
+    detected = str(inspector)
+    if detected not in ACCEPTED_FORMATS:
+        raise RequestError(f"image {url}: {detected} images are refused (only raw and qcow2)")
+    image_format = ACCEPTED_FORMATS[detected]
+    virtual_size = path.stat().st_size if image_format == "raw" else inspector.virtual_size
+    return image_format, virtual_size
 
-        def file_chunks() -> Iterator[bytes]:
-            with handle:
-                while chunk := handle.read(CHUNK_BYTES):
-                    yield chunk
 
-        return file_chunks(), path.stat().st_size
-    if parsed.scheme in ("http", "https"):
-        try:
-            response = requests.get(url, stream=True, timeout=HTTP_TIMEOUT)
-        except requests.RequestException as exc:
-            raise BuildError(f"image {url}: download failed: {type(exc).__name__}") from None
-        if response.status_code != 200:
-            response.close()
-            raise BuildError(f"image {url}: HTTP {response.status_code}")
-        length = response.headers.get("Content-Length")
-        return response.iter_content(CHUNK_BYTES), int(length) if length else None
-    raise BuildError(f"image {url}: unsupported URL scheme {parsed.scheme!r}")
+def check_virtual_size(url: str, virtual_size: int, max_virtual_size: int | None) -> None:
+    if max_virtual_size is not None and virtual_size > max_virtual_size:
+        raise RequestError(f"image {url}: virtual size {virtual_size / GIB:g} GiB is larger than "
+                           f"the {size_text(max_virtual_size)} disk the request claimed "
+                           "(DISK_GB)")
 
 
 class ImageCache:
@@ -109,23 +109,33 @@ class ImageCache:
         cache_dir: str | os.PathLike[str],
         max_bytes: int,
         in_use: Callable[[], set[Path]] = set,
+        policy: SourcePolicy | None = None,
     ):
         self.cache_dir = Path(cache_dir)
         self.max_bytes = max_bytes
         self.in_use = in_use
+        self.policy = policy or SourcePolicy()
 
     def base_path(self, url: str) -> Path:
         return self.cache_dir / f"{url_key(url)}.qcow2"
 
     def lock(self, url: str) -> filelock.FileLock:
         """The per-URL lock; hold it while creating an overlay so eviction cannot race."""
-        self.cache_dir.mkdir(parents=True, exist_ok=True, mode=0o755)
+        self._make_dir()
         return _lock(self.cache_dir / f"{url_key(url)}.lock")
 
-    def fetch(self, url: str, sha256: str | None = None) -> Path:
-        """The qcow2 base for `url`, downloading and converting it if needed.
+    def _make_dir(self) -> None:
+        self.cache_dir.mkdir(parents=True, exist_ok=True, mode=0o711)
+        if self.cache_dir.stat().st_mode & 0o777 != 0o711:
+            self.cache_dir.chmod(0o711)
 
-        The caller should hold `lock(url)` until its overlay exists (it is
+    def fetch(self, url: str, sha256: str | None = None,
+              max_virtual_size: int | None = None) -> Path:
+        """The qcow2 base for `url`, downloading, inspecting and converting it if needed.
+
+        RequestError when the image is at fault (refused URL, HTTP error,
+        checksum, size, format, a virtual size over `max_virtual_size`). The
+        caller should hold `lock(url)` until its overlay exists (it is
         re-entrant, so taking it here again is fine).
         """
         key = url_key(url)
@@ -135,64 +145,104 @@ class ImageCache:
             if base.exists() and record_path.exists():
                 record = json.loads(record_path.read_text())
                 if sha256 and record["sha256"] != sha256:
-                    raise BuildError(
+                    raise RequestError(
                         f"image {url}: sha256 is {record['sha256']}, expected {sha256}"
                     )
+                if "virtual_size" in record:
+                    check_virtual_size(url, record["virtual_size"], max_virtual_size)
                 _mark_used(record_path)
                 return base
-            record = self._download(url, sha256, base)
-            record_path.write_text(json.dumps(record))
+            self._remove_partials(key)  # what a killed job left
+            record = self._download(url, sha256, base, max_virtual_size)
+            _write_private(record_path, json.dumps(record))
             _mark_used(record_path)
         self.evict(keep={base})
         return base
 
-    def _download(self, url: str, sha256: str | None, base: Path) -> dict[str, Any]:
+    def _remove_partials(self, key: str) -> None:
+        for suffix in PARTIAL_SUFFIXES:
+            (self.cache_dir / f"{key}{suffix}").unlink(missing_ok=True)
+
+    def _download(self, url: str, sha256: str | None, base: Path,
+                  max_virtual_size: int | None) -> dict[str, Any]:
         partial = base.with_suffix(".download")
-        digest = hashlib.sha256()
-        received = 0
-        started = last_report = time.monotonic()
+        converting = base.with_suffix(".converting")
+        started = time.monotonic()
         log.info("image %s: downloading", url)
         try:
-            chunks, total = _read_chunks(url)
-            with partial.open("wb") as out:
-                for chunk in chunks:
-                    out.write(chunk)
-                    digest.update(chunk)
-                    received += len(chunk)
-                    if time.monotonic() - last_report >= PROGRESS_INTERVAL_SECONDS:
-                        last_report = time.monotonic()
-                        share = f" ({100 * received // total}%)" if total else ""
-                        log.info("image %s: %d MiB%s", url, received >> 20, share)
-            actual = digest.hexdigest()
-            if sha256 and actual != sha256:
-                raise BuildError(f"image {url}: sha256 is {actual}, expected {sha256}")
-            info = qemu_img_info(partial)
-            if info.get("backing-filename"):
-                # A downloaded qcow2 pointing at a host file would read that file.
-                raise BuildError(f"image {url}: images with a backing file are refused")
-            original_format = info["format"]
-            if original_format == "qcow2":
+            fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+            with os.fdopen(fd, "wb") as out:
+                copied = copy_image(url, self.policy, out)
+            if sha256 and copied.sha256 != sha256:
+                raise RequestError(f"image {url}: sha256 is {copied.sha256}, expected {sha256}")
+            image_format, virtual_size = inspect(partial, url)
+            check_virtual_size(url, virtual_size, max_virtual_size)
+            qemu_img.check_standalone(partial, image_format, f"image {url}")
+            if image_format == "qcow2":
                 partial.rename(base)
             else:
-                log.info("image %s: converting %s to qcow2", url, original_format)
-                _convert_to_qcow2(partial, original_format, base)
-        except requests.RequestException as exc:
-            raise BuildError(f"image {url}: download failed: {type(exc).__name__}") from None
+                log.info("image %s: converting %s to qcow2", url, image_format)
+                qemu_img.convert(partial, image_format, converting)
+                converting.rename(base)
         except OSError as exc:
-            raise BuildError(f"image {url}: {exc}") from None
+            raise RequestError(f"image {url}: {exc.strerror or exc}") from None
         finally:
             partial.unlink(missing_ok=True)
-        seconds = time.monotonic() - started
-        log.info("image %s: %d bytes in %.1fs, %s", url, received, seconds, original_format)
-        return {"url": url, "sha256": actual, "format": original_format, "bytes": received}
+            converting.unlink(missing_ok=True)
+        log.info("image %s: %d bytes in %.1fs, %s", url, copied.size,
+                 time.monotonic() - started, image_format)
+        return {"url": url, "sha256": copied.sha256, "format": image_format,
+                "bytes": copied.size, "virtual_size": virtual_size}
+
+    def sweep(self) -> list[Path]:
+        """Remove partial files of downloads and conversions no one is doing (a killed job's)."""
+        removed = []
+        for partial in self._files():
+            if partial.suffix not in PARTIAL_SUFFIXES:
+                continue
+            lock = _lock(partial.with_suffix(".lock"))
+            try:
+                lock.acquire(timeout=0)
+            except filelock.Timeout:
+                continue  # being written right now
+            try:
+                partial.unlink(missing_ok=True)
+                removed.append(partial)
+                log.info("image cache: removed %s (left by an interrupted job)", partial.name)
+            finally:
+                lock.release()
+        return removed
+
+    def _files(self) -> list[Path]:
+        try:
+            return [p for p in self.cache_dir.iterdir() if p.is_file()]
+        except FileNotFoundError:
+            return []
+
+    def usage(self) -> int:
+        """Bytes the cache directory takes on disk: every file in it counts."""
+        total = 0
+        for path in self._files():
+            try:
+                total += path.stat().st_blocks * 512
+            except FileNotFoundError:
+                continue
+        return total
 
     def evict(self, keep: Collection[Path] = ()) -> list[Path]:
-        """Remove least recently used unused bases until the cache fits its cap."""
-        bases = sorted(
-            (p for p in self.cache_dir.glob("*.qcow2") if p.with_suffix(".json").exists()),
-            key=lambda p: p.with_suffix(".json").stat().st_mtime,
-        )
-        total = sum(p.stat().st_size for p in bases)
+        """Remove least recently used unused bases until the whole cache fits its cap.
+
+        Partial files of interrupted jobs go first; a base without a record (a
+        job killed between the two) counts as the least recently used.
+        """
+        self.sweep()
+
+        def last_used(base: Path) -> float:
+            record = base.with_suffix(".json")
+            return record.stat().st_mtime if record.exists() else 0.0
+
+        bases = sorted((p for p in self._files() if p.suffix == ".qcow2"), key=last_used)
+        total = self.usage()
         removed: list[Path] = []
         for base in bases:
             if total <= self.max_bytes:
@@ -207,7 +257,7 @@ class ImageCache:
             try:
                 if base in self.in_use():
                     continue
-                size = base.stat().st_size
+                size = base.stat().st_blocks * 512
                 base.with_suffix(".json").unlink(missing_ok=True)
                 base.unlink(missing_ok=True)
                 total -= size
@@ -216,18 +266,3 @@ class ImageCache:
             finally:
                 lock.release()
         return removed
-
-
-def _convert_to_qcow2(source: Path, source_format: str, base: Path) -> None:
-    converting = base.with_suffix(".converting")
-    result = subprocess.run(
-        ["qemu-img", "convert", "-f", source_format, "-O", "qcow2", str(source), str(converting)],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if result.returncode != 0:
-        converting.unlink(missing_ok=True)
-        reason = (result.stderr.strip().splitlines() or ["failed"])[-1]
-        raise BuildError(f"qemu-img convert: {reason}")
-    shutil.move(converting, base)

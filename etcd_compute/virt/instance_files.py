@@ -6,8 +6,10 @@
     meta.json     what the metadata server serves to this guest
 
 Everything an instance owns on disk is in this one directory, so destroy is
-one rmtree. The directory is world-traversable because qemu runs as its own
-user under qemu:///system.
+one rmtree. It is tenant data: the files are 0600 (libvirt's DAC driver hands
+disk and config drive to the qemu user while the guest runs), and the
+directories are 0711: qemu, running as its own user under qemu:///system, must
+traverse them to open its disks; no other user may list or read them.
 """
 
 from __future__ import annotations
@@ -23,6 +25,18 @@ from typing import Any
 
 from etcd_compute.keys import UUID
 from etcd_compute.virt import disks
+
+# Traversable by qemu (another user), not listable or readable by anyone else.
+DIRECTORY_MODE = 0o711
+FILE_MODE = 0o600
+
+
+def write_private(path: Path, content: bytes) -> None:
+    """Write `path` (replacing it) readable by its owner only, from the first byte on."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, FILE_MODE)
+    with os.fdopen(fd, "wb") as handle:
+        handle.write(content)
+    os.chmod(path, FILE_MODE)  # an existing file keeps its old mode through O_CREAT
 
 
 @dataclass(frozen=True)
@@ -53,13 +67,14 @@ class InstanceFiles:
         return self.directory / "meta.json"
 
     def create(self) -> None:
-        self.directory.parent.mkdir(parents=True, exist_ok=True, mode=0o755)
-        self.directory.mkdir(exist_ok=True)
-        self.directory.chmod(0o755)
+        for directory in (self.directory.parent, self.directory):
+            directory.mkdir(parents=True, exist_ok=True, mode=DIRECTORY_MODE)
+            if directory.stat().st_mode & 0o777 != DIRECTORY_MODE:
+                directory.chmod(DIRECTORY_MODE)
 
     def write_meta(self, meta: dict[str, Any]) -> None:
         partial = self.meta.with_suffix(".partial")
-        partial.write_text(json.dumps(meta, indent=2, sort_keys=True))
+        write_private(partial, json.dumps(meta, indent=2, sort_keys=True).encode())
         partial.rename(self.meta)
 
     def read_meta(self) -> dict[str, Any] | None:

@@ -102,14 +102,15 @@ def test_filters_say_how_many_hosts_they_removed(schedule_config, store, placeme
 def test_cli_prints_original_line_first_then_reasons(schedule_config, store, placement,
                                                      run_schedule):
     add_host(placement, store, "tiny", totals={"VCPU": 1, "MEMORY_MB": 512, "DISK_GB": 1})
-    run = run_schedule("resources=VCPU:1,MEMORY_MB:5&required=MISC_SHARES_VIA_AGGREGATE")
+    run = run_schedule("resources=VCPU:1,MEMORY_MB:5,DISK_GB:1"
+                       "&required=MISC_SHARES_VIA_AGGREGATE")
     assert run.code == 1, run.stderr
     assert run.stdout.splitlines() == [
         "NO ALLOCATIONS LEFT",
         "required=MISC_SHARES_VIA_AGGREGATE: no provider with enough free resources has trait "
         "MISC_SHARES_VIA_AGGREGATE",
     ]
-    as_json = run_schedule("resources=VCPU:2", "--json")
+    as_json = run_schedule("resources=VCPU:2,MEMORY_MB:5,DISK_GB:1", "--json")
     assert as_json.code == 1
     assert as_json.json()["reasons"][0].startswith("resources=VCPU:2: no resource provider "
                                                    "has 2 VCPU free (largest free: 1")

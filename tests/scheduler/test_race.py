@@ -54,8 +54,9 @@ def race_config(pg_placement, etcd_config) -> dict[str, Any]:
     overrides = {
         "etcd": etcd_config,
         "placement": {"endpoint": pg_placement.endpoint, "token": "admin", "timeout": 30.0},
-        # Everyone picks the same best host: the worst case for collisions.
-        "scheduler": {"host_subset_size": 1, "claim_retries": 8},
+        # Everyone picks the same best host: the worst case for collisions. The race is
+        # for VCPU on fake hosts: no libvirt driver needs the other classes here.
+        "scheduler": {"host_subset_size": 1, "claim_retries": 8, "required_resources": []},
     }
     config = configuration.deep_merge(configuration.SCHEDULE_DEFAULTS, overrides)
     configuration.validate(config, "schedule_config", "race config")

@@ -153,3 +153,119 @@ def test_a_very_long_reason_is_shortened_to_one_line():
 )
 def test_other_messages_round_trip(schema, message):
     assert messages.decode(schema, messages.encode(schema, message)) == message
+
+
+# -- attacks: what a request or a stored value may not slip past the boundary ----------------
+
+NEWLINE_SUFFIXED = [
+    ("uuid", lambda spec: {**spec, "uuid": spec["uuid"] + "\n"}),
+    ("host", lambda spec: {**spec, "host": spec["host"] + "\n"}),
+    ("resources", lambda spec: {**spec, "resources": {"VCPU\n": 1}}),
+    ("group.name", lambda spec: {**spec, "group": {"name": "web\n", "policy": "affinity"}}),
+    ("image.sha256", lambda spec: {**spec, "image": {"url": "http://x/i", "sha256": "a" * 64
+                                                      + "\n"}}),
+    ("allocations", lambda spec: {**spec, "allocations": {spec["host"] + "\n": {
+        "resources": {"VCPU": 1}}}}),
+]
+
+
+@pytest.mark.parametrize(("field", "change"), NEWLINE_SUFFIXED,
+                         ids=[f for f, _ in NEWLINE_SUFFIXED])
+def test_a_newline_suffixed_field_is_refused(field, change):
+    """`$` matches before a final newline: every pattern is anchored with \\A...\\Z."""
+    with pytest.raises(InvalidMessage) as error:
+        messages.check(messages.INSTANCE_SPEC, change(SPEC))
+    assert "\n" not in str(error.value)
+
+
+def test_no_schema_pattern_is_anchored_with_a_dollar():
+    from etcd_compute.schemas import load_schema
+
+    def patterns(node):
+        if isinstance(node, dict):
+            for key, value in node.items():
+                if key == "pattern":
+                    yield value
+                if key == "patternProperties":
+                    yield from value
+                yield from patterns(value)
+        elif isinstance(node, list):
+            for item in node:
+                yield from patterns(item)
+
+    names = ["common", "alive", "console", "group_member", "host_stats", "instance_record",
+             "instance_spec", "compute_config", "schedule_config"]
+    found = [p for name in names for p in patterns(load_schema(name))]
+    assert found and all(p.startswith("\\A") and p.endswith("\\Z") for p in found), found
+
+
+@pytest.mark.parametrize("amount", [256.0, 1.0, True, 2**31, 0, -1, "1"])
+def test_amounts_are_strict_bounded_integers(amount):
+    for message in ({**SPEC, "resources": {"MEMORY_MB": amount}},
+                    {**SPEC, "allocations": {RP: {"resources": {"MEMORY_MB": amount}}}},
+                    {**RECORD, "resources": {"MEMORY_MB": amount}}):
+        schema = messages.INSTANCE_RECORD if "state" in message else messages.INSTANCE_SPEC
+        with pytest.raises(InvalidMessage):
+            messages.decode(schema, json.dumps(message))
+
+
+def test_the_largest_amount_placement_takes_is_accepted():
+    messages.check(messages.INSTANCE_SPEC, {**SPEC, "resources": {"DISK_GB": 2**31 - 1}})
+
+
+@pytest.mark.parametrize("name", ["web\x1b[2J", "a\x00b", "line\nbreak", "del\x7f", "c1\x9b",
+                                  "surrogate\ud800", "x" * 64, ""])
+def test_a_name_is_printable_and_short(name):
+    """Control characters in a name made the domain XML invalid."""
+    with pytest.raises(InvalidMessage) as error:
+        messages.check(messages.INSTANCE_SPEC, {**SPEC, "name": name})
+    assert "\n" not in str(error.value) and "\x1b" not in str(error.value)
+
+
+@pytest.mark.parametrize(("change", "schema"), [
+    ({"alternates": [{"host": RP, "allocations": {}}] * 17}, messages.INSTANCE_SPEC),
+    ({"allocations": {str(uuidlib.uuid4()): {"resources": {"VCPU": 1}} for _ in range(17)}},
+     messages.INSTANCE_SPEC),
+    ({"resources": {f"CUSTOM_R{i}": 1 for i in range(65)}}, messages.INSTANCE_SPEC),
+    ({"image": {"url": "http://x/" + "a" * 2048}}, messages.INSTANCE_SPEC),
+    ({"error": "e" * 4097}, messages.INSTANCE_RECORD),
+    ({"name": "n" * 64}, messages.INSTANCE_RECORD),
+])
+def test_counts_and_lengths_are_bounded(change, schema):
+    base = RECORD if schema == messages.INSTANCE_RECORD else SPEC
+    with pytest.raises(InvalidMessage):
+        messages.check(schema, {**base, **change})
+
+
+def test_console_text_is_bounded():
+    console = {"uuid": RP, "text": "x" * 65537, "updated_at": 1.0}
+    with pytest.raises(InvalidMessage, match="console: text"):
+        messages.check(messages.CONSOLE, console)
+
+
+def test_a_refusal_stands_even_when_the_explainer_finds_no_fault(monkeypatch):
+    """Once, a message the compiled validator refused was accepted if jsonschema's
+    best_match found no error: one validator's verdict decides."""
+    monkeypatch.setattr(messages.jsonschema.exceptions, "best_match", lambda _errors: None)
+    with pytest.raises(InvalidMessage, match="instance_spec: does not match the schema"):
+        messages.check(messages.INSTANCE_SPEC, {**SPEC, "action": "reboot"})
+
+
+@pytest.mark.parametrize("depth", [17, 1000, 50_000])
+def test_deeply_nested_json_is_refused_before_it_is_parsed(depth):
+    """~50,000 levels raised RecursionError out of decode and took the host down."""
+    for raw in (b"[" * depth + b"]" * depth,
+                b'{"uuid":' * depth + b"1" + b"}" * depth):
+        with pytest.raises(InvalidMessage, match=f"nested deeper than {messages.MAX_DEPTH}"):
+            messages.decode(messages.INSTANCE_SPEC, raw)
+
+
+def test_brackets_inside_strings_do_not_count_as_nesting():
+    assert messages.nesting_depth(b'{"a":"[[[[\\"{{{{","b":[1,{"c":2}]}') == 3
+    messages.decode(messages.INSTANCE_SPEC, json.dumps({**SPEC, "user_data": "[" * 10000}))
+
+
+def test_an_oversized_value_is_refused_before_it_is_parsed():
+    raw = b'{"x":"' + b"a" * messages.MAX_MESSAGE_BYTES + b'"}'
+    with pytest.raises(InvalidMessage, match="larger than"):
+        messages.decode(messages.INSTANCE_RECORD, raw)

@@ -11,6 +11,7 @@ With CI=true anything missing fails the run instead of skipping.
 from __future__ import annotations
 
 import contextlib
+import os
 import shutil
 import subprocess
 import time
@@ -24,6 +25,7 @@ import pytest
 
 from etcd_compute.config import COMPUTE_DEFAULTS, deep_merge
 from etcd_compute.mdserver.supervisor import ensure_mdserver, stop_mdserver
+from etcd_compute.virt import nwfilter
 from tests.support import REPO, make_spec, unavailable
 from tools.local_services import host_lock, stop_pid
 
@@ -31,6 +33,10 @@ from tools.local_services import host_lock, stop_pid
 VM_TEST_ROOT = Path("/var/tmp/etcd-compute-vm-tests")
 TEST_NETWORK = "etcd-compute-test"
 TEST_NETWORK_CIDR = "192.168.124.0/24"
+# Where tools/build-test-guest.sh keeps the test guest: a directory file:// images may
+# come from in the VM tests (as the demo allows its own).
+GUEST_CACHE = Path(os.environ.get("ETCD_COMPUTE_GUEST_CACHE",
+                                  Path.home() / ".cache" / "etcd-compute" / "test-guest"))
 
 
 def new_uuid() -> str:
@@ -130,8 +136,9 @@ def vm_config(system_libvirt: None) -> Iterator[dict[str, Any]]:
 
 def _vm_config() -> Iterator[dict[str, Any]]:
     root = VM_TEST_ROOT / uuidlib.uuid4().hex[:8]
-    root.mkdir(parents=True, mode=0o755)
-    VM_TEST_ROOT.chmod(0o755)
+    # qemu (libvirt-qemu) only traverses these; other users may not list them.
+    root.mkdir(parents=True, mode=0o711)
+    VM_TEST_ROOT.chmod(0o711)
     mdserver_conf = root / "mdserver.conf"
     mdserver_conf.write_text(
         "[mdserver]\n"
@@ -153,6 +160,7 @@ def _vm_config() -> Iterator[dict[str, Any]]:
                     "network": TEST_NETWORK,
                     "network_cidr": TEST_NETWORK_CIDR,
                     "image_cache_dir": str(root / "images"),
+                    "image_file_dirs": [str(GUEST_CACHE), str(root)],
                     "boot_timeout_seconds": 60,
                     "mdserver_config": str(mdserver_conf),
                 }
@@ -166,6 +174,8 @@ def _vm_config() -> Iterator[dict[str, Any]]:
         raise
     yield config
     stop_mdserver(config)
+    with contextlib.suppress(libvirt.libvirtError):
+        nwfilter.remove_filters("qemu:///system")
     connection = libvirt.open("qemu:///system")
     with contextlib.suppress(libvirt.libvirtError):
         net = connection.networkLookupByName(TEST_NETWORK)

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import stat
 import subprocess
 from pathlib import Path
 
 import pycdlib
+import pytest
 import yaml
 
-from etcd_compute.virt import configdrive, disks
-from etcd_compute.virt.images import qemu_img_info
+from etcd_compute.errors import RequestError
+from etcd_compute.virt import configdrive, disks, qemu_img
 from etcd_compute.virt.instance_files import InstanceFiles, bases_in_use, hostname_for
 
 GIB = 1024**3
@@ -20,16 +22,25 @@ def make_base(path: Path, size: str) -> Path:
     return path
 
 
-def test_overlay_grows_to_disk_gb_but_never_below_the_base(tmp_path: Path) -> None:
-    base = make_base(tmp_path / "base.qcow2", "2G")
-    small, large = tmp_path / "small.qcow2", tmp_path / "large.qcow2"
-    assert disks.create_overlay(base, "qcow2", small, 1) == 2 * GIB
+def test_the_overlay_is_exactly_the_claimed_disk(tmp_path: Path) -> None:
+    base = make_base(tmp_path / "base.qcow2", "1G")
+    large = tmp_path / "large.qcow2"
     assert disks.create_overlay(base, "qcow2", large, 5) == 5 * GIB
-    info = qemu_img_info(large)
+    info = qemu_img.info(large, "qcow2")
     assert info["virtual-size"] == 5 * GIB
     assert info["backing-filename"] == str(base)
+    assert stat.S_IMODE(large.stat().st_mode) == 0o600  # tenant data: not for other users
     assert disks.backing_file(large) == base
     assert disks.backing_file(base) is None
+
+
+def test_a_base_larger_than_the_claimed_disk_is_refused(tmp_path: Path) -> None:
+    """A 200 KB qcow2 declaring 16 TiB once got a 16 TiB disk for a 1 GiB claim."""
+    base = make_base(tmp_path / "base.qcow2", "16T")
+    overlay = tmp_path / "overlay.qcow2"
+    with pytest.raises(RequestError, match="16384 GiB is larger than the 1 GiB disk"):
+        disks.create_overlay(base, "qcow2", overlay, 1)
+    assert not overlay.exists()
 
 
 def test_bases_in_use_reads_the_overlays(tmp_path: Path) -> None:
@@ -46,6 +57,7 @@ def test_config_drive_contents(tmp_path: Path) -> None:
     iso = tmp_path / "config.iso"
     key = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5 someone@example"
     configdrive.write_config_drive(iso, "abc-123", "my-host", "#cloud-config\nfoo: 1\n", key)
+    assert stat.S_IMODE(iso.stat().st_mode) == 0o600  # user-data and key: tenant data
     files = configdrive.read_config_drive(iso)
     assert set(files) == {"meta-data", "user-data"}
     meta = yaml.safe_load(files["meta-data"])

@@ -100,3 +100,23 @@ def test_driver_reports_an_unreachable_hypervisor(test_driver_config: dict[str, 
     test_driver_config["driver"]["libvirt"]["uri"] = "qemu+unix:///system?socket=/nonexistent"
     with pytest.raises(ServiceUnavailable, match="libvirt"):
         LibvirtDriver(test_driver_config).check()
+
+
+@pytest.mark.parametrize("missing", ["VCPU", "MEMORY_MB", "DISK_GB"])
+def test_a_spec_without_what_the_driver_needs_is_the_requests_fault(
+    test_driver_config: dict[str, Any], tmp_path: Path, missing: str
+) -> None:
+    """Once `resources=VCPU:1,DISK_GB:1` reached the driver and raised KeyError there."""
+    from etcd_compute.errors import RequestError
+
+    image = tmp_path / "image.qcow2"
+    image.write_bytes(b"not downloaded with the test driver")
+    driver = LibvirtDriver(test_driver_config)
+    uuid = new_uuid()
+    spec = guest_spec(uuid, f"file://{image}")
+    del spec["resources"][missing]
+    with pytest.raises(RequestError, match=f"the request claims no {missing}"):
+        driver.build(spec)
+    assert uuid not in driver.list_instances()
+    assert not (Path(test_driver_config["compute"]["instances_dir"]) / uuid).exists()
+    driver.close()

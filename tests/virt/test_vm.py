@@ -5,7 +5,10 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import stat
+import subprocess
 import time
+import xml.etree.ElementTree as ET
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -15,7 +18,7 @@ import pytest
 import requests
 
 from etcd_compute.drivers.libvirt import LibvirtDriver
-from etcd_compute.errors import BuildError
+from etcd_compute.errors import BuildError, RequestError
 from etcd_compute.virt import network
 from tests.support import wait_for
 from tests.virt.conftest import guest_spec, new_uuid
@@ -43,6 +46,22 @@ def assert_gone(driver: LibvirtDriver, uuid: str) -> None:
         connection.close()
     assert uuid not in driver.list_instances()
     assert not (Path(driver.config["compute"]["instances_dir"]) / uuid).exists()
+
+
+def assert_private(instance_dir: Path, cache_dir: Path) -> None:
+    """Tenant data and cached images: another local user can neither list nor read them,
+    while qemu (libvirt-qemu) runs the guest from them."""
+    for directory in (instance_dir, instance_dir.parent, cache_dir):
+        assert stat.S_IMODE(directory.stat().st_mode) == 0o711, directory
+    tenant_files = [instance_dir / n for n in ("disk.qcow2", "config.iso", "meta.json")]
+    for path in [*tenant_files, *cache_dir.glob("*.qcow2"), *cache_dir.glob("*.json")]:
+        assert stat.S_IMODE(path.stat().st_mode) & 0o077 == 0, path
+    for path in [instance_dir, cache_dir, *tenant_files, instance_dir / "console.log"]:
+        as_nobody = subprocess.run(
+            ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups",
+             "cat" if path.is_file() else "ls", str(path)],
+            capture_output=True, check=False)
+        assert as_nobody.returncode != 0 and not as_nobody.stdout, path
 
 
 def test_two_guests_boot_and_each_sees_only_its_own_data(
@@ -86,6 +105,15 @@ def test_two_guests_boot_and_each_sees_only_its_own_data(
             assert {p.name for p in files.iterdir()} >= {
                 "disk.qcow2", "config.iso", "console.log", "meta.json"
             }
+            assert_private(files, driver.images.cache_dir)
+
+        # Each NIC carries our filter, bound to the lease from the gateway.
+        for uuid in uuids:
+            nic = ET.fromstring(driver.connection.lookupByName(uuid).XMLDesc(0)).find(
+                "devices/interface/filterref")
+            assert nic is not None and nic.get("filter") == "etcd-compute-guest"
+            parameters = {p.get("name"): p.get("value") for p in nic.iterfind("parameter")}
+            assert parameters == {"CTRL_IP_LEARNING": "dhcp", "DHCPSERVER": "192.168.124.1"}
 
         # The host is not a guest: the metadata server tells it nothing.
         answer = requests.get(
@@ -105,13 +133,43 @@ def test_two_guests_boot_and_each_sees_only_its_own_data(
         driver.close()
 
 
-def test_bad_image_url_fails_and_leaves_nothing(vm_config: dict[str, Any], tmp_path: Path) -> None:
+def test_bad_image_url_fails_and_leaves_nothing(vm_config: dict[str, Any]) -> None:
     driver = LibvirtDriver(vm_config)
     uuid = new_uuid()
     with pytest.raises(BuildError, match="no such file|No such file"):
-        driver.build(guest_spec(uuid, f"file://{tmp_path}/missing.qcow2"))
+        driver.build(guest_spec(uuid, f"file://{allowed_dir(vm_config)}/missing.qcow2"))
     assert_gone(driver, uuid)
     driver.close()
+
+
+def test_refused_images_fail_before_anything_runs_and_leave_nothing(
+    vm_config: dict[str, Any],
+) -> None:
+    """A host file, and a 200 KB qcow2 declaring 16 TiB for a 1 GiB claim: one RequestError
+    line each, no domain, no instance dir, nothing in the cache."""
+    root = Path(vm_config["driver"]["libvirt"]["image_cache_dir"]).parent
+    huge = root / "huge.qcow2"
+    subprocess.run(["qemu-img", "create", "-q", "-f", "qcow2", str(huge), "16T"], check=True)
+    driver = LibvirtDriver(vm_config)
+    cache = driver.images.cache_dir
+
+    def cached() -> set[str]:  # other tests' images stay; these add nothing
+        return {p.name for p in cache.iterdir() if p.suffix != ".lock"} if cache.exists() else set()
+
+    before = cached()
+    for url, fault in [("file:///etc/shadow", "not under a directory allowed"),
+                       (f"file://{huge}", "16384 GiB is larger than the 1 GiB disk")]:
+        uuid = new_uuid()
+        with pytest.raises(RequestError, match=fault):
+            driver.build(guest_spec(uuid, url))
+        assert_gone(driver, uuid)
+        assert cached() == before
+    driver.close()
+
+
+def allowed_dir(vm_config: dict[str, Any]) -> Path:
+    """A directory file:// images may come from in these tests."""
+    return Path(vm_config["driver"]["libvirt"]["image_cache_dir"]).parent
 
 
 def test_checksum_mismatch_fails_and_leaves_nothing(

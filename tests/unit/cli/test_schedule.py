@@ -144,3 +144,43 @@ def test_a_bad_config_file_is_exit_2(capsys, tmp_path, config):
     assert_usage_error(run(capsys, "--config", str(bad), "list"), "scheduler.max_attempts")
     assert_usage_error(run(capsys, "--config", str(tmp_path / "none.yaml"), "list"),
                        "no such configuration file")
+
+
+def test_a_request_without_what_the_libvirt_driver_needs_is_refused_before_any_claim(
+        capsys, config):
+    """`resources=VCPU:1,DISK_GB:1` once got claimed and then raised KeyError in the driver."""
+    assert_usage_error(run(capsys, "--config", str(config), "resources=VCPU:1,DISK_GB:1"),
+                       "resources: MEMORY_MB missing", "scheduler.required_resources")
+
+
+# -- terminal control sequences from elsewhere are shown, not obeyed --------------------------
+
+HOSTILE = "\x1b]0;owned\x07\x1b[2J\x9b31m\x00\x08"
+
+
+def test_console_text_has_control_sequences_neutralised(capsys, config, monkeypatch):
+    """A guest writes its console; `schedule.py console` once passed ESC and friends through."""
+    import contextlib
+
+    from etcd_compute.scheduler import operations
+
+    monkeypatch.setattr(schedule, "_store", lambda _config: contextlib.nullcontext())
+    monkeypatch.setattr(operations, "console",
+                        lambda _store, _uuid: f"login:\t{HOSTILE}\nsecond line\n")
+    code, out, err = run(capsys, "--config", str(config), "console", UUID)
+    assert code == 0 and err == ""
+    assert out == ("login:\t\\x1b]0;owned\\x07\\x1b[2J\\x9b31m\\x00\\x08\nsecond line\n")
+    assert not any(ch in out for ch in "\x1b\x07\x9b\x00\x08")
+
+
+@pytest.mark.parametrize("argv", [
+    ["--frobnicate" + HOSTILE],  # argparse's own error echoes it
+    ["resources=VCPU:1", "--hint", f"sideways{HOSTILE}=g"],
+    ["resources=VCPU:1", "--name", f"web{HOSTILE}\nsecond"],
+    ["destroy", f"x{HOSTILE}"],
+])
+def test_user_strings_echoed_in_errors_are_neutralised(capsys, config, argv):
+    code, out, err = run(capsys, "--config", str(config), *argv)
+    assert code == 2 and out == ""
+    assert len(err.splitlines()) == 1 and err.endswith("\n")
+    assert not any(ch in err for ch in "\x1b\x07\x9b\x00\x08")

@@ -75,3 +75,37 @@ def test_disk_is_measured_on_the_nearest_existing_directory(tmp_path):
     totals = measure_totals(str(missing))
     assert totals["DISK_GB"] == psutil.disk_usage(str(tmp_path)).total // GiB
     assert totals["VCPU"] >= 1 and totals["MEMORY_MB"] > 0
+
+
+def test_disk_is_the_file_system_less_the_image_cache_and_the_reserve():
+    """The image cache (20 GB by default) shares the file system with the disks: once its
+    room was offered to instances too."""
+    inventory = build_inventory({"DISK_GB": 100},
+                                {"DISK_GB": {"reserved": 5, "image_cache_gb": 20}})
+    disk = inventory["DISK_GB"]
+    assert (disk["total"], disk["reserved"]) == (80, 5)
+    assert disk["total"] - disk["reserved"] == 100 - 20 - 5  # what instances may claim
+
+
+def test_a_cache_larger_than_the_disk_leaves_nothing_to_claim():
+    disk = build_inventory({"DISK_GB": 10}, {"DISK_GB": {"reserved": 1,
+                                                          "image_cache_gb": 20}})["DISK_GB"]
+    assert disk["total"] == 1 and disk["total"] - disk["reserved"] == 0
+
+
+def test_a_configured_total_is_not_reduced_by_the_cache():
+    disk = build_inventory({"DISK_GB": 100}, {"DISK_GB": {"total": 10,
+                                                           "image_cache_gb": 20}})["DISK_GB"]
+    assert disk["total"] == 10
+
+
+def test_the_cache_cap_comes_from_the_libvirt_driver_unless_configured(tmp_path):
+    from etcd_compute.config import load_compute
+
+    path = tmp_path / "compute.yaml"
+    path.write_text("driver:\n  libvirt:\n    image_cache_max_gb: 7.5\n")
+    assert load_compute(str(path))["compute"]["inventory"]["DISK_GB"]["image_cache_gb"] == 7.5
+    path.write_text("driver:\n  name: fake\n")
+    assert load_compute(str(path))["compute"]["inventory"]["DISK_GB"]["image_cache_gb"] == 0
+    path.write_text("compute:\n  inventory:\n    DISK_GB: {image_cache_gb: 2}\n")
+    assert load_compute(str(path))["compute"]["inventory"]["DISK_GB"]["image_cache_gb"] == 2

@@ -61,3 +61,28 @@ def test_bad_files_are_one_line_errors(tmp_path: Path, text: str, message: str) 
 def test_a_missing_file_is_a_one_line_error(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"nope.conf: cannot read: \[Errno 2\]"):
         load_config(tmp_path / "nope.conf")
+
+
+def test_the_limits_on_untrusted_clients_are_read_and_bounded(tmp_path: Path) -> None:
+    conf = tmp_path / "mdserver.conf"
+    conf.write_text("[mdserver]\nthreads = 2\nconnection_limit = 50\nidle_timeout_seconds = 5\n"
+                    "max_request_header_bytes = 4096\nmax_request_body_bytes = 0\n")
+    config = load_config(conf)
+    assert (config.threads, config.connection_limit, config.idle_timeout_seconds,
+            config.max_request_header_bytes, config.max_request_body_bytes) == (2, 50, 5, 4096, 0)
+    defaults = MdserverConfig()
+    assert (defaults.threads, defaults.connection_limit, defaults.idle_timeout_seconds) == (
+        4, 100, 10)
+
+
+@pytest.mark.parametrize(("line", "message"), [
+    ("threads = 0", "mdserver.threads: 0 is not in 1..64"),
+    ("idle_timeout_seconds = forever", "mdserver.idle_timeout_seconds: not a number"),
+    ("connection_limit = 1000000", "mdserver.connection_limit: 1000000 is not in 1..10000"),
+    ("port = 70000", "mdserver.port: 70000 is not in 1..65535"),
+])
+def test_limits_out_of_range_are_one_line_errors(tmp_path: Path, line: str, message: str) -> None:
+    conf = tmp_path / "mdserver.conf"
+    conf.write_text(f"[mdserver]\n{line}\n")
+    with pytest.raises(ConfigError, match=message):
+        load_config(conf)

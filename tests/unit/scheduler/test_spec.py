@@ -113,3 +113,27 @@ def test_destination_as_dict_has_every_field():
                                      "host_name": "host-a", "allocations": allocations,
                                      "alternates": alternates}
     assert Destination(UUID, "web", "rp", "host-a", allocations).as_dict()["alternates"] == []
+
+
+@pytest.mark.parametrize(("query", "missing"), [
+    ("resources=VCPU:1,DISK_GB:1", "MEMORY_MB"),
+    ("resources=MEMORY_MB:256", "VCPU, DISK_GB"),
+    ("resources=VCPU:1,MEMORY_MB:256&resources1=CUSTOM_X:1", "DISK_GB"),
+])
+def test_a_request_without_a_required_class_is_refused(query, missing):
+    with pytest.raises(UsageError) as caught:
+        RequestSpec.build(query, required_resources=("VCPU", "MEMORY_MB", "DISK_GB"))
+    assert str(caught.value).startswith(f"resources: {missing} missing")
+
+
+def test_required_classes_may_come_from_any_request_group():
+    spec = RequestSpec.build("resources=VCPU:1,MEMORY_MB:256&resources1=DISK_GB:5",
+                             required_resources=("VCPU", "MEMORY_MB", "DISK_GB"))
+    assert spec.request.resources["DISK_GB"] == 5
+
+
+@pytest.mark.parametrize("url", ["file:///img\n", "http://h/\x1b[2J", "https://h/" + "a" * 2048,
+                                 "http://h/a b", "ftp://h/i"])
+def test_an_image_url_is_printable_ascii_and_bounded(url):
+    with pytest.raises(UsageError, match="--image"):
+        RequestSpec.build(QUERY, image_url=url)

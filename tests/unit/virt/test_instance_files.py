@@ -35,9 +35,12 @@ def test_anything_but_a_uuid_is_refused_before_it_becomes_a_path(tmp_path, uuid)
 
 def test_create_makes_a_traversable_directory_and_remove_takes_it_all(tmp_path):
     files = InstanceFiles.of(tmp_path / "instances", UUID)
+    (tmp_path / "instances").mkdir(mode=0o777)
     files.create()
     files.create()  # twice is fine
-    assert stat.S_IMODE(files.directory.stat().st_mode) == 0o755
+    # qemu (another user) may traverse to its disks; no one else may list them.
+    assert stat.S_IMODE(files.directory.stat().st_mode) == 0o711
+    assert stat.S_IMODE((tmp_path / "instances").stat().st_mode) == 0o711
     files.disk.write_bytes(b"qcow")
     files.remove()
     assert not files.directory.exists() and (tmp_path / "instances").is_dir()
@@ -53,6 +56,7 @@ def test_meta_round_trips_and_is_replaced_whole(tmp_path):
     assert files.read_meta() == meta
     files.write_meta({**meta, "name": "db"})
     assert files.read_meta()["name"] == "db"
+    assert stat.S_IMODE(files.meta.stat().st_mode) == 0o600  # tenant data
     assert [p.name for p in files.directory.iterdir()] == ["meta.json"]  # no partial left
 
 

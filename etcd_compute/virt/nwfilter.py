@@ -1,0 +1,122 @@
+"""The guest network's trust boundary, as libvirt nwfilters (ebtables).
+
+Every NIC on our network carries GUEST_FILTER with CTRL_IP_LEARNING=dhcp and
+DHCPSERVER=the network's gateway:
+
+- libvirt's `clean-traffic`: frames only from the NIC's own MAC, IPv4 only
+  from the address its DHCP lease gave it (learned from the gateway's DHCP
+  answers), ARP only for that pair: no IP, MAC or ARP spoofing. So a guest
+  cannot pass for another one towards the metadata server.
+- HOST_GUARD_FILTER: towards the host, only DHCP, DNS (to the gateway) and
+  the metadata server (169.254.169.254:80); every other packet to the
+  gateway, the metadata address or any other address of the host is dropped.
+  Guests keep the NAT route to elsewhere.
+
+The compute defines both (if missing or changed) before it builds on the
+network; `remove_filters` is for clean-up (demo, tests).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+import xml.etree.ElementTree as ET
+from collections.abc import Iterable
+
+import libvirt
+import psutil
+
+from etcd_compute.virt.network import METADATA_ADDRESS
+
+log = logging.getLogger(__name__)
+
+GUEST_FILTER = "etcd-compute-guest"
+HOST_GUARD_FILTER = "etcd-compute-host-guard"
+# Before clean-traffic accepts outgoing IPv4 (-650) and after its spoofing check (-710).
+HOST_GUARD_CHAIN, HOST_GUARD_PRIORITY = "ipv4-host", "-705"
+
+
+def gateway_of(cidr: str) -> str:
+    return str(ipaddress.IPv4Network(cidr).network_address + 1)
+
+
+def host_addresses() -> list[str]:
+    """This host's IPv4 addresses (but loopback, which guests cannot reach anyway)."""
+    found = {
+        address.address
+        for addresses in psutil.net_if_addrs().values()
+        for address in addresses
+        if address.family.name == "AF_INET" and not address.address.startswith("127.")
+    }
+    return sorted(found)
+
+
+def _rule(filter_element: ET.Element, action: str, priority: int, **ip: str) -> None:
+    rule = ET.SubElement(filter_element, "rule", action=action, direction="out",
+                         priority=str(priority))
+    ET.SubElement(rule, "ip", ip)
+
+
+def host_guard_xml(addresses: Iterable[str]) -> str:
+    """What a guest may send to the host: DHCP, DNS to the gateway, the metadata server."""
+    guard = ET.Element("filter", name=HOST_GUARD_FILTER, chain=HOST_GUARD_CHAIN,
+                       priority=HOST_GUARD_PRIORITY)
+    _rule(guard, "return", 100, protocol="udp", dstportstart="67")  # DHCP (broadcast too)
+    _rule(guard, "return", 110, dstipaddr="$DHCPSERVER", protocol="udp", dstportstart="53")
+    _rule(guard, "return", 120, dstipaddr="$DHCPSERVER", protocol="tcp", dstportstart="53")
+    _rule(guard, "return", 130, dstipaddr=METADATA_ADDRESS, protocol="tcp", dstportstart="80")
+    _rule(guard, "drop", 500, dstipaddr="$DHCPSERVER")
+    _rule(guard, "drop", 510, dstipaddr=METADATA_ADDRESS)
+    for number, address in enumerate(sorted(set(addresses))):
+        _rule(guard, "drop", 520 + number, dstipaddr=address)
+    return ET.tostring(guard, encoding="unicode")
+
+
+def guest_filter_xml() -> str:
+    guest = ET.Element("filter", name=GUEST_FILTER, chain="root")
+    ET.SubElement(guest, "filterref", filter="clean-traffic")
+    ET.SubElement(guest, "filterref", filter=HOST_GUARD_FILTER)
+    return ET.tostring(guest, encoding="unicode")
+
+
+def _canonical(xml: str) -> tuple[object, ...]:
+    """A filter's XML without what libvirt adds (uuid) or reorders (attributes, spaces)."""
+    def walk(element: ET.Element) -> tuple[object, ...]:
+        children = tuple(walk(child) for child in element if child.tag != "uuid")
+        return element.tag, tuple(sorted(element.attrib.items())), children
+
+    return walk(ET.fromstring(xml))
+
+
+def _ensure(connection: libvirt.virConnect, name: str, xml: str) -> None:
+    try:
+        existing = connection.nwfilterLookupByName(name)
+    except libvirt.libvirtError as exc:
+        if exc.get_error_code() != libvirt.VIR_ERR_NO_NWFILTER:
+            raise
+        existing = None
+    if existing is not None and _canonical(existing.XMLDesc(0)) == _canonical(xml):
+        return
+    connection.nwfilterDefineXML(xml)
+    log.info("nwfilter %s: %s", name, "updated" if existing else "defined")
+
+
+def ensure_filters(connection: libvirt.virConnect) -> str:
+    """Define our filters if missing or changed (callers hold a lock); the guest filter's name."""
+    _ensure(connection, HOST_GUARD_FILTER, host_guard_xml(host_addresses()))
+    _ensure(connection, GUEST_FILTER, guest_filter_xml())
+    return GUEST_FILTER
+
+
+def remove_filters(uri: str) -> None:
+    """Undefine our filters (demo and test clean-up; refused while a guest uses them)."""
+    connection = libvirt.open(uri)
+    try:
+        for name in (GUEST_FILTER, HOST_GUARD_FILTER):
+            try:
+                connection.nwfilterLookupByName(name).undefine()
+            except libvirt.libvirtError as exc:
+                if exc.get_error_code() != libvirt.VIR_ERR_NO_NWFILTER:
+                    raise
+    finally:
+        connection.close()

@@ -1,0 +1,56 @@
+"""Our nwfilters as XML (what libvirt gets): clean-traffic plus the host guard."""
+
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+
+from etcd_compute.virt import nwfilter
+from etcd_compute.virt.domain import domain_xml
+from tests import support
+
+
+def test_the_guest_filter_is_clean_traffic_and_the_host_guard():
+    root = ET.fromstring(nwfilter.guest_filter_xml())
+    assert root.get("name") == "etcd-compute-guest" and root.get("chain") == "root"
+    assert [r.get("filter") for r in root.iterfind("filterref")] == [
+        "clean-traffic", "etcd-compute-host-guard"]
+
+
+def test_the_host_guard_lets_through_dhcp_dns_and_metadata_only():
+    root = ET.fromstring(nwfilter.host_guard_xml(["10.0.0.5", "192.168.124.1"]))
+    # After clean-traffic's spoofing check (-710), before it accepts all IPv4 out (-650).
+    assert root.get("chain").startswith("ipv4") and -710 < int(root.get("priority")) < -650
+    rules = [(r.get("action"), int(r.get("priority")), r.find("ip").attrib)
+             for r in root.iterfind("rule")]
+    assert all(r.get("direction") == "out" for r in root.iterfind("rule"))
+    allowed = [ip for action, _, ip in rules if action == "return"]
+    assert allowed == [
+        {"protocol": "udp", "dstportstart": "67"},
+        {"dstipaddr": "$DHCPSERVER", "protocol": "udp", "dstportstart": "53"},
+        {"dstipaddr": "$DHCPSERVER", "protocol": "tcp", "dstportstart": "53"},
+        {"dstipaddr": "169.254.169.254", "protocol": "tcp", "dstportstart": "80"},
+    ]
+    dropped = [ip["dstipaddr"] for action, _, ip in rules if action == "drop"]
+    assert dropped == ["$DHCPSERVER", "169.254.169.254", "10.0.0.5", "192.168.124.1"]
+    last_allowed = max(p for action, p, _ in rules if action == "return")
+    assert all(p > last_allowed for action, p, _ in rules if action == "drop")
+
+
+def test_the_comparison_ignores_what_libvirt_adds_or_reorders():
+    ours = nwfilter.guest_filter_xml()
+    libvirts = ("<filter chain='root' name='etcd-compute-guest'>\n  <uuid>x</uuid>\n"
+                "  <filterref filter='clean-traffic'/>\n"
+                "  <filterref filter='etcd-compute-host-guard'/>\n</filter>")
+    assert nwfilter._canonical(ours) == nwfilter._canonical(libvirts)
+    assert nwfilter._canonical(ours) != nwfilter._canonical(
+        libvirts.replace("clean-traffic", "allow-arp"))
+
+
+def test_the_nic_carries_the_filter_bound_to_the_dhcp_lease():
+    spec = support.domain_spec("0b7e4f1e-9a0c-4a51-8f0e-5d2c3b4a6e7f",
+                               nic_filter="etcd-compute-guest", dhcp_server="192.168.123.1")
+    filterref = ET.fromstring(domain_xml(spec)).find("devices/interface/filterref")
+    assert filterref.get("filter") == "etcd-compute-guest"
+    assert {p.get("name"): p.get("value") for p in filterref.iterfind("parameter")} == {
+        "CTRL_IP_LEARNING": "dhcp", "DHCPSERVER": "192.168.123.1"}
+    assert nwfilter.gateway_of("192.168.123.0/24") == "192.168.123.1"
