@@ -36,7 +36,7 @@ unit: install
 	@$(PY) -m pytest -q tests/unit $(PYTEST_ARGS)
 
 lint: install
-	@$(PY) -m ruff check etcd_compute tests tools bench compute.py schedule.py
+	@$(PY) -m ruff check etcd_compute tests tools bench compute.py schedule.py cluster.py
 	@.venv/bin/lint-imports --no-cache
 
 bench: install bench-deps

@@ -14,15 +14,20 @@ builds them (the instance model) can be tested against an in-memory store.
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import grpc
-import pyetcd
-import pyetcd.exceptions
-import pyetcd.transactions
+# gRPC's C core would print its own lines (a failed TLS handshake, say) on stderr, around
+# our one-line errors; it must know before grpc is imported.
+os.environ.setdefault("GRPC_VERBOSITY", "NONE")
+
+import grpc  # noqa: E402
+import pyetcd  # noqa: E402
+import pyetcd.exceptions  # noqa: E402
+import pyetcd.transactions  # noqa: E402
 
 from etcd_compute import messages
 from etcd_compute.errors import ConfigError, EtcdComputeError, InvalidMessage, ServiceUnavailable
@@ -94,7 +99,9 @@ def etcd_errors(endpoints: list[str]) -> Iterator[None]:
         yield
     except ETCD_DOWN as exc:
         code = exc.code() if isinstance(exc, grpc.RpcError) and hasattr(exc, "code") else None
-        details = (exc.details() or "") if hasattr(exc, "details") else ""
+        # pyetcd raises its own exception from inside gRPC's; the details are in that one.
+        cause = exc if hasattr(exc, "details") else exc.__context__
+        details = (cause.details() or "") if hasattr(cause, "details") else ""
         details = " ".join(details.split())[:300]
         if code == grpc.StatusCode.PERMISSION_DENIED:
             raise PermissionDenied(f"etcd refused the request: PERMISSION_DENIED: "

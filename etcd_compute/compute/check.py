@@ -1,18 +1,42 @@
-"""`compute.py --check`: is the config valid and is everything reachable?"""
+"""`compute.py --check`: is the config valid, are our certificates good, is everything reachable?"""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
+from etcd_compute.compute.identity import load_identity
 from etcd_compute.drivers import load_driver
-from etcd_compute.errors import ServiceUnavailable
+from etcd_compute.errors import ConfigError
 from etcd_compute.etcd import Store
+from etcd_compute.pki import certificate_problems
 from etcd_compute.placement import PlacementClient
 
 
+def certificates(config: dict[str, Any]) -> list[str]:
+    """One line per section whose certificate is good; ConfigError (one line) on the first
+    fault: unreadable, not from the configured CA, expired, key not matching, or a CN that
+    names another host."""
+    lines = []
+    for section in ("etcd", "placement"):
+        settings = config[section]
+        if not settings.get("cert"):
+            continue
+        if not settings.get("ca_cert"):
+            raise ConfigError(f"{section}.cert needs {section}.ca_cert")
+        problems = certificate_problems(Path(settings["cert"]), Path(settings["key"] or ""),
+                                        Path(settings["ca_cert"]))
+        if problems:
+            raise ConfigError(f"{section}: {problems[0]}")
+        lines.append(f"{section} certificate: ok ({settings['cert']})")
+    identity = load_identity(config)  # a certificate issued for another host is refused here
+    lines.append(f"identity: {identity.uuid}")
+    return lines
+
+
 def check(config: dict[str, Any]) -> list[str]:
-    """One line per service that answered; raises on the first that does not."""
-    lines = ["config: ok"]
+    """One line per thing that is good; raises on the first that is not."""
+    lines = ["config: ok", *certificates(config)]
     store = Store(config["etcd"])
     try:
         with store.errors():
@@ -24,8 +48,6 @@ def check(config: dict[str, Any]) -> list[str]:
     driver = load_driver(config)
     try:
         lines.append(f"driver: ok ({driver.check()})")
-    except ServiceUnavailable:
-        raise
     finally:
         driver.close()
     return lines

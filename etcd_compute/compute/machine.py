@@ -21,6 +21,7 @@ from typing import Any
 
 from etcd_compute import instances, messages
 from etcd_compute.compute import worker
+from etcd_compute.compute.checks import claimed_here, refuse_unclaimed
 from etcd_compute.compute.consoles import Consoles
 from etcd_compute.compute.identity import HostIdentity
 from etcd_compute.compute.pool import (
@@ -32,7 +33,7 @@ from etcd_compute.compute.pool import (
     job_error,
     pool_broke,
 )
-from etcd_compute.errors import InvalidMessage
+from etcd_compute.errors import InvalidMessage, RequestError, ServiceUnavailable
 from etcd_compute.etcd import KeyValueStore
 from etcd_compute.keys import UUID
 from etcd_compute.placement import PlacementClient
@@ -122,7 +123,8 @@ class InstanceMachine:
             self.submit(CLEANUP, {"uuid": uuid, "host": rp_uuid}, read.revision,
                         reason=reason, blame_host=False)
             return
-        self.placement.delete_allocations(uuid)
+        if claimed_here(self.placement, rp_uuid, uuid):
+            self.placement.delete_allocations(uuid)  # never another host's claim
         instances.reject(self.store, rp_uuid, uuid, spec_revision, reason)
 
     def start_build(self, spec: dict[str, Any], spec_revision: int) -> None:
@@ -140,6 +142,8 @@ class InstanceMachine:
                 read.record["host"] == spec["host"]:
             log.info("resuming build interrupted by a restart")
         else:
+            if refuse_unclaimed(self.store, self.placement, spec, spec_revision):
+                return
             revision = instances.begin_build(self.store, spec, spec_revision, read, host.name)
             if revision is None:
                 # Someone moved first (a destroy, or another delivery): act on what is there now.
@@ -156,14 +160,27 @@ class InstanceMachine:
         job = self.jobs.get(uuid)
         self.consoles.forget(uuid)
         if job is not None:
-            if job.kind == BUILD and not job.destroy_requested:
+            if job.kind in (BUILD, CLEANUP) and not job.destroy_requested:
                 job.destroy_requested = True
                 self._mark_deleting(spec)
-                # Cancelling a running pebble task stops its worker; destroy cleans up after.
-                job.future.cancel()
-                log.info("destroy while building: build cancelled")
+                if job.kind == BUILD:
+                    # Cancelling a running pebble task stops its worker; destroy cleans up.
+                    job.future.cancel()
+                    log.info("destroy while building: build cancelled")
+                else:
+                    log.info("destroy while cleaning up a failed build: it ends DELETED")
             return
-        if self._read(spec["host"], uuid).state == instances.DELETED:
+        read = self._read(spec["host"], uuid)
+        if read.record is None and read.fault is None:
+            # No instance of ours by that uuid: a destroy written under the wrong host must
+            # not free the real host's claim nor touch anything of it.
+            log.error("refused: destroy of an instance this host does not hold; spec %s "
+                      "dropped", self.keys.spec(spec["host"], uuid))
+            entry = self.store.get(self.keys.spec(spec["host"], uuid))
+            if entry is not None:
+                instances.drop_key(self.store, entry.key, entry.mod_revision)
+            return
+        if read.state == instances.DELETED:
             self.finish_destroy(spec)  # idempotent: make sure nothing is left
             return
         self.submit(DESTROY, spec, self._mark_deleting(spec))
@@ -195,9 +212,28 @@ class InstanceMachine:
             return  # cancelled or replaced meanwhile
         # The job stays registered until its outcome is recorded: if etcd or Placement
         # fails half way, the service retries this same event and it is handled again.
-        self._finish_job(job)
+        try:
+            self._finish_job(job)
+        except ServiceUnavailable:
+            raise
+        except Exception as exc:  # a bug here must not leave the instance stuck
+            self._abandon(job, exc)
         if self.jobs.get(job.uuid) is job:
             del self.jobs[job.uuid]
+
+    def _abandon(self, job: Job, exc: Exception) -> None:
+        """Recording a job's outcome failed unexpectedly: end the instance in ERROR with the
+        reason and free what it held, rather than leave it stuck until a restart."""
+        log = instance_log(job.uuid)
+        reason = f"internal error recording the {job.kind}: {exc.__class__.__name__}: {exc}"
+        log.exception("%s", reason)
+        if job.kind == CLEANUP and (job.reason or "").startswith("internal error"):
+            return  # it failed while ending an internal error: the next start reconciles it
+        try:
+            self.submit(CLEANUP, job.spec, job.record_revision, reason=reason[:1000],
+                        blame_host=False)
+        except Exception:  # noqa: BLE001 (the next start reconciles it)
+            log.exception("could not clean up after that either")
 
     def _finish_job(self, job: Job) -> None:
         log = instance_log(job.uuid)
@@ -215,13 +251,20 @@ class InstanceMachine:
             elif error is None:
                 self.finish_build(job, job.future.result())
             else:
+                # The request's own fault (its image, URL, size...) is not the host's: no
+                # hand-over to another host, nothing counted against this one.
+                request_fault = isinstance(job.future.exception(), RequestError)
                 log.error("build failed: %s", error)
                 # Remove whatever the failed build left before reporting ERROR.
-                self.submit(CLEANUP, job.spec, job.record_revision, reason=error)
+                self.submit(CLEANUP, job.spec, job.record_revision, reason=error,
+                            blame_host=not request_fault)
         elif job.kind == CLEANUP:
             if error is not None:
                 log.error("cleanup after failed build also failed: %s", error)
-            self.finish_failed_build(job)
+            if job.destroy_requested:
+                self.finish_destroy(job.spec)
+            else:
+                self.finish_failed_build(job)
         else:
             if error is not None:
                 log.error("destroy failed: %s; it stays DELETING and is retried at next start",
@@ -289,3 +332,4 @@ class InstanceMachine:
         now = time.time()
         failures = [*(stats or {}).get("build_failures", []), now][-FAILURES_KEPT:]
         self.store.put(messages.HOST_STATS, key, {"build_failures": failures, "updated_at": now})
+

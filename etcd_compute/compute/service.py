@@ -33,6 +33,7 @@ from typing import Any
 import pyetcd.events
 import pyetcd.exceptions
 
+from etcd_compute import instances
 from etcd_compute.compute import worker
 from etcd_compute.compute.consoles import CONSOLE_REFRESH_SECONDS, Consoles
 from etcd_compute.compute.heartbeat import Heartbeat
@@ -42,6 +43,7 @@ from etcd_compute.compute.pool import WorkerPool
 from etcd_compute.compute.registration import Registration
 from etcd_compute.errors import EtcdComputeError, ServiceUnavailable
 from etcd_compute.etcd import ETCD_DOWN, Store
+from etcd_compute.keys import UUID
 from etcd_compute.placement import PlacementClient
 
 LOG = logging.getLogger("etcd_compute.compute")
@@ -234,6 +236,7 @@ class ComputeService:
 
     def reconcile(self) -> None:
         """Compare etcd, records and the driver; finish what is pending; report orphans."""
+        self.remove_odd_keys()
         entries, revision = self.store.get_prefix(self.watch_prefix)
         wanted: set[str] = set()
         for entry in entries:
@@ -255,3 +258,21 @@ class ComputeService:
             )
         LOG.info("reconciled %d spec(s) at revision %d; %d instance(s) in the driver",
                  len(wanted), revision, len(held))
+
+    def remove_odd_keys(self) -> None:
+        """Keys under our hosts' prefixes that are no instance key of ours (extra or empty
+        segments, an unknown kind, no uuid) are logged once and removed: nothing else would
+        ever read or delete them."""
+        prefixes = ([self.keys.host(rp) for rp in self.hosts] if len(self.hosts) == 1
+                    else [self.keys.hosts()])
+        for prefix in prefixes:
+            entries, _ = self.store.get_prefix(prefix, keys_only=True)
+            for entry in entries:
+                host = entry.key[len(self.keys.hosts()):].split("/", 1)[0]
+                if host not in self.hosts:
+                    continue  # another host's (simulated hosts watch all of /hosts/)
+                parsed = self.keys.parse_host_key(entry.key)
+                if parsed is not None and UUID.match(parsed.uuid):
+                    continue
+                LOG.warning("removing %r: not an instance key of ours", entry.key[:300])
+                instances.drop_key(self.store, entry.key, entry.mod_revision)

@@ -22,7 +22,7 @@ from typing import Any
 from urllib.parse import unquote, urlparse
 
 from etcd_compute.drivers.base import Driver
-from etcd_compute.errors import BuildError
+from etcd_compute.errors import BuildError, RequestError
 
 
 def fake_ip(uuid: str) -> str:
@@ -59,7 +59,7 @@ class FakeDriver(Driver):
         image = spec.get("image", {}).get("url", "")
         parsed = urlparse(image)
         if parsed.scheme == "file" and not Path(unquote(parsed.path)).exists():
-            raise BuildError(f"image {image} not found")
+            raise RequestError(f"image {image} not found")
         if self.build_seconds:
             # Which worker is building what, for operators (and crash tests).
             marker = self.root / f".{uuid}.building"

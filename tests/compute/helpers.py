@@ -9,6 +9,7 @@ from typing import Any
 import psutil
 
 from etcd_compute import instances, messages
+from etcd_compute.errors import InvalidMessage
 from etcd_compute.etcd import Entry, Store
 from etcd_compute.instances import FINAL
 from etcd_compute.keys import RECORDS
@@ -30,7 +31,10 @@ def send_destroy(store: Store, spec: dict[str, Any]) -> None:
 
 def record(store: Store, uuid: str) -> dict[str, Any] | None:
     entry = record_entry(store, uuid)
-    return messages.decode(messages.INSTANCE_RECORD, entry.value) if entry else None
+    try:
+        return messages.decode(messages.INSTANCE_RECORD, entry.value) if entry else None
+    except InvalidMessage:
+        return None  # unreadable (a hostile value): as good as none yet
 
 
 def record_entry(store: Store, uuid: str) -> Entry | None:

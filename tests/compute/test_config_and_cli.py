@@ -49,9 +49,12 @@ def test_compute_check_reaches_everything(write_yaml, compute_config):
     assert result.code == 0, result.stderr
     lines = result.stdout.splitlines()
     assert lines[0] == "config: ok"
-    assert lines[1].startswith("etcd: ok (version 3.")
-    assert lines[2].startswith("placement: ok (Placement 1.0..1.")
-    assert lines[3] == "driver: ok (fake)"
+    assert lines[1].startswith("etcd certificate: ok (")
+    assert lines[2].startswith("placement certificate: ok (")
+    assert lines[3] == f"identity: {compute_config['compute']['uuid']}"
+    assert lines[4].startswith("etcd: ok (version 3.")
+    assert lines[5].startswith("placement: ok (Placement 1.0..1.")
+    assert lines[6] == "driver: ok (fake)"
 
 
 def test_compute_check_with_libvirt_test_driver(write_yaml, compute_config, libvirt_test_conn):
@@ -59,4 +62,33 @@ def test_compute_check_with_libvirt_test_driver(write_yaml, compute_config, libv
         "driver": {"name": "libvirt", "libvirt": {"uri": "test:///default"}}})
     result = run_compute("--config", str(write_yaml("c.yaml", config)), "--check")
     assert result.code == 0, result.stderr
-    assert result.stdout.splitlines()[3].startswith("driver: ok")
+    assert result.stdout.splitlines()[-1].startswith("driver: ok (libvirt ")
+
+
+def test_compute_check_names_certificate_faults_in_one_line(write_yaml, compute_config,
+                                                            cluster_pki, tmp_path):
+    from etcd_compute.pki import COMPUTE, Pki, compute_name
+
+    rp = compute_config["compute"]["uuid"]
+    stranger = Pki(tmp_path / "stranger")
+    stranger.init("another cluster")
+    foreign = stranger.issue(compute_name(rp), COMPUTE)
+    expired = cluster_pki.issue("expired-" + rp, COMPUTE, days=0)
+    other_host = cluster_pki.issue(compute_name("0b7e4f1e-9a0c-4a51-8f0e-5d2c3b4a6e7f"),
+                                   COMPUTE)
+    cases = [
+        ({"cert": str(foreign.cert), "key": str(foreign.key)}, 2, "not signed by the CA"),
+        ({"cert": str(expired.cert), "key": str(expired.key)}, 2, "expired on"),
+        ({"cert": str(other_host.cert), "key": str(other_host.key)}, 2,
+         "is for host 0b7e4f1e-9a0c-4a51-8f0e-5d2c3b4a6e7f, but compute.uuid is"),
+        ({"key": str(other_host.key)}, 2, "does not match"),
+        # The server's certificate is not from the CA we trust: the handshake fails.
+        ({"ca_cert": str(stranger.ca_cert), "cert": str(foreign.cert),
+          "key": str(foreign.key)}, 3, "TLS handshake failed"),
+    ]
+    for etcd, code, fault in cases:
+        config = configuration.deep_merge(compute_config, {"etcd": etcd})
+        result = run_compute("--config", str(write_yaml("c.yaml", config)), "--check")
+        assert result.code == code, (etcd, result.stderr)
+        assert fault in result.stderr, (fault, result.stderr)
+        assert len(result.stderr.strip().splitlines()) == 1 and "Traceback" not in result.stderr

@@ -99,16 +99,17 @@ def test_heartbeat_disappears_within_ttl_after_kill9(start_compute, compute_conf
 
 
 def test_200_requests_through_kill9_restarts_exactly_once(start_compute, compute_config,
-                                                         store):
+                                                         store, placement):
+    room = {"VCPU": {"total": 256}, "MEMORY_MB": {"total": 16384}, "DISK_GB": {"total": 256}}
     config = deep_merge(compute_config, {"driver": {"fake": {"build_seconds": 0.02}},
-                                         "compute": {"workers": 2}})
+                                         "compute": {"workers": 2, "inventory": room}})
     rp = rp_of(config)
     specs = [make_spec(rp) for _ in range(200)]
     rng = random.Random(os.environ.get("TEST_SEED", "compute"))
 
     def writer() -> None:
         for spec in specs:
-            store.put(messages.INSTANCE_SPEC, store.keys.spec(rp, spec["uuid"]), spec)
+            claim_and_send(store, placement, spec)
             time.sleep(rng.uniform(0, 0.02))
 
     compute = start_compute(config)
@@ -142,7 +143,7 @@ def test_200_requests_through_kill9_restarts_exactly_once(start_compute, compute
 
 
 def test_etcd_restart_mid_stream_loses_nothing(tmp_path, start_compute, compute_config,
-                                               placement_config):
+                                               placement):
     from tools.local_services import EtcdServer
 
     # Plain TCP, no auth: this test is also the proof that the plain mode still works.
@@ -150,21 +151,23 @@ def test_etcd_restart_mid_stream_loses_nothing(tmp_path, start_compute, compute_
     try:
         etcd_config = {"endpoints": [etcd.endpoint], "prefix": "/restart", "timeout": 5.0,
                        "ca_cert": None, "cert": None, "key": None}
-        config = deep_merge(compute_config, {"etcd": etcd_config})
+        room = {"VCPU": {"total": 64}, "MEMORY_MB": {"total": 8192}, "DISK_GB": {"total": 64}}
+        config = deep_merge(compute_config, {"etcd": etcd_config,
+                                             "compute": {"inventory": room}})
         rp = rp_of(config)
         store = Store(etcd_config)
         start_compute(config)
         wait_alive(store, rp)
         specs = [make_spec(rp) for _ in range(60)]
         for spec in specs[:30]:
-            store.put(messages.INSTANCE_SPEC, store.keys.spec(rp, spec["uuid"]), spec)
+            claim_and_send(store, placement, spec)
         etcd.stop()
         time.sleep(2)
         etcd.start()
         # A fresh client: the point is the daemon's recovery, not this one's.
         store = Store(etcd_config)
         for spec in specs[30:]:
-            store.put(messages.INSTANCE_SPEC, store.keys.spec(rp, spec["uuid"]), spec)
+            claim_and_send(store, placement, spec)
         for spec in specs:
             wait_state(store, spec["uuid"], "ACTIVE", timeout=60)
         assert sorted(builds_log(config)) == sorted(s["uuid"] for s in specs)
@@ -196,15 +199,37 @@ def test_destroy_during_build_ends_deleted_with_nothing_left(start_compute, comp
 def test_build_failure_is_error_with_reason_and_frees_everything(start_compute,
                                                                 compute_config, store,
                                                                 placement):
-    start_compute(compute_config)
-    wait_alive(store, rp_of(compute_config))
-    spec = make_spec(rp_of(compute_config), image="file:///nonexistent/image.qcow2")
+    config = deep_merge(compute_config, {"driver": {"fake": {"fail_builds": True}}})
+    start_compute(config)
+    wait_alive(store, rp_of(config))
+    spec = make_spec(rp_of(config))
     claim_and_send(store, placement, spec)
     failed = wait_state(store, spec["uuid"], "ERROR")
-    assert "not found" in failed["error"]
+    assert failed["error"] == "fake hypervisor is broken (driver.fake.fail_builds)"
+    assert_nothing_left(store, placement, config, spec)
+    stats = store.read(messages.HOST_STATS, store.keys.stats(rp_of(config)))[0]
+    assert len(stats["build_failures"]) == 1  # the host's fault: it counts against it
+
+
+def test_a_bad_image_is_the_requests_fault_not_the_hosts(start_compute, start_controller,
+                                                         compute_config, host_config, store,
+                                                         placement):
+    start_controller()
+    start_compute(compute_config)
+    other = host_config("spare-host")
+    start_compute(other, name="spare")
+    a, b = rp_of(compute_config), rp_of(other)
+    wait_alive(store, a)
+    wait_alive(store, b)
+    wait_for(lambda: store.get(store.keys.leader()), 20, what="a controller to lead")
+    spec = make_spec(a, image="file:///nonexistent/image.qcow2")
+    spec["alternates"] = [{"host": b, "allocations": {b: {"resources": spec["resources"]}}}]
+    claim_and_send(store, placement, spec)
+    failed = wait_state(store, spec["uuid"], "ERROR")
+    # ERROR at once, on the host it was sent to: not handed to an alternate, not blamed.
+    assert "not found" in failed["error"] and failed["host"] == a
     assert_nothing_left(store, placement, compute_config, spec)
-    stats = store.read(messages.HOST_STATS, store.keys.stats(rp_of(compute_config)))[0]
-    assert len(stats["build_failures"]) == 1
+    assert store.get(store.keys.stats(a)) is None
 
 
 @pytest.mark.parametrize(

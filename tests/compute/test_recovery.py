@@ -5,12 +5,11 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from etcd_compute import messages
 from etcd_compute.compute.identity import HostIdentity
 from etcd_compute.compute.inventory import build_inventory
 from etcd_compute.compute.service import ComputeService
 from etcd_compute.placement import PlacementClient
-from tests.compute.helpers import make_spec, wait_state
+from tests.compute.helpers import claim_and_send, make_spec, wait_state
 
 
 def test_inventory_update_survives_generation_conflicts(placement: PlacementClient,
@@ -48,8 +47,7 @@ def test_compacted_history_triggers_reconcile(compute_config, store, placement, 
     try:
         specs = [make_spec(identity.uuid) for _ in range(3)]
         for spec in specs:
-            store.put(messages.INSTANCE_SPEC,
-                      store.keys.spec(identity.uuid, spec["uuid"]), spec)
+            claim_and_send(store, placement, spec)
         _, revision = store.get_prefix(store.keys.hosts())
         store.client.compact(revision)
         # As if the daemon had been away since revision 1: the watch cannot resume there.
@@ -90,8 +88,7 @@ def test_finished_job_survives_an_etcd_blip_while_recording_it(compute_config, s
         threading.Thread(target=service.watch_loop, daemon=True).start()
         threading.Thread(target=service.main_loop, daemon=True).start()
         spec = make_spec(identity.uuid)
-        store.put(messages.INSTANCE_SPEC, store.keys.spec(identity.uuid, spec["uuid"]),
-                  spec)
+        claim_and_send(store, placement, spec)
         wait_state(store, spec["uuid"], "ACTIVE")
         # The blip happened, and the same finished job was recorded on the retry.
         assert calls == [spec["uuid"], spec["uuid"]]

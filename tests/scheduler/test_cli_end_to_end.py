@@ -66,7 +66,7 @@ def test_failed_build_then_destroy_removes_record(compute_config, start_compute,
     compute = start_compute(compute_config)
     host = compute_config["compute"]["uuid"]
     wait_for(lambda: store.get(store.keys.alive(host)), what="compute heartbeat")
-    run = run_schedule("resources=VCPU:1,MEMORY_MB:128", "--image", "file:///no/such/image",
+    run = run_schedule("resources=VCPU:1,MEMORY_MB:128,DISK_GB:1", "--image", "file:///no/such/image",
                        "--wait", "--hint", "anti-affinity=broken")
     assert run.code == 1, run.stderr + compute.log()
     uuid = re.search(r"OF INSTANCE (\S+)$", run.stdout, re.M).group(1)
@@ -90,7 +90,7 @@ def test_fake_hosts_anti_affinity_through_cli(fake_hosts_config, start_compute, 
     start_compute(fake_hosts_config, "--fake-hosts", "4")
     wait_for(lambda: len(store.get_prefix(store.keys.alive_prefix())[0]) == 4,
              what="4 fake hosts alive")
-    run = run_schedule("resources=VCPU:1,MEMORY_MB:128", "--count", "4", "--wait",
+    run = run_schedule("resources=VCPU:1,MEMORY_MB:128,DISK_GB:1", "--count", "4", "--wait",
                        "--hint", "anti-affinity=spread-me")
     assert run.code == 0, run.stdout + run.stderr
     targets = re.findall(r"^NOTIFIED TARGET, (\S+), OF INSTANCE (\S+)$", run.stdout, re.M)
@@ -102,6 +102,7 @@ def test_fake_hosts_anti_affinity_through_cli(fake_hosts_config, start_compute, 
     table = run_schedule("hosts")
     assert table.stdout.splitlines()[0].split()[:5] == ["NAME", "UUID", "ALIVE", "STATUS",
                                                         "INSTANCES"]
-    fifth = run_schedule("resources=VCPU:1", "--hint", "anti-affinity=spread-me")
+    fifth = run_schedule("resources=VCPU:1,MEMORY_MB:128,DISK_GB:1",
+                         "--hint", "anti-affinity=spread-me")
     assert fifth.code == 1
     assert "AntiAffinityFilter removed 4 host(s)" in fifth.stdout

@@ -68,8 +68,8 @@ def test_a_count_over_etcds_txn_limit_is_refused_before_anything(schedule_config
                                                            "DISK_GB": 100}) for i in range(5)]
     default_etcd = write_yaml("etcd-default.yaml", deep_merge(
         schedule_config, {"scheduler": {"etcd_max_txn_ops": 128}}))
-    run = run_schedule("resources=VCPU:1", "--count", "50", "--hint", "anti-affinity=g",
-                       config=default_etcd)
+    run = run_schedule("resources=VCPU:1,MEMORY_MB:64,DISK_GB:1", "--count", "50",
+                       "--hint", "anti-affinity=g", config=default_etcd)
     assert run.code == 2 and run.stdout == ""
     assert run.stderr == ("schedule.py: error: --count 50 needs 200 etcd operations in one "
                           "transaction; etcd allows 128 (raise etcd's --max-txn-ops and "

@@ -1,0 +1,61 @@
+"""Verify before acting: a host builds only what Placement says it holds the claim for.
+
+Whoever can write a spec to a host's key is not trusted to have claimed
+capacity: a spec written straight to etcd would bypass it, and a spec for
+an instance claimed on another host would build it twice. Placement's
+allocations for the consumer are the proof.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from etcd_compute import instances
+from etcd_compute.etcd import KeyValueStore
+from etcd_compute.placement import PlacementClient
+
+LOG = logging.getLogger("etcd_compute.compute")
+
+
+def claimed_here(placement: PlacementClient, rp_uuid: str, uuid: str) -> dict[str, Any] | None:
+    """The consumer's allocations if Placement holds them on this host's provider."""
+    allocations = placement.get_allocations(uuid).get("allocations") or {}
+    return allocations if rp_uuid in allocations else None
+
+
+def refuse_unclaimed(store: KeyValueStore, placement: PlacementClient, spec: dict[str, Any],
+                     spec_revision: int) -> bool:
+    """True (and the spec dealt with) unless Placement holds the spec's claim here.
+
+    A spec with no claim ends in ERROR; one claimed on another host is dropped with no
+    record here (its instance lives there); one whose resources differ from its claim
+    ends in ERROR with the claim freed.
+    """
+    uuid, host = spec["uuid"], spec["host"]
+    log = logging.LoggerAdapter(LOG, {"instance": uuid})
+    allocations = placement.get_allocations(uuid).get("allocations") or {}
+    if not allocations:
+        reason = "refused: Placement holds no claim for this instance"
+    elif host not in allocations:
+        log.error("refused: the instance is claimed on %s, not on this host; spec %s dropped",
+                  ", ".join(sorted(allocations)), store.keys.spec(host, uuid))
+        instances.drop_key(store, store.keys.spec(host, uuid), spec_revision)
+        return True
+    else:
+        claimed: dict[str, int] = {}
+        for allocation in allocations.values():
+            for rc, amount in allocation["resources"].items():
+                claimed[rc] = claimed.get(rc, 0) + amount
+        if claimed == spec["resources"]:
+            return False
+        reason = (f"refused: the spec asks for {_resources(spec['resources'])} but the claim "
+                  f"holds {_resources(claimed)}")
+        placement.delete_allocations(uuid)
+    log.error("%s", reason)
+    instances.reject(store, host, uuid, spec_revision, reason)
+    return True
+
+
+def _resources(resources: dict[str, int]) -> str:
+    return ",".join(f"{rc}:{n}" for rc, n in sorted(resources.items()))

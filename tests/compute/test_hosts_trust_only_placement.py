@@ -1,0 +1,167 @@
+"""A host acts only on what Placement says it holds, and on keys it owns (real services).
+
+Whoever can write a spec is not trusted: a spec with no claim, a destroy
+under the wrong host, a duplicate spec on a second host, resources that
+differ from the claim, odd keys and hostile values all end in a refusal with
+a reason, never a build, a freed claim of someone else's, or a dead daemon.
+"""
+
+from __future__ import annotations
+
+import json
+
+from etcd_compute import messages
+from tests.compute.helpers import (
+    assert_nothing_left,
+    claim_and_send,
+    fake_instances,
+    make_spec,
+    record,
+    send_destroy,
+    wait_state,
+)
+from tests.support import wait_for
+
+NESTED = "[" * 50_000 + "]" * 50_000
+
+
+def rp_of(config):
+    return config["compute"]["uuid"]
+
+
+def started(start_compute, store, config, name="compute"):
+    compute = start_compute(config, name=name)
+    wait_for(lambda: store.get(store.keys.alive(rp_of(config))), 30, what="heartbeat")
+    return compute
+
+
+def test_a_spec_without_a_claim_is_refused_into_error(start_compute, compute_config, store,
+                                                      placement):
+    compute = started(start_compute, store, compute_config)
+    spec = make_spec(rp_of(compute_config))
+    store.put(messages.INSTANCE_SPEC, store.keys.spec(spec["host"], spec["uuid"]), spec)
+    failed = wait_state(store, spec["uuid"], "ERROR")
+    assert failed["error"] == "refused: Placement holds no claim for this instance"
+    assert spec["uuid"] not in fake_instances(compute_config)
+    assert store.get(store.keys.spec(spec["host"], spec["uuid"])) is None
+    assert compute.alive()
+
+
+def test_a_spec_whose_resources_differ_from_its_claim_is_refused(start_compute,
+                                                                 compute_config, store,
+                                                                 placement):
+    started(start_compute, store, compute_config)
+    spec = make_spec(rp_of(compute_config))
+    placement.claim(spec["uuid"], spec["allocations"], "p", "u")
+    bigger = {**spec, "resources": {**spec["resources"], "MEMORY_MB": 2048}}
+    store.put(messages.INSTANCE_SPEC, store.keys.spec(spec["host"], spec["uuid"]), bigger)
+    failed = wait_state(store, spec["uuid"], "ERROR")
+    assert "the spec asks for DISK_GB:1,MEMORY_MB:2048,VCPU:1 but the claim holds" in \
+        failed["error"]
+    assert_nothing_left(store, placement, compute_config, spec)
+
+
+def test_a_destroy_under_the_wrong_host_touches_nothing(start_compute, compute_config,
+                                                        host_config, store, placement):
+    other = host_config("bystander")
+    started(start_compute, store, compute_config)
+    bystander = started(start_compute, store, other, name="bystander")
+    spec = make_spec(rp_of(compute_config))
+    claim_and_send(store, placement, spec)
+    wait_state(store, spec["uuid"], "ACTIVE")
+    send_destroy(store, {**spec, "host": rp_of(other)})
+    wait_for(lambda: store.get(store.keys.spec(rp_of(other), spec["uuid"])) is None, 20,
+             what="the bystander to drop the stray destroy")
+    assert "refused: destroy of an instance this host does not hold" in bystander.log()
+    assert record(store, spec["uuid"])["state"] == "ACTIVE"
+    assert set(placement.get_allocations(spec["uuid"])["allocations"]) == {rp_of(compute_config)}
+    assert store.get(store.keys.record(rp_of(other), spec["uuid"])) is None
+
+
+def test_a_duplicate_spec_on_a_second_host_is_not_built_there(start_compute, compute_config,
+                                                              host_config, store, placement):
+    other = host_config("second")
+    started(start_compute, store, compute_config)
+    second = started(start_compute, store, other, name="second")
+    spec = make_spec(rp_of(compute_config))
+    claim_and_send(store, placement, spec)
+    wait_state(store, spec["uuid"], "ACTIVE")
+    store.put(messages.INSTANCE_SPEC, store.keys.spec(rp_of(other), spec["uuid"]),
+              {**spec, "host": rp_of(other),
+               "allocations": {rp_of(other): {"resources": spec["resources"]}}})
+    wait_for(lambda: store.get(store.keys.spec(rp_of(other), spec["uuid"])) is None, 20,
+             what="the second host to drop the duplicate")
+    assert f"claimed on {rp_of(compute_config)}, not on this host" in second.log()
+    assert spec["uuid"] not in fake_instances(other)
+    assert store.get(store.keys.record(rp_of(other), spec["uuid"])) is None
+    assert record(store, spec["uuid"])["state"] == "ACTIVE"
+    assert set(placement.get_allocations(spec["uuid"])["allocations"]) == {rp_of(compute_config)}
+
+
+def test_odd_keys_under_a_host_are_removed_at_start(start_compute, compute_config, store):
+    rp = rp_of(compute_config)
+    uuid = "0b7e4f1e-9a0c-4a51-8f0e-5d2c3b4a6e7f"
+    odd = [f"{store.keys.host(rp)}specs/{uuid}/extra", f"{store.keys.host(rp)}../{uuid}",
+           f"{store.keys.host(rp)}/{uuid}", f"{store.keys.host(rp)}specs/not-a-uuid",
+           f"{store.keys.host(rp)}{uuid}"]
+    for key in odd:
+        store.client.put(key, "{}")
+    compute = started(start_compute, store, compute_config)
+    wait_for(lambda: all(store.get(key) is None for key in odd), 20, what="odd keys removed")
+    assert compute.log().count("not an instance key of ours") == len(odd)
+
+
+def test_hostile_values_at_every_key_the_daemon_reads(start_compute, compute_config, store,
+                                                      placement):
+    """~50,000 levels of nesting once raised RecursionError: the daemon died in reconcile
+    and the host stayed down until someone deleted the key by hand."""
+    rp = rp_of(compute_config)
+    # The host was registered before (a restart): its provider exists and holds the claim.
+    placement.ensure_provider(rp, compute_config["compute"]["name"])
+    placement.set_inventory(rp, {"VCPU": {"total": 4}, "MEMORY_MB": {"total": 2048},
+                                 "DISK_GB": {"total": 20}})
+    victim = make_spec(rp)
+    placement.claim(victim["uuid"], victim["allocations"], "p", "u")
+    store.client.put(store.keys.spec(rp, victim["uuid"]), NESTED)
+    store.client.put(store.keys.record(rp, victim["uuid"]), NESTED)
+    store.client.put(store.keys.stats(rp), NESTED)
+    broken_record = make_spec(rp)
+    store.client.put(store.keys.record(rp, broken_record["uuid"]), NESTED)
+    compute = started(start_compute, store, compute_config)
+    failed = wait_state(store, victim["uuid"], "ERROR")
+    assert "nested deeper than" in failed["error"]
+    assert placement.get_allocations(victim["uuid"])["allocations"] == {}
+    # The unreadable record is rewritten by the next honest build of that uuid.
+    claim_and_send(store, placement, broken_record)
+    wait_state(store, broken_record["uuid"], "ACTIVE")
+    # A restart with the hostile stats value still there is clean too.
+    assert compute.terminate() == 0
+    compute = started(start_compute, store, compute_config)
+    good = make_spec(rp)
+    claim_and_send(store, placement, good)
+    wait_state(store, good["uuid"], "ACTIVE")
+    assert "Traceback" not in compute.log() and compute.alive()
+
+
+def test_hostile_values_everywhere_the_cli_reads(start_compute, compute_config, store,
+                                                 placement, run_schedule):
+    rp = rp_of(compute_config)
+    started(start_compute, store, compute_config)
+    honest = run_schedule("resources=VCPU:1,MEMORY_MB:64,DISK_GB:1", "--wait", "--json")
+    assert honest.code == 0, honest.stderr
+    uuid = honest.json()["instances"][0]["uuid"]
+    hostile = "0b7e4f1e-9a0c-4a51-8f0e-5d2c3b4a6e7f"
+    for key in (store.keys.record(rp, hostile), store.keys.location(hostile),
+                store.keys.alive("1b7e4f1e-9a0c-4a51-8f0e-5d2c3b4a6e7f"),
+                store.keys.stats(rp), store.keys.group_member("g", hostile),
+                store.keys.console(rp, uuid), store.keys.leader()):
+        store.client.put(key, NESTED)
+    for args in (["list"], ["hosts"], [uuid], ["console", uuid], [hostile],
+                 ["resources=VCPU:1,MEMORY_MB:64,DISK_GB:1", "--hint", "affinity=g"]):
+        run = run_schedule(*args)
+        assert "Traceback" not in run.stderr, (args, run.stderr)
+        assert run.code in (0, 1), (args, run.code, run.stderr)
+        assert run.stderr.count("\n") <= 1, (args, run.stderr)
+    assert uuid in run_schedule("list").stdout
+    shown = json.loads(run_schedule(uuid, "--json").stdout)
+    assert shown["state"] == "ACTIVE"
