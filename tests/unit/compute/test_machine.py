@@ -156,18 +156,20 @@ def test_a_hosts_life_of_an_instance_writes_only_its_own_keys(host):
     # What etcd's per-host permissions allow it: /hosts/<rp>/ (and its /stats/<rp>).
     written: list[str] = []
 
-    def on_the_host(uuid: str) -> None:
+    def on_the_host(uuid: str, fault: Exception | None = None) -> None:
         before = len(host.store.committed)
         host.deliver(uuid)
+        if fault is not None:
+            host.pool.fail_next(fault)
         host.settle()
         written.extend(op.key for txn in host.store.committed[before:] for op in txn.success)
 
     spec = host.spec(group={"name": "g", "policy": "affinity"})
-    failed = host.spec(image="file:///nonexistent/image.qcow2")
-    for each in (spec, failed):
+    failed = host.spec()
+    for each, fault in ((spec, None), (failed, concurrent.futures.TimeoutError())):
         host.placement.claim(each["uuid"], each["allocations"], "p", "u")
         instances.schedule(host.store, [(each, "host-a")])  # the scheduler's writes
-        on_the_host(each["uuid"])
+        on_the_host(each["uuid"], fault)
     assert host.record(spec["uuid"])["state"] == "ACTIVE"
     assert host.record(failed["uuid"])["state"] == "ERROR"
     entry = host.store.get(host.keys.spec(host.rp, spec["uuid"]))
@@ -206,16 +208,30 @@ def test_destroy_of_a_deleted_instance_is_idempotent(host):
     assert host.store.get(host.keys.spec(host.rp, spec["uuid"])) is None
 
 
-def test_failed_build_ends_in_error_with_nothing_left_and_counts_against_the_host(host):
-    spec = host.spec(image="file:///nonexistent/image.qcow2")
+def test_failed_build_ends_in_error_with_nothing_left_and_counts_against_the_host(tmp_path):
+    host = Host(tmp_path, fail_builds=True)
+    spec = host.spec()
     host.send(spec)
     host.settle()
     record = host.record(spec["uuid"])
-    assert record["state"] == "ERROR" and "not found" in record["error"]
+    assert record["state"] == "ERROR" and "fake hypervisor is broken" in record["error"]
     assert host.keys_of(spec["uuid"]) == [host.keys.record(host.rp, spec["uuid"]),
                                           host.keys.location(spec["uuid"])]
     assert host.placement.get_allocations(spec["uuid"])["allocations"] == {}
     assert host.failures() == 1
+
+
+def test_a_bad_image_is_error_at_once_and_not_counted_against_the_host(host):
+    host.store.put(messages.CONTROLLER_LEADER, host.keys.leader(), {"name": "c", "since": 1.0})
+    other = add_alternate(host)
+    spec = host.spec(image="file:///nonexistent/image.qcow2")
+    spec["alternates"] = [{"host": other, "allocations": {other: {"resources": spec["resources"]}}}]
+    host.send(spec)
+    host.settle()
+    record = host.record(spec["uuid"])
+    assert record["state"] == "ERROR" and "not found" in record["error"]  # not RESCHEDULING
+    assert host.placement.get_allocations(spec["uuid"])["allocations"] == {}
+    assert host.failures() == 0
 
 
 def add_alternate(host: Host, alive: bool = True, capacity: int = 8) -> str:
