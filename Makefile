@@ -6,21 +6,24 @@ PYTEST_ARGS ?=
 .PHONY: help install demo up down status test unit lint bench bench-full bench-deps clean
 
 help:
-	@echo "make demo      run the whole system once on local services, then clean up (KEEP=1 keeps it up)"
+	@echo "make demo      run the whole system once on local services, then clean up"
+	@echo "               (KEEP=1 keeps it running; PLAIN=1: no TLS/RBAC, for quick experiments)"
 	@echo "make test      lint, import contracts, unit tests, then the functional tests against"
 	@echo "               real etcd, Placement and libvirt"
 	@echo "make unit      the unit layer alone (seconds, no services)"
 	@echo "make up/down   start/stop local etcd, Placement and libvirtd for trying commands by hand"
+	@echo "               (TLS and RBAC; configs in run/; make down removes everything they made)"
+	@echo "make status    every piece make up / make demo KEEP=1 started"
 	@echo "make bench     quick benchmarks (bench/); make bench-full for the REPORT.md figures"
 
 install:
 	@tools/install.sh
 
 demo: install
-	@$(PY) tools/demo.py $(if $(KEEP),--keep)
+	@$(PY) tools/demo.py $(if $(KEEP),--keep) $(if $(PLAIN),--plain)
 
 up: install
-	@$(PY) -m tools.local_services up
+	@$(PY) -m tools.local_services up $(if $(PLAIN),--plain)
 
 down:
 	@$(PY) -m tools.local_services down

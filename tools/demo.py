@@ -111,39 +111,43 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--keep", action="store_true",
                         help="leave services and computes running (stop with: make down)")
+    parser.add_argument("--plain", action="store_true",
+                        help="plain TCP: no certificates, no RBAC (quick experiments)")
     args = parser.parse_args()
 
     stack = LocalStack.load(RUN)
     already = {name for name in ("etcd", "placement") if getattr(stack, name)}
     try:
-        stack.up(2379, 8080, say)
+        stack.up(2379, 8080, say, plain=args.plain)
     except EtcdComputeError as exc:
         fail(str(exc), "make down, or free ports 2379 and 8080")
     started_here = {"etcd", "placement"} - already
     computes: list[subprocess.Popen[bytes]] = []
+    providers: list[str] = []
     driver: dict = {"name": "fake"}
     config: dict = {}
     try:
         DEMO.mkdir(parents=True, exist_ok=True)
         driver = real_vm_setup() or {"name": "fake"}
-        placement = {"endpoint": f"http://127.0.0.1:{stack.placement['port']}"}
-        etcd = {"endpoints": [f"127.0.0.1:{stack.etcd['port']}"]}
+        operator = stack.operator_config()
         schedule_config = DEMO / "schedule.yaml"
         scheduler = {"default_image": driver.get("libvirt", {}).get("default_image",
                                                                      "file:///dev/null")}
-        schedule_config.write_text(yaml.safe_dump(
-            {"etcd": etcd, "placement": placement, "scheduler": scheduler}))
+        schedule_config.write_text(yaml.safe_dump({**operator, "scheduler": scheduler}))
+        on_vm = driver["name"] == "libvirt"
+        instances_dir = (VM_FILES if on_vm else DEMO) / "instances"
         for number in (1, 2):
             state = DEMO / f"compute-{number}"
             # Both daemons run on this one host: they share its instances dir (and so
-            # its metadata server), each with its own identity in its state dir.
-            on_vm = driver["name"] == "libvirt"
-            instances_dir = (VM_FILES if on_vm else DEMO) / "instances"
+            # its metadata server), each with its own identity and certificate.
+            rp_uuid = str(uuidlib.uuid4())
             config = {
-                "etcd": etcd, "placement": placement, "driver": driver,
-                "compute": {"name": f"demo-compute-{number}", "state_dir": str(state),
-                            "instances_dir": str(instances_dir), "shutdown_timeout_seconds": 10},
+                **stack.host_config(rp_uuid), "driver": driver,
+                "compute": {"uuid": rp_uuid, "name": f"demo-compute-{number}",
+                            "state_dir": str(state), "instances_dir": str(instances_dir),
+                            "shutdown_timeout_seconds": 10},
             }
+            providers.append(rp_uuid)
             path = DEMO / f"compute-{number}.yaml"
             path.write_text(yaml.safe_dump(config))
             log = open(DEMO / f"compute-{number}.log", "ab")
@@ -152,10 +156,14 @@ def main() -> int:
                 stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=REPO,
                 start_new_session=True))
             say(f"compute daemon demo-compute-{number} started (pid {computes[-1].pid}, "
-                f"driver {driver['name']}, log {log.name})")
-        store = Store({"endpoints": etcd["endpoints"], "prefix": "", "timeout": 5.0})
-        wait(lambda: len(store.get_prefix(store.keys.alive_prefix(), keys_only=True)[0]) >= 2,
-             60, "both compute daemons to report alive", computes)
+                f"driver {driver['name']}, {'plain' if args.plain else 'its own certificate'}, "
+                f"log {log.name})")
+        if on_vm:
+            stack.remember_guests(driver["libvirt"]["uri"], "etcd-compute", config,
+                                  [str(VM_FILES)])
+        store = Store(operator["etcd"])
+        wait(lambda: all(store.get(store.keys.alive(rp)) for rp in providers), 60,
+             "both compute daemons to report alive", computes)
         say("both compute daemons are alive (heartbeat keys under /alive/)")
         user_data = DEMO / "user-data.txt"
         user_data.write_text("hello-from-the-etcd-compute-demo\n")
@@ -169,7 +177,7 @@ def main() -> int:
         schedule(schedule_config, instance)
         if _state(store, instance) != "ACTIVE":
             fail(f"instance {instance} ended in ERROR", f"see {DEMO}/compute-*.log")
-        if driver["name"] == "libvirt":
+        if on_vm:
             # The guest prints marker lines once it has read its own metadata.
             wait(lambda: "metadata user-data" in _console(store, instance), 120,
                  "the guest to read its metadata", computes)
@@ -181,60 +189,29 @@ def main() -> int:
         wait(lambda: _state(store, instance) == "DELETED", 120,
              f"instance {instance} to be DELETED", computes)
         schedule(schedule_config, instance)
-        allocations = PlacementClient(
-            {"endpoint": placement["endpoint"], "token": "admin", "timeout": 10.0}
-        ).get_allocations(instance)["allocations"]
+        allocations = PlacementClient(operator["placement"]).get_allocations(
+            instance)["allocations"]
         say(f"allocations of {instance} in Placement: {allocations or 'none (freed)'}")
         if allocations:
             fail("the allocation is still there after destroy", f"see {DEMO}/compute-*.log")
         say("demo finished: schedule -> state -> destroy -> allocation gone")
         return 0
     finally:
+        for rp_uuid in providers:
+            stack.remember_provider(rp_uuid)
         if args.keep:
-            say("kept running; stop with: make down (computes: kill "
-                + " ".join(str(c.pid) for c in computes) + ")")
+            for number, compute in enumerate(computes, start=1):
+                stack.remember_daemon(f"demo-compute-{number}", compute.pid,
+                                      str(DEMO / f"compute-{number}.log"))
+            say("kept running; make status shows it all, make down removes it all")
         else:
             for compute in computes:
                 stop_pid(compute.pid, timeout=20)
             say(f"stopped {len(computes)} compute daemon(s)")
-            forget_demo_providers(stack)
-            # Each step on its own: one failing must not leave the others running.
-            if driver["name"] == "libvirt":
-                try:
-                    cleanup_vm_files(config)
-                except Exception as exc:  # noqa: BLE001 - report and keep cleaning
-                    print(f"error: VM clean-up failed: {exc}", file=sys.stderr)
             if started_here:
-                stack.down(say)
-
-
-def forget_demo_providers(stack: LocalStack) -> None:
-    """The demo's hosts are gone for good: remove their providers from Placement."""
-    if not stack.placement:
-        return
-    client = PlacementClient({"endpoint": f"http://127.0.0.1:{stack.placement['port']}",
-                              "token": "admin", "timeout": 10.0})
-    try:
-        for provider in client.list_providers():
-            if provider["name"].startswith("demo-compute-"):
-                client.delete_provider(provider["uuid"])
-    except EtcdComputeError as exc:
-        print(f"error: could not remove the demo's providers: {exc}", file=sys.stderr)
-
-
-def cleanup_vm_files(compute_config: dict) -> None:
-    """Stop the metadata server and drop the demo's network and files."""
-    from etcd_compute.config import COMPUTE_DEFAULTS, deep_merge
-    from etcd_compute.mdserver.supervisor import stop_mdserver
-    from etcd_compute.virt.network import remove_network
-    from etcd_compute.virt.nwfilter import remove_filters
-
-    config = deep_merge(COMPUTE_DEFAULTS, compute_config)
-    stop_mdserver(config)
-    remove_network(config["driver"]["libvirt"]["uri"], config["driver"]["libvirt"]["network"])
-    remove_filters(config["driver"]["libvirt"]["uri"])
-    shutil.rmtree(VM_FILES, ignore_errors=True)
-    say("stopped the metadata server, removed the demo network, nwfilters and VM files")
+                stack.down(say)  # everything, the demo's providers and guests included
+            else:
+                stack.remove_demo_pieces(say, [str(VM_FILES)])
 
 
 def _is_uuid(text: str) -> bool:

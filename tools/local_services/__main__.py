@@ -1,4 +1,4 @@
-"""python -m tools.local_services up|down|status [--run-dir run]"""
+"""python -m tools.local_services up|down|status [--plain] [--run-dir run]"""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from etcd_compute.errors import ServiceUnavailable
-from tools.local_services.process import REPO, pid_alive
+from etcd_compute.errors import EtcdComputeError
+from tools.local_services.process import REPO
 from tools.local_services.stack import LocalStack
 
 
@@ -17,6 +17,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--run-dir", default=str(REPO / "run"))
     parser.add_argument("--etcd-port", type=int, default=2379)
     parser.add_argument("--placement-port", type=int, default=8080)
+    parser.add_argument("--plain", action="store_true",
+                        help="plain TCP, no certificates or RBAC (quick experiments)")
     args = parser.parse_args(argv)
     stack = LocalStack.load(Path(args.run_dir).resolve())
 
@@ -25,16 +27,13 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         if args.action == "up":
-            stack.up(args.etcd_port, args.placement_port, say)
+            stack.up(args.etcd_port, args.placement_port, say, plain=args.plain)
         elif args.action == "down":
             stack.down(say)
         else:
-            for name in ("etcd", "placement"):
-                state = getattr(stack, name)
-                alive = bool(state and pid_alive(state["pid"]))
-                where = f"pid {state['pid']}, port {state['port']}" if state else "never started"
-                print(f"{name}: {'running' if alive else 'stopped'} ({where})")
-    except ServiceUnavailable as exc:
+            for line in stack.status():
+                print(line)
+    except EtcdComputeError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     return 0

@@ -1,58 +1,111 @@
-"""`make up` / `make down` / `make status`: a state file remembers what we started."""
+"""`make up` / `make down` / `make status`: everything local, and a state file of what we made.
+
+Secure by default: the first `make up` creates a cluster CA and certificates
+under run/pki, starts etcd with TLS, client certificates and RBAC (root, the
+operator role, an `operator` user) and Placement with TLS that requires a
+cluster certificate, and writes run/schedule.yaml (the operator's) and
+run/compute.yaml (a host named `local`, with its own certificate and etcd
+role). `make up PLAIN=1` does the same over plain TCP, for quick experiments.
+
+Whatever `make up` or `make demo KEEP=1` starts or creates is recorded in
+run/services.json: services and daemons (stopped by pid), the demo's
+providers, libvirt network, nwfilters, metadata server and files. `make down`
+removes all of it, and the run directory.
+"""
 
 from __future__ import annotations
 
 import json
+import shutil
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
-from etcd_compute.errors import ServiceUnavailable
+import yaml
+
+from etcd_compute.errors import EtcdComputeError, ServiceUnavailable
+from etcd_compute.etcd import Store
+from etcd_compute.etcd_auth import ROOT, EtcdAuth
+from etcd_compute.pki import COMPUTE, Pki, compute_name
 from tools.local_services.etcd import EtcdServer
 from tools.local_services.libvirt import ensure_libvirtd
 from tools.local_services.placement import PlacementServer
-from tools.local_services.process import Service, pid_alive, port_open, stop_pid
+from tools.local_services.process import pid_alive, port_open, stop_pid
+
+OPERATOR = "operator"
+# Where a hand-run compute (run/compute.yaml) keeps disks: qemu must traverse to them.
+LOCAL_VM_FILES = Path("/var/tmp/etcd-compute-local")
+
+Say = Callable[[str], None]
 
 
 @dataclass
 class LocalStack:
     run_dir: Path
+    plain: bool = False
     etcd: dict | None = None
     placement: dict | None = None
     # virtlogd and libvirtd, when we started them.
     libvirt_pids: list[int] = field(default_factory=list)
+    # Daemons started for us (the demo's computes with KEEP=1): name, pid, log.
+    daemons: list[dict] = field(default_factory=list)
+    # Libvirt pieces made for guests: uri, network, mdserver compute config, directories.
+    guests: list[dict] = field(default_factory=list)
+    # Resource providers of hosts that existed only for us.
+    providers: list[str] = field(default_factory=list)
+
+    FIELDS = ("plain", "etcd", "placement", "libvirt_pids", "daemons", "guests", "providers")
 
     @property
     def state_file(self) -> Path:
         return self.run_dir / "services.json"
+
+    @property
+    def pki(self) -> Pki:
+        return Pki(self.run_dir / "pki")
 
     @classmethod
     def load(cls, run_dir: Path) -> LocalStack:
         stack = cls(run_dir)
         if stack.state_file.exists():
             saved = json.loads(stack.state_file.read_text())
-            stack.etcd, stack.placement = saved.get("etcd"), saved.get("placement")
-            stack.libvirt_pids = saved.get("libvirt_pids", [])
+            for name in cls.FIELDS:
+                if name in saved:
+                    setattr(stack, name, saved[name])
         return stack
 
     def save(self) -> None:
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        state = {"etcd": self.etcd, "placement": self.placement,
-                 "libvirt_pids": self.libvirt_pids}
+        state = {name: getattr(self, name) for name in self.FIELDS}
         self.state_file.write_text(json.dumps(state, indent=2))
 
-    def up(self, etcd_port: int, placement_port: int, say: Callable[[str], None]) -> None:
-        if self.etcd and pid_alive(self.etcd["pid"]):
+    # --- up -----------------------------------------------------------------------------
+
+    def up(self, etcd_port: int, placement_port: int, say: Say, plain: bool = False) -> None:
+        running = bool(self.etcd and pid_alive(self.etcd["pid"]))
+        if running and self.plain != plain:
+            raise ServiceUnavailable(
+                f"the local services run {'plain' if self.plain else 'with TLS'}; "
+                "make down first to switch")
+        self.plain = plain
+        pki = None if plain else self.pki
+        if pki is not None and pki.init("etcd-compute-local"):
+            say(f"created the cluster CA in {pki.directory}")
+        if running:
             say(f"etcd already running (pid {self.etcd['pid']}, port {self.etcd['port']})")
         else:
             if port_open(etcd_port):
                 raise ServiceUnavailable(
                     f"port {etcd_port} is taken by another process; stop it or pass --etcd-port")
-            etcd = EtcdServer.create(self.run_dir, etcd_port)
+            etcd = EtcdServer.create(self.run_dir, etcd_port, pki=pki)
             etcd.start()
-            self.etcd = _service_state(etcd)
+            if pki is not None:
+                etcd.enable_auth([OPERATOR])
+            self.etcd = {"pid": etcd.pid, "port": etcd.port}
             self.save()
-            say(f"etcd started (pid {etcd.pid}, 127.0.0.1:{etcd.port})")
+            say(f"etcd started (pid {etcd.pid}, {etcd.scheme}://{etcd.endpoint}"
+                f"{', client certificates and RBAC' if pki else ', plain'})")
         if self.placement and pid_alive(self.placement["pid"]):
             say(f"Placement already running (pid {self.placement['pid']}, "
                 f"port {self.placement['port']})")
@@ -60,9 +113,9 @@ class LocalStack:
             if port_open(placement_port):
                 raise ServiceUnavailable(f"port {placement_port} is taken by another process; "
                                          "stop it or pass --placement-port")
-            placement = PlacementServer.create(self.run_dir, placement_port)
+            placement = PlacementServer.create(self.run_dir, placement_port, pki=pki)
             placement.start()
-            self.placement = _service_state(placement)
+            self.placement = {"pid": placement.pid, "port": placement.port}
             self.save()
             say(f"Placement started (pid {placement.pid}, {placement.endpoint}, SQLite)")
         if any(pid_alive(pid) for pid in self.libvirt_pids):
@@ -75,8 +128,83 @@ class LocalStack:
             else:
                 say("libvirtd started" if self.libvirt_pids else "libvirtd already running")
             self.save()
+        self.write_configs(say)
 
-    def down(self, say: Callable[[str], None]) -> None:
+    def _etcd(self) -> EtcdServer:
+        assert self.etcd is not None
+        return EtcdServer.create(self.run_dir, self.etcd["port"],
+                                 pki=None if self.plain else self.pki)
+
+    def _placement(self) -> PlacementServer:
+        assert self.placement is not None
+        return PlacementServer.create(self.run_dir, self.placement["port"],
+                                      pki=None if self.plain else self.pki)
+
+    def operator_config(self) -> dict[str, Any]:
+        """`etcd` and `placement` sections for the operator (schedule.py, the controller)."""
+        return {"etcd": self._etcd().client_config("", None if self.plain else OPERATOR),
+                "placement": self._placement().client_config(OPERATOR)}
+
+    def host_config(self, rp_uuid: str) -> dict[str, Any]:
+        """`etcd` and `placement` sections for the compute host `rp_uuid`: its certificate
+        (CN compute-<uuid>) and etcd role, as `cluster.py host add` makes them."""
+        if self.plain:
+            return self.operator_config()
+        issued = self.pki.issue(compute_name(rp_uuid), COMPUTE)
+        with Store(self._etcd().client_config("", ROOT)) as root:
+            EtcdAuth(root).add_host(rp_uuid)
+        tls = {"ca_cert": str(self.pki.ca_cert), "cert": str(issued.cert),
+               "key": str(issued.key)}
+        operator = self.operator_config()
+        return {"etcd": {**operator["etcd"], **tls}, "placement": {**operator["placement"],
+                                                                  **tls}}
+
+    def write_configs(self, say: Say) -> None:
+        """run/schedule.yaml and run/compute.yaml, for trying commands by hand."""
+        schedule = self.run_dir / "schedule.yaml"
+        schedule.write_text(yaml.safe_dump(self.operator_config()))
+        local = "00000000-0000-4000-8000-00000000000a"  # the hand-run host "local"
+        compute = {**self.host_config(local),
+                   "compute": {"uuid": local, "name": "local",
+                               "state_dir": str(LOCAL_VM_FILES / "state"),
+                               "instances_dir": str(LOCAL_VM_FILES / "instances")},
+                   "driver": {"libvirt": {"domain_type": "qemu",
+                                          "image_cache_dir": str(LOCAL_VM_FILES / "images"),
+                                          "mdserver_config": str(self.run_dir / "mdserver.conf")}}}
+        (self.run_dir / "compute.yaml").write_text(yaml.safe_dump(compute))
+        (self.run_dir / "mdserver.conf").write_text(
+            f"[mdserver]\ninstances_dir = {LOCAL_VM_FILES / 'instances'}\n"
+            f"log_file = {self.run_dir / 'mdserver.log'}\n")
+        self.remember_guests("qemu:///system", "etcd-compute", compute, [str(LOCAL_VM_FILES)])
+        say(f"configs: {schedule} (operator), {self.run_dir / 'compute.yaml'} (host 'local')")
+
+    def remember_guests(self, uri: str, network: str, compute_config: dict[str, Any],
+                        directories: list[str]) -> None:
+        entry = {"uri": uri, "network": network, "compute_config": compute_config,
+                 "directories": directories}
+        self.guests = [g for g in self.guests if g["directories"] != directories] + [entry]
+        self.save()
+
+    def remember_daemon(self, name: str, pid: int, log: str) -> None:
+        self.daemons.append({"name": name, "pid": pid, "log": log})
+        self.save()
+
+    def remember_provider(self, rp_uuid: str) -> None:
+        if rp_uuid not in self.providers:
+            self.providers.append(rp_uuid)
+            self.save()
+
+    # --- down ---------------------------------------------------------------------------
+
+    def down(self, say: Say) -> None:
+        for daemon in self.daemons:
+            if pid_alive(daemon["pid"]):
+                stop_pid(daemon["pid"], timeout=20)
+                say(f"{daemon['name']} stopped (pid {daemon['pid']})")
+        self.daemons = []
+        self.save()
+        self._remove_guest_pieces(say)
+        self._forget_providers(say)
         for name in ("placement", "etcd"):
             state = getattr(self, name)
             if state and pid_alive(state["pid"]):
@@ -88,10 +216,88 @@ class LocalStack:
                 stop_pid(pid)
                 say(f"stopped libvirt daemon (pid {pid})")
         self.libvirt_pids = []
+        shutil.rmtree(self.run_dir, ignore_errors=True)
+        say(f"removed {self.run_dir}")
+
+    def remove_demo_pieces(self, say: Say, directories: list[str]) -> None:
+        """What one run of the demo made, when the services stay up: its providers, and the
+        guests' pieces recorded with these directories."""
+        self._forget_providers(say)
+        self._remove_guest_pieces(say, only=directories)
+
+    def _remove_guest_pieces(self, say: Say, only: list[str] | None = None) -> None:
+        """The metadata server, libvirt network (and its dnsmasq, bridge, autostart),
+        nwfilters and guest files made for our guests (those with `only`'s directories)."""
+        from etcd_compute.config import COMPUTE_DEFAULTS, deep_merge
+        from etcd_compute.mdserver.supervisor import pid_file_for, running_pid, stop_mdserver
+        from etcd_compute.virt.network import remove_network
+        from etcd_compute.virt.nwfilter import remove_filters
+
+        chosen = [g for g in self.guests if only is None or g["directories"] == only]
+        for guests in chosen:
+            config = deep_merge(COMPUTE_DEFAULTS, guests["compute_config"])
+            try:
+                pid = running_pid(pid_file_for(config))
+                stop_mdserver(config)
+                if pid:
+                    say(f"metadata server stopped (pid {pid})")
+                if remove_network(guests["uri"], guests["network"]):
+                    say(f"removed libvirt network {guests['network']} (its bridge and dnsmasq)")
+                remove_filters(guests["uri"])
+            except Exception as exc:  # noqa: BLE001 (libvirt gone: nothing of ours runs there)
+                say(f"guest clean-up: {exc.__class__.__name__}: {exc}")
+            for directory in guests["directories"]:
+                shutil.rmtree(directory, ignore_errors=True)
+        self.guests = [g for g in self.guests if g not in chosen]
         self.save()
 
+    def _forget_providers(self, say: Say) -> None:
+        if not self.providers or not (self.placement and pid_alive(self.placement["pid"])):
+            self.providers = []
+            return
+        from etcd_compute.placement import PlacementClient
 
-def _service_state(service: Service) -> dict:
-    state = asdict(service)
-    state["run_dir"] = str(service.run_dir)
-    return state
+        client = PlacementClient(self.operator_config()["placement"])
+        for rp_uuid in self.providers:
+            try:
+                for consumer in client.get(f"/resource_providers/{rp_uuid}/allocations")[
+                        "allocations"]:
+                    client.delete_allocations(consumer)
+                client.delete_provider(rp_uuid)
+            except EtcdComputeError as exc:
+                say(f"provider {rp_uuid}: {exc}")
+        say(f"removed {len(self.providers)} provider(s) from Placement")
+        self.providers = []
+        self.save()
+
+    # --- status -------------------------------------------------------------------------
+
+    def status(self) -> list[str]:
+        lines = []
+        for name in ("etcd", "placement"):
+            state = getattr(self, name)
+            alive = bool(state and pid_alive(state["pid"]))
+            where = f"pid {state['pid']}, port {state['port']}" if state else "not started"
+            mode = "" if not state else (", plain" if self.plain else ", TLS")
+            lines.append(f"{name}: {'running' if alive else 'stopped'} ({where}{mode})")
+        if self.libvirt_pids:
+            alive = [pid for pid in self.libvirt_pids if pid_alive(pid)]
+            lines.append(f"libvirtd: started by us, {len(alive)} of {len(self.libvirt_pids)} "
+                         f"daemon(s) running (pids {self.libvirt_pids})")
+        else:
+            lines.append("libvirtd: not started by us")
+        for daemon in self.daemons:
+            state = "running" if pid_alive(daemon["pid"]) else "stopped"
+            lines.append(f"{daemon['name']}: {state} (pid {daemon['pid']}, log {daemon['log']})")
+        for guests in self.guests:
+            from etcd_compute.config import COMPUTE_DEFAULTS, deep_merge
+            from etcd_compute.mdserver.supervisor import pid_file_for, running_pid
+
+            pid = running_pid(pid_file_for(deep_merge(COMPUTE_DEFAULTS,
+                                                      guests["compute_config"])))
+            lines.append(f"metadata server for {', '.join(guests['directories'])}: "
+                         f"{f'running (pid {pid})' if pid else 'not running'}; network "
+                         f"{guests['network']}")
+        if self.providers:
+            lines.append(f"providers to remove at make down: {len(self.providers)}")
+        return lines
