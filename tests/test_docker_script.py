@@ -1,0 +1,65 @@
+"""docker.sh runs again (a second time, or after a reboot) without creating anything twice.
+
+No Docker engine runs here, so `docker` is a stand-in on PATH that keeps container
+state in files and records every call; what is tested is docker.sh's own logic.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+from tests.support import REPO
+
+FAKE_DOCKER = r"""#!/usr/bin/env bash
+# A stand-in for the docker CLI: containers are files in $DOCKER_STATE.
+echo "$*" >> "$DOCKER_STATE/calls"
+case "$1" in
+  inspect)
+    name=${@: -1}
+    [ -f "$DOCKER_STATE/$name" ] || exit 1
+    cat "$DOCKER_STATE/$name" ;;
+  run)
+    shift; while [ "$1" != --name ]; do shift; done
+    [ -f "$DOCKER_STATE/$2" ] && { echo "Conflict: name $2 in use" >&2; exit 125; }
+    echo true > "$DOCKER_STATE/$2" ;;
+  start) echo true > "$DOCKER_STATE/$2" ;;
+  rm) rm -f "$DOCKER_STATE/${@: -1}" ;;
+  network) exit 0 ;;
+esac
+"""
+
+
+def run_script(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    docker = bin_dir / "docker"
+    docker.write_text(FAKE_DOCKER)
+    docker.chmod(0o755)
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}",
+           "DOCKER_STATE": str(tmp_path), "PLAIN": "1"}
+    return subprocess.run(["bash", str(REPO / "docker.sh"), *args], capture_output=True,
+                          text=True, env=env, timeout=60)
+
+
+def calls(tmp_path: Path, verb: str) -> list[str]:
+    lines = (tmp_path / "calls").read_text().splitlines()
+    return [line for line in lines if line.startswith(verb + " ")]
+
+
+def test_a_second_run_and_a_run_after_a_reboot_create_nothing_twice(tmp_path):
+    first = run_script(tmp_path)
+    assert first.returncode == 0, first.stderr
+    assert len(calls(tmp_path, "run")) == 3
+    second = run_script(tmp_path)
+    assert second.returncode == 0, second.stderr
+    assert len(calls(tmp_path, "run")) == 3  # nothing created again
+    assert second.stdout.count("already running") == 3
+    for name in ("etcd-compute-etcd", "etcd-compute-db", "etcd-compute-placement"):
+        (tmp_path / name).write_text("false\n")  # a reboot stopped them
+    third = run_script(tmp_path)
+    assert third.returncode == 0, third.stderr
+    assert len(calls(tmp_path, "run")) == 3 and len(calls(tmp_path, "start")) == 3
+    down = run_script(tmp_path, "down")
+    assert down.returncode == 0 and not (tmp_path / "etcd-compute-etcd").exists()
