@@ -168,9 +168,12 @@ class LocalStack:
                    "compute": {"uuid": local, "name": "local",
                                "state_dir": str(LOCAL_VM_FILES / "state"),
                                "instances_dir": str(LOCAL_VM_FILES / "instances")},
-                   "driver": {"libvirt": {"domain_type": "qemu",
-                                          "image_cache_dir": str(LOCAL_VM_FILES / "images"),
-                                          "mdserver_config": str(self.run_dir / "mdserver.conf")}}}
+                   "driver": {"libvirt": {
+                       "domain_type": "qemu",
+                       "image_cache_dir": str(LOCAL_VM_FILES / "images"),
+                       # file:// images only from where tools/build-test-guest.sh builds.
+                       "image_file_dirs": [str(Path.home() / ".cache" / "etcd-compute")],
+                       "mdserver_config": str(self.run_dir / "mdserver.conf")}}}
         (self.run_dir / "compute.yaml").write_text(yaml.safe_dump(compute))
         (self.run_dir / "mdserver.conf").write_text(
             f"[mdserver]\ninstances_dir = {LOCAL_VM_FILES / 'instances'}\n"
