@@ -60,6 +60,16 @@ def targets(results: dict[str, Any]) -> list[tuple[str, str, str, str]]:
         many = max(suite["rss_idle_fake_hosts"]["main_mb"], suite["rss_peak_under_run"]["main_mb"])
         rows.append((f"RSS <= 300 MB with {suite['hosts']} simulated hosts (peak)", backend,
                      f"{many:.0f} MB", _verdict(many <= 300, "")))
+    for backend, suite in results["suites"].items():
+        plain = results["suites"].get(backend.removesuffix("+tls"))
+        if not backend.endswith("+tls") or plain is None:
+            continue
+        for key in ("b", "c"):
+            if key in suite["variants"] and key in plain["variants"]:
+                ratio = (suite["variants"][key]["instances_per_second"]
+                         / plain["variants"][key]["instances_per_second"])
+                rows.append((f"TLS + RBAC cost, ({key}) throughput TLS / plain", backend,
+                             f"{ratio:.2f}x", "measured"))
     boot = results.get("boot", {})
     if "ratio_median" in boot:
         rows.append(("boot <= 1.10x raw libvirt (median)", "sqlite",

@@ -47,8 +47,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--hosts", type=int, help="simulated hosts (overrides the mode)")
     parser.add_argument("--instances", type=int, help="instances per variant")
     parser.add_argument("--batch", type=int, help="--count batch size for variant (c)")
-    parser.add_argument("--backends", default="postgresql,sqlite",
-                        help="Placement backends, comma-separated (default: both)")
+    parser.add_argument("--backends", default="postgresql,sqlite,sqlite+tls",
+                        help="Placement backends, comma-separated; +tls: the same with TLS and "
+                             "RBAC, variants (b) and (c) only (default: "
+                             "postgresql,sqlite,sqlite+tls)")
     parser.add_argument("--variants", help="only these variants, e.g. a,c (default: all)")
     parser.add_argument("--boot-runs", type=int, help="boots of each kind (0 skips)")
     parser.add_argument("--profile", action="store_true",
@@ -126,10 +128,12 @@ def main(argv: list[str] | None = None) -> int:
     run_root = Path(tempfile.mkdtemp(prefix="etcd-compute-bench-"))
     try:
         for backend in args.backends.split(","):
+            # What TLS costs is read on one-per-call and --count throughput, same run.
+            only_here = only or ({"b", "c"} if backend.endswith("+tls") else None)
             results["suites"][backend] = suite.run_suite(
-                backend, run_root / backend, settings["hosts"], settings["instances"],
-                settings["batch"], settings["processes"], settings["postgres_workers"],
-                only, profile_dir)
+                backend, run_root / backend.replace("+", "-"), settings["hosts"],
+                settings["instances"], settings["batch"], settings["processes"],
+                settings["postgres_workers"], only_here, profile_dir)
             results["suites"][backend]["load_after"] = load()
         results["boot"] = boot.run_boot(run_root / "boot", settings["boot_runs"])
     except CheckFailed as exc:

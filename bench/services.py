@@ -21,6 +21,7 @@ import psutil
 import yaml
 
 from etcd_compute.config import SCHEDULE_DEFAULTS, deep_merge
+from etcd_compute.pki import Pki
 from tools.local_services import (
     REPO,
     EtcdServer,
@@ -39,6 +40,7 @@ FAKE_HOST_INVENTORY: dict[str, dict[str, Any]] = {
     "MEMORY_MB": {"total": 16384, "reserved": 1024, "allocation_ratio": 1.0},
     "DISK_GB": {"total": 100, "reserved": 1, "allocation_ratio": 1.0},
 }
+OPERATOR = "operator"
 PROJECT_ID = "00000000-0000-0000-0000-00000000b0b0"
 USER_ID = "00000000-0000-0000-0000-00000000b0b0"
 
@@ -52,18 +54,26 @@ def say(line: str) -> None:
 
 @dataclass
 class Stack:
-    """etcd + Placement for one backend ("postgresql" or "sqlite")."""
+    """etcd + Placement for one backend ("postgresql" or "sqlite"), plain or with TLS
+    (etcd: client certificates and RBAC; Placement: a cluster certificate required)."""
 
     backend: str
     run_dir: Path
     placement_workers: int = 1
+    tls: bool = False
     etcd: EtcdServer | None = None
     postgres: PostgresServer | None = None
     placement: PlacementServer | None = None
 
     def start(self) -> Stack:
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        self.etcd = EtcdServer.create(self.run_dir).start()
+        pki = None
+        if self.tls:
+            pki = Pki(self.run_dir / "pki")
+            pki.init("etcd-compute-bench")
+        self.etcd = EtcdServer.create(self.run_dir, pki=pki).start()
+        if pki is not None:
+            self.etcd.enable_auth([OPERATOR])
         db_url = None
         if self.backend == "postgresql":
             self.postgres = PostgresServer.create(self.run_dir).start()
@@ -71,9 +81,10 @@ class Stack:
         else:
             self.placement_workers = 1
         self.placement = PlacementServer.create(
-            self.run_dir, db_url=db_url, workers=self.placement_workers).start()
+            self.run_dir, db_url=db_url, workers=self.placement_workers, pki=pki).start()
         say(f"{self.backend}: etcd pid {self.etcd.pid}, Placement pid {self.placement.pid} "
-            f"({self.placement_workers} worker(s)) at {self.placement.endpoint}")
+            f"({self.placement_workers} worker(s)) at {self.placement.endpoint}"
+            f"{', TLS + RBAC' if self.tls else ''}")
         return self
 
     def stop(self) -> None:
@@ -84,13 +95,15 @@ class Stack:
 
     @property
     def etcd_config(self) -> dict[str, Any]:
+        """The operator's view (one fake-hosts daemon acts for many hosts: it is one too)."""
         assert self.etcd is not None
-        return {"endpoints": [self.etcd.endpoint], "prefix": "", "timeout": 10.0}
+        return {**self.etcd.client_config("", OPERATOR if self.tls else None),
+                "timeout": 10.0}
 
     @property
     def placement_config(self) -> dict[str, Any]:
         assert self.placement is not None
-        return {"endpoint": self.placement.endpoint, "token": "admin", "timeout": 120.0}
+        return {**self.placement.client_config(OPERATOR), "timeout": 120.0}
 
     def schedule_config(self, **scheduler: Any) -> dict[str, Any]:
         """A scheduler config for this stack (validated by the Scheduler's users)."""

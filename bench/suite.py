@@ -43,9 +43,12 @@ def idle_rss(stack: Stack, run_dir: Path, hosts: int) -> dict[str, float]:
 def run_suite(backend: str, run_dir: Path, hosts: int, count: int, batch: int,
               processes: int, placement_workers: int, only: set[str] | None,
               profile_dir: str | None) -> dict[str, Any]:
+    # "sqlite+tls": the same backend with TLS and RBAC, for what security costs.
+    backend_name, _, security = backend.partition("+")
+    tls = security == "tls"
     out: dict[str, Any] = {"backend": backend, "hosts": hosts, "instances": count,
-                           "batch": batch, "processes": processes, "variants": {}}
-    stack = Stack(backend, run_dir, placement_workers)
+                           "batch": batch, "processes": processes, "variants": {}, "tls": tls}
+    stack = Stack(backend_name, run_dir, placement_workers, tls=tls)
     compute: ComputeProcess | None = None
     try:
         stack.start()
