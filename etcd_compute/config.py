@@ -67,6 +67,10 @@ COMPUTE_DEFAULTS: dict[str, Any] = {
         # Where instance disks live; DISK_GB is measured on its filesystem.
         "instances_dir": "/var/lib/etcd-compute/instances",
         "heartbeat_ttl": 10,
+        # Self-fencing: when the heartbeat lease has not been renewed for
+        # heartbeat_ttl - fence_margin_seconds, every guest here is powered off, before the
+        # lease can expire and the controller recover them on another host.
+        "fence_margin_seconds": 3,
         "inventory_refresh_seconds": 60,
         "workers": 4,
         "job_timeout_seconds": 900,
@@ -159,6 +163,13 @@ SCHEDULE_DEFAULTS: dict[str, Any] = {
         # schedule.py serve: the leader's lease; a standby takes over this long after the
         # leader dies (at most).
         "controller_lease_ttl": 10,
+        # An instance whose host died: "rebuild" it elsewhere from its image (its local disk
+        # is lost) or end it in "error" (claim freed). Per instance: --on-host-failure.
+        "on_host_failure": "rebuild",
+        # How long after a host's heartbeat lease expired the controller acts on its
+        # instances. The host itself powers its guests off before its lease can expire
+        # (compute.fence_margin_seconds); this is extra margin on top.
+        "host_failure_grace_seconds": 10,
         # etcd's --max-txn-ops (default 128): one request's specs, records and group
         # members go in one transaction, which bounds --count (42, or 32 with a group).
         "etcd_max_txn_ops": 128,
@@ -240,8 +251,20 @@ def resolve_paths(config: dict[str, Any], base: Path) -> None:
                 config[section][name] = str(base / value)
 
 
+def check_fencing(compute: dict[str, Any], source: str) -> None:
+    """A host must start fencing before its lease can expire: margin below the TTL, with
+    at least half a second of renewals before it (a third of the TTL is one refresh)."""
+    ttl, margin = compute["heartbeat_ttl"], compute["fence_margin_seconds"]
+    if ttl - margin < max(ttl / 3, 0.5):
+        raise ConfigError(
+            f"{source}: compute.fence_margin_seconds {margin:g} leaves too little of "
+            f"heartbeat_ttl {ttl}: fencing would start before the first renewal could "
+            f"fail; use at most {ttl - max(ttl / 3, 0.5):g}")
+
+
 def load_compute(path: str | None = None) -> dict[str, Any]:
     config = load(path, COMPUTE_DEFAULTS, "compute_config", "compute.yaml")
+    check_fencing(config["compute"], str(path or "compute.yaml"))
     compute = config["compute"]
     compute["name"] = compute["name"] or socket.gethostname()
     disk = compute["inventory"].setdefault("DISK_GB", {})

@@ -63,11 +63,12 @@ LIVE = frozenset({BUILDING, ACTIVE, DELETING})
 # Allowed moves; None is "no record yet" (a spec written without one, or unreadable).
 TRANSITIONS: dict[str | None, frozenset[str]] = {
     None: frozenset({SCHEDULED, BUILDING, ERROR, DELETING, DELETED}),
-    SCHEDULED: frozenset({BUILDING, ERROR, DELETING, DELETED}),
-    BUILDING: frozenset({ACTIVE, RESCHEDULING, ERROR, DELETING, DELETED}),
+    # -> SCHEDULED from SCHEDULED, BUILDING, ACTIVE: evacuated (its host died) elsewhere.
+    SCHEDULED: frozenset({SCHEDULED, BUILDING, ERROR, DELETING, DELETED}),
+    BUILDING: frozenset({SCHEDULED, ACTIVE, RESCHEDULING, ERROR, DELETING, DELETED}),
     # The controller moves it (SCHEDULED elsewhere), or gives up (ERROR).
     RESCHEDULING: frozenset({SCHEDULED, ERROR, DELETING, DELETED}),
-    ACTIVE: frozenset({ERROR, DELETING, DELETED}),
+    ACTIVE: frozenset({SCHEDULED, ERROR, DELETING, DELETED}),
     ERROR: frozenset({ERROR, DELETING, DELETED}),
     DELETING: frozenset({ERROR, DELETED}),
     # Finishing a destroy again is idempotent.
@@ -300,13 +301,19 @@ def activate(store: KeyValueStore, read: RecordRead, ip: str | None) -> int | No
                                        read.revision)], success))
 
 
-def fail(store: KeyValueStore, spec: dict[str, Any], read: RecordRead,
-         reason: str) -> int | None:
+def host_down(keys: Keys, host: str) -> Compare:
+    """Guards what the operator's side does to a dead host's instances: the host did not
+    come back (its heartbeat key is still gone) when the transaction runs."""
+    return absent(keys.alive(host))
+
+
+def fail(store: KeyValueStore, spec: dict[str, Any], read: RecordRead, reason: str,
+         guard: tuple[Compare, ...] = ()) -> int | None:
     """-> ERROR with `reason`; the host's other keys go. The caller freed the claim."""
     keys, uuid, host = store.keys, spec["uuid"], spec["host"]
     failed = (moved(read.record, ERROR, error=reason) if read.record
               else error_record(uuid, host, reason))
-    return store.commit(Txn([unchanged(keys.record(host, uuid), read.revision)],
+    return store.commit(Txn([unchanged(keys.record(host, uuid), read.revision), *guard],
                             [_record_put(keys, failed), *_host_deletes(keys, host, uuid)]))
 
 
@@ -345,15 +352,15 @@ def mark_deleting(store: KeyValueStore, spec: dict[str, Any], read: RecordRead) 
                             [_record_put(keys, deleting)]))
 
 
-def delete(store: KeyValueStore, spec: dict[str, Any], read: RecordRead,
-           ttl: int) -> int | None:
+def delete(store: KeyValueStore, spec: dict[str, Any], read: RecordRead, ttl: int,
+           guard: tuple[Compare, ...] = ()) -> int | None:
     """-> DELETED, a record that expires after `ttl` s; the host's other keys go."""
     keys = store.keys
     deleted = (moved(read.record, DELETED, ip=None) if read.record
                else new_record(spec, DELETED))
     lease = store.grant(ttl)
-    return store.commit(Txn([], [_record_put(keys, deleted, lease),
-                                 *_host_deletes(keys, spec["host"], spec["uuid"])]))
+    return store.commit(Txn(list(guard), [_record_put(keys, deleted, lease),
+                                          *_host_deletes(keys, spec["host"], spec["uuid"])]))
 
 
 def move(store: KeyValueStore, spec: dict[str, Any], read: RecordRead, host: str,
@@ -369,6 +376,24 @@ def move(store: KeyValueStore, spec: dict[str, Any], read: RecordRead, host: str
         [unchanged(keys.record(old, uuid), read.revision)],
         [*_host_deletes(keys, old, uuid), Delete(keys.record(old, uuid)),
          *_placed(keys, moved_spec, record)],
+    ))
+
+
+def evacuate(store: KeyValueStore, spec: dict[str, Any], read: RecordRead, host: str,
+             allocations: dict[str, Any]) -> int | None:
+    """An instance of a dead host -> SCHEDULED on `host`, to be built anew from its image
+    (its disk was local: it is lost). Spec (a build), record, location and membership
+    move in one transaction, only if the dead host has not come back and the record did
+    not change since it was read. The caller moved the claim first."""
+    assert read.record is not None
+    keys, uuid, old = store.keys, spec["uuid"], spec["host"]
+    rebuilt = {**spec, "action": "build", "host": host, "allocations": allocations,
+               "alternates": []}
+    record = moved(read.record, SCHEDULED, host=host, host_name=None, ip=None, error=None)
+    return store.commit(Txn(
+        [unchanged(keys.record(old, uuid), read.revision), host_down(keys, old)],
+        [*_host_deletes(keys, old, uuid), Delete(keys.record(old, uuid)),
+         *_placed(keys, rebuilt, record)],
     ))
 
 

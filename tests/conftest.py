@@ -162,6 +162,7 @@ def compute_config(tmp_path: Path, host_credentials: Callable[[str], dict[str, A
             "state_dir": str(state),
             "instances_dir": str(state / "instances"),
             "heartbeat_ttl": 3,
+            "fence_margin_seconds": 1,
             "workers": 2,
             "job_timeout_seconds": 30,
             "shutdown_timeout_seconds": 10,

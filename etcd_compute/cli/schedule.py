@@ -227,6 +227,8 @@ def cmd_destroy(args: argparse.Namespace, config: dict[str, Any]) -> int:
             "already": f"DESTROY ALREADY REQUESTED FOR INSTANCE {uuid}",
             "removed": f"REMOVED INSTANCE {uuid} (no host held it; record and claim removed)",
             "deleted": f"INSTANCE {uuid} IS ALREADY DELETED",
+            "finished": f"DELETED INSTANCE {uuid} (its host is down: claim freed here; the "
+                        "host cleans up if it returns)",
         }
         if args.wait and outcome in ("requested", "already"):
             ops.wait(store, [uuid], frozenset({instances.DELETED}),

@@ -61,6 +61,8 @@ class Consoles:
             self.publish(sorted(self.followed))
 
     def publish(self, uuids: list[str]) -> None:
+        if self.pool.stopped:
+            return  # fenced: consoles wait until the guests run again
         future = self.pool.schedule(worker.consoles, uuids, CONSOLE_MAX_BYTES, timeout=60)
         future.add_done_callback(lambda f: self.post(self.store_tails, (f,)))
 

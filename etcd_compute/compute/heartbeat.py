@@ -1,9 +1,17 @@
-"""The heartbeat: an etcd lease that holds our /alive/<rp> keys while we run.
+"""The heartbeat: an etcd lease that holds our /alive/<rp> keys while we run, and fencing.
 
 A thread refreshes the lease every third of its TTL. If etcd forgot it (we
 were cut off longer than the TTL), a new lease and new keys are taken. When
 the daemon stops, the lease is revoked and the keys vanish at once; when it
 dies, they vanish after the TTL and the scheduler stops choosing the host.
+
+Self-fencing: etcd counts a lease's TTL from the last renewal it received,
+which was sent no earlier than our last successful refresh. So once no
+refresh has succeeded for `heartbeat_ttl - fence_margin_seconds` (measured
+from when that refresh was sent), our lease may expire within the margin and
+the controller may then, after its grace period, rebuild our instances on
+another host: `on_fence` powers every guest here off first. When a refresh
+(or a new lease) succeeds again, `on_unfence` lets the daemon reconcile.
 """
 
 from __future__ import annotations
@@ -12,6 +20,7 @@ import contextlib
 import logging
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from etcd_compute import messages
@@ -24,20 +33,33 @@ LOG = logging.getLogger("etcd_compute.compute")
 
 class Heartbeat:
     def __init__(self, store: Store, hosts: dict[str, HostIdentity], ttl: int,
-                 driver_name: str, stopping: threading.Event):
+                 driver_name: str, stopping: threading.Event, fence_margin: float = 3.0,
+                 on_fence: Callable[[], None] | None = None,
+                 on_unfence: Callable[[], None] | None = None):
         self.store = store
         self.hosts = hosts
         self.ttl = ttl
         self.driver_name = driver_name
         self.stopping = stopping
+        self.fence_after = ttl - fence_margin
+        self.on_fence = on_fence
+        self.on_unfence = on_unfence
         self.lease: Any = None
         self.lock = threading.Lock()
+        # Monotonic time the last successful renewal (or grant) was sent.
+        self.last_ok = time.monotonic()
+        self.fenced = False
+        self.lock_fence = threading.Lock()
 
     def start(self) -> None:
         self._new_lease()
         threading.Thread(target=self._loop, name="heartbeat", daemon=True).start()
+        # Its own thread: a refresh blocked on an unreachable etcd (up to etcd.timeout)
+        # must not delay the fence.
+        threading.Thread(target=self._watchdog, name="fence-watchdog", daemon=True).start()
 
     def _new_lease(self) -> None:
+        sent = time.monotonic()
         with self.lock:
             self.lease = self.store.lease(self.ttl)
             now = time.time()
@@ -48,20 +70,55 @@ class Heartbeat:
                      "driver": self.driver_name},
                     lease=self.lease,
                 )
+        self._renewed(sent)
+
+    def _renewed(self, sent: float) -> None:
+        with self.lock_fence:
+            self.last_ok = sent
+            if not self.fenced:
+                return
+            self.fenced = False
+        LOG.warning("heartbeat back: lifting the fence")
+        if self.on_unfence:
+            self.on_unfence()
 
     def _loop(self) -> None:
-        interval = max(self.ttl / 3, 0.5)
-        while not self.stopping.wait(interval):
-            try:
-                with self.lock:
-                    response = list(self.lease.refresh())[0]
-                if response.TTL <= 0:
-                    LOG.warning("heartbeat lease expired; taking a new one")
-                    self._new_lease()
-            except ETCD_DOWN + (ServiceUnavailable, IndexError):
-                LOG.warning("heartbeat: etcd unreachable; retrying")
-            except Exception:
-                LOG.exception("heartbeat failed")
+        while not self.stopping.wait(max(self.ttl / 3, 0.5)):
+            self._refresh()
+
+    def _watchdog(self) -> None:
+        while not self.stopping.wait(0.1):
+            if not self.fenced and time.monotonic() - self.last_ok >= self.fence_after:
+                self._fence()
+
+    def _refresh(self) -> None:
+        sent = time.monotonic()
+        try:
+            with self.lock:
+                response = list(self.lease.refresh())[0]
+            if response.TTL > 0:
+                self._renewed(sent)
+                return
+            LOG.warning("heartbeat lease expired; taking a new one")
+            if not self.fenced:
+                self._fence()  # the controller may already be recovering our instances
+            self._new_lease()
+        except ETCD_DOWN + (ServiceUnavailable, IndexError):
+            LOG.warning("heartbeat: etcd unreachable; retrying (%.1f s since the last "
+                        "renewal, fencing at %.1f s)", time.monotonic() - self.last_ok,
+                        self.fence_after)
+        except Exception:
+            LOG.exception("heartbeat failed")
+
+    def _fence(self) -> None:
+        with self.lock_fence:
+            if self.fenced:
+                return
+            self.fenced = True
+            LOG.error("no heartbeat renewal for %.1f s: fencing (powering off every guest "
+                      "here)", time.monotonic() - self.last_ok)
+            if self.on_fence:
+                self.on_fence()
 
     def revoke(self) -> None:
         """Drop the lease: our /alive/ keys vanish now, not after the TTL."""

@@ -23,6 +23,7 @@ from etcd_compute import instances, messages
 from etcd_compute.compute import worker
 from etcd_compute.compute.checks import claimed_here, refuse_unclaimed
 from etcd_compute.compute.consoles import Consoles
+from etcd_compute.compute.fencing import Gate
 from etcd_compute.compute.identity import HostIdentity
 from etcd_compute.compute.pool import (
     BUILD,
@@ -54,7 +55,7 @@ def instance_log(uuid: str) -> logging.LoggerAdapter:
 class InstanceMachine:
     def __init__(self, store: KeyValueStore, placement: PlacementClient, pool: WorkerPool,
                  consoles: Consoles, hosts: dict[str, HostIdentity], settings: dict[str, Any],
-                 post: Post, stopping: threading.Event):
+                 post: Post, stopping: threading.Event, gate: Gate | None = None):
         self.store = store
         self.keys = store.keys
         self.placement = placement
@@ -65,6 +66,8 @@ class InstanceMachine:
         # Queue a follow-up event for the main loop (re-reads after a lost race).
         self.post = post
         self.stopping = stopping
+        # Closed while the host is fenced: nothing starts; reconcile resumes it after.
+        self.gate = gate or Gate()
         # Instances with a job in a worker, by uuid.
         self.jobs: dict[str, Job] = {}
 
@@ -72,6 +75,8 @@ class InstanceMachine:
 
     def on_spec(self, rp_uuid: str, uuid: str, raw: bytes, spec_revision: int) -> None:
         """A spec at /hosts/<rp_uuid>/<uuid> (new, changed, or listed by reconcile)."""
+        if self.gate.closed:
+            return  # fenced: the reconcile after the fence lifts acts on it
         try:
             spec = messages.decode(messages.INSTANCE_SPEC, raw)
             if spec["uuid"] != uuid or spec["host"] != rp_uuid:
@@ -198,10 +203,13 @@ class InstanceMachine:
                reason: str | None = None, attempt: int = 1, blame_host: bool = True) -> None:
         uuid = spec["uuid"]
         timeout = self.settings["job_timeout_seconds"]
-        if kind == BUILD:
-            future = self.pool.schedule(worker.build, spec, timeout=timeout)
-        else:
-            future = self.pool.schedule(worker.destroy, uuid, timeout=timeout)
+        with self.gate.lock:
+            if self.gate.closed:
+                return  # fenced: the reconcile after the fence lifts resumes it
+            if kind == BUILD:
+                future = self.pool.schedule(worker.build, spec, timeout=timeout)
+            else:
+                future = self.pool.schedule(worker.destroy, uuid, timeout=timeout)
         job = Job(kind, uuid, spec, future, record_revision, reason=reason, attempt=attempt,
                   blame_host=blame_host)
         self.jobs[uuid] = job
@@ -210,6 +218,10 @@ class InstanceMachine:
     def on_job_done(self, job: Job) -> None:
         if self.jobs.get(job.uuid) is not job:
             return  # cancelled or replaced meanwhile
+        if self.gate.closed:
+            # Fenced: its worker was stopped; the reconcile after the fence resumes it.
+            del self.jobs[job.uuid]
+            return
         # The job stays registered until its outcome is recorded: if etcd or Placement
         # fails half way, the service retries this same event and it is handled again.
         try:

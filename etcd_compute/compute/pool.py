@@ -21,7 +21,7 @@ from typing import Any
 import pebble
 
 from etcd_compute.compute import worker
-from etcd_compute.errors import EtcdComputeError
+from etcd_compute.errors import EtcdComputeError, ServiceUnavailable
 
 LOG = logging.getLogger("etcd_compute.compute")
 
@@ -53,9 +53,12 @@ class WorkerPool:
     def __init__(self, config: dict[str, Any]):
         self.config = config
         self._pool: pebble.ProcessPool | None = None
+        # Stopped on purpose (shutdown, fencing): nothing may bring it back but start().
+        self.stopped = False
 
     def start(self) -> WorkerPool:
         self._pool = self._new()
+        self.stopped = False
         return self
 
     def _new(self) -> pebble.ProcessPool:
@@ -70,6 +73,8 @@ class WorkerPool:
                  timeout: float) -> concurrent.futures.Future:
         """Run `function(*args)` in a worker; rebuild the pool if a dead worker broke it."""
         assert self._pool is not None, "pool not started"
+        if self.stopped:
+            raise ServiceUnavailable("the worker pool is stopped (fenced or shutting down)")
         try:
             return self._pool.schedule(function, args=args, timeout=timeout)
         except RuntimeError as exc:
@@ -97,6 +102,7 @@ class WorkerPool:
             threading.Thread(target=broken.stop, name="stop-broken-pool", daemon=True).start()
 
     def stop(self, join_timeout: float = 5) -> None:
+        self.stopped = True
         if self._pool is None:
             return
         self._pool.stop()

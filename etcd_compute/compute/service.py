@@ -36,6 +36,7 @@ import pyetcd.exceptions
 from etcd_compute import instances
 from etcd_compute.compute import worker
 from etcd_compute.compute.consoles import CONSOLE_REFRESH_SECONDS, Consoles
+from etcd_compute.compute.fencing import Fencer, Gate
 from etcd_compute.compute.heartbeat import Heartbeat
 from etcd_compute.compute.identity import HostIdentity
 from etcd_compute.compute.machine import InstanceMachine, instance_log
@@ -67,12 +68,17 @@ class ComputeService:
         self.next_revision = 0
         self.cancel_watch: Callable[[], None] | None = None
         self.pool = WorkerPool(config)
+        self.gate = Gate()
+        self.fencer = Fencer(config, self.pool, self.gate)
         self.registration = Registration(self.placement, self.settings, self.hosts)
-        self.heartbeat = Heartbeat(self.store, self.hosts, self.settings["heartbeat_ttl"],
-                                   config["driver"]["name"], self.stopping)
+        self.heartbeat = Heartbeat(
+            self.store, self.hosts, self.settings["heartbeat_ttl"], config["driver"]["name"],
+            self.stopping, self.settings["fence_margin_seconds"], on_fence=self.fencer.fence,
+            on_unfence=lambda: self.post(self.unfence))
         self.consoles = Consoles(self.store, self.pool, self.post)
         self.machine = InstanceMachine(self.store, self.placement, self.pool, self.consoles,
-                                       self.hosts, self.settings, self.post, self.stopping)
+                                       self.hosts, self.settings, self.post, self.stopping,
+                                       self.gate)
         # One watch covers all our hosts: the host's own specs, or all of /hosts/
         # when one process simulates many.
         self.watch_prefix = (
@@ -234,8 +240,14 @@ class ComputeService:
 
     # ------------------------------------------------------------- reconcile
 
+    def unfence(self) -> None:
+        """The lease is ours again: back to work, and put the guests right."""
+        self.fencer.lift()
+        self.reconcile()
+
     def reconcile(self) -> None:
-        """Compare etcd, records and the driver; finish what is pending; report orphans."""
+        """Compare etcd, records and the driver; finish what is pending; power on what is
+        ours and stopped; destroy what is no longer ours."""
         self.remove_odd_keys()
         entries, revision = self.store.get_prefix(self.watch_prefix)
         wanted: set[str] = set()
@@ -248,16 +260,30 @@ class ComputeService:
         self.next_revision = max(self.next_revision, revision + 1)
         try:
             held = self.pool.run(worker.list_instances)
+            running = self.pool.run(worker.running)
+            self._put_guests_right(held, running, wanted)
         except Exception as exc:  # a broken driver must not stop the daemon
-            LOG.warning("reconcile: could not list driver instances: %s", exc)
+            LOG.warning("reconcile: could not list or fix driver instances: %s", exc)
             return
+        LOG.info("reconciled %d spec(s) at revision %d; %d instance(s) in the driver",
+                 len(wanted), revision, len(held))
+
+    def _put_guests_right(self, held: set[str], running: set[str], wanted: set[str]) -> None:
+        """A guest no spec of ours asks for was moved or deleted while we were away (or
+        down): destroy it here, claims untouched. One that is ours, ACTIVE and stopped (a
+        fence, a reboot of the host) is powered on again."""
         in_flight = set(self.machine.jobs)
         for uuid in sorted(held - wanted - in_flight):
             instance_log(uuid).warning(
-                "orphan: the driver holds instance %s but no spec asks for it", uuid
-            )
-        LOG.info("reconciled %d spec(s) at revision %d; %d instance(s) in the driver",
-                 len(wanted), revision, len(held))
+                "orphan: the driver holds instance %s but no spec asks for it (moved or "
+                "deleted while this host was away); destroying it here", uuid)
+            self.pool.run(worker.destroy, uuid, timeout=self.settings["job_timeout_seconds"])
+        for uuid in sorted((held & wanted) - running - in_flight):
+            rp = next((rp for rp in self.hosts
+                       if instances.read_record(self.store, rp, uuid).state == instances.ACTIVE),
+                      None)
+            if rp is not None and self.pool.run(worker.power_on, uuid):
+                instance_log(uuid).info("powered on again (it is ours and ACTIVE)")
 
     def remove_odd_keys(self) -> None:
         """Keys under our hosts' prefixes that are no instance key of ours (extra or empty

@@ -42,6 +42,14 @@ def list_instances() -> set[str]:
     return driver().list_instances()
 
 
+def running() -> set[str]:
+    return driver().running()
+
+
+def power_on(uuid: str) -> bool:
+    return driver().power_on(uuid)
+
+
 def consoles(uuids: list[str], max_bytes: int) -> dict[str, str]:
     """Console tails of several instances in one job."""
     return {uuid: driver().console(uuid, max_bytes) for uuid in uuids}

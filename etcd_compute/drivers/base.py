@@ -37,6 +37,28 @@ class Driver(abc.ABC):
     def list_instances(self) -> set[str]:
         """Uuids of instances this driver currently holds (for reconciliation)."""
 
+    @abc.abstractmethod
+    def running(self) -> set[str]:
+        """Uuids of instances of ours whose guest runs now."""
+
+    @abc.abstractmethod
+    def power_off(self, uuid: str) -> bool:
+        """Stop the guest at once (a hard power-off), keeping its definition and disk;
+        False if it was not running."""
+
+    @abc.abstractmethod
+    def power_on(self, uuid: str) -> bool:
+        """Start a stopped guest again; False if it was running already."""
+
+    def fence(self) -> list[str]:
+        """Power off every guest of ours (the host lost its lease: another host may soon
+        run them); the uuids stopped."""
+        stopped = []
+        for uuid in sorted(self.running()):
+            if self.power_off(uuid):
+                stopped.append(uuid)
+        return stopped
+
     def console(self, uuid: str, max_bytes: int = 65536) -> str:
         """The tail of the instance's serial console log."""
         return ""

@@ -6,8 +6,10 @@ logic is tested for real. `builds.log` gets a line for every build *attempt*
 ("start") and its outcome ("built", or "exists" when the instance was there
 already), with the worker's parent (the daemon's forkserver: one per daemon
 run) and the time: how tests prove that no instance was built twice, nor
-asked for again once done. One FakeDriver serves any number of simulated
-hosts (`ecompute --fake-hosts N`).
+asked for again once done. `guests.log` gets a line whenever a guest starts
+or stops running ("run", "halt"), with its host and the time: how tests prove
+that no instance ever runs on two hosts at once. One FakeDriver serves any
+number of simulated hosts (`ecompute --fake-hosts N`).
 """
 
 from __future__ import annotations
@@ -47,6 +49,27 @@ class FakeDriver(Driver):
         with open(self.root / "builds.log", "a") as log:
             log.write(f"{uuid} {event} {os.getppid()} {time.time():.6f}\n")
 
+    def _guest_event(self, uuid: str, host: str, event: str) -> None:
+        with open(self.root / "guests.log", "a") as log:
+            log.write(f"{uuid} {event} {host} {time.time():.6f}\n")
+
+    def _load(self, uuid: str) -> dict[str, Any] | None:
+        try:
+            return json.loads(self._path(uuid).read_text())
+        except (OSError, ValueError):
+            return None
+
+    def _set_running(self, uuid: str, running: bool) -> bool:
+        """Flip the guest's running flag (atomically); False if it was so already."""
+        instance = self._load(uuid)
+        if instance is None or instance.get("running", True) == running:
+            return False
+        staging = self.root / f".{uuid}.{os.getpid()}.state"
+        staging.write_text(json.dumps({**instance, "running": running}))
+        staging.replace(self._path(uuid))
+        self._guest_event(uuid, instance.get("host", "-"), "run" if running else "halt")
+        return True
+
     def build(self, spec: dict[str, Any]) -> dict[str, Any]:
         uuid = spec["uuid"]
         path = self._path(uuid)
@@ -67,12 +90,16 @@ class FakeDriver(Driver):
             time.sleep(self.build_seconds)
             marker.unlink(missing_ok=True)
         result = {"ip": fake_ip(uuid)}
-        record = {"uuid": uuid, "host": spec["host"], "result": result, "built_at": time.time()}
+        record = {"uuid": uuid, "host": spec["host"], "result": result, "built_at": time.time(),
+                  "running": True}
         # Write aside, then link into place: the instance appears whole or not at all
         # (a kill -9 mid-write must not leave a half instance), and of two racing
         # builds of one uuid only the first link succeeds.
         staging = self.root / f".{uuid}.{os.getpid()}.tmp"
         staging.write_text(json.dumps(record))
+        # Logged before the guest exists: a kill in between leaves a "run" too many (a
+        # test may see a guest run longer than it did), never one too few.
+        self._guest_event(uuid, spec["host"], "run")
         try:
             os.link(staging, path)
         except FileExistsError:
@@ -84,8 +111,19 @@ class FakeDriver(Driver):
         return result
 
     def destroy(self, uuid: str) -> None:
+        self._set_running(uuid, False)
         with contextlib.suppress(FileNotFoundError):
             self._path(uuid).unlink()
+
+    def running(self) -> set[str]:
+        return {uuid for uuid in self.list_instances()
+                if (self._load(uuid) or {}).get("running", True)}
+
+    def power_off(self, uuid: str) -> bool:
+        return self._set_running(uuid, False)
+
+    def power_on(self, uuid: str) -> bool:
+        return self._set_running(uuid, True)
 
     def list_instances(self) -> set[str]:
         return {path.stem for path in self.root.glob("*.json")}

@@ -127,6 +127,32 @@ class LibvirtDriver(Driver):
             raise BuildError(f"a domain named {uuid} exists but is not one of ours")
         return domain
 
+    def running(self) -> set[str]:
+        active = self.connection.listAllDomains(libvirt.VIR_CONNECT_LIST_DOMAINS_ACTIVE)
+        return {d.name() for d in active if is_ours(d)}
+
+    def power_off(self, uuid: str) -> bool:
+        domain = self._our_domain(uuid)
+        try:
+            if domain is None or not domain.isActive():
+                return False
+            domain.destroy()  # libvirt's "destroy" is a hard power-off; the definition stays
+        except libvirt.libvirtError as exc:
+            if exc.get_error_code() in (libvirt.VIR_ERR_OPERATION_INVALID,
+                                        libvirt.VIR_ERR_NO_DOMAIN):
+                return False
+            raise
+        log.info("instance %s: powered off", uuid)
+        return True
+
+    def power_on(self, uuid: str) -> bool:
+        domain = self._our_domain(uuid)
+        if domain is None or domain.isActive():
+            return False
+        domain.create()
+        log.info("instance %s: powered on", uuid)
+        return True
+
     def list_instances(self) -> set[str]:
         return {d.name() for d in self.connection.listAllDomains() if is_ours(d)}
 

@@ -13,6 +13,16 @@ in-memory store and Placement:
 - `on_record_gone(host, uuid)`: a record expired or was removed -> forget the
   operator's keys of that instance (location, group member), which its host
   could not remove.
+- `on_alive(host, present)` and `recover_due()`: a host whose heartbeat lease
+  expired is down; once it has been down for `host_failure_grace_seconds`, each
+  of its instances gets its recovery policy: `rebuild` (placed again by the
+  scheduler's own query, filters and weighers, its server group honoured; the
+  claim moves in one Placement call, then spec, record, location and group
+  member in one etcd transaction that also checks the host is still down) or
+  `error` (ERROR "host ... is down", claim freed). A destroy asked of a dead
+  host is finished here. The host itself powered its guests off before its
+  lease could expire (self-fencing), and destroys the stale copies when it
+  comes back.
 - `sweep()`: all of the above for everything, when we become leader (events
   before that were someone else's business, or nobody's).
 """
@@ -20,12 +30,16 @@ in-memory store and Placement:
 from __future__ import annotations
 
 import logging
+import time
+from collections.abc import Callable
+from typing import Any
 
 from etcd_compute import claims, instances, messages
-from etcd_compute.errors import EtcdComputeError, InvalidMessage
+from etcd_compute.errors import ConflictError, EtcdComputeError, InvalidMessage, NoValidHost
 from etcd_compute.etcd import KeyValueStore
 from etcd_compute.keys import RECORDS
 from etcd_compute.placement import PlacementClient
+from etcd_compute.scheduler.planner import Pick
 
 LOG = logging.getLogger("etcd_compute.controller")
 
@@ -35,10 +49,22 @@ def instance_log(uuid: str) -> logging.LoggerAdapter:
 
 
 class Controller:
-    def __init__(self, store: KeyValueStore, placement: PlacementClient):
+    def __init__(self, store: KeyValueStore, placement: PlacementClient,
+                 settings: dict[str, Any] | None = None,
+                 place: Callable[[dict[str, Any], frozenset[str]], Pick] | None = None,
+                 clock: Callable[[], float] = time.monotonic):
         self.store = store
         self.keys = store.keys
         self.placement = placement
+        settings = settings or {}
+        self.grace = settings.get("host_failure_grace_seconds", 10)
+        self.default_policy = settings.get("on_host_failure", "rebuild")
+        self.deleted_record_ttl = settings.get("deleted_record_ttl", 3600)
+        # Where an instance of a dead host would go now (Scheduler.place).
+        self.place = place
+        self.clock = clock
+        # Hosts without a heartbeat, since when (our clock).
+        self.down_since: dict[str, float] = {}
 
     # --- records --------------------------------------------------------------------------
 
@@ -88,6 +114,93 @@ class Controller:
         if location is not None and location["host"] == host:
             instances.forget(self.store, uuid, host, location.get("group"))
 
+    # --- dead hosts -------------------------------------------------------------------------
+
+    def on_alive(self, host: str, present: bool) -> None:
+        if present:
+            if self.down_since.pop(host, None) is not None:
+                LOG.info("host %s is back", host)
+        elif host not in self.down_since:
+            self.down_since[host] = self.clock()
+            LOG.warning("host %s lost its heartbeat; its instances are recovered in %g s "
+                        "unless it comes back", host, self.grace)
+
+    def recover_due(self) -> list[str]:
+        """Recover the instances of every host down for the grace period; the hosts done."""
+        done = []
+        for host, since in list(self.down_since.items()):
+            if self.clock() - since >= self.grace:
+                self.recover_host(host)
+                done.append(host)
+        return done
+
+    def recover_host(self, host: str) -> None:
+        if self.store.get(self.keys.alive(host)) is not None:
+            self.on_alive(host, True)  # back before we acted: nothing to do
+            return
+        for uuid in sorted(self.store.read_prefix(messages.INSTANCE_RECORD,
+                                                  self.keys.records(host))):
+            self.recover_instance(host, uuid)
+
+    def recover_instance(self, host: str, uuid: str) -> str:
+        """Apply the instance's policy; what was done ("rebuilt", "error", "deleted",
+        "left" (nothing to do or it changed meanwhile), "retry")."""
+        log = instance_log(uuid)
+        read = instances.read_record(self.store, host, uuid)
+        if read.state in (None, instances.ERROR, instances.DELETED):
+            return "left"
+        entry = self.store.get(self.keys.spec(host, uuid))
+        try:
+            spec = messages.decode(messages.INSTANCE_SPEC, entry.value) if entry else None
+        except InvalidMessage:
+            spec = None
+        if spec is None:
+            spec = {"uuid": uuid, "host": host, "resources": read.record["resources"]}
+        down = (instances.host_down(self.keys, host),)
+        if spec.get("action") == "destroy" or read.state == instances.DELETING:
+            self.placement.delete_allocations(uuid)
+            if instances.delete(self.store, spec, read, self.deleted_record_ttl,
+                                guard=down) is None:
+                return "left"
+            log.warning("host %s is down: destroy finished here (claim freed); the host "
+                        "cleans up if it returns", host)
+            return "deleted"
+        policy = spec.get("on_host_failure") or self.default_policy
+        if policy == "rebuild" and "project_id" in spec and self.place is not None:
+            try:
+                pick = self.place(spec, frozenset({host}))
+            except NoValidHost as exc:
+                return self._fail(spec, read, f"host {host} is down and no other host can "
+                                  f"take it ({(exc.reasons or ['no valid host'])[0]})")
+            return self._rebuild(spec, read, pick)
+        return self._fail(spec, read, f"host {host} is down")
+
+    def _fail(self, spec: dict[str, Any], read: instances.RecordRead, reason: str) -> str:
+        self.placement.delete_allocations(spec["uuid"])
+        down = (instances.host_down(self.keys, spec["host"]),)
+        if instances.fail(self.store, spec, read, reason, guard=down) is None:
+            return "left"
+        instance_log(spec["uuid"]).error("ERROR: %s (allocation freed)", reason)
+        return "error"
+
+    def _rebuild(self, spec: dict[str, Any], read: instances.RecordRead, pick: Pick) -> str:
+        uuid, target = spec["uuid"], pick.host.uuid
+        try:
+            claims.move(self.placement, uuid, pick.allocations, spec["project_id"],
+                        spec["user_id"])
+        except ConflictError as exc:
+            instance_log(uuid).info("claim on %s lost a race (%s); trying again", target, exc)
+            return "retry"
+        if instances.evacuate(self.store, spec, read, target, pick.allocations) is None:
+            # The host came back (or the record changed): the claim goes back with it.
+            claims.move(self.placement, uuid, spec["allocations"], spec["project_id"],
+                        spec["user_id"])
+            return "left"
+        instance_log(uuid).warning("host %s is down: instance rebuilt on %s (%s) from its "
+                                   "image; its local disk is lost", spec["host"],
+                                   pick.host.name, target)
+        return "rebuilt"
+
     # --- everything, once -------------------------------------------------------------------
 
     def sweep(self) -> dict[str, int]:
@@ -105,9 +218,14 @@ class Controller:
                 if record["state"] == instances.RESCHEDULING:
                     self.on_record(host, uuid)
                     rescheduled += 1
+        alive = {entry.key.rsplit("/", 1)[-1] for entry in
+                 self.store.get_prefix(self.keys.alive_prefix(), keys_only=True)[0]}
+        for host in {host for host, _ in records} - alive:
+            self.on_alive(host, False)
         located = self.store.read_prefix(messages.INSTANCE_LOCATION, self.keys.locations())
         for uuid, location in located.items():
             if (location["host"], uuid) not in records and instances.forget(
                     self.store, uuid, location["host"], location.get("group")) is not None:
                 forgotten += 1
-        return {"records": len(records), "rescheduled": rescheduled, "forgotten": forgotten}
+        return {"records": len(records), "rescheduled": rescheduled, "forgotten": forgotten,
+                "hosts_down": len(self.down_since)}

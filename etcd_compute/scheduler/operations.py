@@ -15,6 +15,9 @@ from etcd_compute.keys import RECORDS
 from etcd_compute.placement import DISABLED_TRAIT, PlacementClient
 from etcd_compute.scheduler.request import UUID
 
+# How long the DELETED record of an instance destroyed on a dead host stays readable.
+DELETED_RECORD_TTL = 3600
+
 
 class WaitTimeout(EtcdComputeError):
     """--wait ran out of time; the instances keep going."""
@@ -70,7 +73,8 @@ def destroy(store: Store, placement: PlacementClient, uuid: str) -> str:
 
     Returns what was done: "requested" (the host's spec rewritten with action destroy),
     "already" (a destroy is pending), "removed" (no spec: record, keys and claim
-    removed here), "deleted" (nothing left to do).
+    removed here), "deleted" (nothing left to do), "finished" (its host is down: the
+    record ends DELETED and the claim is freed here; the host cleans up if it returns).
     """
     check_uuid(uuid)
     for _ in range(5):
@@ -83,6 +87,13 @@ def destroy(store: Store, placement: PlacementClient, uuid: str) -> str:
                 # Unreadable spec: the compute rejects it anyway; drop it and clean up.
                 instances.drop_key(store, entry.key, entry.mod_revision)
                 continue
+            if store.get(store.keys.alive(host)) is None and read.record is not None:
+                # Nobody would read the request: finish it here, if the host stays down.
+                placement.delete_allocations(uuid)
+                if instances.delete(store, spec, read, DELETED_RECORD_TTL,
+                                    guard=(instances.host_down(store.keys, host),)):
+                    return "finished"
+                continue  # it came back meanwhile: ask it
             if spec["action"] == "destroy":
                 return "already"
             if instances.request_destroy(store, entry, spec) is not None:

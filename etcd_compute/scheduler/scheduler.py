@@ -33,7 +33,7 @@ from etcd_compute.scheduler import explain, spec_writer
 from etcd_compute.scheduler.context import PlanContext
 from etcd_compute.scheduler.filters import enabled_filters
 from etcd_compute.scheduler.hoststate import Cluster, candidate_providers, host_states
-from etcd_compute.scheduler.planner import NoRoom, plan
+from etcd_compute.scheduler.planner import NoRoom, Pick, plan
 from etcd_compute.scheduler.request import UUID
 from etcd_compute.scheduler.spec import Destination, RequestSpec
 from etcd_compute.scheduler.weighers import enabled_weighers
@@ -101,21 +101,31 @@ class Scheduler:
                 f"lost the race for capacity {self.settings['claim_retries'] + 1} times "
                 f"(last: {exc}); try again", 409) from None
 
-    def _group_state(self, request_spec: RequestSpec) -> tuple[Counter[str], int | None]:
-        """Hosts of the group's current members, and the revision they were read at."""
+    def _group_state(self, request_spec: RequestSpec,
+                     leave_out: str | None = None) -> tuple[Counter[str], int | None]:
+        """Hosts of the group's current members (but `leave_out`), and the revision they
+        were read at."""
         if request_spec.group is None:
             return Counter(), None
         name, policy = request_spec.group
         members, revision = instances.group_members(self.store, name)
         hosts: Counter[str] = Counter()
-        for member in members.values():
+        for uuid, member in members.items():
+            if uuid == leave_out:
+                continue
             if member["policy"] != policy:
                 raise UsageError(f"group {name!r} has policy {member['policy']}, "
                                  f"not {policy}")
             hosts[member["host"]] += 1
         return hosts, revision
 
-    def _attempt(self, request_spec: RequestSpec) -> list[Destination]:
+    def _plan(self, request_spec: RequestSpec, exclude: frozenset[str] = frozenset(),
+              member: str | None = None) -> tuple[list[Pick], int | None]:
+        """Picks for the request (not claimed), and the group revision they were planned at.
+
+        `exclude`: hosts not to consider (a dead one); `member`: an existing instance
+        being placed again, which does not count as a member of its own group.
+        """
         limit = self.settings["candidate_limit"]
         query = request_spec.request.to_query(limit=limit)
         try:
@@ -124,13 +134,14 @@ class Scheduler:
             if not explain.unknown_trait(exc):
                 raise UsageError(f"Placement rejected the query: {exc}") from None
             candidates = {"allocation_requests": [], "provider_summaries": {}}
-        group_hosts, group_revision = self._group_state(request_spec)
+        group_hosts, group_revision = self._group_state(request_spec, member)
         if not candidates["allocation_requests"]:
             reasons = explain.explain(self.placement, request_spec.request, None)
             raise NoValidHost(reasons)
-        hosts = host_states(candidates,
-                            Cluster.read(self.store, candidate_providers(candidates),
-                                         self._decoded))
+        hosts = [host for host in
+                 host_states(candidates, Cluster.read(self.store, candidate_providers(candidates),
+                                                      self._decoded))
+                 if host.uuid not in exclude]
         context = PlanContext(
             policy=request_spec.group[1] if request_spec.group else None,
             group_hosts=group_hosts,
@@ -145,6 +156,22 @@ class Scheduler:
                 limit, request_spec.request.limit or limit)
             raise NoValidHost(explain.explain(self.placement, request_spec.request,
                                               exc.report, limited)) from None
+        return picks, group_revision
+
+    def place(self, spec: dict[str, Any], exclude: frozenset[str]) -> Pick:
+        """Where an existing instance (its spec) would go now, `exclude`d hosts aside: the
+        same query, filters (its server group honoured) and weighers as a new request.
+        Nothing is claimed. NoValidHost when nowhere fits."""
+        group = spec.get("group")
+        request_spec = RequestSpec.build(
+            spec.get("query") or "resources=" + ",".join(
+                f"{rc}:{n}" for rc, n in sorted(spec["resources"].items())),
+            group=(group["name"], group["policy"]) if group else None)
+        picks, _ = self._plan(request_spec, exclude, member=spec["uuid"])
+        return picks[0]
+
+    def _attempt(self, request_spec: RequestSpec) -> list[Destination]:
+        picks, group_revision = self._plan(request_spec)
         destinations = []
         for index, pick in enumerate(picks):
             instance = str(uuidlib.uuid4())

@@ -28,6 +28,7 @@ from etcd_compute.keys import RECORDS
 from etcd_compute.placement import PlacementClient
 from etcd_compute.scheduler.controller import Controller
 from etcd_compute.scheduler.election import Election
+from etcd_compute.scheduler.scheduler import Scheduler
 
 LOG = logging.getLogger("etcd_compute.controller")
 
@@ -41,10 +42,12 @@ class ControllerService:
         self.store = Store(config["etcd"])
         self.placement = PlacementClient(config["placement"])
         self.election = Election(self.store, self.settings["controller_lease_ttl"])
-        self.controller = Controller(self.store, self.placement)
+        self.scheduler = Scheduler(config, store=self.store, placement=self.placement)
+        self.controller = Controller(self.store, self.placement, self.settings,
+                                     place=self.scheduler.place)
         self.events: queue.Queue[Event] = queue.Queue()
         self.stopping = threading.Event()
-        self._cancel_watch: Callable[[], None] | None = None
+        self._cancels: list[Callable[[], None]] = []
         self._watching = False
 
     def stop(self, *_args: Any) -> None:
@@ -87,7 +90,7 @@ class ControllerService:
             self.election.resign()
             return
         self._start_watch(revision + 1)
-        next_refresh = time.monotonic()
+        next_refresh = next_tick = time.monotonic()
         while not self.stopping.is_set():
             if time.monotonic() >= next_refresh:
                 next_refresh = time.monotonic() + self.election.ttl / 3
@@ -95,6 +98,9 @@ class ControllerService:
                     break
             if not self.election.is_leader:
                 break
+            if time.monotonic() >= next_tick:
+                next_tick = time.monotonic() + 1.0
+                self._dispatch(self.controller.recover_due, ())
             try:
                 handler, args = self.events.get(timeout=0.2)
             except queue.Empty:
@@ -119,23 +125,24 @@ class ControllerService:
 
     def _start_watch(self, revision: int) -> None:
         self._watching = True
-        threading.Thread(target=self._watch, args=(revision,), name="watch",
-                         daemon=True).start()
+        for prefix in (self.store.keys.hosts(), self.store.keys.alive_prefix()):
+            threading.Thread(target=self._watch, args=(prefix, revision),
+                             name=f"watch {prefix}", daemon=True).start()
 
     def _stop_watch(self) -> None:
         self._watching = False
-        if self._cancel_watch is not None:
+        for cancel in self._cancels:
             with contextlib.suppress(Exception):
-                self._cancel_watch()
-            self._cancel_watch = None
+                cancel()
+        self._cancels = []
 
-    def _watch(self, revision: int) -> None:
+    def _watch(self, prefix: str, revision: int) -> None:
         next_revision = revision
         while self._watching and not self.stopping.is_set():
             try:
                 responses, cancel = self.store.client.watch_prefix_response(
-                    self.store.keys.hosts(), start_revision=next_revision)
-                self._cancel_watch = cancel
+                    prefix, start_revision=next_revision)
+                self._cancels.append(cancel)
                 for response in responses:
                     for event in response.events:
                         next_revision = max(next_revision, event.mod_revision + 1)
@@ -152,7 +159,13 @@ class ControllerService:
                 self.stopping.wait(1.0)
 
     def _queue(self, event: Any) -> None:
-        parsed = self.store.keys.parse_host_key(event.key.decode())
+        key = event.key.decode()
+        if key.startswith(self.store.keys.alive_prefix()):
+            host = key.rsplit("/", 1)[-1]
+            present = not isinstance(event, pyetcd.events.DeleteEvent)
+            self.events.put((self.controller.on_alive, (host, present)))
+            return
+        parsed = self.store.keys.parse_host_key(key)
         if parsed is None or parsed.kind != RECORDS:
             return
         if isinstance(event, pyetcd.events.DeleteEvent):

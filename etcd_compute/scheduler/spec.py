@@ -15,6 +15,9 @@ GROUP_NAME = re.compile(r"\A[A-Za-z0-9_.-]{1,64}\Z")
 # As the instance_spec schema has it: printable ASCII, at most 2048 characters.
 IMAGE_URL = re.compile(r"\A(https?|file)://[!-~]{1,2030}\Z")
 POLICIES = ("affinity", "anti-affinity")
+# What the controller does with an instance whose host died: rebuild it on another host
+# from its image (its local disk is lost), or end it in ERROR and free its claim.
+ON_HOST_FAILURE = ("rebuild", "error")
 
 
 @dataclass
@@ -30,13 +33,16 @@ class RequestSpec:
     # Server group: (name, policy) with policy "affinity" or "anti-affinity".
     group: tuple[str, str] | None = None
     zone: str | None = None
+    # None: scheduler.on_host_failure.
+    on_host_failure: str | None = None
 
     @classmethod
     def build(cls, query: str, count: int = 1, name: str | None = None,
               image_url: str | None = None, user_data: str | None = None,
               ssh_key: str | None = None, group: tuple[str, str] | None = None,
               zone: str | None = None,
-              required_resources: Collection[str] = ()) -> RequestSpec:
+              required_resources: Collection[str] = (),
+              on_host_failure: str | None = None) -> RequestSpec:
         """Parse and check everything locally; UsageError (one line) on any fault.
 
         `required_resources`: classes every instance must claim (schedule.py passes
@@ -73,7 +79,11 @@ class RequestSpec:
         if missing:
             raise UsageError(f"resources: {', '.join(missing)} missing; every instance claims "
                              f"{', '.join(required_resources)} (scheduler.required_resources)")
-        return cls(request, count, name, image_url, user_data, ssh_key, group, zone)
+        if on_host_failure is not None and on_host_failure not in ON_HOST_FAILURE:
+            raise UsageError(f"--on-host-failure {on_host_failure!r}: expected "
+                             f"{' or '.join(ON_HOST_FAILURE)}")
+        return cls(request, count, name, image_url, user_data, ssh_key, group, zone,
+                   on_host_failure)
 
     def instance_name(self, index: int, uuid: str) -> str:
         if self.name is None:

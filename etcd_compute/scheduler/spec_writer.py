@@ -37,6 +37,9 @@ def instance_spec(destination: Destination, request_spec: RequestSpec,
         "group": {"name": group[0], "policy": group[1]} if group else None,
         "alternates": destination.alternates,
         "requested_at": requested_at,
+        # Kept so that the controller can place it again the same way (host failure).
+        "query": request_spec.request.to_query(),
+        "on_host_failure": request_spec.on_host_failure or settings["on_host_failure"],
     }
 
 

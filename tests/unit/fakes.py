@@ -322,6 +322,7 @@ class FakePool:
                                  tuple[Any, ...]]] = []
         self.replaced: list[str] = []
         self.is_healthy = True
+        self.stopped = False
 
     def schedule(self, function: Callable[..., Any], *args: Any,
                  timeout: float) -> concurrent.futures.Future:
@@ -359,7 +360,11 @@ class FakePool:
         self.is_healthy = True
 
     def stop(self, join_timeout: float = 5) -> None:
-        return None
+        self.stopped = True
+
+    def start(self) -> FakePool:
+        self.stopped = False
+        return self
 
 
 class EventLoop:

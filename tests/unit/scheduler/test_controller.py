@@ -117,6 +117,147 @@ def test_sweep_reschedules_and_forgets_everything_pending():
     cluster.store.delete(cluster.store.keys.record(here, ended["uuid"]))
     cluster.store.delete(cluster.store.keys.spec(here, ended["uuid"]))
     summary = cluster.controller.sweep()
-    assert summary == {"records": 1, "rescheduled": 1, "forgotten": 1}
+    assert summary == {"records": 1, "rescheduled": 1, "forgotten": 1, "hosts_down": 0}
     assert cluster.read(good, pending).state == "SCHEDULED"
     assert instances.locate(cluster.store, ended["uuid"]) is None
+
+
+# --- dead hosts -------------------------------------------------------------------------
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def dead_host_cluster(policy: str = "rebuild", place_on: str | None = None):
+    """A cluster whose host `here` holds an ACTIVE instance and then loses its heartbeat."""
+    from etcd_compute.errors import NoValidHost
+    from etcd_compute.scheduler.hoststate import HostState, ProviderUsage
+    from etcd_compute.scheduler.planner import Pick
+
+    cluster = Cluster()
+    here, there = cluster.host(), cluster.host()
+    clock = Clock()
+
+    def place(spec: dict, exclude: frozenset[str]) -> Pick:
+        assert here in exclude
+        if place_on is None:
+            raise NoValidHost(["resources=VCPU:1: no resource provider has 1 VCPU free"])
+        host = HostState(uuid=place_on, name="there", usage=ProviderUsage({}))
+        return Pick(host, {place_on: {"resources": spec["resources"]}}, [])
+
+    cluster.controller = Controller(cluster.store, cluster.placement,
+                                    {"host_failure_grace_seconds": 10,
+                                     "on_host_failure": "rebuild"}, place=place, clock=clock)
+    spec = make_spec(here, on_host_failure=policy, group={"name": "g", "policy": "affinity"})
+    cluster.placement.claim(spec["uuid"], spec["allocations"], "p", "u")
+    instances.schedule(cluster.store, [(spec, "h")])
+    entry = cluster.store.get(cluster.store.keys.spec(here, spec["uuid"]))
+    instances.begin_build(cluster.store, spec, entry.mod_revision, cluster.read(here, spec), "h")
+    instances.activate(cluster.store, cluster.read(here, spec), "10.0.0.9")
+    cluster.store.delete(cluster.store.keys.alive(here))
+    cluster.controller.on_alive(here, False)
+    return cluster, clock, here, there, spec
+
+
+def test_nothing_happens_before_the_grace_period():
+    cluster, clock, here, there, spec = dead_host_cluster(place_on=None)
+    clock.now += 9.9
+    assert cluster.controller.recover_due() == []
+    assert cluster.read(here, spec).state == "ACTIVE"
+
+
+def test_a_host_back_within_the_grace_period_keeps_its_instances():
+    cluster, clock, here, there, spec = dead_host_cluster(place_on=None)
+    cluster.store.put(messages.ALIVE, cluster.store.keys.alive(here),
+                      {"host": here, "name": "h", "since": 1.0})
+    cluster.controller.on_alive(here, True)
+    clock.now += 60
+    assert cluster.controller.recover_due() == []
+    assert cluster.read(here, spec).state == "ACTIVE"
+
+
+def test_rebuild_moves_claim_spec_record_location_and_member_to_another_host():
+    cluster, clock, here, there, spec = dead_host_cluster(place_on="")
+    cluster.controller.place = _placer(there)
+    clock.now += 10
+    assert cluster.controller.recover_due() == [here]
+    moved = cluster.read(there, spec)
+    assert (moved.state, moved.record["ip"]) == ("SCHEDULED", None)
+    new_spec, _ = cluster.store.read(messages.INSTANCE_SPEC,
+                                     cluster.store.keys.spec(there, spec["uuid"]))
+    assert new_spec["action"] == "build" and new_spec["host"] == there
+    assert set(cluster.placement.get_allocations(spec["uuid"])["allocations"]) == {there}
+    assert instances.locate(cluster.store, spec["uuid"])["host"] == there
+    member, _ = cluster.store.read(messages.GROUP_MEMBER,
+                                   cluster.store.keys.group_member("g", spec["uuid"]))
+    assert member["host"] == there
+    assert cluster.store.get_prefix(cluster.store.keys.host(here))[0] == []
+
+
+def _placer(target: str):
+    from etcd_compute.scheduler.hoststate import HostState, ProviderUsage
+    from etcd_compute.scheduler.planner import Pick
+
+    def place(spec: dict, exclude: frozenset[str]) -> Pick:
+        host = HostState(uuid=target, name="there", usage=ProviderUsage({}))
+        return Pick(host, {target: {"resources": spec["resources"]}}, [])
+
+    return place
+
+
+def test_the_error_policy_ends_in_error_with_the_claim_freed():
+    cluster, clock, here, there, spec = dead_host_cluster(policy="error", place_on=None)
+    clock.now += 10
+    cluster.controller.recover_due()
+    record = cluster.read(here, spec).record
+    assert (record["state"], record["error"]) == ("ERROR", f"host {here} is down")
+    assert cluster.placement.get_allocations(spec["uuid"])["allocations"] == {}
+
+
+def test_no_other_host_with_room_is_error_naming_why():
+    cluster, clock, here, there, spec = dead_host_cluster(place_on=None)
+    clock.now += 10
+    cluster.controller.recover_due()
+    record = cluster.read(here, spec).record
+    assert record["state"] == "ERROR"
+    assert "no other host can take it (resources=VCPU:1: no resource provider" in record["error"]
+    assert cluster.placement.get_allocations(spec["uuid"])["allocations"] == {}
+
+
+def test_a_host_back_just_before_the_move_keeps_its_instance_and_its_claim():
+    cluster, clock, here, there, spec = dead_host_cluster(place_on="")
+    placed = _placer(there)
+
+    def back_while_placing(spec_: dict, exclude: frozenset[str]):
+        cluster.store.put(messages.ALIVE, cluster.store.keys.alive(here),
+                          {"host": here, "name": "h", "since": 1.0})
+        return placed(spec_, exclude)
+
+    cluster.controller.place = back_while_placing
+    clock.now += 10
+    cluster.controller.recover_due()
+    assert cluster.read(here, spec).state == "ACTIVE"
+    assert set(cluster.placement.get_allocations(spec["uuid"])["allocations"]) == {here}
+    assert cluster.store.get(cluster.store.keys.spec(there, spec["uuid"])) is None
+
+
+def test_a_destroy_asked_of_the_dead_host_is_finished_here():
+    cluster, clock, here, there, spec = dead_host_cluster(place_on=None)
+    entry = cluster.store.get(cluster.store.keys.spec(here, spec["uuid"]))
+    instances.request_destroy(cluster.store, entry, spec)
+    clock.now += 10
+    cluster.controller.recover_due()
+    assert cluster.read(here, spec).state == "DELETED"
+    assert cluster.placement.get_allocations(spec["uuid"])["allocations"] == {}
+
+
+def test_sweep_counts_hosts_with_instances_and_no_heartbeat_as_down():
+    cluster, clock, here, there, spec = dead_host_cluster(place_on=None)
+    fresh = Controller(cluster.store, cluster.placement, {"host_failure_grace_seconds": 10},
+                       clock=clock)
+    assert fresh.sweep()["hosts_down"] == 1 and here in fresh.down_since

@@ -26,11 +26,17 @@ def scheduled(store: FakeStore, placement: FakePlacement | None = None, host: st
     """An instance as the scheduler leaves it: spec, SCHEDULED record, location (and a
     claim)."""
     spec = make_spec(host, **extra)
+    alive(store, host)
     assert instances.schedule(store, [(spec, "host-a")]) is not None
     if placement is not None:
         placement.consumers[spec["uuid"]] = {"allocations": spec["allocations"],
                                              "consumer_generation": 1}
     return spec
+
+
+def alive(store: FakeStore, host: str) -> None:
+    """The host's heartbeat key: it runs, and would act on a destroy request."""
+    store.put(messages.ALIVE, store.keys.alive(host), {"host": host, "name": "h", "since": 1.0})
 
 
 def record_of(store: FakeStore, uuid: str) -> dict | None:
@@ -55,7 +61,8 @@ def expired(store: FakeStore, spec: dict) -> None:
 
 
 def keys_left(store: FakeStore) -> set[str]:
-    return {e.key for e in store.get_prefix("")[0]}
+    """Every key but the hosts' heartbeats (no instance's)."""
+    return {e.key for e in store.get_prefix("")[0] if "/alive/" not in e.key}
 
 
 # --------------------------------------------------------------------------- show
@@ -181,6 +188,7 @@ def test_destroy_goes_to_the_host_the_location_names_after_a_move():
     instances.hand_over(store, spec, read(store, spec["uuid"]), "broken")
     instances.move(store, spec, read(store, spec["uuid"]), OTHER,
                    {OTHER: {"resources": spec["resources"]}}, [])
+    alive(store, OTHER)
     assert operations.destroy(store, placement, spec["uuid"]) == "requested"
     assert store.read(messages.INSTANCE_SPEC,
                       store.keys.spec(OTHER, spec["uuid"]))[0]["action"] == "destroy"
@@ -393,3 +401,33 @@ def test_hosts_show_capacity_usage_alive_disabled_and_instances_by_name():
          "resources": {"VCPU": {"capacity": 16, "used": 3},
                        "MEMORY_MB": {"capacity": 3072, "used": 512}}},
     ]
+
+
+def test_destroy_on_a_dead_host_ends_deleted_and_frees_the_claim_here():
+    store, placement = FakeStore(), FakePlacement()
+    spec = scheduled(store, placement)
+    store.delete(store.keys.alive(RP))  # its heartbeat lease expired: nobody reads its specs
+    assert operations.destroy(store, placement, spec["uuid"]) == "finished"
+    assert record_of(store, spec["uuid"])["state"] == "DELETED"
+    assert spec["uuid"] not in placement.consumers
+    assert store.get(store.keys.spec(RP, spec["uuid"])) is None
+
+
+def test_destroy_on_a_host_that_came_back_meanwhile_is_asked_of_it():
+    store, placement = FakeStore(), FakePlacement()
+    spec = scheduled(store, placement)
+    store.delete(store.keys.alive(RP))
+    real_delete = instances.delete
+
+    def back_just_before(store_, spec_, read_, ttl, guard=()):
+        alive(store, RP)  # the host's new lease lands between our read and our write
+        return real_delete(store_, spec_, read_, ttl, guard)
+
+    instances.delete = back_just_before
+    try:
+        outcome = operations.destroy(store, placement, spec["uuid"])
+    finally:
+        instances.delete = real_delete
+    assert outcome == "requested"
+    spec_now, _ = store.read(messages.INSTANCE_SPEC, store.keys.spec(RP, spec["uuid"]))
+    assert spec_now["action"] == "destroy"

@@ -12,7 +12,8 @@ from etcd_compute.scheduler.spec_writer import instance_spec, write_specs
 from tests.unit.fakes import FakeStore
 
 HOST, OTHER = str(uuidlib.UUID(int=1)), str(uuidlib.UUID(int=2))
-SETTINGS = {"default_image": "file:///default.img", "project_id": "proj", "user_id": "user"}
+SETTINGS = {"default_image": "file:///default.img", "project_id": "proj", "user_id": "user",
+            "on_host_failure": "rebuild"}
 RESOURCES = {"VCPU": 1, "MEMORY_MB": 256}
 
 
@@ -27,7 +28,7 @@ def test_instance_spec_carries_the_request_and_the_destination():
     target = destination(alternates=alternates)
     request = RequestSpec.build("resources=VCPU:1,MEMORY_MB:256", image_url="https://h/i.img",
                                 user_data="#!/bin/sh", ssh_key="ssh-ed25519 K",
-                                group=("g", "affinity"))
+                                group=("g", "affinity"), on_host_failure="error")
     spec = instance_spec(target, request, SETTINGS, requested_at=123.5)
     assert spec == {
         "action": "build", "uuid": target.uuid, "name": "web", "host": HOST,
@@ -37,8 +38,14 @@ def test_instance_spec_carries_the_request_and_the_destination():
         "project_id": "proj", "user_id": "user",
         "group": {"name": "g", "policy": "affinity"},
         "alternates": alternates, "requested_at": 123.5,
+        "query": "resources=MEMORY_MB:256,VCPU:1", "on_host_failure": "error",
     }
     messages.check(messages.INSTANCE_SPEC, spec)
+
+
+def test_the_default_on_host_failure_comes_from_the_settings():
+    spec = instance_spec(destination(), RequestSpec.build("resources=VCPU:1"), SETTINGS, 1.0)
+    assert spec["on_host_failure"] == "rebuild"
 
 
 def test_instance_spec_defaults_image_and_no_group():
