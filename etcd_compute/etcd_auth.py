@@ -9,8 +9,9 @@ the common name of its certificate (see `pki.py`). Roles:
 - `compute-<rp_uuid>`, one per host: read and write its own prefix
   `/hosts/<rp_uuid>/` (its specs, records, booted and console keys), its own
   `/alive/<rp_uuid>` and `/stats/<rp_uuid>` keys, and read the controller's
-  leader key. Nothing else: it cannot read another host's specs (tenants'
-  user-data) nor write anything of another host's.
+  leader key and its own `/maintenance/<rp_uuid>` key. Nothing else: it cannot
+  read another host's specs (tenants' user-data) nor write anything of another
+  host's.
 
 Every call is idempotent ("already exists" is fine), so `setup` and
 `add_host` can be run again after a partial failure.
@@ -48,6 +49,7 @@ def host_permissions(keys: Keys, rp_uuid: str) -> list[tuple[int, str, str]]:
         (READWRITE, keys.alive(rp_uuid), ""),
         (READWRITE, keys.stats(rp_uuid), ""),
         (READ, keys.leader(), ""),
+        (READ, keys.maintenance(rp_uuid), ""),
     ]
 
 

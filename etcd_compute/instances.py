@@ -64,11 +64,12 @@ LIVE = frozenset({BUILDING, ACTIVE, DELETING})
 TRANSITIONS: dict[str | None, frozenset[str]] = {
     None: frozenset({SCHEDULED, BUILDING, ERROR, DELETING, DELETED}),
     # -> SCHEDULED from SCHEDULED, BUILDING, ACTIVE: evacuated (its host died) elsewhere.
-    SCHEDULED: frozenset({SCHEDULED, BUILDING, ERROR, DELETING, DELETED}),
+    # -> RESCHEDULING: its host gave it up (a failed build, an evacuation for a drain).
+    SCHEDULED: frozenset({SCHEDULED, BUILDING, RESCHEDULING, ERROR, DELETING, DELETED}),
     BUILDING: frozenset({SCHEDULED, ACTIVE, RESCHEDULING, ERROR, DELETING, DELETED}),
     # The controller moves it (SCHEDULED elsewhere), or gives up (ERROR).
     RESCHEDULING: frozenset({SCHEDULED, ERROR, DELETING, DELETED}),
-    ACTIVE: frozenset({SCHEDULED, ERROR, DELETING, DELETED}),
+    ACTIVE: frozenset({SCHEDULED, RESCHEDULING, ERROR, DELETING, DELETED}),
     ERROR: frozenset({ERROR, DELETING, DELETED}),
     DELETING: frozenset({ERROR, DELETED}),
     # Finishing a destroy again is idempotent.
@@ -334,8 +335,9 @@ def drop_key(store: KeyValueStore, key: str, revision: int) -> int | None:
 
 def hand_over(store: KeyValueStore, spec: dict[str, Any], read: RecordRead,
               reason: str) -> int | None:
-    """BUILDING -> RESCHEDULING: the build failed here and the controller is asked to move it
-    (the host may not write another host's keys). The claim and spec stay as they are."""
+    """-> RESCHEDULING: this host gives the instance up (its build failed, or a drain
+    evacuated it) and the controller is asked to move it (a host may not write another
+    host's keys). The claim and spec stay as they are."""
     assert read.record is not None
     keys = store.keys
     return store.commit(Txn([unchanged(keys.record(spec["host"], spec["uuid"]), read.revision)],
@@ -370,7 +372,8 @@ def move(store: KeyValueStore, spec: dict[str, Any], read: RecordRead, host: str
     the caller moved the claim first (one Placement call)."""
     assert read.record is not None
     keys, uuid, old = store.keys, spec["uuid"], spec["host"]
-    moved_spec = {**spec, "host": host, "allocations": allocations, "alternates": alternates}
+    moved_spec = {**spec, "action": "build", "host": host, "allocations": allocations,
+                  "alternates": alternates}
     record = moved(read.record, SCHEDULED, host=host, host_name=None, error=None)
     return store.commit(Txn(
         [unchanged(keys.record(old, uuid), read.revision)],
@@ -402,6 +405,13 @@ def request_destroy(store: KeyValueStore, entry: Entry, spec: dict[str, Any]) ->
     return store.commit(Txn([Compare(entry.key, "mod", "==", entry.mod_revision)],
                             [put_message(messages.INSTANCE_SPEC, entry.key,
                                          {**spec, "action": "destroy"})]))
+
+
+def request_evacuate(store: KeyValueStore, entry: Entry, spec: dict[str, Any]) -> int | None:
+    """A drain's request: the host's spec rewritten with action evacuate (give it up)."""
+    return store.commit(Txn([Compare(entry.key, "mod", "==", entry.mod_revision)],
+                            [put_message(messages.INSTANCE_SPEC, entry.key,
+                                         {**spec, "action": "evacuate"})]))
 
 
 def remove(store: KeyValueStore, uuid: str, host: str | None, group: str | None) -> int | None:

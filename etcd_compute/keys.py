@@ -14,6 +14,7 @@ and what only the operator's side (scheduler, CLI, controller) writes:
 
     /instances/<instance_uuid>                  instance_location: which host holds it
     /groups/<name>/<instance_uuid>              server group membership
+    /maintenance/<rp_uuid>                      host_maintenance: disabled by an operator
     /controller/leader                          the elected `schedule.py serve`
 
 Everything sits under a configurable prefix so several deployments (or tests)
@@ -101,6 +102,13 @@ class Keys:
 
     def group_member(self, name: str, instance_uuid: str) -> str:
         return f"{self.prefix}/groups/{name}/{instance_uuid}"
+
+    def maintenance_prefix(self) -> str:
+        return f"{self.prefix}/maintenance/"
+
+    def maintenance(self, rp_uuid: str) -> str:
+        """An operator's disable (host_maintenance): the host reads it, never writes it."""
+        return f"{self.prefix}/maintenance/{rp_uuid}"
 
     def controller(self) -> str:
         return f"{self.prefix}/controller/"

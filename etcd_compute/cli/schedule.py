@@ -6,7 +6,11 @@
     schedule.py list                 every instance
     schedule.py hosts                every provider: capacity, usage, alive
     schedule.py console UUID         the guest's serial console (tail)
-    schedule.py serve                the controller (leader-elected): reschedules failed builds
+    schedule.py serve                the controller (leader-elected): reschedules failed builds,
+                                     recovers the instances of dead hosts
+    schedule.py host disable|enable HOST [--reason TEXT]   maintenance
+    schedule.py host show HOST       state, since when, instances, reason
+    schedule.py host drain HOST      disable, then move every instance elsewhere
 
 The first positional argument is a query (it contains '='), an instance uuid,
 or one of the subcommands. Exit status: 0 done, 1 no valid host / not found /
@@ -27,7 +31,8 @@ from etcd_compute import logs
 from etcd_compute.cli import Parser, terminal_line, terminal_text
 from etcd_compute.errors import EtcdComputeError, NoValidHost, UsageError
 
-SUBCOMMANDS = ("destroy", "list", "hosts", "console", "serve")
+SUBCOMMANDS = ("destroy", "list", "hosts", "console", "serve", "host")
+HOST_ACTIONS = ("disable", "enable", "show", "drain")
 EXAMPLES = """\
 examples:
   schedule.py 'resources=VCPU:1,MEMORY_MB:512,DISK_GB:1' --wait
@@ -69,6 +74,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="availability zone: a Placement aggregate uuid (member_of)")
     parser.add_argument("--hint", action="append", default=[], metavar="POLICY=GROUP",
                         help="server group: affinity=GROUP or anti-affinity=GROUP")
+    parser.add_argument("--on-host-failure", choices=["rebuild", "error"],
+                        help="when its host dies: rebuild it elsewhere from its image (its "
+                             "local disk is lost) or end it in ERROR (default: "
+                             "scheduler.on_host_failure)")
+    parser.add_argument("--reason", help="host disable: why (shown by host show)")
     parser.add_argument("--wait", action="store_true",
                         help="follow the instances until ACTIVE or ERROR (destroy: DELETED)")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
@@ -142,6 +152,7 @@ def cmd_schedule(args: argparse.Namespace, config: dict[str, Any]) -> int:
         user_data=_read_file("--user-data", args.user_data),
         ssh_key=_read_file("--key", args.key), group=_group(args.hint), zone=args.zone,
         required_resources=config["scheduler"]["required_resources"],
+        on_host_failure=args.on_host_failure,
     )
     scheduler = Scheduler(config)
     try:
@@ -292,6 +303,54 @@ def cmd_console(args: argparse.Namespace, config: dict[str, Any]) -> int:
     return 0
 
 
+def cmd_host(args: argparse.Namespace, config: dict[str, Any]) -> int:
+    from etcd_compute.scheduler import maintenance
+
+    if len(args.words) != 3 or args.words[1] not in HOST_ACTIONS:
+        raise UsageError(f"host: expected host {'|'.join(HOST_ACTIONS)} HOST")
+    action, host = args.words[1], args.words[2]
+    with _store(config) as store:
+        placement = _placement(config)
+        if action == "show":
+            shown = maintenance.show(store, placement, host)
+            if args.json:
+                _emit_json(shown)
+                return 0
+            reason = shown["maintenance"] or {}
+            rows = [["name", shown["name"]], ["uuid", shown["uuid"]], ["state", shown["state"]],
+                    ["up since", _when(shown["up_since"])],
+                    ["disabled", f"since {_when(reason.get('since'))} by {reason.get('by')}: "
+                                 f"{reason.get('reason') or '-'}" if reason else "no"],
+                    ["instances", str(len(shown["instances"]))]]
+            for key, value in rows:
+                print(terminal_line(f"{key:<10} {value}"))
+            for instance in shown["instances"]:
+                print(terminal_line(f"  {instance['uuid']} {instance['state']} "
+                                    f"{instance['name'] or '-'}"))
+            return 0
+        if action == "drain":
+            from etcd_compute.scheduler.scheduler import Scheduler
+
+            summary = maintenance.drain(
+                store, placement, host, config["scheduler"]["wait_timeout_seconds"],
+                (lambda _line: None) if args.json else
+                (lambda line: print(terminal_line(line), flush=True)),
+                place=Scheduler(config, store=store, placement=placement).place)
+            if args.json:
+                _emit_json(summary)
+            else:
+                print("DRAINED " + ", ".join(f"{n} {what}" for what, n in summary.items()))
+            return 0
+        done = (maintenance.disable(store, placement, host, args.reason) if action == "disable"
+                else maintenance.enable(store, placement, host))
+        if args.json:
+            _emit_json({"uuid": done["uuid"], "name": done["name"], "action": action})
+        else:
+            print(f"HOST {terminal_line(done['name'])} ({done['uuid']}) "
+                  f"{action.upper()}D")
+        return 0
+
+
 def cmd_serve(args: argparse.Namespace, config: dict[str, Any]) -> int:
     from etcd_compute.scheduler.serve import ControllerService
 
@@ -313,7 +372,7 @@ def dispatch(args: argparse.Namespace) -> int:
         if first in ("list", "hosts", "serve") and len(args.words) != 1:
             raise UsageError(f"{first}: takes no arguments")
         command = {"destroy": cmd_destroy, "list": cmd_list, "hosts": cmd_hosts,
-                   "console": cmd_console, "serve": cmd_serve}[first]
+                   "console": cmd_console, "serve": cmd_serve, "host": cmd_host}[first]
         return command(args, config)
     if len(args.words) != 1:
         raise UsageError(f"unexpected argument {args.words[1]!r} (quote the query; "

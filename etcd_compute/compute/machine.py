@@ -89,6 +89,8 @@ class InstanceMachine:
             return
         if spec["action"] == "build":
             self.start_build(spec, spec_revision)
+        elif spec["action"] == "evacuate":
+            self.start_evacuate(spec)
         else:
             instance_log(uuid).info("destroy requested")
             self.start_destroy(spec)
@@ -190,6 +192,25 @@ class InstanceMachine:
             return
         self.submit(DESTROY, spec, self._mark_deleting(spec))
 
+    def start_evacuate(self, spec: dict[str, Any]) -> None:
+        """A drain asks this host to give the instance up: the guest goes (powered off,
+        removed here), then the record is handed over (RESCHEDULING) with its claim for
+        the controller to place elsewhere: it never runs in two places at once."""
+        uuid, log = spec["uuid"], instance_log(spec["uuid"])
+        read = self._read(spec["host"], uuid)
+        if read.state not in (instances.SCHEDULED, instances.BUILDING, instances.ACTIVE):
+            log.info("evacuate asked while %s: nothing to do", read.state)
+            return
+        self.consoles.forget(uuid)
+        job = self.jobs.get(uuid)
+        if job is not None:
+            if job.kind == BUILD and not job.destroy_requested:
+                job.destroy_requested = job.hand_over = True
+                job.future.cancel()
+            return
+        log.info("evacuating: removing the guest here, then handing it over")
+        self.submit(DESTROY, spec, read.revision, hand_over=True)
+
     def _mark_deleting(self, spec: dict[str, Any]) -> int:
         read = self._read(spec["host"], spec["uuid"])
         if read.state == instances.DELETING:
@@ -200,7 +221,8 @@ class InstanceMachine:
     # ----------------------------------------------------------------- jobs
 
     def submit(self, kind: str, spec: dict[str, Any], record_revision: int,
-               reason: str | None = None, attempt: int = 1, blame_host: bool = True) -> None:
+               reason: str | None = None, attempt: int = 1, blame_host: bool = True,
+               hand_over: bool = False) -> None:
         uuid = spec["uuid"]
         timeout = self.settings["job_timeout_seconds"]
         with self.gate.lock:
@@ -211,7 +233,7 @@ class InstanceMachine:
             else:
                 future = self.pool.schedule(worker.destroy, uuid, timeout=timeout)
         job = Job(kind, uuid, spec, future, record_revision, reason=reason, attempt=attempt,
-                  blame_host=blame_host)
+                  blame_host=blame_host, hand_over=hand_over)
         self.jobs[uuid] = job
         future.add_done_callback(lambda _f: self.post(self.on_job_done, (job,)))
 
@@ -254,12 +276,13 @@ class InstanceMachine:
             if not self.pool.healthy():
                 self.pool.replace("all workers died")
             self.submit(job.kind, job.spec, job.record_revision, reason=job.reason, attempt=2,
-                        blame_host=job.blame_host)
+                        blame_host=job.blame_host, hand_over=job.hand_over)
             return
         error = job_error(job, self.settings["job_timeout_seconds"])
         if job.kind == BUILD:
             if job.destroy_requested:
-                self.submit(DESTROY, job.spec, self._read(job.spec["host"], job.uuid).revision)
+                self.submit(DESTROY, job.spec, self._read(job.spec["host"], job.uuid).revision,
+                            hand_over=job.hand_over)
             elif error is None:
                 self.finish_build(job, job.future.result())
             else:
@@ -282,7 +305,10 @@ class InstanceMachine:
                 log.error("destroy failed: %s; it stays DELETING and is retried at next start",
                           error)
                 return
-            self.finish_destroy(job.spec)
+            if job.hand_over:
+                self.finish_evacuate(job.spec)
+            else:
+                self.finish_destroy(job.spec)
 
     # ----------------------------------------------------------- end states
 
@@ -325,6 +351,16 @@ class InstanceMachine:
         (`schedule.py serve`; a host may not write another host's keys)."""
         return bool(spec.get("alternates")) and "project_id" in spec and \
             "user_id" in spec and self.store.get(self.keys.leader()) is not None
+
+    def finish_evacuate(self, spec: dict[str, Any]) -> None:
+        read = self._read(spec["host"], spec["uuid"])
+        if read.state not in (instances.SCHEDULED, instances.BUILDING, instances.ACTIVE):
+            return  # a destroy got in meanwhile: it owns the instance now
+        reason = f"evacuated from {self.hosts[spec['host']].name} (drain)"
+        if instances.hand_over(self.store, spec, read, reason) is None:
+            self._reread_later(spec)
+            return
+        instance_log(spec["uuid"]).warning("%s: handed to the controller", reason)
 
     def finish_destroy(self, spec: dict[str, Any]) -> None:
         uuid = spec["uuid"]

@@ -44,6 +44,8 @@ class Job:
     attempt: int = 1
     # False when the request was at fault (a bad spec), not the host.
     blame_host: bool = True
+    # A destroy for an evacuation (a drain): hand the instance over instead of DELETED.
+    hand_over: bool = False
     started: float = field(default_factory=time.monotonic)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -17,10 +18,13 @@ class Registration:
     """Keeps our providers' inventory, traits and aggregates as configured and measured."""
 
     def __init__(self, placement: PlacementClient, settings: dict[str, Any],
-                 hosts: dict[str, HostIdentity]):
+                 hosts: dict[str, HostIdentity],
+                 disabled_by_operator: Callable[[str], bool] = lambda _rp: False):
         self.placement = placement
         self.settings = settings
         self.hosts = hosts
+        # An operator's `schedule.py host disable` outlives our restarts.
+        self.disabled_by_operator = disabled_by_operator
         self.inventories: dict[str, dict[str, Any]] = {}
         self.traits: set[str] = set()
 
@@ -38,8 +42,10 @@ class Registration:
             # Each write returns the provider's next generation: no re-reads.
             generation = self.placement.ensure_provider(host.uuid, host.name)["generation"]
             generation = self.placement.set_inventory(host.uuid, inventory, generation)
-            # Setting the full list also clears COMPUTE_STATUS_DISABLED from a stop.
-            generation = self.placement.set_traits(host.uuid, traits, generation)
+            # Setting the full list also clears COMPUTE_STATUS_DISABLED from a stop, unless
+            # an operator disabled the host.
+            own = traits | {DISABLED_TRAIT} if self.disabled_by_operator(host.uuid) else traits
+            generation = self.placement.set_traits(host.uuid, own, generation)
             self.placement.set_aggregates(host.uuid, self.settings["aggregates"], generation)
             self.inventories[host.uuid] = inventory
 

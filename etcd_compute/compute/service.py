@@ -70,7 +70,9 @@ class ComputeService:
         self.pool = WorkerPool(config)
         self.gate = Gate()
         self.fencer = Fencer(config, self.pool, self.gate)
-        self.registration = Registration(self.placement, self.settings, self.hosts)
+        self.registration = Registration(
+            self.placement, self.settings, self.hosts,
+            lambda rp: self.store.get(self.keys.maintenance(rp)) is not None)
         self.heartbeat = Heartbeat(
             self.store, self.hosts, self.settings["heartbeat_ttl"], config["driver"]["name"],
             self.stopping, self.settings["fence_margin_seconds"], on_fence=self.fencer.fence,

@@ -82,9 +82,11 @@ class Controller:
         except InvalidMessage:
             spec = None
         reason = (read.record or {}).get("error") or "build failed"
-        if spec is None or spec["action"] != "build":
+        if spec is None or spec["action"] not in ("build", "evacuate"):
             return None  # a destroy (or garbage) got in: its host deals with it
-        alternates = spec.get("alternates") or []
+        # A drained instance goes where the scheduler would put it now (the alternates
+        # were chosen for its first build and may be disabled by now).
+        alternates = (spec.get("alternates") or []) if spec["action"] == "build" else []
         for index, alternate in enumerate(alternates):
             target = alternate["host"]
             if self.store.get(self.keys.alive(target)) is None:
@@ -102,11 +104,34 @@ class Controller:
             log.warning("build failed on %s (%s); rescheduled to alternate host %s",
                         host, reason, target)
             return target
+        placed = self._place_again(spec, read, host)
+        if placed is not None:
+            log.warning("%s; placed again on %s", reason, placed)
+            return placed
         self.placement.delete_allocations(uuid)
         failed = f"{reason}; no alternate host would take it"
         if instances.fail(self.store, spec, read, failed) is not None:
             log.error("ERROR: %s (allocation freed)", failed)
         return None
+
+    def _place_again(self, spec: dict[str, Any], read: instances.RecordRead,
+                     host: str) -> str | None:
+        """No kept alternate took it: ask the scheduler where it would go now (its query,
+        filters and weighers, its group honoured; `host` left out)."""
+        if self.place is None:
+            return None
+        try:
+            pick = self.place(spec, frozenset({host}))
+            claims.move(self.placement, spec["uuid"], pick.allocations, spec["project_id"],
+                        spec["user_id"])
+        except EtcdComputeError as exc:
+            instance_log(spec["uuid"]).info("no other host for it now (%s)", exc)
+            return None
+        if instances.move(self.store, spec, read, pick.host.uuid, pick.allocations, []) is None:
+            claims.move(self.placement, spec["uuid"], spec["allocations"], spec["project_id"],
+                        spec["user_id"])
+            return None
+        return pick.host.uuid
 
     def on_record_gone(self, host: str, uuid: str) -> None:
         """The record left `host`: if the instance is known nowhere else, forget its keys."""

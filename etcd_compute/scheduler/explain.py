@@ -12,7 +12,10 @@ FilterReport says how many hosts each filter removed.
 
 from __future__ import annotations
 
+import dataclasses
+
 from etcd_compute.errors import PlacementError
+from etcd_compute.keys import UUID
 from etcd_compute.placement import PlacementClient
 from etcd_compute.scheduler.planner import FilterReport
 from etcd_compute.scheduler.request import ResourceRequest
@@ -94,6 +97,10 @@ def placement_reasons(placement: PlacementClient, request: ResourceRequest) -> l
     return reasons
 
 
+# How many hosts a filter's line names before "+N more".
+NAMED_HOSTS = 5
+
+
 def filter_reasons(report: FilterReport, limit_reached: bool) -> list[str]:
     reasons = []
     if report.count > 1:
@@ -104,7 +111,11 @@ def filter_reasons(report: FilterReport, limit_reached: bool) -> list[str]:
                        "would be full with the earlier instances of this request")
     for name, reason, removed in report.removed:
         if removed:
-            reasons.append(f"{name} removed {removed} host(s): {reason}")
+            named = report.removed_names.get(name, [])
+            shown = ", ".join(named[:NAMED_HOSTS]) + (
+                f", +{len(named) - NAMED_HOSTS} more" if len(named) > NAMED_HOSTS else "")
+            reasons.append(f"{name} removed {removed} host(s): {reason}"
+                           + (f" [{shown}]" if shown else ""))
     if limit_reached:
         reasons.append(f"only {report.candidates} candidate host(s) considered "
                        "(scheduler.candidate_limit); raise it to consider more")
@@ -116,5 +127,18 @@ def explain(placement: PlacementClient, request: ResourceRequest,
     """The reasons, one line each (NO ALLOCATIONS LEFT itself is the error's message)."""
     if report is None:
         return placement_reasons(placement, request)
-    return filter_reasons(report, limit_reached)
+    return filter_reasons(_with_provider_names(placement, report), limit_reached)
+
+
+def _with_provider_names(placement: PlacementClient, report: FilterReport) -> FilterReport:
+    """A host without a heartbeat is known only by its provider uuid: name it from
+    Placement (a few lookups, on this rare path only)."""
+    names: dict[str, list[str]] = {}
+    for name, hosts in report.removed_names.items():
+        named = []
+        for host in hosts[:NAMED_HOSTS]:
+            provider = placement.get_provider(host) if UUID.match(host) else None
+            named.append(provider["name"] if provider else host)
+        names[name] = sorted(named) + hosts[NAMED_HOSTS:]
+    return dataclasses.replace(report, removed_names=names)
 

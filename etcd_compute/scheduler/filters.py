@@ -29,7 +29,8 @@ class AliveFilter(HostFilter):
 
 
 class DisabledFilter(HostFilter):
-    reason = "disabled (trait COMPUTE_STATUS_DISABLED: compute.py was stopped)"
+    reason = ("disabled (trait COMPUTE_STATUS_DISABLED: compute.py stopped or host disabled "
+              "by an operator)")
 
     def host_passes(self, host: HostState, context: PlanContext) -> bool:
         return not host.disabled

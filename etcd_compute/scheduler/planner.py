@@ -10,7 +10,7 @@ Nothing is claimed here; `claims.py` does that for the whole plan at once.
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from etcd_compute.scheduler.context import PlanContext
 from etcd_compute.scheduler.filters import HostFilter
@@ -35,6 +35,8 @@ class FilterReport:
     # Hosts Placement offered that no longer fit after earlier picks of this request.
     filled_by_request: int
     removed: list[tuple[str, str, int]]  # (filter name, reason, hosts removed)
+    # The names of the hosts each filter removed (a down or disabled host is named).
+    removed_names: dict[str, list[str]] = field(default_factory=dict)
 
 
 class NoRoom(Exception):
@@ -52,15 +54,16 @@ def plan(hosts: list[HostState], count: int, filters: list[HostFilter],
     picks: list[Pick] = []
     for placed in range(count):
         fitting = [host for host in hosts if host.fitting_option() is not None]
-        remaining, removed = fitting, []
+        remaining, removed, names = fitting, [], {}
         for host_filter in filters:
             kept = [host for host in remaining if host_filter.host_passes(host, context)]
-            removed.append((type(host_filter).__name__, host_filter.reason,
-                            len(remaining) - len(kept)))
+            name = type(host_filter).__name__
+            removed.append((name, host_filter.reason, len(remaining) - len(kept)))
+            names[name] = sorted(host.name for host in remaining if host not in kept)
             remaining = kept
         if not remaining:
             raise NoRoom(FilterReport(count, placed, len(hosts), len(hosts) - len(fitting),
-                                      removed))
+                                      removed, names))
         weighed = [host for _, host in weigh(remaining, weighers, context)]
         chosen = rng.choice(weighed[:host_subset_size])
         allocations = chosen.fitting_option()

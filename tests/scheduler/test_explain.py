@@ -81,7 +81,7 @@ def test_constraints_that_only_exclude_together(schedule_config, store, placemen
                            "but together they exclude every one")
 
 
-def test_filters_say_how_many_hosts_they_removed(schedule_config, store, placement):
+def test_filters_say_how_many_and_which_hosts_they_removed(schedule_config, store, placement):
     add_host(placement, store, "dead-1", alive=False)
     add_host(placement, store, "dead-2", alive=False)
     add_host(placement, store, "disabled", traits={"COMPUTE_STATUS_DISABLED"})
@@ -91,11 +91,11 @@ def test_filters_say_how_many_hosts_they_removed(schedule_config, store, placeme
     reasons = reasons_for(config, store, placement, "resources=VCPU:1")
     assert reasons == [
         "AliveFilter removed 2 host(s): no heartbeat in etcd (/alive/<rp> missing: "
-        "compute.py not running?)",
+        "compute.py not running?) [dead-1, dead-2]",
         "DisabledFilter removed 1 host(s): disabled (trait COMPUTE_STATUS_DISABLED: "
-        "compute.py was stopped)",
+        "compute.py stopped or host disabled by an operator) [disabled]",
         "MaxInstancesPerHostFilter removed 1 host(s): already at "
-        "scheduler.max_instances_per_host",
+        "scheduler.max_instances_per_host [busy]",
     ]
 
 

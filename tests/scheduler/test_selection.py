@@ -80,7 +80,7 @@ def test_anti_affinity_spreads_group_and_then_refuses(schedule_config, store, pl
     with pytest.raises(NoValidHost) as caught:
         scheduler.select_destinations(RequestSpec.build(QUERY, group=("web", "anti-affinity")))
     assert "AntiAffinityFilter removed 3 host(s): already hosts a member of the " \
-           "anti-affinity group" in caught.value.reasons
+           "anti-affinity group [aa-0, aa-1, aa-2]" in caught.value.reasons
     # Another group is unaffected.
     assert scheduler.select_destinations(RequestSpec.build(QUERY, group=("db", "anti-affinity")))
 

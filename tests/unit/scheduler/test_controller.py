@@ -74,6 +74,29 @@ def test_no_alternate_that_takes_it_is_error_with_the_claim_freed():
     assert cluster.store.get(cluster.store.keys.spec(here, spec["uuid"])) is None
 
 
+def test_a_drained_instance_goes_where_the_scheduler_says_not_to_its_old_alternates():
+    cluster = Cluster()
+    here, old_alternate, now_best = cluster.host(), cluster.host(), cluster.host()
+    spec = make_spec(here, alternates=[{"host": old_alternate, "allocations": {
+        old_alternate: {"resources": make_spec(here)["resources"]}}}])
+    cluster.placement.claim(spec["uuid"], spec["allocations"], "p", "u")
+    instances.schedule(cluster.store, [(spec, "h")])
+    entry = cluster.store.get(cluster.store.keys.spec(here, spec["uuid"]))
+    instances.begin_build(cluster.store, spec, entry.mod_revision, cluster.read(here, spec), "h")
+    instances.activate(cluster.store, cluster.read(here, spec), "10.0.0.9")
+    entry = cluster.store.get(cluster.store.keys.spec(here, spec["uuid"]))
+    instances.request_evacuate(cluster.store, entry, spec)
+    evacuated = {**spec, "action": "evacuate"}
+    instances.hand_over(cluster.store, evacuated, cluster.read(here, spec), "evacuated (drain)")
+    cluster.controller.place = _placer(now_best)
+    cluster.controller.on_record(here, spec["uuid"])
+    assert cluster.read(now_best, spec).state == "SCHEDULED"
+    new_spec, _ = cluster.store.read(messages.INSTANCE_SPEC,
+                                     cluster.store.keys.spec(now_best, spec["uuid"]))
+    assert new_spec["action"] == "build"
+    assert set(cluster.placement.get_allocations(spec["uuid"])["allocations"]) == {now_best}
+
+
 def test_a_destroy_that_got_in_first_is_left_to_the_host():
     cluster = Cluster()
     here, good = cluster.host(), cluster.host()

@@ -321,7 +321,7 @@ def test_no_valid_host_when_filters_remove_everyone_says_which():
             RequestSpec.build(QUERY))
     assert caught.value.reasons == [
         "AliveFilter removed 1 host(s): no heartbeat in etcd (/alive/<rp> missing: "
-        "compute.py not running?)",
+        "compute.py not running?) [dead]",
         "only 1 candidate host(s) considered (scheduler.candidate_limit); raise it to "
         "consider more",
     ]

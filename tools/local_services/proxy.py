@@ -1,0 +1,107 @@
+"""A TCP forwarder that a test can cut: a host's own path to etcd, to partition it.
+
+    proxy = CuttableProxy("127.0.0.1", etcd_port).start()
+    config["etcd"]["endpoints"] = [proxy.endpoint]
+    proxy.cut()       # every connection reset, new ones refused: the host is cut off
+    proxy.restore()   # back
+
+It forwards bytes (TLS passes through untouched). Threads only; everything it
+opened is closed by `stop()`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import threading
+
+from tools.local_services.process import free_port
+
+
+class CuttableProxy:
+    def __init__(self, target_host: str, target_port: int, listen_port: int | None = None):
+        self.target = (target_host, target_port)
+        self.port = listen_port or free_port()
+        self._listener: socket.socket | None = None
+        self._connections: set[socket.socket] = set()
+        self._lock = threading.Lock()
+        self._open = threading.Event()
+        self._stopping = threading.Event()
+
+    @property
+    def endpoint(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def start(self) -> CuttableProxy:
+        listener = socket.socket()
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind(("127.0.0.1", self.port))
+        listener.listen(64)
+        listener.settimeout(0.2)
+        self._listener = listener
+        self._open.set()
+        threading.Thread(target=self._accept, name=f"proxy:{self.port}", daemon=True).start()
+        return self
+
+    def _accept(self) -> None:
+        assert self._listener is not None
+        while not self._stopping.is_set():
+            try:
+                client, _ = self._listener.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            if not self._open.is_set():
+                _reset(client)  # cut: refused at once
+                continue
+            try:
+                upstream = socket.create_connection(self.target, timeout=2)
+            except OSError:
+                _reset(client)
+                continue
+            with self._lock:
+                self._connections.update((client, upstream))
+            for source, sink in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pump, args=(source, sink), daemon=True).start()
+
+    def _pump(self, source: socket.socket, sink: socket.socket) -> None:
+        try:
+            while chunk := source.recv(65536):
+                sink.sendall(chunk)
+        except OSError:
+            pass
+        finally:
+            for sock in (source, sink):
+                self._close(sock)
+
+    def _close(self, sock: socket.socket) -> None:
+        with self._lock:
+            self._connections.discard(sock)
+        _reset(sock)
+
+    def cut(self) -> None:
+        """Reset every connection and refuse new ones (as a pulled cable would, at once)."""
+        self._open.clear()
+        with self._lock:
+            connections = list(self._connections)
+        for sock in connections:
+            self._close(sock)
+
+    def restore(self) -> None:
+        self._open.set()
+
+    def stop(self) -> None:
+        self._stopping.set()
+        self.cut()
+        if self._listener is not None:
+            with contextlib.suppress(OSError):
+                self._listener.close()
+
+
+def _reset(sock: socket.socket) -> None:
+    with contextlib.suppress(OSError):
+        # SO_LINGER 0: an RST, not a FIN: the peer sees the path break.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+    with contextlib.suppress(OSError):
+        sock.close()
