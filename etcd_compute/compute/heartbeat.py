@@ -14,7 +14,7 @@ import threading
 import time
 from typing import Any
 
-from etcd_compute import messages
+from etcd_compute import messages, metrics
 from etcd_compute.compute.identity import HostIdentity
 from etcd_compute.errors import ServiceUnavailable
 from etcd_compute.etcd import ETCD_DOWN, Store
@@ -58,7 +58,8 @@ class Heartbeat:
                 if response.TTL <= 0:
                     LOG.warning("heartbeat lease expired; taking a new one")
                     self._new_lease()
-            except ETCD_DOWN + (ServiceUnavailable, IndexError):
+            except ETCD_DOWN + (ServiceUnavailable, IndexError) as exc:
+                metrics.retried("heartbeat", exc)
                 LOG.warning("heartbeat: etcd unreachable; retrying")
             except Exception:
                 LOG.exception("heartbeat failed")
