@@ -26,6 +26,7 @@ from etcd_compute.errors import EtcdComputeError, InvalidMessage
 from etcd_compute.etcd import KeyValueStore
 from etcd_compute.keys import RECORDS
 from etcd_compute.placement import PlacementClient
+from etcd_compute.scheduler import metrics as scheduler_metrics
 
 LOG = logging.getLogger("etcd_compute.controller")
 
@@ -72,14 +73,17 @@ class Controller:
                 continue
             if instances.move(self.store, spec, read, target, alternate["allocations"],
                               alternates[index + 1:]) is None:
+                scheduler_metrics.rescheduled("conflict")
                 return None  # it changed meanwhile (a destroy): the next event decides
             log.warning("build failed on %s (%s); rescheduled to alternate host %s",
                         host, reason, target)
+            scheduler_metrics.rescheduled("moved")
             return target
         self.placement.delete_allocations(uuid)
         failed = f"{reason}; no alternate host would take it"
         if instances.fail(self.store, spec, read, failed) is not None:
             log.error("ERROR: %s (allocation freed)", failed)
+            scheduler_metrics.rescheduled("failed")
         return None
 
     def on_record_gone(self, host: str, uuid: str) -> None:
