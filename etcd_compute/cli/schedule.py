@@ -3,7 +3,7 @@
     schedule.py 'resources=VCPU:1,MEMORY_MB:512,DISK_GB:1' [--count N] [--wait] ...
     schedule.py UUID                 state, host, IP, resources, error
     schedule.py destroy UUID         ask its host to destroy it
-    schedule.py list                 every instance
+    schedule.py list [--host H] [--state S]   every instance (on host H, in state S)
     schedule.py hosts                every provider: capacity, usage, alive
     schedule.py console UUID         the guest's serial console (tail)
     schedule.py serve                the controller (leader-elected): reschedules failed builds
@@ -36,6 +36,7 @@ examples:
   schedule.py 'resources=VCPU:1,MEMORY_MB:256' --zone <aggregate uuid>
   schedule.py d578fb7c-7787-4e73-b69a-a7b3ef9bf73a
   schedule.py destroy d578fb7c-7787-4e73-b69a-a7b3ef9bf73a
+  schedule.py list --host hv1 --state error
 
 query keys (Placement's GET /allocation_candidates syntax, microversion 1.39):
   resources=RC:N,...   required=T,!T  required=in:T1,T2   member_of=AGG|in:A,B|!AGG
@@ -72,6 +73,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--wait", action="store_true",
                         help="follow the instances until ACTIVE or ERROR (destroy: DELETED)")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
+    parser.add_argument("--host", metavar="HOST",
+                        help="list: only instances on this host (its name or provider uuid)")
+    parser.add_argument("--state", metavar="STATE",
+                        help="list: only instances in this state (active, error...; any case)")
     parser.add_argument("--log-level", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     return parser.parse_intermixed_args(argv)
 
@@ -242,8 +247,10 @@ def cmd_destroy(args: argparse.Namespace, config: dict[str, Any]) -> int:
 def cmd_list(args: argparse.Namespace, config: dict[str, Any]) -> int:
     from etcd_compute.scheduler import operations as ops
 
+    if args.state is not None:
+        ops.check_state(args.state)  # before any connection
     with _store(config) as store:
-        found = ops.list_instances(store)
+        found = ops.list_instances(store, args.host, args.state)
     if args.json:
         _emit_json(found)
         return 0
@@ -307,6 +314,8 @@ def dispatch(args: argparse.Namespace) -> int:
     # A daemon reports what it does; a command only what went wrong.
     default_level = "INFO" if first == "serve" else config["logging"]["level"]
     logs.setup(args.log_level or default_level)
+    if (args.host is not None or args.state is not None) and first != "list":
+        raise UsageError("--host and --state go with list")
     if first in SUBCOMMANDS:
         if first in ("list", "hosts", "serve") and len(args.words) != 1:
             raise UsageError(f"{first}: takes no arguments")
