@@ -325,17 +325,23 @@ def bridge_addresses(bridge: str | None) -> set[str]:
     return found
 
 
-def start(service: ComputeService) -> Any:
-    """Serve metrics when compute.metrics_listen is set (the server, else None)."""
-    listen = common.listen_of(service.config, "compute")
-    if listen is None:
-        return None
-    driver = service.config["driver"]
-    if driver["name"] == "libvirt" and listen.host in bridge_addresses(
+def checked_listen(config: dict[str, Any]) -> common.Listen | None:
+    """compute.metrics_listen as checked on load, and not on the guests' host bridge."""
+    listen = common.listen_of(config, "compute")
+    driver = config["driver"]
+    if listen is not None and driver["name"] == "libvirt" and listen.host in bridge_addresses(
             driver["libvirt"]["bridge"]):
         raise ConfigError(f"compute.metrics_listen {listen}: an address of "
                           f"driver.libvirt.bridge {driver['libvirt']['bridge']}, which the "
                           "guests' second network cards are on")
+    return listen
+
+
+def start(service: ComputeService) -> Any:
+    """Serve metrics when compute.metrics_listen is set (the server, else None)."""
+    listen = checked_listen(service.config)
+    if listen is None:
+        return None
     jobs = service.machine.jobs
     for kind in KINDS:
         JOBS_IN_FLIGHT.labels(kind).set_function(lambda kind=kind: jobs_of_kind(jobs, kind))
