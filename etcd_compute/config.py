@@ -18,6 +18,7 @@ from typing import Any
 import jsonschema
 import yaml
 
+from etcd_compute import metrics
 from etcd_compute.errors import ConfigError
 from etcd_compute.schemas import validator as schema_validator
 
@@ -79,6 +80,10 @@ COMPUTE_DEFAULTS: dict[str, Any] = {
         "deleted_record_ttl": 3600,
         "traits": [],
         "aggregates": [],
+        # Prometheus metrics on HOST:PORT (an IP address); null: off. See metrics.py for
+        # what is refused (the wildcard, unless allowed; the guests' networks, always).
+        "metrics_listen": None,
+        "metrics_allow_any_address": False,
         "inventory": {
             "VCPU": {"reserved": 0, "allocation_ratio": 4.0},
             # Keep memory for the host itself and libvirt/qemu overhead.
@@ -175,6 +180,9 @@ SCHEDULE_DEFAULTS: dict[str, Any] = {
         "etcd_max_txn_ops": 128,
         # etcd's --max-request-bytes: one request's specs are written in one transaction.
         "etcd_max_request_bytes": 1572864,
+        # `schedule.py serve`: Prometheus metrics on HOST:PORT (an IP address); null: off.
+        "metrics_listen": None,
+        "metrics_allow_any_address": False,
     },
 }
 
@@ -272,8 +280,19 @@ def load_compute(path: str | None = None) -> dict[str, Any]:
         driver = config["driver"]
         disk["image_cache_gb"] = (driver["libvirt"]["image_cache_max_gb"]
                                   if driver["name"] == "libvirt" else 0)
+    _check_metrics(config, "compute", path or "compute.yaml")
     return config
 
 
 def load_schedule(path: str | None = None) -> dict[str, Any]:
-    return load(path, SCHEDULE_DEFAULTS, "schedule_config", "schedule.yaml")
+    config = load(path, SCHEDULE_DEFAULTS, "schedule_config", "schedule.yaml")
+    _check_metrics(config, "scheduler", path or "schedule.yaml")
+    return config
+
+
+def _check_metrics(config: dict[str, Any], section: str, source: str) -> None:
+    """A metrics address the daemon would refuse is a config error like any other."""
+    try:
+        metrics.listen_of(config, section)
+    except ConfigError as exc:
+        raise ConfigError(f"{source}: {exc}") from None

@@ -30,6 +30,14 @@ class ServiceUnavailable(EtcdComputeError):
     exit_code = 3
 
 
+class EtcdUnavailable(ServiceUnavailable):
+    """etcd cannot be reached (or the TLS handshake with it failed)."""
+
+
+class PlacementUnavailable(ServiceUnavailable):
+    """Placement (or Keystone in front of it) cannot be reached or refuses our credentials."""
+
+
 class PlacementError(EtcdComputeError):
     """Placement answered with an error we cannot handle here."""
 

@@ -29,8 +29,8 @@ import pyetcd  # noqa: E402
 import pyetcd.exceptions  # noqa: E402
 import pyetcd.transactions  # noqa: E402
 
-from etcd_compute import messages
-from etcd_compute.errors import ConfigError, EtcdComputeError, InvalidMessage, ServiceUnavailable
+from etcd_compute import messages, metrics
+from etcd_compute.errors import ConfigError, EtcdComputeError, EtcdUnavailable, InvalidMessage
 from etcd_compute.keys import Keys
 
 GRPC_OPTIONS = [("grpc.max_reconnect_backoff_ms", 1000), ("grpc.initial_reconnect_backoff_ms", 100)]
@@ -98,6 +98,7 @@ def etcd_errors(endpoints: list[str]) -> Iterator[None]:
     try:
         yield
     except ETCD_DOWN as exc:
+        metrics.backend_error("etcd")
         code = exc.code() if isinstance(exc, grpc.RpcError) and hasattr(exc, "code") else None
         # pyetcd raises its own exception from inside gRPC's; the details are in that one.
         cause = exc if hasattr(exc, "details") else exc.__context__
@@ -109,10 +110,10 @@ def etcd_errors(endpoints: list[str]) -> Iterator[None]:
         if code is not None and code not in UNREACHABLE_CODES:
             raise EtcdComputeError(f"etcd refused the request: {code.name}: {details}") from None
         if any(fault in details for fault in TLS_FAULTS):
-            raise ServiceUnavailable(
+            raise EtcdUnavailable(
                 f"etcd at {', '.join(endpoints)}: TLS handshake failed ({details}); check "
                 "etcd.ca_cert/cert/key against the cluster CA") from None
-        raise ServiceUnavailable(
+        raise EtcdUnavailable(
             f"etcd at {', '.join(endpoints)} is unreachable "
             f"({code.name if code else exc.__class__.__name__}); "
             "check that etcd runs and etcd.endpoints in the config"

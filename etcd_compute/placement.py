@@ -2,9 +2,9 @@
 
 Reads like the task: `client.ensure_provider(uuid, name)`,
 `client.set_inventory(uuid, inventory)`, `client.claim(consumer, allocations)`.
-Errors come back as one-line exceptions: ServiceUnavailable when Placement
-cannot be reached, ConflictError for 409s (generation races, capacity),
-PlacementError for anything else.
+Errors come back as one-line exceptions: PlacementUnavailable (a
+ServiceUnavailable) when Placement cannot be reached, ConflictError for 409s
+(generation races, capacity), PlacementError for anything else.
 """
 
 from __future__ import annotations
@@ -18,12 +18,13 @@ from urllib.parse import urlencode
 
 import requests
 
+from etcd_compute import metrics
 from etcd_compute.errors import (
     ConfigError,
     ConflictError,
     NotFound,
     PlacementError,
-    ServiceUnavailable,
+    PlacementUnavailable,
 )
 
 LOG = logging.getLogger(__name__)
@@ -80,10 +81,12 @@ def keystone_token_source(keystone: dict[str, Any], verify: str | bool,
         try:
             return session.get_token()
         except ks_exceptions.Unauthorized:
-            raise ServiceUnavailable("Keystone refused our credentials "
+            metrics.backend_error("placement")
+            raise PlacementUnavailable("Keystone refused our credentials "
                                      "(placement.keystone)") from None
         except ks_exceptions.ClientException as exc:
-            raise ServiceUnavailable(f"Keystone at {keystone['auth_url']}: "
+            metrics.backend_error("placement")
+            raise PlacementUnavailable(f"Keystone at {keystone['auth_url']}: "
                                      f"{_one_line(str(exc))[:200]}") from None
 
     return token
@@ -123,18 +126,22 @@ class PlacementClient:
                                             headers=headers, verify=self.verify,
                                             cert=self.cert)
         except requests.exceptions.SSLError as exc:
+            metrics.backend_error("placement")
             found = re.search(r"\[SSL: [A-Z0-9_]+\][^(]*", str(exc))
             reason = found.group(0).strip() if found else _one_line(str(exc))[-200:]
-            raise ServiceUnavailable(
+            raise PlacementUnavailable(
                 f"Placement at {self.endpoint}: TLS handshake failed ({reason}); check "
                 "placement.ca_cert/cert/key against the cluster CA") from None
         except requests.RequestException as exc:
-            raise ServiceUnavailable(
+            metrics.backend_error("placement")
+            raise PlacementUnavailable(
                 f"Placement at {self.endpoint} is unreachable ({exc.__class__.__name__}); "
                 "check that it runs and placement.endpoint in the config"
             ) from None
         if response.status_code in expect:
             return response
+        if response.status_code >= 500 or response.status_code in (401, 403):
+            metrics.backend_error("placement")
         self._raise_for(method, path, response)
         raise AssertionError("unreachable")
 
@@ -152,7 +159,7 @@ class PlacementClient:
         if response.status_code == 404:
             raise NotFound(message)
         if response.status_code in (401, 403):
-            raise ServiceUnavailable(f"{message}; check placement.token")
+            raise PlacementUnavailable(f"{message}; check placement.token")
         raise PlacementError(message, response.status_code, code)
 
     def get(self, path: str, **params: Any) -> dict[str, Any]:

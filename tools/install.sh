@@ -29,6 +29,21 @@ if [ -n "$missing" ]; then
     || die "apt-get install failed; see /tmp/etcd-compute-apt.log"
 fi
 
+# Prometheus scrapes the daemons' metrics in the tests, which start their own on a free
+# port. Debian's package would also run one as a system service on every interface (and
+# recommends the node exporter, another): installed here as a tool only, without its
+# recommends, its service stopped and disabled at once. One that was there before is left
+# as it is.
+if ! dpkg-query -W -f='${Status}' prometheus 2>/dev/null | grep -q "install ok installed"; then
+  say "installing Debian package: prometheus (for the tests; its service stays off)"
+  [ -n "$missing" ] || apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus \
+    >>/tmp/etcd-compute-apt.log 2>&1 || die "apt-get install failed; see /tmp/etcd-compute-apt.log"
+  if [ -d /run/systemd/system ]; then
+    systemctl disable --now prometheus.service >/dev/null 2>&1 || true
+  fi
+fi
+
 PYTHON=${PYTHON:-python3}
 # venv DIR REQUIREMENTS...: create DIR and install, unless the requirements are unchanged.
 venv() {

@@ -3,9 +3,9 @@
     schedule.py 'resources=VCPU:1,MEMORY_MB:512,DISK_GB:1' [--count N] [--wait] ...
     schedule.py UUID                 state, host, IP, resources, error
     schedule.py destroy UUID         ask its host to destroy it
-    schedule.py list                 every instance
+    schedule.py list [--host H] [--state S]   every instance (on host H, in state S)
     schedule.py hosts                every provider: capacity, usage, alive
-    schedule.py console UUID         the guest's serial console (tail)
+    schedule.py console UUID [--follow]  the guest's serial console (tail; --follow: as it grows)
     schedule.py serve                the controller (leader-elected): reschedules failed builds,
                                      recovers the instances of dead hosts
     schedule.py host disable|enable HOST [--reason TEXT]   maintenance
@@ -41,6 +41,8 @@ examples:
   schedule.py 'resources=VCPU:1,MEMORY_MB:256' --zone <aggregate uuid>
   schedule.py d578fb7c-7787-4e73-b69a-a7b3ef9bf73a
   schedule.py destroy d578fb7c-7787-4e73-b69a-a7b3ef9bf73a
+  schedule.py list --host hv1 --state error
+  schedule.py console d578fb7c-7787-4e73-b69a-a7b3ef9bf73a --follow
 
 query keys (Placement's GET /allocation_candidates syntax, microversion 1.39):
   resources=RC:N,...   required=T,!T  required=in:T1,T2   member_of=AGG|in:A,B|!AGG
@@ -82,6 +84,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--wait", action="store_true",
                         help="follow the instances until ACTIVE or ERROR (destroy: DELETED)")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
+    parser.add_argument("--host", metavar="HOST",
+                        help="list: only instances on this host (its name or provider uuid)")
+    parser.add_argument("--state", metavar="STATE",
+                        help="list: only instances in this state (active, error...; any case)")
+    parser.add_argument("--follow", "-f", action="store_true",
+                        help="console: keep printing what the guest writes, until Ctrl-C or "
+                             "the instance is gone")
     parser.add_argument("--log-level", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     return parser.parse_intermixed_args(argv)
 
@@ -255,8 +264,10 @@ def cmd_destroy(args: argparse.Namespace, config: dict[str, Any]) -> int:
 def cmd_list(args: argparse.Namespace, config: dict[str, Any]) -> int:
     from etcd_compute.scheduler import operations as ops
 
+    if args.state is not None:
+        ops.check_state(args.state)  # before any connection
     with _store(config) as store:
-        found = ops.list_instances(store)
+        found = ops.list_instances(store, args.host, args.state)
     if args.json:
         _emit_json(found)
         return 0
@@ -292,6 +303,8 @@ def cmd_console(args: argparse.Namespace, config: dict[str, Any]) -> int:
 
     if len(args.words) != 2:
         raise UsageError("console: expected exactly one instance uuid")
+    if args.follow:
+        return _follow_console(args, config)
     with _store(config) as store:
         text = ops.console(store, args.words[1])
     if args.json:
@@ -351,6 +364,81 @@ def cmd_host(args: argparse.Namespace, config: dict[str, Any]) -> int:
         return 0
 
 
+class TerminalSink:
+    """A console follow for a terminal: the guest's text escaped (it must not drive our
+    terminal), our own lines on lines of their own, notes on stderr."""
+
+    def __init__(self) -> None:
+        self.at_line_start = True
+
+    def _write(self, text: str) -> None:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+        self.at_line_start = text.endswith("\n")
+
+    def _line(self, line: str) -> None:
+        self._write(("" if self.at_line_start else "\n") + terminal_line(line) + "\n")
+
+    def text(self, text: str) -> None:
+        self._write(terminal_text(text))
+
+    def restarted(self) -> None:
+        from etcd_compute.scheduler.console_follow import RESTARTED
+
+        self._line(RESTARTED)
+
+    def ended(self, status: int, line: str) -> None:
+        self._line(line)
+
+    def note(self, line: str) -> None:
+        print(f"schedule.py: {terminal_line(line)}", file=sys.stderr, flush=True)
+
+
+class JsonSink:
+    """A console follow as JSON lines: {"uuid", "text", "restarted"} per update, then
+    {"uuid", "end", "status"}; notes on stderr."""
+
+    def __init__(self, uuid: str):
+        self.uuid, self.restart = uuid, False
+
+    def _emit(self, data: dict[str, Any]) -> None:
+        print(json.dumps({"uuid": self.uuid, **data}, sort_keys=True), flush=True)
+
+    def text(self, text: str) -> None:
+        self._emit({"text": text, "restarted": self.restart})
+        self.restart = False
+
+    def restarted(self) -> None:
+        self.restart = True
+
+    def ended(self, status: int, line: str) -> None:
+        self._emit({"end": line, "status": status})
+
+    def note(self, line: str) -> None:
+        print(f"schedule.py: {terminal_line(line)}", file=sys.stderr, flush=True)
+
+
+def _follow_console(args: argparse.Namespace, config: dict[str, Any]) -> int:
+    """`console UUID --follow`: until Ctrl-C/SIGTERM (0) or the instance is gone."""
+    import signal
+    import threading
+
+    from etcd_compute.scheduler.console_follow import ConsoleFollower
+    from etcd_compute.scheduler.operations import check_uuid
+
+    uuid = check_uuid(args.words[1])
+    stopping = threading.Event()
+    previous = {number: signal.signal(number, lambda *_: stopping.set())
+                for number in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        with _store(config) as store:
+            sink = JsonSink(uuid) if args.json else TerminalSink()
+            return ConsoleFollower(store, uuid, sink, stopping).run()
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)
+
+
 def cmd_serve(args: argparse.Namespace, config: dict[str, Any]) -> int:
     from etcd_compute.scheduler.serve import ControllerService
 
@@ -368,6 +456,10 @@ def dispatch(args: argparse.Namespace) -> int:
     # A daemon reports what it does; a command only what went wrong.
     default_level = "INFO" if first == "serve" else config["logging"]["level"]
     logs.setup(args.log_level or default_level)
+    if (args.host is not None or args.state is not None) and first != "list":
+        raise UsageError("--host and --state go with list")
+    if args.follow and first != "console":
+        raise UsageError("--follow goes with console")
     if first in SUBCOMMANDS:
         if first in ("list", "hosts", "serve") and len(args.words) != 1:
             raise UsageError(f"{first}: takes no arguments")

@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from etcd_compute.compute.identity import load_identity
+from etcd_compute.compute.metrics import checked_listen
 from etcd_compute.drivers import load_driver
 from etcd_compute.errors import ConfigError
 from etcd_compute.etcd import Store
@@ -50,4 +51,6 @@ def check(config: dict[str, Any]) -> list[str]:
         lines.append(f"driver: ok ({driver.check()})")
     finally:
         driver.close()
+    listen = checked_listen(config)
+    lines.append(f"metrics: ok (http://{listen}/metrics)" if listen else "metrics: off")
     return lines

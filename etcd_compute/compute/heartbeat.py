@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from etcd_compute import messages
+from etcd_compute import messages, metrics
 from etcd_compute.compute.identity import HostIdentity
 from etcd_compute.errors import ServiceUnavailable
 from etcd_compute.etcd import ETCD_DOWN, Store
@@ -103,7 +103,8 @@ class Heartbeat:
             if not self.fenced:
                 self._fence()  # the controller may already be recovering our instances
             self._new_lease()
-        except ETCD_DOWN + (ServiceUnavailable, IndexError):
+        except ETCD_DOWN + (ServiceUnavailable, IndexError) as exc:
+            metrics.retried("heartbeat", exc)
             LOG.warning("heartbeat: etcd unreachable; retrying (%.1f s since the last "
                         "renewal, fencing at %.1f s)", time.monotonic() - self.last_ok,
                         self.fence_after)

@@ -20,6 +20,7 @@ from collections.abc import Callable
 from typing import Any
 
 from etcd_compute import instances, messages
+from etcd_compute.compute import metrics as compute_metrics
 from etcd_compute.compute import worker
 from etcd_compute.compute.checks import claimed_here, refuse_unclaimed
 from etcd_compute.compute.consoles import Consoles
@@ -238,6 +239,7 @@ class InstanceMachine:
         future.add_done_callback(lambda _f: self.post(self.on_job_done, (job,)))
 
     def on_job_done(self, job: Job) -> None:
+        compute_metrics.job_finished(job)
         if self.jobs.get(job.uuid) is not job:
             return  # cancelled or replaced meanwhile
         if self.gate.closed:
@@ -261,6 +263,7 @@ class InstanceMachine:
         log = instance_log(job.uuid)
         reason = f"internal error recording the {job.kind}: {exc.__class__.__name__}: {exc}"
         log.exception("%s", reason)
+        compute_metrics.job_failed_internally(job)
         if job.kind == CLEANUP and (job.reason or "").startswith("internal error"):
             return  # it failed while ending an internal error: the next start reconciles it
         try:

@@ -34,6 +34,7 @@ import pyetcd.events
 import pyetcd.exceptions
 
 from etcd_compute import instances
+from etcd_compute.compute import metrics as compute_metrics
 from etcd_compute.compute import worker
 from etcd_compute.compute.consoles import CONSOLE_REFRESH_SECONDS, Consoles
 from etcd_compute.compute.fencing import Fencer, Gate
@@ -97,6 +98,7 @@ class ComputeService:
         if install_signal_handlers:
             signal.signal(signal.SIGTERM, self._on_signal)
             signal.signal(signal.SIGINT, self._on_signal)
+        compute_metrics.start(self)
         self.registration.register()
         self.heartbeat.start()
         self.ensure_mdserver()
@@ -136,6 +138,7 @@ class ComputeService:
             handler(*args)
         except ServiceUnavailable as exc:
             # etcd or Placement is down: retry the same event shortly.
+            compute_metrics.retried("dispatch", exc)
             LOG.warning("%s; retrying in 1 s", exc)
             threading.Timer(1.0, self.events.put, ((handler, args),)).start()
         except Exception:
@@ -209,6 +212,7 @@ class ComputeService:
                 for response in responses:
                     for event in response.events:
                         self.next_revision = max(self.next_revision, event.mod_revision + 1)
+                        compute_metrics.event_arrived(event)
                         self.post(self.on_watch_event, (event,))
                     if self.stopping.is_set():
                         break
@@ -219,6 +223,7 @@ class ComputeService:
                 done.wait()
             except ETCD_DOWN + (ServiceUnavailable,) as exc:
                 if not self.stopping.is_set():
+                    compute_metrics.retried("watch", exc)
                     LOG.warning("watch lost (%s); resubscribing from revision %d",
                                 exc.__class__.__name__, self.next_revision)
                     self.stopping.wait(1.0)
@@ -233,6 +238,7 @@ class ComputeService:
             done.set()
 
     def on_watch_event(self, event: Any) -> None:
+        compute_metrics.event_handled(event)
         parsed = self.keys.parse_spec(event.key.decode())
         if parsed is None or parsed[0] not in self.hosts:
             return

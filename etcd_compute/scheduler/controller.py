@@ -39,6 +39,7 @@ from etcd_compute.errors import ConflictError, EtcdComputeError, InvalidMessage,
 from etcd_compute.etcd import KeyValueStore
 from etcd_compute.keys import RECORDS
 from etcd_compute.placement import PlacementClient
+from etcd_compute.scheduler import metrics as scheduler_metrics
 from etcd_compute.scheduler.planner import Pick
 
 LOG = logging.getLogger("etcd_compute.controller")
@@ -100,18 +101,22 @@ class Controller:
                 continue
             if instances.move(self.store, spec, read, target, alternate["allocations"],
                               alternates[index + 1:]) is None:
+                scheduler_metrics.rescheduled("conflict")
                 return None  # it changed meanwhile (a destroy): the next event decides
             log.warning("build failed on %s (%s); rescheduled to alternate host %s",
                         host, reason, target)
+            scheduler_metrics.rescheduled("moved")
             return target
         placed = self._place_again(spec, read, host)
         if placed is not None:
             log.warning("%s; placed again on %s", reason, placed)
+            scheduler_metrics.rescheduled("moved")
             return placed
         self.placement.delete_allocations(uuid)
         failed = f"{reason}; no alternate host would take it"
         if instances.fail(self.store, spec, read, failed) is not None:
             log.error("ERROR: %s (allocation freed)", failed)
+            scheduler_metrics.rescheduled("failed")
         return None
 
     def _place_again(self, spec: dict[str, Any], read: instances.RecordRead,
@@ -165,7 +170,7 @@ class Controller:
             return
         for uuid in sorted(self.store.read_prefix(messages.INSTANCE_RECORD,
                                                   self.keys.records(host))):
-            self.recover_instance(host, uuid)
+            scheduler_metrics.recovered(self.recover_instance(host, uuid))
 
     def recover_instance(self, host: str, uuid: str) -> str:
         """Apply the instance's policy; what was done ("rebuilt", "error", "deleted",

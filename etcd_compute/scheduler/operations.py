@@ -109,7 +109,49 @@ def destroy(store: Store, placement: PlacementClient, uuid: str) -> str:
     raise UsageError(f"instance {uuid} kept changing while destroying it; try again")
 
 
-def list_instances(store: Store) -> list[dict[str, Any]]:
+def check_state(text: str) -> str:
+    """The state `text` names, in any case (`--state active`); UsageError naming them all."""
+    state = text.strip().upper()
+    if state not in instances.STATES:
+        raise UsageError(f"--state {text!r}: no such state; one of {', '.join(instances.STATES)}")
+    return state
+
+
+def hosts_named(host: str, records: list[dict[str, Any]],
+                alive: dict[str, dict[str, Any]]) -> set[str]:
+    """The provider uuids `host` names: a uuid names itself; a name, every live host (`alive`,
+    heartbeats by provider uuid) and every instance's host (`records`) of that name."""
+    if UUID.match(host):
+        return {host}
+    named = {r["host"] for r in records if r.get("host_name") == host and r.get("host")}
+    return named | {uuid for uuid, beat in alive.items() if beat.get("name") == host}
+
+
+def select(records: list[dict[str, Any]], hosts: set[str] | None = None,
+           state: str | None = None) -> list[dict[str, Any]]:
+    """`records` on one of `hosts` (None: any) in `state` (None: any), in their order."""
+    return [r for r in records
+            if (hosts is None or r.get("host") in hosts) and (state is None or r["state"] == state)]
+
+
+def list_instances(store: Store, host: str | None = None,
+                   state: str | None = None) -> list[dict[str, Any]]:
+    """Every instance record, oldest first (locations of ended instances are dropped); only
+    those on `host` (a provider uuid or name) and in `state` (a name, any case) if given.
+    NotFound when `host` is neither a live host nor any instance's host."""
+    wanted_state = check_state(state) if state is not None else None
+    found = _all_records(store)
+    hosts = None
+    if host is not None:
+        alive = store.read_prefix(messages.ALIVE, store.keys.alive_prefix())
+        hosts = hosts_named(host, found, alive)
+        if not hosts & ({r.get("host") for r in found} | set(alive)):
+            raise NotFound(f"no host {host!r}: neither a live host nor the host of any "
+                           "instance (give its name or provider uuid)")
+    return select(found, hosts, wanted_state)
+
+
+def _all_records(store: Store) -> list[dict[str, Any]]:
     """Every instance record, oldest first (locations of ended instances are dropped)."""
     entries, _ = store.get_prefix(store.keys.hosts(), keys_only=True)
     hosts_with_records = set()

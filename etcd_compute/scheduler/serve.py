@@ -26,6 +26,7 @@ from etcd_compute.errors import EtcdComputeError, ServiceUnavailable
 from etcd_compute.etcd import ETCD_DOWN, Store
 from etcd_compute.keys import RECORDS
 from etcd_compute.placement import PlacementClient
+from etcd_compute.scheduler import metrics as scheduler_metrics
 from etcd_compute.scheduler.controller import Controller
 from etcd_compute.scheduler.election import Election
 from etcd_compute.scheduler.scheduler import Scheduler
@@ -57,6 +58,7 @@ class ControllerService:
         if install_signal_handlers:
             signal.signal(signal.SIGTERM, self.stop)
             signal.signal(signal.SIGINT, self.stop)
+        scheduler_metrics.start(self)
         LOG.info("controller %s starting (lease %d s)", self.election.name,
                  self.settings["controller_lease_ttl"])
         try:
@@ -76,6 +78,7 @@ class ControllerService:
         try:
             return self.election.campaign()
         except ServiceUnavailable as exc:
+            scheduler_metrics.retried("campaign", exc)
             LOG.warning("%s; retrying", exc)
             return False
 
@@ -115,10 +118,13 @@ class ControllerService:
     def _dispatch(self, handler: Callable[..., None], args: tuple[Any, ...]) -> None:
         try:
             handler(*args)
+            scheduler_metrics.event_handled(handler)
         except ServiceUnavailable as exc:
+            scheduler_metrics.retried("dispatch", exc)
             LOG.warning("%s; retrying in 1 s", exc)
             threading.Timer(1.0, self.events.put, ((handler, args),)).start()
         except Exception:
+            scheduler_metrics.event_handled(handler, "error")
             LOG.exception("unexpected error handling %s", getattr(handler, "__name__", handler))
 
     # --- the watch ----------------------------------------------------------------------
@@ -151,6 +157,7 @@ class ControllerService:
                         break
             except ETCD_DOWN + (ServiceUnavailable,) as exc:
                 if self._watching:
+                    scheduler_metrics.retried("watch", exc)
                     LOG.warning("watch lost (%s); resubscribing from revision %d",
                                 exc.__class__.__name__, next_revision)
                     self.stopping.wait(1.0)

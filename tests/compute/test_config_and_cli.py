@@ -55,6 +55,7 @@ def test_compute_check_reaches_everything(write_yaml, compute_config):
     assert lines[4].startswith("etcd: ok (version 3.")
     assert lines[5].startswith("placement: ok (Placement 1.0..1.")
     assert lines[6] == "driver: ok (fake)"
+    assert lines[7] == "metrics: off"
 
 
 def test_compute_check_with_libvirt_test_driver(write_yaml, compute_config, libvirt_test_conn):
@@ -62,7 +63,7 @@ def test_compute_check_with_libvirt_test_driver(write_yaml, compute_config, libv
         "driver": {"name": "libvirt", "libvirt": {"uri": "test:///default"}}})
     result = run_compute("--config", str(write_yaml("c.yaml", config)), "--check")
     assert result.code == 0, result.stderr
-    assert result.stdout.splitlines()[-1].startswith("driver: ok (libvirt ")
+    assert result.stdout.splitlines()[-2].startswith("driver: ok (libvirt ")
 
 
 def test_compute_check_names_certificate_faults_in_one_line(write_yaml, compute_config,

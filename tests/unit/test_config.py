@@ -62,6 +62,14 @@ def test_a_scalar_can_replace_a_section_and_then_validation_says_so(tmp_path):
         ("compute:\n  traits: [FAST]\n", "compute.traits.0"),
         ("driver:\n  name: xen\n", "driver.name"),
         ("compute:\n  heartbeat_ttl: 1\n", "compute.heartbeat_ttl"),
+        ("compute:\n  metrics_listen: 9180\n", "compute.metrics_listen: 9180 is not of type"),
+        ("compute:\n  metrics_listen: '0.0.0.0:9180'\n",
+         "compute.metrics_listen '0.0.0.0:9180': 0.0.0.0 listens on every address"),
+        ("compute:\n  metrics_listen: '192.168.123.1:9180'\n",
+         "in the guests' network 192.168.123.0/24"),
+        ("compute:\n  metrics_listen: 'hv1:9180'\n", "must be an IP address"),
+        ("compute:\n  metrics_allow_any_address: yes please\n",
+         "compute.metrics_allow_any_address"),
     ],
 )
 def test_bad_config_is_one_line_error_naming_the_key(tmp_path, yaml_text, message):
@@ -92,6 +100,9 @@ def test_bad_config_is_one_line_error_naming_the_key(tmp_path, yaml_text, messag
         ("etcd:\n  timeout: 0\n", "etcd.timeout"),
         ("logging:\n  level: LOUD\n", "logging.level"),
         ("compute:\n  workers: 2\n", "unknown key 'compute'"),  # a compute.yaml by mistake
+        ("scheduler:\n  metrics_listen: '[::]:9181'\n",
+         "scheduler.metrics_listen '[::]:9181': :: listens on every address"),
+        ("scheduler:\n  metrics_listen: '169.254.169.254:80'\n", "link-local"),
     ],
 )
 def test_bad_schedule_config_is_one_line_error_naming_the_key(tmp_path, yaml_text, message):
@@ -147,3 +158,17 @@ def test_compute_name_defaults_to_the_host_name(tmp_path):
 def test_samples_in_the_repository_are_valid():
     assert configuration.load_compute(str(REPO / "compute.yaml"))["driver"]["name"] == "libvirt"
     assert configuration.load_schedule(str(REPO / "schedule.yaml"))["scheduler"]["filters"]
+
+
+def test_metrics_listen_is_checked_on_load_and_any_address_needs_saying_so(tmp_path):
+    path = tmp_path / "compute.yaml"
+    path.write_text("compute:\n  metrics_listen: '127.0.0.1:9180'\n")
+    assert configuration.load_compute(str(path))["compute"]["metrics_listen"] == "127.0.0.1:9180"
+    path.write_text("compute:\n  metrics_listen: '0.0.0.0:9180'\n"
+                    "  metrics_allow_any_address: true\n")
+    assert configuration.load_compute(str(path))["compute"]["metrics_allow_any_address"]
+    # The guests' network moves with network_cidr.
+    path.write_text("compute:\n  metrics_listen: '10.9.0.1:9180'\n"
+                    "driver:\n  libvirt: {network_cidr: 10.9.0.0/16}\n")
+    with pytest.raises(ConfigError, match="guests' network 10.9.0.0/16"):
+        configuration.load_compute(str(path))

@@ -14,7 +14,12 @@ import pyetcd.transactions
 import pytest
 
 from etcd_compute import messages
-from etcd_compute.errors import EtcdComputeError, InvalidMessage, ServiceUnavailable
+from etcd_compute.errors import (
+    EtcdComputeError,
+    EtcdUnavailable,
+    InvalidMessage,
+    ServiceUnavailable,
+)
 from etcd_compute.etcd import (
     Compare,
     Delete,
@@ -180,6 +185,19 @@ def test_pyetcd_connection_errors_are_service_unavailable(exc):
         raise exc
     assert exc.__class__.__name__ in str(caught.value)
     assert caught.value.__cause__ is None and caught.value.__suppress_context__
+
+
+def test_every_etcd_failure_is_counted_for_the_metrics_and_is_etcd_unavailable():
+    from etcd_compute import metrics
+
+    before = metrics.BACKEND_ERRORS.value("etcd")
+    with pytest.raises(EtcdUnavailable), etcd_errors(ENDPOINTS):
+        raise pyetcd.exceptions.ConnectionFailedError()
+    with pytest.raises(EtcdComputeError), etcd_errors(ENDPOINTS):
+        raise RpcError(grpc.StatusCode.PERMISSION_DENIED, "no")
+    with pytest.raises(KeyError), etcd_errors(ENDPOINTS):
+        raise KeyError("not etcd's")
+    assert metrics.BACKEND_ERRORS.value("etcd") == before + 2
 
 
 def test_an_rpc_error_without_a_code_counts_as_unreachable():

@@ -3,6 +3,7 @@ one-line errors, retries and providers."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 from typing import Any
 
@@ -14,6 +15,7 @@ from etcd_compute.errors import (
     ConflictError,
     NotFound,
     PlacementError,
+    PlacementUnavailable,
     ServiceUnavailable,
 )
 from etcd_compute.placement import (
@@ -174,6 +176,36 @@ def test_a_server_error_is_a_one_line_placement_error(client, wire):
         client.get_inventories(RP)
     assert type(caught.value) is PlacementError and caught.value.status == 500
     assert str(caught.value).endswith("500 Traceback (most recent call last): File x KeyError: 'y'")
+
+
+@pytest.mark.parametrize(("answer", "counted"), [
+    (requests.ConnectionError("refused"), 1),
+    (requests.exceptions.SSLError("[SSL: CERTIFICATE_VERIFY_FAILED] x"), 1),
+    (error(503), 1),
+    (error(500), 1),
+    (error(401), 1),
+    (error(403), 1),
+    (error(404), 0),
+    (error(409, CONCURRENT_UPDATE), 0),
+    (error(400), 0),
+    (response(200, {"usages": {}}), 0),
+])
+def test_placement_errors_are_counted_for_the_metrics_and_answers_are_not(client, wire, answer,
+                                                                          counted):
+    from etcd_compute import metrics
+
+    before = metrics.BACKEND_ERRORS.value("placement")
+    wire(answer)
+    with contextlib.suppress(PlacementError, NotFound, ServiceUnavailable):
+        client.get_usages(RP)
+    assert metrics.BACKEND_ERRORS.value("placement") == before + counted
+
+
+@pytest.mark.parametrize("answer", [requests.ConnectionError("refused"), error(401)])
+def test_an_unreachable_or_refusing_placement_is_placement_unavailable(client, wire, answer):
+    wire(answer)
+    with pytest.raises(PlacementUnavailable):
+        client.get_usages(RP)
 
 
 def test_one_line_folds_lines_and_caps_the_length():

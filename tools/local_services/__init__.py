@@ -1,4 +1,5 @@
-"""Local etcd, Placement, PostgreSQL and libvirtd for the demo, `make up` and the tests.
+"""Local etcd, Placement, PostgreSQL and libvirtd for the demo, `make up` and the tests
+(and Prometheus, for the tests).
 
 Each service is a plain child process with its data under a run directory,
 started on the ports it is given (random free ones in tests) and stopped by
@@ -24,8 +25,9 @@ from tools.local_services.process import (
     stop_pid,
     wait_until,
 )
+from tools.local_services.prometheus import PrometheusServer
 from tools.local_services.stack import LocalStack
 
 __all__ = ["PLACEMENT_VENV", "REPO", "EtcdServer", "LocalStack", "PlacementServer",
-           "PostgresServer", "Service", "ensure_libvirtd", "free_port", "host_lock",
-           "libvirtd_usable", "pid_alive", "port_open", "stop_pid", "wait_until"]
+           "PostgresServer", "PrometheusServer", "Service", "ensure_libvirtd", "free_port",
+           "host_lock", "libvirtd_usable", "pid_alive", "port_open", "stop_pid", "wait_until"]

@@ -68,6 +68,27 @@ def test_list_and_hosts_take_no_arguments(capsys, config, command):
                        f"{command}: takes no arguments")
 
 
+def test_an_unknown_state_is_refused_before_any_connection(capsys, config):
+    assert_usage_error(run(capsys, "--config", str(config), "list", "--state", "running"),
+                       "--state 'running': no such state; one of SCHEDULED, BUILDING")
+
+
+@pytest.mark.parametrize(("words", "option", "fragment"), [
+    (["hosts"], ["--host", "hv1"], "--host and --state go with list"),
+    ([UUID], ["--state", "active"], "--host and --state go with list"),
+    (["list"], ["--follow"], "--follow goes with console"),
+    (["destroy", UUID], ["-f"], "--follow goes with console"),
+])
+def test_list_and_console_options_elsewhere_are_refused(capsys, config, words, option,
+                                                        fragment):
+    assert_usage_error(run(capsys, "--config", str(config), *words, *option), fragment)
+
+
+def test_console_follow_of_something_not_a_uuid(capsys, config):
+    assert_usage_error(run(capsys, "--config", str(config), "console", "web-1", "--follow"),
+                       "'web-1' is not an instance uuid")
+
+
 def test_a_query_in_two_words_asks_for_quoting(capsys, config):
     assert_usage_error(run(capsys, "--config", str(config), "resources=VCPU:1", "limit=2"),
                        "unexpected argument 'limit=2'", "quote the query")

@@ -34,9 +34,9 @@ def scheduled(store: FakeStore, placement: FakePlacement | None = None, host: st
     return spec
 
 
-def alive(store: FakeStore, host: str) -> None:
+def alive(store: FakeStore, host: str, name: str = "h") -> None:
     """The host's heartbeat key: it runs, and would act on a destroy request."""
-    store.put(messages.ALIVE, store.keys.alive(host), {"host": host, "name": "h", "since": 1.0})
+    store.put(messages.ALIVE, store.keys.alive(host), {"host": host, "name": name, "since": 1.0})
 
 
 def record_of(store: FakeStore, uuid: str) -> dict | None:
@@ -264,6 +264,74 @@ def test_list_instances_forgets_instances_whose_record_expired():
     assert instances.locate(store, gone["uuid"]) is None
     assert store.get(store.keys.group_member("g", gone["uuid"])) is None
     assert instances.locate(store, kept["uuid"]) is not None
+
+
+@pytest.mark.parametrize(("text", "state"), [("active", "ACTIVE"), (" Error ", "ERROR"),
+                                             ("DELETED", "DELETED"), ("rescheduling",
+                                                                      "RESCHEDULING")])
+def test_a_state_is_named_in_any_case(text, state):
+    assert operations.check_state(text) == state
+
+
+def test_an_unknown_state_is_a_usage_error_naming_the_states():
+    with pytest.raises(UsageError) as caught:
+        operations.check_state("running")
+    assert str(caught.value) == ("--state 'running': no such state; one of SCHEDULED, BUILDING, "
+                                 "ACTIVE, RESCHEDULING, ERROR, DELETING, DELETED")
+
+
+def test_list_filters_by_host_uuid_or_name_and_by_state():
+    store = FakeStore()
+    a1, a2 = scheduled(store, requested_at=1.0), scheduled(store, requested_at=2.0)
+    b1 = scheduled(store, host=OTHER, requested_at=3.0)
+    set_state(store, a2["uuid"], "ERROR")
+    set_state(store, b1["uuid"], "ERROR")
+
+    def listed(**filters) -> list[str]:
+        return [r["uuid"] for r in operations.list_instances(store, **filters)]
+
+    assert listed(host=RP) == [a1["uuid"], a2["uuid"]]
+    assert listed(state="error") == [a2["uuid"], b1["uuid"]]
+    assert listed(host=OTHER, state="ERROR") == [b1["uuid"]]
+    assert listed(host=RP, state="deleted") == []
+    # By name: the records' host_name ("host-a" here, on both hosts) ...
+    assert listed(host="host-a") == [a1["uuid"], a2["uuid"], b1["uuid"]]
+    # ... and a live host's name from its heartbeat, when no record names it.
+    alive(store, OTHER, "hv2")
+    assert listed(host="hv2") == [b1["uuid"]]
+
+
+def test_list_of_a_live_host_without_instances_is_empty_and_of_no_host_not_found():
+    store = FakeStore()
+    scheduled(store)
+    alive(store, OTHER, "idle")
+    assert operations.list_instances(store, host="idle") == []
+    assert operations.list_instances(store, host=OTHER) == []
+    for host in ("hv-typo", UNKNOWN):
+        with pytest.raises(NotFound) as caught:
+            operations.list_instances(store, host=host)
+        assert str(caught.value) == (f"no host {host!r}: neither a live host nor the host of "
+                                     "any instance (give its name or provider uuid)")
+
+
+def test_list_refuses_an_unknown_state_before_reading_anything():
+    class Untouchable(FakeStore):
+        def get_prefix(self, prefix: str, keys_only: bool = False):
+            raise AssertionError("read before the state was checked")
+
+    with pytest.raises(UsageError, match="no such state"):
+        operations.list_instances(Untouchable(), state="up")
+
+
+def test_select_keeps_the_order_and_matches_both_filters():
+    records = [{"uuid": "1", "host": RP, "state": "ACTIVE"},
+               {"uuid": "2", "host": OTHER, "state": "ACTIVE"},
+               {"uuid": "3", "host": RP, "state": "ERROR"},
+               {"uuid": "4", "host": None, "state": "ERROR"}]
+    assert [r["uuid"] for r in operations.select(records)] == ["1", "2", "3", "4"]
+    assert [r["uuid"] for r in operations.select(records, {RP})] == ["1", "3"]
+    assert [r["uuid"] for r in operations.select(records, None, "ERROR")] == ["3", "4"]
+    assert [r["uuid"] for r in operations.select(records, {RP, OTHER}, "ACTIVE")] == ["1", "2"]
 
 
 def test_console_prints_the_published_text():

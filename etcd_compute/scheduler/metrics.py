@@ -1,0 +1,77 @@
+"""The controller's Prometheus metrics (`schedule.py serve`; README "Metrics" lists them).
+
+`serve.py` and `controller.py` call the hooks below, one line each; `start`
+(from `ControllerService.run`) serves them when `scheduler.metrics_listen`
+is set. Labels are small fixed sets, never an instance uuid. etcd and
+Placement errors and retries are the shared counters of `etcd_compute.metrics`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from prometheus_client import Counter, Gauge
+
+from etcd_compute import metrics as common
+
+if TYPE_CHECKING:
+    from etcd_compute.scheduler.serve import ControllerService
+
+# Re-exported: the controller's loops count their retries through this module.
+retried = common.retried
+
+# What the leader does with a record event, by the handler's name.
+EVENT_KINDS = {"on_record": "record", "on_record_gone": "record_gone"}
+# Each action's results. reschedule: moved (to an alternate), failed (none would take it:
+# ERROR, claim freed), conflict (the instance changed meanwhile; the next event decides).
+# recover (an instance of a dead host): what Controller.recover_instance returned.
+ACTIONS = {"reschedule": ("moved", "failed", "conflict"),
+           "recover": ("rebuilt", "error", "deleted", "left", "retry")}
+
+LEADER = Gauge(
+    "etcd_compute_controller_leader",
+    "1 while this controller is the elected leader (the one that acts), else 0.")
+EVENTS = Counter(
+    "etcd_compute_controller_events",
+    "Record events the leader handled, by kind (record: written; record_gone: removed or "
+    "expired) and result (ok; error: an unexpected exception, logged).", ["kind", "result"])
+ACTIONS_DONE = Counter(
+    "etcd_compute_controller_actions",
+    "What the controller did about instances, by action and result (reschedule: moved, "
+    "failed, conflict; recover: rebuilt, error, deleted, left, retry).", ["action", "result"])
+
+for _kind in (*EVENT_KINDS.values(), "other"):
+    for _result in ("ok", "error"):
+        EVENTS.labels(_kind, _result)
+for _action, _results in ACTIONS.items():
+    for _result in _results:
+        ACTIONS_DONE.labels(_action, _result)
+
+
+def event_handled(handler: Callable[..., Any], result: str = "ok") -> None:
+    """The leader handled an event with `handler` (ok), or it raised (error)."""
+    kind = EVENT_KINDS.get(getattr(handler, "__name__", ""), "other")
+    EVENTS.labels(kind, result).inc()
+
+
+def recovered(result: str) -> None:
+    """An instance of a dead host was `result` (one of ACTIONS["recover"])."""
+    assert result in ACTIONS["recover"], result
+    ACTIONS_DONE.labels("recover", result).inc()
+
+
+def rescheduled(result: str) -> None:
+    """A RESCHEDULING instance was `result` (one of ACTIONS["reschedule"])."""
+    assert result in ACTIONS["reschedule"], result
+    ACTIONS_DONE.labels("reschedule", result).inc()
+
+
+def start(service: ControllerService) -> Any:
+    """Serve metrics when scheduler.metrics_listen is set (the server, else None)."""
+    listen = common.listen_of(service.config, "scheduler")
+    if listen is None:
+        return None
+    election = service.election
+    LEADER.set_function(lambda: 1.0 if election.is_leader else 0.0)
+    return common.serve(listen, "scheduler.metrics_listen")
