@@ -88,6 +88,14 @@ def _canonical(xml: str) -> tuple[object, ...]:
     return walk(ET.fromstring(xml))
 
 
+def _with_uuid(xml: str, uuid: str) -> str:
+    element = ET.fromstring(xml)
+    uuid_element = ET.Element("uuid")
+    uuid_element.text = uuid
+    element.insert(0, uuid_element)
+    return ET.tostring(element, encoding="unicode")
+
+
 def _ensure(connection: libvirt.virConnect, name: str, xml: str) -> None:
     try:
         existing = connection.nwfilterLookupByName(name)
@@ -95,8 +103,12 @@ def _ensure(connection: libvirt.virConnect, name: str, xml: str) -> None:
         if exc.get_error_code() != libvirt.VIR_ERR_NO_NWFILTER:
             raise
         existing = None
-    if existing is not None and _canonical(existing.XMLDesc(0)) == _canonical(xml):
-        return
+    if existing is not None:
+        if _canonical(existing.XMLDesc(0)) == _canonical(xml):
+            return
+        # An update keeps the filter's uuid: libvirt refuses a definition under an existing
+        # name with another uuid, and gives one without a uuid a new random one.
+        xml = _with_uuid(xml, existing.UUIDString())
     connection.nwfilterDefineXML(xml)
     log.info("nwfilter %s: %s", name, "updated" if existing else "defined")
 

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import xml.etree.ElementTree as ET
+from types import SimpleNamespace
+
+import libvirt
 
 from etcd_compute.virt import nwfilter
 from etcd_compute.virt.domain import domain_xml
@@ -54,3 +57,42 @@ def test_the_nic_carries_the_filter_bound_to_the_dhcp_lease():
     assert {p.get("name"): p.get("value") for p in filterref.iterfind("parameter")} == {
         "CTRL_IP_LEARNING": "dhcp", "DHCPSERVER": "192.168.123.1"}
     assert nwfilter.gateway_of("192.168.123.0/24") == "192.168.123.1"
+
+
+class FakeFilters:
+    """libvirt's nwfilter calls as far as `ensure_filters` uses them, with libvirt's rule
+    that a definition under an existing name must carry that filter's uuid."""
+
+    def __init__(self) -> None:
+        self.filters: dict[str, tuple[str, str]] = {}  # name -> (uuid, xml)
+
+    def nwfilterLookupByName(self, name: str):  # noqa: N802 (libvirt's name)
+        if name not in self.filters:
+            error = libvirt.libvirtError("no nwfilter")
+            error.err = (libvirt.VIR_ERR_NO_NWFILTER,) + (None,) * 8
+            raise error
+        uuid, xml = self.filters[name]
+        return SimpleNamespace(XMLDesc=lambda _flags: xml, UUIDString=lambda: uuid)
+
+    def nwfilterDefineXML(self, xml: str) -> None:  # noqa: N802
+        root = ET.fromstring(xml)
+        name, uuid = root.get("name"), root.findtext("uuid") or f"new-{len(self.filters)}"
+        if name in self.filters and self.filters[name][0] != uuid:
+            raise libvirt.libvirtError(f"filter '{name}' already exists with uuid ...")
+        self.filters[name] = (uuid, xml)
+
+
+def test_changed_host_addresses_update_the_guard_in_place(monkeypatch):
+    connection = FakeFilters()
+    monkeypatch.setattr(nwfilter, "host_addresses", lambda: ["192.168.124.1"])
+    assert nwfilter.ensure_filters(connection) == "etcd-compute-guest"
+    uuid = connection.filters["etcd-compute-host-guard"][0]
+    # An address comes up on the host (another bridge, a DHCP renewal): the next build
+    # updates the guard, keeping its uuid, instead of failing on libvirt's refusal.
+    monkeypatch.setattr(nwfilter, "host_addresses", lambda: ["10.77.0.1", "192.168.124.1"])
+    nwfilter.ensure_filters(connection)
+    updated_uuid, xml = connection.filters["etcd-compute-host-guard"]
+    assert updated_uuid == uuid
+    assert "10.77.0.1" in [ip.get("dstipaddr") for ip in ET.fromstring(xml).iter("ip")]
+    nwfilter.ensure_filters(connection)  # unchanged: nothing to define
+    assert connection.filters["etcd-compute-host-guard"] == (uuid, xml)
