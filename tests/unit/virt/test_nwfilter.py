@@ -33,8 +33,17 @@ def test_the_host_guard_lets_through_dhcp_dns_and_metadata_only():
         {"dstipaddr": "$DHCPSERVER", "protocol": "tcp", "dstportstart": "53"},
         {"dstipaddr": "169.254.169.254", "protocol": "tcp", "dstportstart": "80"},
     ]
-    dropped = [ip["dstipaddr"] for action, _, ip in rules if action == "drop"]
-    assert dropped == ["$DHCPSERVER", "169.254.169.254", "10.0.0.5", "192.168.124.1"]
+    dropped = [ip for action, _, ip in rules if action == "drop"]
+    assert dropped == [
+        {"dstipaddr": "$DHCPSERVER"},
+        {"dstipaddr": "169.254.169.254"},
+        # Multicast and broadcast, which the host's sockets on 0.0.0.0 hear, in any frame.
+        {"dstipaddr": "224.0.0.0", "dstipmask": "4"},
+        {"dstipaddr": "255.255.255.255"},
+        {"dstmacaddr": "ff:ff:ff:ff:ff:ff"},
+        {"dstipaddr": "10.0.0.5"},
+        {"dstipaddr": "192.168.124.1"},
+    ]
     last_allowed = max(p for action, p, _ in rules if action == "return")
     assert all(p > last_allowed for action, p, _ in rules if action == "drop")
 
@@ -85,6 +94,7 @@ class FakeFilters:
 def test_changed_host_addresses_update_the_guard_in_place(monkeypatch):
     connection = FakeFilters()
     monkeypatch.setattr(nwfilter, "host_addresses", lambda: ["192.168.124.1"])
+    monkeypatch.setattr(nwfilter, "host_broadcast_addresses", lambda: ["192.168.124.255"])
     assert nwfilter.ensure_filters(connection) == "etcd-compute-guest"
     uuid = connection.filters["etcd-compute-host-guard"][0]
     # An address comes up on the host (another bridge, a DHCP renewal): the next build
@@ -96,3 +106,14 @@ def test_changed_host_addresses_update_the_guard_in_place(monkeypatch):
     assert "10.77.0.1" in [ip.get("dstipaddr") for ip in ET.fromstring(xml).iter("ip")]
     nwfilter.ensure_filters(connection)  # unchanged: nothing to define
     assert connection.filters["etcd-compute-host-guard"] == (uuid, xml)
+
+
+def test_the_guard_drops_the_broadcast_addresses_of_the_hosts_networks(monkeypatch):
+    connection = FakeFilters()
+    monkeypatch.setattr(nwfilter, "host_addresses", lambda: ["192.168.124.1"])
+    monkeypatch.setattr(nwfilter, "host_broadcast_addresses", lambda: ["192.168.124.255"])
+    nwfilter.ensure_filters(connection)
+    xml = connection.filters["etcd-compute-host-guard"][1]
+    dropped = {ip.get("dstipaddr") for rule in ET.fromstring(xml).iterfind("rule")
+               if rule.get("action") == "drop" for ip in rule.iterfind("ip")}
+    assert {"192.168.124.1", "192.168.124.255"} <= dropped
