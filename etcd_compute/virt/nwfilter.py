@@ -55,14 +55,19 @@ def host_addresses() -> list[str]:
 
 
 def host_broadcast_addresses() -> list[str]:
-    """The broadcast addresses of this host's IPv4 networks."""
-    found = {
-        address.broadcast
-        for addresses in psutil.net_if_addrs().values()
-        for address in addresses
-        if address.family.name == "AF_INET" and address.broadcast
-        and not address.address.startswith("127.")
-    }
+    """The broadcast addresses of this host's IPv4 networks (the kernel takes the last
+    address of each prefix up to /30 as one, whether or not it was given as `brd`)."""
+    found = set()
+    for addresses in psutil.net_if_addrs().values():
+        for address in addresses:
+            if address.family.name != "AF_INET" or address.address.startswith("127."):
+                continue
+            if address.broadcast:
+                found.add(address.broadcast)
+            if address.netmask:
+                net = ipaddress.IPv4Interface(f"{address.address}/{address.netmask}").network
+                if net.prefixlen < 31:
+                    found.add(str(net.broadcast_address))
     return sorted(found)
 
 

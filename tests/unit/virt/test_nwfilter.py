@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 import xml.etree.ElementTree as ET
 from types import SimpleNamespace
 
@@ -117,3 +118,17 @@ def test_the_guard_drops_the_broadcast_addresses_of_the_hosts_networks(monkeypat
     dropped = {ip.get("dstipaddr") for rule in ET.fromstring(xml).iterfind("rule")
                if rule.get("action") == "drop" for ip in rule.iterfind("ip")}
     assert {"192.168.124.1", "192.168.124.255"} <= dropped
+
+
+def test_broadcast_addresses_come_from_each_prefix_too(monkeypatch):
+    def snic(address, netmask, broadcast=None):
+        return SimpleNamespace(family=socket.AF_INET, address=address, netmask=netmask,
+                               broadcast=broadcast, ptp=None)
+
+    monkeypatch.setattr(nwfilter.psutil, "net_if_addrs", lambda: {
+        "lo": [snic("127.0.0.1", "255.0.0.0")],
+        "eth0": [snic("192.0.2.2", "255.255.255.0", "192.0.2.255")],
+        "br0": [snic("10.77.1.1", "255.255.255.0")],  # added without brd
+        "metadata": [snic("169.254.169.254", "255.255.255.255")],
+    })
+    assert nwfilter.host_broadcast_addresses() == ["10.77.1.255", "192.0.2.255"]
