@@ -2,14 +2,15 @@
 towards the metadata server, nor reach a control-plane port on the host.
 
 Guest A is honest. Guest B's user-data script (run after its normal markers)
-asks the metadata server as A: (i) from A's IP, (ii) from A's IP and MAC; then
+asks the metadata server as A: (i) from A's IP (announced by gratuitous ARP),
+(ii) from A's IP and MAC; then
 takes back its own identity and reads its own instance-id again (its network
 still works), and (iii) tries TCP to a listener on the host (bound to 0.0.0.0,
 standing in for etcd/Placement on a routable address) at the gateway and the
 host's routable address, and sends UDP to the same port there and to 224.0.0.1.
 The control, guest C, runs the same script on the same bridge but is defined
-without our nwfilter: its connections and datagrams arrive and its spoofed
-request gets A's data. So the filter is what stops B.
+without our nwfilter: its connections and datagrams arrive and both its
+spoofed rounds get A's data. So the filter is what stops B.
 """
 
 from __future__ import annotations
@@ -56,6 +57,8 @@ ask() {{
 }}
 as_a() {{
     ip route replace 169.254.169.254/32 via "$GATEWAY" dev eth0 src "$A_IP"
+    # Gratuitous ARP: the host's answers to A's address come to this NIC.
+    arping -q -U -c 1 -I eth0 -s "$A_IP" "$A_IP"
     (say "$1 instance-id=$(ask meta-data/instance-id)") &
     (say "$1 user-data=$(ask user-data)") &
     wait
@@ -236,7 +239,8 @@ def test_a_guest_cannot_pass_for_its_neighbour_nor_reach_the_host(
             assert f"udp {target}:{listener.port} sent" in lines[b], consoles[b]
 
         # The control without our nwfilter: the same script passes for A and connects.
-        assert f"spoof-mac instance-id=200 {a}" in lines[c], consoles[c]
+        for step in ("spoof-ip", "spoof-mac"):
+            assert f"{step} instance-id=200 {a}" in lines[c], consoles[c]
         for target in targets:
             assert f"connect {target}:{listener.port} connected" in lines[c], consoles[c]
         assert "user-data script exit=0" in lines[b] and "user-data script exit=0" in lines[c]
