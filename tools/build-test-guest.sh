@@ -16,6 +16,15 @@
 #   ETCD-COMPUTE-GUEST metadata user-data=<first line>
 #   ETCD-COMPUTE-GUEST ready
 #
+# A user-data whose first line starts with "#!" is then run as a busybox sh
+# script, its output on the console, followed by
+#
+#   ETCD-COMPUTE-GUEST user-data script exit=<status>
+#
+# The script may `. /etc/guest-functions` for `say` (a marker line) and
+# `metadata PATH` (the body of http://169.254.169.254/latest/PATH; fails on
+# no answer or a status other than 200).
+#
 # Needs root (apt-get). The result is cached in $ETCD_COMPUTE_GUEST_CACHE
 # (default ~/.cache/etcd-compute/test-guest) under a hash of this script and
 # the kernel version, so a second run only prints the path.
@@ -86,7 +95,7 @@ mount -t proc proc /proc
 mount -t sysfs sysfs /sys
 mount -t devtmpfs devtmpfs /dev
 exec >/dev/console 2>&1 </dev/null
-say() { echo "ETCD-COMPUTE-GUEST $*"; }
+. /etc/guest-functions
 say boot
 while read -r module; do insmod "/lib/modules/$module"; done </etc/module-order
 
@@ -117,13 +126,6 @@ else
     say "configdrive missing; block devices: $(cd /sys/class/block && echo *)"
 fi
 
-# busybox-static's wget crashes without glibc's NSS files; nc speaks plain HTTP/1.0.
-metadata() {
-    response=$(printf 'GET /latest/%s HTTP/1.0\r\nHost: 169.254.169.254\r\n\r\n' "$1" \
-        | nc -w 3 169.254.169.254 80 | tr -d '\r') || return 1
-    case "$response" in "HTTP/1."?" 200"*) ;; *) return 1 ;; esac
-    printf '%s\n' "$response" | sed '1,/^$/d'
-}
 for _ in $(seq 10); do
     id=$(metadata meta-data/instance-id) && break
     sleep 1
@@ -131,9 +133,27 @@ done
 say "metadata instance-id=${id:-none}"
 say "metadata user-data=$(metadata user-data | head -n1)"
 say ready
+
+# A user-data script ("#!" on its first line) runs now, after the markers above.
+if [ "$(head -c 2 /cidata/user-data 2>/dev/null)" = "#!" ]; then
+    sh /cidata/user-data
+    say "user-data script exit=$?"
+fi
 while true; do sleep 3600; done
 EOF
     chmod 755 "$1/init"
+
+    cat >"$1/etc/guest-functions" <<'EOF'
+say() { echo "ETCD-COMPUTE-GUEST $*"; }
+
+# busybox-static's wget crashes without glibc's NSS files; nc speaks plain HTTP/1.0.
+metadata() {
+    response=$(printf 'GET /latest/%s HTTP/1.0\r\nHost: 169.254.169.254\r\n\r\n' "$1" \
+        | nc -w 3 169.254.169.254 80 | tr -d '\r') || return 1
+    case "$response" in "HTTP/1."?" 200"*) ;; *) return 1 ;; esac
+    printf '%s\n' "$response" | sed '1,/^$/d'
+}
+EOF
 
     cat >"$1/etc/udhcpc.script" <<'EOF'
 #!/bin/sh

@@ -9,8 +9,11 @@ DHCPSERVER=the network's gateway:
   cannot pass for another one towards the metadata server.
 - HOST_GUARD_FILTER: towards the host, only DHCP, DNS (to the gateway) and
   the metadata server (169.254.169.254:80); every other packet to the
-  gateway, the metadata address or any other address of the host is dropped.
-  Guests keep the NAT route to elsewhere.
+  gateway, the metadata address or any other address of the host is dropped,
+  and so is all IPv4 multicast and broadcast but DHCP (the host's sockets on
+  0.0.0.0 hear 224.0.0.1 and the broadcast addresses of its networks; a guest
+  may send them in frames to any MAC). Guests keep the NAT route to
+  elsewhere, and unicast to each other.
 
 The compute defines both (if missing or changed) before it builds on the
 network; `remove_filters` is for clean-up (demo, tests).
@@ -51,6 +54,23 @@ def host_addresses() -> list[str]:
     return sorted(found)
 
 
+def host_broadcast_addresses() -> list[str]:
+    """The broadcast addresses of this host's IPv4 networks (the kernel takes the last
+    address of each prefix up to /30 as one, whether or not it was given as `brd`)."""
+    found = set()
+    for addresses in psutil.net_if_addrs().values():
+        for address in addresses:
+            if address.family.name != "AF_INET" or address.address.startswith("127."):
+                continue
+            if address.broadcast:
+                found.add(address.broadcast)
+            if address.netmask:
+                net = ipaddress.IPv4Interface(f"{address.address}/{address.netmask}").network
+                if net.prefixlen < 31:
+                    found.add(str(net.broadcast_address))
+    return sorted(found)
+
+
 def _rule(filter_element: ET.Element, action: str, priority: int, **ip: str) -> None:
     rule = ET.SubElement(filter_element, "rule", action=action, direction="out",
                          priority=str(priority))
@@ -58,7 +78,10 @@ def _rule(filter_element: ET.Element, action: str, priority: int, **ip: str) -> 
 
 
 def host_guard_xml(addresses: Iterable[str]) -> str:
-    """What a guest may send to the host: DHCP, DNS to the gateway, the metadata server."""
+    """What a guest may send to the host: DHCP, DNS to the gateway, the metadata server.
+
+    `addresses`: the host's addresses and broadcast addresses, each dropped.
+    """
     guard = ET.Element("filter", name=HOST_GUARD_FILTER, chain=HOST_GUARD_CHAIN,
                        priority=HOST_GUARD_PRIORITY)
     _rule(guard, "return", 100, protocol="udp", dstportstart="67")  # DHCP (broadcast too)
@@ -67,6 +90,11 @@ def host_guard_xml(addresses: Iterable[str]) -> str:
     _rule(guard, "return", 130, dstipaddr=METADATA_ADDRESS, protocol="tcp", dstportstart="80")
     _rule(guard, "drop", 500, dstipaddr="$DHCPSERVER")
     _rule(guard, "drop", 510, dstipaddr=METADATA_ADDRESS)
+    _rule(guard, "drop", 511, dstipaddr="224.0.0.0", dstipmask="4")  # multicast
+    _rule(guard, "drop", 512, dstipaddr="255.255.255.255")
+    # Broadcast frames: also to a broadcast address the list lacks (libvirt takes only
+    # prefix masks, so not "every group MAC"; multicast is dropped by its address).
+    _rule(guard, "drop", 513, dstmacaddr="ff:ff:ff:ff:ff:ff")
     for number, address in enumerate(sorted(set(addresses))):
         _rule(guard, "drop", 520 + number, dstipaddr=address)
     return ET.tostring(guard, encoding="unicode")
@@ -88,6 +116,14 @@ def _canonical(xml: str) -> tuple[object, ...]:
     return walk(ET.fromstring(xml))
 
 
+def _with_uuid(xml: str, uuid: str) -> str:
+    element = ET.fromstring(xml)
+    uuid_element = ET.Element("uuid")
+    uuid_element.text = uuid
+    element.insert(0, uuid_element)
+    return ET.tostring(element, encoding="unicode")
+
+
 def _ensure(connection: libvirt.virConnect, name: str, xml: str) -> None:
     try:
         existing = connection.nwfilterLookupByName(name)
@@ -95,15 +131,20 @@ def _ensure(connection: libvirt.virConnect, name: str, xml: str) -> None:
         if exc.get_error_code() != libvirt.VIR_ERR_NO_NWFILTER:
             raise
         existing = None
-    if existing is not None and _canonical(existing.XMLDesc(0)) == _canonical(xml):
-        return
+    if existing is not None:
+        if _canonical(existing.XMLDesc(0)) == _canonical(xml):
+            return
+        # An update keeps the filter's uuid: libvirt refuses a definition under an existing
+        # name with another uuid, and gives one without a uuid a new random one.
+        xml = _with_uuid(xml, existing.UUIDString())
     connection.nwfilterDefineXML(xml)
     log.info("nwfilter %s: %s", name, "updated" if existing else "defined")
 
 
 def ensure_filters(connection: libvirt.virConnect) -> str:
     """Define our filters if missing or changed (callers hold a lock); the guest filter's name."""
-    _ensure(connection, HOST_GUARD_FILTER, host_guard_xml(host_addresses()))
+    addresses = [*host_addresses(), *host_broadcast_addresses()]
+    _ensure(connection, HOST_GUARD_FILTER, host_guard_xml(addresses))
     _ensure(connection, GUEST_FILTER, guest_filter_xml())
     return GUEST_FILTER
 

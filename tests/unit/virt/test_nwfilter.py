@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import socket
 import xml.etree.ElementTree as ET
+from types import SimpleNamespace
+
+import libvirt
 
 from etcd_compute.virt import nwfilter
 from etcd_compute.virt.domain import domain_xml
@@ -30,8 +34,17 @@ def test_the_host_guard_lets_through_dhcp_dns_and_metadata_only():
         {"dstipaddr": "$DHCPSERVER", "protocol": "tcp", "dstportstart": "53"},
         {"dstipaddr": "169.254.169.254", "protocol": "tcp", "dstportstart": "80"},
     ]
-    dropped = [ip["dstipaddr"] for action, _, ip in rules if action == "drop"]
-    assert dropped == ["$DHCPSERVER", "169.254.169.254", "10.0.0.5", "192.168.124.1"]
+    dropped = [ip for action, _, ip in rules if action == "drop"]
+    assert dropped == [
+        {"dstipaddr": "$DHCPSERVER"},
+        {"dstipaddr": "169.254.169.254"},
+        # Multicast and broadcast, which the host's sockets on 0.0.0.0 hear, in any frame.
+        {"dstipaddr": "224.0.0.0", "dstipmask": "4"},
+        {"dstipaddr": "255.255.255.255"},
+        {"dstmacaddr": "ff:ff:ff:ff:ff:ff"},
+        {"dstipaddr": "10.0.0.5"},
+        {"dstipaddr": "192.168.124.1"},
+    ]
     last_allowed = max(p for action, p, _ in rules if action == "return")
     assert all(p > last_allowed for action, p, _ in rules if action == "drop")
 
@@ -54,3 +67,68 @@ def test_the_nic_carries_the_filter_bound_to_the_dhcp_lease():
     assert {p.get("name"): p.get("value") for p in filterref.iterfind("parameter")} == {
         "CTRL_IP_LEARNING": "dhcp", "DHCPSERVER": "192.168.123.1"}
     assert nwfilter.gateway_of("192.168.123.0/24") == "192.168.123.1"
+
+
+class FakeFilters:
+    """libvirt's nwfilter calls as far as `ensure_filters` uses them, with libvirt's rule
+    that a definition under an existing name must carry that filter's uuid."""
+
+    def __init__(self) -> None:
+        self.filters: dict[str, tuple[str, str]] = {}  # name -> (uuid, xml)
+
+    def nwfilterLookupByName(self, name: str):  # noqa: N802 (libvirt's name)
+        if name not in self.filters:
+            error = libvirt.libvirtError("no nwfilter")
+            error.err = (libvirt.VIR_ERR_NO_NWFILTER,) + (None,) * 8
+            raise error
+        uuid, xml = self.filters[name]
+        return SimpleNamespace(XMLDesc=lambda _flags: xml, UUIDString=lambda: uuid)
+
+    def nwfilterDefineXML(self, xml: str) -> None:  # noqa: N802
+        root = ET.fromstring(xml)
+        name, uuid = root.get("name"), root.findtext("uuid") or f"new-{len(self.filters)}"
+        if name in self.filters and self.filters[name][0] != uuid:
+            raise libvirt.libvirtError(f"filter '{name}' already exists with uuid ...")
+        self.filters[name] = (uuid, xml)
+
+
+def test_changed_host_addresses_update_the_guard_in_place(monkeypatch):
+    connection = FakeFilters()
+    monkeypatch.setattr(nwfilter, "host_addresses", lambda: ["192.168.124.1"])
+    monkeypatch.setattr(nwfilter, "host_broadcast_addresses", lambda: ["192.168.124.255"])
+    assert nwfilter.ensure_filters(connection) == "etcd-compute-guest"
+    uuid = connection.filters["etcd-compute-host-guard"][0]
+    # An address comes up on the host (another bridge, a DHCP renewal): the next build
+    # updates the guard, keeping its uuid, instead of failing on libvirt's refusal.
+    monkeypatch.setattr(nwfilter, "host_addresses", lambda: ["10.77.0.1", "192.168.124.1"])
+    nwfilter.ensure_filters(connection)
+    updated_uuid, xml = connection.filters["etcd-compute-host-guard"]
+    assert updated_uuid == uuid
+    assert "10.77.0.1" in [ip.get("dstipaddr") for ip in ET.fromstring(xml).iter("ip")]
+    nwfilter.ensure_filters(connection)  # unchanged: nothing to define
+    assert connection.filters["etcd-compute-host-guard"] == (uuid, xml)
+
+
+def test_the_guard_drops_the_broadcast_addresses_of_the_hosts_networks(monkeypatch):
+    connection = FakeFilters()
+    monkeypatch.setattr(nwfilter, "host_addresses", lambda: ["192.168.124.1"])
+    monkeypatch.setattr(nwfilter, "host_broadcast_addresses", lambda: ["192.168.124.255"])
+    nwfilter.ensure_filters(connection)
+    xml = connection.filters["etcd-compute-host-guard"][1]
+    dropped = {ip.get("dstipaddr") for rule in ET.fromstring(xml).iterfind("rule")
+               if rule.get("action") == "drop" for ip in rule.iterfind("ip")}
+    assert {"192.168.124.1", "192.168.124.255"} <= dropped
+
+
+def test_broadcast_addresses_come_from_each_prefix_too(monkeypatch):
+    def snic(address, netmask, broadcast=None):
+        return SimpleNamespace(family=socket.AF_INET, address=address, netmask=netmask,
+                               broadcast=broadcast, ptp=None)
+
+    monkeypatch.setattr(nwfilter.psutil, "net_if_addrs", lambda: {
+        "lo": [snic("127.0.0.1", "255.0.0.0")],
+        "eth0": [snic("192.0.2.2", "255.255.255.0", "192.0.2.255")],
+        "br0": [snic("10.77.1.1", "255.255.255.0")],  # added without brd
+        "metadata": [snic("169.254.169.254", "255.255.255.255")],
+    })
+    assert nwfilter.host_broadcast_addresses() == ["10.77.1.255", "192.0.2.255"]
