@@ -1,8 +1,9 @@
 """What the scheduler knows about each candidate host while it plans.
 
 Built from one `GET /allocation_candidates` (allocation requests and
-provider summaries) plus three etcd prefix reads (`/alive/`, `/stats/`,
-`/hosts/` keys only). Free capacity lives in one `ProviderUsage` shared by
+provider summaries) plus etcd's view (`Cluster`): heartbeats and stats (one
+read, sent while Placement answers) and the candidate hosts' instance counts
+(counted by etcd, one more round trip). Free capacity lives in one `ProviderUsage` shared by
 all hosts, so placing an instance "virtually depletes" it (a sharing
 provider used by two hosts is depleted for both) before the next pick.
 """
@@ -11,13 +12,15 @@ from __future__ import annotations
 
 import time
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from etcd_compute import messages
 from etcd_compute.errors import InvalidMessage
-from etcd_compute.etcd import Store
+from etcd_compute.etcd import Entry, KeyValueStore, Range, RangeResult
 from etcd_compute.instances import count_by_host
+from etcd_compute.keys import Keys
 from etcd_compute.placement import DISABLED_TRAIT
 
 SHARING_TRAIT = "MISC_SHARES_VIA_AGGREGATE"
@@ -49,9 +52,10 @@ class ProviderUsage:
                 self.free[rp][rc] -= amount
 
 
-@dataclass
+@dataclass(eq=False)
 class HostState:
-    """A compute host (a root provider) that Placement says can take the request."""
+    """A compute host (a root provider) that Placement says can take the request (compared
+    by identity: the planner keeps one per host)."""
 
     uuid: str
     name: str
@@ -104,32 +108,66 @@ class Cluster:
     build_failures: dict[str, list[float]] = field(default_factory=dict)
     instances: Counter[str] = field(default_factory=Counter)
 
+    @staticmethod
+    def heartbeat_reads(keys: Keys) -> list[Range]:
+        """The heartbeats and stats of every host: two ranges of one `read_many`, which the
+        scheduler sends while Placement answers the candidates query."""
+        return [Range(keys.alive_prefix()), Range(keys.stats_prefix())]
+
     @classmethod
-    def read(cls, store: Store, only: set[str] | None = None,
-             cache: dict[str, dict[tuple[str, int], dict[str, Any]]] | None = None) -> Cluster:
-        """etcd's view; with `only` (the candidate providers), other hosts' messages are
-        skipped undecoded, and `cache` (kept by a long-lived Scheduler) keeps the messages
-        already validated, by key and mod_revision: schema-validating every heartbeat on
-        every request cost ~80% of a one-instance request at 1000 hosts (bench/REPORT.md)."""
-        keys = store.keys
+    def from_reads(cls, keys: Keys, results: list[RangeResult], instances: Counter[str],
+                   only: set[str] | None = None,
+                   cache: dict[str, dict[tuple[str, int], dict[str, Any]]] | None = None
+                   ) -> Cluster:
+        """The view from `heartbeat_reads`' results; with `only` (the candidate providers),
+        other hosts' messages are skipped undecoded, and `cache` (kept by a long-lived
+        Scheduler) keeps the messages already validated, by key and mod_revision:
+        schema-validating every heartbeat on every request cost ~80% of a one-instance
+        request at 1000 hosts (bench/REPORT.md)."""
         cache = {} if cache is None else cache
-        alive = {rp: message.get("name", rp)
-                 for rp, message in _read_some(store, messages.ALIVE, keys.alive_prefix(),
-                                               only, cache).items()}
-        stats = _read_some(store, messages.HOST_STATS, keys.stats_prefix(), only, cache)
+        alive_entries, stats_entries = (result.entries for result in results)
+        alive = {rp: message.get("name", rp) for rp, message in _decode_some(
+            messages.ALIVE, keys.alive_prefix(), alive_entries, only, cache).items()}
+        stats = _decode_some(messages.HOST_STATS, keys.stats_prefix(), stats_entries, only,
+                             cache)
         return cls(alive, {rp: s.get("build_failures", []) for rp, s in stats.items()},
-                   count_by_host(store))
+                   instances)
+
+    @classmethod
+    def read(cls, store: KeyValueStore, only: set[str] | None = None,
+             cache: dict[str, dict[tuple[str, int], dict[str, Any]]] | None = None,
+             max_ops: int = 128) -> Cluster:
+        """etcd's view in two round trips: heartbeats and stats, then the instance counts
+        (of the hosts in `only`, or of every host)."""
+        results, _ = store.read_many(cls.heartbeat_reads(store.keys))
+        counts = count_by_host(store) if only is None else instance_counts(store, only,
+                                                                           max_ops)
+        return cls.from_reads(store.keys, results, counts, only, cache)
 
 
-def _read_some(store: Store, schema: str, prefix: str, only: set[str] | None,
-               cache: dict[str, dict[tuple[str, int], dict[str, Any]]]
-               ) -> dict[str, dict[str, Any]]:
-    """Valid messages under `prefix` by last key segment, only those in `only` if given.
+def instance_counts(store: KeyValueStore, hosts: Iterable[str], max_ops: int) -> Counter[str]:
+    """Instances per host (its spec keys, counted by etcd: no key is sent) for `hosts` only,
+    in as few round trips as etcd's --max-txn-ops allows."""
+    hosts = sorted(hosts)
+    counts: Counter[str] = Counter()
+    for start in range(0, len(hosts), max(1, max_ops)):
+        chunk = hosts[start:start + max(1, max_ops)]
+        results, _ = store.read_many([Range(store.keys.specs(h), count_only=True)
+                                      for h in chunk])
+        for host, result in zip(chunk, results, strict=True):
+            if result.count:
+                counts[host] = result.count
+    return counts
+
+
+def _decode_some(schema: str, prefix: str, entries: list[Entry], only: set[str] | None,
+                 cache: dict[str, dict[tuple[str, int], dict[str, Any]]]
+                 ) -> dict[str, dict[str, Any]]:
+    """Valid messages among `entries` by last key segment, only those in `only` if given.
 
     `cache[prefix]` is replaced by this read's valid messages, so it never holds more
     than the keys that exist now.
     """
-    entries, _ = store.get_prefix(prefix)
     seen = cache.get(prefix, {})
     fresh: dict[tuple[str, int], dict[str, Any]] = {}
     found = {}
@@ -163,6 +201,13 @@ def candidate_providers(candidates: dict[str, Any]) -> set[str]:
     for request in candidates.get("allocation_requests", []):
         found.update(request["allocations"])
     return found
+
+
+def candidate_hosts(candidates: dict[str, Any]) -> set[str]:
+    """The compute hosts (root providers) an allocation-candidates answer offers."""
+    summaries = candidates.get("provider_summaries", {})
+    return {_host_of(request["allocations"], summaries)
+            for request in candidates.get("allocation_requests", [])}
 
 
 def host_states(candidates: dict[str, Any], cluster: Cluster) -> list[HostState]:

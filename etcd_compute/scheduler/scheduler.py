@@ -15,6 +15,7 @@ import random
 import time
 import uuid as uuidlib
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import tenacity
@@ -32,7 +33,13 @@ from etcd_compute.placement import PlacementClient
 from etcd_compute.scheduler import explain, spec_writer
 from etcd_compute.scheduler.context import PlanContext
 from etcd_compute.scheduler.filters import enabled_filters
-from etcd_compute.scheduler.hoststate import Cluster, candidate_providers, host_states
+from etcd_compute.scheduler.hoststate import (
+    Cluster,
+    candidate_hosts,
+    candidate_providers,
+    host_states,
+    instance_counts,
+)
 from etcd_compute.scheduler.planner import NoRoom, Pick, plan
 from etcd_compute.scheduler.request import UUID
 from etcd_compute.scheduler.spec import Destination, RequestSpec
@@ -61,6 +68,14 @@ class Scheduler:
         self.replans = 0
         # Heartbeat and stats messages already validated, by (key, mod_revision).
         self._decoded: dict[str, dict[tuple[str, int], dict[str, Any]]] = {}
+        self._executor: ThreadPoolExecutor | None = None
+
+    @property
+    def _background(self) -> ThreadPoolExecutor:
+        """One thread for etcd reads that overlap a Placement call."""
+        if self._executor is None:
+            self._executor = ThreadPoolExecutor(1, thread_name_prefix="scheduler-etcd")
+        return self._executor
 
     @property
     def store(self) -> Store:
@@ -125,23 +140,31 @@ class Scheduler:
 
         `exclude`: hosts not to consider (a dead one); `member`: an existing instance
         being placed again, which does not count as a member of its own group.
+
+        Round trips: the candidates query, with etcd's heartbeats, stats and the group
+        read meanwhile on another thread; then the candidate hosts' instance counts.
         """
         limit = self.settings["candidate_limit"]
         query = request_spec.request.to_query(limit=limit)
+        keys = self.store.keys
+        etcd_view = self._background.submit(
+            lambda: (self.store.read_many(Cluster.heartbeat_reads(keys))[0],
+                     self._group_state(request_spec, member)))
         try:
             candidates = self.placement.allocation_candidates(query)
         except PlacementError as exc:
             if not explain.unknown_trait(exc):
                 raise UsageError(f"Placement rejected the query: {exc}") from None
             candidates = {"allocation_requests": [], "provider_summaries": {}}
-        group_hosts, group_revision = self._group_state(request_spec, member)
+        heartbeats, (group_hosts, group_revision) = etcd_view.result()
         if not candidates["allocation_requests"]:
             reasons = explain.explain(self.placement, request_spec.request, None)
             raise NoValidHost(reasons)
-        hosts = [host for host in
-                 host_states(candidates, Cluster.read(self.store, candidate_providers(candidates),
-                                                      self._decoded))
-                 if host.uuid not in exclude]
+        counts = instance_counts(self.store, candidate_hosts(candidates) - exclude,
+                                 self.settings["etcd_max_txn_ops"])
+        cluster = Cluster.from_reads(keys, heartbeats, counts,
+                                     candidate_providers(candidates), self._decoded)
+        hosts = [host for host in host_states(candidates, cluster) if host.uuid not in exclude]
         context = PlanContext(
             policy=request_spec.group[1] if request_spec.group else None,
             group_hosts=group_hosts,
@@ -233,6 +256,9 @@ class Scheduler:
         self.store.put(messages.HOST_STATS, self.store.keys.stats(rp_uuid), message)
 
     def close(self) -> None:
+        if self._executor is not None:
+            self._executor.shutdown(wait=True)
+            self._executor = None
         if self._store is not None:
             self._store.close()
 

@@ -20,6 +20,7 @@ from etcd_compute.scheduler.hoststate import (
     _host_of,
     candidate_providers,
     host_states,
+    instance_counts,
 )
 from tests.unit.fakes import FakeStore
 
@@ -197,8 +198,17 @@ def test_cluster_read_only_some_hosts():
     cluster = Cluster.read(cluster_store(), only={B})
     assert cluster.alive == {B: "host-b"}
     assert cluster.build_failures == {}
-    # Instance counts come from the spec keys, for every host.
-    assert cluster.instances == {A: 2, B: 1}
+    # Instance counts come from the spec keys, of the hosts asked about only.
+    assert cluster.instances == {B: 1}
+
+
+def test_instance_counts_are_counted_by_etcd_in_chunks_of_max_txn_ops():
+    store = cluster_store()
+    reads = []
+    real = store.read_many
+    store.read_many = lambda ranges: reads.append(len(ranges)) or real(ranges)
+    assert instance_counts(store, [A, B, SHARED], max_ops=2) == {A: 2, B: 1}
+    assert reads == [2, 1]
 
 
 @pytest.fixture
