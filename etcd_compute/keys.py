@@ -16,6 +16,13 @@ and what only the operator's side (scheduler, CLI, controller) writes:
     /groups/<name>/<instance_uuid>              server group membership
     /maintenance/<rp_uuid>                      host_maintenance: disabled by an operator
     /controller/leader                          the elected `schedule.py serve`
+    /queue/open                                 queue_open: the scheduler service takes
+                                                requests (bound to the leader's lease)
+    /queue/requests/<request_uuid>              schedule_request: a schedule.py waiting
+    /queue/answers/<request_uuid>               schedule_answer: where its instances went
+
+Hosts get no access to /queue/ at all: a request carries tenants' user-data,
+and only operators may ask for instances.
 
 Everything sits under a configurable prefix so several deployments (or tests)
 can share one etcd.
@@ -115,6 +122,24 @@ class Keys:
 
     def leader(self) -> str:
         return f"{self.prefix}/controller/leader"
+
+    # --- the scheduler service's queue (operators only) ------------------------------------
+
+    def queue(self) -> str:
+        return f"{self.prefix}/queue/"
+
+    def queue_open(self) -> str:
+        """Present while a scheduler service leads (bound to its lease)."""
+        return f"{self.prefix}/queue/open"
+
+    def queue_requests(self) -> str:
+        return f"{self.prefix}/queue/requests/"
+
+    def queue_request(self, request_uuid: str) -> str:
+        return f"{self.prefix}/queue/requests/{request_uuid}"
+
+    def queue_answer(self, request_uuid: str) -> str:
+        return f"{self.prefix}/queue/answers/{request_uuid}"
 
     # --- parsing -------------------------------------------------------------------------
 

@@ -16,8 +16,6 @@ import json
 import re
 from typing import Any
 
-import jsonschema
-
 from etcd_compute.errors import InvalidMessage
 from etcd_compute.schemas import is_valid, validator
 
@@ -30,6 +28,9 @@ GROUP_MEMBER = "group_member"
 CONSOLE = "console"
 CONTROLLER_LEADER = "controller_leader"
 HOST_MAINTENANCE = "host_maintenance"
+SCHEDULE_REQUEST = "schedule_request"
+SCHEDULE_ANSWER = "schedule_answer"
+QUEUE_OPEN = "queue_open"
 
 # The largest message we write is a spec (64 KiB user-data, 16 KiB key, escaped
 # as JSON at most 6 bytes a character) or a console (64 KiB); etcd takes 1.5 MiB.
@@ -46,6 +47,8 @@ def check(schema: str, message: Any) -> None:
     """Raise InvalidMessage with a one-line reason if `message` breaks `schema`."""
     if is_valid(schema, message):
         return
+    import jsonschema  # only to explain a refusal
+
     error = jsonschema.exceptions.best_match(validator(schema).iter_errors(message))
     if error is None:  # the explainer saw no fault; the verdict stands
         raise InvalidMessage(f"{schema}: does not match the schema")

@@ -51,6 +51,20 @@ class ProviderUsage:
             for rc, amount in alloc["resources"].items():
                 self.free[rp][rc] -= amount
 
+    def release(self, allocations: Allocations) -> None:
+        """Undo `consume` (a plan given up)."""
+        for rp, alloc in allocations.items():
+            for rc, amount in alloc["resources"].items():
+                self.free[rp][rc] += amount
+
+    def add(self, summaries: dict[str, Any]) -> None:
+        """Providers of another candidates answer not known yet (the service plans several
+        request shapes on one usage, so that what one shape takes the others see)."""
+        for rp, summary in summaries.items():
+            if rp not in self.free:
+                self.free[rp] = {rc: int(v["capacity"]) - int(v["used"])
+                                 for rc, v in summary["resources"].items()}
+
 
 @dataclass(eq=False)
 class HostState:
@@ -75,9 +89,11 @@ class HostState:
 
     @property
     def free(self) -> dict[str, int]:
-        """Free amount per resource class over the host's provider tree."""
+        """Free amount per resource class over the host's provider tree (read only)."""
+        if not self.tree or self.tree == {self.uuid}:
+            return self.usage.free.get(self.uuid, {})  # one provider: no sum to make
         total: Counter[str] = Counter()
-        for rp in self.tree or {self.uuid}:
+        for rp in self.tree:
             total.update(self.usage.free.get(rp, {}))
         return dict(total)
 
@@ -210,10 +226,15 @@ def candidate_hosts(candidates: dict[str, Any]) -> set[str]:
             for request in candidates.get("allocation_requests", [])}
 
 
-def host_states(candidates: dict[str, Any], cluster: Cluster) -> list[HostState]:
-    """HostStates from an allocation-candidates answer, in Placement's order."""
+def host_states(candidates: dict[str, Any], cluster: Cluster,
+                usage: ProviderUsage | None = None) -> list[HostState]:
+    """HostStates from an allocation-candidates answer, in Placement's order; their free
+    capacity in `usage` (shared with other answers' hosts) or a usage of their own."""
     summaries = candidates.get("provider_summaries", {})
-    usage = ProviderUsage(summaries)
+    if usage is None:
+        usage = ProviderUsage(summaries)
+    else:
+        usage.add(summaries)
     trees: dict[str, set[str]] = {}
     for rp, summary in summaries.items():
         trees.setdefault(summary.get("root_provider_uuid", rp), set()).add(rp)

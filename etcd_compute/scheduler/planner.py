@@ -141,16 +141,18 @@ class Planner:
     def place(self, count: int, context: PlanContext) -> list[Pick]:
         """One Pick per instance, or NoRoom (with a FilterReport) if they do not all fit.
 
-        Picks made before NoRoom stay made (their capacity stays taken): a caller that
-        gives up on the request plans the next one on a fresh Planner, or accepts it."""
+        On NoRoom the picks made for this call are undone (capacity, instance counts,
+        group members), so the next request planned here sees the hosts as they are."""
         self._use(context)
-        picks = []
+        picks: list[Pick] = []
         for placed in range(count):
             self._refresh(context)
             passing = [i for i, row in enumerate(self._rows)
                        if row.option is not None and row.rejected_by is None]
             if not passing:
-                raise NoRoom(self._report(count, placed))
+                report = self._report(count, placed)
+                self._undo(picks, context)
+                raise NoRoom(report)
             ordered = self._best(passing)
             chosen_index = self.rng.choice(ordered[:self.host_subset_size])
             chosen = self.hosts[chosen_index]
@@ -166,6 +168,18 @@ class Planner:
             alternates = self._alternates(ordered, chosen_index, passing)
             picks.append(Pick(chosen, allocations, alternates))
         return picks
+
+    def _undo(self, picks: list[Pick], context: PlanContext) -> None:
+        for pick in picks:
+            pick.host.usage.release(pick.allocations)
+            pick.host.instances -= 1
+            if context.policy:
+                context.group_hosts[pick.host.uuid] -= 1
+                if not context.group_hosts[pick.host.uuid]:
+                    del context.group_hosts[pick.host.uuid]
+            self.touched(pick.allocations, pick.host.uuid)
+        if context.policy:
+            self._dirty = set(range(len(self.hosts)))
 
     def _totals(self, passing: list[int]) -> dict[int, float]:
         """Nova's weighing: each weigher's raw values normalized to 0..1 over the hosts

@@ -62,6 +62,8 @@ class Scheduler:
         self.filters = enabled_filters(self.settings["filters"])
         self.weighers = enabled_weighers(self.settings["weighers"])
         self._store = store
+        # A store handed in belongs to the caller, who closes it.
+        self._owns_store = store is None
         self._placement = placement
         self.rng = rng or random.Random()
         # Claims that lost a race and were planned again; for --json and benchmarks.
@@ -134,7 +136,7 @@ class Scheduler:
             hosts[member["host"]] += 1
         return hosts, revision
 
-    def _plan(self, request_spec: RequestSpec, exclude: frozenset[str] = frozenset(),
+    def plan(self, request_spec: RequestSpec, exclude: frozenset[str] = frozenset(),
               member: str | None = None) -> tuple[list[Pick], int | None]:
         """Picks for the request (not claimed), and the group revision they were planned at.
 
@@ -190,11 +192,11 @@ class Scheduler:
             spec.get("query") or "resources=" + ",".join(
                 f"{rc}:{n}" for rc, n in sorted(spec["resources"].items())),
             group=(group["name"], group["policy"]) if group else None)
-        picks, _ = self._plan(request_spec, exclude, member=spec["uuid"])
+        picks, _ = self.plan(request_spec, exclude, member=spec["uuid"])
         return picks[0]
 
     def _attempt(self, request_spec: RequestSpec) -> list[Destination]:
-        picks, group_revision = self._plan(request_spec)
+        picks, group_revision = self.plan(request_spec)
         destinations = []
         for index, pick in enumerate(picks):
             instance = str(uuidlib.uuid4())
@@ -259,7 +261,7 @@ class Scheduler:
         if self._executor is not None:
             self._executor.shutdown(wait=True)
             self._executor = None
-        if self._store is not None:
+        if self._store is not None and self._owns_store:
             self._store.close()
 
 

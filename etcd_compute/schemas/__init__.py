@@ -14,29 +14,28 @@ import functools
 import json
 from collections.abc import Callable
 from importlib import resources
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import fastjsonschema
-import jsonschema
 from fastjsonschema.draft04 import CodeGeneratorDraft04
 from fastjsonschema.draft07 import CodeGeneratorDraft07
 from fastjsonschema.ref_resolver import RefResolver
-from referencing import Registry, Resource
+
+if TYPE_CHECKING:
+    import jsonschema.protocols
 
 
 @functools.cache
-def _registry() -> Registry:
-    registry: Registry = Registry()
-    for entry in resources.files(__package__).iterdir():
-        if entry.name.endswith(".json"):
-            contents = json.loads(entry.read_text())
-            registry = registry.with_resource(entry.name, Resource.from_contents(contents))
-    return registry
+def _files() -> dict[str, Any]:
+    """Every schema file's contents by file name (refs are resolved by `_inline_refs`)."""
+    return {entry.name: json.loads(entry.read_text())
+            for entry in resources.files(__package__).iterdir()
+            if entry.name.endswith(".json")}
 
 
 def load_schema(name: str) -> dict[str, Any]:
     """The schema in `<name>.json`."""
-    return _registry().contents(f"{name}.json")
+    return _files()[f"{name}.json"]
 
 
 def _inline_refs(node: Any, base: str) -> Any:
@@ -54,7 +53,7 @@ def _inline_refs(node: Any, base: str) -> Any:
         ref = node["$ref"]
         target_file, _, pointer = ref.partition("#")
         target_file = target_file or base
-        target: Any = _registry().contents(target_file)
+        target: Any = _files()[target_file]
         for part in filter(None, pointer.split("/")):
             target = target[part]
         return _inline_refs(target, target_file)
@@ -65,20 +64,22 @@ def _is_strict_integer(_checker: Any, instance: Any) -> bool:
     return isinstance(instance, int) and not isinstance(instance, bool)
 
 
-StrictValidator = jsonschema.validators.extend(
-    jsonschema.Draft202012Validator,
-    type_checker=jsonschema.Draft202012Validator.TYPE_CHECKER.redefine(
-        "integer", _is_strict_integer),
-)
-
-
 @functools.cache
 def validator(name: str) -> jsonschema.protocols.Validator:
     """A reusable validator for the schema `name`, with cross-file refs inlined.
 
     Use it to explain what is wrong (`best_match`); `is_valid` is the fast check.
+    (jsonschema is imported here, when something needs explaining: importing it
+    costs a short-lived command like schedule.py ~100 ms.)
     """
-    return StrictValidator(_inline_refs(load_schema(name), f"{name}.json"))
+    import jsonschema
+
+    strict = jsonschema.validators.extend(
+        jsonschema.Draft202012Validator,
+        type_checker=jsonschema.Draft202012Validator.TYPE_CHECKER.redefine(
+            "integer", _is_strict_integer),
+    )
+    return strict(_inline_refs(load_schema(name), f"{name}.json"))
 
 
 class _StrictIntegersDraft07(CodeGeneratorDraft07):

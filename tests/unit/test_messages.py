@@ -246,7 +246,9 @@ def test_console_text_is_bounded():
 def test_a_refusal_stands_even_when_the_explainer_finds_no_fault(monkeypatch):
     """Once, a message the compiled validator refused was accepted if jsonschema's
     best_match found no error: one validator's verdict decides."""
-    monkeypatch.setattr(messages.jsonschema.exceptions, "best_match", lambda _errors: None)
+    import jsonschema
+
+    monkeypatch.setattr(jsonschema.exceptions, "best_match", lambda _errors: None)
     with pytest.raises(InvalidMessage, match="instance_spec: does not match the schema"):
         messages.check(messages.INSTANCE_SPEC, {**SPEC, "action": "reboot"})
 
