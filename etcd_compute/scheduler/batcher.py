@@ -74,6 +74,11 @@ class Planned:
     txn: Txn  # instances, answer, request deletion (without the fence)
 
 
+def in_use(request: Pending) -> UsageError:
+    return UsageError(f"request {request.uuid}: its instance uuids are in use (a request "
+                      "uuid used twice)")
+
+
 class Batcher:
     def __init__(self, store: KeyValueStore, placement: PlacementClient, scheduler: Scheduler,
                  cache: HostCache, fence: Callable[[], Compare],
@@ -110,18 +115,23 @@ class Batcher:
             self._schedule(good, len(good))
         return len(due)
 
-    def free_stale_claims(self, pending: list[Pending]) -> None:
-        """Claims a previous leader made for these requests but never wrote: the consumer
-        has allocations and no instance exists. Freed, so planning starts clean."""
+    def free_stale_claims(self, pending: list[Pending]) -> list[Pending]:
+        """Claims a previous leader made for these requests but never wrote (the consumer
+        has allocations, no instance exists) are freed, so planning starts clean. Returns
+        the requests whose instance uuids are in use (their request uuid was used before)."""
+        in_use = []
         for request in pending:
             if request.spec is None or request.fault is not None:
                 continue
             for uuid in request.instances:
-                if self.placement.get_allocations(uuid).get("allocations") and \
-                        self.store.get(self.keys.location(uuid)) is None:
+                if self.store.get(self.keys.location(uuid)) is not None:
+                    in_use.append(request)
+                    break
+                if self.placement.get_allocations(uuid).get("allocations"):
                     self.placement.delete_allocations(uuid)
                     LOG.info("request %s: freed instance %s's claim left by an earlier "
                              "attempt", request.uuid, uuid)
+        return in_use
 
     # --- plan, claim, write -----------------------------------------------------------------
 
@@ -149,8 +159,11 @@ class Batcher:
             else:
                 # Alone and refused: another scheduler won, or an earlier attempt of ours
                 # left claims for these consumers (a leader that died): free those.
-                self.free_stale_claims([planned[0].request])
-                self._retry_later(planned[0].request, f"lost the race for capacity ({exc})")
+                request = planned[0].request
+                if self.free_stale_claims([request]):
+                    self._answer(request, in_use(request))
+                else:
+                    self._retry_later(request, f"lost the race for capacity ({exc})")
             return
         self._write(planned, batch)
 
@@ -178,9 +191,7 @@ class Batcher:
             LOG.info("request %s withdrawn before it was answered", request.uuid)
             self._forget(request.uuid)
         elif any(self.store.get(self.keys.location(u)) is not None for u in request.instances):
-            self._answer(request, UsageError(
-                f"request {request.uuid}: its instance uuids are in use (a request uuid "
-                "used twice)"))
+            self._answer(request, in_use(request))
         else:
             self._retry_later(request, "its server group changed while it was planned")
 

@@ -118,7 +118,8 @@ class QueueService:
         started = time.monotonic()
         pending = read_pending(self.keys, entries, self.batcher.settings)
         if first:
-            # A leader that died mid-batch may have claimed without writing.
+            # A leader that died mid-batch may have claimed without writing (a request uuid
+            # used twice is found out when its claim is refused).
             self.batcher.free_stale_claims(pending)
         before = self.batcher.stats.copy()
         due = self.batcher.run(pending)
