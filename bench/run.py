@@ -35,9 +35,9 @@ from bench.verify import CheckFailed  # noqa: E402
 RESULTS = REPO / "bench" / "results"
 MODES: dict[str, dict[str, Any]] = {
     "quick": {"hosts": 100, "instances": 50, "batch": 25, "processes": 8,
-              "postgres_workers": 4, "boot_runs": 1},
+              "postgres_workers": 4, "boot_runs": 1, "cli_instances": 48},
     "full": {"hosts": 1000, "instances": 1000, "batch": 100, "processes": 8,
-             "postgres_workers": 4, "boot_runs": 5},
+             "postgres_workers": 4, "boot_runs": 5, "cli_instances": 192},
 }
 
 
@@ -47,11 +47,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--hosts", type=int, help="simulated hosts (overrides the mode)")
     parser.add_argument("--instances", type=int, help="instances per variant")
     parser.add_argument("--batch", type=int, help="--count batch size for variant (c)")
+    parser.add_argument("--cli-instances", type=int,
+                        help="instances of the schedule.py process variants (f)")
     parser.add_argument("--backends", default="postgresql,sqlite,sqlite+tls",
                         help="Placement backends, comma-separated; +tls: the same with TLS and "
                              "RBAC, variants (b) and (c) only (default: "
                              "postgresql,sqlite,sqlite+tls)")
-    parser.add_argument("--variants", help="only these variants, e.g. a,c (default: all)")
+    parser.add_argument("--variants",
+                        help="only these variants, e.g. a,c,f8s,g32 (default: all)")
     parser.add_argument("--boot-runs", type=int, help="boots of each kind (0 skips)")
     parser.add_argument("--profile", action="store_true",
                         help="pyinstrument profiles of variants (b) and (c) in results/")
@@ -104,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     mode = "quick" if args.quick else "full"
     settings = dict(MODES[mode])
-    for key in ("hosts", "instances", "batch", "boot_runs"):
+    for key in ("hosts", "instances", "batch", "boot_runs", "cli_instances"):
         if getattr(args, key) is not None:
             settings[key] = getattr(args, key)
     if args.report_only:
@@ -133,7 +136,8 @@ def main(argv: list[str] | None = None) -> int:
             results["suites"][backend] = suite.run_suite(
                 backend, run_root / backend.replace("+", "-"), settings["hosts"],
                 settings["instances"], settings["batch"], settings["processes"],
-                settings["postgres_workers"], only_here, profile_dir)
+                settings["postgres_workers"], only_here, profile_dir,
+                settings["cli_instances"])
             results["suites"][backend]["load_after"] = load()
         results["boot"] = boot.run_boot(run_root / "boot", settings["boot_runs"])
     except CheckFailed as exc:

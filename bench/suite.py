@@ -42,7 +42,7 @@ def idle_rss(stack: Stack, run_dir: Path, hosts: int) -> dict[str, float]:
 
 def run_suite(backend: str, run_dir: Path, hosts: int, count: int, batch: int,
               processes: int, placement_workers: int, only: set[str] | None,
-              profile_dir: str | None) -> dict[str, Any]:
+              profile_dir: str | None, cli_instances: int) -> dict[str, Any]:
     # "sqlite+tls": the same backend with TLS and RBAC, for what security costs.
     backend_name, _, security = backend.partition("+")
     tls = security == "tls"
@@ -77,22 +77,25 @@ def run_suite(backend: str, run_dir: Path, hosts: int, count: int, batch: int,
 
         batch_placed = None
         with RssSampler(compute) as sampler:
-            for variant in all_variants(batch, processes, profile_dir):
+            for variant in all_variants(batch, processes, profile_dir, run_dir,
+                                        cli_instances):
                 if only and variant.key not in only:
                     continue
-                say(f"{backend}: ({variant.key}) {variant.title}: {count} instances")
+                instances = variant.instances or count
+                say(f"{backend}: ({variant.key}) {variant.title}: {instances} instances")
                 start_revision = notification.current_revision(store)
-                result = variant.run(config, count)
+                result = variant.run(config, instances)
                 summary = stats.summarize(result)
                 if result.errors:
                     raise verify.CheckFailed(f"({variant.key}) {len(result.errors)} error(s), "
                                              f"first: {result.errors[0]}")
-                if len(result.placed) != count:
+                if len(result.placed) != instances:
                     raise verify.CheckFailed(f"({variant.key}) placed {len(result.placed)} "
-                                             f"of {count}")
+                                             f"of {instances}")
                 summary["active_wait_seconds"] = verify.wait_active(store, result.placed, 600)
                 checks = verify.check(store, placement, result.placed, fake_dir)
                 consumers = checks.pop("consumers")
+                verify.queue_empty(store)
                 summary["checks"] = checks
                 delays = list(notification.building_delays(store, start_revision).values())
                 summary["notification_ms"] = {

@@ -186,6 +186,9 @@ SCHEDULE_DEFAULTS: dict[str, Any] = {
         "use_service": True,
         # How long the service keeps an answer nobody collected (schedule.py killed).
         "service_answer_ttl": 3600,
+        # Seconds the service reuses an allocation-candidates answer (minus what it claimed
+        # since) before asking Placement again; 0: ask for every pass.
+        "service_candidates_max_age": 2.0,
         # `schedule.py serve`: Prometheus metrics on HOST:PORT (an IP address); null: off.
         "metrics_listen": None,
         "metrics_allow_any_address": False,

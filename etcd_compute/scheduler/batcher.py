@@ -3,7 +3,8 @@
 `Batcher.run(pending)`, for every request read from /queue/requests/:
 
 1. candidates: one `GET /allocation_candidates` per distinct request shape
-   (its query), sized for the batch (`candidate_limit` + the shape's instances);
+   (its query), sized for the batch (`candidate_limit` + the shape's instances, rounded),
+   kept and reused for `service_candidates_max_age` seconds (`candidates.py`);
 2. plan: in arrival order, each request on its shape's Planner; all shapes share
    one ProviderUsage and see each other's picks (virtual depletion across the
    batch); hosts' heartbeats, stats and instance counts come from the HostCache;
@@ -23,11 +24,12 @@ and tried again in the next pass (at most `claim_retries` times).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import random
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,13 +38,12 @@ from etcd_compute.errors import (
     ConflictError,
     EtcdComputeError,
     NoValidHost,
-    PlacementError,
-    ServiceUnavailable,
     UsageError,
 )
 from etcd_compute.etcd import Compare, Delete, KeyValueStore, Txn
 from etcd_compute.placement import PlacementClient
-from etcd_compute.scheduler import explain, spec_writer
+from etcd_compute.scheduler import spec_writer
+from etcd_compute.scheduler.candidates import Candidates
 from etcd_compute.scheduler.context import PlanContext
 from etcd_compute.scheduler.hostcache import HostCache
 from etcd_compute.scheduler.hoststate import ProviderUsage, host_states
@@ -74,6 +75,12 @@ class Planned:
     txn: Txn  # instances, answer, request deletion (without the fence)
 
 
+def batch_limit(candidate_limit: int, instances: int) -> int:
+    """Candidates to ask for a batch: `candidate_limit` more than its instances, rounded up
+    to a multiple of 64 so that batches of similar size can share a kept answer."""
+    return -(-(candidate_limit + instances) // 64) * 64
+
+
 def in_use(request: Pending) -> UsageError:
     return UsageError(f"request {request.uuid}: its instance uuids are in use (a request "
                       "uuid used twice)")
@@ -91,10 +98,21 @@ class Batcher:
         self.cache = cache
         self.fence, self.is_leader, self.answer_lease = fence, is_leader, answer_lease
         self.rng = rng or random.Random()
+        self.candidates = Candidates(placement, self.settings["service_candidates_max_age"])
         # Requests tried and left for the next pass: how often, and not before when.
         self.attempts: Counter[str] = Counter()
         self.not_before: dict[str, float] = {}
         self.stats: Counter[str] = Counter()
+        # Seconds spent per phase (candidates, plan, claim, write), for the pass's log line.
+        self.seconds: Counter[str] = Counter()
+
+    @contextlib.contextmanager
+    def _timed(self, phase: str) -> Iterator[None]:
+        started = time.monotonic()
+        try:
+            yield
+        finally:
+            self.seconds[phase] += time.monotonic() - started
 
     # --- one pass ---------------------------------------------------------------------------
 
@@ -136,20 +154,31 @@ class Batcher:
     # --- plan, claim, write -----------------------------------------------------------------
 
     def _schedule(self, requests: list[Pending], batch: int) -> None:
+        reused = self.candidates.reused
+        started = time.monotonic()
         planned, alone = self._plan(requests)
+        self.seconds["plan"] += time.monotonic() - started
         if planned:
             self._claim_and_write(planned, batch)
+        if alone and self.candidates.reused > reused:
+            # A kept answer ran out of room: plan those again on fresh candidates first.
+            self.candidates.forget()
+            planned, alone = self._plan(alone)
+            if planned:
+                self._claim_and_write(planned, batch)
         for request in alone:
             self._schedule_alone(request)
 
     def _claim_and_write(self, planned: list[Planned], batch: int) -> None:
         if not self.is_leader():
             raise LostLeadership("no longer the leader")
+        allocations = {d.uuid: d.allocations for p in planned for d in p.destinations}
         try:
-            claims.claim(self.placement, {d.uuid: d.allocations for p in planned
-                                          for d in p.destinations}, self.settings)
+            with self._timed("claim"):
+                claims.claim(self.placement, allocations, self.settings)
         except ConflictError as exc:
             self.stats["claim_conflicts"] += 1
+            self.candidates.forget()
             if len(planned) > 1:
                 half = len(planned) // 2
                 LOG.info("claim of %d requests lost a race (%s); splitting", len(planned),
@@ -165,6 +194,7 @@ class Batcher:
                 else:
                     self._retry_later(request, f"lost the race for capacity ({exc})")
             return
+        self.candidates.claimed(list(allocations.values()))
         self._write(planned, batch)
 
     def _write(self, planned: list[Planned], batch: int) -> None:
@@ -219,19 +249,15 @@ class Batcher:
         for shape, members in shapes.items():
             first = members[0].spec
             assert first is not None
-            limit = self.settings["candidate_limit"] + sum(m.spec.count for m in members
-                                                           if m.spec)
-            try:
-                candidates = self.placement.allocation_candidates(
-                    first.request.to_query(limit=limit))
-            except PlacementError as exc:
-                if isinstance(exc, ServiceUnavailable) or not explain.unknown_trait(exc):
-                    raise
-                candidates = {"allocation_requests": [], "provider_summaries": {}}
-            planners[shape] = Planner(host_states(candidates, cluster, usage),
-                                      self.scheduler.filters, self.scheduler.weighers,
-                                      self.settings["host_subset_size"],
-                                      self.settings["max_attempts"], self.rng)
+            limit = batch_limit(self.settings["candidate_limit"],
+                                sum(m.spec.count for m in members if m.spec))
+            with self._timed("candidates"):
+                answer = self.candidates.get(first.request, limit)
+            planners[shape] = Planner(
+                host_states(answer.candidates, cluster, usage, answer.asked_at),
+                self.scheduler.filters, self.scheduler.weighers,
+                self.settings["host_subset_size"], self.settings["max_attempts"], self.rng)
+        usage.take(self.candidates.claims)
         groups: dict[str, GroupState] = {}
         planned = []
         for request in requests:
@@ -332,7 +358,9 @@ class Batcher:
         for request in removals:
             txn = txn + Txn([Compare(request.entry.key, "mod", "==", request.entry.mod_revision)],
                             [Delete(request.entry.key)])
-        if self.store.commit(txn) is not None:
+        with self._timed("write"):
+            written = self.store.commit(txn)
+        if written is not None:
             return True
         if self.store.commit(Txn([self.fence()], [])) is None:
             raise LostLeadership("the leader key is no longer ours")

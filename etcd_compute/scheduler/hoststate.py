@@ -38,6 +38,8 @@ class ProviderUsage:
             rp: {rc: int(v["capacity"]) - int(v["used"]) for rc, v in s["resources"].items()}
             for rp, s in summaries.items()
         }
+        # When each provider's summary was asked (the service's kept answers).
+        self.asked_at: dict[str, float] = dict.fromkeys(self.free, 0.0)
 
     def fits(self, allocations: Allocations) -> bool:
         return all(
@@ -57,13 +59,22 @@ class ProviderUsage:
             for rc, amount in alloc["resources"].items():
                 self.free[rp][rc] += amount
 
-    def add(self, summaries: dict[str, Any]) -> None:
+    def add(self, summaries: dict[str, Any], asked_at: float = 0.0) -> None:
         """Providers of another candidates answer not known yet (the service plans several
         request shapes on one usage, so that what one shape takes the others see)."""
         for rp, summary in summaries.items():
             if rp not in self.free:
                 self.free[rp] = {rc: int(v["capacity"]) - int(v["used"])
                                  for rc, v in summary["resources"].items()}
+                self.asked_at[rp] = asked_at
+
+    def take(self, claims: list[tuple[float, Allocations]]) -> None:
+        """Claims made after a provider's summary was asked, taken off its free capacity."""
+        for at, allocations in claims:
+            for rp, alloc in allocations.items():
+                if rp in self.free and self.asked_at[rp] <= at:
+                    for rc, amount in alloc["resources"].items():
+                        self.free[rp][rc] = self.free[rp].get(rc, 0) - amount
 
 
 @dataclass(eq=False)
@@ -227,14 +238,14 @@ def candidate_hosts(candidates: dict[str, Any]) -> set[str]:
 
 
 def host_states(candidates: dict[str, Any], cluster: Cluster,
-                usage: ProviderUsage | None = None) -> list[HostState]:
+                usage: ProviderUsage | None = None, asked_at: float = 0.0) -> list[HostState]:
     """HostStates from an allocation-candidates answer, in Placement's order; their free
     capacity in `usage` (shared with other answers' hosts) or a usage of their own."""
     summaries = candidates.get("provider_summaries", {})
     if usage is None:
         usage = ProviderUsage(summaries)
     else:
-        usage.add(summaries)
+        usage.add(summaries, asked_at)
     trees: dict[str, set[str]] = {}
     for rp, summary in summaries.items():
         trees.setdefault(summary.get("root_provider_uuid", rp), set()).add(rp)

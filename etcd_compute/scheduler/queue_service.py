@@ -31,6 +31,10 @@ LOG = logging.getLogger("etcd_compute.controller")
 
 # How long an idle loop waits for a request event before looking anyway.
 IDLE_SECONDS = 1.0
+# After a pass that answered several clients, how long to wait for them to ask again
+# before the next pass (a pass started at once would hold only the stragglers, and the
+# clients just answered would wait for it to end: batches of 2 and 6, not of 8).
+GATHER_SECONDS = 0.05
 
 
 class AnswerLease:
@@ -58,12 +62,26 @@ class QueueService:
                                lambda: election.is_leader,
                                AnswerLease(store, settings["service_answer_ttl"]))
         self._wakeup = threading.Event()
+        self._arrived = threading.Condition()
+        self._arrivals = 0
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
 
     def wake(self) -> None:
         """A request event arrived (the watch thread calls this)."""
+        with self._arrived:
+            self._arrivals += 1
+            self._arrived.notify_all()
         self._wakeup.set()
+
+    def _gather(self, answered: int) -> None:
+        """Wait (briefly) until as many requests arrived as the last pass answered."""
+        if answered < 2:
+            return
+        with self._arrived:
+            start = self._arrivals
+            self._arrived.wait_for(lambda: self._arrivals - start >= answered
+                                   or self._stopping.is_set(), GATHER_SECONDS)
 
     def start(self) -> None:
         self._stopping.clear()
@@ -73,6 +91,8 @@ class QueueService:
     def stop(self, timeout: float = 30.0) -> None:
         self._stopping.set()
         self._wakeup.set()
+        with self._arrived:
+            self._arrived.notify_all()
         if self._thread is not None:
             self._thread.join(timeout)
             self._thread = None
@@ -86,48 +106,57 @@ class QueueService:
             int(lease.id))]))
 
     def run(self) -> None:
-        first, busy = True, True
+        first, answered = True, 1
         while not self._stopping.is_set() and self.election.is_leader:
-            if not busy:
+            if answered:
+                self._gather(answered)
+            else:
                 self._wakeup.wait(IDLE_SECONDS)
             self._wakeup.clear()
             try:
                 if first:
                     self.open()
-                busy = self.drain(first)
+                answered = self.drain(first)
                 first = False
             except LostLeadership as exc:
-                LOG.warning("scheduler service stops: %s", exc)
+                # Our lease may live on while the key is gone (deleted by hand, say): give
+                # the lease up too, so that the controller campaigns again, afresh.
+                LOG.warning("scheduler service stops: %s; resigning", exc)
+                self.election.resign()
                 return
             except ServiceUnavailable as exc:
                 scheduler_metrics.retried("queue", exc)
                 LOG.warning("scheduler service: %s; trying again in 1 s", exc)
-                busy = False
+                answered = 0
                 self._stopping.wait(1.0)
             except Exception:  # noqa: BLE001 (one bad pass must not stop the service)
                 LOG.exception("scheduler service: unexpected error; trying again in 1 s")
-                busy = False
+                answered = 0
                 self._stopping.wait(1.0)
 
-    def drain(self, first: bool = False) -> bool:
-        """One pass over everything pending; True if any request was due (then the next
-        pass starts at once: more may have come meanwhile)."""
+    def drain(self, first: bool = False) -> int:
+        """One pass over everything pending: how many requests were due (0: none; the next
+        pass waits for a request event). After a pass the next starts at once (more may
+        have come meanwhile), or when those just answered asked again (`_gather`)."""
         entries, _ = self.store.get_prefix(self.keys.queue_requests())
         if not entries:
-            return False
+            return 0
         started = time.monotonic()
         pending = read_pending(self.keys, entries, self.batcher.settings)
         if first:
             # A leader that died mid-batch may have claimed without writing (a request uuid
             # used twice is found out when its claim is refused).
             self.batcher.free_stale_claims(pending)
-        before = self.batcher.stats.copy()
+        before, spent = self.batcher.stats.copy(), self.batcher.seconds.copy()
         due = self.batcher.run(pending)
         if not due:
-            return False
+            return 0
         done = self.batcher.stats - before
+        spent = self.batcher.seconds - spent
         LOG.info("pass of %d request(s): %d answered, %d refused, %d to retry, %d claim "
-                 "conflict(s), %.0f ms", due, done["answered"], done["refused"],
-                 done["retried"], done["claim_conflicts"], 1000 * (time.monotonic() - started))
+                 "conflict(s), %.0f ms (candidates %.0f, plan %.0f, claim %.0f, write %.0f)",
+                 due, done["answered"], done["refused"], done["retried"],
+                 done["claim_conflicts"], 1000 * (time.monotonic() - started),
+                 *(1000 * spent[phase] for phase in ("candidates", "plan", "claim", "write")))
         scheduler_metrics.queue_pass(due, done)
-        return True
+        return due

@@ -281,3 +281,20 @@ def test_a_request_too_big_for_the_batch_candidates_is_planned_alone():
     service.run()
     hosts = Counter(placed(service, n)[0]["host"] for n in names)
     assert sum(hosts.values()) == 2
+
+
+def test_a_steady_stream_reuses_the_candidates_minus_what_it_claimed():
+    service = Service(hosts=1, vcpu=2)
+    asked = []
+    real = service.placement.allocation_candidates
+    service.placement.allocation_candidates = lambda q: asked.append(q) or real(q)
+    first = service.ask()
+    service.run()
+    second, third = service.ask(), service.ask()
+    service.run()
+    assert len(placed(service, first)) == len(placed(service, second)) == 1
+    assert service.answer(third)["error"]["kind"] == "no_valid_host"
+    assert service.placement.conflicts == 0  # the kept answer knew the first claim
+    # One batch query, then one fresh one for the request that did not fit the kept
+    # answer (and the direct path's own query, and its explanation, for the answer).
+    assert len(asked) >= 3 and service.batcher.candidates.reused == 1
