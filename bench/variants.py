@@ -89,6 +89,8 @@ def all_variants(batch: int, processes: int, profile_dir: str | None, run_dir: P
                   serving(run_dir, cli(run_dir, n)) if service else cli(run_dir, n),
                   cli_instances)
           for n in (8, 32) for service in (False, True)],
+        # One client: its latency is the figure (fewer instances do); more: throughput.
         *[Variant(f"g{n}", f"service, {n} warm client{'s' if n > 1 else ''}",
-                  serving(run_dir, queue(n))) for n in (1, 8, 32)],
+                  serving(run_dir, queue(n)), cli_instances if n == 1 else None)
+          for n in (1, 8, 32)],
     ]

@@ -138,6 +138,10 @@ SCHEDULE_DEFAULTS: dict[str, Any] = {
         "consumer_type": "INSTANCE",
         # Candidates asked of Placement per request (Placement randomizes them).
         "candidate_limit": 100,
+        # Above this many live hosts, ask Placement about a few random shards of them
+        # (etcd_compute/shards.py: about candidate_limit hosts), then about all if that
+        # found no room; 0: always all. Every compute joins its shard at registration.
+        "shard_above_hosts": 500,
         "host_subset_size": 3,
         "max_attempts": 3,
         "claim_retries": 5,

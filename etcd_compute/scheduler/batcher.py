@@ -249,10 +249,12 @@ class Batcher:
         for shape, members in shapes.items():
             first = members[0].spec
             assert first is not None
-            limit = batch_limit(self.settings["candidate_limit"],
-                                sum(m.spec.count for m in members if m.spec))
+            instances = sum(m.spec.count for m in members if m.spec)
+            limit = batch_limit(self.settings["candidate_limit"], instances)
+            aggregates = self.scheduler.shards_for(first.request, instances,
+                                                   lambda: len(cluster.alive))
             with self._timed("candidates"):
-                answer = self.candidates.get(first.request, limit)
+                answer = self.candidates.get(first.request, limit, aggregates)
             planners[shape] = Planner(
                 host_states(answer.candidates, cluster, usage, answer.asked_at),
                 self.scheduler.filters, self.scheduler.weighers,

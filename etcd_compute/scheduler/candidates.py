@@ -42,9 +42,11 @@ class Candidates:
         self._claims: list[tuple[float, Allocations]] = []
         self.queries = self.reused = 0
 
-    def get(self, request: ResourceRequest, limit: int) -> Answer:
+    def get(self, request: ResourceRequest, limit: int,
+            aggregates: list[str] | None = None) -> Answer:
         """An answer for `request` with at least `limit` candidates asked for, at most
-        `max_age` old. A trait nobody created is an empty answer, as Placement's 400 means."""
+        `max_age` old; asked of the hosts of these shard `aggregates` only, if given
+        (`shards.py`). A trait nobody created is an empty answer, as Placement's 400 means."""
         shape, now = request.to_query(), self.clock()
         kept = self._answers.get(shape)
         if kept is not None and now - kept.asked_at <= self.max_age and (
@@ -53,7 +55,9 @@ class Candidates:
             return kept
         self.queries += 1
         try:
-            candidates = self.placement.allocation_candidates(request.to_query(limit=limit))
+            extra = [("member_of", "in:" + ",".join(aggregates))] if aggregates else None
+            candidates = self.placement.allocation_candidates(
+                request.to_query(limit=limit, extra=extra))
         except PlacementError as exc:
             if isinstance(exc, ServiceUnavailable) or not explain.unknown_trait(exc):
                 raise

@@ -15,12 +15,13 @@ import random
 import time
 import uuid as uuidlib
 from collections import Counter
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import tenacity
 
-from etcd_compute import claims, instances, messages
+from etcd_compute import claims, instances, messages, shards
 from etcd_compute.errors import (
     ConflictError,
     EtcdComputeError,
@@ -28,7 +29,7 @@ from etcd_compute.errors import (
     PlacementError,
     UsageError,
 )
-from etcd_compute.etcd import Store
+from etcd_compute.etcd import Range, Store
 from etcd_compute.placement import PlacementClient
 from etcd_compute.scheduler import explain, spec_writer
 from etcd_compute.scheduler.context import PlanContext
@@ -41,7 +42,7 @@ from etcd_compute.scheduler.hoststate import (
     instance_counts,
 )
 from etcd_compute.scheduler.planner import NoRoom, Pick, plan
-from etcd_compute.scheduler.request import UUID
+from etcd_compute.scheduler.request import UUID, ResourceRequest
 from etcd_compute.scheduler.spec import Destination, RequestSpec
 from etcd_compute.scheduler.weighers import enabled_weighers
 
@@ -68,6 +69,8 @@ class Scheduler:
         self.rng = rng or random.Random()
         # Claims that lost a race and were planned again; for --json and benchmarks.
         self.replans = 0
+        # Sharded queries that found no room and were asked again of every host.
+        self.unsharded = 0
         # Heartbeat and stats messages already validated, by (key, mod_revision).
         self._decoded: dict[str, dict[tuple[str, int], dict[str, Any]]] = {}
         self._executor: ThreadPoolExecutor | None = None
@@ -137,17 +140,48 @@ class Scheduler:
         return hosts, revision
 
     def plan(self, request_spec: RequestSpec, exclude: frozenset[str] = frozenset(),
-              member: str | None = None) -> tuple[list[Pick], int | None]:
+             member: str | None = None) -> tuple[list[Pick], int | None]:
         """Picks for the request (not claimed), and the group revision they were planned at.
 
         `exclude`: hosts not to consider (a dead one); `member`: an existing instance
         being placed again, which does not count as a member of its own group.
 
-        Round trips: the candidates query, with etcd's heartbeats, stats and the group
-        read meanwhile on another thread; then the candidate hosts' instance counts.
+        Round trips: in a large cluster, the number of live hosts (to pick candidate
+        shards); the candidates query, with etcd's heartbeats, stats and the group read
+        meanwhile on another thread; then the candidate hosts' instance counts. A sharded
+        query that leaves no room is asked again of every host.
         """
+        aggregates = self.shards_for(request_spec.request, request_spec.count,
+                                     lambda: self.store.read_many([Range(
+                                         self.store.keys.alive_prefix(), count_only=True)])[0]
+                                     [0].count)
+        if aggregates is not None:
+            try:
+                return self._plan(request_spec, exclude, member, aggregates)
+            except NoValidHost:
+                self.unsharded += 1  # the whole cluster may have room the shards lack
+        return self._plan(request_spec, exclude, member, None)
+
+    def shards_for(self, request: ResourceRequest, count: int,
+                   hosts: Callable[[], int]) -> list[str] | None:
+        """Shard aggregates to ask Placement about (`shards.py`), or None for every host:
+        only above `shard_above_hosts` live hosts (`hosts()` counts them), and only for a
+        query with an unnumbered resource group and no tree of its own."""
+        threshold = self.settings["shard_above_hosts"]
+        group = request.groups.get("")
+        if not threshold or group is None or not group.resources or \
+                any(g.in_tree for g in request.groups.values()):
+            return None
+        live = hosts()
+        if live <= threshold:
+            return None
+        return shards.pick(live, self.settings["candidate_limit"] + count, self.rng)
+
+    def _plan(self, request_spec: RequestSpec, exclude: frozenset[str], member: str | None,
+              aggregates: list[str] | None) -> tuple[list[Pick], int | None]:
         limit = self.settings["candidate_limit"]
-        query = request_spec.request.to_query(limit=limit)
+        extra = [("member_of", "in:" + ",".join(aggregates))] if aggregates else None
+        query = request_spec.request.to_query(limit=limit, extra=extra)
         keys = self.store.keys
         etcd_view = self._background.submit(
             lambda: (self.store.read_many(Cluster.heartbeat_reads(keys))[0],
@@ -160,8 +194,9 @@ class Scheduler:
             candidates = {"allocation_requests": [], "provider_summaries": {}}
         heartbeats, (group_hosts, group_revision) = etcd_view.result()
         if not candidates["allocation_requests"]:
-            reasons = explain.explain(self.placement, request_spec.request, None)
-            raise NoValidHost(reasons)
+            if aggregates:
+                raise NoValidHost([])
+            raise NoValidHost(explain.explain(self.placement, request_spec.request, None))
         counts = instance_counts(self.store, candidate_hosts(candidates) - exclude,
                                  self.settings["etcd_max_txn_ops"])
         cluster = Cluster.from_reads(keys, heartbeats, counts,
@@ -177,6 +212,8 @@ class Scheduler:
                          self.settings["host_subset_size"], self.settings["max_attempts"],
                          self.rng)
         except NoRoom as exc:
+            if aggregates:
+                raise NoValidHost([]) from None
             limited = len(candidates["allocation_requests"]) >= min(
                 limit, request_spec.request.limit or limit)
             raise NoValidHost(explain.explain(self.placement, request_spec.request,

@@ -396,3 +396,50 @@ def test_recent_build_failures_push_a_host_back():
     scheduler.update_resource_stats(failing, {"build_failures": [time.time()]})
     (d,) = scheduler.select_destinations(RequestSpec.build(QUERY))
     assert d.host == other
+
+
+# ------------------------------------------------------------------ candidate shards
+
+
+def sharded_cluster(hosts: int = 24):
+    from etcd_compute.shards import aggregate_of
+
+    store, placement = FakeStore("/t"), FakePlacement()
+    uuids = [add_host(placement, store, f"host-{i}") for i in range(hosts)]
+    for uuid in uuids:
+        placement.set_aggregates(uuid, [aggregate_of(uuid)])
+    return store, placement, uuids
+
+
+def test_a_large_cluster_is_asked_about_a_few_shards_only():
+    from etcd_compute.shards import aggregate_of
+
+    store, placement, _ = sharded_cluster()
+    asked = []
+    real = placement.allocation_candidates
+    placement.allocation_candidates = lambda q: asked.append(q) or real(q)
+    scheduler = make_scheduler(store, placement, shard_above_hosts=10, candidate_limit=4)
+    (destination,) = scheduler.select_destinations(RequestSpec.build(QUERY))
+    (query,) = asked
+    assert "member_of=in:" in query
+    assert aggregate_of(destination.host) in query
+    small = make_scheduler(store, placement, shard_above_hosts=30)  # 24 hosts: all of them
+    asked.clear()
+    small.select_destinations(RequestSpec.build(QUERY))
+    assert "member_of" not in asked[0]
+
+
+def test_a_sharded_query_without_room_is_asked_again_of_every_host():
+    store, placement, uuids = sharded_cluster()
+    # Only one host has room left: every other is full.
+    for uuid in uuids[1:]:
+        placement.claim(str(uuidlib.uuid4()), {uuid: {"resources": {"VCPU": 4}}}, "p", "u")
+    scheduler = make_scheduler(store, placement, shard_above_hosts=10, candidate_limit=4)
+    for _ in range(3):
+        (destination,) = scheduler.select_destinations(RequestSpec.build(QUERY))
+        assert destination.host == uuids[0]
+    assert scheduler.unsharded >= 1  # (seeded: the shards picked first missed host-0)
+    with pytest.raises(NoValidHost) as full:  # its 4 VCPU: one left; then none anywhere
+        for _ in range(2):
+            scheduler.select_destinations(RequestSpec.build(QUERY))
+    assert any("VCPU" in reason for reason in full.value.reasons)  # explained from all
