@@ -83,6 +83,44 @@ def run_cli(config_path: Path, count: int, query: str, clients: int) -> RunResul
     return result
 
 
+# An instance nobody has: `schedule.py UUID` for it connects, reads one key, exits 1.
+NOBODY = "00000000-0000-4000-8000-000000000000"
+
+
+def run_floor(config_path: Path, count: int, clients: int) -> RunResult:
+    """The cheapest `schedule.py` that reaches etcd (`schedule.py UUID` of an unknown
+    instance: start, config, TLS, one read), `count` times, `clients` at a time: how many
+    processes a second this machine can start at all, the bound of the (f) variants."""
+    env = cli_environment()
+    result = RunResult()
+    lock = threading.Lock()
+    left = [count]
+
+    def client() -> None:
+        while True:
+            with lock:
+                if left[0] <= 0:
+                    return
+                left[0] -= 1
+            started = time.perf_counter()
+            done = subprocess.run(
+                [sys.executable, str(REPO / "schedule.py"), "--config", str(config_path),
+                 NOBODY], capture_output=True, text=True, timeout=CLI_TIMEOUT, cwd=REPO, env=env)
+            with lock:
+                if done.returncode != 1 or "no instance" not in done.stderr:
+                    result.errors.append(f"exit {done.returncode}: {done.stderr.strip()[:300]}")
+                result.latencies.append(time.perf_counter() - started)
+
+    threads = [threading.Thread(target=client) for _ in range(clients)]
+    wall = time.perf_counter()
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    result.wall_seconds = time.perf_counter() - wall
+    return result
+
+
 def queue_client(config: dict[str, Any], count: int, query: str) -> RunResult:
     """One warm client: `count` requests through the queue, one after the other."""
     store = Store(config["etcd"])

@@ -100,6 +100,10 @@ def service_targets(results: dict[str, Any]) -> list[tuple[str, str, str, str]]:
                 rows.append((f"({key}) service, {what} >= {factor}x (e) at {suite['hosts']} "
                              "hosts", backend, f"{ratio:.2f}x",
                              _verdict(ratio >= factor, f"{ratio / factor:.1%} of target")))
+        if "f8s" in rate and "cli_processes" in floor:
+            ratio = rate["f8s"] / floor["cli_processes"]["instances_per_second"]
+            rows.append(("(f8s) against the process floor (8 `schedule.py UUID` at once)",
+                         backend, f"{ratio:.2f}x", "measured"))
         for key in ("g32", "f32s"):
             if key in rate and "post_batched" in floor:
                 ratio = rate[key] / floor["post_batched"]["instances_per_second"]
@@ -272,7 +276,9 @@ def markdown(results: dict[str, Any], plots: list[str], plot_prefix: str) -> str
                 f"{v['checks']['records_active']}/{v['instances']} ACTIVE |")
         floor = suite.get("floor", {})
         for name, title in (("post_batched", "Placement floor: batched `POST /allocations`"),
-                            ("put_sequential", "Placement floor: one `PUT /allocations` each")):
+                            ("put_sequential", "Placement floor: one `PUT /allocations` each"),
+                            ("cli_processes", "process floor: `schedule.py UUID` (start, "
+                                              "config, one etcd read), 8 at a time")):
             if name in floor:
                 f = floor[name]
                 rate = f["instances_per_second"]

@@ -13,10 +13,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench import floor, notification, ours, stats, verify
+from bench import clients, floor, notification, ours, stats, verify
 from bench.footprint import RssSampler
 from bench.placements import RunResult
-from bench.services import ComputeProcess, Stack, fake_compute_config, say
+from bench.services import ComputeProcess, Stack, fake_compute_config, say, write_config
 from bench.variants import QUERY, all_variants
 from etcd_compute.etcd import Store
 from etcd_compute.placement import PlacementClient
@@ -132,8 +132,19 @@ def run_suite(backend: str, run_dir: Path, hosts: int, count: int, batch: int,
                 "samples_ms": [1000 * x for x in delays]}
             verify.wipe(store, placement, checks.pop("consumers"), project, fake_dir)
 
+        if not only or "f8s" in only or "f8" in only:
+            say(f"{backend}: process floor: {cli_instances} `schedule.py UUID` (no such "
+                f"instance), {processes} at a time")
+            floor_result = clients.run_floor(write_config(run_dir, "schedule-floor", config),
+                                             cli_instances, processes)
+            if floor_result.errors:
+                raise verify.CheckFailed(f"process floor: {floor_result.errors[0]}")
+            out.setdefault("floor", {})["cli_processes"] = stats.summarize(floor_result)
+            out["floor"]["cli_processes"].update(
+                batch=1, instances_per_second=cli_instances / floor_result.wall_seconds)
+
         if batch_placed:
-            out["floor"] = {}
+            out.setdefault("floor", {})
             for name, size in (("post_batched", batch), ("put_sequential", 1)):
                 say(f"{backend}: Placement floor, {name} ({size} per request)")
                 result: RunResult = floor.claim_batches(config, batch_placed, size)
