@@ -220,7 +220,8 @@ class Batcher:
         if self.store.get(request.entry.key) is None:
             LOG.info("request %s withdrawn before it was answered", request.uuid)
             self._forget(request.uuid)
-        elif any(self.store.get(self.keys.location(u)) is not None for u in request.instances):
+        elif any(self.store.get(self.keys.location(u)) is not None for u in request.instances) \
+                or self.store.get(self.keys.queue_answer(request.uuid)) is not None:
             self._answer(request, in_use(request))
         else:
             self._retry_later(request, "its server group changed while it was planned")
@@ -370,7 +371,13 @@ class Batcher:
 
     def _answer(self, request: Pending, error: EtcdComputeError) -> None:
         self.stats["refused"] += 1
-        self._commit([(request, answer_of(error, 1))])
+        if not self._commit([(request, answer_of(error, 1))]) and \
+                self.store.get(self.keys.queue_answer(request.uuid)) is not None:
+            # An answer of an earlier request with this uuid is still there: nobody can be
+            # told; the request goes, or it would come back at every pass.
+            LOG.warning("request %s removed unanswered: its uuid has an answer already",
+                        request.uuid)
+            self._commit([], removals=[request])
         self._forget(request.uuid)
 
     def _retry_later(self, request: Pending, why: str) -> None:

@@ -298,3 +298,17 @@ def test_a_steady_stream_reuses_the_candidates_minus_what_it_claimed():
     # One batch query, then one fresh one for the request that did not fit the kept
     # answer (and the direct path's own query, and its explanation, for the answer).
     assert len(asked) >= 3 and service.batcher.candidates.reused == 1
+
+
+def test_a_request_whose_uuid_still_has_an_answer_is_removed_not_looped_on():
+    service = Service()
+    first = service.ask()
+    service.run()
+    assert len(placed(service, first)) == 1  # its answer stays until collected (or expires)
+    service.store.put(messages.SCHEDULE_REQUEST, service.store.keys.queue_request(first),
+                      request_message(RequestSpec.build(BIG), "replay"))
+    for _ in range(3):
+        service.batcher.not_before.clear()
+        service.run()
+    assert service.pending() == []
+    assert len(service.placement.consumers) == 1
