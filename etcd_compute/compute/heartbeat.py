@@ -51,6 +51,7 @@ class Heartbeat:
 
     def _loop(self) -> None:
         interval = max(self.ttl / 3, 0.5)
+        failing_since: float | None = None
         while not self.stopping.wait(interval):
             try:
                 with self.lock:
@@ -58,7 +59,15 @@ class Heartbeat:
                 if response.TTL <= 0:
                     LOG.warning("heartbeat lease expired; taking a new one")
                     self._new_lease()
+                else:
+                    # Each refresh, so a test (or an operator at DEBUG) sees when it resumed.
+                    LOG.debug("heartbeat: lease %x refreshed", self.lease.id)
+                if failing_since is not None:
+                    LOG.info("heartbeat: etcd answers again after %.1f s",
+                             time.monotonic() - failing_since)
+                    failing_since = None
             except ETCD_DOWN + (ServiceUnavailable, IndexError):
+                failing_since = failing_since or time.monotonic()
                 LOG.warning("heartbeat: etcd unreachable; retrying")
             except Exception:
                 LOG.exception("heartbeat failed")
