@@ -53,6 +53,7 @@ ETCD_DOWN = (
     pyetcd.exceptions.ConnectionTimeoutError,
     pyetcd.exceptions.InternalServerError,
     pyetcd.exceptions.NoServerAvailableError,
+    pyetcd.exceptions.WatchTimedOut,
     grpc.RpcError,
 )
 
@@ -273,6 +274,11 @@ class KeyValueStore:
         """Run `txn`: the revision it wrote at, or None if a comparison failed."""
         raise NotImplementedError
 
+    def keep_alive(self, lease_id: int, timeout: float) -> int:
+        """Refresh a lease, each try within `timeout`; the TTL it has now (<= 0: gone).
+        Repeatable, so a silent member costs `timeout`, then the next member is asked."""
+        return int(self._rpc(lambda client: client.keep_alive(lease_id, timeout)))
+
     def grant(self, ttl: int) -> int:
         """The id of a new lease of `ttl` seconds, for keys that expire on their own."""
         raise NotImplementedError
@@ -392,6 +398,11 @@ class Store(KeyValueStore):
         """A new lease (pyetcd's Lease: `.id`, `.refresh()`, `.revoke()`). Repeatable: a
         lease granted twice leaves one unused, which etcd drops after `ttl`."""
         return self._rpc(lambda client: client.lease(ttl))
+
+    def keep_alive(self, lease_id: int, timeout: float) -> int:
+        """Refresh a lease, each try within `timeout`; the TTL it has now (<= 0: gone).
+        Repeatable, so a silent member costs `timeout`, then the next member is asked."""
+        return int(self._rpc(lambda client: client.keep_alive(lease_id, timeout)))
 
     def grant(self, ttl: int) -> int:
         return int(self.lease(ttl).id)

@@ -15,6 +15,8 @@ from typing import Any
 
 import grpc
 import pyetcd
+import pyetcd.exceptions
+from pyetcd import etcdrpc
 
 # gRPC codes after which the member asked is left for the next one (pyetcd's own list).
 FAILOVER_CODES = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED,
@@ -39,3 +41,25 @@ class FailoverClient(pyetcd.MultiEndpointEtcd3Client):
         if exc.code() in FAILOVER_CODES:
             self.next_endpoint()
         super()._manage_grpc_errors(exc)
+
+    def add_watch_callback(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return super().add_watch_callback(*args, **kwargs)
+        except pyetcd.exceptions.WatchTimedOut:
+            # The member did not even confirm the watch (silent, no error): the next one.
+            self.next_endpoint()
+            raise
+
+    def keep_alive(self, lease_id: int, timeout: float) -> int:
+        """One keep-alive of a lease, within `timeout` (pyetcd's own uses the client's
+        timeout, which may be most of the lease's TTL); the TTL etcd gives it now, 0 when
+        the lease is gone."""
+        request = etcdrpc.LeaseKeepAliveRequest(ID=lease_id)
+        try:
+            for response in self.leasestub.LeaseKeepAlive(
+                    iter([request]), timeout, credentials=self.call_credentials,
+                    metadata=self.metadata):
+                return int(response.TTL)
+        except grpc.RpcError as exc:
+            self._manage_grpc_errors(exc)
+        return 0

@@ -21,6 +21,8 @@ from etcd_compute.etcd import ETCD_DOWN, Store
 
 LOG = logging.getLogger("etcd_compute.compute")
 
+RETRY_SECONDS = 0.2
+
 
 class Heartbeat:
     def __init__(self, store: Store, hosts: dict[str, HostIdentity], ttl: int,
@@ -51,12 +53,17 @@ class Heartbeat:
 
     def _loop(self) -> None:
         interval = max(self.ttl / 3, 0.5)
+        # A try must end well within the TTL, whatever etcd.timeout is: a member that went
+        # silent costs this much, then the next member is asked.
+        timeout = min(self.store.config.get("timeout", 5.0), interval)
         failing_since: float | None = None
-        while not self.stopping.wait(interval):
+        wait = interval
+        while not self.stopping.wait(wait):
+            wait = interval
             try:
                 with self.lock:
-                    response = list(self.lease.refresh())[0]
-                if response.TTL <= 0:
+                    ttl_left = self.store.keep_alive(self.lease.id, timeout)
+                if ttl_left <= 0:
                     LOG.warning("heartbeat lease expired; taking a new one")
                     self._new_lease()
                 else:
@@ -66,9 +73,13 @@ class Heartbeat:
                     LOG.info("heartbeat: etcd answers again after %.1f s",
                              time.monotonic() - failing_since)
                     failing_since = None
-            except ETCD_DOWN + (ServiceUnavailable, IndexError):
-                failing_since = failing_since or time.monotonic()
-                LOG.warning("heartbeat: etcd unreachable; retrying")
+            except ETCD_DOWN + (ServiceUnavailable,):
+                # The client has moved on to another member: try it soon, not a third of
+                # a TTL later (the TTL may be nearly spent by now).
+                wait = RETRY_SECONDS
+                if failing_since is None:  # once per outage, not five times a second
+                    failing_since = time.monotonic()
+                    LOG.warning("heartbeat: etcd unreachable; retrying")
             except Exception:
                 LOG.exception("heartbeat failed")
 
