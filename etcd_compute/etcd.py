@@ -35,7 +35,13 @@ import pyetcd.transactions  # noqa: E402
 
 from etcd_compute import messages
 from etcd_compute.errors import ConfigError, EtcdComputeError, InvalidMessage, ServiceUnavailable
-from etcd_compute.etcd_failover import FailoverClient
+from etcd_compute.etcd_failover import (
+    ETCD_DOWN,
+    UNREACHABLE_CODES,
+    FailoverClient,
+    never_sent,
+    unreachable,
+)
 from etcd_compute.keys import Keys
 
 GRPC_OPTIONS = [
@@ -46,17 +52,6 @@ GRPC_OPTIONS = [
     ("grpc.keepalive_time_ms", 10_000), ("grpc.keepalive_timeout_ms", 5_000),
     ("grpc.http2.max_pings_without_data", 0),
 ]
-
-# What a dead or restarting etcd looks like through pyetcd.
-ETCD_DOWN = (
-    pyetcd.exceptions.ConnectionFailedError,
-    pyetcd.exceptions.ConnectionTimeoutError,
-    pyetcd.exceptions.InternalServerError,
-    pyetcd.exceptions.NoServerAvailableError,
-    pyetcd.exceptions.WatchTimedOut,
-    grpc.RpcError,
-)
-
 
 def _read(setting: str, path: str) -> bytes:
     try:
@@ -93,34 +88,8 @@ def connect(etcd_config: dict[str, Any]) -> pyetcd.MultiEndpointEtcd3Client:
             user=etcd_config.get("user"), password=etcd_config.get("password"))
 
 
-# gRPC codes that mean "etcd is not there (now)", as opposed to "etcd refused this".
-UNREACHABLE_CODES = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED}
-
-
 # What gRPC says when the TLS handshake, not the network, failed.
 TLS_FAULTS = ("SSL", "ssl", "certificate", "handshake", "TLS", "tls")
-
-
-def _grpc_cause(exc: BaseException) -> Any:
-    """The gRPC error behind `exc` (pyetcd raises its own exception from inside gRPC's)."""
-    return exc if hasattr(exc, "details") else exc.__context__
-
-
-def unreachable(exc: BaseException) -> bool:
-    """`exc` says the member could not be reached (now), not that etcd refused the call."""
-    if not isinstance(exc, ETCD_DOWN):
-        return False
-    cause = _grpc_cause(exc)
-    code = cause.code() if hasattr(cause, "code") else None
-    return code is None or code in UNREACHABLE_CODES
-
-
-def never_sent(exc: BaseException) -> bool:
-    """gRPC could not even connect to the member: the request never left, so sending it
-    to another member cannot apply it twice."""
-    cause = _grpc_cause(exc)
-    details = (cause.details() or "") if hasattr(cause, "details") else ""
-    return unreachable(exc) and "failed to connect" in details
 
 
 class PermissionDenied(EtcdComputeError):

@@ -5,18 +5,60 @@ seconds after a failure; we set that to 0 (see etcd.py: a restarted single
 etcd must be usable again at once), and then it never moved at all. A client
 whose member died failed every call until that member came back, while the
 rest of the cluster served. Here every call, watch or lease keep-alive that
-found its member unreachable moves the client to the next endpoint.
+found its member unreachable moves the client to the next endpoint. Also here:
+what counts as unreachable (`ETCD_DOWN`, `unreachable`), and when a failed
+write certainly never left (`never_sent`), so `Store` may send it elsewhere.
 """
 
 from __future__ import annotations
 
+import os
 import threading
 from typing import Any
 
-import grpc
-import pyetcd
-import pyetcd.exceptions
-from pyetcd import etcdrpc
+# As in etcd.py: gRPC's C core must know before grpc is imported (whichever imports it).
+os.environ.setdefault("GRPC_VERBOSITY", "NONE")
+
+import grpc  # noqa: E402
+import pyetcd  # noqa: E402
+import pyetcd.exceptions  # noqa: E402
+from pyetcd import etcdrpc  # noqa: E402
+
+# What a dead or restarting etcd looks like through pyetcd.
+ETCD_DOWN = (
+    pyetcd.exceptions.ConnectionFailedError,
+    pyetcd.exceptions.ConnectionTimeoutError,
+    pyetcd.exceptions.InternalServerError,
+    pyetcd.exceptions.NoServerAvailableError,
+    pyetcd.exceptions.WatchTimedOut,
+    grpc.RpcError,
+)
+
+# gRPC codes that mean "etcd is not there (now)", as opposed to "etcd refused this".
+UNREACHABLE_CODES = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED}
+
+
+def _grpc_cause(exc: BaseException) -> Any:
+    """The gRPC error behind `exc` (pyetcd raises its own exception from inside gRPC's)."""
+    return exc if hasattr(exc, "details") else exc.__context__
+
+
+def unreachable(exc: BaseException) -> bool:
+    """`exc` says the member could not be reached (now), not that etcd refused the call."""
+    if not isinstance(exc, ETCD_DOWN):
+        return False
+    cause = _grpc_cause(exc)
+    code = cause.code() if hasattr(cause, "code") else None
+    return code is None or code in UNREACHABLE_CODES
+
+
+def never_sent(exc: BaseException) -> bool:
+    """gRPC could not even connect to the member: the request never left, so sending it
+    to another member cannot apply it twice."""
+    cause = _grpc_cause(exc)
+    details = (cause.details() or "") if hasattr(cause, "details") else ""
+    return unreachable(exc) and "failed to connect" in details
+
 
 # gRPC codes after which the member asked is left for the next one (pyetcd's own list).
 FAILOVER_CODES = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED,
