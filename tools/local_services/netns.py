@@ -9,7 +9,9 @@
 Everything is named with a short random id, so two runs on one machine never
 collide, and registered in /run/etcd-compute-netns/<id> with the creator's
 pid: a later `create` removes what a run killed before its teardown left
-behind (its pid is gone). Addresses are from 10.77.0.0/16 and exist only on
+behind (its pid is gone): namespaces, veths and bridge, not processes (a member
+left running by a SIGKILLed run is cut off, and is for whoever started it to
+stop). Addresses are from 10.77.0.0/16 and exist only on
 this bridge and in these namespaces: nothing of ours reaches beyond them.
 
 Plain `ip` commands (iproute2), no extra dependency. `ip netns exec` execs the
