@@ -52,3 +52,95 @@ def test_a_zone_with_more_room_takes_more(zones):
     counts = placed_by_zone(zones)
     assert counts["a"] > max(counts[name] for name in ("b", "c", "d"))
     assert sum(counts.values()) == 26
+
+
+def four_each(zones) -> None:
+    """Room for 20 instances of QUERY: a 8 (two hosts), b, c, d 4 each, the parent none."""
+    for name, count in {"a": 2, "b": 1, "c": 1, "d": 1}.items():
+        for i in range(count):
+            zones[name].add_host(f"h{i}")
+
+
+def test_a_count_no_zone_could_take_alone_is_placed_across_zones(zones):
+    four_each(zones)
+    run = zones.run(QUERY, "--count", "14", "--name", "batch", "--json")
+    assert run.code == 0, run.stdout + run.stderr
+    placed = run.json()["instances"]
+    assert sorted(p["name"] for p in placed) == sorted(f"batch-{n}" for n in range(1, 15))
+    counts = placed_by_zone(zones)
+    assert sum(counts.values()) == 14 and len(counts) >= 3 and max(counts.values()) <= 8
+    assert Counter(p["zone"] for p in placed) == {
+        {"d": "c/d"}.get(name, name): n for name, n in counts.items()}
+    # The parent indexes each instance by its zone; no request is left in flight.
+    index = zones.parent.store.read_prefix("zone_instance", zones.parent.store.keys.zone_index())
+    assert {uuid: where["zone"] for uuid, where in index.items()} == {
+        p["uuid"]: p["zone"] for p in placed}
+    assert zones.parent.keys("/zone-intents/") == []
+
+
+def test_a_count_over_the_sum_of_all_zones_leaves_nothing_anywhere(zones):
+    four_each(zones)
+    run = zones.run(QUERY, "--count", "21")
+    assert run.code == 1, run.stderr
+    lines = run.stdout.splitlines()
+    assert lines[:2] == ["NO ALLOCATIONS LEFT", "room for only 20 of the 21 instances requested "
+                                                "across 5 zone(s); nothing was claimed"]
+    for zone, room in {"a": 8, "b": 4, "c": 4, "c/d": 4}.items():
+        assert f"zone {zone}: room for {room}" in lines
+    assert any(line.startswith("zone hq: resources=VCPU:1: no resource provider has any VCPU")
+               for line in lines), lines
+    assert placed_by_zone(zones) == {}
+    assert zones.parent.keys("/zone-intents/") == zones.parent.keys("/zone-of/") == []
+
+
+def test_zone_routes_a_request_to_one_zone_or_below(zones):
+    four_each(zones)
+    zones.parent.add_host("own")
+    run = zones.run(QUERY, "--count", "3", "--zone", "c/d")
+    assert run.code == 0, run.stderr
+    assert {zone for _, _, zone in notified(run.stdout)} == {"c/d"}
+    run = zones.run(QUERY, "--count", "3", "--zone", "c")  # c and what is below it
+    assert run.code == 0, run.stderr
+    assert placed_by_zone(zones) == {"c": 3, "d": 3}
+    run = zones.run(QUERY, "--count", "5", "--zone", "hq")  # this zone's own hosts only
+    assert run.code == 1 and "room for only 4 of the 5" in run.stdout
+    run = zones.run(QUERY, "--zone", "hq")
+    assert run.code == 0 and notified(run.stdout)[0][2] == ""
+    run = zones.run(QUERY, "--zone", "nowhere")
+    assert (run.code, run.stdout) == (2, "")
+    assert run.stderr == "schedule.py: error: --zone: no zone nowhere (see schedule.py zone list)\n"
+
+
+def test_an_instance_in_any_zone_is_shown_listed_and_destroyed_from_the_parent(zones):
+    four_each(zones)
+    run = zones.run(QUERY, "--count", "2", "--zone", "c/d", "--name", "deep")
+    assert run.code == 0, run.stderr
+    (_, first, _), (_, second, _) = notified(run.stdout)
+    shown = zones.run(first)
+    assert shown.code == 0, shown.stderr
+    assert re.search(r"^state\s+SCHEDULED$", shown.stdout, re.M)
+    assert re.search(r"^zone\s+c/d$", shown.stdout, re.M), shown.stdout
+    # d answers for its own instances on its own.
+    local = zones.run(first, "--json", zone="d")
+    assert local.code == 0 and local.json()["name"] == "deep-1" and "zone" not in local.json()
+    listed = zones.run("list", "--json")
+    assert listed.code == 0, listed.stderr
+    assert {(r["uuid"], r["zone"]) for r in listed.json()} == {(first, "c/d"), (second, "c/d")}
+    table = zones.run("list").stdout.splitlines()
+    assert table[0].split() == ["UUID", "NAME", "STATE", "HOST", "IP", "RESOURCES", "ZONE"]
+    console = zones.run("console", first)
+    assert (console.code, console.stderr) == (1, (
+        f"schedule.py: error: console of {first} not published yet (state SCHEDULED); the "
+        "compute publishes it once the instance is ACTIVE\n"))
+    destroyed = zones.run("destroy", first)
+    assert destroyed.stdout == f"DESTROY REQUESTED FOR INSTANCE {first}\n", destroyed.stderr
+    d = zones["d"]
+    spec, _ = d.store.read("instance_spec", d.store.keys.spec(d.specs()[first], first))
+    assert spec["action"] == "destroy"
+    # Gone from d (its host finished the destroy): the parent forgets it when asked.
+    d.store.delete(d.store.keys.spec(d.specs()[first], first))
+    d.store.delete(d.store.keys.record(spec["host"], first))
+    gone = zones.run(first)
+    assert gone.code == 1 and "no instance" in gone.stderr
+    assert zones.parent.store.get(zones.parent.store.keys.zone_of(first)) is None
+    assert zones.parent.store.get(zones.parent.store.keys.zone_of(second)) is not None
