@@ -6,6 +6,8 @@ from __future__ import annotations
 import re
 from collections import Counter
 
+from tests.support import wait_for
+
 QUERY = "resources=VCPU:1,MEMORY_MB:256,DISK_GB:1"
 
 
@@ -144,3 +146,25 @@ def test_an_instance_in_any_zone_is_shown_listed_and_destroyed_from_the_parent(z
     assert gone.code == 1 and "no instance" in gone.stderr
     assert zones.parent.store.get(zones.parent.store.keys.zone_of(first)) is None
     assert zones.parent.store.get(zones.parent.store.keys.zone_of(second)) is not None
+
+
+def test_a_real_compute_in_a_grandchild_builds_what_the_parent_placed(zones, compute_config,
+                                                                      start_compute):
+    """compute.py (fake driver, two simulated hosts) in d; the parent schedules there, waits
+    for ACTIVE, reads the console and destroys it, as if d were its own zone."""
+    d = zones["d"]
+    config = {**compute_config, "etcd": d.config["etcd"], "placement": d.config["placement"]}
+    compute = start_compute(config, "--fake-hosts", "2")
+    wait_for(lambda: len(d.keys("/alive/")) == 2, what="d's two fake hosts alive")
+    run = zones.run(QUERY, "--count", "2", "--wait", "--name", "far")
+    assert run.code == 0, run.stdout + run.stderr + compute.log()
+    (_, first, zone), _ = notified(run.stdout)
+    assert zone == "c/d"
+    assert re.search(rf"^{first} ACTIVE on \S+ ip=\S+$", run.stdout, re.M), run.stdout
+    console = wait_for(lambda: (lambda r: r if r.code == 0 else None)(
+        zones.run("console", first)), what="console published")
+    assert console.stdout == f"fake console of {first}: booted\n"
+    gone = zones.run("destroy", first, "--wait")
+    assert gone.code == 0, gone.stderr
+    assert f"{first} DELETED" in gone.stdout
+    assert first not in d.allocations() and len(d.allocations()) == 1
