@@ -46,7 +46,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--cert-key", metavar="FILE",
                        help="zone add: that certificate's key (mode 0600)")
     group.add_argument("--timeout", type=float, metavar="SECONDS",
-                       help="zone add: how long to wait on its etcd or Placement (default 5)")
+                       help="zone add: how long to wait on its etcd and Placement "
+                            "(default 5 and 30)")
     group.add_argument("--force", action="store_true",
                        help="zone delete: even while it holds instances placed from here")
 
@@ -217,8 +218,7 @@ def _add(args: argparse.Namespace, config: dict[str, Any], rest: list[str],
         raise UsageError("zone add: --etcd and --placement are required")
     entry = registry.record(
         name, [e.strip() for e in args.etcd.split(",") if e.strip()], args.etcd_prefix or "",
-        args.placement, args.ca_cert, args.cert, args.cert_key,
-        args.timeout if args.timeout is not None else registry.DEFAULT_TIMEOUT)
+        args.placement, args.ca_cert, args.cert, args.cert_key, args.timeout)
     if registry.identity(registry.client_config(config, entry)) == registry.identity(config):
         raise UsageError(f"zone add {name}: that is this zone's own etcd and prefix")
     with zone_tree(config) as tree:
@@ -317,7 +317,8 @@ def _show(args: argparse.Namespace, config: dict[str, Any], rest: list[str],
                         f"{entry['etcd']['prefix'] or '-'}"),
                ("placement", entry["placement"]["endpoint"]),
                ("credentials", files),
-               ("timeout", f"{entry['etcd']['timeout']:g} s")])
+               ("timeouts", f"etcd {entry['etcd']['timeout']:g} s, Placement "
+                            f"{entry['placement']['timeout']:g} s")])
     _print_info(found)
     return 0
 

@@ -22,7 +22,7 @@ import uuid as uuidlib
 from typing import Any
 
 from etcd_compute import instances, messages
-from etcd_compute.errors import InvalidMessage
+from etcd_compute.errors import InvalidMessage, UsageError
 from etcd_compute.etcd import Compare, Delete, KeyValueStore, Txn, put_message
 from etcd_compute.zones import undo
 from etcd_compute.zones.tree import ZONE_FAULTS, ZoneTree, ZoneUnreachable
@@ -91,6 +91,7 @@ def sweep(tree: ZoneTree, grace: float, now: float | None = None) -> list[str]:
     store = tree.root.store
     done = []
     for intent, (message, revision) in pending(store, grace, now).items():
+        guard = [Compare(store.keys.zone_intent(intent), "mod", "==", revision)]
         try:
             zones = {path: tree.find(path) for path in message["zones"]}
             exists = {path: [uuid for uuid in uuids
@@ -99,7 +100,11 @@ def sweep(tree: ZoneTree, grace: float, now: float | None = None) -> list[str]:
         except (*ZONE_FAULTS, ZoneUnreachable) as exc:
             LOG.info("zone intent %s: kept for later (%s)", intent, exc)
             continue
-        guard = [Compare(store.keys.zone_intent(intent), "mod", "==", revision)]
+        except UsageError as exc:
+            # A zone deleted since (zone delete --force): nothing here to act on any more.
+            store.commit(Txn(guard, [Delete(store.keys.zone_intent(intent))]))
+            done.append(f"request {intent}: dropped ({exc})")
+            continue
         if not message.get("abandoned") and all(
                 len(exists[path]) == len(uuids) for path, uuids in message["zones"].items()):
             placed = {uuid: path for path, uuids in message["zones"].items() for uuid in uuids}

@@ -31,7 +31,9 @@ NAME = re.compile(r"\A[a-z][a-z0-9-]{0,31}\Z")
 # Zones below zones below ...: deeper than this is refused (and a loop is found sooner).
 MAX_DEPTH = 8
 TLS_FILES = ("ca_cert", "cert", "key")
-DEFAULT_TIMEOUT = 5.0
+# How long a zone's etcd and Placement are waited on, unless `zone add --timeout` says:
+# etcd answers in milliseconds; a Placement claim for a large --count takes seconds.
+DEFAULT_TIMEOUTS = {"etcd": ETCD_DEFAULTS["timeout"], "placement": PLACEMENT_DEFAULTS["timeout"]}
 
 
 def check_name(name: str, option: str = "zone") -> str:
@@ -53,16 +55,17 @@ def parse_path(path: str, option: str = "--zone") -> list[str]:
 
 def record(name: str, etcd_endpoints: list[str], etcd_prefix: str, placement_endpoint: str,
            ca_cert: str | None = None, cert: str | None = None, key: str | None = None,
-           timeout: float = DEFAULT_TIMEOUT) -> dict[str, Any]:
+           timeout: float | None = None) -> dict[str, Any]:
     """The zone message for `zone add`, checked (schema, then its credential files)."""
     check_name(name, "zone add")
     files = {"ca_cert": ca_cert, "cert": cert, "key": key}
     files = {k: str(Path(v).resolve()) if v else None for k, v in files.items()}
     entry = {
         "name": name,
-        "etcd": {"endpoints": etcd_endpoints, "prefix": etcd_prefix, "timeout": timeout,
-                 **files},
-        "placement": {"endpoint": placement_endpoint, "timeout": timeout, **files},
+        "etcd": {"endpoints": etcd_endpoints, "prefix": etcd_prefix,
+                 "timeout": timeout or DEFAULT_TIMEOUTS["etcd"], **files},
+        "placement": {"endpoint": placement_endpoint,
+                      "timeout": timeout or DEFAULT_TIMEOUTS["placement"], **files},
         "added_at": time.time(),
     }
     try:

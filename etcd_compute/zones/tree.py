@@ -208,8 +208,9 @@ class ZoneTree:
             except ZONE_FAULTS as exc:
                 if top:
                     raise
+                # Nothing below it can be reached (a route through it included).
                 out.lost(zone.path, str(exc))
-                kids, bad = [], {}
+                kids, bad, rest = [], {}, None
             if rest:
                 target = join(zone.path, rest[0])
                 kids = [kid for kid in kids if kid.name == rest[0]]

@@ -103,3 +103,15 @@ def test_an_unreadable_intent_is_dropped():
     store.put_raw(store.keys.zone_intent("x"), "{\"zones\": 1}")
     assert journal.pending(store, grace=0) == {}
     assert store.get(store.keys.zone_intent("x")) is None
+
+
+def test_an_intent_for_a_zone_deleted_since_is_dropped():
+    world, uuids = world_with_instances()
+    store = world["parent"].store
+    intent = journal.begin(store, {"a": uuids})
+    journal.abandon(store, intent, {"a": uuids})
+    store.delete(store.keys.zone("a"))
+    with world.tree() as tree:
+        done = journal.sweep(tree, grace=0)
+    assert done == [f"request {intent}: dropped (no zone a (see schedule.py zone list))"]
+    assert intents(world) == {}

@@ -97,3 +97,11 @@ def test_find_connects_along_the_path():
         world["c"].store.down = True
         with pytest.raises(ZoneUnreachable, match="zone b/c is unreachable"):
             tree.find("b/c/d")
+
+
+def test_a_route_through_an_unreachable_zone_says_so():
+    world = tree_of_four()
+    world["b"].store.down = True
+    with world.tree() as tree:
+        walk = tree.walk(lambda z: 1, route="b/c")
+    assert walk.results == {} and walk.unreachable == {"b": "etcd at zone is unreachable"}
