@@ -187,7 +187,7 @@ def cmd_schedule(args: argparse.Namespace, config: dict[str, Any]) -> int:
     )
     scheduler = Scheduler(config)
     try:
-        if zones_cli.federated(scheduler, route):
+        if zones_cli.federated(scheduler.store, route):
             return zones_cli.schedule(args, config, scheduler, request_spec, route,
                                       lambda exc: _no_valid_host(args, exc), _progress)
         try:

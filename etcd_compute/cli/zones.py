@@ -121,11 +121,12 @@ def list_instances(tree: Any, host: str | None, state: str | None
     return lookup.list_all(tree, host, state)
 
 
-def federated(scheduler: Any, route: str | None) -> bool:
-    """Whether a request goes across zones: a route below here, or any zone recorded."""
+def federated(store: Any, route: str | None) -> bool:
+    """Whether a request goes across zones: a route below here, or any zone recorded (one
+    keys-only read of this zone's etcd)."""
     if route is not None:
         return route != ""
-    entries, _ = scheduler.store.get_prefix(scheduler.store.keys.zones(), keys_only=True)
+    entries, _ = store.get_prefix(store.keys.zones(), keys_only=True)
     return bool(entries)
 
 
@@ -150,7 +151,7 @@ def schedule(args: argparse.Namespace, config: dict[str, Any], scheduler: Any,
             return no_valid_host(exc)
         if args.json and not args.wait:
             _emit_json({"instances": [p.as_dict() for p in placed],
-                        "replans": federation.replans})
+                        "conflicts": federation.conflicts, "replans": federation.replans})
         elif not args.json:
             for one in placed:
                 where = f" IN ZONE {one.zone}" if one.zone else ""
@@ -177,7 +178,8 @@ def schedule(args: argparse.Namespace, config: dict[str, Any], scheduler: Any,
         final = {uuid: record for records in finals.values() for uuid, record in records.items()}
         if args.json:
             _emit_json({"instances": [{**p.as_dict(), "record": final.get(p.destination.uuid)}
-                                      for p in placed], "replans": federation.replans})
+                                      for p in placed],
+                        "conflicts": federation.conflicts, "replans": federation.replans})
         ok = all(r is not None and r["state"] == instances.ACTIVE for r in final.values())
         return 0 if ok else 1
 

@@ -85,6 +85,8 @@ class Federation:
         self.settings = tree.config["scheduler"]
         self.rng = rng or random.Random()
         self.replans = 0
+        # Placement's 409s in the zones of the last plan (as `schedule.py --json` reports).
+        self.conflicts = 0
         # What the sweep at the start of the last request did (journal.sweep).
         self.swept: list[str] = []
 
@@ -169,6 +171,7 @@ class Federation:
                        written={p for p, r in written.items() if r is not None} | set(failed))
             raise self._why({**failed, **refused})
         journal.finish(root, intent, {uuid: path for path in chosen for uuid in uuids[path]})
+        self.conflicts = sum(zones[path].placement.conflicts for path in estimates)
         return [Placed(path, d) for path in chosen for d in batches[path]]
 
     def _undo(self, intent: str, zones: dict[str, Zone], uuids: dict[str, list[str]],
