@@ -268,10 +268,11 @@ def _list(args: argparse.Namespace, config: dict[str, Any], _rest: list[str],
     if args.json:
         _emit_json(rows)
         return 0
-    table([[r["name"], "yes" if r["reachable"] else f"NO: {r['reason']}",
-            info.brief(r["capabilities"]) if r["capabilities"] else "-", r["etcd"],
-            r["placement"]] for r in rows],
-          ["NAME", "REACHABLE", "CAPABILITIES", "ETCD", "PLACEMENT"])
+    # The widest column last: the capabilities, or why the zone cannot be reached.
+    table([[r["name"], "yes" if r["reachable"] else "NO", r["etcd"], r["placement"],
+            info.brief(r["capabilities"]) if r["capabilities"] else r["reason"] or "-"]
+           for r in rows],
+          ["NAME", "REACHABLE", "ETCD", "PLACEMENT", "CAPABILITIES (OR WHY NOT)"])
     return 0
 
 
