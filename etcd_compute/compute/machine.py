@@ -257,6 +257,14 @@ class InstanceMachine:
         self.jobs[uuid] = job
         future.add_done_callback(lambda _f: self.post(self.on_job_done, (job,)))
 
+    def forget_jobs(self, why: str) -> None:
+        """Every job in flight is gone (its worker was stopped): forget them, so that the
+        next reconcile starts each again; a late completion of one is then ignored."""
+        for uuid, job in list(self.jobs.items()):
+            instance_log(uuid).info("%s %s; resumed by the reconcile", job.kind, why)
+            job.future.cancel()
+            del self.jobs[uuid]
+
     def on_job_done(self, job: Job) -> None:
         compute_metrics.job_finished(job)
         if self.jobs.get(job.uuid) is not job:

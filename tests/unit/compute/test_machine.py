@@ -416,3 +416,17 @@ def test_a_claim_moved_away_for_a_moment_is_waited_for_then_built(host):
     again(*args)
     host.settle()
     assert host.record(spec["uuid"])["state"] == "ACTIVE"
+
+
+def test_jobs_cut_by_a_fence_are_forgotten_so_the_reconcile_starts_them_again(host):
+    spec = host.spec()
+    host.send(spec)
+    [job] = host.machine.jobs.values()
+    host.machine.forget_jobs("cut by the fence")
+    assert host.machine.jobs == {}
+    # The worker's late word on the cut job changes nothing.
+    host.machine.on_job_done(job)
+    assert host.record(spec["uuid"])["state"] == "BUILDING"
+    host.deliver(spec["uuid"])  # what the reconcile does: the build is resumed
+    host.settle()
+    assert host.record(spec["uuid"])["state"] == "ACTIVE"
