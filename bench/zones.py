@@ -205,6 +205,28 @@ def table(results: dict[str, Any]) -> list[str]:
     return lines
 
 
+def measured(results: dict[str, Any]) -> str:
+    """The figures in words: what a parent adds, per instance and per batch."""
+    rows = results["variants"]
+    base, one, two = (rows[name] for name in ("directly in z1", "parent, z1 below",
+                                              "parent, z1 and z2 below"))
+
+    def extra(row: dict[str, Any], key: str) -> str:
+        return f"{row[key]['p50_ms'] - base[key]['p50_ms']:+.0f} ms"
+
+    return (f"One instance per call, p50: {extra(one, 'one_warm')} (warm) and "
+            f"{extra(one, 'one_cold')} (cold) at a parent with one zone below, "
+            f"{extra(two, 'one_warm')} and {extra(two, 'one_cold')} with two (their estimates "
+            "run in parallel, but on this shared 2-core machine the three installations' "
+            "services and the scheduler compete for the same cores). A `--count` batch at the "
+            f"parent ran at {one['count']['instances_per_second']:.1f} and "
+            f"{two['count']['instances_per_second']:.1f} inst/s against "
+            f"{base['count']['instances_per_second']:.1f} directly: no cost we can tell from "
+            "this machine's noise with one zone below, and with two the batch is split and "
+            "both halves claimed at once. Warm and cold differ less than run-to-run noise "
+            "here: compare the ratios within one run only.")
+
+
 def markdown(results: dict[str, Any]) -> list[str]:
     """The section bench/REPORT.md gets (bench/report.py adds it when zones.json exists)."""
     settings = results["settings"]
@@ -222,6 +244,8 @@ def markdown(results: dict[str, Any]) -> list[str]:
         f"Afterwards every zone's claims matched its specs (held: {results['held']}).",
         "",
         *table(results),
+        "",
+        measured(results),
         "",
         "What a parent adds to one request: the sweep of its intents (one etcd read), its own "
         "Placement asked for candidates (it has no hosts: an empty answer), each zone's list of "
