@@ -42,7 +42,7 @@ examples:
       --hint anti-affinity=web
   schedule.py 'resources=VCPU:1,MEMORY_MB:256' --zone <aggregate uuid>
   schedule.py 'resources=VCPU:1,MEMORY_MB:256' --count 20 --zone lab2
-  schedule.py zone add lab2 --etcd 10.1.0.1:2379 --placement https://10.1.0.1:8080 \
+  schedule.py zone add lab2 --etcd 10.1.0.1:2379 --placement https://10.1.0.1:8080 \\
       --ca-cert lab2/ca.crt --cert lab2/operator.crt --cert-key lab2/operator.key
   schedule.py zone list
   schedule.py d578fb7c-7787-4e73-b69a-a7b3ef9bf73a
