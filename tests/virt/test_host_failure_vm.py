@@ -154,13 +154,13 @@ def domain_active(uri: str, uuid: str) -> bool:
 
 def test_a_sigkilled_compute_s_guest_is_rebuilt_elsewhere_and_its_stale_copy_destroyed(
         vm_config, host_b, test_guest_image, compute_config, start_compute, start_controller,
-        schedule_config, store, placement, write_yaml, tmp_path):
+        schedule_config, store, placement, write_yaml, tmp_path, run_schedule):
     a = deep_merge(compute_config, {
         "compute": {**{key: vm_config["compute"][key] for key in ("state_dir", "instances_dir")},
                     "job_timeout_seconds": BUILD_SECONDS},
         "driver": {"name": "libvirt", "libvirt": vm_config["driver"]["libvirt"]}})
     a_uri, b_uri = a["driver"]["libvirt"]["uri"], host_b["libvirtd"].uri
-    start_controller(fast_controller(schedule_config))
+    controller = start_controller(fast_controller(schedule_config))
     compute_a = start_compute(a, name="host-a")
     compute_b = start_compute_in(host_b["netns"], host_b, write_yaml, tmp_path)
     try:
@@ -210,6 +210,13 @@ def test_a_sigkilled_compute_s_guest_is_rebuilt_elsewhere_and_its_stale_copy_des
         assert domain_active(b_uri, uuid) and not domain_active(a_uri, uuid)
         assert set(placement.get_allocations(uuid)["allocations"]) == {rp_of(host_b)}
         assert store.get(store.keys.spec(rp_of(a), uuid)) is None
+
+        assert run_schedule("destroy", uuid).code == 0
+        wait_state(store, uuid, "DELETED", timeout=60)
+        assert not domain_active(b_uri, uuid)
+        assert placement.get_allocations(uuid)["allocations"] == {}
     finally:
+        # The controller first: with it gone, stopping host B recovers nothing onto A.
+        controller.stop()
         stop_pid(compute_b.pid)
         destroy_domains(a_uri, a["compute"]["instances_dir"])
