@@ -8,6 +8,7 @@ bench/analysis.md (what bounds each figure, profiles) is included as is.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -288,6 +289,11 @@ def markdown(results: dict[str, Any], plots: list[str], plot_prefix: str) -> str
     lines += [f"![{name}]({plot_prefix}{name})" for name in plots]
     if ANALYSIS.exists():
         lines += ["", ANALYSIS.read_text().strip()]
+    zones = Path(__file__).resolve().parent / "results" / "zones.json"
+    if zones.exists():  # bench/zones.py, run on its own
+        from bench.zones import markdown as zones_markdown
+
+        lines += ["", *zones_markdown(json.loads(zones.read_text()))]
     return "\n".join(lines) + "\n"
 
 
