@@ -272,6 +272,26 @@ def schedule_txn(keys: Keys, placed: list[tuple[dict[str, Any], str | None]],
     return txn
 
 
+def unschedule(store: KeyValueStore,
+               placed: list[tuple[str, str, str | None, int, int]]) -> int | None:
+    """SCHEDULED -> as if never scheduled: take back instances nobody has acted on yet.
+
+    `placed`: (host, uuid, group, record revision, spec revision) as read. One
+    transaction removes each one's spec, record, location and group member, if no
+    record or spec moved since (a host that began a build moved its record; then
+    it must be destroyed through its host instead). A request across zones undoes
+    what it wrote in one zone this way when another zone failed.
+    """
+    keys = store.keys
+    txn = Txn()
+    for host, uuid, group, record_revision, spec_revision in placed:
+        txn.compare += [Compare(keys.record(host, uuid), "mod", "==", record_revision),
+                        Compare(keys.spec(host, uuid), "mod", "==", spec_revision)]
+        txn.success += [Delete(keys.record(host, uuid)), *_host_deletes(keys, host, uuid),
+                        *(Delete(key) for key in operator_keys(keys, uuid, group))]
+    return store.commit(txn)
+
+
 def operations(count: int, grouped: bool) -> int:
     """Writes in `schedule`'s transaction for `count` instances (compares are fewer)."""
     return count * (4 if grouped else 3)
@@ -365,36 +385,60 @@ def delete(store: KeyValueStore, spec: dict[str, Any], read: RecordRead, ttl: in
                                           *_host_deletes(keys, spec["host"], spec["uuid"])]))
 
 
+def finish_destroy_on_dead_host(store: KeyValueStore, spec: dict[str, Any], read: RecordRead,
+                                ttl: int) -> int | None:
+    """A destroy nobody will carry out (the host is down) -> DELETED, by the operator's
+    side: only if the host is still down and the record is as it was read (the
+    controller may have moved the instance meanwhile). The caller frees the claim after
+    this succeeds, never before: a moved instance keeps its claim."""
+    return delete(store, spec, read, ttl,
+                  guard=(host_down(store.keys, spec["host"]),
+                         unchanged(store.keys.record(spec["host"], spec["uuid"]),
+                                   read.revision)))
+
+
+def _spec_unchanged(keys: Keys, spec: dict[str, Any], revision: int | None) -> list[Compare]:
+    """The spec as it was read (a destroy written meanwhile must not be moved away)."""
+    if revision is None:
+        return []
+    return [Compare(keys.spec(spec["host"], spec["uuid"]), "mod", "==", revision)]
+
+
 def move(store: KeyValueStore, spec: dict[str, Any], read: RecordRead, host: str,
-         allocations: dict[str, Any], alternates: list[dict[str, Any]]) -> int | None:
+         allocations: dict[str, Any], alternates: list[dict[str, Any]],
+         spec_revision: int | None = None) -> int | None:
     """RESCHEDULING on spec's host -> SCHEDULED on `host` (the operator's side: it writes
-    another host's keys). Spec, record, location and membership move in one transaction;
-    the caller moved the claim first (one Placement call)."""
+    another host's keys). Spec, record, location and membership move in one transaction,
+    if record and spec (at `spec_revision`) are as they were read; the caller moved the
+    claim first (one Placement call)."""
     assert read.record is not None
     keys, uuid, old = store.keys, spec["uuid"], spec["host"]
     moved_spec = {**spec, "action": "build", "host": host, "allocations": allocations,
                   "alternates": alternates}
     record = moved(read.record, SCHEDULED, host=host, host_name=None, error=None)
     return store.commit(Txn(
-        [unchanged(keys.record(old, uuid), read.revision)],
+        [unchanged(keys.record(old, uuid), read.revision),
+         *_spec_unchanged(keys, spec, spec_revision)],
         [*_host_deletes(keys, old, uuid), Delete(keys.record(old, uuid)),
          *_placed(keys, moved_spec, record)],
     ))
 
 
 def evacuate(store: KeyValueStore, spec: dict[str, Any], read: RecordRead, host: str,
-             allocations: dict[str, Any]) -> int | None:
+             allocations: dict[str, Any], spec_revision: int | None = None) -> int | None:
     """An instance of a dead host -> SCHEDULED on `host`, to be built anew from its image
     (its disk was local: it is lost). Spec (a build), record, location and membership
-    move in one transaction, only if the dead host has not come back and the record did
-    not change since it was read. The caller moved the claim first."""
+    move in one transaction, only if the dead host has not come back and neither record
+    nor spec (at `spec_revision`) changed since they were read. The caller moved the
+    claim first."""
     assert read.record is not None
     keys, uuid, old = store.keys, spec["uuid"], spec["host"]
     rebuilt = {**spec, "action": "build", "host": host, "allocations": allocations,
                "alternates": []}
     record = moved(read.record, SCHEDULED, host=host, host_name=None, ip=None, error=None)
     return store.commit(Txn(
-        [unchanged(keys.record(old, uuid), read.revision), host_down(keys, old)],
+        [unchanged(keys.record(old, uuid), read.revision), host_down(keys, old),
+         *_spec_unchanged(keys, spec, spec_revision)],
         [*_host_deletes(keys, old, uuid), Delete(keys.record(old, uuid)),
          *_placed(keys, rebuilt, record)],
     ))

@@ -20,6 +20,11 @@ and what only the operator's side (scheduler, CLI, controller) writes:
                                                 requests (bound to the leader's lease)
     /queue/requests/<request_uuid>              schedule_request: a schedule.py waiting
     /queue/answers/<request_uuid>               schedule_answer: where its instances went
+    /zones/<name>                               zone: a child zone's endpoints, credential paths
+    /zone-of/<instance_uuid>                    zone_instance: the child zone an instance was
+                                                placed in from here (its path, `a/b`)
+    /zone-intents/<request_uuid>                zone_intent: a request across zones in flight
+                                                (what to undo if it is cut short)
 
 Hosts get no access to /queue/ at all: a request carries tenants' user-data,
 and only operators may ask for instances.
@@ -140,6 +145,26 @@ class Keys:
 
     def queue_answer(self, request_uuid: str) -> str:
         return f"{self.prefix}/queue/answers/{request_uuid}"
+
+    # --- zones (the operator's side only; see etcd_compute/zones/) -----------------------
+
+    def zones(self) -> str:
+        return f"{self.prefix}/zones/"
+
+    def zone(self, name: str) -> str:
+        return f"{self.prefix}/zones/{name}"
+
+    def zone_index(self) -> str:
+        return f"{self.prefix}/zone-of/"
+
+    def zone_of(self, instance_uuid: str) -> str:
+        return f"{self.prefix}/zone-of/{instance_uuid}"
+
+    def zone_intents(self) -> str:
+        return f"{self.prefix}/zone-intents/"
+
+    def zone_intent(self, request_uuid: str) -> str:
+        return f"{self.prefix}/zone-intents/{request_uuid}"
 
     # --- parsing -------------------------------------------------------------------------
 

@@ -31,6 +31,9 @@ HOST_MAINTENANCE = "host_maintenance"
 SCHEDULE_REQUEST = "schedule_request"
 SCHEDULE_ANSWER = "schedule_answer"
 QUEUE_OPEN = "queue_open"
+ZONE = "zone"
+ZONE_INSTANCE = "zone_instance"
+ZONE_INTENT = "zone_intent"
 
 # The largest message we write is a spec (64 KiB user-data, 16 KiB key, escaped
 # as JSON at most 6 bytes a character) or a console (64 KiB); etcd takes 1.5 MiB.

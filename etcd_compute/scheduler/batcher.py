@@ -43,7 +43,7 @@ from etcd_compute.errors import (
 from etcd_compute.etcd import Compare, Delete, KeyValueStore, Txn
 from etcd_compute.placement import PlacementClient
 from etcd_compute.scheduler import spec_writer
-from etcd_compute.scheduler.candidates import Candidates
+from etcd_compute.scheduler.candidates import CandidateCache
 from etcd_compute.scheduler.context import PlanContext
 from etcd_compute.scheduler.hostcache import HostCache
 from etcd_compute.scheduler.hoststate import ProviderUsage, host_states
@@ -98,7 +98,7 @@ class Batcher:
         self.cache = cache
         self.fence, self.is_leader, self.answer_lease = fence, is_leader, answer_lease
         self.rng = rng or random.Random()
-        self.candidates = Candidates(placement, self.settings["service_candidates_max_age"])
+        self.candidates = CandidateCache(placement, self.settings["service_candidates_max_age"])
         # Requests tried and left for the next pass: how often, and not before when.
         self.attempts: Counter[str] = Counter()
         self.not_before: dict[str, float] = {}

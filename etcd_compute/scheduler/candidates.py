@@ -33,7 +33,10 @@ class Answer:
     limit: int
 
 
-class Candidates:
+class CandidateCache:
+    """Placement's answers per request shape, and our claims since (not to be confused
+    with `scheduler.Candidates`, one request's hosts as the direct path plans them)."""
+
     def __init__(self, placement: PlacementClient, max_age: float,
                  clock: Callable[[], float] = time.monotonic):
         self.placement, self.max_age, self.clock = placement, max_age, clock

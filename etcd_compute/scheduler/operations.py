@@ -88,12 +88,13 @@ def destroy(store: Store, placement: PlacementClient, uuid: str) -> str:
                 instances.drop_key(store, entry.key, entry.mod_revision)
                 continue
             if store.get(store.keys.alive(host)) is None and read.record is not None:
-                # Nobody would read the request: finish it here, if the host stays down.
-                placement.delete_allocations(uuid)
-                if instances.delete(store, spec, read, DELETED_RECORD_TTL,
-                                    guard=(instances.host_down(store.keys, host),)):
+                # Nobody would read the request: finish it here, if the host stays down
+                # and the controller did not move it meanwhile; then free the claim.
+                if instances.finish_destroy_on_dead_host(store, spec, read,
+                                                         DELETED_RECORD_TTL):
+                    placement.delete_allocations(uuid)
                     return "finished"
-                continue  # it came back meanwhile: ask it
+                continue  # it came back or moved meanwhile: look again
             if spec["action"] == "destroy":
                 return "already"
             if instances.request_destroy(store, entry, spec) is not None:
@@ -185,7 +186,8 @@ def console(store: Store, uuid: str) -> str:
 
 
 def hosts(store: Store, placement: PlacementClient) -> list[dict[str, Any]]:
-    """Every provider: capacity and usage per class, alive, disabled, instances."""
+    """Every provider: capacity and usage per class, alive (and its driver), disabled, traits,
+    instances."""
     providers = placement.list_providers()
     alive = store.read_prefix(messages.ALIVE, store.keys.alive_prefix())
     counts = instances.count_by_host(store)
@@ -199,8 +201,10 @@ def hosts(store: Store, placement: PlacementClient) -> list[dict[str, Any]]:
                  "used": usages.get(rc, 0)}
             for rc, inv in inventories.items()
         }
+        traits = placement.get_traits(uuid)
         return {"uuid": uuid, "name": provider["name"], "alive": uuid in alive,
-                "disabled": DISABLED_TRAIT in placement.get_traits(uuid),
+                "disabled": DISABLED_TRAIT in traits, "traits": sorted(traits),
+                "driver": alive.get(uuid, {}).get("driver"),
                 "instances": counts.get(uuid, 0), "resources": resources}
 
     with ThreadPoolExecutor(max_workers=8) as pool:

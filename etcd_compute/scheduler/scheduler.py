@@ -17,6 +17,7 @@ import uuid as uuidlib
 from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any
 
 import tenacity
@@ -29,19 +30,20 @@ from etcd_compute.errors import (
     PlacementError,
     UsageError,
 )
-from etcd_compute.etcd import Range, Store
+from etcd_compute.etcd import Range, Store, Txn
 from etcd_compute.placement import PlacementClient
 from etcd_compute.scheduler import explain, spec_writer
 from etcd_compute.scheduler.context import PlanContext
 from etcd_compute.scheduler.filters import enabled_filters
 from etcd_compute.scheduler.hoststate import (
     Cluster,
+    HostState,
     candidate_hosts,
     candidate_providers,
     host_states,
     instance_counts,
 )
-from etcd_compute.scheduler.planner import NoRoom, Pick, plan
+from etcd_compute.scheduler.planner import FilterReport, NoRoom, Pick, plan
 from etcd_compute.scheduler.request import UUID, ResourceRequest
 from etcd_compute.scheduler.spec import Destination, RequestSpec
 from etcd_compute.scheduler.weighers import enabled_weighers
@@ -51,6 +53,19 @@ LOG = logging.getLogger(__name__)
 
 class RetryablePlan(EtcdComputeError):
     """The plan lost a race (claim 409 or group changed); plan again."""
+
+
+@dataclass
+class Candidates:
+    """What one request can be planned on: the hosts Placement offered (and etcd's view of
+    them), the planner's context, and the revision the server group was read at."""
+
+    hosts: list[HostState]
+    context: PlanContext
+    group_revision: int | None
+    # How many allocation requests Placement offered, and whether that was its limit.
+    offered: int
+    limited: bool
 
 
 class Scheduler:
@@ -143,24 +158,24 @@ class Scheduler:
              member: str | None = None) -> tuple[list[Pick], int | None]:
         """Picks for the request (not claimed), and the group revision they were planned at.
 
-        `exclude`: hosts not to consider (a dead one); `member`: an existing instance
-        being placed again, which does not count as a member of its own group.
-
-        Round trips: in a large cluster, the number of live hosts (to pick candidate
-        shards); the candidates query, with etcd's heartbeats, stats and the group read
-        meanwhile on another thread; then the candidate hosts' instance counts. A sharded
-        query that leaves no room is asked again of every host.
+        `exclude` and `member` as for `candidates`. In a large cluster the candidates
+        are asked of a few random shards first (`shards_for`); a sharded query that
+        leaves no room is asked again of every host.
         """
         aggregates = self.shards_for(request_spec.request, request_spec.count,
-                                     lambda: self.store.read_many([Range(
-                                         self.store.keys.alive_prefix(), count_only=True)])[0]
-                                     [0].count)
+                                     self._live_hosts)
         if aggregates is not None:
             try:
                 return self._plan(request_spec, exclude, member, aggregates)
             except NoValidHost:
                 self.unsharded += 1  # the whole cluster may have room the shards lack
         return self._plan(request_spec, exclude, member, None)
+
+    def _live_hosts(self) -> int:
+        """Hosts with a heartbeat (one count-only etcd read)."""
+        (result,), _ = self.store.read_many([Range(self.store.keys.alive_prefix(),
+                                                   count_only=True)])
+        return result.count
 
     def shards_for(self, request: ResourceRequest, count: int,
                    hosts: Callable[[], int]) -> list[str] | None:
@@ -177,8 +192,19 @@ class Scheduler:
             return None
         return shards.pick(live, self.settings["candidate_limit"] + count, self.rng)
 
-    def _plan(self, request_spec: RequestSpec, exclude: frozenset[str], member: str | None,
-              aggregates: list[str] | None) -> tuple[list[Pick], int | None]:
+    def candidates(self, request_spec: RequestSpec, exclude: frozenset[str] = frozenset(),
+                   member: str | None = None,
+                   aggregates: list[str] | None = None) -> Candidates:
+        """The hosts the request could go to (none when Placement offered none), what the
+        planner needs besides them, and the group revision they were read at.
+
+        `exclude`: hosts not to consider (a dead one); `member`: an existing instance
+        being placed again, which does not count as a member of its own group;
+        `aggregates`: ask Placement about the hosts of these shard aggregates only.
+
+        Round trips: the candidates query, with etcd's heartbeats, stats and the group
+        read meanwhile on another thread; then the candidate hosts' instance counts.
+        """
         limit = self.settings["candidate_limit"]
         extra = [("member_of", "in:" + ",".join(aggregates))] if aggregates else None
         query = request_spec.request.to_query(limit=limit, extra=extra)
@@ -193,32 +219,44 @@ class Scheduler:
                 raise UsageError(f"Placement rejected the query: {exc}") from None
             candidates = {"allocation_requests": [], "provider_summaries": {}}
         heartbeats, (group_hosts, group_revision) = etcd_view.result()
-        if not candidates["allocation_requests"]:
-            if aggregates:
-                raise NoValidHost([])
-            raise NoValidHost(explain.explain(self.placement, request_spec.request, None))
-        counts = instance_counts(self.store, candidate_hosts(candidates) - exclude,
-                                 self.settings["etcd_max_txn_ops"])
-        cluster = Cluster.from_reads(keys, heartbeats, counts,
-                                     candidate_providers(candidates), self._decoded)
-        hosts = [host for host in host_states(candidates, cluster) if host.uuid not in exclude]
+        offered = len(candidates["allocation_requests"])
+        hosts: list[HostState] = []
+        if offered:
+            counts = instance_counts(self.store, candidate_hosts(candidates) - exclude,
+                                     self.settings["etcd_max_txn_ops"])
+            cluster = Cluster.from_reads(keys, heartbeats, counts,
+                                         candidate_providers(candidates), self._decoded)
+            hosts = [host for host in host_states(candidates, cluster)
+                     if host.uuid not in exclude]
         context = PlanContext(
             policy=request_spec.group[1] if request_spec.group else None,
             group_hosts=group_hosts,
             max_instances_per_host=self.settings["max_instances_per_host"],
         )
+        return Candidates(hosts, context, group_revision, offered,
+                          offered >= min(limit, request_spec.request.limit or limit))
+
+    def explain(self, request_spec: RequestSpec, report: FilterReport | None,
+                limited: bool = False) -> list[str]:
+        """Why nothing (more) fits: `report` from the planner, None when Placement offered
+        nothing."""
+        return explain.explain(self.placement, request_spec.request, report, limited)
+
+    def _plan(self, request_spec: RequestSpec, exclude: frozenset[str], member: str | None,
+              aggregates: list[str] | None) -> tuple[list[Pick], int | None]:
+        found = self.candidates(request_spec, exclude, member, aggregates)
+        if not found.offered:
+            # Reasons only for the whole cluster: a sharded miss is asked again (`plan`).
+            raise NoValidHost([] if aggregates else self.explain(request_spec, None))
         try:
-            picks = plan(hosts, request_spec.count, self.filters, self.weighers, context,
-                         self.settings["host_subset_size"], self.settings["max_attempts"],
-                         self.rng)
+            picks = plan(found.hosts, request_spec.count, self.filters, self.weighers,
+                         found.context, self.settings["host_subset_size"],
+                         self.settings["max_attempts"], self.rng)
         except NoRoom as exc:
             if aggregates:
                 raise NoValidHost([]) from None
-            limited = len(candidates["allocation_requests"]) >= min(
-                limit, request_spec.request.limit or limit)
-            raise NoValidHost(explain.explain(self.placement, request_spec.request,
-                                              exc.report, limited)) from None
-        return picks, group_revision
+            raise NoValidHost(self.explain(request_spec, exc.report, found.limited)) from None
+        return picks, found.group_revision
 
     def place(self, spec: dict[str, Any], exclude: frozenset[str]) -> Pick:
         """Where an existing instance (its spec) would go now, `exclude`d hosts aside: the
@@ -234,8 +272,29 @@ class Scheduler:
 
     def _attempt(self, request_spec: RequestSpec) -> list[Destination]:
         picks, group_revision = self.plan(request_spec)
+        destinations = self.destinations(request_spec, picks)
+        txn = self.transaction(request_spec, destinations, group_revision)
+        try:
+            self.claim(destinations)
+        except ConflictError as exc:
+            self.replans += 1
+            LOG.info("claim lost a race (%s); planning again", exc.code or exc)
+            raise RetryablePlan(str(exc)) from None
+        if self.write(txn, destinations) is None:
+            self.replans += 1
+            raise RetryablePlan(f"group {request_spec.group[0] if request_spec.group else ''} "
+                                "changed while we planned")
+        return destinations
+
+    # The steps of one attempt, also used one zone at a time by a request across zones
+    # (etcd_compute/zones/federation.py).
+
+    def destinations(self, request_spec: RequestSpec, picks: list[Pick],
+                     first: int = 0) -> list[Destination]:
+        """A new instance (uuid, name) per pick; `first`: the index of the first one in the
+        whole request (names NAME-<index+1>)."""
         destinations = []
-        for index, pick in enumerate(picks):
+        for index, pick in enumerate(picks, start=first):
             instance = str(uuidlib.uuid4())
             destinations.append(Destination(
                 uuid=instance,
@@ -246,6 +305,12 @@ class Scheduler:
                 alternates=[{"host": host.uuid, "allocations": allocations}
                             for host, allocations in pick.alternates],
             ))
+        return destinations
+
+    def transaction(self, request_spec: RequestSpec, destinations: list[Destination],
+                    group_revision: int | None) -> Txn:
+        """The one etcd transaction that writes `destinations`; UsageError (before any
+        claim) when etcd would refuse it for its size."""
         txn = spec_writer.transaction(self.store.keys, destinations, request_spec,
                                       self.settings, group_revision)
         if txn.size() > self.settings["etcd_max_request_bytes"]:
@@ -255,13 +320,16 @@ class Scheduler:
                 f"etcd allows {self.settings['etcd_max_request_bytes']} (fewer instances or "
                 "less user-data, or raise etcd's --max-request-bytes and "
                 "scheduler.etcd_max_request_bytes together)")
-        try:
-            claims.claim(self.placement,
-                         {d.uuid: d.allocations for d in destinations}, self.settings)
-        except ConflictError as exc:
-            self.replans += 1
-            LOG.info("claim lost a race (%s); planning again", exc.code or exc)
-            raise RetryablePlan(str(exc)) from None
+        return txn
+
+    def claim(self, destinations: list[Destination]) -> None:
+        """Claim every destination in one atomic Placement call (ConflictError: none)."""
+        claims.claim(self.placement, {d.uuid: d.allocations for d in destinations},
+                     self.settings)
+
+    def write(self, txn: Txn, destinations: list[Destination]) -> int | None:
+        """Commit `txn`: its revision, or None when a compare failed; either way but
+        success, the destinations' claims are undone."""
         consumers = [d.uuid for d in destinations]
         try:
             written = self.store.commit(txn)
@@ -270,10 +338,7 @@ class Scheduler:
             raise
         if written is None:
             self._unclaim(consumers)
-            self.replans += 1
-            raise RetryablePlan(f"group {request_spec.group[0] if request_spec.group else ''} "
-                                "changed while we planned")
-        return destinations
+        return written
 
     def _unclaim(self, consumers: list[str]) -> None:
         left = claims.unclaim(self.placement, consumers)

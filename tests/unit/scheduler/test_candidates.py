@@ -3,7 +3,7 @@ off, everything dropped after a refused claim."""
 
 from __future__ import annotations
 
-from etcd_compute.scheduler.candidates import Candidates
+from etcd_compute.scheduler.candidates import CandidateCache
 from etcd_compute.scheduler.hoststate import ProviderUsage
 from etcd_compute.scheduler.request import parse_query
 from tests.unit.fakes import FakePlacement
@@ -30,7 +30,7 @@ def test_an_answer_is_reused_while_young_and_big_enough():
     asked = []
     real = placement.allocation_candidates
     placement.allocation_candidates = lambda q: asked.append(q) or real(q)
-    candidates = Candidates(placement, max_age=2.0, clock=clock)
+    candidates = CandidateCache(placement, max_age=2.0, clock=clock)
     first = candidates.get(REQUEST, 1)  # one host: the answer is as long as the limit
     assert candidates.get(REQUEST, 1) is first
     second = candidates.get(REQUEST, 2)  # more candidates needed: asked again
@@ -45,7 +45,7 @@ def test_an_answer_is_reused_while_young_and_big_enough():
 
 def test_what_we_claimed_since_an_answer_is_taken_off_its_capacity():
     placement, clock = placement_with_one_host(), Clock()
-    candidates = Candidates(placement, max_age=2.0, clock=clock)
+    candidates = CandidateCache(placement, max_age=2.0, clock=clock)
     answer = candidates.get(REQUEST, 10)
     clock.now += 0.5
     candidates.claimed([{"rp": {"resources": {"VCPU": 3}}}])
@@ -64,7 +64,7 @@ def test_what_we_claimed_since_an_answer_is_taken_off_its_capacity():
 
 def test_a_refused_claim_drops_everything_kept():
     placement, clock = placement_with_one_host(), Clock()
-    candidates = Candidates(placement, max_age=2.0, clock=clock)
+    candidates = CandidateCache(placement, max_age=2.0, clock=clock)
     first = candidates.get(REQUEST, 10)
     candidates.claimed([{"rp": {"resources": {"VCPU": 1}}}])
     candidates.forget()
@@ -73,7 +73,7 @@ def test_a_refused_claim_drops_everything_kept():
 
 def test_max_age_zero_asks_every_time():
     placement, clock = placement_with_one_host(), Clock()
-    candidates = Candidates(placement, max_age=0.0, clock=clock)
+    candidates = CandidateCache(placement, max_age=0.0, clock=clock)
     candidates.get(REQUEST, 10)
     clock.now += 0.001
     candidates.get(REQUEST, 10)
