@@ -6,7 +6,6 @@ tests/virt)."""
 from __future__ import annotations
 
 import os
-import stat
 from pathlib import Path
 
 import pytest
