@@ -36,6 +36,13 @@ def configs(tmp_path: Path, uri: str = "qemu:///system", port: int | None = None
     })
 
 
+@pytest.fixture(autouse=True)
+def no_server_outlives_its_test(tmp_path: Path):
+    """A refusal that did not happen would have started a real server: stop it by pid."""
+    yield
+    stop_pid(running_pid(tmp_path / "instances" / ".mdserver.pid"))
+
+
 @pytest.fixture
 def posing(tmp_path: Path):
     """A process whose command line names the metadata server (it only sleeps)."""
