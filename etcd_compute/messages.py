@@ -30,6 +30,9 @@ GROUP_MEMBER = "group_member"
 CONSOLE = "console"
 CONTROLLER_LEADER = "controller_leader"
 HOST_MAINTENANCE = "host_maintenance"
+ZONE = "zone"
+ZONE_INSTANCE = "zone_instance"
+ZONE_INTENT = "zone_intent"
 
 # The largest message we write is a spec (64 KiB user-data, 16 KiB key, escaped
 # as JSON at most 6 bytes a character) or a console (64 KiB); etcd takes 1.5 MiB.

@@ -69,6 +69,7 @@ class Host:
 
 @dataclass
 class TestNetwork:
+    __test__ = False  # a test network, not a pytest test class
     id: str
     subnet: ipaddress.IPv4Network
     hosts: dict[str, Host] = field(default_factory=dict)
