@@ -13,7 +13,6 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-import pyetcd.events
 import pyetcd.exceptions
 import pytest
 
@@ -25,47 +24,9 @@ from etcd_compute.compute.service import ComputeService
 from etcd_compute.config import COMPUTE_DEFAULTS, deep_merge
 from etcd_compute.errors import PlacementUnavailable
 from tests.support import make_spec, wait_for
-from tests.unit.fakes import FakePlacement, FakePool, FakeStore
+from tests.unit.fakes import FakePlacement, FakePool, WatchedStore, delete_event, put_event
 
 INVENTORY = {"VCPU": {"total": 8}, "MEMORY_MB": {"total": 4096}, "DISK_GB": {"total": 100}}
-
-
-class Store(FakeStore):
-    """The fake store with what the daemon asks of a connection: a watch, and close."""
-
-    def __init__(self, prefix: str):
-        super().__init__(prefix)
-        self.closed = False
-        # Each call to watch_prefix_response takes the next script: a list of responses
-        # (lists of events) and maybe an exception raised after them.
-        self.watch_scripts: queue.Queue[tuple[list[list[Any]], Exception | None]] = \
-            queue.Queue()
-        self.watched_from: list[tuple[str, int]] = []
-        self.client = SimpleNamespace(watch_prefix_response=self._watch)
-
-    def _watch(self, prefix: str, start_revision: int) -> tuple[Any, Any]:
-        self.watched_from.append((prefix, start_revision))
-        responses, fault = self.watch_scripts.get(timeout=10)
-
-        def stream() -> Any:
-            for events in responses:
-                yield SimpleNamespace(events=events)
-            if fault is not None:
-                raise fault
-        return stream(), lambda: None
-
-    def close(self) -> None:
-        self.closed = True
-
-
-def put_event(key: str, value: bytes, revision: int) -> pyetcd.events.PutEvent:
-    return pyetcd.events.PutEvent(SimpleNamespace(kv=SimpleNamespace(
-        key=key.encode(), value=value, mod_revision=revision)))
-
-
-def delete_event(key: str, revision: int) -> pyetcd.events.DeleteEvent:
-    return pyetcd.events.DeleteEvent(SimpleNamespace(kv=SimpleNamespace(
-        key=key.encode(), value=b"", mod_revision=revision)))
 
 
 class Daemon:
@@ -83,7 +44,7 @@ class Daemon:
         })
         monkeypatch.setattr(worker, "_driver", None)
         worker.init_worker(self.config)  # the fake pool runs jobs here, on the fake driver
-        self.store, self.placement, self.pool = Store("/t"), FakePlacement(), FakePool()
+        self.store, self.placement, self.pool = WatchedStore("/t"), FakePlacement(), FakePool()
         monkeypatch.setattr(service_module, "Store", lambda _settings: self.store)
         monkeypatch.setattr(service_module, "PlacementClient", lambda _settings: self.placement)
         monkeypatch.setattr(service_module, "WorkerPool", lambda _config: self.pool)
@@ -209,7 +170,7 @@ def run_watch(daemon: Daemon) -> threading.Thread:
 
 def stop_watch(daemon: Daemon, thread: threading.Thread) -> None:
     daemon.service.stopping.set()
-    daemon.store.watch_scripts.put(([], None))  # the subscription it may be waiting for
+    daemon.store.cancel_watches()  # the subscription it may be waiting on
     thread.join(5)
     assert not thread.is_alive()
 
@@ -217,10 +178,10 @@ def stop_watch(daemon: Daemon, thread: threading.Thread) -> None:
 def test_the_watch_resubscribes_after_the_last_event_it_saw(daemon):
     prefix = daemon.service.watch_prefix
     daemon.service.next_revision = 7
-    daemon.store.watch_scripts.put(([[put_event(prefix + "a", b"", 7),
-                                      put_event(prefix + "b", b"", 9)]],
-                                    pyetcd.exceptions.ConnectionFailedError()))
-    daemon.store.watch_scripts.put(([[put_event(prefix + "c", b"", 12)]], RuntimeError("?")))
+    daemon.store.script_watch(prefix, [put_event(prefix + "a", b"", 7),
+                                       put_event(prefix + "b", b"", 9)],
+                              fault=pyetcd.exceptions.ConnectionFailedError())
+    daemon.store.script_watch(prefix, [put_event(prefix + "c", b"", 12)], fault=RuntimeError("?"))
     thread = run_watch(daemon)
     queued = [daemon.service.events.get(timeout=5) for _ in range(3)]
     wait_for(lambda: len(daemon.store.watched_from) == 3, 5, what="a third subscription")
@@ -234,7 +195,8 @@ def test_the_watch_resubscribes_after_the_last_event_it_saw(daemon):
 
 def test_history_etcd_compacted_is_made_up_by_a_reconcile_before_watching_again(daemon):
     spec = daemon.schedule()  # written while the watch could not deliver it
-    daemon.store.watch_scripts.put(([], pyetcd.exceptions.RevisionCompactedError(5)))
+    daemon.store.script_watch(daemon.service.watch_prefix,
+                              fault=pyetcd.exceptions.RevisionCompactedError(5))
     thread = run_watch(daemon)
     handler, args = daemon.service.events.get(timeout=5)
     assert daemon.store.watched_from[-1][1] == 0  # not resubscribed yet: it waits
