@@ -1,5 +1,5 @@
-"""The import contracts of pyproject.toml hold, and break when a layer is crossed; every module
-of the package has its unit test file (tests/unit mirrors etcd_compute/)."""
+"""The import contracts of pyproject.toml hold, and break when a layer is crossed. (That
+tests/unit mirrors the package: tests/unit/test_layout.py.)"""
 
 from __future__ import annotations
 
@@ -52,38 +52,3 @@ def test_crossing_a_layer_breaks_a_contract(copy_of_the_package, module, line, c
     assert result.returncode != 0
     assert f"{contract} BROKEN" in result.stdout
 
-
-# --- tests/unit mirrors the package ----------------------------------------------------------
-
-
-def missing_mirrors(package: Path, unit_tests: Path) -> list[str]:
-    """Modules of `package` without their unit test file: `a/b.py` -> `a/test_b.py` under
-    `unit_tests` (package markers and `python -m` entry points excepted)."""
-    missing = []
-    for module in sorted(package.rglob("*.py")):
-        if module.name in ("__init__.py", "__main__.py"):
-            continue
-        relative = module.relative_to(package)
-        mirror = unit_tests / relative.parent / f"test_{relative.name}"
-        if not mirror.is_file():
-            missing.append(f"{package.name}/{relative} -> "
-                           f"tests/unit/{mirror.relative_to(unit_tests)}")
-    return missing
-
-
-def test_every_module_has_its_unit_test_file():
-    missing = missing_mirrors(REPO / "etcd_compute", REPO / "tests" / "unit")
-    assert not missing, "modules without a mirror in tests/unit:\n" + "\n".join(missing)
-
-
-def test_a_module_without_its_unit_test_file_is_named(tmp_path):
-    package, unit = tmp_path / "etcd_compute", tmp_path / "unit"
-    for path in ("__init__.py", "__main__.py", "top.py", "sub/__init__.py", "sub/leaf.py",
-                 "sub/other.py"):
-        (package / path).parent.mkdir(parents=True, exist_ok=True)
-        (package / path).write_text("")
-    for path in ("test_top.py", "sub/test_leaf.py", "test_other.py"):  # other: in the wrong dir
-        (unit / path).parent.mkdir(parents=True, exist_ok=True)
-        (unit / path).write_text("")
-    assert missing_mirrors(package, unit) == [
-        "etcd_compute/sub/other.py -> tests/unit/sub/test_other.py"]
