@@ -176,6 +176,20 @@ def test_an_unreachable_etcd_is_service_unavailable_naming_the_endpoints(code):
     assert code.name in text and "\n" not in text
 
 
+@pytest.mark.parametrize("details", [
+    "failed to connect to all addresses; last error: UNAVAILABLE: ipv4:10.0.0.1:2379: "
+    "Ssl handshake failed: SSL_ERROR_SSL: CERTIFICATE_VERIFY_FAILED",
+    # etcd refusing our certificate: seen only after our side of the handshake.
+    "failed to connect to all addresses; last error: UNAVAILABLE: ipv4:10.0.0.1:2379: "
+    "Unwrap failed (TSI_DATA_CORRUPTED)"])
+def test_a_failed_tls_handshake_is_named_as_such(details):
+    with pytest.raises(ServiceUnavailable) as caught, etcd_errors(ENDPOINTS):
+        raise RpcError(grpc.StatusCode.UNAVAILABLE, details)
+    assert str(caught.value).startswith("etcd at 10.0.0.1:2379, 10.0.0.2:2379: TLS handshake "
+                                        "failed (")
+    assert "check etcd.ca_cert/cert/key" in str(caught.value)
+
+
 @pytest.mark.parametrize("exc", [pyetcd.exceptions.ConnectionFailedError(),
                                  pyetcd.exceptions.ConnectionTimeoutError(),
                                  pyetcd.exceptions.NoServerAvailableError(),
