@@ -19,6 +19,7 @@ from types import SimpleNamespace
 from typing import Any
 from urllib.parse import parse_qsl
 
+import grpc
 import pyetcd.events
 
 from etcd_compute.errors import ConflictError, NotFound
@@ -465,3 +466,17 @@ class EventLoop:
             else:
                 return
         raise AssertionError("event loop did not settle")
+
+
+class RpcError(grpc.RpcError, grpc.Call):
+    """What gRPC raises: an RpcError that is also a Call with code() and details()."""
+
+    def __init__(self, code: grpc.StatusCode, details: str = ""):
+        super().__init__(details)
+        self._code, self._details = code, details
+
+    def code(self) -> grpc.StatusCode:
+        return self._code
+
+    def details(self) -> str:
+        return self._details

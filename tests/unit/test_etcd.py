@@ -37,7 +37,7 @@ from etcd_compute.etcd import (
     unchanged,
 )
 from etcd_compute.keys import Keys
-from tests.unit.fakes import FakeStore
+from tests.unit.fakes import FakeStore, RpcError
 
 ENDPOINTS = ["10.0.0.1:2379", "10.0.0.2:2379"]
 RP = str(uuidlib.uuid4())
@@ -149,20 +149,6 @@ def test_put_message_validates_before_anything_is_written():
 
 
 # ------------------------------------------------------------------ errors
-
-
-class RpcError(grpc.RpcError):
-    """What gRPC raises: an RpcError that is also a Call with code() and details()."""
-
-    def __init__(self, code: grpc.StatusCode, details: str = ""):
-        super().__init__(details)
-        self._code, self._details = code, details
-
-    def code(self) -> grpc.StatusCode:
-        return self._code
-
-    def details(self) -> str:
-        return self._details
 
 
 @pytest.mark.parametrize("code", [grpc.StatusCode.UNAVAILABLE,
