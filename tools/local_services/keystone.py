@@ -48,6 +48,8 @@ class KeystoneServer(Service):
             f"[fernet_receipts]\nkey_repository = {keys}\n"
             f"[credential]\nkey_repository = {self.run_dir / 'credential-keys'}\n"
             f"[token]\nexpiration = {token_expiration}\n"
+            # A test Keystone: cheap password hashes (bcrypt's default costs ~0.3 s a login).
+            "[identity]\npassword_hash_rounds = 4\n"
         )
         # Keystone's config parser reads the process's argv: gunicorn's own options would be
         # refused as unknown, so gunicorn takes them from this file and the environment.
