@@ -2,10 +2,11 @@
 
 Built from one `GET /allocation_candidates` (allocation requests and
 provider summaries) plus etcd's view (`Cluster`): heartbeats and stats (one
-read, sent while Placement answers) and the candidate hosts' instance counts
-(counted by etcd, one more round trip). Free capacity lives in one `ProviderUsage` shared by
-all hosts, so placing an instance "virtually depletes" it (a sharing
-provider used by two hosts is depleted for both) before the next pick.
+read), then the instance counts of the live hosts Placement may offer (counted
+by etcd), all read while Placement answers (`LiveHosts`). Free capacity lives
+in one `ProviderUsage` shared by all hosts, so placing an instance "virtually
+depletes" it (a sharing provider used by two hosts is depleted for both)
+before the next pick.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from etcd_compute import messages
+from etcd_compute import messages, shards
 from etcd_compute.errors import InvalidMessage
 from etcd_compute.etcd import Entry, KeyValueStore, Range, RangeResult
 from etcd_compute.instances import count_by_host
@@ -170,6 +171,30 @@ class Cluster:
         counts = count_by_host(store) if only is None else instance_counts(store, only,
                                                                            max_ops)
         return cls.from_reads(store.keys, results, counts, only, cache)
+
+
+@dataclass
+class LiveHosts:
+    """etcd's side of one request, read while Placement answers: heartbeats and stats
+    (`Cluster.heartbeat_reads`' results), how many hosts are alive, and the instance counts
+    of those Placement may offer (`counted`: alive, in the shards asked about if any)."""
+
+    heartbeats: list[RangeResult]
+    alive: int
+    counts: Counter[str]
+    counted: set[str]
+
+    @classmethod
+    def read(cls, store: KeyValueStore, exclude: Iterable[str] = (),
+             aggregates: Iterable[str] | None = None, max_ops: int = 128) -> LiveHosts:
+        """Two round trips at most hosts (one per `max_ops` hosts counted)."""
+        results, _ = store.read_many(Cluster.heartbeat_reads(store.keys))
+        alive = {entry.key.rsplit("/", 1)[-1] for entry in results[0].entries}
+        counted = alive - set(exclude)
+        if aggregates is not None:
+            asked = set(aggregates)
+            counted = {rp for rp in counted if shards.aggregate_of(rp) in asked}
+        return cls(results, len(alive), instance_counts(store, counted, max_ops), counted)
 
 
 def instance_counts(store: KeyValueStore, hosts: Iterable[str], max_ops: int) -> Counter[str]:

@@ -34,10 +34,11 @@ from etcd_compute.etcd import Range, Store, Txn
 from etcd_compute.placement import PlacementClient
 from etcd_compute.scheduler import explain, spec_writer
 from etcd_compute.scheduler.context import PlanContext
-from etcd_compute.scheduler.filters import enabled_filters
+from etcd_compute.scheduler.filters import AliveFilter, enabled_filters
 from etcd_compute.scheduler.hoststate import (
     Cluster,
     HostState,
+    LiveHosts,
     candidate_hosts,
     candidate_providers,
     host_states,
@@ -49,6 +50,8 @@ from etcd_compute.scheduler.spec import Destination, RequestSpec
 from etcd_compute.scheduler.weighers import enabled_weighers
 
 LOG = logging.getLogger(__name__)
+# How long the number of live hosts a request saw decides whether the next one shards.
+ALIVE_SEEN_MAX_AGE = 10.0
 
 
 class RetryablePlan(EtcdComputeError):
@@ -89,6 +92,10 @@ class Scheduler:
         # Heartbeat and stats messages already validated, by (key, mod_revision).
         self._decoded: dict[str, dict[tuple[str, int], dict[str, Any]]] = {}
         self._executor: ThreadPoolExecutor | None = None
+        # (when, how many) hosts were alive at the last request's read.
+        self._alive_seen: tuple[float, int] | None = None
+        # Hosts without a heartbeat are filtered out: their instance counts do not matter.
+        self._alive_filtered = any(isinstance(f, AliveFilter) for f in self.filters)
 
     @property
     def _background(self) -> ThreadPoolExecutor:
@@ -172,7 +179,10 @@ class Scheduler:
         return self._plan(request_spec, exclude, member, None)
 
     def _live_hosts(self) -> int:
-        """Hosts with a heartbeat (one count-only etcd read)."""
+        """Hosts with a heartbeat: as the last request read them if that was recent (whether
+        to shard needs no precision), else one count-only etcd read."""
+        if self._alive_seen and time.monotonic() - self._alive_seen[0] < ALIVE_SEEN_MAX_AGE:
+            return self._alive_seen[1]
         (result,), _ = self.store.read_many([Range(self.store.keys.alive_prefix(),
                                                    count_only=True)])
         return result.count
@@ -202,15 +212,15 @@ class Scheduler:
         being placed again, which does not count as a member of its own group;
         `aggregates`: ask Placement about the hosts of these shard aggregates only.
 
-        Round trips: the candidates query, with etcd's heartbeats, stats and the group
-        read meanwhile on another thread; then the candidate hosts' instance counts.
+        Round trips: the candidates query; meanwhile, on another thread, etcd's
+        heartbeats and stats, then the instance counts of the live hosts (of the shards
+        asked about), and the group. Nothing is read after Placement answers.
         """
-        limit = self.settings["candidate_limit"]
+        limit, max_ops = self.settings["candidate_limit"], self.settings["etcd_max_txn_ops"]
         extra = [("member_of", "in:" + ",".join(aggregates))] if aggregates else None
         query = request_spec.request.to_query(limit=limit, extra=extra)
-        keys = self.store.keys
         etcd_view = self._background.submit(
-            lambda: (self.store.read_many(Cluster.heartbeat_reads(keys))[0],
+            lambda: (LiveHosts.read(self.store, exclude, aggregates, max_ops),
                      self._group_state(request_spec, member)))
         try:
             candidates = self.placement.allocation_candidates(query)
@@ -218,13 +228,16 @@ class Scheduler:
             if not explain.unknown_trait(exc):
                 raise UsageError(f"Placement rejected the query: {exc}") from None
             candidates = {"allocation_requests": [], "provider_summaries": {}}
-        heartbeats, (group_hosts, group_revision) = etcd_view.result()
+        live, (group_hosts, group_revision) = etcd_view.result()
+        self._alive_seen = (time.monotonic(), live.alive)
         offered = len(candidates["allocation_requests"])
         hosts: list[HostState] = []
         if offered:
-            counts = instance_counts(self.store, candidate_hosts(candidates) - exclude,
-                                     self.settings["etcd_max_txn_ops"])
-            cluster = Cluster.from_reads(keys, heartbeats, counts,
+            counts = live.counts
+            uncounted = candidate_hosts(candidates) - exclude - live.counted
+            if uncounted and not self._alive_filtered:  # else filtered out, count or not
+                counts = counts + instance_counts(self.store, uncounted, max_ops)
+            cluster = Cluster.from_reads(self.store.keys, live.heartbeats, counts,
                                          candidate_providers(candidates), self._decoded)
             hosts = [host for host in host_states(candidates, cluster)
                      if host.uuid not in exclude]

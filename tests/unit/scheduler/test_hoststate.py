@@ -16,6 +16,7 @@ from etcd_compute.scheduler.hoststate import (
     SHARING_TRAIT,
     Cluster,
     HostState,
+    LiveHosts,
     ProviderUsage,
     _host_of,
     candidate_providers,
@@ -209,6 +210,21 @@ def test_instance_counts_are_counted_by_etcd_in_chunks_of_max_txn_ops():
     store.read_many = lambda ranges: reads.append(len(ranges)) or real(ranges)
     assert instance_counts(store, [A, B, SHARED], max_ops=2) == {A: 2, B: 1}
     assert reads == [2, 1]
+
+
+def test_live_hosts_counts_the_live_hosts_not_excluded_in_the_shards_asked_about():
+    from etcd_compute.shards import aggregate_of
+
+    store = cluster_store()
+    live = LiveHosts.read(store)
+    assert live.alive == 4  # every heartbeat key: whether to shard needs no validation
+    assert live.counted == {A, B, SHARED, A_GPU}
+    assert live.counts == {A: 2, B: 1}
+    assert LiveHosts.read(store, exclude=[A]).counts == {B: 1}
+    # A and B share a shard (15), SHARED (5) and A_GPU (8) do not.
+    shard = LiveHosts.read(store, aggregates=[aggregate_of(A), aggregate_of(SHARED)])
+    assert shard.counted == {A, B, SHARED}
+    assert shard.counts == {A: 2, B: 1}
 
 
 @pytest.fixture

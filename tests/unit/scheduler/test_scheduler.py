@@ -443,3 +443,67 @@ def test_a_sharded_query_without_room_is_asked_again_of_every_host():
         for _ in range(2):
             scheduler.select_destinations(RequestSpec.build(QUERY))
     assert any("VCPU" in reason for reason in full.value.reasons)  # explained from all
+
+
+# ------------------------------------------------------------------ round trips
+
+
+def timeline(store: FakeStore, placement: FakePlacement) -> list[str]:
+    """What a request asks of etcd and Placement, in order; Placement takes 0.2 s to answer
+    the candidates query (the reads sent meanwhile are done by then)."""
+    events: list[str] = []
+    read_many, candidates = store.read_many, placement.allocation_candidates
+
+    def reading(ranges):
+        events.append("count alive" if ranges[0].count_only and
+                      ranges[0].key == store.keys.alive_prefix() else "read")
+        return read_many(ranges)
+
+    def asking(query):
+        time.sleep(0.2)
+        events.append("candidates")
+        return candidates(query)
+
+    store.read_many, placement.allocation_candidates = reading, asking
+    return events
+
+
+def test_etcd_is_read_only_while_placement_answers_the_candidates_query():
+    store, placement = FakeStore("/t"), FakePlacement()
+    busy, free = (add_host(placement, store, name) for name in ("busy", "free"))
+    store.put_raw(store.keys.spec(busy, str(uuidlib.uuid4())), "{}")
+    scheduler = make_scheduler(store, placement, max_instances_per_host=1)
+    events = timeline(store, placement)
+    (destination,) = scheduler.select_destinations(RequestSpec.build(QUERY))
+    assert destination.host == free  # the counts read in the background were used
+    # Whether to shard (the first request of a scheduler), then in the background
+    # heartbeats and stats, then instance counts; nothing after Placement's answer.
+    assert events == ["count alive", "read", "read", "candidates"]
+
+
+def test_without_the_alive_filter_hosts_without_a_heartbeat_are_counted_too():
+    store, placement = FakeStore("/t"), FakePlacement()
+    dead = add_host(placement, store, "dead", alive=False)
+    free = add_host(placement, store, "free")
+    store.put_raw(store.keys.spec(dead, str(uuidlib.uuid4())), "{}")
+    scheduler = make_scheduler(store, placement, max_instances_per_host=1,
+                               filters=["MaxInstancesPerHostFilter"])
+    events = timeline(store, placement)
+    for _ in range(3):  # (host_subset_size 1: the emptier host, unless counted full)
+        (destination,) = scheduler.select_destinations(RequestSpec.build(QUERY))
+        assert destination.host == free
+        placement.consumers.clear()
+        store.entries = {k: e for k, e in store.entries.items()
+                         if not k.startswith(store.keys.specs(free))}
+    assert events[:5] == ["count alive", "read", "read", "candidates", "read"]  # the dead
+    # host's count, after Placement named it
+
+
+def test_a_scheduler_counts_live_hosts_for_sharding_once_in_a_while_not_per_request():
+    store, placement, _ = sharded_cluster()
+    scheduler = make_scheduler(store, placement, shard_above_hosts=10, candidate_limit=4)
+    events = timeline(store, placement)
+    for _ in range(3):
+        scheduler.select_destinations(RequestSpec.build(QUERY))
+    assert events.count("count alive") == 1
+    assert events.count("candidates") == 3
