@@ -63,6 +63,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--profile", action="store_true",
                         help="pyinstrument profiles of variants (b) and (c) in results/")
     parser.add_argument("--no-report", action="store_true", help="do not rewrite REPORT.md")
+    parser.add_argument("--keep-logs", action="store_true",
+                        help="keep the services' logs (the scheduler service's pass timings) "
+                             "even when every check passed")
     parser.add_argument("--report-only", action="store_true",
                         help="regenerate the report and plots from results/<mode>.json")
     return parser.parse_args(argv)
@@ -161,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
         path = RESULTS / f"{mode}.json"
         path.write_text(json.dumps(results, indent=1))
         say(f"results: {path} ({results['duration_seconds']:.0f} s)")
-        if status == 0:
+        if status == 0 and not args.keep_logs:
             shutil.rmtree(run_root, ignore_errors=True)
         else:
             say(f"logs kept in {run_root}")
