@@ -30,6 +30,7 @@ GROUP_MEMBER = "group_member"
 CONSOLE = "console"
 CONTROLLER_LEADER = "controller_leader"
 HOST_MAINTENANCE = "host_maintenance"
+INSTANCE_EVENTS = "instance_events"
 
 # The largest message we write is a spec (64 KiB user-data, 16 KiB key, escaped
 # as JSON at most 6 bytes a character) or a console (64 KiB); etcd takes 1.5 MiB.

@@ -34,7 +34,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from etcd_compute import claims, instances, messages
+from etcd_compute import claims, events, instances, messages
 from etcd_compute.errors import ConflictError, EtcdComputeError, InvalidMessage, NoValidHost
 from etcd_compute.etcd import KeyValueStore
 from etcd_compute.keys import RECORDS
@@ -114,7 +114,8 @@ class Controller:
             return placed
         self.placement.delete_allocations(uuid)
         failed = f"{reason}; no alternate host would take it"
-        if instances.fail(self.store, spec, read, failed) is not None:
+        if instances.fail(self.store, spec, read, failed, action="reschedule",
+                          by=events.CONTROLLER) is not None:
             log.error("ERROR: %s (allocation freed)", failed)
             scheduler_metrics.rescheduled("failed")
         return None
@@ -189,8 +190,8 @@ class Controller:
         down = (instances.host_down(self.keys, host),)
         if spec.get("action") == "destroy" or read.state == instances.DELETING:
             self.placement.delete_allocations(uuid)
-            if instances.delete(self.store, spec, read, self.deleted_record_ttl,
-                                guard=down) is None:
+            if instances.delete(self.store, spec, read, self.deleted_record_ttl, guard=down,
+                                detail="its host was down: finished by the controller") is None:
                 return "left"
             log.warning("host %s is down: destroy finished here (claim freed); the host "
                         "cleans up if it returns", host)
@@ -208,7 +209,8 @@ class Controller:
     def _fail(self, spec: dict[str, Any], read: instances.RecordRead, reason: str) -> str:
         self.placement.delete_allocations(spec["uuid"])
         down = (instances.host_down(self.keys, spec["host"]),)
-        if instances.fail(self.store, spec, read, reason, guard=down) is None:
+        if instances.fail(self.store, spec, read, reason, guard=down, action="recover",
+                          by=events.CONTROLLER) is None:
             return "left"
         instance_log(spec["uuid"]).error("ERROR: %s (allocation freed)", reason)
         return "error"

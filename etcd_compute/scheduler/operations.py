@@ -3,6 +3,8 @@ console, wait. `schedule.py` is a thin layer over these."""
 
 from __future__ import annotations
 
+import getpass
+import socket
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -21,6 +23,11 @@ DELETED_RECORD_TTL = 3600
 
 class WaitTimeout(EtcdComputeError):
     """--wait ran out of time; the instances keep going."""
+
+
+def operator_name() -> str:
+    """Who is asking, for the instance's events and a host's maintenance: user@host."""
+    return f"{getpass.getuser()}@{socket.gethostname()}"[:255]
 
 
 def check_uuid(text: str) -> str:
@@ -91,12 +98,13 @@ def destroy(store: Store, placement: PlacementClient, uuid: str) -> str:
                 # Nobody would read the request: finish it here, if the host stays down.
                 placement.delete_allocations(uuid)
                 if instances.delete(store, spec, read, DELETED_RECORD_TTL,
-                                    guard=(instances.host_down(store.keys, host),)):
+                                    guard=(instances.host_down(store.keys, host),),
+                                    detail=f"its host was down: finished by {operator_name()}"):
                     return "finished"
                 continue  # it came back meanwhile: ask it
             if spec["action"] == "destroy":
                 return "already"
-            if instances.request_destroy(store, entry, spec) is not None:
+            if instances.request_destroy(store, entry, spec, operator_name()) is not None:
                 return "requested"
             continue  # the spec moved under us (compute took it, or another destroy): re-read
         if read.state == instances.DELETED:

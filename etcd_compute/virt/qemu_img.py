@@ -93,3 +93,13 @@ def create_overlay(base: Path, base_format: str, overlay: Path, size: int) -> No
     """A qcow2 `overlay` of `size` bytes backed by `base`."""
     run(["create", "-q", "-f", "qcow2", "-F", _format(base_format), "-b", str(base),
          str(overlay), str(size)])
+
+
+def grow(path: Path, image_format: str, size: int) -> None:
+    """Make the disk `path` `size` bytes (never smaller: qemu-img refuses to shrink
+    without --shrink)."""
+    run(["resize", "-q", "-f", _format(image_format), str(path), str(size)])
+
+
+def virtual_size(path: Path, image_format: str) -> int:
+    return int(info(path, image_format)["virtual-size"])
