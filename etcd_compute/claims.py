@@ -67,21 +67,26 @@ def totals(allocations: dict[str, Any]) -> dict[str, int]:
     return found
 
 
-def resize(placement: PlacementClient, consumer: str, host: str, held: dict[str, int],
+# A resize's claim is not (all) on the instance's host: nothing to resize there.
+ELSEWHERE = "etcd_compute.claim_elsewhere"
+
+
+def resize(placement: PlacementClient, consumer: str, host: str,
            resources: dict[str, int]) -> tuple[dict[str, Any], int]:
-    """Replace `consumer`'s claim, all of it `held` on `host`, with `resources` on `host`,
-    in one request checked against the consumer generation read first. Returns (what it
-    held, the consumer generation after our write) for `undo`. ConflictError when the
-    claim is not what the instance has (changed meanwhile: try again) or no room."""
+    """Replace `consumer`'s claim, all of it on `host`, with `resources` on `host`, in one
+    request checked against the consumer generation read first. Returns (the allocations
+    it replaced, the consumer generation after our write) for `undo`. ConflictError: with
+    code ELSEWHERE when the claim is not on `host` alone; a generation conflict when it
+    changed meanwhile (try again); Placement's own when there is no room."""
     current = placement.get_allocations(consumer)
     allocations = current.get("allocations") or {}
-    if set(allocations) != {host} or totals(allocations) != held:
-        raise ConflictError(f"the claim of {consumer} changed meanwhile; try again", 409,
-                            "placement.concurrent_update")
+    if set(allocations) != {host}:
+        raise ConflictError(f"the claim of {consumer} is not on its host {host} "
+                            f"({', '.join(sorted(allocations)) or 'none'})", 409, ELSEWHERE)
     generation = current.get("consumer_generation")
     placement.claim(consumer, {host: {"resources": resources}}, current["project_id"],
                     current["user_id"], consumer_generation=generation)
-    return allocations, (generation or 0) + 1
+    return {host: {"resources": allocations[host]["resources"]}}, (generation or 0) + 1
 
 
 def undo(placement: PlacementClient, consumer: str, allocations: dict[str, Any],

@@ -45,7 +45,7 @@ def _gone(uuid: str) -> NotFound:
     return NotFound(f"no instance {uuid} (never scheduled, or deleted and expired)")
 
 
-def _where(store: Store, uuid: str) -> tuple[str, str | None, instances.RecordRead]:
+def where(store: Store, uuid: str) -> tuple[str, str | None, instances.RecordRead]:
     """(host, group, record) of `uuid`; NotFound when it is known nowhere. A location whose
     host kept nothing of the instance (it ended and its record expired) is dropped here."""
     location = instances.locate(store, uuid)
@@ -65,7 +65,7 @@ def _where(store: Store, uuid: str) -> tuple[str, str | None, instances.RecordRe
 def show(store: Store, uuid: str) -> dict[str, Any]:
     """The instance record (plus the /booted IP); NotFound if there is none."""
     check_uuid(uuid)
-    host, _group, read = _where(store, uuid)
+    host, _group, read = where(store, uuid)
     if read.record is None:
         raise _gone(uuid)
     record = read.record
@@ -85,7 +85,7 @@ def destroy(store: Store, placement: PlacementClient, uuid: str) -> str:
     """
     check_uuid(uuid)
     for _ in range(5):
-        host, group, read = _where(store, uuid)
+        host, group, read = where(store, uuid)
         entry = store.get(store.keys.spec(host, uuid))
         if entry is not None:
             try:

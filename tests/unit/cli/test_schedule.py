@@ -39,7 +39,7 @@ def test_no_words_says_what_to_give(capsys, config):
 
 def test_an_unknown_word_is_neither_query_uuid_nor_command(capsys, config):
     assert_usage_error(run(capsys, "--config", str(config), "frobnicate"),
-                       "'frobnicate' is not a query", "destroy, list, hosts, console")
+                       "'frobnicate' is not a query", "destroy, stop, start, reboot")
 
 
 def test_an_upper_case_uuid_is_not_taken_for_an_instance(capsys, config):
