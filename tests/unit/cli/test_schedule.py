@@ -205,3 +205,27 @@ def test_user_strings_echoed_in_errors_are_neutralised(capsys, config, argv):
     assert code == 2 and out == ""
     assert len(err.splitlines()) == 1 and err.endswith("\n")
     assert not any(ch in err for ch in "\x1b\x07\x9b\x00\x08")
+
+
+# --- lifecycle actions: bad input is found before any connection ----------------------
+
+QUERY = "resources=VCPU:2,MEMORY_MB:512,DISK_GB:1"
+
+
+@pytest.mark.parametrize(("words", "fault"), [
+    (["stop"], "stop: expected exactly one instance uuid"),
+    (["reboot", UUID, UUID], "reboot: expected exactly one instance uuid"),
+    (["start", "web-1"], "'web-1' is not an instance uuid"),
+    (["resize", UUID], "resize: expected QUERY UUID"),
+    (["resize", QUERY], "resize: expected QUERY UUID"),
+    (["resize", QUERY + "&in_tree=" + UUID, UUID], "resources=... only"),
+    (["resize", QUERY + "&required=CUSTOM_ELSEWHERE", UUID], "resources=... only"),
+    (["resize", "resources=VCPU:2,MEMORY_MB:512", UUID], "DISK_GB missing"),
+    (["resize", "resources=VCPU:99999999999,MEMORY_MB:1,DISK_GB:1", UUID], "bad amount"),
+    (["events"], "events: expected exactly one instance uuid"),
+    (["stop", "--hard", UUID], "--hard goes with reboot"),
+    (["stop", "--image", "file:///x", UUID], "--image goes with a query or rebuild"),
+    (["rebuild", "--image", "ftp://host/x.img", UUID], "--image 'ftp://host/x.img'"),
+])
+def test_lifecycle_input_is_refused_before_any_connection(capsys, config, words, fault):
+    assert_usage_error(run(capsys, "--config", str(config), *words), fault)
