@@ -37,6 +37,9 @@ STOPPED_BECAUSE = {
 }
 # Events that say nothing about whether it runs (a definition written or removed).
 IGNORED = {libvirt.VIR_DOMAIN_EVENT_DEFINED, libvirt.VIR_DOMAIN_EVENT_UNDEFINED}
+# One change often comes as several events (qemu's SHUTDOWN, then libvirt's STOPPED): wait
+# this long after the first for the rest, so the last one gives the reason.
+SETTLE_SECONDS = 0.3
 _EVERYONE = ""
 
 _loop_lock = threading.Lock()
@@ -69,6 +72,8 @@ def describe(event: int, detail: int) -> tuple[str, bool]:
     if event == libvirt.VIR_DOMAIN_EVENT_CRASHED:
         return "the guest crashed", True
     if event == libvirt.VIR_DOMAIN_EVENT_SHUTDOWN:
+        if detail == libvirt.VIR_DOMAIN_EVENT_SHUTDOWN_HOST:  # a signal to qemu, as virsh's
+            return "powered off outside etcd-compute", False
         return "the guest shut down", False
     if event == libvirt.VIR_DOMAIN_EVENT_STARTED:
         return "started outside etcd-compute", False
@@ -127,6 +132,7 @@ class LibvirtPowerWatch(PowerWatch):
                     batch = [self.queue.get(timeout=1.0)]
                 except queue.Empty:
                     continue
+                self.stopping.wait(SETTLE_SECONDS)
                 while not self.queue.empty():
                     batch.append(self.queue.get_nowait())
                 if not self.stopping.is_set():

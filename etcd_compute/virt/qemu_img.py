@@ -102,4 +102,7 @@ def grow(path: Path, image_format: str, size: int) -> None:
 
 
 def virtual_size(path: Path, image_format: str) -> int:
-    return int(info(path, image_format)["virtual-size"])
+    """The disk's size as the guest sees it; readable while a guest runs from it (`-U`:
+    qemu-img does not take the image lock the running qemu holds)."""
+    result = run(["info", "-U", "--output=json", "-f", _format(image_format), str(path)])
+    return int(json.loads(result.stdout)["virtual-size"])

@@ -23,6 +23,10 @@ OURS, ALSO_OURS, FOREIGN = ("0b7e4f1e-9a0c-4a51-8f0e-5d2c3b4a6e7f",
     (libvirt.VIR_DOMAIN_EVENT_STOPPED, libvirt.VIR_DOMAIN_EVENT_STOPPED_CRASHED,
      "the guest crashed", True),
     (libvirt.VIR_DOMAIN_EVENT_CRASHED, 0, "the guest crashed", True),
+    (libvirt.VIR_DOMAIN_EVENT_SHUTDOWN, libvirt.VIR_DOMAIN_EVENT_SHUTDOWN_GUEST,
+     "the guest shut down", False),
+    (libvirt.VIR_DOMAIN_EVENT_SHUTDOWN, libvirt.VIR_DOMAIN_EVENT_SHUTDOWN_HOST,
+     "powered off outside etcd-compute", False),
     (libvirt.VIR_DOMAIN_EVENT_STARTED, 0, "started outside etcd-compute", False),
 ])
 def test_what_an_event_means(event, detail, why, crashed):
