@@ -304,3 +304,22 @@ def test_a_stopped_instance_is_moved_stopped_by_a_drain_and_by_its_hosts_death(
     assert [e["action"] for e in log_of(store, uuid)] == [
         "create", "stop", "evacuate", "reschedule", "build", "recover", "build"]
     assert claimed(placement, uuid) == {"VCPU": 1, "MEMORY_MB": 64, "DISK_GB": 1}
+
+
+def test_a_resize_undo_takes_back_only_its_own_claim_in_real_placement(placement):
+    """What two racing resizes rely on, against Placement itself: a write bumps the
+    consumer generation by one, so an undo at "ours + 1" fails once someone wrote after."""
+    from etcd_compute import claims
+    from tests.scheduler.conftest import add_host
+
+    rp = add_host(placement, None, "resize-host")
+    uuid = "0b7e4f1e-9a0c-4a51-8f0e-5d2c3b4a6e7f"
+    placement.claim(uuid, {rp: {"resources": {"VCPU": 1}}}, "p", "u")
+    mine, generation = claims.resize(placement, uuid, rp, {"VCPU": 2})
+    claims.resize(placement, uuid, rp, {"VCPU": 3})  # a second resize lands after ours
+    assert claims.undo(placement, uuid, mine, generation) is False
+    assert claimed(placement, uuid) == {"VCPU": 3}
+    mine, generation = claims.resize(placement, uuid, rp, {"VCPU": 4})
+    assert claims.undo(placement, uuid, mine, generation) is True
+    assert claimed(placement, uuid) == {"VCPU": 3}
+    placement.delete_allocations(uuid)
