@@ -48,14 +48,28 @@ def unclaim(placement: PlacementClient, consumers: list[str]) -> list[str]:
 
 
 def move(placement: PlacementClient, consumer: str, allocations: dict[str, Any],
-         project_id: str, user_id: str) -> None:
+         project_id: str, user_id: str) -> int | None:
     """Replace `consumer`'s allocations with `allocations` in one request (generation checked).
 
-    ConflictError when the new host has no room or the consumer changed meanwhile.
+    Returns the consumer's generation after the move, for `undo_move`. ConflictError when
+    the new host has no room or the consumer changed meanwhile.
     """
     current = placement.get_allocations(consumer)
     placement.claim(consumer, allocations, project_id, user_id,
                     consumer_generation=current.get("consumer_generation"))
+    return placement.get_allocations(consumer).get("consumer_generation")
+
+
+def undo_move(placement: PlacementClient, consumer: str, allocations: dict[str, Any],
+              generation: int | None, project_id: str, user_id: str) -> bool:
+    """Set the claim back to `allocations` (`{}`: none) after a move whose etcd side failed,
+    only if nobody touched it since the move (`generation`): a destroy that freed it, or
+    another move, wins. False if it was left as it is."""
+    try:
+        placement.replace_allocations(consumer, allocations, generation, project_id, user_id)
+    except ConflictError:
+        return False
+    return True
 
 
 def totals(allocations: dict[str, Any]) -> dict[str, int]:

@@ -4,7 +4,10 @@ We use `etcd-sdk-python` (imported as `pyetcd`): it keeps the API of the old
 `etcd3` package, which is unmaintained and breaks with current protobuf.
 Its default client refuses every call for 300 s after one failure
 (`time_retry`); we set it to 0 and keep gRPC's reconnect backoff short so a
-restarted etcd is usable again within a second.
+restarted etcd is usable again within a second. With `time_retry` 0 pyetcd
+never leaves a failed member either, so `FailoverClient` moves to the next
+endpoint after every call that found its member unreachable, and `Store`
+retries a call on the next member when that cannot do a write twice.
 
 Transactions are written with our own small types (`Compare`, `Put`,
 `Delete`, `Txn`) and translated to pyetcd's only here, so the code that
@@ -15,7 +18,8 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,20 +34,29 @@ import pyetcd.exceptions  # noqa: E402
 import pyetcd.transactions  # noqa: E402
 
 from etcd_compute import messages, metrics
-from etcd_compute.errors import ConfigError, EtcdComputeError, EtcdUnavailable, InvalidMessage
+from etcd_compute.errors import (
+    ConfigError,
+    EtcdComputeError,
+    EtcdUnavailable,
+    InvalidMessage,
+)
+from etcd_compute.etcd_failover import (
+    ETCD_DOWN,
+    UNREACHABLE_CODES,
+    FailoverClient,
+    never_sent,
+    unreachable,
+)
 from etcd_compute.keys import Keys
 
-GRPC_OPTIONS = [("grpc.max_reconnect_backoff_ms", 1000), ("grpc.initial_reconnect_backoff_ms", 100)]
-
-# What a dead or restarting etcd looks like through pyetcd.
-ETCD_DOWN = (
-    pyetcd.exceptions.ConnectionFailedError,
-    pyetcd.exceptions.ConnectionTimeoutError,
-    pyetcd.exceptions.InternalServerError,
-    pyetcd.exceptions.NoServerAvailableError,
-    grpc.RpcError,
-)
-
+GRPC_OPTIONS = [
+    ("grpc.max_reconnect_backoff_ms", 1000), ("grpc.initial_reconnect_backoff_ms", 100),
+    # A member that vanished without a reset (partitioned, its host hung) would hold a watch
+    # forever: nothing else ends a stream. Pings find that out; etcd refuses pings closer
+    # than 5 s apart (--grpc-keepalive-min-time), and only on connections with calls.
+    ("grpc.keepalive_time_ms", 10_000), ("grpc.keepalive_timeout_ms", 5_000),
+    ("grpc.http2.max_pings_without_data", 0),
+]
 
 def _read(setting: str, path: str) -> bytes:
     try:
@@ -75,13 +88,9 @@ def connect(etcd_config: dict[str, Any]) -> pyetcd.MultiEndpointEtcd3Client:
                                          creds=credentials, time_retry=0, opts=GRPC_OPTIONS))
     with etcd_errors(etcd_config["endpoints"]):
         # With a user and password this authenticates right away (a network call).
-        return pyetcd.MultiEndpointEtcd3Client(
+        return FailoverClient(
             endpoints=endpoints, timeout=etcd_config["timeout"], failover=True,
             user=etcd_config.get("user"), password=etcd_config.get("password"))
-
-
-# gRPC codes that mean "etcd is not there (now)", as opposed to "etcd refused this".
-UNREACHABLE_CODES = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED}
 
 
 # What gRPC says when the TLS handshake, not the network, failed.
@@ -240,6 +249,11 @@ class KeyValueStore:
         """Run `txn`: the revision it wrote at, or None if a comparison failed."""
         raise NotImplementedError
 
+    def keep_alive(self, lease_id: int, timeout: float) -> int:
+        """Refresh a lease, each try within `timeout`; the TTL it has now (<= 0: gone).
+        Repeatable, so a silent member costs `timeout`, then the next member is asked."""
+        return int(self._rpc(lambda client: client.keep_alive(lease_id, timeout)))
+
     def grant(self, ttl: int) -> int:
         """The id of a new lease of `ttl` seconds, for keys that expire on their own."""
         raise NotImplementedError
@@ -284,19 +298,37 @@ class Store(KeyValueStore):
     def errors(self) -> contextlib.AbstractContextManager[None]:
         return etcd_errors(self.endpoints)
 
-    def _rpc(self, call: Any) -> Any:
-        """`call(client)`, with one-line errors. A password user whose token another member
-        does not know (etcd's simple tokens live in one member) authenticates again, once."""
+    def _rpc(self, call: Callable[[Any], Any], repeatable: bool = True) -> Any:
+        """`call(client)`, with one-line errors.
+
+        When the member asked is unreachable the client has moved on, and the call is tried
+        on the next member (each once) while etcd.timeout since the first try has not run
+        out: a dead member costs a refused connection, not a failed command. A call that is
+        not `repeatable` (a write) goes again only if it never left (no connection). So a
+        call fails within about one timeout when no member can answer (a lost quorum)."""
+        deadline = time.monotonic() + self.config.get("timeout", 5.0)
+        tries = len(self.endpoints)
         with self.errors():
-            try:
-                return call(self.client)
-            except grpc.RpcError as exc:
-                if not self.config.get("user") or \
-                        exc.code() != grpc.StatusCode.UNAUTHENTICATED:
-                    raise
-            self.close()
-            self.client = connect(self.config)
+            while True:
+                tries -= 1
+                try:
+                    return self._call_authenticated(call)
+                except ETCD_DOWN as exc:
+                    if tries <= 0 or time.monotonic() >= deadline or not unreachable(exc) \
+                            or not (repeatable or never_sent(exc)):
+                        raise
+
+    def _call_authenticated(self, call: Callable[[Any], Any]) -> Any:
+        """A password user whose token another member does not know (etcd's simple tokens
+        live in one member) authenticates again, once."""
+        try:
             return call(self.client)
+        except grpc.RpcError as exc:
+            if not self.config.get("user") or exc.code() != grpc.StatusCode.UNAUTHENTICATED:
+                raise
+        self.close()
+        self.client = connect(self.config)
+        return call(self.client)
 
     def close(self) -> None:
         with contextlib.suppress(Exception):
@@ -328,7 +360,7 @@ class Store(KeyValueStore):
             compare=[_to_pyetcd_compare(c) for c in txn.compare],
             success=[_to_pyetcd_op(op) for op in txn.success],
             failure=[],
-        ))
+        ), repeatable=False)
         if not succeeded:
             return None
         for response in responses:
@@ -338,8 +370,14 @@ class Store(KeyValueStore):
         return 0
 
     def lease(self, ttl: int) -> Any:
-        """A new lease (pyetcd's Lease: `.id`, `.refresh()`, `.revoke()`)."""
+        """A new lease (pyetcd's Lease: `.id`, `.refresh()`, `.revoke()`). Repeatable: a
+        lease granted twice leaves one unused, which etcd drops after `ttl`."""
         return self._rpc(lambda client: client.lease(ttl))
+
+    def keep_alive(self, lease_id: int, timeout: float) -> int:
+        """Refresh a lease, each try within `timeout`; the TTL it has now (<= 0: gone).
+        Repeatable, so a silent member costs `timeout`, then the next member is asked."""
+        return int(self._rpc(lambda client: client.keep_alive(lease_id, timeout)))
 
     def grant(self, ttl: int) -> int:
         return int(self.lease(ttl).id)

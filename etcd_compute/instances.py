@@ -531,33 +531,56 @@ def _moved_away(store: KeyValueStore, spec: dict[str, Any], read: RecordRead,
     ))
 
 
+def finish_destroy_on_dead_host(store: KeyValueStore, spec: dict[str, Any], read: RecordRead,
+                                ttl: int, detail: str | None = None) -> int | None:
+    """A destroy nobody will carry out (the host is down) -> DELETED, by the operator's
+    side: only if the host is still down and the record is as it was read (the
+    controller may have moved the instance meanwhile). The caller frees the claim after
+    this succeeds, never before: a moved instance keeps its claim."""
+    return delete(store, spec, read, ttl,
+                  guard=(host_down(store.keys, spec["host"]),
+                         unchanged(store.keys.record(spec["host"], spec["uuid"]),
+                                   read.revision)), detail=detail)
+
+
+def _spec_unchanged(keys: Keys, spec: dict[str, Any], revision: int | None) -> list[Compare]:
+    """The spec as it was read (a destroy written meanwhile must not be moved away)."""
+    if revision is None:
+        return []
+    return [Compare(keys.spec(spec["host"], spec["uuid"]), "mod", "==", revision)]
+
+
 def move(store: KeyValueStore, spec: dict[str, Any], read: RecordRead, host: str,
-         allocations: dict[str, Any], alternates: list[dict[str, Any]]) -> int | None:
+         allocations: dict[str, Any], alternates: list[dict[str, Any]],
+         spec_revision: int | None = None) -> int | None:
     """RESCHEDULING on spec's host -> SCHEDULED on `host` (the operator's side: it writes
     another host's keys). Spec, record, events, location and membership move in one
-    transaction; the caller moved the claim first (one Placement call)."""
+    transaction, if record and spec (at `spec_revision`) are as they were read; the caller
+    moved the claim first (one Placement call)."""
     assert read.record is not None
     moved_spec = {**spec, "action": "build", "host": host, "allocations": allocations,
                   "alternates": alternates}
     moved_spec.pop("request", None)
     record = moved(read.record, SCHEDULED, host=host, host_name=None, error=None)
-    return _moved_away(store, spec, read, moved_spec, record, "reschedule", [])
+    return _moved_away(store, spec, read, moved_spec, record, "reschedule",
+                       _spec_unchanged(store.keys, spec, spec_revision))
 
 
 def evacuate(store: KeyValueStore, spec: dict[str, Any], read: RecordRead, host: str,
-             allocations: dict[str, Any]) -> int | None:
+             allocations: dict[str, Any], spec_revision: int | None = None) -> int | None:
     """An instance of a dead host -> SCHEDULED on `host`, to be built anew from its image
     (its disk was local: it is lost), powered off if it was stopped. Spec (a build),
     record, events, location and membership move in one transaction, only if the dead
-    host has not come back and the record did not change since it was read. The caller
-    moved the claim first."""
+    host has not come back and neither record nor spec (at `spec_revision`) changed since
+    they were read. The caller moved the claim first."""
     assert read.record is not None
     rebuilt = {**spec, "action": "build", "host": host, "allocations": allocations,
                "alternates": [], "stopped": wants_stopped(read.record, spec)}
     rebuilt.pop("request", None)
     record = moved(read.record, SCHEDULED, host=host, host_name=None, ip=None, error=None)
     return _moved_away(store, spec, read, rebuilt, record, "recover",
-                       [host_down(store.keys, spec["host"])])
+                       [host_down(store.keys, spec["host"]),
+                        *_spec_unchanged(store.keys, spec, spec_revision)])
 
 
 def _rewrite_spec(store: KeyValueStore, entry: Entry, spec: dict[str, Any],

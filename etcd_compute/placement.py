@@ -316,6 +316,16 @@ class PlacementClient:
         }
         self.request("POST", "/allocations", json=body, expect=(204,))
 
+    def replace_allocations(self, consumer: str, allocations: dict[str, Any],
+                            consumer_generation: int | None, project_id: str, user_id: str,
+                            consumer_type: str = "INSTANCE") -> None:
+        """Set one consumer's allocations, `{}` removing them, only if its generation is
+        still `consumer_generation` (POST /allocations: the form that may empty a claim)."""
+        body = {consumer: {"allocations": allocations, "project_id": project_id,
+                           "user_id": user_id, "consumer_generation": consumer_generation,
+                           "consumer_type": consumer_type}}
+        self.request("POST", "/allocations", json=body, expect=(204,))
+
     def delete_allocations(self, consumer: str) -> bool:
         """Free a consumer's allocations; False if it had none."""
         response = self.request("DELETE", f"/allocations/{consumer}", expect=(204, 404))

@@ -32,37 +32,48 @@ def claimed_totals(placement: PlacementClient, rp_uuid: str, uuid: str) -> dict[
     return dict(allocations[rp_uuid]["resources"])
 
 
-def refuse_unclaimed(store: KeyValueStore, placement: PlacementClient, spec: dict[str, Any],
-                     spec_revision: int) -> bool:
-    """True (and the spec dealt with) unless Placement holds the spec's claim here.
+# What check_claim decides.
+BUILD, REFUSED, LATER = "build", "refused", "later"
 
-    A spec with no claim ends in ERROR; one claimed on another host is dropped with no
-    record here (its instance lives there); one whose resources differ from its claim
-    ends in ERROR with the claim freed.
+
+def check_claim(store: KeyValueStore, placement: PlacementClient, spec: dict[str, Any],
+                spec_revision: int, placed_here: bool) -> str:
+    """BUILD if Placement holds the spec's claim here; else the spec is dealt with.
+
+    A spec with no claim ends in ERROR (REFUSED); one whose resources differ from its
+    claim ends in ERROR with the claim freed (REFUSED). One claimed on another host is a
+    stray copy, dropped with no record here (REFUSED), unless our record says the
+    instance was placed here (`placed_here`): then the controller is moving it (it moves
+    the claim first, then spec and record, and puts the claim back if that fails), so
+    LATER: look again shortly.
     """
     uuid, host = spec["uuid"], spec["host"]
     log = logging.LoggerAdapter(LOG, {"instance": uuid})
     allocations = placement.get_allocations(uuid).get("allocations") or {}
     if not allocations:
         reason = "refused: Placement holds no claim for this instance"
+    elif host not in allocations and placed_here:
+        log.info("claimed on %s for now (a move in flight?); looking again shortly",
+                 ", ".join(sorted(allocations)))
+        return LATER
     elif host not in allocations:
         log.error("refused: the instance is claimed on %s, not on this host; spec %s dropped",
                   ", ".join(sorted(allocations)), store.keys.spec(host, uuid))
         instances.drop_key(store, store.keys.spec(host, uuid), spec_revision)
-        return True
+        return REFUSED
     else:
         claimed: dict[str, int] = {}
         for allocation in allocations.values():
             for rc, amount in allocation["resources"].items():
                 claimed[rc] = claimed.get(rc, 0) + amount
         if claimed == spec["resources"]:
-            return False
+            return BUILD
         reason = (f"refused: the spec asks for {describe_resources(spec['resources'])} but the "
                   f"claim holds {describe_resources(claimed)}")
         placement.delete_allocations(uuid)
     log.error("%s", reason)
     instances.reject(store, host, uuid, spec_revision, reason)
-    return True
+    return REFUSED
 
 
 def describe_resources(resources: dict[str, int] | None) -> str:

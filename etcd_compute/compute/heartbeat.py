@@ -30,6 +30,9 @@ from etcd_compute.etcd import ETCD_DOWN, Store
 
 LOG = logging.getLogger("etcd_compute.compute")
 
+# How soon a failed renewal is tried again (on the next member).
+RETRY_SECONDS = 0.2
+
 
 class Heartbeat:
     def __init__(self, store: Store, hosts: dict[str, HostIdentity], ttl: int,
@@ -50,6 +53,8 @@ class Heartbeat:
         self.last_ok = time.monotonic()
         self.fenced = False
         self.lock_fence = threading.Lock()
+        # Monotonic time etcd stopped answering (None while it answers).
+        self.failing_since: float | None = None
 
     def start(self) -> None:
         self._new_lease()
@@ -83,33 +88,56 @@ class Heartbeat:
             self.on_unfence()
 
     def _loop(self) -> None:
-        while not self.stopping.wait(max(self.ttl / 3, 0.5)):
-            self._refresh()
+        interval = max(self.ttl / 3, 0.5)
+        # A try must end well within the TTL, whatever etcd.timeout is: a member that went
+        # silent costs this much, then the next member is asked.
+        timeout = min(self.store.config.get("timeout", 5.0), interval)
+        wait = interval
+        while not self.stopping.wait(wait):
+            # After a failure the client has moved on to another member: try it soon, not
+            # a third of a TTL later (the TTL may be nearly spent by now).
+            wait = interval if self._refresh(timeout) else RETRY_SECONDS
 
     def _watchdog(self) -> None:
         while not self.stopping.wait(0.1):
             if not self.fenced and time.monotonic() - self.last_ok >= self.fence_after:
                 self._fence()
 
-    def _refresh(self) -> None:
+    def _refresh(self, timeout: float) -> bool:
+        """One renewal; False when etcd did not answer."""
         sent = time.monotonic()
         try:
             with self.lock:
-                response = list(self.lease.refresh())[0]
-            if response.TTL > 0:
+                ttl_left = self.store.keep_alive(self.lease.id, timeout)
+            if ttl_left > 0:
+                # Each refresh, so a test (or an operator at DEBUG) sees when it resumed.
+                LOG.debug("heartbeat: lease %x refreshed", self.lease.id)
+                self._answered()
                 self._renewed(sent)
-                return
+                return True
             LOG.warning("heartbeat lease expired; taking a new one")
+            self._answered()
             if not self.fenced:
                 self._fence()  # the controller may already be recovering our instances
             self._new_lease()
+            return True
         except ETCD_DOWN + (ServiceUnavailable, IndexError) as exc:
             metrics.retried("heartbeat", exc)
-            LOG.warning("heartbeat: etcd unreachable; retrying (%.1f s since the last "
-                        "renewal, fencing at %.1f s)", time.monotonic() - self.last_ok,
-                        self.fence_after)
+            if self.failing_since is None:  # once per outage, not five times a second
+                self.failing_since = time.monotonic()
+                LOG.warning("heartbeat: etcd unreachable; retrying (%.1f s since the last "
+                            "renewal, fencing at %.1f s)", time.monotonic() - self.last_ok,
+                            self.fence_after)
+            return False
         except Exception:
             LOG.exception("heartbeat failed")
+            return True
+
+    def _answered(self) -> None:
+        if self.failing_since is not None:
+            LOG.info("heartbeat: etcd answers again after %.1f s",
+                     time.monotonic() - self.failing_since)
+            self.failing_since = None
 
     def _fence(self) -> None:
         with self.lock_fence:

@@ -23,7 +23,7 @@ from etcd_compute import instances, messages
 from etcd_compute.compute import metrics as compute_metrics
 from etcd_compute.compute import worker
 from etcd_compute.compute.actions import LifecycleActions
-from etcd_compute.compute.checks import claimed_here, refuse_unclaimed
+from etcd_compute.compute.checks import LATER, REFUSED, check_claim, claimed_here
 from etcd_compute.compute.consoles import Consoles
 from etcd_compute.compute.fencing import Gate
 from etcd_compute.compute.identity import HostIdentity
@@ -57,6 +57,17 @@ def _ing(kind: str) -> str:
     return {"stop": "stopping", "reboot": "rebooting"}.get(kind, kind.rstrip("e") + "ing")
 
 
+# A spec whose claim is on another host for now (a move in flight) is looked at again.
+CLAIM_RECHECK_SECONDS = 1.0
+Later = Callable[..., None]
+
+
+def _after(seconds: float, function: Callable[..., None], *args: Any) -> None:
+    timer = threading.Timer(seconds, function, args)
+    timer.daemon = True
+    timer.start()
+
+
 def instance_log(uuid: str) -> logging.LoggerAdapter:
     """A logger whose every line names the instance."""
     return logging.LoggerAdapter(LOG, {"instance": uuid})
@@ -65,7 +76,8 @@ def instance_log(uuid: str) -> logging.LoggerAdapter:
 class InstanceMachine:
     def __init__(self, store: KeyValueStore, placement: PlacementClient, pool: WorkerPool,
                  consoles: Consoles, hosts: dict[str, HostIdentity], settings: dict[str, Any],
-                 post: Post, stopping: threading.Event, gate: Gate | None = None):
+                 post: Post, stopping: threading.Event, gate: Gate | None = None,
+                 later: Later | None = None):
         self.store = store
         self.keys = store.keys
         self.placement = placement
@@ -75,6 +87,8 @@ class InstanceMachine:
         self.settings = settings
         # Queue a follow-up event for the main loop (re-reads after a lost race).
         self.post = post
+        # Call something after a delay (a claim to look at again).
+        self.later = later or _after
         self.stopping = stopping
         # Closed while the host is fenced: nothing starts; reconcile resumes it after.
         self.gate = gate or Gate()
@@ -168,7 +182,12 @@ class InstanceMachine:
                 read.record["host"] == spec["host"]:
             log.info("resuming build interrupted by a restart")
         else:
-            if refuse_unclaimed(self.store, self.placement, spec, spec_revision):
+            verdict = check_claim(self.store, self.placement, spec, spec_revision,
+                                  placed_here=read.record is not None)
+            if verdict == LATER:
+                self.later(CLAIM_RECHECK_SECONDS, self._reread_later, spec)
+                return
+            if verdict == REFUSED:
                 return
             revision = instances.begin_build(self.store, spec, spec_revision, read, host.name)
             if revision is None:
@@ -257,6 +276,14 @@ class InstanceMachine:
                   blame_host=blame_host, hand_over=hand_over, task=task)
         self.jobs[uuid] = job
         future.add_done_callback(lambda _f: self.post(self.on_job_done, (job,)))
+
+    def forget_jobs(self, why: str) -> None:
+        """Every job in flight is gone (its worker was stopped): forget them, so that the
+        next reconcile starts each again; a late completion of one is then ignored."""
+        for uuid, job in list(self.jobs.items()):
+            instance_log(uuid).info("%s %s; resumed by the reconcile", job.kind, why)
+            job.future.cancel()
+            del self.jobs[uuid]
 
     def on_job_done(self, job: Job) -> None:
         compute_metrics.job_finished(job)

@@ -257,6 +257,9 @@ class ComputeService:
 
     def unfence(self) -> None:
         """The lease is ours again: back to work, and put the guests right."""
+        # The fence stopped the pool: the jobs it had died with their workers, and a
+        # stopped pool does not always say so. Forget them; the reconcile resumes each.
+        self.machine.forget_jobs("cut by the fence")
         self.fencer.lift()
         self.reconcile()
 

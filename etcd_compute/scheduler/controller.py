@@ -45,6 +45,10 @@ from etcd_compute.scheduler.planner import Pick
 LOG = logging.getLogger("etcd_compute.controller")
 
 
+class _Changed(Exception):
+    """The instance changed while the controller moved it: the move was undone."""
+
+
 def instance_log(uuid: str) -> logging.LoggerAdapter:
     return logging.LoggerAdapter(LOG, {"instance": uuid})
 
@@ -94,50 +98,68 @@ class Controller:
                 log.info("alternate %s has no heartbeat; skipping it", target)
                 continue
             try:
-                claims.move(self.placement, uuid, alternate["allocations"], spec["project_id"],
-                            spec["user_id"])
+                generation = claims.move(self.placement, uuid, alternate["allocations"],
+                                         spec["project_id"], spec["user_id"])
             except EtcdComputeError as exc:
                 log.info("alternate %s refused the claim (%s); trying the next", target, exc)
                 continue
             if instances.move(self.store, spec, read, target, alternate["allocations"],
-                              alternates[index + 1:]) is None:
+                              alternates[index + 1:], spec_revision=entry.mod_revision) is None:
+                self._undo_move(spec, generation)
                 scheduler_metrics.rescheduled("conflict")
                 return None  # it changed meanwhile (a destroy): the next event decides
             log.warning("build failed on %s (%s); rescheduled to alternate host %s",
                         host, reason, target)
             scheduler_metrics.rescheduled("moved")
             return target
-        placed = self._place_again(spec, read, host)
+        try:
+            placed = self._place_again(spec, read, host, entry.mod_revision)
+        except _Changed:
+            scheduler_metrics.rescheduled("conflict")
+            return None  # a destroy got in: its host acts on it
         if placed is not None:
             log.warning("%s; placed again on %s", reason, placed)
             scheduler_metrics.rescheduled("moved")
             return placed
-        self.placement.delete_allocations(uuid)
         failed = f"{reason}; no alternate host would take it"
         if instances.fail(self.store, spec, read, failed, action="reschedule",
                           by=events.CONTROLLER) is not None:
+            self.placement.delete_allocations(uuid)
             log.error("ERROR: %s (allocation freed)", failed)
             scheduler_metrics.rescheduled("failed")
         return None
 
     def _place_again(self, spec: dict[str, Any], read: instances.RecordRead,
-                     host: str) -> str | None:
+                     host: str, spec_revision: int) -> str | None:
         """No kept alternate took it: ask the scheduler where it would go now (its query,
-        filters and weighers, its group honoured; `host` left out)."""
+        filters and weighers, its group honoured; `host` left out). None if nowhere;
+        _Changed if the instance changed meanwhile (the claim is put back)."""
         if self.place is None:
             return None
         try:
             pick = self.place(spec, frozenset({host}))
-            claims.move(self.placement, spec["uuid"], pick.allocations, spec["project_id"],
-                        spec["user_id"])
+            generation = claims.move(self.placement, spec["uuid"], pick.allocations,
+                                     spec["project_id"], spec["user_id"])
         except EtcdComputeError as exc:
             instance_log(spec["uuid"]).info("no other host for it now (%s)", exc)
             return None
-        if instances.move(self.store, spec, read, pick.host.uuid, pick.allocations, []) is None:
-            claims.move(self.placement, spec["uuid"], spec["allocations"], spec["project_id"],
-                        spec["user_id"])
-            return None
+        if instances.move(self.store, spec, read, pick.host.uuid, pick.allocations, [],
+                          spec_revision=spec_revision) is None:
+            self._undo_move(spec, generation)
+            raise _Changed()
         return pick.host.uuid
+
+    def _undo_move(self, spec: dict[str, Any], generation: int | None) -> None:
+        """A claim moved for an etcd transaction that then failed: back to the old host if
+        the instance is still there, else released; either only if nobody touched the claim
+        since (a destroy that freed it meanwhile must not see it come back)."""
+        uuid = spec["uuid"]
+        read = instances.read_record(self.store, spec["host"], uuid)
+        live = read.record is not None and read.state not in (instances.ERROR,
+                                                              instances.DELETED)
+        if not claims.undo_move(self.placement, uuid, spec["allocations"] if live else {},
+                                generation, spec["project_id"], spec["user_id"]):
+            instance_log(uuid).info("claim changed since it was moved; left as it is")
 
     def on_record_gone(self, host: str, uuid: str) -> None:
         """The record left `host`: if the instance is known nowhere else, forget its keys."""
@@ -187,12 +209,12 @@ class Controller:
             spec = None
         if spec is None:
             spec = {"uuid": uuid, "host": host, "resources": read.record["resources"]}
-        down = (instances.host_down(self.keys, host),)
         if spec.get("action") == "destroy" or read.state == instances.DELETING:
-            self.placement.delete_allocations(uuid)
-            if instances.delete(self.store, spec, read, self.deleted_record_ttl, guard=down,
-                                detail="its host was down: finished by the controller") is None:
+            if instances.finish_destroy_on_dead_host(
+                    self.store, spec, read, self.deleted_record_ttl,
+                    detail="its host was down: finished by the controller") is None:
                 return "left"
+            self.placement.delete_allocations(uuid)
             log.warning("host %s is down: destroy finished here (claim freed); the host "
                         "cleans up if it returns", host)
             return "deleted"
@@ -203,30 +225,32 @@ class Controller:
             except NoValidHost as exc:
                 return self._fail(spec, read, f"host {host} is down and no other host can "
                                   f"take it ({(exc.reasons or ['no valid host'])[0]})")
-            return self._rebuild(spec, read, pick)
+            return self._rebuild(spec, read, pick, entry.mod_revision if entry else None)
         return self._fail(spec, read, f"host {host} is down")
 
     def _fail(self, spec: dict[str, Any], read: instances.RecordRead, reason: str) -> str:
-        self.placement.delete_allocations(spec["uuid"])
+        # etcd first: if the host came back meanwhile, its instance keeps its claim.
         down = (instances.host_down(self.keys, spec["host"]),)
         if instances.fail(self.store, spec, read, reason, guard=down, action="recover",
                           by=events.CONTROLLER) is None:
             return "left"
+        self.placement.delete_allocations(spec["uuid"])
         instance_log(spec["uuid"]).error("ERROR: %s (allocation freed)", reason)
         return "error"
 
-    def _rebuild(self, spec: dict[str, Any], read: instances.RecordRead, pick: Pick) -> str:
+    def _rebuild(self, spec: dict[str, Any], read: instances.RecordRead, pick: Pick,
+                 spec_revision: int | None) -> str:
         uuid, target = spec["uuid"], pick.host.uuid
         try:
-            claims.move(self.placement, uuid, pick.allocations, spec["project_id"],
-                        spec["user_id"])
+            generation = claims.move(self.placement, uuid, pick.allocations,
+                                     spec["project_id"], spec["user_id"])
         except ConflictError as exc:
             instance_log(uuid).info("claim on %s lost a race (%s); trying again", target, exc)
             return "retry"
-        if instances.evacuate(self.store, spec, read, target, pick.allocations) is None:
-            # The host came back (or the record changed): the claim goes back with it.
-            claims.move(self.placement, uuid, spec["allocations"], spec["project_id"],
-                        spec["user_id"])
+        if instances.evacuate(self.store, spec, read, target, pick.allocations,
+                              spec_revision=spec_revision) is None:
+            # The host came back, or a destroy got in: the claim goes back as it was.
+            self._undo_move(spec, generation)
             return "left"
         instance_log(uuid).warning("host %s is down: instance rebuilt on %s (%s) from its "
                                    "image; its local disk is lost", spec["host"],

@@ -114,6 +114,11 @@ def drain(store: KeyValueStore, placement: PlacementClient, host: str, timeout: 
                                                  store.keys.records(rp)).items()):
         entry = store.get(store.keys.spec(rp, uuid))
         spec = _spec(entry)
+        if spec is not None and record["state"] in instances.TRANSIENT:
+            summary["left"] += 1
+            progress(f"{uuid} left on {provider['name']} ({record['state']}: drain again "
+                     "once its action is done)")
+            continue
         if spec is None or record["state"] not in (instances.SCHEDULED, instances.BUILDING,
                                                    instances.ACTIVE, instances.SHUTOFF):
             continue

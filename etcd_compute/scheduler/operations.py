@@ -95,13 +95,14 @@ def destroy(store: Store, placement: PlacementClient, uuid: str) -> str:
                 instances.drop_key(store, entry.key, entry.mod_revision)
                 continue
             if store.get(store.keys.alive(host)) is None and read.record is not None:
-                # Nobody would read the request: finish it here, if the host stays down.
-                placement.delete_allocations(uuid)
-                if instances.delete(store, spec, read, DELETED_RECORD_TTL,
-                                    guard=(instances.host_down(store.keys, host),),
-                                    detail=f"its host was down: finished by {operator_name()}"):
+                # Nobody would read the request: finish it here, if the host stays down
+                # and the controller did not move it meanwhile; then free the claim.
+                if instances.finish_destroy_on_dead_host(
+                        store, spec, read, DELETED_RECORD_TTL,
+                        detail=f"its host was down: finished by {operator_name()}"):
+                    placement.delete_allocations(uuid)
                     return "finished"
-                continue  # it came back meanwhile: ask it
+                continue  # it came back or moved meanwhile: look again
             if spec["action"] == "destroy":
                 return "already"
             if instances.request_destroy(store, entry, spec, operator_name()) is not None:

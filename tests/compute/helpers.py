@@ -77,6 +77,7 @@ class BuildEvent:
 
     uuid: str
     event: str  # start (every attempt) | built | exists (the instance was there already)
+    #             | fence (uuid "-": the daemon fenced; builds in flight were cut)
     daemon: int  # pid of the worker's parent: one per compute daemon run
     at: float
 

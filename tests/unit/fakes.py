@@ -245,6 +245,21 @@ class FakePlacement:
             self.consumers[consumer] = {"allocations": allocations, "consumer_generation": 1,
                                         "project_id": project_id, "user_id": user_id}
 
+    def replace_allocations(self, consumer: str, allocations: dict[str, Any],
+                            consumer_generation: int | None, project_id: str, user_id: str,
+                            consumer_type: str = "INSTANCE") -> None:
+        if not allocations:
+            current = self.consumers.get(consumer)
+            expected = current["consumer_generation"] if current else None
+            if consumer_generation != expected:
+                raise self._conflict(f"consumer generation {consumer_generation} != "
+                                     f"{expected}", "placement.concurrent_update")
+            self.calls.append(f"replace_allocations {consumer} {{}}")
+            self.consumers.pop(consumer, None)
+            return
+        self.claim(consumer, allocations, project_id, user_id, consumer_type,
+                   consumer_generation)
+
     def get_allocations(self, consumer: str) -> dict[str, Any]:
         data = self.consumers.get(consumer)
         if data is None:

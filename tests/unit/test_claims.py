@@ -155,3 +155,29 @@ def test_move_to_a_host_without_room_keeps_the_old_claim():
     with pytest.raises(ConflictError):
         claims.move(placement, "c1", on(B), "p", "u")
     assert placement.get_allocations("c1")["allocations"] == on(A)
+
+
+def test_move_returns_the_generation_an_undo_needs():
+    placement = placement_with_hosts()
+    claims.claim(placement, {"c1": on(A)}, SETTINGS)
+    generation = claims.move(placement, "c1", on(B), "p", "u")
+    assert claims.undo_move(placement, "c1", on(A), generation, "p", "u")
+    assert placement.get_allocations("c1")["allocations"] == on(A)
+
+
+def test_an_undo_after_someone_else_touched_the_claim_leaves_it():
+    placement = placement_with_hosts()
+    claims.claim(placement, {"c1": on(A)}, SETTINGS)
+    generation = claims.move(placement, "c1", on(B), "p", "u")
+    placement.delete_allocations("c1")  # a destroy freed it meanwhile
+    assert not claims.undo_move(placement, "c1", on(A), generation, "p", "u")
+    assert placement.get_allocations("c1")["allocations"] == {}
+    assert not claims.undo_move(placement, "c1", {}, generation, "p", "u")
+
+
+def test_an_undo_to_nothing_releases_the_claim():
+    placement = placement_with_hosts()
+    claims.claim(placement, {"c1": on(A)}, SETTINGS)
+    generation = claims.move(placement, "c1", on(B), "p", "u")
+    assert claims.undo_move(placement, "c1", {}, generation, "p", "u")
+    assert placement.get_usages(B) == {"VCPU": 0}

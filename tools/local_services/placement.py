@@ -90,12 +90,14 @@ class PlacementServer(Service):
     def create(
         cls, run_dir: Path, port: int | None = None, db_url: str | None = None,
         workers: int = 1, pki: Pki | None = None, ip: str = "127.0.0.1",
+        name: str = "placement",
     ) -> PlacementServer:
+        """`name`: of its log and certificate (two on one PKI need two names)."""
         db_url = db_url or f"sqlite:///{run_dir / 'placement.sqlite'}"
         if db_url.startswith("sqlite") and workers != 1:
             raise ValueError("Placement on SQLite needs exactly one worker")
         server = cls(
-            "placement", run_dir, port or free_port(),
+            name, run_dir, port or free_port(),
             extra={"db_url": db_url, "workers": str(workers), "ip": ip},
         )
         server.pki = pki

@@ -6,21 +6,29 @@
     proxy.restore()   # back
 
 It forwards bytes (TLS passes through untouched). Threads only; everything it
-opened is closed by `stop()`.
+opened is closed by `stop()`. As a program it forwards until SIGTERM, e.g. from
+inside a network namespace to a service in the root namespace, so a client
+there can keep its usual endpoint (and the server certificate that names it):
+
+    ip netns exec NS python -m tools.local_services.proxy 127.0.0.1:2379 10.77.3.1:2379
 """
 
 from __future__ import annotations
 
 import contextlib
+import signal
 import socket
+import sys
 import threading
 
 from tools.local_services.process import free_port
 
 
 class CuttableProxy:
-    def __init__(self, target_host: str, target_port: int, listen_port: int | None = None):
+    def __init__(self, target_host: str, target_port: int, listen_port: int | None = None,
+                 listen_host: str = "127.0.0.1"):
         self.target = (target_host, target_port)
+        self.host = listen_host
         self.port = listen_port or free_port()
         self._listener: socket.socket | None = None
         self._connections: set[socket.socket] = set()
@@ -30,12 +38,12 @@ class CuttableProxy:
 
     @property
     def endpoint(self) -> str:
-        return f"127.0.0.1:{self.port}"
+        return f"{self.host}:{self.port}"
 
     def start(self) -> CuttableProxy:
         listener = socket.socket()
         listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        listener.bind(("127.0.0.1", self.port))
+        listener.bind((self.host, self.port))
         listener.listen(64)
         listener.settimeout(0.2)
         self._listener = listener
@@ -105,3 +113,20 @@ def _reset(sock: socket.socket) -> None:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
     with contextlib.suppress(OSError):
         sock.close()
+
+
+def main(argv: list[str]) -> int:
+    """`LISTEN_HOST:PORT TARGET_HOST:PORT`: forward until SIGTERM or SIGINT."""
+    (listen_host, listen_port), (target_host, target_port) = (
+        (host, int(port)) for host, port in (arg.rsplit(":", 1) for arg in argv))
+    proxy = CuttableProxy(target_host, target_port, listen_port, listen_host).start()
+    done = threading.Event()
+    for number in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(number, lambda *_: done.set())
+    done.wait()
+    proxy.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

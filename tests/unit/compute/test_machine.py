@@ -48,9 +48,12 @@ class Host:
         self.placement.set_inventory(self.rp, INVENTORY)
         self.consoles = Consoles(self.store, self.pool, self.loop.post)
         self.stopping = threading.Event()
+        # Delayed calls (a claim looked at again later), run when a test says so.
+        self.delayed: list[tuple[float, Any, tuple[Any, ...]]] = []
         self.machine = InstanceMachine(self.store, self.placement, self.pool, self.consoles,
                                        {self.rp: HostIdentity(self.rp, "host-a")},
-                                       self.config["compute"], self.loop.post, self.stopping)
+                                       self.config["compute"], self.loop.post, self.stopping,
+                                       later=lambda s, f, *a: self.delayed.append((s, f, a)))
         self.keys = self.store.keys
 
     def spec(self, **extra: Any) -> dict[str, Any]:
@@ -394,3 +397,39 @@ def test_a_failed_destroy_stays_deleting(host, caplog):
     assert host.record(spec["uuid"])["state"] == "DELETING"
     assert "destroy failed: OSError: disk busy" in caplog.text
     assert spec["uuid"] not in host.machine.jobs
+
+
+def test_a_claim_moved_away_for_a_moment_is_waited_for_then_built(host):
+    # The controller moved the claim to another host, then its etcd move failed (this host
+    # came back) and it put the claim back: the spec must still be here to build.
+    other = str(uuidlib.uuid4())
+    host.placement.ensure_provider(other, "host-b")
+    host.placement.set_inventory(other, INVENTORY)
+    spec = host.spec()
+    host.placement.claim(spec["uuid"], {other: {"resources": spec["resources"]}}, "p", "u")
+    instances.schedule(host.store, [(spec, "host-a")])
+    host.deliver(spec["uuid"])
+    assert host.record(spec["uuid"])["state"] == "SCHEDULED"
+    assert host.store.get(host.keys.spec(host.rp, spec["uuid"])) is not None
+    [(seconds, again, args)] = host.delayed
+    assert seconds > 0
+    generation = host.placement.get_allocations(spec["uuid"])["consumer_generation"]
+    host.placement.claim(spec["uuid"], spec["allocations"], "p", "u",
+                         consumer_generation=generation)  # the undo
+    again(*args)
+    host.settle()
+    assert host.record(spec["uuid"])["state"] == "ACTIVE"
+
+
+def test_jobs_cut_by_a_fence_are_forgotten_so_the_reconcile_starts_them_again(host):
+    spec = host.spec()
+    host.send(spec)
+    [job] = host.machine.jobs.values()
+    host.machine.forget_jobs("cut by the fence")
+    assert host.machine.jobs == {}
+    # The worker's late word on the cut job changes nothing.
+    host.machine.on_job_done(job)
+    assert host.record(spec["uuid"])["state"] == "BUILDING"
+    host.deliver(spec["uuid"])  # what the reconcile does: the build is resumed
+    host.settle()
+    assert host.record(spec["uuid"])["state"] == "ACTIVE"

@@ -284,3 +284,59 @@ def test_sweep_counts_hosts_with_instances_and_no_heartbeat_as_down():
     fresh = Controller(cluster.store, cluster.placement, {"host_failure_grace_seconds": 10},
                        clock=clock)
     assert fresh.sweep()["hosts_down"] == 1 and here in fresh.down_since
+
+
+# --- races with a destroy -----------------------------------------------------------------
+
+
+def _placer_that_first(target: str, meanwhile):
+    """A place() that lets `meanwhile` happen before the controller's own moves."""
+    place = _placer(target)
+
+    def racing(spec: dict, exclude: frozenset[str]):
+        meanwhile(spec)
+        return place(spec, exclude)
+
+    return racing
+
+
+def test_a_destroy_finished_during_a_rebuild_does_not_bring_its_claim_back():
+    from etcd_compute.scheduler import operations
+
+    cluster, clock, here, there, spec = dead_host_cluster(place_on="")
+    cluster.controller.place = _placer_that_first(
+        there, lambda _spec: operations.destroy(cluster.store, cluster.placement, spec["uuid"]))
+    clock.now += 10
+    cluster.controller.recover_due()
+    assert cluster.read(here, spec).state == "DELETED"
+    assert cluster.read(there, spec).record is None
+    assert cluster.placement.get_allocations(spec["uuid"])["allocations"] == {}
+
+
+def test_a_destroy_asked_during_a_reschedule_is_not_moved_away():
+    cluster = Cluster()
+    here, there = cluster.host(), cluster.host()
+    spec = cluster.failed_build(here, [])
+
+    def destroy_requested(_spec: dict) -> None:
+        entry = cluster.store.get(cluster.store.keys.spec(here, spec["uuid"]))
+        instances.request_destroy(cluster.store, entry, spec)
+
+    cluster.controller.place = _placer_that_first(there, destroy_requested)
+    assert cluster.controller.reschedule(here, spec["uuid"], cluster.read(here, spec)) is None
+    kept, _ = cluster.store.read(messages.INSTANCE_SPEC,
+                                 cluster.store.keys.spec(here, spec["uuid"]))
+    assert kept["action"] == "destroy"
+    assert cluster.read(there, spec).record is None
+    # The claim went back where the instance still is (its host frees it when destroyed).
+    assert set(cluster.placement.get_allocations(spec["uuid"])["allocations"]) == {here}
+
+
+def test_a_destroy_that_lost_the_race_to_a_rebuild_leaves_the_moved_claim_alone():
+    cluster, clock, here, there, spec = dead_host_cluster(place_on="")
+    cluster.controller.place = _placer(there)
+    read = cluster.read(here, spec)  # what a destroy on the dead host read first
+    clock.now += 10
+    cluster.controller.recover_due()
+    assert instances.finish_destroy_on_dead_host(cluster.store, spec, read, 60) is None
+    assert set(cluster.placement.get_allocations(spec["uuid"])["allocations"]) == {there}
