@@ -238,8 +238,12 @@ def cmd_show(args: argparse.Namespace, config: dict[str, Any]) -> int:
     host = record.get("host_name") or "-"
     if record.get("host"):
         host = f"{host} ({record['host']})"
+    task = record.get("task")  # the action running now, and who asked for it
+    state = record["state"] if not task else (
+        f"{record['state']} ({task.get('action') or 'action'} asked by "
+        f"{task.get('by') or '-'} at {_when(task.get('at'))})")
     rows = [["uuid", record["uuid"]], ["name", record.get("name") or "-"],
-            ["state", record["state"]], ["host", host], ["ip", record.get("ip") or "-"],
+            ["state", state], ["host", host], ["ip", record.get("ip") or "-"],
             ["resources", _resources_text(record.get("resources"))],
             ["image", record.get("image") or "-"], ["group", record.get("group") or "-"],
             ["error", record.get("error") or "-"], ["created", _when(record.get("created_at"))],

@@ -5,8 +5,9 @@ Kept out of the daemon's own modules: `service.py`, `machine.py` and
 `ComputeService.run`) serves them when `compute.metrics_listen` is set. The
 hooks count whether or not anything is served; they are cheap.
 
-Every label is a small fixed set: job kinds, results, failure reasons,
-instance states, resource classes. Never an instance uuid.
+Every label is a small fixed set: job kinds (build, destroy, cleanup and the
+operators' actions), results, failure reasons, instance states, resource
+classes. Never an instance uuid.
 
 - Jobs in flight are read from the machine's jobs at each scrape.
 - A job is counted once when it ends (`job_finished`), even when the main

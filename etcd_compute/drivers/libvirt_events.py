@@ -89,6 +89,8 @@ class LibvirtPowerWatch(PowerWatch):
         self.stopping = threading.Event()
         self.report: PowerReport | None = None
         self.connection: libvirt.virConnect | None = None
+        # Connecting failed last time (said once per outage).
+        self.failing = False
 
     def start(self, report: PowerReport) -> None:
         self.report = report
@@ -127,6 +129,7 @@ class LibvirtPowerWatch(PowerWatch):
             try:
                 if self.connection is None or not self.connection.isAlive():
                     self.connection = self._connect()
+                    self.failing = False
                     self.check()  # events were missed while we had no connection
                 try:
                     batch = [self.queue.get(timeout=1.0)]
@@ -138,8 +141,10 @@ class LibvirtPowerWatch(PowerWatch):
                 if not self.stopping.is_set():
                     self._look(batch)
             except libvirt.libvirtError as exc:
-                LOG.warning("power watch: %s; connecting again", exc.get_error_message())
-                self.connection = None
+                if self.connection is not None or not self.failing:
+                    LOG.warning("power watch: %s; connecting again every %g s",
+                                exc.get_error_message(), self.retry_seconds)
+                self.connection, self.failing = None, True
                 self.stopping.wait(self.retry_seconds)
             except Exception:  # noqa: BLE001 (the watch must outlive a surprise)
                 LOG.exception("power watch failed; going on")

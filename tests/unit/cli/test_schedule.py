@@ -229,3 +229,23 @@ QUERY = "resources=VCPU:2,MEMORY_MB:512,DISK_GB:1"
 ])
 def test_lifecycle_input_is_refused_before_any_connection(capsys, config, words, fault):
     assert_usage_error(run(capsys, "--config", str(config), *words), fault)
+
+
+def test_show_names_the_action_running_and_who_asked(capsys, config, monkeypatch):
+    import contextlib
+
+    from etcd_compute.scheduler import operations
+
+    record = {"uuid": UUID, "state": "REBOOTING", "host": None, "resources": None,
+              "task": {"id": UUID, "action": "reboot", "by": f"bob@ops{HOSTILE}", "at": 1.0,
+                       "from": "ACTIVE"}}
+    monkeypatch.setattr(schedule, "_store", lambda _config: contextlib.nullcontext())
+    monkeypatch.setattr(operations, "show", lambda _store, _uuid: record)
+    code, out, err = run(capsys, "--config", str(config), UUID)
+    assert code == 0 and err == ""
+    state = next(line for line in out.splitlines() if line.startswith("state "))
+    assert state.split(None, 1)[1].startswith("REBOOTING (reboot asked by bob@ops")
+    assert not any(ch in out for ch in "\x1b\x07\x9b\x00\x08")
+    record["task"] = None
+    code, out, _err = run(capsys, "--config", str(config), UUID)
+    assert code == 0 and "state      REBOOTING\n" in out

@@ -97,3 +97,40 @@ def test_a_check_of_everyone_reports_every_guest_of_ours(watch):
     power.connection = Connection(Domain(OURS, True), Domain(FOREIGN, False, ours=False))
     power._look([("", None, False)])
     assert [(r[0], r[1], r[2]) for r in reports] == [(OURS, True, "found running")]
+
+
+def test_an_outage_is_warned_once_and_a_lost_connection_again(monkeypatch, caplog):
+    """libvirtd down: one warning, not one per retry; connected, then lost: one more."""
+    watch = LibvirtPowerWatch("qemu:///system", retry_seconds=0)
+    # Three failed connections, one that works (and is lost on its first wait), three more.
+    outcomes = ["down"] * 3 + ["up"] + ["down"] * 3
+    attempts: list[str] = []
+
+    def error(message: str) -> libvirt.libvirtError:
+        exc = libvirt.libvirtError(message)
+        exc.get_error_message = lambda: message
+        return exc
+
+    class Alive:
+        def isAlive(self) -> int:  # noqa: N802 (libvirt's name)
+            return 1
+
+    def connect():
+        attempts.append(outcomes[len(attempts)])
+        if len(attempts) == len(outcomes):
+            watch.stopping.set()
+        if attempts[-1] == "up":
+            return Alive()
+        raise error("Failed to connect socket")
+
+    def lost(timeout):
+        raise error("connection lost")
+
+    monkeypatch.setattr(watch, "_connect", connect)
+    monkeypatch.setattr(watch.queue, "get", lost)
+    with caplog.at_level("WARNING", logger=libvirt_events.LOG.name):
+        watch._run()
+    assert attempts == outcomes
+    assert [r.getMessage() for r in caplog.records if r.levelname == "WARNING"] == [
+        "power watch: Failed to connect socket; connecting again every 0 s",
+        "power watch: connection lost; connecting again every 0 s"]
