@@ -28,16 +28,16 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from bench import boot, report, suite  # noqa: E402
+from bench import boot, recovery, report, suite  # noqa: E402
 from bench.services import say  # noqa: E402
 from bench.verify import CheckFailed  # noqa: E402
 
 RESULTS = REPO / "bench" / "results"
 MODES: dict[str, dict[str, Any]] = {
     "quick": {"hosts": 100, "instances": 50, "batch": 25, "processes": 8,
-              "postgres_workers": 4, "boot_runs": 1},
+              "postgres_workers": 4, "boot_runs": 1, "recovery_rounds": 5},
     "full": {"hosts": 1000, "instances": 1000, "batch": 100, "processes": 8,
-             "postgres_workers": 4, "boot_runs": 5},
+             "postgres_workers": 4, "boot_runs": 5, "recovery_rounds": 20},
 }
 
 
@@ -53,6 +53,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                              "postgresql,sqlite,sqlite+tls)")
     parser.add_argument("--variants", help="only these variants, e.g. a,c (default: all)")
     parser.add_argument("--boot-runs", type=int, help="boots of each kind (0 skips)")
+    parser.add_argument("--recovery-rounds", type=int,
+                        help="host deaths timed for the recovery figures (0 skips)")
     parser.add_argument("--profile", action="store_true",
                         help="pyinstrument profiles of variants (b) and (c) in results/")
     parser.add_argument("--no-report", action="store_true", help="do not rewrite REPORT.md")
@@ -104,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     mode = "quick" if args.quick else "full"
     settings = dict(MODES[mode])
-    for key in ("hosts", "instances", "batch", "boot_runs"):
+    for key in ("hosts", "instances", "batch", "boot_runs", "recovery_rounds"):
         if getattr(args, key) is not None:
             settings[key] = getattr(args, key)
     if args.report_only:
@@ -127,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
     run_root = Path(tempfile.mkdtemp(prefix="etcd-compute-bench-"))
     try:
-        for backend in args.backends.split(","):
+        for backend in filter(None, args.backends.split(",")):
             # What TLS costs is read on one-per-call and --count throughput, same run.
             only_here = only or ({"b", "c"} if backend.endswith("+tls") else None)
             results["suites"][backend] = suite.run_suite(
@@ -136,6 +138,8 @@ def main(argv: list[str] | None = None) -> int:
                 settings["postgres_workers"], only_here, profile_dir)
             results["suites"][backend]["load_after"] = load()
         results["boot"] = boot.run_boot(run_root / "boot", settings["boot_runs"])
+        results["recovery"] = recovery.run_recovery(run_root / "recovery",
+                                                    settings["recovery_rounds"])
     except CheckFailed as exc:
         print(f"bench: CORRECTNESS CHECK FAILED: {exc}", file=sys.stderr, flush=True)
         results["failed"] = str(exc)

@@ -191,6 +191,18 @@ SCHEDULE_DEFAULTS: dict[str, Any] = {
         "metrics_listen": None,
         "metrics_allow_any_address": False,
     },
+    # Child zones (schedule.py zone ...; etcd_compute/zones/).
+    "zones": {
+        # This zone's name, as `zone info` shows it and `--zone NAME` routes to (its own
+        # hosts only).
+        "name": "local",
+        # Where the credential files of grandchildren (zones that children list) may be;
+        # a child's record naming a file elsewhere makes that zone unreachable from here.
+        "credential_dirs": [],
+        # A request across zones cut short (the scheduler was killed) is finished or
+        # undone by the next request at this zone once its intent is this old.
+        "intent_grace_seconds": 300,
+    },
 }
 
 
@@ -264,6 +276,8 @@ def resolve_paths(config: dict[str, Any], base: Path) -> None:
             value = config.get(section, {}).get(name)
             if value and not Path(value).is_absolute():
                 config[section][name] = str(base / value)
+    zones = config.get("zones", {})
+    zones["credential_dirs"] = [str(base / d) for d in zones.get("credential_dirs", [])]
 
 
 def check_fencing(compute: dict[str, Any], source: str) -> None:

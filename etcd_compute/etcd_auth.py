@@ -5,7 +5,9 @@ the common name of its certificate (see `pki.py`). Roles:
 
 - `root`: etcd's own, for managing users and roles (certificate CN `root`);
 - `operator`: read and write everything under our prefix (schedule.py, the
-  controller `schedule.py serve`, operators' certificates);
+  controller `schedule.py serve`, operators' certificates), the zone keys
+  among them (`/zones/` with the paths of the credentials held for child
+  zones, `/zone-of/`, `/zone-intents/`), which no other role reaches;
 - `compute-<rp_uuid>`, one per host: read and write its own prefix
   `/hosts/<rp_uuid>/` (its specs, records, booted and console keys), its own
   `/alive/<rp_uuid>` and `/stats/<rp_uuid>` keys, and read the controller's

@@ -374,6 +374,27 @@ def schedule_txn(keys: Keys, placed: list[tuple[dict[str, Any], str | None]],
     return txn
 
 
+def unschedule(store: KeyValueStore,
+               placed: list[tuple[str, str, str | None, int, int]]) -> int | None:
+    """SCHEDULED -> as if never scheduled: take back instances nobody has acted on yet.
+
+    `placed`: (host, uuid, group, record revision, spec revision) as read. One
+    transaction removes each one's spec, record (and events), location and group member, if no
+    record or spec moved since (a host that began a build moved its record; then
+    it must be destroyed through its host instead). A request across zones undoes
+    what it wrote in one zone this way when another zone failed.
+    """
+    keys = store.keys
+    txn = Txn()
+    for host, uuid, group, record_revision, spec_revision in placed:
+        txn.compare += [Compare(keys.record(host, uuid), "mod", "==", record_revision),
+                        Compare(keys.spec(host, uuid), "mod", "==", spec_revision)]
+        txn.success += [Delete(keys.record(host, uuid)), Delete(keys.events(host, uuid)),
+                        *_host_deletes(keys, host, uuid),
+                        *(Delete(key) for key in operator_keys(keys, uuid, group))]
+    return store.commit(txn)
+
+
 def operations(count: int, grouped: bool) -> int:
     """Writes in `schedule`'s transaction for `count` instances (compares are fewer)."""
     return count * (4 if grouped else 3)

@@ -17,6 +17,11 @@ and what only the operator's side (scheduler, CLI, controller) writes:
     /groups/<name>/<instance_uuid>              server group membership
     /maintenance/<rp_uuid>                      host_maintenance: disabled by an operator
     /controller/leader                          the elected `schedule.py serve`
+    /zones/<name>                               zone: a child zone's endpoints, credential paths
+    /zone-of/<instance_uuid>                    zone_instance: the child zone an instance was
+                                                placed in from here (its path, `a/b`)
+    /zone-intents/<request_uuid>                zone_intent: a request across zones in flight
+                                                (what to undo if it is cut short)
 
 Everything sits under a configurable prefix so several deployments (or tests)
 can share one etcd.
@@ -119,6 +124,26 @@ class Keys:
 
     def leader(self) -> str:
         return f"{self.prefix}/controller/leader"
+
+    # --- zones (the operator's side only; see etcd_compute/zones/) -----------------------
+
+    def zones(self) -> str:
+        return f"{self.prefix}/zones/"
+
+    def zone(self, name: str) -> str:
+        return f"{self.prefix}/zones/{name}"
+
+    def zone_index(self) -> str:
+        return f"{self.prefix}/zone-of/"
+
+    def zone_of(self, instance_uuid: str) -> str:
+        return f"{self.prefix}/zone-of/{instance_uuid}"
+
+    def zone_intents(self) -> str:
+        return f"{self.prefix}/zone-intents/"
+
+    def zone_intent(self, request_uuid: str) -> str:
+        return f"{self.prefix}/zone-intents/{request_uuid}"
 
     # --- parsing -------------------------------------------------------------------------
 

@@ -31,6 +31,9 @@ CONSOLE = "console"
 CONTROLLER_LEADER = "controller_leader"
 HOST_MAINTENANCE = "host_maintenance"
 INSTANCE_EVENTS = "instance_events"
+ZONE = "zone"
+ZONE_INSTANCE = "zone_instance"
+ZONE_INTENT = "zone_intent"
 
 # The largest message we write is a spec (64 KiB user-data, 16 KiB key, escaped
 # as JSON at most 6 bytes a character) or a console (64 KiB); etcd takes 1.5 MiB.

@@ -17,6 +17,7 @@
     schedule.py host disable|enable HOST [--reason TEXT]   maintenance
     schedule.py host show HOST       state, since when, instances, reason
     schedule.py host drain HOST      disable, then move every instance elsewhere
+    schedule.py zone add|list|show|info|delete   child zones (see cli/zones.py)
 
 The first positional argument is a query (it contains '='), an instance uuid,
 or one of the subcommands. Exit status: 0 done, 1 no valid host / not found /
@@ -36,10 +37,12 @@ from typing import Any
 from etcd_compute import config as configuration
 from etcd_compute import logs
 from etcd_compute.cli import Parser, terminal_line, terminal_text
+from etcd_compute.cli import zones as zones_cli
 from etcd_compute.errors import EtcdComputeError, NoValidHost, UsageError
 
 ACTIONS = ("stop", "start", "reboot", "rebuild", "resize")
-SUBCOMMANDS = ("destroy", *ACTIONS, "events", "list", "hosts", "console", "serve", "host")
+SUBCOMMANDS = ("destroy", *ACTIONS, "events", "list", "hosts", "console", "serve", "host",
+               "zone")
 HOST_ACTIONS = ("disable", "enable", "show", "drain")
 EXAMPLES = """\
 examples:
@@ -47,6 +50,10 @@ examples:
   schedule.py 'resources=VCPU:1,MEMORY_MB:256&required=!CUSTOM_SLOW' --count 3 \\
       --hint anti-affinity=web
   schedule.py 'resources=VCPU:1,MEMORY_MB:256' --zone <aggregate uuid>
+  schedule.py 'resources=VCPU:1,MEMORY_MB:256' --count 20 --zone lab2
+  schedule.py zone add lab2 --etcd 10.1.0.1:2379 --placement https://10.1.0.1:8080 \\
+      --ca-cert lab2/ca.crt --cert lab2/operator.crt --cert-key lab2/operator.key
+  schedule.py zone list
   schedule.py d578fb7c-7787-4e73-b69a-a7b3ef9bf73a
   schedule.py destroy d578fb7c-7787-4e73-b69a-a7b3ef9bf73a
   schedule.py stop d578fb7c-7787-4e73-b69a-a7b3ef9bf73a --wait
@@ -59,8 +66,10 @@ query keys (Placement's GET /allocation_candidates syntax, microversion 1.39):
   resources=RC:N,...   required=T,!T  required=in:T1,T2   member_of=AGG|in:A,B|!AGG
   in_tree=RP   granular groups: resources1=..&required1=..   group_policy=none|isolate
   limit=N      (join with &, quote the whole query for the shell)
---zone AGG is member_of=AGG: zones are Placement aggregates; a compute joins one
-with compute.aggregates in compute.yaml.
+--zone AGG (a uuid) is member_of=AGG: a Placement aggregate as availability zone; a
+compute joins one with compute.aggregates in compute.yaml. --zone NAME or a/b: that child
+zone (another installation, see zone add) and those below it; --zone <this zone's name>:
+only this zone's own hosts.
 """
 
 
@@ -87,8 +96,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--name", help="instance name (NAME-1..NAME-N with --count)")
     parser.add_argument("--user-data", metavar="FILE", help="cloud-init user data file")
     parser.add_argument("--key", metavar="FILE", help="ssh public key file for the guest")
-    parser.add_argument("--zone", metavar="AZ",
-                        help="availability zone: a Placement aggregate uuid (member_of)")
+    parser.add_argument("--zone", metavar="AZ|ZONE",
+                        help="an aggregate uuid (member_of), or a child zone NAME or PATH "
+                             "(a/b) to place in, or this zone's name (its own hosts only)")
     parser.add_argument("--hint", action="append", default=[], metavar="POLICY=GROUP",
                         help="server group: affinity=GROUP or anti-affinity=GROUP")
     parser.add_argument("--on-host-failure", choices=["rebuild", "error"],
@@ -108,6 +118,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="console: keep printing what the guest writes, until Ctrl-C or "
                              "the instance is gone")
     parser.add_argument("--log-level", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    zones_cli.add_arguments(parser)
     return parser.parse_intermixed_args(argv)
 
 
@@ -167,30 +178,39 @@ def _progress(uuid: str, record: dict[str, Any] | None) -> None:
 # ----------------------------------------------------------------- commands
 
 
+def _no_valid_host(args: argparse.Namespace, exc: NoValidHost) -> int:
+    """NO ALLOCATIONS LEFT, then one reason a line (exit status 1)."""
+    if args.json:
+        _emit_json({"error": str(exc), "reasons": exc.reasons})
+    else:
+        print(str(exc))
+        for reason in exc.reasons:
+            print(terminal_line(reason))
+    return 1
+
+
 def cmd_schedule(args: argparse.Namespace, config: dict[str, Any]) -> int:
     from etcd_compute import instances
     from etcd_compute.scheduler import RequestSpec, Scheduler
     from etcd_compute.scheduler import operations as ops
 
+    aggregate, route = zones_cli.zone_option(args.zone, config)
     request_spec = RequestSpec.build(
         args.words[0], count=args.count, name=args.name, image_url=args.image,
         user_data=_read_file("--user-data", args.user_data),
-        ssh_key=_read_file("--key", args.key), group=_group(args.hint), zone=args.zone,
+        ssh_key=_read_file("--key", args.key), group=_group(args.hint), zone=aggregate,
         required_resources=config["scheduler"]["required_resources"],
         on_host_failure=args.on_host_failure,
     )
     scheduler = Scheduler(config)
     try:
+        if zones_cli.federated(scheduler.store, route):
+            return zones_cli.schedule(args, config, scheduler, request_spec, route,
+                                      lambda exc: _no_valid_host(args, exc), _progress)
         try:
             destinations = scheduler.select_destinations(request_spec)
         except NoValidHost as exc:
-            if args.json:
-                _emit_json({"error": str(exc), "reasons": exc.reasons})
-            else:
-                print(str(exc))
-                for reason in exc.reasons:
-                    print(terminal_line(reason))
-            return 1
+            return _no_valid_host(args, exc)
         if args.json and not args.wait:
             _emit_json({"instances": [d.as_dict() for d in destinations],
                         "conflicts": scheduler.placement.conflicts})
@@ -230,8 +250,10 @@ def _placement(config: dict[str, Any]) -> Any:
 def cmd_show(args: argparse.Namespace, config: dict[str, Any]) -> int:
     from etcd_compute.scheduler import operations as ops
 
-    with _store(config) as store:
-        record = ops.show(store, args.words[0])
+    with zones_cli.instance_zone(config, args.words[0]) as zone:
+        record = ops.show(zone.store, args.words[0])
+    if zone.path:
+        record = {**record, "zone": zone.path}
     if args.json:
         _emit_json(record)
         return 0
@@ -247,7 +269,8 @@ def cmd_show(args: argparse.Namespace, config: dict[str, Any]) -> int:
             ["resources", _resources_text(record.get("resources"))],
             ["image", record.get("image") or "-"], ["group", record.get("group") or "-"],
             ["error", record.get("error") or "-"], ["created", _when(record.get("created_at"))],
-            ["updated", _when(record.get("updated_at"))]]
+            ["updated", _when(record.get("updated_at"))],
+            *([["zone", record["zone"]]] if record.get("zone") else [])]
     for key, value in rows:
         print(f"{key:<10} {terminal_line(str(value))}")
     return 0
@@ -260,8 +283,9 @@ def cmd_destroy(args: argparse.Namespace, config: dict[str, Any]) -> int:
     if len(args.words) != 2:
         raise UsageError("destroy: expected exactly one instance uuid")
     uuid = ops.check_uuid(args.words[1])
-    with _store(config) as store:
-        outcome = ops.destroy(store, _placement(config), uuid)
+    with zones_cli.instance_zone(config, uuid) as zone:
+        store = zone.store
+        outcome = ops.destroy(store, zone.placement, uuid)
         messages_by_outcome = {
             "requested": f"DESTROY REQUESTED FOR INSTANCE {uuid}",
             "already": f"DESTROY ALREADY REQUESTED FOR INSTANCE {uuid}",
@@ -296,8 +320,10 @@ def cmd_action(args: argparse.Namespace, config: dict[str, Any]) -> int:
                                           config["scheduler"]["required_resources"])
                  if action == "resize" else None)
     image = lifecycle.check_image(args.image)
-    with _store(config) as store:
-        asked = lifecycle.request(store, _placement(config), uuid, action, hard=args.hard,
+    # In the zone that holds it (this one, or a zone below through its index), as destroy.
+    with zones_cli.instance_zone(config, uuid) as zone:
+        store = zone.store
+        asked = lifecycle.request(store, zone.placement, uuid, action, hard=args.hard,
                                   image_url=image, resources=resources)
         if not args.json:
             print(f"{action.upper()} REQUESTED FOR INSTANCE {uuid}", flush=True)
@@ -318,11 +344,12 @@ def cmd_action(args: argparse.Namespace, config: dict[str, Any]) -> int:
 
 def cmd_events(args: argparse.Namespace, config: dict[str, Any]) -> int:
     from etcd_compute.scheduler import lifecycle
+    from etcd_compute.scheduler import operations as ops
 
     if len(args.words) != 2:
         raise UsageError("events: expected exactly one instance uuid")
-    with _store(config) as store:
-        found = lifecycle.instance_events(store, args.words[1])
+    with zones_cli.instance_zone(config, ops.check_uuid(args.words[1])) as zone:
+        found = lifecycle.instance_events(zone.store, args.words[1])
     if args.json:
         _emit_json(found)
         return 0
@@ -344,14 +371,19 @@ def cmd_list(args: argparse.Namespace, config: dict[str, Any]) -> int:
 
     if args.state is not None:
         ops.check_state(args.state)  # before any connection
-    with _store(config) as store:
-        found = ops.list_instances(store, args.host, args.state)
+    with zones_cli.zone_tree(config) as tree:
+        found, unreachable = zones_cli.list_instances(tree, args.host, args.state)
+    for zone, reason in unreachable.items():
+        print(f"schedule.py: zone {terminal_line(zone)} unreachable, its instances not listed: "
+              f"{terminal_line(reason)}", file=sys.stderr)
     if args.json:
         _emit_json(found)
         return 0
+    zoned = any("zone" in r for r in found) or bool(unreachable)
     _table([[r["uuid"], r.get("name") or "-", r["state"], r.get("host_name") or "-",
-             r.get("ip") or "-", _resources_text(r.get("resources"))] for r in found],
-           ["UUID", "NAME", "STATE", "HOST", "IP", "RESOURCES"])
+             r.get("ip") or "-", _resources_text(r.get("resources")),
+             *([r.get("zone", "-")] if zoned else [])] for r in found],
+           ["UUID", "NAME", "STATE", "HOST", "IP", "RESOURCES", *(["ZONE"] if zoned else [])])
     return 0
 
 
@@ -383,8 +415,8 @@ def cmd_console(args: argparse.Namespace, config: dict[str, Any]) -> int:
         raise UsageError("console: expected exactly one instance uuid")
     if args.follow:
         return _follow_console(args, config)
-    with _store(config) as store:
-        text = ops.console(store, args.words[1])
+    with zones_cli.instance_zone(config, ops.check_uuid(args.words[1])) as zone:
+        text = ops.console(zone.store, args.words[1])
     if args.json:
         _emit_json({"uuid": args.words[1], "text": text})
     else:
@@ -509,9 +541,9 @@ def _follow_console(args: argparse.Namespace, config: dict[str, Any]) -> int:
     previous = {number: signal.signal(number, lambda *_: stopping.set())
                 for number in (signal.SIGINT, signal.SIGTERM)}
     try:
-        with _store(config) as store:
+        with zones_cli.instance_zone(config, uuid) as zone:
             sink = JsonSink(uuid) if args.json else TerminalSink()
-            return ConsoleFollower(store, uuid, sink, stopping).run()
+            return ConsoleFollower(zone.store, uuid, sink, stopping).run()
     finally:
         for number, handler in previous.items():
             signal.signal(number, handler)
@@ -529,7 +561,7 @@ def dispatch(args: argparse.Namespace) -> int:
     if not args.words:
         raise UsageError("nothing to do: give a query (resources=...), an instance uuid, or "
                          "destroy|stop|start|reboot|rebuild|resize|events|list|hosts|console|"
-                         "serve; see --help")
+                         "serve|host|zone; see --help")
     first = args.words[0]
     config = configuration.load_schedule(args.config)
     # A daemon reports what it does; a command only what went wrong.
@@ -543,9 +575,12 @@ def dispatch(args: argparse.Namespace) -> int:
         raise UsageError("--hard goes with reboot")
     if args.image is not None and first in SUBCOMMANDS and first != "rebuild":
         raise UsageError("--image goes with a query or rebuild")
+    zones_cli.check_options(args)
     if first in SUBCOMMANDS:
         if first in ("list", "hosts", "serve") and len(args.words) != 1:
             raise UsageError(f"{first}: takes no arguments")
+        if first == "zone":
+            return zones_cli.cmd_zone(args, config, _table)
         command = {"destroy": cmd_destroy, "list": cmd_list, "hosts": cmd_hosts,
                    "console": cmd_console, "serve": cmd_serve, "host": cmd_host,
                    "events": cmd_events, **dict.fromkeys(ACTIONS, cmd_action)}[first]

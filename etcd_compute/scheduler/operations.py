@@ -194,7 +194,8 @@ def console(store: Store, uuid: str) -> str:
 
 
 def hosts(store: Store, placement: PlacementClient) -> list[dict[str, Any]]:
-    """Every provider: capacity and usage per class, alive, disabled, instances."""
+    """Every provider: capacity and usage per class, alive (and its driver), disabled, traits,
+    instances."""
     providers = placement.list_providers()
     alive = store.read_prefix(messages.ALIVE, store.keys.alive_prefix())
     counts = instances.count_by_host(store)
@@ -208,8 +209,10 @@ def hosts(store: Store, placement: PlacementClient) -> list[dict[str, Any]]:
                  "used": usages.get(rc, 0)}
             for rc, inv in inventories.items()
         }
+        traits = placement.get_traits(uuid)
         return {"uuid": uuid, "name": provider["name"], "alive": uuid in alive,
-                "disabled": DISABLED_TRAIT in placement.get_traits(uuid),
+                "disabled": DISABLED_TRAIT in traits, "traits": sorted(traits),
+                "driver": alive.get(uuid, {}).get("driver"),
                 "instances": counts.get(uuid, 0), "resources": resources}
 
     with ThreadPoolExecutor(max_workers=8) as pool:

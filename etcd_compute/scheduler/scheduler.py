@@ -15,6 +15,7 @@ import random
 import time
 import uuid as uuidlib
 from collections import Counter
+from dataclasses import dataclass
 from typing import Any
 
 import tenacity
@@ -27,13 +28,18 @@ from etcd_compute.errors import (
     PlacementError,
     UsageError,
 )
-from etcd_compute.etcd import Store
+from etcd_compute.etcd import Store, Txn
 from etcd_compute.placement import PlacementClient
 from etcd_compute.scheduler import explain, spec_writer
 from etcd_compute.scheduler.context import PlanContext
 from etcd_compute.scheduler.filters import enabled_filters
-from etcd_compute.scheduler.hoststate import Cluster, candidate_providers, host_states
-from etcd_compute.scheduler.planner import NoRoom, Pick, plan
+from etcd_compute.scheduler.hoststate import (
+    Cluster,
+    HostState,
+    candidate_providers,
+    host_states,
+)
+from etcd_compute.scheduler.planner import FilterReport, NoRoom, Pick, plan
 from etcd_compute.scheduler.request import UUID
 from etcd_compute.scheduler.spec import Destination, RequestSpec
 from etcd_compute.scheduler.weighers import enabled_weighers
@@ -43,6 +49,19 @@ LOG = logging.getLogger(__name__)
 
 class RetryablePlan(EtcdComputeError):
     """The plan lost a race (claim 409 or group changed); plan again."""
+
+
+@dataclass
+class Candidates:
+    """What one request can be planned on: the hosts Placement offered (and etcd's view of
+    them), the planner's context, and the revision the server group was read at."""
+
+    hosts: list[HostState]
+    context: PlanContext
+    group_revision: int | None
+    # How many allocation requests Placement offered, and whether that was its limit.
+    offered: int
+    limited: bool
 
 
 class Scheduler:
@@ -119,9 +138,10 @@ class Scheduler:
             hosts[member["host"]] += 1
         return hosts, revision
 
-    def _plan(self, request_spec: RequestSpec, exclude: frozenset[str] = frozenset(),
-              member: str | None = None) -> tuple[list[Pick], int | None]:
-        """Picks for the request (not claimed), and the group revision they were planned at.
+    def candidates(self, request_spec: RequestSpec, exclude: frozenset[str] = frozenset(),
+                   member: str | None = None) -> Candidates:
+        """The hosts the request could go to (none when Placement offered none), what the
+        planner needs besides them, and the group revision they were read at.
 
         `exclude`: hosts not to consider (a dead one); `member`: an existing instance
         being placed again, which does not count as a member of its own group.
@@ -135,28 +155,39 @@ class Scheduler:
                 raise UsageError(f"Placement rejected the query: {exc}") from None
             candidates = {"allocation_requests": [], "provider_summaries": {}}
         group_hosts, group_revision = self._group_state(request_spec, member)
-        if not candidates["allocation_requests"]:
-            reasons = explain.explain(self.placement, request_spec.request, None)
-            raise NoValidHost(reasons)
-        hosts = [host for host in
-                 host_states(candidates, Cluster.read(self.store, candidate_providers(candidates),
-                                                      self._decoded))
-                 if host.uuid not in exclude]
+        offered = len(candidates["allocation_requests"])
+        hosts = [] if not offered else [
+            host for host in
+            host_states(candidates, Cluster.read(self.store, candidate_providers(candidates),
+                                                 self._decoded))
+            if host.uuid not in exclude]
         context = PlanContext(
             policy=request_spec.group[1] if request_spec.group else None,
             group_hosts=group_hosts,
             max_instances_per_host=self.settings["max_instances_per_host"],
         )
+        return Candidates(hosts, context, group_revision, offered,
+                          offered >= min(limit, request_spec.request.limit or limit))
+
+    def explain(self, request_spec: RequestSpec, report: FilterReport | None,
+                limited: bool = False) -> list[str]:
+        """Why nothing (more) fits: `report` from the planner, None when Placement offered
+        nothing."""
+        return explain.explain(self.placement, request_spec.request, report, limited)
+
+    def _plan(self, request_spec: RequestSpec, exclude: frozenset[str] = frozenset(),
+              member: str | None = None) -> tuple[list[Pick], int | None]:
+        """Picks for the request (not claimed), and the group revision they were planned at."""
+        found = self.candidates(request_spec, exclude, member)
+        if not found.offered:
+            raise NoValidHost(self.explain(request_spec, None))
         try:
-            picks = plan(hosts, request_spec.count, self.filters, self.weighers, context,
-                         self.settings["host_subset_size"], self.settings["max_attempts"],
-                         self.rng)
+            picks = plan(found.hosts, request_spec.count, self.filters, self.weighers,
+                         found.context, self.settings["host_subset_size"],
+                         self.settings["max_attempts"], self.rng)
         except NoRoom as exc:
-            limited = len(candidates["allocation_requests"]) >= min(
-                limit, request_spec.request.limit or limit)
-            raise NoValidHost(explain.explain(self.placement, request_spec.request,
-                                              exc.report, limited)) from None
-        return picks, group_revision
+            raise NoValidHost(self.explain(request_spec, exc.report, found.limited)) from None
+        return picks, found.group_revision
 
     def place(self, spec: dict[str, Any], exclude: frozenset[str]) -> Pick:
         """Where an existing instance (its spec) would go now, `exclude`d hosts aside: the
@@ -172,8 +203,29 @@ class Scheduler:
 
     def _attempt(self, request_spec: RequestSpec) -> list[Destination]:
         picks, group_revision = self._plan(request_spec)
+        destinations = self.destinations(request_spec, picks)
+        txn = self.transaction(request_spec, destinations, group_revision)
+        try:
+            self.claim(destinations)
+        except ConflictError as exc:
+            self.replans += 1
+            LOG.info("claim lost a race (%s); planning again", exc.code or exc)
+            raise RetryablePlan(str(exc)) from None
+        if self.write(txn, destinations) is None:
+            self.replans += 1
+            raise RetryablePlan(f"group {request_spec.group[0] if request_spec.group else ''} "
+                                "changed while we planned")
+        return destinations
+
+    # The steps of one attempt, also used one zone at a time by a request across zones
+    # (etcd_compute/zones/federation.py).
+
+    def destinations(self, request_spec: RequestSpec, picks: list[Pick],
+                     first: int = 0) -> list[Destination]:
+        """A new instance (uuid, name) per pick; `first`: the index of the first one in the
+        whole request (names NAME-<index+1>)."""
         destinations = []
-        for index, pick in enumerate(picks):
+        for index, pick in enumerate(picks, start=first):
             instance = str(uuidlib.uuid4())
             destinations.append(Destination(
                 uuid=instance,
@@ -184,6 +236,12 @@ class Scheduler:
                 alternates=[{"host": host.uuid, "allocations": allocations}
                             for host, allocations in pick.alternates],
             ))
+        return destinations
+
+    def transaction(self, request_spec: RequestSpec, destinations: list[Destination],
+                    group_revision: int | None) -> Txn:
+        """The one etcd transaction that writes `destinations`; UsageError (before any
+        claim) when etcd would refuse it for its size."""
         txn = spec_writer.transaction(self.store.keys, destinations, request_spec,
                                       self.settings, group_revision)
         if txn.size() > self.settings["etcd_max_request_bytes"]:
@@ -193,13 +251,16 @@ class Scheduler:
                 f"etcd allows {self.settings['etcd_max_request_bytes']} (fewer instances or "
                 "less user-data, or raise etcd's --max-request-bytes and "
                 "scheduler.etcd_max_request_bytes together)")
-        try:
-            claims.claim(self.placement,
-                         {d.uuid: d.allocations for d in destinations}, self.settings)
-        except ConflictError as exc:
-            self.replans += 1
-            LOG.info("claim lost a race (%s); planning again", exc.code or exc)
-            raise RetryablePlan(str(exc)) from None
+        return txn
+
+    def claim(self, destinations: list[Destination]) -> None:
+        """Claim every destination in one atomic Placement call (ConflictError: none)."""
+        claims.claim(self.placement, {d.uuid: d.allocations for d in destinations},
+                     self.settings)
+
+    def write(self, txn: Txn, destinations: list[Destination]) -> int | None:
+        """Commit `txn`: its revision, or None when a compare failed; either way but
+        success, the destinations' claims are undone."""
         consumers = [d.uuid for d in destinations]
         try:
             written = self.store.commit(txn)
@@ -208,10 +269,7 @@ class Scheduler:
             raise
         if written is None:
             self._unclaim(consumers)
-            self.replans += 1
-            raise RetryablePlan(f"group {request_spec.group[0] if request_spec.group else ''} "
-                                "changed while we planned")
-        return destinations
+        return written
 
     def _unclaim(self, consumers: list[str]) -> None:
         left = claims.unclaim(self.placement, consumers)

@@ -134,3 +134,40 @@ def test_a_destroy_asked_while_the_host_is_dead_frees_the_claim(
     assert placement.get_allocations(spec["uuid"])["allocations"] == {}
     start_compute(a, name="host-a-again")
     wait_for(lambda: spec["uuid"] not in fake_instances(a), 30, what="clean-up on return")
+
+
+def test_a_standby_controller_takes_over_when_the_leader_dies_and_recovers_hosts(
+        start_compute, start_controller, compute_config, host_config, schedule_config, store,
+        placement):
+    from etcd_compute import messages
+
+    config = fast_controller(schedule_config)
+    first = start_controller(config, name="controller-1")
+    wait_for(lambda: store.get(store.keys.leader()), 20, what="a controller to lead")
+    second = start_controller(config, name="controller-2")
+    leader, _ = store.read(messages.CONTROLLER_LEADER, store.keys.leader())
+    assert leader["pid"] == first.pid
+    a, b = compute_config, host_config("host-b")
+    computes = {rp_of(a): start_compute(a, name="host-a"),
+                rp_of(b): start_compute(b, name="host-b")}
+    for config_ in (a, b):
+        wait_for(lambda c=config_: store.get(store.keys.alive(rp_of(c))), 30, what="heartbeats")
+    spec = instance_on(store, placement, a, on_host_failure="rebuild")
+
+    killed = time.monotonic()
+    first.kill9()
+
+    def new_leader() -> bool:
+        now, _ = store.read(messages.CONTROLLER_LEADER, store.keys.leader())
+        return bool(now) and now["pid"] == second.pid
+
+    wait_for(new_leader, 15, what="the standby to lead")
+    takeover = time.monotonic() - killed
+    assert takeover < 3 + 2, takeover  # its lease TTL (3 s), plus a campaign tick
+
+    computes[rp_of(a)].kill9()
+    power_loss(a)
+    wait_for(lambda: (record(store, spec["uuid"]) or {}).get("host") == rp_of(b), 30,
+             what="the new leader to rebuild it on host-b")
+    wait_state(store, spec["uuid"], "ACTIVE", timeout=30)
+    assert overlaps([a, b]) == []

@@ -10,6 +10,7 @@ from etcd_compute.compute.inventory import build_inventory
 from etcd_compute.compute.service import ComputeService
 from etcd_compute.placement import PlacementClient
 from tests.compute.helpers import claim_and_send, make_spec, wait_state
+from tests.support import wait_for
 
 
 def test_inventory_update_survives_generation_conflicts(placement: PlacementClient,
@@ -92,7 +93,9 @@ def test_finished_job_survives_an_etcd_blip_while_recording_it(compute_config, s
         wait_state(store, spec["uuid"], "ACTIVE")
         # The blip happened, and the same finished job was recorded on the retry.
         assert calls == [spec["uuid"], spec["uuid"]]
-        assert spec["uuid"] not in service.machine.jobs
+        # The record turns ACTIVE just before the worker lets go of the job.
+        wait_for(lambda: spec["uuid"] not in service.machine.jobs, 5,
+                 what="the finished job is forgotten")
     finally:
         service.stop()
         service.pool.stop()

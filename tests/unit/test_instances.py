@@ -168,6 +168,35 @@ def test_schedule_refuses_when_the_group_grew_since_it_was_read():
     assert instances.schedule(store, [(late, "h")], group=("g", now)) is not None
 
 
+def _as_read(store: FakeStore, spec: dict) -> tuple:
+    uuid = spec["uuid"]
+    return (RP, uuid, (spec.get("group") or {}).get("name"),
+            store.get(store.keys.record(RP, uuid)).mod_revision,
+            store.get(store.keys.spec(RP, uuid)).mod_revision)
+
+
+def test_unschedule_takes_back_every_key_while_nobody_acted():
+    store = FakeStore()
+    specs = [schedule_one(store, group={"name": "g", "policy": "anti-affinity"}),
+             schedule_one(store)]
+    assert instances.unschedule(store, [_as_read(store, s) for s in specs]) is not None
+    assert keys_left(store) == set()
+    # Each: record, events, spec, booted, console, location (and group member): one
+    # transaction.
+    assert len(store.committed[-1].success) == 7 + 6
+
+
+def test_unschedule_refuses_once_a_host_began_the_build():
+    store = FakeStore()
+    taken, untouched = build_one(store), schedule_one(store)
+    before = keys_left(store)
+    read = (RP, taken["uuid"], None,
+            store.get(store.keys.record(RP, taken["uuid"])).mod_revision - 1,
+            store.get(store.keys.spec(RP, taken["uuid"])).mod_revision)
+    assert instances.unschedule(store, [read, _as_read(store, untouched)]) is None
+    assert keys_left(store) == before  # all or nothing
+
+
 def test_begin_build_compares_record_and_spec():
     store = FakeStore()
     spec = schedule_one(store)

@@ -68,6 +68,10 @@ class CuttableProxy:
             except OSError:
                 _reset(client)
                 continue
+            # The timeout was for connecting: an idle connection (a keep-alive HTTP session,
+            # a quiet gRPC channel) must not be dropped after 2 s of silence.
+            upstream.settimeout(None)
+            client.settimeout(None)
             with self._lock:
                 self._connections.update((client, upstream))
             for source, sink in ((client, upstream), (upstream, client)):

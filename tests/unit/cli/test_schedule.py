@@ -138,7 +138,7 @@ def test_a_bad_query(capsys, config, query, fragment):
     ("options", "fragment"),
     [
         (["--image", "ftp://x/y.img"], "--image 'ftp://x/y.img'"),
-        (["--zone", "not-a-uuid"], "--zone 'not-a-uuid'"),
+        (["--zone", "Not/A Zone"], "--zone 'Not/A Zone': expected an aggregate uuid"),
         (["--name", "bad name"], "--name 'bad name'"),
     ],
 )
@@ -182,10 +182,12 @@ HOSTILE = "\x1b]0;owned\x07\x1b[2J\x9b31m\x00\x08"
 def test_console_text_has_control_sequences_neutralised(capsys, config, monkeypatch):
     """A guest writes its console; `schedule.py console` once passed ESC and friends through."""
     import contextlib
+    import types
 
     from etcd_compute.scheduler import operations
 
-    monkeypatch.setattr(schedule, "_store", lambda _config: contextlib.nullcontext())
+    monkeypatch.setattr(schedule.zones_cli, "instance_zone", lambda _config, _uuid:
+                        contextlib.nullcontext(types.SimpleNamespace(store=None)))
     monkeypatch.setattr(operations, "console",
                         lambda _store, _uuid: f"login:\t{HOSTILE}\nsecond line\n")
     code, out, err = run(capsys, "--config", str(config), "console", UUID)
@@ -233,13 +235,15 @@ def test_lifecycle_input_is_refused_before_any_connection(capsys, config, words,
 
 def test_show_names_the_action_running_and_who_asked(capsys, config, monkeypatch):
     import contextlib
+    import types
 
     from etcd_compute.scheduler import operations
 
     record = {"uuid": UUID, "state": "REBOOTING", "host": None, "resources": None,
               "task": {"id": UUID, "action": "reboot", "by": f"bob@ops{HOSTILE}", "at": 1.0,
                        "from": "ACTIVE"}}
-    monkeypatch.setattr(schedule, "_store", lambda _config: contextlib.nullcontext())
+    monkeypatch.setattr(schedule.zones_cli, "instance_zone", lambda _config, _uuid:
+                        contextlib.nullcontext(types.SimpleNamespace(store=None, path="")))
     monkeypatch.setattr(operations, "show", lambda _store, _uuid: record)
     code, out, err = run(capsys, "--config", str(config), UUID)
     assert code == 0 and err == ""

@@ -469,9 +469,10 @@ def test_hosts_show_capacity_usage_alive_disabled_and_instances_by_name():
         store.put_raw(store.keys.record(busy, instance), "{}")  # counted once, by its spec
     assert operations.hosts(store, placement) == [
         {"uuid": idle, "name": "a-host", "alive": False, "disabled": True, "instances": 0,
+         "traits": ["COMPUTE_STATUS_DISABLED"], "driver": None,
          "resources": {"VCPU": {"capacity": 2, "used": 0}}},
         {"uuid": busy, "name": "b-host", "alive": True, "disabled": False, "instances": 2,
-         "resources": {"VCPU": {"capacity": 16, "used": 3},
+         "traits": [], "driver": None, "resources": {"VCPU": {"capacity": 16, "used": 3},
                        "MEMORY_MB": {"capacity": 3072, "used": 512}}},
     ]
 
