@@ -131,7 +131,8 @@ def project_usages(placement: PlacementClient, project_id: str) -> dict[str, int
     PostgreSQL answers 500 (a GROUP BY error) when the project has no allocations."""
     response = placement.session.get(
         f"{placement.endpoint}/usages", params={"project_id": project_id},
-        headers={"openstack-api-version": "placement 1.9"}, timeout=placement.timeout)
+        headers={"openstack-api-version": "placement 1.9"}, timeout=placement.timeout,
+        verify=placement.verify, cert=placement.cert)  # as the client's own requests
     response.raise_for_status()
     return response.json()["usages"]
 

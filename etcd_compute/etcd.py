@@ -93,8 +93,10 @@ def connect(etcd_config: dict[str, Any]) -> pyetcd.MultiEndpointEtcd3Client:
             user=etcd_config.get("user"), password=etcd_config.get("password"))
 
 
-# What gRPC says when the TLS handshake, not the network, failed.
-TLS_FAULTS = ("SSL", "ssl", "certificate", "handshake", "TLS", "tls")
+# What gRPC says when the TLS handshake, not the network, failed. A client
+# certificate the server refuses shows only after the client's side of a TLS 1.3
+# handshake is done, as gRPC's transport security failing to unwrap ("TSI_").
+TLS_FAULTS = ("SSL", "ssl", "certificate", "handshake", "TLS", "tls", "TSI_")
 
 
 class PermissionDenied(EtcdComputeError):

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
@@ -56,40 +55,45 @@ def _tls(placement_config: dict[str, Any]) -> tuple[str | bool, tuple[str, str] 
     return (ca or True), ((cert, key) if cert and key else None)
 
 
-def keystone_token_source(keystone: dict[str, Any], verify: str | bool,
-                          timeout: float) -> Callable[[], str]:
-    """A function that returns a valid Keystone token (keystoneauth1 caches and renews it)."""
-    from keystoneauth1 import session as ks_session
-    from keystoneauth1.identity import v3
+class KeystoneTokens:
+    """Keystone tokens for Placement (keystoneauth1 caches one and renews it before expiry)."""
 
-    if keystone.get("application_credential_id"):
-        auth = v3.ApplicationCredential(
-            auth_url=keystone["auth_url"],
-            application_credential_id=keystone["application_credential_id"],
-            application_credential_secret=keystone.get("application_credential_secret", ""))
-    else:
-        auth = v3.Password(
-            auth_url=keystone["auth_url"], username=keystone.get("username"),
-            password=keystone.get("password"), project_name=keystone.get("project_name"),
-            user_domain_name=keystone.get("user_domain_name", "Default"),
-            project_domain_name=keystone.get("project_domain_name", "Default"))
-    session = ks_session.Session(auth=auth, verify=verify, timeout=timeout)
+    def __init__(self, keystone: dict[str, Any], verify: str | bool, timeout: float):
+        from keystoneauth1 import session as ks_session
+        from keystoneauth1.identity import v3
 
-    def token() -> str:
+        self.auth_url = keystone["auth_url"]
+        if keystone.get("application_credential_id"):
+            auth = v3.ApplicationCredential(
+                auth_url=self.auth_url,
+                application_credential_id=keystone["application_credential_id"],
+                application_credential_secret=keystone.get("application_credential_secret", ""))
+        else:
+            auth = v3.Password(
+                auth_url=self.auth_url, username=keystone.get("username"),
+                password=keystone.get("password"), project_name=keystone.get("project_name"),
+                user_domain_name=keystone.get("user_domain_name", "Default"),
+                project_domain_name=keystone.get("project_domain_name", "Default"))
+        self.session = ks_session.Session(auth=auth, verify=verify, timeout=timeout)
+
+    def token(self) -> str:
         from keystoneauth1 import exceptions as ks_exceptions
 
         try:
-            return session.get_token()
+            return self.session.get_token()
         except ks_exceptions.Unauthorized:
             metrics.backend_error("placement")
             raise PlacementUnavailable("Keystone refused our credentials "
-                                     "(placement.keystone)") from None
+                                       "(placement.keystone)") from None
         except ks_exceptions.ClientException as exc:
             metrics.backend_error("placement")
-            raise PlacementUnavailable(f"Keystone at {keystone['auth_url']}: "
-                                     f"{_one_line(str(exc))[:200]}") from None
+            raise PlacementUnavailable(f"Keystone at {self.auth_url}: "
+                                       f"{_one_line(str(exc))[:200]}") from None
 
-    return token
+    def invalidate(self) -> None:
+        """Forget the cached token (Placement refused it: revoked, or Keystone restarted
+        with new keys); the next `token()` authenticates again."""
+        self.session.invalidate()
 
 
 class PlacementClient:
@@ -106,10 +110,10 @@ class PlacementClient:
                 "accept": "application/json",
             }
         )
-        self._token: Callable[[], str] | None = None
+        self.keystone: KeystoneTokens | None = None
         if placement_config.get("keystone"):
-            self._token = keystone_token_source(placement_config["keystone"],
-                                                self.verify, self.timeout)
+            self.keystone = KeystoneTokens(placement_config["keystone"], self.verify,
+                                           self.timeout)
         # Counted for benchmarks and `schedule.py --json`.
         self.conflicts = 0
         # CUSTOM_* traits this client already made sure exist.
@@ -119,8 +123,22 @@ class PlacementClient:
 
     def request(self, method: str, path: str, json: Any = None,
                 expect: tuple[int, ...] = (200,)) -> requests.Response:
+        response = self._send(method, path, json)
+        if response.status_code == 401 and self.keystone is not None:
+            # A token Keystone no longer honours: once more with a fresh one (as
+            # keystoneauth1's own session does).
+            self.keystone.invalidate()
+            response = self._send(method, path, json)
+        if response.status_code in expect:
+            return response
+        if response.status_code >= 500 or response.status_code in (401, 403):
+            metrics.backend_error("placement")
+        self._raise_for(method, path, response)
+        raise AssertionError("unreachable")
+
+    def _send(self, method: str, path: str, json: Any) -> requests.Response:
         url = self.endpoint + path
-        headers = {"x-auth-token": self._token()} if self._token else None
+        headers = {"x-auth-token": self.keystone.token()} if self.keystone else None
         try:
             response = self.session.request(method, url, json=json, timeout=self.timeout,
                                             headers=headers, verify=self.verify,
@@ -138,12 +156,7 @@ class PlacementClient:
                 f"Placement at {self.endpoint} is unreachable ({exc.__class__.__name__}); "
                 "check that it runs and placement.endpoint in the config"
             ) from None
-        if response.status_code in expect:
-            return response
-        if response.status_code >= 500 or response.status_code in (401, 403):
-            metrics.backend_error("placement")
-        self._raise_for(method, path, response)
-        raise AssertionError("unreachable")
+        return response
 
     def _raise_for(self, method: str, path: str, response: requests.Response) -> None:
         code, detail = None, _one_line(response.text)
@@ -159,7 +172,9 @@ class PlacementClient:
         if response.status_code == 404:
             raise NotFound(message)
         if response.status_code in (401, 403):
-            raise PlacementUnavailable(f"{message}; check placement.token")
+            raise PlacementUnavailable(f"{message}; check placement.keystone (its user needs "
+                                       "the service or admin role)" if self.keystone
+                                       else f"{message}; check placement.token")
         raise PlacementError(message, response.status_code, code)
 
     def get(self, path: str, **params: Any) -> dict[str, Any]:

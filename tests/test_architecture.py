@@ -1,4 +1,5 @@
-"""The import contracts of pyproject.toml hold, and break when a layer is crossed."""
+"""The import contracts of pyproject.toml hold, and break when a layer is crossed. (That
+tests/unit mirrors the package: tests/unit/test_layout.py.)"""
 
 from __future__ import annotations
 
@@ -50,3 +51,4 @@ def test_crossing_a_layer_breaks_a_contract(copy_of_the_package, module, line, c
     result = lint_imports(copy_of_the_package)
     assert result.returncode != 0
     assert f"{contract} BROKEN" in result.stdout
+

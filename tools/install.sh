@@ -69,3 +69,5 @@ if [ ! -x .venv/bin/ecompute ] || [ ! -x .venv/bin/eschedule ]; then
 fi
 # Placement is a separate service with many dependencies of its own.
 venv .venv-placement requirements-placement.txt
+# Keystone, for the tests of Placement behind Keystone only: its own virtualenv too.
+venv .venv-keystone requirements-keystone.txt

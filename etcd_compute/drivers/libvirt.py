@@ -59,13 +59,6 @@ UNDEFINE_FLAGS = (
 UNDEFINE_FLAGS_QEMU = UNDEFINE_FLAGS | libvirt.VIR_DOMAIN_UNDEFINE_NVRAM
 
 
-def _ignore_libvirt_errors(_context: object, _error: object) -> None:
-    """libvirt prints every error to stderr by default; we raise them instead."""
-
-
-libvirt.registerErrorHandler(_ignore_libvirt_errors, None)
-
-
 def _reason(exc: libvirt.libvirtError) -> str:
     return (exc.get_error_message() or str(exc)).splitlines()[0]
 

@@ -189,7 +189,6 @@ def main(argv: list[str] | None = None) -> int:
         handlers=[handler],
         format="%(asctime)s mdserver[%(process)d] %(levelname)s %(message)s",
     )
-    libvirt.registerErrorHandler(lambda _context, _error: None, None)
     try:
         serve(config, args.pid_file)
     except OSError as exc:

@@ -18,5 +18,6 @@ serves the metadata they write.
 import libvirt
 
 # libvirt prints every error on stderr by default; we raise them as exceptions instead
-# and report each in one line.
+# and report each in one line. Once here, for every user of the virt layer (the
+# drivers, the metadata server).
 libvirt.registerErrorHandler(lambda _context, _error: None, None)

@@ -120,16 +120,17 @@ def _file_chunks(url: str, policy: SourcePolicy) -> Iterator[bytes]:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
     except OSError as exc:
         raise RequestError(f"image {url}: {exc.strerror}") from None
-    handle = os.fdopen(fd, "rb")
-    # What was opened, not what the name meant a moment ago (a swapped symlink).
-    opened = os.readlink(f"/proc/self/fd/{fd}")
-    if not allowed_file(opened, policy.file_dirs):
-        handle.close()
-        raise RequestError(f"image {url}: not under a directory allowed for file:// images")
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
-        handle.close()
-        raise RequestError(f"image {url}: not a regular file")
-    return _read_file(handle)
+    # What was opened, not what the name meant a moment ago (a swapped symlink); checked on
+    # the descriptor, before it becomes a file object (a directory cannot become one).
+    fault = None
+    if not allowed_file(os.readlink(f"/proc/self/fd/{fd}"), policy.file_dirs):
+        fault = "not under a directory allowed for file:// images"
+    elif not stat.S_ISREG(os.fstat(fd).st_mode):
+        fault = "not a regular file"
+    if fault:
+        os.close(fd)
+        raise RequestError(f"image {url}: {fault}")
+    return _read_file(os.fdopen(fd, "rb"))
 
 
 def _read_file(handle: BinaryIO) -> Iterator[bytes]:

@@ -78,3 +78,21 @@ def test_no_certificate_reaches_neither_etcd_nor_placement(two_hosts):
     with pytest.raises(ServiceUnavailable) as caught:
         PlacementClient({**placement, "timeout": 3.0}).list_providers()
     assert "\n" not in str(caught.value)
+
+
+def test_a_certificate_from_another_ca_reaches_neither_etcd_nor_placement(two_hosts, tmp_path):
+    """Same CN as a real host, trusting the right CA for the servers: refused by both."""
+    from etcd_compute.pki import COMPUTE, Pki, compute_name
+
+    (a, creds), _ = two_hosts
+    stranger = Pki(tmp_path / "stranger")
+    stranger.init("another cluster")
+    forged = stranger.issue(compute_name(a), COMPUTE)
+    swap = {"cert": str(forged.cert), "key": str(forged.key), "timeout": 3.0}
+    with pytest.raises(EtcdComputeError) as caught:
+        with Store({**creds["etcd"], **swap}) as impostor:
+            impostor.get(impostor.keys.alive(a))
+    assert "TLS handshake failed" in str(caught.value) and "\n" not in str(caught.value)
+    with pytest.raises(ServiceUnavailable) as caught:
+        PlacementClient({**creds["placement"], **swap}).list_providers()
+    assert "TLS handshake failed" in str(caught.value) and "\n" not in str(caught.value)

@@ -9,11 +9,18 @@ against the real services.
 
 from __future__ import annotations
 
+import collections
 import concurrent.futures
 import itertools
+import queue
+import threading
 from collections.abc import Callable
+from types import SimpleNamespace
 from typing import Any
 from urllib.parse import parse_qsl
+
+import grpc
+import pyetcd.events
 
 from etcd_compute.errors import ConflictError, NotFound
 from etcd_compute.etcd import Compare, Delete, Entry, KeyValueStore, Put, Txn
@@ -118,6 +125,63 @@ class FakeLease:
 
     def revoke(self) -> None:
         self.store.expire(self.id)
+
+
+class WatchedStore(FakeStore):
+    """The fake store with what a daemon asks of its connection besides: watches, and close.
+
+    Each subscription to a prefix delivers the next script given for it (responses, then
+    maybe a fault raised); then, like a live watch with nothing to say, it waits until it is
+    cancelled or the store is closed."""
+
+    def __init__(self, prefix: str = "") -> None:
+        super().__init__(prefix)
+        self.closed = False
+        self.scripts: dict[str, queue.Queue[tuple[list[list[Any]], Exception | None]]] = \
+            collections.defaultdict(queue.Queue)
+        self.watched_from: list[tuple[str, int]] = []
+        self._all_cancelled = threading.Event()
+        self.client = SimpleNamespace(watch_prefix_response=self._watch)
+
+    def script_watch(self, prefix: str, *responses: list[Any],
+                     fault: Exception | None = None) -> None:
+        """What the next subscription to `prefix` delivers: `responses` (lists of events)."""
+        self.scripts[prefix].put((list(responses), fault))
+
+    def _watch(self, prefix: str, start_revision: int) -> tuple[Any, Callable[[], None]]:
+        self.watched_from.append((prefix, start_revision))
+        try:
+            responses, fault = self.scripts[prefix].get_nowait()
+        except queue.Empty:
+            responses, fault = [], None
+        cancelled = threading.Event()
+
+        def stream() -> Any:
+            for events in responses:
+                yield SimpleNamespace(events=events)
+            if fault is not None:
+                raise fault
+            while not (cancelled.wait(0.01) or self._all_cancelled.is_set()):
+                pass
+        return stream(), cancelled.set
+
+    def cancel_watches(self) -> None:
+        """End every watch, now and to come (what closing the connection does)."""
+        self._all_cancelled.set()
+
+    def close(self) -> None:
+        self.closed = True
+        self.cancel_watches()
+
+
+def put_event(key: str, value: bytes, revision: int) -> pyetcd.events.PutEvent:
+    return pyetcd.events.PutEvent(SimpleNamespace(kv=SimpleNamespace(
+        key=key.encode(), value=value, mod_revision=revision)))
+
+
+def delete_event(key: str, revision: int) -> pyetcd.events.DeleteEvent:
+    return pyetcd.events.DeleteEvent(SimpleNamespace(kv=SimpleNamespace(
+        key=key.encode(), value=b"", mod_revision=revision)))
 
 
 # ---------------------------------------------------------------------- Placement
@@ -403,3 +467,17 @@ class EventLoop:
             else:
                 return
         raise AssertionError("event loop did not settle")
+
+
+class RpcError(grpc.RpcError, grpc.Call):
+    """What gRPC raises: an RpcError that is also a Call with code() and details()."""
+
+    def __init__(self, code: grpc.StatusCode, details: str = ""):
+        super().__init__(details)
+        self._code, self._details = code, details
+
+    def code(self) -> grpc.StatusCode:
+        return self._code
+
+    def details(self) -> str:
+        return self._details

@@ -37,7 +37,7 @@ from etcd_compute.etcd import (
     unchanged,
 )
 from etcd_compute.keys import Keys
-from tests.unit.fakes import FakeStore
+from tests.unit.fakes import FakeStore, RpcError
 
 ENDPOINTS = ["10.0.0.1:2379", "10.0.0.2:2379"]
 RP = str(uuidlib.uuid4())
@@ -151,20 +151,6 @@ def test_put_message_validates_before_anything_is_written():
 # ------------------------------------------------------------------ errors
 
 
-class RpcError(grpc.RpcError):
-    """What gRPC raises: an RpcError that is also a Call with code() and details()."""
-
-    def __init__(self, code: grpc.StatusCode, details: str = ""):
-        super().__init__(details)
-        self._code, self._details = code, details
-
-    def code(self) -> grpc.StatusCode:
-        return self._code
-
-    def details(self) -> str:
-        return self._details
-
-
 @pytest.mark.parametrize("code", [grpc.StatusCode.UNAVAILABLE,
                                   grpc.StatusCode.DEADLINE_EXCEEDED])
 def test_an_unreachable_etcd_is_service_unavailable_naming_the_endpoints(code):
@@ -174,6 +160,20 @@ def test_an_unreachable_etcd_is_service_unavailable_naming_the_endpoints(code):
     assert caught.value.exit_code == 3
     assert "etcd at 10.0.0.1:2379, 10.0.0.2:2379 is unreachable" in text
     assert code.name in text and "\n" not in text
+
+
+@pytest.mark.parametrize("details", [
+    "failed to connect to all addresses; last error: UNAVAILABLE: ipv4:10.0.0.1:2379: "
+    "Ssl handshake failed: SSL_ERROR_SSL: CERTIFICATE_VERIFY_FAILED",
+    # etcd refusing our certificate: seen only after our side of the handshake.
+    "failed to connect to all addresses; last error: UNAVAILABLE: ipv4:10.0.0.1:2379: "
+    "Unwrap failed (TSI_DATA_CORRUPTED)"])
+def test_a_failed_tls_handshake_is_named_as_such(details):
+    with pytest.raises(ServiceUnavailable) as caught, etcd_errors(ENDPOINTS):
+        raise RpcError(grpc.StatusCode.UNAVAILABLE, details)
+    assert str(caught.value).startswith("etcd at 10.0.0.1:2379, 10.0.0.2:2379: TLS handshake "
+                                        "failed (")
+    assert "check etcd.ca_cert/cert/key" in str(caught.value)
 
 
 @pytest.mark.parametrize("exc", [pyetcd.exceptions.ConnectionFailedError(),

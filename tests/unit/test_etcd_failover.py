@@ -14,21 +14,10 @@ from etcd_compute.errors import EtcdComputeError, ServiceUnavailable
 from etcd_compute.etcd import Put, Store, Txn, never_sent, unreachable
 from etcd_compute.etcd_failover import FailoverClient
 from etcd_compute.keys import Keys
+from tests.unit.fakes import RpcError
 
 ENDPOINTS = ["10.0.0.1:2379", "10.0.0.2:2379", "10.0.0.3:2379"]
 REFUSED = "failed to connect to all addresses; last error: Connection refused"
-
-
-class RpcError(grpc.RpcError, grpc.Call):
-    def __init__(self, code: grpc.StatusCode, details: str = ""):
-        super().__init__(details)
-        self._code, self._details = code, details
-
-    def code(self) -> grpc.StatusCode:
-        return self._code
-
-    def details(self) -> str:
-        return self._details
 
 
 def pyetcd_error(code: grpc.StatusCode, details: str = "") -> Exception:

@@ -65,9 +65,9 @@ class Wire:
         self.timeouts: list[float] = []
 
     def __call__(self, method: str, url: str, json: Any = None, timeout: float | None = None,
-                 **_kwargs: Any) -> requests.Response:
+                 headers: dict[str, str] | None = None, **_kwargs: Any) -> requests.Response:
         self.sent.append(self.client.session.prepare_request(
-            requests.Request(method, url, json=json)))
+            requests.Request(method, url, json=json, headers=headers)))
         self.timeouts.append(timeout)
         if not self.answers:
             raise AssertionError(f"unexpected request {method} {url}")
@@ -156,6 +156,33 @@ def test_refused_credentials_are_service_unavailable_pointing_at_the_token(clien
         client.get_usages(RP)
     assert str(caught.value).endswith("; check placement.token")
     assert caught.value.exit_code == 3
+
+
+class FakeTokens:
+    """Stands in for KeystoneTokens: a new token after each invalidation."""
+
+    def __init__(self) -> None:
+        self.issued = 1
+
+    def token(self) -> str:
+        return f"token-{self.issued}"
+
+    def invalidate(self) -> None:
+        self.issued += 1
+
+
+def test_a_refused_keystone_token_is_renewed_once_then_the_fault_names_placement_keystone(
+        client, wire):
+    client.keystone = FakeTokens()
+    fake = wire(error(401, detail="expired"), response(200, {"usages": {}}),
+                error(401, detail="expired"), error(401, detail="still refused"))
+    client.get_usages(RP)
+    assert [r.headers["x-auth-token"] for r in fake.sent] == ["token-1", "token-2"]
+    with pytest.raises(ServiceUnavailable) as caught:
+        client.get_usages(RP)
+    assert [r.headers["x-auth-token"] for r in fake.sent[2:]] == ["token-2", "token-3"]
+    assert str(caught.value).endswith("; check placement.keystone (its user needs the "
+                                      "service or admin role)")
 
 
 @pytest.mark.parametrize("exc", [requests.ConnectionError("refused"),

@@ -1,8 +1,9 @@
 """Fixtures for the libvirt driver tests.
 
-Fast tests use libvirt's test driver (test:///default) and local files or an
-HTTP server on 127.0.0.1. Tests marked `vm` boot the tiny test guest
-(tools/build-test-guest.sh) under qemu:///system with TCG: they start
+Fast tests use local files or an HTTP server on 127.0.0.1 (the driver against
+libvirt's test driver is in tests/unit/drivers/test_libvirt.py). Tests marked `vm`
+boot the tiny test guest (tools/build-test-guest.sh) under qemu:///system with
+TCG: they start
 libvirtd/virtlogd if they are not running (and stop them, by pid, at the
 end), use their own NAT network and metadata server, and remove both after.
 With CI=true anything missing fails the run instead of skipping.
@@ -52,25 +53,6 @@ def guest_spec(uuid: str, image_url: str, **overrides: Any) -> dict[str, Any]:
         user_data=f"user-data-of-{uuid}\nsecond line",
         ssh_key=f"ssh-ed25519 AAAAC3NzaC1lZDI1NTE5 key-of-{uuid}",
         **overrides,
-    )
-
-
-# ----------------------------------------------------------------- test driver
-
-
-@pytest.fixture
-def test_driver_config(tmp_path: Path) -> dict[str, Any]:
-    return deep_merge(
-        COMPUTE_DEFAULTS,
-        {
-            "compute": {
-                "state_dir": str(tmp_path / "state"),
-                "instances_dir": str(tmp_path / "instances"),
-            },
-            "driver": {
-                "libvirt": {"uri": "test:///default", "image_cache_dir": str(tmp_path / "images")}
-            },
-        },
     )
 
 

@@ -6,13 +6,12 @@ from __future__ import annotations
 
 import gzip
 import os
-import pickle
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from etcd_compute.errors import BuildError, RequestError
+from etcd_compute.errors import RequestError
 from etcd_compute.virt import qemu_img
 from etcd_compute.virt.images import ImageCache
 from etcd_compute.virt.sources import SourcePolicy
@@ -61,12 +60,6 @@ def refused(cache: ImageCache, url: str, *fragments: str, **fetch: object) -> st
     assert cache_files(cache) == []
     assert list(leftover_children()) == []
     return message
-
-
-def test_request_error_is_a_build_error_that_survives_the_worker_pool() -> None:
-    error = pickle.loads(pickle.dumps(RequestError("image x: HTTP 404")))
-    assert type(error) is RequestError and isinstance(error, BuildError)
-    assert str(error) == "image x: HTTP 404"
 
 
 # -- file:// ------------------------------------------------------------------------------
@@ -210,14 +203,6 @@ def test_redirects_are_followed_only_within_http(tmp_path: Path, server: Scripte
 
 
 # -- qemu-img itself ------------------------------------------------------------------------
-
-
-def test_qemu_img_runs_with_an_explicit_format_under_limits() -> None:
-    command = qemu_img.limited(["qemu-img", "info"], 30)
-    assert command[:4] == ["setpriv", "--pdeathsig", "KILL", "--"]
-    assert f"--as={qemu_img.ADDRESS_SPACE_BYTES}" in command and "--cpu=30" in command
-    with pytest.raises(ValueError, match="not one we run qemu-img on"):
-        qemu_img.info(Path("/dev/null"), "vmdk")
 
 
 def test_qemu_img_children_die_with_their_worker(tmp_path: Path) -> None:

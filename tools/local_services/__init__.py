@@ -1,5 +1,5 @@
 """Local etcd, Placement, PostgreSQL and libvirtd for the demo, `make up` and the tests
-(and Prometheus, for the tests).
+(and Prometheus and Keystone, for the tests).
 
 Each service is a plain child process with its data under a run directory,
 started on the ports it is given (random free ones in tests) and stopped by
@@ -12,9 +12,11 @@ real deployments (an etcd cluster; Placement on PostgreSQL or MySQL).
 """
 
 from tools.local_services.etcd import EtcdServer
+from tools.local_services.keystone import KeystoneServer
 from tools.local_services.libvirt import ensure_libvirtd, libvirtd_usable
 from tools.local_services.placement import PlacementServer, PostgresServer
 from tools.local_services.process import (
+    KEYSTONE_VENV,
     PLACEMENT_VENV,
     REPO,
     Service,
@@ -28,6 +30,7 @@ from tools.local_services.process import (
 from tools.local_services.prometheus import PrometheusServer
 from tools.local_services.stack import LocalStack
 
-__all__ = ["PLACEMENT_VENV", "REPO", "EtcdServer", "LocalStack", "PlacementServer",
+__all__ = ["KEYSTONE_VENV", "PLACEMENT_VENV", "REPO", "EtcdServer", "KeystoneServer",
+           "LocalStack", "PlacementServer",
            "PostgresServer", "PrometheusServer", "Service", "ensure_libvirtd", "free_port",
            "host_lock", "libvirtd_usable", "pid_alive", "port_open", "stop_pid", "wait_until"]

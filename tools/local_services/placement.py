@@ -10,6 +10,7 @@ from typing import Any
 
 from etcd_compute.errors import ServiceUnavailable
 from etcd_compute.pki import OPERATOR, PLACEMENT, ROOT, Pki
+from tools.local_services.keystone import KeystoneServer
 from tools.local_services.process import PLACEMENT_VENV, Service, free_port, port_open, wait_until
 
 POSTGRES_BIN = Path("/usr/lib/postgresql/15/bin")
@@ -82,15 +83,21 @@ class PlacementServer(Service):
 
     With a `Pki`, gunicorn serves TLS and requires a client certificate of the
     cluster CA (`--cert-reqs 2`): only holders of cluster certificates reach it.
+
+    With a `KeystoneServer`, `[api] auth_strategy = keystone`: keystonemiddleware
+    checks every token with that Keystone, as the service user `placement`.
     """
 
     pki: Pki | None = None
+    keystone: KeystoneServer | None = None
+    # Placement's own service user in Keystone (it validates the clients' tokens).
+    service_password = "placement-service-secret"
 
     @classmethod
     def create(
         cls, run_dir: Path, port: int | None = None, db_url: str | None = None,
         workers: int = 1, pki: Pki | None = None, ip: str = "127.0.0.1",
-        name: str = "placement",
+        name: str = "placement", keystone: KeystoneServer | None = None,
     ) -> PlacementServer:
         """`name`: of its log and certificate (two on one PKI need two names)."""
         db_url = db_url or f"sqlite:///{run_dir / 'placement.sqlite'}"
@@ -100,7 +107,7 @@ class PlacementServer(Service):
             name, run_dir, port or free_port(),
             extra={"db_url": db_url, "workers": str(workers), "ip": ip},
         )
-        server.pki = pki
+        server.pki, server.keystone = pki, keystone
         return server
 
     @property
@@ -121,6 +128,27 @@ class PlacementServer(Service):
     def config_dir(self) -> Path:
         return self.run_dir / "placement-conf"
 
+    def _keystone_authtoken(self) -> str:
+        """The `[keystone_authtoken]` section: who validates tokens, and as whom."""
+        if self.keystone is None:
+            return ""
+        self.keystone.add_user("placement", self.service_password, "service", "service")
+        url = self.keystone.auth_url
+        return (
+            "[keystone_authtoken]\n"
+            f"www_authenticate_uri = {url}\n"
+            f"auth_url = {url}\n"
+            "auth_type = password\n"
+            "username = placement\n"
+            f"password = {self.service_password}\n"
+            "project_name = service\n"
+            "user_domain_name = Default\n"
+            "project_domain_name = Default\n"
+            # No memcached: without this, a revoked token stays valid in each worker's
+            # own cache for five minutes.
+            "token_cache_time = -1\n"
+        )
+
     def _write_config(self) -> Path:
         self.config_dir.mkdir(parents=True, exist_ok=True)
         conf = self.config_dir / "placement.conf"
@@ -128,13 +156,14 @@ class PlacementServer(Service):
             "[DEFAULT]\n"
             "debug = False\n"
             "[api]\n"
-            "auth_strategy = noauth2\n"
+            f"auth_strategy = {'keystone' if self.keystone else 'noauth2'}\n"
             "[placement]\n"
             "allocation_conflict_retry_count = 1\n"
             # Otherwise `limit` always returns the same first hosts to every scheduler.
             "randomize_allocation_candidates = True\n"
             "[placement_database]\n"
             f"connection = {self.extra['db_url']}\n"
+            + self._keystone_authtoken()
         )
         return conf
 

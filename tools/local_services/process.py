@@ -19,6 +19,7 @@ from etcd_compute.errors import ServiceUnavailable
 
 REPO = Path(__file__).resolve().parents[2]
 PLACEMENT_VENV = Path(os.environ.get("PLACEMENT_VENV", REPO / ".venv-placement"))
+KEYSTONE_VENV = Path(os.environ.get("KEYSTONE_VENV", REPO / ".venv-keystone"))
 
 
 @contextlib.contextmanager

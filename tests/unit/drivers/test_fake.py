@@ -130,9 +130,7 @@ def test_the_fake_driver_is_loaded_by_name_and_describes_itself(tmp_path):
                                            "driver": {"name": "fake"}})
     driver = load_driver(config)
     assert isinstance(driver, FakeDriver) and driver.check() == "fake"
-    driver.close()
-    with pytest.raises(ValueError, match="unknown driver 'xen'"):
-        load_driver(deep_merge(config, {"driver": {"name": "xen"}}))
+    driver.close()  # other names: drivers/test_init.py
 
 
 # --- an operator's actions ------------------------------------------------------------

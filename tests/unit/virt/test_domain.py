@@ -1,10 +1,9 @@
-"""Domain XML built without libvirt, which domains are ours, their MACs, KVM or TCG.
-
-(That libvirt accepts the XML is checked against its test driver in
-tests/virt/test_domain_and_driver.py.)"""
+"""Domain XML built without libvirt, which domains are ours, their MACs, KVM or TCG; and
+that libvirt accepts the XML (its test driver, test:///default, in-process)."""
 
 from __future__ import annotations
 
+import uuid as uuidlib
 import xml.etree.ElementTree as ET
 from typing import Any
 
@@ -158,3 +157,45 @@ def test_a_resized_definition_changes_memory_and_vcpus_only():
     assert resized.find("vcpu").text == "4" and resized.find("vcpu").get("current") is None
     for kept in ("name", "uuid", "title", "devices", "metadata", "os"):
         assert ET.tostring(resized.find(kept)) == ET.tostring(original.find(kept))
+
+
+# -- against libvirt's test driver --------------------------------------------------------
+
+
+def test_domain_xml_validates_and_carries_the_allocation() -> None:
+    uuid = str(uuidlib.uuid4())
+    spec = support.domain_spec(uuid, domain_type="test", network="default", bridge="br-ext")
+    connection = libvirt.open("test:///default")
+    try:
+        defined = connection.defineXMLFlags(
+            domain.domain_xml(spec), libvirt.VIR_DOMAIN_DEFINE_VALIDATE
+        )
+        root = ET.fromstring(defined.XMLDesc(0))
+        assert root.findtext("name") == uuid and root.findtext("uuid") == uuid
+        assert root.findtext("title") == "web <1> & 'two'"  # escaped, not interpreted
+        assert root.find("memory").text == str(256 * 1024)  # KiB
+        assert root.findtext("vcpu") == "2"
+        disks = {d.find("target").get("dev"): d for d in root.iterfind("devices/disk")}
+        assert disks["vda"].find("target").get("bus") == "virtio"
+        assert disks["vda"].find("source").get("file").endswith("disk.qcow2")
+        assert disks["hdc"].get("device") == "cdrom"
+        nics = root.findall("devices/interface")
+        assert [n.get("type") for n in nics] == ["network", "bridge"]
+        assert all(n.find("model").get("type") == "virtio" for n in nics)
+        log = root.find("devices/serial/log")
+        assert log.get("file").endswith("console.log") and log.get("append") == "off"
+        assert domain.is_ours(defined)
+        assert domain.mac_addresses(defined, "default") == [
+            nics[0].find("mac").get("address").lower()
+        ]
+        defined.undefine()
+    finally:
+        connection.close()
+
+
+def test_foreign_domains_are_not_ours() -> None:
+    connection = libvirt.open("test:///default")
+    try:
+        assert not domain.is_ours(connection.lookupByName("test"))  # the test driver's own
+    finally:
+        connection.close()

@@ -1,0 +1,308 @@
+"""compute/service.py: the daemon's main process against in-memory etcd, Placement and pool:
+what it watches, which watch events reach the machine, how an event that failed is retried,
+the reconcile at start (pending specs, orphans, guests to power on, odd keys), the watch
+resubscribing from the next revision, and shutdown. What an event does to an instance:
+test_machine.py; the daemon as a process: tests/compute."""
+
+from __future__ import annotations
+
+import queue
+import threading
+import uuid as uuidlib
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pyetcd.exceptions
+import pytest
+
+from etcd_compute import instances, messages
+from etcd_compute.compute import service as service_module
+from etcd_compute.compute import worker
+from etcd_compute.compute.identity import HostIdentity
+from etcd_compute.compute.service import ComputeService
+from etcd_compute.config import COMPUTE_DEFAULTS, deep_merge
+from etcd_compute.errors import PlacementUnavailable
+from tests.support import make_spec, wait_for
+from tests.unit.fakes import FakePlacement, FakePool, WatchedStore, delete_event, put_event
+
+INVENTORY = {"VCPU": {"total": 8}, "MEMORY_MB": {"total": 4096}, "DISK_GB": {"total": 100}}
+
+
+class Daemon:
+    """A ComputeService over the fakes, for `hosts` simulated hosts, and steps of its loop."""
+
+    def __init__(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, hosts: int = 1):
+        self.hosts = [HostIdentity(str(uuidlib.uuid4()), f"host-{i}") for i in range(hosts)]
+        self.rp = self.hosts[0].uuid
+        self.config = deep_merge(COMPUTE_DEFAULTS, {
+            "etcd": {"prefix": "/t"},
+            "compute": {"uuid": self.rp, "name": "host-0", "state_dir": str(tmp_path),
+                        "instances_dir": str(tmp_path / "instances"),
+                        "shutdown_timeout_seconds": 0.5},
+            "driver": {"name": "fake"},
+        })
+        monkeypatch.setattr(worker, "_driver", None)
+        worker.init_worker(self.config)  # the fake pool runs jobs here, on the fake driver
+        self.store, self.placement, self.pool = WatchedStore("/t"), FakePlacement(), FakePool()
+        monkeypatch.setattr(service_module, "Store", lambda _settings: self.store)
+        monkeypatch.setattr(service_module, "PlacementClient", lambda _settings: self.placement)
+        monkeypatch.setattr(service_module, "WorkerPool", lambda _config: self.pool)
+        for host in self.hosts:
+            self.placement.ensure_provider(host.uuid, host.name)
+            self.placement.set_inventory(host.uuid, INVENTORY)
+        self.service = ComputeService(self.config, self.hosts)
+        self.keys = self.store.keys
+
+    def schedule(self, rp: str | None = None) -> dict[str, Any]:
+        """What the scheduler does: claim, then spec and SCHEDULED record."""
+        spec = make_spec(rp or self.rp)
+        self.placement.claim(spec["uuid"], spec["allocations"], "p", "u")
+        instances.schedule(self.store, [(spec, "host-0")])
+        return spec
+
+    def settle(self) -> None:
+        """Run the main loop's events and the pool's jobs until nothing is left."""
+        for _ in range(1000):
+            try:
+                handler, args = self.service.events.get_nowait()
+            except queue.Empty:
+                if not self.pool.run_next():
+                    return
+                continue
+            self.service.dispatch(handler, args)
+        raise AssertionError("the loop did not settle")
+
+    def state(self, uuid: str, rp: str | None = None) -> str | None:
+        return instances.read_record(self.store, rp or self.rp, uuid).state
+
+
+@pytest.fixture
+def daemon(tmp_path, monkeypatch) -> Daemon:
+    return Daemon(tmp_path, monkeypatch)
+
+
+def test_one_host_watches_its_own_specs_simulated_hosts_all_of_them(tmp_path, monkeypatch):
+    one = Daemon(tmp_path / "one", monkeypatch)
+    assert one.service.watch_prefix == one.keys.specs(one.rp)
+    many = Daemon(tmp_path / "many", monkeypatch, hosts=3)
+    assert many.service.watch_prefix == many.keys.hosts()
+
+
+# -- watch events ---------------------------------------------------------------------------
+
+
+def test_a_spec_of_ours_starts_its_build(daemon):
+    spec = daemon.schedule()
+    entry = daemon.store.get(daemon.keys.spec(daemon.rp, spec["uuid"]))
+    daemon.service.on_watch_event(put_event(entry.key, entry.value, entry.mod_revision))
+    assert daemon.state(spec["uuid"]) == instances.BUILDING and len(daemon.pool.pending) == 1
+    daemon.settle()
+    assert daemon.state(spec["uuid"]) == instances.ACTIVE
+
+
+def test_other_events_under_the_prefix_change_nothing(tmp_path, monkeypatch):
+    daemon = Daemon(tmp_path, monkeypatch, hosts=2)
+    spec = daemon.schedule()
+    entry = daemon.store.get(daemon.keys.spec(daemon.rp, spec["uuid"]))
+    theirs = make_spec(str(uuidlib.uuid4()))  # for a host this process does not run
+    theirs_value = messages.encode(messages.INSTANCE_SPEC, theirs)
+    writes, claims = len(daemon.store.committed), dict(daemon.placement.consumers)
+    for event in (put_event(daemon.keys.spec(theirs["host"], theirs["uuid"]), theirs_value, 9),
+                  delete_event(entry.key, 9),  # we delete our spec keys ourselves
+                  put_event(daemon.keys.record(daemon.rp, spec["uuid"]), b"{}", 9),
+                  put_event(daemon.keys.alive(daemon.rp), b"", 9)):
+        daemon.service.on_watch_event(event)
+    assert len(daemon.store.committed) == writes and not daemon.pool.pending
+    assert daemon.placement.consumers == claims
+
+
+def test_an_event_that_met_an_unreachable_service_is_tried_again_a_second_later(daemon,
+                                                                              monkeypatch):
+    timers: list[tuple[float, Any, tuple[Any, ...]]] = []
+    monkeypatch.setattr(service_module.threading, "Timer", lambda delay, function, args: (
+        timers.append((delay, function, args)) or SimpleNamespace(start=lambda: None)))
+
+    def unreachable(*_args: Any) -> None:
+        raise PlacementUnavailable("Placement at http://p is unreachable")
+
+    daemon.service.dispatch(unreachable, ("a",))
+    assert timers == [(1.0, daemon.service.events.put, ((unreachable, ("a",)),))]
+
+
+def test_an_unexpected_error_is_logged_and_the_loop_goes_on(daemon, monkeypatch, caplog):
+    monkeypatch.setattr(service_module.threading, "Timer", lambda *_a: pytest.fail("retried"))
+
+    def broken() -> None:
+        raise KeyError("a bug")
+
+    daemon.service.dispatch(broken, ())
+    assert "unexpected error handling broken" in caplog.text
+
+
+def test_stop_wakes_the_main_loop_at_once(daemon):
+    handled = threading.Event()
+    loop = threading.Thread(target=daemon.service.main_loop)
+    loop.start()
+    daemon.service.post(handled.set)
+    assert handled.wait(5)
+    daemon.service.stop()
+    loop.join(0.5)  # not the loop's one-second poll
+    assert not loop.is_alive()
+
+
+# -- the watch ------------------------------------------------------------------------------
+
+
+class NoWait(threading.Event):
+    """The daemon's `stopping`, with waits that do not wait (a resubscription is at once)."""
+
+    def wait(self, timeout: float | None = None) -> bool:
+        return self.is_set()
+
+
+def run_watch(daemon: Daemon) -> threading.Thread:
+    daemon.service.stopping = NoWait()
+    thread = threading.Thread(target=daemon.service.watch_loop, daemon=True)
+    thread.start()
+    return thread
+
+
+def stop_watch(daemon: Daemon, thread: threading.Thread) -> None:
+    daemon.service.stopping.set()
+    daemon.store.cancel_watches()  # the subscription it may be waiting on
+    thread.join(5)
+    assert not thread.is_alive()
+
+
+def test_the_watch_resubscribes_after_the_last_event_it_saw(daemon):
+    prefix = daemon.service.watch_prefix
+    daemon.service.next_revision = 7
+    daemon.store.script_watch(prefix, [put_event(prefix + "a", b"", 7),
+                                       put_event(prefix + "b", b"", 9)],
+                              fault=pyetcd.exceptions.ConnectionFailedError())
+    daemon.store.script_watch(prefix, [put_event(prefix + "c", b"", 12)], fault=RuntimeError("?"))
+    thread = run_watch(daemon)
+    queued = [daemon.service.events.get(timeout=5) for _ in range(3)]
+    wait_for(lambda: len(daemon.store.watched_from) == 3, 5, what="a third subscription")
+    stop_watch(daemon, thread)
+    assert [args[0].key for _handler, args in queued] == [
+        f"{prefix}{name}".encode() for name in "abc"]
+    assert all(handler == daemon.service.on_watch_event for handler, _args in queued)
+    assert [start for _prefix, start in daemon.store.watched_from[:3]] == [7, 10, 13]
+    assert daemon.service.next_revision == 13
+
+
+def test_history_etcd_compacted_is_made_up_by_a_reconcile_before_watching_again(daemon):
+    spec = daemon.schedule()  # written while the watch could not deliver it
+    daemon.store.script_watch(daemon.service.watch_prefix,
+                              fault=pyetcd.exceptions.RevisionCompactedError(5))
+    thread = run_watch(daemon)
+    handler, args = daemon.service.events.get(timeout=5)
+    assert daemon.store.watched_from[-1][1] == 0  # not resubscribed yet: it waits
+    revision = daemon.store.revision
+    daemon.service.dispatch(handler, args)  # the main loop reconciles
+    wait_for(lambda: len(daemon.store.watched_from) == 2, 5, what="a second subscription")
+    stop_watch(daemon, thread)
+    assert daemon.state(spec["uuid"]) == instances.BUILDING
+    assert daemon.store.watched_from[1][1] == revision + 1  # after what the reconcile read
+
+
+# -- the reconcile --------------------------------------------------------------------------
+
+
+def test_the_reconcile_finishes_pending_specs_and_watches_from_after_them(daemon):
+    specs = [daemon.schedule() for _ in range(2)]
+    revision = daemon.store.revision
+    daemon.service.reconcile()
+    assert daemon.service.next_revision == revision + 1
+    daemon.settle()
+    assert [daemon.state(spec["uuid"]) for spec in specs] == [instances.ACTIVE] * 2
+
+
+def test_a_guest_no_spec_asks_for_is_destroyed_and_an_active_stopped_one_powered_on(daemon):
+    kept = daemon.schedule()
+    daemon.service.reconcile()
+    daemon.settle()
+    orphan = make_spec(daemon.rp)
+    worker.build(orphan)  # moved or deleted while this host was away
+    worker.driver().power_off(kept["uuid"])  # a fence, or the host rebooted
+    claims = dict(daemon.placement.consumers)
+    daemon.service.reconcile()
+    assert worker.list_instances() == {kept["uuid"]}
+    assert worker.running() == {kept["uuid"]}
+    assert daemon.placement.consumers == claims  # claims are not the orphan's business
+
+
+def test_guests_whose_jobs_are_in_flight_are_left_to_their_jobs(daemon):
+    kept = daemon.schedule()
+    daemon.service.reconcile()
+    daemon.settle()
+    orphan = make_spec(daemon.rp)
+    worker.build(orphan)
+    worker.driver().power_off(kept["uuid"])
+    for uuid in (kept["uuid"], orphan["uuid"]):  # an evacuation, a build: their jobs decide
+        daemon.service.machine.jobs[uuid] = SimpleNamespace(kind="destroy", uuid=uuid)
+    daemon.service.reconcile()
+    assert worker.list_instances() == {kept["uuid"], orphan["uuid"]}
+    assert worker.running() == {orphan["uuid"]}
+
+
+def test_a_broken_driver_does_not_stop_the_reconcile(daemon, monkeypatch, caplog):
+    spec = daemon.schedule()
+
+    def broken() -> set[str]:
+        raise OSError("the hypervisor is gone")
+
+    monkeypatch.setattr(worker, "list_instances", broken)
+    daemon.service.reconcile()
+    assert "could not list or fix driver instances: the hypervisor is gone" in caplog.text
+    assert daemon.state(spec["uuid"]) == instances.BUILDING  # the specs were still handled
+
+
+def test_keys_that_are_no_instance_key_of_ours_are_removed(daemon):
+    uuid = str(uuidlib.uuid4())
+    host = daemon.keys.host(daemon.rp)
+    odd = [f"{host}junk", f"{host}specs/not-a-uuid", f"{host}specs/{uuid}/extra",
+           f"{host}unknown/{uuid}", f"{host}specs//{uuid}", f"{host}specs/"]
+    ours = [daemon.keys.record(daemon.rp, uuid), daemon.keys.console(daemon.rp, uuid)]
+    theirs = [daemon.keys.hosts() + f"{uuidlib.uuid4()}/junk"]
+    for key in odd + ours + theirs:
+        daemon.store.put_raw(key, "{}")
+    daemon.service.remove_odd_keys()
+    assert sorted(daemon.store.entries) == sorted(ours + theirs)
+
+
+def test_simulated_hosts_leave_keys_of_hosts_they_do_not_run(tmp_path, monkeypatch):
+    daemon = Daemon(tmp_path, monkeypatch, hosts=2)
+    stranger = daemon.keys.hosts() + f"{uuidlib.uuid4()}/junk"
+    mine = daemon.keys.host(daemon.hosts[1].uuid) + "junk"
+    for key in (stranger, mine):
+        daemon.store.put_raw(key, "{}")
+    daemon.service.remove_odd_keys()
+    assert list(daemon.store.entries) == [stranger]
+
+
+# -- shutdown -------------------------------------------------------------------------------
+
+
+def test_shutdown_lets_jobs_finish_then_leaves_the_hosts_unschedulable(tmp_path, monkeypatch):
+    daemon = Daemon(tmp_path, monkeypatch, hosts=2)
+    spec = daemon.schedule()
+    daemon.service.reconcile()
+    finish = threading.Timer(0.1, daemon.pool.run_next)  # the build ends during shutdown
+    finish.start()
+    daemon.service.shutdown()
+    finish.join()
+    assert daemon.state(spec["uuid"]) == instances.ACTIVE
+    for host in daemon.hosts:
+        assert "COMPUTE_STATUS_DISABLED" in daemon.placement.get_traits(host.uuid)
+    assert daemon.pool.stopped and daemon.store.closed
+
+
+def test_shutdown_does_not_wait_for_a_job_past_its_timeout(daemon, caplog):
+    daemon.schedule()
+    daemon.service.reconcile()  # the build never finishes
+    daemon.service.shutdown()
+    assert "1 job(s) still running at shutdown; the next start resumes them" in caplog.text
+    assert daemon.pool.stopped and daemon.store.closed

@@ -1,0 +1,137 @@
+"""compute/worker.py: what runs in the pool's processes: the driver named in the config,
+loaded once per worker, and one plain function per job (sent to a forkserver worker by
+reference, plain data in and out). The pool itself: test_pool.py."""
+
+from __future__ import annotations
+
+import pickle
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from etcd_compute.compute import worker
+from etcd_compute.config import COMPUTE_DEFAULTS, deep_merge
+from etcd_compute.drivers.base import Driver
+from etcd_compute.drivers.fake import FakeDriver
+from tests.support import make_spec
+
+JOBS = [worker.build, worker.destroy, worker.act, worker.list_instances, worker.running,
+        worker.power_on, worker.consoles, worker.check]
+
+
+class Recorder(Driver):
+    """Says what it was asked."""
+
+    name = "recorder"
+
+    def __init__(self) -> None:
+        super().__init__({})
+        self.asked: list[tuple[str, Any]] = []
+
+    def build(self, spec: dict[str, Any]) -> dict[str, Any]:
+        self.asked.append(("build", spec["uuid"]))
+        return {"ip": "198.51.100.7"}
+
+    def destroy(self, uuid: str) -> None:
+        self.asked.append(("destroy", uuid))
+
+    def list_instances(self) -> set[str]:
+        return {"a", "b"}
+
+    def running(self) -> set[str]:
+        return {"a"}
+
+    def power_off(self, uuid: str) -> bool:
+        raise AssertionError("workers never power off: a fence runs in the main process")
+
+    def power_on(self, uuid: str) -> bool:
+        self.asked.append(("power_on", uuid))
+        return True
+
+    def console(self, uuid: str, max_bytes: int = 65536) -> str:
+        self.asked.append(("console", (uuid, max_bytes)))
+        return f"console of {uuid}"
+
+    def stop(self, uuid: str) -> None:
+        self.asked.append(("stop", uuid))
+
+    def start(self, uuid: str) -> dict[str, Any]:
+        self.asked.append(("start", uuid))
+        return {"ip": "198.51.100.7"}
+
+    def reboot(self, uuid: str, hard: bool) -> dict[str, Any]:
+        self.asked.append(("reboot", (uuid, hard)))
+        return {"ip": "198.51.100.7"}
+
+    def rebuild(self, spec: dict[str, Any], power_on: bool) -> dict[str, Any]:
+        self.asked.append(("rebuild", (spec["image"]["url"], power_on)))
+        return {"ip": "198.51.100.7"}
+
+    def resize(self, spec: dict[str, Any], power_on: bool) -> dict[str, Any]:
+        self.asked.append(("resize", (spec["resources"], power_on)))
+        return {"ip": "198.51.100.7"}
+
+
+@pytest.fixture
+def recorder(monkeypatch: pytest.MonkeyPatch) -> Recorder:
+    driver = Recorder()
+    monkeypatch.setattr(worker, "_driver", driver)
+    return driver
+
+
+def test_a_job_before_the_worker_is_initialised_says_so(monkeypatch):
+    monkeypatch.setattr(worker, "_driver", None)
+    with pytest.raises(RuntimeError, match="worker not initialised"):
+        worker.list_instances()
+
+
+def test_a_worker_loads_the_configured_driver(tmp_path: Path, monkeypatch):
+    monkeypatch.setattr(worker, "_driver", None)
+    config = deep_merge(COMPUTE_DEFAULTS, {"compute": {"state_dir": str(tmp_path)},
+                                           "driver": {"name": "fake"}})
+    worker.init_worker(config)
+    assert isinstance(worker.driver(), FakeDriver) and worker.check() == "fake"
+    spec = make_spec("00000000-0000-0000-0000-0000000000aa")
+    assert worker.build(spec)["ip"] and worker.list_instances() == {spec["uuid"]}
+
+
+def test_each_job_is_the_drivers_operation(recorder):
+    spec = make_spec("00000000-0000-0000-0000-0000000000aa")
+    assert worker.build(spec) == {"ip": "198.51.100.7"}
+    assert worker.destroy("a") is None
+    assert worker.power_on("b") is True
+    assert (worker.list_instances(), worker.running(), worker.check()) == \
+        ({"a", "b"}, {"a"}, "recorder")
+    assert recorder.asked == [("build", spec["uuid"]), ("destroy", "a"), ("power_on", "b")]
+
+
+def test_an_action_is_its_drivers_operation_powered_as_it_began(recorder):
+    spec = make_spec("00000000-0000-0000-0000-0000000000aa")
+    uuid, image = spec["uuid"], {"url": "file:///dev/zero", "sha256": None}
+    bigger = {"VCPU": 2, "MEMORY_MB": 128, "DISK_GB": 2}
+    assert worker.act(spec, {"action": "stop", "from": "ACTIVE"}) == {}
+    worker.act(spec, {"action": "start", "from": "SHUTOFF"})
+    worker.act(spec, {"action": "reboot", "from": "ACTIVE", "hard": True})
+    worker.act(spec, {"action": "rebuild", "from": "SHUTOFF", "image": image})
+    worker.act(spec, {"action": "rebuild", "from": "ACTIVE"})  # from the spec's own image
+    assert worker.act(spec, {"action": "resize", "from": "ACTIVE", "resources": bigger}) == \
+        {"ip": "198.51.100.7"}
+    assert recorder.asked == [
+        ("stop", uuid), ("start", uuid), ("reboot", (uuid, True)),
+        ("rebuild", ("file:///dev/zero", False)), ("rebuild", (spec["image"]["url"], True)),
+        ("resize", (bigger, True))]
+    with pytest.raises(ValueError, match="unknown action 'pause'"):
+        worker.act(spec, {"action": "pause", "from": "ACTIVE"})
+
+
+def test_consoles_of_several_instances_are_one_job_bounded_each(recorder):
+    assert worker.consoles(["a", "b"], 4096) == {"a": "console of a", "b": "console of b"}
+    assert recorder.asked == [("console", ("a", 4096)), ("console", ("b", 4096))]
+    assert worker.consoles([], 4096) == {}
+
+
+@pytest.mark.parametrize("job", JOBS, ids=lambda job: job.__name__)
+def test_jobs_travel_to_a_worker_by_reference(job):
+    """The pool pickles what it sends to a forkserver worker: module-level functions only."""
+    assert pickle.loads(pickle.dumps(job)) is job

@@ -1,0 +1,341 @@
+"""drivers/libvirt.py against libvirt's test driver (test:///default, in-process: no libvirtd,
+no guest, no download): builds are idempotent and leave nothing when they fail, domains not
+ours are never touched, power and fence, an operator's actions (stop, start, reboot, resize,
+rebuild). Real guests: tests/virt/test_vm.py, tests/virt/test_lifecycle_vm.py."""
+
+from __future__ import annotations
+
+import uuid as uuidlib
+import xml.etree.ElementTree as ET
+from pathlib import Path
+from typing import Any
+
+import libvirt
+import pytest
+
+from etcd_compute.config import COMPUTE_DEFAULTS, deep_merge
+from etcd_compute.drivers.libvirt import LibvirtDriver, source_policy
+from etcd_compute.errors import BuildError, RequestError, ServiceUnavailable
+from etcd_compute.virt import configdrive, domain
+from tests.support import make_spec
+
+GIB = 1024**3
+RP = "00000000-0000-0000-0000-0000000000aa"
+
+
+@pytest.fixture
+def test_driver_config(tmp_path: Path) -> dict[str, Any]:
+    return deep_merge(COMPUTE_DEFAULTS, {
+        "compute": {"state_dir": str(tmp_path / "state"),
+                    "instances_dir": str(tmp_path / "instances")},
+        "driver": {"name": "libvirt",
+                   "libvirt": {"uri": "test:///default",
+                               "image_cache_dir": str(tmp_path / "images")}},
+    })
+
+
+@pytest.fixture
+def driver(test_driver_config: dict[str, Any]):
+    driver = LibvirtDriver(test_driver_config)
+    yield driver
+    for uuid in driver.list_instances():
+        driver.destroy(uuid)
+    driver.close()
+
+
+@pytest.fixture
+def image(tmp_path: Path) -> str:
+    path = tmp_path / "image.qcow2"
+    path.write_bytes(b"not downloaded with the test driver")
+    return f"file://{path}"
+
+
+def spec_for(image: str, **extra: Any) -> dict[str, Any]:
+    return make_spec(RP, image, **extra)
+
+
+def instance_dir(config: dict[str, Any], uuid: str) -> Path:
+    return Path(config["compute"]["instances_dir"]) / uuid
+
+
+def test_driver_with_the_test_uri(test_driver_config: dict[str, Any], image: str) -> None:
+    driver = LibvirtDriver(test_driver_config)
+    spec = spec_for(image)
+    uuid = spec["uuid"]
+    assert "TEST" in driver.check()
+    assert driver.build(spec) == {"ip": None}
+    assert driver.build(spec) == {"ip": None}  # idempotent
+    assert uuid in driver.list_instances()
+    assert "test" not in driver.list_instances()
+    assert {p.name for p in instance_dir(test_driver_config, uuid).iterdir()} == \
+        {"config.iso", "meta.json"}
+    assert driver.console(uuid) == ""
+    driver.destroy(uuid)
+    driver.destroy(uuid)  # idempotent
+    assert uuid not in driver.list_instances()
+    assert not instance_dir(test_driver_config, uuid).exists()
+    driver.close()
+
+
+def test_driver_missing_file_image_fails_cleanly(test_driver_config: dict[str, Any]) -> None:
+    driver = LibvirtDriver(test_driver_config)
+    spec = spec_for("file:///nonexistent/image.qcow2")
+    with pytest.raises(BuildError, match="no such file"):
+        driver.build(spec)
+    assert spec["uuid"] not in driver.list_instances()
+    assert not instance_dir(test_driver_config, spec["uuid"]).exists()
+
+
+def test_driver_reports_an_unreachable_hypervisor(test_driver_config: dict[str, Any]) -> None:
+    test_driver_config["driver"]["libvirt"]["uri"] = "qemu+unix:///system?socket=/nonexistent"
+    with pytest.raises(ServiceUnavailable, match="libvirt"):
+        LibvirtDriver(test_driver_config).check()
+
+
+@pytest.mark.parametrize("missing", ["VCPU", "MEMORY_MB", "DISK_GB"])
+def test_a_spec_without_what_the_driver_needs_is_the_requests_fault(
+    test_driver_config: dict[str, Any], image: str, missing: str
+) -> None:
+    """Once `resources=VCPU:1,DISK_GB:1` reached the driver and raised KeyError there."""
+    driver = LibvirtDriver(test_driver_config)
+    spec = spec_for(image)
+    del spec["resources"][missing]
+    with pytest.raises(RequestError, match=f"the request claims no {missing}"):
+        driver.build(spec)
+    assert spec["uuid"] not in driver.list_instances()
+    assert not instance_dir(test_driver_config, spec["uuid"]).exists()
+    driver.close()
+
+
+def test_a_build_libvirt_refuses_is_one_bounded_line_and_leaves_nothing(
+        driver, test_driver_config, image):
+    spec = spec_for(image, resources={"VCPU": 100000, "MEMORY_MB": 128, "DISK_GB": 1})
+    with pytest.raises(BuildError) as caught:
+        driver.build(spec)
+    message = str(caught.value)
+    assert type(caught.value) is BuildError and "\n" not in message and len(message) <= 1000
+    assert spec["uuid"] not in driver.list_instances()
+    assert not instance_dir(test_driver_config, spec["uuid"]).exists()
+
+
+def test_an_unexpected_fault_becomes_the_first_line_of_its_reason_bounded(driver, image,
+                                                                          monkeypatch):
+    def fails(_spec: dict[str, Any]) -> None:
+        raise ValueError("x" * 5000 + "\nTraceback-like second line")
+
+    monkeypatch.setattr(driver, "_build_new", fails)
+    with pytest.raises(BuildError) as caught:
+        driver.build(spec_for(image))
+    assert str(caught.value) == "x" * 1000
+
+
+def test_a_stopped_instance_is_started_again_by_a_repeated_build(driver, image):
+    spec = spec_for(image)
+    driver.build(spec)
+    assert driver.power_off(spec["uuid"])
+    assert driver.build(spec) == {"ip": None}  # a job repeated after a restart
+    assert spec["uuid"] in driver.running()
+
+
+def test_power_off_and_on_keep_the_definition(driver, image):
+    uuid = driver.build(spec_for(image)) and next(iter(driver.list_instances()))
+    assert uuid in driver.running()
+    assert driver.power_off(uuid) is True
+    assert driver.power_off(uuid) is False  # not running
+    assert uuid not in driver.running() and uuid in driver.list_instances()
+    assert driver.power_on(uuid) is True
+    assert driver.power_on(uuid) is False  # running already
+    assert driver.power_off(str(uuidlib.uuid4())) is False  # unknown
+    assert driver.power_on(str(uuidlib.uuid4())) is False
+
+
+def test_a_fence_stops_our_guests_only(driver, image):
+    ours = [driver.build(spec) and spec["uuid"] for spec in (spec_for(image), spec_for(image))]
+    assert driver.fence() == sorted(ours)
+    assert driver.running() == set()
+    assert driver.connection.lookupByName("test").isActive()  # the test driver's own domain
+
+
+@pytest.fixture
+def foreign(driver):
+    """A domain named like an instance of ours that someone else defined."""
+    name = str(uuidlib.uuid4())
+    domain = driver.connection.defineXML(
+        f"<domain type='test'><name>{name}</name><memory>1024</memory>"
+        "<os><type>hvm</type></os></domain>")
+    domain.create()
+    yield name
+    domain.destroy()
+    domain.undefine()
+
+
+def test_a_domain_not_ours_is_never_built_over_stopped_or_removed(driver, image, foreign):
+    with pytest.raises(BuildError, match=f"a domain named {foreign} exists but is not one of "
+                                         "ours"):
+        driver.build(spec_for(image, uuid=foreign))
+    with pytest.raises(BuildError, match="not one of ours"):
+        driver.power_off(foreign)
+    driver.destroy(foreign)
+    assert driver.connection.lookupByName(foreign).isActive()
+    assert foreign not in driver.list_instances() and foreign not in driver.running()
+    assert driver.fence() == []
+
+
+class GoneConnection:
+    """A connection to a libvirtd that went away."""
+
+    def isAlive(self) -> bool:  # noqa: N802 (libvirt's name)
+        return False
+
+
+def test_the_connection_is_opened_again_when_libvirtd_went_away(driver, image):
+    spec = spec_for(image)
+    driver.build(spec)
+    # The test driver forgets its domains when its last connection closes: keep one open.
+    keeper = libvirt.open("test:///default")
+    try:
+        driver.close()
+        driver._connection = GoneConnection()
+        assert driver.list_instances() == {spec["uuid"]}
+    finally:
+        keeper.close()
+
+
+def test_image_limits_come_from_the_driver_settings():
+    settings = {"image_file_dirs": ["/srv/images"], "image_max_gb": 1.5,
+                "image_download_timeout_seconds": 30}
+    policy = source_policy(settings)
+    assert (policy.file_dirs, policy.max_bytes, policy.deadline_seconds) == \
+        (("/srv/images",), int(1.5 * GIB), 30.0)
+
+
+def test_libvirt_errors_are_not_printed_to_stderr(capfd):
+    """libvirt prints every error by default; the driver raises them instead."""
+    connection = libvirt.open("test:///default")
+    try:
+        with pytest.raises(libvirt.libvirtError):
+            connection.lookupByName("no-such-domain")
+    finally:
+        connection.close()
+    assert capfd.readouterr().err == ""
+
+
+# -- an operator's actions ------------------------------------------------------------------
+
+SMALL = {"VCPU": 1, "MEMORY_MB": 128, "DISK_GB": 1}
+
+
+@pytest.fixture
+def built(driver: LibvirtDriver, image: str) -> tuple[LibvirtDriver, dict[str, Any]]:
+    spec = spec_for(image, resources=dict(SMALL), user_data="user-data\nsecond line")
+    driver.build(spec)
+    return driver, spec
+
+
+def active(driver: LibvirtDriver, uuid: str) -> bool:
+    return bool(driver.connection.lookupByName(uuid).isActive())
+
+
+def identity(driver: LibvirtDriver, uuid: str) -> tuple[str | None, ...]:
+    """What a resize or rebuild keeps: the domain's uuid, title, disks and console log (and
+    its MAC, on a real network: see tests/virt/test_lifecycle_vm.py)."""
+    root = ET.fromstring(driver.connection.lookupByName(uuid).XMLDesc(0))
+    return (root.findtext("uuid"), root.findtext("title"),
+            *(d.find("source").get("file") for d in root.iterfind("devices/disk")),
+            root.find("devices/serial/log").get("file"))
+
+
+def test_stop_start_and_reboot_soft_and_hard(built):
+    driver, spec = built
+    uuid = spec["uuid"]
+    driver.stop(uuid)
+    assert not active(driver, uuid) and uuid not in driver.running()
+    driver.stop(uuid)  # again: nothing to do
+    assert driver.start(uuid) == {"ip": None}
+    assert active(driver, uuid)
+    driver.start(uuid)  # again: nothing to do
+    for hard in (False, True):
+        assert driver.reboot(uuid, hard) == {"ip": None}
+        assert active(driver, uuid)
+
+
+def test_actions_on_an_instance_that_is_not_here_fail_in_one_line(driver):
+    uuid = str(uuidlib.uuid4())
+    for call in (lambda: driver.stop(uuid), lambda: driver.start(uuid),
+                 lambda: driver.reboot(uuid, False)):
+        with pytest.raises(BuildError, match=f"instance {uuid} has no domain on this host"):
+            call()
+
+
+@pytest.mark.parametrize("power_on", [True, False])
+def test_resize_redefines_memory_and_vcpus_and_keeps_the_rest(built, power_on):
+    driver, spec = built
+    uuid = spec["uuid"]
+    before = identity(driver, uuid)
+    driver.resize({**spec, "resources": {"VCPU": 3, "MEMORY_MB": 384, "DISK_GB": 1}},
+                  power_on)
+    assert domain.size_of(driver.connection.lookupByName(uuid)) == (384, 3)
+    assert identity(driver, uuid) == before
+    assert domain.is_ours(driver.connection.lookupByName(uuid))
+    assert active(driver, uuid) is power_on
+
+
+def test_a_resize_that_fails_puts_the_old_definition_back(built, monkeypatch):
+    driver, spec = built
+    uuid = spec["uuid"]
+    connection = driver.connection
+    real = connection.defineXMLFlags
+
+    def refuse_the_new_one(xml: str, flags: int = 0):
+        if ">5</vcpu>" in xml:
+            raise libvirt.libvirtError("no room for 5 vCPUs (test)")
+        return real(xml, flags)
+
+    monkeypatch.setattr(connection, "defineXMLFlags", refuse_the_new_one)
+    with pytest.raises(BuildError, match="resize: no room for 5 vCPUs"):
+        driver.resize({**spec, "resources": {"VCPU": 5, "MEMORY_MB": 512, "DISK_GB": 1}},
+                      True)
+    assert domain.size_of(connection.lookupByName(uuid)) == (128, 1)
+    assert active(driver, uuid)  # powered as it was asked to be
+
+
+def test_a_resize_without_a_size_is_the_requests_fault(built):
+    driver, spec = built
+    with pytest.raises(RequestError, match="no MEMORY_MB"):
+        driver.resize({**spec, "resources": {"VCPU": 2, "DISK_GB": 1}}, True)
+
+
+def test_rebuild_keeps_the_domain_and_writes_the_same_identity(built, tmp_path):
+    driver, spec = built
+    uuid = spec["uuid"]
+    files = Path(driver.instances_dir) / uuid
+    before = identity(driver, uuid)
+    (files / "config.iso").unlink()  # the new one is written whole
+    new_image = tmp_path / "new.qcow2"
+    new_image.write_bytes(b"another image")
+    assert driver.rebuild({**spec, "image": {"url": f"file://{new_image}", "sha256": None}},
+                          True) == {"ip": None}
+    assert identity(driver, uuid) == before and active(driver, uuid)
+    drive = configdrive.read_config_drive(files / "config.iso")
+    assert f"instance-id: {uuid}" in drive["meta-data"]
+    assert drive["user-data"] == spec["user_data"]
+    driver.rebuild(spec, False)
+    assert not active(driver, uuid)
+
+
+def test_a_rebuild_from_a_missing_image_changes_nothing(built):
+    driver, spec = built
+    uuid = spec["uuid"]
+    with pytest.raises(RequestError, match="no such file"):
+        driver.rebuild({**spec, "image": {"url": "file:///no/such.qcow2", "sha256": None}},
+                       True)
+    assert active(driver, uuid)
+    assert not (Path(driver.instances_dir) / uuid / "disk.rebuild.qcow2").exists()
+
+
+def test_a_build_of_a_stopped_instance_defines_it_powered_off(driver, image):
+    spec = spec_for(image, stopped=True)
+    assert driver.build(spec) == {"ip": None}
+    assert spec["uuid"] in driver.list_instances() and not active(driver, spec["uuid"])
+    assert driver.build(spec) == {"ip": None}  # again (a restart): still off
+    assert not active(driver, spec["uuid"])
