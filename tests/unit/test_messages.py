@@ -53,7 +53,7 @@ def test_a_valid_spec_round_trips():
         ({"resources": {"VCPU": 0}}, "resources.VCPU"),
         ({"resources": {"vcpu": 1}}, "resources"),
         ({"image": {"url": "ftp://x/y"}}, "image.url"),
-        ({"action": "reboot"}, "action"),
+        ({"action": "migrate"}, "action"),
         ({"surprise": 1}, "surprise"),
     ],
 )
@@ -227,7 +227,7 @@ def test_a_refusal_stands_even_when_the_explainer_finds_no_fault(monkeypatch):
     best_match found no error: one validator's verdict decides."""
     monkeypatch.setattr(messages.jsonschema.exceptions, "best_match", lambda _errors: None)
     with pytest.raises(InvalidMessage, match="instance_spec: does not match the schema"):
-        messages.check(messages.INSTANCE_SPEC, {**SPEC, "action": "reboot"})
+        messages.check(messages.INSTANCE_SPEC, {**SPEC, "action": "migrate"})
 
 
 @pytest.mark.parametrize("depth", [17, 1000, 50_000])
