@@ -384,7 +384,12 @@ def unschedule(store: KeyValueStore,
     it must be destroyed through its host instead). A request across zones undoes
     what it wrote in one zone this way when another zone failed.
     """
-    keys = store.keys
+    return store.commit(unschedule_txn(store.keys, placed))
+
+
+def unschedule_txn(keys: Keys, placed: list[tuple[str, str, str | None, int, int]]) -> Txn:
+    """`unschedule`'s transaction (a caller keeps it within etcd's --max-txn-ops: it
+    deletes about twice as many keys per instance as `schedule` wrote)."""
     txn = Txn()
     for host, uuid, group, record_revision, spec_revision in placed:
         txn.compare += [Compare(keys.record(host, uuid), "mod", "==", record_revision),
@@ -392,7 +397,7 @@ def unschedule(store: KeyValueStore,
         txn.success += [Delete(keys.record(host, uuid)), Delete(keys.events(host, uuid)),
                         *_host_deletes(keys, host, uuid),
                         *(Delete(key) for key in operator_keys(keys, uuid, group))]
-    return store.commit(txn)
+    return txn
 
 
 def operations(count: int, grouped: bool) -> int:
