@@ -116,6 +116,9 @@ COMPUTE_DEFAULTS: dict[str, Any] = {
                 "cirros-0.6.3-x86_64-disk.img"
             ),
             "boot_timeout_seconds": 300,
+            # stop, soft reboot, resize: how long the guest may take to power off when
+            # asked (ACPI) before it is powered off hard (Nova's shutdown_timeout).
+            "shutdown_timeout_seconds": 60,
             "mdserver_config": "mdserver.conf",
         },
         "fake": {
@@ -123,6 +126,10 @@ COMPUTE_DEFAULTS: dict[str, Any] = {
             "build_seconds": 0.0,
             # Every build fails: simulates a broken host (reschedule tests).
             "fail_builds": False,
+            # Seconds a fake stop, start, reboot, rebuild or resize takes (tests use it to
+            # send another action meanwhile), and the actions that fail.
+            "action_seconds": 0.0,
+            "fail_actions": [],
         },
     },
 }

@@ -7,6 +7,7 @@ permissions can give each host exactly its keys (see `etcd_auth.py`):
     /hosts/<rp_uuid>/instances/<instance_uuid>  instance_record: state, ip, error
     /hosts/<rp_uuid>/booted/<instance_uuid>     the guest IP (kept from the original toy)
     /hosts/<rp_uuid>/console/<instance_uuid>    tail of the serial log
+    /hosts/<rp_uuid>/events/<instance_uuid>     instance_events: the last actions on it
     /alive/<rp_uuid>                            heartbeat, bound to the host's lease
     /stats/<rp_uuid>                            host_stats: recent build failures ...
 
@@ -42,8 +43,8 @@ from dataclasses import dataclass
 UUID = re.compile(r"\A[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\Z")
 
 # Per-instance key kinds under /hosts/<rp>/.
-SPECS, RECORDS, BOOTED, CONSOLE = "specs", "instances", "booted", "console"
-HOST_KINDS = (SPECS, RECORDS, BOOTED, CONSOLE)
+SPECS, RECORDS, BOOTED, CONSOLE, EVENTS = "specs", "instances", "booted", "console", "events"
+HOST_KINDS = (SPECS, RECORDS, BOOTED, CONSOLE, EVENTS)
 
 
 @dataclass(frozen=True)
@@ -85,6 +86,9 @@ class Keys:
 
     def console(self, rp_uuid: str, instance_uuid: str) -> str:
         return f"{self.host(rp_uuid)}{CONSOLE}/{instance_uuid}"
+
+    def events(self, rp_uuid: str, instance_uuid: str) -> str:
+        return f"{self.host(rp_uuid)}{EVENTS}/{instance_uuid}"
 
     def alive_prefix(self) -> str:
         return f"{self.prefix}/alive/"

@@ -3,6 +3,12 @@
     schedule.py 'resources=VCPU:1,MEMORY_MB:512,DISK_GB:1' [--count N] [--wait] ...
     schedule.py UUID                 state, host, IP, resources, error
     schedule.py destroy UUID         ask its host to destroy it
+    schedule.py stop|start UUID      power it off (SHUTOFF) or on again
+    schedule.py reboot [--hard] UUID restart its guest (asked first, or at once)
+    schedule.py rebuild [--image URL] UUID   a fresh disk from its image (or URL), same
+                                     uuid, IP, claim and host
+    schedule.py resize QUERY UUID    a new size (resources=... only) on the same host
+    schedule.py events UUID          what happened to it: action, who, host, when, result
     schedule.py list [--host H] [--state S]   every instance (on host H, in state S)
     schedule.py hosts                every provider: capacity, usage, alive
     schedule.py console UUID [--follow]  the guest's serial console (tail; --follow: as it grows)
@@ -15,7 +21,8 @@
 
 The first positional argument is a query (it contains '='), an instance uuid,
 or one of the subcommands. Exit status: 0 done, 1 no valid host / not found /
-instance failed, 2 bad input or config, 3 etcd or Placement unreachable.
+instance failed / action refused in its state / no room to resize / action
+ended in error, 2 bad input or config, 3 etcd or Placement unreachable.
 """
 
 from __future__ import annotations
@@ -33,7 +40,9 @@ from etcd_compute.cli import Parser, terminal_line, terminal_text
 from etcd_compute.cli import zones as zones_cli
 from etcd_compute.errors import EtcdComputeError, NoValidHost, UsageError
 
-SUBCOMMANDS = ("destroy", "list", "hosts", "console", "serve", "host", "zone")
+ACTIONS = ("stop", "start", "reboot", "rebuild", "resize")
+SUBCOMMANDS = ("destroy", *ACTIONS, "events", "list", "hosts", "console", "serve", "host",
+               "zone")
 HOST_ACTIONS = ("disable", "enable", "show", "drain")
 EXAMPLES = """\
 examples:
@@ -47,6 +56,9 @@ examples:
   schedule.py zone list
   schedule.py d578fb7c-7787-4e73-b69a-a7b3ef9bf73a
   schedule.py destroy d578fb7c-7787-4e73-b69a-a7b3ef9bf73a
+  schedule.py stop d578fb7c-7787-4e73-b69a-a7b3ef9bf73a --wait
+  schedule.py resize 'resources=VCPU:2,MEMORY_MB:1024,DISK_GB:2' d578fb7c-... --wait
+  schedule.py events d578fb7c-7787-4e73-b69a-a7b3ef9bf73a
   schedule.py list --host hv1 --state error
   schedule.py console d578fb7c-7787-4e73-b69a-a7b3ef9bf73a --follow
 
@@ -70,11 +82,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("words", nargs="*", metavar="QUERY|UUID|COMMAND",
-                        help="a query (resources=...), an instance uuid, or "
-                             "destroy UUID | list | hosts | console UUID | serve")
+                        help="a query (resources=...), an instance uuid, or destroy|stop|start|"
+                             "reboot|rebuild|events UUID | resize QUERY UUID | list | hosts | "
+                             "console UUID | serve")
     parser.add_argument("--config", metavar="PATH",
                         help="schedule.yaml to use (default: ./schedule.yaml if present)")
-    parser.add_argument("--image", metavar="URL", help="image to boot (http(s):// or file://)")
+    parser.add_argument("--image", metavar="URL", help="image to boot (http(s):// or file://); "
+                        "rebuild: the new image (default: the one it has)")
+    parser.add_argument("--hard", action="store_true",
+                        help="reboot: power the guest off at once instead of asking it first")
     parser.add_argument("--count", type=int, default=1, metavar="N",
                         help="place N instances, all or nothing (default 1)")
     parser.add_argument("--name", help="instance name (NAME-1..NAME-N with --count)")
@@ -91,7 +107,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                              "scheduler.on_host_failure)")
     parser.add_argument("--reason", help="host disable: why (shown by host show)")
     parser.add_argument("--wait", action="store_true",
-                        help="follow the instances until ACTIVE or ERROR (destroy: DELETED)")
+                        help="follow the instances until ACTIVE or ERROR (destroy: DELETED; "
+                             "an action: until its host has done it)")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
     parser.add_argument("--host", metavar="HOST",
                         help="list: only instances on this host (its name or provider uuid)")
@@ -276,8 +293,12 @@ def cmd_show(args: argparse.Namespace, config: dict[str, Any]) -> int:
     host = record.get("host_name") or "-"
     if record.get("host"):
         host = f"{host} ({record['host']})"
+    task = record.get("task")  # the action running now, and who asked for it
+    state = record["state"] if not task else (
+        f"{record['state']} ({task.get('action') or 'action'} asked by "
+        f"{task.get('by') or '-'} at {_when(task.get('at'))})")
     rows = [["uuid", record["uuid"]], ["name", record.get("name") or "-"],
-            ["state", record["state"]], ["host", host], ["ip", record.get("ip") or "-"],
+            ["state", state], ["host", host], ["ip", record.get("ip") or "-"],
             ["resources", _resources_text(record.get("resources"))],
             ["image", record.get("image") or "-"], ["group", record.get("group") or "-"],
             ["error", record.get("error") or "-"], ["created", _when(record.get("created_at"))],
@@ -315,6 +336,67 @@ def cmd_destroy(args: argparse.Namespace, config: dict[str, Any]) -> int:
         else:
             print(messages_by_outcome[outcome])
         return 0
+
+
+def cmd_action(args: argparse.Namespace, config: dict[str, Any]) -> int:
+    """stop|start|reboot|rebuild UUID, resize QUERY UUID."""
+    from etcd_compute.scheduler import lifecycle
+    from etcd_compute.scheduler import operations as ops
+
+    action = args.words[0]
+    wanted = 3 if action == "resize" else 2
+    if len(args.words) != wanted:
+        raise UsageError("resize: expected QUERY UUID" if action == "resize"
+                         else f"{action}: expected exactly one instance uuid")
+    uuid = ops.check_uuid(args.words[-1])
+    resources = (lifecycle.resize_request(args.words[1],
+                                          config["scheduler"]["required_resources"])
+                 if action == "resize" else None)
+    image = lifecycle.check_image(args.image)
+    # In the zone that holds it (this one, or a zone below through its index), as destroy.
+    with zones_cli.instance_zone(config, uuid) as zone:
+        store = zone.store
+        asked = lifecycle.request(store, zone.placement, uuid, action, hard=args.hard,
+                                  image_url=image, resources=resources)
+        if not args.json:
+            print(f"{action.upper()} REQUESTED FOR INSTANCE {uuid}", flush=True)
+        if not args.wait:
+            if args.json:
+                _emit_json({**asked.as_dict(), "outcome": "requested"})
+            return 0
+        outcome = lifecycle.wait(store, asked, config["scheduler"]["wait_timeout_seconds"],
+                                 (lambda *_: None) if args.json else _progress)
+    if args.json:
+        _emit_json({**asked.as_dict(), "outcome": "done" if outcome.ok else "failed",
+                    "record": outcome.record, "event": outcome.event})
+    elif not outcome.ok:
+        print(terminal_line(f"schedule.py: error: {action} of {uuid} failed: {outcome.error}"),
+              file=sys.stderr)
+    return 0 if outcome.ok else 1
+
+
+def cmd_events(args: argparse.Namespace, config: dict[str, Any]) -> int:
+    from etcd_compute.scheduler import lifecycle
+    from etcd_compute.scheduler import operations as ops
+
+    if len(args.words) != 2:
+        raise UsageError("events: expected exactly one instance uuid")
+    with zones_cli.instance_zone(config, ops.check_uuid(args.words[1])) as zone:
+        found = lifecycle.instance_events(zone.store, args.words[1])
+    if args.json:
+        _emit_json(found)
+        return 0
+
+    def took(event: dict[str, Any]) -> str:
+        if not event.get("ended_at"):
+            return "-"
+        return f"{event['ended_at'] - event['started_at']:.1f}s"
+
+    _table([[_when(e["started_at"]), e["action"], e["result"], e.get("by") or "-",
+             e.get("host_name") or e.get("host") or "-", took(e),
+             e.get("error") or e.get("detail") or "-"] for e in found],
+           ["STARTED", "ACTION", "RESULT", "BY", "HOST", "TOOK", "ERROR/DETAIL"])
+    return 0
 
 
 def cmd_list(args: argparse.Namespace, config: dict[str, Any]) -> int:
@@ -511,7 +593,8 @@ def dispatch(args: argparse.Namespace) -> int:
 
     if not args.words:
         raise UsageError("nothing to do: give a query (resources=...), an instance uuid, or "
-                         "destroy|list|hosts|console|serve|host|zone; see --help")
+                         "destroy|stop|start|reboot|rebuild|resize|events|list|hosts|console|"
+                         "serve|host|zone; see --help")
     first = args.words[0]
     config = configuration.load_schedule(args.config)
     # A daemon reports what it does; a command only what went wrong.
@@ -521,6 +604,10 @@ def dispatch(args: argparse.Namespace) -> int:
         raise UsageError("--host and --state go with list")
     if args.follow and first != "console":
         raise UsageError("--follow goes with console")
+    if args.hard and first != "reboot":
+        raise UsageError("--hard goes with reboot")
+    if args.image is not None and first in SUBCOMMANDS and first != "rebuild":
+        raise UsageError("--image goes with a query or rebuild")
     zones_cli.check_options(args)
     if first in SUBCOMMANDS:
         if first in ("list", "hosts", "serve") and len(args.words) != 1:
@@ -528,7 +615,8 @@ def dispatch(args: argparse.Namespace) -> int:
         if first == "zone":
             return zones_cli.cmd_zone(args, config, _table)
         command = {"destroy": cmd_destroy, "list": cmd_list, "hosts": cmd_hosts,
-                   "console": cmd_console, "serve": cmd_serve, "host": cmd_host}[first]
+                   "console": cmd_console, "serve": cmd_serve, "host": cmd_host,
+                   "events": cmd_events, **dict.fromkeys(ACTIONS, cmd_action)}[first]
         return command(args, config)
     if len(args.words) != 1:
         raise UsageError(f"unexpected argument {args.words[1]!r} (quote the query; "

@@ -24,6 +24,14 @@ def claimed_here(placement: PlacementClient, rp_uuid: str, uuid: str) -> dict[st
     return allocations if rp_uuid in allocations else None
 
 
+def claimed_totals(placement: PlacementClient, rp_uuid: str, uuid: str) -> dict[str, int] | None:
+    """What Placement holds for the consumer, if all of it is on this host's provider."""
+    allocations = placement.get_allocations(uuid).get("allocations") or {}
+    if set(allocations) != {rp_uuid}:
+        return None
+    return dict(allocations[rp_uuid]["resources"])
+
+
 # What check_claim decides.
 BUILD, REFUSED, LATER = "build", "refused", "later"
 
@@ -60,13 +68,16 @@ def check_claim(store: KeyValueStore, placement: PlacementClient, spec: dict[str
                 claimed[rc] = claimed.get(rc, 0) + amount
         if claimed == spec["resources"]:
             return BUILD
-        reason = (f"refused: the spec asks for {_resources(spec['resources'])} but the claim "
-                  f"holds {_resources(claimed)}")
+        reason = (f"refused: the spec asks for {describe_resources(spec['resources'])} but the "
+                  f"claim holds {describe_resources(claimed)}")
         placement.delete_allocations(uuid)
     log.error("%s", reason)
     instances.reject(store, host, uuid, spec_revision, reason)
     return REFUSED
 
 
-def _resources(resources: dict[str, int]) -> str:
+def describe_resources(resources: dict[str, int] | None) -> str:
+    """VCPU:1,... or "nothing"."""
+    if not resources:
+        return "nothing"
     return ",".join(f"{rc}:{n}" for rc, n in sorted(resources.items()))

@@ -22,11 +22,13 @@ from typing import Any
 from etcd_compute import instances, messages
 from etcd_compute.compute import metrics as compute_metrics
 from etcd_compute.compute import worker
+from etcd_compute.compute.actions import LifecycleActions
 from etcd_compute.compute.checks import LATER, REFUSED, check_claim, claimed_here
 from etcd_compute.compute.consoles import Consoles
 from etcd_compute.compute.fencing import Gate
 from etcd_compute.compute.identity import HostIdentity
 from etcd_compute.compute.pool import (
+    ACTION_KINDS,
     BUILD,
     CLEANUP,
     DESTROY,
@@ -46,6 +48,13 @@ LOG = logging.getLogger("etcd_compute.compute")
 FAILURES_KEPT = 20
 
 Post = Callable[[Callable[..., None], tuple[Any, ...]], None]
+# What a drain may take away from this host (a stopped one is built again stopped).
+EVACUABLE = (instances.SCHEDULED, instances.BUILDING, instances.ACTIVE, instances.SHUTOFF)
+
+
+def _ing(kind: str) -> str:
+    """'building', 'stopping', 'rebooting'... for log lines."""
+    return {"stop": "stopping", "reboot": "rebooting"}.get(kind, kind.rstrip("e") + "ing")
 
 
 # A spec whose claim is on another host for now (a move in flight) is looked at again.
@@ -85,6 +94,12 @@ class InstanceMachine:
         self.gate = gate or Gate()
         # Instances with a job in a worker, by uuid.
         self.jobs: dict[str, Job] = {}
+        # When the last job of each instance ended (time.monotonic()): a power state seen
+        # before that is stale.
+        self.settled: dict[str, float] = {}
+        # Ask the hypervisor how an instance's guest is powered now (compute/power.py).
+        self.power_check: Callable[[str], None] = lambda _uuid: None
+        self.actions = LifecycleActions(self)
 
     # ---------------------------------------------------------------- specs
 
@@ -106,6 +121,8 @@ class InstanceMachine:
             self.start_build(spec, spec_revision)
         elif spec["action"] == "evacuate":
             self.start_evacuate(spec)
+        elif spec["action"] in instances.ACTIONS:
+            self.actions.on_request(spec, spec_revision)
         else:
             instance_log(uuid).info("destroy requested")
             self.start_destroy(spec)
@@ -154,8 +171,9 @@ class InstanceMachine:
         if uuid in self.jobs or self.stopping.is_set():
             return
         read = self._read(spec["host"], uuid)
-        if read.state in (instances.ACTIVE, instances.ERROR, instances.DELETED,
-                          instances.DELETING, instances.RESCHEDULING):
+        if read.state in (instances.ACTIVE, instances.SHUTOFF, instances.ERROR,
+                          instances.DELETED, instances.DELETING, instances.RESCHEDULING) or \
+                read.state in instances.TRANSIENT:
             log.debug("already %s; nothing to do", read.state)
             return
         host = self.hosts[spec["host"]]
@@ -187,13 +205,13 @@ class InstanceMachine:
         job = self.jobs.get(uuid)
         self.consoles.forget(uuid)
         if job is not None:
-            if job.kind in (BUILD, CLEANUP) and not job.destroy_requested:
+            if job.kind != DESTROY and not job.destroy_requested:
                 job.destroy_requested = True
                 self._mark_deleting(spec)
-                if job.kind == BUILD:
+                if job.kind != CLEANUP:
                     # Cancelling a running pebble task stops its worker; destroy cleans up.
                     job.future.cancel()
-                    log.info("destroy while building: build cancelled")
+                    log.info("destroy while %s: %s cancelled", _ing(job.kind), job.kind)
                 else:
                     log.info("destroy while cleaning up a failed build: it ends DELETED")
             return
@@ -218,7 +236,7 @@ class InstanceMachine:
         the controller to place elsewhere: it never runs in two places at once."""
         uuid, log = spec["uuid"], instance_log(spec["uuid"])
         read = self._read(spec["host"], uuid)
-        if read.state not in (instances.SCHEDULED, instances.BUILDING, instances.ACTIVE):
+        if read.state not in EVACUABLE:
             log.info("evacuate asked while %s: nothing to do", read.state)
             return
         self.consoles.forget(uuid)
@@ -242,7 +260,7 @@ class InstanceMachine:
 
     def submit(self, kind: str, spec: dict[str, Any], record_revision: int,
                reason: str | None = None, attempt: int = 1, blame_host: bool = True,
-               hand_over: bool = False) -> None:
+               hand_over: bool = False, task: dict[str, Any] | None = None) -> None:
         uuid = spec["uuid"]
         timeout = self.settings["job_timeout_seconds"]
         with self.gate.lock:
@@ -250,10 +268,12 @@ class InstanceMachine:
                 return  # fenced: the reconcile after the fence lifts resumes it
             if kind == BUILD:
                 future = self.pool.schedule(worker.build, spec, timeout=timeout)
+            elif kind in ACTION_KINDS:
+                future = self.pool.schedule(worker.act, spec, task, timeout=timeout)
             else:
                 future = self.pool.schedule(worker.destroy, uuid, timeout=timeout)
         job = Job(kind, uuid, spec, future, record_revision, reason=reason, attempt=attempt,
-                  blame_host=blame_host, hand_over=hand_over)
+                  blame_host=blame_host, hand_over=hand_over, task=task)
         self.jobs[uuid] = job
         future.add_done_callback(lambda _f: self.post(self.on_job_done, (job,)))
 
@@ -283,6 +303,9 @@ class InstanceMachine:
             self._abandon(job, exc)
         if self.jobs.get(job.uuid) is job:
             del self.jobs[job.uuid]
+            # What the hypervisor says about this guest from now on is not our own doing.
+            self.settled[job.uuid] = time.monotonic()
+            self.power_check(job.uuid)
 
     def _abandon(self, job: Job, exc: Exception) -> None:
         """Recording a job's outcome failed unexpectedly: end the instance in ERROR with the
@@ -293,6 +316,10 @@ class InstanceMachine:
         compute_metrics.job_failed_internally(job)
         if job.kind == CLEANUP and (job.reason or "").startswith("internal error"):
             return  # it failed while ending an internal error: the next start reconciles it
+        if job.kind in ACTION_KINDS:
+            # A tenant's guest is not torn down for our bug: the action ends in error.
+            self.actions.abandon(job, reason[:1000])
+            return
         try:
             self.submit(CLEANUP, job.spec, job.record_revision, reason=reason[:1000],
                         blame_host=False)
@@ -306,10 +333,15 @@ class InstanceMachine:
             if not self.pool.healthy():
                 self.pool.replace("all workers died")
             self.submit(job.kind, job.spec, job.record_revision, reason=job.reason, attempt=2,
-                        blame_host=job.blame_host, hand_over=job.hand_over)
+                        blame_host=job.blame_host, hand_over=job.hand_over, task=job.task)
             return
         error = job_error(job, self.settings["job_timeout_seconds"])
-        if job.kind == BUILD:
+        if job.kind in ACTION_KINDS:
+            if job.destroy_requested:
+                self.submit(DESTROY, job.spec, self._read(job.spec["host"], job.uuid).revision)
+            else:
+                self.actions.finish(job, error)
+        elif job.kind == BUILD:
             if job.destroy_requested:
                 self.submit(DESTROY, job.spec, self._read(job.spec["host"], job.uuid).revision,
                             hand_over=job.hand_over)
@@ -350,12 +382,15 @@ class InstanceMachine:
             self._reread_later(spec)
             return
         ip = result.get("ip")
-        if instances.activate(self.store, read, ip) is None:
+        stopped = bool(spec.get("stopped"))
+        if instances.activate(self.store, read, ip, stopped) is None:
             self._reread_later(spec)
             return
-        instance_log(uuid).info("ACTIVE ip=%s (build took %.1f s)", ip,
+        instance_log(uuid).info("%s ip=%s (build took %.1f s)",
+                                instances.SHUTOFF if stopped else instances.ACTIVE, ip,
                                 time.monotonic() - job.started)
-        self.consoles.follow(spec["host"], uuid)
+        if not stopped:
+            self.consoles.follow(spec["host"], uuid)
 
     def finish_failed_build(self, job: Job) -> None:
         uuid, spec, log = job.uuid, job.spec, instance_log(job.uuid)
@@ -384,10 +419,10 @@ class InstanceMachine:
 
     def finish_evacuate(self, spec: dict[str, Any]) -> None:
         read = self._read(spec["host"], spec["uuid"])
-        if read.state not in (instances.SCHEDULED, instances.BUILDING, instances.ACTIVE):
+        if read.state not in EVACUABLE:
             return  # a destroy got in meanwhile: it owns the instance now
         reason = f"evacuated from {self.hosts[spec['host']].name} (drain)"
-        if instances.hand_over(self.store, spec, read, reason) is None:
+        if instances.hand_over(self.store, spec, read, reason, evacuating=True) is None:
             self._reread_later(spec)
             return
         instance_log(spec["uuid"]).warning("%s: handed to the controller", reason)

@@ -5,8 +5,9 @@ Kept out of the daemon's own modules: `service.py`, `machine.py` and
 `ComputeService.run`) serves them when `compute.metrics_listen` is set. The
 hooks count whether or not anything is served; they are cheap.
 
-Every label is a small fixed set: job kinds, results, failure reasons,
-instance states, resource classes. Never an instance uuid.
+Every label is a small fixed set: job kinds (build, destroy, cleanup and the
+operators' actions), results, failure reasons, instance states, resource
+classes. Never an instance uuid.
 
 - Jobs in flight are read from the machine's jobs at each scrape.
 - A job is counted once when it ends (`job_finished`), even when the main
@@ -45,7 +46,7 @@ from prometheus_client import Counter, Gauge, Histogram
 
 from etcd_compute import instances, messages
 from etcd_compute import metrics as common
-from etcd_compute.compute.pool import BUILD, CLEANUP, DESTROY, Job, pool_broke
+from etcd_compute.compute.pool import ACTION_KINDS, BUILD, CLEANUP, DESTROY, Job, pool_broke
 from etcd_compute.errors import ConfigError, EtcdComputeError, RequestError
 from etcd_compute.etcd import KeyValueStore
 from etcd_compute.placement import PlacementClient
@@ -58,8 +59,10 @@ LOG = logging.getLogger("etcd_compute.compute")
 # Re-exported: the daemon's loops count their retries through this module.
 retried = common.retried
 
-KINDS = (BUILD, DESTROY, CLEANUP)
+KINDS = (BUILD, DESTROY, CLEANUP, *ACTION_KINDS)
 RESULTS = ("success", "failure", "cancelled")
+# An operator's action also ends refused: not allowed in its state, or not claimed.
+ACTION_RESULTS = (*RESULTS, "refused")
 REASONS = ("request", "timeout", "worker_died", "driver", "internal")
 
 RECOUNT_SECONDS = 1.0
@@ -68,6 +71,8 @@ INSTANCES_REFRESH_SECONDS = 30.0
 # A real build downloads and converts an image and boots a guest: seconds to minutes.
 BUILD_BUCKETS = (0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30, 60, 120, 300, 600, 900)
 DESTROY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
+# A stop waits for the guest (then forces it); a rebuild may download an image.
+ACTION_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 900)
 LAG_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
 
 JOBS_IN_FLIGHT = Gauge(
@@ -92,6 +97,21 @@ DESTROY_SECONDS = Histogram(
     "etcd_compute_destroy_duration_seconds",
     "How long destroy jobs ran in the worker pool, by result (success, failure).",
     ["result"], buckets=DESTROY_BUCKETS)
+ACTIONS_DONE = Counter(
+    "etcd_compute_actions",
+    "Operators' actions ended on this host, by action (stop, start, reboot, rebuild, resize) "
+    "and result: success, failure (the instance is as it was), cancelled (destroyed "
+    "meanwhile), refused (not allowed in its state, or its claim not held).",
+    ["action", "result"])
+ACTION_SECONDS = Histogram(
+    "etcd_compute_action_duration_seconds",
+    "How long the operators' actions ran in the worker pool, by action and result (success, "
+    "failure).", ["action", "result"], buckets=ACTION_BUCKETS)
+POWER_CHANGES = Counter(
+    "etcd_compute_power_changes",
+    "Guests seen by the hypervisor to stop or start without an action of ours, by the state "
+    "their record took (SHUTOFF: shut down, crashed or powered off outside; ACTIVE: started "
+    "outside).", ["state"])
 WATCH_LAG = Histogram(
     "etcd_compute_watch_lag_seconds",
     "From the watch receiving an etcd event under this host's prefix to the main loop "
@@ -122,6 +142,13 @@ for _kind in KINDS:
 for _result in ("success", "failure"):
     BUILD_SECONDS.labels(_result)
     DESTROY_SECONDS.labels(_result)
+for _action in ACTION_KINDS:
+    for _result in ACTION_RESULTS:
+        ACTIONS_DONE.labels(_action, _result)
+    for _result in ("success", "failure"):
+        ACTION_SECONDS.labels(_action, _result)
+for _state in ("SHUTOFF", "ACTIVE"):
+    POWER_CHANGES.labels(_state)
 for _state in instances.STATES:
     INSTANCES.labels(_state)
 
@@ -173,6 +200,21 @@ def job_finished(job: Job) -> None:
             BUILD_SECONDS.labels(result).observe(elapsed)
     elif job.kind == DESTROY and result != "cancelled":
         DESTROY_SECONDS.labels(result).observe(elapsed)
+    elif job.kind in ACTION_KINDS:
+        ACTIONS_DONE.labels(job.kind, result).inc()
+        if result != "cancelled":
+            ACTION_SECONDS.labels(job.kind, result).observe(elapsed)
+
+
+def action_refused(action: str) -> None:
+    """An operator's action was refused here (compute/actions.py)."""
+    if action in ACTION_KINDS:
+        ACTIONS_DONE.labels(action, "refused").inc()
+
+
+def power_changed(state: str) -> None:
+    """A guest's record followed what the hypervisor saw (compute/power.py)."""
+    POWER_CHANGES.labels(state).inc()
 
 
 def job_failed_internally(job: Job) -> None:

@@ -26,13 +26,16 @@ from etcd_compute.errors import EtcdComputeError, ServiceUnavailable
 LOG = logging.getLogger("etcd_compute.compute")
 
 BUILD, DESTROY, CLEANUP = "build", "destroy", "cleanup"
+# An operator's actions run as jobs of the action's name.
+STOP, START, REBOOT, REBUILD, RESIZE = "stop", "start", "reboot", "rebuild", "resize"
+ACTION_KINDS = (STOP, START, REBOOT, REBUILD, RESIZE)
 
 
 @dataclass
 class Job:
     """A driver call running in a worker process, for one instance."""
 
-    kind: str  # BUILD | DESTROY | CLEANUP (remove what a failed build left)
+    kind: str  # BUILD | DESTROY | CLEANUP (remove what a failed build left) | an action
     uuid: str
     spec: dict[str, Any]
     future: concurrent.futures.Future
@@ -46,6 +49,8 @@ class Job:
     blame_host: bool = True
     # A destroy for an evacuation (a drain): hand the instance over instead of DELETED.
     hand_over: bool = False
+    # An action's request as the record keeps it (its `task`).
+    task: dict[str, Any] | None = None
     started: float = field(default_factory=time.monotonic)
 
 

@@ -6,8 +6,10 @@ other threads only put events on `self.events`:
 - the watch thread: etcd events under our /hosts/ prefix, resubscribed from
   the last seen revision + 1 after any error;
 - the timer thread: console refresh, inventory refresh, metadata server check;
-- pool callbacks: a build or destroy job finished, failed, timed out or
-  its worker died.
+- pool callbacks: a build, destroy or action job finished, failed, timed
+  out or its worker died;
+- the power watch (libvirt's lifecycle events): a guest started or stopped
+  (`power.py` decides whether that was our own doing).
 
 What an event does to an instance is `machine.py`'s business; the heartbeat
 lease is `heartbeat.py`'s; Placement registration is `registration.py`'s.
@@ -42,7 +44,9 @@ from etcd_compute.compute.heartbeat import Heartbeat
 from etcd_compute.compute.identity import HostIdentity
 from etcd_compute.compute.machine import InstanceMachine, instance_log
 from etcd_compute.compute.pool import WorkerPool
+from etcd_compute.compute.power import PowerSync
 from etcd_compute.compute.registration import Registration
+from etcd_compute.drivers import load_power_watch
 from etcd_compute.errors import EtcdComputeError, ServiceUnavailable
 from etcd_compute.etcd import ETCD_DOWN, Store
 from etcd_compute.keys import UUID
@@ -82,6 +86,7 @@ class ComputeService:
         self.machine = InstanceMachine(self.store, self.placement, self.pool, self.consoles,
                                        self.hosts, self.settings, self.post, self.stopping,
                                        self.gate)
+        self.power = PowerSync(self.machine)
         # One watch covers all our hosts: the host's own specs, or all of /hosts/
         # when one process simulates many.
         self.watch_prefix = (
@@ -105,6 +110,7 @@ class ComputeService:
         self.pool.start()
         self.reconcile()
         self.start_threads()
+        self.power.start(load_power_watch(self.config), self.post)
         LOG.info("compute ready: %d host(s), driver %s, watching %s from revision %d",
                  len(self.hosts), self.config["driver"]["name"], self.watch_prefix,
                  self.next_revision)
@@ -165,6 +171,7 @@ class ComputeService:
                 self.registration.set_disabled(host.uuid, True)
             except EtcdComputeError as exc:
                 LOG.warning("could not disable provider %s: %s", host.uuid, exc)
+        self.power.stop()
         self.heartbeat.revoke()
         self.pool.stop()
         self.store.close()
@@ -276,13 +283,14 @@ class ComputeService:
         except Exception as exc:  # a broken driver must not stop the daemon
             LOG.warning("reconcile: could not list or fix driver instances: %s", exc)
             return
+        self.power.reconciled()
         LOG.info("reconciled %d spec(s) at revision %d; %d instance(s) in the driver",
                  len(wanted), revision, len(held))
 
     def _put_guests_right(self, held: set[str], running: set[str], wanted: set[str]) -> None:
         """A guest no spec of ours asks for was moved or deleted while we were away (or
         down): destroy it here, claims untouched. One that is ours, ACTIVE and stopped (a
-        fence, a reboot of the host) is powered on again."""
+        fence, a reboot of the host) is powered on again; a SHUTOFF one stays off."""
         in_flight = set(self.machine.jobs)
         for uuid in sorted(held - wanted - in_flight):
             instance_log(uuid).warning(

@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from etcd_compute import instances
 from etcd_compute.drivers import Driver, load_driver
 
 _driver: Driver | None = None
@@ -36,6 +37,26 @@ def build(spec: dict[str, Any]) -> dict[str, Any]:
 
 def destroy(uuid: str) -> None:
     driver().destroy(uuid)
+
+
+def act(spec: dict[str, Any], task: dict[str, Any]) -> dict[str, Any]:
+    """Run the operator's action `task` (the record's task) on the instance of `spec`."""
+    uuid, action = spec["uuid"], task["action"]
+    if action == instances.STOP:
+        driver().stop(uuid)
+        return {}
+    if action == instances.START:
+        return driver().start(uuid)
+    if action == instances.REBOOT:
+        return driver().reboot(uuid, bool(task.get("hard")))
+    # Rebuild and resize leave the guest powered as it was when the action began.
+    power_on = task["from"] == instances.ACTIVE
+    if action == instances.REBUILD:
+        return driver().rebuild({**spec, "image": task.get("image") or spec.get("image")},
+                                power_on)
+    if action == instances.RESIZE:
+        return driver().resize({**spec, "resources": task["resources"]}, power_on)
+    raise ValueError(f"unknown action {action!r}")
 
 
 def list_instances() -> set[str]:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from etcd_compute.drivers.base import Driver
+from etcd_compute.drivers.base import Driver, PowerReport, PowerWatch
 
-__all__ = ["Driver", "load_driver"]
+__all__ = ["Driver", "PowerReport", "PowerWatch", "load_driver", "load_power_watch"]
 
 
 def load_driver(config: dict[str, Any]) -> Driver:
@@ -21,3 +21,14 @@ def load_driver(config: dict[str, Any]) -> Driver:
 
         return LibvirtDriver(config)
     raise ValueError(f"unknown driver {name!r}")
+
+
+def load_power_watch(config: dict[str, Any]) -> PowerWatch | None:
+    """The hypervisor's power events for this host, or None where there are none (the fake
+    driver; libvirt's test driver, whose state is per process)."""
+    if config["driver"]["name"] != "libvirt" or \
+            config["driver"]["libvirt"]["uri"].startswith("test:"):
+        return None
+    from etcd_compute.drivers.libvirt_events import LibvirtPowerWatch
+
+    return LibvirtPowerWatch(config["driver"]["libvirt"]["uri"])

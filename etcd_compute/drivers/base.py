@@ -4,13 +4,23 @@ Drivers run inside the worker processes of the compute daemon (never in the
 main process, which owns the etcd connection). Every operation is keyed by
 the instance uuid and idempotent, so a job repeated after a daemon restart
 never builds twice: `build` of an instance that already exists returns its
-result, `destroy` of one that is gone does nothing.
+result, `destroy` of one that is gone does nothing. The lifecycle operations
+(stop, start, reboot, rebuild, resize) may be run again after a restart cut
+them short: each one either completes or leaves the instance as it was (its
+size, its disk), powered as asked.
+
+A `PowerWatch` (libvirt only) runs in the daemon's main process and reports
+guests that start or stop, from the hypervisor's own events.
 """
 
 from __future__ import annotations
 
 import abc
+from collections.abc import Callable
 from typing import Any
+
+# uuid, running now, why (one line), crashed, when it was observed (time.monotonic()).
+PowerReport = Callable[[str, bool, str, bool, float], None]
 
 
 class Driver(abc.ABC):
@@ -23,7 +33,8 @@ class Driver(abc.ABC):
 
     @abc.abstractmethod
     def build(self, spec: dict[str, Any]) -> dict[str, Any]:
-        """Create and start the instance described by `spec` (an instance_spec message).
+        """Create and start the instance described by `spec` (an instance_spec message);
+        left powered off when `spec["stopped"]`.
 
         Returns `{"ip": str | None}`. Raises BuildError with a one-line reason;
         on failure the driver removes whatever it created.
@@ -50,6 +61,30 @@ class Driver(abc.ABC):
     def power_on(self, uuid: str) -> bool:
         """Start a stopped guest again; False if it was running already."""
 
+    # -- an operator's actions: BuildError (RequestError: the request's fault) on failure
+
+    @abc.abstractmethod
+    def stop(self, uuid: str) -> None:
+        """Power the guest off: asked first (ACPI), then hard after a timeout."""
+
+    @abc.abstractmethod
+    def start(self, uuid: str) -> dict[str, Any]:
+        """Power the guest on; `{"ip": ...}` as far as known now."""
+
+    @abc.abstractmethod
+    def reboot(self, uuid: str, hard: bool) -> dict[str, Any]:
+        """Restart the guest: soft (asked, then hard after the timeout) or hard at once."""
+
+    @abc.abstractmethod
+    def rebuild(self, spec: dict[str, Any], power_on: bool) -> dict[str, Any]:
+        """A fresh disk from `spec["image"]`, same identity (uuid, MAC, config drive data);
+        the old disk is kept until the new one is ready (a refused image changes nothing)."""
+
+    @abc.abstractmethod
+    def resize(self, spec: dict[str, Any], power_on: bool) -> dict[str, Any]:
+        """The guest at `spec["resources"]` (restarted when `power_on`); on failure it is
+        left at its old size, powered as asked."""
+
     def fence(self) -> list[str]:
         """Power off every guest of ours (the host lost its lease: another host may soon
         run them); the uuids stopped."""
@@ -71,3 +106,20 @@ class Driver(abc.ABC):
         """Release connections (called when a worker exits)."""
         return None
 
+
+
+class PowerWatch(abc.ABC):
+    """Guests starting and stopping, as the hypervisor reports them (a thread of its own)."""
+
+    @abc.abstractmethod
+    def start(self, report: PowerReport) -> None:
+        """Call `report` (from the watch's thread) for every guest of ours that starts or
+        stops, and for every `check`."""
+
+    @abc.abstractmethod
+    def check(self, uuid: str | None = None) -> None:
+        """Report the power state of `uuid` (None: of every guest of ours) soon."""
+
+    @abc.abstractmethod
+    def stop(self) -> None:
+        """Stop watching."""

@@ -9,7 +9,10 @@ run) and the time: how tests prove that no instance was built twice, nor
 asked for again once done. `guests.log` gets a line whenever a guest starts
 or stops running ("run", "halt"), with its host and the time: how tests prove
 that no instance ever runs on two hosts at once. One FakeDriver serves any
-number of simulated hosts (`ecompute --fake-hosts N`).
+number of simulated hosts (`ecompute --fake-hosts N`). Stop, start, reboot,
+rebuild and resize change the file (running, resources, image) and log the
+guest's halts and runs; `driver.fake.action_seconds` makes them take time and
+`driver.fake.fail_actions` makes them fail, leaving the instance as it was.
 """
 
 from __future__ import annotations
@@ -41,6 +44,8 @@ class FakeDriver(Driver):
         self.root.mkdir(parents=True, exist_ok=True)
         self.build_seconds = config["driver"]["fake"]["build_seconds"]
         self.fail_builds = config["driver"]["fake"]["fail_builds"]
+        self.action_seconds = config["driver"]["fake"]["action_seconds"]
+        self.fail_actions = set(config["driver"]["fake"]["fail_actions"])
 
     def _path(self, uuid: str) -> Path:
         return self.root / f"{uuid}.json"
@@ -59,14 +64,18 @@ class FakeDriver(Driver):
         except (OSError, ValueError):
             return None
 
+    def _save(self, uuid: str, instance: dict[str, Any]) -> None:
+        """Write the instance file (atomically: a killed job leaves the old one whole)."""
+        staging = self.root / f".{uuid}.{os.getpid()}.state"
+        staging.write_text(json.dumps(instance))
+        staging.replace(self._path(uuid))
+
     def _set_running(self, uuid: str, running: bool) -> bool:
         """Flip the guest's running flag (atomically); False if it was so already."""
         instance = self._load(uuid)
         if instance is None or instance.get("running", True) == running:
             return False
-        staging = self.root / f".{uuid}.{os.getpid()}.state"
-        staging.write_text(json.dumps({**instance, "running": running}))
-        staging.replace(self._path(uuid))
+        self._save(uuid, {**instance, "running": running})
         self._guest_event(uuid, instance.get("host", "-"), "run" if running else "halt")
         return True
 
@@ -80,9 +89,7 @@ class FakeDriver(Driver):
         if self.fail_builds:
             raise BuildError("fake hypervisor is broken (driver.fake.fail_builds)")
         image = spec.get("image", {}).get("url", "")
-        parsed = urlparse(image)
-        if parsed.scheme == "file" and not Path(unquote(parsed.path)).exists():
-            raise RequestError(f"image {image} not found")
+        _check_image(image)
         if self.build_seconds:
             # Which worker is building what, for operators (and crash tests).
             marker = self.root / f".{uuid}.building"
@@ -90,8 +97,9 @@ class FakeDriver(Driver):
             time.sleep(self.build_seconds)
             marker.unlink(missing_ok=True)
         result = {"ip": fake_ip(uuid)}
+        running = not spec.get("stopped")
         record = {"uuid": uuid, "host": spec["host"], "result": result, "built_at": time.time(),
-                  "running": True}
+                  "running": running, "resources": spec["resources"], "image": image}
         # Write aside, then link into place: the instance appears whole or not at all
         # (a kill -9 mid-write must not leave a half instance), and of two racing
         # builds of one uuid only the first link succeeds.
@@ -99,7 +107,8 @@ class FakeDriver(Driver):
         staging.write_text(json.dumps(record))
         # Logged before the guest exists: a kill in between leaves a "run" too many (a
         # test may see a guest run longer than it did), never one too few.
-        self._guest_event(uuid, spec["host"], "run")
+        if running:
+            self._guest_event(uuid, spec["host"], "run")
         try:
             os.link(staging, path)
         except FileExistsError:
@@ -123,6 +132,53 @@ class FakeDriver(Driver):
             log.write(f"- fence {os.getpid()} {time.time():.6f}\n")
         return super().fence()
 
+    # -- an operator's actions
+
+    def _begin(self, uuid: str, action: str) -> dict[str, Any]:
+        """The instance, after the action's time; BuildError if it fails or is not here."""
+        if self.action_seconds:
+            time.sleep(self.action_seconds)
+        if action in self.fail_actions:
+            raise BuildError(f"fake hypervisor cannot {action} (driver.fake.fail_actions)")
+        instance = self._load(uuid)
+        if instance is None:
+            raise BuildError(f"instance {uuid} does not exist on this host")
+        return instance
+
+    def stop(self, uuid: str) -> None:
+        self._begin(uuid, "stop")
+        self._set_running(uuid, False)
+
+    def start(self, uuid: str) -> dict[str, Any]:
+        self._begin(uuid, "start")
+        self._set_running(uuid, True)
+        return {"ip": fake_ip(uuid)}
+
+    def reboot(self, uuid: str, hard: bool) -> dict[str, Any]:
+        self._begin(uuid, "reboot")
+        self._set_running(uuid, False)
+        self._set_running(uuid, True)
+        return {"ip": fake_ip(uuid)}
+
+    def rebuild(self, spec: dict[str, Any], power_on: bool) -> dict[str, Any]:
+        uuid, image = spec["uuid"], spec.get("image", {}).get("url", "")
+        self._begin(uuid, "rebuild")
+        _check_image(image)  # before the guest is touched: a refused image changes nothing
+        self._set_running(uuid, False)
+        self._save(uuid, {**self._load(uuid), "image": image, "rebuilt_at": time.time()})
+        if power_on:
+            self._set_running(uuid, True)
+        return {"ip": fake_ip(uuid)}
+
+    def resize(self, spec: dict[str, Any], power_on: bool) -> dict[str, Any]:
+        uuid = spec["uuid"]
+        self._begin(uuid, "resize")
+        self._set_running(uuid, False)
+        self._save(uuid, {**self._load(uuid), "resources": spec["resources"]})
+        if power_on:
+            self._set_running(uuid, True)
+        return {"ip": fake_ip(uuid)}
+
     def running(self) -> set[str]:
         return {uuid for uuid in self.list_instances()
                 if (self._load(uuid) or {}).get("running", True)}
@@ -140,3 +196,10 @@ class FakeDriver(Driver):
         if not self._path(uuid).exists():
             return ""
         return f"fake console of {uuid}: booted\n"
+
+
+def _check_image(url: str) -> None:
+    """A file:// image must exist (the request's fault otherwise), as with a real driver."""
+    parsed = urlparse(url)
+    if parsed.scheme == "file" and not Path(unquote(parsed.path)).exists():
+        raise RequestError(f"image {url} not found")

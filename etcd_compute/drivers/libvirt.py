@@ -4,6 +4,13 @@ build: base image (cache) -> qcow2 overlay -> NoCloud config drive -> meta.json
 -> define (validated) -> start -> wait for the guest's DHCP lease. Any failure
 removes everything the build created and raises BuildError with one line.
 
+stop, reboot and resize ask the guest to power off (ACPI) and power it off hard
+after `shutdown_timeout_seconds`, as Nova does. resize redefines the domain with
+the new memory and vCPUs (all else kept: MAC, disks, filters) and grows the
+disk; a failure puts the old definition back. rebuild stages a new overlay from
+the image first (a refused image leaves the guest untouched), then powers the
+guest off and swaps the disk; the domain, so its MAC and its DHCP address, stay.
+
 With the test driver (fast tests) there is no hypervisor behind the domain:
 no image is downloaded (a file:// image must still exist), no network is set
 up, the domain is defined and started and the ip is None.
@@ -22,13 +29,16 @@ import libvirt
 
 from etcd_compute.drivers.base import Driver
 from etcd_compute.errors import BuildError, RequestError, ServiceUnavailable
-from etcd_compute.virt import configdrive, disks, network, nwfilter
+from etcd_compute.virt import configdrive, disks, network, nwfilter, qemu_img
 from etcd_compute.virt.domain import (
     DomainSpec,
     choose_domain_type,
     domain_xml,
     is_ours,
     mac_addresses,
+    power_off,
+    resized_xml,
+    shut_down,
 )
 from etcd_compute.virt.images import ImageCache
 from etcd_compute.virt.instance_files import InstanceFiles, bases_in_use, instance_meta
@@ -126,15 +136,8 @@ class LibvirtDriver(Driver):
 
     def power_off(self, uuid: str) -> bool:
         domain = self._our_domain(uuid)
-        try:
-            if domain is None or not domain.isActive():
-                return False
-            domain.destroy()  # libvirt's "destroy" is a hard power-off; the definition stays
-        except libvirt.libvirtError as exc:
-            if exc.get_error_code() in (libvirt.VIR_ERR_OPERATION_INVALID,
-                                        libvirt.VIR_ERR_NO_DOMAIN):
-                return False
-            raise
+        if domain is None or not power_off(domain):
+            return False
         log.info("instance %s: powered off", uuid)
         return True
 
@@ -161,6 +164,8 @@ class LibvirtDriver(Driver):
             if existing is not None:
                 # A repeated job (daemon restart): finish what the first one started.
                 log.info("instance %s: already defined, resuming", uuid)
+                if spec.get("stopped"):
+                    return {"ip": None}
                 if not existing.isActive():
                     existing.create()
                 return {"ip": self._wait_for_ip(existing)}
@@ -188,14 +193,7 @@ class LibvirtDriver(Driver):
                                f"driver needs {', '.join(REQUIRED_RESOURCES)}")
         test_driver = self.is_test_driver
 
-        if test_driver:
-            _check_local_image(image["url"])
-        else:
-            with self.images.lock(image["url"]):  # eviction waits until the overlay exists
-                disk_gb = int(resources["DISK_GB"])
-                base = self.images.fetch(image["url"], image.get("sha256"),
-                                         max_virtual_size=disk_gb * GIB)
-                disks.create_overlay(base, "qcow2", files.disk, disk_gb)
+        self._create_disk(image, int(resources["DISK_GB"]), files.disk, test_driver)
 
         meta = instance_meta(spec)
         configdrive.write_config_drive(
@@ -222,11 +220,26 @@ class LibvirtDriver(Driver):
         domain = self.connection.defineXMLFlags(
             domain_xml(domain_spec), libvirt.VIR_DOMAIN_DEFINE_VALIDATE
         )
+        if spec.get("stopped"):
+            log.info("instance %s: defined, left powered off (it was stopped)", uuid)
+            return None
         domain.create()
         log.info("instance %s: started (%s)", uuid, domain_spec.domain_type)
         if test_driver:
             return None
         return self._wait_for_ip(domain)
+
+    def _create_disk(self, image: dict[str, Any], disk_gb: int, path: Path,
+                     test_driver: bool) -> None:
+        """An overlay of `disk_gb` at `path` on the (cached) image; nothing with the test
+        driver but the check that a local image exists."""
+        if test_driver:
+            _check_local_image(image["url"])
+            return
+        with self.images.lock(image["url"]):  # eviction waits until the overlay exists
+            base = self.images.fetch(image["url"], image.get("sha256"),
+                                     max_virtual_size=disk_gb * GIB)
+            disks.create_overlay(base, "qcow2", path, disk_gb)
 
     def _ensure_network(self) -> str:
         name = self.settings["network"]
@@ -274,6 +287,130 @@ class LibvirtDriver(Driver):
         raise BuildError(
             f"no DHCP lease within {timeout:g}s: the guest did not boot (see its console)"
         )
+
+    # -- an operator's actions ------------------------------------------------------
+
+    def _domain(self, uuid: str) -> libvirt.virDomain:
+        domain = self._our_domain(uuid)
+        if domain is None:
+            raise BuildError(f"instance {uuid} has no domain on this host")
+        return domain
+
+    def _shut_down(self, domain: libvirt.virDomain) -> None:
+        how = shut_down(domain, float(self.settings["shutdown_timeout_seconds"]))
+        log.info("instance %s: %s", domain.name(), how)
+
+    def _current_ip(self, domain: libvirt.virDomain) -> str | None:
+        """The address of the guest's current lease (its MAC keeps it), without waiting."""
+        if self.is_test_driver:
+            return None
+        macs = mac_addresses(domain, self.settings["network"])
+        if not macs:
+            return None
+        return network.lease_ip(self.connection.networkLookupByName(self.settings["network"]),
+                                macs[0])
+
+    def _action(self, uuid: str, what: str, step: Any) -> dict[str, Any]:
+        """`step()` with libvirt's and the OS's errors as a one-line BuildError."""
+        try:
+            result = step()
+        except BuildError:
+            raise
+        except (libvirt.libvirtError, OSError, ValueError) as exc:
+            reason = _reason(exc) if isinstance(exc, libvirt.libvirtError) else str(exc)
+            log.warning("instance %s: %s failed: %s", uuid, what, reason)
+            raise BuildError(f"{what}: {(reason.splitlines() or [type(exc).__name__])[0]}"
+                             [:1000]) from None
+        return result or {}
+
+    def stop(self, uuid: str) -> None:
+        self._action(uuid, "stop", lambda: self._shut_down(self._domain(uuid)))
+
+    def start(self, uuid: str) -> dict[str, Any]:
+        def step() -> dict[str, Any]:
+            domain = self._domain(uuid)
+            if not domain.isActive():
+                domain.create()
+            return {"ip": self._current_ip(domain)}
+
+        return self._action(uuid, "start", step)
+
+    def reboot(self, uuid: str, hard: bool) -> dict[str, Any]:
+        def step() -> dict[str, Any]:
+            domain = self._domain(uuid)
+            if hard:
+                power_off(domain)
+            else:
+                self._shut_down(domain)
+            domain.create()
+            return {"ip": self._current_ip(domain)}
+
+        return self._action(uuid, "reboot", step)
+
+    def resize(self, spec: dict[str, Any], power_on: bool) -> dict[str, Any]:
+        uuid, resources = spec["uuid"], spec["resources"]
+        missing = [rc for rc in REQUIRED_RESOURCES if rc not in resources]
+        if missing:
+            raise RequestError(f"resize: no {', '.join(missing)} in the new size")
+        return self._action(uuid, "resize", lambda: self._resize(spec, power_on))
+
+    def _resize(self, spec: dict[str, Any], power_on: bool) -> dict[str, Any]:
+        uuid, resources = spec["uuid"], spec["resources"]
+        domain = self._domain(uuid)
+        files = InstanceFiles.of(self.instances_dir, uuid)
+        old_xml = domain.XMLDesc(libvirt.VIR_DOMAIN_XML_INACTIVE)
+        new_xml = resized_xml(old_xml, int(resources["MEMORY_MB"]), int(resources["VCPU"]))
+        disk_size = int(resources["DISK_GB"]) * GIB
+        has_disk = files.disk.exists()
+        if has_disk and qemu_img.virtual_size(files.disk, "qcow2") > disk_size:
+            raise RequestError(f"resize: DISK_GB {resources['DISK_GB']} is smaller than the "
+                               "disk: a disk cannot shrink")
+        self._shut_down(domain)
+        try:
+            domain = self.connection.defineXMLFlags(new_xml, libvirt.VIR_DOMAIN_DEFINE_VALIDATE)
+            if has_disk:
+                qemu_img.grow(files.disk, "qcow2", disk_size)
+            if power_on:
+                domain.create()
+        except (libvirt.libvirtError, BuildError, OSError):
+            # Back to the old size (a grown disk stays: the guest may not have used it yet).
+            domain = self.connection.defineXMLFlags(old_xml, libvirt.VIR_DOMAIN_DEFINE_VALIDATE)
+            if power_on and not domain.isActive():
+                domain.create()
+            raise
+        log.info("instance %s: resized to %s MiB, %s vCPU", uuid, resources["MEMORY_MB"],
+                 resources["VCPU"])
+        return {"ip": self._current_ip(domain)}
+
+    def rebuild(self, spec: dict[str, Any], power_on: bool) -> dict[str, Any]:
+        uuid = spec["uuid"]
+        files = InstanceFiles.of(self.instances_dir, uuid)
+        image = spec.get("image") or {"url": self.settings["default_image"], "sha256": None}
+        domain = self._domain(uuid)
+        files.staged_disk.unlink(missing_ok=True)
+        try:
+            # The new disk first: a refused or broken image leaves the guest as it was.
+            self._action(uuid, "rebuild", lambda: self._create_disk(
+                image, int(spec["resources"]["DISK_GB"]), files.staged_disk,
+                self.is_test_driver))
+        except BaseException:
+            files.staged_disk.unlink(missing_ok=True)
+            raise
+
+        def swap() -> dict[str, Any]:
+            power_off(domain)  # its disk is thrown away: no need to ask it first
+            if files.staged_disk.exists():
+                files.staged_disk.replace(files.disk)
+            meta = instance_meta(spec)
+            configdrive.write_config_drive(files.config_drive, uuid, meta["hostname"],
+                                           meta["user_data"], meta["ssh_key"])
+            files.write_meta(meta)
+            if power_on:
+                domain.create()
+            log.info("instance %s: rebuilt from %s", uuid, image["url"])
+            return {"ip": self._current_ip(domain)}
+
+        return self._action(uuid, "rebuild", swap)
 
     # -- destroy --------------------------------------------------------------------
 

@@ -34,7 +34,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from etcd_compute import claims, instances, messages
+from etcd_compute import claims, events, instances, messages
 from etcd_compute.errors import ConflictError, EtcdComputeError, InvalidMessage, NoValidHost
 from etcd_compute.etcd import KeyValueStore
 from etcd_compute.keys import RECORDS
@@ -122,7 +122,8 @@ class Controller:
             scheduler_metrics.rescheduled("moved")
             return placed
         failed = f"{reason}; no alternate host would take it"
-        if instances.fail(self.store, spec, read, failed) is not None:
+        if instances.fail(self.store, spec, read, failed, action="reschedule",
+                          by=events.CONTROLLER) is not None:
             self.placement.delete_allocations(uuid)
             log.error("ERROR: %s (allocation freed)", failed)
             scheduler_metrics.rescheduled("failed")
@@ -209,8 +210,9 @@ class Controller:
         if spec is None:
             spec = {"uuid": uuid, "host": host, "resources": read.record["resources"]}
         if spec.get("action") == "destroy" or read.state == instances.DELETING:
-            if instances.finish_destroy_on_dead_host(self.store, spec, read,
-                                                     self.deleted_record_ttl) is None:
+            if instances.finish_destroy_on_dead_host(
+                    self.store, spec, read, self.deleted_record_ttl,
+                    detail="its host was down: finished by the controller") is None:
                 return "left"
             self.placement.delete_allocations(uuid)
             log.warning("host %s is down: destroy finished here (claim freed); the host "
@@ -229,7 +231,8 @@ class Controller:
     def _fail(self, spec: dict[str, Any], read: instances.RecordRead, reason: str) -> str:
         # etcd first: if the host came back meanwhile, its instance keeps its claim.
         down = (instances.host_down(self.keys, spec["host"]),)
-        if instances.fail(self.store, spec, read, reason, guard=down) is None:
+        if instances.fail(self.store, spec, read, reason, guard=down, action="recover",
+                          by=events.CONTROLLER) is None:
             return "left"
         self.placement.delete_allocations(spec["uuid"])
         instance_log(spec["uuid"]).error("ERROR: %s (allocation freed)", reason)

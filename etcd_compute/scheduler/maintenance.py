@@ -16,8 +16,6 @@ in two places; instances whose policy is `error` are left where they are.
 
 from __future__ import annotations
 
-import getpass
-import socket
 import time
 from collections.abc import Callable
 from typing import Any
@@ -33,6 +31,7 @@ from etcd_compute.errors import (
 from etcd_compute.etcd import KeyValueStore
 from etcd_compute.keys import UUID
 from etcd_compute.placement import DISABLED_TRAIT, PlacementClient
+from etcd_compute.scheduler.operations import operator_name
 
 
 class DrainTimeout(EtcdComputeError):
@@ -52,14 +51,10 @@ def resolve(placement: PlacementClient, host: str) -> dict[str, Any]:
     raise NotFound(f"no host {host!r} (neither a provider uuid nor a provider name)")
 
 
-def _operator() -> str:
-    return f"{getpass.getuser()}@{socket.gethostname()}"[:255]
-
-
 def disable(store: KeyValueStore, placement: PlacementClient, host: str, reason: str | None,
             draining: bool = False) -> dict[str, Any]:
     provider = resolve(placement, host)
-    message = {"since": time.time(), "reason": reason, "by": _operator(),
+    message = {"since": time.time(), "reason": reason, "by": operator_name(),
                "draining": draining}
     store.put(messages.HOST_MAINTENANCE, store.keys.maintenance(provider["uuid"]), message)
     placement.set_traits(provider["uuid"], placement.get_traits(provider["uuid"])
@@ -119,8 +114,13 @@ def drain(store: KeyValueStore, placement: PlacementClient, host: str, timeout: 
                                                  store.keys.records(rp)).items()):
         entry = store.get(store.keys.spec(rp, uuid))
         spec = _spec(entry)
+        if spec is not None and record["state"] in instances.TRANSIENT:
+            summary["left"] += 1
+            progress(f"{uuid} left on {provider['name']} ({record['state']}: drain again "
+                     "once its action is done)")
+            continue
         if spec is None or record["state"] not in (instances.SCHEDULED, instances.BUILDING,
-                                                   instances.ACTIVE):
+                                                   instances.ACTIVE, instances.SHUTOFF):
             continue
         if spec.get("on_host_failure") == "error":
             summary["left"] += 1
@@ -134,7 +134,7 @@ def drain(store: KeyValueStore, placement: PlacementClient, host: str, timeout: 
                 progress(f"{uuid} left on {provider['name']} (no other host would take it "
                          "now)")
                 continue
-        if instances.request_evacuate(store, entry, spec) is not None:
+        if instances.request_evacuate(store, entry, spec, operator_name()) is not None:
             asked.append(uuid)
             progress(f"{uuid} evacuating from {provider['name']}")
     deadline = time.monotonic() + timeout
@@ -144,9 +144,9 @@ def drain(store: KeyValueStore, placement: PlacementClient, host: str, timeout: 
             location, read = instances.find(store, uuid)
             if location is None:
                 summary["gone"] += 1
-            elif location != rp and read.state == instances.ACTIVE:
+            elif location != rp and read.state in (instances.ACTIVE, instances.SHUTOFF):
                 summary["moved"] += 1
-                progress(f"{uuid} ACTIVE on {read.record.get('host_name') or location}")
+                progress(f"{uuid} {read.state} on {read.record.get('host_name') or location}")
             elif read.state == instances.ERROR:
                 summary["error"] += 1
                 progress(f"{uuid} ERROR: {read.record.get('error')}")

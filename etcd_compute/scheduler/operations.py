@@ -3,6 +3,8 @@ console, wait. `schedule.py` is a thin layer over these."""
 
 from __future__ import annotations
 
+import getpass
+import socket
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -23,6 +25,11 @@ class WaitTimeout(EtcdComputeError):
     """--wait ran out of time; the instances keep going."""
 
 
+def operator_name() -> str:
+    """Who is asking, for the instance's events and a host's maintenance: user@host."""
+    return f"{getpass.getuser()}@{socket.gethostname()}"[:255]
+
+
 def check_uuid(text: str) -> str:
     if not UUID.match(text):
         raise UsageError(f"{text!r} is not an instance uuid")
@@ -38,7 +45,7 @@ def _gone(uuid: str) -> NotFound:
     return NotFound(f"no instance {uuid} (never scheduled, or deleted and expired)")
 
 
-def _where(store: Store, uuid: str) -> tuple[str, str | None, instances.RecordRead]:
+def where(store: Store, uuid: str) -> tuple[str, str | None, instances.RecordRead]:
     """(host, group, record) of `uuid`; NotFound when it is known nowhere. A location whose
     host kept nothing of the instance (it ended and its record expired) is dropped here."""
     location = instances.locate(store, uuid)
@@ -58,7 +65,7 @@ def _where(store: Store, uuid: str) -> tuple[str, str | None, instances.RecordRe
 def show(store: Store, uuid: str) -> dict[str, Any]:
     """The instance record (plus the /booted IP); NotFound if there is none."""
     check_uuid(uuid)
-    host, _group, read = _where(store, uuid)
+    host, _group, read = where(store, uuid)
     if read.record is None:
         raise _gone(uuid)
     record = read.record
@@ -78,7 +85,7 @@ def destroy(store: Store, placement: PlacementClient, uuid: str) -> str:
     """
     check_uuid(uuid)
     for _ in range(5):
-        host, group, read = _where(store, uuid)
+        host, group, read = where(store, uuid)
         entry = store.get(store.keys.spec(host, uuid))
         if entry is not None:
             try:
@@ -90,14 +97,15 @@ def destroy(store: Store, placement: PlacementClient, uuid: str) -> str:
             if store.get(store.keys.alive(host)) is None and read.record is not None:
                 # Nobody would read the request: finish it here, if the host stays down
                 # and the controller did not move it meanwhile; then free the claim.
-                if instances.finish_destroy_on_dead_host(store, spec, read,
-                                                         DELETED_RECORD_TTL):
+                if instances.finish_destroy_on_dead_host(
+                        store, spec, read, DELETED_RECORD_TTL,
+                        detail=f"its host was down: finished by {operator_name()}"):
                     placement.delete_allocations(uuid)
                     return "finished"
                 continue  # it came back or moved meanwhile: look again
             if spec["action"] == "destroy":
                 return "already"
-            if instances.request_destroy(store, entry, spec) is not None:
+            if instances.request_destroy(store, entry, spec, operator_name()) is not None:
                 return "requested"
             continue  # the spec moved under us (compute took it, or another destroy): re-read
         if read.state == instances.DELETED:

@@ -15,11 +15,13 @@ from typing import Any
 from etcd_compute import instances
 from etcd_compute.etcd import KeyValueStore, Txn
 from etcd_compute.keys import Keys
+from etcd_compute.scheduler.operations import operator_name
 from etcd_compute.scheduler.spec import Destination, RequestSpec
 
 
 def instance_spec(destination: Destination, request_spec: RequestSpec,
-                  settings: dict[str, Any], requested_at: float) -> dict[str, Any]:
+                  settings: dict[str, Any], requested_at: float,
+                  requested_by: str | None = None) -> dict[str, Any]:
     """The instance_spec message a host receives for `destination`."""
     group = request_spec.group
     return {
@@ -37,6 +39,7 @@ def instance_spec(destination: Destination, request_spec: RequestSpec,
         "group": {"name": group[0], "policy": group[1]} if group else None,
         "alternates": destination.alternates,
         "requested_at": requested_at,
+        "requested_by": requested_by,
         # Kept so that the controller can place it again the same way (host failure).
         "query": request_spec.request.to_query(),
         "on_host_failure": request_spec.on_host_failure or settings["on_host_failure"],
@@ -46,8 +49,9 @@ def instance_spec(destination: Destination, request_spec: RequestSpec,
 def transaction(keys: Keys, destinations: list[Destination], request_spec: RequestSpec,
                 settings: dict[str, Any], group_revision: int | None) -> Txn:
     """The one transaction that writes the whole request (see `instances.schedule_txn`)."""
-    now = time.time()
-    placed = [(instance_spec(d, request_spec, settings, now), d.host_name) for d in destinations]
+    now, who = time.time(), operator_name()
+    placed = [(instance_spec(d, request_spec, settings, now, who), d.host_name)
+              for d in destinations]
     group = None
     if request_spec.group and group_revision is not None:
         group = (request_spec.group[0], group_revision)

@@ -10,6 +10,7 @@ it are reported as instances, so other domains on the host are left alone.
 from __future__ import annotations
 
 import os
+import time
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 from pathlib import Path
@@ -150,3 +151,69 @@ def choose_domain_type(setting: str, connection: libvirt.virConnect) -> str:
     if setting == "auto":
         return "kvm" if kvm_usable() else "qemu"
     return setting
+
+
+def resized_xml(xml: str, memory_mb: int, vcpus: int) -> str:
+    """A domain definition (`virDomain.XMLDesc`) with new memory and vCPUs, all else kept
+    (its uuid, MAC addresses, disks and filters): what a resize redefines."""
+    root = ET.fromstring(xml)
+    for tag in ("memory", "currentMemory"):
+        element = root.find(tag)
+        if element is None and tag == "memory":
+            element = ET.SubElement(root, tag)
+        if element is not None:
+            element.attrib = {"unit": "MiB"}
+            element.text = str(memory_mb)
+    vcpu = root.find("vcpu")
+    if vcpu is None:
+        vcpu = ET.SubElement(root, "vcpu")
+    vcpu.attrib.pop("current", None)  # at most the new count: all of them online
+    vcpu.text = str(vcpus)
+    return ET.tostring(root, encoding="unicode")
+
+
+def size_of(domain: libvirt.virDomain) -> tuple[int, int]:
+    """(memory MiB, vCPUs) the domain is defined with."""
+    root = ET.fromstring(domain.XMLDesc(libvirt.VIR_DOMAIN_XML_INACTIVE))
+    memory = root.find("memory")
+    units = {"KiB": 1024, "k": 1024, "MiB": 1024**2, "M": 1024**2, "GiB": 1024**3,
+             "G": 1024**3, "b": 1, "bytes": 1}
+    assert memory is not None and memory.text
+    scale = units.get(memory.get("unit", "KiB"), 1024)
+    vcpu = root.find("vcpu")
+    return int(memory.text) * scale // 1024**2, int(vcpu.text if vcpu is not None and
+                                                     vcpu.text else 1)
+
+
+def _ignoring_gone(call: object) -> bool:
+    """Run `call()`; False when the domain was not running (or gone) already."""
+    try:
+        call()  # type: ignore[operator]
+    except libvirt.libvirtError as exc:
+        if exc.get_error_code() in (libvirt.VIR_ERR_OPERATION_INVALID,
+                                    libvirt.VIR_ERR_NO_DOMAIN):
+            return False
+        raise
+    return True
+
+
+def power_off(domain: libvirt.virDomain) -> bool:
+    """Stop the guest at once (libvirt's destroy: the definition stays); False if it was
+    not running."""
+    if not domain.isActive():
+        return False
+    return _ignoring_gone(domain.destroy)
+
+
+def shut_down(domain: libvirt.virDomain, timeout: float, poll: float = 0.2) -> str:
+    """Ask the guest to power off (ACPI) and wait up to `timeout` s, then power it off
+    hard: "stopped" (it was not running), "shut down" or "powered off"."""
+    if not domain.isActive():
+        return "stopped"
+    if timeout > 0 and _ignoring_gone(domain.shutdown):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if not domain.isActive():
+                return "shut down"
+            time.sleep(poll)
+    return "powered off" if power_off(domain) else "shut down"

@@ -55,6 +55,11 @@ class InstanceFiles:
         return self.directory / "disk.qcow2"
 
     @property
+    def staged_disk(self) -> Path:
+        """A rebuild's new disk, until it replaces the old one."""
+        return self.directory / "disk.rebuild.qcow2"
+
+    @property
     def config_drive(self) -> Path:
         return self.directory / "config.iso"
 
@@ -118,6 +123,7 @@ def bases_in_use(instances_dir: str | os.PathLike[str]) -> set[Path]:
     """Base images that some instance's overlay is backed by."""
     return {
         backing
-        for overlay in Path(instances_dir).glob("*/disk.qcow2")
+        # disk.qcow2, and disk.rebuild.qcow2 while a rebuild stages its new disk
+        for overlay in Path(instances_dir).glob("*/disk*.qcow2")
         if (backing := disks.backing_file(overlay)) is not None
     }

@@ -93,3 +93,16 @@ def create_overlay(base: Path, base_format: str, overlay: Path, size: int) -> No
     """A qcow2 `overlay` of `size` bytes backed by `base`."""
     run(["create", "-q", "-f", "qcow2", "-F", _format(base_format), "-b", str(base),
          str(overlay), str(size)])
+
+
+def grow(path: Path, image_format: str, size: int) -> None:
+    """Make the disk `path` `size` bytes (never smaller: qemu-img refuses to shrink
+    without --shrink)."""
+    run(["resize", "-q", "-f", _format(image_format), str(path), str(size)])
+
+
+def virtual_size(path: Path, image_format: str) -> int:
+    """The disk's size as the guest sees it; readable while a guest runs from it (`-U`:
+    qemu-img does not take the image lock the running qemu holds)."""
+    result = run(["info", "-U", "--output=json", "-f", _format(image_format), str(path)])
+    return int(json.loads(result.stdout)["virtual-size"])

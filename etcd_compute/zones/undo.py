@@ -11,14 +11,20 @@ the request's intent keeps those for a later sweep (`journal.py`).
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from etcd_compute import claims, instances
 from etcd_compute.errors import EtcdComputeError
+from etcd_compute.keys import Keys
 from etcd_compute.scheduler import operations
 from etcd_compute.zones.tree import ZONE_FAULTS, Zone
 
 LOG = logging.getLogger(__name__)
+
+# (host, uuid, group, record revision, spec revision): an instance as `instances.unschedule`
+# takes it back.
+Placed = tuple[str, str, str | None, int, int]
 
 
 @dataclass
@@ -47,7 +53,7 @@ def unwrite(zone: Zone, uuids: list[str]) -> Undone:
     done = Undone()
     try:
         store = zone.store
-        fresh: list[tuple[str, str, str | None, int, int]] = []
+        fresh: list[Placed] = []
         for uuid in uuids:
             location = instances.locate(store, uuid)
             if location is None:
@@ -61,15 +67,16 @@ def unwrite(zone: Zone, uuids: list[str]) -> Undone:
                               spec.mod_revision))
             else:
                 done.destroyed.append(uuid)
-        if fresh and instances.unschedule(store, fresh) is None:
+        for batch in _within(store.keys, fresh, zone.scheduler.settings["etcd_max_txn_ops"]):
+            if instances.unschedule(store, batch) is not None:
+                done.taken_back += [item[1] for item in batch]
+                continue
             # One of them moved meanwhile: each on its own.
-            for item in fresh:
+            for item in batch:
                 if instances.unschedule(store, [item]) is None:
                     done.destroyed.append(item[1])
                 else:
                     done.taken_back.append(item[1])
-        elif fresh:
-            done.taken_back += [item[1] for item in fresh]
         for uuid in list(done.destroyed):
             outcome = operations.destroy(store, zone.placement, uuid)
             LOG.info("zone %s: instance %s had been taken by its host; destroy %s",
@@ -85,6 +92,21 @@ def unwrite(zone: Zone, uuids: list[str]) -> Undone:
         done.left = [uuid for uuid in uuids if uuid not in done.taken_back]
         done.destroyed = []
     return done
+
+
+def _within(keys: Keys, placed: list[Placed], max_ops: int) -> Iterator[list[Placed]]:
+    """`placed` in batches whose unschedule transaction etcd accepts (--max-txn-ops)."""
+    batch: list[Placed] = []
+    ops = 0
+    for item in placed:
+        item_ops = len(instances.unschedule_txn(keys, [item]).success)
+        if batch and ops + item_ops > max_ops:
+            yield batch
+            batch, ops = [], 0
+        batch.append(item)
+        ops += item_ops
+    if batch:
+        yield batch
 
 
 def take_back(zone: Zone, uuids: list[str], written: bool) -> list[str]:

@@ -43,7 +43,8 @@ def test_a_disabled_host_is_skipped_then_drained_then_enabled(
 
     drained = run_schedule("host", "drain", name, timeout=90)
     assert drained.code == 0, drained.stderr
-    assert drained.stdout.splitlines()[-1] == "DRAINED 1 moved, 0 error, 1 left, 0 gone"
+    assert drained.stdout.splitlines()[-1] == "DRAINED 1 moved, 0 error, 1 left, 0 gone", \
+        drained.stdout
     assert record(store, moving["uuid"])["host"] == rp_of(b)
     wait_state(store, moving["uuid"], "ACTIVE")
     assert set(placement.get_allocations(moving["uuid"])["allocations"]) == {rp_of(b)}

@@ -63,8 +63,9 @@ def test_list_by_host_name_or_uuid_and_by_state(start_compute, compute_config, h
     unknown = run_schedule("list", "--state", "running")
     assert unknown.code == 2 and unknown.stdout == ""
     assert unknown.stderr == ("schedule.py: error: --state 'running': no such state; one of "
-                              "SCHEDULED, BUILDING, ACTIVE, RESCHEDULING, ERROR, DELETING, "
-                              "DELETED\n")
+                              "SCHEDULED, BUILDING, ACTIVE, SHUTOFF, STOPPING, STARTING, "
+                              "REBOOTING, REBUILDING, RESIZING, RESCHEDULING, ERROR, "
+                              "DELETING, DELETED\n")
     nohost = run_schedule("list", "--host", "hv-typo")
     assert nohost.code == 1 and nohost.stderr.count("\n") == 1
     assert "no host 'hv-typo'" in nohost.stderr

@@ -382,7 +382,8 @@ class FakePlacement:
         if data is None:
             return {"allocations": {}}
         return {"allocations": data["allocations"],
-                "consumer_generation": data["consumer_generation"]}
+                "consumer_generation": data["consumer_generation"],
+                "project_id": data.get("project_id", "p"), "user_id": data.get("user_id", "u")}
 
     def delete_allocations(self, consumer: str) -> bool:
         self.calls.append(f"delete_allocations {consumer}")

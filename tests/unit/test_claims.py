@@ -32,7 +32,8 @@ def test_one_consumer_is_claimed_with_a_put_for_a_new_consumer():
     placement = placement_with_hosts()
     claims.claim(placement, {"c1": on(A)}, SETTINGS)
     assert placement.calls[-1] == "claim c1"
-    assert placement.get_allocations("c1") == {"allocations": on(A), "consumer_generation": 1}
+    assert placement.get_allocations("c1") == {"allocations": on(A), "consumer_generation": 1,
+                                               "project_id": "p", "user_id": "u"}
     assert placement.consumers["c1"]["project_id"] == "p"
 
 
@@ -106,7 +107,8 @@ def test_move_replaces_the_allocation_in_one_request():
     placement = placement_with_hosts()
     claims.claim(placement, {"c1": on(A)}, SETTINGS)
     claims.move(placement, "c1", on(B), "p", "u")
-    assert placement.get_allocations("c1") == {"allocations": on(B), "consumer_generation": 2}
+    assert placement.get_allocations("c1") == {"allocations": on(B), "consumer_generation": 2,
+                                               "project_id": "p", "user_id": "u"}
     assert placement.get_usages(A) == {"VCPU": 0} and placement.get_usages(B) == {"VCPU": 1}
 
 

@@ -8,7 +8,7 @@ import uuid as uuidlib
 
 import pytest
 
-from etcd_compute import instances, messages
+from etcd_compute import events, instances, messages
 from etcd_compute.etcd import Delete, Put
 from tests.support import make_spec
 from tests.unit.fakes import FakeStore
@@ -181,8 +181,9 @@ def test_unschedule_takes_back_every_key_while_nobody_acted():
              schedule_one(store)]
     assert instances.unschedule(store, [_as_read(store, s) for s in specs]) is not None
     assert keys_left(store) == set()
-    # Each: record, spec, booted, console, location (and group member): one transaction.
-    assert len(store.committed[-1].success) == 6 + 5
+    # Each: record, events, spec, booted, console, location (and group member): one
+    # transaction.
+    assert len(store.committed[-1].success) == 7 + 6
 
 
 def test_unschedule_refuses_once_a_host_began_the_build():
@@ -229,10 +230,12 @@ def test_fail_drops_the_hosts_keys_but_the_record_and_leaves_the_operators():
     # The host may not write the operator's keys: location and member stay (a host's
     # ERROR record still holds the instance, so nothing forgets them either).
     assert keys_left(store) == {store.keys.record(RP, spec["uuid"]),
+                                store.keys.events(RP, spec["uuid"]),
                                 store.keys.location(spec["uuid"]),
                                 store.keys.group_member("g", spec["uuid"])}
     assert instances.forget(store, spec["uuid"], RP, "g") is None
     assert instances.locate(store, spec["uuid"])["host"] == RP
+    assert events.read(store, RP, spec["uuid"])[-1]["error"] == "disk full"
 
 
 def test_fail_without_a_record_writes_an_error_record():
@@ -251,10 +254,12 @@ def test_delete_leaves_a_record_that_expires_and_the_operators_keys_until_forgot
     assert store.leases[entry.lease] == 60
     assert json.loads(entry.value)["state"] == "DELETED"
     assert keys_left(store) == {store.keys.record(RP, spec["uuid"]),
+                                store.keys.events(RP, spec["uuid"]),
                                 store.keys.location(spec["uuid"]),
                                 store.keys.group_member("g", spec["uuid"])}
+    assert store.get(store.keys.events(RP, spec["uuid"])).lease == entry.lease
     assert instances.forget(store, spec["uuid"], RP, "g") is None  # the record is still there
-    store.delete(store.keys.record(RP, spec["uuid"]))  # the lease expired
+    store.expire(entry.lease)  # record and events go together
     assert instances.forget(store, spec["uuid"], RP, "g") is not None
     assert keys_left(store) == set()
 
@@ -290,7 +295,8 @@ def test_move_takes_spec_record_location_and_member_to_the_new_host_together():
     allocations = {OTHER: {"resources": spec["resources"]}}
     revision = instances.move(store, spec, instances.read_record(store, RP, spec["uuid"]), OTHER,
                               allocations, [])
-    assert len(store.committed[-1].success) == instances.operations(1, grouped=True) + 4
+    # 4 deletes (spec, booted, console, record) and the events moved along
+    assert len(store.committed[-1].success) == instances.operations(1, grouped=True) + 6
     # Nothing of it is left on the old host.
     assert store.get_prefix(store.keys.host(RP))[0] == []
     moved_spec, _ = store.read(messages.INSTANCE_SPEC, store.keys.spec(OTHER, spec["uuid"]))
@@ -479,6 +485,7 @@ def test_every_transition_writes_valid_messages():
     for host in (RP, OTHER):
         schemas[store.keys.spec(host, spec["uuid"])] = messages.INSTANCE_SPEC
         schemas[store.keys.record(host, spec["uuid"])] = messages.INSTANCE_RECORD
+        schemas[store.keys.events(host, spec["uuid"])] = messages.INSTANCE_EVENTS
     for txn in store.committed:
         for op in txn.success:
             if isinstance(op, Put):

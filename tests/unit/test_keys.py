@@ -57,7 +57,7 @@ def test_every_key_a_host_writes_for_an_instance_is_under_its_own_prefix():
     # What a host's etcd role is given: its /hosts/<rp>/ prefix, and nothing of the operator's.
     k = Keys("/p")
     own = [k.spec(RP, INSTANCE), k.record(RP, INSTANCE), k.booted(RP, INSTANCE),
-           k.console(RP, INSTANCE)]
+           k.console(RP, INSTANCE), k.events(RP, INSTANCE)]
     assert all(key.startswith(k.host(RP)) for key in own)
     other = "11111111-2222-4333-8444-555555555555"
     assert not any(key.startswith(k.host(other)) for key in own)
@@ -67,7 +67,8 @@ def test_every_key_a_host_writes_for_an_instance_is_under_its_own_prefix():
 
 def test_listing_prefixes_of_kinds_do_not_overlap():
     k = Keys("/p")
-    kinds = [k.specs(RP), k.records(RP), f"{k.host(RP)}booted/", f"{k.host(RP)}console/"]
+    kinds = [k.specs(RP), k.records(RP), f"{k.host(RP)}booted/", f"{k.host(RP)}console/",
+             f"{k.host(RP)}events/"]
     for a in kinds:
         for b in kinds:
             assert a == b or not a.startswith(b)
@@ -78,7 +79,7 @@ def test_listing_prefixes_of_kinds_do_not_overlap():
 def test_every_host_key_parses_back_to_its_provider_kind_and_instance(kind):
     k = Keys("/p")
     key = {keys.SPECS: k.spec, keys.RECORDS: k.record, keys.BOOTED: k.booted,
-           keys.CONSOLE: k.console}[kind](RP, INSTANCE)
+           keys.CONSOLE: k.console, keys.EVENTS: k.events}[kind](RP, INSTANCE)
     assert k.parse_host_key(key) == HostKey(RP, kind, INSTANCE)
 
 

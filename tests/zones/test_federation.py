@@ -164,6 +164,15 @@ def test_a_real_compute_in_a_grandchild_builds_what_the_parent_placed(zones, com
     console = wait_for(lambda: (lambda r: r if r.code == 0 else None)(
         zones.run("console", first)), what="console published")
     assert console.stdout == f"fake console of {first}: booted\n"
+    # Lifecycle actions go to d as destroy does: the resize claims in d's Placement.
+    for words in (["stop", first], ["resize", "resources=VCPU:2,MEMORY_MB:512,DISK_GB:1", first],
+                  ["start", first]):
+        done = zones.run(*words, "--wait")
+        assert done.code == 0, done.stderr + compute.log()
+    (claim,) = d.allocations()[first].values()
+    assert claim == {"VCPU": 2, "MEMORY_MB": 512, "DISK_GB": 1}
+    events = zones.run("events", first, "--json")
+    assert [e["action"] for e in events.json()] == ["create", "stop", "resize", "start"]
     gone = zones.run("destroy", first, "--wait")
     assert gone.code == 0, gone.stderr
     assert f"{first} DELETED" in gone.stdout

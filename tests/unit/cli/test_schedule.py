@@ -39,7 +39,7 @@ def test_no_words_says_what_to_give(capsys, config):
 
 def test_an_unknown_word_is_neither_query_uuid_nor_command(capsys, config):
     assert_usage_error(run(capsys, "--config", str(config), "frobnicate"),
-                       "'frobnicate' is not a query", "destroy, list, hosts, console")
+                       "'frobnicate' is not a query", "destroy, stop, start, reboot")
 
 
 def test_an_upper_case_uuid_is_not_taken_for_an_instance(capsys, config):
@@ -207,3 +207,49 @@ def test_user_strings_echoed_in_errors_are_neutralised(capsys, config, argv):
     assert code == 2 and out == ""
     assert len(err.splitlines()) == 1 and err.endswith("\n")
     assert not any(ch in err for ch in "\x1b\x07\x9b\x00\x08")
+
+
+# --- lifecycle actions: bad input is found before any connection ----------------------
+
+QUERY = "resources=VCPU:2,MEMORY_MB:512,DISK_GB:1"
+
+
+@pytest.mark.parametrize(("words", "fault"), [
+    (["stop"], "stop: expected exactly one instance uuid"),
+    (["reboot", UUID, UUID], "reboot: expected exactly one instance uuid"),
+    (["start", "web-1"], "'web-1' is not an instance uuid"),
+    (["resize", UUID], "resize: expected QUERY UUID"),
+    (["resize", QUERY], "resize: expected QUERY UUID"),
+    (["resize", QUERY + "&in_tree=" + UUID, UUID], "resources=... only"),
+    (["resize", QUERY + "&required=CUSTOM_ELSEWHERE", UUID], "resources=... only"),
+    (["resize", "resources=VCPU:2,MEMORY_MB:512", UUID], "DISK_GB missing"),
+    (["resize", "resources=VCPU:99999999999,MEMORY_MB:1,DISK_GB:1", UUID], "bad amount"),
+    (["events"], "events: expected exactly one instance uuid"),
+    (["stop", "--hard", UUID], "--hard goes with reboot"),
+    (["stop", "--image", "file:///x", UUID], "--image goes with a query or rebuild"),
+    (["rebuild", "--image", "ftp://host/x.img", UUID], "--image 'ftp://host/x.img'"),
+])
+def test_lifecycle_input_is_refused_before_any_connection(capsys, config, words, fault):
+    assert_usage_error(run(capsys, "--config", str(config), *words), fault)
+
+
+def test_show_names_the_action_running_and_who_asked(capsys, config, monkeypatch):
+    import contextlib
+    import types
+
+    from etcd_compute.scheduler import operations
+
+    record = {"uuid": UUID, "state": "REBOOTING", "host": None, "resources": None,
+              "task": {"id": UUID, "action": "reboot", "by": f"bob@ops{HOSTILE}", "at": 1.0,
+                       "from": "ACTIVE"}}
+    monkeypatch.setattr(schedule.zones_cli, "instance_zone", lambda _config, _uuid:
+                        contextlib.nullcontext(types.SimpleNamespace(store=None, path="")))
+    monkeypatch.setattr(operations, "show", lambda _store, _uuid: record)
+    code, out, err = run(capsys, "--config", str(config), UUID)
+    assert code == 0 and err == ""
+    state = next(line for line in out.splitlines() if line.startswith("state "))
+    assert state.split(None, 1)[1].startswith("REBOOTING (reboot asked by bob@ops")
+    assert not any(ch in out for ch in "\x1b\x07\x9b\x00\x08")
+    record["task"] = None
+    code, out, _err = run(capsys, "--config", str(config), UUID)
+    assert code == 0 and "state      REBOOTING\n" in out

@@ -145,12 +145,14 @@ def test_destroy_frees_everything_and_leaves_an_expiring_deleted_record(host):
     assert host.record(spec["uuid"])["state"] == "DELETING"
     host.settle()
     assert host.record(spec["uuid"])["state"] == "DELETED"
-    # On the host only the record is left; the operator's keys stay until a reader forgets
-    # them (a host may not write them).
+    # On the host only the record and its events are left, and they expire together; the
+    # operator's keys stay until a reader forgets them (a host may not write them).
     assert host.keys_of(spec["uuid"]) == sorted([
-        host.keys.record(host.rp, spec["uuid"]), host.keys.location(spec["uuid"]),
-        host.keys.group_member("g", spec["uuid"])])
-    assert host.store.get(host.keys.record(host.rp, spec["uuid"])).lease in host.store.leases
+        host.keys.record(host.rp, spec["uuid"]), host.keys.events(host.rp, spec["uuid"]),
+        host.keys.location(spec["uuid"]), host.keys.group_member("g", spec["uuid"])])
+    lease = host.store.get(host.keys.record(host.rp, spec["uuid"])).lease
+    assert lease in host.store.leases
+    assert host.store.get(host.keys.events(host.rp, spec["uuid"])).lease == lease
     assert host.placement.get_allocations(spec["uuid"])["allocations"] == {}
     assert host.driver_holds() == set()
 
@@ -218,7 +220,8 @@ def test_failed_build_ends_in_error_with_nothing_left_and_counts_against_the_hos
     host.settle()
     record = host.record(spec["uuid"])
     assert record["state"] == "ERROR" and "fake hypervisor is broken" in record["error"]
-    assert host.keys_of(spec["uuid"]) == [host.keys.record(host.rp, spec["uuid"]),
+    assert host.keys_of(spec["uuid"]) == [host.keys.events(host.rp, spec["uuid"]),
+                                          host.keys.record(host.rp, spec["uuid"]),
                                           host.keys.location(spec["uuid"])]
     assert host.placement.get_allocations(spec["uuid"])["allocations"] == {}
     assert host.failures() == 1

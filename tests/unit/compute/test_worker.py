@@ -16,8 +16,8 @@ from etcd_compute.drivers.base import Driver
 from etcd_compute.drivers.fake import FakeDriver
 from tests.support import make_spec
 
-JOBS = [worker.build, worker.destroy, worker.list_instances, worker.running, worker.power_on,
-        worker.consoles, worker.check]
+JOBS = [worker.build, worker.destroy, worker.act, worker.list_instances, worker.running,
+        worker.power_on, worker.consoles, worker.check]
 
 
 class Recorder(Driver):
@@ -53,6 +53,25 @@ class Recorder(Driver):
         self.asked.append(("console", (uuid, max_bytes)))
         return f"console of {uuid}"
 
+    def stop(self, uuid: str) -> None:
+        self.asked.append(("stop", uuid))
+
+    def start(self, uuid: str) -> dict[str, Any]:
+        self.asked.append(("start", uuid))
+        return {"ip": "198.51.100.7"}
+
+    def reboot(self, uuid: str, hard: bool) -> dict[str, Any]:
+        self.asked.append(("reboot", (uuid, hard)))
+        return {"ip": "198.51.100.7"}
+
+    def rebuild(self, spec: dict[str, Any], power_on: bool) -> dict[str, Any]:
+        self.asked.append(("rebuild", (spec["image"]["url"], power_on)))
+        return {"ip": "198.51.100.7"}
+
+    def resize(self, spec: dict[str, Any], power_on: bool) -> dict[str, Any]:
+        self.asked.append(("resize", (spec["resources"], power_on)))
+        return {"ip": "198.51.100.7"}
+
 
 @pytest.fixture
 def recorder(monkeypatch: pytest.MonkeyPatch) -> Recorder:
@@ -85,6 +104,25 @@ def test_each_job_is_the_drivers_operation(recorder):
     assert (worker.list_instances(), worker.running(), worker.check()) == \
         ({"a", "b"}, {"a"}, "recorder")
     assert recorder.asked == [("build", spec["uuid"]), ("destroy", "a"), ("power_on", "b")]
+
+
+def test_an_action_is_its_drivers_operation_powered_as_it_began(recorder):
+    spec = make_spec("00000000-0000-0000-0000-0000000000aa")
+    uuid, image = spec["uuid"], {"url": "file:///dev/zero", "sha256": None}
+    bigger = {"VCPU": 2, "MEMORY_MB": 128, "DISK_GB": 2}
+    assert worker.act(spec, {"action": "stop", "from": "ACTIVE"}) == {}
+    worker.act(spec, {"action": "start", "from": "SHUTOFF"})
+    worker.act(spec, {"action": "reboot", "from": "ACTIVE", "hard": True})
+    worker.act(spec, {"action": "rebuild", "from": "SHUTOFF", "image": image})
+    worker.act(spec, {"action": "rebuild", "from": "ACTIVE"})  # from the spec's own image
+    assert worker.act(spec, {"action": "resize", "from": "ACTIVE", "resources": bigger}) == \
+        {"ip": "198.51.100.7"}
+    assert recorder.asked == [
+        ("stop", uuid), ("start", uuid), ("reboot", (uuid, True)),
+        ("rebuild", ("file:///dev/zero", False)), ("rebuild", (spec["image"]["url"], True)),
+        ("resize", (bigger, True))]
+    with pytest.raises(ValueError, match="unknown action 'pause'"):
+        worker.act(spec, {"action": "pause", "from": "ACTIVE"})
 
 
 def test_consoles_of_several_instances_are_one_job_bounded_each(recorder):

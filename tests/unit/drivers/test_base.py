@@ -45,6 +45,25 @@ class Hypervisor(Driver):
         self.guests[uuid] = True
         return not was
 
+    # An operator's actions (what they do to a real guest: drivers/test_fake.py,
+    # drivers/test_libvirt.py, tests/virt): only the power they leave the guest in.
+    def stop(self, uuid: str) -> None:
+        self.guests[uuid] = False
+
+    def start(self, uuid: str) -> dict[str, Any]:
+        self.guests[uuid] = True
+        return {"ip": None}
+
+    def reboot(self, uuid: str, hard: bool) -> dict[str, Any]:
+        return self.start(uuid)
+
+    def rebuild(self, spec: dict[str, Any], power_on: bool) -> dict[str, Any]:
+        self.guests[spec["uuid"]] = power_on
+        return {"ip": None}
+
+    def resize(self, spec: dict[str, Any], power_on: bool) -> dict[str, Any]:
+        return self.rebuild(spec, power_on)
+
 
 def test_a_driver_must_provide_every_operation():
     class Partial(Driver):

@@ -131,3 +131,72 @@ def test_the_fake_driver_is_loaded_by_name_and_describes_itself(tmp_path):
     driver = load_driver(config)
     assert isinstance(driver, FakeDriver) and driver.check() == "fake"
     driver.close()  # other names: drivers/test_init.py
+
+
+# --- an operator's actions ------------------------------------------------------------
+
+
+def guest_events(driver: FakeDriver, uuid: str) -> list[str]:
+    log = driver.root / "guests.log"
+    lines = log.read_text().splitlines() if log.exists() else []
+    return [line.split()[1] for line in lines if line.startswith(uuid)]
+
+
+def saved(driver: FakeDriver, uuid: str) -> dict[str, Any]:
+    return json.loads((driver.root / f"{uuid}.json").read_text())
+
+
+def test_stop_start_reboot_flip_the_guest_and_log_each_halt_and_run(tmp_path):
+    driver = driver_in(tmp_path)
+    spec = make_spec(RP)
+    driver.build(spec)
+    driver.stop(spec["uuid"])
+    driver.stop(spec["uuid"])  # again: nothing happens
+    assert spec["uuid"] not in driver.running()
+    assert driver.start(spec["uuid"]) == {"ip": fake_ip(spec["uuid"])}
+    driver.reboot(spec["uuid"], hard=False)
+    assert spec["uuid"] in driver.running()
+    assert guest_events(driver, spec["uuid"]) == ["run", "halt", "run", "halt", "run"]
+
+
+def test_resize_and_rebuild_change_the_instance_and_keep_it_powered_as_asked(tmp_path):
+    driver = driver_in(tmp_path)
+    spec = make_spec(RP)
+    driver.build(spec)
+    bigger = {"VCPU": 2, "MEMORY_MB": 128, "DISK_GB": 2}
+    driver.resize({**spec, "resources": bigger}, power_on=False)
+    assert saved(driver, spec["uuid"])["resources"] == bigger
+    assert spec["uuid"] not in driver.running()
+    driver.rebuild({**spec, "image": {"url": "file:///dev/zero", "sha256": None}}, True)
+    assert saved(driver, spec["uuid"])["image"] == "file:///dev/zero"
+    assert spec["uuid"] in driver.running()
+
+
+def test_a_rebuild_from_a_missing_image_is_the_requests_fault_and_touches_nothing(tmp_path):
+    from etcd_compute.errors import RequestError
+
+    driver = driver_in(tmp_path)
+    spec = make_spec(RP)
+    driver.build(spec)
+    with pytest.raises(RequestError, match="not found"):
+        driver.rebuild({**spec, "image": {"url": "file:///no/such", "sha256": None}}, True)
+    assert guest_events(driver, spec["uuid"]) == ["run"]
+
+
+def test_failing_actions_change_nothing_and_missing_instances_fail(tmp_path):
+    driver = driver_in(tmp_path, fail_actions=["resize"])
+    spec = make_spec(RP)
+    driver.build(spec)
+    with pytest.raises(BuildError, match="cannot resize"):
+        driver.resize({**spec, "resources": {"VCPU": 4}}, True)
+    assert saved(driver, spec["uuid"])["resources"] == spec["resources"]
+    with pytest.raises(BuildError, match="does not exist on this host"):
+        driver.stop(str(uuidlib.uuid4()))
+
+
+def test_a_stopped_build_never_runs(tmp_path):
+    driver = driver_in(tmp_path)
+    spec = make_spec(RP, stopped=True)
+    driver.build(spec)
+    assert spec["uuid"] in driver.list_instances() and spec["uuid"] not in driver.running()
+    assert guest_events(driver, spec["uuid"]) == []

@@ -57,7 +57,7 @@ def expired(store: FakeStore, spec: dict) -> None:
     """The host deleted the instance and its DELETED record expired: only the operator's keys
     (location, member) are left."""
     instances.delete(store, spec, read(store, spec["uuid"]), ttl=60)
-    store.delete(store.keys.record(spec["host"], spec["uuid"]))
+    store.expire(store.get(store.keys.record(spec["host"], spec["uuid"])).lease)
 
 
 def keys_left(store: FakeStore) -> set[str]:
@@ -132,7 +132,9 @@ def test_destroy_requests_it_from_the_host_by_rewriting_the_spec():
     spec = scheduled(store, placement)
     assert operations.destroy(store, placement, spec["uuid"]) == "requested"
     rewritten, _ = store.read(messages.INSTANCE_SPEC, store.keys.spec(RP, spec["uuid"]))
+    request = rewritten.pop("request")
     assert rewritten == {**spec, "action": "destroy"}
+    assert request["by"] and request["at"] and request["id"]  # who asked, for its events
     assert spec["uuid"] in placement.consumers  # the host frees the claim when it is done
 
 
@@ -153,6 +155,7 @@ def test_destroy_an_error_instance_removes_record_keys_and_claim():
     instances.fail(store, spec, read(store, spec["uuid"]), "disk full")
     store.put_raw(store.keys.booted(RP, spec["uuid"]), "10.0.0.2")  # a leftover goes too
     assert keys_left(store) == {store.keys.record(RP, spec["uuid"]),
+                                store.keys.events(RP, spec["uuid"]),
                                 store.keys.booted(RP, spec["uuid"]),
                                 store.keys.location(spec["uuid"]),
                                 store.keys.group_member("g", spec["uuid"])}
@@ -276,8 +279,10 @@ def test_a_state_is_named_in_any_case(text, state):
 def test_an_unknown_state_is_a_usage_error_naming_the_states():
     with pytest.raises(UsageError) as caught:
         operations.check_state("running")
-    assert str(caught.value) == ("--state 'running': no such state; one of SCHEDULED, BUILDING, "
-                                 "ACTIVE, RESCHEDULING, ERROR, DELETING, DELETED")
+    assert str(caught.value) == (
+        "--state 'running': no such state; one of SCHEDULED, BUILDING, ACTIVE, SHUTOFF, "
+        "STOPPING, STARTING, REBOOTING, REBUILDING, RESIZING, RESCHEDULING, ERROR, DELETING, "
+        "DELETED")
 
 
 def test_list_filters_by_host_uuid_or_name_and_by_state():
@@ -488,9 +493,9 @@ def test_destroy_on_a_host_that_came_back_meanwhile_is_asked_of_it():
     store.delete(store.keys.alive(RP))
     real_delete = instances.delete
 
-    def back_just_before(store_, spec_, read_, ttl, guard=()):
+    def back_just_before(store_, spec_, read_, ttl, guard=(), detail=None):
         alive(store, RP)  # the host's new lease lands between our read and our write
-        return real_delete(store_, spec_, read_, ttl, guard)
+        return real_delete(store_, spec_, read_, ttl, guard, detail)
 
     instances.delete = back_just_before
     try:

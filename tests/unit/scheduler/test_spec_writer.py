@@ -29,7 +29,7 @@ def test_instance_spec_carries_the_request_and_the_destination():
     request = RequestSpec.build("resources=VCPU:1,MEMORY_MB:256", image_url="https://h/i.img",
                                 user_data="#!/bin/sh", ssh_key="ssh-ed25519 K",
                                 group=("g", "affinity"), on_host_failure="error")
-    spec = instance_spec(target, request, SETTINGS, requested_at=123.5)
+    spec = instance_spec(target, request, SETTINGS, requested_at=123.5, requested_by="ann@desk")
     assert spec == {
         "action": "build", "uuid": target.uuid, "name": "web", "host": HOST,
         "resources": RESOURCES, "allocations": target.allocations,
@@ -37,7 +37,7 @@ def test_instance_spec_carries_the_request_and_the_destination():
         "user_data": "#!/bin/sh", "ssh_key": "ssh-ed25519 K",
         "project_id": "proj", "user_id": "user",
         "group": {"name": "g", "policy": "affinity"},
-        "alternates": alternates, "requested_at": 123.5,
+        "alternates": alternates, "requested_at": 123.5, "requested_by": "ann@desk",
         "query": "resources=MEMORY_MB:256,VCPU:1", "on_host_failure": "error",
     }
     messages.check(messages.INSTANCE_SPEC, spec)

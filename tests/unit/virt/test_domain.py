@@ -145,6 +145,20 @@ def test_domain_type_choice(monkeypatch: pytest.MonkeyPatch) -> None:
     assert domain.choose_domain_type("kvm", Qemu()) == "kvm"  # asked for: not second-guessed
 
 
+def test_a_resized_definition_changes_memory_and_vcpus_only():
+    xml = domain.domain_xml(domain_spec(memory_mb=256, vcpus=2))
+    original = ET.fromstring(xml)
+    ET.SubElement(original, "currentMemory", unit="KiB").text = "262144"
+    original.find("vcpu").set("current", "1")
+    resized = ET.fromstring(domain.resized_xml(ET.tostring(original, encoding="unicode"),
+                                               1024, 4))
+    assert (resized.find("memory").text, resized.find("memory").get("unit")) == ("1024", "MiB")
+    assert resized.find("currentMemory").text == "1024"
+    assert resized.find("vcpu").text == "4" and resized.find("vcpu").get("current") is None
+    for kept in ("name", "uuid", "title", "devices", "metadata", "os"):
+        assert ET.tostring(resized.find(kept)) == ET.tostring(original.find(kept))
+
+
 # -- against libvirt's test driver --------------------------------------------------------
 
 

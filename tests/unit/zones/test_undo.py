@@ -67,3 +67,22 @@ def test_never_written_counts_as_taken_back():
     ghost = "00000000-0000-4000-8000-0000000000ff"
     done = undo.unwrite(tree.root, [ghost])
     assert (done.taken_back, done.left) == ([ghost], [])
+
+
+def test_taking_back_stays_within_etcds_operations_per_transaction():
+    # schedule writes 3 keys per instance, unschedule deletes 6: 8 instances fit in one
+    # schedule transaction of 24 operations but need two to be taken back.
+    world, tree, uuids, _ = scheduled(count=8)
+    store = world["parent"].store
+    tree.root.scheduler.settings["etcd_max_txn_ops"] = 24
+    sizes = []
+    commit = store.commit
+
+    def counted(txn):
+        sizes.append(len(txn.success))
+        return commit(txn)
+
+    store.commit = counted
+    done = undo.unwrite(tree.root, uuids)
+    assert sorted(done.taken_back) == sorted(uuids) and done.left == []
+    assert len(sizes) > 1 and max(sizes) <= 24

@@ -1,0 +1,151 @@
+"""The lifecycle of one real qemu guest: schedule.py -> compute.py (libvirt) -> guest.
+
+stop -> start -> reboot -> resize up (vCPUs and memory in the domain) -> rebuild (same
+uuid, MAC, IP and config-drive identity, a new disk) -> `virsh destroy` behind our back
+(SHUTOFF within seconds, from libvirt's lifecycle events) -> a rebuild from an image the
+host's policy refuses (nothing changes) -> destroy; the record, the events and Placement's
+usage checked after each step.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import time
+import xml.etree.ElementTree as ET
+from pathlib import Path
+from typing import Any
+
+import libvirt
+import pytest
+
+from etcd_compute.config import deep_merge
+from etcd_compute.scheduler import lifecycle
+from tests.compute.helpers import record, wait_state
+from tests.support import wait_for
+
+pytestmark = pytest.mark.vm
+
+START = {"VCPU": 1, "MEMORY_MB": 128, "DISK_GB": 1}
+BIGGER = {"VCPU": 2, "MEMORY_MB": 192, "DISK_GB": 2}
+
+
+def guest_console(instances_dir: Path, uuid: str) -> str:
+    try:
+        return (instances_dir / uuid / "console.log").read_text(errors="replace")
+    except OSError:
+        return ""
+
+
+def test_one_guest_through_every_action(vm_config: dict[str, Any], test_guest_image: Path,
+                                        compute_config: dict[str, Any], start_compute,
+                                        run_schedule, store, placement) -> None:
+    libvirt_settings = {**vm_config["driver"]["libvirt"], "shutdown_timeout_seconds": 1}
+    config = deep_merge(compute_config, {
+        "compute": {key: vm_config["compute"][key] for key in ("state_dir", "instances_dir")},
+        "driver": {"name": "libvirt", "libvirt": libvirt_settings},
+    })
+    rp = config["compute"]["uuid"]
+    instances_dir = Path(config["compute"]["instances_dir"])
+    compute = start_compute(config)
+    wait_for(lambda: store.get(store.keys.alive(rp)), 60, what="compute heartbeat")
+    started = time.monotonic()
+
+    placed = run_schedule("resources=VCPU:1,MEMORY_MB:128,DISK_GB:1", "--image",
+                          f"file://{test_guest_image}", timeout=120)
+    assert placed.code == 0, placed.stderr
+    uuid = placed.stdout.split()[-1]
+    ip = wait_state(store, uuid, "ACTIVE", timeout=180)["ip"]
+    assert ip and ip.startswith("192.168.124.")
+    connection = libvirt.open("qemu:///system")
+
+    def guest() -> libvirt.virDomain:
+        return connection.lookupByName(uuid)
+
+    def step(*words: str, state: str, usage: dict[str, int] = START) -> dict[str, Any]:
+        done = run_schedule(*words, "--wait", timeout=120)
+        assert done.code == 0, done.stderr
+        now = record(store, uuid)
+        assert now["state"] == state and now["ip"] == ip
+        assert placement.get_usages(rp) == usage
+        last = lifecycle.instance_events(store, uuid)[-1]
+        assert (last["action"], last["result"]) == (words[0], "success")
+        print(f"{words[0]}: done at {time.monotonic() - started:.1f} s")
+        return now
+
+    try:
+        step("stop", uuid, state="SHUTOFF")
+        assert not guest().isActive()
+        step("start", uuid, state="ACTIVE")
+        assert guest().isActive()
+        before = guest().ID()
+        step("reboot", uuid, state="ACTIVE")  # asked first; this guest ignores ACPI: forced
+        assert guest().isActive() and guest().ID() != before  # a new qemu process
+
+        resized = step("resize", "resources=VCPU:2,MEMORY_MB:192,DISK_GB:2", uuid,
+                       state="ACTIVE", usage=BIGGER)
+        assert resized["resources"] == BIGGER
+        root = ET.fromstring(guest().XMLDesc(0))
+        assert root.findtext("vcpu") == "2"
+        assert int(root.findtext("memory")) == 192 * 1024  # KiB
+        _state, max_kib, _mem, vcpus, _cpu = guest().info()
+        assert (max_kib, vcpus) == (192 * 1024, 2)
+        disk = instances_dir / uuid / "disk.qcow2"
+        info = subprocess.run(["qemu-img", "info", "-U", "--output=json", str(disk)],
+                              capture_output=True, text=True, check=True).stdout
+        assert '"virtual-size": 2147483648' in info
+
+        mac = root.find("devices/interface/mac").get("address")
+        inode = disk.stat().st_ino
+        step("rebuild", uuid, state="ACTIVE", usage=BIGGER)
+        assert disk.stat().st_ino != inode  # a new disk from the image ...
+        root = ET.fromstring(guest().XMLDesc(0))
+        assert root.find("devices/interface/mac").get("address") == mac  # ... same NIC
+        # The rebuilt guest boots, gets the same address and reads the same identity.
+        console = wait_for(lambda: (lambda text: text if "ETCD-COMPUTE-GUEST ready" in text
+                                    else None)(guest_console(instances_dir, uuid)),
+                           120, interval=0.5, what="the rebuilt guest to boot")
+        assert f"ETCD-COMPUTE-GUEST ip={ip}" in console
+        assert f"ETCD-COMPUTE-GUEST configdrive instance-id={uuid}" in console
+        print(f"rebuilt guest up at {time.monotonic() - started:.1f} s")
+
+        # Behind our back: the record follows within seconds, from libvirt's events.
+        subprocess.run(["virsh", "-q", "-c", "qemu:///system", "destroy", uuid],
+                       check=True, capture_output=True)
+        destroyed_at = time.monotonic()
+        wait_for(lambda: record(store, uuid)["state"] == "SHUTOFF", 10, interval=0.1,
+                 what="SHUTOFF after virsh destroy")
+        print(f"virsh destroy seen as SHUTOFF {time.monotonic() - destroyed_at:.2f} s after")
+        seen = lifecycle.instance_events(store, uuid)[-1]
+        assert (seen["action"], seen["by"], seen["detail"]) == (
+            "power-off", "hypervisor", "powered off outside etcd-compute")
+        assert placement.get_usages(rp) == BIGGER  # stopped, not gone: it keeps its claim
+
+        # An image the host's policy refuses: the rebuild fails and nothing changes.
+        inode = disk.stat().st_ino
+        refused = run_schedule("rebuild", "--image", "file:///etc/shadow", uuid, "--wait",
+                               timeout=60)
+        assert refused.code == 1
+        assert re.search(r"rebuild of \S+ failed: .*not under a directory allowed",
+                         refused.stderr), refused.stderr
+        now = record(store, uuid)
+        assert (now["state"], now["image"]) == ("SHUTOFF", f"file://{test_guest_image}")
+        assert disk.stat().st_ino == inode and not guest().isActive()
+
+        assert run_schedule("destroy", uuid, "--wait", timeout=60).code == 0
+        assert record(store, uuid)["state"] == "DELETED"
+        with pytest.raises(libvirt.libvirtError):
+            connection.lookupByName(uuid)
+        assert placement.get_allocations(uuid)["allocations"] == {}
+        assert not (instances_dir / uuid).exists()
+        assert [e["action"] for e in lifecycle.instance_events(store, uuid)] == [
+            "create", "stop", "start", "reboot", "resize", "rebuild", "power-off", "rebuild",
+            "destroy"]
+        print(f"whole lifecycle: {time.monotonic() - started:.1f} s")
+        assert "Traceback" not in compute.log()
+    finally:
+        print("\n".join(line[:200] for line in compute.log().splitlines()
+                        if "DEBUG" not in line))
+        if uuid in {d.name() for d in connection.listAllDomains()}:
+            run_schedule("destroy", uuid, "--wait", timeout=60)
+        connection.close()
