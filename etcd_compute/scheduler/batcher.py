@@ -314,8 +314,10 @@ class Batcher:
                         alternates=[{"host": host.uuid, "allocations": allocations}
                                     for host, allocations in pick.alternates])
             for index, (uuid, pick) in enumerate(zip(request.instances, picks, strict=True))]
+        message = request.message or {}
         txn = spec_writer.transaction(self.keys, destinations, spec, self.settings,
-                                      group_revision)
+                                      group_revision,
+                                      message.get("requested_by") or message.get("client"))
         limit = self.settings["etcd_max_request_bytes"]
         if txn.size() > limit:
             for pick in picks:  # not claimed: give the capacity back to the batch

@@ -34,7 +34,7 @@ from etcd_compute.errors import (
 )
 from etcd_compute.etcd import Compare, Delete, Entry, Op, absent, put_message
 from etcd_compute.keys import UUID, Keys
-from etcd_compute.scheduler.spec import Destination, RequestSpec
+from etcd_compute.scheduler.spec import Destination, RequestSpec, operator_name
 
 # Instance uuids of a request: uuid5(this, "<request uuid>/<index>").
 INSTANCE_NAMESPACE = uuidlib.UUID("5c1f3a52-6d0e-4f0e-9a3b-2b7e1d9c4e60")
@@ -62,6 +62,8 @@ def request_message(request_spec: RequestSpec, client: str) -> dict[str, Any]:
         "on_host_failure": request_spec.on_host_failure,
         "requested_at": time.time(),
         "client": client[:255] or "schedule.py",
+        # Who asked, for the instance's events (the service writes the specs).
+        "requested_by": operator_name(),
     }
 
 

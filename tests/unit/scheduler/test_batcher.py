@@ -108,6 +108,19 @@ def test_a_batch_is_one_candidates_query_one_claim_and_one_transaction():
     service.check_no_overcommit()
 
 
+def test_the_instances_events_name_who_asked_not_the_service():
+    service = Service()
+    spec = RequestSpec.build(QUERY)
+    name = str(uuidlib.uuid4())
+    service.store.put(messages.SCHEDULE_REQUEST, service.store.keys.queue_request(name),
+                      {**request_message(spec, "vm:1"), "requested_by": "alice@desk"})
+    service.run()
+    (destination,) = placed(service, name)
+    spec, _ = service.store.read(messages.INSTANCE_SPEC, service.store.keys.spec(
+        destination["host"], destination["uuid"]))
+    assert spec["requested_by"] == "alice@desk"
+
+
 def test_requests_of_a_batch_deplete_each_other_across_shapes():
     """3 hosts x 4 VCPU, 1024 MB: small and big requests mixed, planned on one usage."""
     service = Service()

@@ -26,7 +26,7 @@ from etcd_compute.scheduler.queue import (
     request_spec_of,
     result_of,
 )
-from etcd_compute.scheduler.spec import Destination, RequestSpec
+from etcd_compute.scheduler.spec import Destination, RequestSpec, operator_name
 from tests.unit.fakes import FakeStore
 
 SETTINGS = SCHEDULE_DEFAULTS["scheduler"]
@@ -54,6 +54,7 @@ def test_a_request_round_trips_and_is_checked_again_by_the_service():
                              group=("g", "anti-affinity"), zone=HOST, on_host_failure="error")
     message = request_message(spec, "vm:1")
     messages.check(messages.SCHEDULE_REQUEST, message)
+    assert message["requested_by"] == operator_name()  # the events name who asked
     again = request_spec_of(message, SETTINGS)
     assert again.request.to_query() == spec.request.to_query()
     assert (again.count, again.name, again.image_url, again.user_data, again.ssh_key,
