@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import multiprocessing
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -16,6 +17,16 @@ from typing import Any
 import psutil
 
 Route = Callable[[BaseHTTPRequestHandler], None]
+
+
+class QuietServer(ThreadingHTTPServer):
+    """A client hanging up (our download stopped at a limit) is not worth a traceback."""
+
+    daemon_threads = True
+
+    def handle_error(self, request: object, client_address: object) -> None:
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)  # type: ignore[arg-type]
 
 
 class ScriptedServer:
@@ -41,8 +52,7 @@ class ScriptedServer:
             def log_message(self, *args: object) -> None:
                 pass
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.httpd.daemon_threads = True
+        self.httpd = QuietServer(("127.0.0.1", 0), Handler)
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
         self.thread.start()
 

@@ -8,7 +8,7 @@ import threading
 from collections import Counter
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import pytest
@@ -17,6 +17,7 @@ from etcd_compute.errors import RequestError
 from etcd_compute.virt import qemu_img
 from etcd_compute.virt.images import ImageCache
 from etcd_compute.virt.sources import SourcePolicy
+from tests.virt.image_sources import QuietServer
 
 
 class ImageServer:
@@ -42,7 +43,7 @@ class ImageServer:
             def log_message(self, *args: object) -> None:
                 pass
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd = QuietServer(("127.0.0.1", 0), Handler)
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
 
     def url(self, path: str) -> str:
