@@ -18,7 +18,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 ANALYSIS = Path(__file__).resolve().parent / "analysis.md"
-ORDER = ["a", "b", "c", "d", "e"]
+ORDER = ["a", "b", "c", "d", "e", "f8", "f8s", "f32", "f32s", "g1", "g8", "g32"]
 
 
 def _fmt(value: float | None, digits: int = 1) -> str:
@@ -61,6 +61,7 @@ def targets(results: dict[str, Any]) -> list[tuple[str, str, str, str]]:
         many = max(suite["rss_idle_fake_hosts"]["main_mb"], suite["rss_peak_under_run"]["main_mb"])
         rows.append((f"RSS <= 300 MB with {suite['hosts']} simulated hosts (peak)", backend,
                      f"{many:.0f} MB", _verdict(many <= 300, "")))
+    rows += service_targets(results)
     for backend, suite in results["suites"].items():
         plain = results["suites"].get(backend.removesuffix("+tls"))
         if not backend.endswith("+tls") or plain is None:
@@ -79,6 +80,42 @@ def targets(results: dict[str, Any]) -> list[tuple[str, str, str, str]]:
     else:
         rows.append(("boot <= 1.10x raw libvirt", "-", "not measured",
                      f"SKIPPED: {boot.get('skipped', '?')}"))
+    return rows
+
+
+def service_targets(results: dict[str, Any]) -> list[tuple[str, str, str, str]]:
+    """Issue 14's targets: per call against the toy, the service against (e), Placement's
+    floor and the toy's latency."""
+    rows = []
+    for backend, suite in results["suites"].items():
+        v, floor = suite["variants"], suite.get("floor", {})
+        rate = {k: v[k]["instances_per_second"] for k in v}
+        if "a" in rate and "b" in rate:
+            ratio = rate["b"] / rate["a"]
+            rows.append(("(b) >= 1.2x (a), one instance per call", backend, f"{ratio:.2f}x",
+                         _verdict(ratio >= 1.2, f"{ratio / 1.2:.1%} of target")))
+        factor = 4 if suite["hosts"] >= 1000 else 2
+        for key, what in (("f8s", "8 schedule.py processes"), ("g8", "8 warm clients")):
+            if key in rate and "e" in rate:
+                ratio = rate[key] / rate["e"]
+                rows.append((f"({key}) service, {what} >= {factor}x (e) at {suite['hosts']} "
+                             "hosts", backend, f"{ratio:.2f}x",
+                             _verdict(ratio >= factor, f"{ratio / factor:.1%} of target")))
+        if "f8s" in rate and "cli_processes" in floor:
+            ratio = rate["f8s"] / floor["cli_processes"]["instances_per_second"]
+            rows.append(("(f8s) against the process floor (8 `schedule.py UUID` at once)",
+                         backend, f"{ratio:.2f}x", "measured"))
+        for key in ("g32", "f32s"):
+            if key in rate and "post_batched" in floor:
+                ratio = rate[key] / floor["post_batched"]["instances_per_second"]
+                rows.append((f"({key}) service, 32 clients >= 0.8x Placement floor (batched "
+                             "POST)", backend, f"{ratio:.2f}x",
+                             _verdict(ratio >= 0.8, f"{ratio / 0.8:.1%} of target")))
+        if "g1" in v and "a" in v:
+            ours, toy = v["g1"]["latency_p50_ms"], v["a"]["latency_p50_ms"]
+            rows.append(("(g1) lone request through the service: p50 <= (a) p50", backend,
+                         f"{ours:.0f} vs {toy:.0f} ms",
+                         _verdict(ours <= toy, f"{ours / toy:.2f}x the toy's")))
     return rows
 
 
@@ -104,7 +141,7 @@ def plot(results: dict[str, Any], out_dir: Path, tag: str) -> list[str]:
     suites = results["suites"]
     files = []
 
-    fig, ax = plt.subplots(figsize=(9, 4.5))
+    fig, ax = plt.subplots(figsize=(14, 4.5))
     labels = [f"({k})" for k in ORDER] + ["floor POST", "floor PUT"]
     width = 0.8 / max(len(suites), 1)
     for i, (backend, suite) in enumerate(suites.items()):
@@ -118,9 +155,9 @@ def plot(results: dict[str, Any], out_dir: Path, tag: str) -> list[str]:
     ax.set_xticks([x + width * (len(suites) - 1) / 2 for x in range(len(labels))], labels)
     ax.set_ylabel("instances / s")
     any_suite = next(iter(suites.values()))
-    ax.set_title(f"Throughput, {any_suite['instances']} instances on {any_suite['hosts']} hosts "
-                 "(a: baseline, b: ours 1/call, c: ours --count, d/e: 8 procs ours/baseline)",
-                 fontsize=8)
+    ax.set_title(f"Throughput on {any_suite['hosts']} hosts (a: baseline, b: ours 1/call, c: ours "
+                 "--count, d/e: 8 procs ours/baseline, fN: N schedule.py at once, direct or "
+                 "with the service (s), gN: N warm clients of the service)", fontsize=8)
     ax.legend(fontsize=8)
     files.append(_save(fig, out_dir, f"throughput-{tag}.png"))
 
@@ -174,7 +211,7 @@ def markdown(results: dict[str, Any], plots: list[str], plot_prefix: str) -> str
     m, s = results["machine"], results["settings"]
     cmd = "make bench-full" if results["mode"] == "full" else "make bench"
     lines = [
-        "# etcd-compute benchmarks (issue 6)",
+        "# etcd-compute benchmarks (issues 6 and 14)",
         "",
         f"Generated by `bench/run.py` ({results['mode']} mode) from "
         f"`bench/results/{results['mode']}.json`; reproduce with `{cmd}` "
@@ -197,7 +234,8 @@ def markdown(results: dict[str, Any], plots: list[str], plot_prefix: str) -> str
         f"- settings: {s['hosts']} simulated hosts (one `compute.py --fake-hosts "
         f"{s['hosts']}`, 60 instances each), {s['instances']} instances of "
         f"`VCPU:1,MEMORY_MB:256,DISK_GB:1` per variant, `--count {s['batch']}` for (c), "
-        f"{s['processes']} processes for (d) and (e)",
+        f"{s['processes']} processes for (d) and (e), {s.get('cli_instances', '-')} "
+        "instances (one `schedule.py` process each) for (f)",
         "",
         "## Targets",
         "",
@@ -239,7 +277,9 @@ def markdown(results: dict[str, Any], plots: list[str], plot_prefix: str) -> str
                 f"{v['checks']['records_active']}/{v['instances']} ACTIVE |")
         floor = suite.get("floor", {})
         for name, title in (("post_batched", "Placement floor: batched `POST /allocations`"),
-                            ("put_sequential", "Placement floor: one `PUT /allocations` each")):
+                            ("put_sequential", "Placement floor: one `PUT /allocations` each"),
+                            ("cli_processes", "process floor: `schedule.py UUID` (start, "
+                                              "config, one etcd read), 8 at a time")):
             if name in floor:
                 f = floor[name]
                 rate = f["instances_per_second"]

@@ -35,9 +35,11 @@ from bench.verify import CheckFailed  # noqa: E402
 RESULTS = REPO / "bench" / "results"
 MODES: dict[str, dict[str, Any]] = {
     "quick": {"hosts": 100, "instances": 50, "batch": 25, "processes": 8,
-              "postgres_workers": 4, "boot_runs": 1, "recovery_rounds": 5},
+              "postgres_workers": 4, "boot_runs": 1, "cli_instances": 48,
+              "recovery_rounds": 5},
     "full": {"hosts": 1000, "instances": 1000, "batch": 100, "processes": 8,
-             "postgres_workers": 4, "boot_runs": 5, "recovery_rounds": 20},
+             "postgres_workers": 4, "boot_runs": 5, "cli_instances": 192,
+             "recovery_rounds": 20},
 }
 
 
@@ -47,17 +49,23 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--hosts", type=int, help="simulated hosts (overrides the mode)")
     parser.add_argument("--instances", type=int, help="instances per variant")
     parser.add_argument("--batch", type=int, help="--count batch size for variant (c)")
+    parser.add_argument("--cli-instances", type=int,
+                        help="instances of the schedule.py process variants (f)")
     parser.add_argument("--backends", default="postgresql,sqlite,sqlite+tls",
                         help="Placement backends, comma-separated; +tls: the same with TLS and "
                              "RBAC, variants (b) and (c) only (default: "
                              "postgresql,sqlite,sqlite+tls)")
-    parser.add_argument("--variants", help="only these variants, e.g. a,c (default: all)")
+    parser.add_argument("--variants",
+                        help="only these variants, e.g. a,c,f8s,g32 (default: all)")
     parser.add_argument("--boot-runs", type=int, help="boots of each kind (0 skips)")
     parser.add_argument("--recovery-rounds", type=int,
                         help="host deaths timed for the recovery figures (0 skips)")
     parser.add_argument("--profile", action="store_true",
                         help="pyinstrument profiles of variants (b) and (c) in results/")
     parser.add_argument("--no-report", action="store_true", help="do not rewrite REPORT.md")
+    parser.add_argument("--keep-logs", action="store_true",
+                        help="keep the services' logs (the scheduler service's pass timings) "
+                             "even when every check passed")
     parser.add_argument("--report-only", action="store_true",
                         help="regenerate the report and plots from results/<mode>.json")
     return parser.parse_args(argv)
@@ -106,7 +114,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     mode = "quick" if args.quick else "full"
     settings = dict(MODES[mode])
-    for key in ("hosts", "instances", "batch", "boot_runs", "recovery_rounds"):
+    for key in ("hosts", "instances", "batch", "boot_runs", "cli_instances",
+                "recovery_rounds"):
         if getattr(args, key) is not None:
             settings[key] = getattr(args, key)
     if args.report_only:
@@ -135,7 +144,8 @@ def main(argv: list[str] | None = None) -> int:
             results["suites"][backend] = suite.run_suite(
                 backend, run_root / backend.replace("+", "-"), settings["hosts"],
                 settings["instances"], settings["batch"], settings["processes"],
-                settings["postgres_workers"], only_here, profile_dir)
+                settings["postgres_workers"], only_here, profile_dir,
+                settings["cli_instances"])
             results["suites"][backend]["load_after"] = load()
         results["boot"] = boot.run_boot(run_root / "boot", settings["boot_runs"])
         results["recovery"] = recovery.run_recovery(run_root / "recovery",
@@ -154,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
         path = RESULTS / f"{mode}.json"
         path.write_text(json.dumps(results, indent=1))
         say(f"results: {path} ({results['duration_seconds']:.0f} s)")
-        if status == 0:
+        if status == 0 and not args.keep_logs:
             shutil.rmtree(run_root, ignore_errors=True)
         else:
             say(f"logs kept in {run_root}")

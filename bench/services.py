@@ -191,6 +191,55 @@ class ComputeProcess:
         self.pid = None
 
 
+@dataclass
+class ServeProcess:
+    """`schedule.py serve` (the controller and its scheduler service) for a variant: started
+    and left when the queue is open, stopped by pid, its log kept in the run directory."""
+
+    name: str
+    run_dir: Path
+    config: dict[str, Any]
+    pid: int | None = None
+
+    @property
+    def config_path(self) -> Path:
+        return self.run_dir / f"{self.name}.yaml"
+
+    def __enter__(self) -> ServeProcess:
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.config_path.write_text(yaml.safe_dump(self.config))
+        with open(self.run_dir / f"{self.name}.log", "ab") as log:
+            process = subprocess.Popen(
+                [sys.executable, str(REPO / "schedule.py"), "--config",
+                 str(self.config_path), "serve"],
+                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                cwd=self.run_dir, start_new_session=True)
+        self.pid = process.pid
+        from etcd_compute.etcd import Store
+
+        with Store(self.config["etcd"]) as store:
+            deadline = time.monotonic() + 60
+            while store.get(store.keys.queue_open()) is None:
+                if process.poll() is not None or time.monotonic() > deadline:
+                    self.__exit__()
+                    raise RuntimeError(f"schedule.py serve did not open the queue; see "
+                                       f"{self.run_dir / self.name}.log")
+                time.sleep(0.1)
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        stop_pid_tree(self.pid, timeout=10.0)
+        self.pid = None
+
+
+def write_config(run_dir: Path, name: str, config: dict[str, Any]) -> Path:
+    """A schedule.yaml for `schedule.py` processes (the CLI variants)."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    path = run_dir / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
 def fake_compute_config(stack: Stack, run_dir: Path, name: str,
                         level: str = "INFO") -> dict[str, Any]:
     return {

@@ -13,10 +13,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench import floor, notification, ours, stats, verify
+from bench import clients, floor, notification, ours, stats, verify
 from bench.footprint import RssSampler
 from bench.placements import RunResult
-from bench.services import ComputeProcess, Stack, fake_compute_config, say
+from bench.services import ComputeProcess, Stack, fake_compute_config, say, write_config
 from bench.variants import QUERY, all_variants
 from etcd_compute.etcd import Store
 from etcd_compute.placement import PlacementClient
@@ -42,7 +42,7 @@ def idle_rss(stack: Stack, run_dir: Path, hosts: int) -> dict[str, float]:
 
 def run_suite(backend: str, run_dir: Path, hosts: int, count: int, batch: int,
               processes: int, placement_workers: int, only: set[str] | None,
-              profile_dir: str | None) -> dict[str, Any]:
+              profile_dir: str | None, cli_instances: int) -> dict[str, Any]:
     # "sqlite+tls": the same backend with TLS and RBAC, for what security costs.
     backend_name, _, security = backend.partition("+")
     tls = security == "tls"
@@ -77,22 +77,25 @@ def run_suite(backend: str, run_dir: Path, hosts: int, count: int, batch: int,
 
         batch_placed = None
         with RssSampler(compute) as sampler:
-            for variant in all_variants(batch, processes, profile_dir):
+            for variant in all_variants(batch, processes, profile_dir, run_dir,
+                                        cli_instances):
                 if only and variant.key not in only:
                     continue
-                say(f"{backend}: ({variant.key}) {variant.title}: {count} instances")
+                instances = variant.instances or count
+                say(f"{backend}: ({variant.key}) {variant.title}: {instances} instances")
                 start_revision = notification.current_revision(store)
-                result = variant.run(config, count)
+                result = variant.run(config, instances)
                 summary = stats.summarize(result)
                 if result.errors:
                     raise verify.CheckFailed(f"({variant.key}) {len(result.errors)} error(s), "
                                              f"first: {result.errors[0]}")
-                if len(result.placed) != count:
+                if len(result.placed) != instances:
                     raise verify.CheckFailed(f"({variant.key}) placed {len(result.placed)} "
-                                             f"of {count}")
+                                             f"of {instances}")
                 summary["active_wait_seconds"] = verify.wait_active(store, result.placed, 600)
                 checks = verify.check(store, placement, result.placed, fake_dir)
                 consumers = checks.pop("consumers")
+                verify.queue_empty(store)
                 summary["checks"] = checks
                 delays = list(notification.building_delays(store, start_revision).values())
                 summary["notification_ms"] = {
@@ -129,8 +132,19 @@ def run_suite(backend: str, run_dir: Path, hosts: int, count: int, batch: int,
                 "samples_ms": [1000 * x for x in delays]}
             verify.wipe(store, placement, checks.pop("consumers"), project, fake_dir)
 
+        if not only or "f8s" in only or "f8" in only:
+            say(f"{backend}: process floor: {cli_instances} `schedule.py UUID` (no such "
+                f"instance), {processes} at a time")
+            floor_result = clients.run_floor(write_config(run_dir, "schedule-floor", config),
+                                             cli_instances, processes)
+            if floor_result.errors:
+                raise verify.CheckFailed(f"process floor: {floor_result.errors[0]}")
+            out.setdefault("floor", {})["cli_processes"] = stats.summarize(floor_result)
+            out["floor"]["cli_processes"].update(
+                batch=1, instances_per_second=cli_instances / floor_result.wall_seconds)
+
         if batch_placed:
-            out["floor"] = {}
+            out.setdefault("floor", {})
             for name, size in (("post_batched", batch), ("put_sequential", 1)):
                 say(f"{backend}: Placement floor, {name} ({size} per request)")
                 result: RunResult = floor.claim_batches(config, batch_placed, size)

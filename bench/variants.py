@@ -3,16 +3,22 @@
 (a) baseline, one process            (b) ours, one instance per call
 (c) ours, --count batches            (d) ours, 8 processes at once
 (e) baseline, 8 processes at once
+(f) `schedule.py` processes, one instance each, 8 or 32 at a time, without (f8, f32) and
+    with the scheduler service (f8s, f32s): the whole command, as users run it
+(g) warm clients through the scheduler service's queue, 1, 8 or 32 at a time (g1, g8, g32)
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
-from bench import baseline, ours, parallel
+from bench import baseline, clients, ours, parallel
 from bench.placements import RunResult
+from bench.services import ServeProcess, write_config
+from etcd_compute.config import deep_merge
 
 QUERY = "resources=VCPU:1,MEMORY_MB:256,DISK_GB:1"
 
@@ -22,6 +28,8 @@ class Variant:
     key: str
     title: str
     run: Callable[[dict[str, Any], int], RunResult]
+    # Instances of this variant if not the suite's (the CLI variants start a process each).
+    instances: int | None = None
 
 
 def shares(count: int, processes: int) -> list[int]:
@@ -39,7 +47,29 @@ def concurrent(function: Callable[..., RunResult], processes: int,
     return run
 
 
-def all_variants(batch: int, processes: int, profile_dir: str | None) -> list[Variant]:
+def serving(run_dir: Path, function: Callable[[dict[str, Any], int], RunResult]
+            ) -> Callable[[dict[str, Any], int], RunResult]:
+    """`function` with a `schedule.py serve` leading (started and stopped around it)."""
+    def run(config: dict[str, Any], count: int) -> RunResult:
+        serve_config = deep_merge(config, {"logging": {"level": "INFO"}})
+        with ServeProcess("serve", run_dir, serve_config):
+            return function(config, count)
+    return run
+
+
+def cli(run_dir: Path, processes: int) -> Callable[[dict[str, Any], int], RunResult]:
+    def run(config: dict[str, Any], count: int) -> RunResult:
+        path = write_config(run_dir, "schedule-cli", config)
+        return clients.run_cli(path, count, QUERY, processes)
+    return run
+
+
+def queue(processes: int) -> Callable[[dict[str, Any], int], RunResult]:
+    return lambda config, count: clients.run_queue(config, count, QUERY, processes)
+
+
+def all_variants(batch: int, processes: int, profile_dir: str | None, run_dir: Path,
+                 cli_instances: int) -> list[Variant]:
     def prof(name: str) -> str | None:
         return f"{profile_dir}/{name}.txt" if profile_dir else None
 
@@ -54,4 +84,13 @@ def all_variants(batch: int, processes: int, profile_dir: str | None) -> list[Va
                 concurrent(ours.run, processes, batch=1)),
         Variant("e", f"baseline, {processes} processes",
                 concurrent(baseline.run, processes)),
+        *[Variant(f"f{n}{'s' if service else ''}",
+                  f"schedule.py x{n} at once{', service' if service else ', direct'}",
+                  serving(run_dir, cli(run_dir, n)) if service else cli(run_dir, n),
+                  cli_instances)
+          for n in (8, 32) for service in (False, True)],
+        # One client: its latency is the figure (fewer instances do); more: throughput.
+        *[Variant(f"g{n}", f"service, {n} warm client{'s' if n > 1 else ''}",
+                  serving(run_dir, queue(n)), cli_instances if n == 1 else None)
+          for n in (1, 8, 32)],
     ]

@@ -26,7 +26,7 @@ from etcd_compute.keys import RECORDS
 from etcd_compute.placement import PlacementClient
 
 THREADS = 8
-WIPED_PREFIXES = ("/hosts/", "/instances/", "/groups/", "/stats/", "/controller/")
+WIPED_PREFIXES = ("/hosts/", "/instances/", "/groups/", "/stats/", "/controller/", "/queue/")
 
 
 class CheckFailed(Exception):
@@ -124,6 +124,16 @@ def check(store: Store, placement: PlacementClient, placed: list[Placed],
             raise CheckFailed(f"the compute never built {uuid}")
     return {"providers": len(usage), "providers_used": hosts_used, "instances": len(wanted),
             "over_capacity": 0, "records_active": len(wanted), "consumers": sorted(consumers)}
+
+
+def queue_empty(store: Store) -> None:
+    """Every request sent through the scheduler service was answered, and every answer
+    collected: nothing lost, nothing left behind."""
+    left, _ = store.get_prefix(store.keys.queue_requests(), keys_only=True)
+    answers, _ = store.get_prefix(store.keys.prefix + "/queue/answers/", keys_only=True)
+    if left or answers:
+        raise CheckFailed(f"{len(left)} request(s) and {len(answers)} answer(s) left in the "
+                          "scheduler service's queue")
 
 
 def project_usages(placement: PlacementClient, project_id: str) -> dict[str, int]:

@@ -15,11 +15,11 @@ import socket
 from pathlib import Path
 from typing import Any
 
-import jsonschema
 import yaml
 
 from etcd_compute import metrics
 from etcd_compute.errors import ConfigError
+from etcd_compute.schemas import is_valid
 from etcd_compute.schemas import validator as schema_validator
 
 ETCD_DEFAULTS: dict[str, Any] = {
@@ -145,6 +145,10 @@ SCHEDULE_DEFAULTS: dict[str, Any] = {
         "consumer_type": "INSTANCE",
         # Candidates asked of Placement per request (Placement randomizes them).
         "candidate_limit": 100,
+        # Above this many live hosts, ask Placement about a few random shards of them
+        # (etcd_compute/shards.py: about candidate_limit hosts), then about all if that
+        # found no room; 0: always all. Every compute joins its shard at registration.
+        "shard_above_hosts": 500,
         "host_subset_size": 3,
         "max_attempts": 3,
         "claim_retries": 5,
@@ -187,6 +191,15 @@ SCHEDULE_DEFAULTS: dict[str, Any] = {
         "etcd_max_txn_ops": 128,
         # etcd's --max-request-bytes: one request's specs are written in one transaction.
         "etcd_max_request_bytes": 1572864,
+        # `schedule.py serve` runs the scheduler service (the request queue, batched), and
+        # schedule.py sends its requests there whenever a service is running.
+        "service": True,
+        "use_service": True,
+        # How long the service keeps an answer nobody collected (schedule.py killed).
+        "service_answer_ttl": 3600,
+        # Seconds the service reuses an allocation-candidates answer (minus what it claimed
+        # since) before asking Placement again; 0: ask for every pass.
+        "service_candidates_max_age": 2.0,
         # `schedule.py serve`: Prometheus metrics on HOST:PORT (an IP address); null: off.
         "metrics_listen": None,
         "metrics_allow_any_address": False,
@@ -217,16 +230,21 @@ def deep_merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]
     return merged
 
 
-def _key_path(error: jsonschema.ValidationError) -> str:
+def _key_path(error: Any) -> str:
     return ".".join(str(part) for part in error.absolute_path) or "(top level)"
 
 
 def validate(config: dict[str, Any], schema_name: str, source: str) -> None:
-    """Raise ConfigError naming the first offending key."""
+    """Raise ConfigError naming the first offending key (the compiled check decides;
+    jsonschema, imported only then, explains)."""
+    if is_valid(schema_name, config):
+        return
+    import jsonschema
+
     validator = schema_validator(schema_name)
     error = jsonschema.exceptions.best_match(validator.iter_errors(config))
     if error is None:
-        return
+        raise ConfigError(f"{source}: does not match the {schema_name} schema")
     if error.validator == "additionalProperties":
         schema = error.schema
         patterns = [re.compile(p) for p in schema.get("patternProperties", {})]

@@ -5,15 +5,16 @@ the common name of its certificate (see `pki.py`). Roles:
 
 - `root`: etcd's own, for managing users and roles (certificate CN `root`);
 - `operator`: read and write everything under our prefix (schedule.py, the
-  controller `schedule.py serve`, operators' certificates), the zone keys
-  among them (`/zones/` with the paths of the credentials held for child
-  zones, `/zone-of/`, `/zone-intents/`), which no other role reaches;
+  controller `schedule.py serve`, operators' certificates), the scheduler
+  service's queue `/queue/` (only operators ask for instances) and the zone
+  keys (`/zones/` with the paths of the credentials held for child zones,
+  `/zone-of/`, `/zone-intents/`), which no other role reaches;
 - `compute-<rp_uuid>`, one per host: read and write its own prefix
   `/hosts/<rp_uuid>/` (its specs, records, booted and console keys), its own
   `/alive/<rp_uuid>` and `/stats/<rp_uuid>` keys, and read the controller's
   leader key and its own `/maintenance/<rp_uuid>` key. Nothing else: it cannot
   read another host's specs (tenants' user-data) nor write anything of another
-  host's.
+  host's, and nothing under `/queue/` (requests carry tenants' user-data).
 
 Every call is idempotent ("already exists" is fine), so `setup` and
 `add_host` can be run again after a partial failure.

@@ -17,11 +17,18 @@ and what only the operator's side (scheduler, CLI, controller) writes:
     /groups/<name>/<instance_uuid>              server group membership
     /maintenance/<rp_uuid>                      host_maintenance: disabled by an operator
     /controller/leader                          the elected `schedule.py serve`
+    /queue/open                                 queue_open: the scheduler service takes
+                                                requests (bound to the leader's lease)
+    /queue/requests/<request_uuid>              schedule_request: a schedule.py waiting
+    /queue/answers/<request_uuid>               schedule_answer: where its instances went
     /zones/<name>                               zone: a child zone's endpoints, credential paths
     /zone-of/<instance_uuid>                    zone_instance: the child zone an instance was
                                                 placed in from here (its path, `a/b`)
     /zone-intents/<request_uuid>                zone_intent: a request across zones in flight
                                                 (what to undo if it is cut short)
+
+Hosts get no access to /queue/ at all: a request carries tenants' user-data,
+and only operators may ask for instances.
 
 Everything sits under a configurable prefix so several deployments (or tests)
 can share one etcd.
@@ -124,6 +131,24 @@ class Keys:
 
     def leader(self) -> str:
         return f"{self.prefix}/controller/leader"
+
+    # --- the scheduler service's queue (operators only) ------------------------------------
+
+    def queue(self) -> str:
+        return f"{self.prefix}/queue/"
+
+    def queue_open(self) -> str:
+        """Present while a scheduler service leads (bound to its lease)."""
+        return f"{self.prefix}/queue/open"
+
+    def queue_requests(self) -> str:
+        return f"{self.prefix}/queue/requests/"
+
+    def queue_request(self, request_uuid: str) -> str:
+        return f"{self.prefix}/queue/requests/{request_uuid}"
+
+    def queue_answer(self, request_uuid: str) -> str:
+        return f"{self.prefix}/queue/answers/{request_uuid}"
 
     # --- zones (the operator's side only; see etcd_compute/zones/) -----------------------
 

@@ -16,8 +16,6 @@ import json
 import re
 from typing import Any
 
-import jsonschema
-
 from etcd_compute.errors import InvalidMessage
 from etcd_compute.schemas import is_valid, validator
 
@@ -31,6 +29,9 @@ CONSOLE = "console"
 CONTROLLER_LEADER = "controller_leader"
 HOST_MAINTENANCE = "host_maintenance"
 INSTANCE_EVENTS = "instance_events"
+SCHEDULE_REQUEST = "schedule_request"
+SCHEDULE_ANSWER = "schedule_answer"
+QUEUE_OPEN = "queue_open"
 ZONE = "zone"
 ZONE_INSTANCE = "zone_instance"
 ZONE_INTENT = "zone_intent"
@@ -50,6 +51,8 @@ def check(schema: str, message: Any) -> None:
     """Raise InvalidMessage with a one-line reason if `message` breaks `schema`."""
     if is_valid(schema, message):
         return
+    import jsonschema  # only to explain a refusal
+
     error = jsonschema.exceptions.best_match(validator(schema).iter_errors(message))
     if error is None:  # the explainer saw no fault; the verdict stands
         raise InvalidMessage(f"{schema}: does not match the schema")

@@ -74,7 +74,8 @@ BACKEND_RETRIES = Tally(
     "etcd_compute_backend_retries",
     "Times a daemon loop retried after etcd or Placement failed, by service and loop "
     "(dispatch: an event handled again 1 s later; watch: resubscribed from the last revision; "
-    "heartbeat: the lease refresh; campaign: the controller's leader election).",
+    "heartbeat: the lease refresh; campaign: the controller's leader election; queue: a pass "
+    "of the scheduler service, again 1 s later).",
     ("service", "loop"))
 
 

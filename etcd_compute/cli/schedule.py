@@ -190,9 +190,9 @@ def _no_valid_host(args: argparse.Namespace, exc: NoValidHost) -> int:
 
 
 def cmd_schedule(args: argparse.Namespace, config: dict[str, Any]) -> int:
-    from etcd_compute import instances
-    from etcd_compute.scheduler import RequestSpec, Scheduler
-    from etcd_compute.scheduler import operations as ops
+    """Place the instances: through the scheduler service when one runs (the queue in
+    etcd), else here; the same output and exit status either way."""
+    from etcd_compute.scheduler.spec import RequestSpec
 
     aggregate, route = zones_cli.zone_option(args.zone, config)
     request_spec = RequestSpec.build(
@@ -202,34 +202,67 @@ def cmd_schedule(args: argparse.Namespace, config: dict[str, Any]) -> int:
         required_resources=config["scheduler"]["required_resources"],
         on_host_failure=args.on_host_failure,
     )
-    scheduler = Scheduler(config)
-    try:
-        if zones_cli.federated(scheduler.store, route):
-            return zones_cli.schedule(args, config, scheduler, request_spec, route,
-                                      lambda exc: _no_valid_host(args, exc), _progress)
+    with _store(config) as store:
+        # A request for child zones goes there directly, never through this zone's service.
+        if zones_cli.federated(store, route):
+            return _federate(args, config, store, request_spec, route)
         try:
-            destinations = scheduler.select_destinations(request_spec)
+            destinations, conflicts = _select(config, store, request_spec)
         except NoValidHost as exc:
             return _no_valid_host(args, exc)
         if args.json and not args.wait:
             _emit_json({"instances": [d.as_dict() for d in destinations],
-                        "conflicts": scheduler.placement.conflicts})
+                        "conflicts": conflicts})
         elif not args.json:
             for destination in destinations:
                 print(f"NOTIFIED TARGET, {destination.host}, OF INSTANCE {destination.uuid}",
                       flush=True)
         if not args.wait:
             return 0
-        final = ops.wait(scheduler.store, [d.uuid for d in destinations],
+        from etcd_compute import instances
+        from etcd_compute.scheduler import operations as ops
+
+        final = ops.wait(store, [d.uuid for d in destinations],
                          frozenset({instances.ACTIVE, instances.ERROR, instances.DELETED}),
                          config["scheduler"]["wait_timeout_seconds"],
                          (lambda *_: None) if args.json else _progress)
         if args.json:
             _emit_json({"instances": [{**d.as_dict(), "record": final.get(d.uuid)}
                                       for d in destinations],
-                        "conflicts": scheduler.placement.conflicts})
+                        "conflicts": conflicts})
         ok = all(r is not None and r["state"] == instances.ACTIVE for r in final.values())
         return 0 if ok else 1
+
+
+def _federate(args: argparse.Namespace, config: dict[str, Any], store: Any,
+              request_spec: Any, route: str | None) -> int:
+    """A request across zones (cli/zones.py), planned here and in the zones below."""
+    from etcd_compute.scheduler.scheduler import Scheduler
+
+    scheduler = Scheduler(config, store=store)
+    try:
+        return zones_cli.schedule(args, config, scheduler, request_spec, route,
+                                  lambda exc: _no_valid_host(args, exc), _progress)
+    finally:
+        scheduler.close()
+
+
+def _select(config: dict[str, Any], store: Any, request_spec: Any) -> tuple[list[Any], int]:
+    """(destinations, Placement 409s met on the way): the service's answer when a service
+    takes requests, else our own scheduling (imported only then: the queue's path needs
+    no Placement client)."""
+    if config["scheduler"]["use_service"]:
+        from etcd_compute.scheduler.queue_client import QueueClient
+
+        client = QueueClient(store, config["scheduler"])
+        destinations = client.schedule(request_spec)
+        if destinations is not None:
+            return destinations, client.conflicts
+    from etcd_compute.scheduler.scheduler import Scheduler
+
+    scheduler = Scheduler(config, store=store)
+    try:
+        return scheduler.select_destinations(request_spec), scheduler.placement.conflicts
     finally:
         scheduler.close()
 

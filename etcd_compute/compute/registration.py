@@ -10,6 +10,7 @@ from typing import Any
 from etcd_compute.compute.identity import HostIdentity
 from etcd_compute.compute.inventory import build_inventory, cpu_traits, measure_totals
 from etcd_compute.placement import DISABLED_TRAIT, PlacementClient
+from etcd_compute.shards import aggregate_of
 
 LOG = logging.getLogger("etcd_compute.compute")
 
@@ -46,7 +47,10 @@ class Registration:
             # an operator disabled the host.
             own = traits | {DISABLED_TRAIT} if self.disabled_by_operator(host.uuid) else traits
             generation = self.placement.set_traits(host.uuid, own, generation)
-            self.placement.set_aggregates(host.uuid, self.settings["aggregates"], generation)
+            # The configured zones, and the host's candidate shard (etcd_compute/shards.py).
+            self.placement.set_aggregates(
+                host.uuid, sorted({*self.settings["aggregates"], aggregate_of(host.uuid)}),
+                generation)
             self.inventories[host.uuid] = inventory
 
         self.placement.ensure_custom_traits(traits)

@@ -15,13 +15,32 @@ are the policies, `planner` picks hosts, `spec_writer` writes the specs,
 `scheduler` ties one request together.
 """
 
-from etcd_compute.scheduler.request import parse_query
-from etcd_compute.scheduler.scheduler import (
-    Scheduler,
-    select_destinations,
-    update_resource_stats,
-)
-from etcd_compute.scheduler.spec import Destination, RequestSpec
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from etcd_compute.scheduler.request import parse_query
+    from etcd_compute.scheduler.scheduler import (
+        Scheduler,
+        select_destinations,
+        update_resource_stats,
+    )
+    from etcd_compute.scheduler.spec import Destination, RequestSpec
+
+# Imported when first used (PEP 562): schedule.py's queue path needs neither the
+# Placement client nor the planner, and a short-lived command pays for every import.
+_HOMES = {"parse_query": "request", "Scheduler": "scheduler",
+          "select_destinations": "scheduler", "update_resource_stats": "scheduler",
+          "Destination": "spec", "RequestSpec": "spec"}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _HOMES:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{_HOMES[name]}"), name)
+
 
 __all__ = ["Destination", "RequestSpec", "Scheduler", "parse_query", "select_destinations",
            "update_resource_stats"]

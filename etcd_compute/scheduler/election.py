@@ -19,7 +19,7 @@ from typing import Any
 
 from etcd_compute import messages
 from etcd_compute.errors import EtcdComputeError
-from etcd_compute.etcd import Store, Txn, absent, put_message
+from etcd_compute.etcd import Compare, Store, Txn, absent, put_message
 
 LOG = logging.getLogger("etcd_compute.controller")
 
@@ -30,6 +30,8 @@ class Election:
         self.ttl = ttl
         self.name = name or f"{socket.gethostname()}:{os.getpid()}"
         self.lease: Any = None
+        # The revision our leader key was created at: what the fence compares.
+        self.revision = 0
         # Monotonic time until which our lease is certainly alive (last refresh + TTL,
         # minus a margin): past it we no longer count as leader.
         self._valid_until = 0.0
@@ -58,10 +60,16 @@ class Election:
             lease.revoke()
             return False
         with self._lock:
-            self.lease = lease
+            self.lease, self.revision = lease, won
         self._vouch(sent, self.ttl)
         LOG.info("leader now (%s)", self.name)
         return True
+
+    def fence(self) -> Compare:
+        """A compare that holds only while the leader key is the one we created: a
+        transaction carrying it cannot be applied by a leader that lost its lease, even
+        one that does not know it yet (paused, cut off)."""
+        return Compare(self.store.keys.leader(), "create", "==", self.revision)
 
     def refresh(self) -> bool:
         """Keep the lease; False (no longer leader) if etcd forgot it or cannot be reached."""

@@ -1,23 +1,27 @@
 """What the scheduler knows about each candidate host while it plans.
 
 Built from one `GET /allocation_candidates` (allocation requests and
-provider summaries) plus three etcd prefix reads (`/alive/`, `/stats/`,
-`/hosts/` keys only). Free capacity lives in one `ProviderUsage` shared by
-all hosts, so placing an instance "virtually depletes" it (a sharing
-provider used by two hosts is depleted for both) before the next pick.
+provider summaries) plus etcd's view (`Cluster`): heartbeats and stats (one
+read), then the instance counts of the live hosts Placement may offer (counted
+by etcd), all read while Placement answers (`LiveHosts`). Free capacity lives
+in one `ProviderUsage` shared by all hosts, so placing an instance "virtually
+depletes" it (a sharing provider used by two hosts is depleted for both)
+before the next pick.
 """
 
 from __future__ import annotations
 
 import time
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from etcd_compute import messages
+from etcd_compute import messages, shards
 from etcd_compute.errors import InvalidMessage
-from etcd_compute.etcd import Store
+from etcd_compute.etcd import Entry, KeyValueStore, Range, RangeResult
 from etcd_compute.instances import count_by_host
+from etcd_compute.keys import Keys
 from etcd_compute.placement import DISABLED_TRAIT
 
 SHARING_TRAIT = "MISC_SHARES_VIA_AGGREGATE"
@@ -35,6 +39,8 @@ class ProviderUsage:
             rp: {rc: int(v["capacity"]) - int(v["used"]) for rc, v in s["resources"].items()}
             for rp, s in summaries.items()
         }
+        # When each provider's summary was asked (the service's kept answers).
+        self.asked_at: dict[str, float] = dict.fromkeys(self.free, 0.0)
 
     def fits(self, allocations: Allocations) -> bool:
         return all(
@@ -48,10 +54,34 @@ class ProviderUsage:
             for rc, amount in alloc["resources"].items():
                 self.free[rp][rc] -= amount
 
+    def release(self, allocations: Allocations) -> None:
+        """Undo `consume` (a plan given up)."""
+        for rp, alloc in allocations.items():
+            for rc, amount in alloc["resources"].items():
+                self.free[rp][rc] += amount
 
-@dataclass
+    def add(self, summaries: dict[str, Any], asked_at: float = 0.0) -> None:
+        """Providers of another candidates answer not known yet (the service plans several
+        request shapes on one usage, so that what one shape takes the others see)."""
+        for rp, summary in summaries.items():
+            if rp not in self.free:
+                self.free[rp] = {rc: int(v["capacity"]) - int(v["used"])
+                                 for rc, v in summary["resources"].items()}
+                self.asked_at[rp] = asked_at
+
+    def take(self, claims: list[tuple[float, Allocations]]) -> None:
+        """Claims made after a provider's summary was asked, taken off its free capacity."""
+        for at, allocations in claims:
+            for rp, alloc in allocations.items():
+                if rp in self.free and self.asked_at[rp] <= at:
+                    for rc, amount in alloc["resources"].items():
+                        self.free[rp][rc] = self.free[rp].get(rc, 0) - amount
+
+
+@dataclass(eq=False)
 class HostState:
-    """A compute host (a root provider) that Placement says can take the request."""
+    """A compute host (a root provider) that Placement says can take the request (compared
+    by identity: the planner keeps one per host)."""
 
     uuid: str
     name: str
@@ -71,9 +101,11 @@ class HostState:
 
     @property
     def free(self) -> dict[str, int]:
-        """Free amount per resource class over the host's provider tree."""
+        """Free amount per resource class over the host's provider tree (read only)."""
+        if not self.tree or self.tree == {self.uuid}:
+            return self.usage.free.get(self.uuid, {})  # one provider: no sum to make
         total: Counter[str] = Counter()
-        for rp in self.tree or {self.uuid}:
+        for rp in self.tree:
             total.update(self.usage.free.get(rp, {}))
         return dict(total)
 
@@ -104,32 +136,90 @@ class Cluster:
     build_failures: dict[str, list[float]] = field(default_factory=dict)
     instances: Counter[str] = field(default_factory=Counter)
 
+    @staticmethod
+    def heartbeat_reads(keys: Keys) -> list[Range]:
+        """The heartbeats and stats of every host: two ranges of one `read_many`, which the
+        scheduler sends while Placement answers the candidates query."""
+        return [Range(keys.alive_prefix()), Range(keys.stats_prefix())]
+
     @classmethod
-    def read(cls, store: Store, only: set[str] | None = None,
-             cache: dict[str, dict[tuple[str, int], dict[str, Any]]] | None = None) -> Cluster:
-        """etcd's view; with `only` (the candidate providers), other hosts' messages are
-        skipped undecoded, and `cache` (kept by a long-lived Scheduler) keeps the messages
-        already validated, by key and mod_revision: schema-validating every heartbeat on
-        every request cost ~80% of a one-instance request at 1000 hosts (bench/REPORT.md)."""
-        keys = store.keys
+    def from_reads(cls, keys: Keys, results: list[RangeResult], instances: Counter[str],
+                   only: set[str] | None = None,
+                   cache: dict[str, dict[tuple[str, int], dict[str, Any]]] | None = None
+                   ) -> Cluster:
+        """The view from `heartbeat_reads`' results; with `only` (the candidate providers),
+        other hosts' messages are skipped undecoded, and `cache` (kept by a long-lived
+        Scheduler) keeps the messages already validated, by key and mod_revision:
+        schema-validating every heartbeat on every request cost ~80% of a one-instance
+        request at 1000 hosts (bench/REPORT.md)."""
         cache = {} if cache is None else cache
-        alive = {rp: message.get("name", rp)
-                 for rp, message in _read_some(store, messages.ALIVE, keys.alive_prefix(),
-                                               only, cache).items()}
-        stats = _read_some(store, messages.HOST_STATS, keys.stats_prefix(), only, cache)
+        alive_entries, stats_entries = (result.entries for result in results)
+        alive = {rp: message.get("name", rp) for rp, message in _decode_some(
+            messages.ALIVE, keys.alive_prefix(), alive_entries, only, cache).items()}
+        stats = _decode_some(messages.HOST_STATS, keys.stats_prefix(), stats_entries, only,
+                             cache)
         return cls(alive, {rp: s.get("build_failures", []) for rp, s in stats.items()},
-                   count_by_host(store))
+                   instances)
+
+    @classmethod
+    def read(cls, store: KeyValueStore, only: set[str] | None = None,
+             cache: dict[str, dict[tuple[str, int], dict[str, Any]]] | None = None,
+             max_ops: int = 128) -> Cluster:
+        """etcd's view in two round trips: heartbeats and stats, then the instance counts
+        (of the hosts in `only`, or of every host)."""
+        results, _ = store.read_many(cls.heartbeat_reads(store.keys))
+        counts = count_by_host(store) if only is None else instance_counts(store, only,
+                                                                           max_ops)
+        return cls.from_reads(store.keys, results, counts, only, cache)
 
 
-def _read_some(store: Store, schema: str, prefix: str, only: set[str] | None,
-               cache: dict[str, dict[tuple[str, int], dict[str, Any]]]
-               ) -> dict[str, dict[str, Any]]:
-    """Valid messages under `prefix` by last key segment, only those in `only` if given.
+@dataclass
+class LiveHosts:
+    """etcd's side of one request, read while Placement answers: heartbeats and stats
+    (`Cluster.heartbeat_reads`' results), how many hosts are alive, and the instance counts
+    of those Placement may offer (`counted`: alive, in the shards asked about if any)."""
+
+    heartbeats: list[RangeResult]
+    alive: int
+    counts: Counter[str]
+    counted: set[str]
+
+    @classmethod
+    def read(cls, store: KeyValueStore, exclude: Iterable[str] = (),
+             aggregates: Iterable[str] | None = None, max_ops: int = 128) -> LiveHosts:
+        """Two round trips at most hosts (one per `max_ops` hosts counted)."""
+        results, _ = store.read_many(Cluster.heartbeat_reads(store.keys))
+        alive = {entry.key.rsplit("/", 1)[-1] for entry in results[0].entries}
+        counted = alive - set(exclude)
+        if aggregates is not None:
+            asked = set(aggregates)
+            counted = {rp for rp in counted if shards.aggregate_of(rp) in asked}
+        return cls(results, len(alive), instance_counts(store, counted, max_ops), counted)
+
+
+def instance_counts(store: KeyValueStore, hosts: Iterable[str], max_ops: int) -> Counter[str]:
+    """Instances per host (its spec keys, counted by etcd: no key is sent) for `hosts` only,
+    in as few round trips as etcd's --max-txn-ops allows."""
+    hosts = sorted(hosts)
+    counts: Counter[str] = Counter()
+    for start in range(0, len(hosts), max(1, max_ops)):
+        chunk = hosts[start:start + max(1, max_ops)]
+        results, _ = store.read_many([Range(store.keys.specs(h), count_only=True)
+                                      for h in chunk])
+        for host, result in zip(chunk, results, strict=True):
+            if result.count:
+                counts[host] = result.count
+    return counts
+
+
+def _decode_some(schema: str, prefix: str, entries: list[Entry], only: set[str] | None,
+                 cache: dict[str, dict[tuple[str, int], dict[str, Any]]]
+                 ) -> dict[str, dict[str, Any]]:
+    """Valid messages among `entries` by last key segment, only those in `only` if given.
 
     `cache[prefix]` is replaced by this read's valid messages, so it never holds more
     than the keys that exist now.
     """
-    entries, _ = store.get_prefix(prefix)
     seen = cache.get(prefix, {})
     fresh: dict[tuple[str, int], dict[str, Any]] = {}
     found = {}
@@ -165,10 +255,22 @@ def candidate_providers(candidates: dict[str, Any]) -> set[str]:
     return found
 
 
-def host_states(candidates: dict[str, Any], cluster: Cluster) -> list[HostState]:
-    """HostStates from an allocation-candidates answer, in Placement's order."""
+def candidate_hosts(candidates: dict[str, Any]) -> set[str]:
+    """The compute hosts (root providers) an allocation-candidates answer offers."""
     summaries = candidates.get("provider_summaries", {})
-    usage = ProviderUsage(summaries)
+    return {_host_of(request["allocations"], summaries)
+            for request in candidates.get("allocation_requests", [])}
+
+
+def host_states(candidates: dict[str, Any], cluster: Cluster,
+                usage: ProviderUsage | None = None, asked_at: float = 0.0) -> list[HostState]:
+    """HostStates from an allocation-candidates answer, in Placement's order; their free
+    capacity in `usage` (shared with other answers' hosts) or a usage of their own."""
+    summaries = candidates.get("provider_summaries", {})
+    if usage is None:
+        usage = ProviderUsage(summaries)
+    else:
+        usage.add(summaries, asked_at)
     trees: dict[str, set[str]] = {}
     for rp, summary in summaries.items():
         trees.setdefault(summary.get("root_provider_uuid", rp), set()).add(rp)

@@ -44,9 +44,9 @@ from etcd_compute.errors import (
 )
 from etcd_compute.etcd import KeyValueStore
 from etcd_compute.placement import CONCURRENT_UPDATE, PlacementClient
-from etcd_compute.scheduler.operations import WaitTimeout, check_uuid, operator_name, where
+from etcd_compute.scheduler.operations import WaitTimeout, check_uuid, where
 from etcd_compute.scheduler.request import RequestGroup, ResourceRequest, parse_query
-from etcd_compute.scheduler.spec import IMAGE_URL
+from etcd_compute.scheduler.spec import IMAGE_URL, operator_name
 
 ATTEMPTS = 5
 

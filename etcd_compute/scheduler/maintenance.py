@@ -31,7 +31,7 @@ from etcd_compute.errors import (
 from etcd_compute.etcd import KeyValueStore
 from etcd_compute.keys import UUID
 from etcd_compute.placement import DISABLED_TRAIT, PlacementClient
-from etcd_compute.scheduler.operations import operator_name
+from etcd_compute.scheduler.spec import operator_name
 
 
 class DrainTimeout(EtcdComputeError):

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from prometheus_client import Counter, Gauge
+from prometheus_client import Counter, Gauge, Histogram
 
 from etcd_compute import metrics as common
 
@@ -41,6 +41,20 @@ ACTIONS_DONE = Counter(
     "What the controller did about instances, by action and result (reschedule: moved, "
     "failed, conflict; recover: rebuilt, error, deleted, left, retry).", ["action", "result"])
 
+# The scheduler service: requests by what became of them in a pass, and pass sizes.
+QUEUE_RESULTS = ("answered", "refused", "retried")
+QUEUE_REQUESTS = Counter(
+    "etcd_compute_scheduler_requests",
+    "Requests the scheduler service handled, by result (answered: instances placed; "
+    "refused: answered with an error; retried: left in the queue for the next pass).",
+    ["result"])
+QUEUE_PASS_SIZE = Histogram(
+    "etcd_compute_scheduler_pass_requests",
+    "Requests pending at each pass of the scheduler service (the batch size).",
+    buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256, 1024))
+
+for _result in QUEUE_RESULTS:
+    QUEUE_REQUESTS.labels(_result)
 for _kind in (*EVENT_KINDS.values(), "other"):
     for _result in ("ok", "error"):
         EVENTS.labels(_kind, _result)
@@ -65,6 +79,14 @@ def rescheduled(result: str) -> None:
     """A RESCHEDULING instance was `result` (one of ACTIONS["reschedule"])."""
     assert result in ACTIONS["reschedule"], result
     ACTIONS_DONE.labels("reschedule", result).inc()
+
+
+def queue_pass(requests: int, done: Any) -> None:
+    """A pass of the scheduler service over `requests` pending; `done` counts by result."""
+    QUEUE_PASS_SIZE.observe(requests)
+    for result in QUEUE_RESULTS:
+        if done[result]:
+            QUEUE_REQUESTS.labels(result).inc(done[result])
 
 
 def start(service: ControllerService) -> Any:

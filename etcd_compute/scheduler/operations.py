@@ -3,8 +3,6 @@ console, wait. `schedule.py` is a thin layer over these."""
 
 from __future__ import annotations
 
-import getpass
-import socket
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -16,6 +14,7 @@ from etcd_compute.etcd import Store
 from etcd_compute.keys import RECORDS
 from etcd_compute.placement import DISABLED_TRAIT, PlacementClient
 from etcd_compute.scheduler.request import UUID
+from etcd_compute.scheduler.spec import operator_name
 
 # How long the DELETED record of an instance destroyed on a dead host stays readable.
 DELETED_RECORD_TTL = 3600
@@ -23,11 +22,6 @@ DELETED_RECORD_TTL = 3600
 
 class WaitTimeout(EtcdComputeError):
     """--wait ran out of time; the instances keep going."""
-
-
-def operator_name() -> str:
-    """Who is asking, for the instance's events and a host's maintenance: user@host."""
-    return f"{getpass.getuser()}@{socket.gethostname()}"[:255]
 
 
 def check_uuid(text: str) -> str:

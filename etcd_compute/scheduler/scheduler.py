@@ -15,12 +15,14 @@ import random
 import time
 import uuid as uuidlib
 from collections import Counter
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
 import tenacity
 
-from etcd_compute import claims, instances, messages
+from etcd_compute import claims, instances, messages, shards
 from etcd_compute.errors import (
     ConflictError,
     EtcdComputeError,
@@ -28,23 +30,28 @@ from etcd_compute.errors import (
     PlacementError,
     UsageError,
 )
-from etcd_compute.etcd import Store, Txn
+from etcd_compute.etcd import Range, Store, Txn
 from etcd_compute.placement import PlacementClient
 from etcd_compute.scheduler import explain, spec_writer
 from etcd_compute.scheduler.context import PlanContext
-from etcd_compute.scheduler.filters import enabled_filters
+from etcd_compute.scheduler.filters import AliveFilter, enabled_filters
 from etcd_compute.scheduler.hoststate import (
     Cluster,
     HostState,
+    LiveHosts,
+    candidate_hosts,
     candidate_providers,
     host_states,
+    instance_counts,
 )
 from etcd_compute.scheduler.planner import FilterReport, NoRoom, Pick, plan
-from etcd_compute.scheduler.request import UUID
+from etcd_compute.scheduler.request import UUID, ResourceRequest
 from etcd_compute.scheduler.spec import Destination, RequestSpec
 from etcd_compute.scheduler.weighers import enabled_weighers
 
 LOG = logging.getLogger(__name__)
+# How long the number of live hosts a request saw decides whether the next one shards.
+ALIVE_SEEN_MAX_AGE = 10.0
 
 
 class RetryablePlan(EtcdComputeError):
@@ -74,12 +81,28 @@ class Scheduler:
         self.filters = enabled_filters(self.settings["filters"])
         self.weighers = enabled_weighers(self.settings["weighers"])
         self._store = store
+        # A store handed in belongs to the caller, who closes it.
+        self._owns_store = store is None
         self._placement = placement
         self.rng = rng or random.Random()
         # Claims that lost a race and were planned again; for --json and benchmarks.
         self.replans = 0
+        # Sharded queries that found no room and were asked again of every host.
+        self.unsharded = 0
         # Heartbeat and stats messages already validated, by (key, mod_revision).
         self._decoded: dict[str, dict[tuple[str, int], dict[str, Any]]] = {}
+        self._executor: ThreadPoolExecutor | None = None
+        # (when, how many) hosts were alive at the last request's read.
+        self._alive_seen: tuple[float, int] | None = None
+        # Hosts without a heartbeat are filtered out: their instance counts do not matter.
+        self._alive_filtered = any(isinstance(f, AliveFilter) for f in self.filters)
+
+    @property
+    def _background(self) -> ThreadPoolExecutor:
+        """One thread for etcd reads that overlap a Placement call."""
+        if self._executor is None:
+            self._executor = ThreadPoolExecutor(1, thread_name_prefix="scheduler-etcd")
+        return self._executor
 
     @property
     def store(self) -> Store:
@@ -138,29 +161,86 @@ class Scheduler:
             hosts[member["host"]] += 1
         return hosts, revision
 
+    def plan(self, request_spec: RequestSpec, exclude: frozenset[str] = frozenset(),
+             member: str | None = None) -> tuple[list[Pick], int | None]:
+        """Picks for the request (not claimed), and the group revision they were planned at.
+
+        `exclude` and `member` as for `candidates`. In a large cluster the candidates
+        are asked of a few random shards first (`shards_for`); a sharded query that
+        leaves no room is asked again of every host.
+        """
+        aggregates = self.shards_for(request_spec.request, request_spec.count,
+                                     self._live_hosts)
+        if aggregates is not None:
+            try:
+                return self._plan(request_spec, exclude, member, aggregates)
+            except NoValidHost:
+                self.unsharded += 1  # the whole cluster may have room the shards lack
+        return self._plan(request_spec, exclude, member, None)
+
+    def _live_hosts(self) -> int:
+        """Hosts with a heartbeat: as the last request read them if that was recent (whether
+        to shard needs no precision), else one count-only etcd read."""
+        if self._alive_seen and time.monotonic() - self._alive_seen[0] < ALIVE_SEEN_MAX_AGE:
+            return self._alive_seen[1]
+        (result,), _ = self.store.read_many([Range(self.store.keys.alive_prefix(),
+                                                   count_only=True)])
+        return result.count
+
+    def shards_for(self, request: ResourceRequest, count: int,
+                   hosts: Callable[[], int]) -> list[str] | None:
+        """Shard aggregates to ask Placement about (`shards.py`), or None for every host:
+        only above `shard_above_hosts` live hosts (`hosts()` counts them), and only for a
+        query with an unnumbered resource group and no tree of its own."""
+        threshold = self.settings["shard_above_hosts"]
+        group = request.groups.get("")
+        if not threshold or group is None or not group.resources or \
+                any(g.in_tree for g in request.groups.values()):
+            return None
+        live = hosts()
+        if live <= threshold:
+            return None
+        return shards.pick(live, self.settings["candidate_limit"] + count, self.rng)
+
     def candidates(self, request_spec: RequestSpec, exclude: frozenset[str] = frozenset(),
-                   member: str | None = None) -> Candidates:
+                   member: str | None = None,
+                   aggregates: list[str] | None = None) -> Candidates:
         """The hosts the request could go to (none when Placement offered none), what the
         planner needs besides them, and the group revision they were read at.
 
         `exclude`: hosts not to consider (a dead one); `member`: an existing instance
-        being placed again, which does not count as a member of its own group.
+        being placed again, which does not count as a member of its own group;
+        `aggregates`: ask Placement about the hosts of these shard aggregates only.
+
+        Round trips: the candidates query; meanwhile, on another thread, etcd's
+        heartbeats and stats, then the instance counts of the live hosts (of the shards
+        asked about), and the group. Nothing is read after Placement answers.
         """
-        limit = self.settings["candidate_limit"]
-        query = request_spec.request.to_query(limit=limit)
+        limit, max_ops = self.settings["candidate_limit"], self.settings["etcd_max_txn_ops"]
+        extra = [("member_of", "in:" + ",".join(aggregates))] if aggregates else None
+        query = request_spec.request.to_query(limit=limit, extra=extra)
+        etcd_view = self._background.submit(
+            lambda: (LiveHosts.read(self.store, exclude, aggregates, max_ops),
+                     self._group_state(request_spec, member)))
         try:
             candidates = self.placement.allocation_candidates(query)
         except PlacementError as exc:
             if not explain.unknown_trait(exc):
                 raise UsageError(f"Placement rejected the query: {exc}") from None
             candidates = {"allocation_requests": [], "provider_summaries": {}}
-        group_hosts, group_revision = self._group_state(request_spec, member)
+        live, (group_hosts, group_revision) = etcd_view.result()
+        self._alive_seen = (time.monotonic(), live.alive)
         offered = len(candidates["allocation_requests"])
-        hosts = [] if not offered else [
-            host for host in
-            host_states(candidates, Cluster.read(self.store, candidate_providers(candidates),
-                                                 self._decoded))
-            if host.uuid not in exclude]
+        hosts: list[HostState] = []
+        if offered:
+            counts = live.counts
+            uncounted = candidate_hosts(candidates) - exclude - live.counted
+            if uncounted and not self._alive_filtered:  # else filtered out, count or not
+                counts = counts + instance_counts(self.store, uncounted, max_ops)
+            cluster = Cluster.from_reads(self.store.keys, live.heartbeats, counts,
+                                         candidate_providers(candidates), self._decoded)
+            hosts = [host for host in host_states(candidates, cluster)
+                     if host.uuid not in exclude]
         context = PlanContext(
             policy=request_spec.group[1] if request_spec.group else None,
             group_hosts=group_hosts,
@@ -175,17 +255,19 @@ class Scheduler:
         nothing."""
         return explain.explain(self.placement, request_spec.request, report, limited)
 
-    def _plan(self, request_spec: RequestSpec, exclude: frozenset[str] = frozenset(),
-              member: str | None = None) -> tuple[list[Pick], int | None]:
-        """Picks for the request (not claimed), and the group revision they were planned at."""
-        found = self.candidates(request_spec, exclude, member)
+    def _plan(self, request_spec: RequestSpec, exclude: frozenset[str], member: str | None,
+              aggregates: list[str] | None) -> tuple[list[Pick], int | None]:
+        found = self.candidates(request_spec, exclude, member, aggregates)
         if not found.offered:
-            raise NoValidHost(self.explain(request_spec, None))
+            # Reasons only for the whole cluster: a sharded miss is asked again (`plan`).
+            raise NoValidHost([] if aggregates else self.explain(request_spec, None))
         try:
             picks = plan(found.hosts, request_spec.count, self.filters, self.weighers,
                          found.context, self.settings["host_subset_size"],
                          self.settings["max_attempts"], self.rng)
         except NoRoom as exc:
+            if aggregates:
+                raise NoValidHost([]) from None
             raise NoValidHost(self.explain(request_spec, exc.report, found.limited)) from None
         return picks, found.group_revision
 
@@ -198,11 +280,11 @@ class Scheduler:
             spec.get("query") or "resources=" + ",".join(
                 f"{rc}:{n}" for rc, n in sorted(spec["resources"].items())),
             group=(group["name"], group["policy"]) if group else None)
-        picks, _ = self._plan(request_spec, exclude, member=spec["uuid"])
+        picks, _ = self.plan(request_spec, exclude, member=spec["uuid"])
         return picks[0]
 
     def _attempt(self, request_spec: RequestSpec) -> list[Destination]:
-        picks, group_revision = self._plan(request_spec)
+        picks, group_revision = self.plan(request_spec)
         destinations = self.destinations(request_spec, picks)
         txn = self.transaction(request_spec, destinations, group_revision)
         try:
@@ -291,7 +373,10 @@ class Scheduler:
         self.store.put(messages.HOST_STATS, self.store.keys.stats(rp_uuid), message)
 
     def close(self) -> None:
-        if self._store is not None:
+        if self._executor is not None:
+            self._executor.shutdown(wait=True)
+            self._executor = None
+        if self._store is not None and self._owns_store:
             self._store.close()
 
 

@@ -4,9 +4,13 @@ Run one or more (a systemd unit on two machines, say): exactly one leads
 (`election.py`), the others wait to take over within seconds. The leader
 sweeps once (`Controller.sweep`), then follows every change under /hosts/
 from that revision on and hands each record event to `Controller`. One
-thread decides (this one); the watch thread only queues events. If the
+thread decides (this one); the watch threads only queue events. If the
 leader loses its lease (cut off from etcd) it stops acting before its lease
 can expire, and campaigns again.
+
+The leader also runs the scheduler service (`queue_service.py`, unless
+`scheduler.service` is false): its own thread drains the request queue,
+planning on a host cache (`hostcache.py`) that the same watches keep current.
 """
 
 from __future__ import annotations
@@ -29,6 +33,8 @@ from etcd_compute.placement import PlacementClient
 from etcd_compute.scheduler import metrics as scheduler_metrics
 from etcd_compute.scheduler.controller import Controller
 from etcd_compute.scheduler.election import Election
+from etcd_compute.scheduler.hostcache import HostCache
+from etcd_compute.scheduler.queue_service import QueueService
 from etcd_compute.scheduler.scheduler import Scheduler
 
 RECOVERY_TICK_SECONDS = 0.2
@@ -47,6 +53,14 @@ class ControllerService:
         self.scheduler = Scheduler(config, store=self.store, placement=self.placement)
         self.controller = Controller(self.store, self.placement, self.settings,
                                      place=self.scheduler.place)
+        self.cache = HostCache(self.store.keys)
+        self.service: QueueService | None = None
+        if self.settings["service"]:
+            # Its own thread: its own Placement session and Scheduler (same etcd client).
+            placement = PlacementClient(config["placement"])
+            self.service = QueueService(
+                self.store, placement, Scheduler(config, store=self.store, placement=placement),
+                self.election, self.cache, self.settings)
         self.events: queue.Queue[Event] = queue.Queue()
         self.stopping = threading.Event()
         self._cancels: list[Callable[[], None]] = []
@@ -89,11 +103,15 @@ class ControllerService:
         try:
             _, revision = self.store.get_prefix(self.store.keys.leader())
             LOG.info("sweep: %s", self.controller.sweep())
+            if self.service is not None:
+                self.cache.load(self.store)
         except EtcdComputeError as exc:
             LOG.warning("sweep failed (%s); giving up leadership", exc)
             self.election.resign()
             return
         self._start_watch(revision + 1)
+        if self.service is not None:
+            self.service.start()
         next_refresh = next_tick = time.monotonic()
         while not self.stopping.is_set():
             if time.monotonic() >= next_refresh:
@@ -114,6 +132,8 @@ class ControllerService:
             if not self.election.is_leader:
                 break  # never act on an event once we may no longer lead
             self._dispatch(handler, args)
+        if self.service is not None:
+            self.service.stop()
         self._stop_watch()
         with self.events.mutex:
             self.events.queue.clear()
@@ -134,7 +154,11 @@ class ControllerService:
 
     def _start_watch(self, revision: int) -> None:
         self._watching = True
-        for prefix in (self.store.keys.hosts(), self.store.keys.alive_prefix()):
+        keys = self.store.keys
+        prefixes = [keys.hosts(), keys.alive_prefix()]
+        if self.service is not None:
+            prefixes += [keys.stats_prefix(), keys.queue_requests()]
+        for prefix in prefixes:
             threading.Thread(target=self._watch, args=(prefix, revision),
                              name=f"watch {prefix}", daemon=True).start()
 
@@ -170,6 +194,15 @@ class ControllerService:
 
     def _queue(self, event: Any) -> None:
         key = event.key.decode()
+        deleted = isinstance(event, pyetcd.events.DeleteEvent)
+        if self.service is not None:
+            if key.startswith(self.store.keys.queue_requests()):
+                if not deleted:
+                    self.service.wake()
+                return
+            self.cache.apply(key, None if deleted else event.value, event.mod_revision)
+            if key.startswith(self.store.keys.stats_prefix()):
+                return
         if key.startswith(self.store.keys.alive_prefix()):
             host = key.rsplit("/", 1)[-1]
             present = not isinstance(event, pyetcd.events.DeleteEvent)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import getpass
 import re
+import socket
 from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any
@@ -19,6 +21,11 @@ POLICIES = ("affinity", "anti-affinity")
 # from its image (its local disk is lost), or end it in ERROR and free its claim.
 ON_HOST_FAILURE = ("rebuild", "error")
 
+
+
+def operator_name() -> str:
+    """Who is asking (user@host), for the instance's events and a host's maintenance."""
+    return f"{getpass.getuser()}@{socket.gethostname()}"[:255]
 
 @dataclass
 class RequestSpec:

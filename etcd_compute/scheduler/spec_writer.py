@@ -15,8 +15,7 @@ from typing import Any
 from etcd_compute import instances
 from etcd_compute.etcd import KeyValueStore, Txn
 from etcd_compute.keys import Keys
-from etcd_compute.scheduler.operations import operator_name
-from etcd_compute.scheduler.spec import Destination, RequestSpec
+from etcd_compute.scheduler.spec import Destination, RequestSpec, operator_name
 
 
 def instance_spec(destination: Destination, request_spec: RequestSpec,
@@ -47,9 +46,11 @@ def instance_spec(destination: Destination, request_spec: RequestSpec,
 
 
 def transaction(keys: Keys, destinations: list[Destination], request_spec: RequestSpec,
-                settings: dict[str, Any], group_revision: int | None) -> Txn:
-    """The one transaction that writes the whole request (see `instances.schedule_txn`)."""
-    now, who = time.time(), operator_name()
+                settings: dict[str, Any], group_revision: int | None,
+                requested_by: str | None = None) -> Txn:
+    """The one transaction that writes the whole request (see `instances.schedule_txn`);
+    `requested_by`: who asked, if not this process's operator (the scheduler service)."""
+    now, who = time.time(), requested_by or operator_name()
     placed = [(instance_spec(d, request_spec, settings, now, who), d.host_name)
               for d in destinations]
     group = None

@@ -23,6 +23,7 @@ from etcd_compute.config import deep_merge
 from etcd_compute.etcd import Store
 from etcd_compute.instances import check_transition
 from etcd_compute.placement import DISABLED_TRAIT, PlacementClient
+from etcd_compute.shards import aggregate_of
 from tests.compute.helpers import (
     assert_nothing_left,
     build_events,
@@ -414,7 +415,7 @@ def test_inventory_and_traits_registered(start_compute, compute_config, store,
     assert "CUSTOM_GPU_FREE" in traits
     assert any(t.startswith("HW_CPU_X86_") for t in traits)
     aggregates = placement.get(f"/resource_providers/{rp}/aggregates")["aggregates"]
-    assert aggregates == ["6f9a2b4e-1c3d-4e5f-8a7b-9c0d1e2f3a4b"]
+    assert sorted(aggregates) == sorted(["6f9a2b4e-1c3d-4e5f-8a7b-9c0d1e2f3a4b", aggregate_of(rp)])
 
 
 def test_failed_build_is_rescheduled_to_an_alternate(start_compute, start_controller,

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import collections
 import concurrent.futures
+import contextlib
 import itertools
 import queue
 import threading
@@ -111,6 +112,58 @@ class FakeStore(KeyValueStore):
     def delete_prefix(self, prefix: str) -> None:
         for key in [k for k in self.entries if k.startswith(prefix)]:
             del self.entries[key]
+
+
+class WatchingFakeStore(FakeStore):
+    """A FakeStore with pyetcd's `client.add_watch_callback` / `cancel_watch` for one key:
+    each put or delete of a watched key calls its callback with a watch response."""
+
+    def __init__(self, prefix: str = "") -> None:
+        super().__init__(prefix)
+        self.client = self
+        self._watches: dict[int, tuple[str, Callable[[Any], None]]] = {}
+        self._watch_ids = itertools.count(1)
+
+    def add_watch_callback(self, key: str, callback: Callable[[Any], None],
+                           start_revision: int = 0) -> int:
+        import types
+
+        import pyetcd.events
+
+        watch_id = next(self._watch_ids)
+        self._watches[watch_id] = (key, callback)
+        entry = self.entries.get(key)
+        if entry is not None and entry.mod_revision >= start_revision:  # replayed, as etcd does
+            kv = types.SimpleNamespace(key=key.encode(), value=entry.value,
+                                       mod_revision=entry.mod_revision)
+            callback(types.SimpleNamespace(
+                events=[pyetcd.events.PutEvent(types.SimpleNamespace(kv=kv))]))
+        return watch_id
+
+    def cancel_watch(self, watch_id: int) -> None:
+        self._watches.pop(watch_id, None)
+
+    def errors(self) -> contextlib.AbstractContextManager[None]:
+        return contextlib.nullcontext()
+
+    def commit(self, txn: Txn) -> int | None:
+        import types
+
+        import pyetcd.events
+
+        revision = super().commit(txn)
+        if revision is None:
+            return None
+        for op in txn.success:
+            for key, callback in list(self._watches.values()):
+                if op.key != key:
+                    continue
+                entry = self.entries.get(key)
+                kind = pyetcd.events.PutEvent if entry else pyetcd.events.DeleteEvent
+                kv = types.SimpleNamespace(key=key.encode(), value=entry.value if entry else b"",
+                                           mod_revision=revision)
+                callback(types.SimpleNamespace(events=[kind(types.SimpleNamespace(kv=kv))]))
+        return revision
 
 
 class FakeLease:

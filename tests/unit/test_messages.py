@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import time
 import uuid as uuidlib
+from pathlib import Path
 
 import pytest
 from hypothesis import event, given, settings
@@ -225,7 +226,9 @@ def test_console_text_is_bounded():
 def test_a_refusal_stands_even_when_the_explainer_finds_no_fault(monkeypatch):
     """Once, a message the compiled validator refused was accepted if jsonschema's
     best_match found no error: one validator's verdict decides."""
-    monkeypatch.setattr(messages.jsonschema.exceptions, "best_match", lambda _errors: None)
+    import jsonschema
+
+    monkeypatch.setattr(jsonschema.exceptions, "best_match", lambda _errors: None)
     with pytest.raises(InvalidMessage, match="instance_spec: does not match the schema"):
         messages.check(messages.INSTANCE_SPEC, {**SPEC, "action": "migrate"})
 
@@ -248,3 +251,28 @@ def test_an_oversized_value_is_refused_before_it_is_parsed():
     raw = b'{"x":"' + b"a" * messages.MAX_MESSAGE_BYTES + b'"}'
     with pytest.raises(InvalidMessage, match="larger than"):
         messages.decode(messages.INSTANCE_RECORD, raw)
+
+
+def test_the_validators_generated_ahead_of_time_are_those_of_the_schemas_now():
+    """Run tools/compile_schemas.py after changing a schema (a stale one is not used, but
+    then every command generates that validator again at start)."""
+    from etcd_compute.schemas import _files, compiled_source
+
+    compiled = Path(__file__).resolve().parents[2] / "etcd_compute" / "schemas" / "compiled"
+    for name in sorted(n.removesuffix(".json") for n in _files() if n != "common.json"):
+        path = compiled / f"{name}.py"
+        assert path.exists() and path.read_text() == compiled_source(name), \
+            f"{name}: run tools/compile_schemas.py"
+
+
+def test_a_stale_generated_validator_is_not_used(monkeypatch):
+    import etcd_compute.schemas as schemas
+    from etcd_compute.schemas.compiled import alive
+
+    schemas._compiled.cache_clear()
+    monkeypatch.setattr(alive, "SCHEMA_SHA256", "0" * 64)
+    try:
+        assert schemas._compiled("alive") is not alive.validate
+        assert not schemas.is_valid("alive", {"host": "x"})
+    finally:
+        schemas._compiled.cache_clear()

@@ -4,6 +4,8 @@
     config["etcd"]["endpoints"] = [proxy.endpoint]
     proxy.cut()       # every connection reset, new ones refused: the host is cut off
     proxy.restore()   # back
+    proxy.request_delay = 1.0   # every chunk to the target held 1 s: what a client sends
+                                # arrives late (or never, if cut meanwhile)
 
 It forwards bytes (TLS passes through untouched). Threads only; everything it
 opened is closed by `stop()`. As a program it forwards until SIGTERM, e.g. from
@@ -20,6 +22,7 @@ import signal
 import socket
 import sys
 import threading
+import time
 
 from tools.local_services.process import free_port
 
@@ -35,6 +38,8 @@ class CuttableProxy:
         self._lock = threading.Lock()
         self._open = threading.Event()
         self._stopping = threading.Event()
+        # Seconds each chunk from the client to the target is held before it is passed on.
+        self.request_delay = 0.0
 
     @property
     def endpoint(self) -> str:
@@ -74,12 +79,17 @@ class CuttableProxy:
             client.settimeout(None)
             with self._lock:
                 self._connections.update((client, upstream))
-            for source, sink in ((client, upstream), (upstream, client)):
-                threading.Thread(target=self._pump, args=(source, sink), daemon=True).start()
+            for source, sink, outbound in ((client, upstream, True), (upstream, client, False)):
+                threading.Thread(target=self._pump, args=(source, sink, outbound),
+                                 daemon=True).start()
 
-    def _pump(self, source: socket.socket, sink: socket.socket) -> None:
+    def _pump(self, source: socket.socket, sink: socket.socket, outbound: bool) -> None:
         try:
             while chunk := source.recv(65536):
+                if outbound and self.request_delay:
+                    time.sleep(self.request_delay)
+                    if not self._open.is_set():
+                        return  # cut meanwhile: what was held is lost, as on a cut cable
                 sink.sendall(chunk)
         except OSError:
             pass

@@ -14,6 +14,7 @@ from etcd_compute.compute.inventory import build_inventory
 from etcd_compute.compute.registration import Registration
 from etcd_compute.config import COMPUTE_DEFAULTS, deep_merge
 from etcd_compute.placement import DISABLED_TRAIT
+from etcd_compute.shards import aggregate_of
 from tests.unit.fakes import FakePlacement
 
 HOST = HostIdentity(str(uuidlib.uuid4()), "host-a")
@@ -78,10 +79,11 @@ def test_register_sets_known_cpu_traits_and_the_custom_ones(machine):
     assert placement.custom_created == {"CUSTOM_FAST", "CUSTOM_SSD"}
 
 
-def test_register_sets_the_aggregates(machine):
+def test_register_sets_the_aggregates_and_the_hosts_candidate_shard(machine):
     placement = RecordingPlacement()
     Registration(placement, settings(), {HOST.uuid: HOST}).register()
-    assert placement.get_provider(HOST.uuid)["aggregates"] == sorted(AGGREGATES)
+    assert placement.get_provider(HOST.uuid)["aggregates"] == \
+        sorted([*AGGREGATES, aggregate_of(HOST.uuid)])
 
 
 def test_register_clears_the_disabled_trait_a_stop_left(machine):
@@ -142,8 +144,10 @@ def test_every_simulated_host_is_registered(machine):
         assert provider["name"] == host.name
         assert provider["inventories"]["VCPU"]["total"] == 8
         assert "CUSTOM_FAST" in provider["traits"]
-        assert provider["aggregates"] == sorted(AGGREGATES)
+        assert provider["aggregates"] == sorted([*AGGREGATES, aggregate_of(uuid)])
     assert set(registration.inventories) == set(hosts)
+    # The simulated hosts spread over the shards (what a sharded query relies on).
+    assert len({aggregate_of(uuid) for uuid in hosts}) >= 8
     machine.totals["VCPU"] = 16
     registration.refresh_inventory()
     assert all(placement.get_inventories(uuid)["VCPU"]["total"] == 16 for uuid in hosts)

@@ -16,10 +16,12 @@ from etcd_compute.scheduler.hoststate import (
     SHARING_TRAIT,
     Cluster,
     HostState,
+    LiveHosts,
     ProviderUsage,
     _host_of,
     candidate_providers,
     host_states,
+    instance_counts,
 )
 from tests.unit.fakes import FakeStore
 
@@ -197,8 +199,32 @@ def test_cluster_read_only_some_hosts():
     cluster = Cluster.read(cluster_store(), only={B})
     assert cluster.alive == {B: "host-b"}
     assert cluster.build_failures == {}
-    # Instance counts come from the spec keys, for every host.
-    assert cluster.instances == {A: 2, B: 1}
+    # Instance counts come from the spec keys, of the hosts asked about only.
+    assert cluster.instances == {B: 1}
+
+
+def test_instance_counts_are_counted_by_etcd_in_chunks_of_max_txn_ops():
+    store = cluster_store()
+    reads = []
+    real = store.read_many
+    store.read_many = lambda ranges: reads.append(len(ranges)) or real(ranges)
+    assert instance_counts(store, [A, B, SHARED], max_ops=2) == {A: 2, B: 1}
+    assert reads == [2, 1]
+
+
+def test_live_hosts_counts_the_live_hosts_not_excluded_in_the_shards_asked_about():
+    from etcd_compute.shards import aggregate_of
+
+    store = cluster_store()
+    live = LiveHosts.read(store)
+    assert live.alive == 4  # every heartbeat key: whether to shard needs no validation
+    assert live.counted == {A, B, SHARED, A_GPU}
+    assert live.counts == {A: 2, B: 1}
+    assert LiveHosts.read(store, exclude=[A]).counts == {B: 1}
+    # A and B share a shard (15), SHARED (5) and A_GPU (8) do not.
+    shard = LiveHosts.read(store, aggregates=[aggregate_of(A), aggregate_of(SHARED)])
+    assert shard.counted == {A, B, SHARED}
+    assert shard.counts == {A: 2, B: 1}
 
 
 @pytest.fixture

@@ -192,3 +192,101 @@ def test_without_a_group_policy_group_hosts_stay_untouched():
     context = PlanContext()
     plan(make_hosts({"a": 8, "b": 8}), 2, [], SPREAD, context)
     assert context.group_hosts == Counter()
+
+
+# ------------------------------------------------- incremental planning (issue 14)
+
+
+def reference_plan(hosts, count, filters, weighers, context, host_subset_size, max_attempts,
+                   rng):
+    """The straightforward loop the Planner must agree with: every host filtered and
+    weighed again for every instance."""
+    from etcd_compute.scheduler.weighers import weigh
+
+    picks = []
+    for _ in range(count):
+        remaining = [h for h in hosts if h.fitting_option() is not None]
+        for host_filter in filters:
+            remaining = [h for h in remaining if host_filter.host_passes(h, context)]
+        if not remaining:
+            return picks, "no room"
+        weighed = [h for _, h in weigh(remaining, weighers, context)]
+        chosen_host = rng.choice(weighed[:host_subset_size])
+        allocations = chosen_host.fitting_option()
+        chosen_host.usage.consume(allocations)
+        chosen_host.instances += 1
+        if context.policy:
+            context.group_hosts[chosen_host.uuid] += 1
+        alternates = [h.uuid for h in weighed if h is not chosen_host
+                      and h.fitting_option() is not None][:max_attempts - 1]
+        picks.append((chosen_host.uuid, alternates))
+    return picks, None
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_incremental_planner_agrees_with_replanning_everything(seed):
+    from etcd_compute.scheduler.planner import Planner
+
+    source = random.Random(seed)
+    free = {f"h{i:02d}": source.randint(0, 6) for i in range(source.randint(3, 40))}
+    busy = {uuid: source.randint(0, 4) for uuid in free}
+    dead = {uuid for uuid in free if source.random() < 0.2}
+    policy = source.choice([None, None, "anti-affinity", "affinity"])
+    filters = [AliveFilter(), MaxInstancesPerHostFilter(), AntiAffinityFilter(),
+               AffinityFilter()]
+    weighers = source.choice([SPREAD, PACK, [(RAMWeigher(), 2.0), (CPUWeigher(), -0.5)]])
+    subset, attempts = source.randint(1, 4), source.randint(1, 4)
+    count = source.randint(1, 30)
+
+    def fresh():
+        hosts = make_hosts(free)
+        for host in hosts:
+            host.instances, host.alive = busy[host.uuid], host.uuid not in dead
+        return hosts, PlanContext(policy=policy, max_instances_per_host=5)
+
+    hosts, context = fresh()
+    expected = reference_plan(hosts, count, filters, weighers, context, subset, attempts,
+                              random.Random(seed))
+    hosts, context = fresh()
+    planner = Planner(hosts, filters, weighers, subset, attempts, random.Random(seed))
+    try:
+        got = ([(p.host.uuid, [h.uuid for h, _ in p.alternates])
+                for p in planner.place(count, context)], None)
+    except NoRoom as exc:
+        got = (expected[0][:exc.report.placed], "no room")
+        assert exc.report.placed == len(expected[0])
+    assert got == expected
+
+
+class CountingWeigher(RAMWeigher):
+    def __init__(self):
+        self.calls = 0
+
+    def raw_weight(self, host, context):
+        self.calls += 1
+        return super().raw_weight(host, context)
+
+
+def test_after_each_pick_only_the_chosen_host_is_weighed_again():
+    from etcd_compute.scheduler.planner import Planner
+
+    weigher = CountingWeigher()
+    hosts = make_hosts({f"h{i}": 8 for i in range(50)})
+    Planner(hosts, [AliveFilter()], [(weigher, 1.0)]).place(10, PlanContext())
+    assert weigher.calls == 50 + 9  # every host once, then the chosen one after each pick
+
+
+def test_planners_of_two_request_shapes_see_each_others_picks():
+    """The service plans several request shapes on one shared ProviderUsage."""
+    from etcd_compute.scheduler.planner import Planner
+
+    first = make_hosts({"a": 1})
+    second = [HostState(uuid="a", name="name-a", usage=first[0].usage,
+                        options=[{"a": {"resources": {"VCPU": 1}}}], tree={"a"}, alive=True)]
+    one = Planner(first, [MaxInstancesPerHostFilter()], SPREAD)
+    other = Planner(second, [MaxInstancesPerHostFilter()], SPREAD)
+    (pick,) = one.place(1, PlanContext(max_instances_per_host=5))
+    other.placed_elsewhere(pick.host.uuid, pick.allocations)
+    assert second[0].instances == 1
+    with pytest.raises(NoRoom):  # VCPU of "a" is gone for both shapes
+        other.place(1, PlanContext(max_instances_per_host=5))

@@ -396,3 +396,114 @@ def test_recent_build_failures_push_a_host_back():
     scheduler.update_resource_stats(failing, {"build_failures": [time.time()]})
     (d,) = scheduler.select_destinations(RequestSpec.build(QUERY))
     assert d.host == other
+
+
+# ------------------------------------------------------------------ candidate shards
+
+
+def sharded_cluster(hosts: int = 24):
+    from etcd_compute.shards import aggregate_of
+
+    store, placement = FakeStore("/t"), FakePlacement()
+    uuids = [add_host(placement, store, f"host-{i}") for i in range(hosts)]
+    for uuid in uuids:
+        placement.set_aggregates(uuid, [aggregate_of(uuid)])
+    return store, placement, uuids
+
+
+def test_a_large_cluster_is_asked_about_a_few_shards_only():
+    from etcd_compute.shards import aggregate_of
+
+    store, placement, _ = sharded_cluster()
+    asked = []
+    real = placement.allocation_candidates
+    placement.allocation_candidates = lambda q: asked.append(q) or real(q)
+    scheduler = make_scheduler(store, placement, shard_above_hosts=10, candidate_limit=4)
+    (destination,) = scheduler.select_destinations(RequestSpec.build(QUERY))
+    (query,) = asked
+    assert "member_of=in:" in query
+    assert aggregate_of(destination.host) in query
+    small = make_scheduler(store, placement, shard_above_hosts=30)  # 24 hosts: all of them
+    asked.clear()
+    small.select_destinations(RequestSpec.build(QUERY))
+    assert "member_of" not in asked[0]
+
+
+def test_a_sharded_query_without_room_is_asked_again_of_every_host():
+    store, placement, uuids = sharded_cluster()
+    # Only one host has room left: every other is full.
+    for uuid in uuids[1:]:
+        placement.claim(str(uuidlib.uuid4()), {uuid: {"resources": {"VCPU": 4}}}, "p", "u")
+    scheduler = make_scheduler(store, placement, shard_above_hosts=10, candidate_limit=4)
+    for _ in range(3):
+        (destination,) = scheduler.select_destinations(RequestSpec.build(QUERY))
+        assert destination.host == uuids[0]
+    assert scheduler.unsharded >= 1  # (seeded: the shards picked first missed host-0)
+    with pytest.raises(NoValidHost) as full:  # its 4 VCPU: one left; then none anywhere
+        for _ in range(2):
+            scheduler.select_destinations(RequestSpec.build(QUERY))
+    assert any("VCPU" in reason for reason in full.value.reasons)  # explained from all
+
+
+# ------------------------------------------------------------------ round trips
+
+
+def timeline(store: FakeStore, placement: FakePlacement) -> list[str]:
+    """What a request asks of etcd and Placement, in order; Placement takes 0.2 s to answer
+    the candidates query (the reads sent meanwhile are done by then)."""
+    events: list[str] = []
+    read_many, candidates = store.read_many, placement.allocation_candidates
+
+    def reading(ranges):
+        events.append("count alive" if ranges[0].count_only and
+                      ranges[0].key == store.keys.alive_prefix() else "read")
+        return read_many(ranges)
+
+    def asking(query):
+        time.sleep(0.2)
+        events.append("candidates")
+        return candidates(query)
+
+    store.read_many, placement.allocation_candidates = reading, asking
+    return events
+
+
+def test_etcd_is_read_only_while_placement_answers_the_candidates_query():
+    store, placement = FakeStore("/t"), FakePlacement()
+    busy, free = (add_host(placement, store, name) for name in ("busy", "free"))
+    store.put_raw(store.keys.spec(busy, str(uuidlib.uuid4())), "{}")
+    scheduler = make_scheduler(store, placement, max_instances_per_host=1)
+    events = timeline(store, placement)
+    (destination,) = scheduler.select_destinations(RequestSpec.build(QUERY))
+    assert destination.host == free  # the counts read in the background were used
+    # Whether to shard (the first request of a scheduler), then in the background
+    # heartbeats and stats, then instance counts; nothing after Placement's answer.
+    assert events == ["count alive", "read", "read", "candidates"]
+
+
+def test_without_the_alive_filter_hosts_without_a_heartbeat_are_counted_too():
+    store, placement = FakeStore("/t"), FakePlacement()
+    dead = add_host(placement, store, "dead", alive=False)
+    free = add_host(placement, store, "free")
+    store.put_raw(store.keys.spec(dead, str(uuidlib.uuid4())), "{}")
+    scheduler = make_scheduler(store, placement, max_instances_per_host=1,
+                               filters=["MaxInstancesPerHostFilter"])
+    events = timeline(store, placement)
+    for _ in range(3):  # (host_subset_size 1: the emptier host, unless counted full)
+        (destination,) = scheduler.select_destinations(RequestSpec.build(QUERY))
+        assert destination.host == free
+        placement.consumers.clear()
+        store.entries = {k: e for k, e in store.entries.items()
+                         if not k.startswith(store.keys.specs(free))}
+    assert events[:5] == ["count alive", "read", "read", "candidates", "read"]  # the dead
+    # host's count, after Placement named it
+
+
+def test_a_scheduler_counts_live_hosts_for_sharding_once_in_a_while_not_per_request():
+    store, placement, _ = sharded_cluster()
+    scheduler = make_scheduler(store, placement, shard_above_hosts=10, candidate_limit=4)
+    events = timeline(store, placement)
+    for _ in range(3):
+        scheduler.select_destinations(RequestSpec.build(QUERY))
+    assert events.count("count alive") == 1
+    assert events.count("candidates") == 3

@@ -62,7 +62,9 @@ class Leading:
         self.thread.start()
 
     def watching(self) -> None:
-        wait_for(lambda: len(self.service.store.watched_from) >= 2, 5, what="two watches")
+        """Until every watch is subscribed: hosts and heartbeats, and for the scheduler
+        service (on by default) stats and the request queue."""
+        wait_for(lambda: len(self.service.store.watched_from) >= 4, 5, what="four watches")
 
     def ended(self, timeout: float = 5) -> bool:
         self.thread.join(timeout)
@@ -125,8 +127,9 @@ def test_the_leader_sweeps_then_follows_changes_from_what_the_sweep_read(service
     store.script_watch(keys.alive_prefix(), [put_event(keys.alive(HOST), b"{}", revision + 1)])
     leading = Leading(service)
     leading.watching()
-    assert sorted(store.watched_from) == [(keys.alive_prefix(), revision + 1),
-                                          (keys.hosts(), revision + 1)]
+    assert sorted(store.watched_from) == sorted(
+        (prefix, revision + 1) for prefix in (keys.alive_prefix(), keys.hosts(),
+                                              keys.stats_prefix(), keys.queue_requests()))
     # The sweep found a host with a record and no heartbeat; its heartbeat came back since.
     wait_for(lambda: f"host {HOST} is back" in caplog.text, 5, what="the heartbeat")
     assert caplog.text.index("lost its heartbeat") < caplog.text.index("is back")
