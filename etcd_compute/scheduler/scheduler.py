@@ -71,6 +71,16 @@ class Candidates:
     limited: bool
 
 
+
+def check_txn_ops(request_spec: RequestSpec, settings: dict[str, Any]) -> None:
+    """UsageError, before anything is asked, when one transaction could not write the request."""
+    needed = instances.operations(request_spec.count, request_spec.group is not None)
+    if needed > settings["etcd_max_txn_ops"]:
+        raise UsageError(
+            f"--count {request_spec.count} needs {needed} etcd operations in one "
+            f"transaction; etcd allows {settings['etcd_max_txn_ops']} "
+            "(raise etcd's --max-txn-ops and scheduler.etcd_max_txn_ops together)")
+
 class Scheduler:
     """Schedules through one Placement client and one etcd Store (reused across calls)."""
 
@@ -124,12 +134,7 @@ class Scheduler:
         Raises NoValidHost (with reasons) when they do not all fit, ConflictError
         when every retry lost a race, ServiceUnavailable, UsageError.
         """
-        needed = instances.operations(request_spec.count, request_spec.group is not None)
-        if needed > self.settings["etcd_max_txn_ops"]:
-            raise UsageError(
-                f"--count {request_spec.count} needs {needed} etcd operations in one "
-                f"transaction; etcd allows {self.settings['etcd_max_txn_ops']} "
-                "(raise etcd's --max-txn-ops and scheduler.etcd_max_txn_ops together)")
+        check_txn_ops(request_spec, self.settings)
         retrying = tenacity.Retrying(
             retry=tenacity.retry_if_exception_type(RetryablePlan),
             stop=tenacity.stop_after_attempt(self.settings["claim_retries"] + 1),
@@ -286,13 +291,15 @@ class Scheduler:
     def _attempt(self, request_spec: RequestSpec) -> list[Destination]:
         picks, group_revision = self.plan(request_spec)
         destinations = self.destinations(request_spec, picks)
-        txn = self.transaction(request_spec, destinations, group_revision)
+        self.transaction(request_spec, destinations, group_revision)  # refused before a claim
         try:
             self.claim(destinations)
         except ConflictError as exc:
             self.replans += 1
             LOG.info("claim lost a race (%s); planning again", exc.code or exc)
             raise RetryablePlan(str(exc)) from None
+        # Built again so that the specs' requested_at is the write's time, not the claim's.
+        txn = self.transaction(request_spec, destinations, group_revision, checked=False)
         if self.write(txn, destinations) is None:
             self.replans += 1
             raise RetryablePlan(f"group {request_spec.group[0] if request_spec.group else ''} "
@@ -321,12 +328,13 @@ class Scheduler:
         return destinations
 
     def transaction(self, request_spec: RequestSpec, destinations: list[Destination],
-                    group_revision: int | None) -> Txn:
+                    group_revision: int | None, checked: bool = True) -> Txn:
         """The one etcd transaction that writes `destinations`; UsageError (before any
-        claim) when etcd would refuse it for its size."""
+        claim) when etcd would refuse it for its size. `checked=False` once claimed: the
+        same transaction, stamped now, is never refused then (the claim must be undone)."""
         txn = spec_writer.transaction(self.store.keys, destinations, request_spec,
                                       self.settings, group_revision)
-        if txn.size() > self.settings["etcd_max_request_bytes"]:
+        if checked and txn.size() > self.settings["etcd_max_request_bytes"]:
             # Refused before claiming: etcd would refuse the write and the claim be undone.
             raise UsageError(
                 f"this request writes about {txn.size()} bytes to etcd in one transaction; "

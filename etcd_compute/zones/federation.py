@@ -26,10 +26,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from etcd_compute import instances
-from etcd_compute.errors import ConflictError, EtcdComputeError, NoValidHost, UsageError
-from etcd_compute.etcd import Txn
+from etcd_compute.errors import ConflictError, EtcdComputeError, NoValidHost
 from etcd_compute.scheduler import Destination, RequestSpec
+from etcd_compute.scheduler.scheduler import check_txn_ops
 from etcd_compute.zones import journal, merge, undo
 from etcd_compute.zones.estimate import Estimate, estimate, reasons
 from etcd_compute.zones.tree import ZONE_FAULTS, Zone, ZoneTree
@@ -96,12 +95,7 @@ class Federation:
         `route` "a/b", in that zone and those below it); all or nothing across zones.
         NoValidHost (reasons per zone, unreachable ones included), ConflictError when every
         retry lost a race, UsageError."""
-        needed = instances.operations(request_spec.count, request_spec.group is not None)
-        if needed > self.settings["etcd_max_txn_ops"]:
-            raise UsageError(
-                f"--count {request_spec.count} needs {needed} etcd operations in one "
-                f"transaction; etcd allows {self.settings['etcd_max_txn_ops']} "
-                "(raise etcd's --max-txn-ops and scheduler.etcd_max_txn_ops together)")
+        check_txn_ops(request_spec, self.settings)
         self.swept = journal.sweep(self.tree, self.tree.config["zones"]["intent_grace_seconds"])
         lost: dict[str, str] = {}
         races = 0
@@ -142,7 +136,6 @@ class Federation:
                  estimates: dict[str, Estimate], counts: dict[str, int]) -> list[Placed]:
         chosen = sorted(counts)
         batches: dict[str, list[Destination]] = {}
-        txns: dict[str, Txn] = {}
         first = 0
         for path in chosen:
             scheduler = zones[path].scheduler
@@ -150,8 +143,7 @@ class Federation:
                 request_spec, estimates[path].picks[:counts[path]], first)
             first += counts[path]
             # Before any claim: a transaction etcd would refuse fails the request here.
-            txns[path] = scheduler.transaction(request_spec, batches[path],
-                                               estimates[path].group_revision)
+            scheduler.transaction(request_spec, batches[path], estimates[path].group_revision)
         uuids = {path: [d.uuid for d in batches[path]] for path in chosen}
         root = self.tree.root.store
         intent = journal.begin(root, uuids)
@@ -161,6 +153,10 @@ class Federation:
         if failed:
             self._undo(intent, zones, uuids, written=set())
             raise self._why(failed)
+        # Built again so that the specs' requested_at is the write's time, not the claims'.
+        txns = {path: zones[path].scheduler.transaction(
+                    request_spec, batches[path], estimates[path].group_revision, checked=False)
+                for path in chosen}
         written, failed = in_parallel(chosen, lambda path: zones[path].store.commit(txns[path]))
         refused = {path: Retry(f"group {request_spec.group[0] if request_spec.group else ''} "
                                f"changed in zone {path or '(here)'} while we planned")

@@ -100,9 +100,14 @@ def builds_log(compute_config: dict[str, Any]) -> list[str]:
 
 def assert_nothing_left(store: Store, placement: PlacementClient,
                         compute_config: dict[str, Any], spec: dict[str, Any]) -> None:
-    """No allocation, no driver instance, no host/booted/console key for `spec`."""
+    """No allocation, no driver instance, no host/booted/console key for `spec`.
+
+    The end state is written in etcd first and the claim freed right after (a host
+    coming back in between must never run an instance without its claim): the claim
+    gets a few seconds to go."""
     uuid, rp = spec["uuid"], spec["host"]
-    assert placement.get_allocations(uuid)["allocations"] == {}
+    wait_for(lambda: placement.get_allocations(uuid)["allocations"] == {}, 5,
+             what=f"the claim of {uuid} to be freed")
     assert uuid not in fake_instances(compute_config)
     for key in instances.host_keys(store.keys, rp, uuid):
         assert store.get(key) is None, f"{key} was left behind"

@@ -74,7 +74,9 @@ def test_a_dead_hosts_instances_are_rebuilt_elsewhere_or_end_in_error(
     wait_state(store, rebuilt["uuid"], "ACTIVE", timeout=30)
     failed = wait_state(store, errored["uuid"], "ERROR", timeout=30)
     assert failed["error"] == f"host {rp_of(a)} is down"
-    assert placement.get_allocations(errored["uuid"])["allocations"] == {}
+    # ERROR is written first, the claim freed right after.
+    wait_for(lambda: placement.get_allocations(errored["uuid"])["allocations"] == {}, 5,
+             what="the errored instance's claim to be freed")
     assert set(placement.get_allocations(rebuilt["uuid"])["allocations"]) == {rp_of(b)}
     assert placement.get_usages(rp_of(a))["VCPU"] == 0
     assert placement.get_usages(rp_of(b))["VCPU"] == 1

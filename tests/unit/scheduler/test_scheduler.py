@@ -85,6 +85,24 @@ def test_select_destinations_claims_and_writes_every_instance():
     assert scheduler.replans == 0
 
 
+def test_a_spec_is_stamped_when_it_is_written_not_before_its_claim():
+    # requested_at is where the host's notification latency starts (bench, request lag).
+    store, placement = FakeStore(), FakePlacement()
+    add_host(placement, store, "only")
+    claimed_at = []
+    claim = placement.claim
+
+    def slow_claim(*args, **kwargs):
+        time.sleep(0.05)
+        claimed_at.append(time.time())
+        return claim(*args, **kwargs)
+
+    placement.claim = slow_claim
+    (d,) = make_scheduler(store, placement).select_destinations(RequestSpec.build(QUERY))
+    spec, _ = store.read(messages.INSTANCE_SPEC, store.keys.spec(d.host, d.uuid))
+    assert spec["requested_at"] >= claimed_at[0]
+
+
 def test_one_instance_is_claimed_with_one_put():
     store, placement = FakeStore(), FakePlacement()
     add_host(placement, store, "only")
