@@ -25,6 +25,7 @@ and tried again in the next pass (at most `claim_retries` times).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import random
 import time
@@ -73,6 +74,7 @@ class Planned:
     request: Pending
     destinations: list[Destination]
     txn: Txn  # instances, answer, request deletion (without the fence)
+    group_revision: int | None
 
 
 def batch_limit(candidate_limit: int, instances: int) -> int:
@@ -195,7 +197,11 @@ class Batcher:
                     self._retry_later(request, f"lost the race for capacity ({exc})")
             return
         self.candidates.claimed(list(allocations.values()))
-        self._write(planned, batch)
+        # Stamped again: a spec's requested_at is the write's time, not the claim's (where a
+        # host's notification latency starts).
+        self._write([dataclasses.replace(p, txn=self._transaction(p.request, p.destinations,
+                                                                  p.group_revision))
+                     for p in planned], batch)
 
     def _write(self, planned: list[Planned], batch: int) -> None:
         """The etcd side: chunks within etcd's limits; a failed chunk is split."""
@@ -314,10 +320,7 @@ class Batcher:
                         alternates=[{"host": host.uuid, "allocations": allocations}
                                     for host, allocations in pick.alternates])
             for index, (uuid, pick) in enumerate(zip(request.instances, picks, strict=True))]
-        message = request.message or {}
-        txn = spec_writer.transaction(self.keys, destinations, spec, self.settings,
-                                      group_revision,
-                                      message.get("requested_by") or message.get("client"))
+        txn = self._transaction(request, destinations, group_revision)
         limit = self.settings["etcd_max_request_bytes"]
         if txn.size() > limit:
             for pick in picks:  # not claimed: give the capacity back to the batch
@@ -326,7 +329,16 @@ class Batcher:
                 f"this request writes about {txn.size()} bytes to etcd in one transaction; "
                 f"etcd allows {limit}"))
             return None
-        return Planned(request, destinations, txn)
+        return Planned(request, destinations, txn, group_revision)
+
+    def _transaction(self, request: Pending, destinations: list[Destination],
+                     group_revision: int | None) -> Txn:
+        """The request's instances (specs stamped now), in the name of who asked."""
+        assert request.spec is not None
+        message = request.message or {}
+        return spec_writer.transaction(self.keys, destinations, request.spec, self.settings,
+                                       group_revision,
+                                       message.get("requested_by") or message.get("client"))
 
     # --- etcd ---------------------------------------------------------------------------------
 

@@ -121,6 +121,26 @@ def test_the_instances_events_name_who_asked_not_the_service():
     assert spec["requested_by"] == "alice@desk"
 
 
+def test_specs_are_stamped_when_they_are_written_not_before_their_claim():
+    service = Service()
+    claimed_at = []
+    claim_many = service.placement.claim_many
+
+    def slow_claim(*args, **kwargs):
+        time.sleep(0.05)
+        claimed_at.append(time.time())
+        return claim_many(*args, **kwargs)
+
+    service.placement.claim_many = slow_claim
+    names = [service.ask() for _ in range(2)]  # two requests: one POST for both
+    service.run()
+    for name in names:
+        (destination,) = placed(service, name)
+        spec, _ = service.store.read(messages.INSTANCE_SPEC, service.store.keys.spec(
+            destination["host"], destination["uuid"]))
+        assert spec["requested_at"] >= claimed_at[0]
+
+
 def test_requests_of_a_batch_deplete_each_other_across_shapes():
     """3 hosts x 4 VCPU, 1024 MB: small and big requests mixed, planned on one usage."""
     service = Service()
