@@ -71,7 +71,6 @@ class Candidates:
     limited: bool
 
 
-
 def check_txn_ops(request_spec: RequestSpec, settings: dict[str, Any]) -> None:
     """UsageError, before anything is asked, when one transaction could not write the request."""
     needed = instances.operations(request_spec.count, request_spec.group is not None)
@@ -80,6 +79,7 @@ def check_txn_ops(request_spec: RequestSpec, settings: dict[str, Any]) -> None:
             f"--count {request_spec.count} needs {needed} etcd operations in one "
             f"transaction; etcd allows {settings['etcd_max_txn_ops']} "
             "(raise etcd's --max-txn-ops and scheduler.etcd_max_txn_ops together)")
+
 
 class Scheduler:
     """Schedules through one Placement client and one etcd Store (reused across calls)."""
