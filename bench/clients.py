@@ -19,6 +19,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -43,8 +44,11 @@ def cli_environment() -> dict[str, str]:
     return env
 
 
-def run_cli(config_path: Path, count: int, query: str, clients: int) -> RunResult:
-    """`count` one-instance `schedule.py` processes, `clients` at a time."""
+def _run_processes(argv: list[str], count: int, clients: int,
+                   record: Callable[[subprocess.CompletedProcess[str], float, RunResult], None]
+                   ) -> RunResult:
+    """`count` runs of `argv`, `clients` at a time; `record` (called under a lock) adds each
+    finished run and its latency to the result."""
     env = cli_environment()
     result = RunResult()
     lock = threading.Lock()
@@ -57,21 +61,11 @@ def run_cli(config_path: Path, count: int, query: str, clients: int) -> RunResul
                     return
                 left[0] -= 1
             started = time.perf_counter()
-            done = subprocess.run(
-                [sys.executable, str(REPO / "schedule.py"), "--config", str(config_path),
-                 query, "--image", "file:///dev/null", "--json"],
-                capture_output=True, text=True, timeout=CLI_TIMEOUT, cwd=REPO, env=env)
+            done = subprocess.run(argv, capture_output=True, text=True, timeout=CLI_TIMEOUT,
+                                  cwd=REPO, env=env)
             latency = time.perf_counter() - started
             with lock:
-                if done.returncode != 0:
-                    result.errors.append(f"exit {done.returncode}: {done.stderr.strip()[:300]}")
-                    continue
-                answer = json.loads(done.stdout)
-                result.conflicts += answer.get("conflicts", 0)
-                for instance in answer["instances"]:
-                    result.placed.append(Placed(instance["uuid"], instance["host"],
-                                                instance["allocations"]))
-                    result.latencies.append(latency)
+                record(done, latency, result)
 
     threads = [threading.Thread(target=client) for _ in range(clients)]
     wall = time.perf_counter()
@@ -81,6 +75,26 @@ def run_cli(config_path: Path, count: int, query: str, clients: int) -> RunResul
         thread.join()
     result.wall_seconds = time.perf_counter() - wall
     return result
+
+
+def run_cli(config_path: Path, count: int, query: str, clients: int) -> RunResult:
+    """`count` one-instance `schedule.py` processes, `clients` at a time."""
+
+    def record(done: subprocess.CompletedProcess[str], latency: float,
+               result: RunResult) -> None:
+        if done.returncode != 0:
+            result.errors.append(f"exit {done.returncode}: {done.stderr.strip()[:300]}")
+            return
+        answer = json.loads(done.stdout)
+        result.conflicts += answer.get("conflicts", 0)
+        for instance in answer["instances"]:
+            result.placed.append(Placed(instance["uuid"], instance["host"],
+                                        instance["allocations"]))
+            result.latencies.append(latency)
+
+    return _run_processes([sys.executable, str(REPO / "schedule.py"), "--config",
+                           str(config_path), query, "--image", "file:///dev/null", "--json"],
+                          count, clients, record)
 
 
 # An instance nobody has: `schedule.py UUID` for it connects, reads one key, exits 1.
@@ -91,34 +105,15 @@ def run_floor(config_path: Path, count: int, clients: int) -> RunResult:
     """The cheapest `schedule.py` that reaches etcd (`schedule.py UUID` of an unknown
     instance: start, config, TLS, one read), `count` times, `clients` at a time: how many
     processes a second this machine can start at all, the bound of the (f) variants."""
-    env = cli_environment()
-    result = RunResult()
-    lock = threading.Lock()
-    left = [count]
 
-    def client() -> None:
-        while True:
-            with lock:
-                if left[0] <= 0:
-                    return
-                left[0] -= 1
-            started = time.perf_counter()
-            done = subprocess.run(
-                [sys.executable, str(REPO / "schedule.py"), "--config", str(config_path),
-                 NOBODY], capture_output=True, text=True, timeout=CLI_TIMEOUT, cwd=REPO, env=env)
-            with lock:
-                if done.returncode != 1 or "no instance" not in done.stderr:
-                    result.errors.append(f"exit {done.returncode}: {done.stderr.strip()[:300]}")
-                result.latencies.append(time.perf_counter() - started)
+    def record(done: subprocess.CompletedProcess[str], latency: float,
+               result: RunResult) -> None:
+        if done.returncode != 1 or "no instance" not in done.stderr:
+            result.errors.append(f"exit {done.returncode}: {done.stderr.strip()[:300]}")
+        result.latencies.append(latency)
 
-    threads = [threading.Thread(target=client) for _ in range(clients)]
-    wall = time.perf_counter()
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    result.wall_seconds = time.perf_counter() - wall
-    return result
+    return _run_processes([sys.executable, str(REPO / "schedule.py"), "--config",
+                           str(config_path), NOBODY], count, clients, record)
 
 
 def queue_client(config: dict[str, Any], count: int, query: str) -> RunResult:
