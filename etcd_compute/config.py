@@ -120,6 +120,23 @@ COMPUTE_DEFAULTS: dict[str, Any] = {
             # asked (ACPI) before it is powered off hard (Nova's shutdown_timeout).
             "shutdown_timeout_seconds": 60,
             "mdserver_config": "mdserver.conf",
+            # Moving guests between hosts (README, "Moving guests"): libvirtd listens with
+            # TLS on `address` for its peers (null: this host neither sends nor takes
+            # guests), with the certificates `cluster.py pki issue-libvirt` wrote to
+            # pki_dir. A live migration may pause the guest for max_downtime_ms at the
+            # switch; one not complete after completion_seconds_per_gib per GiB to copy
+            # (at least completion_min_seconds) is paused to finish, or cancelled
+            # (on_timeout: pause | abort); at twice that it is cancelled. Its streams may
+            # take bandwidth_mib_per_second (0: no limit).
+            "migration": {
+                "address": None,
+                "pki_dir": "/etc/etcd-compute/libvirt-pki",
+                "max_downtime_ms": 500,
+                "completion_seconds_per_gib": 60,
+                "completion_min_seconds": 60,
+                "on_timeout": "pause",
+                "bandwidth_mib_per_second": 0,
+            },
         },
         "fake": {
             # Seconds a fake build takes (tests use it to destroy mid-build).

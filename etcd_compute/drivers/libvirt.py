@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import logging
 import time
-import urllib.parse
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +27,7 @@ import filelock
 import libvirt
 
 from etcd_compute.drivers.base import Driver
+from etcd_compute.drivers.libvirt_migration import LibvirtMigrations
 from etcd_compute.errors import BuildError, RequestError, ServiceUnavailable
 from etcd_compute.virt import configdrive, disks, network, nwfilter, qemu_img
 from etcd_compute.virt.domain import (
@@ -42,7 +42,7 @@ from etcd_compute.virt.domain import (
 )
 from etcd_compute.virt.images import ImageCache
 from etcd_compute.virt.instance_files import InstanceFiles, bases_in_use, instance_meta
-from etcd_compute.virt.sources import SourcePolicy
+from etcd_compute.virt.sources import SourcePolicy, check_local_file
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +63,7 @@ def _reason(exc: libvirt.libvirtError) -> str:
     return (exc.get_error_message() or str(exc)).splitlines()[0]
 
 
-class LibvirtDriver(Driver):
+class LibvirtDriver(LibvirtMigrations, Driver):
     name = "libvirt"
 
     def __init__(self, config: dict[str, Any]):
@@ -74,7 +74,7 @@ class LibvirtDriver(Driver):
             self.settings["image_cache_dir"],
             int(self.settings["image_cache_max_gb"] * GIB),
             in_use=lambda: bases_in_use(self.instances_dir),
-            policy=source_policy(self.settings),
+            policy=SourcePolicy.from_settings(self.settings),
         )
         # A worker starts (or replaces one killed for its timeout): partial files
         # that no one is writing are a killed job's.
@@ -234,7 +234,7 @@ class LibvirtDriver(Driver):
         """An overlay of `disk_gb` at `path` on the (cached) image; nothing with the test
         driver but the check that a local image exists."""
         if test_driver:
-            _check_local_image(image["url"])
+            check_local_file(image["url"])
             return
         with self.images.lock(image["url"]):  # eviction waits until the overlay exists
             base = self.images.fetch(image["url"], image.get("sha256"),
@@ -440,18 +440,3 @@ class LibvirtDriver(Driver):
             log.info("instance %s: domain removed", uuid)
         InstanceFiles.of(self.instances_dir, uuid).remove()
 
-
-def _check_local_image(url: str) -> None:
-    """With the test driver nothing is downloaded, but a local image must exist."""
-    parsed = urllib.parse.urlparse(url)
-    if parsed.scheme == "file" and not Path(urllib.parse.unquote(parsed.path)).is_file():
-        raise RequestError(f"image {url}: no such file")
-
-
-def source_policy(settings: dict[str, Any]) -> SourcePolicy:
-    """Where images may come from and how much of them is read (driver.libvirt settings)."""
-    return SourcePolicy(
-        file_dirs=tuple(settings["image_file_dirs"]),
-        max_bytes=int(settings["image_max_gb"] * GIB),
-        deadline_seconds=float(settings["image_download_timeout_seconds"]),
-    )

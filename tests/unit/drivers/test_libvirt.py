@@ -14,7 +14,7 @@ import libvirt
 import pytest
 
 from etcd_compute.config import COMPUTE_DEFAULTS, deep_merge
-from etcd_compute.drivers.libvirt import LibvirtDriver, source_policy
+from etcd_compute.drivers.libvirt import LibvirtDriver
 from etcd_compute.errors import BuildError, RequestError, ServiceUnavailable
 from etcd_compute.virt import configdrive, domain
 from tests.support import make_spec
@@ -199,14 +199,6 @@ def test_the_connection_is_opened_again_when_libvirtd_went_away(driver, image):
         assert driver.list_instances() == {spec["uuid"]}
     finally:
         keeper.close()
-
-
-def test_image_limits_come_from_the_driver_settings():
-    settings = {"image_file_dirs": ["/srv/images"], "image_max_gb": 1.5,
-                "image_download_timeout_seconds": 30}
-    policy = source_policy(settings)
-    assert (policy.file_dirs, policy.max_bytes, policy.deadline_seconds) == \
-        (("/srv/images",), int(1.5 * GIB), 30.0)
 
 
 def test_libvirt_errors_are_not_printed_to_stderr(capfd):
