@@ -153,36 +153,47 @@ class LibvirtMigrations:
         peer = self._open_peer(target)
         started = time.monotonic()
         try:
-            send_files(peer, Path(target.instance_dir), {"config.iso": files.config_drive},
-                       pool_name=uuid)
-            xml = destination_xml(domain.XMLDesc(libvirt.VIR_DOMAIN_XML_MIGRATABLE),
-                                  files.directory, target)
-            limits = Limits.from_settings(self._migration_settings())
-            with Supervisor(domain, limits, progress, cancelled or (lambda: False)) as watch:
-                try:
-                    domain.migrateToURI3(self._peer_uri(target),
-                                         migration_params(target, xml, local_disks(xml),
-                                                          limits),
-                                         LIVE_FLAGS)
-                    failure = None
-                except libvirt.libvirtError as exc:
-                    failure = exc
+            watch, failure = self._migrate(domain, peer, target, files, progress, cancelled)
             if failure is not None and not self._moved_anyway(domain, peer, uuid, watch):
                 why = watch.aborted or _line(failure)
                 raise BuildError(f"live migration to {target.address}: {why}; the guest runs "
                                  "on here")
+            # Moved: what follows is best effort, the guest runs there whatever happens.
             result = {"seconds": round(time.monotonic() - started, 3),
                       "paused_after_seconds": watch.paused_at, **watch.last,
                       **_completed(peer, uuid)}
+            if watch.paused_at is not None:
+                _resume_there(peer, uuid)
             self._send_history(peer, target, files, uuid)
-        except libvirt.libvirtError as exc:
-            raise BuildError(f"live migration to {target.address}: {_line(exc)}") from None
         finally:
             _close(peer)
         files.remove()
         log.info("instance %s: moved live to %s in %.1fs (downtime %s ms)", uuid,
                  target.address, result["seconds"], result.get("downtime_ms"))
         return result
+
+    def _migrate(self, domain: libvirt.virDomain, peer: libvirt.virConnect, target: Target,
+                 files: InstanceFiles, progress: Callable[[dict[str, Any]], None] | None,
+                 cancelled: Callable[[], bool] | None
+                 ) -> tuple[Supervisor, libvirt.libvirtError | None]:
+        """The config drive sent, then the migration watched; how it ended (None: moved)."""
+        try:
+            send_files(peer, Path(target.instance_dir), {"config.iso": files.config_drive},
+                       pool_name=domain.name())
+            xml = destination_xml(domain.XMLDesc(libvirt.VIR_DOMAIN_XML_MIGRATABLE),
+                                  files.directory, target)
+        except (libvirt.libvirtError, OSError) as exc:
+            raise BuildError(f"live migration to {target.address}: {_line(exc)}; the guest "
+                             "runs on here") from None
+        limits = Limits.from_settings(self._migration_settings())
+        with Supervisor(domain, limits, progress, cancelled or (lambda: False)) as watch:
+            try:
+                domain.migrateToURI3(self._peer_uri(target),
+                                     migration_params(target, xml, local_disks(xml), limits),
+                                     LIVE_FLAGS)
+            except libvirt.libvirtError as exc:
+                return watch, exc
+        return watch, None
 
     def abort_migration(self, uuid: str) -> bool:
         """Cancel the guest's outgoing migration; False if none is running."""
@@ -300,21 +311,25 @@ class LibvirtMigrations:
         rule (a copy the destination may have started is destroyed there); the
         destination's only if the source's is gone and that one runs."""
         here = _active(domain)
-        if here and watch.paused_at is not None and \
-                domain.state()[0] == libvirt.VIR_DOMAIN_PAUSED:
-            domain.resume()
-        there = None
         try:
+            if here and watch.paused_at is not None and \
+                    domain.state()[0] == libvirt.VIR_DOMAIN_PAUSED:
+                domain.resume()  # we paused it to finish: it runs on as before
             there = peer.lookupByUUIDString(uuid)
         except libvirt.libvirtError:
-            pass
-        if there is not None and _active(there):
-            if not here:
-                log.warning("instance %s: the migration reported failure, but the guest "
-                            "runs on the destination only: moved", uuid)
-                return True
-            log.warning("instance %s: destroying the destination's copy", uuid)
+            return False  # none there (the rule), or the destination is gone
+        if not _active(there):
+            return False
+        if not here:
+            log.warning("instance %s: the migration reported failure, but the guest runs "
+                        "on the destination only: moved", uuid)
+            return True
+        log.warning("instance %s: destroying the destination's copy", uuid)
+        try:
             there.destroy()
+        except libvirt.libvirtError as exc:
+            log.error("instance %s: the destination's copy not destroyed: %s (its compute "
+                      "destroys it: the instance is not its)", uuid, _line(exc))
         return False
 
     def _send_history(self, peer: libvirt.virConnect, target: Target, files: InstanceFiles,
@@ -336,6 +351,17 @@ def _active(domain: libvirt.virDomain) -> bool:
         return bool(domain.isActive())
     except libvirt.libvirtError:
         return False
+
+
+def _resume_there(peer: libvirt.virConnect, uuid: str) -> None:
+    """A guest paused to finish its migration arrives paused: it runs again there."""
+    try:
+        there = peer.lookupByUUIDString(uuid)
+        if there.state()[0] == libvirt.VIR_DOMAIN_PAUSED:
+            there.resume()
+    except libvirt.libvirtError as exc:
+        log.warning("instance %s: paused to finish its migration, not resumed on the "
+                    "destination: %s", uuid, _line(exc))
 
 
 def _completed(peer: libvirt.virConnect, uuid: str) -> dict[str, Any]:

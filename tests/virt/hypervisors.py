@@ -77,6 +77,20 @@ done
 """
 
 
+# A guest that dirties memory as fast as it can copy it (24 MiB, again and again): faster
+# than a bandwidth-limited migration crosses, so only the bound makes it complete.
+BUSY_SCRIPT = r"""#!/bin/sh
+. /etc/guest-functions
+dd if=/dev/urandom of=/tmp/a bs=1M count=24 2>/dev/null
+n=0
+while true; do
+    cp /tmp/a /tmp/b
+    n=$((n + 1))
+    say "tick $n"
+done
+"""
+
+
 @dataclass
 class Hypervisor:
     name: str
@@ -200,11 +214,11 @@ class Hypervisors:
             VM_TEST_ROOT.rmdir()
 
 
-def counter_spec(image: Path, **extra: Any) -> dict[str, Any]:
+def counter_spec(image: Path, script: str = COUNTER_SCRIPT, **extra: Any) -> dict[str, Any]:
     uuid = str(uuidlib.uuid4())
     return make_spec("00000000-0000-0000-0000-0000000000aa", f"file://{image}", uuid=uuid,
-                     name=f"mover-{uuid[:8]}", resources=dict(RESOURCES),
-                     user_data=COUNTER_SCRIPT, **extra)
+                     name=f"mover-{uuid[:8]}", resources=dict(RESOURCES), user_data=script,
+                     **extra)
 
 
 def ticks(console: str) -> list[int]:
