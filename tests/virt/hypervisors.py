@@ -1,54 +1,24 @@
-"""Two (or more) hypervisor hosts on this machine, each with its own libvirtd listening on
-TLS for its peers, as the multi-host guide sets them up (README, "Moving guests").
-
-    with Hypervisors.create(["a", "b"]) as hosts:
-        a, b = hosts["a"], hosts["b"]
-        a.driver().build(spec)                      # the libvirt driver, as compute.py has it
-        b.driver().prepare_incoming(spec) ...
-
-Each host is a network namespace on a private bridge (`tools/local_services/netns.py`)
-with a private libvirtd (`private_libvirt.py`): TLS only, on the namespace's
-address, admitting the cluster's libvirt client certificates, its qemu migrating
-over TLS only. Certificates come from one cluster CA (`Pki.issue_libvirt`). Both
-hosts' guest networks have the same name and CIDR (as on real hosts, where each has
-its own NAT network); the metadata address answers "closed" at once inside each
-namespace, so the test guest does not wait out its metadata retries. The drivers
-run in the test process (root namespace): they reach their own libvirtd by its
-socket and the peers' over TLS through the bridge. Each guest network's bridge has
-a name of this run's (`ecg<net id><n>`), defined here before any driver looks: the
-driver's `ip` commands, run in the root namespace, find no such bridge there and
-change nothing of the machine's.
+"""Two (or more) hypervisor hosts with TLS libvirtds for the tests
+(`tools/local_services/hypervisors.py`), and the test guest's programs for moving it:
+a counter on its console and a marker on its disk, or memory dirtied as fast as it goes.
 """
 
 from __future__ import annotations
 
 import contextlib
-import grp
-import shutil
 import subprocess
+import threading
 import time
 import uuid as uuidlib
-import xml.etree.ElementTree as ET
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import libvirt
-
-from etcd_compute.config import COMPUTE_DEFAULTS, deep_merge
-from etcd_compute.drivers.libvirt import LibvirtDriver
-from etcd_compute.pki import Pki
-from etcd_compute.virt import network
 from tests.support import make_spec
 from tests.virt.conftest import GUEST_CACHE, VM_TEST_ROOT
-from tools.local_services.netns import Host, TestNetwork, ip
-from tools.local_services.private_libvirt import LibvirtTls, PrivateLibvirtd
+from tools.local_services.hypervisors import Hypervisors
 
-GUEST_NETWORK = "etcd-compute-mig"
-GUEST_CIDR = "192.168.126.0/24"
 RESOURCES = {"VCPU": 1, "MEMORY_MB": 128, "DISK_GB": 1}
-QEMU_GROUP = "libvirt-qemu"
 
 # The test guest's user-data: a counter on the console every 100 ms, and a marker file on
 # its disk (the FAT partition it booted from): written once, read from the disk again
@@ -91,127 +61,10 @@ done
 """
 
 
-@dataclass
-class Hypervisor:
-    name: str
-    space: Host
-    libvirtd: PrivateLibvirtd
-    pki_dir: Path
-    config: dict[str, Any]
-
-    @property
-    def address(self) -> str:
-        return self.space.ip
-
-    @property
-    def instances_dir(self) -> Path:
-        return Path(self.config["compute"]["instances_dir"])
-
-    def driver(self, **migration: Any) -> LibvirtDriver:
-        config = deep_merge(self.config, {"driver": {"libvirt": {"migration": migration}}})
-        return LibvirtDriver(config)
-
-    def connection(self) -> libvirt.virConnect:
-        return libvirt.open(self.libvirtd.uri)
-
-    def domain_active(self, uuid: str) -> bool:
-        connection = self.connection()
-        try:
-            return bool(connection.lookupByName(uuid).isActive())
-        except libvirt.libvirtError:
-            return False
-        finally:
-            connection.close()
-
-    def has_domain(self, uuid: str) -> bool:
-        connection = self.connection()
-        try:
-            connection.lookupByName(uuid)
-            return True
-        except libvirt.libvirtError:
-            return False
-        finally:
-            connection.close()
-
-    def console(self, uuid: str) -> str:
-        path = self.instances_dir / uuid / "console.log"
-        return path.read_text(errors="replace") if path.exists() else ""
-
-
-@dataclass
-class Hypervisors:
-    root: Path
-    net: TestNetwork
-    pki: Pki
-    hosts: dict[str, Hypervisor]
-
-    def __getitem__(self, name: str) -> Hypervisor:
-        return self.hosts[name]
-
-    @classmethod
-    @contextlib.contextmanager
-    def create(cls, names: list[str]) -> Iterator[Hypervisors]:
-        root = VM_TEST_ROOT / f"mig-{uuidlib.uuid4().hex[:8]}"
-        root.mkdir(parents=True, mode=0o711)
-        VM_TEST_ROOT.chmod(0o711)
-        net = TestNetwork.create()
-        hosts = cls(root, net, Pki(root / "pki"), {})
-        try:
-            hosts.pki.init()
-            for name in names:
-                hosts.add(name)
-            yield hosts
-        finally:
-            hosts.close()
-
-    def add(self, name: str, pki_dir: Path | None = None) -> Hypervisor:
-        """A host `hv<name>` with certificates for its own name and address (or those in
-        `pki_dir`, to make a host that presents someone else's)."""
-        space = self.net.add_host(name)
-        # The guests' metadata retries end at once ("connection refused" from here).
-        ip("-n", space.netns, "addr", "add", "169.254.169.254/32", "dev", "lo")
-        if pki_dir is None:
-            pki_dir = self.pki.issue_libvirt(f"hv{name}", self.root / f"libvirt-pki-{name}",
-                                             ips=[space.ip],
-                                             qemu_group=grp.getgrnam(QEMU_GROUP).gr_gid)
-        libvirtd = PrivateLibvirtd(self.root / f"libvirt-{name}", space.netns,
-                                   tls=LibvirtTls(space.ip, pki_dir))
-        self.hosts[name] = host = Hypervisor(name, space, libvirtd, pki_dir,
-                                             self._config(name, space, pki_dir))
-        libvirtd.start()
-        xml = ET.fromstring(network.network_xml(GUEST_NETWORK, GUEST_CIDR))
-        bridge = xml.find("bridge")
-        assert bridge is not None
-        bridge.set("name", f"ecg{self.net.id}{len(self.hosts)}")
-        connection = host.connection()
-        try:
-            connection.networkDefineXML(ET.tostring(xml, encoding="unicode")).create()
-        finally:
-            connection.close()
-        return host
-
-    def _config(self, name: str, space: Host, pki_dir: Path) -> dict[str, Any]:
-        here = self.root / name
-        return deep_merge(COMPUTE_DEFAULTS, {
-            "compute": {"state_dir": str(here / "state"),
-                        "instances_dir": str(here / "instances")},
-            "driver": {"libvirt": {
-                "uri": f"qemu:///system?socket={self.root / f'libvirt-{name}'}"
-                       "/run/libvirt/libvirt-sock",
-                "domain_type": "qemu", "network": GUEST_NETWORK, "network_cidr": GUEST_CIDR,
-                "image_cache_dir": str(here / "images"), "image_file_dirs": [str(GUEST_CACHE)],
-                "boot_timeout_seconds": 180, "shutdown_timeout_seconds": 1,
-                "migration": {"address": space.ip, "pki_dir": str(pki_dir)}}},
-        })
-
-    def close(self) -> None:
-        for host in self.hosts.values():
-            with contextlib.suppress(Exception):
-                host.libvirtd.stop()
-        self.net.delete()
-        shutil.rmtree(self.root, ignore_errors=True)
-        with contextlib.suppress(OSError):
-            VM_TEST_ROOT.rmdir()
+@contextlib.contextmanager
+def hypervisors(names: list[str]) -> Iterator[Hypervisors]:
+    with Hypervisors.create(names, VM_TEST_ROOT, [str(GUEST_CACHE)]) as hosts:
+        yield hosts
 
 
 def counter_spec(image: Path, script: str = COUNTER_SCRIPT, **extra: Any) -> dict[str, Any]:
@@ -238,8 +91,6 @@ class ConsoleClock:
         self._thread: Any = None
 
     def __enter__(self) -> ConsoleClock:
-        import threading
-
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
         return self

@@ -1,5 +1,5 @@
 """Real TCG guests moved between two hypervisor hosts, each with its own libvirtd on TLS
-(tests/virt/hypervisors.py): live with the local disk copied, cold through libvirt's
+(tools/local_services/hypervisors.py): live with the local disk copied, cold through libvirt's
 storage API, cut short by a dead destination or a cancel, refused by a libvirtd that
 is not the cluster's. What runs where is read from both libvirtds and both consoles."""
 
@@ -19,11 +19,12 @@ from tests.support import wait_for
 from tests.virt.hypervisors import (
     BUSY_SCRIPT,
     ConsoleClock,
-    Hypervisors,
     counter_spec,
+    hypervisors,
     qemu_pids,
     ticks,
 )
+from tools.local_services.hypervisors import Hypervisors
 from tools.local_services.netns import netns_usable
 
 pytestmark = pytest.mark.vm
@@ -36,7 +37,7 @@ def hosts() -> Iterator[Hypervisors]:
     why = netns_usable()
     if why:
         pytest.fail(f"two hypervisor hosts need network namespaces: {why}")
-    with Hypervisors.create(["a", "b"]) as made:
+    with hypervisors(["a", "b"]) as made:
         yield made
 
 
