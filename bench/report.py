@@ -334,6 +334,11 @@ def markdown(results: dict[str, Any], plots: list[str], plot_prefix: str) -> str
         from bench.zones import markdown as zones_markdown
 
         lines += ["", *zones_markdown(json.loads(zones.read_text()))]
+    migration = Path(__file__).resolve().parent / "results" / "migration.json"
+    if migration.exists():  # bench/migration.py, run on its own
+        from bench.migration import markdown as migration_markdown
+
+        lines += ["", *migration_markdown(json.loads(migration.read_text()))]
     return "\n".join(lines) + "\n"
 
 

@@ -181,6 +181,9 @@ def progress_of(stats: dict[str, Any]) -> dict[str, Any]:
         "data_processed": int(stats.get("data_processed") or 0),
         "data_remaining": remaining,
         "memory_iteration": int(stats.get("memory_iteration") or 0),
+        # The local disks' copy (the first part of a block migration).
+        "disk_total": int(stats.get("disk_total") or 0),
+        "disk_processed": int(stats.get("disk_processed") or 0),
         "percent": round(100.0 * (total - remaining) / total, 1) if total else 0.0,
     }
 

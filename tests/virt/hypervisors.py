@@ -51,6 +51,7 @@ done
 # than a bandwidth-limited migration crosses, so only the bound makes it complete.
 BUSY_SCRIPT = r"""#!/bin/sh
 . /etc/guest-functions
+mkdir -p /tmp
 dd if=/dev/urandom of=/tmp/a bs=1M count=24 2>/dev/null
 n=0
 while true; do

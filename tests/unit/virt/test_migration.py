@@ -128,10 +128,11 @@ def test_migrations_are_peer_to_peer_over_tls_with_the_local_disks_and_converge(
 
 def test_progress_reads_libvirt_s_job_statistics():
     stats = {"type": 2, "time_elapsed": 1500, "data_total": 400, "data_processed": 300,
-             "data_remaining": 100, "memory_iteration": 2}
+             "data_remaining": 100, "memory_iteration": 2, "disk_total": 50,
+             "disk_processed": 20}
     assert migration.progress_of(stats) == {
         "elapsed_ms": 1500, "data_total": 400, "data_processed": 300, "data_remaining": 100,
-        "memory_iteration": 2, "percent": 75.0}
+        "memory_iteration": 2, "disk_total": 50, "disk_processed": 20, "percent": 75.0}
     assert migration.progress_of({})["percent"] == 0.0
 
 
