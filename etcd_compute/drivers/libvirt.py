@@ -27,7 +27,7 @@ import filelock
 import libvirt
 
 from etcd_compute.drivers.base import Driver
-from etcd_compute.drivers.libvirt_migration import LibvirtMigrations
+from etcd_compute.drivers.libvirt_cold_move import LibvirtColdMoves
 from etcd_compute.errors import BuildError, RequestError, ServiceUnavailable
 from etcd_compute.virt import configdrive, disks, network, nwfilter, qemu_img
 from etcd_compute.virt.domain import (
@@ -63,7 +63,7 @@ def _reason(exc: libvirt.libvirtError) -> str:
     return (exc.get_error_message() or str(exc)).splitlines()[0]
 
 
-class LibvirtDriver(LibvirtMigrations, Driver):
+class LibvirtDriver(LibvirtColdMoves, Driver):
     name = "libvirt"
 
     def __init__(self, config: dict[str, Any]):
@@ -430,6 +430,7 @@ class LibvirtDriver(LibvirtMigrations, Driver):
                     libvirt.VIR_ERR_NO_DOMAIN,
                 ):
                     raise
+            self._release_addresses(domain)
             try:
                 domain.undefineFlags(
                     UNDEFINE_FLAGS if self.is_test_driver else UNDEFINE_FLAGS_QEMU

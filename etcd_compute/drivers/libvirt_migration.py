@@ -1,23 +1,20 @@
-"""Moving a guest between two hosts' libvirtds (the libvirt driver's part of issue 21).
+"""Moving a guest between two hosts' libvirtds (the libvirt driver's part of issue 21): the
+destination made ready, and a live move. The cold move builds on it
+(`libvirt_cold_move.py`).
 
 Both ways start on the destination, which makes room as for a build (the
 instance's directory, an empty overlay on the same base image fetched through
-its own cache, meta.json, network and filters) and answers with a `Target`:
-
-- **live** (`live_migrate`, on the source): the config drive is sent first
-  (`remote_files`, over the peer's libvirtd), then libvirt migrates peer to peer
-  over TLS, the overlay's data copied along (`virt/migration.py`); the
-  destination runs the guest with the same definition (MAC, devices), its files
-  at its paths. After the switch the source's earlier console goes to the
-  destination's `console.history.log` and nothing of the guest is left here.
-  Cancelled (`abort_migration`) or failed, the guest runs on here as before.
-- **cold** (`send_stopped` on the source, then `finish_incoming` on the
-  destination): the guest is shut down, its overlay, config drive and console
-  history are sent; the destination checks what arrived against the sizes and
-  sha256s the source reports, points the overlay at its own copy of the base,
-  and defines (and starts) the guest with the same MAC and identity. The source
-  keeps its stopped guest until the move is confirmed (`destroy`) or reverted
-  (`power_on`).
+its own cache, meta.json, network and filters) and answers with a `Target`.
+A live move (`live_migrate`, on the source) sends the config drive first
+(`remote_files`, over the peer's libvirtd) and reserves the guest's address for
+its MAC in the destination's network (the guest keeps it: it does not know it
+moved), then libvirt migrates peer to peer over TLS, the overlay's data copied
+along (`virt/migration.py`); the destination runs the guest with the same
+definition (MAC, devices), its files at its paths, its filter bound to that
+address. After the switch the source's earlier console goes to the destination's
+`console.history.log` and nothing of the guest is left here. Cancelled
+(`abort_migration`) or failed, the guest runs on here as before, and the
+reservation there is dropped.
 """
 
 from __future__ import annotations
@@ -30,11 +27,10 @@ from pathlib import Path
 from typing import Any
 
 import libvirt
-from oslo_utils.imageutils import format_inspector
 
-from etcd_compute.errors import BuildError, RequestError
-from etcd_compute.virt import disks, nwfilter, qemu_img
-from etcd_compute.virt.domain import DomainSpec, choose_domain_type, domain_xml, mac_addresses
+from etcd_compute.errors import BuildError
+from etcd_compute.virt import disks, network, nwfilter
+from etcd_compute.virt.domain import mac_addresses
 from etcd_compute.virt.instance_files import CONSOLE_HISTORY_BYTES, InstanceFiles, instance_meta
 from etcd_compute.virt.migration import (
     LIVE_FLAGS,
@@ -47,15 +43,12 @@ from etcd_compute.virt.migration import (
     peer_uri,
     progress_of,
 )
-from etcd_compute.virt.remote_files import check_received, send_files
+from etcd_compute.virt.remote_files import send_files
 
 log = logging.getLogger(__name__)
 
-# The files of a stopped guest that travel (the overlay, the config drive), by name.
-COLD_FILES = ("disk.qcow2", "config.iso")
 
-
-def _line(exc: BaseException) -> str:
+def one_line(exc: BaseException) -> str:
     text = exc.get_error_message() if isinstance(exc, libvirt.libvirtError) else str(exc)
     return ((text or "").splitlines() or [type(exc).__name__])[0][:500]
 
@@ -75,6 +68,7 @@ class LibvirtMigrations:
     _ensure_filters: Callable[[], str]
     _shut_down: Callable[[libvirt.virDomain], None]
     _wait_for_ip: Callable[[libvirt.virDomain], str | None]
+    _ensure_network: Callable[[], str]
 
     # -- the destination ---------------------------------------------------------------
 
@@ -95,7 +89,8 @@ class LibvirtMigrations:
                 self._ensure_network()
                 self._ensure_filters()
             target = Target(address, str(files.directory), self._base_sha256(files.disk),
-                            nwfilter.gateway_of(self.settings["network_cidr"]))
+                            nwfilter.gateway_of(self.settings["network_cidr"]),
+                            None if self.is_test_driver else self.settings["network"])
         except BaseException:
             files.remove()
             raise
@@ -112,30 +107,6 @@ class LibvirtMigrations:
             domain.undefine()
         InstanceFiles.of(self.instances_dir, uuid).remove()
 
-    def finish_incoming(self, spec: dict[str, Any], moved: dict[str, Any],
-                        power_on: bool) -> dict[str, Any]:
-        """A cold move's end here: the files checked, the guest defined as it was there."""
-        uuid = spec["uuid"]
-        files = InstanceFiles.of(self.instances_dir, uuid)
-        try:
-            check_received(files.directory, moved["files"])
-            own_base = self._base_of_image(spec)
-            if moved.get("base_sha256") != (own_base and own_base[1]):
-                raise BuildError("the disk's base image differs from this host's copy of the "
-                                 "image (its URL serves other bytes now)")
-            _check_overlay(files.disk)
-            if own_base is not None:
-                qemu_img.rebase_unsafe(files.disk, own_base[0], "qcow2")
-            domain = self.connection.defineXMLFlags(
-                domain_xml(self._domain_spec(spec, files, tuple(moved.get("macs") or ()))),
-                libvirt.VIR_DOMAIN_DEFINE_VALIDATE)
-            if not power_on:
-                return {"ip": None}
-            domain.create()
-            return {"ip": self._wait_for_ip(domain)}
-        except (ValueError, OSError, libvirt.libvirtError) as exc:
-            raise BuildError(f"cold migration: {_line(exc)}") from None
-
     # -- the source --------------------------------------------------------------------
 
     def live_migrate(self, uuid: str, target_data: dict[str, Any],
@@ -150,12 +121,21 @@ class LibvirtMigrations:
             raise BuildError("live migration: the guest is not running (move it cold)")
         files = InstanceFiles.of(self.instances_dir, uuid)
         self._check_same_base(files.disk, target)
+        address = self._guest_address(domain)
         peer = self._open_peer(target)
         started = time.monotonic()
         try:
-            watch, failure = self._migrate(domain, peer, target, files, progress, cancelled)
-            if failure is not None and not self._moved_anyway(domain, peer, uuid, watch):
-                why = watch.aborted or _line(failure)
+            moved = False
+            try:
+                self._bring_address(peer, target, address)
+                watch, failure = self._migrate(domain, peer, target, files, address, progress,
+                                               cancelled)
+                moved = failure is None or self._moved_anyway(domain, peer, uuid, watch)
+            finally:
+                if not moved:
+                    _drop_address(peer, target.network, address)
+            if not moved:
+                why = watch.aborted or one_line(failure)  # type: ignore[arg-type]
                 raise BuildError(f"live migration to {target.address}: {why}; the guest runs "
                                  "on here")
             # Moved: what follows is best effort, the guest runs there whatever happens.
@@ -166,31 +146,38 @@ class LibvirtMigrations:
                 _resume_there(peer, uuid)
             self._send_history(peer, target, files, uuid)
         finally:
-            _close(peer)
+            close_quietly(peer)
+        if address is not None:
+            _drop_address(self.connection, self.settings["network"], address)
         files.remove()
         log.info("instance %s: moved live to %s in %.1fs (downtime %s ms)", uuid,
                  target.address, result["seconds"], result.get("downtime_ms"))
         return result
 
     def _migrate(self, domain: libvirt.virDomain, peer: libvirt.virConnect, target: Target,
-                 files: InstanceFiles, progress: Callable[[dict[str, Any]], None] | None,
+                 files: InstanceFiles, address: tuple[str, str] | None,
+                 progress: Callable[[dict[str, Any]], None] | None,
                  cancelled: Callable[[], bool] | None
                  ) -> tuple[Supervisor, libvirt.libvirtError | None]:
         """The config drive sent, then the migration watched; how it ended (None: moved)."""
         try:
             send_files(peer, Path(target.instance_dir), {"config.iso": files.config_drive},
                        pool_name=domain.name())
-            xml = destination_xml(domain.XMLDesc(libvirt.VIR_DOMAIN_XML_MIGRATABLE),
-                                  files.directory, target)
+            xml = domain.XMLDesc(libvirt.VIR_DOMAIN_XML_MIGRATABLE)
         except (libvirt.libvirtError, OSError) as exc:
-            raise BuildError(f"live migration to {target.address}: {_line(exc)}; the guest "
+            raise BuildError(f"live migration to {target.address}: {one_line(exc)}; the guest "
                              "runs on here") from None
+        # What runs there is bound to the guest's address; what stays defined learns it
+        # again from DHCP at its next boot (the reservation gives it the same one).
+        running = destination_xml(xml, files.directory, target, address and address[1])
+        defined = destination_xml(xml, files.directory, target)
         limits = Limits.from_settings(self._migration_settings())
         with Supervisor(domain, limits, progress, cancelled or (lambda: False)) as watch:
             try:
-                domain.migrateToURI3(self._peer_uri(target),
-                                     migration_params(target, xml, local_disks(xml), limits),
-                                     LIVE_FLAGS)
+                domain.migrateToURI3(
+                    self._peer_uri(target),
+                    migration_params(target, running, local_disks(xml), limits, defined),
+                    LIVE_FLAGS)
             except libvirt.libvirtError as exc:
                 return watch, exc
         return watch, None
@@ -217,39 +204,6 @@ class LibvirtMigrations:
             return None
         return progress_of(stats)
 
-    def send_stopped(self, uuid: str, target_data: dict[str, Any]) -> dict[str, Any]:
-        """A cold move's part here: shut the guest down and send its files. It stays
-        defined here, stopped; on failure it is as it was (running again if it ran)."""
-        try:
-            target = Target.from_dict(target_data)
-        except (ValueError, TypeError) as exc:
-            raise BuildError(f"cold migration: bad target: {exc}") from None
-        domain = self._domain(uuid)
-        files = InstanceFiles.of(self.instances_dir, uuid)
-        self._check_same_base(files.disk, target)
-        was_running = bool(domain.isActive())
-        macs = mac_addresses(domain)
-        peer = self._open_peer(target)
-        try:
-            self._shut_down(domain)
-            with tempfile.TemporaryDirectory(prefix="console-") as scratch:
-                history = Path(scratch) / "console.history.log"
-                history.write_bytes(files.console_bytes(CONSOLE_HISTORY_BYTES))
-                sent = send_files(peer, Path(target.instance_dir),
-                                  {"disk.qcow2": files.disk, "config.iso": files.config_drive,
-                                   "console.history.log": history}, pool_name=uuid)
-        except (libvirt.libvirtError, OSError) as exc:
-            if was_running and not domain.isActive():
-                domain.create()
-            raise BuildError(f"cold migration to {target.address}: {_line(exc)}; the guest "
-                             f"is {'running' if was_running else 'stopped'} here as before") \
-                from None
-        finally:
-            _close(peer)
-        log.info("instance %s: stopped and sent to %s", uuid, target.address)
-        return {"files": [s.to_dict() for s in sent], "macs": macs,
-                "base_sha256": target.base_sha256, "was_running": was_running}
-
     # -- helpers -------------------------------------------------------------------------
 
     def _migration_settings(self) -> dict[str, Any]:
@@ -267,7 +221,7 @@ class LibvirtMigrations:
         try:
             return libvirt.open(uri)
         except libvirt.libvirtError as exc:
-            raise BuildError(f"libvirtd of {target.address}: {_line(exc)}") from None
+            raise BuildError(f"libvirtd of {target.address}: {one_line(exc)}") from None
 
     def _base_sha256(self, overlay: Path) -> str | None:
         base = disks.backing_file(overlay)
@@ -290,20 +244,6 @@ class LibvirtMigrations:
             raise BuildError("the destination's base image differs from this guest's "
                              f"(sha256 {str(own)[:12]} here, {str(target.base_sha256)[:12]} "
                              "there): its URL serves other bytes now")
-
-    def _domain_spec(self, spec: dict[str, Any], files: InstanceFiles,
-                     macs: tuple[str, ...]) -> DomainSpec:
-        meta, resources = instance_meta(spec), spec["resources"]
-        test_driver = self.is_test_driver
-        return DomainSpec(
-            uuid=spec["uuid"], name=meta["name"], memory_mb=int(resources["MEMORY_MB"]),
-            vcpus=int(resources["VCPU"]),
-            domain_type=choose_domain_type(self.settings["domain_type"], self.connection),
-            disk=files.disk, config_drive=files.config_drive, console_log=files.console_log,
-            network=None if test_driver else self._ensure_network(),
-            bridge=None if test_driver else self.settings["bridge"],
-            nic_filter=None if test_driver else self._ensure_filters(),
-            dhcp_server=nwfilter.gateway_of(self.settings["network_cidr"]), macs=macs)
 
     def _moved_anyway(self, domain: libvirt.virDomain, peer: libvirt.virConnect, uuid: str,
                       watch: Supervisor) -> bool:
@@ -329,8 +269,49 @@ class LibvirtMigrations:
             there.destroy()
         except libvirt.libvirtError as exc:
             log.error("instance %s: the destination's copy not destroyed: %s (its compute "
-                      "destroys it: the instance is not its)", uuid, _line(exc))
+                      "destroys it: the instance is not its)", uuid, one_line(exc))
         return False
+
+    def _guest_address(self, domain: libvirt.virDomain) -> tuple[str, str] | None:
+        """(MAC, address) of the guest on our network: its lease here, else the address
+        reserved for it here (it came from another host and has not renewed yet)."""
+        if self.is_test_driver:
+            return None
+        macs = mac_addresses(domain, self.settings["network"])
+        if not macs:
+            return None
+        net = self.connection.networkLookupByName(self.settings["network"])
+        address = network.lease_ip(net, macs[0]) or network.reservations(net).get(macs[0])
+        return (macs[0], address) if address else None
+
+    def _bring_address(self, peer: libvirt.virConnect, target: Target,
+                       address: tuple[str, str] | None) -> None:
+        """Reserve the guest's address for its MAC in the destination's network; refused if
+        another guest holds it there (every host's network has the same range)."""
+        if address is None or target.network is None:
+            return
+        mac, ip = address
+        try:
+            net = peer.networkLookupByName(target.network)
+            holder = network.holder_of(net, ip)
+            if holder not in (None, mac):
+                raise BuildError(f"live migration to {target.address}: the guest's address "
+                                 f"{ip} is another guest's there; the guest runs on here")
+            network.reserve(net, mac, ip)
+        except libvirt.libvirtError as exc:
+            raise BuildError(f"live migration to {target.address}: network {target.network}: "
+                             f"{one_line(exc)}; the guest runs on here") from None
+
+    def _release_addresses(self, domain: libvirt.virDomain) -> None:
+        """The guest leaves (destroyed, or moved away): its reservations here go."""
+        if self.is_test_driver:
+            return
+        try:
+            macs = mac_addresses(domain, self.settings["network"])
+        except libvirt.libvirtError:
+            return  # gone meanwhile
+        for mac in macs:
+            _drop_address(self.connection, self.settings["network"], (mac, ""))
 
     def _send_history(self, peer: libvirt.virConnect, target: Target, files: InstanceFiles,
                       uuid: str) -> None:
@@ -343,7 +324,7 @@ class LibvirtMigrations:
                 send_files(peer, Path(target.instance_dir),
                            {"console.history.log": history}, pool_name=uuid)
         except (libvirt.libvirtError, OSError) as exc:
-            log.warning("instance %s: console history not sent: %s", uuid, _line(exc))
+            log.warning("instance %s: console history not sent: %s", uuid, one_line(exc))
 
 
 def _active(domain: libvirt.virDomain) -> bool:
@@ -361,7 +342,19 @@ def _resume_there(peer: libvirt.virConnect, uuid: str) -> None:
             there.resume()
     except libvirt.libvirtError as exc:
         log.warning("instance %s: paused to finish its migration, not resumed on the "
-                    "destination: %s", uuid, _line(exc))
+                    "destination: %s", uuid, one_line(exc))
+
+
+def _drop_address(connection: libvirt.virConnect, network_name: str | None,
+                  address: tuple[str, str] | None) -> None:
+    """Release a MAC's reservation on a network, best effort (logged)."""
+    if address is None or network_name is None:
+        return
+    try:
+        network.release(connection.networkLookupByName(network_name), address[0])
+    except libvirt.libvirtError as exc:
+        log.warning("network %s: reservation of %s not released: %s", network_name,
+                    address[0], one_line(exc))
 
 
 def _completed(peer: libvirt.virConnect, uuid: str) -> dict[str, Any]:
@@ -376,38 +369,7 @@ def _completed(peer: libvirt.virConnect, uuid: str) -> dict[str, Any]:
             "elapsed_ms": stats.get("time_elapsed")}
 
 
-def _check_overlay(path: Path) -> None:
-    """What arrived is a qcow2 overlay and nothing more: its backing file is the one
-    thing the inspector may object to (it is replaced next), no data file, no extents."""
-    try:
-        inspector = format_inspector.QcowInspector.from_file(str(path))
-    except format_inspector.ImageFormatError:
-        raise RequestError(f"{path.name}: not a qcow2 image") from None
-    quiet = _Expected("Safety check backing_file")
-    inspector_log = logging.getLogger(format_inspector.__name__)
-    inspector_log.addFilter(quiet)
-    try:
-        inspector.safety_check()
-    except format_inspector.SafetyCheckFailed as exc:
-        others = set(exc.failures) - {"backing_file"}
-        if others:
-            raise RequestError(f"{path.name}: refused: {', '.join(sorted(others))}") from None
-    finally:
-        inspector_log.removeFilter(quiet)
-
-
-class _Expected(logging.Filter):
-    """Drops the inspector's warning about what is expected here (an overlay's backing)."""
-
-    def __init__(self, prefix: str):
-        super().__init__()
-        self.prefix = prefix
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return not record.getMessage().startswith(self.prefix)
-
-
-def _close(connection: libvirt.virConnect) -> None:
+def close_quietly(connection: libvirt.virConnect) -> None:
     try:
         connection.close()
     except libvirt.libvirtError:

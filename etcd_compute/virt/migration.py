@@ -49,6 +49,8 @@ LIVE_FLAGS = (libvirt.VIR_MIGRATE_LIVE | libvirt.VIR_MIGRATE_PEER2PEER
 # A host name or address as libvirt puts it in a URI (and checks against the certificate).
 _HOST_NAME = re.compile(r"\A[A-Za-z0-9]([A-Za-z0-9.-]{0,251}[A-Za-z0-9])?\Z")
 _SHA256 = re.compile(r"\A[0-9a-f]{64}\Z")
+_NETWORK_NAME = re.compile(r"\A[A-Za-z0-9_.-]{1,64}\Z")  # as compute_config.json has it
+_TARGET_KEYS = ("address", "instance_dir", "base_sha256", "dhcp_server", "network")
 TIMEOUT_ACTIONS = ("pause", "abort")
 
 
@@ -79,6 +81,7 @@ class Target:
     instance_dir: str     # where the guest's files live there
     base_sha256: str | None   # the base image its overlay is on (None: no base)
     dhcp_server: str | None = None   # its network's gateway (the guest's filter parameter)
+    network: str | None = None       # its guests' network (None: no network NIC there)
 
     def __post_init__(self) -> None:
         check_address(self.address)
@@ -88,18 +91,19 @@ class Target:
             raise ValueError("base_sha256: not a sha256")
         if self.dhcp_server is not None:
             ipaddress.ip_address(self.dhcp_server)
+        if self.network is not None and not _NETWORK_NAME.match(self.network):
+            raise ValueError(f"network {self.network!r}: not a network name")
 
     def to_dict(self) -> dict[str, Any]:
         return {"address": self.address, "instance_dir": self.instance_dir,
-                "base_sha256": self.base_sha256, "dhcp_server": self.dhcp_server}
+                "base_sha256": self.base_sha256, "dhcp_server": self.dhcp_server,
+                "network": self.network}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Target:
         """From a message another host wrote: exactly these keys, checked (ValueError)."""
-        if not isinstance(data, dict) or set(data) != {"address", "instance_dir",
-                                                       "base_sha256", "dhcp_server"}:
-            raise ValueError("a migration target needs address, instance_dir, base_sha256, "
-                             "dhcp_server")
+        if not isinstance(data, dict) or set(data) != set(_TARGET_KEYS):
+            raise ValueError(f"a migration target needs {', '.join(_TARGET_KEYS)}")
         if not all(isinstance(v, str) or v is None for v in data.values()):
             raise ValueError("a migration target's values are strings")
         return cls(**data)
@@ -138,32 +142,50 @@ def local_disks(xml: str) -> list[str]:
     return disks
 
 
-def destination_xml(xml: str, source_dir: Path, target: Target) -> str:
+def destination_xml(xml: str, source_dir: Path, target: Target,
+                    guest_ip: str | None = None) -> str:
     """The domain as the destination runs it: every file under the instance's directory
-    here (disks, config drive, console log) under its directory there, and its network
-    filter's DHCP server that host's; all else (MAC, devices, addresses) unchanged."""
+    here (disks, config drive, console log) under its directory there, its NIC on that
+    host's network, its filter's DHCP server that host's; all else (MAC, devices,
+    addresses) unchanged. With `guest_ip`, the filter is bound to the address the guest
+    has now (the live definition: the destination has not seen its DHCP, so it could not
+    learn it, and would drop its traffic until the guest renewed its lease)."""
     root = ET.fromstring(xml)
     source, there = str(source_dir).rstrip("/") + "/", target.instance_dir.rstrip("/") + "/"
     for element in root.iter():
         if element.tag in ("source", "log") and element.get("file", "").startswith(source):
             element.set("file", there + element.get("file", "")[len(source):])
-        if element.tag == "parameter" and element.get("name") == "DHCPSERVER" and \
-                target.dhcp_server:
-            element.set("value", target.dhcp_server)
+    for nic in root.iterfind("devices/interface[@type='network']"):
+        source_element = nic.find("source")
+        if source_element is not None and target.network:
+            source_element.set("network", target.network)
+        filterref = nic.find("filterref")
+        if filterref is None:
+            continue
+        for parameter in filterref.findall("parameter"):
+            if parameter.get("name") == "DHCPSERVER" and target.dhcp_server:
+                parameter.set("value", target.dhcp_server)
+            if parameter.get("name") == "IP":
+                filterref.remove(parameter)
+        if guest_ip:
+            ET.SubElement(filterref, "parameter", name="IP",
+                          value=str(ipaddress.IPv4Address(guest_ip)))
     return ET.tostring(root, encoding="unicode")
 
 
 def migration_params(target: Target, xml: str, disks: list[str],
-                     limits: Limits | None = None) -> dict[str, Any]:
+                     limits: Limits | None = None,
+                     persistent_xml: str | None = None) -> dict[str, Any]:
     """migrateToURI3's parameters: the streams to the target's address (not the host name
-    its libvirtd would give), the destination's definition, the disks to copy."""
+    its libvirtd would give), the destination's definition (what runs; what stays
+    defined, if different), the disks to copy."""
     address = check_address(target.address)
     host = f"[{address}]" if ":" in address else address
     params: dict[str, Any] = {
         libvirt.VIR_MIGRATE_PARAM_URI: f"tcp://{host}",
         libvirt.VIR_MIGRATE_PARAM_LISTEN_ADDRESS: address,
         libvirt.VIR_MIGRATE_PARAM_DEST_XML: xml,
-        libvirt.VIR_MIGRATE_PARAM_PERSIST_XML: xml,
+        libvirt.VIR_MIGRATE_PARAM_PERSIST_XML: persistent_xml or xml,
         libvirt.VIR_MIGRATE_PARAM_MIGRATE_DISKS: disks,
     }
     if limits is not None and limits.bandwidth_mib:

@@ -6,6 +6,7 @@ a counter on its console and a marker on its disk, or memory dirtied as fast as 
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import subprocess
 import threading
 import time
@@ -16,15 +17,27 @@ from typing import Any
 
 from tests.support import make_spec
 from tests.virt.conftest import GUEST_CACHE, VM_TEST_ROOT
-from tools.local_services.hypervisors import Hypervisors
+from tools.local_services.hypervisors import GUEST_CIDR, Hypervisors
 
 RESOURCES = {"VCPU": 1, "MEMORY_MB": 128, "DISK_GB": 1}
 
 # The test guest's user-data: a counter on the console every 100 ms, and a marker file on
 # its disk (the FAT partition it booted from): written once, read from the disk again
-# (page cache dropped) every second, so a disk that did not travel shows.
+# (page cache dropped) every second, so a disk that did not travel shows. Beside it,
+# every second, whether its host's DNS (dnsmasq on the gateway, which its filter lets it
+# reach) answers: "dns answered" or "dns silent".
 COUNTER_SCRIPT = r"""#!/bin/sh
 . /etc/guest-functions
+(
+    while true; do
+        if nslookup x.invalid GATEWAY 2>&1 | grep -q "server can't find"; then
+            say "dns answered"
+        else
+            say "dns silent"
+        fi
+        sleep 1
+    done
+) &
 mkdir -p /mnt
 mount -t vfat /dev/vda1 /mnt
 if [ -f /mnt/marker ]; then
@@ -70,6 +83,7 @@ def hypervisors(names: list[str]) -> Iterator[Hypervisors]:
 
 def counter_spec(image: Path, script: str = COUNTER_SCRIPT, **extra: Any) -> dict[str, Any]:
     uuid = str(uuidlib.uuid4())
+    script = script.replace("GATEWAY", str(ipaddress.IPv4Network(GUEST_CIDR).network_address + 1))
     return make_spec("00000000-0000-0000-0000-0000000000aa", f"file://{image}", uuid=uuid,
                      name=f"mover-{uuid[:8]}", resources=dict(RESOURCES), user_data=script,
                      **extra)

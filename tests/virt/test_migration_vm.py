@@ -14,6 +14,7 @@ import libvirt
 import pytest
 
 from etcd_compute.errors import BuildError
+from etcd_compute.virt import network
 from etcd_compute.virt.domain import mac_addresses
 from tests.support import wait_for
 from tests.virt.hypervisors import (
@@ -24,7 +25,7 @@ from tests.virt.hypervisors import (
     qemu_pids,
     ticks,
 )
-from tools.local_services.hypervisors import Hypervisors
+from tools.local_services.hypervisors import GUEST_NETWORK, Hypervisors
 from tools.local_services.netns import netns_usable
 
 pytestmark = pytest.mark.vm
@@ -62,12 +63,25 @@ def macs_of(host, uuid: str) -> list[str]:
         connection.close()
 
 
+def leased(host, uuid: str) -> str | None:
+    """The address the host's DHCP has leased to the guest now."""
+    connection = host.connection()
+    try:
+        (mac,) = mac_addresses(connection.lookupByName(uuid), GUEST_NETWORK)
+        return network.lease_ip(connection.networkLookupByName(GUEST_NETWORK), mac)
+    finally:
+        connection.close()
+
+
 def test_a_running_guest_moves_live_with_its_disk_console_and_identity(hosts,
                                                                        test_guest_image):
     a, b = hosts["a"], hosts["b"]
     spec, marker = boot_counter(hosts, "a", test_guest_image)
     uuid = spec["uuid"]
     macs = macs_of(a, uuid)
+    wait_for(lambda: "dns answered" in a.console(uuid), 30, interval=0.2,
+             what="the guest's DNS answered on a")
+    address = leased(a, uuid)
     target = b.driver().prepare_incoming(spec)
     reports: list[dict] = []
     source_log = a.instances_dir / uuid / "console.log"
@@ -87,8 +101,18 @@ def test_a_running_guest_moves_live_with_its_disk_console_and_identity(hosts,
     # The disk came along: the marker written on a is read from b's disk.
     wait_for(lambda: f"marker read {marker}" in b.console(uuid), 30, interval=0.2,
              what="the marker read back on b")
-    # Same MAC; the overlay there is on b's own copy of the base.
+    # Same MAC and address; its network works there at once (not after its DHCP renews):
+    # b's DNS answers it within a few seconds of the switch.
     assert macs_of(b, uuid) == macs
+    answered = b.console(uuid).count("dns answered")
+    wait_for(lambda: b.console(uuid).count("dns answered") > answered + 1, 20, interval=0.2,
+             what="the guest's DNS answered on b")
+    connection = b.connection()
+    try:
+        assert network.reservations(connection.networkLookupByName(GUEST_NETWORK)) == {
+            macs[0]: address}
+    finally:
+        connection.close()
     # The console as published shows both.
     published = b.driver().console(uuid)
     assert f"marker written {marker}" in published and f"marker read {marker}" in published
@@ -194,6 +218,7 @@ def test_a_cold_move_keeps_the_disk_mac_and_identity_and_can_be_reverted(hosts,
     spec, marker = boot_counter(hosts, "a", test_guest_image)
     uuid = spec["uuid"]
     macs = macs_of(a, uuid)
+    address = leased(a, uuid)
     moved = a.driver().send_stopped(uuid, b.driver().prepare_incoming(spec))
     assert not a.domain_active(uuid) and a.has_domain(uuid)  # kept, stopped, until confirmed
     b.driver().finish_incoming(spec, moved, power_on=True)
@@ -203,6 +228,8 @@ def test_a_cold_move_keeps_the_disk_mac_and_identity_and_can_be_reverted(hosts,
     assert f"configdrive instance-id={uuid}" in console
     assert "configdrive user-data=#!/bin/sh" in console
     assert macs_of(b, uuid) == macs
+    wait_for(lambda: leased(b, uuid) == address, 60, interval=0.5,
+             what="the guest's address on a leased to it again on b")
     assert f"marker written {marker}" in b.driver().console(uuid)  # history came along
     a.driver().destroy(uuid)  # confirmed: nothing left on a
     assert not a.has_domain(uuid) and not (a.instances_dir / uuid).exists()

@@ -19,7 +19,8 @@ from tests import support
 
 UUID = str(uuidlib.uuid4())
 SOURCE_DIR = Path("/var/lib/etcd-compute/instances") / UUID
-TARGET = Target("10.0.0.2", f"/srv/instances/{UUID}", "a" * 64, "192.168.123.1")
+TARGET = Target("10.0.0.2", f"/srv/instances/{UUID}", "a" * 64, "192.168.123.1",
+                "etcd-compute-b")
 
 
 def source_xml(**overrides: Any) -> str:
@@ -60,7 +61,8 @@ def test_a_target_round_trips_through_a_message():
 @pytest.mark.parametrize("change", [
     {"address": "10.0.0.2/x"}, {"instance_dir": "relative/dir"},
     {"instance_dir": "/srv/../etc"}, {"base_sha256": "not-a-sha"},
-    {"dhcp_server": "gateway"}, {"address": 7}, {"extra": "x"},
+    {"dhcp_server": "gateway"}, {"address": 7}, {"extra": "x"}, {"network": "a b"},
+    {"network": "x" * 65},
 ])
 def test_a_target_from_another_host_is_checked(change):
     data = {**TARGET.to_dict(), **change}
@@ -82,17 +84,33 @@ def test_only_writable_file_disks_are_copied_not_the_config_drive():
     assert migration.local_disks(source_xml()) == ["vda"]
 
 
-def test_the_destination_runs_the_guest_from_its_own_paths_and_gateway():
+def test_the_destination_runs_the_guest_from_its_own_paths_network_and_gateway():
     moved = ET.fromstring(migration.destination_xml(source_xml(), SOURCE_DIR, TARGET))
     files = [e.get("file") for e in moved.iter() if e.tag in ("source", "log") and
              e.get("file")]
     assert files == [f"{TARGET.instance_dir}/disk.qcow2", f"{TARGET.instance_dir}/config.iso",
                      f"{TARGET.instance_dir}/console.log"]
     parameters = {p.get("name"): p.get("value") for p in moved.iter("parameter")}
-    assert parameters["DHCPSERVER"] == "192.168.123.1"
+    assert parameters["DHCPSERVER"] == "192.168.123.1" and "IP" not in parameters
+    assert moved.find("devices/interface/source").get("network") == "etcd-compute-b"
     # Identity unchanged: uuid, MAC.
     assert moved.findtext("uuid") == UUID
     assert [m.get("address") for m in moved.iter("mac")] == ["52:54:00:12:34:56"]
+
+
+def test_what_runs_there_is_bound_to_the_guest_s_address_at_once():
+    moved = ET.fromstring(migration.destination_xml(source_xml(), SOURCE_DIR, TARGET,
+                                                    "192.168.123.45"))
+    parameters = [(p.get("name"), p.get("value")) for p in moved.iter("parameter")]
+    assert ("IP", "192.168.123.45") in parameters
+    assert ("CTRL_IP_LEARNING", "dhcp") in parameters
+    # One IP parameter however often it travels.
+    again = migration.destination_xml(ET.tostring(moved, encoding="unicode"),
+                                      Path(TARGET.instance_dir), TARGET, "192.168.123.46")
+    assert [p.get("value") for p in ET.fromstring(again).iter("parameter")
+            if p.get("name") == "IP"] == ["192.168.123.46"]
+    with pytest.raises(ValueError):
+        migration.destination_xml(source_xml(), SOURCE_DIR, TARGET, "not-an-address")
 
 
 def test_a_file_outside_the_instance_s_directory_keeps_its_path():
@@ -103,12 +121,13 @@ def test_a_file_outside_the_instance_s_directory_keeps_its_path():
 
 
 def test_the_streams_go_to_the_target_s_address_with_the_disks_and_bandwidth():
-    params = migration.migration_params(TARGET, "<domain/>", ["vda"], Limits(bandwidth_mib=64))
+    params = migration.migration_params(TARGET, "<domain/>", ["vda"], Limits(bandwidth_mib=64),
+                                        "<domain><defined/></domain>")
     assert params[libvirt.VIR_MIGRATE_PARAM_URI] == "tcp://10.0.0.2"
     assert params[libvirt.VIR_MIGRATE_PARAM_LISTEN_ADDRESS] == "10.0.0.2"
     assert params[libvirt.VIR_MIGRATE_PARAM_MIGRATE_DISKS] == ["vda"]
     assert params[libvirt.VIR_MIGRATE_PARAM_DEST_XML] == "<domain/>"
-    assert params[libvirt.VIR_MIGRATE_PARAM_PERSIST_XML] == "<domain/>"
+    assert params[libvirt.VIR_MIGRATE_PARAM_PERSIST_XML] == "<domain><defined/></domain>"
     assert params[libvirt.VIR_MIGRATE_PARAM_BANDWIDTH] == 64
     v6 = Target("fd00::2", TARGET.instance_dir, None)
     assert migration.migration_params(v6, "<domain/>", [])[libvirt.VIR_MIGRATE_PARAM_URI] == \
