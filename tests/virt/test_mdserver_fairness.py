@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 
+from etcd_compute.mdserver.settings import MdserverConfig
 from tests.support import REPO, unavailable, wait_for
 from tools.local_services import free_port, stop_pid
 from tools.local_services.netns import TestNetwork, netns_usable
@@ -29,6 +30,7 @@ ASKS = 5
 # What "does not delay" means (issue 18's "done when"): the other source's answer, with
 # one source holding its idle connections, in under this.
 ANSWER_WITHIN_MS = 50
+PER_GUEST = MdserverConfig().connections_per_guest  # the default the server runs with
 
 
 @pytest.fixture(scope="module")
@@ -113,3 +115,6 @@ def test_one_source_holding_idle_connections_does_not_delay_another(
     assert answers["status"] == [404] * ASKS, answers  # every one answered
     # Every answer: the first is the one a stalled server delays (until idle ones time out).
     assert max(took) < ANSWER_WITHIN_MS, took
+    # ... while the greedy source held what it may (its cap), and no more.
+    if idle:
+        assert held == {"opened": idle, "failed": 0, "open": min(idle, PER_GUEST)}, held
