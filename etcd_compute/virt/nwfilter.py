@@ -14,6 +14,11 @@ DHCPSERVER=the network's gateway:
   0.0.0.0 hear 224.0.0.1 and the broadcast addresses of its networks; a guest
   may send them in frames to any MAC). Guests keep the NAT route to
   elsewhere, and unicast to each other.
+- the metadata cap: a guest's TCP connections to 169.254.169.254:80 past
+  `connections_per_guest` are dropped (iptables `connlimit`, counted by the
+  kernel's connection tracking; libvirt applies it to traffic from the guest only).
+  The metadata server has the same cap per source address (mdserver/admission.py):
+  this one stops the packets before they reach it.
 
 The compute defines both (if missing or changed) before it builds on the
 network; `remove_filters` is for clean-up (demo, tests).
@@ -100,10 +105,14 @@ def host_guard_xml(addresses: Iterable[str]) -> str:
     return ET.tostring(guard, encoding="unicode")
 
 
-def guest_filter_xml() -> str:
+def guest_filter_xml(connections_per_guest: int) -> str:
+    """clean-traffic, the host guard, and the cap on a guest's metadata connections."""
     guest = ET.Element("filter", name=GUEST_FILTER, chain="root")
     ET.SubElement(guest, "filterref", filter="clean-traffic")
     ET.SubElement(guest, "filterref", filter=HOST_GUARD_FILTER)
+    cap = ET.SubElement(guest, "rule", action="drop", direction="out", priority="100")
+    ET.SubElement(cap, "tcp", {"dstipaddr": METADATA_ADDRESS, "dstportstart": "80",
+                               "connlimit-above": str(connections_per_guest)})
     return ET.tostring(guest, encoding="unicode")
 
 
@@ -141,11 +150,12 @@ def _ensure(connection: libvirt.virConnect, name: str, xml: str) -> None:
     log.info("nwfilter %s: %s", name, "updated" if existing else "defined")
 
 
-def ensure_filters(connection: libvirt.virConnect) -> str:
-    """Define our filters if missing or changed (callers hold a lock); the guest filter's name."""
+def ensure_filters(connection: libvirt.virConnect, connections_per_guest: int) -> str:
+    """Define our filters if missing or changed (callers hold a lock); the guest filter's name.
+    A change reaches the running guests too (libvirt re-instantiates their filters)."""
     addresses = [*host_addresses(), *host_broadcast_addresses()]
     _ensure(connection, HOST_GUARD_FILTER, host_guard_xml(addresses))
-    _ensure(connection, GUEST_FILTER, guest_filter_xml())
+    _ensure(connection, GUEST_FILTER, guest_filter_xml(connections_per_guest))
     return GUEST_FILTER
 
 
