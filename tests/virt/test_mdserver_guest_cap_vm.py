@@ -4,9 +4,10 @@ connections to 169.254.169.254:80, and guests are served while one holds its sha
 Guest G (our filter) and the control C (defined without our nwfilter, as in
 test_guest_isolation.py) run the same user-data script: open 20 connections to the
 metadata server, on each a request that never ends (a byte every 2 s: never idle, so
-never timed out), and after a few seconds count them in /proc/net/tcp by state. The guest filter drops G's SYNs past the cap (they stay SYN-SENT in G, and the
-server never hears of them); C's reach the server, which closes those past the cap at
-once (mdserver/admission.py). While both hold their caps, guest B boots and reads its
+never timed out), and after a few seconds count them in /proc/net/tcp by state. The
+guest filter drops G's SYNs past the cap (they stay SYN-SENT in G, and the server never
+hears of them); C's reach the server, which closes those past the cap at once
+(mdserver/admission.py). While both hold their caps, guest B boots and reads its
 own metadata, and the host (another source) is answered within 50 ms.
 """
 
