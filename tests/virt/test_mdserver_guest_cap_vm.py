@@ -24,8 +24,8 @@ import psutil
 import pytest
 
 from etcd_compute.drivers.libvirt import LibvirtDriver
-from etcd_compute.virt import network
-from tests.support import wait_for
+from etcd_compute.virt import network, nwfilter
+from tests.support import unavailable, wait_for
 from tests.virt.conftest import guest_spec, new_uuid
 from tests.virt.md_clients import REQUEST
 from tests.virt.test_guest_isolation import UnfilteredDriver, console_when, nic_filter
@@ -77,6 +77,9 @@ def ask_from_host() -> tuple[float, bytes]:
 def test_a_guest_holds_at_most_its_cap_and_others_are_served_meanwhile(
     vm_config: dict[str, Any], test_guest_image: Path
 ) -> None:
+    why = nwfilter.bridge_netfilter_missing()
+    if why:
+        unavailable(f"{why} (make install sets it)")
     cap = vm_config["driver"]["libvirt"]["metadata_connections_per_guest"]
     assert OPENED > cap
     log_file = Path(vm_config["compute"]["instances_dir"]).parent / "mdserver.log"

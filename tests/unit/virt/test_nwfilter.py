@@ -162,3 +162,24 @@ def test_a_changed_cap_updates_the_guest_filter_in_place(monkeypatch):
     updated_uuid, xml = connection.filters["etcd-compute-guest"]
     assert updated_uuid == uuid
     assert ET.fromstring(xml).find("rule/tcp").get("connlimit-above") == "16"
+
+
+def test_the_cap_needs_iptables_to_see_bridged_packets(tmp_path):
+    setting = tmp_path / "bridge-nf-call-iptables"
+    assert "br_netfilter is not loaded" in nwfilter.bridge_netfilter_missing(setting)
+    setting.write_text("0\n")
+    assert nwfilter.bridge_netfilter_missing(setting).startswith(f"{setting} is 0: ")
+    setting.write_text("1\n")
+    assert nwfilter.bridge_netfilter_missing(setting) is None
+
+
+def test_a_host_where_the_cap_cannot_work_is_told_once(monkeypatch, caplog):
+    monkeypatch.setattr(nwfilter, "_bridge_netfilter_checked", False)
+    monkeypatch.setattr(nwfilter, "bridge_netfilter_missing", lambda: "no br_netfilter")
+    monkeypatch.setattr(nwfilter, "host_addresses", lambda: [])
+    monkeypatch.setattr(nwfilter, "host_broadcast_addresses", lambda: [])
+    connection = FakeFilters()
+    nwfilter.ensure_filters(connection, 8)
+    nwfilter.ensure_filters(connection, 8)
+    assert [r.getMessage() for r in caplog.records if r.levelname == "WARNING"] == [
+        "no br_netfilter"]
