@@ -23,6 +23,9 @@ DHCPSERVER=the network's gateway:
   iptables only with br_netfilter and net.bridge.bridge-nf-call-iptables=1; without
   them the rule matches nothing (the compute says so once; tools/install.sh sets
   them on test and demo machines; a host setting, left to the operator elsewhere).
+  With this rule libvirt gives each NIC iptables chains too (FI-/FO-/HI-vnetN) and
+  accepts the guest's routed packets in `libvirt-in-post`, before the network's own
+  LIBVIRT_FWO source check: clean-traffic already holds the guest to its address.
 
 The compute defines both (if missing or changed) before it builds on the
 network; `remove_filters` is for clean-up (demo, tests).
