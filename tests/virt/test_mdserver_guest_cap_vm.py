@@ -125,7 +125,7 @@ def test_a_guest_holds_at_most_its_cap_and_others_are_served_meanwhile(
         driver.build(guest_spec(b, image))
         console_b = wait_for(lambda: (text := driver.console(b)) and
                              "ETCD-COMPUTE-GUEST ready" in text and text,
-                             timeout=90, interval=0.5, what="B to print its markers")
+                             timeout=180, interval=0.5, what="B to print its markers")
         print(f"B booted and read its metadata in {time.monotonic() - booting:.1f}s "
               "while G and C held their caps")
         assert f"metadata instance-id={b}" in markers(console_b), console_b
