@@ -243,6 +243,17 @@ def markdown(results: dict[str, Any]) -> list[str]:
         f"{s['cold_seconds_p50']:.1f} s out of service; rebuild {s['rebuild_seconds_p50']:.1f} s."
         f" Live downtime is {s['downtime_ratio_live_to_cold']:.4f}x a cold move's; a live move "
         f"takes {s['time_ratio_live_to_rebuild']:.2f}x a rebuild's time and keeps the disk.",
+        "",
+        "What bounds each: a live move spends its first seconds before anything crosses "
+        "(the destination's qemu started under TCG, its disk server, three TLS handshakes), "
+        "then the written part of the overlay (the disk copy runs first, its writes mirrored), "
+        "then memory in passes until the rest fits `max_downtime_ms` (500 ms): the downtime "
+        "is that target, give or take the last pass's rate on a loaded machine. A cold move is "
+        "the guest's shutdown (the test guest ignores ACPI: forced after the test's 1 s), the "
+        "overlay through the storage API (its whole file: the written data, not the disk's "
+        "size), and a boot under TCG, which a rebuild pays too. The figures vary with the "
+        "machine's load (other runs' guests share its two cores); the ratios are within one "
+        "run. Drain time and recovery with fencing: see below when measured.",
     ]
 
 
