@@ -219,18 +219,18 @@ def cmd_schedule(args: argparse.Namespace, config: dict[str, Any]) -> int:
                       flush=True)
         if not args.wait:
             return 0
-        from etcd_compute import instances
+        from etcd_compute.instances import states
         from etcd_compute.scheduler import operations as ops
 
         final = ops.wait(store, [d.uuid for d in destinations],
-                         frozenset({instances.ACTIVE, instances.ERROR, instances.DELETED}),
+                         frozenset({states.ACTIVE, states.ERROR, states.DELETED}),
                          config["scheduler"]["wait_timeout_seconds"],
                          (lambda *_: None) if args.json else _progress)
         if args.json:
             _emit_json({"instances": [{**d.as_dict(), "record": final.get(d.uuid)}
                                       for d in destinations],
                         "conflicts": conflicts})
-        ok = all(r is not None and r["state"] == instances.ACTIVE for r in final.values())
+        ok = all(r is not None and r["state"] == states.ACTIVE for r in final.values())
         return 0 if ok else 1
 
 
@@ -310,7 +310,7 @@ def cmd_show(args: argparse.Namespace, config: dict[str, Any]) -> int:
 
 
 def cmd_destroy(args: argparse.Namespace, config: dict[str, Any]) -> int:
-    from etcd_compute import instances
+    from etcd_compute.instances import states
     from etcd_compute.scheduler import operations as ops
 
     if len(args.words) != 2:
@@ -328,7 +328,7 @@ def cmd_destroy(args: argparse.Namespace, config: dict[str, Any]) -> int:
                         "host cleans up if it returns)",
         }
         if args.wait and outcome in ("requested", "already"):
-            ops.wait(store, [uuid], frozenset({instances.DELETED}),
+            ops.wait(store, [uuid], frozenset({states.DELETED}),
                      config["scheduler"]["wait_timeout_seconds"],
                      (lambda *_: None) if args.json else _progress)
         if args.json:

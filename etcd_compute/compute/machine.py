@@ -3,7 +3,7 @@
 Everything here runs in the daemon's main thread (`service.py` calls it
 from its event loop), so there is no locking: a spec event, a finished job
 or a re-read is handled one at a time. Each end state is one transaction of
-the instance model (`instances.py`); each job is a driver call in the worker
+the instance model (`instances/host.py`); each job is a driver call in the worker
 pool. Handlers that lose a race (a compare failed) re-read the spec and act
 on what is there now.
 
@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from etcd_compute import instances, messages
+from etcd_compute import messages
 from etcd_compute.compute import metrics as compute_metrics
 from etcd_compute.compute import worker
 from etcd_compute.compute.actions import LifecycleActions
@@ -39,6 +39,8 @@ from etcd_compute.compute.pool import (
 )
 from etcd_compute.errors import InvalidMessage, RequestError, ServiceUnavailable
 from etcd_compute.etcd import KeyValueStore
+from etcd_compute.instances import host as host_txn
+from etcd_compute.instances import ownership, records, states
 from etcd_compute.keys import UUID
 from etcd_compute.placement import PlacementClient
 
@@ -49,7 +51,7 @@ FAILURES_KEPT = 20
 
 Post = Callable[[Callable[..., None], tuple[Any, ...]], None]
 # What a drain may take away from this host (a stopped one is built again stopped).
-EVACUABLE = (instances.SCHEDULED, instances.BUILDING, instances.ACTIVE, instances.SHUTOFF)
+EVACUABLE = (states.SCHEDULED, states.BUILDING, states.ACTIVE, states.SHUTOFF)
 
 
 def _ing(kind: str) -> str:
@@ -121,7 +123,7 @@ class InstanceMachine:
             self.start_build(spec, spec_revision)
         elif spec["action"] == "evacuate":
             self.start_evacuate(spec)
-        elif spec["action"] in instances.ACTIONS:
+        elif spec["action"] in states.ACTIONS:
             self.actions.on_request(spec, spec_revision)
         else:
             instance_log(uuid).info("destroy requested")
@@ -135,8 +137,8 @@ class InstanceMachine:
     def _reread_later(self, spec: dict[str, Any]) -> None:
         self.post(self.reread_spec, (spec["host"], spec["uuid"]))
 
-    def _read(self, rp_uuid: str, uuid: str) -> instances.RecordRead:
-        read = instances.read_record(self.store, rp_uuid, uuid)
+    def _read(self, rp_uuid: str, uuid: str) -> records.RecordRead:
+        read = records.read_record(self.store, rp_uuid, uuid)
         if read.fault:
             instance_log(uuid).warning("status record unreadable (%s); rewriting it", read.fault)
         return read
@@ -147,13 +149,13 @@ class InstanceMachine:
         if not UUID.match(uuid):
             key = self.keys.spec(rp_uuid, uuid)
             log.error("dropping %s: not an instance key (%s)", key, reason)
-            instances.drop_key(self.store, key, spec_revision)
+            ownership.drop_key(self.store, key, spec_revision)
             return
         read = self._read(rp_uuid, uuid)
-        if read.state == instances.DELETED:
+        if read.state == states.DELETED:
             return
         log.error("rejected: %s", reason)
-        if uuid in self.jobs or read.state in instances.LIVE:
+        if uuid in self.jobs or read.state in states.LIVE:
             # Garbage over an instance that may exist: tear it down like a failed build.
             running = self.jobs.pop(uuid, None)
             if running is not None:
@@ -164,21 +166,21 @@ class InstanceMachine:
             return
         if claimed_here(self.placement, rp_uuid, uuid):
             self.placement.delete_allocations(uuid)  # never another host's claim
-        instances.reject(self.store, rp_uuid, uuid, spec_revision, reason)
+        host_txn.reject(self.store, rp_uuid, uuid, spec_revision, reason)
 
     def start_build(self, spec: dict[str, Any], spec_revision: int) -> None:
         uuid, log = spec["uuid"], instance_log(spec["uuid"])
         if uuid in self.jobs or self.stopping.is_set():
             return
         read = self._read(spec["host"], uuid)
-        if read.state in (instances.ACTIVE, instances.SHUTOFF, instances.ERROR,
-                          instances.DELETED, instances.DELETING, instances.RESCHEDULING) or \
-                read.state in instances.TRANSIENT:
+        if read.state in (states.ACTIVE, states.SHUTOFF, states.ERROR,
+                          states.DELETED, states.DELETING, states.RESCHEDULING) or \
+                read.state in states.TRANSIENT:
             log.debug("already %s; nothing to do", read.state)
             return
         host = self.hosts[spec["host"]]
         revision = read.revision
-        if read.state == instances.BUILDING and read.record and \
+        if read.state == states.BUILDING and read.record and \
                 read.record["host"] == spec["host"]:
             log.info("resuming build interrupted by a restart")
         else:
@@ -189,7 +191,7 @@ class InstanceMachine:
                 return
             if verdict == REFUSED:
                 return
-            revision = instances.begin_build(self.store, spec, spec_revision, read, host.name)
+            revision = host_txn.begin_build(self.store, spec, spec_revision, read, host.name)
             if revision is None:
                 # Someone moved first (a destroy, or another delivery): act on what is there now.
                 self._reread_later(spec)
@@ -223,9 +225,9 @@ class InstanceMachine:
                       "dropped", self.keys.spec(spec["host"], uuid))
             entry = self.store.get(self.keys.spec(spec["host"], uuid))
             if entry is not None:
-                instances.drop_key(self.store, entry.key, entry.mod_revision)
+                ownership.drop_key(self.store, entry.key, entry.mod_revision)
             return
-        if read.state == instances.DELETED:
+        if read.state == states.DELETED:
             self.finish_destroy(spec)  # idempotent: make sure nothing is left
             return
         self.submit(DESTROY, spec, self._mark_deleting(spec))
@@ -251,9 +253,9 @@ class InstanceMachine:
 
     def _mark_deleting(self, spec: dict[str, Any]) -> int:
         read = self._read(spec["host"], spec["uuid"])
-        if read.state == instances.DELETING:
+        if read.state == states.DELETING:
             return read.revision
-        written = instances.mark_deleting(self.store, spec, read)
+        written = host_txn.mark_deleting(self.store, spec, read)
         return written if written is not None else self._read(spec["host"], spec["uuid"]).revision
 
     # ----------------------------------------------------------------- jobs
@@ -377,17 +379,17 @@ class InstanceMachine:
     def finish_build(self, job: Job, result: dict[str, Any]) -> None:
         uuid, spec = job.uuid, job.spec
         read = self._read(spec["host"], uuid)
-        if read.state != instances.BUILDING:
+        if read.state != states.BUILDING:
             # A destroy got in between; it owns the instance now.
             self._reread_later(spec)
             return
         ip = result.get("ip")
         stopped = bool(spec.get("stopped"))
-        if instances.activate(self.store, read, ip, stopped) is None:
+        if host_txn.activate(self.store, read, ip, stopped) is None:
             self._reread_later(spec)
             return
         instance_log(uuid).info("%s ip=%s (build took %.1f s)",
-                                instances.SHUTOFF if stopped else instances.ACTIVE, ip,
+                                states.SHUTOFF if stopped else states.ACTIVE, ip,
                                 time.monotonic() - job.started)
         if not stopped:
             self.consoles.follow(spec["host"], uuid)
@@ -397,14 +399,14 @@ class InstanceMachine:
         reason = job.reason or "build failed"
         if job.blame_host and self._can_hand_over(spec):
             read = self._read(spec["host"], uuid)
-            if read.state == instances.BUILDING and \
-                    instances.hand_over(self.store, spec, read, reason) is not None:
+            if read.state == states.BUILDING and \
+                    host_txn.hand_over(self.store, spec, read, reason) is not None:
                 self.record_build_failure(spec["host"])
                 log.warning("build failed here (%s); handed to the controller for one of "
                             "%d alternate host(s)", reason, len(spec["alternates"]))
                 return
         self.placement.delete_allocations(uuid)
-        if instances.fail(self.store, spec, self._read(spec["host"], uuid), reason) is None:
+        if host_txn.fail(self.store, spec, self._read(spec["host"], uuid), reason) is None:
             self._reread_later(spec)
             return
         if job.blame_host:
@@ -422,7 +424,7 @@ class InstanceMachine:
         if read.state not in EVACUABLE:
             return  # a destroy got in meanwhile: it owns the instance now
         reason = f"evacuated from {self.hosts[spec['host']].name} (drain)"
-        if instances.hand_over(self.store, spec, read, reason, evacuating=True) is None:
+        if host_txn.hand_over(self.store, spec, read, reason, evacuating=True) is None:
             self._reread_later(spec)
             return
         instance_log(spec["uuid"]).warning("%s: handed to the controller", reason)
@@ -431,7 +433,7 @@ class InstanceMachine:
         uuid = spec["uuid"]
         self.consoles.forget(uuid)
         self.placement.delete_allocations(uuid)
-        instances.delete(self.store, spec, self._read(spec["host"], uuid),
+        host_txn.delete(self.store, spec, self._read(spec["host"], uuid),
                          self.settings["deleted_record_ttl"])
         instance_log(uuid).info("DELETED (allocation freed)")
 

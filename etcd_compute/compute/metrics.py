@@ -44,11 +44,12 @@ import pebble
 import psutil
 from prometheus_client import Counter, Gauge, Histogram
 
-from etcd_compute import instances, messages
+from etcd_compute import messages
 from etcd_compute import metrics as common
 from etcd_compute.compute.pool import ACTION_KINDS, BUILD, CLEANUP, DESTROY, Job, pool_broke
 from etcd_compute.errors import ConfigError, EtcdComputeError, RequestError
 from etcd_compute.etcd import KeyValueStore
+from etcd_compute.instances import states
 from etcd_compute.placement import PlacementClient
 
 if TYPE_CHECKING:
@@ -149,7 +150,7 @@ for _action in ACTION_KINDS:
         ACTION_SECONDS.labels(_action, _result)
 for _state in ("SHUTOFF", "ACTIVE"):
     POWER_CHANGES.labels(_state)
-for _state in instances.STATES:
+for _state in states.STATES:
     INSTANCES.labels(_state)
 
 # Set when records may have changed here: the refresher counts them again soon.
@@ -337,7 +338,7 @@ class Refresher:
 
     def count_instances(self) -> None:
         counts = count_states(self.store, self.hosts)
-        for state in instances.STATES:
+        for state in states.STATES:
             INSTANCES.labels(state).set(counts.get(state, 0))
 
     def read_capacity(self) -> None:

@@ -14,7 +14,7 @@ not our own doing and not stale:
 
 Then ACTIVE and not running -> SHUTOFF (the guest shut down, crashed, or was
 powered off outside etcd-compute); SHUTOFF and running -> ACTIVE (started
-outside). One transaction each (`instances.power_changed`), with an event.
+outside). One transaction each (`instances.host.power_changed`), with an event.
 """
 
 from __future__ import annotations
@@ -23,9 +23,10 @@ import logging
 import time
 from typing import TYPE_CHECKING
 
-from etcd_compute import instances
 from etcd_compute.compute import metrics as compute_metrics
 from etcd_compute.drivers import PowerWatch
+from etcd_compute.instances import host as host_txn
+from etcd_compute.instances import records, states
 
 if TYPE_CHECKING:
     from etcd_compute.compute.machine import InstanceMachine, Post
@@ -70,17 +71,17 @@ class PowerSync:
             self.check(uuid)  # seen before our last change to it: look again
             return
         for host in machine.hosts:
-            read = instances.read_record(machine.store, host, uuid)
+            read = records.read_record(machine.store, host, uuid)
             if read.record is not None:
                 break
         else:
             return  # not an instance of ours (another host's, or gone)
-        if (read.state, running) not in ((instances.ACTIVE, False), (instances.SHUTOFF, True)):
+        if (read.state, running) not in ((states.ACTIVE, False), (states.SHUTOFF, True)):
             return  # the record says so already (or an action will decide)
-        if instances.power_changed(machine.store, read, running, why, crashed) is None:
+        if host_txn.power_changed(machine.store, read, running, why, crashed) is None:
             self.check(uuid)  # the record moved meanwhile: look again
             return
-        state = instances.ACTIVE if running else instances.SHUTOFF
+        state = states.ACTIVE if running else states.SHUTOFF
         compute_metrics.power_changed(state)
         logging.LoggerAdapter(LOG, {"instance": uuid}).warning("%s: %s", state, why)
         if running:

@@ -35,7 +35,6 @@ from typing import Any
 import pyetcd.events
 import pyetcd.exceptions
 
-from etcd_compute import instances
 from etcd_compute.compute import metrics as compute_metrics
 from etcd_compute.compute import worker
 from etcd_compute.compute.consoles import CONSOLE_REFRESH_SECONDS, Consoles
@@ -49,6 +48,7 @@ from etcd_compute.compute.registration import Registration
 from etcd_compute.drivers import load_power_watch
 from etcd_compute.errors import EtcdComputeError, ServiceUnavailable
 from etcd_compute.etcd import ETCD_DOWN, Store
+from etcd_compute.instances import ownership, records, states
 from etcd_compute.keys import UUID
 from etcd_compute.placement import PlacementClient
 
@@ -299,7 +299,7 @@ class ComputeService:
             self.pool.run(worker.destroy, uuid, timeout=self.settings["job_timeout_seconds"])
         for uuid in sorted((held & wanted) - running - in_flight):
             rp = next((rp for rp in self.hosts
-                       if instances.read_record(self.store, rp, uuid).state == instances.ACTIVE),
+                       if records.read_record(self.store, rp, uuid).state == states.ACTIVE),
                       None)
             if rp is not None and self.pool.run(worker.power_on, uuid):
                 instance_log(uuid).info("powered on again (it is ours and ACTIVE)")
@@ -320,4 +320,4 @@ class ComputeService:
                 if parsed is not None and UUID.match(parsed.uuid):
                     continue
                 LOG.warning("removing %r: not an instance key of ours", entry.key[:300])
-                instances.drop_key(self.store, entry.key, entry.mod_revision)
+                ownership.drop_key(self.store, entry.key, entry.mod_revision)

@@ -34,7 +34,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from etcd_compute import claims, instances
+from etcd_compute import claims
 from etcd_compute.errors import (
     ConflictError,
     EtcdComputeError,
@@ -42,6 +42,7 @@ from etcd_compute.errors import (
     UsageError,
 )
 from etcd_compute.etcd import Compare, Delete, KeyValueStore, Txn
+from etcd_compute.instances import records
 from etcd_compute.placement import PlacementClient
 from etcd_compute.scheduler import spec_writer
 from etcd_compute.scheduler.candidates import CandidateCache
@@ -301,7 +302,7 @@ class Batcher:
         name, policy = group
         state = groups.get(name)
         if state is None:
-            members, revision = instances.group_members(self.store, name)
+            members, revision = records.group_members(self.store, name)
             policies = {member["policy"] for member in members.values()}
             state = groups[name] = GroupState(
                 Counter(member["host"] for member in members.values()), revision,

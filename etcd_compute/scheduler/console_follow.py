@@ -30,9 +30,10 @@ from typing import Any, Protocol
 import pyetcd.events
 import pyetcd.exceptions
 
-from etcd_compute import instances, messages
+from etcd_compute import messages
 from etcd_compute.errors import EtcdComputeError, InvalidMessage, NotFound
 from etcd_compute.etcd import ETCD_DOWN, Store
+from etcd_compute.instances import records, states
 from etcd_compute.scheduler.operations import check_uuid
 
 # How much of what was printed must reappear in a cut tail for it to count as continued.
@@ -70,9 +71,9 @@ def ending(uuid: str, record: dict[str, Any] | None) -> tuple[int, str] | None:
     """(exit status, last line) when `record` ends the follow, else None."""
     if record is None:
         return 0, f"--- instance {uuid} is gone: end of its console ---"
-    if record["state"] == instances.DELETED:
+    if record["state"] == states.DELETED:
         return 0, f"--- instance {uuid} DELETED: end of its console ---"
-    if record["state"] == instances.ERROR:
+    if record["state"] == states.ERROR:
         return 1, (f"--- instance {uuid} ERROR ({record.get('error') or 'no reason given'}): "
                    "end of its console ---")
     return None
@@ -129,13 +130,13 @@ class ConsoleFollower:
     # --- reading and watching ---------------------------------------------------------
 
     def run(self) -> int:
-        host, read = instances.find(self.store, self.uuid)
+        host, read = records.find(self.store, self.uuid)
         if host is None or (read.record is None and read.fault is None):
             raise NotFound(f"no instance {self.uuid}")
         while not self.stopping.is_set():
             revision, record = self._read(host)
             if record is None:
-                moved, _ = instances.find(self.store, self.uuid)
+                moved, _ = records.find(self.store, self.uuid)
                 if moved is not None and moved != host:
                     host = moved
                     continue

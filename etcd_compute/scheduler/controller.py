@@ -34,9 +34,11 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from etcd_compute import claims, events, instances, messages
+from etcd_compute import claims, events, messages
 from etcd_compute.errors import ConflictError, EtcdComputeError, InvalidMessage, NoValidHost
 from etcd_compute.etcd import KeyValueStore
+from etcd_compute.instances import host as host_txn
+from etcd_compute.instances import moves, ownership, records, states
 from etcd_compute.keys import RECORDS
 from etcd_compute.placement import PlacementClient
 from etcd_compute.scheduler import metrics as scheduler_metrics
@@ -74,11 +76,11 @@ class Controller:
     # --- records --------------------------------------------------------------------------
 
     def on_record(self, host: str, uuid: str) -> None:
-        read = instances.read_record(self.store, host, uuid)
-        if read.state == instances.RESCHEDULING:
+        read = records.read_record(self.store, host, uuid)
+        if read.state == states.RESCHEDULING:
             self.reschedule(host, uuid, read)
 
-    def reschedule(self, host: str, uuid: str, read: instances.RecordRead) -> str | None:
+    def reschedule(self, host: str, uuid: str, read: records.RecordRead) -> str | None:
         """Move a build that failed on `host` to a live alternate; the new host, or None."""
         log = instance_log(uuid)
         entry = self.store.get(self.keys.spec(host, uuid))
@@ -103,7 +105,7 @@ class Controller:
             except EtcdComputeError as exc:
                 log.info("alternate %s refused the claim (%s); trying the next", target, exc)
                 continue
-            if instances.move(self.store, spec, read, target, alternate["allocations"],
+            if moves.move(self.store, spec, read, target, alternate["allocations"],
                               alternates[index + 1:], spec_revision=entry.mod_revision) is None:
                 self._undo_move(spec, generation)
                 scheduler_metrics.rescheduled("conflict")
@@ -122,14 +124,14 @@ class Controller:
             scheduler_metrics.rescheduled("moved")
             return placed
         failed = f"{reason}; no alternate host would take it"
-        if instances.fail(self.store, spec, read, failed, action="reschedule",
+        if host_txn.fail(self.store, spec, read, failed, action="reschedule",
                           by=events.CONTROLLER) is not None:
             self.placement.delete_allocations(uuid)
             log.error("ERROR: %s (allocation freed)", failed)
             scheduler_metrics.rescheduled("failed")
         return None
 
-    def _place_again(self, spec: dict[str, Any], read: instances.RecordRead,
+    def _place_again(self, spec: dict[str, Any], read: records.RecordRead,
                      host: str, spec_revision: int) -> str | None:
         """No kept alternate took it: ask the scheduler where it would go now (its query,
         filters and weighers, its group honoured; `host` left out). None if nowhere;
@@ -143,7 +145,7 @@ class Controller:
         except EtcdComputeError as exc:
             instance_log(spec["uuid"]).info("no other host for it now (%s)", exc)
             return None
-        if instances.move(self.store, spec, read, pick.host.uuid, pick.allocations, [],
+        if moves.move(self.store, spec, read, pick.host.uuid, pick.allocations, [],
                           spec_revision=spec_revision) is None:
             self._undo_move(spec, generation)
             raise _Changed()
@@ -154,18 +156,18 @@ class Controller:
         the instance is still there, else released; either only if nobody touched the claim
         since (a destroy that freed it meanwhile must not see it come back)."""
         uuid = spec["uuid"]
-        read = instances.read_record(self.store, spec["host"], uuid)
-        live = read.record is not None and read.state not in (instances.ERROR,
-                                                              instances.DELETED)
+        read = records.read_record(self.store, spec["host"], uuid)
+        live = read.record is not None and read.state not in (states.ERROR,
+                                                              states.DELETED)
         if not claims.undo_move(self.placement, uuid, spec["allocations"] if live else {},
                                 generation, spec["project_id"], spec["user_id"]):
             instance_log(uuid).info("claim changed since it was moved; left as it is")
 
     def on_record_gone(self, host: str, uuid: str) -> None:
         """The record left `host`: if the instance is known nowhere else, forget its keys."""
-        location = instances.locate(self.store, uuid)
+        location = records.locate(self.store, uuid)
         if location is not None and location["host"] == host:
-            instances.forget(self.store, uuid, host, location.get("group"))
+            ownership.forget(self.store, uuid, host, location.get("group"))
 
     # --- dead hosts -------------------------------------------------------------------------
 
@@ -199,8 +201,8 @@ class Controller:
         """Apply the instance's policy; what was done ("rebuilt", "error", "deleted",
         "left" (nothing to do or it changed meanwhile), "retry")."""
         log = instance_log(uuid)
-        read = instances.read_record(self.store, host, uuid)
-        if read.state in (None, instances.ERROR, instances.DELETED):
+        read = records.read_record(self.store, host, uuid)
+        if read.state in (None, states.ERROR, states.DELETED):
             return "left"
         entry = self.store.get(self.keys.spec(host, uuid))
         try:
@@ -209,8 +211,8 @@ class Controller:
             spec = None
         if spec is None:
             spec = {"uuid": uuid, "host": host, "resources": read.record["resources"]}
-        if spec.get("action") == "destroy" or read.state == instances.DELETING:
-            if instances.finish_destroy_on_dead_host(
+        if spec.get("action") == "destroy" or read.state == states.DELETING:
+            if moves.finish_destroy_on_dead_host(
                     self.store, spec, read, self.deleted_record_ttl,
                     detail="its host was down: finished by the controller") is None:
                 return "left"
@@ -228,17 +230,17 @@ class Controller:
             return self._rebuild(spec, read, pick, entry.mod_revision if entry else None)
         return self._fail(spec, read, f"host {host} is down")
 
-    def _fail(self, spec: dict[str, Any], read: instances.RecordRead, reason: str) -> str:
+    def _fail(self, spec: dict[str, Any], read: records.RecordRead, reason: str) -> str:
         # etcd first: if the host came back meanwhile, its instance keeps its claim.
-        down = (instances.host_down(self.keys, spec["host"]),)
-        if instances.fail(self.store, spec, read, reason, guard=down, action="recover",
+        down = (moves.host_down(self.keys, spec["host"]),)
+        if host_txn.fail(self.store, spec, read, reason, guard=down, action="recover",
                           by=events.CONTROLLER) is None:
             return "left"
         self.placement.delete_allocations(spec["uuid"])
         instance_log(spec["uuid"]).error("ERROR: %s (allocation freed)", reason)
         return "error"
 
-    def _rebuild(self, spec: dict[str, Any], read: instances.RecordRead, pick: Pick,
+    def _rebuild(self, spec: dict[str, Any], read: records.RecordRead, pick: Pick,
                  spec_revision: int | None) -> str:
         uuid, target = spec["uuid"], pick.host.uuid
         try:
@@ -247,7 +249,7 @@ class Controller:
         except ConflictError as exc:
             instance_log(uuid).info("claim on %s lost a race (%s); trying again", target, exc)
             return "retry"
-        if instances.evacuate(self.store, spec, read, target, pick.allocations,
+        if moves.evacuate(self.store, spec, read, target, pick.allocations,
                               spec_revision=spec_revision) is None:
             # The host came back, or a destroy got in: the claim goes back as it was.
             self._undo_move(spec, generation)
@@ -262,26 +264,26 @@ class Controller:
     def sweep(self) -> dict[str, int]:
         """Act on every record and location as if each had just changed."""
         entries, _ = self.store.get_prefix(self.keys.hosts(), keys_only=True)
-        records: set[tuple[str, str]] = set()
+        held: set[tuple[str, str]] = set()
         for entry in entries:
             parsed = self.keys.parse_host_key(entry.key)
             if parsed is not None and parsed.kind == RECORDS:
-                records.add((parsed.host, parsed.uuid))
+                held.add((parsed.host, parsed.uuid))
         rescheduled = forgotten = 0
-        for host in sorted({host for host, _ in records}):
+        for host in sorted({host for host, _ in held}):
             found = self.store.read_prefix(messages.INSTANCE_RECORD, self.keys.records(host))
             for uuid, record in found.items():
-                if record["state"] == instances.RESCHEDULING:
+                if record["state"] == states.RESCHEDULING:
                     self.on_record(host, uuid)
                     rescheduled += 1
         alive = {entry.key.rsplit("/", 1)[-1] for entry in
                  self.store.get_prefix(self.keys.alive_prefix(), keys_only=True)[0]}
-        for host in {host for host, _ in records} - alive:
+        for host in {host for host, _ in held} - alive:
             self.on_alive(host, False)
         located = self.store.read_prefix(messages.INSTANCE_LOCATION, self.keys.locations())
         for uuid, location in located.items():
-            if (location["host"], uuid) not in records and instances.forget(
+            if (location["host"], uuid) not in held and ownership.forget(
                     self.store, uuid, location["host"], location.get("group")) is not None:
                 forgotten += 1
-        return {"records": len(records), "rescheduled": rescheduled, "forgotten": forgotten,
+        return {"records": len(held), "rescheduled": rescheduled, "forgotten": forgotten,
                 "hosts_down": len(self.down_since)}

@@ -20,7 +20,7 @@ from typing import Any
 from etcd_compute import messages, shards
 from etcd_compute.errors import InvalidMessage
 from etcd_compute.etcd import Entry, KeyValueStore, Range, RangeResult
-from etcd_compute.instances import count_by_host
+from etcd_compute.instances.records import count_by_host
 from etcd_compute.keys import Keys
 from etcd_compute.placement import DISABLED_TRAIT
 

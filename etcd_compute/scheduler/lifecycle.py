@@ -6,10 +6,10 @@
 
 Each action reads the instance (its host, record and spec) and is refused
 before anything is written when the record's state does not allow it
-(`instances.check_action` names the state and what it allows) or its host is
+(`instances.states.check_action` names the state and what it allows) or its host is
 down. Then it writes the action, with a request id, into the host's spec, in
 one transaction compared with the spec and record it read
-(`instances.request_action`); the host does the rest (`compute/actions.py`).
+(`instances.actions.request_action`); the host does the rest (`compute/actions.py`).
 
 An action is also refused while another request (a destroy, a drain's
 evacuate, an action its host has not taken up yet) is pending in the spec:
@@ -34,7 +34,7 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import Any
 
-from etcd_compute import claims, events, instances, messages
+from etcd_compute import claims, events, messages
 from etcd_compute.errors import (
     ConflictError,
     EtcdComputeError,
@@ -43,6 +43,8 @@ from etcd_compute.errors import (
     UsageError,
 )
 from etcd_compute.etcd import KeyValueStore
+from etcd_compute.instances import actions as action_txn
+from etcd_compute.instances import records, states
 from etcd_compute.placement import CONCURRENT_UPDATE, PlacementClient
 from etcd_compute.scheduler.operations import WaitTimeout, check_uuid, where
 from etcd_compute.scheduler.request import RequestGroup, ResourceRequest, parse_query
@@ -130,7 +132,7 @@ def _resize(placement: PlacementClient, spec: dict[str, Any], host: str, host_na
         if isinstance(exc, ConflictError) and exc.code == CONCURRENT_UPDATE:
             raise  # the claim changed meanwhile: the caller reads it all again
         if isinstance(exc, ConflictError) and exc.code == claims.ELSEWHERE:
-            raise instances.ActionRefused(f"resize: {exc}; destroy it") from None
+            raise states.ActionRefused(f"resize: {exc}; destroy it") from None
         # Placement's reason, without its boilerplate ("Unable to allocate inventory: ...").
         detail = str(exc).rsplit("Unable to allocate inventory", 1)[-1].lstrip(": ")
         raise NoRoom(f"resize to {_resources(resources)}: no room for it on its host "
@@ -142,11 +144,11 @@ def _resize(placement: PlacementClient, spec: dict[str, Any], host: str, host_na
 def _change(placement: PlacementClient, action: str, spec: dict[str, Any], host: str,
             host_name: str, hard: bool, image_url: str | None,
             resources: dict[str, int] | None) -> Change:
-    if action == instances.REBOOT:
+    if action == states.REBOOT:
         return Change({"hard": hard})
-    if action == instances.REBUILD and image_url:
+    if action == states.REBUILD and image_url:
         return Change({"image": {"url": image_url, "sha256": None}})
-    if action == instances.RESIZE:
+    if action == states.RESIZE:
         assert resources is not None
         return _resize(placement, spec, host, host_name, resources)
     return Change({})
@@ -161,26 +163,26 @@ def request(store: KeyValueStore, placement: PlacementClient, uuid: str, action:
     check_image(image_url)
     for _ in range(ATTEMPTS):
         host, _group, read = where(store, uuid)
-        instances.check_action(read.state, action, uuid)
+        states.check_action(read.state, action, uuid)
         entry = store.get(store.keys.spec(host, uuid))
         try:
             spec = messages.decode(messages.INSTANCE_SPEC, entry.value) if entry else None
         except InvalidMessage:
             spec = None
         if entry is None or spec is None:
-            raise instances.ActionRefused(f"instance {uuid} is {read.state} but its host holds "
+            raise states.ActionRefused(f"instance {uuid} is {read.state} but its host holds "
                                           "no readable spec for it; destroy it")
         host_name = (read.record or {}).get("host_name") or host
         pending = spec.get("request")
         if spec["action"] in ("destroy", "evacuate") or (
-                spec["action"] in instances.ACTIONS and pending and
+                spec["action"] in states.ACTIONS and pending and
                 (read.record or {}).get("request_id") != pending["id"]):
-            raise instances.ActionRefused(
+            raise states.ActionRefused(
                 f"instance {uuid}: a {spec['action']} asked by "
                 f"{(pending or {}).get('by') or 'someone'} is pending; try again when its "
                 "host has done it")
         if store.get(store.keys.alive(host)) is None:
-            raise instances.ActionRefused(
+            raise states.ActionRefused(
                 f"instance {uuid}: its host {host_name} is down (the controller recovers its "
                 "instances); try again when it is back")
         try:
@@ -188,8 +190,8 @@ def request(store: KeyValueStore, placement: PlacementClient, uuid: str, action:
                              resources)
         except ConflictError:
             continue  # its claim changed meanwhile: read it all again
-        asked = instances.new_request(operator_name(), **change.params)
-        if instances.request_action(store, entry, spec, read, action, asked) is not None:
+        asked = action_txn.new_request(operator_name(), **change.params)
+        if action_txn.request_action(store, entry, spec, read, action, asked) is not None:
             return Requested(uuid, host, action, asked)
         if change.undo is not None:
             claims.undo(placement, uuid, *change.undo)
@@ -225,15 +227,15 @@ def wait(store: KeyValueStore, requested: Requested, timeout: float,
     deadline = time.monotonic() + timeout
     seen: str | None = ""
     while True:
-        host, read = instances.find(store, uuid)
+        host, read = records.find(store, uuid)
         record = read.record
         state = record["state"] if record else None
         if state != seen:
             seen = state
             on_change(uuid, record)
         taken = record is not None and record.get("request_id") == rid
-        if record is None or (taken and state not in instances.TRANSIENT) or \
-                state in (instances.DELETING, instances.DELETED, instances.ERROR) or \
+        if record is None or (taken and state not in states.TRANSIENT) or \
+                state in (states.DELETING, states.DELETED, states.ERROR) or \
                 (host != requested.host):
             found = [e for e in events.read(store, host, uuid) if e.get("request_id") == rid] \
                 if host else []

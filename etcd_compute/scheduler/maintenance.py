@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from etcd_compute import instances, messages
+from etcd_compute import messages
 from etcd_compute.errors import (
     EtcdComputeError,
     InvalidMessage,
@@ -29,6 +29,8 @@ from etcd_compute.errors import (
     UsageError,
 )
 from etcd_compute.etcd import KeyValueStore
+from etcd_compute.instances import actions as action_txn
+from etcd_compute.instances import records, states
 from etcd_compute.keys import UUID
 from etcd_compute.placement import DISABLED_TRAIT, PlacementClient
 from etcd_compute.scheduler.spec import operator_name
@@ -81,7 +83,7 @@ def show(store: KeyValueStore, placement: PlacementClient, host: str) -> dict[st
         maintenance, _ = store.read(messages.HOST_MAINTENANCE, store.keys.maintenance(rp))
     except InvalidMessage:
         maintenance = None
-    records = store.read_prefix(messages.INSTANCE_RECORD, store.keys.records(rp))
+    held = store.read_prefix(messages.INSTANCE_RECORD, store.keys.records(rp))
     return {
         "uuid": rp, "name": provider["name"],
         "state": ("down" if alive is None else "disabled" if maintenance else "up"),
@@ -89,7 +91,7 @@ def show(store: KeyValueStore, placement: PlacementClient, host: str) -> dict[st
         "disabled": DISABLED_TRAIT in placement.get_traits(rp),
         "maintenance": maintenance,
         "instances": sorted(({"uuid": uuid, "name": r.get("name"), "state": r["state"]}
-                             for uuid, r in records.items()), key=lambda r: r["uuid"]),
+                             for uuid, r in held.items()), key=lambda r: r["uuid"]),
     }
 
 
@@ -114,13 +116,13 @@ def drain(store: KeyValueStore, placement: PlacementClient, host: str, timeout: 
                                                  store.keys.records(rp)).items()):
         entry = store.get(store.keys.spec(rp, uuid))
         spec = _spec(entry)
-        if spec is not None and record["state"] in instances.TRANSIENT:
+        if spec is not None and record["state"] in states.TRANSIENT:
             summary["left"] += 1
             progress(f"{uuid} left on {provider['name']} ({record['state']}: drain again "
                      "once its action is done)")
             continue
-        if spec is None or record["state"] not in (instances.SCHEDULED, instances.BUILDING,
-                                                   instances.ACTIVE, instances.SHUTOFF):
+        if spec is None or record["state"] not in (states.SCHEDULED, states.BUILDING,
+                                                   states.ACTIVE, states.SHUTOFF):
             continue
         if spec.get("on_host_failure") == "error":
             summary["left"] += 1
@@ -134,20 +136,20 @@ def drain(store: KeyValueStore, placement: PlacementClient, host: str, timeout: 
                 progress(f"{uuid} left on {provider['name']} (no other host would take it "
                          "now)")
                 continue
-        if instances.request_evacuate(store, entry, spec, operator_name()) is not None:
+        if action_txn.request_evacuate(store, entry, spec, operator_name()) is not None:
             asked.append(uuid)
             progress(f"{uuid} evacuating from {provider['name']}")
     deadline = time.monotonic() + timeout
     pending = list(asked)
     while pending:
         for uuid in list(pending):
-            location, read = instances.find(store, uuid)
+            location, read = records.find(store, uuid)
             if location is None:
                 summary["gone"] += 1
-            elif location != rp and read.state in (instances.ACTIVE, instances.SHUTOFF):
+            elif location != rp and read.state in (states.ACTIVE, states.SHUTOFF):
                 summary["moved"] += 1
                 progress(f"{uuid} {read.state} on {read.record.get('host_name') or location}")
-            elif read.state == instances.ERROR:
+            elif read.state == states.ERROR:
                 summary["error"] += 1
                 progress(f"{uuid} ERROR: {read.record.get('error')}")
             else:

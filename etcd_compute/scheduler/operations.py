@@ -8,9 +8,11 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from etcd_compute import instances, messages
+from etcd_compute import messages
 from etcd_compute.errors import EtcdComputeError, InvalidMessage, NotFound, UsageError
 from etcd_compute.etcd import Store
+from etcd_compute.instances import actions as action_txn
+from etcd_compute.instances import moves, ownership, records, states
 from etcd_compute.keys import RECORDS
 from etcd_compute.placement import DISABLED_TRAIT, PlacementClient
 from etcd_compute.scheduler.request import UUID
@@ -32,26 +34,26 @@ def check_uuid(text: str) -> str:
 
 def read_record(store: Store, uuid: str) -> dict[str, Any] | None:
     """The record of `uuid` wherever it is, or None (unknown, or unreadable)."""
-    return instances.find(store, uuid)[1].record
+    return records.find(store, uuid)[1].record
 
 
 def _gone(uuid: str) -> NotFound:
     return NotFound(f"no instance {uuid} (never scheduled, or deleted and expired)")
 
 
-def where(store: Store, uuid: str) -> tuple[str, str | None, instances.RecordRead]:
+def where(store: Store, uuid: str) -> tuple[str, str | None, records.RecordRead]:
     """(host, group, record) of `uuid`; NotFound when it is known nowhere. A location whose
     host kept nothing of the instance (it ended and its record expired) is dropped here."""
-    location = instances.locate(store, uuid)
+    location = records.locate(store, uuid)
     if location is None:
-        host, read = instances.find(store, uuid)
+        host, read = records.find(store, uuid)
         if host is None:
             raise _gone(uuid)
         return host, (read.record or {}).get("group"), read
-    read = instances.read_record(store, location["host"], uuid)
+    read = records.read_record(store, location["host"], uuid)
     if read.record is None and read.fault is None and \
             store.get(store.keys.spec(location["host"], uuid)) is None:
-        instances.forget(store, uuid, location["host"], location.get("group"))
+        ownership.forget(store, uuid, location["host"], location.get("group"))
         raise _gone(uuid)
     return location["host"], location.get("group"), read
 
@@ -86,12 +88,12 @@ def destroy(store: Store, placement: PlacementClient, uuid: str) -> str:
                 spec = messages.decode(messages.INSTANCE_SPEC, entry.value)
             except InvalidMessage:
                 # Unreadable spec: the compute rejects it anyway; drop it and clean up.
-                instances.drop_key(store, entry.key, entry.mod_revision)
+                ownership.drop_key(store, entry.key, entry.mod_revision)
                 continue
             if store.get(store.keys.alive(host)) is None and read.record is not None:
                 # Nobody would read the request: finish it here, if the host stays down
                 # and the controller did not move it meanwhile; then free the claim.
-                if instances.finish_destroy_on_dead_host(
+                if moves.finish_destroy_on_dead_host(
                         store, spec, read, DELETED_RECORD_TTL,
                         detail=f"its host was down: finished by {operator_name()}"):
                     placement.delete_allocations(uuid)
@@ -99,15 +101,15 @@ def destroy(store: Store, placement: PlacementClient, uuid: str) -> str:
                 continue  # it came back or moved meanwhile: look again
             if spec["action"] == "destroy":
                 return "already"
-            if instances.request_destroy(store, entry, spec, operator_name()) is not None:
+            if action_txn.request_destroy(store, entry, spec, operator_name()) is not None:
                 return "requested"
             continue  # the spec moved under us (compute took it, or another destroy): re-read
-        if read.state == instances.DELETED:
+        if read.state == states.DELETED:
             return "deleted"
         # ERROR (the compute removed its spec), or a record whose host is gone:
         # nothing will act on it, so free its claim and drop its keys here.
         placement.delete_allocations(uuid)
-        instances.remove(store, uuid, host, group)
+        ownership.remove(store, uuid, host, group)
         return "removed"
     raise UsageError(f"instance {uuid} kept changing while destroying it; try again")
 
@@ -115,25 +117,26 @@ def destroy(store: Store, placement: PlacementClient, uuid: str) -> str:
 def check_state(text: str) -> str:
     """The state `text` names, in any case (`--state active`); UsageError naming them all."""
     state = text.strip().upper()
-    if state not in instances.STATES:
-        raise UsageError(f"--state {text!r}: no such state; one of {', '.join(instances.STATES)}")
+    if state not in states.STATES:
+        raise UsageError(f"--state {text!r}: no such state; one of {', '.join(states.STATES)}")
     return state
 
 
-def hosts_named(host: str, records: list[dict[str, Any]],
+def hosts_named(host: str, listed: list[dict[str, Any]],
                 alive: dict[str, dict[str, Any]]) -> set[str]:
     """The provider uuids `host` names: a uuid names itself; a name, every live host (`alive`,
-    heartbeats by provider uuid) and every instance's host (`records`) of that name."""
+    heartbeats by provider uuid) and every instance's host (`listed` records) of that name."""
     if UUID.match(host):
         return {host}
-    named = {r["host"] for r in records if r.get("host_name") == host and r.get("host")}
+    named = {r["host"] for r in listed if r.get("host_name") == host and r.get("host")}
     return named | {uuid for uuid, beat in alive.items() if beat.get("name") == host}
 
 
-def select(records: list[dict[str, Any]], hosts: set[str] | None = None,
+def select(listed: list[dict[str, Any]], hosts: set[str] | None = None,
            state: str | None = None) -> list[dict[str, Any]]:
-    """`records` on one of `hosts` (None: any) in `state` (None: any), in their order."""
-    return [r for r in records
+    """The records of `listed` on one of `hosts` (None: any) in `state` (None: any), in their
+    order."""
+    return [r for r in listed
             if (hosts is None or r.get("host") in hosts) and (state is None or r["state"] == state)]
 
 
@@ -168,13 +171,13 @@ def _all_records(store: Store) -> list[dict[str, Any]]:
     for uuid, location in store.read_prefix(messages.INSTANCE_LOCATION,
                                             store.keys.locations()).items():
         if uuid not in found:
-            instances.forget(store, uuid, location["host"], location.get("group"))
+            ownership.forget(store, uuid, location["host"], location.get("group"))
     return sorted(found.values(), key=lambda r: (r.get("created_at") or 0, r["uuid"]))
 
 
 def console(store: Store, uuid: str) -> str:
     check_uuid(uuid)
-    host, read = instances.find(store, uuid)
+    host, read = records.find(store, uuid)
     if host is None or read.record is None:
         raise NotFound(f"no instance {uuid}")
     try:
@@ -192,7 +195,7 @@ def hosts(store: Store, placement: PlacementClient) -> list[dict[str, Any]]:
     instances."""
     providers = placement.list_providers()
     alive = store.read_prefix(messages.ALIVE, store.keys.alive_prefix())
-    counts = instances.count_by_host(store)
+    counts = records.count_by_host(store)
 
     def describe(provider: dict[str, Any]) -> dict[str, Any]:
         uuid = provider["uuid"]

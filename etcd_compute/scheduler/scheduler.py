@@ -22,7 +22,7 @@ from typing import Any
 
 import tenacity
 
-from etcd_compute import claims, instances, messages, shards
+from etcd_compute import claims, messages, shards
 from etcd_compute.errors import (
     ConflictError,
     EtcdComputeError,
@@ -31,6 +31,7 @@ from etcd_compute.errors import (
     UsageError,
 )
 from etcd_compute.etcd import Range, Store, Txn
+from etcd_compute.instances import records, scheduling
 from etcd_compute.placement import PlacementClient
 from etcd_compute.scheduler import explain, spec_writer
 from etcd_compute.scheduler.context import PlanContext
@@ -73,7 +74,7 @@ class Candidates:
 
 def check_txn_ops(request_spec: RequestSpec, settings: dict[str, Any]) -> None:
     """UsageError, before anything is asked, when one transaction could not write the request."""
-    needed = instances.operations(request_spec.count, request_spec.group is not None)
+    needed = scheduling.operations(request_spec.count, request_spec.group is not None)
     if needed > settings["etcd_max_txn_ops"]:
         raise UsageError(
             f"--count {request_spec.count} needs {needed} etcd operations in one "
@@ -155,7 +156,7 @@ class Scheduler:
         if request_spec.group is None:
             return Counter(), None
         name, policy = request_spec.group
-        members, revision = instances.group_members(self.store, name)
+        members, revision = records.group_members(self.store, name)
         hosts: Counter[str] = Counter()
         for uuid, member in members.items():
             if uuid == leave_out:

@@ -18,12 +18,12 @@ import pebble
 import pytest
 from prometheus_client import REGISTRY
 
-from etcd_compute import instances
 from etcd_compute.compute import metrics as cm
 from etcd_compute.compute.identity import HostIdentity
 from etcd_compute.compute.pool import BUILD, CLEANUP, DESTROY, Job
 from etcd_compute.config import COMPUTE_DEFAULTS, deep_merge
 from etcd_compute.errors import BuildError, ConfigError, EtcdUnavailable, RequestError
+from etcd_compute.instances import records, states
 from tests.support import make_spec
 from tests.unit.compute.test_machine import Host
 from tests.unit.fakes import FakePlacement, FakeStore
@@ -148,7 +148,7 @@ def test_every_series_of_the_fixed_label_sets_exists_from_the_start():
         for reason in cm.REASONS:
             assert REGISTRY.get_sample_value("etcd_compute_job_failures_total",
                                              {"kind": kind, "reason": reason}) is not None
-    for state in instances.STATES:
+    for state in states.STATES:
         assert REGISTRY.get_sample_value("etcd_compute_instances", {"state": state}) is not None
 
 
@@ -216,7 +216,7 @@ def test_request_lag_is_for_new_build_specs_only():
 
 def put_record(store: FakeStore, host: str, state: str) -> None:
     spec = make_spec(host)
-    record = instances.new_record(spec, instances.SCHEDULED)
+    record = records.new_record(spec, states.SCHEDULED)
     record["state"] = state
     store.put("instance_record", store.keys.record(host, spec["uuid"]), record)
 

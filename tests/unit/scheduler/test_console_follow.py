@@ -13,9 +13,10 @@ import pytest
 from pyetcd.etcdrpc import kv_pb2
 from pyetcd.events import new_event
 
-from etcd_compute import instances, messages
+from etcd_compute import messages
 from etcd_compute.errors import NotFound, UsageError
 from etcd_compute.etcd import Delete, Put, Txn
+from etcd_compute.instances import records, scheduling
 from etcd_compute.scheduler import console_follow
 from etcd_compute.scheduler.console_follow import (
     ANCHOR_CHARS,
@@ -164,7 +165,7 @@ class Follow:
         self.store, self.sink, self.stopping = WatchedStore(), Recorder(), threading.Event()
         self.spec = make_spec(host)
         self.uuid = self.spec["uuid"]
-        instances.schedule(self.store, [(self.spec, "host-a")])
+        scheduling.schedule(self.store, [(self.spec, "host-a")])
         self.set_state(state, host)
         if console is not None:
             self.console(console, host)
@@ -176,8 +177,8 @@ class Follow:
         self.status = ConsoleFollower(self.store, self.uuid, self.sink, self.stopping).run()
 
     def set_state(self, state: str, host: str = A, **fields: Any) -> None:
-        read = instances.read_record(self.store, host, self.uuid)
-        record = {**(read.record or instances.new_record({**self.spec, "host": host},
+        read = records.read_record(self.store, host, self.uuid)
+        record = {**(read.record or records.new_record({**self.spec, "host": host},
                                                          "SCHEDULED")),
                   "state": state, "host": host, **fields}
         self.store.put(messages.INSTANCE_RECORD, self.store.keys.record(host, self.uuid), record)
@@ -240,7 +241,7 @@ def test_a_deletion_that_also_removes_the_console_in_one_transaction_ends_it():
     # no order between two watches).
     follow = Follow()
     follow.shows("boot\n")
-    read = instances.read_record(follow.store, A, follow.uuid)
+    read = records.read_record(follow.store, A, follow.uuid)
     follow.store.commit(Txn([], [
         Delete(follow.store.keys.console(A, follow.uuid)),
         Put(follow.store.keys.record(A, follow.uuid),

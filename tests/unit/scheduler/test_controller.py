@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import uuid as uuidlib
 
-from etcd_compute import instances, messages
+from etcd_compute import messages
+from etcd_compute.instances import actions as action_txn
+from etcd_compute.instances import host as host_txn
+from etcd_compute.instances import moves, records, scheduling
 from etcd_compute.scheduler.controller import Controller
 from tests.support import make_spec
 from tests.unit.fakes import FakePlacement, FakeStore
@@ -32,14 +35,14 @@ class Cluster:
         spec["alternates"] = [{"host": a, "allocations": {a: {"resources": spec["resources"]}}}
                               for a in alternates]
         self.placement.claim(spec["uuid"], spec["allocations"], "p", "u")
-        instances.schedule(self.store, [(spec, "h")])
+        scheduling.schedule(self.store, [(spec, "h")])
         entry = self.store.get(self.store.keys.spec(host, spec["uuid"]))
-        instances.begin_build(self.store, spec, entry.mod_revision, self.read(host, spec), "h")
-        instances.hand_over(self.store, spec, self.read(host, spec), "disk on fire")
+        host_txn.begin_build(self.store, spec, entry.mod_revision, self.read(host, spec), "h")
+        host_txn.hand_over(self.store, spec, self.read(host, spec), "disk on fire")
         return spec
 
-    def read(self, host: str, spec: dict) -> instances.RecordRead:
-        return instances.read_record(self.store, host, spec["uuid"])
+    def read(self, host: str, spec: dict) -> records.RecordRead:
+        return records.read_record(self.store, host, spec["uuid"])
 
 
 def test_a_failed_build_moves_to_the_first_live_alternate_with_room():
@@ -55,7 +58,7 @@ def test_a_failed_build_moves_to_the_first_live_alternate_with_room():
     new_spec, _ = cluster.store.read(messages.INSTANCE_SPEC,
                                      cluster.store.keys.spec(good, spec["uuid"]))
     assert [a["host"] for a in new_spec["alternates"]] == [spare]
-    assert instances.locate(cluster.store, spec["uuid"])["host"] == good
+    assert records.locate(cluster.store, spec["uuid"])["host"] == good
     member, _ = cluster.store.read(messages.GROUP_MEMBER,
                                    cluster.store.keys.group_member("g", spec["uuid"]))
     assert member["host"] == good
@@ -80,14 +83,14 @@ def test_a_drained_instance_goes_where_the_scheduler_says_not_to_its_old_alterna
     spec = make_spec(here, alternates=[{"host": old_alternate, "allocations": {
         old_alternate: {"resources": make_spec(here)["resources"]}}}])
     cluster.placement.claim(spec["uuid"], spec["allocations"], "p", "u")
-    instances.schedule(cluster.store, [(spec, "h")])
+    scheduling.schedule(cluster.store, [(spec, "h")])
     entry = cluster.store.get(cluster.store.keys.spec(here, spec["uuid"]))
-    instances.begin_build(cluster.store, spec, entry.mod_revision, cluster.read(here, spec), "h")
-    instances.activate(cluster.store, cluster.read(here, spec), "10.0.0.9")
+    host_txn.begin_build(cluster.store, spec, entry.mod_revision, cluster.read(here, spec), "h")
+    host_txn.activate(cluster.store, cluster.read(here, spec), "10.0.0.9")
     entry = cluster.store.get(cluster.store.keys.spec(here, spec["uuid"]))
-    instances.request_evacuate(cluster.store, entry, spec)
+    action_txn.request_evacuate(cluster.store, entry, spec)
     evacuated = {**spec, "action": "evacuate"}
-    instances.hand_over(cluster.store, evacuated, cluster.read(here, spec), "evacuated (drain)")
+    host_txn.hand_over(cluster.store, evacuated, cluster.read(here, spec), "evacuated (drain)")
     cluster.controller.place = _placer(now_best)
     cluster.controller.on_record(here, spec["uuid"])
     assert cluster.read(now_best, spec).state == "SCHEDULED"
@@ -102,7 +105,7 @@ def test_a_destroy_that_got_in_first_is_left_to_the_host():
     here, good = cluster.host(), cluster.host()
     spec = cluster.failed_build(here, [good])
     entry = cluster.store.get(cluster.store.keys.spec(here, spec["uuid"]))
-    instances.request_destroy(cluster.store, entry, spec)
+    action_txn.request_destroy(cluster.store, entry, spec)
     cluster.controller.on_record(here, spec["uuid"])
     assert cluster.read(here, spec).state == "RESCHEDULING"
     assert set(cluster.placement.get_allocations(spec["uuid"])["allocations"]) == {here}
@@ -112,7 +115,7 @@ def test_records_in_other_states_are_left_alone():
     cluster = Cluster()
     here = cluster.host()
     spec = make_spec(here)
-    instances.schedule(cluster.store, [(spec, "h")])
+    scheduling.schedule(cluster.store, [(spec, "h")])
     writes = len(cluster.store.committed)
     cluster.controller.on_record(here, spec["uuid"])
     assert len(cluster.store.committed) == writes
@@ -122,12 +125,12 @@ def test_the_keys_of_an_instance_whose_record_expired_are_forgotten():
     cluster = Cluster()
     here = cluster.host()
     spec = make_spec(here, group={"name": "g", "policy": "affinity"})
-    instances.schedule(cluster.store, [(spec, "h")])
-    instances.delete(cluster.store, spec, cluster.read(here, spec), ttl=60)
+    scheduling.schedule(cluster.store, [(spec, "h")])
+    host_txn.delete(cluster.store, spec, cluster.read(here, spec), ttl=60)
     record_lease = cluster.store.get(cluster.store.keys.record(here, spec["uuid"])).lease
     cluster.store.expire(record_lease)
     cluster.controller.on_record_gone(here, spec["uuid"])
-    assert instances.locate(cluster.store, spec["uuid"]) is None
+    assert records.locate(cluster.store, spec["uuid"]) is None
     assert cluster.store.get(cluster.store.keys.group_member("g", spec["uuid"])) is None
 
 
@@ -136,13 +139,13 @@ def test_sweep_reschedules_and_forgets_everything_pending():
     here, good = cluster.host(), cluster.host()
     pending = cluster.failed_build(here, [good])
     ended = make_spec(here)
-    instances.schedule(cluster.store, [(ended, "h")])
+    scheduling.schedule(cluster.store, [(ended, "h")])
     cluster.store.delete(cluster.store.keys.record(here, ended["uuid"]))
     cluster.store.delete(cluster.store.keys.spec(here, ended["uuid"]))
     summary = cluster.controller.sweep()
     assert summary == {"records": 1, "rescheduled": 1, "forgotten": 1, "hosts_down": 0}
     assert cluster.read(good, pending).state == "SCHEDULED"
-    assert instances.locate(cluster.store, ended["uuid"]) is None
+    assert records.locate(cluster.store, ended["uuid"]) is None
 
 
 # --- dead hosts -------------------------------------------------------------------------
@@ -178,10 +181,10 @@ def dead_host_cluster(policy: str = "rebuild", place_on: str | None = None):
                                      "on_host_failure": "rebuild"}, place=place, clock=clock)
     spec = make_spec(here, on_host_failure=policy, group={"name": "g", "policy": "affinity"})
     cluster.placement.claim(spec["uuid"], spec["allocations"], "p", "u")
-    instances.schedule(cluster.store, [(spec, "h")])
+    scheduling.schedule(cluster.store, [(spec, "h")])
     entry = cluster.store.get(cluster.store.keys.spec(here, spec["uuid"]))
-    instances.begin_build(cluster.store, spec, entry.mod_revision, cluster.read(here, spec), "h")
-    instances.activate(cluster.store, cluster.read(here, spec), "10.0.0.9")
+    host_txn.begin_build(cluster.store, spec, entry.mod_revision, cluster.read(here, spec), "h")
+    host_txn.activate(cluster.store, cluster.read(here, spec), "10.0.0.9")
     cluster.store.delete(cluster.store.keys.alive(here))
     cluster.controller.on_alive(here, False)
     return cluster, clock, here, there, spec
@@ -215,7 +218,7 @@ def test_rebuild_moves_claim_spec_record_location_and_member_to_another_host():
                                      cluster.store.keys.spec(there, spec["uuid"]))
     assert new_spec["action"] == "build" and new_spec["host"] == there
     assert set(cluster.placement.get_allocations(spec["uuid"])["allocations"]) == {there}
-    assert instances.locate(cluster.store, spec["uuid"])["host"] == there
+    assert records.locate(cluster.store, spec["uuid"])["host"] == there
     member, _ = cluster.store.read(messages.GROUP_MEMBER,
                                    cluster.store.keys.group_member("g", spec["uuid"]))
     assert member["host"] == there
@@ -272,7 +275,7 @@ def test_a_host_back_just_before_the_move_keeps_its_instance_and_its_claim():
 def test_a_destroy_asked_of_the_dead_host_is_finished_here():
     cluster, clock, here, there, spec = dead_host_cluster(place_on=None)
     entry = cluster.store.get(cluster.store.keys.spec(here, spec["uuid"]))
-    instances.request_destroy(cluster.store, entry, spec)
+    action_txn.request_destroy(cluster.store, entry, spec)
     clock.now += 10
     cluster.controller.recover_due()
     assert cluster.read(here, spec).state == "DELETED"
@@ -320,7 +323,7 @@ def test_a_destroy_asked_during_a_reschedule_is_not_moved_away():
 
     def destroy_requested(_spec: dict) -> None:
         entry = cluster.store.get(cluster.store.keys.spec(here, spec["uuid"]))
-        instances.request_destroy(cluster.store, entry, spec)
+        action_txn.request_destroy(cluster.store, entry, spec)
 
     cluster.controller.place = _placer_that_first(there, destroy_requested)
     assert cluster.controller.reschedule(here, spec["uuid"], cluster.read(here, spec)) is None
@@ -338,5 +341,5 @@ def test_a_destroy_that_lost_the_race_to_a_rebuild_leaves_the_moved_claim_alone(
     read = cluster.read(here, spec)  # what a destroy on the dead host read first
     clock.now += 10
     cluster.controller.recover_due()
-    assert instances.finish_destroy_on_dead_host(cluster.store, spec, read, 60) is None
+    assert moves.finish_destroy_on_dead_host(cluster.store, spec, read, 60) is None
     assert set(cluster.placement.get_allocations(spec["uuid"])["allocations"]) == {there}

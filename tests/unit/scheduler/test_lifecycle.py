@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import pytest
 
-from etcd_compute import claims, events, instances, messages
+from etcd_compute import claims, events, messages
 from etcd_compute.errors import NotFound, UsageError
+from etcd_compute.instances import actions as action_txn
+from etcd_compute.instances import records, states
 from etcd_compute.scheduler import lifecycle
 from etcd_compute.scheduler.operations import WaitTimeout
 from tests.unit.fakes import FakePlacement, FakeStore
@@ -54,7 +56,7 @@ def test_an_allowed_action_is_written_into_the_hosts_spec(action, state):
     written = spec_now(store, spec)
     assert written["action"] == action and written["request"] == asked.request
     assert asked.request["by"] and asked.host == RP
-    assert instances.read_record(store, RP, spec["uuid"]).state == state
+    assert records.read_record(store, RP, spec["uuid"]).state == state
     if action == "resize":
         assert asked.request["resources"] == NEW
         assert placement.get_allocations(spec["uuid"])["allocations"] == {
@@ -64,11 +66,11 @@ def test_an_allowed_action_is_written_into_the_hosts_spec(action, state):
 
 
 @pytest.mark.parametrize(("action", "state"), [
-    (a, s) for a in instances.ACTIONS for s in instances.STATES if (a, s) not in ALLOWED])
+    (a, s) for a in states.ACTIONS for s in states.STATES if (a, s) not in ALLOWED])
 def test_an_action_its_state_does_not_allow_writes_and_claims_nothing(action, state):
     store, placement, spec = instance(state)
     before = store.revision
-    with pytest.raises(instances.ActionRefused) as refused:
+    with pytest.raises(states.ActionRefused) as refused:
         request(store, placement, spec, action)
     assert f"is {state}: {action} is not allowed now (allowed: " in str(refused.value)
     assert store.revision == before and placement.calls == []
@@ -78,7 +80,7 @@ def test_an_action_on_a_host_that_is_down_is_refused_before_anything_is_written(
     store, placement, spec = instance()
     store.delete(store.keys.alive(RP))
     before = store.revision
-    with pytest.raises(instances.ActionRefused, match="its host host-a is down"):
+    with pytest.raises(states.ActionRefused, match="its host host-a is down"):
         request(store, placement, spec, "resize")
     assert store.revision == before and placement.calls == []
 
@@ -94,7 +96,7 @@ def test_unknown_and_malformed_instances():
 def test_an_instance_without_a_readable_spec_is_refused():
     store, placement, spec = instance()
     store.put_raw(store.keys.spec(RP, spec["uuid"]), "{garbage")
-    with pytest.raises(instances.ActionRefused, match="no readable spec"):
+    with pytest.raises(states.ActionRefused, match="no readable spec"):
         request(store, placement, spec, "stop")
 
 
@@ -123,7 +125,7 @@ def test_a_resize_to_the_same_size_or_a_smaller_disk_is_a_usage_error(resources,
 
 def test_a_resize_that_loses_the_etcd_race_puts_its_claim_back(monkeypatch):
     store, placement, spec = instance()
-    monkeypatch.setattr(instances, "request_action", lambda *args, **kwargs: None)
+    monkeypatch.setattr(action_txn, "request_action", lambda *args, **kwargs: None)
     with pytest.raises(UsageError, match="kept changing"):
         request(store, placement, spec, "resize")
     assert placement.get_allocations(spec["uuid"])["allocations"] == spec["allocations"]
@@ -135,7 +137,7 @@ def test_an_action_is_refused_while_another_request_is_pending():
     request(store, placement, spec, "resize", resources=NEW)  # its host has not taken it up
     before = store.revision
     for action in ("resize", "reboot", "stop"):
-        with pytest.raises(instances.ActionRefused, match="a resize asked by .* is pending"):
+        with pytest.raises(states.ActionRefused, match="a resize asked by .* is pending"):
             request(store, placement, spec, action, resources={**NEW, "VCPU": 3})
     assert store.revision == before
     assert placement.get_allocations(spec["uuid"])["allocations"] == {RP: {"resources": NEW}}
@@ -145,8 +147,8 @@ def test_an_action_is_refused_while_another_request_is_pending():
 def test_an_action_never_overwrites_a_pending_destroy_or_evacuate(pending):
     store, placement, spec = instance()
     entry = store.get(store.keys.spec(RP, spec["uuid"]))
-    getattr(instances, f"request_{pending}")(store, entry, spec, "bob")
-    with pytest.raises(instances.ActionRefused, match=f"a {pending} asked by bob is pending"):
+    getattr(action_txn, f"request_{pending}")(store, entry, spec, "bob")
+    with pytest.raises(states.ActionRefused, match=f"a {pending} asked by bob is pending"):
         request(store, placement, spec, "stop")
     assert spec_now(store, spec)["action"] == pending
 
@@ -155,19 +157,19 @@ def test_two_resizes_racing_end_with_one_claim_and_the_spec_that_says_so(monkeyp
     """A claims, then B claims and writes its spec before A writes: A's write fails and
     its undo sees B's claim after its own, so it leaves it. Claim and spec agree on B."""
     store, placement, spec = instance()
-    real_write = instances.request_action
+    real_write = action_txn.request_action
     b_size = {**NEW, "VCPU": 3}
     b_done: list[lifecycle.Requested] = []
 
     def a_writes_last(*args, **kwargs):
         if not b_done:
-            monkeypatch.setattr(instances, "request_action", real_write)
+            monkeypatch.setattr(action_txn, "request_action", real_write)
             b_done.append(request(store, placement, spec, "resize", resources=b_size))
-            monkeypatch.setattr(instances, "request_action", a_writes_last)
+            monkeypatch.setattr(action_txn, "request_action", a_writes_last)
         return real_write(*args, **kwargs)
 
-    monkeypatch.setattr(instances, "request_action", a_writes_last)
-    with pytest.raises(instances.ActionRefused, match="a resize asked by .* is pending"):
+    monkeypatch.setattr(action_txn, "request_action", a_writes_last)
+    with pytest.raises(states.ActionRefused, match="a resize asked by .* is pending"):
         request(store, placement, spec, "resize", resources=NEW)  # A
     assert spec_now(store, spec)["request"] == b_done[0].request
     assert placement.get_allocations(spec["uuid"])["allocations"] == {
@@ -187,7 +189,7 @@ def test_a_claim_left_at_another_size_is_resized_from_what_it_holds():
 def test_a_claim_that_is_not_on_its_host_is_refused():
     store, placement, spec = instance()
     placement.consumers[spec["uuid"]]["allocations"] = {}
-    with pytest.raises(instances.ActionRefused, match="is not on its host"):
+    with pytest.raises(states.ActionRefused, match="is not on its host"):
         request(store, placement, spec, "resize")
 
 
@@ -258,9 +260,9 @@ def host_ends(store: FakeStore, asked: lifecycle.Requested, error: str | None = 
     """What the host does with the request: take it up and end it."""
     spec = spec_now(store, {"uuid": asked.uuid})
     entry = store.get(store.keys.spec(RP, asked.uuid))
-    read = instances.read_record(store, RP, asked.uuid)
-    assert instances.begin_action(store, spec, entry.mod_revision, read)
-    assert instances.end_action(store, instances.read_record(store, RP, asked.uuid),
+    read = records.read_record(store, RP, asked.uuid)
+    assert action_txn.begin_action(store, spec, entry.mod_revision, read)
+    assert action_txn.end_action(store, records.read_record(store, RP, asked.uuid),
                                 store.get(entry.key), error)
 
 

@@ -6,8 +6,9 @@ import uuid as uuidlib
 
 import pytest
 
-from etcd_compute import instances, messages
+from etcd_compute import messages
 from etcd_compute.errors import NotFound, NoValidHost, UsageError
+from etcd_compute.instances import ownership, scheduling
 from etcd_compute.placement import DISABLED_TRAIT
 from etcd_compute.scheduler import maintenance
 from tests.support import make_spec
@@ -33,7 +34,7 @@ def a_host(store: FakeStore, placement: FakePlacement, name: str = "node-1") -> 
 
 def an_instance(store: FakeStore, rp: str, **extra) -> dict:
     spec = make_spec(rp, **extra)
-    instances.schedule(store, [(spec, "node-1")])
+    scheduling.schedule(store, [(spec, "node-1")])
     return spec
 
 
@@ -105,7 +106,7 @@ def test_drain_counts_what_already_ended_as_gone(store, placement):
 
     def gone(line: str) -> None:
         # The instance is destroyed by someone else while the drain waits.
-        instances.remove(store, spec["uuid"], rp, None)
+        ownership.remove(store, spec["uuid"], rp, None)
 
     assert maintenance.drain(store, placement, "node-1", 5, gone) == \
         {"moved": 0, "error": 0, "left": 0, "gone": 1}

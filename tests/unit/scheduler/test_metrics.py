@@ -77,7 +77,7 @@ def test_the_controller_counts_each_recovery_by_its_result():
 
 
 def test_the_controller_counts_a_move_that_lost_a_race():
-    from etcd_compute import instances
+    from etcd_compute.instances import host as host_txn
 
     cluster = Cluster()
     before = actions("conflict")
@@ -85,7 +85,7 @@ def test_the_controller_counts_a_move_that_lost_a_race():
     spec = cluster.failed_build(here, [good])
     stale = cluster.read(here, spec)
     # The record changes after the controller read it (a destroy's DELETING, say).
-    instances.mark_deleting(cluster.store, spec, stale)
+    host_txn.mark_deleting(cluster.store, spec, stale)
     assert cluster.controller.reschedule(here, spec["uuid"], stale) is None
     assert actions("conflict") == before + 1
 

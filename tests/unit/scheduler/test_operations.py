@@ -9,9 +9,11 @@ import uuid as uuidlib
 
 import pytest
 
-from etcd_compute import instances, messages
+from etcd_compute import messages
 from etcd_compute.errors import NotFound, UsageError
 from etcd_compute.etcd import Txn
+from etcd_compute.instances import host as host_txn
+from etcd_compute.instances import moves, records, scheduling, states
 from etcd_compute.keys import RECORDS
 from etcd_compute.scheduler import operations
 from tests.support import make_spec
@@ -27,7 +29,7 @@ def scheduled(store: FakeStore, placement: FakePlacement | None = None, host: st
     claim)."""
     spec = make_spec(host, **extra)
     alive(store, host)
-    assert instances.schedule(store, [(spec, "host-a")]) is not None
+    assert scheduling.schedule(store, [(spec, "host-a")]) is not None
     if placement is not None:
         placement.consumers[spec["uuid"]] = {"allocations": spec["allocations"],
                                              "consumer_generation": 1}
@@ -40,11 +42,11 @@ def alive(store: FakeStore, host: str, name: str = "h") -> None:
 
 
 def record_of(store: FakeStore, uuid: str) -> dict | None:
-    return instances.find(store, uuid)[1].record
+    return records.find(store, uuid)[1].record
 
 
-def read(store: FakeStore, uuid: str) -> instances.RecordRead:
-    return instances.find(store, uuid)[1]
+def read(store: FakeStore, uuid: str) -> records.RecordRead:
+    return records.find(store, uuid)[1]
 
 
 def set_state(store: FakeStore, uuid: str, state: str) -> None:
@@ -56,7 +58,7 @@ def set_state(store: FakeStore, uuid: str, state: str) -> None:
 def expired(store: FakeStore, spec: dict) -> None:
     """The host deleted the instance and its DELETED record expired: only the operator's keys
     (location, member) are left."""
-    instances.delete(store, spec, read(store, spec["uuid"]), ttl=60)
+    host_txn.delete(store, spec, read(store, spec["uuid"]), ttl=60)
     store.expire(store.get(store.keys.record(spec["host"], spec["uuid"])).lease)
 
 
@@ -108,7 +110,7 @@ def test_show_unknown_or_unreadable_is_not_found_and_a_non_uuid_a_usage_error():
     store.put_raw(store.keys.record(RP, spec["uuid"]), "{broken")
     with pytest.raises(NotFound):
         operations.show(store, spec["uuid"])
-    assert instances.locate(store, spec["uuid"]) is not None  # still held by its host
+    assert records.locate(store, spec["uuid"]) is not None  # still held by its host
     with pytest.raises(UsageError, match="'xyz' is not an instance uuid"):
         operations.show(store, "xyz")
 
@@ -152,7 +154,7 @@ def test_destroy_an_error_instance_removes_record_keys_and_claim():
     spec = scheduled(store, placement, group={"name": "g", "policy": "affinity"})
     # The compute failed it: ERROR, the host's keys but the record gone, the operator's
     # location and member still there (its claim still held here).
-    instances.fail(store, spec, read(store, spec["uuid"]), "disk full")
+    host_txn.fail(store, spec, read(store, spec["uuid"]), "disk full")
     store.put_raw(store.keys.booted(RP, spec["uuid"]), "10.0.0.2")  # a leftover goes too
     assert keys_left(store) == {store.keys.record(RP, spec["uuid"]),
                                 store.keys.events(RP, spec["uuid"]),
@@ -167,7 +169,7 @@ def test_destroy_an_error_instance_removes_record_keys_and_claim():
 def test_destroy_a_deleted_instance_is_deleted_and_changes_nothing():
     store, placement = FakeStore(), FakePlacement()
     spec = scheduled(store)
-    instances.delete(store, spec, read(store, spec["uuid"]), ttl=60)
+    host_txn.delete(store, spec, read(store, spec["uuid"]), ttl=60)
     revision = store.revision
     assert operations.destroy(store, placement, spec["uuid"]) == "deleted"
     assert store.revision == revision and placement.calls == []
@@ -187,9 +189,9 @@ def test_destroy_goes_to_the_host_the_location_names_after_a_move():
     store, placement = FakeStore(), FakePlacement()
     spec = scheduled(store, placement)
     entry = store.get(store.keys.spec(RP, spec["uuid"]))
-    instances.begin_build(store, spec, entry.mod_revision, read(store, spec["uuid"]), "h")
-    instances.hand_over(store, spec, read(store, spec["uuid"]), "broken")
-    instances.move(store, spec, read(store, spec["uuid"]), OTHER,
+    host_txn.begin_build(store, spec, entry.mod_revision, read(store, spec["uuid"]), "h")
+    host_txn.hand_over(store, spec, read(store, spec["uuid"]), "broken")
+    moves.move(store, spec, read(store, spec["uuid"]), OTHER,
                    {OTHER: {"resources": spec["resources"]}}, [])
     alive(store, OTHER)
     assert operations.destroy(store, placement, spec["uuid"]) == "requested"
@@ -254,7 +256,7 @@ def test_list_instances_oldest_first_then_by_uuid_skipping_unreadable():
     listed = [r["uuid"] for r in operations.list_instances(store)]
     assert listed == [early_a["uuid"], early_b["uuid"], middle["uuid"], late["uuid"]]
     # An unreadable record is still its host's: its location stays.
-    assert instances.locate(store, garbled["uuid"]) is not None
+    assert records.locate(store, garbled["uuid"]) is not None
     assert operations.list_instances(FakeStore()) == []
 
 
@@ -264,9 +266,9 @@ def test_list_instances_forgets_instances_whose_record_expired():
     gone = scheduled(store, group={"name": "g", "policy": "affinity"}, host=OTHER)
     expired(store, gone)
     assert [r["uuid"] for r in operations.list_instances(store)] == [kept["uuid"]]
-    assert instances.locate(store, gone["uuid"]) is None
+    assert records.locate(store, gone["uuid"]) is None
     assert store.get(store.keys.group_member("g", gone["uuid"])) is None
-    assert instances.locate(store, kept["uuid"]) is not None
+    assert records.locate(store, kept["uuid"]) is not None
 
 
 @pytest.mark.parametrize(("text", "state"), [("active", "ACTIVE"), (" Error ", "ERROR"),
@@ -329,14 +331,14 @@ def test_list_refuses_an_unknown_state_before_reading_anything():
 
 
 def test_select_keeps_the_order_and_matches_both_filters():
-    records = [{"uuid": "1", "host": RP, "state": "ACTIVE"},
+    listed = [{"uuid": "1", "host": RP, "state": "ACTIVE"},
                {"uuid": "2", "host": OTHER, "state": "ACTIVE"},
                {"uuid": "3", "host": RP, "state": "ERROR"},
                {"uuid": "4", "host": None, "state": "ERROR"}]
-    assert [r["uuid"] for r in operations.select(records)] == ["1", "2", "3", "4"]
-    assert [r["uuid"] for r in operations.select(records, {RP})] == ["1", "3"]
-    assert [r["uuid"] for r in operations.select(records, None, "ERROR")] == ["3", "4"]
-    assert [r["uuid"] for r in operations.select(records, {RP, OTHER}, "ACTIVE")] == ["1", "2"]
+    assert [r["uuid"] for r in operations.select(listed)] == ["1", "2", "3", "4"]
+    assert [r["uuid"] for r in operations.select(listed, {RP})] == ["1", "3"]
+    assert [r["uuid"] for r in operations.select(listed, None, "ERROR")] == ["3", "4"]
+    assert [r["uuid"] for r in operations.select(listed, {RP, OTHER}, "ACTIVE")] == ["1", "2"]
 
 
 def test_console_prints_the_published_text():
@@ -413,7 +415,7 @@ def test_wait_reports_each_state_change_once_and_returns_the_final_records():
     store.scripts[first["uuid"]] = ["SCHEDULED", "SCHEDULED", "BUILDING", "BUILDING", "ACTIVE"]
     store.scripts[second["uuid"]] = ["BUILDING", "ERROR"]
     changes = []
-    last = operations.wait(store, [first["uuid"], second["uuid"]], instances.FINAL, timeout=5,
+    last = operations.wait(store, [first["uuid"], second["uuid"]], states.FINAL, timeout=5,
                            on_change=lambda u, r: changes.append((u, r and r["state"])),
                            interval=0)
     assert [s for u, s in changes if u == first["uuid"]] == ["SCHEDULED", "BUILDING", "ACTIVE"]
@@ -427,7 +429,7 @@ def test_wait_ends_for_a_record_that_is_gone():
     spec = scheduled(store)
     store.scripts[spec["uuid"]] = ["DELETING", None]
     changes = []
-    last = operations.wait(store, [spec["uuid"]], instances.FINAL, timeout=5,
+    last = operations.wait(store, [spec["uuid"]], states.FINAL, timeout=5,
                            on_change=lambda u, r: changes.append(r and r["state"]), interval=0)
     assert changes == ["DELETING", None]
     assert last == {spec["uuid"]: None}
@@ -439,7 +441,7 @@ def test_wait_times_out_naming_the_states_still_pending():
     set_state(store, done["uuid"], "ACTIVE")
     changes = []
     with pytest.raises(operations.WaitTimeout) as caught:
-        operations.wait(store, [done["uuid"], stuck["uuid"]], instances.FINAL, timeout=0.05,
+        operations.wait(store, [done["uuid"], stuck["uuid"]], states.FINAL, timeout=0.05,
                         on_change=lambda u, r: changes.append(u), interval=0.01)
     assert str(caught.value) == ("1 instance(s) still not done after 0.05 s (SCHEDULED); "
                                  "they go on without us")
@@ -491,17 +493,17 @@ def test_destroy_on_a_host_that_came_back_meanwhile_is_asked_of_it():
     store, placement = FakeStore(), FakePlacement()
     spec = scheduled(store, placement)
     store.delete(store.keys.alive(RP))
-    real_delete = instances.delete
+    real_delete = host_txn.delete
 
     def back_just_before(store_, spec_, read_, ttl, guard=(), detail=None):
         alive(store, RP)  # the host's new lease lands between our read and our write
         return real_delete(store_, spec_, read_, ttl, guard, detail)
 
-    instances.delete = back_just_before
+    host_txn.delete = back_just_before
     try:
         outcome = operations.destroy(store, placement, spec["uuid"])
     finally:
-        instances.delete = real_delete
+        host_txn.delete = real_delete
     assert outcome == "requested"
     spec_now, _ = store.read(messages.INSTANCE_SPEC, store.keys.spec(RP, spec["uuid"]))
     assert spec_now["action"] == "destroy"
