@@ -36,7 +36,7 @@ from etcd_compute.config import COMPUTE_DEFAULTS, deep_merge
 from etcd_compute.drivers.fake import FakeDriver
 from etcd_compute.etcd import Store
 from etcd_compute.instances import records, states
-from etcd_compute.scheduler import operations
+from etcd_compute.ops import operations
 from etcd_compute.scheduler.scheduler import Scheduler
 from etcd_compute.scheduler.spec import RequestSpec
 from tools.local_services import REPO

@@ -140,7 +140,7 @@ def schedule(args: argparse.Namespace, config: dict[str, Any], scheduler: Any,
     """A request across zones, printed as a request in one zone is (plus each zone)."""
     from etcd_compute.errors import NoValidHost
     from etcd_compute.instances import states
-    from etcd_compute.scheduler import operations as ops
+    from etcd_compute.ops import operations as ops
     from etcd_compute.zones.federation import Federation, in_parallel
 
     with zone_tree(config, scheduler) as tree:
@@ -327,7 +327,7 @@ def _show(args: argparse.Namespace, config: dict[str, Any], rest: list[str],
 
 
 def _still_there(zone: Any, uuid: str) -> bool:
-    from etcd_compute.scheduler import operations as ops
+    from etcd_compute.ops import operations as ops
 
     try:
         ops.show(zone.store, uuid)

@@ -23,17 +23,18 @@ the daemon's main loop like the rest of `machine.py`:
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
+import threading
+from typing import Any, Protocol
 
 from etcd_compute import claims
 from etcd_compute.compute import metrics as compute_metrics
 from etcd_compute.compute.checks import claimed_totals, describe_resources
+from etcd_compute.compute.consoles import Consoles
 from etcd_compute.compute.pool import Job
+from etcd_compute.etcd import KeyValueStore
 from etcd_compute.instances import actions as action_txn
 from etcd_compute.instances import ownership, records, states
-
-if TYPE_CHECKING:
-    from etcd_compute.compute.machine import InstanceMachine
+from etcd_compute.placement import PlacementClient
 
 LOG = logging.getLogger("etcd_compute.compute")
 # How often the end of an action is recorded again when the spec changed under it.
@@ -44,8 +45,29 @@ def instance_log(uuid: str) -> logging.LoggerAdapter:
     return logging.LoggerAdapter(LOG, {"instance": uuid})
 
 
+class Machine(Protocol):
+    """What an action needs of the instance machine that owns it (`compute/machine.py`)."""
+
+    store: KeyValueStore
+    placement: PlacementClient
+    consoles: Consoles
+    stopping: threading.Event
+    # Instances with a job in a worker, by uuid.
+    jobs: dict[str, Job]
+
+    def read(self, rp_uuid: str, uuid: str) -> records.RecordRead:
+        """The instance's record on `rp_uuid` (an unreadable one logged)."""
+
+    def reread_later(self, spec: dict[str, Any]) -> None:
+        """Look at the instance's spec again from the main loop."""
+
+    def submit(self, kind: str, spec: dict[str, Any], record_revision: int, *,
+               task: dict[str, Any] | None = None) -> None:
+        """Run a job for the instance in the worker pool."""
+
+
 class LifecycleActions:
-    def __init__(self, machine: InstanceMachine):
+    def __init__(self, machine: Machine):
         self.machine = machine
         self.store = machine.store
         self.placement = machine.placement
@@ -58,7 +80,7 @@ class LifecycleActions:
         uuid, host, log = spec["uuid"], spec["host"], instance_log(spec["uuid"])
         if uuid in machine.jobs or machine.stopping.is_set():
             return  # busy: the spec is read again when its job ends
-        read = machine._read(host, uuid)
+        read = machine.read(host, uuid)
         if read.record is None:
             if read.fault is None:
                 # Nothing of ours by that uuid: nothing to act on, nothing of another's touched.
@@ -83,14 +105,14 @@ class LifecycleActions:
             log.warning("refused %s: %s", spec["action"], reason)
             compute_metrics.action_refused(spec["action"])
             if action_txn.refuse_action(store, spec, spec_revision, read, reason) is None:
-                machine._reread_later(spec)
+                machine.reread_later(spec)
             return
         assert request is not None
         if action_txn.begin_action(store, spec, spec_revision, read) is None:
-            machine._reread_later(spec)  # someone moved first: act on what is there now
+            machine.reread_later(spec)  # someone moved first: act on what is there now
             return
         log.info("%s requested by %s", spec["action"], request.get("by") or "(unknown)")
-        self.run(spec, machine._read(host, uuid))
+        self.run(spec, machine.read(host, uuid))
 
     def refusal(self, spec: dict[str, Any], read: records.RecordRead) -> str | None:
         """Why the spec's request is not acted on here, or None."""
@@ -136,19 +158,19 @@ class LifecycleActions:
             if job.task["action"] == states.RESIZE:
                 self.restore_claim(spec, job.task)
         for _ in range(END_ATTEMPTS):
-            read = machine._read(spec["host"], uuid)
+            read = machine.read(spec["host"], uuid)
             task = (read.record or {}).get("task")
             if read.state not in states.TRANSIENT or not task or task["id"] != job.task["id"]:
                 break  # a destroy (or the controller) took it over
             entry = store.get(store.keys.spec(spec["host"], uuid))
             if action_txn.end_action(store, read, entry, error, result.get("ip")) is not None:
-                ended = machine._read(spec["host"], uuid).state
+                ended = machine.read(spec["host"], uuid).state
                 log.info("%s %s: %s", job.task["action"], "done" if error is None else "failed",
                          ended)
                 if ended == states.ACTIVE:
                     machine.consoles.follow(spec["host"], uuid)
                 break
-        machine._reread_later(spec)  # a request written meanwhile is looked at now
+        machine.reread_later(spec)  # a request written meanwhile is looked at now
 
     def restore_claim(self, spec: dict[str, Any], task: dict[str, Any]) -> None:
         """A resize failed: the claim back to the size the instance still has."""
@@ -160,7 +182,7 @@ class LifecycleActions:
     def abandon(self, job: Job, reason: str) -> None:
         """Recording the action's end failed unexpectedly: end it in error, changing nothing
         else (the guest stays; a restart would run the action again)."""
-        read = self.machine._read(job.spec["host"], job.uuid)
+        read = self.machine.read(job.spec["host"], job.uuid)
         if read.state in states.TRANSIENT and (read.record or {}).get("task"):
             try:
                 action_txn.end_action(self.store, read, None, reason)

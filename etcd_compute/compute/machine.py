@@ -39,15 +39,13 @@ from etcd_compute.compute.pool import (
 )
 from etcd_compute.errors import InvalidMessage, RequestError, ServiceUnavailable
 from etcd_compute.etcd import KeyValueStore
+from etcd_compute.hosts import record_build_failure
 from etcd_compute.instances import host as host_txn
 from etcd_compute.instances import ownership, records, states
 from etcd_compute.keys import UUID
 from etcd_compute.placement import PlacementClient
 
 LOG = logging.getLogger("etcd_compute.compute")
-
-# How many recent build failures a host reports to the scheduler.
-FAILURES_KEPT = 20
 
 Post = Callable[[Callable[..., None], tuple[Any, ...]], None]
 # What a drain may take away from this host (a stopped one is built again stopped).
@@ -99,7 +97,8 @@ class InstanceMachine:
         # When the last job of each instance ended (time.monotonic()): a power state seen
         # before that is stale.
         self.settled: dict[str, float] = {}
-        # Ask the hypervisor how an instance's guest is powered now (compute/power.py).
+        # Ask the hypervisor how an instance's guest is powered now: wired by the service
+        # (compute/power.py's PowerSync.check) once both exist.
         self.power_check: Callable[[str], None] = lambda _uuid: None
         self.actions = LifecycleActions(self)
 
@@ -134,10 +133,10 @@ class InstanceMachine:
         if entry is not None:
             self.on_spec(rp_uuid, uuid, entry.value, entry.mod_revision)
 
-    def _reread_later(self, spec: dict[str, Any]) -> None:
+    def reread_later(self, spec: dict[str, Any]) -> None:
         self.post(self.reread_spec, (spec["host"], spec["uuid"]))
 
-    def _read(self, rp_uuid: str, uuid: str) -> records.RecordRead:
+    def read(self, rp_uuid: str, uuid: str) -> records.RecordRead:
         read = records.read_record(self.store, rp_uuid, uuid)
         if read.fault:
             instance_log(uuid).warning("status record unreadable (%s); rewriting it", read.fault)
@@ -151,7 +150,7 @@ class InstanceMachine:
             log.error("dropping %s: not an instance key (%s)", key, reason)
             ownership.drop_key(self.store, key, spec_revision)
             return
-        read = self._read(rp_uuid, uuid)
+        read = self.read(rp_uuid, uuid)
         if read.state == states.DELETED:
             return
         log.error("rejected: %s", reason)
@@ -172,7 +171,7 @@ class InstanceMachine:
         uuid, log = spec["uuid"], instance_log(spec["uuid"])
         if uuid in self.jobs or self.stopping.is_set():
             return
-        read = self._read(spec["host"], uuid)
+        read = self.read(spec["host"], uuid)
         if read.state in (states.ACTIVE, states.SHUTOFF, states.ERROR,
                           states.DELETED, states.DELETING, states.RESCHEDULING) or \
                 read.state in states.TRANSIENT:
@@ -187,14 +186,14 @@ class InstanceMachine:
             verdict = check_claim(self.store, self.placement, spec, spec_revision,
                                   placed_here=read.record is not None)
             if verdict == LATER:
-                self.later(CLAIM_RECHECK_SECONDS, self._reread_later, spec)
+                self.later(CLAIM_RECHECK_SECONDS, self.reread_later, spec)
                 return
             if verdict == REFUSED:
                 return
             revision = host_txn.begin_build(self.store, spec, spec_revision, read, host.name)
             if revision is None:
                 # Someone moved first (a destroy, or another delivery): act on what is there now.
-                self._reread_later(spec)
+                self.reread_later(spec)
                 return
         log.info("INSTANTIATE INSTANCE %s WITH IMAGE %s", uuid,
                  spec.get("image", {}).get("url", "(default)"))
@@ -217,7 +216,7 @@ class InstanceMachine:
                 else:
                     log.info("destroy while cleaning up a failed build: it ends DELETED")
             return
-        read = self._read(spec["host"], uuid)
+        read = self.read(spec["host"], uuid)
         if read.record is None and read.fault is None:
             # No instance of ours by that uuid: a destroy written under the wrong host must
             # not free the real host's claim nor touch anything of it.
@@ -237,7 +236,7 @@ class InstanceMachine:
         removed here), then the record is handed over (RESCHEDULING) with its claim for
         the controller to place elsewhere: it never runs in two places at once."""
         uuid, log = spec["uuid"], instance_log(spec["uuid"])
-        read = self._read(spec["host"], uuid)
+        read = self.read(spec["host"], uuid)
         if read.state not in EVACUABLE:
             log.info("evacuate asked while %s: nothing to do", read.state)
             return
@@ -252,11 +251,11 @@ class InstanceMachine:
         self.submit(DESTROY, spec, read.revision, hand_over=True)
 
     def _mark_deleting(self, spec: dict[str, Any]) -> int:
-        read = self._read(spec["host"], spec["uuid"])
+        read = self.read(spec["host"], spec["uuid"])
         if read.state == states.DELETING:
             return read.revision
         written = host_txn.mark_deleting(self.store, spec, read)
-        return written if written is not None else self._read(spec["host"], spec["uuid"]).revision
+        return written if written is not None else self.read(spec["host"], spec["uuid"]).revision
 
     # ----------------------------------------------------------------- jobs
 
@@ -340,12 +339,12 @@ class InstanceMachine:
         error = job_error(job, self.settings["job_timeout_seconds"])
         if job.kind in ACTION_KINDS:
             if job.destroy_requested:
-                self.submit(DESTROY, job.spec, self._read(job.spec["host"], job.uuid).revision)
+                self.submit(DESTROY, job.spec, self.read(job.spec["host"], job.uuid).revision)
             else:
                 self.actions.finish(job, error)
         elif job.kind == BUILD:
             if job.destroy_requested:
-                self.submit(DESTROY, job.spec, self._read(job.spec["host"], job.uuid).revision,
+                self.submit(DESTROY, job.spec, self.read(job.spec["host"], job.uuid).revision,
                             hand_over=job.hand_over)
             elif error is None:
                 self.finish_build(job, job.future.result())
@@ -378,15 +377,15 @@ class InstanceMachine:
 
     def finish_build(self, job: Job, result: dict[str, Any]) -> None:
         uuid, spec = job.uuid, job.spec
-        read = self._read(spec["host"], uuid)
+        read = self.read(spec["host"], uuid)
         if read.state != states.BUILDING:
             # A destroy got in between; it owns the instance now.
-            self._reread_later(spec)
+            self.reread_later(spec)
             return
         ip = result.get("ip")
         stopped = bool(spec.get("stopped"))
         if host_txn.activate(self.store, read, ip, stopped) is None:
-            self._reread_later(spec)
+            self.reread_later(spec)
             return
         instance_log(uuid).info("%s ip=%s (build took %.1f s)",
                                 states.SHUTOFF if stopped else states.ACTIVE, ip,
@@ -398,19 +397,19 @@ class InstanceMachine:
         uuid, spec, log = job.uuid, job.spec, instance_log(job.uuid)
         reason = job.reason or "build failed"
         if job.blame_host and self._can_hand_over(spec):
-            read = self._read(spec["host"], uuid)
+            read = self.read(spec["host"], uuid)
             if read.state == states.BUILDING and \
                     host_txn.hand_over(self.store, spec, read, reason) is not None:
-                self.record_build_failure(spec["host"])
+                record_build_failure(self.store, spec["host"])
                 log.warning("build failed here (%s); handed to the controller for one of "
                             "%d alternate host(s)", reason, len(spec["alternates"]))
                 return
         self.placement.delete_allocations(uuid)
-        if host_txn.fail(self.store, spec, self._read(spec["host"], uuid), reason) is None:
-            self._reread_later(spec)
+        if host_txn.fail(self.store, spec, self.read(spec["host"], uuid), reason) is None:
+            self.reread_later(spec)
             return
         if job.blame_host:
-            self.record_build_failure(spec["host"])
+            record_build_failure(self.store, spec["host"])
         log.error("ERROR: %s (allocation freed, nothing left)", job.reason)
 
     def _can_hand_over(self, spec: dict[str, Any]) -> bool:
@@ -420,12 +419,12 @@ class InstanceMachine:
             "user_id" in spec and self.store.get(self.keys.leader()) is not None
 
     def finish_evacuate(self, spec: dict[str, Any]) -> None:
-        read = self._read(spec["host"], spec["uuid"])
+        read = self.read(spec["host"], spec["uuid"])
         if read.state not in EVACUABLE:
             return  # a destroy got in meanwhile: it owns the instance now
         reason = f"evacuated from {self.hosts[spec['host']].name} (drain)"
         if host_txn.hand_over(self.store, spec, read, reason, evacuating=True) is None:
-            self._reread_later(spec)
+            self.reread_later(spec)
             return
         instance_log(spec["uuid"]).warning("%s: handed to the controller", reason)
 
@@ -433,18 +432,6 @@ class InstanceMachine:
         uuid = spec["uuid"]
         self.consoles.forget(uuid)
         self.placement.delete_allocations(uuid)
-        host_txn.delete(self.store, spec, self._read(spec["host"], uuid),
+        host_txn.delete(self.store, spec, self.read(spec["host"], uuid),
                          self.settings["deleted_record_ttl"])
         instance_log(uuid).info("DELETED (allocation freed)")
-
-    def record_build_failure(self, rp_uuid: str) -> None:
-        """Tell the scheduler (via /stats/) that a build failed here."""
-        key = self.keys.stats(rp_uuid)
-        try:
-            stats, _ = self.store.read(messages.HOST_STATS, key)
-        except InvalidMessage:
-            stats = None
-        now = time.time()
-        failures = [*(stats or {}).get("build_failures", []), now][-FAILURES_KEPT:]
-        self.store.put(messages.HOST_STATS, key, {"build_failures": failures, "updated_at": now})
-

@@ -14,7 +14,7 @@ from etcd_compute import messages
 from etcd_compute.errors import InvalidMessage, NotFound
 from etcd_compute.etcd import Compare, Delete, Txn
 from etcd_compute.instances import records
-from etcd_compute.scheduler import operations
+from etcd_compute.ops import operations
 from etcd_compute.zones.tree import Zone, ZoneTree
 
 

@@ -18,7 +18,7 @@ from etcd_compute import claims
 from etcd_compute.errors import EtcdComputeError
 from etcd_compute.instances import records, scheduling, states
 from etcd_compute.keys import Keys
-from etcd_compute.scheduler import operations
+from etcd_compute.ops import operations
 from etcd_compute.zones.tree import ZONE_FAULTS, Zone
 
 LOG = logging.getLogger(__name__)

@@ -15,8 +15,9 @@ from etcd_compute.errors import EtcdComputeError
 from etcd_compute.etcd import Store
 from etcd_compute.instances import actions as action_txn
 from etcd_compute.instances import states
+from etcd_compute.ops import lifecycle
 from etcd_compute.placement import PlacementClient
-from etcd_compute.scheduler import RequestSpec, Scheduler, lifecycle
+from etcd_compute.scheduler import RequestSpec, Scheduler
 from tests.compute.guests import power_loss, timeline
 from tests.compute.helpers import fake_instances, record, wait_state
 from tests.compute.test_metrics import scrape, value
@@ -161,7 +162,7 @@ def test_actions_sent_during_other_actions(start_compute, compute_config, schedu
             assert "is not allowed now (allowed: destroy)" in str(exc)
         assert revisions(store, rp, uuid) == before
     for uuid in (rebuilt, resized):
-        from etcd_compute.scheduler import operations
+        from etcd_compute.ops import operations
 
         assert operations.destroy(store, placement, uuid) == "requested"
 

@@ -41,7 +41,11 @@ def host(tmp_path: Path) -> Host:
 
 @pytest.fixture
 def sync(host: Host) -> tuple[PowerSync, FakeWatch]:
-    power, watch = PowerSync(host.machine), FakeWatch()
+    machine = host.machine
+    power, watch = PowerSync(machine.store, machine.hosts, machine.consoles, machine.gate,
+                             busy=lambda uuid: uuid in machine.jobs,
+                             settled_at=lambda uuid: machine.settled.get(uuid, 0.0)), FakeWatch()
+    machine.power_check = power.check
     power.start(watch, host.loop.post)
     return power, watch
 

@@ -17,9 +17,8 @@ from __future__ import annotations
 import threading
 from collections import Counter, defaultdict
 
-from etcd_compute import messages
-from etcd_compute.errors import InvalidMessage
 from etcd_compute.etcd import KeyValueStore, Range
+from etcd_compute.hosts import decode_heartbeat, decode_stats, heartbeat_and_stats_ranges, host_of
 from etcd_compute.keys import SPECS, Keys
 from etcd_compute.scheduler.hoststate import Cluster
 
@@ -37,8 +36,7 @@ class HostCache:
     def load(self, store: KeyValueStore) -> int:
         """Start from etcd's state (one read); the revision to watch from, less one."""
         (alive, stats, hosts), revision = store.read_many([
-            Range(self.keys.alive_prefix()), Range(self.keys.stats_prefix()),
-            Range(self.keys.hosts(), keys_only=True)])
+            *heartbeat_and_stats_ranges(self.keys), Range(self.keys.hosts(), keys_only=True)])
         with self._lock:
             self._alive, self._failures, self._specs = {}, {}, defaultdict(set)
             for entry in alive.entries:
@@ -58,31 +56,27 @@ class HostCache:
                 return
             if key.startswith(self.keys.alive_prefix()):
                 if value is None:
-                    self._alive.pop(key.rsplit("/", 1)[-1], None)
+                    self._alive.pop(host_of(key), None)
                 else:
                     self._put_alive(key, value)
             elif key.startswith(self.keys.stats_prefix()):
                 if value is None:
-                    self._failures.pop(key.rsplit("/", 1)[-1], None)
+                    self._failures.pop(host_of(key), None)
                 else:
                     self._put_stats(key, value)
             elif key.startswith(self.keys.hosts()):
                 self._put_host_key(key, present=value is not None)
 
     def _put_alive(self, key: str, value: bytes) -> None:
-        rp = key.rsplit("/", 1)[-1]
-        try:
-            message = messages.decode(messages.ALIVE, value)
-        except InvalidMessage:
+        rp, message = host_of(key), decode_heartbeat(value)
+        if message is None:
             self._alive.pop(rp, None)  # an unreadable heartbeat counts as none
             return
         self._alive[rp] = message.get("name", rp)
 
     def _put_stats(self, key: str, value: bytes) -> None:
-        rp = key.rsplit("/", 1)[-1]
-        try:
-            message = messages.decode(messages.HOST_STATS, value)
-        except InvalidMessage:
+        rp, message = host_of(key), decode_stats(value)
+        if message is None:
             self._failures.pop(rp, None)
             return
         self._failures[rp] = list(message.get("build_failures", []))

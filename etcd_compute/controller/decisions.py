@@ -34,14 +34,14 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from etcd_compute import claims, events, messages
+from etcd_compute import claims, events, hosts, messages
+from etcd_compute.controller import metrics as controller_metrics
 from etcd_compute.errors import ConflictError, EtcdComputeError, InvalidMessage, NoValidHost
 from etcd_compute.etcd import KeyValueStore
 from etcd_compute.instances import host as host_txn
 from etcd_compute.instances import moves, ownership, records, states
 from etcd_compute.keys import RECORDS
 from etcd_compute.placement import PlacementClient
-from etcd_compute.scheduler import metrics as scheduler_metrics
 from etcd_compute.scheduler.planner import Pick
 
 LOG = logging.getLogger("etcd_compute.controller")
@@ -96,7 +96,7 @@ class Controller:
         alternates = (spec.get("alternates") or []) if spec["action"] == "build" else []
         for index, alternate in enumerate(alternates):
             target = alternate["host"]
-            if self.store.get(self.keys.alive(target)) is None:
+            if not hosts.is_alive(self.store, target):
                 log.info("alternate %s has no heartbeat; skipping it", target)
                 continue
             try:
@@ -108,27 +108,27 @@ class Controller:
             if moves.move(self.store, spec, read, target, alternate["allocations"],
                               alternates[index + 1:], spec_revision=entry.mod_revision) is None:
                 self._undo_move(spec, generation)
-                scheduler_metrics.rescheduled("conflict")
+                controller_metrics.rescheduled("conflict")
                 return None  # it changed meanwhile (a destroy): the next event decides
             log.warning("build failed on %s (%s); rescheduled to alternate host %s",
                         host, reason, target)
-            scheduler_metrics.rescheduled("moved")
+            controller_metrics.rescheduled("moved")
             return target
         try:
             placed = self._place_again(spec, read, host, entry.mod_revision)
         except _Changed:
-            scheduler_metrics.rescheduled("conflict")
+            controller_metrics.rescheduled("conflict")
             return None  # a destroy got in: its host acts on it
         if placed is not None:
             log.warning("%s; placed again on %s", reason, placed)
-            scheduler_metrics.rescheduled("moved")
+            controller_metrics.rescheduled("moved")
             return placed
         failed = f"{reason}; no alternate host would take it"
         if host_txn.fail(self.store, spec, read, failed, action="reschedule",
                           by=events.CONTROLLER) is not None:
             self.placement.delete_allocations(uuid)
             log.error("ERROR: %s (allocation freed)", failed)
-            scheduler_metrics.rescheduled("failed")
+            controller_metrics.rescheduled("failed")
         return None
 
     def _place_again(self, spec: dict[str, Any], read: records.RecordRead,
@@ -190,12 +190,12 @@ class Controller:
         return done
 
     def recover_host(self, host: str) -> None:
-        if self.store.get(self.keys.alive(host)) is not None:
+        if hosts.is_alive(self.store, host):
             self.on_alive(host, True)  # back before we acted: nothing to do
             return
         for uuid in sorted(self.store.read_prefix(messages.INSTANCE_RECORD,
                                                   self.keys.records(host))):
-            scheduler_metrics.recovered(self.recover_instance(host, uuid))
+            controller_metrics.recovered(self.recover_instance(host, uuid))
 
     def recover_instance(self, host: str, uuid: str) -> str:
         """Apply the instance's policy; what was done ("rebuilt", "error", "deleted",
@@ -276,9 +276,7 @@ class Controller:
                 if record["state"] == states.RESCHEDULING:
                     self.on_record(host, uuid)
                     rescheduled += 1
-        alive = {entry.key.rsplit("/", 1)[-1] for entry in
-                 self.store.get_prefix(self.keys.alive_prefix(), keys_only=True)[0]}
-        for host in {host for host, _ in held} - alive:
+        for host in {host for host, _ in held} - hosts.alive_hosts(self.store):
             self.on_alive(host, False)
         located = self.store.read_prefix(messages.INSTANCE_LOCATION, self.keys.locations())
         for uuid, location in located.items():

@@ -6,7 +6,7 @@ from __future__ import annotations
 import uuid as uuidlib
 
 from etcd_compute import messages
-from etcd_compute.scheduler.hostcache import HostCache
+from etcd_compute.controller.hostcache import HostCache
 from tests.unit.fakes import FakeStore
 
 A = "00000000-0000-0000-0000-00000000000a"

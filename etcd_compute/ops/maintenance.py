@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from etcd_compute import messages
+from etcd_compute import hosts, messages
 from etcd_compute.errors import (
     EtcdComputeError,
     InvalidMessage,
@@ -58,7 +58,7 @@ def disable(store: KeyValueStore, placement: PlacementClient, host: str, reason:
     provider = resolve(placement, host)
     message = {"since": time.time(), "reason": reason, "by": operator_name(),
                "draining": draining}
-    store.put(messages.HOST_MAINTENANCE, store.keys.maintenance(provider["uuid"]), message)
+    hosts.disable(store, provider["uuid"], message)
     placement.set_traits(provider["uuid"], placement.get_traits(provider["uuid"])
                          | {DISABLED_TRAIT})
     return provider
@@ -66,7 +66,7 @@ def disable(store: KeyValueStore, placement: PlacementClient, host: str, reason:
 
 def enable(store: KeyValueStore, placement: PlacementClient, host: str) -> dict[str, Any]:
     provider = resolve(placement, host)
-    store.delete(store.keys.maintenance(provider["uuid"]))
+    hosts.enable(store, provider["uuid"])
     placement.set_traits(provider["uuid"], placement.get_traits(provider["uuid"])
                          - {DISABLED_TRAIT})
     return provider
@@ -75,14 +75,8 @@ def enable(store: KeyValueStore, placement: PlacementClient, host: str) -> dict[
 def show(store: KeyValueStore, placement: PlacementClient, host: str) -> dict[str, Any]:
     provider = resolve(placement, host)
     rp = provider["uuid"]
-    try:
-        alive, _ = store.read(messages.ALIVE, store.keys.alive(rp))
-    except InvalidMessage:
-        alive = None
-    try:
-        maintenance, _ = store.read(messages.HOST_MAINTENANCE, store.keys.maintenance(rp))
-    except InvalidMessage:
-        maintenance = None
+    alive = hosts.heartbeat(store, rp)
+    maintenance = hosts.maintenance(store, rp)
     held = store.read_prefix(messages.INSTANCE_RECORD, store.keys.records(rp))
     return {
         "uuid": rp, "name": provider["name"],

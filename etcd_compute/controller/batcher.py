@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from etcd_compute import claims
+from etcd_compute.controller.hostcache import HostCache
 from etcd_compute.errors import (
     ConflictError,
     EtcdComputeError,
@@ -47,7 +48,6 @@ from etcd_compute.placement import PlacementClient
 from etcd_compute.scheduler import spec_writer
 from etcd_compute.scheduler.candidates import CandidateCache
 from etcd_compute.scheduler.context import PlanContext
-from etcd_compute.scheduler.hostcache import HostCache
 from etcd_compute.scheduler.hoststate import ProviderUsage, host_states
 from etcd_compute.scheduler.planner import NoRoom, Pick, Planner
 from etcd_compute.scheduler.queue import Pending, answer_of, answer_ops

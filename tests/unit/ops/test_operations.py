@@ -15,7 +15,7 @@ from etcd_compute.etcd import Txn
 from etcd_compute.instances import host as host_txn
 from etcd_compute.instances import moves, records, scheduling, states
 from etcd_compute.keys import RECORDS
-from etcd_compute.scheduler import operations
+from etcd_compute.ops import operations
 from tests.support import make_spec
 from tests.unit.fakes import FakePlacement, FakeStore
 

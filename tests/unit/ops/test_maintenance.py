@@ -9,8 +9,8 @@ import pytest
 from etcd_compute import messages
 from etcd_compute.errors import NotFound, NoValidHost, UsageError
 from etcd_compute.instances import ownership, scheduling
+from etcd_compute.ops import maintenance
 from etcd_compute.placement import DISABLED_TRAIT
-from etcd_compute.scheduler import maintenance
 from tests.support import make_spec
 from tests.unit.fakes import FakePlacement, FakeStore
 

@@ -7,11 +7,11 @@ import time
 import uuid as uuidlib
 
 from etcd_compute import messages
-from etcd_compute.scheduler.election import Election
+from etcd_compute.controller.election import Election
+from etcd_compute.controller.queue_service import AnswerLease, QueueService
 from etcd_compute.scheduler.queue import request_message
-from etcd_compute.scheduler.queue_service import AnswerLease, QueueService
 from etcd_compute.scheduler.spec import RequestSpec
-from tests.unit.scheduler.test_batcher import QUERY, Service
+from tests.unit.controller.test_batcher import QUERY, Service
 
 
 def leading_service() -> tuple[Service, QueueService]:
@@ -61,7 +61,7 @@ def test_the_loop_survives_a_failing_pass_and_answers_afterwards(monkeypatch):
         return real(pending)
 
     monkeypatch.setattr(queue.batcher, "run", fail_once)
-    monkeypatch.setattr("etcd_compute.scheduler.queue_service.IDLE_SECONDS", 0.01)
+    monkeypatch.setattr("etcd_compute.controller.queue_service.IDLE_SECONDS", 0.01)
     name = ask(service)
     queue.start()
     try:

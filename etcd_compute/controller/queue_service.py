@@ -17,13 +17,13 @@ import time
 from typing import Any
 
 from etcd_compute import messages
+from etcd_compute.controller import metrics as controller_metrics
+from etcd_compute.controller.batcher import Batcher, LostLeadership
+from etcd_compute.controller.election import Election
+from etcd_compute.controller.hostcache import HostCache
 from etcd_compute.errors import ServiceUnavailable
 from etcd_compute.etcd import KeyValueStore, Txn, put_message
 from etcd_compute.placement import PlacementClient
-from etcd_compute.scheduler import metrics as scheduler_metrics
-from etcd_compute.scheduler.batcher import Batcher, LostLeadership
-from etcd_compute.scheduler.election import Election
-from etcd_compute.scheduler.hostcache import HostCache
 from etcd_compute.scheduler.queue import read_pending
 from etcd_compute.scheduler.scheduler import Scheduler
 
@@ -125,7 +125,7 @@ class QueueService:
                 self.election.resign()
                 return
             except ServiceUnavailable as exc:
-                scheduler_metrics.retried("queue", exc)
+                controller_metrics.retried("queue", exc)
                 LOG.warning("scheduler service: %s; trying again in 1 s", exc)
                 answered = 0
                 self._stopping.wait(1.0)
@@ -158,5 +158,5 @@ class QueueService:
                  due, done["answered"], done["refused"], done["retried"],
                  done["claim_conflicts"], 1000 * (time.monotonic() - started),
                  *(1000 * spent[phase] for phase in ("candidates", "plan", "claim", "write")))
-        scheduler_metrics.queue_pass(due, done)
+        controller_metrics.queue_pass(due, done)
         return due

@@ -11,6 +11,7 @@ from typing import Any
 from etcd_compute import messages
 from etcd_compute.errors import EtcdComputeError, InvalidMessage, NotFound, UsageError
 from etcd_compute.etcd import Store
+from etcd_compute.hosts import heartbeats, is_alive
 from etcd_compute.instances import actions as action_txn
 from etcd_compute.instances import moves, ownership, records, states
 from etcd_compute.keys import RECORDS
@@ -90,7 +91,7 @@ def destroy(store: Store, placement: PlacementClient, uuid: str) -> str:
                 # Unreadable spec: the compute rejects it anyway; drop it and clean up.
                 ownership.drop_key(store, entry.key, entry.mod_revision)
                 continue
-            if store.get(store.keys.alive(host)) is None and read.record is not None:
+            if not is_alive(store, host) and read.record is not None:
                 # Nobody would read the request: finish it here, if the host stays down
                 # and the controller did not move it meanwhile; then free the claim.
                 if moves.finish_destroy_on_dead_host(
@@ -149,7 +150,7 @@ def list_instances(store: Store, host: str | None = None,
     found = _all_records(store)
     hosts = None
     if host is not None:
-        alive = store.read_prefix(messages.ALIVE, store.keys.alive_prefix())
+        alive = heartbeats(store)
         hosts = hosts_named(host, found, alive)
         if not hosts & ({r.get("host") for r in found} | set(alive)):
             raise NotFound(f"no host {host!r}: neither a live host nor the host of any "
@@ -194,7 +195,7 @@ def hosts(store: Store, placement: PlacementClient) -> list[dict[str, Any]]:
     """Every provider: capacity and usage per class, alive (and its driver), disabled, traits,
     instances."""
     providers = placement.list_providers()
-    alive = store.read_prefix(messages.ALIVE, store.keys.alive_prefix())
+    alive = heartbeats(store)
     counts = records.count_by_host(store)
 
     def describe(provider: dict[str, Any]) -> dict[str, Any]:

@@ -43,10 +43,11 @@ from etcd_compute.errors import (
     UsageError,
 )
 from etcd_compute.etcd import KeyValueStore
+from etcd_compute.hosts import is_alive
 from etcd_compute.instances import actions as action_txn
 from etcd_compute.instances import records, states
+from etcd_compute.ops.operations import WaitTimeout, check_uuid, where
 from etcd_compute.placement import CONCURRENT_UPDATE, PlacementClient
-from etcd_compute.scheduler.operations import WaitTimeout, check_uuid, where
 from etcd_compute.scheduler.request import RequestGroup, ResourceRequest, parse_query
 from etcd_compute.scheduler.spec import IMAGE_URL, operator_name
 
@@ -181,7 +182,7 @@ def request(store: KeyValueStore, placement: PlacementClient, uuid: str, action:
                 f"instance {uuid}: a {spec['action']} asked by "
                 f"{(pending or {}).get('by') or 'someone'} is pending; try again when its "
                 "host has done it")
-        if store.get(store.keys.alive(host)) is None:
+        if not is_alive(store, host):
             raise states.ActionRefused(
                 f"instance {uuid}: its host {host_name} is down (the controller recovers its "
                 "instances); try again when it is back")

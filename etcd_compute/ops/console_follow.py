@@ -34,7 +34,7 @@ from etcd_compute import messages
 from etcd_compute.errors import EtcdComputeError, InvalidMessage, NotFound
 from etcd_compute.etcd import ETCD_DOWN, Store
 from etcd_compute.instances import records, states
-from etcd_compute.scheduler.operations import check_uuid
+from etcd_compute.ops.operations import check_uuid
 
 # How much of what was printed must reappear in a cut tail for it to count as continued.
 ANCHOR_CHARS = 1024

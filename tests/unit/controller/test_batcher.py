@@ -14,11 +14,11 @@ import pytest
 
 from etcd_compute import messages
 from etcd_compute.config import SCHEDULE_DEFAULTS, deep_merge, validate
+from etcd_compute.controller.batcher import Batcher, LostLeadership
+from etcd_compute.controller.hostcache import HostCache
 from etcd_compute.errors import ConflictError
 from etcd_compute.etcd import Compare, Delete, Txn, put_message
 from etcd_compute.scheduler import Scheduler
-from etcd_compute.scheduler.batcher import Batcher, LostLeadership
-from etcd_compute.scheduler.hostcache import HostCache
 from etcd_compute.scheduler.queue import instance_uuids, read_pending, request_message
 from etcd_compute.scheduler.spec import RequestSpec
 from tests.unit.fakes import FakePlacement, FakeStore

@@ -13,11 +13,11 @@ import pytest
 from prometheus_client import REGISTRY
 
 from etcd_compute.config import SCHEDULE_DEFAULTS, deep_merge
+from etcd_compute.controller import metrics as sm
+from etcd_compute.controller.decisions import Controller
+from etcd_compute.controller.serve import ControllerService
 from etcd_compute.errors import PlacementUnavailable
-from etcd_compute.scheduler import metrics as sm
-from etcd_compute.scheduler.controller import Controller
-from etcd_compute.scheduler.serve import ControllerService
-from tests.unit.scheduler.test_controller import Cluster
+from tests.unit.controller.test_decisions import Cluster
 from tools.local_services import free_port
 
 
@@ -66,7 +66,7 @@ def test_the_controller_counts_a_move_and_a_failure():
 
 
 def test_the_controller_counts_each_recovery_by_its_result():
-    from tests.unit.scheduler.test_controller import dead_host_cluster
+    from tests.unit.controller.test_decisions import dead_host_cluster
 
     before = actions("error", "recover"), actions("rebuilt", "recover")
     cluster, clock, here, there, spec = dead_host_cluster(policy="error", place_on=None)
@@ -90,19 +90,15 @@ def test_the_controller_counts_a_move_that_lost_a_race():
     assert actions("conflict") == before + 1
 
 
-class Service(SimpleNamespace):
-    """What `start` reads of a ControllerService."""
-
-
 def test_start_serves_nothing_without_an_address():
-    assert sm.start(Service(config=SCHEDULE_DEFAULTS)) is None
+    assert sm.start(SCHEDULE_DEFAULTS, lambda: True) is None
 
 
 def test_the_leader_gauge_follows_the_election_at_each_scrape():
     port = free_port()
     config = deep_merge(SCHEDULE_DEFAULTS, {"scheduler": {"metrics_listen": f"127.0.0.1:{port}"}})
     election = SimpleNamespace(is_leader=False)
-    server = sm.start(Service(config=config, election=election))
+    server = sm.start(config, lambda: election.is_leader)
 
     def scrape() -> str:
         return urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics",

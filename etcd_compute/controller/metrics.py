@@ -1,7 +1,7 @@
 """The controller's Prometheus metrics (`schedule.py serve`; README "Metrics" lists them).
 
-`serve.py` and `controller.py` call the hooks below, one line each; `start`
-(from `ControllerService.run`) serves them when `scheduler.metrics_listen`
+`serve.py`, `decisions.py` and `queue_service.py` call the hooks below, one line each;
+`start` (from `ControllerService.run`) serves them when `scheduler.metrics_listen`
 is set. Labels are small fixed sets, never an instance uuid. etcd and
 Placement errors and retries are the shared counters of `etcd_compute.metrics`.
 """
@@ -9,14 +9,11 @@ Placement errors and retries are the shared counters of `etcd_compute.metrics`.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from prometheus_client import Counter, Gauge, Histogram
 
 from etcd_compute import metrics as common
-
-if TYPE_CHECKING:
-    from etcd_compute.scheduler.serve import ControllerService
 
 # Re-exported: the controller's loops count their retries through this module.
 retried = common.retried
@@ -89,11 +86,11 @@ def queue_pass(requests: int, done: Any) -> None:
             QUEUE_REQUESTS.labels(result).inc(done[result])
 
 
-def start(service: ControllerService) -> Any:
-    """Serve metrics when scheduler.metrics_listen is set (the server, else None)."""
-    listen = common.listen_of(service.config, "scheduler")
+def start(config: dict[str, Any], is_leader: Callable[[], bool]) -> Any:
+    """Serve metrics when scheduler.metrics_listen is set in `config` (the server, else None);
+    the leader gauge asks `is_leader` at each scrape."""
+    listen = common.listen_of(config, "scheduler")
     if listen is None:
         return None
-    election = service.election
-    LEADER.set_function(lambda: 1.0 if election.is_leader else 0.0)
+    LEADER.set_function(lambda: 1.0 if is_leader() else 0.0)
     return common.serve(listen, "scheduler.metrics_listen")

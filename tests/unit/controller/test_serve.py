@@ -1,7 +1,7 @@
-"""scheduler/serve.py: the controller daemon against in-memory etcd and Placement: which watch
+"""controller/serve.py: the controller daemon against in-memory etcd and Placement: which watch
 events reach the controller, how a failed event is retried, leading (sweep, then follow from
 what the sweep read; recovery ticks; stop acting once leadership is lost), the watch
-resubscribing, and the run loop. What the controller decides: test_controller.py; the
+resubscribing, and the run loop. What the controller decides: test_decisions.py; the
 daemon as processes with a real etcd: tests/scheduler."""
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ import pyetcd.exceptions
 import pytest
 
 from etcd_compute.config import SCHEDULE_DEFAULTS, deep_merge
+from etcd_compute.controller import serve
+from etcd_compute.controller.serve import ControllerService
 from etcd_compute.errors import EtcdUnavailable, PlacementUnavailable
-from etcd_compute.scheduler import serve
-from etcd_compute.scheduler.serve import ControllerService
 from tests.support import wait_for
 from tests.unit.fakes import FakePlacement, WatchedStore, delete_event, put_event
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 import uuid as uuidlib
 
 from etcd_compute import messages
+from etcd_compute.controller.decisions import Controller
 from etcd_compute.instances import actions as action_txn
 from etcd_compute.instances import host as host_txn
 from etcd_compute.instances import moves, records, scheduling
-from etcd_compute.scheduler.controller import Controller
 from tests.support import make_spec
 from tests.unit.fakes import FakePlacement, FakeStore
 
@@ -304,7 +304,7 @@ def _placer_that_first(target: str, meanwhile):
 
 
 def test_a_destroy_finished_during_a_rebuild_does_not_bring_its_claim_back():
-    from etcd_compute.scheduler import operations
+    from etcd_compute.ops import operations
 
     cluster, clock, here, there, spec = dead_host_cluster(place_on="")
     cluster.controller.place = _placer_that_first(

@@ -26,15 +26,16 @@ from typing import Any
 
 import pyetcd.events
 
+from etcd_compute.controller import metrics as controller_metrics
+from etcd_compute.controller.decisions import Controller
+from etcd_compute.controller.election import Election
+from etcd_compute.controller.hostcache import HostCache
+from etcd_compute.controller.queue_service import QueueService
 from etcd_compute.errors import EtcdComputeError, ServiceUnavailable
 from etcd_compute.etcd import ETCD_DOWN, Store
+from etcd_compute.hosts import host_of
 from etcd_compute.keys import RECORDS
 from etcd_compute.placement import PlacementClient
-from etcd_compute.scheduler import metrics as scheduler_metrics
-from etcd_compute.scheduler.controller import Controller
-from etcd_compute.scheduler.election import Election
-from etcd_compute.scheduler.hostcache import HostCache
-from etcd_compute.scheduler.queue_service import QueueService
 from etcd_compute.scheduler.scheduler import Scheduler
 
 RECOVERY_TICK_SECONDS = 0.2
@@ -73,7 +74,8 @@ class ControllerService:
         if install_signal_handlers:
             signal.signal(signal.SIGTERM, self.stop)
             signal.signal(signal.SIGINT, self.stop)
-        scheduler_metrics.start(self)
+        election = self.election
+        controller_metrics.start(self.config, lambda: election.is_leader)
         LOG.info("controller %s starting (lease %d s)", self.election.name,
                  self.settings["controller_lease_ttl"])
         try:
@@ -93,7 +95,7 @@ class ControllerService:
         try:
             return self.election.campaign()
         except ServiceUnavailable as exc:
-            scheduler_metrics.retried("campaign", exc)
+            controller_metrics.retried("campaign", exc)
             LOG.warning("%s; retrying", exc)
             return False
 
@@ -141,13 +143,13 @@ class ControllerService:
     def _dispatch(self, handler: Callable[..., None], args: tuple[Any, ...]) -> None:
         try:
             handler(*args)
-            scheduler_metrics.event_handled(handler)
+            controller_metrics.event_handled(handler)
         except ServiceUnavailable as exc:
-            scheduler_metrics.retried("dispatch", exc)
+            controller_metrics.retried("dispatch", exc)
             LOG.warning("%s; retrying in 1 s", exc)
             threading.Timer(1.0, self.events.put, ((handler, args),)).start()
         except Exception:
-            scheduler_metrics.event_handled(handler, "error")
+            controller_metrics.event_handled(handler, "error")
             LOG.exception("unexpected error handling %s", getattr(handler, "__name__", handler))
 
     # --- the watch ----------------------------------------------------------------------
@@ -184,7 +186,7 @@ class ControllerService:
                         break
             except ETCD_DOWN + (ServiceUnavailable,) as exc:
                 if self._watching:
-                    scheduler_metrics.retried("watch", exc)
+                    controller_metrics.retried("watch", exc)
                     LOG.warning("watch lost (%s); resubscribing from revision %d",
                                 exc.__class__.__name__, next_revision)
                     self.stopping.wait(1.0)
@@ -204,7 +206,7 @@ class ControllerService:
             if key.startswith(self.store.keys.stats_prefix()):
                 return
         if key.startswith(self.store.keys.alive_prefix()):
-            host = key.rsplit("/", 1)[-1]
+            host = host_of(key)
             present = not isinstance(event, pyetcd.events.DeleteEvent)
             self.events.put((self.controller.on_alive, (host, present)))
             return

@@ -17,8 +17,8 @@ from etcd_compute import messages
 from etcd_compute.errors import NotFound, UsageError
 from etcd_compute.etcd import Delete, Put, Txn
 from etcd_compute.instances import records, scheduling
-from etcd_compute.scheduler import console_follow
-from etcd_compute.scheduler.console_follow import (
+from etcd_compute.ops import console_follow
+from etcd_compute.ops.console_follow import (
     ANCHOR_CHARS,
     RESTARTED,
     ConsoleFollower,

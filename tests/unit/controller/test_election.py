@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from etcd_compute.scheduler import election as election_module
-from etcd_compute.scheduler.election import Election
+from etcd_compute.controller import election as election_module
+from etcd_compute.controller.election import Election
 from tests.unit.fakes import FakeStore
 
 

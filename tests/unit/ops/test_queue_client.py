@@ -11,9 +11,9 @@ import pytest
 from etcd_compute import messages
 from etcd_compute.config import SCHEDULE_DEFAULTS, deep_merge
 from etcd_compute.errors import NoValidHost, ServiceUnavailable
-from etcd_compute.scheduler import queue_client
+from etcd_compute.ops import queue_client
+from etcd_compute.ops.queue_client import QueueClient
 from etcd_compute.scheduler.queue import answer_of
-from etcd_compute.scheduler.queue_client import QueueClient
 from etcd_compute.scheduler.spec import Destination, RequestSpec
 from tests.unit.fakes import WatchingFakeStore
 

@@ -1,4 +1,4 @@
-"""The operator's lifecycle actions (scheduler/lifecycle.py) over FakeStore and FakePlacement:
+"""The operator's lifecycle actions (ops/lifecycle.py) over FakeStore and FakePlacement:
 allowed ones write the host's spec (a resize claims first), refused ones write nothing and
 claim nothing, a resize that loses a race puts back only its own claim."""
 
@@ -10,10 +10,10 @@ from etcd_compute import claims, events, messages
 from etcd_compute.errors import NotFound, UsageError
 from etcd_compute.instances import actions as action_txn
 from etcd_compute.instances import records, states
-from etcd_compute.scheduler import lifecycle
-from etcd_compute.scheduler.operations import WaitTimeout
+from etcd_compute.ops import lifecycle
+from etcd_compute.ops.operations import WaitTimeout
 from tests.unit.fakes import FakePlacement, FakeStore
-from tests.unit.scheduler.test_operations import RP, UNKNOWN, alive, scheduled, set_state
+from tests.unit.ops.test_operations import RP, UNKNOWN, alive, scheduled, set_state
 
 NEW = {"VCPU": 2, "MEMORY_MB": 128, "DISK_GB": 1}
 ALLOWED = {("stop", "ACTIVE"), ("start", "SHUTOFF"), ("reboot", "ACTIVE"),
