@@ -140,7 +140,6 @@ class LibvirtDriver(LibvirtHost):
                                      max_virtual_size=disk_gb * GIB)
             disks.create_overlay(base, "qcow2", path, disk_gb)
 
-
     # -- an operator's actions ---------------------------------------------------------
 
     def stop(self, uuid: str) -> None:
