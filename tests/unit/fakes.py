@@ -201,7 +201,8 @@ class WatchedStore(FakeStore):
         """What the next subscription to `prefix` delivers: `responses` (lists of events)."""
         self.scripts[prefix].put((list(responses), fault))
 
-    def _watch(self, prefix: str, start_revision: int) -> tuple[Any, Callable[[], None]]:
+    def _watch(self, prefix: str, start_revision: int,
+               progress_notify: bool = False) -> tuple[Any, Callable[[], None]]:
         self.watched_from.append((prefix, start_revision))
         try:
             responses, fault = self.scripts[prefix].get_nowait()
