@@ -45,6 +45,7 @@ from etcd_compute.compute.machine import InstanceMachine, instance_log
 from etcd_compute.compute.pool import WorkerPool
 from etcd_compute.compute.power import PowerSync
 from etcd_compute.compute.registration import Registration
+from etcd_compute.config import heartbeat_timing
 from etcd_compute.drivers import load_power_watch
 from etcd_compute.errors import EtcdComputeError, ServiceUnavailable
 from etcd_compute.etcd import Store
@@ -81,7 +82,8 @@ class ComputeService:
         self.heartbeat = Heartbeat(
             self.store, self.hosts, self.settings["heartbeat_ttl"], config["driver"]["name"],
             self.stopping, self.settings["fence_margin_seconds"], on_fence=self.fencer.fence,
-            on_unfence=lambda: self.post(self.unfence))
+            on_unfence=lambda: self.post(self.unfence),
+            timing=heartbeat_timing(self.settings, config["etcd"]))
         self.consoles = Consoles(self.store, self.pool, self.post)
         self.machine = InstanceMachine(self.store, self.placement, self.pool, self.consoles,
                                        self.hosts, self.settings, self.post, self.stopping,

@@ -43,7 +43,9 @@ from tools.local_services.cluster import EtcdCluster
 from tools.local_services.netns import Host, TestNetwork, netns_usable
 
 ETCD_TIMEOUT = 2.0
-HEARTBEAT_TTL = 3
+# With etcd's default election timeout (an election takes up to ~2 s, etcd.election_seconds)
+# and a 0.5 s fence margin, 4 s is the shortest TTL the config accepts (renewals every 1 s).
+HEARTBEAT_TTL = 4
 ROOM = {"VCPU": 64, "MEMORY_MB": 16384, "DISK_GB": 256}
 
 
@@ -159,7 +161,8 @@ def make_host(tmp_path: Path, cluster: EtcdCluster, bridge_placement: PlacementS
             "compute": {
                 "uuid": rp_uuid, "name": name, "state_dir": str(state),
                 "instances_dir": str(state / "instances"), "heartbeat_ttl": HEARTBEAT_TTL,
-                # A leader election (about 1-2 s) must not fence the host.
+                # A leader election (about 1-2 s) must not fence the host: the config
+                # refuses timings that could not renew through one.
                 "fence_margin_seconds": 0.5,
                 "workers": workers, "job_timeout_seconds": 30, "shutdown_timeout_seconds": 10,
                 "inventory": {rc: {"total": total, "reserved": 0, "allocation_ratio": 1.0}
