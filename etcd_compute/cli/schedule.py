@@ -219,18 +219,18 @@ def cmd_schedule(args: argparse.Namespace, config: dict[str, Any]) -> int:
                       flush=True)
         if not args.wait:
             return 0
-        from etcd_compute import instances
-        from etcd_compute.scheduler import operations as ops
+        from etcd_compute.instances import states
+        from etcd_compute.ops import operations as ops
 
         final = ops.wait(store, [d.uuid for d in destinations],
-                         frozenset({instances.ACTIVE, instances.ERROR, instances.DELETED}),
+                         frozenset({states.ACTIVE, states.ERROR, states.DELETED}),
                          config["scheduler"]["wait_timeout_seconds"],
                          (lambda *_: None) if args.json else _progress)
         if args.json:
             _emit_json({"instances": [{**d.as_dict(), "record": final.get(d.uuid)}
                                       for d in destinations],
                         "conflicts": conflicts})
-        ok = all(r is not None and r["state"] == instances.ACTIVE for r in final.values())
+        ok = all(r is not None and r["state"] == states.ACTIVE for r in final.values())
         return 0 if ok else 1
 
 
@@ -252,7 +252,7 @@ def _select(config: dict[str, Any], store: Any, request_spec: Any) -> tuple[list
     takes requests, else our own scheduling (imported only then: the queue's path needs
     no Placement client)."""
     if config["scheduler"]["use_service"]:
-        from etcd_compute.scheduler.queue_client import QueueClient
+        from etcd_compute.ops.queue_client import QueueClient
 
         client = QueueClient(store, config["scheduler"])
         destinations = client.schedule(request_spec)
@@ -281,7 +281,7 @@ def _placement(config: dict[str, Any]) -> Any:
 
 
 def cmd_show(args: argparse.Namespace, config: dict[str, Any]) -> int:
-    from etcd_compute.scheduler import operations as ops
+    from etcd_compute.ops import operations as ops
 
     with zones_cli.instance_zone(config, args.words[0]) as zone:
         record = ops.show(zone.store, args.words[0])
@@ -310,8 +310,8 @@ def cmd_show(args: argparse.Namespace, config: dict[str, Any]) -> int:
 
 
 def cmd_destroy(args: argparse.Namespace, config: dict[str, Any]) -> int:
-    from etcd_compute import instances
-    from etcd_compute.scheduler import operations as ops
+    from etcd_compute.instances import states
+    from etcd_compute.ops import operations as ops
 
     if len(args.words) != 2:
         raise UsageError("destroy: expected exactly one instance uuid")
@@ -328,7 +328,7 @@ def cmd_destroy(args: argparse.Namespace, config: dict[str, Any]) -> int:
                         "host cleans up if it returns)",
         }
         if args.wait and outcome in ("requested", "already"):
-            ops.wait(store, [uuid], frozenset({instances.DELETED}),
+            ops.wait(store, [uuid], frozenset({states.DELETED}),
                      config["scheduler"]["wait_timeout_seconds"],
                      (lambda *_: None) if args.json else _progress)
         if args.json:
@@ -340,8 +340,8 @@ def cmd_destroy(args: argparse.Namespace, config: dict[str, Any]) -> int:
 
 def cmd_action(args: argparse.Namespace, config: dict[str, Any]) -> int:
     """stop|start|reboot|rebuild UUID, resize QUERY UUID."""
-    from etcd_compute.scheduler import lifecycle
-    from etcd_compute.scheduler import operations as ops
+    from etcd_compute.ops import lifecycle
+    from etcd_compute.ops import operations as ops
 
     action = args.words[0]
     wanted = 3 if action == "resize" else 2
@@ -376,8 +376,8 @@ def cmd_action(args: argparse.Namespace, config: dict[str, Any]) -> int:
 
 
 def cmd_events(args: argparse.Namespace, config: dict[str, Any]) -> int:
-    from etcd_compute.scheduler import lifecycle
-    from etcd_compute.scheduler import operations as ops
+    from etcd_compute.ops import lifecycle
+    from etcd_compute.ops import operations as ops
 
     if len(args.words) != 2:
         raise UsageError("events: expected exactly one instance uuid")
@@ -400,7 +400,7 @@ def cmd_events(args: argparse.Namespace, config: dict[str, Any]) -> int:
 
 
 def cmd_list(args: argparse.Namespace, config: dict[str, Any]) -> int:
-    from etcd_compute.scheduler import operations as ops
+    from etcd_compute.ops import operations as ops
 
     if args.state is not None:
         ops.check_state(args.state)  # before any connection
@@ -421,7 +421,7 @@ def cmd_list(args: argparse.Namespace, config: dict[str, Any]) -> int:
 
 
 def cmd_hosts(args: argparse.Namespace, config: dict[str, Any]) -> int:
-    from etcd_compute.scheduler import operations as ops
+    from etcd_compute.ops import operations as ops
 
     with _store(config) as store:
         found = ops.hosts(store, _placement(config))
@@ -442,7 +442,7 @@ def cmd_hosts(args: argparse.Namespace, config: dict[str, Any]) -> int:
 
 
 def cmd_console(args: argparse.Namespace, config: dict[str, Any]) -> int:
-    from etcd_compute.scheduler import operations as ops
+    from etcd_compute.ops import operations as ops
 
     if len(args.words) != 2:
         raise UsageError("console: expected exactly one instance uuid")
@@ -460,7 +460,7 @@ def cmd_console(args: argparse.Namespace, config: dict[str, Any]) -> int:
 
 
 def cmd_host(args: argparse.Namespace, config: dict[str, Any]) -> int:
-    from etcd_compute.scheduler import maintenance
+    from etcd_compute.ops import maintenance
 
     if len(args.words) != 3 or args.words[1] not in HOST_ACTIONS:
         raise UsageError(f"host: expected host {'|'.join(HOST_ACTIONS)} HOST")
@@ -526,7 +526,7 @@ class TerminalSink:
         self._write(terminal_text(text))
 
     def restarted(self) -> None:
-        from etcd_compute.scheduler.console_follow import RESTARTED
+        from etcd_compute.ops.console_follow import RESTARTED
 
         self._line(RESTARTED)
 
@@ -566,8 +566,8 @@ def _follow_console(args: argparse.Namespace, config: dict[str, Any]) -> int:
     import signal
     import threading
 
-    from etcd_compute.scheduler.console_follow import ConsoleFollower
-    from etcd_compute.scheduler.operations import check_uuid
+    from etcd_compute.ops.console_follow import ConsoleFollower
+    from etcd_compute.ops.operations import check_uuid
 
     uuid = check_uuid(args.words[1])
     stopping = threading.Event()
@@ -583,7 +583,7 @@ def _follow_console(args: argparse.Namespace, config: dict[str, Any]) -> int:
 
 
 def cmd_serve(args: argparse.Namespace, config: dict[str, Any]) -> int:
-    from etcd_compute.scheduler.serve import ControllerService
+    from etcd_compute.controller.serve import ControllerService
 
     return ControllerService(config).run()
 

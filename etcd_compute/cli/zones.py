@@ -138,9 +138,9 @@ def schedule(args: argparse.Namespace, config: dict[str, Any], scheduler: Any,
              request_spec: Any, route: str | None,
              no_valid_host: Callable[[Any], int], progress: Callable[..., None]) -> int:
     """A request across zones, printed as a request in one zone is (plus each zone)."""
-    from etcd_compute import instances
     from etcd_compute.errors import NoValidHost
-    from etcd_compute.scheduler import operations as ops
+    from etcd_compute.instances import states
+    from etcd_compute.ops import operations as ops
     from etcd_compute.zones.federation import Federation, in_parallel
 
     with zone_tree(config, scheduler) as tree:
@@ -170,7 +170,7 @@ def schedule(args: argparse.Namespace, config: dict[str, Any], scheduler: Any,
             by_zone.setdefault(one.zone, []).append(one.destination.uuid)
         finals, failed = in_parallel(list(by_zone), lambda path: ops.wait(
             tree.find(path).store, by_zone[path],
-            frozenset({instances.ACTIVE, instances.ERROR, instances.DELETED}),
+            frozenset({states.ACTIVE, states.ERROR, states.DELETED}),
             config["scheduler"]["wait_timeout_seconds"],
             (lambda *_: None) if args.json else changed))
         if failed:
@@ -180,7 +180,7 @@ def schedule(args: argparse.Namespace, config: dict[str, Any], scheduler: Any,
             _emit_json({"instances": [{**p.as_dict(), "record": final.get(p.destination.uuid)}
                                       for p in placed],
                         "conflicts": federation.conflicts, "replans": federation.replans})
-        ok = all(r is not None and r["state"] == instances.ACTIVE for r in final.values())
+        ok = all(r is not None and r["state"] == states.ACTIVE for r in final.values())
         return 0 if ok else 1
 
 
@@ -327,7 +327,7 @@ def _show(args: argparse.Namespace, config: dict[str, Any], rest: list[str],
 
 
 def _still_there(zone: Any, uuid: str) -> bool:
-    from etcd_compute.scheduler import operations as ops
+    from etcd_compute.ops import operations as ops
 
     try:
         ops.show(zone.store, uuid)

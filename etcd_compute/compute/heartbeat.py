@@ -27,11 +27,12 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from etcd_compute import messages, metrics
+from etcd_compute import metrics
 from etcd_compute.compute.identity import HostIdentity
 from etcd_compute.config import HeartbeatTiming, heartbeat_timing
 from etcd_compute.errors import ServiceUnavailable
 from etcd_compute.etcd import ETCD_DOWN, Store
+from etcd_compute.hosts import beat
 
 LOG = logging.getLogger("etcd_compute.compute")
 
@@ -71,14 +72,8 @@ class Heartbeat:
         sent = time.monotonic()
         with self.lock:
             self.lease = self.store.lease(self.ttl)
-            now = time.time()
             for host in self.hosts.values():
-                self.store.put(
-                    messages.ALIVE, self.store.keys.alive(host.uuid),
-                    {"host": host.uuid, "name": host.name, "since": now,
-                     "driver": self.driver_name},
-                    lease=self.lease,
-                )
+                beat(self.store, self.lease, host.uuid, host.name, self.driver_name)
         self._renewed(sent)
 
     def _renewed(self, sent: float) -> None:

@@ -34,7 +34,6 @@ from typing import Any
 
 import pyetcd.events
 
-from etcd_compute import instances
 from etcd_compute.compute import metrics as compute_metrics
 from etcd_compute.compute import worker
 from etcd_compute.compute.consoles import CONSOLE_REFRESH_SECONDS, Consoles
@@ -49,6 +48,8 @@ from etcd_compute.config import heartbeat_timing
 from etcd_compute.drivers import load_power_watch
 from etcd_compute.errors import EtcdComputeError, ServiceUnavailable
 from etcd_compute.etcd import Store
+from etcd_compute.hosts import under_maintenance
+from etcd_compute.instances import ownership, records, states
 from etcd_compute.keys import UUID
 from etcd_compute.placement import PlacementClient
 from etcd_compute.watching import PrefixWatch, on_owner_thread
@@ -78,7 +79,7 @@ class ComputeService:
         self.fencer = Fencer(config, self.pool, self.gate)
         self.registration = Registration(
             self.placement, self.settings, self.hosts,
-            lambda rp: self.store.get(self.keys.maintenance(rp)) is not None)
+            lambda rp: under_maintenance(self.store, rp))
         self.heartbeat = Heartbeat(
             self.store, self.hosts, self.settings["heartbeat_ttl"], config["driver"]["name"],
             self.stopping, self.settings["fence_margin_seconds"], on_fence=self.fencer.fence,
@@ -88,7 +89,10 @@ class ComputeService:
         self.machine = InstanceMachine(self.store, self.placement, self.pool, self.consoles,
                                        self.hosts, self.settings, self.post, self.stopping,
                                        self.gate)
-        self.power = PowerSync(self.machine)
+        self.power = PowerSync(self.store, self.hosts, self.consoles, self.gate,
+                               busy=lambda uuid: uuid in self.machine.jobs,
+                               settled_at=lambda uuid: self.machine.settled.get(uuid, 0.0))
+        self.machine.power_check = self.power.check
         # One watch covers all our hosts: the host's own specs, or all of /hosts/
         # when one process simulates many.
         self.watch_prefix = (
@@ -105,7 +109,7 @@ class ComputeService:
         if install_signal_handlers:
             signal.signal(signal.SIGTERM, self._on_signal)
             signal.signal(signal.SIGINT, self._on_signal)
-        compute_metrics.start(self)
+        compute_metrics.start(self.config, self.machine.jobs, self._metrics_refresher)
         self.registration.register()
         self.heartbeat.start()
         self.ensure_mdserver()
@@ -119,6 +123,13 @@ class ComputeService:
         self.main_loop()
         self.shutdown()
         return 0
+
+    def _metrics_refresher(self) -> compute_metrics.Refresher:
+        """What keeps the instance counts and capacity metrics (when they are served)."""
+        return compute_metrics.Refresher(
+            self.store, self.hosts, lambda: self.registration.inventories,
+            PlacementClient(self.config["placement"]),
+            self.settings["inventory_refresh_seconds"], self.stopping)
 
     def start_threads(self) -> None:
         self.watch = self.make_watch()
@@ -279,7 +290,7 @@ class ComputeService:
             self.pool.run(worker.destroy, uuid, timeout=self.settings["job_timeout_seconds"])
         for uuid in sorted((held & wanted) - running - in_flight):
             rp = next((rp for rp in self.hosts
-                       if instances.read_record(self.store, rp, uuid).state == instances.ACTIVE),
+                       if records.read_record(self.store, rp, uuid).state == states.ACTIVE),
                       None)
             if rp is not None and self.pool.run(worker.power_on, uuid):
                 instance_log(uuid).info("powered on again (it is ours and ACTIVE)")
@@ -300,4 +311,4 @@ class ComputeService:
                 if parsed is not None and UUID.match(parsed.uuid):
                     continue
                 LOG.warning("removing %r: not an instance key of ours", entry.key[:300])
-                instances.drop_key(self.store, entry.key, entry.mod_revision)
+                ownership.drop_key(self.store, entry.key, entry.mod_revision)

@@ -2,7 +2,7 @@
 
 Claims are freed in the zone's Placement. Instances written to its etcd are
 removed as if never written while nobody has acted on them (still SCHEDULED,
-spec untouched: `instances.unschedule`); one a host already began to build is
+spec untouched: `instances.scheduling.unschedule`); one a host already began to build is
 destroyed through that host (`operations.destroy`), which frees its claim.
 Each function returns what it could not take back (the zone is unreachable):
 the request's intent keeps those for a later sweep (`journal.py`).
@@ -14,16 +14,17 @@ import logging
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from etcd_compute import claims, instances
+from etcd_compute import claims
 from etcd_compute.errors import EtcdComputeError
+from etcd_compute.instances import records, scheduling, states
 from etcd_compute.keys import Keys
-from etcd_compute.scheduler import operations
+from etcd_compute.ops import operations
 from etcd_compute.zones.tree import ZONE_FAULTS, Zone
 
 LOG = logging.getLogger(__name__)
 
-# (host, uuid, group, record revision, spec revision): an instance as `instances.unschedule`
-# takes it back.
+# (host, uuid, group, record revision, spec revision): an instance as
+# `instances.scheduling.unschedule` takes it back.
 Placed = tuple[str, str, str | None, int, int]
 
 
@@ -55,25 +56,25 @@ def unwrite(zone: Zone, uuids: list[str]) -> Undone:
         store = zone.store
         fresh: list[Placed] = []
         for uuid in uuids:
-            location = instances.locate(store, uuid)
+            location = records.locate(store, uuid)
             if location is None:
                 done.taken_back.append(uuid)  # never written (or already gone)
                 continue
             host = location["host"]
-            read = instances.read_record(store, host, uuid)
+            read = records.read_record(store, host, uuid)
             spec = store.get(store.keys.spec(host, uuid))
-            if read.state == instances.SCHEDULED and spec is not None:
+            if read.state == states.SCHEDULED and spec is not None:
                 fresh.append((host, uuid, location.get("group"), read.revision,
                               spec.mod_revision))
             else:
                 done.destroyed.append(uuid)
         for batch in _within(store.keys, fresh, zone.scheduler.settings["etcd_max_txn_ops"]):
-            if instances.unschedule(store, batch) is not None:
+            if scheduling.unschedule(store, batch) is not None:
                 done.taken_back += [item[1] for item in batch]
                 continue
             # One of them moved meanwhile: each on its own.
             for item in batch:
-                if instances.unschedule(store, [item]) is None:
+                if scheduling.unschedule(store, [item]) is None:
                     done.destroyed.append(item[1])
                 else:
                     done.taken_back.append(item[1])
@@ -99,7 +100,7 @@ def _within(keys: Keys, placed: list[Placed], max_ops: int) -> Iterator[list[Pla
     batch: list[Placed] = []
     ops = 0
     for item in placed:
-        item_ops = len(instances.unschedule_txn(keys, [item]).success)
+        item_ops = len(scheduling.unschedule_txn(keys, [item]).success)
         if batch and ops + item_ops > max_ops:
             yield batch
             batch, ops = [], 0

@@ -37,9 +37,6 @@ NO_MIRROR_UNDER = {
 NOT_A_MIRROR = {
     "tests/unit/test_layout.py",  # this file: the rule itself
     "tests/unit/test_support.py",  # tests/support.py, the test harness's CI switch
-    # instances.py's lifecycle half (the actions table, an action's transactions, power
-    # changes, a stopped instance moved): test_instances.py would pass 700 lines with it.
-    "tests/unit/test_instances_lifecycle.py",
 }
 
 

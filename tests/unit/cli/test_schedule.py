@@ -184,7 +184,7 @@ def test_console_text_has_control_sequences_neutralised(capsys, config, monkeypa
     import contextlib
     import types
 
-    from etcd_compute.scheduler import operations
+    from etcd_compute.ops import operations
 
     monkeypatch.setattr(schedule.zones_cli, "instance_zone", lambda _config, _uuid:
                         contextlib.nullcontext(types.SimpleNamespace(store=None)))
@@ -237,7 +237,7 @@ def test_show_names_the_action_running_and_who_asked(capsys, config, monkeypatch
     import contextlib
     import types
 
-    from etcd_compute.scheduler import operations
+    from etcd_compute.ops import operations
 
     record = {"uuid": UUID, "state": "REBOOTING", "host": None, "resources": None,
               "task": {"id": UUID, "action": "reboot", "by": f"bob@ops{HOSTILE}", "at": 1.0,

@@ -17,13 +17,15 @@ from typing import Any
 import pebble
 import pytest
 
-from etcd_compute import instances, messages
+from etcd_compute import messages
 from etcd_compute.compute import worker
 from etcd_compute.compute.consoles import Consoles
 from etcd_compute.compute.identity import HostIdentity
 from etcd_compute.compute.machine import InstanceMachine
 from etcd_compute.compute.pool import BUILD, CLEANUP
 from etcd_compute.config import COMPUTE_DEFAULTS, deep_merge
+from etcd_compute.instances import actions as action_txn
+from etcd_compute.instances import records, scheduling
 from tests.support import make_spec
 from tests.unit.fakes import EventLoop, FakePlacement, FakePool, FakeStore
 
@@ -63,7 +65,7 @@ class Host:
         """What the scheduler does: claim, then spec + SCHEDULED record."""
         if claim:
             self.placement.claim(spec["uuid"], spec["allocations"], "p", "u")
-        instances.schedule(self.store, [(spec, "host-a")])
+        scheduling.schedule(self.store, [(spec, "host-a")])
         return self.deliver(spec["uuid"])
 
     def deliver(self, uuid: str, rp: str | None = None) -> int:
@@ -79,14 +81,14 @@ class Host:
 
     def destroy(self, spec: dict[str, Any]) -> None:
         entry = self.store.get(self.keys.spec(self.rp, spec["uuid"]))
-        assert instances.request_destroy(self.store, entry, spec) is not None
+        assert action_txn.request_destroy(self.store, entry, spec) is not None
         self.deliver(spec["uuid"])
 
     def settle(self) -> None:
         self.loop.drain(self.pool)
 
     def record(self, uuid: str) -> dict[str, Any] | None:
-        return instances.read_record(self.store, self.rp, uuid).record
+        return records.read_record(self.store, self.rp, uuid).record
 
     def driver_holds(self) -> set[str]:
         return worker.list_instances()
@@ -173,12 +175,12 @@ def test_a_hosts_life_of_an_instance_writes_only_its_own_keys(host):
     failed = host.spec()
     for each, fault in ((spec, None), (failed, concurrent.futures.TimeoutError())):
         host.placement.claim(each["uuid"], each["allocations"], "p", "u")
-        instances.schedule(host.store, [(each, "host-a")])  # the scheduler's writes
+        scheduling.schedule(host.store, [(each, "host-a")])  # the scheduler's writes
         on_the_host(each["uuid"], fault)
     assert host.record(spec["uuid"])["state"] == "ACTIVE"
     assert host.record(failed["uuid"])["state"] == "ERROR"
     entry = host.store.get(host.keys.spec(host.rp, spec["uuid"]))
-    instances.request_destroy(host.store, entry, spec)  # the operator's write
+    action_txn.request_destroy(host.store, entry, spec)  # the operator's write
     on_the_host(spec["uuid"])
     assert host.record(spec["uuid"])["state"] == "DELETED"
     assert host.keys.record(host.rp, spec["uuid"]) in written
@@ -353,7 +355,7 @@ def test_losing_the_race_to_a_destroy_rereads_the_spec(host):
     host.settle()
     # A stale delivery of the build spec after the operator asked for a destroy.
     entry = host.store.get(host.keys.spec(host.rp, spec["uuid"]))
-    instances.request_destroy(host.store, entry, spec)
+    action_txn.request_destroy(host.store, entry, spec)
     host.machine.on_spec(host.rp, spec["uuid"], entry.value, revision)
     host.settle()
     assert host.record(spec["uuid"])["state"] == "ACTIVE"  # the old event changed nothing
@@ -407,7 +409,7 @@ def test_a_claim_moved_away_for_a_moment_is_waited_for_then_built(host):
     host.placement.set_inventory(other, INVENTORY)
     spec = host.spec()
     host.placement.claim(spec["uuid"], {other: {"resources": spec["resources"]}}, "p", "u")
-    instances.schedule(host.store, [(spec, "host-a")])
+    scheduling.schedule(host.store, [(spec, "host-a")])
     host.deliver(spec["uuid"])
     assert host.record(spec["uuid"])["state"] == "SCHEDULED"
     assert host.store.get(host.keys.spec(host.rp, spec["uuid"])) is not None

@@ -1,0 +1,287 @@
+"""The controller's decisions: what the operator's side does about what happened on hosts.
+
+Runs inside `schedule.py serve` (see `serve.py`) with the operator's
+privileges, as the elected leader only. Kept apart from the daemon (election,
+watch, signals) so each decision is a plain call, unit-tested against an
+in-memory store and Placement:
+
+- `on_record(host, uuid)`: a record changed. RESCHEDULING (a build failed on
+  its host, which may not write another host's keys) -> move it to the next
+  live alternate the scheduler kept: the claim in one Placement call, then
+  spec, record, location and membership in one etcd transaction; or ERROR
+  with its claim freed when none will take it.
+- `on_record_gone(host, uuid)`: a record expired or was removed -> forget the
+  operator's keys of that instance (location, group member), which its host
+  could not remove.
+- `on_alive(host, present)` and `recover_due()`: a host whose heartbeat lease
+  expired is down; once it has been down for `host_failure_grace_seconds`, each
+  of its instances gets its recovery policy: `rebuild` (placed again by the
+  scheduler's own query, filters and weighers, its server group honoured; the
+  claim moves in one Placement call, then spec, record, location and group
+  member in one etcd transaction that also checks the host is still down) or
+  `error` (ERROR "host ... is down", claim freed). A destroy asked of a dead
+  host is finished here. The host itself powered its guests off before its
+  lease could expire (self-fencing), and destroys the stale copies when it
+  comes back.
+- `sweep()`: all of the above for everything, when we become leader (events
+  before that were someone else's business, or nobody's).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+from etcd_compute import claims, events, hosts, messages
+from etcd_compute.controller import metrics as controller_metrics
+from etcd_compute.errors import ConflictError, EtcdComputeError, InvalidMessage, NoValidHost
+from etcd_compute.etcd import KeyValueStore
+from etcd_compute.instances import host as host_txn
+from etcd_compute.instances import moves, ownership, records, states
+from etcd_compute.keys import RECORDS
+from etcd_compute.placement import PlacementClient
+from etcd_compute.scheduler.planner import Pick
+
+LOG = logging.getLogger("etcd_compute.controller")
+
+
+class _Changed(Exception):
+    """The instance changed while the controller moved it: the move was undone."""
+
+
+def instance_log(uuid: str) -> logging.LoggerAdapter:
+    return logging.LoggerAdapter(LOG, {"instance": uuid})
+
+
+class Controller:
+    def __init__(self, store: KeyValueStore, placement: PlacementClient,
+                 settings: dict[str, Any] | None = None,
+                 place: Callable[[dict[str, Any], frozenset[str]], Pick] | None = None,
+                 clock: Callable[[], float] = time.monotonic):
+        self.store = store
+        self.keys = store.keys
+        self.placement = placement
+        settings = settings or {}
+        self.grace = settings.get("host_failure_grace_seconds", 10)
+        self.default_policy = settings.get("on_host_failure", "rebuild")
+        self.deleted_record_ttl = settings.get("deleted_record_ttl", 3600)
+        # Where an instance of a dead host would go now (Scheduler.place).
+        self.place = place
+        self.clock = clock
+        # Hosts without a heartbeat, since when (our clock).
+        self.down_since: dict[str, float] = {}
+
+    # --- records --------------------------------------------------------------------------
+
+    def on_record(self, host: str, uuid: str) -> None:
+        read = records.read_record(self.store, host, uuid)
+        if read.state == states.RESCHEDULING:
+            self.reschedule(host, uuid, read)
+
+    def reschedule(self, host: str, uuid: str, read: records.RecordRead) -> str | None:
+        """Move a build that failed on `host` to a live alternate; the new host, or None."""
+        log = instance_log(uuid)
+        entry = self.store.get(self.keys.spec(host, uuid))
+        try:
+            spec = messages.decode(messages.INSTANCE_SPEC, entry.value) if entry else None
+        except InvalidMessage:
+            spec = None
+        reason = (read.record or {}).get("error") or "build failed"
+        if spec is None or spec["action"] not in ("build", "evacuate"):
+            return None  # a destroy (or garbage) got in: its host deals with it
+        # A drained instance goes where the scheduler would put it now (the alternates
+        # were chosen for its first build and may be disabled by now).
+        alternates = (spec.get("alternates") or []) if spec["action"] == "build" else []
+        for index, alternate in enumerate(alternates):
+            target = alternate["host"]
+            if not hosts.is_alive(self.store, target):
+                log.info("alternate %s has no heartbeat; skipping it", target)
+                continue
+            try:
+                generation = claims.move(self.placement, uuid, alternate["allocations"],
+                                         spec["project_id"], spec["user_id"])
+            except EtcdComputeError as exc:
+                log.info("alternate %s refused the claim (%s); trying the next", target, exc)
+                continue
+            if moves.move(self.store, spec, read, target, alternate["allocations"],
+                              alternates[index + 1:], spec_revision=entry.mod_revision) is None:
+                self._undo_move(spec, generation)
+                controller_metrics.rescheduled("conflict")
+                return None  # it changed meanwhile (a destroy): the next event decides
+            log.warning("build failed on %s (%s); rescheduled to alternate host %s",
+                        host, reason, target)
+            controller_metrics.rescheduled("moved")
+            return target
+        try:
+            placed = self._place_again(spec, read, host, entry.mod_revision)
+        except _Changed:
+            controller_metrics.rescheduled("conflict")
+            return None  # a destroy got in: its host acts on it
+        if placed is not None:
+            log.warning("%s; placed again on %s", reason, placed)
+            controller_metrics.rescheduled("moved")
+            return placed
+        failed = f"{reason}; no alternate host would take it"
+        if host_txn.fail(self.store, spec, read, failed, action="reschedule",
+                          by=events.CONTROLLER) is not None:
+            self.placement.delete_allocations(uuid)
+            log.error("ERROR: %s (allocation freed)", failed)
+            controller_metrics.rescheduled("failed")
+        return None
+
+    def _place_again(self, spec: dict[str, Any], read: records.RecordRead,
+                     host: str, spec_revision: int) -> str | None:
+        """No kept alternate took it: ask the scheduler where it would go now (its query,
+        filters and weighers, its group honoured; `host` left out). None if nowhere;
+        _Changed if the instance changed meanwhile (the claim is put back)."""
+        if self.place is None:
+            return None
+        try:
+            pick = self.place(spec, frozenset({host}))
+            generation = claims.move(self.placement, spec["uuid"], pick.allocations,
+                                     spec["project_id"], spec["user_id"])
+        except EtcdComputeError as exc:
+            instance_log(spec["uuid"]).info("no other host for it now (%s)", exc)
+            return None
+        if moves.move(self.store, spec, read, pick.host.uuid, pick.allocations, [],
+                          spec_revision=spec_revision) is None:
+            self._undo_move(spec, generation)
+            raise _Changed()
+        return pick.host.uuid
+
+    def _undo_move(self, spec: dict[str, Any], generation: int | None) -> None:
+        """A claim moved for an etcd transaction that then failed: back to the old host if
+        the instance is still there, else released; either only if nobody touched the claim
+        since (a destroy that freed it meanwhile must not see it come back)."""
+        uuid = spec["uuid"]
+        read = records.read_record(self.store, spec["host"], uuid)
+        live = read.record is not None and read.state not in (states.ERROR,
+                                                              states.DELETED)
+        if not claims.undo_move(self.placement, uuid, spec["allocations"] if live else {},
+                                generation, spec["project_id"], spec["user_id"]):
+            instance_log(uuid).info("claim changed since it was moved; left as it is")
+
+    def on_record_gone(self, host: str, uuid: str) -> None:
+        """The record left `host`: if the instance is known nowhere else, forget its keys."""
+        location = records.locate(self.store, uuid)
+        if location is not None and location["host"] == host:
+            ownership.forget(self.store, uuid, host, location.get("group"))
+
+    # --- dead hosts -------------------------------------------------------------------------
+
+    def on_alive(self, host: str, present: bool) -> None:
+        if present:
+            if self.down_since.pop(host, None) is not None:
+                LOG.info("host %s is back", host)
+        elif host not in self.down_since:
+            self.down_since[host] = self.clock()
+            LOG.warning("host %s lost its heartbeat; its instances are recovered in %g s "
+                        "unless it comes back", host, self.grace)
+
+    def recover_due(self) -> list[str]:
+        """Recover the instances of every host down for the grace period; the hosts done."""
+        done = []
+        for host, since in list(self.down_since.items()):
+            if self.clock() - since >= self.grace:
+                self.recover_host(host)
+                done.append(host)
+        return done
+
+    def recover_host(self, host: str) -> None:
+        if hosts.is_alive(self.store, host):
+            self.on_alive(host, True)  # back before we acted: nothing to do
+            return
+        for uuid in sorted(self.store.read_prefix(messages.INSTANCE_RECORD,
+                                                  self.keys.records(host))):
+            controller_metrics.recovered(self.recover_instance(host, uuid))
+
+    def recover_instance(self, host: str, uuid: str) -> str:
+        """Apply the instance's policy; what was done ("rebuilt", "error", "deleted",
+        "left" (nothing to do or it changed meanwhile), "retry")."""
+        log = instance_log(uuid)
+        read = records.read_record(self.store, host, uuid)
+        if read.state in (None, states.ERROR, states.DELETED):
+            return "left"
+        entry = self.store.get(self.keys.spec(host, uuid))
+        try:
+            spec = messages.decode(messages.INSTANCE_SPEC, entry.value) if entry else None
+        except InvalidMessage:
+            spec = None
+        if spec is None:
+            spec = {"uuid": uuid, "host": host, "resources": read.record["resources"]}
+        if spec.get("action") == "destroy" or read.state == states.DELETING:
+            if moves.finish_destroy_on_dead_host(
+                    self.store, spec, read, self.deleted_record_ttl,
+                    detail="its host was down: finished by the controller") is None:
+                return "left"
+            self.placement.delete_allocations(uuid)
+            log.warning("host %s is down: destroy finished here (claim freed); the host "
+                        "cleans up if it returns", host)
+            return "deleted"
+        policy = spec.get("on_host_failure") or self.default_policy
+        if policy == "rebuild" and "project_id" in spec and self.place is not None:
+            try:
+                pick = self.place(spec, frozenset({host}))
+            except NoValidHost as exc:
+                return self._fail(spec, read, f"host {host} is down and no other host can "
+                                  f"take it ({(exc.reasons or ['no valid host'])[0]})")
+            return self._rebuild(spec, read, pick, entry.mod_revision if entry else None)
+        return self._fail(spec, read, f"host {host} is down")
+
+    def _fail(self, spec: dict[str, Any], read: records.RecordRead, reason: str) -> str:
+        # etcd first: if the host came back meanwhile, its instance keeps its claim.
+        down = (moves.host_down(self.keys, spec["host"]),)
+        if host_txn.fail(self.store, spec, read, reason, guard=down, action="recover",
+                          by=events.CONTROLLER) is None:
+            return "left"
+        self.placement.delete_allocations(spec["uuid"])
+        instance_log(spec["uuid"]).error("ERROR: %s (allocation freed)", reason)
+        return "error"
+
+    def _rebuild(self, spec: dict[str, Any], read: records.RecordRead, pick: Pick,
+                 spec_revision: int | None) -> str:
+        uuid, target = spec["uuid"], pick.host.uuid
+        try:
+            generation = claims.move(self.placement, uuid, pick.allocations,
+                                     spec["project_id"], spec["user_id"])
+        except ConflictError as exc:
+            instance_log(uuid).info("claim on %s lost a race (%s); trying again", target, exc)
+            return "retry"
+        if moves.evacuate(self.store, spec, read, target, pick.allocations,
+                              spec_revision=spec_revision) is None:
+            # The host came back, or a destroy got in: the claim goes back as it was.
+            self._undo_move(spec, generation)
+            return "left"
+        instance_log(uuid).warning("host %s is down: instance rebuilt on %s (%s) from its "
+                                   "image; its local disk is lost", spec["host"],
+                                   pick.host.name, target)
+        return "rebuilt"
+
+    # --- everything, once -------------------------------------------------------------------
+
+    def sweep(self) -> dict[str, int]:
+        """Act on every record and location as if each had just changed."""
+        entries, _ = self.store.get_prefix(self.keys.hosts(), keys_only=True)
+        held: set[tuple[str, str]] = set()
+        for entry in entries:
+            parsed = self.keys.parse_host_key(entry.key)
+            if parsed is not None and parsed.kind == RECORDS:
+                held.add((parsed.host, parsed.uuid))
+        rescheduled = forgotten = 0
+        for host in sorted({host for host, _ in held}):
+            found = self.store.read_prefix(messages.INSTANCE_RECORD, self.keys.records(host))
+            for uuid, record in found.items():
+                if record["state"] == states.RESCHEDULING:
+                    self.on_record(host, uuid)
+                    rescheduled += 1
+        for host in {host for host, _ in held} - hosts.alive_hosts(self.store):
+            self.on_alive(host, False)
+        located = self.store.read_prefix(messages.INSTANCE_LOCATION, self.keys.locations())
+        for uuid, location in located.items():
+            if (location["host"], uuid) not in held and ownership.forget(
+                    self.store, uuid, location["host"], location.get("group")) is not None:
+                forgotten += 1
+        return {"records": len(held), "rescheduled": rescheduled, "forgotten": forgotten,
+                "hosts_down": len(self.down_since)}

@@ -1,0 +1,219 @@
+"""`schedule.py serve`: the controller daemon, leader-elected, with the operator's privileges.
+
+Run one or more (a systemd unit on two machines, say): exactly one leads
+(`election.py`), the others wait to take over within seconds. The leader
+sweeps once (`Controller.sweep`), then follows every change under /hosts/
+from that revision on and hands each record event to `Controller`. One
+thread decides (this one); the watch threads only queue events. If the
+leader loses its lease (cut off from etcd) it stops acting before its lease
+can expire, and campaigns again.
+
+The leader also runs the scheduler service (`queue_service.py`, unless
+`scheduler.service` is false): its own thread drains the request queue,
+planning on a host cache (`hostcache.py`) that the same watches keep current.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import queue
+import signal
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pyetcd.events
+
+from etcd_compute.controller import metrics as controller_metrics
+from etcd_compute.controller.decisions import Controller
+from etcd_compute.controller.election import Election
+from etcd_compute.controller.hostcache import HostCache
+from etcd_compute.controller.queue_service import QueueService
+from etcd_compute.errors import EtcdComputeError, ServiceUnavailable
+from etcd_compute.etcd import ETCD_DOWN, Store
+from etcd_compute.hosts import host_of
+from etcd_compute.keys import RECORDS
+from etcd_compute.placement import PlacementClient
+from etcd_compute.scheduler.scheduler import Scheduler
+
+RECOVERY_TICK_SECONDS = 0.2
+LOG = logging.getLogger("etcd_compute.controller")
+
+Event = tuple[Callable[..., None], tuple[Any, ...]]
+
+
+class ControllerService:
+    def __init__(self, config: dict[str, Any]):
+        self.config = config
+        self.settings = config["scheduler"]
+        self.store = Store(config["etcd"])
+        self.placement = PlacementClient(config["placement"])
+        self.election = Election(self.store, self.settings["controller_lease_ttl"])
+        self.scheduler = Scheduler(config, store=self.store, placement=self.placement)
+        self.controller = Controller(self.store, self.placement, self.settings,
+                                     place=self.scheduler.place)
+        self.cache = HostCache(self.store.keys)
+        self.service: QueueService | None = None
+        if self.settings["service"]:
+            # Its own thread: its own Placement session and Scheduler (same etcd client).
+            placement = PlacementClient(config["placement"])
+            self.service = QueueService(
+                self.store, placement, Scheduler(config, store=self.store, placement=placement),
+                self.election, self.cache, self.settings)
+        self.events: queue.Queue[Event] = queue.Queue()
+        self.stopping = threading.Event()
+        self._cancels: list[Callable[[], None]] = []
+        self._watching = False
+
+    def stop(self, *_args: Any) -> None:
+        self.stopping.set()
+
+    def run(self, install_signal_handlers: bool = True) -> int:
+        if install_signal_handlers:
+            signal.signal(signal.SIGTERM, self.stop)
+            signal.signal(signal.SIGINT, self.stop)
+        election = self.election
+        controller_metrics.start(self.config, lambda: election.is_leader)
+        LOG.info("controller %s starting (lease %d s)", self.election.name,
+                 self.settings["controller_lease_ttl"])
+        try:
+            while not self.stopping.is_set():
+                if self._campaign():
+                    self._lead()
+                else:
+                    self.stopping.wait(1.0)
+        finally:
+            self._stop_watch()
+            self.election.resign()
+            self.store.close()
+            LOG.info("controller stopped")
+        return 0
+
+    def _campaign(self) -> bool:
+        try:
+            return self.election.campaign()
+        except ServiceUnavailable as exc:
+            controller_metrics.retried("campaign", exc)
+            LOG.warning("%s; retrying", exc)
+            return False
+
+    # --- leading ------------------------------------------------------------------------
+
+    def _lead(self) -> None:
+        try:
+            _, revision = self.store.get_prefix(self.store.keys.leader())
+            LOG.info("sweep: %s", self.controller.sweep())
+            if self.service is not None:
+                self.cache.load(self.store)
+        except EtcdComputeError as exc:
+            LOG.warning("sweep failed (%s); giving up leadership", exc)
+            self.election.resign()
+            return
+        self._start_watch(revision + 1)
+        if self.service is not None:
+            self.service.start()
+        next_refresh = next_tick = time.monotonic()
+        while not self.stopping.is_set():
+            if time.monotonic() >= next_refresh:
+                next_refresh = time.monotonic() + self.election.ttl / 3
+                if not self.election.refresh():
+                    break
+            if not self.election.is_leader:
+                break
+            if time.monotonic() >= next_tick:
+                # Often: a dead host's grace ends between two ticks, and recovery waits for
+                # the next one (a dict walk when no host is down).
+                next_tick = time.monotonic() + RECOVERY_TICK_SECONDS
+                self._dispatch(self.controller.recover_due, ())
+            try:
+                handler, args = self.events.get(timeout=0.2)
+            except queue.Empty:
+                continue
+            if not self.election.is_leader:
+                break  # never act on an event once we may no longer lead
+            self._dispatch(handler, args)
+        if self.service is not None:
+            self.service.stop()
+        self._stop_watch()
+        with self.events.mutex:
+            self.events.queue.clear()
+
+    def _dispatch(self, handler: Callable[..., None], args: tuple[Any, ...]) -> None:
+        try:
+            handler(*args)
+            controller_metrics.event_handled(handler)
+        except ServiceUnavailable as exc:
+            controller_metrics.retried("dispatch", exc)
+            LOG.warning("%s; retrying in 1 s", exc)
+            threading.Timer(1.0, self.events.put, ((handler, args),)).start()
+        except Exception:
+            controller_metrics.event_handled(handler, "error")
+            LOG.exception("unexpected error handling %s", getattr(handler, "__name__", handler))
+
+    # --- the watch ----------------------------------------------------------------------
+
+    def _start_watch(self, revision: int) -> None:
+        self._watching = True
+        keys = self.store.keys
+        prefixes = [keys.hosts(), keys.alive_prefix()]
+        if self.service is not None:
+            prefixes += [keys.stats_prefix(), keys.queue_requests()]
+        for prefix in prefixes:
+            threading.Thread(target=self._watch, args=(prefix, revision),
+                             name=f"watch {prefix}", daemon=True).start()
+
+    def _stop_watch(self) -> None:
+        self._watching = False
+        for cancel in self._cancels:
+            with contextlib.suppress(Exception):
+                cancel()
+        self._cancels = []
+
+    def _watch(self, prefix: str, revision: int) -> None:
+        next_revision = revision
+        while self._watching and not self.stopping.is_set():
+            try:
+                responses, cancel = self.store.client.watch_prefix_response(
+                    prefix, start_revision=next_revision)
+                self._cancels.append(cancel)
+                for response in responses:
+                    for event in response.events:
+                        next_revision = max(next_revision, event.mod_revision + 1)
+                        self._queue(event)
+                    if not self._watching:
+                        break
+            except ETCD_DOWN + (ServiceUnavailable,) as exc:
+                if self._watching:
+                    controller_metrics.retried("watch", exc)
+                    LOG.warning("watch lost (%s); resubscribing from revision %d",
+                                exc.__class__.__name__, next_revision)
+                    self.stopping.wait(1.0)
+            except Exception:
+                LOG.exception("watch failed; resubscribing from revision %d", next_revision)
+                self.stopping.wait(1.0)
+
+    def _queue(self, event: Any) -> None:
+        key = event.key.decode()
+        deleted = isinstance(event, pyetcd.events.DeleteEvent)
+        if self.service is not None:
+            if key.startswith(self.store.keys.queue_requests()):
+                if not deleted:
+                    self.service.wake()
+                return
+            self.cache.apply(key, None if deleted else event.value, event.mod_revision)
+            if key.startswith(self.store.keys.stats_prefix()):
+                return
+        if key.startswith(self.store.keys.alive_prefix()):
+            host = host_of(key)
+            present = not isinstance(event, pyetcd.events.DeleteEvent)
+            self.events.put((self.controller.on_alive, (host, present)))
+            return
+        parsed = self.store.keys.parse_host_key(key)
+        if parsed is None or parsed.kind != RECORDS:
+            return
+        if isinstance(event, pyetcd.events.DeleteEvent):
+            self.events.put((self.controller.on_record_gone, (parsed.host, parsed.uuid)))
+        else:
+            self.events.put((self.controller.on_record, (parsed.host, parsed.uuid)))
