@@ -94,6 +94,10 @@ class FakeStore(KeyValueStore):
         self.leases[lease] = ttl
         return lease
 
+    def keep_alive(self, lease_id: int, timeout: float) -> int:
+        """The TTL a live lease has again (0: etcd forgot it)."""
+        return self.leases.get(lease_id, 0)
+
     def lease(self, ttl: int) -> FakeLease:
         return FakeLease(self, self.grant(ttl), ttl)
 
