@@ -254,7 +254,7 @@ def _select(config: dict[str, Any], store: Any, request_spec: Any) -> tuple[list
     if config["scheduler"]["use_service"]:
         from etcd_compute.ops.queue_client import QueueClient
 
-        client = QueueClient(store, config["scheduler"])
+        client = QueueClient(store, config["scheduler"], lambda: _placement(config))
         destinations = client.schedule(request_spec)
         if destinations is not None:
             return destinations, client.conflicts

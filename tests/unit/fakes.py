@@ -126,6 +126,7 @@ class WatchingFakeStore(FakeStore):
         super().__init__(prefix)
         self.client = self
         self._watches: dict[int, tuple[str, Callable[[Any], None]]] = {}
+        self._prefix_watches: dict[int, tuple[str, Callable[[Any], None]]] = {}
         self._watch_ids = itertools.count(1)
 
     def add_watch_callback(self, key: str, callback: Callable[[Any], None],
@@ -147,6 +148,33 @@ class WatchingFakeStore(FakeStore):
     def cancel_watch(self, watch_id: int) -> None:
         self._watches.pop(watch_id, None)
 
+    def watch_prefix_response(self, prefix: str, start_revision: int = 0,
+                              progress_notify: bool = False) -> tuple[Any, Any]:
+        """pyetcd's prefix watch (what `watching.PrefixWatch` uses), over the same
+        callbacks: keys under `prefix` changed at or after `start_revision`, then live."""
+        import types
+
+        import pyetcd.events
+
+        responses: queue.Queue[Any] = queue.Queue()
+        watch_id = next(self._watch_ids)
+        self._prefix_watches[watch_id] = (prefix, responses.put)
+        for key, entry in sorted(self.entries.items(), key=lambda item: item[1].mod_revision):
+            if key.startswith(prefix) and entry.mod_revision >= start_revision:
+                kv = types.SimpleNamespace(key=key.encode(), value=entry.value,
+                                           mod_revision=entry.mod_revision)
+                responses.put(types.SimpleNamespace(
+                    events=[pyetcd.events.PutEvent(types.SimpleNamespace(kv=kv))]))
+
+        def cancel() -> None:
+            self._prefix_watches.pop(watch_id, None)
+            responses.put(None)
+
+        def stream() -> Any:
+            while (response := responses.get()) is not None:
+                yield response
+        return stream(), cancel
+
     def errors(self) -> contextlib.AbstractContextManager[None]:
         return contextlib.nullcontext()
 
@@ -159,7 +187,9 @@ class WatchingFakeStore(FakeStore):
         if revision is None:
             return None
         for op in txn.success:
-            for key, callback in list(self._watches.values()):
+            watches = [(op.key, callback) for prefix, callback in
+                       list(self._prefix_watches.values()) if op.key.startswith(prefix)]
+            for key, callback in list(self._watches.values()) + watches:
                 if op.key != key:
                     continue
                 entry = self.entries.get(key)
