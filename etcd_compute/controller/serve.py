@@ -43,6 +43,7 @@ from etcd_compute.etcd import Store
 from etcd_compute.hosts import host_of
 from etcd_compute.keys import RECORDS
 from etcd_compute.placement import PlacementClient
+from etcd_compute.scheduler import evacuation
 from etcd_compute.scheduler.scheduler import Scheduler
 from etcd_compute.watching import PrefixWatch, on_owner_thread
 
@@ -62,8 +63,10 @@ class ControllerService:
         self.placement = PlacementClient(config["placement"])
         self.election = Election(self.store, self.settings["controller_lease_ttl"])
         self.scheduler = Scheduler(config, store=self.store, placement=self.placement)
-        self.controller = Controller(self.store, self.placement, self.settings,
-                                     place=self.scheduler.place)
+        self.controller = Controller(
+            self.store, self.placement, self.settings, place=self.scheduler.place,
+            place_many=lambda specs, exclude: evacuation.place_many(self.scheduler, specs,
+                                                                    exclude))
         self.cache = HostCache(self.store.keys)
         self.service: QueueService | None = None
         if self.settings["service"]:

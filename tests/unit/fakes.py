@@ -397,6 +397,25 @@ class FakePlacement:
             self.consumers[consumer] = {"allocations": allocations, "consumer_generation": 1,
                                         "project_id": project_id, "user_id": user_id}
 
+    def replace_many(self, claims: dict[str, dict[str, Any]],
+                     consumer_type: str = "INSTANCE") -> None:
+        """POST /allocations with a generation per consumer: all or nothing."""
+        self.calls.append(f"replace_many {len(claims)}")
+        for consumer, claim in claims.items():
+            current = self.consumers.get(consumer)
+            expected = current["consumer_generation"] if current else None
+            if claim["consumer_generation"] != expected:
+                raise self._conflict(f"consumer generation {claim['consumer_generation']} != "
+                                     f"{expected}", "placement.concurrent_update")
+        if not self._fits({c: claim["allocations"] for c, claim in claims.items()}):
+            raise self._conflict("not enough capacity", "placement.undefined_code")
+        for consumer, claim in claims.items():
+            current = self.consumers.get(consumer)
+            self.consumers[consumer] = {
+                "allocations": claim["allocations"],
+                "consumer_generation": (current["consumer_generation"] if current else 0) + 1,
+                "project_id": claim["project_id"], "user_id": claim["user_id"]}
+
     def replace_allocations(self, consumer: str, allocations: dict[str, Any],
                             consumer_generation: int | None, project_id: str, user_id: str,
                             consumer_type: str = "INSTANCE") -> None:
