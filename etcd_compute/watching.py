@@ -58,14 +58,16 @@ class PrefixWatch:
     """Follow `prefix` in `store` (its `client.watch_prefix_response`) from `start_revision`
     (0: `resync` first). `on_event(event)` gets every event, in order; `resync()` reads the
     owner's whole state again and returns the revision it read at. `sleep(seconds)` waits
-    (True: cancelled meanwhile); `clock()` tells monotonic time (both for tests)."""
+    (True: cancelled meanwhile); `clock()` tells monotonic time (both for tests); `log`
+    takes what the watch has to say (a Logger, or anything with its warning, info,
+    exception and debug)."""
 
     def __init__(self, store: Any, prefix: str, *, on_event: Callable[[Any], None],
                  resync: Callable[[], int], start_revision: int = 0, name: str = "watch",
                  first_delay: float = 0.1, max_delay: float = 1.0, max_failures: int = 5,
                  sleep: Callable[[float], bool] | None = None,
                  clock: Callable[[], float] = time.monotonic,
-                 log: logging.Logger = LOG):
+                 log: Any = LOG):
         self.store, self.prefix, self.name = store, prefix, name
         self.on_event, self.resync = on_event, resync
         # The next revision the watch must deliver: everything before it was handed over.
