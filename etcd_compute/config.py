@@ -320,7 +320,9 @@ class HeartbeatTiming:
     a new leader answers it) until the election is over. So a renewal is due early enough
     that the election (`etcd.election_seconds`) and some slack still fit before the fence
     point, and each try is short enough that two of them fit between the due time and the
-    fence point: one may be lost on the dead member, the next waits the election out."""
+    fence point: one may be lost on the dead member, the next waits the election out.
+    With a single member (`election_seconds` 0) there is no other member to try: a try
+    may take all the time there is."""
 
     interval: float  # between renewals while they succeed
     try_timeout: float  # one try of a renewal (at most etcd.timeout)
@@ -335,7 +337,9 @@ def heartbeat_timing(compute: dict[str, Any], etcd: dict[str, Any]) -> Heartbeat
     election = etcd.get("election_seconds", ETCD_DEFAULTS["election_seconds"])
     fence_after = ttl - margin
     interval = min(ttl / 3, fence_after - election - RENEWAL_SLACK_SECONDS)
-    room = (fence_after - interval - RENEWAL_RETRY_SECONDS) / 2
+    room = fence_after - interval - RENEWAL_RETRY_SECONDS
+    if election > 0:
+        room /= 2  # one try may be lost on the dead member, the next waits the election out
     return HeartbeatTiming(
         interval, min(etcd.get("timeout", ETCD_DEFAULTS["timeout"]), room),
         RENEWAL_RETRY_SECONDS, fence_after,
