@@ -106,7 +106,7 @@ class ControllerService:
     def _campaign(self) -> bool:
         try:
             return self.election.campaign()
-        except ServiceUnavailable as exc:
+        except EtcdComputeError as exc:  # unreachable, or refused for now: one line, again
             controller_metrics.retried("campaign", exc)
             LOG.warning("%s; retrying", exc)
             return False
