@@ -74,14 +74,13 @@ class Election:
     def refresh(self) -> bool:
         """Keep the lease; False (no longer leader, for now) if etcd cannot be reached past
         what we can vouch for. A lease etcd forgot is lost for good (`lease` is None then).
-        Each try is short: while we may not lead, the next is asked for soon, and etcd's
-        answer after an election or a lost quorum is seen within one try."""
+        A try may take etcd.timeout: a slow path to etcd must not cost the lead (a member
+        without a leader holds the keep-alive and answers it once there is one again)."""
         lease = self.lease
         if lease is None:
             return False
         sent = time.monotonic()
-        etcd_timeout = getattr(self.store, "config", {}).get("timeout", 5.0)
-        timeout = min(etcd_timeout, max(0.5, self.ttl / 6))
+        timeout = getattr(self.store, "config", {}).get("timeout", 5.0)
         try:
             ttl = self.store.keep_alive(lease.id, timeout)
         except (EtcdComputeError, Exception) as exc:  # noqa: BLE001

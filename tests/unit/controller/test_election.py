@@ -80,12 +80,13 @@ def test_a_refresh_after_a_pause_confirms_the_lease_again(clock, monkeypatch):
     assert leader.refresh() and leader.is_leader
 
 
-def test_each_refresh_try_is_short(clock, monkeypatch):
+def test_each_refresh_try_may_take_the_etcd_timeout(clock, monkeypatch):
+    """A slow path to etcd (a proxy holding each request a second) must not cost the lead."""
     store = FakeStore()
     store.config = {"timeout": 5.0}
     asked = []
     monkeypatch.setattr(store, "keep_alive", lambda lease, timeout: asked.append(timeout) or 10)
-    leader = Election(store, 10, "a")
+    leader = Election(store, 3, "a")
     leader.campaign()
     leader.refresh()
-    assert asked == [pytest.approx(10 / 6)]
+    assert asked == [5.0]
