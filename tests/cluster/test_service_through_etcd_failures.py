@@ -13,6 +13,7 @@ documented shorter one (TTL 6 s, margin 2 s), one with the test clusters' (4 s,
 - Every call that ended while the quorum was lost exited 3.
 - The service answers again within 5 s of quorum returning (measured with a
   client asking the service over and over).
+- No traceback in the controller's log nor the hosts' (etcd's errors are one line).
 """
 
 from __future__ import annotations
@@ -205,3 +206,5 @@ def test_clients_through_leader_kills_and_a_lost_quorum_leave_nothing_behind(
     assert answered_after_s <= ANSWERED_WITHIN, \
         f"answered {answered_after_s} s after quorum returned\n" + controller.log()[-3000:]
     assert "Traceback" not in controller.log(), controller.log()[-3000:]
+    for name, daemon in daemons.items():  # the heartbeat through the kills and the loss
+        assert "Traceback" not in daemon.log(), f"{name}: {daemon.log()[-3000:]}"
