@@ -140,7 +140,7 @@ class QueueClient:
                 inbox.put((event.value, event.mod_revision))
 
         watch = PrefixWatch(self.store, key, on_event=arrived, resync=read_again,
-                            start_revision=revision + 1, name="answer watch", log=LOG)
+                            start_revision=revision + 1, name="answer watch", log=_Quiet())
         watch.start()
         closed_since: float | None = None
         try:
@@ -241,3 +241,13 @@ class QueueClient:
             LOG.warning("could not take back %s: %s", ", ".join(uuids), exc)
             return uuids
         return done.left
+
+
+class _Quiet:
+    """What the answer's watch has to say, at DEBUG only: schedule.py's errors are one line
+    on stderr (and its wait for an answer goes on through etcd's trouble)."""
+
+    def _debug(self, message: str, *args: Any, **_kwargs: Any) -> None:
+        LOG.debug(message, *args)
+
+    warning = info = exception = debug = _debug
