@@ -12,17 +12,13 @@ write certainly never left (`never_sent`), so `Store` may send it elsewhere.
 
 from __future__ import annotations
 
-import os
 import threading
 from typing import Any
 
-# As in etcd.py: gRPC's C core must know before grpc is imported (whichever imports it).
-os.environ.setdefault("GRPC_VERBOSITY", "NONE")
-
-import grpc  # noqa: E402
-import pyetcd  # noqa: E402
-import pyetcd.exceptions  # noqa: E402
-from pyetcd import etcdrpc  # noqa: E402
+import grpc
+import pyetcd
+import pyetcd.exceptions
+from pyetcd import etcdrpc
 
 # What a dead or restarting etcd looks like through pyetcd.
 ETCD_DOWN = (

@@ -16,7 +16,8 @@ import pytest
 
 from etcd_compute import messages
 from etcd_compute.errors import EtcdComputeError, ServiceUnavailable
-from etcd_compute.etcd import PermissionDenied, Store
+from etcd_compute.etcd import Store
+from etcd_compute.etcd_connection import PermissionDenied
 from etcd_compute.instances import moves, records, scheduling
 from etcd_compute.placement import PlacementClient
 from tests.support import make_spec
