@@ -29,10 +29,12 @@ ETCD_DEFAULTS: dict[str, Any] = {
     # Every key we write lives under this prefix ("" in production, unique per test).
     "prefix": "",
     "timeout": 5.0,
-    # How long a leader election of the etcd cluster may take: about 1 s plus the members'
-    # --election-timeout (1 s by default); 0 for a single member (no elections). Lease
-    # renewals (the compute's heartbeat) are timed to outlast one.
-    "election_seconds": 2.0,
+    # How long a leader election of the etcd cluster may take: each member waits between the
+    # members' --election-timeout (1 s by default) and twice it before it stands, and a
+    # round can fail (two stood at once): up to about 4 s with the default (measured here:
+    # 3.7 s, on a busy machine, an election of two rounds). 0 for a single member (no
+    # elections). Lease renewals (the compute's heartbeat) are timed to outlast one.
+    "election_seconds": 4.0,
     # TLS: the cluster CA, and this client's certificate and key (its CN is its etcd user).
     # Relative paths are relative to the configuration file.
     "ca_cert": None,

@@ -43,9 +43,10 @@ from tools.local_services.cluster import EtcdCluster
 from tools.local_services.netns import Host, TestNetwork, netns_usable
 
 ETCD_TIMEOUT = 2.0
-# With etcd's default election timeout (an election takes up to ~2 s, etcd.election_seconds)
-# and a 0.5 s fence margin, 4 s is the shortest TTL the config accepts (renewals every 1 s).
-HEARTBEAT_TTL = 4
+# With etcd's default election timeout (an election takes up to ~4 s: etcd.election_seconds)
+# and a 0.5 s fence margin, 6 s is the shortest whole TTL the config accepts (renewals
+# every 1 s).
+HEARTBEAT_TTL = 6
 ROOM = {"VCPU": 64, "MEMORY_MB": 16384, "DISK_GB": 256}
 
 

@@ -2,7 +2,7 @@
 
 A 3-member cluster, a controller (`schedule.py serve`, the scheduler service) and
 three hosts: one with the default heartbeat (TTL 10 s, margin 3 s), one with the
-documented shorter one (TTL 6 s, margin 2 s), one with the test clusters' (4 s,
+README's shorter one (TTL 6 s, margin 1 s), one with the test clusters' (6 s,
 0.5 s). Clients run `schedule.py QUERY` all along. The etcd leader is killed
 (SIGKILL) three times, then two members at once (no quorum), then they come back.
 
@@ -115,7 +115,7 @@ def test_clients_through_leader_kills_and_a_lost_quorum_leave_nothing_behind(
     hosts = {
         "default": make_host("default"),
         "documented": deep_merge(make_host("documented"), {"compute": {
-            "heartbeat_ttl": 6, "fence_margin_seconds": 2}}),
+            "heartbeat_ttl": 6, "fence_margin_seconds": 1}}),
         "test": make_host("short"),
     }
     hosts["default"] = deep_merge(hosts["default"], {"compute": {
