@@ -8,7 +8,7 @@ Per test: a unique key prefix, an empty Placement, the cluster whole again (a
 member an earlier test killed is restarted before the next one starts).
 
 Clients name all three members (etcd.endpoints) with a short timeout, hosts
-beat every second on a 3 s lease: the numbers these tests measure are then
+beat every second on a 6 s lease: the numbers these tests measure are then
 seconds, not minutes. Everything started here is stopped by pid, and the
 namespaces, veths and bridge are removed, whatever the tests did.
 """
