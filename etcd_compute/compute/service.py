@@ -71,8 +71,8 @@ class ComputeService:
         self.placement = PlacementClient(config["placement"])
         self.events: queue.Queue[Event] = queue.Queue()
         self.stopping = threading.Event()
-        # Next revision the watch must deliver; everything before is handled.
-        self.next_revision = 0
+        # Next revision the watch must deliver (before it runs; then the watch's own).
+        self._next_revision = 0
         self.watch: PrefixWatch | None = None
         self.pool = WorkerPool(config)
         self.gate = Gate()
@@ -133,8 +133,19 @@ class ComputeService:
 
     def start_threads(self) -> None:
         self.watch = self.make_watch()
-        self.watch.start()
+        threading.Thread(target=self.watch.run, name="watch", daemon=True).start()
         threading.Thread(target=self._timer_loop, name="timer", daemon=True).start()
+
+    @property
+    def next_revision(self) -> int:
+        """The next revision the watch delivers: everything before it was handled."""
+        return self.watch.next_revision if self.watch is not None else self._next_revision
+
+    @next_revision.setter
+    def next_revision(self, revision: int) -> None:
+        self._next_revision = revision
+        if self.watch is not None:  # a reconcile read up to here: resume after it
+            self.watch.next_revision = revision
 
     def _on_signal(self, signum: int, _frame: Any) -> None:
         LOG.info("received %s: finishing in-flight jobs, then stopping",
@@ -143,6 +154,8 @@ class ComputeService:
 
     def stop(self) -> None:
         self.stopping.set()
+        if self.watch is not None:
+            self.watch.cancel()  # nothing more to hand over (the connection closes next)
         self.post(lambda: None)
 
     def main_loop(self) -> None:
@@ -220,6 +233,11 @@ class ComputeService:
                 self.post(self.ensure_mdserver)
 
     # ------------------------------------------------------------------ watch
+
+    def watch_loop(self) -> None:
+        """The watch thread's work (as `start_threads` runs it): our prefix, until stopped."""
+        self.watch = self.make_watch()
+        self.watch.run()
 
     def make_watch(self) -> PrefixWatch:
         """Our prefix from the revision after the last reconcile; a compaction has the main
