@@ -23,18 +23,15 @@ the daemon's main loop like the rest of `machine.py`:
 from __future__ import annotations
 
 import logging
-import threading
-from typing import Any, Protocol
+from typing import Any
 
 from etcd_compute import claims
 from etcd_compute.compute import metrics as compute_metrics
 from etcd_compute.compute.checks import claimed_totals, describe_resources
-from etcd_compute.compute.consoles import Consoles
+from etcd_compute.compute.parts import Machine
 from etcd_compute.compute.pool import Job
-from etcd_compute.etcd import KeyValueStore
 from etcd_compute.instances import actions as action_txn
 from etcd_compute.instances import ownership, records, states
-from etcd_compute.placement import PlacementClient
 
 LOG = logging.getLogger("etcd_compute.compute")
 # How often the end of an action is recorded again when the spec changed under it.
@@ -43,27 +40,6 @@ END_ATTEMPTS = 5
 
 def instance_log(uuid: str) -> logging.LoggerAdapter:
     return logging.LoggerAdapter(LOG, {"instance": uuid})
-
-
-class Machine(Protocol):
-    """What an action needs of the instance machine that owns it (`compute/machine.py`)."""
-
-    store: KeyValueStore
-    placement: PlacementClient
-    consoles: Consoles
-    stopping: threading.Event
-    # Instances with a job in a worker, by uuid.
-    jobs: dict[str, Job]
-
-    def read(self, rp_uuid: str, uuid: str) -> records.RecordRead:
-        """The instance's record on `rp_uuid` (an unreadable one logged)."""
-
-    def reread_later(self, spec: dict[str, Any]) -> None:
-        """Look at the instance's spec again from the main loop."""
-
-    def submit(self, kind: str, spec: dict[str, Any], record_revision: int, *,
-               task: dict[str, Any] | None = None) -> None:
-        """Run a job for the instance in the worker pool."""
 
 
 class LifecycleActions:

@@ -8,7 +8,9 @@ pool. Handlers that lose a race (a compare failed) re-read the spec and act
 on what is there now.
 
 Built against small interfaces (store, Placement, pool, consoles, `post`),
-so it runs against in-memory fakes in the unit tests.
+so it runs against in-memory fakes in the unit tests. Its parts get what they
+use of it through `parts.Machine`: an operator's action (`actions.py`) and a
+job's end written (`ends.py`).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from etcd_compute.compute import worker
 from etcd_compute.compute.actions import LifecycleActions
 from etcd_compute.compute.checks import LATER, REFUSED, check_claim, claimed_here
 from etcd_compute.compute.consoles import Consoles
+from etcd_compute.compute.ends import EVACUABLE, InstanceEnds
 from etcd_compute.compute.fencing import Gate
 from etcd_compute.compute.identity import HostIdentity
 from etcd_compute.compute.pool import (
@@ -39,7 +42,6 @@ from etcd_compute.compute.pool import (
 )
 from etcd_compute.errors import InvalidMessage, RequestError, ServiceUnavailable
 from etcd_compute.etcd import KeyValueStore
-from etcd_compute.hosts import record_build_failure
 from etcd_compute.instances import host as host_txn
 from etcd_compute.instances import ownership, records, states
 from etcd_compute.keys import UUID
@@ -48,8 +50,6 @@ from etcd_compute.placement import PlacementClient
 LOG = logging.getLogger("etcd_compute.compute")
 
 Post = Callable[[Callable[..., None], tuple[Any, ...]], None]
-# What a drain may take away from this host (a stopped one is built again stopped).
-EVACUABLE = (states.SCHEDULED, states.BUILDING, states.ACTIVE, states.SHUTOFF)
 
 
 def _ing(kind: str) -> str:
@@ -101,6 +101,7 @@ class InstanceMachine:
         # (compute/power.py's PowerSync.check) once both exist.
         self.power_check: Callable[[str], None] = lambda _uuid: None
         self.actions = LifecycleActions(self)
+        self.ends = InstanceEnds(self)
 
     # ---------------------------------------------------------------- specs
 
@@ -227,7 +228,7 @@ class InstanceMachine:
                 ownership.drop_key(self.store, entry.key, entry.mod_revision)
             return
         if read.state == states.DELETED:
-            self.finish_destroy(spec)  # idempotent: make sure nothing is left
+            self.ends.finish_destroy(spec)  # idempotent: make sure nothing is left
             return
         self.submit(DESTROY, spec, self._mark_deleting(spec))
 
@@ -347,7 +348,7 @@ class InstanceMachine:
                 self.submit(DESTROY, job.spec, self.read(job.spec["host"], job.uuid).revision,
                             hand_over=job.hand_over)
             elif error is None:
-                self.finish_build(job, job.future.result())
+                self.ends.finish_build(job, job.future.result())
             else:
                 # The request's own fault (its image, URL, size...) is not the host's: no
                 # hand-over to another host, nothing counted against this one.
@@ -360,78 +361,15 @@ class InstanceMachine:
             if error is not None:
                 log.error("cleanup after failed build also failed: %s", error)
             if job.destroy_requested:
-                self.finish_destroy(job.spec)
+                self.ends.finish_destroy(job.spec)
             else:
-                self.finish_failed_build(job)
+                self.ends.finish_failed_build(job)
         else:
             if error is not None:
                 log.error("destroy failed: %s; it stays DELETING and is retried at next start",
                           error)
                 return
             if job.hand_over:
-                self.finish_evacuate(job.spec)
+                self.ends.finish_evacuate(job.spec)
             else:
-                self.finish_destroy(job.spec)
-
-    # ----------------------------------------------------------- end states
-
-    def finish_build(self, job: Job, result: dict[str, Any]) -> None:
-        uuid, spec = job.uuid, job.spec
-        read = self.read(spec["host"], uuid)
-        if read.state != states.BUILDING:
-            # A destroy got in between; it owns the instance now.
-            self.reread_later(spec)
-            return
-        ip = result.get("ip")
-        stopped = bool(spec.get("stopped"))
-        if host_txn.activate(self.store, read, ip, stopped) is None:
-            self.reread_later(spec)
-            return
-        instance_log(uuid).info("%s ip=%s (build took %.1f s)",
-                                states.SHUTOFF if stopped else states.ACTIVE, ip,
-                                time.monotonic() - job.started)
-        if not stopped:
-            self.consoles.follow(spec["host"], uuid)
-
-    def finish_failed_build(self, job: Job) -> None:
-        uuid, spec, log = job.uuid, job.spec, instance_log(job.uuid)
-        reason = job.reason or "build failed"
-        if job.blame_host and self._can_hand_over(spec):
-            read = self.read(spec["host"], uuid)
-            if read.state == states.BUILDING and \
-                    host_txn.hand_over(self.store, spec, read, reason) is not None:
-                record_build_failure(self.store, spec["host"])
-                log.warning("build failed here (%s); handed to the controller for one of "
-                            "%d alternate host(s)", reason, len(spec["alternates"]))
-                return
-        self.placement.delete_allocations(uuid)
-        if host_txn.fail(self.store, spec, self.read(spec["host"], uuid), reason) is None:
-            self.reread_later(spec)
-            return
-        if job.blame_host:
-            record_build_failure(self.store, spec["host"])
-        log.error("ERROR: %s (allocation freed, nothing left)", job.reason)
-
-    def _can_hand_over(self, spec: dict[str, Any]) -> bool:
-        """Alternates kept, owner ids to move the claim with, and a controller to do it
-        (`schedule.py serve`; a host may not write another host's keys)."""
-        return bool(spec.get("alternates")) and "project_id" in spec and \
-            "user_id" in spec and self.store.get(self.keys.leader()) is not None
-
-    def finish_evacuate(self, spec: dict[str, Any]) -> None:
-        read = self.read(spec["host"], spec["uuid"])
-        if read.state not in EVACUABLE:
-            return  # a destroy got in meanwhile: it owns the instance now
-        reason = f"evacuated from {self.hosts[spec['host']].name} (drain)"
-        if host_txn.hand_over(self.store, spec, read, reason, evacuating=True) is None:
-            self.reread_later(spec)
-            return
-        instance_log(spec["uuid"]).warning("%s: handed to the controller", reason)
-
-    def finish_destroy(self, spec: dict[str, Any]) -> None:
-        uuid = spec["uuid"]
-        self.consoles.forget(uuid)
-        self.placement.delete_allocations(uuid)
-        host_txn.delete(self.store, spec, self.read(spec["host"], uuid),
-                         self.settings["deleted_record_ttl"])
-        instance_log(uuid).info("DELETED (allocation freed)")
+                self.ends.finish_destroy(job.spec)

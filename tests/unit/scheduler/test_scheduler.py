@@ -34,8 +34,8 @@ CONFIG = deep_merge(SCHEDULE_DEFAULTS, {"scheduler": {
 
 
 def add_host(placement: FakePlacement, store: FakeStore, name: str, vcpu: int = 4,
-             alive: bool = True) -> str:
-    uuid = str(uuidlib.uuid4())
+             alive: bool = True, uuid: str | None = None) -> str:
+    uuid = uuid or str(uuidlib.uuid4())
     placement.ensure_provider(uuid, name)
     placement.set_inventory(uuid, {"VCPU": {"total": vcpu},
                                    "MEMORY_MB": {"total": 256 * vcpu},
@@ -425,7 +425,11 @@ def sharded_cluster(hosts: int = 24):
     from etcd_compute.shards import aggregate_of
 
     store, placement = FakeStore("/t"), FakePlacement()
-    uuids = [add_host(placement, store, f"host-{i}") for i in range(hosts)]
+    # Fixed uuids: the shard a host joins follows from its uuid, and the tests below count
+    # on which shards the seeded scheduler asks first (random uuids made that a draw).
+    uuids = [add_host(placement, store, f"host-{i}",
+                      uuid=str(uuidlib.UUID(int=(0x5EED << 64) + i, version=4)))
+             for i in range(hosts)]
     for uuid in uuids:
         placement.set_aggregates(uuid, [aggregate_of(uuid)])
     return store, placement, uuids
