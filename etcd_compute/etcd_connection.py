@@ -20,7 +20,12 @@ import pyetcd
 
 from etcd_compute import metrics
 from etcd_compute.errors import ConfigError, EtcdComputeError, EtcdUnavailable
-from etcd_compute.etcd_failover import ETCD_DOWN, UNREACHABLE_CODES, FailoverClient
+from etcd_compute.etcd_failover import (
+    ETCD_DOWN,
+    FailoverClient,
+    grpc_status,
+    unreachable_status,
+)
 
 GRPC_OPTIONS = [
     ("grpc.max_reconnect_backoff_ms", 1000), ("grpc.initial_reconnect_backoff_ms", 100),
@@ -85,20 +90,20 @@ def etcd_errors(endpoints: list[str]) -> Iterator[None]:
         metrics.backend_error("etcd")
         code = exc.code() if isinstance(exc, grpc.RpcError) and hasattr(exc, "code") else None
         # pyetcd raises its own exception from inside gRPC's; the details are in that one.
-        cause = exc if hasattr(exc, "details") else exc.__context__
-        details = (cause.details() or "") if hasattr(cause, "details") else ""
-        details = " ".join(details.split())[:300]
+        details = " ".join(grpc_status(exc)[1].split())[:300]
         if code == grpc.StatusCode.PERMISSION_DENIED:
             raise PermissionDenied(f"etcd refused the request: PERMISSION_DENIED: "
                                    f"{details}") from None
-        if code is not None and code not in UNREACHABLE_CODES:
+        if not unreachable_status(code, details):
             raise EtcdComputeError(f"etcd refused the request: {code.name}: {details}") from None
         if any(fault in details for fault in TLS_FAULTS):
             raise EtcdUnavailable(
                 f"etcd at {', '.join(endpoints)}: TLS handshake failed ({details}); check "
                 "etcd.ca_cert/cert/key against the cluster CA") from None
+        what = code.name if code else exc.__class__.__name__
+        if code == grpc.StatusCode.UNKNOWN:
+            what = f"no answer in time: {details}"  # a member without quorum, say
         raise EtcdUnavailable(
-            f"etcd at {', '.join(endpoints)} is unreachable "
-            f"({code.name if code else exc.__class__.__name__}); "
+            f"etcd at {', '.join(endpoints)} is unreachable ({what}); "
             "check that etcd runs and etcd.endpoints in the config"
         ) from None

@@ -12,7 +12,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from etcd_compute.cli import Commands, output, store_of, terminal_line
+from etcd_compute.cli import Commands, output, placement_of, store_of, terminal_line
 from etcd_compute.cli import zones as zones_cli
 from etcd_compute.errors import NoValidHost, UsageError
 
@@ -155,7 +155,8 @@ def _select(config: dict[str, Any], store: Any, request_spec: Any) -> tuple[list
     if config["scheduler"]["use_service"]:
         from etcd_compute.ops.queue_client import QueueClient
 
-        client = QueueClient(store, config["scheduler"])
+        # Placement only to take back an answer nobody can stand by (made when needed).
+        client = QueueClient(store, config["scheduler"], lambda: placement_of(config))
         destinations = client.schedule(request_spec)
         if destinations is not None:
             return destinations, client.conflicts

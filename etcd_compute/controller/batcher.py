@@ -50,7 +50,7 @@ from etcd_compute.scheduler.candidates import CandidateCache
 from etcd_compute.scheduler.context import PlanContext
 from etcd_compute.scheduler.hoststate import ProviderUsage, host_states
 from etcd_compute.scheduler.planner import NoRoom, Pick, Planner
-from etcd_compute.scheduler.queue import Pending, answer_of, answer_ops
+from etcd_compute.scheduler.queue import Pending, answer_of, answer_ops, expired, expired_error
 from etcd_compute.scheduler.scheduler import Scheduler
 from etcd_compute.scheduler.spec import Destination
 
@@ -131,7 +131,9 @@ class Batcher:
             elif request.fault is not None:
                 LOG.warning("request %s refused: %s", request.uuid, request.fault)
                 self._answer(request, request.fault)
-        good = [r for r in due if r.uuid and r.fault is None]
+            elif expired(request.message):
+                self._expired(request)
+        good = [r for r in due if r.uuid and r.fault is None and not expired(r.message)]
         if good:
             self._schedule(good, len(good))
         return len(due)
@@ -204,9 +206,23 @@ class Batcher:
                                                                   p.group_revision))
                      for p in planned], batch)
 
+    def _expired(self, request: Pending, destinations: Sequence[Destination] = ()) -> None:
+        """Its client gave up (its deadline passed): never placed now, whatever we claimed."""
+        LOG.info("request %s expired at its client's deadline; not placed", request.uuid)
+        if destinations:
+            self._unclaim([d.uuid for d in destinations])
+        self._answer(request, expired_error(request.message or {}))
+
     def _write(self, planned: list[Planned], batch: int) -> None:
-        """The etcd side: chunks within etcd's limits; a failed chunk is split."""
+        """The etcd side: chunks within etcd's limits; a failed chunk is split. A request
+        whose client's deadline passed meanwhile is not written: its claims are freed."""
         for chunk in self._chunks(planned):
+            late = [p for p in chunk if expired(p.request.message)]
+            for p in late:
+                self._expired(p.request, p.destinations)
+            chunk = [p for p in chunk if p not in late]
+            if not chunk:
+                continue
             answers = [(p.request, answer_of(p.destinations, batch)) for p in chunk]
             if self._commit(answers, extra=[p.txn for p in chunk]):
                 self.stats["answered"] += len(chunk)

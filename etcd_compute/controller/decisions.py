@@ -16,10 +16,15 @@ in-memory store and Placement:
 - `on_alive(host, present)` and `recover_due()`: a host whose heartbeat lease
   expired is down; once it has been down for `host_failure_grace_seconds`, each
   of its instances gets its recovery policy: `rebuild` (placed again by the
-  scheduler's own query, filters and weighers, its server group honoured; the
-  claim moves in one Placement call, then spec, record, location and group
-  member in one etcd transaction that also checks the host is still down) or
-  `error` (ERROR "host ... is down", claim freed). A destroy asked of a dead
+  scheduler's own query, filters and weighers, its server group honoured) or
+  `error` (ERROR "host ... is down", claim freed). The instances to rebuild go
+  together, as the scheduler service's batch: one plan for all of them (one
+  candidates query per request shape: `scheduler/evacuation.py`), their claims
+  moved in one Placement call (generations checked), then their specs,
+  records, locations and group members in one etcd transaction that also
+  checks the host is still down and each instance as read (within etcd's
+  --max-txn-ops; more go in more). If the claim or the transaction does not
+  hold for all, each goes on its own as before. A destroy asked of a dead
   host is finished here. The host itself powered its guests off before its
   lease could expire (self-fencing), and destroys the stale copies when it
   comes back.
@@ -32,12 +37,13 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from etcd_compute import claims, events, hosts, messages
 from etcd_compute.controller import metrics as controller_metrics
 from etcd_compute.errors import ConflictError, EtcdComputeError, InvalidMessage, NoValidHost
-from etcd_compute.etcd import KeyValueStore
+from etcd_compute.etcd import KeyValueStore, Txn
 from etcd_compute.instances import host as host_txn
 from etcd_compute.instances import moves, ownership, records, states
 from etcd_compute.keys import RECORDS
@@ -51,6 +57,15 @@ class _Changed(Exception):
     """The instance changed while the controller moved it: the move was undone."""
 
 
+@dataclass
+class _Rebuild:
+    """An instance of a dead host to rebuild elsewhere, as read."""
+
+    spec: dict[str, Any]
+    read: records.RecordRead
+    spec_revision: int | None
+
+
 def instance_log(uuid: str) -> logging.LoggerAdapter:
     return logging.LoggerAdapter(LOG, {"instance": uuid})
 
@@ -59,7 +74,9 @@ class Controller:
     def __init__(self, store: KeyValueStore, placement: PlacementClient,
                  settings: dict[str, Any] | None = None,
                  place: Callable[[dict[str, Any], frozenset[str]], Pick] | None = None,
-                 clock: Callable[[], float] = time.monotonic):
+                 clock: Callable[[], float] = time.monotonic,
+                 place_many: Callable[[list[dict[str, Any]], frozenset[str]],
+                                      dict[str, Pick | NoValidHost]] | None = None):
         self.store = store
         self.keys = store.keys
         self.placement = placement
@@ -67,8 +84,11 @@ class Controller:
         self.grace = settings.get("host_failure_grace_seconds", 10)
         self.default_policy = settings.get("on_host_failure", "rebuild")
         self.deleted_record_ttl = settings.get("deleted_record_ttl", 3600)
-        # Where an instance of a dead host would go now (Scheduler.place).
+        # Where an instance of a dead host would go now (Scheduler.place), and several
+        # (evacuation.place_many: one plan for all).
         self.place = place
+        self.place_many = place_many
+        self.max_txn_ops = settings.get("etcd_max_txn_ops", 128)
         self.clock = clock
         # Hosts without a heartbeat, since when (our clock).
         self.down_since: dict[str, float] = {}
@@ -193,13 +213,27 @@ class Controller:
         if hosts.is_alive(self.store, host):
             self.on_alive(host, True)  # back before we acted: nothing to do
             return
+        rebuilds = []
         for uuid in sorted(self.store.read_prefix(messages.INSTANCE_RECORD,
                                                   self.keys.records(host))):
-            controller_metrics.recovered(self.recover_instance(host, uuid))
+            outcome = self._recovery(host, uuid)
+            if isinstance(outcome, _Rebuild):
+                rebuilds.append(outcome)
+            else:
+                controller_metrics.recovered(outcome)
+        for outcome in self._rebuild_all(host, rebuilds):
+            controller_metrics.recovered(outcome)
 
     def recover_instance(self, host: str, uuid: str) -> str:
         """Apply the instance's policy; what was done ("rebuilt", "error", "deleted",
         "left" (nothing to do or it changed meanwhile), "retry")."""
+        outcome = self._recovery(host, uuid)
+        if isinstance(outcome, _Rebuild):
+            return self._rebuild_all(host, [outcome])[0]
+        return outcome
+
+    def _recovery(self, host: str, uuid: str) -> str | _Rebuild:
+        """What the instance's policy does now, or what to rebuild (done together)."""
         log = instance_log(uuid)
         read = records.read_record(self.store, host, uuid)
         if read.state in (None, states.ERROR, states.DELETED):
@@ -221,14 +255,83 @@ class Controller:
                         "cleans up if it returns", host)
             return "deleted"
         policy = spec.get("on_host_failure") or self.default_policy
-        if policy == "rebuild" and "project_id" in spec and self.place is not None:
-            try:
-                pick = self.place(spec, frozenset({host}))
-            except NoValidHost as exc:
-                return self._fail(spec, read, f"host {host} is down and no other host can "
-                                  f"take it ({(exc.reasons or ['no valid host'])[0]})")
-            return self._rebuild(spec, read, pick, entry.mod_revision if entry else None)
+        if policy == "rebuild" and "project_id" in spec and \
+                (self.place is not None or self.place_many is not None):
+            return _Rebuild(spec, read, entry.mod_revision if entry else None)
         return self._fail(spec, read, f"host {host} is down")
+
+    def _rebuild_all(self, host: str, rebuilds: list[_Rebuild]) -> list[str]:
+        """Rebuild these instances of `host` elsewhere: one plan, then per chunk (etcd's
+        --max-txn-ops) one claim move and one transaction; what does not hold for all
+        goes one by one. The outcome of each, in order."""
+        if not rebuilds:
+            return []
+        exclude = frozenset({host})
+        if self.place_many is not None:
+            placed = self.place_many([item.spec for item in rebuilds], exclude)
+        else:
+            placed = {}
+            assert self.place is not None
+            for item in rebuilds:
+                try:
+                    placed[item.spec["uuid"]] = self.place(item.spec, exclude)
+                except NoValidHost as exc:
+                    placed[item.spec["uuid"]] = exc
+        outcomes: dict[str, str] = {}
+        going: list[tuple[_Rebuild, Pick]] = []
+        for item in rebuilds:
+            result = placed[item.spec["uuid"]]
+            if isinstance(result, NoValidHost):
+                outcomes[item.spec["uuid"]] = self._fail(
+                    item.spec, item.read, f"host {host} is down and no other host can take "
+                    f"it ({(result.reasons or ['no valid host'])[0]})")
+            else:
+                going.append((item, result))
+        for chunk in self._chunks(going):
+            outcomes.update(self._rebuild_together(chunk))
+        return [outcomes[item.spec["uuid"]] for item in rebuilds]
+
+    def _chunks(self, going: list[tuple[_Rebuild, Pick]]) -> list[list[tuple[_Rebuild, Pick]]]:
+        chunks: list[list[tuple[_Rebuild, Pick]]] = []
+        ops = 0
+        for item, pick in going:
+            txn = moves.evacuate_txn(self.store, item.spec, item.read, pick.host.uuid,
+                                     pick.allocations, item.spec_revision)
+            size = max(len(txn.success), len(txn.compare))
+            if not chunks or ops + size > self.max_txn_ops:
+                chunks.append([])
+                ops = 0
+            chunks[-1].append((item, pick))
+            ops += size
+        return chunks
+
+    def _rebuild_together(self, chunk: list[tuple[_Rebuild, Pick]]) -> dict[str, str]:
+        """One claim move and one transaction for all of them, or each on its own."""
+        if len(chunk) > 1:
+            try:
+                generations = claims.move_many(self.placement, [
+                    (item.spec["uuid"], pick.allocations, item.spec["project_id"],
+                     item.spec["user_id"]) for item, pick in chunk])
+            except ConflictError as exc:
+                LOG.info("moving %d claims together lost a race (%s); one by one", len(chunk),
+                         exc)
+            else:
+                txn = Txn()
+                for item, pick in chunk:
+                    txn = txn + moves.evacuate_txn(self.store, item.spec, item.read,
+                                                   pick.host.uuid, pick.allocations,
+                                                   item.spec_revision)
+                if self.store.commit(txn) is not None:
+                    for item, pick in chunk:
+                        self._rebuilt(item.spec, pick)
+                    return {item.spec["uuid"]: "rebuilt" for item, _ in chunk}
+                # One changed (the host came back, a destroy got in): claims back as they
+                # were, then each on its own (its own compares decide).
+                for item, _ in chunk:
+                    self._undo_move(item.spec, generations[item.spec["uuid"]])
+        return {item.spec["uuid"]: self._rebuild(item.spec, item.read, pick,
+                                                 item.spec_revision)
+                for item, pick in chunk}
 
     def _fail(self, spec: dict[str, Any], read: records.RecordRead, reason: str) -> str:
         # etcd first: if the host came back meanwhile, its instance keeps its claim.
@@ -254,10 +357,14 @@ class Controller:
             # The host came back, or a destroy got in: the claim goes back as it was.
             self._undo_move(spec, generation)
             return "left"
-        instance_log(uuid).warning("host %s is down: instance rebuilt on %s (%s) from its "
-                                   "image; its local disk is lost", spec["host"],
-                                   pick.host.name, target)
+        self._rebuilt(spec, pick)
         return "rebuilt"
+
+    @staticmethod
+    def _rebuilt(spec: dict[str, Any], pick: Pick) -> None:
+        instance_log(spec["uuid"]).warning(
+            "host %s is down: instance rebuilt on %s (%s) from its image; its local disk is "
+            "lost", spec["host"], pick.host.name, pick.host.uuid)
 
     # --- everything, once -------------------------------------------------------------------
 

@@ -72,19 +72,24 @@ class Election:
         return Compare(self.store.keys.leader(), "create", "==", self.revision)
 
     def refresh(self) -> bool:
-        """Keep the lease; False (no longer leader) if etcd forgot it or cannot be reached."""
-        if self.lease is None:
+        """Keep the lease; False (no longer leader, for now) if etcd cannot be reached past
+        what we can vouch for. A lease etcd forgot is lost for good (`lease` is None then).
+        A try may take etcd.timeout: a slow path to etcd must not cost the lead (a member
+        without a leader holds the keep-alive and answers it once there is one again)."""
+        lease = self.lease
+        if lease is None:
             return False
         sent = time.monotonic()
+        timeout = getattr(self.store, "config", {}).get("timeout", 5.0)
         try:
-            response = list(self.lease.refresh())[0]
-        except (EtcdComputeError, IndexError, Exception) as exc:  # noqa: BLE001
+            ttl = self.store.keep_alive(lease.id, timeout)
+        except (EtcdComputeError, Exception) as exc:  # noqa: BLE001
             LOG.warning("leader lease not refreshed (%s)", exc.__class__.__name__)
             return self.is_leader
-        if response.TTL <= 0:
+        if ttl <= 0:
             self._lost("leader lease expired")
             return False
-        self._vouch(sent, int(response.TTL))
+        self._vouch(sent, ttl)
         return True
 
     def _lost(self, why: str) -> None:

@@ -1,12 +1,16 @@
 """The scheduler service's loop: while this controller leads, drain the queue in passes.
 
-Started by `serve.py` when it becomes leader, stopped when it stops leading.
-It opens the queue (/queue/open, bound to the leader's lease: clients send
-requests only while it exists), then loops: wait for a request event (or a
-second), read everything pending, hand it to the `Batcher`. Requests that
-arrive during a pass make the next pass: the busier the queue, the bigger
-the batches. Nothing a request holds can stop the loop: every pass ends in
-answers, a retry later, or a logged error and the next pass.
+Started by `serve.py` when it begins to lead, stopped when the lead ends. It
+serves while leadership is confirmed, and only then: it opens the queue
+(/queue/open, bound to the leader's lease: clients send requests only while
+it exists), then loops: wait for a request event (or a second), read
+everything pending, hand it to the `Batcher`. When leadership becomes
+unconfirmed (a late lease refresh: the process was frozen, etcd held an
+election or lost its quorum) it closes the queue (deletes /queue/open) and
+waits; when leadership is confirmed again it opens the queue and serves
+again. Requests that arrive during a pass make the next pass: the busier the
+queue, the bigger the batches. Nothing a request holds can stop the loop:
+every pass ends in answers, a retry later, or a logged error and the next pass.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ from etcd_compute.controller.batcher import Batcher, LostLeadership
 from etcd_compute.controller.election import Election
 from etcd_compute.controller.hostcache import HostCache
 from etcd_compute.errors import ServiceUnavailable
-from etcd_compute.etcd import KeyValueStore, Txn, put_message
+from etcd_compute.etcd import Delete, KeyValueStore, Txn, put_message
 from etcd_compute.placement import PlacementClient
 from etcd_compute.scheduler.queue import read_pending
 from etcd_compute.scheduler.scheduler import Scheduler
@@ -31,6 +35,8 @@ LOG = logging.getLogger("etcd_compute.controller")
 
 # How long an idle loop waits for a request event before looking anyway.
 IDLE_SECONDS = 1.0
+# While leadership is unconfirmed, how often the loop looks whether it is confirmed again.
+PAUSED_SECONDS = 0.1
 # After a pass that answered several clients, how long to wait for them to ask again
 # before the next pass (a pass started at once would hold only the stragglers, and the
 # clients just answered would wait for it to end: batches of 2 and 6, not of 8).
@@ -66,6 +72,9 @@ class QueueService:
         self._arrivals = 0
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
+        # Serving now (the queue open); the first pass of a serving spell frees stale claims;
+        # how many the last pass answered (0: wait for a request event).
+        self._serving, self._first, self._answered = False, True, 1
 
     def wake(self) -> None:
         """A request event arrived (the watch thread calls this)."""
@@ -97,42 +106,101 @@ class QueueService:
             self._thread.join(timeout)
             self._thread = None
 
-    def open(self) -> None:
-        """Tell clients we take requests: /queue/open, bound to the leader's lease."""
+    def open(self) -> bool:
+        """Tell clients we take requests: /queue/open, bound to the leader's lease. False if
+        we do not lead (the fence: the leader key is not the one we created)."""
         lease = self.election.lease
-        self.store.commit(Txn([self.election.fence()], [put_message(
+        if lease is None:
+            return False
+        return self.store.commit(Txn([self.election.fence()], [put_message(
             messages.QUEUE_OPEN, self.keys.queue_open(),
             {"name": self.election.name, "since": time.time(), "lease_ttl": self.election.ttl},
-            int(lease.id))]))
+            int(lease.id))])) is not None
+
+    def close(self) -> None:
+        """No loop serves now: /queue/open goes (if it is still ours: the fence), so that
+        clients do not queue requests nobody takes. If etcd cannot be reached, the key goes
+        with our lease, or stays because we lead on and serve again."""
+        try:
+            self.store.commit(Txn([self.election.fence()], [Delete(self.keys.queue_open())]))
+        except ServiceUnavailable as exc:
+            LOG.info("scheduler service: could not close the queue (%s)", exc)
+
+    @property
+    def serving(self) -> bool:
+        return self._serving
 
     def run(self) -> None:
-        first, answered = True, 1
-        while not self._stopping.is_set() and self.election.is_leader:
-            if answered:
-                self._gather(answered)
-            else:
-                self._wakeup.wait(IDLE_SECONDS)
-            self._wakeup.clear()
-            try:
-                if first:
-                    self.open()
-                answered = self.drain(first)
-                first = False
-            except LostLeadership as exc:
-                # Our lease may live on while the key is gone (deleted by hand, say): give
-                # the lease up too, so that the controller campaigns again, afresh.
-                LOG.warning("scheduler service stops: %s; resigning", exc)
-                self.election.resign()
-                return
-            except ServiceUnavailable as exc:
-                controller_metrics.retried("queue", exc)
-                LOG.warning("scheduler service: %s; trying again in 1 s", exc)
-                answered = 0
-                self._stopping.wait(1.0)
-            except Exception:  # noqa: BLE001 (one bad pass must not stop the service)
-                LOG.exception("scheduler service: unexpected error; trying again in 1 s")
-                answered = 0
-                self._stopping.wait(1.0)
+        self._serving = False
+        try:
+            while not self._stopping.is_set():
+                if not self.election.is_leader:
+                    self._pause()
+                    continue
+                if not self._serving:
+                    self._resume()
+                    continue
+                self._serve_once()
+        finally:
+            if self._serving:
+                self._serving = False
+                self.close()
+                LOG.info("scheduler service stopped; queue closed")
+
+    def _pause(self) -> None:
+        if self._serving:
+            self._serving = False
+            LOG.warning("scheduler service paused (leadership unconfirmed); queue closed")
+            self.close()
+        self._stopping.wait(PAUSED_SECONDS)
+
+    def _resume(self) -> None:
+        """Open the queue and serve again (or for the first time in this lead)."""
+        try:
+            opened = self.open()
+        except ServiceUnavailable as exc:
+            controller_metrics.retried("queue", exc)
+            LOG.warning("scheduler service: cannot open the queue (%s); trying again in 1 s",
+                        exc)
+            self._stopping.wait(1.0)
+            return
+        if not opened:
+            self._lost(LostLeadership("the leader key is not ours"))
+            return
+        self._serving, self._first, self._answered = True, True, 1
+        LOG.info("scheduler service serving (queue open)")
+
+    def _lost(self, exc: Exception) -> None:
+        # Our lease may live on while the key is gone (deleted by hand, say): give the
+        # lease up too, so that the controller campaigns again, afresh.
+        LOG.warning("scheduler service stops: %s; resigning", exc)
+        self._serving = False
+        self.election.resign()
+        self._stopping.set()
+
+    def _serve_once(self) -> None:
+        """One pass (after waiting for requests, or for answered clients to ask again)."""
+        if self._answered:
+            self._gather(self._answered)
+        else:
+            self._wakeup.wait(IDLE_SECONDS)
+        self._wakeup.clear()
+        if self._stopping.is_set() or not self.election.is_leader:
+            return
+        try:
+            self._answered = self.drain(self._first)
+            self._first = False
+        except LostLeadership as exc:
+            self._lost(exc)
+        except ServiceUnavailable as exc:
+            controller_metrics.retried("queue", exc)
+            LOG.warning("scheduler service: %s; trying again in 1 s", exc)
+            self._answered = 0
+            self._stopping.wait(1.0)
+        except Exception:  # noqa: BLE001 (one bad pass must not stop the service)
+            LOG.exception("scheduler service: unexpected error; trying again in 1 s")
+            self._answered = 0
+            self._stopping.wait(1.0)
 
     def drain(self, first: bool = False) -> int:
         """One pass over everything pending: how many requests were due (0: none; the next

@@ -2,20 +2,27 @@
 
 Run one or more (a systemd unit on two machines, say): exactly one leads
 (`election.py`), the others wait to take over within seconds. The leader
-sweeps once (`Controller.sweep`), then follows every change under /hosts/
-from that revision on and hands each record event to `Controller`. One
-thread decides (this one); the watch threads only queue events. If the
-leader loses its lease (cut off from etcd) it stops acting before its lease
-can expire, and campaigns again.
+reads everything once (`Controller.sweep`, the scheduler service's host
+cache), then follows every change under its prefix from that revision on
+(one `watching.PrefixWatch`) and hands each event to `Controller`. If etcd
+compacted the history the watch needs, the leader reads everything again
+(on this thread) and the watch goes on from there. One thread decides (this
+one); the watch thread only queues events.
+
+Leadership is followed, not assumed: when a lease refresh comes late (a
+frozen process, an etcd election, a lost quorum), the leader stops acting
+before its lease could run out, keeps trying to refresh, and acts again as
+soon as etcd confirms the lease still lives; the scheduler service pauses
+and resumes with it. Only a lease etcd forgot (or one we gave up) ends the
+lead; then it campaigns again.
 
 The leader also runs the scheduler service (`queue_service.py`, unless
 `scheduler.service` is false): its own thread drains the request queue,
-planning on a host cache (`hostcache.py`) that the same watches keep current.
+planning on a host cache (`hostcache.py`) that the same watch keeps current.
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import queue
 import signal
@@ -32,13 +39,17 @@ from etcd_compute.controller.election import Election
 from etcd_compute.controller.hostcache import HostCache
 from etcd_compute.controller.queue_service import QueueService
 from etcd_compute.errors import EtcdComputeError, ServiceUnavailable
-from etcd_compute.etcd import ETCD_DOWN, Store
+from etcd_compute.etcd import Store
 from etcd_compute.hosts import host_of
 from etcd_compute.keys import RECORDS
 from etcd_compute.placement import PlacementClient
+from etcd_compute.scheduler import evacuation
 from etcd_compute.scheduler.scheduler import Scheduler
+from etcd_compute.watching import PrefixWatch, on_owner_thread
 
 RECOVERY_TICK_SECONDS = 0.2
+# While leadership is unconfirmed, how often the lease refresh is tried again.
+PAUSED_REFRESH_SECONDS = 0.2
 LOG = logging.getLogger("etcd_compute.controller")
 
 Event = tuple[Callable[..., None], tuple[Any, ...]]
@@ -52,8 +63,10 @@ class ControllerService:
         self.placement = PlacementClient(config["placement"])
         self.election = Election(self.store, self.settings["controller_lease_ttl"])
         self.scheduler = Scheduler(config, store=self.store, placement=self.placement)
-        self.controller = Controller(self.store, self.placement, self.settings,
-                                     place=self.scheduler.place)
+        self.controller = Controller(
+            self.store, self.placement, self.settings, place=self.scheduler.place,
+            place_many=lambda specs, exclude: evacuation.place_many(self.scheduler, specs,
+                                                                    exclude))
         self.cache = HostCache(self.store.keys)
         self.service: QueueService | None = None
         if self.settings["service"]:
@@ -64,8 +77,7 @@ class ControllerService:
                 self.election, self.cache, self.settings)
         self.events: queue.Queue[Event] = queue.Queue()
         self.stopping = threading.Event()
-        self._cancels: list[Callable[[], None]] = []
-        self._watching = False
+        self.watch: PrefixWatch | None = None
 
     def stop(self, *_args: Any) -> None:
         self.stopping.set()
@@ -94,19 +106,27 @@ class ControllerService:
     def _campaign(self) -> bool:
         try:
             return self.election.campaign()
-        except ServiceUnavailable as exc:
+        except EtcdComputeError as exc:  # unreachable, or refused for now: one line, again
             controller_metrics.retried("campaign", exc)
             LOG.warning("%s; retrying", exc)
             return False
 
     # --- leading ------------------------------------------------------------------------
 
+    def read_everything(self) -> int:
+        """Act on everything as it is now (the sweep), and load the service's host cache:
+        the revision read at (the watch goes on after it). At the start of a lead, and
+        when the watch lost history (etcd compacted it)."""
+        _, revision = self.store.get_prefix(self.store.keys.leader())
+        LOG.info("sweep: %s", self.controller.sweep())
+        if self.service is not None:
+            self.cache.load(self.store)
+            self.service.wake()  # requests may have come unseen
+        return revision
+
     def _lead(self) -> None:
         try:
-            _, revision = self.store.get_prefix(self.store.keys.leader())
-            LOG.info("sweep: %s", self.controller.sweep())
-            if self.service is not None:
-                self.cache.load(self.store)
+            revision = self.read_everything()
         except EtcdComputeError as exc:
             LOG.warning("sweep failed (%s); giving up leadership", exc)
             self.election.resign()
@@ -115,13 +135,26 @@ class ControllerService:
         if self.service is not None:
             self.service.start()
         next_refresh = next_tick = time.monotonic()
+        paused = False
         while not self.stopping.is_set():
             if time.monotonic() >= next_refresh:
                 next_refresh = time.monotonic() + self.election.ttl / 3
-                if not self.election.refresh():
-                    break
+                self.election.refresh()
+            if self.election.lease is None:
+                break  # etcd forgot our lease, or we gave it up: campaign afresh
             if not self.election.is_leader:
-                break
+                # We may no longer lead: act on nothing, and ask again soon; etcd may say
+                # the lease lives (then we lead on) or that it is gone (then we stop).
+                if not paused:
+                    paused = True
+                    LOG.warning("leadership unconfirmed: acting on nothing until the lease "
+                                "is refreshed")
+                next_refresh = min(next_refresh, time.monotonic() + PAUSED_REFRESH_SECONDS)
+                self.stopping.wait(PAUSED_REFRESH_SECONDS)
+                continue
+            if paused:
+                paused = False
+                LOG.info("leadership confirmed again: acting")
             if time.monotonic() >= next_tick:
                 # Often: a dead host's grace ends between two ticks, and recovery waits for
                 # the next one (a dict walk when no host is down).
@@ -132,7 +165,8 @@ class ControllerService:
             except queue.Empty:
                 continue
             if not self.election.is_leader:
-                break  # never act on an event once we may no longer lead
+                self.events.put((handler, args))  # never acted on while we may not lead
+                continue
             self._dispatch(handler, args)
         if self.service is not None:
             self.service.stop()
@@ -155,44 +189,20 @@ class ControllerService:
     # --- the watch ----------------------------------------------------------------------
 
     def _start_watch(self, revision: int) -> None:
-        self._watching = True
-        keys = self.store.keys
-        prefixes = [keys.hosts(), keys.alive_prefix()]
-        if self.service is not None:
-            prefixes += [keys.stats_prefix(), keys.queue_requests()]
-        for prefix in prefixes:
-            threading.Thread(target=self._watch, args=(prefix, revision),
-                             name=f"watch {prefix}", daemon=True).start()
+        """Everything under our prefix, from `revision`: one stream, one revision, one read
+        again when etcd compacted what it needs."""
+        leading = self.watch = PrefixWatch(
+            self.store, self.store.keys.everything(), on_event=self._queue,
+            resync=on_owner_thread(lambda job: self.events.put((job, ())),
+                                   self.read_everything,
+                                   lambda: self.stopping.is_set() or leading.cancelled),
+            start_revision=revision, name="controller watch", log=LOG)
+        leading.start()
 
     def _stop_watch(self) -> None:
-        self._watching = False
-        for cancel in self._cancels:
-            with contextlib.suppress(Exception):
-                cancel()
-        self._cancels = []
-
-    def _watch(self, prefix: str, revision: int) -> None:
-        next_revision = revision
-        while self._watching and not self.stopping.is_set():
-            try:
-                responses, cancel = self.store.client.watch_prefix_response(
-                    prefix, start_revision=next_revision)
-                self._cancels.append(cancel)
-                for response in responses:
-                    for event in response.events:
-                        next_revision = max(next_revision, event.mod_revision + 1)
-                        self._queue(event)
-                    if not self._watching:
-                        break
-            except ETCD_DOWN + (ServiceUnavailable,) as exc:
-                if self._watching:
-                    controller_metrics.retried("watch", exc)
-                    LOG.warning("watch lost (%s); resubscribing from revision %d",
-                                exc.__class__.__name__, next_revision)
-                    self.stopping.wait(1.0)
-            except Exception:
-                LOG.exception("watch failed; resubscribing from revision %d", next_revision)
-                self.stopping.wait(1.0)
+        if self.watch is not None:
+            self.watch.cancel()
+            self.watch = None
 
     def _queue(self, event: Any) -> None:
         key = event.key.decode()

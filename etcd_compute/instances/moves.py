@@ -30,18 +30,18 @@ def host_down(keys: Keys, host: str) -> Compare:
 
 def _moved_away(store: KeyValueStore, spec: dict[str, Any], read: RecordRead,
                 moved_spec: dict[str, Any], record: dict[str, Any], action: str,
-                guard: list[Compare]) -> int | None:
+                guard: list[Compare]) -> Txn:
     """The instance's keys from its host to `moved_spec["host"]`, events carried along."""
     keys, uuid, old = store.keys, spec["uuid"], spec["host"]
     log = events.append(
         events.close(events.read(store, old, uuid), f"its host {old} gave it up"),
         events.event(action, old, (read.record or {}).get("host_name"), by=events.CONTROLLER,
                      result=events.SUCCESS, detail=f"placed on {moved_spec['host']}"))
-    return store.commit(Txn(
+    return Txn(
         [unchanged(keys.record(old, uuid), read.revision), *guard],
         [*host_deletes(keys, old, uuid), Delete(keys.record(old, uuid)),
          Delete(keys.events(old, uuid)), *placed_ops(keys, moved_spec, record, log)],
-    ))
+    )
 
 
 def finish_destroy_on_dead_host(store: KeyValueStore, spec: dict[str, Any], read: RecordRead,
@@ -75,8 +75,8 @@ def move(store: KeyValueStore, spec: dict[str, Any], read: RecordRead, host: str
                   "alternates": alternates}
     moved_spec.pop("request", None)
     record = moved(read.record, SCHEDULED, host=host, host_name=None, error=None)
-    return _moved_away(store, spec, read, moved_spec, record, "reschedule",
-                       _spec_unchanged(store.keys, spec, spec_revision))
+    return store.commit(_moved_away(store, spec, read, moved_spec, record, "reschedule",
+                                    _spec_unchanged(store.keys, spec, spec_revision)))
 
 
 def evacuate(store: KeyValueStore, spec: dict[str, Any], read: RecordRead, host: str,
@@ -86,6 +86,12 @@ def evacuate(store: KeyValueStore, spec: dict[str, Any], read: RecordRead, host:
     record, events, location and membership move in one transaction, only if the dead
     host has not come back and neither record nor spec (at `spec_revision`) changed since
     they were read. The caller moved the claim first."""
+    return store.commit(evacuate_txn(store, spec, read, host, allocations, spec_revision))
+
+
+def evacuate_txn(store: KeyValueStore, spec: dict[str, Any], read: RecordRead, host: str,
+                 allocations: dict[str, Any], spec_revision: int | None = None) -> Txn:
+    """`evacuate`'s transaction (several instances of a dead host go in one)."""
     assert read.record is not None
     rebuilt = {**spec, "action": "build", "host": host, "allocations": allocations,
                "alternates": [], "stopped": wants_stopped(read.record, spec)}

@@ -16,25 +16,25 @@ updates) a marker line, then the whole new tail.
 
 An instance that moves to another host before it is ACTIVE (a reschedule) is
 followed there. If etcd goes away, the watch resumes from the last revision
-seen; if etcd compacted that history, everything is read again.
+seen; if etcd compacted that history, everything is read again (the watches are
+`watching.PrefixWatch`es, as every watch of ours).
 """
 
 from __future__ import annotations
 
-import contextlib
 import queue
 import threading
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 import pyetcd.events
-import pyetcd.exceptions
 
 from etcd_compute import messages
-from etcd_compute.errors import EtcdComputeError, InvalidMessage, NotFound
-from etcd_compute.etcd import ETCD_DOWN, Store
+from etcd_compute.errors import InvalidMessage, NotFound
+from etcd_compute.etcd import Store
 from etcd_compute.instances import records, states
 from etcd_compute.ops.operations import check_uuid
+from etcd_compute.watching import Cancelled, PrefixWatch
 
 # How much of what was printed must reappear in a cut tail for it to count as continued.
 ANCHOR_CHARS = 1024
@@ -174,63 +174,70 @@ class ConsoleFollower:
 
     def _watch(self, host: str, revision: int) -> int | None:
         """Follow `host`'s keys of the instance from `revision` + 1: an exit status, or
-        AGAIN (look it up and read it again)."""
+        AGAIN (look it up and read it again). One `watching.PrefixWatch` per key: a lost
+        stream resumes after the last event seen; a compacted history is read again."""
         console_key, record_key = self.keys.console(host, self.uuid), self.keys.record(host,
                                                                                      self.uuid)
         inbox: queue.Queue[Any] = queue.Queue()
         # The last revision seen per key: one transaction can change both keys at one
         # revision (DELETED and the console gone), each delivered by its own watch.
         seen = {console_key: revision, record_key: revision}
-        watches: list[int] = []
+        history_lost = threading.Event()
+
+        def read_again() -> int:
+            # etcd compacted what we had not seen: `run` looks the instance up and reads it
+            # again, then follows from there with new watches.
+            history_lost.set()
+            inbox.put(None)
+            raise Cancelled()
+
+        watches = [PrefixWatch(self.store, key, on_event=inbox.put, resync=read_again,
+                               start_revision=revision + 1, name="console watch",
+                               max_delay=RETRY_SECONDS, log=_Notes(self.sink))
+                   for key in (console_key, record_key)]
+        for watch in watches:
+            watch.start()
         try:
             while not self.stopping.is_set():
-                if not watches:
-                    try:
-                        for key in (console_key, record_key):
-                            watches.append(self.store.client.add_watch_callback(
-                                key, inbox.put, start_revision=seen[key] + 1))
-                    except pyetcd.exceptions.RevisionCompactedError:
-                        return AGAIN
-                    except ETCD_DOWN + (EtcdComputeError,) as exc:
-                        self._lost(watches, exc)
-                        continue
                 try:
-                    item = inbox.get(timeout=POLL_SECONDS)
+                    event = inbox.get(timeout=POLL_SECONDS)
                 except queue.Empty:
                     continue
-                if item is None or isinstance(item, BaseException):
-                    if isinstance(item, pyetcd.exceptions.RevisionCompactedError):
-                        return AGAIN
-                    self._lost(watches, item)
-                    inbox = queue.Queue()  # the old watches' leftovers are not ours any more
+                if history_lost.is_set():
+                    return AGAIN
+                if event is None:
                     continue
-                for event in item.events:
-                    key = event.key.decode()
-                    if key not in seen or event.mod_revision <= seen[key]:
-                        continue  # delivered again after a resubscription
-                    seen[key] = event.mod_revision
-                    deleted = isinstance(event, pyetcd.events.DeleteEvent)
-                    if key == console_key and not deleted:
-                        self.show(self._decode(messages.CONSOLE, event.value))
-                    elif key == record_key:
-                        if deleted:
-                            return AGAIN  # moved to another host, or gone: look it up
-                        status = self._finish(self._decode(messages.INSTANCE_RECORD,
-                                                           event.value) or {"state": "?"})
-                        if status is not None:
-                            return status
+                key = event.key.decode()
+                if key not in seen or event.mod_revision <= seen[key]:
+                    continue  # delivered again after a resubscription
+                seen[key] = event.mod_revision
+                deleted = isinstance(event, pyetcd.events.DeleteEvent)
+                if key == console_key and not deleted:
+                    self.show(self._decode(messages.CONSOLE, event.value))
+                elif key == record_key:
+                    if deleted:
+                        return AGAIN  # moved to another host, or gone: look it up
+                    status = self._finish(self._decode(messages.INSTANCE_RECORD,
+                                                       event.value) or {"state": "?"})
+                    if status is not None:
+                        return status
             return 0
         finally:
-            self._cancel(watches)
+            for watch in watches:
+                watch.cancel()
 
-    def _lost(self, watches: list[int], exc: Any) -> None:
-        self._cancel(watches)
-        self.sink.note(f"etcd watch lost ({exc.__class__.__name__ if exc else 'stream ended'}); "
-                  "resuming")
-        self.stopping.wait(RETRY_SECONDS)
 
-    def _cancel(self, watches: list[int]) -> None:
-        for watch_id in watches:
-            with contextlib.suppress(Exception):
-                self.store.client.cancel_watch(watch_id)
-        watches.clear()
+class _Notes:
+    """What a follow's watches have to say goes to its sink as notes (stderr), one line each,
+    not to the log."""
+
+    def __init__(self, sink: Sink):
+        self.sink = sink
+
+    def _note(self, message: str, *args: Any, **_kwargs: Any) -> None:
+        self.sink.note("etcd " + (message % args if args else message))
+
+    warning = info = exception = _note
+
+    def debug(self, *_args: Any, **_kwargs: Any) -> None:
+        pass

@@ -48,7 +48,7 @@ from etcd_compute.scheduler.hoststate import (
 )
 from etcd_compute.scheduler.planner import FilterReport, NoRoom, Pick, plan
 from etcd_compute.scheduler.request import UUID, ResourceRequest
-from etcd_compute.scheduler.spec import Destination, RequestSpec
+from etcd_compute.scheduler.spec import Destination, RequestSpec, for_instance
 from etcd_compute.scheduler.weighers import enabled_weighers
 
 LOG = logging.getLogger(__name__)
@@ -280,12 +280,7 @@ class Scheduler:
         """Where an existing instance (its spec) would go now, `exclude`d hosts aside: the
         same query, filters (its server group honoured) and weighers as a new request.
         Nothing is claimed. NoValidHost when nowhere fits."""
-        group = spec.get("group")
-        request_spec = RequestSpec.build(
-            spec.get("query") or "resources=" + ",".join(
-                f"{rc}:{n}" for rc, n in sorted(spec["resources"].items())),
-            group=(group["name"], group["policy"]) if group else None)
-        picks, _ = self.plan(request_spec, exclude, member=spec["uuid"])
+        picks, _ = self.plan(for_instance(spec), exclude, member=spec["uuid"])
         return picks[0]
 
     def _attempt(self, request_spec: RequestSpec) -> list[Destination]:

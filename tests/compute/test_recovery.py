@@ -59,7 +59,7 @@ def test_compacted_history_triggers_reconcile(compute_config, store, placement, 
         for spec in specs:
             wait_state(store, spec["uuid"], "ACTIVE")
         assert service.next_revision > revision
-        assert "etcd compacted history past revision 1; reconciling" in caplog.text
+        assert "past 1 where this watch resumes; reading everything again" in caplog.text
     finally:
         service.stop()
         service.pool.stop()

@@ -65,6 +65,24 @@ def test_an_unreachable_etcd_is_service_unavailable_naming_the_endpoints(code):
     assert code.name in text and "\n" not in text
 
 
+@pytest.mark.parametrize("details", ["context deadline exceeded", "context canceled"])
+def test_a_member_without_quorum_letting_the_deadline_pass_is_unreachable_not_a_refusal(
+        details):
+    """What etcd 3.4 says with its quorum lost: UNKNOWN with its bare context error. It was
+    "etcd refused the request: UNKNOWN: context deadline exceeded", exit 1 (issue 18)."""
+    with pytest.raises(EtcdUnavailable) as caught, etcd_errors(ENDPOINTS):
+        raise RpcError(grpc.StatusCode.UNKNOWN, details)
+    assert caught.value.exit_code == 3
+    assert str(caught.value).startswith(
+        f"etcd at 10.0.0.1:2379, 10.0.0.2:2379 is unreachable (no answer in time: {details})")
+
+
+def test_an_unknown_error_that_is_no_deadline_stays_a_refusal():
+    with pytest.raises(EtcdComputeError) as caught, etcd_errors(ENDPOINTS):
+        raise RpcError(grpc.StatusCode.UNKNOWN, "etcdserver: something else")
+    assert caught.value.exit_code == 1
+
+
 @pytest.mark.parametrize("details", [
     "failed to connect to all addresses; last error: UNAVAILABLE: ipv4:10.0.0.1:2379: "
     "Ssl handshake failed: SSL_ERROR_SSL: CERTIFICATE_VERIFY_FAILED",

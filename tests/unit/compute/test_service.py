@@ -155,22 +155,16 @@ def test_stop_wakes_the_main_loop_at_once(daemon):
 # -- the watch ------------------------------------------------------------------------------
 
 
-class NoWait(threading.Event):
-    """The daemon's `stopping`, with waits that do not wait (a resubscription is at once)."""
-
-    def wait(self, timeout: float | None = None) -> bool:
-        return self.is_set()
-
-
 def run_watch(daemon: Daemon) -> threading.Thread:
-    daemon.service.stopping = NoWait()
-    thread = threading.Thread(target=daemon.service.watch_loop, daemon=True)
-    thread.start()
-    return thread
+    """The daemon's watch, with backoffs that do not wait (a resubscription is at once)."""
+    watch = daemon.service.watch = daemon.service.make_watch()
+    watch.sleep = lambda _seconds: watch.cancelled
+    return watch.start()
 
 
 def stop_watch(daemon: Daemon, thread: threading.Thread) -> None:
-    daemon.service.stopping.set()
+    assert daemon.service.watch is not None
+    daemon.service.watch.cancel()
     daemon.store.cancel_watches()  # the subscription it may be waiting on
     thread.join(5)
     assert not thread.is_alive()
@@ -191,16 +185,17 @@ def test_the_watch_resubscribes_after_the_last_event_it_saw(daemon):
         f"{prefix}{name}".encode() for name in "abc"]
     assert all(handler == daemon.service.on_watch_event for handler, _args in queued)
     assert [start for _prefix, start in daemon.store.watched_from[:3]] == [7, 10, 13]
-    assert daemon.service.next_revision == 13
+    assert daemon.service.watch.next_revision == 13
 
 
 def test_history_etcd_compacted_is_made_up_by_a_reconcile_before_watching_again(daemon):
     spec = daemon.schedule()  # written while the watch could not deliver it
+    daemon.service.next_revision = 3
     daemon.store.script_watch(daemon.service.watch_prefix,
                               fault=pyetcd.exceptions.RevisionCompactedError(5))
     thread = run_watch(daemon)
     handler, args = daemon.service.events.get(timeout=5)
-    assert daemon.store.watched_from[-1][1] == 0  # not resubscribed yet: it waits
+    assert daemon.store.watched_from[-1][1] == 3  # not resubscribed yet: it waits
     revision = daemon.store.revision
     daemon.service.dispatch(handler, args)  # the main loop reconciles
     wait_for(lambda: len(daemon.store.watched_from) == 2, 5, what="a second subscription")

@@ -50,11 +50,11 @@ class Service:
                                lambda: self.leading, lambda: self.store.grant(3600),
                                random.Random(4))
 
-    def ask(self, query: str = QUERY, **options) -> str:
+    def ask(self, query: str = QUERY, deadline: float | None = None, **options) -> str:
         spec = RequestSpec.build(query, **options)
         name = str(uuidlib.uuid4())
         self.store.put(messages.SCHEDULE_REQUEST, self.store.keys.queue_request(name),
-                       request_message(spec, "test"))
+                       request_message(spec, "test", deadline))
         return name
 
     def run(self) -> int:
@@ -345,3 +345,37 @@ def test_a_request_whose_uuid_still_has_an_answer_is_removed_not_looped_on():
         service.run()
     assert service.pending() == []
     assert len(service.placement.consumers) == 1
+
+
+def test_a_request_past_its_clients_deadline_is_never_placed():
+    """Its client gave up and could not withdraw it (etcd unreachable from there): once the
+    deadline (and the clock skew allowed) passed, it counts on nothing being placed."""
+    service = Service()
+    late = service.ask(deadline=time.time() - 1)
+    fresh = service.ask(deadline=time.time() + 600)
+    service.run()
+    assert service.answer(late)["error"]["kind"] == "unavailable"
+    assert "nothing was placed" in service.answer(late)["error"]["message"]
+    assert len(placed(service, fresh)) == 1
+    assert instance_uuids(late, 1)[0] not in service.placement.consumers
+    assert service.pending() == []
+
+
+def test_a_request_whose_deadline_passes_while_it_is_claimed_is_not_written(monkeypatch):
+    service = Service()
+    soon = time.time() + 30
+    late, fresh = service.ask(deadline=soon), service.ask(deadline=soon + 600)
+    real_claim = service.placement.claim_many
+
+    def slow_claim(*args, **kwargs):  # the deadline passes while Placement answers
+        result = real_claim(*args, **kwargs)
+        monkeypatch.setattr(time, "time", lambda: soon + 1)
+        return result
+
+    monkeypatch.setattr(service.placement, "claim_many", slow_claim)
+    service.run()
+    assert service.answer(late)["error"]["kind"] == "unavailable"
+    assert instance_uuids(late, 1)[0] not in service.placement.consumers  # claim freed
+    assert len(placed(service, fresh)) == 1
+    uuid = instance_uuids(late, 1)[0]
+    assert service.store.get(service.store.keys.location(uuid)) is None

@@ -343,3 +343,123 @@ def test_a_destroy_that_lost_the_race_to_a_rebuild_leaves_the_moved_claim_alone(
     cluster.controller.recover_due()
     assert moves.finish_destroy_on_dead_host(cluster.store, spec, read, 60) is None
     assert set(cluster.placement.get_allocations(spec["uuid"])["allocations"]) == {there}
+
+
+# --- a dead host's instances, together ---------------------------------------------------
+
+
+def dead_host_with(count: int, place_many=None, capacity: int = 16):
+    """`count` ACTIVE instances on a host that then died; the controller past its grace."""
+    cluster = Cluster()
+    here, there = cluster.host(capacity=capacity), cluster.host(capacity=capacity)
+    clock = Clock()
+    cluster.controller = Controller(cluster.store, cluster.placement,
+                                    {"host_failure_grace_seconds": 10,
+                                     "on_host_failure": "rebuild", "etcd_max_txn_ops": 4096},
+                                    place=_placer(there), clock=clock, place_many=place_many)
+    specs = []
+    for _ in range(count):
+        spec = make_spec(here, on_host_failure="rebuild")
+        cluster.placement.claim(spec["uuid"], spec["allocations"], "p", "u")
+        scheduling.schedule(cluster.store, [(spec, "h")])
+        entry = cluster.store.get(cluster.store.keys.spec(here, spec["uuid"]))
+        host_txn.begin_build(cluster.store, spec, entry.mod_revision, cluster.read(here, spec),
+                             "h")
+        host_txn.activate(cluster.store, cluster.read(here, spec), "10.0.0.9")
+        specs.append(spec)
+    cluster.store.delete(cluster.store.keys.alive(here))
+    cluster.controller.on_alive(here, False)
+    clock.now += 10
+    return cluster, here, there, specs
+
+
+def planned_on(target: str, asked: list):
+    from etcd_compute.scheduler.hoststate import HostState, ProviderUsage
+    from etcd_compute.scheduler.planner import Pick
+
+    def place_many(specs: list[dict], exclude: frozenset[str]) -> dict:
+        asked.append((len(specs), exclude))
+        host = HostState(uuid=target, name="there", usage=ProviderUsage({}))
+        return {spec["uuid"]: Pick(host, {target: {"resources": spec["resources"]}}, [])
+                for spec in specs}
+
+    return place_many
+
+
+def test_a_dead_hosts_instances_are_planned_claimed_and_moved_together():
+    """N instances: one plan, one claim move, one transaction (it was N of each)."""
+    asked: list = []
+    cluster, here, there, specs = dead_host_with(5)
+    cluster.controller.place_many = planned_on(there, asked)
+    calls, commits = len(cluster.placement.calls), len(cluster.store.committed)
+    assert cluster.controller.recover_due() == [here]
+    assert asked == [(5, frozenset({here}))]
+    claims_made = [c for c in cluster.placement.calls[calls:] if not c.startswith("get")]
+    assert claims_made == ["replace_many 5"]
+    assert len(cluster.store.committed) - commits == 1
+    for spec in specs:
+        assert cluster.read(there, spec).state == "SCHEDULED"
+        assert set(cluster.placement.get_allocations(spec["uuid"])["allocations"]) == {there}
+    assert cluster.store.get_prefix(cluster.store.keys.host(here))[0] == []
+
+
+def test_one_that_changed_meanwhile_sends_each_on_its_own_and_keeps_exactly_once():
+    asked: list = []
+    cluster, here, there, specs = dead_host_with(3)
+    cluster.controller.place_many = planned_on(there, asked)
+    real_commit = cluster.store.commit
+    destroyed = specs[1]
+
+    def destroy_first(txn):  # an operator's destroy gets in between the plan and the write
+        if len(txn.compare) > 3 and cluster.store.get(
+                cluster.store.keys.spec(here, destroyed["uuid"])) is not None:
+            entry = cluster.store.get(cluster.store.keys.spec(here, destroyed["uuid"]))
+            spec = messages.decode(messages.INSTANCE_SPEC, entry.value)
+            action_txn.request_destroy(cluster.store, entry, spec, "op")
+        return real_commit(txn)
+
+    cluster.store.commit = destroy_first
+    cluster.controller.recover_due()
+    for spec in (specs[0], specs[2]):
+        assert cluster.read(there, spec).state == "SCHEDULED"
+        assert set(cluster.placement.get_allocations(spec["uuid"])["allocations"]) == {there}
+    # The destroyed one stays where it was, its claim back on the dead host (a later tick
+    # finishes the destroy there).
+    assert cluster.read(here, destroyed).state == "ACTIVE"
+    assert set(cluster.placement.get_allocations(destroyed["uuid"])["allocations"]) == {here}
+
+
+def test_a_claim_move_that_loses_a_race_goes_one_by_one():
+    asked: list = []
+    cluster, here, there, specs = dead_host_with(3)
+    cluster.controller.place_many = planned_on(there, asked)
+    real = cluster.placement.replace_many
+
+    def lose(claims, consumer_type="INSTANCE"):
+        raise cluster.placement._conflict("someone else", "placement.concurrent_update")
+
+    cluster.placement.replace_many = lose
+    cluster.controller.recover_due()
+    cluster.placement.replace_many = real
+    for spec in specs:
+        assert cluster.read(there, spec).state == "SCHEDULED"
+
+
+def test_what_fits_nowhere_ends_in_error_and_the_rest_moves():
+    from etcd_compute.errors import NoValidHost
+
+    asked: list = []
+    cluster, here, there, specs = dead_host_with(3)
+    moving = planned_on(there, asked)
+
+    def some_fit(spec_list, exclude):
+        placed = moving(spec_list, exclude)
+        placed[specs[0]["uuid"]] = NoValidHost(["no room for it"])
+        return placed
+
+    cluster.controller.place_many = some_fit
+    cluster.controller.recover_due()
+    failed = cluster.read(here, specs[0])
+    assert failed.state == "ERROR" and "no room for it" in failed.record["error"]
+    assert cluster.placement.get_allocations(specs[0]["uuid"])["allocations"] == {}
+    assert all(cluster.read(there, spec).state == "SCHEDULED" for spec in specs[1:])

@@ -51,10 +51,10 @@ def test_a_leader_that_cannot_refresh_stops_before_its_lease_could_end(clock, mo
     clock.now += 5
     assert leader.refresh() and leader.is_leader
 
-    def unreachable():
+    def unreachable(lease_id, timeout):
         raise ConnectionError("etcd down")
 
-    monkeypatch.setattr(leader.lease, "refresh", unreachable)
+    monkeypatch.setattr(store, "keep_alive", unreachable)
     clock.now += 3
     assert leader.refresh() and leader.is_leader  # still within what it can vouch for
     clock.now += 6  # 9 s since the last good refresh of a 10 s lease
@@ -67,3 +67,26 @@ def test_resign_hands_over_at_once(clock):
     first.campaign()
     first.resign()
     assert not first.is_leader and second.campaign()
+
+
+def test_a_refresh_after_a_pause_confirms_the_lease_again(clock, monkeypatch):
+    """A leader frozen (or cut off) past what it could vouch for leads again as soon as
+    etcd says its lease lives: it does not wait for the lease to run out and campaign."""
+    store = FakeStore()
+    leader = Election(store, 3, "a")
+    leader.campaign()
+    clock.now += 2.5  # frozen: past (3 - 1) * 0.9 s
+    assert not leader.is_leader and leader.lease is not None
+    assert leader.refresh() and leader.is_leader
+
+
+def test_each_refresh_try_may_take_the_etcd_timeout(clock, monkeypatch):
+    """A slow path to etcd (a proxy holding each request a second) must not cost the lead."""
+    store = FakeStore()
+    store.config = {"timeout": 5.0}
+    asked = []
+    monkeypatch.setattr(store, "keep_alive", lambda lease, timeout: asked.append(timeout) or 10)
+    leader = Election(store, 3, "a")
+    leader.campaign()
+    leader.refresh()
+    assert asked == [5.0]

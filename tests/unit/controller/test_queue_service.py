@@ -81,3 +81,47 @@ def test_one_answer_lease_serves_many_answers_until_a_quarter_of_its_ttl():
     lease._granted -= 901
     first = lease._lease
     assert lease() != first
+
+
+def test_the_loop_follows_leadership_closing_the_queue_and_serving_again(monkeypatch):
+    """A blip under the lease's TTL: the loop used to return for good, leaving /queue/open
+    to clients nobody answered. Now it closes the queue and serves again once it leads."""
+    service, queue = leading_service()
+    monkeypatch.setattr("etcd_compute.controller.queue_service.IDLE_SECONDS", 0.01)
+    monkeypatch.setattr("etcd_compute.controller.queue_service.PAUSED_SECONDS", 0.01)
+    open_key = service.store.keys.queue_open()
+
+    def wait(predicate, what):
+        deadline = time.monotonic() + 5
+        while not predicate():
+            assert time.monotonic() < deadline, what
+            queue.wake()
+            time.sleep(0.01)
+
+    queue.start()
+    try:
+        wait(lambda: queue.serving, "serving")
+        assert service.store.get(open_key).lease == queue.election.lease.id
+        leading_until = queue.election._valid_until
+        queue.election._valid_until = 0.0  # unconfirmed: the process was frozen, say
+        wait(lambda: not queue.serving, "paused")
+        assert service.store.get(open_key) is None  # nobody may queue for a loop not serving
+        paused = ask(service)
+        time.sleep(0.1)
+        assert service.answer(paused) is None  # nothing answered while it may not lead
+        queue.election._valid_until = leading_until  # a refresh confirmed the lease
+        wait(lambda: service.answer(paused) is not None, "the request answered")
+        assert service.store.get(open_key) is not None
+    finally:
+        queue.stop()
+    assert service.store.get(open_key) is None  # closed when the loop stops
+
+
+def test_a_loop_that_finds_the_leader_key_not_its_own_resigns():
+    service, queue = leading_service()
+    service.store.delete(service.store.keys.leader())  # deleted by hand, say
+    queue.start()
+    queue._thread.join(5)
+    assert not queue._thread.is_alive()
+    assert queue.election.lease is None  # resigned: the controller campaigns afresh
+    assert service.store.get(service.store.keys.queue_open()) is None

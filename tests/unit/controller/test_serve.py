@@ -1,7 +1,8 @@
 """controller/serve.py: the controller daemon against in-memory etcd and Placement: which watch
 events reach the controller, how a failed event is retried, leading (sweep, then follow from
-what the sweep read; recovery ticks; stop acting once leadership is lost), the watch
-resubscribing, and the run loop. What the controller decides: test_decisions.py; the
+what the sweep read; recovery ticks; act on nothing while leadership is unconfirmed, lead on
+once it is confirmed again, stop once the lease is gone), the watch reading everything again
+after a compaction, and the run loop. What the controller decides: test_decisions.py; the
 daemon as processes with a real etcd: tests/scheduler."""
 
 from __future__ import annotations
@@ -61,10 +62,10 @@ class Leading:
         self.thread = threading.Thread(target=service._lead, daemon=True)
         self.thread.start()
 
-    def watching(self) -> None:
-        """Until every watch is subscribed: hosts and heartbeats, and for the scheduler
-        service (on by default) stats and the request queue."""
-        wait_for(lambda: len(self.service.store.watched_from) >= 4, 5, what="four watches")
+    def watching(self, subscriptions: int = 1) -> None:
+        """Until the watch (everything under the prefix) subscribed `subscriptions` times."""
+        wait_for(lambda: len(self.service.store.watched_from) >= subscriptions, 5,
+                 what="the watch")
 
     def ended(self, timeout: float = 5) -> bool:
         self.thread.join(timeout)
@@ -124,12 +125,11 @@ def test_the_leader_sweeps_then_follows_changes_from_what_the_sweep_read(service
     keys, store = service.store.keys, service.store
     store.put_raw(keys.record(HOST, INSTANCE), "{}")  # what it holds does not matter here
     revision = store.revision + 1  # the leader key is written when it wins
-    store.script_watch(keys.alive_prefix(), [put_event(keys.alive(HOST), b"{}", revision + 1)])
+    store.script_watch(keys.everything(),
+                       [put_event(keys.alive(HOST), b"{}", revision + 1)])
     leading = Leading(service)
     leading.watching()
-    assert sorted(store.watched_from) == sorted(
-        (prefix, revision + 1) for prefix in (keys.alive_prefix(), keys.hosts(),
-                                              keys.stats_prefix(), keys.queue_requests()))
+    assert store.watched_from == [(keys.everything(), revision + 1)]
     # The sweep found a host with a record and no heartbeat; its heartbeat came back since.
     wait_for(lambda: f"host {HOST} is back" in caplog.text, 5, what="the heartbeat")
     assert caplog.text.index("lost its heartbeat") < caplog.text.index("is back")
@@ -175,32 +175,61 @@ def test_an_event_that_arrives_once_leadership_is_lost_is_not_acted_on(service):
     handled: list[str] = []
     leading = Leading(service)
     leading.watching()
-    service.election._lost("a test")  # what a refresh that comes too late does
+    service.election._lost("a test")  # what a refresh finding the lease gone does
     for event in ("one", "two"):  # a new leader handles them: they are dropped here
         service.events.put((handled.append, (event,)))
     assert leading.ended()
     assert handled == [] and queued(service) == []
 
 
+def test_a_leader_that_was_frozen_acts_on_nothing_then_leads_on_once_its_lease_is_confirmed(
+        service, monkeypatch, caplog):
+    """A blip (the process frozen past what it could vouch for, its lease alive in etcd):
+    the lead goes on, the scheduler service with it; nothing is acted on meanwhile. It used
+    to end the lead, and with it the service, for good while the controller led on."""
+    caplog.set_level(logging.INFO, logger="etcd_compute.controller")
+    handled: list[str] = []
+    leading = Leading(service)
+    leading.watching()
+    wait_for(lambda: service.service.serving, 5, what="the scheduler service")
+    confirm = threading.Event()
+    real_refresh = service.election.refresh
+    monkeypatch.setattr(service.election, "refresh",
+                        lambda: real_refresh() if confirm.is_set() else False)
+    with service.election._lock:
+        service.election._valid_until = 0.0  # frozen past what it could vouch for
+    service.events.put((handled.append, ("during",)))
+    wait_for(lambda: not service.service.serving, 5, what="the service to pause")
+    assert service.store.get(service.store.keys.queue_open()) is None  # the queue closed
+    assert handled == [] and leading.thread.is_alive()
+    confirm.set()
+    wait_for(lambda: handled == ["during"], 5, what="the event, once leading again")
+    wait_for(lambda: service.service.serving, 5, what="the service to serve again")
+    assert service.store.get(service.store.keys.queue_open()) is not None
+    assert service.store.watched_from[-1:] == service.store.watched_from[:1]  # one watch
+    assert "leadership confirmed again" in caplog.text
+    service.stop()
+    assert leading.ended()
+
+
 # -- the watch -------------------------------------------------------------------------------
 
 
-def test_the_watch_resubscribes_after_the_last_event_it_saw(service):
-    service.stopping = NoWait()
-    prefix = service.store.keys.hosts()
-    service.store.script_watch(prefix, [put_event(prefix + "a", b"", 7),
-                                        put_event(prefix + "b", b"", 9)],
-                               fault=pyetcd.exceptions.ConnectionFailedError())
-    service.store.script_watch(prefix, [put_event(prefix + "c", b"", 12)],
-                               fault=RuntimeError("?"))
-    service._watching = True
-    thread = threading.Thread(target=service._watch, args=(prefix, 5), daemon=True)
-    thread.start()
-    wait_for(lambda: len(service.store.watched_from) == 3, 5, what="a third subscription")
-    service._stop_watch()
-    thread.join(5)
-    assert not thread.is_alive()
-    assert [start for _prefix, start in service.store.watched_from] == [5, 10, 13]
+def test_history_etcd_compacted_is_read_again_by_the_leader_and_followed_after_that(service,
+                                                                                   caplog):
+    """The bug of issue 18: the controller retried a compacted revision forever, blind."""
+    caplog.set_level(logging.INFO, logger="etcd_compute.controller")
+    keys, store = service.store.keys, service.store
+    store.script_watch(keys.everything(), fault=pyetcd.exceptions.RevisionCompactedError(50))
+    leading = Leading(service)
+    leading.watching(2)
+    first, again = store.watched_from[:2]
+    assert again[1] > first[1]  # after what the second read saw, not the compacted revision
+    assert again[1] == store.revision + 1
+    assert caplog.text.count("sweep:") == 2
+    assert "reading everything again" in caplog.text
+    service.stop()
+    assert leading.ended()
 
 
 # -- the daemon ------------------------------------------------------------------------------
