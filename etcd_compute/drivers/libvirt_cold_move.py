@@ -35,7 +35,7 @@ log = logging.getLogger(__name__)
 
 
 class LibvirtColdMoves(LibvirtMigrations):
-    """Mixed into LibvirtDriver, with the live move's destination and helpers."""
+    """A cold move's two ends, on the live move's destination and helpers."""
 
     def send_stopped(self, uuid: str, target_data: dict[str, Any]) -> dict[str, Any]:
         """A cold move's part here: shut the guest down and send its files. It stays

@@ -28,6 +28,7 @@ from typing import Any
 
 import libvirt
 
+from etcd_compute.drivers.libvirt_host import LibvirtHost
 from etcd_compute.errors import BuildError
 from etcd_compute.virt import disks, network, nwfilter
 from etcd_compute.virt.domain import mac_addresses
@@ -53,22 +54,9 @@ def one_line(exc: BaseException) -> str:
     return ((text or "").splitlines() or [type(exc).__name__])[0][:500]
 
 
-class LibvirtMigrations:
-    """Mixed into LibvirtDriver: uses its connection, settings, image cache and helpers."""
-
-    settings: dict[str, Any]
-    instances_dir: Path
-    images: Any
-    connection: libvirt.virConnect
-    is_test_driver: bool
-    _our_domain: Callable[[str], libvirt.virDomain | None]
-    _domain: Callable[[str], libvirt.virDomain]
-    _create_disk: Callable[..., None]
-    _ensure_network: Callable[[], str]
-    _ensure_filters: Callable[[], str]
-    _shut_down: Callable[[libvirt.virDomain], None]
-    _wait_for_ip: Callable[[libvirt.virDomain], str | None]
-    _ensure_network: Callable[[], str]
+class LibvirtMigrations(LibvirtHost):
+    """The destination made ready, and a live move (the cold move and LibvirtDriver build
+    on it)."""
 
     # -- the destination ---------------------------------------------------------------
 

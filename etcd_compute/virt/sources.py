@@ -29,7 +29,7 @@ import urllib.parse
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import BinaryIO
 
 import requests
 import urllib3.exceptions
@@ -52,20 +52,6 @@ class SourcePolicy:
     max_bytes: int = 10 * GIB
     deadline_seconds: float = 600.0
     max_redirects: int = 5
-
-    @classmethod
-    def from_settings(cls, settings: dict[str, Any]) -> SourcePolicy:
-        """From the driver.libvirt settings."""
-        return cls(file_dirs=tuple(settings["image_file_dirs"]),
-                   max_bytes=int(settings["image_max_gb"] * GIB),
-                   deadline_seconds=float(settings["image_download_timeout_seconds"]))
-
-
-def check_local_file(url: str) -> None:
-    """A file:// image exists (the test driver downloads nothing, but checks that)."""
-    parsed = urllib.parse.urlparse(url)
-    if parsed.scheme == "file" and not Path(urllib.parse.unquote(parsed.path)).is_file():
-        raise RequestError(f"image {url}: no such file")
 
 
 @dataclass(frozen=True)

@@ -11,41 +11,12 @@ from typing import Any
 import libvirt
 import pytest
 
-from etcd_compute.config import COMPUTE_DEFAULTS, deep_merge
 from etcd_compute.drivers import libvirt_cold_move, libvirt_migration
-from etcd_compute.drivers.libvirt import LibvirtDriver
 from etcd_compute.virt.remote_files import Sent
 from tests.support import make_spec
 
 RP = "00000000-0000-0000-0000-0000000000aa"
 PEER = "10.0.0.2"
-
-
-@pytest.fixture
-def config(tmp_path: Path) -> dict[str, Any]:
-    return deep_merge(COMPUTE_DEFAULTS, {
-        "compute": {"state_dir": str(tmp_path / "state"),
-                    "instances_dir": str(tmp_path / "instances")},
-        "driver": {"name": "libvirt", "libvirt": {
-            "uri": "test:///default", "image_cache_dir": str(tmp_path / "images"),
-            "migration": {"address": "10.0.0.1", "pki_dir": str(tmp_path / "pki")}}},
-    })
-
-
-@pytest.fixture
-def driver(config: dict[str, Any]):
-    driver = LibvirtDriver(config)
-    yield driver
-    for uuid in driver.list_instances():
-        driver.destroy(uuid)
-    driver.close()
-
-
-@pytest.fixture
-def image(tmp_path: Path) -> str:
-    path = tmp_path / "image.qcow2"
-    path.write_bytes(b"not downloaded with the test driver")
-    return f"file://{path}"
 
 
 def target(instance_dir: str, base: str | None = None) -> dict[str, Any]:
@@ -119,12 +90,12 @@ class Peer:
 
 
 @pytest.fixture
-def moving(driver, config, image, monkeypatch):
+def moving(driver, test_driver_config, image, monkeypatch):
     """A built guest whose domain (as the driver sees it) and peer are stand-ins."""
     spec = make_spec(RP, image)
     driver.build(spec)
     uuid = spec["uuid"]
-    directory = Path(config["compute"]["instances_dir"]) / uuid
+    directory = Path(test_driver_config["compute"]["instances_dir"]) / uuid
     (directory / "disk.qcow2").write_bytes(overlay(None))
     sent: list[dict[str, Path]] = []
     state: dict[str, Any] = {"domain": Domain(uuid, directory), "peer": Peer()}

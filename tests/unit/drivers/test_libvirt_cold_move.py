@@ -57,16 +57,16 @@ def test_a_cold_move_cut_short_starts_the_guest_again_here(driver, moving, monke
 
 
 @pytest.fixture
-def arrived(driver, config, tmp_path, monkeypatch):
+def arrived(driver, test_driver_config, tmp_path, monkeypatch):
     """A cold move's files as they arrived here, a base of the image in the cache."""
     url = f"file://{tmp_path}/image.qcow2"
     (tmp_path / "image.qcow2").write_bytes(b"the image")
     spec = make_spec(RP, url)
     driver.prepare_incoming(spec)
-    directory = Path(config["compute"]["instances_dir"]) / spec["uuid"]
+    directory = Path(test_driver_config["compute"]["instances_dir"]) / spec["uuid"]
     (directory / "disk.qcow2").write_bytes(overlay("/elsewhere/images/base.qcow2"))
     (directory / "config.iso").write_bytes(b"cidata")
-    cache = images.ImageCache(config["driver"]["libvirt"]["image_cache_dir"], 1 << 30)
+    cache = images.ImageCache(test_driver_config["driver"]["libvirt"]["image_cache_dir"], 1 << 30)
     base = cache.base_path(url)
     base.parent.mkdir(parents=True, exist_ok=True)
     base.write_bytes(b"base")

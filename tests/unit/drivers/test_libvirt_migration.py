@@ -22,16 +22,16 @@ from tests.unit.drivers.migration_world import PEER, RP, Domain, target
 # -- the destination ---------------------------------------------------------------------
 
 
-def test_a_host_without_a_migration_address_takes_no_guests(config, image):
-    config["driver"]["libvirt"]["migration"]["address"] = None
+def test_a_host_without_a_migration_address_takes_no_guests(test_driver_config, image):
+    test_driver_config["driver"]["libvirt"]["migration"]["address"] = None
     with pytest.raises(BuildError, match="migration.address is not set"):
-        LibvirtDriver(config).prepare_incoming(make_spec(RP, image))
+        LibvirtDriver(test_driver_config).prepare_incoming(make_spec(RP, image))
 
 
-def test_the_destination_makes_room_and_says_where(driver, config, image):
+def test_the_destination_makes_room_and_says_where(driver, test_driver_config, image):
     spec = make_spec(RP, image, name="web")
     made = driver.prepare_incoming(spec)
-    directory = Path(config["compute"]["instances_dir"]) / spec["uuid"]
+    directory = Path(test_driver_config["compute"]["instances_dir"]) / spec["uuid"]
     assert made == {"address": "10.0.0.1", "instance_dir": str(directory),
                     "base_sha256": None, "dhcp_server": "192.168.123.1", "network": None}
     assert json.loads((directory / "meta.json").read_text())["name"] == "web"
@@ -45,19 +45,19 @@ def test_a_guest_already_here_is_not_prepared_for_again(driver, image):
         driver.prepare_incoming(spec)
 
 
-def test_a_failed_preparation_leaves_nothing(driver, config, tmp_path):
+def test_a_failed_preparation_leaves_nothing(driver, test_driver_config, tmp_path):
     spec = make_spec(RP, f"file://{tmp_path}/missing.qcow2")
     with pytest.raises(RequestError):
         driver.prepare_incoming(spec)
-    assert not (Path(config["compute"]["instances_dir"]) / spec["uuid"]).exists()
+    assert not (Path(test_driver_config["compute"]["instances_dir"]) / spec["uuid"]).exists()
 
 
-def test_discarding_removes_what_was_prepared_but_never_a_running_guest(driver, config,
+def test_discarding_removes_what_was_prepared_but_never_a_running_guest(driver, test_driver_config,
                                                                          image):
     spec = make_spec(RP, image)
     driver.prepare_incoming(spec)
     driver.discard_incoming(spec["uuid"])
-    assert not (Path(config["compute"]["instances_dir"]) / spec["uuid"]).exists()
+    assert not (Path(test_driver_config["compute"]["instances_dir"]) / spec["uuid"]).exists()
     driver.build(spec)
     with pytest.raises(BuildError, match="runs on this host"):
         driver.discard_incoming(spec["uuid"])
@@ -104,8 +104,8 @@ def test_an_unreachable_peer_is_one_line(driver, image, monkeypatch):
 # -- the source: the move, with the migration itself stood in for -------------------------
 
 
-def test_a_live_move_sends_the_config_drive_migrates_and_leaves_nothing_here(driver, config,
-                                                                            moving):
+def test_a_live_move_sends_the_config_drive_migrates_and_leaves_nothing_here(
+        driver, test_driver_config, moving):
     uuid = moving["uuid"]
     done = Domain(uuid, outcome="n/a")
     moving["peer"].there = done
@@ -115,20 +115,20 @@ def test_a_live_move_sends_the_config_drive_migrates_and_leaves_nothing_here(dri
     assert [list(files) for files in moving["sent"]] == [["config.iso"],
                                                          ["console.history.log"]]
     (call,) = moving["domain"].calls
-    assert call[1] == f"qemu+tls://{PEER}/system?pkipath={config['driver']['libvirt']['migration']['pki_dir']}"
+    assert call[1] == f"qemu+tls://{PEER}/system?pkipath={test_driver_config['driver']['libvirt']['migration']['pki_dir']}"
     assert call[2][libvirt.VIR_MIGRATE_PARAM_MIGRATE_DISKS] == ["vda"]
     assert f"/srv/{uuid}/disk.qcow2" in call[2][libvirt.VIR_MIGRATE_PARAM_DEST_XML]
-    assert not (Path(config["compute"]["instances_dir"]) / uuid).exists()
+    assert not (Path(test_driver_config["compute"]["instances_dir"]) / uuid).exists()
     assert moving["peer"].closed
 
 
-def test_a_failed_live_move_leaves_the_guest_running_here_and_its_files(driver, config,
+def test_a_failed_live_move_leaves_the_guest_running_here_and_its_files(driver, test_driver_config,
                                                                         moving):
     uuid = moving["uuid"]
     moving["domain"].outcome = "failed"
     with pytest.raises(BuildError, match="Lost connection.*the guest runs on here"):
         driver.live_migrate(uuid, target(f"/srv/{uuid}"))
-    assert (Path(config["compute"]["instances_dir"]) / uuid).exists()
+    assert (Path(test_driver_config["compute"]["instances_dir"]) / uuid).exists()
     assert moving["peer"].closed
 
 

@@ -20,7 +20,7 @@ from requests.adapters import BaseAdapter, HTTPAdapter
 
 from etcd_compute.errors import RequestError
 from etcd_compute.virt import sources
-from etcd_compute.virt.sources import GIB, SourcePolicy, copy_image
+from etcd_compute.virt.sources import SourcePolicy, copy_image
 
 MIB = 1024**2
 
@@ -321,11 +321,3 @@ def test_a_spent_deadline_sends_no_request(web):
     refused("http://a.example/x", SourcePolicy(deadline_seconds=0),
             "image http://a.example/x: download not finished within 0 s")
     assert web.sent == []
-
-
-def test_image_limits_come_from_the_driver_settings():
-    settings = {"image_file_dirs": ["/srv/images"], "image_max_gb": 1.5,
-                "image_download_timeout_seconds": 30}
-    policy = SourcePolicy.from_settings(settings)
-    assert (policy.file_dirs, policy.max_bytes, policy.deadline_seconds) == \
-        (("/srv/images",), int(1.5 * GIB), 30.0)
