@@ -213,6 +213,18 @@ SCHEDULE_DEFAULTS: dict[str, Any] = {
         # instances. The host itself powers its guests off before its lease can expire
         # (compute.fence_margin_seconds); this is extra margin on top.
         "host_failure_grace_seconds": 10,
+        # Before recovering a dead host's instances, fence it (README, "When a host dies"):
+        # through its libvirtd over TLS, with the controller's libvirt client certificates
+        # in libvirt_pki_dir (`cluster.py pki issue-libvirt NAME --client-only`; null:
+        # not this way), or else with a fence agent's command line (an argv list; {host},
+        # {name}, {address} replaced; exit 0 means the host is off). A host fenced is
+        # recovered at once; one not fenced after TTL + grace, as without fencing.
+        "fencing": {
+            "libvirt_pki_dir": None,
+            "libvirt_timeout_seconds": 10,
+            "command": None,
+            "command_timeout_seconds": 60,
+        },
         # etcd's --max-txn-ops (default 128): one request's specs, records and group
         # members go in one transaction, which bounds --count (42, or 32 with a group).
         "etcd_max_txn_ops": 128,

@@ -42,6 +42,7 @@ from typing import Any
 
 from etcd_compute import claims, events, hosts, messages
 from etcd_compute.controller import metrics as controller_metrics
+from etcd_compute.controller.fencing import Fencing, Verdict
 from etcd_compute.errors import ConflictError, EtcdComputeError, InvalidMessage, NoValidHost
 from etcd_compute.etcd import KeyValueStore, Txn
 from etcd_compute.instances import host as host_txn
@@ -70,13 +71,21 @@ def instance_log(uuid: str) -> logging.LoggerAdapter:
     return logging.LoggerAdapter(LOG, {"instance": uuid})
 
 
+def _how(verdict: Verdict | None, fencing: bool) -> str | None:
+    """How a dead host was dealt with, for its instances' events (None without fencing)."""
+    if verdict is not None:
+        return verdict.how()
+    return "recovered after TTL + grace (its fence not done)" if fencing else None
+
+
 class Controller:
     def __init__(self, store: KeyValueStore, placement: PlacementClient,
                  settings: dict[str, Any] | None = None,
                  place: Callable[[dict[str, Any], frozenset[str]], Pick] | None = None,
                  clock: Callable[[], float] = time.monotonic,
                  place_many: Callable[[list[dict[str, Any]], frozenset[str]],
-                                      dict[str, Pick | NoValidHost]] | None = None):
+                                      dict[str, Pick | NoValidHost]] | None = None,
+                 fencing: Fencing | None = None):
         self.store = store
         self.keys = store.keys
         self.placement = placement
@@ -92,6 +101,7 @@ class Controller:
         self.clock = clock
         # Hosts without a heartbeat, since when (our clock).
         self.down_since: dict[str, float] = {}
+        self.fencing = fencing or Fencing(settings.get("fencing"))
 
     # --- records --------------------------------------------------------------------------
 
@@ -195,34 +205,56 @@ class Controller:
         if present:
             if self.down_since.pop(host, None) is not None:
                 LOG.info("host %s is back", host)
+            self.fencing.forget(host)
         elif host not in self.down_since:
             self.down_since[host] = self.clock()
             LOG.warning("host %s lost its heartbeat; its instances are recovered in %g s "
-                        "unless it comes back", host, self.grace)
+                        "unless it comes back%s", host, self.grace,
+                        " or is fenced first" if self.fencing.enabled else "")
+            self._begin_fence(host)
+
+    def _begin_fence(self, host: str) -> None:
+        """Fence `host` in the background: its instances' guests, where its libvirtd is."""
+        if not self.fencing.enabled:
+            return
+        held = self.store.read_prefix(messages.INSTANCE_RECORD, self.keys.records(host))
+        uuids = sorted(uuid for uuid, record in held.items()
+                       if record["state"] in states.LIVE)
+        if not uuids:
+            return  # nothing of it could run twice
+        name = next((r.get("host_name") for r in held.values() if r.get("host_name")), host)
+        self.fencing.begin(host, name, hosts.libvirt_address(self.store, host), uuids)
 
     def recover_due(self) -> list[str]:
-        """Recover the instances of every host down for the grace period; the hosts done."""
+        """Recover the instances of every host fenced, or down for the grace period; the
+        hosts done."""
         done = []
         for host, since in list(self.down_since.items()):
-            if self.clock() - since >= self.grace:
-                self.recover_host(host)
+            verdict = self.fencing.verdict(host)
+            fenced = verdict is not None and verdict.fenced
+            if fenced or self.clock() - since >= self.grace:
+                self.recover_host(host, verdict)
                 done.append(host)
         return done
 
-    def recover_host(self, host: str) -> None:
+    def recover_host(self, host: str, verdict: Verdict | None = None) -> None:
         if hosts.is_alive(self.store, host):
             self.on_alive(host, True)  # back before we acted: nothing to do
             return
+        how = _how(verdict, self.fencing.enabled)
         rebuilds = []
         for uuid in sorted(self.store.read_prefix(messages.INSTANCE_RECORD,
                                                   self.keys.records(host))):
-            outcome = self._recovery(host, uuid)
+            outcome = self._recovery(host, uuid, how)
             if isinstance(outcome, _Rebuild):
                 rebuilds.append(outcome)
             else:
                 controller_metrics.recovered(outcome)
-        for outcome in self._rebuild_all(host, rebuilds):
+        for outcome in self._rebuild_all(host, rebuilds, how):
             controller_metrics.recovered(outcome)
+        controller_metrics.host_recovered(verdict.path if verdict is not None and
+                                          verdict.fenced and verdict.path else "grace")
+        self.fencing.forget(host)
 
     def recover_instance(self, host: str, uuid: str) -> str:
         """Apply the instance's policy; what was done ("rebuilt", "error", "deleted",
@@ -232,7 +264,7 @@ class Controller:
             return self._rebuild_all(host, [outcome])[0]
         return outcome
 
-    def _recovery(self, host: str, uuid: str) -> str | _Rebuild:
+    def _recovery(self, host: str, uuid: str, how: str | None = None) -> str | _Rebuild:
         """What the instance's policy does now, or what to rebuild (done together)."""
         log = instance_log(uuid)
         read = records.read_record(self.store, host, uuid)
@@ -258,9 +290,10 @@ class Controller:
         if policy == "rebuild" and "project_id" in spec and \
                 (self.place is not None or self.place_many is not None):
             return _Rebuild(spec, read, entry.mod_revision if entry else None)
-        return self._fail(spec, read, f"host {host} is down")
+        return self._fail(spec, read, f"host {host} is down" + (f"; {how}" if how else ""))
 
-    def _rebuild_all(self, host: str, rebuilds: list[_Rebuild]) -> list[str]:
+    def _rebuild_all(self, host: str, rebuilds: list[_Rebuild],
+                     how: str | None = None) -> list[str]:
         """Rebuild these instances of `host` elsewhere: one plan, then per chunk (etcd's
         --max-txn-ops) one claim move and one transaction; what does not hold for all
         goes one by one. The outcome of each, in order."""
@@ -284,11 +317,12 @@ class Controller:
             if isinstance(result, NoValidHost):
                 outcomes[item.spec["uuid"]] = self._fail(
                     item.spec, item.read, f"host {host} is down and no other host can take "
-                    f"it ({(result.reasons or ['no valid host'])[0]})")
+                    f"it ({(result.reasons or ['no valid host'])[0]})"
+                    + (f"; {how}" if how else ""))
             else:
                 going.append((item, result))
         for chunk in self._chunks(going):
-            outcomes.update(self._rebuild_together(chunk))
+            outcomes.update(self._rebuild_together(chunk, how))
         return [outcomes[item.spec["uuid"]] for item in rebuilds]
 
     def _chunks(self, going: list[tuple[_Rebuild, Pick]]) -> list[list[tuple[_Rebuild, Pick]]]:
@@ -305,7 +339,8 @@ class Controller:
             ops += size
         return chunks
 
-    def _rebuild_together(self, chunk: list[tuple[_Rebuild, Pick]]) -> dict[str, str]:
+    def _rebuild_together(self, chunk: list[tuple[_Rebuild, Pick]],
+                          how: str | None = None) -> dict[str, str]:
         """One claim move and one transaction for all of them, or each on its own."""
         if len(chunk) > 1:
             try:
@@ -320,7 +355,7 @@ class Controller:
                 for item, pick in chunk:
                     txn = txn + moves.evacuate_txn(self.store, item.spec, item.read,
                                                    pick.host.uuid, pick.allocations,
-                                                   item.spec_revision)
+                                                   item.spec_revision, how)
                 if self.store.commit(txn) is not None:
                     for item, pick in chunk:
                         self._rebuilt(item.spec, pick)
@@ -330,7 +365,7 @@ class Controller:
                 for item, _ in chunk:
                     self._undo_move(item.spec, generations[item.spec["uuid"]])
         return {item.spec["uuid"]: self._rebuild(item.spec, item.read, pick,
-                                                 item.spec_revision)
+                                                 item.spec_revision, how)
                 for item, pick in chunk}
 
     def _fail(self, spec: dict[str, Any], read: records.RecordRead, reason: str) -> str:
@@ -344,7 +379,7 @@ class Controller:
         return "error"
 
     def _rebuild(self, spec: dict[str, Any], read: records.RecordRead, pick: Pick,
-                 spec_revision: int | None) -> str:
+                 spec_revision: int | None, how: str | None = None) -> str:
         uuid, target = spec["uuid"], pick.host.uuid
         try:
             generation = claims.move(self.placement, uuid, pick.allocations,
@@ -353,7 +388,7 @@ class Controller:
             instance_log(uuid).info("claim on %s lost a race (%s); trying again", target, exc)
             return "retry"
         if moves.evacuate(self.store, spec, read, target, pick.allocations,
-                              spec_revision=spec_revision) is None:
+                          spec_revision=spec_revision, how=how) is None:
             # The host came back, or a destroy got in: the claim goes back as it was.
             self._undo_move(spec, generation)
             return "left"

@@ -7,7 +7,9 @@ confirmed gone, before those instances start anywhere else.
 A compute daemon killed on a machine that keeps running leaves its guests running
 (README, "When a host dies"); its libvirtd still answers, over TLS with the
 cluster's libvirt certificates. The work runs in a child process
-(`python -m etcd_compute.virt.remote_fence URI UUID...`) killed at the timeout: a
+(`python -m etcd_compute.virt.remote_fence --address ADDR --pki-dir DIR UUID...`, or
+`--uri URI`; what the controller runs as a fence agent: exit 0 is fenced, the last
+line is the verdict in JSON) killed at the timeout: a
 libvirtd behind a pulled cable leaves a TCP connect or a call hanging for
 minutes, and a hung libvirt call cannot be interrupted in a thread. Only domains
 that are ours (our metadata) and named by the given uuids are touched: destroyed
@@ -40,7 +42,7 @@ class Verdict:
 
 
 def command(uri: str, uuids: list[str]) -> list[str]:
-    return [sys.executable, "-m", "etcd_compute.virt.remote_fence", uri, *uuids]
+    return [sys.executable, "-m", "etcd_compute.virt.remote_fence", "--uri", uri, *uuids]
 
 
 def fence(uri: str, uuids: list[str], timeout: float) -> Verdict:
@@ -119,10 +121,22 @@ def _line(exc: Any) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m etcd_compute.virt.remote_fence",
                                      description=__doc__.splitlines()[0])
-    parser.add_argument("uri")
+    parser.add_argument("--uri", help="the libvirtd to fence through")
+    parser.add_argument("--address", help="...or the host's address (its libvirtd on TLS)")
+    parser.add_argument("--pki-dir", help="with --address: our libvirt client certificates")
     parser.add_argument("uuids", nargs="*")
     args = parser.parse_args(argv)
     from etcd_compute.keys import UUID
+    from etcd_compute.virt.migration import peer_uri
+
+    if args.uri is None:
+        if not args.address or not args.pki_dir:
+            parser.error("give --uri, or --address and --pki-dir")
+        try:
+            args.uri = peer_uri(args.address, args.pki_dir)
+        except ValueError as exc:
+            print(json.dumps({"outcome": FAILED, "destroyed": [], "reason": str(exc)[:300]}))
+            return 2
 
     bad = [u for u in args.uuids if not UUID.match(u)]
     if bad:

@@ -103,12 +103,26 @@ def test_a_helper_that_answers_nonsense_failed(monkeypatch):
 
 
 def test_the_helper_refuses_what_is_not_an_instance_uuid(capsys):
-    assert remote_fence.main([TEST_URI, "../../etc"]) == 2
+    assert remote_fence.main(["--uri", TEST_URI, "../../etc"]) == 2
     answer = json.loads(capsys.readouterr().out)
     assert answer["outcome"] == "failed" and "not an instance uuid" in answer["reason"]
 
 
+def test_the_helper_reaches_a_host_by_its_address_with_our_certificates(capsys, monkeypatch):
+    asked = []
+    monkeypatch.setattr(remote_fence, "fence_here", lambda uri, uuids: asked.append(uri) or
+                        {"outcome": "fenced", "destroyed": [], "reason": ""})
+    assert remote_fence.main(["--address", "10.0.0.2", "--pki-dir", "/etc/l", str(
+        uuidlib.uuid4())]) == 0
+    assert asked == ["qemu+tls://10.0.0.2/system?pkipath=/etc/l"]
+    assert remote_fence.main(["--address", "10.0.0.2/x", "--pki-dir", "/etc/l"]) == 2
+    assert "not an address" in json.loads(capsys.readouterr().out.splitlines()[-1])["reason"]
+    with pytest.raises(SystemExit):
+        remote_fence.main(["--address", "10.0.0.2"])
+
+
 def test_the_helper_is_this_module_run_by_this_python():
     argv = remote_fence.command("qemu+tls://10.0.0.2/system", ["u1"])
-    assert argv[:3] == [sys.executable, "-m", "etcd_compute.virt.remote_fence"]
+    assert argv[:5] == [sys.executable, "-m", "etcd_compute.virt.remote_fence", "--uri",
+                        "qemu+tls://10.0.0.2/system"]
     assert Path(remote_fence.__file__).stem == argv[2].rsplit(".", 1)[1]
