@@ -35,6 +35,7 @@ QUEUE_OPEN = "queue_open"
 ZONE = "zone"
 ZONE_INSTANCE = "zone_instance"
 ZONE_INTENT = "zone_intent"
+MIGRATION = "migration"
 
 # The largest message we write is a spec (64 KiB user-data, 16 KiB key, escaped
 # as JSON at most 6 bytes a character) or a console (64 KiB); etcd takes 1.5 MiB.

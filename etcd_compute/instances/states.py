@@ -8,6 +8,8 @@
     ACTIVE  -stop->    STOPPING   -> SHUTOFF      SHUTOFF -start-> STARTING -> ACTIVE
     ACTIVE  -reboot->  REBOOTING  -> ACTIVE
     ACTIVE|SHUTOFF -rebuild-> REBUILDING -> as it was;  -resize-> RESIZING -> as it was
+    ACTIVE|SHUTOFF -migrate-> MIGRATING -> MIGRATED (the guest left: the controller hands
+        the instance over to the destination's INCOMING record) | as it was (failed)
 
 An operator's action (`ACTIONS`) is allowed only from the states listed for
 it, and refused before anything is written otherwise; destroy is allowed
@@ -37,18 +39,27 @@ STARTING = "STARTING"
 REBOOTING = "REBOOTING"
 REBUILDING = "REBUILDING"
 RESIZING = "RESIZING"
+# Moving to another host (README, "Moving guests"): on the source, the move running; the
+# guest gone there (the controller hands the instance over). On the destination, the
+# record the instance arrives in (made ready, then ACTIVE or SHUTOFF at the hand-over).
+MIGRATING = "MIGRATING"
+MIGRATED = "MIGRATED"
+INCOMING = "INCOMING"
 
 STATES = (SCHEDULED, BUILDING, ACTIVE, SHUTOFF, STOPPING, STARTING, REBOOTING, REBUILDING,
-          RESIZING, RESCHEDULING, ERROR, DELETING, DELETED)
+          RESIZING, MIGRATING, MIGRATED, INCOMING, RESCHEDULING, ERROR, DELETING, DELETED)
 # States `schedule.py --wait` stops at (ACTIVE can still change: destroy).
 FINAL = frozenset({ACTIVE, ERROR, DELETED})
 # An operator's action in progress.
-TRANSIENT = frozenset({STOPPING, STARTING, REBOOTING, REBUILDING, RESIZING})
-# States in which a driver may hold the instance.
-LIVE = frozenset({BUILDING, ACTIVE, SHUTOFF, DELETING}) | TRANSIENT
+TRANSIENT = frozenset({STOPPING, STARTING, REBOOTING, REBUILDING, RESIZING, MIGRATING})
+# States in which a driver may hold the instance (a cold move's source keeps its stopped
+# copy until the hand-over; a destination may run the guest before it).
+LIVE = frozenset({BUILDING, ACTIVE, SHUTOFF, DELETING, MIGRATED, INCOMING}) | TRANSIENT
 
-STOP, START, REBOOT, REBUILD, RESIZE, DESTROY = (
-    "stop", "start", "reboot", "rebuild", "resize", "destroy")
+STOP, START, REBOOT, REBUILD, RESIZE, MIGRATE, DESTROY = (
+    "stop", "start", "reboot", "rebuild", "resize", "migrate", "destroy")
+# The destination's side of a move (a spec action, never an operator's).
+INCOMING_ACTION = "incoming"
 # An operator's action: the state it passes through, the states it may start from.
 ACTIONS: dict[str, tuple[str, frozenset[str]]] = {
     STOP: (STOPPING, frozenset({ACTIVE})),
@@ -56,6 +67,7 @@ ACTIONS: dict[str, tuple[str, frozenset[str]]] = {
     REBOOT: (REBOOTING, frozenset({ACTIVE})),
     REBUILD: (REBUILDING, frozenset({ACTIVE, SHUTOFF})),
     RESIZE: (RESIZING, frozenset({ACTIVE, SHUTOFF})),
+    MIGRATE: (MIGRATING, frozenset({ACTIVE, SHUTOFF})),
 }
 # Where a successful action ends; rebuild and resize end as they started.
 ENDS = {STOP: SHUTOFF, START: ACTIVE, REBOOT: ACTIVE}
@@ -65,7 +77,7 @@ ENDS = {STOP: SHUTOFF, START: ACTIVE, REBOOT: ACTIVE}
 # another host (its host died mid-action).
 _ENDS_OF_AN_ACTION = frozenset({ACTIVE, SHUTOFF, SCHEDULED, ERROR, DELETING, DELETED})
 TRANSITIONS: dict[str | None, frozenset[str]] = {
-    None: frozenset({SCHEDULED, BUILDING, ERROR, DELETING, DELETED}),
+    None: frozenset({SCHEDULED, BUILDING, ERROR, DELETING, DELETED, INCOMING}),
     # -> SCHEDULED from SCHEDULED, BUILDING, ACTIVE, SHUTOFF: evacuated (its host died)
     # elsewhere. -> RESCHEDULING: its host gave it up (a failed build, a drain).
     SCHEDULED: frozenset({SCHEDULED, BUILDING, RESCHEDULING, ERROR, DELETING, DELETED}),
@@ -75,10 +87,15 @@ TRANSITIONS: dict[str | None, frozenset[str]] = {
     RESCHEDULING: frozenset({SCHEDULED, ERROR, DELETING, DELETED}),
     # -> SHUTOFF / ACTIVE without an action: the hypervisor saw the guest stop or start.
     ACTIVE: frozenset({SCHEDULED, RESCHEDULING, ERROR, DELETING, DELETED, SHUTOFF, STOPPING,
-                       REBOOTING, REBUILDING, RESIZING}),
+                       REBOOTING, REBUILDING, RESIZING, MIGRATING}),
     SHUTOFF: frozenset({SCHEDULED, RESCHEDULING, ERROR, DELETING, DELETED, ACTIVE, STARTING,
-                        REBUILDING, RESIZING}),
+                        REBUILDING, RESIZING, MIGRATING}),
     **{state: _ENDS_OF_AN_ACTION for state in TRANSIENT},
+    MIGRATING: _ENDS_OF_AN_ACTION | {MIGRATED},
+    # Handed over (its record leaves with it), or its host died meanwhile.
+    MIGRATED: frozenset({SCHEDULED, ERROR, DELETING, DELETED}),
+    # The hand-over ends it as the instance was; a destroy, or its host's death.
+    INCOMING: frozenset({INCOMING, ACTIVE, SHUTOFF, ERROR, DELETING, DELETED}),
     ERROR: frozenset({ERROR, DELETING, DELETED}),
     DELETING: frozenset({ERROR, DELETED}),
     # Finishing a destroy again is idempotent.

@@ -15,13 +15,20 @@ ALLOWED = [(None, s) for s in ("SCHEDULED", "BUILDING", "ERROR", "DELETING", "DE
     # evacuated: its host died
     ("SCHEDULED", "SCHEDULED"), ("BUILDING", "SCHEDULED"), ("ACTIVE", "SCHEDULED"),
     ("DELETING", "DELETED"), ("DELETED", "DELETED"),
+    # moving to another host: the source's move, the destination's arrival
+    ("ACTIVE", "MIGRATING"), ("SHUTOFF", "MIGRATING"), ("MIGRATING", "MIGRATED"),
+    ("MIGRATING", "ACTIVE"), ("MIGRATING", "SHUTOFF"), ("MIGRATING", "SCHEDULED"),
+    (None, "INCOMING"), ("INCOMING", "ACTIVE"), ("INCOMING", "SHUTOFF"),
+    ("INCOMING", "DELETED"),
 ]
 
 
 REFUSED = [(None, "ACTIVE"), ("SCHEDULED", "ACTIVE"), ("ERROR", "SCHEDULED"),
            ("ACTIVE", "BUILDING"), ("DELETING", "SCHEDULED"), ("ERROR", "ACTIVE"),
            ("DELETED", "SCHEDULED"), ("ERROR", "RESCHEDULING"), ("RESCHEDULING", "ACTIVE"),
-           ("DELETING", "ACTIVE"), ("DELETED", "BUILDING"), ("DELETED", "ERROR")]
+           ("DELETING", "ACTIVE"), ("DELETED", "BUILDING"), ("DELETED", "ERROR"),
+           ("MIGRATED", "ACTIVE"), ("INCOMING", "MIGRATING"), ("SCHEDULED", "INCOMING"),
+           ("MIGRATED", "MIGRATING")]
 
 
 @pytest.mark.parametrize(("current", "target"), ALLOWED)
