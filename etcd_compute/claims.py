@@ -9,11 +9,15 @@ a consumer's allocations in one request, checked against the generation we
 read, so the instance never holds both hosts nor neither.
 
 The scheduler claims and unclaims; the controller moves the claim of a
-failed build to an alternate host. A resize replaces the claim on the same
-host (`resize`, generation checked: two racing resizes cannot both win, and
-no room is a 409); its undo (`undo`) only replaces what it wrote itself, and
-a host whose resize failed puts back the old size (`restore`) only if the
-claim still holds the new one.
+failed build to an alternate host. A move to another host (a migration) holds
+both hosts while it runs, as Nova does: the instance's consumer holds the
+destination and a migration consumer the source (`hold_for_move`); when the
+guest has moved the migration consumer goes (`finish_move`), when the move is
+called off the instance's consumer holds the source again (`give_back`).
+A resize replaces the claim on the same host (`resize`, generation checked:
+two racing resizes cannot both win, and no room is a 409); its undo (`undo`)
+only replaces what it wrote itself, and a host whose resize failed puts back
+the old size (`restore`) only if the claim still holds the new one.
 """
 
 from __future__ import annotations
@@ -82,6 +86,62 @@ def undo_move(placement: PlacementClient, consumer: str, allocations: dict[str, 
     another move, wins. False if it was left as it is."""
     try:
         placement.replace_allocations(consumer, allocations, generation, project_id, user_id)
+    except ConflictError:
+        return False
+    return True
+
+
+MIGRATION = "MIGRATION"
+
+
+def _bare(allocations: dict[str, Any]) -> dict[str, Any]:
+    """{rp: {"resources": ...}} of what Placement answered (its generations left out)."""
+    return {rp: {"resources": dict(held["resources"])} for rp, held in allocations.items()}
+
+
+def hold_for_move(placement: PlacementClient, instance: str, migration: str,
+                  destination: dict[str, Any], project_id: str, user_id: str
+                  ) -> dict[str, Any]:
+    """One POST /allocations: the instance's consumer now holds `destination` (its
+    generation checked) and a new migration consumer what the instance held. What the
+    instance held (the source). ConflictError: nothing changed (no room there, or the
+    instance's claim changed meanwhile); NotFound if it holds nothing."""
+    current = placement.get_allocations(instance)
+    held = _bare(current.get("allocations") or {})
+    if not held:
+        raise NotFound(f"instance {instance} holds no claim in Placement to move")
+    placement.replace_many({
+        instance: {"allocations": destination, "project_id": project_id, "user_id": user_id,
+                   "consumer_generation": current.get("consumer_generation")},
+        migration: {"allocations": held, "project_id": project_id, "user_id": user_id,
+                    "consumer_generation": None, "consumer_type": MIGRATION},
+    })
+    return held
+
+
+def finish_move(placement: PlacementClient, migration: str) -> bool:
+    """The guest moved: the source's resources go (the migration consumer's claim)."""
+    return placement.delete_allocations(migration)
+
+
+def give_back(placement: PlacementClient, instance: str, migration: str, project_id: str,
+              user_id: str) -> bool:
+    """The move is off: in one POST /allocations the instance's consumer holds again what
+    the migration consumer held (the source) and that consumer nothing, both generations
+    checked. False (left as they are) if the migration consumer holds nothing or either
+    claim changed since they were read."""
+    moved, current = placement.get_allocations(migration), placement.get_allocations(instance)
+    if not moved.get("allocations"):
+        return False
+    try:
+        placement.replace_many({
+            instance: {"allocations": _bare(moved["allocations"]), "project_id": project_id,
+                       "user_id": user_id,
+                       "consumer_generation": current.get("consumer_generation")},
+            migration: {"allocations": {}, "project_id": project_id, "user_id": user_id,
+                        "consumer_generation": moved.get("consumer_generation"),
+                        "consumer_type": MIGRATION},
+        })
     except ConflictError:
         return False
     return True

@@ -411,10 +411,14 @@ class FakePlacement:
             raise self._conflict("not enough capacity", "placement.undefined_code")
         for consumer, claim in claims.items():
             current = self.consumers.get(consumer)
+            if not claim["allocations"]:
+                self.consumers.pop(consumer, None)  # {} removes them, as Placement does
+                continue
             self.consumers[consumer] = {
                 "allocations": claim["allocations"],
                 "consumer_generation": (current["consumer_generation"] if current else 0) + 1,
-                "project_id": claim["project_id"], "user_id": claim["user_id"]}
+                "project_id": claim["project_id"], "user_id": claim["user_id"],
+                "consumer_type": claim.get("consumer_type", consumer_type)}
 
     def replace_allocations(self, consumer: str, allocations: dict[str, Any],
                             consumer_generation: int | None, project_id: str, user_id: str,
