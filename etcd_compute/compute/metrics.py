@@ -47,7 +47,15 @@ from prometheus_client import Counter, Gauge, Histogram
 
 from etcd_compute import messages
 from etcd_compute import metrics as common
-from etcd_compute.compute.pool import ACTION_KINDS, BUILD, CLEANUP, DESTROY, Job, pool_broke
+from etcd_compute.compute.pool import (
+    ACTION_KINDS,
+    BUILD,
+    CLEANUP,
+    DESTROY,
+    MOVE_KINDS,
+    Job,
+    pool_broke,
+)
 from etcd_compute.errors import ConfigError, EtcdComputeError, RequestError
 from etcd_compute.etcd import KeyValueStore
 from etcd_compute.instances import states
@@ -58,7 +66,7 @@ LOG = logging.getLogger("etcd_compute.compute")
 # Re-exported: the daemon's loops count their retries through this module.
 retried = common.retried
 
-KINDS = (BUILD, DESTROY, CLEANUP, *ACTION_KINDS)
+KINDS = (BUILD, DESTROY, CLEANUP, *ACTION_KINDS, *MOVE_KINDS)
 RESULTS = ("success", "failure", "cancelled")
 # An operator's action also ends refused: not allowed in its state, or not claimed.
 ACTION_RESULTS = (*RESULTS, "refused")

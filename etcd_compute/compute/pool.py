@@ -29,6 +29,8 @@ BUILD, DESTROY, CLEANUP = "build", "destroy", "cleanup"
 # An operator's actions run as jobs of the action's name.
 STOP, START, REBOOT, REBUILD, RESIZE = "stop", "start", "reboot", "rebuild", "resize"
 ACTION_KINDS = (STOP, START, REBOOT, REBUILD, RESIZE)
+# A move's steps (compute/moves.py).
+MOVE_KINDS = worker.MOVE_KINDS
 
 
 @dataclass

@@ -268,7 +268,10 @@ class ComputeService:
         if parsed is None or parsed[0] not in self.hosts:
             return
         if isinstance(event, pyetcd.events.DeleteEvent):
-            return  # we delete host keys ourselves when an instance is gone
+            # We delete host keys ourselves when an instance is gone; one handed to another
+            # host after a cold move leaves its stopped copy here to remove.
+            self.machine.moves.on_spec_gone(parsed[0], parsed[1])
+            return
         self.machine.on_spec(parsed[0], parsed[1], event.value, event.mod_revision)
 
     # ------------------------------------------------------------- reconcile

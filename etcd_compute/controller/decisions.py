@@ -43,6 +43,7 @@ from typing import Any
 from etcd_compute import claims, events, hosts, messages
 from etcd_compute.controller import metrics as controller_metrics
 from etcd_compute.controller.fencing import Fencing, Verdict
+from etcd_compute.controller.migrations import MoveSteps
 from etcd_compute.errors import ConflictError, EtcdComputeError, InvalidMessage, NoValidHost
 from etcd_compute.etcd import KeyValueStore, Txn
 from etcd_compute.instances import host as host_txn
@@ -102,6 +103,8 @@ class Controller:
         # Hosts without a heartbeat, since when (our clock).
         self.down_since: dict[str, float] = {}
         self.fencing = fencing or Fencing(settings.get("fencing"))
+        # Moves between hosts in flight (controller/migrations.py).
+        self.moves = MoveSteps(store, placement)
 
     # --- records --------------------------------------------------------------------------
 
@@ -109,6 +112,8 @@ class Controller:
         read = records.read_record(self.store, host, uuid)
         if read.state == states.RESCHEDULING:
             self.reschedule(host, uuid, read)
+        else:
+            self.moves.step(uuid)  # either end of a move (one read when none is in flight)
 
     def reschedule(self, host: str, uuid: str, read: records.RecordRead) -> str | None:
         """Move a build that failed on `host` to a live alternate; the new host, or None."""
@@ -195,6 +200,7 @@ class Controller:
 
     def on_record_gone(self, host: str, uuid: str) -> None:
         """The record left `host`: if the instance is known nowhere else, forget its keys."""
+        self.moves.step(uuid)
         location = records.locate(self.store, uuid)
         if location is not None and location["host"] == host:
             ownership.forget(self.store, uuid, host, location.get("group"))
@@ -270,6 +276,12 @@ class Controller:
         read = records.read_record(self.store, host, uuid)
         if read.state in (None, states.ERROR, states.DELETED):
             return "left"
+        if read.state in (states.INCOMING, states.MIGRATED):
+            # Not its home, or its guest left: the move's own steps decide (a hand-over).
+            self.moves.step(uuid)
+            return "left"
+        if read.state == states.MIGRATING:
+            self.moves.abandon(uuid, f"its host {host} died during the move")
         entry = self.store.get(self.keys.spec(host, uuid))
         try:
             spec = messages.decode(messages.INSTANCE_SPEC, entry.value) if entry else None
@@ -420,6 +432,7 @@ class Controller:
                     rescheduled += 1
         for host in {host for host, _ in held} - hosts.alive_hosts(self.store):
             self.on_alive(host, False)
+        self.moves.sweep()
         located = self.store.read_prefix(messages.INSTANCE_LOCATION, self.keys.locations())
         for uuid, location in located.items():
             if (location["host"], uuid) not in held and ownership.forget(

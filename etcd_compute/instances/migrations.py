@@ -242,12 +242,20 @@ def hand_over(store: KeyValueStore, migration_entry: Entry, migration: dict[str,
 
 
 def give_up(store: KeyValueStore, migration_entry: Entry,
-            there: tuple[Entry, dict[str, Any]] | None, why: str) -> int | None:
+            there: tuple[Entry, dict[str, Any]] | None, why: str,
+            stranded: RecordRead | None = None) -> int | None:
     """The move failed or was called off and the source runs the guest as before: the
     migration goes, and the destination (if it still has the instance's spec) is asked to
-    discard what it made ready."""
+    discard what it made ready. `stranded`: the source's MIGRATED record of a cold move the
+    destination could not finish: back to SHUTOFF with why (its guest is stopped there)."""
     ops: list[Any] = [Delete(migration_entry.key)]
     compares = [_same(migration_entry)]
+    if stranded is not None and stranded.record is not None:
+        record = stranded.record
+        compares.append(unchanged(store.keys.record(record["host"], record["uuid"]),
+                                  stranded.revision))
+        ops.append(record_put(store.keys, moved(record, SHUTOFF, error=why[:4096],
+                                                task=None)))
     if there is not None:
         entry, spec = there
         compares.append(_same(entry))

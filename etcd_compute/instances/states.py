@@ -92,8 +92,9 @@ TRANSITIONS: dict[str | None, frozenset[str]] = {
                         REBUILDING, RESIZING, MIGRATING}),
     **{state: _ENDS_OF_AN_ACTION for state in TRANSIENT},
     MIGRATING: _ENDS_OF_AN_ACTION | {MIGRATED},
-    # Handed over (its record leaves with it), or its host died meanwhile.
-    MIGRATED: frozenset({SCHEDULED, ERROR, DELETING, DELETED}),
+    # Handed over (its record leaves with it), or its host died meanwhile; SHUTOFF: a cold
+    # move whose destination could not define it (the guest stopped here, as it was sent).
+    MIGRATED: frozenset({SCHEDULED, SHUTOFF, ERROR, DELETING, DELETED}),
     # The hand-over ends it as the instance was; a destroy, or its host's death.
     INCOMING: frozenset({INCOMING, ACTIVE, SHUTOFF, ERROR, DELETING, DELETED}),
     ERROR: frozenset({ERROR, DELETING, DELETED}),
