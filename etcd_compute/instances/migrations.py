@@ -196,10 +196,11 @@ def _figures_text(figures: dict[str, Any]) -> str:
         parts.append(f"{figures['seconds']:.1f} s")
     if figures.get("downtime_ms") is not None:
         parts.append(f"downtime {figures['downtime_ms']} ms")
-    if figures.get("data_total"):
-        parts.append(f"{figures['data_total'] / 2**20:.0f} MiB of memory")
-    if figures.get("disk_total"):
-        parts.append(f"{figures['disk_total'] / 2**20:.0f} MiB of disk")
+    for key, what in (("data_total", "of memory"), ("disk_total", "of disk")):
+        amount = figures.get(key)
+        if amount:
+            mib = amount / 2**20
+            parts.append(f"{mib:.0f} MiB {what}" if mib >= 10 else f"{mib:.1f} MiB {what}")
     return ", ".join(parts) or "moved"
 
 
