@@ -151,3 +151,25 @@ def test_a_move_is_refused_without_a_controller_and_to_a_host_that_is_down(
     assert refused.code == 2 and "needs the controller" in refused.stderr
     assert held_by(placement, spec["uuid"]) == {rp_of(a)}
     assert migrations.read(store, spec["uuid"]) == (None, None)
+
+
+def test_a_drain_moves_every_instance_live_or_cold_and_keeps_each_as_it_was(
+        two_hosts, store, placement, run_schedule):
+    hosts = two_hosts
+    running = [active_on(store, placement, hosts["a"]) for _ in range(2)]
+    stopped = make_spec(rp_of(hosts["a"]), stopped=True)
+    claim_and_send(store, placement, stopped)
+    wait_state(store, stopped["uuid"], "SHUTOFF")
+    name = hosts["a"]["compute"]["name"]
+    drained = run_schedule("host", "drain", name, timeout=120)
+    assert drained.code == 0, drained.stderr
+    assert drained.stdout.splitlines()[-1] == "DRAINED 3 moved, 0 error, 0 left, 0 gone", \
+        drained.stdout
+    assert drained.stdout.count("moving live to host-b") == 2
+    assert drained.stdout.count("moving cold to host-b") == 1
+    for spec in running:
+        assert records.find(store, spec["uuid"])[1].state == "ACTIVE"
+        only_copy_on(hosts, "b", spec["uuid"], placement, store)
+    assert records.find(store, stopped["uuid"])[1].state == "SHUTOFF"
+    only_copy_on(hosts, "b", stopped["uuid"], placement, store)
+    assert placement.get_usages(rp_of(hosts["a"]))["VCPU"] == 0
