@@ -20,7 +20,8 @@ halt here is logged before its run there (no overlap, as libvirt's switch);
 cold, it is stopped here, copied there, and defined there by `finish_incoming`
 while it stays here until destroyed. A live move takes `action_seconds`, can be
 cancelled meanwhile (`abort_migration`), and fails ("migrate" in fail_actions)
-leaving the guest here.
+leaving the guest here; a destination with "incoming" in fail_actions cannot make
+room (a host that said it had room and had none).
 """
 
 from __future__ import annotations
@@ -62,6 +63,10 @@ class FakeMoves:
         uuid = spec["uuid"]
         if self._path(uuid).exists():
             raise BuildError(f"instance {uuid} already has a guest on this host")
+        if "incoming" in self.fail_actions:
+            # A host whose inventory said it had room, and had none.
+            raise BuildError("fake hypervisor has no room for it after all "
+                             "(driver.fake.fail_actions)")
         _check_image(spec.get("image", {}).get("url", ""))
         self._marker(uuid, "incoming").write_text(json.dumps({"host": spec["host"]}))
         return {"address": "127.0.0.1", "instance_dir": str(self.root), "base_sha256": None,

@@ -173,3 +173,29 @@ def test_a_drain_moves_every_instance_live_or_cold_and_keeps_each_as_it_was(
     assert records.find(store, stopped["uuid"])[1].state == "SHUTOFF"
     only_copy_on(hosts, "b", stopped["uuid"], placement, store)
     assert placement.get_usages(rp_of(hosts["a"]))["VCPU"] == 0
+
+
+def test_a_destination_with_no_room_after_all_leaves_it_where_it_was(
+        placement, start_compute, start_controller, compute_config, host_config,
+        schedule_config, store, run_schedule):
+    """A host whose inventory said it had room, and had none when the guest came."""
+    a = host_config("host-a")
+    b = host_config("host-b", driver={"fake": {"fail_actions": ["incoming"]}})
+    start_controller(fast_controller(schedule_config))
+    start_compute(a, name="host-a")
+    start_compute(b, name="host-b")
+    for config in (a, b):
+        wait_for(lambda c=config: store.get(store.keys.alive(rp_of(c))), 30, what="heartbeats")
+    wait_for(lambda: store.get(store.keys.leader()), 20, what="a controller to lead")
+    spec = active_on(store, placement, a)
+    uuid = spec["uuid"]
+    refused = run_schedule("migrate", uuid, "--live", "--wait", timeout=90)
+    assert refused.code == 1
+    assert refused.stderr.strip().splitlines() == [
+        f"schedule.py: error: move of {uuid} failed: move called off: the destination: "
+        "the destination could not make room for it: fake hypervisor has no room for it "
+        "after all (driver.fake.fail_actions)"], refused.stderr
+    assert records.find(store, uuid)[1].state == "ACTIVE"
+    wait_for(lambda: store.get_prefix(store.keys.host(rp_of(b)))[0] == [], 30,
+             what="the destination to discard what it made ready")
+    only_copy_on({"a": a, "b": b}, "a", uuid, placement, store)
