@@ -8,10 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import ipaddress
-import os
-import signal
 import subprocess
-import sys
 import threading
 import time
 import uuid as uuidlib
@@ -19,13 +16,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from etcd_compute.config import deep_merge
-from etcd_compute.mdserver.supervisor import stop_mdserver
-from tests.support import REPO, make_spec, wait_for
+from tests.support import make_spec
 from tests.virt.conftest import GUEST_CACHE, VM_TEST_ROOT
-from tools.local_services.hypervisors import GUEST_CIDR, Hypervisors
-from tools.local_services.process import stop_pid
-from tools.local_services.proxy import CuttableProxy
+from tools.local_services.hypervisors import GUEST_CIDR, ComputeHosts, Hypervisors  # noqa: F401
 
 RESOURCES = {"VCPU": 1, "MEMORY_MB": 128, "DISK_GB": 1}
 
@@ -141,95 +134,6 @@ def qemu_pids(root: Path) -> list[int]:
     found = subprocess.run(["pgrep", "-f", f"qemu-system.*{root}"], capture_output=True,
                            text=True, check=False)
     return [int(pid) for pid in found.stdout.split()]
-
-
-class ComputeHosts:
-    """compute.py daemons on the hypervisor hosts, each inside its network namespace, as a
-    real host runs it: its own libvirtd (TLS for its peers), its metadata server, etcd and
-    Placement reached through forwarders (its endpoints, and the certificates naming them,
-    stay 127.0.0.1). `config(name)` is what compute.py gets there; `start(name)` runs it."""
-
-    def __init__(self, hosts: Hypervisors, host_config: Any, write_yaml: Any, logs: Path):
-        self.hosts, self.write_yaml, self.logs = hosts, write_yaml, logs
-        self.configs: dict[str, dict[str, Any]] = {}
-        self.daemons: dict[str, subprocess.Popen[bytes]] = {}
-        self._forwarders: list[subprocess.Popen[bytes]] = []
-        self._proxies: list[CuttableProxy] = []
-        for name in hosts.hosts:
-            self._add(name, host_config)
-
-    def _add(self, name: str, host_config: Any) -> None:
-        host = self.hosts[name]
-        config = host_config(f"host-{name}")
-        for service in ("etcd", "placement"):
-            endpoint = (config["etcd"]["endpoints"][0] if service == "etcd"
-                        else config["placement"]["endpoint"])
-            address, port = endpoint.split("://")[-1].rstrip("/").rsplit(":", 1)
-            if not any(p.port == int(port) for p in self._proxies):
-                self._proxies.append(CuttableProxy(address, int(port), int(port),
-                                                   self.hosts.net.gateway).start())
-            self._forwarders.append(subprocess.Popen(
-                self.hosts.net.run_in(host.space, [
-                    sys.executable, "-m", "tools.local_services.proxy", f"127.0.0.1:{port}",
-                    f"{self.hosts.net.gateway}:{port}"]),
-                cwd=REPO, stdin=subprocess.DEVNULL))
-            wait_for(lambda p=int(port), h=host: _listening(self.hosts.net.run_in(h.space, []),
-                                                            p), 30,
-                     what=f"the {service} forwarder in host {name}'s namespace")
-        here = self.hosts.root / name
-        here.mkdir(parents=True, exist_ok=True, mode=0o711)
-        mdserver_conf = here / "mdserver.conf"
-        settings = host.config["driver"]["libvirt"]
-        mdserver_conf.write_text(
-            "[mdserver]\n"
-            f"instances_dir = {host.instances_dir}\n"
-            f"network = {settings['network']}\n"
-            f"libvirt_uri = {settings['uri']}\n"
-            f"log_file = {here / 'mdserver.log'}\n")
-        self.configs[name] = deep_merge(config, {
-            "compute": {key: host.config["compute"][key] for key in ("state_dir",
-                                                                     "instances_dir")}
-            | {"job_timeout_seconds": 240},
-            "driver": {"name": "libvirt", "libvirt": {
-                **settings, "mdserver_config": str(mdserver_conf)}},
-        })
-
-    def rp(self, name: str) -> str:
-        return self.configs[name]["compute"]["uuid"]
-
-    def start(self, name: str) -> subprocess.Popen[bytes]:
-        path = self.write_yaml(f"host-{name}.yaml", self.configs[name])
-        with open(self.logs / f"host-{name}.log", "ab") as log:
-            process = subprocess.Popen(
-                self.hosts.net.run_in(self.hosts[name].space, [
-                    sys.executable, str(REPO / "compute.py"), "--config", str(path)]),
-                cwd=REPO, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                start_new_session=True)
-        self.daemons[name] = process
-        return process
-
-    def kill9(self, name: str) -> None:
-        """The compute daemon only (its guests run on, its libvirtd answers)."""
-        process = self.daemons.pop(name)
-        os.kill(process.pid, signal.SIGKILL)
-        process.wait()
-
-    def close(self) -> None:
-        for process in self.daemons.values():
-            stop_pid(process.pid)
-        for name in self.configs:
-            with contextlib.suppress(Exception):
-                stop_mdserver(self.configs[name])
-        for process in self._forwarders:
-            stop_pid(process.pid)
-        for proxy in self._proxies:
-            proxy.stop()
-
-
-def _listening(prefix: list[str], port: int) -> bool:
-    done = subprocess.run([*prefix, "ss", "-Hltn", f"sport = :{port}"], capture_output=True,
-                          text=True, check=False)
-    return bool(done.stdout.strip())
 
 
 class LineClock:

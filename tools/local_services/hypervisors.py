@@ -18,17 +18,22 @@ and the peers' over TLS through the bridge. Each guest network's bridge has a
 name of this run's (`ecg<net id><n>`), defined here before any driver looks: the
 driver's `ip` commands, run in the root namespace, find no such bridge there and
 change nothing of the machine's. `root` must be traversable by qemu's user
-(not a 0700 temporary directory). Used by tests/virt and bench/migration.py.
+(not a 0700 temporary directory). `ComputeHosts` runs compute.py on them. Used by
+tests/virt and bench/migration.py.
 """
 
 from __future__ import annotations
 
 import contextlib
 import grp
+import os
 import shutil
+import signal
+import subprocess
+import sys
 import uuid as uuidlib
 import xml.etree.ElementTree as ET
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -37,10 +42,13 @@ import libvirt
 
 from etcd_compute.config import COMPUTE_DEFAULTS, deep_merge
 from etcd_compute.drivers.libvirt import LibvirtDriver
+from etcd_compute.mdserver.supervisor import stop_mdserver
 from etcd_compute.pki import Pki
 from etcd_compute.virt import network
 from tools.local_services.netns import Host, TestNetwork, ip
 from tools.local_services.private_libvirt import LibvirtTls, PrivateLibvirtd
+from tools.local_services.process import REPO, stop_pid, wait_until
+from tools.local_services.proxy import CuttableProxy
 
 GUEST_NETWORK = "etcd-compute-mig"
 GUEST_CIDR = "192.168.126.0/24"
@@ -175,3 +183,93 @@ class Hypervisors:
             self.root.parent.rmdir()  # only when no other run is using it
 
 
+class ComputeHosts:
+    """compute.py daemons on the hypervisor hosts, each inside its network namespace, as a
+    real host runs it: its own libvirtd (TLS for its peers), its metadata server, etcd and
+    Placement reached through forwarders (its endpoints, and the certificates naming them,
+    stay 127.0.0.1). `config(name)` is what compute.py gets there; `start(name)` runs it."""
+
+    def __init__(self, hosts: Hypervisors, host_config: Callable[[str], dict[str, Any]],
+                 write_yaml: Callable[[str, dict[str, Any]], Path], logs: Path):
+        """`host_config(name)`: a compute config with its etcd and Placement (endpoints on
+        127.0.0.1) and credentials; `write_yaml(file name, config)`: where it is written."""
+        self.hosts, self.write_yaml, self.logs = hosts, write_yaml, logs
+        self.configs: dict[str, dict[str, Any]] = {}
+        self.daemons: dict[str, subprocess.Popen[bytes]] = {}
+        self._forwarders: list[subprocess.Popen[bytes]] = []
+        self._proxies: list[CuttableProxy] = []
+        for name in hosts.hosts:
+            self._add(name, host_config)
+
+    def _add(self, name: str, host_config: Callable[[str], dict[str, Any]]) -> None:
+        host = self.hosts[name]
+        config = host_config(f"host-{name}")
+        for service in ("etcd", "placement"):
+            endpoint = (config["etcd"]["endpoints"][0] if service == "etcd"
+                        else config["placement"]["endpoint"])
+            address, port = endpoint.split("://")[-1].rstrip("/").rsplit(":", 1)
+            if not any(p.port == int(port) for p in self._proxies):
+                self._proxies.append(CuttableProxy(address, int(port), int(port),
+                                                   self.hosts.net.gateway).start())
+            self._forwarders.append(subprocess.Popen(
+                self.hosts.net.run_in(host.space, [
+                    sys.executable, "-m", "tools.local_services.proxy", f"127.0.0.1:{port}",
+                    f"{self.hosts.net.gateway}:{port}"]),
+                cwd=REPO, stdin=subprocess.DEVNULL))
+            wait_until(lambda p=int(port), h=host: _listening(
+                self.hosts.net.run_in(h.space, []), p), 30,
+                f"the {service} forwarder in host {name}'s namespace")
+        here = self.hosts.root / name
+        here.mkdir(parents=True, exist_ok=True, mode=0o711)
+        mdserver_conf = here / "mdserver.conf"
+        settings = host.config["driver"]["libvirt"]
+        mdserver_conf.write_text(
+            "[mdserver]\n"
+            f"instances_dir = {host.instances_dir}\n"
+            f"network = {settings['network']}\n"
+            f"libvirt_uri = {settings['uri']}\n"
+            f"log_file = {here / 'mdserver.log'}\n")
+        self.configs[name] = deep_merge(config, {
+            "compute": {key: host.config["compute"][key] for key in ("state_dir",
+                                                                     "instances_dir")}
+            | {"job_timeout_seconds": 240},
+            "driver": {"name": "libvirt", "libvirt": {
+                **settings, "mdserver_config": str(mdserver_conf)}},
+        })
+
+    def rp(self, name: str) -> str:
+        return self.configs[name]["compute"]["uuid"]
+
+    def start(self, name: str) -> subprocess.Popen[bytes]:
+        path = self.write_yaml(f"host-{name}.yaml", self.configs[name])
+        with open(self.logs / f"host-{name}.log", "ab") as log:
+            process = subprocess.Popen(
+                self.hosts.net.run_in(self.hosts[name].space, [
+                    sys.executable, str(REPO / "compute.py"), "--config", str(path)]),
+                cwd=REPO, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                start_new_session=True)
+        self.daemons[name] = process
+        return process
+
+    def kill9(self, name: str) -> None:
+        """The compute daemon only (its guests run on, its libvirtd answers)."""
+        process = self.daemons.pop(name)
+        os.kill(process.pid, signal.SIGKILL)
+        process.wait()
+
+    def close(self) -> None:
+        for process in self.daemons.values():
+            stop_pid(process.pid)
+        for name in self.configs:
+            with contextlib.suppress(Exception):
+                stop_mdserver(self.configs[name])
+        for process in self._forwarders:
+            stop_pid(process.pid)
+        for proxy in self._proxies:
+            proxy.stop()
+
+
+def _listening(prefix: list[str], port: int) -> bool:
+    done = subprocess.run([*prefix, "ss", "-Hltn", f"sport = :{port}"], capture_output=True,
+                          text=True, check=False)
+    return bool(done.stdout.strip())
