@@ -56,8 +56,8 @@ def test_a_spec_whose_resources_differ_from_its_claim_is_refused(start_compute,
     bigger = {**spec, "resources": {**spec["resources"], "MEMORY_MB": 2048}}
     store.put(messages.INSTANCE_SPEC, store.keys.spec(spec["host"], spec["uuid"]), bigger)
     failed = wait_state(store, spec["uuid"], "ERROR")
-    assert "the spec asks for DISK_GB:1,MEMORY_MB:2048,VCPU:1 but the claim holds" in \
-        failed["error"]
+    assert "the spec asks for DISK_GB:1,MEMORY_MB:2048,VCPU:1 but Placement holds " \
+        "DISK_GB:1,MEMORY_MB:64,VCPU:1 for it here" in failed["error"]
     assert_nothing_left(store, placement, compute_config, spec)
 
 

@@ -19,10 +19,11 @@ import pytest
 
 from etcd_compute import messages
 from etcd_compute.compute import worker
+from etcd_compute.compute.checks import ClaimChecks
 from etcd_compute.compute.consoles import Consoles
 from etcd_compute.compute.identity import HostIdentity
 from etcd_compute.compute.machine import InstanceMachine
-from etcd_compute.compute.pool import BUILD, CLEANUP
+from etcd_compute.compute.pool import BUILD, CHECK, CLEANUP
 from etcd_compute.config import COMPUTE_DEFAULTS, deep_merge
 from etcd_compute.instances import actions as action_txn
 from etcd_compute.instances import records, scheduling
@@ -55,7 +56,9 @@ class Host:
         self.machine = InstanceMachine(self.store, self.placement, self.pool, self.consoles,
                                        {self.rp: HostIdentity(self.rp, "host-a")},
                                        self.config["compute"], self.loop.post, self.stopping,
-                                       later=lambda s, f, *a: self.delayed.append((s, f, a)))
+                                       later=lambda s, f, *a: self.delayed.append((s, f, a)),
+                                       # Claims checked as pool jobs: run when the test says.
+                                       claim_checks=ClaimChecks(self.placement, self.pool))
         self.keys = self.store.keys
 
     def spec(self, **extra: Any) -> dict[str, Any]:
@@ -86,6 +89,19 @@ class Host:
 
     def settle(self) -> None:
         self.loop.drain(self.pool)
+
+    def until_jobs(self, kind: str) -> None:
+        """Run events and pool jobs, one at a time, until every job in flight is a `kind`
+        (a build: its claim checked and its image fetched)."""
+        for _ in range(1000):
+            if self.machine.jobs and all(j.kind == kind for j in self.machine.jobs.values()):
+                return
+            if self.loop.queue:
+                handler, args = self.loop.queue.pop(0)
+                handler(*args)
+            else:
+                assert self.pool.run_next(), f"no {kind} job came"
+        raise AssertionError(f"no {kind} job came")
 
     def record(self, uuid: str) -> dict[str, Any] | None:
         return records.read_record(self.store, self.rp, uuid).record
@@ -123,7 +139,11 @@ def test_spec_builds_to_active_with_ip_booted_key_and_console(host):
 def test_a_redelivered_spec_changes_nothing(host):
     spec = host.spec()
     host.send(spec)
-    host.deliver(spec["uuid"])  # while building: the job is in flight
+    pending = len(host.pool.pending)  # its claim check and its image fetch
+    host.deliver(spec["uuid"])  # while checking: the job is in flight
+    assert len(host.pool.pending) == pending
+    host.until_jobs(BUILD)
+    host.deliver(spec["uuid"])  # while building
     assert len(host.pool.pending) == 1
     host.settle()
     writes = len(host.store.committed)
@@ -147,6 +167,7 @@ def test_a_hosts_life_of_an_instance_writes_only_its_own_keys(host):
         before = len(host.store.committed)
         host.deliver(uuid)
         if fault is not None:
+            host.until_jobs(BUILD)
             host.pool.fail_next(fault)
         host.settle()
         written.extend(op.key for txn in host.store.committed[before:] for op in txn.success)
@@ -249,11 +270,13 @@ def test_an_unreadable_record_is_rewritten_by_the_build(host, caplog):
 def test_a_build_interrupted_by_a_restart_is_resumed_without_a_new_write(host):
     spec = host.spec()
     host.send(spec)
+    host.until_jobs(BUILD)
     host.machine.jobs.clear()  # the daemon died; the record says BUILDING here
     host.pool.pending.clear()
     writes = len(host.store.committed)
     host.deliver(spec["uuid"])
-    assert len(host.store.committed) == writes and host.machine.jobs[spec["uuid"]].kind == BUILD
+    # Its claim is checked again before the build goes on.
+    assert len(host.store.committed) == writes and host.machine.jobs[spec["uuid"]].kind == CHECK
     host.settle()
     assert host.record(spec["uuid"])["state"] == "ACTIVE"
 
@@ -292,6 +315,7 @@ def test_a_job_cut_by_a_broken_pool_runs_once_more(host):
 def test_a_build_that_times_out_or_whose_worker_dies_ends_in_error(host, exc, reason):
     spec = host.spec()
     host.send(spec)
+    host.until_jobs(BUILD)
     host.pool.fail_next(exc)
     host.settle()
     record = host.record(spec["uuid"])
@@ -320,7 +344,8 @@ def test_a_claim_moved_away_for_a_moment_is_waited_for_then_built(host):
     host.placement.claim(spec["uuid"], {other: {"resources": spec["resources"]}}, "p", "u")
     scheduling.schedule(host.store, [(spec, "host-a")])
     host.deliver(spec["uuid"])
-    assert host.record(spec["uuid"])["state"] == "SCHEDULED"
+    host.settle()
+    assert host.record(spec["uuid"])["state"] == "BUILDING" and host.driver_holds() == set()
     assert host.store.get(host.keys.spec(host.rp, spec["uuid"])) is not None
     [(seconds, again, args)] = host.delayed
     assert seconds > 0
