@@ -222,6 +222,9 @@ class InstanceMachine:
         """A build's claim check (and image fetch) ended: build, look again, or refuse into
         ERROR with the reason (through a cleanup: a resumed build may have left parts)."""
         spec, uuid, log = job.spec, job.uuid, instance_log(job.uuid)
+        if job.future.cancelled():
+            self.reread_later(spec)  # not by a destroy (that is handled before): again
+            return
         exc = job.future.exception()
         if isinstance(exc, ServiceUnavailable):
             log.warning("claim not checked (%s); trying again in %g s", exc,
