@@ -62,6 +62,10 @@ PLACEMENT_DEFAULTS: dict[str, Any] = {
 
 LOGGING_DEFAULTS: dict[str, Any] = {"level": "INFO"}
 
+# A DELETED record's life, after which etcd drops it and every key of the instance goes
+# with it (the hosts write it; the operator's side when it finishes a destroy itself).
+DELETED_RECORD_TTL = 3600
+
 COMPUTE_DEFAULTS: dict[str, Any] = {
     "etcd": ETCD_DEFAULTS,
     "placement": PLACEMENT_DEFAULTS,
@@ -84,7 +88,7 @@ COMPUTE_DEFAULTS: dict[str, Any] = {
         "job_timeout_seconds": 900,
         "shutdown_timeout_seconds": 30,
         # How long the DELETED status record stays readable before etcd drops it.
-        "deleted_record_ttl": 3600,
+        "deleted_record_ttl": DELETED_RECORD_TTL,
         "traits": [],
         "aggregates": [],
         # Prometheus metrics on HOST:PORT (an IP address); null: off. See metrics.py for
@@ -196,6 +200,9 @@ SCHEDULE_DEFAULTS: dict[str, Any] = {
         # instances. The host itself powers its guests off before its lease can expire
         # (compute.fence_margin_seconds); this is extra margin on top.
         "host_failure_grace_seconds": 10,
+        # How long the DELETED record of an instance destroyed from here (its host down)
+        # stays readable: as the hosts' compute.deleted_record_ttl.
+        "deleted_record_ttl": DELETED_RECORD_TTL,
         # etcd's --max-txn-ops (default 128): one request's specs, records and group
         # members go in one transaction, which bounds --count (42, or 32 with a group).
         "etcd_max_txn_ops": 128,

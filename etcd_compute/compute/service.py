@@ -36,6 +36,7 @@ import pyetcd.events
 
 from etcd_compute.compute import metrics as compute_metrics
 from etcd_compute.compute import worker
+from etcd_compute.compute.checks import ClaimChecks, ThreadRunner
 from etcd_compute.compute.consoles import CONSOLE_REFRESH_SECONDS, Consoles
 from etcd_compute.compute.fencing import Fencer, Gate
 from etcd_compute.compute.heartbeat import Heartbeat
@@ -86,9 +87,12 @@ class ComputeService:
             on_unfence=lambda: self.post(self.unfence),
             timing=heartbeat_timing(self.settings, config["etcd"]))
         self.consoles = Consoles(self.store, self.pool, self.post)
+        # Builds' claims are checked in a thread of their own, beside the image fetch, with
+        # a Placement session of their own.
+        self.claim_checks = ClaimChecks(PlacementClient(config["placement"]), ThreadRunner())
         self.machine = InstanceMachine(self.store, self.placement, self.pool, self.consoles,
                                        self.hosts, self.settings, self.post, self.stopping,
-                                       self.gate)
+                                       self.gate, claim_checks=self.claim_checks)
         self.power = PowerSync(self.store, self.hosts, self.consoles, self.gate,
                                busy=lambda uuid: uuid in self.machine.jobs,
                                settled_at=lambda uuid: self.machine.settled.get(uuid, 0.0))
@@ -198,6 +202,7 @@ class ComputeService:
             except EtcdComputeError as exc:
                 LOG.warning("could not disable provider %s: %s", host.uuid, exc)
         self.power.stop()
+        self.claim_checks.stop()
         self.heartbeat.revoke()
         self.pool.stop()
         self.store.close()

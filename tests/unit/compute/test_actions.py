@@ -331,3 +331,48 @@ def test_a_drained_active_instance_that_was_stopped_is_handed_over_stopped(host)
     handed, _ = host.store.read(messages.INSTANCE_SPEC, entry.key)
     assert host.record(spec["uuid"])["state"] == "RESCHEDULING" and handed["stopped"] is True
     assert last_event(host, spec["uuid"])["action"] == "evacuate"
+
+
+# ----------------------------------------------------------------- the claim, checked first
+
+
+def test_an_action_on_an_instance_whose_claim_is_gone_is_refused_and_changes_nothing(host):
+    spec = active(host)
+    host.placement.delete_allocations(spec["uuid"])  # freed behind the host's back
+    ask(host, spec, "reboot", hard=True)
+    host.settle()
+    assert host.record(spec["uuid"])["state"] == "ACTIVE"
+    event = last_event(host, spec["uuid"])
+    assert (event["result"], event["error"]) == (
+        "refused", "Placement holds no claim for this instance")
+    assert guest_log(host, spec["uuid"]) == ["run"]  # never rebooted
+
+
+def test_an_action_whose_claim_is_split_with_another_host_is_refused(host):
+    spec = active(host)
+    other = "11111111-2222-4333-8444-555555555555"
+    host.placement.ensure_provider(other, "host-b")
+    host.placement.set_inventory(other, {"MEMORY_MB": {"total": 4096}})
+    generation = host.placement.get_allocations(spec["uuid"])["consumer_generation"]
+    host.placement.claim(spec["uuid"], {host.rp: {"resources": {"VCPU": 1, "DISK_GB": 1}},
+                                        other: {"resources": {"MEMORY_MB": 64}}}, "p", "u",
+                         consumer_generation=generation)
+    ask(host, spec, "rebuild", image={"url": "file:///dev/zero", "sha256": None})
+    host.settle()
+    assert "split between this host" in last_event(host, spec["uuid"])["error"]
+    assert fake(host, spec["uuid"])["image"] == spec["image"]["url"]  # no new disk
+
+
+def test_an_action_resumed_after_a_restart_without_its_claim_ends_in_error_unrun(host):
+    spec = active(host)
+    ask(host, spec, "stop")
+    host.machine.jobs.clear()  # the daemon died with the stop in flight
+    host.pool.pending.clear()
+    host.placement.delete_allocations(spec["uuid"])  # freed while it was down
+    host.deliver(spec["uuid"])  # the next start's reconcile
+    host.settle()
+    assert host.record(spec["uuid"])["state"] == "ACTIVE"  # where it started, not run
+    event = last_event(host, spec["uuid"])
+    assert (event["action"], event["result"]) == ("stop", "error")
+    assert event["error"] == "refused: Placement holds no claim for this instance"
+    assert guest_log(host, spec["uuid"]) == ["run"]

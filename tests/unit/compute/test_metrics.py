@@ -20,7 +20,7 @@ from prometheus_client import REGISTRY
 
 from etcd_compute.compute import metrics as cm
 from etcd_compute.compute.identity import HostIdentity
-from etcd_compute.compute.pool import BUILD, CLEANUP, DESTROY, Job
+from etcd_compute.compute.pool import BUILD, CHECK, CLEANUP, DESTROY, Job
 from etcd_compute.config import COMPUTE_DEFAULTS, deep_merge
 from etcd_compute.errors import BuildError, ConfigError, EtcdUnavailable, RequestError
 from etcd_compute.instances import records, states
@@ -161,6 +161,8 @@ def test_the_machine_counts_each_build_and_its_failure_once(tmp_path):
     good, bad = host.spec(), host.spec(image="file:///no/such/image")
     host.send(good)
     host.send(bad)
+    assert cm.jobs_of_kind(host.machine.jobs, CHECK) == 2
+    host.until_jobs(BUILD)
     assert cm.jobs_of_kind(host.machine.jobs, BUILD) == 2
     host.settle()
     assert host.record(good["uuid"])["state"] == "ACTIVE"
@@ -173,7 +175,7 @@ def test_the_machine_counts_each_build_and_its_failure_once(tmp_path):
 
 def test_jobs_of_kind_counts_the_machines_jobs_by_kind():
     jobs = {"a": job(BUILD), "b": job(DESTROY), "c": job(BUILD)}
-    assert [cm.jobs_of_kind(jobs, kind) for kind in cm.KINDS] == [2, 1, 0, 0, 0, 0, 0, 0]
+    assert [cm.jobs_of_kind(jobs, kind) for kind in cm.KINDS] == [2, 1, 0, 0, 0, 0, 0, 0, 0]
 
 
 # --- the watch ------------------------------------------------------------------------------

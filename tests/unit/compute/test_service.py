@@ -9,6 +9,7 @@ from __future__ import annotations
 import queue
 import threading
 import uuid as uuidlib
+from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -20,6 +21,7 @@ from etcd_compute import messages
 from etcd_compute.compute import service as service_module
 from etcd_compute.compute import worker
 from etcd_compute.compute.identity import HostIdentity
+from etcd_compute.compute.pool import BUILD, CHECK
 from etcd_compute.compute.service import ComputeService
 from etcd_compute.config import COMPUTE_DEFAULTS, deep_merge
 from etcd_compute.errors import PlacementUnavailable
@@ -49,6 +51,8 @@ class Daemon:
         monkeypatch.setattr(service_module, "Store", lambda _settings: self.store)
         monkeypatch.setattr(service_module, "PlacementClient", lambda _settings: self.placement)
         monkeypatch.setattr(service_module, "WorkerPool", lambda _config: self.pool)
+        # Claims are checked as pool jobs here, run when the test runs the pool.
+        monkeypatch.setattr(service_module, "ThreadRunner", lambda: self.pool)
         for host in self.hosts:
             self.placement.ensure_provider(host.uuid, host.name)
             self.placement.set_inventory(host.uuid, INVENTORY)
@@ -74,6 +78,19 @@ class Daemon:
             self.service.dispatch(handler, args)
         raise AssertionError("the loop did not settle")
 
+    def run_until(self, condition: Callable[[], bool]) -> None:
+        """Run the loop's events and pool jobs, one at a time, until `condition` holds."""
+        for _ in range(1000):
+            if condition():
+                return
+            try:
+                handler, args = self.service.events.get_nowait()
+            except queue.Empty:
+                assert self.pool.run_next(), "nothing left to run"
+                continue
+            self.service.dispatch(handler, args)
+        raise AssertionError("the condition never held")
+
     def state(self, uuid: str, rp: str | None = None) -> str | None:
         return records.read_record(self.store, rp or self.rp, uuid).state
 
@@ -97,7 +114,9 @@ def test_a_spec_of_ours_starts_its_build(daemon):
     spec = daemon.schedule()
     entry = daemon.store.get(daemon.keys.spec(daemon.rp, spec["uuid"]))
     daemon.service.on_watch_event(put_event(entry.key, entry.value, entry.mod_revision))
-    assert daemon.state(spec["uuid"]) == states.BUILDING and len(daemon.pool.pending) == 1
+    # BUILDING at once; the claim check and the image fetch run before the build.
+    assert daemon.state(spec["uuid"]) == states.BUILDING and len(daemon.pool.pending) == 2
+    assert daemon.service.machine.jobs[spec["uuid"]].kind == CHECK
     daemon.settle()
     assert daemon.state(spec["uuid"]) == states.ACTIVE
 
@@ -286,6 +305,7 @@ def test_shutdown_lets_jobs_finish_then_leaves_the_hosts_unschedulable(tmp_path,
     daemon = Daemon(tmp_path, monkeypatch, hosts=2)
     spec = daemon.schedule()
     daemon.service.reconcile()
+    daemon.run_until(lambda: daemon.service.machine.jobs[spec["uuid"]].kind == BUILD)
     finish = threading.Timer(0.1, daemon.pool.run_next)  # the build ends during shutdown
     finish.start()
     daemon.service.shutdown()
@@ -294,6 +314,18 @@ def test_shutdown_lets_jobs_finish_then_leaves_the_hosts_unschedulable(tmp_path,
     for host in daemon.hosts:
         assert "COMPUTE_STATUS_DISABLED" in daemon.placement.get_traits(host.uuid)
     assert daemon.pool.stopped and daemon.store.closed
+
+
+def test_a_claim_checked_during_shutdown_starts_no_build(daemon):
+    spec = daemon.schedule()
+    daemon.service.reconcile()
+    finish = threading.Timer(0.1, lambda: (daemon.pool.run_next(), daemon.pool.run_next()))
+    finish.start()  # the claim check and the image fetch end during shutdown
+    daemon.service.stop()
+    daemon.service.shutdown()
+    finish.join()
+    assert daemon.state(spec["uuid"]) == states.BUILDING  # the next start resumes it
+    assert daemon.pool.pending == [] and worker.list_instances() == set()
 
 
 def test_shutdown_does_not_wait_for_a_job_past_its_timeout(daemon, caplog):
