@@ -24,6 +24,7 @@ import itertools
 import math
 import queue
 import threading
+import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -123,20 +124,30 @@ class FakeClock(Clock):
     def waiters(self, count: int, timeout: float = SETTLE) -> None:
         """Until `count` threads wait on the clock (threads just started reach their
         first wait)."""
-        with self._cond:
-            if not self._cond.wait_for(lambda: len(self._quiet()) >= count, timeout):
-                raise AssertionError(f"{len(self._waiting)} thread(s) wait on the clock, "
-                                     f"not {count}")
+        if not self._poll(lambda: len(self._quiet()) >= count, timeout):
+            raise AssertionError(f"{len(self._waiting)} thread(s) wait on the clock, "
+                                 f"not {count}")
 
     def settle(self) -> None:
         """Until every thread that waits on this clock waits again (or ended)."""
         me = threading.current_thread()
-        with self._cond:
-            if not self._cond.wait_for(lambda: not self._busy(me), SETTLE):
+        if not self._poll(lambda: not self._busy(me), SETTLE):
+            with self._cond:
                 raise AssertionError(
                     "thread(s) did not wait on the clock again: "
                     f"{', '.join(t.name for t in self._busy(me))} (waiting for something "
                     "else: a real timer, a lock?)")
+
+    def _poll(self, condition: Callable[[], bool], timeout: float) -> bool:
+        """Whether `condition` (read under the lock) holds within `timeout` real seconds.
+        Polled: a thread that ends tells nobody."""
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while not condition():
+                if time.monotonic() >= deadline:
+                    return False
+                self._cond.wait(POLL)
+            return True
 
     def _quiet(self) -> list[threading.Thread]:
         return [thread for thread, (deadline, ready) in self._waiting.items()

@@ -4,7 +4,6 @@ gauge, and serving them."""
 from __future__ import annotations
 
 import queue
-import threading
 import urllib.request
 from types import SimpleNamespace
 from typing import Any
@@ -18,6 +17,7 @@ from etcd_compute.controller.decisions import Controller
 from etcd_compute.controller.serve import ControllerService
 from etcd_compute.errors import PlacementUnavailable
 from tests.unit.controller.test_decisions import Cluster
+from tests.unit.fake_clock import FakeClock
 from tools.local_services import free_port
 
 
@@ -125,12 +125,11 @@ class Raising:
         raise self.exc
 
 
-def test_the_service_counts_a_retry_and_an_unexpected_error(monkeypatch):
+def test_the_service_counts_a_retry_and_an_unexpected_error():
     from etcd_compute import metrics
 
     service = ControllerService.__new__(ControllerService)
-    service.events = queue.Queue()
-    monkeypatch.setattr(threading, "Timer", lambda *_a, **_k: SimpleNamespace(start=lambda: None))
+    service.events, service.clock = queue.Queue(), FakeClock()  # the retry never comes due
     before = (metrics.BACKEND_RETRIES.value("placement", "dispatch"), events("record", "error"),
               events("record"))
     service._dispatch(Raising(PlacementUnavailable("Placement at x is unreachable")).on_record, ())
