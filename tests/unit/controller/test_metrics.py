@@ -16,6 +16,7 @@ from etcd_compute.controller import metrics as sm
 from etcd_compute.controller.decisions import Controller
 from etcd_compute.controller.serve import ControllerService
 from etcd_compute.errors import PlacementUnavailable
+from tests.support import stop_server
 from tests.unit.controller.test_decisions import Cluster
 from tests.unit.fake_clock import FakeClock
 from tools.local_services import free_port
@@ -111,8 +112,7 @@ def test_the_leader_gauge_follows_the_election_at_each_scrape():
         assert "etcd_compute_controller_leader 1.0" in text
         assert 'etcd_compute_controller_actions_total{action="reschedule",result="moved"}' in text
     finally:
-        server.shutdown()
-        server.server_close()
+        stop_server(server)
 
 
 class Raising:
