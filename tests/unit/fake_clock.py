@@ -177,3 +177,23 @@ class FakeClock(Clock):
             function(*args)
         self.settle()
         return True
+
+
+class InstantClock(FakeClock):
+    """For code that waits on its caller's own thread (a retry's backoff, a deadline): each
+    wait moves time on at once by what it would have waited, unless what it waits for has
+    happened. `slept` lists those waits, in order."""
+
+    def __init__(self, start: float = 1000.0, wall: float = 1_700_000_000.0) -> None:
+        super().__init__(start, wall)
+        self.slept: list[float] = []
+
+    def _block(self, ready: Callable[[], bool], seconds: float | None) -> bool:
+        if ready():
+            return True
+        if seconds is None:
+            raise AssertionError("a wait without end on an InstantClock would never end")
+        self.slept.append(seconds)
+        with self._cond:
+            self._now += max(seconds, 0.0)
+        return False

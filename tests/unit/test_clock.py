@@ -12,7 +12,7 @@ import time
 import pytest
 
 from etcd_compute.clock import SYSTEM, Clock
-from tests.unit.fake_clock import FakeClock
+from tests.unit.fake_clock import FakeClock, InstantClock
 
 
 def test_the_system_clock_is_real_time():
@@ -135,3 +135,18 @@ def test_a_thread_that_waits_for_something_else_after_waking_is_named(monkeypatc
         clock.advance(2.0)
     release.set()
     thread.join(5)
+
+
+def test_an_instant_clock_moves_time_by_each_wait_at_once():
+    clock, event, items = InstantClock(start=0.0), threading.Event(), queue.Queue()
+    clock.sleep(0.5)
+    assert clock.wait(event, 1.0) is False
+    with pytest.raises(queue.Empty):
+        clock.get(items, 2.0)
+    assert clock.now() == 3.5 and clock.slept == [0.5, 1.0, 2.0]
+    event.set()
+    items.put("x")
+    assert clock.wait(event, 9) is True and clock.get(items, 9) == "x"
+    assert clock.now() == 3.5  # what it waited for had happened: no time went by
+    with pytest.raises(AssertionError, match="never end"):
+        clock.wait(threading.Event(), None)
