@@ -25,6 +25,7 @@ import math
 import queue
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -37,6 +38,16 @@ Item = TypeVar("Item")
 POLL = 0.002
 # How long a woken thread may take to wait on the clock again (real seconds).
 SETTLE = 5.0
+# How often a thread still waiting on a clock whose test ended looks (real seconds).
+CLOSED_POLL = 0.5
+
+# Every clock not yet closed (tests/unit/conftest.py closes them after each test).
+_OPEN: weakref.WeakSet[FakeClock] = weakref.WeakSet()
+
+
+def close_all() -> None:
+    for clock in list(_OPEN):
+        clock.close()
 
 
 class FakeClock(Clock):
@@ -50,6 +61,17 @@ class FakeClock(Clock):
         self._known: set[threading.Thread] = set()
         self._timers: list[tuple[float, int, Callable[..., Any], tuple[Any, ...]]] = []
         self._order = itertools.count()
+        self._closed = False
+        _OPEN.add(self)
+
+    def close(self) -> None:
+        """The test is over: time stops for good, and a thread it left waiting (a daemon
+        thread blocked in a try the test never let end) looks only now and then, not
+        hundreds of times a second for the rest of the run."""
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+        _OPEN.discard(self)
 
     # --- the Clock, as the code under test sees it ---------------------------------------
 
@@ -94,7 +116,7 @@ class FakeClock(Clock):
                         return True
                     if self._now >= deadline:
                         return False
-                    self._cond.wait(POLL)
+                    self._cond.wait(CLOSED_POLL if self._closed else POLL)
             finally:
                 del self._waiting[me]
                 self._cond.notify_all()

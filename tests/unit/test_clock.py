@@ -150,3 +150,15 @@ def test_an_instant_clock_moves_time_by_each_wait_at_once():
     assert clock.now() == 3.5  # what it waited for had happened: no time went by
     with pytest.raises(AssertionError, match="never end"):
         clock.wait(threading.Event(), None)
+
+
+def test_a_closed_clock_stands_still_and_its_waiters_still_see_their_event():
+    clock, event, results = FakeClock(start=0.0), threading.Event(), []
+    waiter = threading.Thread(target=lambda: results.append(clock.wait(event, 1.0)))
+    waiter.start()
+    clock.waiters(1)
+    clock.close()
+    assert clock.now() == 0.0 and waiter.is_alive()
+    event.set()  # seen at its next look (CLOSED_POLL)
+    waiter.join(5)
+    assert results == [True]

@@ -68,6 +68,7 @@ class Host:
 
     def stop(self) -> None:
         self.stopping.set()
+        self.clock.advance(self.heartbeat.timing.try_timeout)  # a try under way ends
 
 
 @pytest.fixture
