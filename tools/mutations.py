@@ -44,7 +44,9 @@ MUTATIONS = (
              "self.fence_after = self.timing.fence_after", "self.fence_after = self.ttl",
              (HEARTBEAT + "test_without_a_renewal_the_host_fences_at_the_fence_point_before_"
                           "the_lease_can_expire",
-              HEARTBEAT + "test_the_fence_point_counts_from_the_last_renewal_that_succeeded")),
+              HEARTBEAT + "test_the_fence_point_counts_from_the_last_renewal_that_succeeded",
+              SERVICE + "test_a_heartbeat_that_cannot_renew_fences_the_host_and_a_renewal_"
+                        "lifts_it")),
     Mutation("a fenced host still accepts jobs (machine.submit, the gate)",
              "etcd_compute/compute/machine.py",
              "            if self.gate.closed:\n                return  # fenced: the "
