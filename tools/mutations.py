@@ -50,8 +50,7 @@ MUTATIONS = (
     Mutation("a fenced host still accepts jobs (machine.submit, the gate)",
              "etcd_compute/compute/machine.py",
              "            if self.gate.closed:\n                return  # fenced: the "
-             "reconcile after the fence lifts resumes it\n            if kind == BUILD:",
-             "            if kind == BUILD:",
+             "reconcile after the fence lifts resumes it\n", "",
              (MACHINE + "test_a_fence_between_the_builds_write_and_its_job_starts_no_job",
               MACHINE + "test_a_fence_between_an_actions_write_and_its_job_starts_no_job")),
     Mutation("the fence never wired (compute/service.py)", "etcd_compute/compute/service.py",
