@@ -560,3 +560,49 @@ def test_a_forged_destroy_here_of_an_instance_claimed_elsewhere_leaves_its_claim
     host.settle()
     assert host.record(spec["uuid"])["state"] == "DELETED"
     assert set(host.placement.get_allocations(spec["uuid"])["allocations"]) == {other}
+
+def fence_on_the_next_write(host: Host) -> None:
+    """The watchdog fences from its own thread, at any moment: here, just after the next
+    etcd write (the one that moves the record to the job's state), before the job is
+    submitted. Closing the gate is what `Fencer.fence` does."""
+    commit = host.store.commit
+
+    def commit_then_fence(txn: Any) -> int | None:
+        host.store.commit = commit  # type: ignore[method-assign]
+        revision = commit(txn)
+        with host.machine.gate.lock:
+            host.machine.gate.closed = True
+        return revision
+
+    host.store.commit = commit_then_fence  # type: ignore[method-assign]
+
+
+def test_a_fence_between_the_builds_write_and_its_job_starts_no_job(host):
+    spec = host.spec()
+    host.placement.claim(spec["uuid"], spec["allocations"], "p", "u")
+    scheduling.schedule(host.store, [(spec, "host-a")])
+    fence_on_the_next_write(host)
+    host.deliver(spec["uuid"])
+    assert host.pool.pending == [] and host.machine.jobs == {}
+    assert host.record(spec["uuid"])["state"] == "BUILDING"
+    host.machine.gate.closed = False  # the fence lifted: the reconcile resumes the build
+    host.deliver(spec["uuid"])
+    host.settle()
+    assert host.record(spec["uuid"])["state"] == "ACTIVE"
+    builds = Path(host.config["compute"]["state_dir"]) / "fake-instances" / "builds.log"
+    assert [line.split()[:2] for line in builds.read_text().splitlines()] == \
+        [[spec["uuid"], "start"], [spec["uuid"], "built"]]  # once: nothing while fenced
+
+
+def test_a_fence_between_an_actions_write_and_its_job_starts_no_job(host):
+    spec = host.spec()
+    host.send(spec)
+    host.settle()
+    entry = host.store.get(host.keys.spec(host.rp, spec["uuid"]))
+    assert action_txn.request_action(host.store, entry, spec, records.read_record(
+        host.store, host.rp, spec["uuid"]), "stop", action_txn.new_request("ann")) is not None
+    fence_on_the_next_write(host)
+    host.deliver(spec["uuid"])
+    assert host.pool.pending == [] and host.machine.jobs == {}
+    assert host.record(spec["uuid"])["state"] == "STOPPING"
+    assert worker.running() == {spec["uuid"]}  # the fence powers it off, not a stop job

@@ -24,7 +24,7 @@ from etcd_compute.compute.pool import BUILD, CHECK, CLEANUP, DESTROY, Job
 from etcd_compute.config import COMPUTE_DEFAULTS, deep_merge
 from etcd_compute.errors import BuildError, ConfigError, EtcdUnavailable, RequestError
 from etcd_compute.instances import records, states
-from tests.support import make_spec
+from tests.support import make_spec, stop_server
 from tests.unit.compute.test_machine import Host
 from tests.unit.fakes import FakePlacement, FakeStore
 from tools.local_services import free_port
@@ -339,8 +339,7 @@ def test_start_serves_jobs_in_flight_read_at_each_scrape(tmp_path):
         assert 'etcd_compute_backend_errors_total{service="etcd"}' in text
     finally:
         svc.stopping.set()
-        server.shutdown()
-        server.server_close()
+        stop_server(server)
 
 
 def test_start_refuses_an_address_on_the_guests_bridge(tmp_path, monkeypatch):
