@@ -53,11 +53,23 @@ PLACEMENT_DEFAULTS: dict[str, Any] = {
     "keystone": None,
 }
 
+GLANCE_DEFAULTS: dict[str, Any] = {
+    # Glance's URL; null: the `image` service in Keystone's catalog.
+    "endpoint": None,
+    # The CA that verifies Glance (and Keystone) over https; relative to the config file.
+    "ca_cert": None,
+    "timeout": 30.0,
+    # The service credential (keystoneauth1: auth_url plus username/password/project, or an
+    # application credential); null: no Glance, images are URLs only.
+    "keystone": None,
+}
+
 LOGGING_DEFAULTS: dict[str, Any] = {"level": "INFO"}
 
 COMPUTE_DEFAULTS: dict[str, Any] = {
     "etcd": ETCD_DEFAULTS,
     "placement": PLACEMENT_DEFAULTS,
+    "glance": GLANCE_DEFAULTS,
     "logging": LOGGING_DEFAULTS,
     "compute": {
         # Resource provider uuid; generated once and kept in state_dir when null.
@@ -137,6 +149,7 @@ COMPUTE_DEFAULTS: dict[str, Any] = {
 SCHEDULE_DEFAULTS: dict[str, Any] = {
     "etcd": ETCD_DEFAULTS,
     "placement": PLACEMENT_DEFAULTS,
+    "glance": GLANCE_DEFAULTS,
     "logging": {"level": "WARNING"},
     "scheduler": {
         # Real ids for claims (Placement groups usage by them), not random per call.
@@ -289,7 +302,7 @@ TLS_FILES = ("ca_cert", "cert", "key")
 
 def resolve_paths(config: dict[str, Any], base: Path) -> None:
     """Make the TLS file paths of `config` absolute, relative to `base`."""
-    for section in ("etcd", "placement"):
+    for section in ("etcd", "placement", "glance"):
         for name in TLS_FILES:
             value = config.get(section, {}).get(name)
             if value and not Path(value).is_absolute():
