@@ -9,6 +9,7 @@ import json
 import os
 import socket
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +18,7 @@ import requests
 
 from etcd_compute.errors import NotFound
 from etcd_compute.glance import GlanceClient
-from tests.support import unavailable
+from tests.support import REPO, unavailable
 from tools.local_services import CLIENTS_VENV, cloud
 
 OPENSTACK = CLIENTS_VENV / "bin" / "openstack"
@@ -125,3 +126,21 @@ def _listening_addresses(port: int) -> set[str]:
             else:
                 found.add(f"ipv6:{address}")
     return found
+
+
+def test_docker_sh_bootstraps_a_keystone_started_elsewhere_again_without_harm(
+        keystone_server, glance_server, cluster_pki, tmp_path):
+    """docker.sh's step (`python -m tools.local_services.cloud bootstrap`), against the
+    session's Keystone: idempotent, and its clouds.yaml works."""
+    clouds = tmp_path / "docker-clouds.yaml"
+    done = subprocess.run(
+        [sys.executable, "-m", "tools.local_services.cloud", "bootstrap",
+         str(keystone_server.run_dir), "--keystone", f"127.0.0.1:{keystone_server.port}",
+         "--pki", str(cluster_pki.directory), "--glance", glance_server.endpoint,
+         "--clouds", str(clouds)], capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert done.returncode == 0, done.stderr
+    assert oct(clouds.stat().st_mode & 0o777) == "0o600"
+    listed = openstack(clouds, "etcd-compute", "catalog", "list")
+    assert listed.returncode == 0, listed.stderr
+    assert sorted(row["Type"] for row in json.loads(listed.stdout)) == \
+        ["identity", "image", "placement"]

@@ -14,7 +14,9 @@ Passwords are random, kept by the Keystone's run directory (`KeystoneServer.pass
 
 from __future__ import annotations
 
+import argparse
 import os
+import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -159,3 +161,38 @@ def upload_test_guest(client: Any, path: Path) -> tuple[dict[str, Any], bool]:
     `etcd-compute-test-guest`, with the properties Nova's ImagePropertiesFilter reads."""
     return upload_image(client, path, TEST_GUEST_IMAGE, architecture="x86_64",
                         hypervisor_type="qemu")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """docker.sh's side: `passwords DIR` makes the passwords (once); `bootstrap DIR ...`
+    bootstraps a Keystone started elsewhere, as above, and writes clouds.yaml."""
+    parser = argparse.ArgumentParser(prog="python -m tools.local_services.cloud")
+    parser.add_argument("action", choices=["passwords", "bootstrap"])
+    parser.add_argument("directory", help="where passwords.json is kept")
+    parser.add_argument("--keystone", help="Keystone's address:port")
+    parser.add_argument("--pki", help="the cluster PKI directory (TLS)")
+    parser.add_argument("--glance", help="Glance's URL, for the catalog")
+    parser.add_argument("--placement", help="Placement's URL, for the catalog")
+    parser.add_argument("--clouds", help="write clouds.yaml here")
+    args = parser.parse_args(argv)
+    address, _, port = (args.keystone or "127.0.0.1:5000").rpartition(":")
+    keystone = KeystoneServer.create(Path(args.directory), int(port),
+                                     pki=Pki(args.pki) if args.pki else None, address=address)
+    for user in ("admin", *(user for user, _, _ in USERS)):
+        keystone.password(user)
+    if args.action == "bootstrap":
+        from keystoneauth1 import exceptions as ks_exceptions
+
+        try:
+            bootstrap(keystone, args.glance, args.placement)
+        except ks_exceptions.ClientException as exc:
+            print(f"Keystone at {keystone.auth_url} not ready: {exc.__class__.__name__}",
+                  file=sys.stderr)
+            return 1
+        if args.clouds:
+            write_clouds_yaml(keystone, Path(args.clouds))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -35,15 +35,17 @@ class KeystoneServer(Service):
     pki: Pki | None = None
 
     @classmethod
-    def create(cls, run_dir: Path, port: int | None = None,
-               pki: Pki | None = None) -> KeystoneServer:
-        server = cls("keystone", run_dir, port or free_port())
+    def create(cls, run_dir: Path, port: int | None = None, pki: Pki | None = None,
+               address: str = "127.0.0.1") -> KeystoneServer:
+        """`address`: where clients reach it (one started elsewhere: docker.sh's)."""
+        server = cls("keystone", run_dir, port or free_port(), extra={"address": address})
         server.pki = pki
         return server
 
     @property
     def auth_url(self) -> str:
-        return f"{'https' if self.pki else 'http'}://127.0.0.1:{self.port}/v3"
+        address = self.extra.get("address", "127.0.0.1")
+        return f"{'https' if self.pki else 'http'}://{address}:{self.port}/v3"
 
     @property
     def ca_file(self) -> str | None:
