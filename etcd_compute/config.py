@@ -175,6 +175,7 @@ SCHEDULE_DEFAULTS: dict[str, Any] = {
             "AffinityFilter",
             "AntiAffinityFilter",
             "MaxInstancesPerHostFilter",
+            "ImagePropertiesFilter",
         ],
         "max_instances_per_host": 50,
         # Classes every instance must claim: what the libvirt driver builds a guest

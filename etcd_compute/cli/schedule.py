@@ -87,7 +87,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                              "console UUID | serve")
     parser.add_argument("--config", metavar="PATH",
                         help="schedule.yaml to use (default: ./schedule.yaml if present)")
-    parser.add_argument("--image", metavar="URL", help="image to boot (http(s):// or file://); "
+    parser.add_argument("--image", metavar="IMAGE",
+                        help="image to boot: an image in Glance (name or id, as "
+                        "scheduler.project_id sees it) or a URL (http(s):// or file://); "
                         "rebuild: the new image (default: the one it has)")
     parser.add_argument("--hard", action="store_true",
                         help="reboot: power the guest off at once instead of asking it first")
@@ -189,19 +191,41 @@ def _no_valid_host(args: argparse.Namespace, exc: NoValidHost) -> int:
     return 1
 
 
+def _is_url(image: str) -> bool:
+    from etcd_compute.scheduler.images import is_url
+
+    return is_url(image)
+
+
+def _glance_image(config: dict[str, Any], name_or_id: str,
+                  resources: dict[str, int]) -> dict[str, Any]:
+    """`--image NAME|ID` in Glance, as scheduler.project_id sees it (scheduler/images.py)."""
+    from etcd_compute.glance import GlanceClient
+    from etcd_compute.scheduler import images
+
+    return images.resolve(GlanceClient(config["glance"]), name_or_id,
+                          config["scheduler"]["project_id"], resources)
+
+
 def cmd_schedule(args: argparse.Namespace, config: dict[str, Any]) -> int:
     """Place the instances: through the scheduler service when one runs (the queue in
     etcd), else here; the same output and exit status either way."""
     from etcd_compute.scheduler.spec import RequestSpec
 
     aggregate, route = zones_cli.zone_option(args.zone, config)
+    glance_name = args.image if args.image and not _is_url(args.image) else None
     request_spec = RequestSpec.build(
-        args.words[0], count=args.count, name=args.name, image_url=args.image,
+        args.words[0], count=args.count, name=args.name,
+        image_url=None if glance_name else args.image,
         user_data=_read_file("--user-data", args.user_data),
         ssh_key=_read_file("--key", args.key), group=_group(args.hint), zone=aggregate,
         required_resources=config["scheduler"]["required_resources"],
         on_host_failure=args.on_host_failure,
     )
+    if glance_name:
+        # Found in Glance as the requesting project sees it, before anything is claimed.
+        request_spec.glance_image = _glance_image(config, glance_name,
+                                                  request_spec.request.resources)
     with _store(config) as store:
         # A request for child zones goes there directly, never through this zone's service.
         if zones_cli.federated(store, route):
@@ -352,12 +376,19 @@ def cmd_action(args: argparse.Namespace, config: dict[str, Any]) -> int:
     resources = (lifecycle.resize_request(args.words[1],
                                           config["scheduler"]["required_resources"])
                  if action == "resize" else None)
-    image = lifecycle.check_image(args.image)
+    glance_name = args.image if args.image and not _is_url(args.image) else None
+    image = None if glance_name else lifecycle.check_image(args.image)
+    image_for = None
+    if glance_name and action == "rebuild":
+        from etcd_compute.scheduler.images import spec_image
+
+        def image_for(held: dict[str, int]) -> dict[str, Any]:
+            return spec_image(_glance_image(config, glance_name, held))
     # In the zone that holds it (this one, or a zone below through its index), as destroy.
     with zones_cli.instance_zone(config, uuid) as zone:
         store = zone.store
         asked = lifecycle.request(store, zone.placement, uuid, action, hard=args.hard,
-                                  image_url=image, resources=resources)
+                                  image_url=image, resources=resources, image_for=image_for)
         if not args.json:
             print(f"{action.upper()} REQUESTED FOR INSTANCE {uuid}", flush=True)
         if not args.wait:

@@ -141,9 +141,13 @@ def _resize(placement: PlacementClient, spec: dict[str, Any], host: str, host_na
 
 def _change(placement: PlacementClient, action: str, spec: dict[str, Any], host: str,
             host_name: str, hard: bool, image_url: str | None,
-            resources: dict[str, int] | None) -> Change:
+            resources: dict[str, int] | None,
+            image_for: Callable[[dict[str, int]], dict[str, Any]] | None = None) -> Change:
     if action == instances.REBOOT:
         return Change({"hard": hard})
+    if action == instances.REBUILD and image_for is not None:
+        # An image in Glance: found (and checked against the instance's size) now.
+        return Change({"image": image_for(spec["resources"])})
     if action == instances.REBUILD and image_url:
         return Change({"image": {"url": image_url, "sha256": None}})
     if action == instances.RESIZE:
@@ -154,9 +158,12 @@ def _change(placement: PlacementClient, action: str, spec: dict[str, Any], host:
 
 def request(store: KeyValueStore, placement: PlacementClient, uuid: str, action: str, *,
             hard: bool = False, image_url: str | None = None,
-            resources: dict[str, int] | None = None) -> Requested:
+            resources: dict[str, int] | None = None,
+            image_for: Callable[[dict[str, int]], dict[str, Any]] | None = None) -> Requested:
     """Ask the instance's host for `action`; ActionRefused (nothing written) when its state
-    does not allow it or its host is down; NoRoom when a resize does not fit there."""
+    does not allow it or its host is down; NoRoom when a resize does not fit there.
+    `image_for`: a rebuild's image in Glance, given the instance's resources (the spec's
+    `image`; UsageError if it cannot be booted at that size)."""
     check_uuid(uuid)
     check_image(image_url)
     for _ in range(ATTEMPTS):
@@ -185,7 +192,7 @@ def request(store: KeyValueStore, placement: PlacementClient, uuid: str, action:
                 "instances); try again when it is back")
         try:
             change = _change(placement, action, spec, host, host_name, hard, image_url,
-                             resources)
+                             resources, image_for)
         except ConflictError:
             continue  # its claim changed meanwhile: read it all again
         asked = instances.new_request(operator_name(), **change.params)
