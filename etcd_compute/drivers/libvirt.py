@@ -29,6 +29,7 @@ import libvirt
 
 from etcd_compute.drivers.base import Driver
 from etcd_compute.errors import BuildError, RequestError, ServiceUnavailable
+from etcd_compute.glance import GlanceClient
 from etcd_compute.virt import configdrive, disks, network, nwfilter, qemu_img
 from etcd_compute.virt.domain import (
     DomainSpec,
@@ -75,6 +76,7 @@ class LibvirtDriver(Driver):
             int(self.settings["image_cache_max_gb"] * GIB),
             in_use=lambda: bases_in_use(self.instances_dir),
             policy=source_policy(self.settings),
+            glance=lambda: GlanceClient(config["glance"]),
         )
         # A worker starts (or replaces one killed for its timeout): partial files
         # that no one is writing are a killed job's.
@@ -236,9 +238,11 @@ class LibvirtDriver(Driver):
         if test_driver:
             _check_local_image(image["url"])
             return
-        with self.images.lock(image["url"]):  # eviction waits until the overlay exists
+        glance = image.get("glance")
+        # Eviction waits until the overlay exists.
+        with self.images.lock(image["url"], glance):
             base = self.images.fetch(image["url"], image.get("sha256"),
-                                     max_virtual_size=disk_gb * GIB)
+                                     max_virtual_size=disk_gb * GIB, glance=glance)
             disks.create_overlay(base, "qcow2", path, disk_gb)
 
     def _ensure_network(self) -> str:
