@@ -127,6 +127,40 @@ def glance_config(openstack_cloud: tuple[KeystoneServer, GlanceServer]) -> dict[
     return cloud.glance_config(*openstack_cloud)
 
 
+@pytest.fixture(scope="session")
+def project_ids(keystone_server: KeystoneServer) -> dict[str, str]:
+    """Keystone's project ids by name (admin, service, demo, alt)."""
+    session = keystone_server.session()
+    projects = session.get(keystone_server.auth_url + "/projects").json()["projects"]
+    return {project["name"]: project["id"] for project in projects}
+
+
+@pytest.fixture
+def glance_images(glance_config: dict[str, Any]) -> Iterator[Any]:
+    """Upload images as the service user (`upload(path, name, owner=..., **fields)`);
+    every image uploaded here is deleted after the test."""
+    from etcd_compute.glance import GlanceClient
+
+    client = GlanceClient(glance_config)
+    made: list[str] = []
+
+    def upload(path: Path, name: str, **fields: Any) -> dict[str, Any]:
+        image = client.create(name, fields.pop("disk_format", "qcow2"),
+                              fields.pop("container_format", "bare"), **fields)
+        made.append(image["id"])
+        with open(path, "rb") as handle:
+            client.upload(image["id"], handle, size=path.stat().st_size)
+        return client.get(image["id"])
+
+    upload.client = client  # type: ignore[attr-defined]
+    yield upload
+    for image_id in made:
+        try:
+            client.delete(image_id)
+        except Exception:  # noqa: BLE001 (gone already, or killed by Glance)
+            pass
+
+
 @pytest.fixture
 def etcd_prefix() -> str:
     return f"/test-{uuidlib.uuid4().hex[:12]}"

@@ -169,6 +169,11 @@ def copy_glance_image(source: GlanceSource, client: Callable[[], Any], policy: S
             sha512.update(chunk)
             sha256.update(chunk)
     except (requests.RequestException, urllib3.exceptions.HTTPError, OSError) as exc:
+        if "IncompleteRead" in repr(exc):
+            # Glance closed the stream before the size it recorded (its Content-Length):
+            # it has fewer bytes than it says, wherever we ask.
+            raise RequestError(f"{label}: the download ended after {size} of the "
+                               f"{source.size} bytes Glance recorded") from None
         raise BuildError(f"{label}: download failed: {type(exc).__name__}") from None
     finally:
         response.close()
