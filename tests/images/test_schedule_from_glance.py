@@ -129,3 +129,24 @@ def test_without_a_glance_section_an_image_name_is_a_one_line_config_error(
     refused = run_schedule(QUERY, "--image", "cirros")
     assert refused.code == 2
     assert "glance.keystone is not set" in refused.stderr
+
+
+def test_a_rebuild_names_an_image_in_glance_checked_against_the_instances_size(
+        host, schedule_as, glance_images, raw_image, store):
+    first = glance_images(raw_image, "rebuild-from", disk_format="raw", visibility="public")
+    second = glance_images(raw_image, "rebuild-to", disk_format="raw", visibility="public")
+    glance_images(raw_image, "rebuild-too-big", disk_format="raw", visibility="public",
+                  min_disk=5)
+    placed = schedule_as("demo", QUERY, "--image", "rebuild-from", "--wait")
+    assert placed.code == 0, placed.stderr
+    uuid = re.search(r"OF INSTANCE (\S+)", placed.stdout).group(1)
+    assert first["id"] in wait_state(store, uuid, "ACTIVE")["image"]
+    refused = schedule_as("demo", "rebuild", "--image", "rebuild-too-big", uuid)
+    assert refused.code == 2 and "needs DISK_GB:5 (min_disk); the request claims DISK_GB:1" \
+        in refused.stderr, refused.stderr
+    rebuilt = schedule_as("demo", "rebuild", "--image", "rebuild-to", uuid, "--wait")
+    assert rebuilt.code == 0, rebuilt.stderr
+    record = wait_state(store, uuid, "ACTIVE")
+    assert second["id"] in record["image"]
+    spec = json.loads(store.get(store.keys.spec(host["compute"]["uuid"], uuid)).value)
+    assert spec["image"]["glance"]["id"] == second["id"]
