@@ -419,3 +419,18 @@ def test_an_image_gone_from_glance_is_the_requests_fault_glance_down_the_hosts()
     with pytest.raises(BuildError, match="this host cannot reach Glance: glance.keystone"):
         sources.copy_glance_image(glance_source(b"x"), unconfigured, SourcePolicy(),
                                   io.BytesIO())
+
+
+def test_a_glance_stream_that_ends_before_its_recorded_size_is_the_requests_fault():
+    body = b"x" * 1000
+
+    class Short(GlanceBytes):
+        def download(self, image_id: str, timeout: Any = None) -> requests.Response:
+            response = super().download(image_id, timeout)
+            response.raw = urllib3.HTTPResponse(io.BytesIO(body[:400]), preload_content=False,
+                                                headers={"content-length": "1000"})
+            return response
+
+    glance_refused(glance_source(body), Short(body),
+                   f"image {GLANCE_ID} (Glance): the download ended after 400 of the 1000 "
+                   "bytes Glance recorded")
