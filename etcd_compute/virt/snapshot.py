@@ -11,6 +11,10 @@ leave). Nova undefines a persistent domain for the copy; libvirt's
 stopped guest's disk is read as it is. Either way `qemu-img convert` (under the usual
 limits) flattens disk and base into one qcow2 with no backing file: the image uploaded.
 
+`upload` sends the flattened disk to the Glance image the operator made for it (queued,
+owned by the instance's project) with this host's service credential; if the upload
+fails the image is deleted: no half image is left in Glance.
+
 Every file made here is removed on any failure; a copy job left by a killed worker is
 cancelled by the next snapshot of that guest.
 """
@@ -21,11 +25,12 @@ import contextlib
 import logging
 import time
 from pathlib import Path
+from typing import Any
 from xml.sax.saxutils import quoteattr
 
 import libvirt
 
-from etcd_compute.errors import BuildError
+from etcd_compute.errors import BuildError, EtcdComputeError
 from etcd_compute.virt import disks, qemu_img
 
 log = logging.getLogger(__name__)
@@ -97,3 +102,18 @@ def flatten(disk: Path, target: Path, running: bool, domain: libvirt.virDomain |
         raise
     finally:
         delta.unlink(missing_ok=True)
+
+
+def upload(glance: Any, image_id: str, path: Path) -> None:
+    """`path` as the bytes of the queued Glance image `image_id`; on any failure the image
+    is deleted (best effort) and BuildError says why."""
+    try:
+        with path.open("rb") as handle:
+            glance.upload(image_id, handle, size=path.stat().st_size)
+    except BaseException as exc:
+        with contextlib.suppress(Exception):
+            glance.delete(image_id)
+        if isinstance(exc, (EtcdComputeError, OSError)):
+            raise BuildError(f"snapshot: upload to Glance image {image_id} failed: "
+                             f"{exc}") from None
+        raise

@@ -115,3 +115,37 @@ def test_a_job_a_killed_worker_left_is_cancelled_first(tmp_path, qemu):
     domain.job = True  # left over
     snapshot.flatten(disk, target, running=True, domain=domain, timeout=10)
     assert domain.aborts[0] == ("vda", 0) and len(domain.copies) == 1
+
+
+class Glance:
+    def __init__(self, fail: Exception | None = None):
+        self.fail = fail
+        self.uploaded: dict[str, bytes] = {}
+        self.deleted: list[str] = []
+
+    def upload(self, image_id: str, data: Any, size: int | None = None) -> None:
+        if self.fail:
+            raise self.fail
+        self.uploaded[image_id] = data.read()
+
+    def delete(self, image_id: str) -> None:
+        self.deleted.append(image_id)
+
+
+def test_the_flattened_disk_is_uploaded_to_the_image_made_for_it(tmp_path):
+    flat = tmp_path / "snap.qcow2"
+    flat.write_bytes(b"QFI\xfb flat")
+    glance = Glance()
+    snapshot.upload(glance, "image-1", flat)
+    assert glance.uploaded == {"image-1": b"QFI\xfb flat"} and glance.deleted == []
+
+
+def test_a_failed_upload_leaves_no_half_image(tmp_path):
+    from etcd_compute.errors import GlanceUnavailable
+
+    flat = tmp_path / "snap.qcow2"
+    flat.write_bytes(b"QFI\xfb flat")
+    glance = Glance(GlanceUnavailable("Glance: PUT /v2/images/image-1/file: 503"))
+    with pytest.raises(BuildError, match="upload to Glance image image-1 failed: Glance: PUT"):
+        snapshot.upload(glance, "image-1", flat)
+    assert glance.deleted == ["image-1"]
