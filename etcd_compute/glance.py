@@ -180,12 +180,20 @@ class GlanceClient:
 
     def upload(self, image_id: str, data: IO[bytes] | Iterator[bytes],
                size: int | None = None) -> None:
-        """The image's bytes, streamed (Glance computes its size and os_hash_value)."""
+        """The image's bytes, streamed in 1 MiB chunks (Glance computes its size and
+        os_hash_value). `size`: what the caller expects, checked against Glance's record."""
         headers = {"Content-Type": "application/octet-stream"}
-        if size is not None:
-            headers["Content-Length"] = str(size)
+        if hasattr(data, "read"):
+            # A file is sent in http.client's 8 KiB blocks; 1 MiB ones cost far less CPU
+            # through TLS. (Chunked: an iterator's length is not known to requests.)
+            data = iter(lambda handle=data: handle.read(CHUNK_BYTES), b"")
         self.request("PUT", f"/v2/images/{image_id}/file", expect=(204,), data=data,
                      headers=headers, timeout=None)
+        if size is not None:
+            stored = self.get(image_id).get("size")
+            if stored != size:
+                raise GlanceError(f"Glance image {image_id}: {stored} bytes stored, "
+                                  f"{size} sent")
 
     def update(self, image_id: str, **changes: Any) -> dict[str, Any]:
         """Set fields and properties (JSON patch `add`, which also replaces)."""

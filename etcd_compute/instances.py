@@ -11,6 +11,7 @@ what a transition writes (and what it compares first) is decided in one place.
     ACTIVE  -stop->    STOPPING   -> SHUTOFF      SHUTOFF -start-> STARTING -> ACTIVE
     ACTIVE  -reboot->  REBOOTING  -> ACTIVE
     ACTIVE|SHUTOFF -rebuild-> REBUILDING -> as it was;  -resize-> RESIZING -> as it was
+    ACTIVE|SHUTOFF -snapshot-> SNAPSHOTTING -> as it was (a running guest keeps running)
 
 An operator's action (`ACTIONS`) is allowed only from the states listed for
 it, and refused before anything is written otherwise; destroy is allowed
@@ -76,18 +77,24 @@ STARTING = "STARTING"
 REBOOTING = "REBOOTING"
 REBUILDING = "REBUILDING"
 RESIZING = "RESIZING"
+# A snapshot into Glance: the guest keeps running (or stays off), the task's `from` says
+# which. Its own state, as every action has one (Nova keeps vm_state and sets task_state
+# image_snapshot; the compute API maps SNAPSHOTTING to vm_state `from`, that task_state):
+# what one action at a time, a host's death mid-action and our own power changes rely on
+# then holds for it unchanged.
+SNAPSHOTTING = "SNAPSHOTTING"
 
 STATES = (SCHEDULED, BUILDING, ACTIVE, SHUTOFF, STOPPING, STARTING, REBOOTING, REBUILDING,
-          RESIZING, RESCHEDULING, ERROR, DELETING, DELETED)
+          RESIZING, SNAPSHOTTING, RESCHEDULING, ERROR, DELETING, DELETED)
 # States `schedule.py --wait` stops at (ACTIVE can still change: destroy).
 FINAL = frozenset({ACTIVE, ERROR, DELETED})
 # An operator's action in progress.
-TRANSIENT = frozenset({STOPPING, STARTING, REBOOTING, REBUILDING, RESIZING})
+TRANSIENT = frozenset({STOPPING, STARTING, REBOOTING, REBUILDING, RESIZING, SNAPSHOTTING})
 # States in which a driver may hold the instance.
 LIVE = frozenset({BUILDING, ACTIVE, SHUTOFF, DELETING}) | TRANSIENT
 
-STOP, START, REBOOT, REBUILD, RESIZE, DESTROY = (
-    "stop", "start", "reboot", "rebuild", "resize", "destroy")
+STOP, START, REBOOT, REBUILD, RESIZE, SNAPSHOT, DESTROY = (
+    "stop", "start", "reboot", "rebuild", "resize", "snapshot", "destroy")
 # An operator's action: the state it passes through, the states it may start from.
 ACTIONS: dict[str, tuple[str, frozenset[str]]] = {
     STOP: (STOPPING, frozenset({ACTIVE})),
@@ -95,8 +102,9 @@ ACTIONS: dict[str, tuple[str, frozenset[str]]] = {
     REBOOT: (REBOOTING, frozenset({ACTIVE})),
     REBUILD: (REBUILDING, frozenset({ACTIVE, SHUTOFF})),
     RESIZE: (RESIZING, frozenset({ACTIVE, SHUTOFF})),
+    SNAPSHOT: (SNAPSHOTTING, frozenset({ACTIVE, SHUTOFF})),
 }
-# Where a successful action ends; rebuild and resize end as they started.
+# Where a successful action ends; rebuild, resize and snapshot end as they started.
 ENDS = {STOP: SHUTOFF, START: ACTIVE, REBOOT: ACTIVE}
 
 # Allowed moves; None is "no record yet" (a spec written without one, or unreadable).
@@ -114,9 +122,9 @@ TRANSITIONS: dict[str | None, frozenset[str]] = {
     RESCHEDULING: frozenset({SCHEDULED, ERROR, DELETING, DELETED}),
     # -> SHUTOFF / ACTIVE without an action: the hypervisor saw the guest stop or start.
     ACTIVE: frozenset({SCHEDULED, RESCHEDULING, ERROR, DELETING, DELETED, SHUTOFF, STOPPING,
-                       REBOOTING, REBUILDING, RESIZING}),
+                       REBOOTING, REBUILDING, RESIZING, SNAPSHOTTING}),
     SHUTOFF: frozenset({SCHEDULED, RESCHEDULING, ERROR, DELETING, DELETED, ACTIVE, STARTING,
-                        REBUILDING, RESIZING}),
+                        REBUILDING, RESIZING, SNAPSHOTTING}),
     **{state: _ENDS_OF_AN_ACTION for state in TRANSIENT},
     ERROR: frozenset({ERROR, DELETING, DELETED}),
     DELETING: frozenset({ERROR, DELETED}),
@@ -659,10 +667,12 @@ def begin_action(store: KeyValueStore, spec: dict[str, Any], spec_revision: int,
 
 
 def end_action(store: KeyValueStore, read: RecordRead, spec_entry: Entry | None,
-               error: str | None = None, ip: str | None = None) -> int | None:
+               error: str | None = None, ip: str | None = None,
+               detail: str | None = None) -> int | None:
     """The action's state -> where it ends (`ENDS`, or where it started), in one transaction
     compared with the record and spec as read. Success writes the action's changes (size,
-    image) into the record and the spec; an error leaves both as they were."""
+    image) into the record and the spec; an error leaves both as they were. `detail`: what
+    the action made, for its event (a snapshot's image)."""
     assert read.record is not None
     keys, record = store.keys, read.record
     host, uuid, task = record["host"], record["uuid"], record["task"]
@@ -679,7 +689,7 @@ def end_action(store: KeyValueStore, read: RecordRead, spec_entry: Entry | None,
     if ip:
         fields["ip"] = ip
     log = events.end(events.read(store, host, uuid), action,
-                     events.SUCCESS if error is None else events.ERROR, error,
+                     events.SUCCESS if error is None else events.ERROR, error, detail=detail,
                      otherwise=events.event(action, host, record.get("host_name"),
                                             request_id=task["id"]))
     compare = [unchanged(keys.record(host, uuid), read.revision)]

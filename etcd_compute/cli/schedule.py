@@ -42,7 +42,7 @@ from etcd_compute.errors import EtcdComputeError, NoValidHost, UsageError
 
 ACTIONS = ("stop", "start", "reboot", "rebuild", "resize")
 SUBCOMMANDS = ("destroy", *ACTIONS, "events", "list", "hosts", "console", "serve", "host",
-               "zone")
+               "zone", "snapshot", "image")
 HOST_ACTIONS = ("disable", "enable", "show", "drain")
 EXAMPLES = """\
 examples:
@@ -84,7 +84,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("words", nargs="*", metavar="QUERY|UUID|COMMAND",
                         help="a query (resources=...), an instance uuid, or destroy|stop|start|"
                              "reboot|rebuild|events UUID | resize QUERY UUID | list | hosts | "
-                             "console UUID | serve")
+                             "console UUID | serve | snapshot UUID NAME | "
+                             "image list|show IMAGE|upload FILE NAME|delete IMAGE")
     parser.add_argument("--config", metavar="PATH",
                         help="schedule.yaml to use (default: ./schedule.yaml if present)")
     parser.add_argument("--image", metavar="IMAGE",
@@ -625,7 +626,7 @@ def dispatch(args: argparse.Namespace) -> int:
     if not args.words:
         raise UsageError("nothing to do: give a query (resources=...), an instance uuid, or "
                          "destroy|stop|start|reboot|rebuild|resize|events|list|hosts|console|"
-                         "serve|host|zone; see --help")
+                         "serve|host|zone|snapshot|image; see --help")
     first = args.words[0]
     config = configuration.load_schedule(args.config)
     # A daemon reports what it does; a command only what went wrong.
@@ -645,6 +646,12 @@ def dispatch(args: argparse.Namespace) -> int:
             raise UsageError(f"{first}: takes no arguments")
         if first == "zone":
             return zones_cli.cmd_zone(args, config, _table)
+        if first in ("snapshot", "image"):
+            from etcd_compute.cli import images as images_cli
+
+            if first == "image":
+                return images_cli.cmd_image(args, config, _table, _emit_json)
+            return images_cli.cmd_snapshot(args, config, _progress, _emit_json)
         command = {"destroy": cmd_destroy, "list": cmd_list, "hosts": cmd_hosts,
                    "console": cmd_console, "serve": cmd_serve, "host": cmd_host,
                    "events": cmd_events, **dict.fromkeys(ACTIONS, cmd_action)}[first]

@@ -49,13 +49,16 @@ def act(spec: dict[str, Any], task: dict[str, Any]) -> dict[str, Any]:
         return driver().start(uuid)
     if action == instances.REBOOT:
         return driver().reboot(uuid, bool(task.get("hard")))
-    # Rebuild and resize leave the guest powered as it was when the action began.
+    # Rebuild and resize leave the guest powered as it was when the action began; a snapshot
+    # of a running guest is taken live.
     power_on = task["from"] == instances.ACTIVE
     if action == instances.REBUILD:
         return driver().rebuild({**spec, "image": task.get("image") or spec.get("image")},
                                 power_on)
     if action == instances.RESIZE:
         return driver().resize({**spec, "resources": task["resources"]}, power_on)
+    if action == instances.SNAPSHOT:
+        return driver().snapshot(spec, task["snapshot"]["image_id"], running=power_on)
     raise ValueError(f"unknown action {action!r}")
 
 

@@ -17,7 +17,7 @@ import re
 from typing import Any
 
 from etcd_compute.errors import GlanceError, NotFound, UsageError
-from etcd_compute.glance import GlanceClient
+from etcd_compute.glance import MAX_NAME, GlanceClient
 
 GIB = 1024**3
 DISK_FORMATS = ("qcow2", "raw")
@@ -118,3 +118,32 @@ def properties(image: dict[str, Any] | None) -> dict[str, str]:
     """What the ImagePropertiesFilter compares, from a spec's `image` (or a glance_image)."""
     glance = (image or {}).get("glance", image) or {}
     return {key: glance[key] for key in ("architecture", "hypervisor_type") if key in glance}
+
+
+def snapshot_image(glance: GlanceClient, spec: dict[str, Any], name: str) -> dict[str, Any]:
+    """A queued Glance image for a snapshot of the instance of `spec`, as Nova's createImage
+    makes it: owned by the instance's project, private, qcow2 in a bare container,
+    `image_type=snapshot`, `instance_uuid`, `base_image_ref` (the Glance image it booted
+    from, if any), min_disk its DISK_GB, and its base image's min_ram and the properties the
+    ImagePropertiesFilter reads. Returns the task's `snapshot` ({image_id, name})."""
+    name = name.strip()
+    if not name or len(name) > MAX_NAME or not name.isprintable():
+        raise UsageError(f"snapshot name {name[:100]!r}: 1 to {MAX_NAME} printable "
+                         "characters")
+    base = (spec.get("image") or {}).get("glance") or {}
+    fields: dict[str, Any] = {
+        "owner": spec["project_id"], "visibility": "private", "image_type": "snapshot",
+        "instance_uuid": spec["uuid"],
+        "min_disk": int(spec["resources"].get("DISK_GB", 0)),
+    }
+    if base:
+        fields["base_image_ref"] = base["id"]
+        for key in ("architecture", "hypervisor_type"):
+            if key in base:
+                fields[key] = base[key]
+        try:
+            fields["min_ram"] = int(glance.get(base["id"]).get("min_ram") or 0)
+        except NotFound:
+            pass  # its base is gone from Glance: the snapshot stands on its own
+    made = glance.create(name, "qcow2", "bare", **fields)
+    return {"image_id": made["id"], "name": name}

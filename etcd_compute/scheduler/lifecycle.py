@@ -150,6 +150,10 @@ def _change(placement: PlacementClient, action: str, spec: dict[str, Any], host:
         return Change({"image": image_for(spec["resources"])})
     if action == instances.REBUILD and image_url:
         return Change({"image": {"url": image_url, "sha256": None}})
+    if action == instances.SNAPSHOT:
+        assert image_for is not None
+        # The queued Glance image made for this snapshot ({image_id, name}).
+        return Change({"snapshot": image_for(spec)})
     if action == instances.RESIZE:
         assert resources is not None
         return _resize(placement, spec, host, host_name, resources)
@@ -163,7 +167,10 @@ def request(store: KeyValueStore, placement: PlacementClient, uuid: str, action:
     """Ask the instance's host for `action`; ActionRefused (nothing written) when its state
     does not allow it or its host is down; NoRoom when a resize does not fit there.
     `image_for`: a rebuild's image in Glance, given the instance's resources (the spec's
-    `image`; UsageError if it cannot be booted at that size)."""
+    `image`; UsageError if it cannot be booted at that size); for a snapshot, the queued
+    Glance image made for it, given the instance's spec ({image_id, name})."""
+    if action == instances.SNAPSHOT and image_for is None:
+        raise UsageError("snapshot: the Glance image to upload into is needed")
     check_uuid(uuid)
     check_image(image_url)
     for _ in range(ATTEMPTS):

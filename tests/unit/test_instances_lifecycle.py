@@ -18,7 +18,7 @@ STATES = [None, *instances.STATES]
 ACTIONS = list(instances.ACTIONS)
 ALLOWED = {("stop", "ACTIVE"), ("start", "SHUTOFF"), ("reboot", "ACTIVE"),
            ("rebuild", "ACTIVE"), ("rebuild", "SHUTOFF"), ("resize", "ACTIVE"),
-           ("resize", "SHUTOFF")}
+           ("resize", "SHUTOFF"), ("snapshot", "ACTIVE"), ("snapshot", "SHUTOFF")}
 NEW_SIZE = {"VCPU": 2, "MEMORY_MB": 128, "DISK_GB": 2}
 
 

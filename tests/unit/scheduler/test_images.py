@@ -113,3 +113,41 @@ def test_properties_come_from_a_spec_image_or_a_glance_image():
         {"architecture": "x86_64", "hypervisor_type": "qemu"}
     assert images.properties({"url": "file:///x", "sha256": None}) == {}
     assert images.properties(None) == {}
+
+
+class Creating(Glance):
+    """Glance's create and get, for a snapshot's image."""
+
+    def __init__(self, base: dict[str, Any] | None = None):
+        super().__init__(base or glance_image())
+        self.created: list[tuple[str, str, str, dict[str, Any]]] = []
+
+    def get(self, image_id: str) -> dict[str, Any]:
+        if isinstance(self.image, Exception):
+            raise self.image
+        return self.image
+
+    def create(self, name: str, disk_format: str, container_format: str,
+               **fields: Any) -> dict[str, Any]:
+        self.created.append((name, disk_format, container_format, fields))
+        return {"id": "00000000-0000-4000-8000-0000000000ff", **fields}
+
+
+def test_a_snapshots_image_is_made_as_novas_create_image_makes_it():
+    spec = {"uuid": "6f1c1a52-0000-4000-8000-000000000001", "project_id": "demo-id",
+            "resources": RESOURCES,
+            "image": images.spec_image({"id": IMAGE_ID, "sha512": SHA512, "size": 1,
+                                        "endpoint": ENDPOINT, "architecture": "x86_64"})}
+    glance = Creating(glance_image(min_ram=128))
+    made = images.snapshot_image(glance, spec, " snap1 ")
+    assert made == {"image_id": "00000000-0000-4000-8000-0000000000ff", "name": "snap1"}
+    assert glance.created == [("snap1", "qcow2", "bare", {
+        "owner": "demo-id", "visibility": "private", "image_type": "snapshot",
+        "instance_uuid": spec["uuid"], "min_disk": 1, "base_image_ref": IMAGE_ID,
+        "architecture": "x86_64", "min_ram": 128})]
+    url_booted = {**spec, "image": {"url": "file:///x", "sha256": None}}
+    images.snapshot_image(Creating(), url_booted, "snap2")
+    with pytest.raises(UsageError, match="snapshot name ''"):
+        images.snapshot_image(Creating(), spec, "  ")
+    with pytest.raises(UsageError, match="printable"):
+        images.snapshot_image(Creating(), spec, "a\nb")
