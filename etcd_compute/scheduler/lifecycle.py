@@ -1,4 +1,5 @@
-"""The operator's lifecycle actions: stop, start, reboot, rebuild, resize (on the same host).
+"""The operator's lifecycle actions on the instance's host: stop, start, reboot, rebuild, resize,
+snapshot.
 
     schedule.py stop UUID | start UUID | reboot [--hard] UUID | rebuild [--image URL] UUID
     schedule.py resize QUERY UUID
