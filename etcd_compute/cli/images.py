@@ -6,17 +6,52 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import sys
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from etcd_compute.cli import Commands, output
 from etcd_compute.errors import EtcdComputeError, NotFound, UsageError
 
-IMAGE_ACTIONS = ("list", "show", "upload", "delete")
+IMAGE_ACTIONS = {"list": "the images scheduler.project_id sees",
+                 "show": "one image, every field",
+                 "upload": "a private image of scheduler.project_id from a qcow2 or raw file",
+                 "delete": "delete an image"}
 MIB = 1024**2
 
-Table = Callable[[list[list[str]], list[str]], None]
+
+def add_commands(commands: Commands) -> None:
+    snapshot = commands.add("snapshot", "an instance's disk as an image in Glance (live if it "
+                                        "runs), owned by its project", "expected UUID NAME",
+                            cmd_snapshot)
+    snapshot.add_argument("uuid", metavar="UUID")
+    snapshot.add_argument("name", metavar="NAME", help="the image's name")
+    snapshot.add_argument("--wait", action="store_true",
+                          help="follow it until the image is active in Glance")
+    image = commands.group("image", "images in Glance: image list|show|upload|delete",
+                           f"expected image {'|'.join(IMAGE_ACTIONS)}")
+    image.add("list", IMAGE_ACTIONS["list"], "expected no argument", cmd_image)
+    show = image.add("show", IMAGE_ACTIONS["show"], "expected one IMAGE", cmd_image)
+    show.add_argument("image", metavar="IMAGE", help="its name or id")
+    upload = image.add("upload", IMAGE_ACTIONS["upload"], "expected FILE NAME", cmd_image)
+    upload.add_argument("file", metavar="FILE")
+    upload.add_argument("name", metavar="NAME")
+    delete = image.add("delete", IMAGE_ACTIONS["delete"], "expected one IMAGE", cmd_image)
+    delete.add_argument("image", metavar="IMAGE", help="its name or id")
+
+
+def is_url(image: str) -> bool:
+    from etcd_compute.scheduler.images import is_url as url
+
+    return url(image)
+
+
+def glance_image(config: dict[str, Any], name_or_id: str,
+                 resources: dict[str, int]) -> dict[str, Any]:
+    """`--image NAME|ID` in Glance, as scheduler.project_id sees it (scheduler/images.py)."""
+    from etcd_compute.scheduler import images
+
+    return images.resolve(_glance(config), name_or_id, config["scheduler"]["project_id"],
+                          resources)
 
 
 def _glance(config: dict[str, Any]) -> Any:
@@ -35,51 +70,40 @@ def _size(image: dict[str, Any]) -> str:
     return "-" if size is None else f"{size / MIB:.1f} MiB"
 
 
-def cmd_image(args: argparse.Namespace, config: dict[str, Any], table: Table,
-              emit_json: Callable[[Any], None]) -> int:
+def cmd_image(args: argparse.Namespace, config: dict[str, Any]) -> int:
     """image list | show IMAGE | upload FILE NAME | delete IMAGE."""
-    words = args.words[1:]
-    if not words or words[0] not in IMAGE_ACTIONS:
-        raise UsageError(f"image: expected one of {', '.join(IMAGE_ACTIONS)}")
-    action, rest = words[0], words[1:]
-    wanted = {"list": 0, "show": 1, "upload": 2, "delete": 1}[action]
-    if len(rest) != wanted:
-        usage = {"list": "image list", "show": "image show IMAGE",
-                 "upload": "image upload FILE NAME", "delete": "image delete IMAGE"}[action]
-        raise UsageError(f"expected: {usage}")
     glance, project = _glance(config), config["scheduler"]["project_id"]
-    if action == "list":
+    if args.action == "list":
         images = [i for i in glance.list() if glance.can_see(i, project)]
         images.sort(key=lambda i: (str(i.get("name") or ""), i["id"]))
         if args.json:
-            emit_json({"images": images})
+            output.emit_json({"images": images})
             return 0
-        table([[i["id"], str(i.get("name") or "-"), i.get("status", "-"),
-                i.get("visibility", "-"), str(i.get("disk_format") or "-"), _size(i),
-                i.get("image_type") or "image"] for i in images],
-              ["ID", "NAME", "STATUS", "VISIBILITY", "FORMAT", "SIZE", "TYPE"])
+        output.table([[i["id"], str(i.get("name") or "-"), i.get("status", "-"),
+                       i.get("visibility", "-"), str(i.get("disk_format") or "-"), _size(i),
+                       i.get("image_type") or "image"] for i in images],
+                     ["ID", "NAME", "STATUS", "VISIBILITY", "FORMAT", "SIZE", "TYPE"])
         return 0
-    if action == "upload":
-        return _upload(glance, Path(rest[0]), rest[1], project, args, emit_json)
-    image = _find(glance, rest[0], config)
-    if action == "delete":
+    if args.action == "upload":
+        return _upload(glance, Path(args.file), args.name, project, args.json)
+    image = _find(glance, args.image, config)
+    if args.action == "delete":
         glance.delete(image["id"])
         print(f"IMAGE {image['id']} DELETED")
         return 0
     if args.json:
-        emit_json(image)
+        output.emit_json(image)
         return 0
     shown = ("id", "name", "status", "visibility", "owner", "disk_format", "container_format",
              "size", "virtual_size", "os_hash_algo", "os_hash_value", "min_disk", "min_ram",
              "architecture", "hypervisor_type", "image_type", "instance_uuid",
              "base_image_ref", "created_at", "updated_at")
-    table([[key, str(image[key])] for key in shown if image.get(key) not in (None, "")],
-          ["FIELD", "VALUE"])
+    output.table([[key, str(image[key])] for key in shown if image.get(key) not in (None, "")],
+                 ["FIELD", "VALUE"])
     return 0
 
 
-def _upload(glance: Any, path: Path, name: str, project: str, args: argparse.Namespace,
-            emit_json: Callable[[Any], None]) -> int:
+def _upload(glance: Any, path: Path, name: str, project: str, as_json: bool) -> int:
     """A private image of scheduler.project_id from a local qcow2 or raw file (its format
     read from its bytes by the format inspector, as the compute reads it)."""
     from oslo_utils.imageutils import format_inspector
@@ -104,28 +128,23 @@ def _upload(glance: Any, path: Path, name: str, project: str, args: argparse.Nam
             glance.delete(image["id"])  # no half image
         raise
     uploaded = glance.get(image["id"])
-    if args.json:
-        emit_json(uploaded)
+    if as_json:
+        output.emit_json(uploaded)
     else:
         print(f"IMAGE {uploaded['id']} {name} {uploaded['status'].upper()} "
               f"({disk_format}, {_size(uploaded)})")
     return 0
 
 
-def cmd_snapshot(args: argparse.Namespace, config: dict[str, Any],
-                 progress: Callable[[str, dict[str, Any] | None], None],
-                 emit_json: Callable[[Any], None]) -> int:
+def cmd_snapshot(args: argparse.Namespace, config: dict[str, Any]) -> int:
     """snapshot UUID NAME: a queued Glance image for it, then the host's snapshot action
     (live if the guest runs) uploads into it; --wait follows it until the image is active.
     A refused or failed snapshot leaves no image behind."""
-    from etcd_compute.cli import terminal_line
     from etcd_compute.cli import zones as zones_cli
-    from etcd_compute.scheduler import images, lifecycle
-    from etcd_compute.scheduler import operations as ops
+    from etcd_compute.ops import lifecycle, operations
+    from etcd_compute.scheduler import images
 
-    if len(args.words) != 3:
-        raise UsageError("snapshot: expected UUID NAME")
-    uuid, name = ops.check_uuid(args.words[1]), args.words[2]
+    uuid, name = operations.check_uuid(args.uuid), args.name
     glance = _glance(config)
     made: list[str] = []
 
@@ -153,11 +172,12 @@ def cmd_snapshot(args: argparse.Namespace, config: dict[str, Any],
                   flush=True)
         if not args.wait:
             if args.json:
-                emit_json({**asked.as_dict(), "image_id": image_id, "outcome": "requested"})
+                output.emit_json({**asked.as_dict(), "image_id": image_id,
+                                  "outcome": "requested"})
             return 0
         outcome = lifecycle.wait(zone.store, asked,
                                  config["scheduler"]["wait_timeout_seconds"],
-                                 (lambda *_: None) if args.json else progress)
+                                 output.progress_of(args.json))
     try:
         image = glance.get(image_id)
     except NotFound:
@@ -167,13 +187,12 @@ def cmd_snapshot(args: argparse.Namespace, config: dict[str, Any],
         with contextlib.suppress(EtcdComputeError):
             glance.delete(image_id)  # the host could not: no half image either way
     if args.json:
-        emit_json({**asked.as_dict(), "image_id": image_id,
+        output.emit_json({**asked.as_dict(), "image_id": image_id,
                    "outcome": "done" if ok else "failed", "record": outcome.record,
                    "event": outcome.event, "image": image if ok else None})
     elif ok:
         print(f"IMAGE {image_id} {name} ACTIVE ({_size(image)})")
     else:
         why = outcome.error or f"image {image_id} is {(image or {}).get('status', 'gone')}"
-        print(terminal_line(f"schedule.py: error: snapshot of {uuid} failed: {why}"),
-              file=sys.stderr)
+        output.error(f"snapshot of {uuid} failed: {why}")
     return 0 if ok else 1

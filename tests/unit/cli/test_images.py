@@ -11,6 +11,7 @@ import pytest
 
 from etcd_compute.cli import images as images_cli
 from etcd_compute.errors import NotFound, UsageError
+from tests.unit.cli.helpers import UUID, schedule, schedule_usage_error
 
 PROJECT = "00000000-0000-0000-0000-000000000001"
 CONFIG = {"scheduler": {"project_id": PROJECT}, "glance": {}}
@@ -54,14 +55,16 @@ class Glance:
         self.images.pop(image_id, None)
 
 
-def run(glance: Glance, monkeypatch: pytest.MonkeyPatch, *words: str, json: bool = False,
-        ) -> tuple[int, list[list[str]], list[Any]]:
+def run(glance: Glance, monkeypatch: pytest.MonkeyPatch, action: str, json: bool = False,
+        **words: str) -> tuple[int, list[list[str]], list[Any]]:
+    """`image ACTION` as the parser hands it to its handler."""
     monkeypatch.setattr(images_cli, "_glance", lambda config: glance)
     rows: list[list[str]] = []
     emitted: list[Any] = []
-    code = images_cli.cmd_image(argparse.Namespace(words=["image", *words], json=json),
-                                CONFIG, lambda body, header: rows.extend([header, *body]),
-                                emitted.append)
+    monkeypatch.setattr(images_cli.output, "table",
+                        lambda body, header: rows.extend([header, *body]))
+    monkeypatch.setattr(images_cli.output, "emit_json", emitted.append)
+    code = images_cli.cmd_image(argparse.Namespace(action=action, json=json, **words), CONFIG)
     return code, rows, emitted
 
 
@@ -85,14 +88,14 @@ def test_upload_reads_the_format_from_the_bytes_and_leaves_no_half_image(
     image = tmp_path / "disk.qcow2"
     subprocess.run(["qemu-img", "create", "-q", "-f", "qcow2", str(image), "64M"], check=True)
     glance = Glance()
-    assert run(glance, monkeypatch, "upload", str(image), "mine")[0] == 0
+    assert run(glance, monkeypatch, "upload", file=str(image), name="mine")[0] == 0
     (made,) = glance.images.values()
     assert (made["disk_format"], made["owner"], made["visibility"], made["status"]) == \
         ("qcow2", PROJECT, "private", "active")
     assert capsys.readouterr().out.startswith(f"IMAGE {made['id']} mine ACTIVE (qcow2, ")
     failing = Glance(fail=True)
     with pytest.raises(OSError):
-        run(failing, monkeypatch, "upload", str(image), "mine")
+        run(failing, monkeypatch, "upload", file=str(image), name="mine")
     assert failing.images == {} and failing.deleted == ["id-0"]
 
 
@@ -100,29 +103,29 @@ def test_upload_refuses_what_the_compute_would_refuse(monkeypatch, tmp_path):
     vmdk = tmp_path / "disk.vmdk"
     subprocess.run(["qemu-img", "create", "-q", "-f", "vmdk", str(vmdk), "64M"], check=True)
     with pytest.raises(UsageError, match="a vmdk image \\(qcow2 or raw only\\)"):
-        run(Glance(), monkeypatch, "upload", str(vmdk), "x")
+        run(Glance(), monkeypatch, "upload", file=str(vmdk), name="x")
     with pytest.raises(UsageError, match="no such file"):
-        run(Glance(), monkeypatch, "upload", str(tmp_path / "none"), "x")
+        run(Glance(), monkeypatch, "upload", file=str(tmp_path / "none"), name="x")
 
 
 def test_show_and_delete_find_the_image_as_the_project_sees_it(monkeypatch, capsys):
     glance = Glance([{"id": "a", "name": "snap1", "status": "active",
                       "visibility": "private", "owner": PROJECT, "min_disk": 1},
                      {"id": "b", "name": "theirs", "visibility": "private", "owner": "x"}])
-    code, rows, _ = run(glance, monkeypatch, "show", "snap1")
+    code, rows, _ = run(glance, monkeypatch, "show", image="snap1")
     assert code == 0 and ["min_disk", "1"] in rows and ["owner", PROJECT] in rows
     with pytest.raises(NotFound):
-        run(glance, monkeypatch, "delete", "theirs")
-    assert run(glance, monkeypatch, "delete", "a")[0] == 0
+        run(glance, monkeypatch, "delete", image="theirs")
+    assert run(glance, monkeypatch, "delete", image="a")[0] == 0
     assert glance.deleted == ["a"] and "IMAGE a DELETED" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize(("words", "fault"), [
-    ((), "image: expected one of list, show, upload, delete"),
-    (("copy",), "image: expected one of"),
-    (("show",), "expected: image show IMAGE"),
-    (("upload", "file"), "expected: image upload FILE NAME"),
+    (["image"], "expected image list|show|upload|delete"),
+    (["image", "show"], "expected one IMAGE"),
+    (["image", "upload", "file"], "expected FILE NAME"),
+    (["snapshot", UUID], "expected UUID NAME"),
+    (["snapshot", "web-1", "snap"], "'web-1' is not an instance uuid"),
 ])
-def test_malformed_image_commands_are_usage_errors(monkeypatch, words, fault):
-    with pytest.raises(UsageError, match=fault):
-        run(Glance(), monkeypatch, *words)
+def test_malformed_image_commands_are_usage_errors(capsys, config, words, fault):
+    schedule_usage_error(schedule(capsys, "--config", str(config), *words), fault)
