@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from etcd_compute import config as configuration
-from etcd_compute.scheduler import lifecycle
+from etcd_compute.ops import lifecycle
 from tests.compute.helpers import wait_state
 from tests.support import wait_for
 
