@@ -60,6 +60,17 @@ PLACEMENT_DEFAULTS: dict[str, Any] = {
     "keystone": None,
 }
 
+GLANCE_DEFAULTS: dict[str, Any] = {
+    # Glance's URL; null: the `image` service in Keystone's catalog.
+    "endpoint": None,
+    # The CA that verifies Glance (and Keystone) over https; relative to the config file.
+    "ca_cert": None,
+    "timeout": 30.0,
+    # The service credential (keystoneauth1: auth_url plus username/password/project, or an
+    # application credential); null: no Glance, images are URLs only.
+    "keystone": None,
+}
+
 LOGGING_DEFAULTS: dict[str, Any] = {"level": "INFO"}
 
 # A DELETED record's life, after which etcd drops it and every key of the instance goes
@@ -69,6 +80,7 @@ DELETED_RECORD_TTL = 3600
 COMPUTE_DEFAULTS: dict[str, Any] = {
     "etcd": ETCD_DEFAULTS,
     "placement": PLACEMENT_DEFAULTS,
+    "glance": GLANCE_DEFAULTS,
     "logging": LOGGING_DEFAULTS,
     "compute": {
         # Resource provider uuid; generated once and kept in state_dir when null.
@@ -151,6 +163,7 @@ COMPUTE_DEFAULTS: dict[str, Any] = {
 SCHEDULE_DEFAULTS: dict[str, Any] = {
     "etcd": ETCD_DEFAULTS,
     "placement": PLACEMENT_DEFAULTS,
+    "glance": GLANCE_DEFAULTS,
     "logging": {"level": "WARNING"},
     "scheduler": {
         # Real ids for claims (Placement groups usage by them), not random per call.
@@ -176,6 +189,7 @@ SCHEDULE_DEFAULTS: dict[str, Any] = {
             "AffinityFilter",
             "AntiAffinityFilter",
             "MaxInstancesPerHostFilter",
+            "ImagePropertiesFilter",
         ],
         "max_instances_per_host": 50,
         # Classes every instance must claim: what the libvirt driver builds a guest
@@ -306,7 +320,7 @@ TLS_FILES = ("ca_cert", "cert", "key")
 
 def resolve_paths(config: dict[str, Any], base: Path) -> None:
     """Make the TLS file paths of `config` absolute, relative to `base`."""
-    for section in ("etcd", "placement"):
+    for section in ("etcd", "placement", "glance"):
         for name in TLS_FILES:
             value = config.get(section, {}).get(name)
             if value and not Path(value).is_absolute():

@@ -29,8 +29,9 @@ BUILD, DESTROY, CLEANUP = "build", "destroy", "cleanup"
 # Before a build: its claim checked (a thread of the main process) beside the image fetch.
 CHECK = "check"
 # An operator's actions run as jobs of the action's name.
-STOP, START, REBOOT, REBUILD, RESIZE = "stop", "start", "reboot", "rebuild", "resize"
-ACTION_KINDS = (STOP, START, REBOOT, REBUILD, RESIZE)
+STOP, START, REBOOT, REBUILD, RESIZE, SNAPSHOT = (
+    "stop", "start", "reboot", "rebuild", "resize", "snapshot")
+ACTION_KINDS = (STOP, START, REBOOT, REBUILD, RESIZE, SNAPSHOT)
 
 
 @dataclass
