@@ -38,13 +38,16 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from etcd_compute.errors import ConfigError
 
 # What a certificate is for: etcd members serve clients and talk to each other (both
-# ends of TLS); Placement serves; hosts, operators and root are clients.
-ETCD_MEMBER, PLACEMENT, COMPUTE, OPERATOR, ROOT = (
-    "etcd-member", "placement", "compute", "operator", "root")
+# ends of TLS); Placement serves; a `service` is another HTTPS server of the cloud
+# (Keystone, Glance, the compute API: their clients authenticate with Keystone tokens, not
+# certificates); hosts, operators and root are clients.
+ETCD_MEMBER, PLACEMENT, SERVICE, COMPUTE, OPERATOR, ROOT = (
+    "etcd-member", "placement", "service", "compute", "operator", "root")
 # A host's libvirtd serving the other hosts, and the client it (or a controller) is.
 LIBVIRT_SERVER, LIBVIRT_CLIENT = "libvirt-server", "libvirt-client"
-KINDS = (ETCD_MEMBER, PLACEMENT, COMPUTE, OPERATOR, ROOT, LIBVIRT_SERVER, LIBVIRT_CLIENT)
-SERVER_KINDS = (ETCD_MEMBER, PLACEMENT, LIBVIRT_SERVER)
+KINDS = (ETCD_MEMBER, PLACEMENT, SERVICE, COMPUTE, OPERATOR, ROOT, LIBVIRT_SERVER,
+         LIBVIRT_CLIENT)
+SERVER_KINDS = (ETCD_MEMBER, PLACEMENT, SERVICE, LIBVIRT_SERVER)
 # The organizational unit only libvirt client certificates carry, and the pattern of their
 # subject as libvirt (gnutls) prints it, for libvirtd's tls_allowed_dn_list.
 LIBVIRT_UNIT = "libvirt"
@@ -306,7 +309,7 @@ def _subject(name: str, kind: str) -> x509.Name:
 def _usages(kind: str) -> list[x509.ObjectIdentifier]:
     if kind == ETCD_MEMBER:
         return [ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]
-    if kind in (PLACEMENT, LIBVIRT_SERVER):
+    if kind in (PLACEMENT, SERVICE, LIBVIRT_SERVER):
         return [ExtendedKeyUsageOID.SERVER_AUTH]
     return [ExtendedKeyUsageOID.CLIENT_AUTH]
 

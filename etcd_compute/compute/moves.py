@@ -18,20 +18,28 @@ In the daemon's main loop, like the rest of `machine.py`; each step is a transac
   runs raises a flag the job's driver polls (`cancelled`): the guest stays here. When the
   hand-over took the instance's keys away, what is left of a cold move's stopped copy
   here goes (job `leave`).
+
+Every step that defines the guest somewhere is checked against Placement first, by the one
+rule every build and action passes (`claims.holding`): the destination makes room and
+defines a cold move's guest only while the instance's consumer holds it alone at exactly
+the instance's size; the source moves the guest only while that holds there and the
+move's migration consumer holds the source alone at the same size. Otherwise the step is
+refused, its reason in the record, and the move is called off.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 import logging
 from pathlib import Path
 from typing import Any
 
+from etcd_compute import claims
 from etcd_compute.compute import worker
-from etcd_compute.compute.checks import claimed_totals, describe_resources
 from etcd_compute.compute.parts import Machine
-from etcd_compute.compute.pool import Job
+from etcd_compute.compute.pool import Job, WorkerPool
 from etcd_compute.instances import actions as action_txn
-from etcd_compute.instances import migrations, states
+from etcd_compute.instances import migrations, records, states
 
 LOG = logging.getLogger("etcd_compute.compute")
 
@@ -66,19 +74,31 @@ class InstanceMoves:
             log.info("the move here is off (%s): discarding what was made ready",
                      request["cancel"])
             machine.submit(worker.DISCARD, spec, read.revision, task=task)
+        elif read.record.get("error"):
+            return  # answered with the error: the controller calls the move off
         elif request.get("moved") and not task.get("finished"):
+            if self._refused_here(spec, read):
+                return
             log.info("its files arrived from %s: defining it here", request.get("source"))
             machine.submit(worker.FINISH, spec, read.revision,
                            task={**task, "moved": request["moved"]})
-        elif "target" not in task and not read.record.get("error"):
-            held = claimed_totals(self.placement, spec["host"], uuid)
-            if held != spec["resources"]:
-                migrations.answer(self.store, read, error=(
-                    f"Placement holds {describe_resources(held)} for it on this host, not "
-                    f"the {describe_resources(spec['resources'])} asked"))
+        elif "target" not in task:
+            if self._refused_here(spec, read):
                 return
             log.info("making room for it (moving here from %s)", request.get("source"))
             machine.submit(worker.PREPARE, spec, read.revision, task=task)
+
+    def _refused_here(self, spec: dict[str, Any], read: records.RecordRead) -> bool:
+        """The destination's claim check (`claims.holding`: the instance's consumer holds
+        this host alone at exactly its size); not held: the error answered, True."""
+        holding = claims.holding(self.placement, spec["uuid"], spec["host"],
+                                 spec["resources"])
+        if holding.held:
+            return False
+        instance_log(spec["uuid"]).error("refused the move here: %s", holding.why())
+        if migrations.answer(self.store, read, error=f"refused: {holding.why()}") is None:
+            self.machine.reread_later(spec)
+        return True
 
     # ------------------------------------------------------------------- source
 
@@ -101,6 +121,12 @@ class InstanceMoves:
                 action_txn.end_action(store, read, entry, f"move called off: "
                                       f"{request['cancel']}")
             elif request.get("target"):
+                reason = self.claim_refusal(spec, request)
+                if reason is not None:
+                    log.error("move not started: %s", reason)
+                    entry = store.get(store.keys.spec(spec["host"], uuid))
+                    action_txn.end_action(store, read, entry, f"refused: {reason}")
+                    return
                 log.info("moving to %s (%s)", request.get("destination"),
                          "live" if request.get("live") else "cold")
                 self._clear_cancel(uuid)
@@ -117,6 +143,7 @@ class InstanceMoves:
                 reason = str(exc)
             if request.get("live") and read.state != states.ACTIVE:
                 reason = f"a live move needs a running guest; the instance is {read.state}"
+            reason = reason or self.claim_refusal(spec, request)
         if reason is not None:
             log.warning("refused migrate: %s", reason)
             if action_txn.refuse_action(store, spec, spec_revision, read, reason) is None:
@@ -128,6 +155,22 @@ class InstanceMoves:
         log.info("migrate to %s asked by %s; waiting for it to be ready there",
                  request.get("destination"), request.get("by") or "(unknown)")
         machine.reread_later(spec)  # a target written meanwhile is looked at now
+
+    def claim_refusal(self, spec: dict[str, Any], request: dict[str, Any]) -> str | None:
+        """The source's claim check, by the rule every action passes (`claims.holding`):
+        the instance's consumer holds the destination alone at exactly the instance's size
+        (the guest is defined there), and the move's migration consumer this host alone at
+        the same (the guest runs here until it left). Why not, or None."""
+        wanted, there = spec["resources"], request.get("destination")
+        if not there or not request.get("migration"):
+            return "a move's request names its destination and its migration consumer"
+        arriving = claims.holding(self.placement, spec["uuid"], there, wanted)
+        if not arriving.held:
+            return f"at the destination {there}: {arriving.why()}"
+        staying = claims.holding(self.placement, request["migration"], spec["host"], wanted)
+        if not staying.held:
+            return f"the migration {request['migration']} on this host: {staying.why()}"
+        return None
 
     def on_spec_gone(self, rp_uuid: str, uuid: str) -> None:
         """The spec left: if the instance's record left too (handed to another host after a
@@ -191,8 +234,17 @@ class InstanceMoves:
     # ------------------------------------------------------------ cancel flags
 
     def cancel(self, uuid: str) -> None:
-        """Cancel the instance's move in flight (a destroy came)."""
+        """Cancel the instance's move in flight (a destroy came): a guest on its way is not
+        killed with its worker; the destroy runs when the move ended."""
         self._raise_cancel(uuid)
+
+    @staticmethod
+    def schedule(pool: WorkerPool, kind: str, spec: dict[str, Any],
+                 task: dict[str, Any] | None, timeout: float) -> concurrent.futures.Future:
+        """A move's step in the pool. A migration runs under the driver's own bound: the
+        job's timeout (three job timeouts) only catches a worker that hangs."""
+        return pool.schedule(worker.move, kind, spec, task,
+                             timeout=timeout * (3 if kind == worker.MIGRATE else 1))
 
     def _flag(self, uuid: str) -> Path:
         return worker.cancel_flag(self.machine.settings["state_dir"], uuid)

@@ -23,6 +23,7 @@ import libvirt
 
 from etcd_compute.drivers.base import Driver
 from etcd_compute.errors import BuildError, RequestError, ServiceUnavailable
+from etcd_compute.glance import GlanceClient
 from etcd_compute.virt import disks, network, nwfilter
 from etcd_compute.virt.domain import is_ours, mac_addresses, power_off, shut_down
 from etcd_compute.virt.images import ImageCache
@@ -61,6 +62,7 @@ class LibvirtHost(Driver):
             int(self.settings["image_cache_max_gb"] * GIB),
             in_use=lambda: bases_in_use(self.instances_dir),
             policy=source_policy(self.settings),
+            glance=lambda: GlanceClient(config["glance"]),
         )
         # A worker starts (or replaces one killed for its timeout): partial files
         # that no one is writing are a killed job's.
@@ -206,8 +208,9 @@ class LibvirtHost(Driver):
         if test_driver:
             _check_local_image(image["url"])
             return
-        with self.images.lock(image["url"]):  # eviction waits until the overlay exists
-            base = self.images.fetch(image["url"], image.get("sha256"),
+        glance = image.get("glance")
+        with self.images.lock(image["url"], glance):  # eviction waits until the overlay exists
+            base = self.images.fetch(image["url"], image.get("sha256"), glance=glance,
                                      max_virtual_size=disk_gb * GIB)
             disks.create_overlay(base, "qcow2", path, disk_gb)
 

@@ -221,8 +221,9 @@ class LibvirtMigrations(LibvirtHost):
         return str(record["sha256"])
 
     def _base_of_image(self, spec: dict[str, Any]) -> tuple[Path, str] | None:
-        url = (spec.get("image") or {}).get("url") or self.settings["default_image"]
-        base = self.images.base_path(url)
+        image = spec.get("image") or {}
+        base = self.images.base_path(image.get("url") or self.settings["default_image"],
+                                     image.get("glance"))
         record = self.images.record_of(base)
         return (base, str(record["sha256"])) if record else None
 

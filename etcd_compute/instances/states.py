@@ -8,6 +8,7 @@
     ACTIVE  -stop->    STOPPING   -> SHUTOFF      SHUTOFF -start-> STARTING -> ACTIVE
     ACTIVE  -reboot->  REBOOTING  -> ACTIVE
     ACTIVE|SHUTOFF -rebuild-> REBUILDING -> as it was;  -resize-> RESIZING -> as it was
+    ACTIVE|SHUTOFF -snapshot-> SNAPSHOTTING -> as it was (a running guest keeps running)
     ACTIVE|SHUTOFF -migrate-> MIGRATING -> MIGRATED (the guest left: the controller hands
         the instance over to the destination's INCOMING record) | as it was (failed)
 
@@ -39,6 +40,12 @@ STARTING = "STARTING"
 REBOOTING = "REBOOTING"
 REBUILDING = "REBUILDING"
 RESIZING = "RESIZING"
+# A snapshot into Glance: the guest keeps running (or stays off), the task's `from` says
+# which. Its own state, as every action has one (Nova keeps vm_state and sets task_state
+# image_snapshot; the compute API maps SNAPSHOTTING to vm_state `from`, that task_state):
+# what one action at a time, a host's death mid-action and our own power changes rely on
+# then holds for it unchanged.
+SNAPSHOTTING = "SNAPSHOTTING"
 # Moving to another host (README, "Moving guests"): on the source, the move running; the
 # guest gone there (the controller hands the instance over). On the destination, the
 # record the instance arrives in (made ready, then ACTIVE or SHUTOFF at the hand-over).
@@ -47,17 +54,19 @@ MIGRATED = "MIGRATED"
 INCOMING = "INCOMING"
 
 STATES = (SCHEDULED, BUILDING, ACTIVE, SHUTOFF, STOPPING, STARTING, REBOOTING, REBUILDING,
-          RESIZING, MIGRATING, MIGRATED, INCOMING, RESCHEDULING, ERROR, DELETING, DELETED)
+          RESIZING, SNAPSHOTTING, MIGRATING, MIGRATED, INCOMING, RESCHEDULING, ERROR,
+          DELETING, DELETED)
 # States `schedule.py --wait` stops at (ACTIVE can still change: destroy).
 FINAL = frozenset({ACTIVE, ERROR, DELETED})
 # An operator's action in progress.
-TRANSIENT = frozenset({STOPPING, STARTING, REBOOTING, REBUILDING, RESIZING, MIGRATING})
+TRANSIENT = frozenset({STOPPING, STARTING, REBOOTING, REBUILDING, RESIZING, SNAPSHOTTING,
+                       MIGRATING})
 # States in which a driver may hold the instance (a cold move's source keeps its stopped
 # copy until the hand-over; a destination may run the guest before it).
 LIVE = frozenset({BUILDING, ACTIVE, SHUTOFF, DELETING, MIGRATED, INCOMING}) | TRANSIENT
 
-STOP, START, REBOOT, REBUILD, RESIZE, MIGRATE, DESTROY = (
-    "stop", "start", "reboot", "rebuild", "resize", "migrate", "destroy")
+STOP, START, REBOOT, REBUILD, RESIZE, SNAPSHOT, MIGRATE, DESTROY = (
+    "stop", "start", "reboot", "rebuild", "resize", "snapshot", "migrate", "destroy")
 # The destination's side of a move (a spec action, never an operator's).
 INCOMING_ACTION = "incoming"
 # An operator's action: the state it passes through, the states it may start from.
@@ -67,15 +76,21 @@ ACTIONS: dict[str, tuple[str, frozenset[str]]] = {
     REBOOT: (REBOOTING, frozenset({ACTIVE})),
     REBUILD: (REBUILDING, frozenset({ACTIVE, SHUTOFF})),
     RESIZE: (RESIZING, frozenset({ACTIVE, SHUTOFF})),
+    SNAPSHOT: (SNAPSHOTTING, frozenset({ACTIVE, SHUTOFF})),
     MIGRATE: (MIGRATING, frozenset({ACTIVE, SHUTOFF})),
 }
-# Where a successful action ends; rebuild and resize end as they started.
+# Where a successful action ends; rebuild, resize and snapshot end as they started (a move
+# ends MIGRATED, TRANSITIONS below).
 ENDS = {STOP: SHUTOFF, START: ACTIVE, REBOOT: ACTIVE}
 
-# Allowed moves; None is "no record yet" (a spec written without one, or unreadable).
-# From a transient state: its end (ACTIVE or SHUTOFF), a destroy, ERROR, or SCHEDULED on
+# Allowed moves (README's "Instance states" has them pair by pair); None is "no record
+# yet" (a spec written without one, or unreadable). From an action's state: where the
+# action ends, where it started (a failure ends there), a destroy, ERROR, or SCHEDULED on
 # another host (its host died mid-action).
-_ENDS_OF_AN_ACTION = frozenset({ACTIVE, SHUTOFF, SCHEDULED, ERROR, DELETING, DELETED})
+_CUT_SHORT = frozenset({SCHEDULED, ERROR, DELETING, DELETED})
+_ENDS_OF_AN_ACTION = {
+    state: starts | _CUT_SHORT | ({ENDS[action]} if action in ENDS else frozenset())
+    for action, (state, starts) in ACTIONS.items()}
 TRANSITIONS: dict[str | None, frozenset[str]] = {
     None: frozenset({SCHEDULED, BUILDING, ERROR, DELETING, DELETED, INCOMING}),
     # -> SCHEDULED from SCHEDULED, BUILDING, ACTIVE, SHUTOFF: evacuated (its host died)
@@ -87,11 +102,12 @@ TRANSITIONS: dict[str | None, frozenset[str]] = {
     RESCHEDULING: frozenset({SCHEDULED, ERROR, DELETING, DELETED}),
     # -> SHUTOFF / ACTIVE without an action: the hypervisor saw the guest stop or start.
     ACTIVE: frozenset({SCHEDULED, RESCHEDULING, ERROR, DELETING, DELETED, SHUTOFF, STOPPING,
-                       REBOOTING, REBUILDING, RESIZING, MIGRATING}),
+                       REBOOTING, REBUILDING, RESIZING, SNAPSHOTTING, MIGRATING}),
     SHUTOFF: frozenset({SCHEDULED, RESCHEDULING, ERROR, DELETING, DELETED, ACTIVE, STARTING,
-                        REBUILDING, RESIZING, MIGRATING}),
-    **{state: _ENDS_OF_AN_ACTION for state in TRANSIENT},
-    MIGRATING: _ENDS_OF_AN_ACTION | {MIGRATED},
+                        REBUILDING, RESIZING, SNAPSHOTTING, MIGRATING}),
+    **_ENDS_OF_AN_ACTION,
+    # The guest left: MIGRATED, the controller hands the instance over.
+    MIGRATING: _ENDS_OF_AN_ACTION[MIGRATING] | {MIGRATED},
     # Handed over (its record leaves with it), or its host died meanwhile; SHUTOFF: a cold
     # move whose destination could not define it (the guest stopped here, as it was sent).
     MIGRATED: frozenset({SCHEDULED, SHUTOFF, ERROR, DELETING, DELETED}),

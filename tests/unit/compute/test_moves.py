@@ -84,13 +84,74 @@ def test_the_destination_makes_room_for_a_claim_it_holds_and_answers_the_target(
     assert len(machine.submitted) == 1
 
 
-def test_a_claim_not_held_here_is_answered_as_an_error_not_made_room_for(moving):
+@pytest.mark.parametrize(("held", "why"), [
+    (lambda: {RP: {"resources": {"VCPU": 1}}},
+     lambda: f"the instance is claimed on {RP}, not on this host"),
+    (lambda: {OTHER: {"resources": {"VCPU": 1}}, RP: {"resources": {"VCPU": 1}}},
+     lambda: f"the claim is split between this host (VCPU:1) and {RP}: an instance's claim "
+             "is on its host alone"),
+    (lambda: {OTHER: {"resources": {"VCPU": 2}}},
+     lambda: "the spec asks for DISK_GB:1,MEMORY_MB:64,VCPU:1 but Placement holds VCPU:2 "
+             "for it here"),
+    (lambda: {}, lambda: "Placement holds no claim for this instance"),
+])
+def test_a_claim_not_held_here_is_answered_as_an_error_not_made_room_for(moving, held, why):
     store, placement, uuid, asked, machine, moves = moving
-    placement.consumers[uuid]["allocations"] = {RP: {"resources": {"VCPU": 1}}}
+    placement.consumers[uuid]["allocations"] = held()
     entry, spec = spec_at(store, OTHER, uuid)
     moves.on_incoming(spec, entry.mod_revision)
     assert machine.submitted == []
-    assert "Placement holds" in records.read_record(store, OTHER, uuid).record["error"]
+    assert records.read_record(store, OTHER, uuid).record["error"] == f"refused: {why()}"
+    moves.on_incoming(spec, entry.mod_revision)  # answered: not asked again
+    assert machine.submitted == []
+
+
+def test_a_cold_move_s_guest_is_not_defined_here_once_its_claim_left(tmp_path):
+    store, placement, spec, place, _ = world()
+    uuid = spec["uuid"]
+    ops.migrate(store, placement, place, uuid, live=False)
+    machine = Machine(store, placement, tmp_path)
+    moves = InstanceMoves(machine)
+    entry, there = spec_at(store, OTHER, uuid)
+    there = {**there, "request": {**there["request"], "moved": {"files": []}}}
+    store.put(messages.INSTANCE_SPEC, entry.key, there)
+    placement.consumers[uuid]["allocations"] = {RP: {"resources": {"VCPU": 1}}}
+    moves.on_incoming(there, store.get(entry.key).mod_revision)
+    assert machine.submitted == []
+    assert records.read_record(store, OTHER, uuid).record["error"] == (
+        f"refused: the instance is claimed on {RP}, not on this host")
+
+
+def test_the_source_refuses_a_move_whose_migration_does_not_hold_it_here(moving):
+    store, placement, uuid, asked, machine, moves = moving
+    del placement.consumers[asked.migration]
+    entry, spec = spec_at(store, RP, uuid)
+    moves.on_migrate(spec, entry.mod_revision)
+    source = records.read_record(store, RP, uuid)
+    assert source.state == "ACTIVE" and source.record["request_id"] == asked.request["id"]
+    assert machine.submitted == []
+    last = store.read(messages.INSTANCE_EVENTS, store.keys.events(RP, uuid))[0]["events"][-1]
+    assert last["result"] == "refused" and last["error"] == (
+        f"the migration {asked.migration} on this host: Placement holds no claim for this "
+        "instance")
+
+
+def test_the_source_does_not_move_the_guest_once_the_destination_s_claim_changed(moving):
+    store, placement, uuid, asked, machine, moves = moving
+    entry, spec = spec_at(store, RP, uuid)
+    moves.on_migrate(spec, entry.mod_revision)
+    assert records.read_record(store, RP, uuid).state == "MIGRATING"
+    placement.consumers[uuid]["allocations"] = {OTHER: {"resources": {"VCPU": 2}}}
+    spec = {**spec, "request": {**spec["request"], "target": TARGET}}
+    store.put(messages.INSTANCE_SPEC, entry.key, spec)
+    moves.on_migrate(spec, store.get(entry.key).mod_revision)
+    assert machine.submitted == []
+    assert records.read_record(store, RP, uuid).state == "ACTIVE"
+    last = store.read(messages.INSTANCE_EVENTS, store.keys.events(RP, uuid))[0]["events"][-1]
+    assert (last["action"], last["result"]) == ("migrate", "error")
+    assert last["error"] == (
+        f"refused: at the destination {OTHER}: the spec asks for DISK_GB:1,MEMORY_MB:64,VCPU:1 "
+        "but Placement holds VCPU:2 for it here")
 
 
 def test_a_move_called_off_is_discarded_and_its_keys_here_go(moving):
