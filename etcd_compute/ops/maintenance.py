@@ -33,7 +33,6 @@ from etcd_compute.errors import (
 )
 from etcd_compute.etcd import KeyValueStore
 from etcd_compute.instances import actions as action_txn
-from etcd_compute.instances import migrations as migrations_txn
 from etcd_compute.instances import records, states
 from etcd_compute.keys import UUID
 from etcd_compute.ops import migrations
@@ -203,16 +202,15 @@ def _move_all(store: KeyValueStore, placement: PlacementClient, place: Any,
                 summary["left"] += 1
                 progress(f"{uuid} left on {name} ({exc})")
                 continue
-            in_flight.append(uuid)
+            in_flight.append(asked)
             progress(f"{uuid} moving {'live' if live else 'cold'} to "
                      f"{asked.destination_name}")
-        for uuid in list(in_flight):
-            if migrations_txn.read(store, uuid)[1] is not None:
-                continue
-            location, read = records.find(store, uuid)
-            if read.state in (states.MIGRATING, states.MIGRATED):
-                continue  # the hand-over or the give-up is being written
-            in_flight.remove(uuid)
+        for asked in list(in_flight):
+            uuid = asked.uuid
+            migration, location, read = migrations.moved_where(store, asked)
+            if migration is not None or read.state in (states.MIGRATING, states.MIGRATED):
+                continue  # in flight, or the hand-over or the give-up is being written
+            in_flight.remove(asked)
             if location is None:
                 summary["gone"] += 1
             elif location != rp and read.state in (states.ACTIVE, states.SHUTOFF):

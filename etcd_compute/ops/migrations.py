@@ -189,6 +189,20 @@ class Moved:
             self.record is not None and self.record["state"] in (states.ACTIVE, states.SHUTOFF)
 
 
+def moved_where(store: KeyValueStore, asked: Asked
+          ) -> tuple[dict[str, Any] | None, str | None, records.RecordRead]:
+    """The move's migration (None once it ended) and where the instance is as the move
+    sees it: the source's record while it moves and after a move given up (the
+    destination's INCOMING one may outlive it until discarded); once the source's record
+    left with the migration, the destination's (handed over). Host None: neither has it."""
+    migration, _ = migrations.read(store, asked.uuid)
+    read = records.read_record(store, asked.source, asked.uuid)
+    if migration is not None or read.record is not None or read.fault is not None:
+        return migration, asked.source, read
+    read = records.read_record(store, asked.destination, asked.uuid)
+    return None, (asked.destination if read.record is not None else None), read
+
+
 def wait(store: KeyValueStore, asked: Asked, timeout: float,
          on_change: Callable[[str, str | None, dict[str, Any] | None], None],
          interval: float = 0.2) -> Moved:
@@ -197,8 +211,7 @@ def wait(store: KeyValueStore, asked: Asked, timeout: float,
     deadline = time.monotonic() + timeout
     seen: tuple[Any, ...] = ()
     while True:
-        migration, _ = migrations.read(store, asked.uuid)
-        host, read = records.find(store, asked.uuid)
+        migration, host, read = moved_where(store, asked)
         now = ((migration or {}).get("state"), read.state)
         if now != seen:
             seen = now

@@ -22,13 +22,13 @@ from tests.unit.ops.test_operations import OTHER, RP, alive, scheduled, set_stat
 INVENTORY = {"VCPU": {"total": 4}, "MEMORY_MB": {"total": 4096}, "DISK_GB": {"total": 100}}
 
 
-def world(state: str = "ACTIVE", controller: bool = True):
+def world(state: str = "ACTIVE", controller: bool = True, host: str = RP):
     store, placement = FakeStore(), FakePlacement()
     for rp, name in ((RP, "host-a"), (OTHER, "host-b")):
         placement.ensure_provider(rp, name)
         placement.set_inventory(rp, INVENTORY)
         alive(store, rp, name)
-    spec = scheduled(store, placement)
+    spec = scheduled(store, placement, host=host)
     set_state(store, spec["uuid"], state)
     if controller:
         store.put(messages.CONTROLLER_LEADER, store.keys.leader(),
@@ -169,6 +169,46 @@ def test_waiting_follows_the_move_to_its_end():
     moved = migrations.wait(store, done, 5, hand_over_when_asked, interval=0.01)
     assert seen[0] == ("preparing", "ACTIVE") and moved.host == RP
     assert not moved.ok  # nothing moved: no success event
+
+
+def test_waiting_follows_the_source_not_the_arrival_to_a_move_given_up():
+    """An instance with no location (its spec written straight to its host) whose
+    destination's keys sort first: the wait reads the source's record, and after a give-up
+    the move's end there, not the INCOMING record the destination has not discarded yet."""
+    store, placement, spec, place, _ = world(host=OTHER)
+    uuid = spec["uuid"]
+    store.delete(store.keys.location(uuid))
+    done = migrations.migrate(store, placement, place, uuid, live=True)
+    assert (done.source, done.destination) == (OTHER, RP)
+    seen: list[tuple] = []
+
+    def given_up_when_asked(instance, stage, record) -> None:
+        seen.append((stage, (record or {}).get("state")))
+        if len(seen) == 1:  # the controller gives the move up; RP still has its arrival
+            store.delete(move_txn.read(store, uuid)[1].key)
+
+    moved = migrations.wait(store, done, 5, given_up_when_asked, interval=0.01)
+    assert seen[0] == ("preparing", "ACTIVE")
+    assert records.read_record(store, RP, uuid).state == "INCOMING"
+    assert (moved.host, moved.record["state"]) == (OTHER, "ACTIVE") and not moved.ok
+
+
+def test_waiting_finds_the_instance_handed_over_at_the_destination():
+    store, placement, spec, place, _ = world(host=OTHER)
+    uuid = spec["uuid"]
+    store.delete(store.keys.location(uuid))
+    done = migrations.migrate(store, placement, place, uuid, live=True)
+
+    def handed_over_when_asked(instance, stage, record) -> None:
+        if stage is not None:  # the hand-over: the source's keys and the migration go
+            store.delete(move_txn.read(store, uuid)[1].key)
+            store.delete(store.keys.record(OTHER, uuid))
+            arrived = records.read_record(store, RP, uuid).record
+            store.put(messages.INSTANCE_RECORD, store.keys.record(RP, uuid),
+                      {**arrived, "state": "ACTIVE"})
+
+    moved = migrations.wait(store, done, 5, handed_over_when_asked, interval=0.01)
+    assert (moved.host, moved.record["state"]) == (RP, "ACTIVE")
 
 
 def test_an_unknown_instance_is_not_found():
