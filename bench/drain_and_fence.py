@@ -40,7 +40,7 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.services import ServeProcess, Stack, say  # noqa: E402
-from etcd_compute import messages  # noqa: E402
+from etcd_compute import events, messages  # noqa: E402
 from etcd_compute.config import COMPUTE_DEFAULTS, deep_merge  # noqa: E402
 from etcd_compute.etcd import Store  # noqa: E402
 from etcd_compute.instances import records  # noqa: E402
@@ -192,7 +192,9 @@ def recovery(bench: Bench, fencing: bool) -> dict[str, Any]:
     a_wrote_after = a_log.stat().st_size > a_size  # the old copy still writing
     until("b's copy counting", lambda: bench.counting("b", uuid, 1), 900)
     running_again = time.monotonic()
-    result = {"fencing": fencing, "moved_seconds": round(moved - killed, 2),
+    how = next((e.get("detail") for e in reversed(events.read(bench.store, rp_b, uuid))
+                if e["action"] == "recover"), None)
+    result = {"fencing": fencing, "moved_seconds": round(moved - killed, 2), "how": how,
               "counting_seconds": round(running_again - killed, 2),
               "old_copy_off_before_move": not a_running_then,
               "old_copy_wrote_after_new_started": a_wrote_after,
@@ -201,7 +203,7 @@ def recovery(bench: Bench, fencing: bool) -> dict[str, Any]:
         f"{result['moved_seconds']} s after the kill, counting {result['counting_seconds']} s "
         f"after it; old copy {'off' if not a_running_then else 'STILL RUNNING'} when it moved")
     if fencing and (a_running_then or a_wrote_after):
-        raise SystemExit("recovery with fencing: the old copy ran on")
+        raise SystemExit(f"recovery with fencing: the old copy ran on ({how})")
     bench.start_compute("a")  # it destroys its stale copy (without fencing: that ends it)
     until("a's stale copy gone", lambda: not bench.hosts["a"].domain_active(uuid), 120)
     return result

@@ -32,18 +32,20 @@ import logging
 import os
 import signal
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from etcd_compute.children import module_command
 from etcd_compute.controller import metrics as controller_metrics
 
 LOG = logging.getLogger("etcd_compute.controller")
 
 LIBVIRT, COMMAND = "libvirt", "command"
+# The libvirt fence helper, a child of ours (the operator's side never imports virt/).
+REMOTE_FENCE = "etcd_compute.virt.remote_fence"
 FENCED, REFUSED, TIMEOUT = "fenced", "refused", "timeout"
 
 
@@ -75,8 +77,7 @@ class Attempt:
 
 def helper_command(address: str, pki_dir: str, uuids: list[str]) -> list[str]:
     """The libvirt fence helper's command line (run by this Python, as a fence agent)."""
-    return [sys.executable, "-m", "etcd_compute.virt.remote_fence", "--address", address,
-            "--pki-dir", pki_dir, *uuids]
+    return module_command(REMOTE_FENCE, "--address", address, "--pki-dir", pki_dir, *uuids)
 
 
 def agent_command(template: list[str], host: str, name: str, address: str | None

@@ -26,6 +26,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from etcd_compute.children import module_command
+
 FENCED, UNREACHABLE, FAILED = "fenced", "unreachable", "failed"
 
 
@@ -41,8 +43,11 @@ class Verdict:
         return self.outcome == FENCED
 
 
+MODULE = "etcd_compute.virt.remote_fence"
+
+
 def command(uri: str, uuids: list[str]) -> list[str]:
-    return [sys.executable, "-m", "etcd_compute.virt.remote_fence", "--uri", uri, *uuids]
+    return module_command(MODULE, "--uri", uri, *uuids)
 
 
 def fence(uri: str, uuids: list[str], timeout: float) -> Verdict:

@@ -10,6 +10,7 @@ import time
 import uuid as uuidlib
 from pathlib import Path
 
+from etcd_compute.children import module_command
 from etcd_compute.controller import fencing
 from etcd_compute.controller.fencing import Attempt, Fencing, Verdict
 from etcd_compute.controller.metrics import FENCES
@@ -58,11 +59,22 @@ def test_the_libvirt_helper_s_answer_is_read_from_its_last_line():
 
 def test_the_helper_is_the_virt_module_with_the_controller_s_certificates():
     argv = fencing.helper_command("10.0.0.2", "/etc/ctl-pki", [UUID])
-    assert argv == [sys.executable, "-m", "etcd_compute.virt.remote_fence", "--address",
-                    "10.0.0.2", "--pki-dir", "/etc/ctl-pki", UUID]
+    assert argv == module_command("etcd_compute.virt.remote_fence", "--address", "10.0.0.2",
+                                  "--pki-dir", "/etc/ctl-pki", UUID)
     from etcd_compute.virt import remote_fence  # the module it names exists and parses them
 
-    assert remote_fence.main(argv[3:-1] + ["not-a-uuid"]) == 2
+    assert remote_fence.main(argv[-5:-1] + ["not-a-uuid"]) == 2
+
+
+def test_the_helper_runs_from_a_directory_that_does_not_hold_the_package(tmp_path,
+                                                                         monkeypatch):
+    """The controller's working directory is anywhere (systemd's /, a benchmark's run
+    directory): the helper was `python -m`, which found no package there."""
+    monkeypatch.chdir(tmp_path)
+    attempt = fencing.run(fencing.helper_command("127.0.0.1", str(tmp_path / "no-pki"),
+                                                 [UUID]), 30, "libvirt")
+    assert attempt.outcome == "refused" and attempt.detail.startswith("libvirtd: "), attempt
+    assert "No module named" not in attempt.detail
 
 
 def test_the_agent_s_arguments_get_the_host_s_name_and_address_each_on_its_own():

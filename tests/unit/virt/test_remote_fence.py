@@ -13,6 +13,7 @@ from pathlib import Path
 import libvirt
 import pytest
 
+from etcd_compute.children import module_command
 from etcd_compute.virt import domain, remote_fence
 from tests import support
 
@@ -132,6 +133,14 @@ def test_the_helper_reaches_a_host_by_its_address_with_our_certificates(capsys, 
 
 def test_the_helper_is_this_module_run_by_this_python():
     argv = remote_fence.command("qemu+tls://10.0.0.2/system", ["u1"])
-    assert argv[:5] == [sys.executable, "-m", "etcd_compute.virt.remote_fence", "--uri",
-                        "qemu+tls://10.0.0.2/system"]
-    assert Path(remote_fence.__file__).stem == argv[2].rsplit(".", 1)[1]
+    assert argv == module_command("etcd_compute.virt.remote_fence", "--uri",
+                                  "qemu+tls://10.0.0.2/system", "u1")
+    assert argv[0] == sys.executable
+    assert Path(remote_fence.__file__).stem == remote_fence.MODULE.rsplit(".", 1)[1]
+
+
+def test_the_child_answers_from_a_directory_that_does_not_hold_the_package(tmp_path,
+                                                                           monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    verdict = remote_fence.fence(TEST_URI, [str(uuidlib.uuid4())], timeout=30)
+    assert verdict.fenced and verdict.destroyed == [], verdict
