@@ -253,7 +253,7 @@ def markdown(results: dict[str, Any]) -> list[str]:
         "overlay through the storage API (its whole file: the written data, not the disk's "
         "size), and a boot under TCG, which a rebuild pays too. The figures vary with the "
         "machine's load (other runs' guests share its two cores); the ratios are within one "
-        "run. Drain time and recovery with fencing: see below when measured.",
+        "run. Drain time and recovery with fencing: below.",
     ]
 
 
