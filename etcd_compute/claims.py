@@ -25,15 +25,22 @@ from etcd_compute.placement import PlacementClient
 
 
 def claim(placement: PlacementClient, allocations_by_consumer: dict[str, dict[str, Any]],
-          settings: dict[str, Any]) -> None:
-    """Claim {consumer: allocations} atomically; ConflictError on a race or lack of room."""
-    ids = {"project_id": settings["project_id"], "user_id": settings["user_id"],
-           "consumer_type": settings["consumer_type"]}
+          settings: dict[str, Any],
+          owners: dict[str, tuple[str, str]] | None = None) -> None:
+    """Claim {consumer: allocations} atomically; ConflictError on a race or lack of room.
+
+    Each consumer belongs to the (project, user) `owners` gives it (the API's requests:
+    the asking user's), else to `scheduler.project_id`/`user_id` (the operator's)."""
+    owners = owners or {}
+    default = (settings["project_id"], settings["user_id"])
     if len(allocations_by_consumer) == 1:
         ((consumer, allocations),) = allocations_by_consumer.items()
-        placement.claim(consumer, allocations, consumer_generation=None, **ids)
+        project, user = owners.get(consumer, default)
+        placement.claim(consumer, allocations, project, user,
+                        consumer_type=settings["consumer_type"], consumer_generation=None)
     else:
-        placement.claim_many(allocations_by_consumer, **ids)
+        placement.claim_many(allocations_by_consumer, *default,
+                             consumer_type=settings["consumer_type"], owners=owners)
 
 
 def unclaim(placement: PlacementClient, consumers: list[str]) -> list[str]:

@@ -183,6 +183,7 @@ def new_record(spec: dict[str, Any], state: str, host_name: str | None = None) -
         "group": (spec.get("group") or {}).get("name"),
         "created_at": spec.get("requested_at", now),
         "updated_at": now,
+        **{owner: spec[owner] for owner in ("project_id", "user_id") if owner in spec},
     }
 
 
@@ -294,8 +295,9 @@ def host_keys(keys: Keys, host: str, uuid: str) -> list[str]:
 
 
 def operator_keys(keys: Keys, uuid: str, group: str | None) -> list[str]:
-    """The instance's keys only the operator's side writes: its location and group member."""
-    owned = [keys.location(uuid)]
+    """The instance's keys only the operator's side writes: its location, group member and
+    the compute API's view of it (`/servers/`, when the API made it)."""
+    owned = [keys.location(uuid), keys.server(uuid)]
     if group:
         owned.append(keys.group_member(group, uuid))
     return owned
@@ -362,13 +364,20 @@ def schedule(store: KeyValueStore, placed: list[tuple[dict[str, Any], str | None
 
 
 def schedule_txn(keys: Keys, placed: list[tuple[dict[str, Any], str | None]],
-                 group: tuple[str, int] | None = None) -> Txn:
-    """The transaction `schedule` commits (built first when its size must be checked)."""
+                 group: tuple[str, int] | None = None,
+                 servers: list[dict[str, Any]] | None = None) -> Txn:
+    """The transaction `schedule` commits (built first when its size must be checked);
+    `servers`: the compute API's view of each instance, in the order of `placed`."""
     txn = Txn()
     for spec, host_name in placed:
         # Fresh uuid4s cannot collide; the compare still guards against a rerun.
         txn.compare.append(absent(keys.location(spec["uuid"])))
         txn.success += _placed(keys, spec, new_record(spec, SCHEDULED, host_name))
+    for server in servers or []:
+        # The API's view of a request that failed may exist (its fault): the instance
+        # wins only if none is there.
+        txn.compare.append(absent(keys.server(server["uuid"])))
+        txn.success.append(put_message(messages.SERVER, keys.server(server["uuid"]), server))
     if group is not None:
         txn.compare.append(none_created_since(keys.group(group[0]), group[1]))
     return txn
@@ -400,9 +409,10 @@ def unschedule_txn(keys: Keys, placed: list[tuple[str, str, str | None, int, int
     return txn
 
 
-def operations(count: int, grouped: bool) -> int:
-    """Writes in `schedule`'s transaction for `count` instances (compares are fewer)."""
-    return count * (4 if grouped else 3)
+def operations(count: int, grouped: bool, served: bool = False) -> int:
+    """Writes in `schedule`'s transaction for `count` instances (compares are fewer);
+    `served`: with the compute API's view of each."""
+    return count * (3 + grouped + served)
 
 
 def begin_build(store: KeyValueStore, spec: dict[str, Any], spec_revision: int,

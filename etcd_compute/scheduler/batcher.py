@@ -175,9 +175,11 @@ class Batcher:
         if not self.is_leader():
             raise LostLeadership("no longer the leader")
         allocations = {d.uuid: d.allocations for p in planned for d in p.destinations}
+        owners = {d.uuid: p.request.spec.owner(self.settings)
+                  for p in planned if p.request.spec for d in p.destinations}
         try:
             with self._timed("claim"):
-                claims.claim(self.placement, allocations, self.settings)
+                claims.claim(self.placement, allocations, self.settings, owners)
         except ConflictError as exc:
             self.stats["claim_conflicts"] += 1
             self.candidates.forget()

@@ -20,6 +20,8 @@ POLICIES = ("affinity", "anti-affinity")
 # What the controller does with an instance whose host died: rebuild it on another host
 # from its image (its local disk is lost), or end it in ERROR and free its claim.
 ON_HOST_FAILURE = ("rebuild", "error")
+# Keystone's project and user ids (and our defaults), as the instance_spec schema has them.
+OWNER_ID = re.compile(r"\A[A-Za-z0-9_.-]{1,255}\Z")
 
 
 
@@ -42,6 +44,16 @@ class RequestSpec:
     zone: str | None = None
     # None: scheduler.on_host_failure.
     on_host_failure: str | None = None
+    # Whose instances these are (Placement's consumer project and user); None:
+    # scheduler.project_id / user_id, the operator's.
+    project_id: str | None = None
+    user_id: str | None = None
+    # The instances' uuids, chosen by the caller (the compute API counts a request's
+    # claims by them); None: new ones.
+    uuids: list[str] | None = None
+    # The compute API's view of each instance (`server` message, without its uuid and
+    # name), written with the instances; None: none (instances made by schedule.py).
+    server: dict[str, Any] | None = None
 
     @classmethod
     def build(cls, query: str, count: int = 1, name: str | None = None,
@@ -49,7 +61,9 @@ class RequestSpec:
               ssh_key: str | None = None, group: tuple[str, str] | None = None,
               zone: str | None = None,
               required_resources: Collection[str] = (),
-              on_host_failure: str | None = None) -> RequestSpec:
+              on_host_failure: str | None = None, project_id: str | None = None,
+              user_id: str | None = None, uuids: list[str] | None = None,
+              server: dict[str, Any] | None = None) -> RequestSpec:
         """Parse and check everything locally; UsageError (one line) on any fault.
 
         `required_resources`: classes every instance must claim (schedule.py passes
@@ -89,8 +103,21 @@ class RequestSpec:
         if on_host_failure is not None and on_host_failure not in ON_HOST_FAILURE:
             raise UsageError(f"--on-host-failure {on_host_failure!r}: expected "
                              f"{' or '.join(ON_HOST_FAILURE)}")
+        for what, value in (("project", project_id), ("user", user_id)):
+            if value is not None and not OWNER_ID.match(value):
+                raise UsageError(f"{what} id {value[:100]!r}: letters, digits, '_.-', at most "
+                                 "255 characters")
+        if uuids is not None and (len(uuids) != count or len(set(uuids)) != count or
+                                  not all(isinstance(u, str) and UUID.match(u) for u in uuids)):
+            raise UsageError(f"instance uuids: expected {count} distinct uuids")
+        if server is not None and not isinstance(server, dict):
+            raise UsageError("server: expected an object")
         return cls(request, count, name, image_url, user_data, ssh_key, group, zone,
-                   on_host_failure)
+                   on_host_failure, project_id, user_id, uuids, server)
+
+    def owner(self, settings: dict[str, Any]) -> tuple[str, str]:
+        """(project, user) the instances belong to: the request's, else the configured."""
+        return (self.project_id or settings["project_id"], self.user_id or settings["user_id"])
 
     def instance_name(self, index: int, uuid: str) -> str:
         if self.name is None:

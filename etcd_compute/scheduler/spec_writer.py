@@ -23,6 +23,7 @@ def instance_spec(destination: Destination, request_spec: RequestSpec,
                   requested_by: str | None = None) -> dict[str, Any]:
     """The instance_spec message a host receives for `destination`."""
     group = request_spec.group
+    project_id, user_id = request_spec.owner(settings)
     return {
         "action": "build",
         "uuid": destination.uuid,
@@ -33,8 +34,8 @@ def instance_spec(destination: Destination, request_spec: RequestSpec,
         "image": {"url": request_spec.image_url or settings["default_image"], "sha256": None},
         "user_data": request_spec.user_data,
         "ssh_key": request_spec.ssh_key,
-        "project_id": settings["project_id"],
-        "user_id": settings["user_id"],
+        "project_id": project_id,
+        "user_id": user_id,
         "group": {"name": group[0], "policy": group[1]} if group else None,
         "alternates": destination.alternates,
         "requested_at": requested_at,
@@ -45,18 +46,34 @@ def instance_spec(destination: Destination, request_spec: RequestSpec,
     }
 
 
+def server(template: dict[str, Any], destination: Destination, index: int, count: int,
+           now: float) -> dict[str, Any]:
+    """The compute API's `server` message for one instance of a request: its template (what
+    the API was asked) with the instance's uuid, hostname and display name (NAME-<n> when
+    several are made, as Nova names them)."""
+    name = template["name"] if count == 1 else f"{template['name']}-{index + 1}"[:255]
+    return {**template, "uuid": destination.uuid, "name": name,
+            "hostname": destination.name.lower(), "launch_index": index,
+            "created_at": template.get("created_at", now), "updated_at": now}
+
+
 def transaction(keys: Keys, destinations: list[Destination], request_spec: RequestSpec,
                 settings: dict[str, Any], group_revision: int | None,
-                requested_by: str | None = None) -> Txn:
+                requested_by: str | None = None, first: int = 0) -> Txn:
     """The one transaction that writes the whole request (see `instances.schedule_txn`);
-    `requested_by`: who asked, if not this process's operator (the scheduler service)."""
+    `requested_by`: who asked, if not this process's operator (the scheduler service);
+    `first`: the index of the first destination in the whole request."""
     now, who = time.time(), requested_by or operator_name()
     placed = [(instance_spec(d, request_spec, settings, now, who), d.host_name)
               for d in destinations]
     group = None
     if request_spec.group and group_revision is not None:
         group = (request_spec.group[0], group_revision)
-    return instances.schedule_txn(keys, placed, group)
+    servers = None
+    if request_spec.server is not None:
+        servers = [server(request_spec.server, d, first + index, request_spec.count, now)
+                   for index, d in enumerate(destinations)]
+    return instances.schedule_txn(keys, placed, group, servers)
 
 
 def write_specs(store: KeyValueStore, destinations: list[Destination],

@@ -352,15 +352,33 @@ class FakePlacement:
                                     "project_id": project_id, "user_id": user_id}
 
     def claim_many(self, claims: dict[str, dict[str, Any]], project_id: str, user_id: str,
-                   consumer_type: str = "INSTANCE") -> None:
+                   consumer_type: str = "INSTANCE",
+                   owners: dict[str, tuple[str, str]] | None = None) -> None:
         self.calls.append(f"claim_many {len(claims)}")
         if any(c in self.consumers for c in claims):
             raise self._conflict("consumer exists", "placement.concurrent_update")
         if not self._fits(claims):
             raise self._conflict("not enough capacity", "placement.undefined_code")
         for consumer, allocations in claims.items():
+            project, user = (owners or {}).get(consumer, (project_id, user_id))
             self.consumers[consumer] = {"allocations": allocations, "consumer_generation": 1,
-                                        "project_id": project_id, "user_id": user_id}
+                                        "project_id": project, "user_id": user}
+
+    def project_usages(self, project_id: str, consumer_type: str,
+                       user_id: str | None = None) -> dict[str, int]:
+        """GET /usages?project_id=...&consumer_type=...: totals and consumer_count."""
+        usages: dict[str, int] = {}
+        for consumer in self.consumers.values():
+            if consumer["project_id"] != project_id or \
+                    (user_id is not None and consumer["user_id"] != user_id):
+                continue
+            if not consumer["allocations"]:
+                continue
+            usages["consumer_count"] = usages.get("consumer_count", 0) + 1
+            for allocation in consumer["allocations"].values():
+                for rc, amount in allocation["resources"].items():
+                    usages[rc] = usages.get(rc, 0) + amount
+        return usages
 
     def replace_allocations(self, consumer: str, allocations: dict[str, Any],
                             consumer_generation: int | None, project_id: str, user_id: str,

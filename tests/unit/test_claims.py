@@ -181,3 +181,13 @@ def test_an_undo_to_nothing_releases_the_claim():
     generation = claims.move(placement, "c1", on(B), "p", "u")
     assert claims.undo_move(placement, "c1", {}, generation, "p", "u")
     assert placement.get_usages(B) == {"VCPU": 0}
+
+
+def test_claims_belong_to_the_owners_given_else_to_the_configured_project():
+    placement = placement_with_hosts()
+    one, two, three = (str(uuidlib.uuid4()) for _ in range(3))
+    claims.claim(placement, {one: on(A)}, SETTINGS, {one: ("demo", "ann")})
+    claims.claim(placement, {two: on(A), three: on(B)}, SETTINGS, {two: ("alt", "bob")})
+    assert [(placement.consumers[c]["project_id"], placement.consumers[c]["user_id"])
+            for c in (one, two, three)] == [("demo", "ann"), ("alt", "bob"), ("p", "u")]
+    assert placement.project_usages("alt", "INSTANCE") == {"consumer_count": 1, "VCPU": 1}

@@ -86,10 +86,11 @@ def test_host_keys_are_the_hosts_own_keys_but_the_record():
     assert keys.record(RP, "u") not in instances.host_keys(keys, RP, "u")
 
 
-def test_operator_keys_are_the_location_and_the_group_member():
+def test_operator_keys_are_the_location_the_api_view_and_the_group_member():
     keys = FakeStore("/p").keys
-    assert instances.operator_keys(keys, "u", "g") == ["/p/instances/u", "/p/groups/g/u"]
-    assert instances.operator_keys(keys, "u", None) == ["/p/instances/u"]
+    assert instances.operator_keys(keys, "u", "g") == ["/p/instances/u", "/p/servers/u",
+                                                       "/p/groups/g/u"]
+    assert instances.operator_keys(keys, "u", None) == ["/p/instances/u", "/p/servers/u"]
     assert not any(k.startswith(keys.hosts()) for k in instances.operator_keys(keys, "u", "g"))
 
 
@@ -181,9 +182,9 @@ def test_unschedule_takes_back_every_key_while_nobody_acted():
              schedule_one(store)]
     assert instances.unschedule(store, [_as_read(store, s) for s in specs]) is not None
     assert keys_left(store) == set()
-    # Each: record, events, spec, booted, console, location (and group member): one
-    # transaction.
-    assert len(store.committed[-1].success) == 7 + 6
+    # Each: record, events, spec, booted, console, location, API view (and group member):
+    # one transaction.
+    assert len(store.committed[-1].success) == 8 + 7
 
 
 def test_unschedule_refuses_once_a_host_began_the_build():
@@ -377,7 +378,8 @@ def test_forget_of_an_ungrouped_instance_drops_its_location():
     store.delete(store.keys.spec(RP, spec["uuid"]))
     store.delete(store.keys.record(RP, spec["uuid"]))
     assert instances.forget(store, spec["uuid"], RP, None) is not None
-    assert [op.key for op in store.committed[-1].success] == [store.keys.location(spec["uuid"])]
+    assert [op.key for op in store.committed[-1].success] == [store.keys.location(spec["uuid"]),
+                                                              store.keys.server(spec["uuid"])]
     assert keys_left(store) == set()
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import uuid as uuidlib
+
 import pytest
 
 from etcd_compute.errors import UsageError
@@ -137,3 +139,14 @@ def test_required_classes_may_come_from_any_request_group():
 def test_an_image_url_is_printable_ascii_and_bounded(url):
     with pytest.raises(UsageError, match="--image"):
         RequestSpec.build(QUERY, image_url=url)
+
+
+def test_owner_is_the_requests_else_the_configured_and_ids_are_checked():
+    settings = {"project_id": "ops", "user_id": "root"}
+    assert RequestSpec.build(QUERY).owner(settings) == ("ops", "root")
+    assert RequestSpec.build(QUERY, project_id="demo", user_id="ann").owner(settings) == \
+        ("demo", "ann")
+    with pytest.raises(UsageError, match="project id"):
+        RequestSpec.build(QUERY, project_id="de mo")
+    with pytest.raises(UsageError, match="uuids"):
+        RequestSpec.build(QUERY, count=2, uuids=[str(uuidlib.uuid4())] * 2)
