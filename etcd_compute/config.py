@@ -134,6 +134,39 @@ COMPUTE_DEFAULTS: dict[str, Any] = {
     },
 }
 
+API_DEFAULTS: dict[str, Any] = {
+    # HOST:PORT to listen on (an IP address; loopback unless a site says otherwise).
+    "listen": "127.0.0.1:8774",
+    # gunicorn worker processes (the API keeps no state of its own: run several side by side).
+    "workers": 2,
+    # TLS: this API's server certificate and key (a cluster PKI certificate of kind
+    # `service`); null: plain HTTP (a reverse proxy in front terminates TLS).
+    "cert": None,
+    "key": None,
+    # The URL clients reach this API at (links in answers); null: from each request.
+    "public_url": None,
+    # keystonemiddleware's auth_token options (www_authenticate_uri, auth_url, auth_type,
+    # username, password, project_name, user_domain_name, project_domain_name, cafile...):
+    # the service user that validates the users' tokens. Required to serve.
+    "keystone_authtoken": None,
+    # An oslo.policy file overriding Nova's default rules (YAML); null: the defaults.
+    "policy_file": None,
+    # Availability zones: the default one (every host) and names for aggregate uuids
+    # (the hosts that joined it with compute.aggregates).
+    "default_availability_zone": "nova",
+    "availability_zones": {},
+    # Limits of a project without its own (os-quota-sets), Nova's defaults; -1: unlimited.
+    "quotas": {"instances": 10, "cores": 20, "ram": 51200, "key_pairs": 100,
+               "metadata_items": 128, "server_groups": 10, "server_group_members": 10},
+    # How long a create's quota reservation may last before its claim is in Placement
+    # (it ends earlier when the request does; an API that died leaves it this long).
+    "quota_reservation_seconds": 900,
+    # Most items a list returns (Nova's [api] max_limit).
+    "max_limit": 1000,
+    # The name servers' addresses are listed under (the hosts' NAT network).
+    "network_name": "etcd-compute",
+}
+
 SCHEDULE_DEFAULTS: dict[str, Any] = {
     "etcd": ETCD_DEFAULTS,
     "placement": PLACEMENT_DEFAULTS,
@@ -204,6 +237,10 @@ SCHEDULE_DEFAULTS: dict[str, Any] = {
         "metrics_listen": None,
         "metrics_allow_any_address": False,
     },
+    # The compute API (`schedule.py api`; etcd_compute/api/): Nova's v2.1 API for the
+    # OpenStack clients, behind Keystone. It holds the operator's etcd and Placement
+    # credentials (the sections above); its users hold Keystone tokens.
+    "api": API_DEFAULTS,
     # Child zones (schedule.py zone ...; etcd_compute/zones/).
     "zones": {
         # This zone's name, as `zone info` shows it and `--zone NAME` routes to (its own
@@ -296,6 +333,14 @@ def resolve_paths(config: dict[str, Any], base: Path) -> None:
                 config[section][name] = str(base / value)
     zones = config.get("zones", {})
     zones["credential_dirs"] = [str(base / d) for d in zones.get("credential_dirs", [])]
+    api = config.get("api") or {}
+    for name in ("cert", "key", "policy_file"):
+        if api.get(name) and not Path(api[name]).is_absolute():
+            api[name] = str(base / api[name])
+    authtoken = api.get("keystone_authtoken") or {}
+    for name in ("cafile", "certfile", "keyfile"):
+        if isinstance(authtoken.get(name), str) and not Path(authtoken[name]).is_absolute():
+            authtoken[name] = str(base / authtoken[name])
 
 
 def check_fencing(compute: dict[str, Any], source: str) -> None:
