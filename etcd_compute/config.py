@@ -137,8 +137,10 @@ COMPUTE_DEFAULTS: dict[str, Any] = {
 API_DEFAULTS: dict[str, Any] = {
     # HOST:PORT to listen on (an IP address; loopback unless a site says otherwise).
     "listen": "127.0.0.1:8774",
-    # gunicorn worker processes (the API keeps no state of its own: run several side by side).
+    # gunicorn worker processes (the API keeps no state of its own: run several side by side)
+    # and threads in each (requests wait on etcd and Placement most of their time).
     "workers": 2,
+    "threads": 8,
     # TLS: this API's server certificate and key (a cluster PKI certificate of kind
     # `service`); null: plain HTTP (a reverse proxy in front terminates TLS).
     "cert": None,

@@ -21,8 +21,7 @@ from etcd_compute.api.context import Context, NotProjectScoped, new_request_id
 from etcd_compute.api.handlers import flavors, keypairs, quota_sets, servers, versions
 from etcd_compute.api.policy import PolicyNotAuthorized
 from etcd_compute.api.wsgi import ApiRequest, Fault, Router, fault_response
-from etcd_compute.errors import ConfigError, ConflictError, NotFound, ServiceUnavailable
-from etcd_compute.errors import UsageError
+from etcd_compute.errors import ConfigError, ConflictError, NotFound, ServiceUnavailable, UsageError
 
 LOG = logging.getLogger(__name__)
 WsgiApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]

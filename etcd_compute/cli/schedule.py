@@ -14,6 +14,8 @@
     schedule.py console UUID [--follow]  the guest's serial console (tail; --follow: as it grows)
     schedule.py serve                the controller (leader-elected): reschedules failed builds,
                                      recovers the instances of dead hosts
+    schedule.py api                  the compute API (Nova's v2.1, behind Keystone; see
+                                     etcd_compute/api/)
     schedule.py host disable|enable HOST [--reason TEXT]   maintenance
     schedule.py host show HOST       state, since when, instances, reason
     schedule.py host drain HOST      disable, then move every instance elsewhere
@@ -41,8 +43,8 @@ from etcd_compute.cli import zones as zones_cli
 from etcd_compute.errors import EtcdComputeError, NoValidHost, UsageError
 
 ACTIONS = ("stop", "start", "reboot", "rebuild", "resize")
-SUBCOMMANDS = ("destroy", *ACTIONS, "events", "list", "hosts", "console", "serve", "host",
-               "zone")
+SUBCOMMANDS = ("destroy", *ACTIONS, "events", "list", "hosts", "console", "serve", "api",
+               "host", "zone")
 HOST_ACTIONS = ("disable", "enable", "show", "drain")
 EXAMPLES = """\
 examples:
@@ -84,7 +86,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("words", nargs="*", metavar="QUERY|UUID|COMMAND",
                         help="a query (resources=...), an instance uuid, or destroy|stop|start|"
                              "reboot|rebuild|events UUID | resize QUERY UUID | list | hosts | "
-                             "console UUID | serve")
+                             "console UUID | serve | api")
     parser.add_argument("--config", metavar="PATH",
                         help="schedule.yaml to use (default: ./schedule.yaml if present)")
     parser.add_argument("--image", metavar="URL", help="image to boot (http(s):// or file://); "
@@ -588,17 +590,23 @@ def cmd_serve(args: argparse.Namespace, config: dict[str, Any]) -> int:
     return ControllerService(config).run()
 
 
+def cmd_api(args: argparse.Namespace, config: dict[str, Any]) -> int:
+    from etcd_compute.api.serve import serve
+
+    return serve(config)
+
+
 def dispatch(args: argparse.Namespace) -> int:
     from etcd_compute.scheduler.request import UUID
 
     if not args.words:
         raise UsageError("nothing to do: give a query (resources=...), an instance uuid, or "
                          "destroy|stop|start|reboot|rebuild|resize|events|list|hosts|console|"
-                         "serve|host|zone; see --help")
+                         "serve|api|host|zone; see --help")
     first = args.words[0]
     config = configuration.load_schedule(args.config)
     # A daemon reports what it does; a command only what went wrong.
-    default_level = "INFO" if first == "serve" else config["logging"]["level"]
+    default_level = "INFO" if first in ("serve", "api") else config["logging"]["level"]
     logs.setup(args.log_level or default_level)
     if (args.host is not None or args.state is not None) and first != "list":
         raise UsageError("--host and --state go with list")
@@ -610,12 +618,13 @@ def dispatch(args: argparse.Namespace) -> int:
         raise UsageError("--image goes with a query or rebuild")
     zones_cli.check_options(args)
     if first in SUBCOMMANDS:
-        if first in ("list", "hosts", "serve") and len(args.words) != 1:
+        if first in ("list", "hosts", "serve", "api") and len(args.words) != 1:
             raise UsageError(f"{first}: takes no arguments")
         if first == "zone":
             return zones_cli.cmd_zone(args, config, _table)
         command = {"destroy": cmd_destroy, "list": cmd_list, "hosts": cmd_hosts,
-                   "console": cmd_console, "serve": cmd_serve, "host": cmd_host,
+                   "console": cmd_console, "serve": cmd_serve, "api": cmd_api,
+                   "host": cmd_host,
                    "events": cmd_events, **dict.fromkeys(ACTIONS, cmd_action)}[first]
         return command(args, config)
     if len(args.words) != 1:

@@ -9,13 +9,25 @@ import webob
 
 from etcd_compute.api import paging, policy, validation
 from etcd_compute.api.backend import Backend
-from etcd_compute.api.objects.flavors import Flavor, FlavorChanged, FlavorExists
-from etcd_compute.api.objects.flavors import extra_spec_problem, new_id
+from etcd_compute.api.objects.flavors import (
+    Flavor,
+    FlavorChanged,
+    FlavorExists,
+    extra_spec_problem,
+    new_id,
+)
 from etcd_compute.api.schemas import flavors as schema
 from etcd_compute.api.schemas.parameter_types import is_true
 from etcd_compute.api.views.servers import links
-from etcd_compute.api.wsgi import ApiRequest, Fault, Router, bad_request, empty_response
-from etcd_compute.api.wsgi import json_response, not_found
+from etcd_compute.api.wsgi import (
+    ApiRequest,
+    Fault,
+    Router,
+    bad_request,
+    empty_response,
+    json_response,
+    not_found,
+)
 
 # Nova's sort keys and the flavor fields they sort by.
 SORT_FIELDS = {"flavorid": "id", "id": "id", "name": "name", "memory_mb": "ram",

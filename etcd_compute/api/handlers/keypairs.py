@@ -11,11 +11,22 @@ import webob
 from etcd_compute.api import paging, policy, validation
 from etcd_compute.api.backend import Backend
 from etcd_compute.api.objects import keypairs
-from etcd_compute.api.objects.keypairs import InvalidKeypair, Keypair, KeypairExists
-from etcd_compute.api.objects.keypairs import TooManyKeypairs
+from etcd_compute.api.objects.keypairs import (
+    InvalidKeypair,
+    Keypair,
+    KeypairExists,
+    TooManyKeypairs,
+)
 from etcd_compute.api.schemas import keypairs as schema
-from etcd_compute.api.wsgi import ApiRequest, Fault, Router, bad_request, empty_response
-from etcd_compute.api.wsgi import json_response, not_found
+from etcd_compute.api.wsgi import (
+    ApiRequest,
+    Fault,
+    Router,
+    bad_request,
+    empty_response,
+    json_response,
+    not_found,
+)
 
 
 def routes(router: Router, api: Backend) -> None:

@@ -12,8 +12,7 @@ from etcd_compute.api.backend import Backend
 from etcd_compute.api.microversion import Version
 from etcd_compute.api.schemas import quota_sets as schema
 from etcd_compute.api.schemas.parameter_types import is_true
-from etcd_compute.api.wsgi import ApiRequest, Router, bad_request, empty_response
-from etcd_compute.api.wsgi import json_response
+from etcd_compute.api.wsgi import ApiRequest, Router, bad_request, empty_response, json_response
 
 PROJECT = re.compile(r"\A[A-Za-z0-9_.-]{1,255}\Z")
 # What Nova's API reports for quotas of services we do not run (networks until 2.36,

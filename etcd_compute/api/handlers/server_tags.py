@@ -15,8 +15,15 @@ from etcd_compute.api.objects.servers import Server, ServerChanged
 from etcd_compute.api.schemas import parameter_types as types
 from etcd_compute.api.schemas import servers as schema
 from etcd_compute.api.views import servers as view
-from etcd_compute.api.wsgi import ApiRequest, Fault, Router, bad_request, empty_response
-from etcd_compute.api.wsgi import json_response, not_found
+from etcd_compute.api.wsgi import (
+    ApiRequest,
+    Fault,
+    Router,
+    bad_request,
+    empty_response,
+    json_response,
+    not_found,
+)
 
 Lookup = Callable[[ApiRequest, str], Server]
 

@@ -22,8 +22,15 @@ from etcd_compute.api.objects.servers import Server, ServerChanged
 from etcd_compute.api.schemas import servers as schema
 from etcd_compute.api.schemas.parameter_types import is_true
 from etcd_compute.api.views import servers as view
-from etcd_compute.api.wsgi import ApiRequest, Fault, Router, bad_request, empty_response
-from etcd_compute.api.wsgi import json_response, not_found
+from etcd_compute.api.wsgi import (
+    ApiRequest,
+    Fault,
+    Router,
+    bad_request,
+    empty_response,
+    json_response,
+    not_found,
+)
 from etcd_compute.errors import UsageError
 from etcd_compute.scheduler.spec import IMAGE_URL
 

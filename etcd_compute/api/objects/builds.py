@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import re
+import threading
 import time
 import uuid as uuidlib
 from dataclasses import dataclass
@@ -82,14 +83,18 @@ class Builds:
         self.placement = placement
         self.quotas = quotas
         self.servers = servers
-        self._scheduler: Scheduler | None = None
+        # One Scheduler per thread of a worker (it keeps per-request state).
+        self._local = threading.local()
+        self._schedulers: list[Scheduler] = []
 
     @property
     def scheduler(self) -> Scheduler:
-        if self._scheduler is None:
-            self._scheduler = Scheduler(self.config, store=self.store,
-                                        placement=self.placement)
-        return self._scheduler
+        scheduler = getattr(self._local, "scheduler", None)
+        if scheduler is None:
+            scheduler = self._local.scheduler = Scheduler(self.config, store=self.store,
+                                                          placement=self.placement)
+            self._schedulers.append(scheduler)
+        return scheduler
 
     def create(self, build: Build) -> tuple[list[dict[str, Any]], str]:
         """The views of the servers made (ERROR ones with a fault when no host could take
@@ -179,5 +184,5 @@ class Builds:
                           destination.uuid, exc)
 
     def close(self) -> None:
-        if self._scheduler is not None:
-            self._scheduler.close()
+        for scheduler in self._schedulers:
+            scheduler.close()

@@ -20,8 +20,15 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 
 from etcd_compute import messages
 from etcd_compute.errors import InvalidMessage
-from etcd_compute.etcd import Compare, Delete, KeyValueStore, Txn, absent, none_created_since
-from etcd_compute.etcd import put_message
+from etcd_compute.etcd import (
+    Compare,
+    Delete,
+    KeyValueStore,
+    Txn,
+    absent,
+    none_created_since,
+    put_message,
+)
 
 # Our spec carries a key of at most this many characters to the host.
 MAX_PUBLIC_KEY = 16384

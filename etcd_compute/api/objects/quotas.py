@@ -32,8 +32,7 @@ from typing import Any
 
 from etcd_compute import messages
 from etcd_compute.errors import EtcdComputeError, InvalidMessage
-from etcd_compute.etcd import Delete, KeyValueStore, Txn, absent, none_created_since
-from etcd_compute.etcd import put_message
+from etcd_compute.etcd import Delete, KeyValueStore, Txn, absent, none_created_since, put_message
 from etcd_compute.placement import PlacementClient
 
 LOG = logging.getLogger(__name__)
