@@ -141,6 +141,19 @@ class KeystoneServer(Service):
         credential = made["application_credential"]
         return credential["id"], credential["secret"]
 
+    def add_endpoint(self, service_type: str, name: str, url: str) -> str:
+        """A service of `service_type` in the catalog with its public endpoint `url` (the
+        one there before is replaced: a test's API listens on a new port); its id."""
+        services = self._api("GET", f"/services?type={service_type}")["services"]
+        for service in services:
+            self._api("DELETE", f"/services/{service['id']}")
+        service_id = self._api("POST", "/services", {"service": {
+            "type": service_type, "name": name, "enabled": True}})["service"]["id"]
+        self._api("POST", "/endpoints", {"endpoint": {
+            "service_id": service_id, "interface": "public", "url": url,
+            "region_id": "RegionOne", "enabled": True}})
+        return service_id
+
     def client_section(self, username: str, password: str, project: str) -> dict[str, Any]:
         """A `placement.keystone` config section for that user (password auth)."""
         return {"auth_url": self.auth_url, "username": username, "password": password,
