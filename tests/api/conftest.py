@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import uuid as uuidlib
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -60,6 +60,7 @@ class Cloud:
     ca: Path
     host: str
     compute: DaemonProcess
+    sessions: dict[str, Any] = field(default_factory=dict)
 
     def connect(self, user: str = "demo", project: str | None = None) -> Any:
         """An openstacksdk connection as `user` (admin: Keystone's bootstrap admin)."""
@@ -72,7 +73,13 @@ class Cloud:
             project_domain_name="Default", cacert=str(self.ca), region_name="RegionOne")
 
     def session(self, user: str = "demo") -> Any:
-        """A keystoneauth1 session as `user`, for raw requests."""
+        """A keystoneauth1 session as `user`, for raw requests (one per user: its token is
+        reused)."""
+        if user not in self.sessions:
+            self.sessions[user] = self._session(user)
+        return self.sessions[user]
+
+    def _session(self, user: str) -> Any:
         from keystoneauth1 import session
         from keystoneauth1.identity import v3
 
