@@ -111,7 +111,11 @@ def delete(api: Backend, req: ApiRequest, server_id: str) -> webob.Response:
         return empty_response(204)
     from etcd_compute.scheduler import operations
 
-    operations.destroy(api.store, api.placement, server.uuid)
+    if operations.destroy(api.store, api.placement, server.uuid) in ("requested", "already"):
+        try:  # shown as deleting until the host takes it up (its record says so then)
+            api.servers.save(server, {"deleting": True})
+        except ServerChanged:
+            pass  # changed meanwhile (renamed, or the host already moved it on)
     return empty_response(204)
 
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from cryptography import x509
+from cryptography.exceptions import UnsupportedAlgorithm
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
@@ -78,7 +79,7 @@ def ssh_fingerprint(public_key: str) -> str:
     try:
         serialization.load_ssh_public_key(text.encode())
         blob = base64.b64decode(text.split()[1], validate=True)
-    except (ValueError, IndexError, UnicodeEncodeError, TypeError):
+    except (ValueError, IndexError, UnicodeEncodeError, TypeError, UnsupportedAlgorithm):
         raise InvalidKeypair("Keypair data is invalid: failed to generate fingerprint") \
             from None
     return _colons(hashlib.md5(blob, usedforsecurity=False).hexdigest())

@@ -48,6 +48,8 @@ _PROGRESS = ("ACTIVE", "BUILD", "REBUILD", "RESIZE", "VERIFY_RESIZE", "MIGRATING
 def states(server: Server) -> tuple[str, str | None, int]:
     """(vm_state, task_state, power_state) of our state."""
     state = server.state
+    if server.doc.get("deleting") and state not in (instances.ERROR, instances.DELETED):
+        state = instances.DELETING  # asked; the host has not taken it up yet
     task = (server.record or {}).get("task") or {}
     was = "stopped" if task.get("from") == instances.SHUTOFF else "active"
     was_power = SHUTDOWN if was == "stopped" else RUNNING
