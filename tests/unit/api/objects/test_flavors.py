@@ -5,8 +5,13 @@ from __future__ import annotations
 
 import pytest
 
-from etcd_compute.api.objects.flavors import Flavor, FlavorChanged, FlavorExists, Flavors
-from etcd_compute.api.objects.flavors import extra_spec_problem
+from etcd_compute.api.objects.flavors import (
+    Flavor,
+    FlavorChanged,
+    FlavorExists,
+    Flavors,
+    extra_spec_problem,
+)
 from etcd_compute.scheduler.request import parse_query
 from tests.unit.fakes import FakeStore
 

@@ -12,8 +12,12 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from etcd_compute.api.objects import keypairs
-from etcd_compute.api.objects.keypairs import InvalidKeypair, KeypairExists, Keypairs
-from etcd_compute.api.objects.keypairs import TooManyKeypairs
+from etcd_compute.api.objects.keypairs import (
+    InvalidKeypair,
+    KeypairExists,
+    Keypairs,
+    TooManyKeypairs,
+)
 from tests.unit.fakes import FakeStore
 
 SSH_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIAOebfgqLRfNk0A44nMrLBjoefhT3Me4wQUgpyD8zEsH test"

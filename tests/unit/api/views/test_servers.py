@@ -1,0 +1,81 @@
+"""Our states as Nova's vm_state, task_state, power_state and status; fields per
+microversion; faults with details for admins only."""
+
+from __future__ import annotations
+
+import pytest
+
+from etcd_compute import instances
+from etcd_compute.api.microversion import Version
+from etcd_compute.api.objects.servers import Server
+from etcd_compute.api.views import servers as view
+from etcd_compute.api.wsgi import ApiRequest
+
+DOC = {"uuid": "8ad8abc4-28c1-4ab8-b74d-3ec051a1242d", "project_id": "p1", "user_id": "u1",
+       "name": "web", "created_at": 1.0, "updated_at": 2.0,
+       "flavor": {"id": "1", "name": "m1.tiny", "vcpus": 1, "ram": 256, "disk": 1,
+                  "ephemeral": 0, "swap": 0, "extra_specs": {"k": "v"}},
+       "image": {"id": "file:///i", "url": "file:///i"}}
+
+
+def server(state: str, **record) -> Server:
+    return Server(dict(DOC), 1, {"uuid": DOC["uuid"], "state": state, "updated_at": 3.0,
+                                 "host": "h", "host_name": "hv1", **record}, "h")
+
+
+@pytest.mark.parametrize("state,task,expected", [
+    (instances.SCHEDULED, None, ("building", "scheduling", 0, "BUILD")),
+    (instances.BUILDING, None, ("building", "spawning", 0, "BUILD")),
+    (instances.ACTIVE, None, ("active", None, 1, "ACTIVE")),
+    (instances.SHUTOFF, None, ("stopped", None, 4, "SHUTOFF")),
+    (instances.STOPPING, None, ("active", "powering-off", 1, "ACTIVE")),
+    (instances.STARTING, None, ("stopped", "powering-on", 4, "SHUTOFF")),
+    (instances.REBOOTING, {"hard": True}, ("active", "rebooting_hard", 1, "HARD_REBOOT")),
+    (instances.REBOOTING, {}, ("active", "rebooting", 1, "REBOOT")),
+    (instances.REBUILDING, {"from": "SHUTOFF"}, ("stopped", "rebuilding", 4, "REBUILD")),
+    (instances.RESIZING, {"from": "ACTIVE"}, ("active", "resize_prep", 1, "RESIZE")),
+    (instances.DELETING, None, ("active", "deleting", 0, "ACTIVE")),
+    (instances.ERROR, None, ("error", None, 0, "ERROR")),
+])
+def test_states_map_as_novas(state, task, expected):
+    shown = server(state, **({"task": {"id": DOC["uuid"], "at": 1.0, **task}} if task else {}))
+    assert (*view.states(shown), view.status(shown)) == expected
+
+
+def request(version: str) -> ApiRequest:
+    req = ApiRequest.blank("/v2.1/servers")
+    req.environ["etcd_compute.version"] = Version.parse(version)
+    return req
+
+
+def render(version: str, state: str = instances.ACTIVE, **kwargs) -> dict:
+    options = {"network": "net", "show_extended": False, "show_extra_specs": False,
+               "is_admin": False, **kwargs}
+    return view.show(request(version), server(state, ip="10.0.0.5"), **options)
+
+
+def test_fields_appear_at_their_microversions():
+    old = render("2.1")
+    assert old["flavor"]["id"] == "1" and "locked" not in old and "tags" not in old
+    newer = render("2.79", show_extra_specs=True)
+    assert newer["flavor"] == {"original_name": "m1.tiny", "vcpus": 1, "ram": 256,
+                               "disk": 1, "ephemeral": 0, "swap": 0,
+                               "extra_specs": {"k": "v"}}
+    assert (newer["locked"], newer["description"], newer["tags"],
+            newer["trusted_image_certificates"], newer["locked_reason"]) == \
+        (False, None, [], None, None)
+    assert newer["addresses"] == {"net": [{"version": 4, "addr": "10.0.0.5",
+                                           "OS-EXT-IPS:type": "fixed"}]}
+    assert newer["updated"] == "1970-01-01T00:00:03Z" and newer["progress"] == 100
+    extended = render("2.3", show_extended=True)
+    assert (extended["OS-EXT-SRV-ATTR:host"], extended["OS-EXT-SRV-ATTR:root_device_name"]) \
+        == ("hv1", "/dev/vda")
+    assert "OS-EXT-SRV-ATTR:hostname" not in render("2.1", show_extended=True)
+
+
+def test_an_errors_details_are_the_admins():
+    failed = Server(dict(DOC), 1, {"uuid": DOC["uuid"], "state": instances.ERROR,
+                                   "updated_at": 3.0, "error": "x" * 300})
+    member = view.fault(failed, is_admin=False)
+    assert len(member["message"]) == 255 and "details" not in member
+    assert view.fault(failed, is_admin=True)["details"] == "x" * 300
