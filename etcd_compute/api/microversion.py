@@ -57,7 +57,7 @@ class Version:
 
 
 MIN = Version(2, 1)
-MAX = Version(2, 79)
+MAX = Version(2, 85)
 
 
 def requested(headers: Mapping[str, str]) -> Version:

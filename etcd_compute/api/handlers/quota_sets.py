@@ -115,6 +115,7 @@ def update(api: Backend, req: ApiRequest, tenant_id: str) -> webob.Response:
 
 
 def delete(api: Backend, req: ApiRequest, tenant_id: str) -> webob.Response:
+    validation.query(schema.show_query_schema(req.version), req.query())
     project_id = _project(tenant_id)
     api.policy.authorize(req.context, policy.QUOTA_SETS % "delete", {"project_id": project_id})
     api.quotas.reset(project_id)

@@ -32,7 +32,11 @@ def member_filters(req: ApiRequest) -> tuple[str, ...]:
     allowed: tuple[str, ...] = ("reservation_id", "name", "status", "image", "flavor", "ip",
                                 "changes-since", "all_tenants")
     for since, more in (("2.5", ("ip6",)), ("2.26", TAG_FILTERS),
-                        ("2.66", ("changes-before",)), ("2.73", ("locked",))):
+                        ("2.66", ("changes-before",)), ("2.73", ("locked",)),
+                        ("2.83", ("availability_zone", "config_drive", "key_name",
+                                  "created_at", "launched_at", "terminated_at",
+                                  "power_state", "task_state", "vm_state", "progress",
+                                  "user_id"))):
         if req.version.at_least(since):
             allowed += more
     return allowed

@@ -56,6 +56,10 @@ def test_filters_as_nova_has_them(harness: Harness):
     assert harness.call("GET", "/v2.1/servers?metadata=x").status_int == 200  # dropped
     assert harness.call("GET", "/v2.1/servers?metadata=x", roles=ADMIN).status_int == 400
     assert harness.call("GET", "/v2.1/servers?bogus=1", version="2.75").status_int == 400
+    # From 2.83 a member may filter by more (vm_state, key_name, user_id...).
+    assert names(harness.call("GET", "/v2.1/servers?vm_state=active")) == ["db-1", "web-1"]
+    assert names(harness.call("GET", "/v2.1/servers?vm_state=active", version="2.83")) == \
+        ["web-1"]
 
 
 def test_changes_since_and_before(harness: Harness):
