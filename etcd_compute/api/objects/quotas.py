@@ -114,9 +114,12 @@ class Quotas:
         count = self.count(project_id)
         return {quota: count.total(quota) for quota in COUNTED}
 
-    def count(self, project_id: str, leave_out: str | None = None) -> Count:
+    def count(self, project_id: str, leave_out: str | None = None,
+              exact: bool = True) -> Count:
         """Placement's usage plus the reservations of creates not claimed yet (but
-        `leave_out`), read so that no create is counted twice or missed."""
+        `leave_out`), read so that no create is counted twice or missed. `exact=False`:
+        one read of each, every reservation counted (a claimed one twice): never less than
+        the truth, and enough while the project is far from its limits."""
         prefix = self.keys.quota_reservations(project_id)
         used = self._placement_usage(project_id)
         for _ in range(COUNT_TRIES):
@@ -130,10 +133,13 @@ class Quotas:
                 except InvalidMessage:
                     continue
                 # All of a request's instances are claimed in one atomic call.
-                if self.placement.get_allocations(held["consumers"][0]).get("allocations"):
+                if exact and \
+                        self.placement.get_allocations(held["consumers"][0]).get("allocations"):
                     continue  # claimed: Placement counts it
                 for name, amount in held["resources"].items():
                     pending[name] = pending.get(name, 0) + amount
+            if not exact:
+                return Count(used, pending, revision)
             again = self._placement_usage(project_id)
             if again == used:
                 return Count(used, pending, revision)
@@ -179,11 +185,21 @@ class Quotas:
         """Count the create (its `consumers`, each `vcpus` and `ram`) against the
         project's quota and hold its place until the block ends: OverQuota when fewer
         than `min_count` of them fit. The reservation names as many consumers as fit."""
+        if self.unlimited(project_id):  # nothing to count, nothing to hold
+            yield Reservation(project_id, str(uuidlib.uuid4()), list(consumers),
+                              {"consumer_count": len(consumers)})
+            return
         prefix = self.keys.quota_reservations(project_id)
         lease = self.store.grant(self.reservation_seconds)
         for _ in range(RESERVE_TRIES):
-            count = self.count(project_id)
-            fits = self.allowed(project_id, vcpus, ram, min_count, len(consumers), count)
+            count = self.count(project_id, exact=False)
+            try:
+                fits = self.allowed(project_id, vcpus, ram, min_count, len(consumers), count)
+            except OverQuota:
+                fits = 0
+            if fits < len(consumers):  # near the limit: count exactly before refusing
+                count = self.count(project_id)
+                fits = self.allowed(project_id, vcpus, ram, min_count, len(consumers), count)
             reservation = Reservation(
                 project_id, str(uuidlib.uuid4()), consumers[:fits],
                 {"consumer_count": fits, "VCPU": fits * vcpus, "MEMORY_MB": fits * ram},
@@ -210,19 +226,30 @@ class Quotas:
                           "created_at": time.time()}, reservation.lease)]))
         return written is not None
 
+    def unlimited(self, project_id: str) -> bool:
+        limits = self.limits(project_id)
+        return all(limits[q] < 0 for q in COUNTED)
+
     def recheck(self, reservation: Reservation) -> None:
         """After the claim: the project within its limits, its other creates counted
         (OverQuota otherwise: limits lowered meanwhile, or a reservation that expired)."""
         limits = self.limits(reservation.project_id)
+
+        def overs(count: Count) -> list[str]:
+            return [q for q in ("cores", "instances", "ram")
+                    if limits[q] >= 0 and count.total(q) > limits[q]]
+
+        count = self.count(reservation.project_id, leave_out=reservation.uuid, exact=False)
+        if not overs(count):
+            return  # even counting every other create's reservation, within limits
         count = self.count(reservation.project_id, leave_out=reservation.uuid)
-        overs = [q for q in ("cores", "instances", "ram")
-                 if limits[q] >= 0 and count.total(q) > limits[q]]
-        if overs:
+        over = overs(count)
+        if over:
             raise OverQuota(
-                f"Quota exceeded for {', '.join(overs)}: Requested "
-                f"{', '.join(str(reservation.resources[COUNTED[q]]) for q in overs)}, but "
-                f"already used {', '.join(str(count.total(q)) for q in overs)} of "
-                f"{', '.join(str(limits[q]) for q in overs)} {', '.join(overs)}")
+                f"Quota exceeded for {', '.join(over)}: Requested "
+                f"{', '.join(str(reservation.resources[COUNTED[q]]) for q in over)}, but "
+                f"already used {', '.join(str(count.total(q)) for q in over)} of "
+                f"{', '.join(str(limits[q]) for q in over)} {', '.join(over)}")
 
     def _release(self, reservation: Reservation) -> None:
         try:

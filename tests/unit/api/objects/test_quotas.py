@@ -79,8 +79,8 @@ def test_a_reservation_is_refused_if_another_came_in_between():
     real_count = kept.count
     sneaked = []
 
-    def count_then_race(project_id, leave_out=None):
-        counted = real_count(project_id, leave_out)
+    def count_then_race(project_id, leave_out=None, exact=True):
+        counted = real_count(project_id, leave_out, exact)
         if not sneaked:  # another API process reserves after we counted
             other = {"consumers": [str(uuidlib.uuid4())],
                      "resources": {"consumer_count": 1}, "created_at": 1}
@@ -103,3 +103,17 @@ def test_a_recheck_after_the_claim_catches_a_lowered_limit():
         kept.update("p1", {"instances": 1})
         with pytest.raises(OverQuota):
             kept.recheck(reservation)
+
+
+def test_unlimited_projects_hold_no_reservation_and_far_limits_need_no_exact_count():
+    kept, store, placement = quotas(instances=-1, cores=-1, ram=-1)
+    with kept.reserve("p1", "u1", [str(uuidlib.uuid4())], 1, 256, 1):
+        assert store.get_prefix(store.keys.quota_reservations("p1"))[0] == []
+    kept.update("p1", {"instances": 100, "cores": 100, "ram": 100000})
+    looked = []
+    real = placement.get_allocations
+    placement.get_allocations = lambda consumer: looked.append(consumer) or real(consumer)
+    with kept.reserve("p1", "u1", [str(uuidlib.uuid4())], 1, 256, 1) as first:
+        with kept.reserve("p1", "u1", [str(uuidlib.uuid4())], 1, 256, 1):
+            kept.recheck(first)
+    assert looked == []  # far from the limits: no claim was looked up
