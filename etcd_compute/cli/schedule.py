@@ -9,7 +9,8 @@
                                      uuid, IP, claim and host
     schedule.py resize QUERY UUID    a new size (resources=... only) on the same host
     schedule.py events UUID          what happened to it: action, who, host, when, result
-    schedule.py list [--host H] [--state S]   every instance (on host H, in state S)
+    schedule.py list [--host H] [--state S] [--project P]   every instance (on host H, in
+                                     state S, of project P)
     schedule.py hosts                every provider: capacity, usage, alive
     schedule.py console UUID [--follow]  the guest's serial console (tail; --follow: as it grows)
     schedule.py serve                the controller (leader-elected): reschedules failed builds,
@@ -116,6 +117,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="list: only instances on this host (its name or provider uuid)")
     parser.add_argument("--state", metavar="STATE",
                         help="list: only instances in this state (active, error...; any case)")
+    parser.add_argument("--project", metavar="PROJECT_ID",
+                        help="list: only instances of this project (a Keystone project id; "
+                             "schedule.py's own are scheduler.project_id's)")
     parser.add_argument("--follow", "-f", action="store_true",
                         help="console: keep printing what the guest writes, until Ctrl-C or "
                              "the instance is gone")
@@ -408,6 +412,8 @@ def cmd_list(args: argparse.Namespace, config: dict[str, Any]) -> int:
         ops.check_state(args.state)  # before any connection
     with zones_cli.zone_tree(config) as tree:
         found, unreachable = zones_cli.list_instances(tree, args.host, args.state)
+    if args.project is not None:
+        found = [r for r in found if r.get("project_id") == args.project]
     for zone, reason in unreachable.items():
         print(f"schedule.py: zone {terminal_line(zone)} unreachable, its instances not listed: "
               f"{terminal_line(reason)}", file=sys.stderr)
@@ -608,8 +614,9 @@ def dispatch(args: argparse.Namespace) -> int:
     # A daemon reports what it does; a command only what went wrong.
     default_level = "INFO" if first in ("serve", "api") else config["logging"]["level"]
     logs.setup(args.log_level or default_level)
-    if (args.host is not None or args.state is not None) and first != "list":
-        raise UsageError("--host and --state go with list")
+    if (args.host is not None or args.state is not None or args.project is not None) \
+            and first != "list":
+        raise UsageError("--host, --state and --project go with list")
     if args.follow and first != "console":
         raise UsageError("--follow goes with console")
     if args.hard and first != "reboot":

@@ -62,3 +62,29 @@ def test_another_projects_server_is_not_found(cloud: Cloud) -> None:
     finally:
         demo.compute.delete_server(server)
         demo.compute.wait_for_delete(server, wait=60, interval=0.5)
+
+
+def test_operators_list_a_projects_servers_with_schedule_py(cloud: Cloud, tmp_path) -> None:
+    import json
+
+    import yaml
+
+    from tests.support import run_cli
+
+    demo = cloud.connect("demo")
+    server = demo.compute.create_server(name="listed", flavor_id="1", image_id=IMAGE,
+                                        networks="auto")
+    config = tmp_path / "schedule.yaml"
+    config.write_text(yaml.safe_dump(cloud.config))
+    try:
+        mine = run_cli("schedule.py", "--config", str(config), "list", "--project",
+                       cloud.project_id("demo"), "--json")
+        assert mine.code == 0, mine.stderr
+        assert [r["uuid"] for r in json.loads(mine.stdout)] == [server.id]
+        assert json.loads(mine.stdout)[0]["user_id"] == demo.current_user_id
+        theirs = run_cli("schedule.py", "--config", str(config), "list", "--project",
+                         cloud.project_id("alt"), "--json")
+        assert json.loads(theirs.stdout) == []
+    finally:
+        demo.compute.delete_server(server)
+        demo.compute.wait_for_delete(server, wait=60, interval=0.5)

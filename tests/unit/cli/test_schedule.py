@@ -74,8 +74,9 @@ def test_an_unknown_state_is_refused_before_any_connection(capsys, config):
 
 
 @pytest.mark.parametrize(("words", "option", "fragment"), [
-    (["hosts"], ["--host", "hv1"], "--host and --state go with list"),
-    ([UUID], ["--state", "active"], "--host and --state go with list"),
+    (["hosts"], ["--host", "hv1"], "--host, --state and --project go with list"),
+    ([UUID], ["--state", "active"], "--host, --state and --project go with list"),
+    (["hosts"], ["--project", "demo"], "--host, --state and --project go with list"),
     (["list"], ["--follow"], "--follow goes with console"),
     (["destroy", UUID], ["-f"], "--follow goes with console"),
 ])
