@@ -37,7 +37,8 @@ class Backend:
     def over(cls, config: dict[str, Any], store: KeyValueStore, placement: PlacementClient,
              policy: Policy | None = None) -> Backend:
         servers = Servers(store)
-        quotas = Quotas(store, placement, config["api"], config["scheduler"]["consumer_type"])
+        quotas = Quotas(store, placement, config["api"], config["scheduler"]["consumer_type"],
+                        config["scheduler"]["wait_timeout_seconds"])
         return cls(config, store, placement, policy or Policy(config["api"]["policy_file"]),
                    Flavors(store), Keypairs(store), quotas, servers,
                    Builds(config, store, placement, quotas, servers))  # type: ignore[arg-type]

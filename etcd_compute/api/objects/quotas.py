@@ -23,6 +23,7 @@ of an API that died expires with its lease.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 import uuid as uuidlib
 from collections.abc import Iterator
@@ -32,7 +33,14 @@ from typing import Any
 
 from etcd_compute import messages
 from etcd_compute.errors import EtcdComputeError, InvalidMessage
-from etcd_compute.etcd import Delete, KeyValueStore, Txn, absent, none_created_since, put_message
+from etcd_compute.etcd import (
+    Delete,
+    KeyValueStore,
+    Txn,
+    absent,
+    none_created_since,
+    put_message,
+)
 from etcd_compute.placement import PlacementClient
 
 LOG = logging.getLogger(__name__)
@@ -57,6 +65,8 @@ class Reservation:
     consumers: list[str]
     resources: dict[str, int]
     lease: int | None = None
+    # The limits it was admitted under.
+    limits: dict[str, int] | None = None
 
 
 @dataclass
@@ -74,13 +84,18 @@ class Count:
 
 class Quotas:
     def __init__(self, store: KeyValueStore, placement: PlacementClient,
-                 settings: dict[str, Any], consumer_type: str = "INSTANCE"):
+                 settings: dict[str, Any], consumer_type: str = "INSTANCE",
+                 max_wait: float = 600.0):
         self.store = store
         self.keys = store.keys
         self.placement = placement
         self.defaults = dict(settings["quotas"])
         self.reservation_seconds = int(settings["quota_reservation_seconds"])
+        # A create may wait this long for the scheduler service; a reservation must last.
+        self.reservation_min_seconds = min(self.reservation_seconds, max_wait + 60.0)
         self.consumer_type = consumer_type
+        self._lock = threading.Lock()
+        self._held: tuple[int, float] | None = None
 
     # --- limits ----------------------------------------------------------------------------
 
@@ -152,10 +167,10 @@ class Quotas:
     # --- creates -----------------------------------------------------------------------------
 
     def allowed(self, project_id: str, vcpus: int, ram: int, min_count: int, max_count: int,
-                count: Count | None = None) -> int:
+                count: Count | None = None, limits: dict[str, int] | None = None) -> int:
         """How many of min_count..max_count instances of this size fit (Nova's
         `check_num_instances_quota`): the most that fit, or OverQuota with Nova's message."""
-        limits = self.limits(project_id)
+        limits = limits or self.limits(project_id)
         count = count or self.count(project_id)
         deltas = {"instances": max_count, "cores": max_count * vcpus, "ram": max_count * ram}
         overs = [q for q in ("cores", "instances", "ram")
@@ -169,7 +184,7 @@ class Quotas:
         if ram and "ram" in headroom:
             allowed = min(allowed, headroom["ram"] // ram)
         if allowed > 0 and min_count <= allowed <= max_count:
-            return self.allowed(project_id, vcpus, ram, min_count, allowed, count)
+            return self.allowed(project_id, vcpus, ram, min_count, allowed, count, limits)
         instances = str(min_count) if min_count == max_count else f"{min_count}-{max_count}"
         requested = {"instances": instances, "cores": str(max_count * vcpus),
                      "ram": str(max_count * ram)}
@@ -185,25 +200,28 @@ class Quotas:
         """Count the create (its `consumers`, each `vcpus` and `ram`) against the
         project's quota and hold its place until the block ends: OverQuota when fewer
         than `min_count` of them fit. The reservation names as many consumers as fit."""
-        if self.unlimited(project_id):  # nothing to count, nothing to hold
+        limits = self.limits(project_id)
+        if all(limits[q] < 0 for q in COUNTED):  # nothing to count, nothing to hold
             yield Reservation(project_id, str(uuidlib.uuid4()), list(consumers),
                               {"consumer_count": len(consumers)})
             return
         prefix = self.keys.quota_reservations(project_id)
-        lease = self.store.grant(self.reservation_seconds)
+        lease = self._lease()
         for _ in range(RESERVE_TRIES):
             count = self.count(project_id, exact=False)
             try:
-                fits = self.allowed(project_id, vcpus, ram, min_count, len(consumers), count)
+                fits = self.allowed(project_id, vcpus, ram, min_count, len(consumers), count,
+                                    limits)
             except OverQuota:
                 fits = 0
             if fits < len(consumers):  # near the limit: count exactly before refusing
                 count = self.count(project_id)
-                fits = self.allowed(project_id, vcpus, ram, min_count, len(consumers), count)
+                fits = self.allowed(project_id, vcpus, ram, min_count, len(consumers), count,
+                                    limits)
             reservation = Reservation(
                 project_id, str(uuidlib.uuid4()), consumers[:fits],
                 {"consumer_count": fits, "VCPU": fits * vcpus, "MEMORY_MB": fits * ram},
-                lease)
+                lease, limits)
             if self._write(reservation, user_id, prefix, count.revision):
                 break
         else:
@@ -226,14 +244,28 @@ class Quotas:
                           "created_at": time.time()}, reservation.lease)]))
         return written is not None
 
-    def unlimited(self, project_id: str) -> bool:
-        limits = self.limits(project_id)
-        return all(limits[q] < 0 for q in COUNTED)
+    def _lease(self) -> int:
+        """A lease for reservations: one per process, granted again once it has less left
+        than a create may take (the scheduler's wait plus a minute), so each reservation
+        outlives its create and one of an API that died goes within the lease's TTL."""
+        with self._lock:
+            now = time.monotonic()
+            if self._held is None or self._held[1] - now < self.reservation_min_seconds:
+                self._held = (self.store.grant(self.reservation_seconds),
+                              now + self.reservation_seconds)
+            return self._held[0]
 
     def recheck(self, reservation: Reservation) -> None:
         """After the claim: the project within its limits, its other creates counted
-        (OverQuota otherwise: limits lowered meanwhile, or a reservation that expired)."""
+        (OverQuota otherwise: limits lowered meanwhile, or a reservation that expired).
+        While the limits are those it was admitted under and its reservation held all
+        along, every create since counted it: nothing more to count."""
+        if reservation.lease is None:
+            return  # unlimited when admitted
+        key = self.keys.quota_reservation(reservation.project_id, reservation.uuid)
         limits = self.limits(reservation.project_id)
+        if limits == reservation.limits and self.store.get(key) is not None:
+            return
 
         def overs(count: Count) -> list[str]:
             return [q for q in ("cores", "instances", "ram")
