@@ -167,6 +167,10 @@ API_DEFAULTS: dict[str, Any] = {
     "max_limit": 1000,
     # The name servers' addresses are listed under (the hosts' NAT network).
     "network_name": "etcd-compute",
+    # Image URLs users may boot from (an imageRef must start with one of these): a host
+    # fetches what a user names, so an open list would let any user make the hypervisors
+    # fetch any URL they reach. Empty: no URL (images come from Glance).
+    "image_url_prefixes": [],
 }
 
 SCHEDULE_DEFAULTS: dict[str, Any] = {

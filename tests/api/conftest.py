@@ -139,7 +139,8 @@ def cloud(tmp_path_factory: pytest.TempPathFactory, etcd_server: EtcdServer,
         "placement": placement_server.client_config(OPERATOR_USER),
         "logging": {"level": "INFO"},
         "scheduler": {"default_image": IMAGE, "etcd_max_txn_ops": 4096},
-        "api": {"workers": 2, "threads": 8, "keystone_authtoken": {
+        "api": {"workers": 2, "threads": 8, "image_url_prefixes": ["file:///dev/"],
+                "keystone_authtoken": {
             **keystone.client_section("etcd-compute", PASSWORDS["etcd-compute"], "service"),
             "auth_type": "password"}},
     })

@@ -132,13 +132,16 @@ def _flavor(api: Backend, req: ApiRequest, ref: Any) -> Flavor:
     return flavor
 
 
-def _image(asked: dict[str, Any]) -> tuple[str, str]:
-    """(image id as shown, URL a host fetches): our image URLs (Glance ids later)."""
+def _image(api: Backend, asked: dict[str, Any]) -> tuple[str, str]:
+    """(image id as shown, URL a host fetches): an image URL under one of
+    `api.image_url_prefixes` (Glance ids come with the images work). Any other URL is no
+    image here: a host would fetch whatever a user named."""
     ref = asked.get("imageRef")
     if not ref:
         raise bad_request("imageRef is required: servers here boot from an image (there "
                           "is no volume service)")
-    if not IMAGE_URL.match(ref):
+    if not IMAGE_URL.match(ref) or ".." in ref.split("?")[0] or \
+            not any(ref.startswith(prefix) for prefix in api.settings["image_url_prefixes"]):
         raise bad_request("Can not find requested image")
     return ref, ref
 
@@ -206,7 +209,7 @@ def create(api: Backend, req: ApiRequest) -> webob.Response:
         raise bad_request("Scheduler hints are not supported yet (server groups come later)")
     _refuse_unsupported(req, asked)
     flavor = _flavor(api, req, asked["flavorRef"])
-    image_id, image_url = _image(asked)
+    image_id, image_url = _image(api, asked)
     user_data, user_data_b64 = _user_data(asked)
     min_count, max_count = int(asked.get("min_count", 1)), int(asked.get("max_count", 1))
     if "max_count" not in asked:

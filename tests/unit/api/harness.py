@@ -26,7 +26,7 @@ def api_config(**api: Any) -> dict[str, Any]:
     return configuration.deep_merge(configuration.SCHEDULE_DEFAULTS, {
         "scheduler": {"use_service": False, "default_image": "file:///dev/null",
                       "etcd_max_txn_ops": 4096},
-        "api": api})
+        "api": {"image_url_prefixes": ["file:///dev/"], **api}})
 
 
 @dataclass

@@ -115,6 +115,10 @@ def test_no_valid_host_is_a_server_in_error_with_novas_fault(harness: Harness):
     ({"flavorRef": "nope"}, "Flavor nope could not be found."),
     ({"imageRef": None}, "imageRef is required"),
     ({"imageRef": "ftp://x"}, "Can not find requested image"),
+    # A URL users were not given: the host would fetch it for them (no SSRF by image).
+    ({"imageRef": "http://169.254.169.254/latest/"}, "Can not find requested image"),
+    ({"imageRef": "file:///etc/shadow"}, "Can not find requested image"),
+    ({"imageRef": "file:///dev/../etc/shadow"}, "Can not find requested image"),
     ({"key_name": "none"}, "Invalid key_name provided."),
     ({"user_data": base64.b64encode(b"\xff\xfe").decode()}, "UTF-8"),
     ({"personality": [{"path": "/x", "contents": "eA=="}]}, "Personality"),
