@@ -60,3 +60,24 @@ class ComputeApiServer(Service):
         verify: str | bool = str(self.pki.ca_cert) if self.pki else True
         self._wait_healthy(self.root + "/", timeout, verify)
         return self
+
+
+# Nova's usual flavors (devstack's), as `make up` seeds them; existing ones are kept.
+FLAVORS = (("42", "m1.nano", 1, 128, 1), ("84", "m1.micro", 1, 192, 1),
+           ("1", "m1.tiny", 1, 512, 1), ("2", "m1.small", 1, 2048, 20),
+           ("3", "m1.medium", 2, 4096, 40), ("4", "m1.large", 4, 8192, 80))
+
+
+def seed_flavors(store: Any) -> list[str]:
+    """Create the flavors above that are missing (by id or name); their names."""
+    from etcd_compute.api.objects.flavors import Flavor, FlavorExists, Flavors
+
+    made = []
+    flavors = Flavors(store)
+    for flavor_id, name, vcpus, ram, disk in FLAVORS:
+        try:
+            flavors.create(Flavor(flavor_id, name, vcpus, ram, disk))
+        except FlavorExists:
+            continue
+        made.append(name)
+    return made
