@@ -125,6 +125,16 @@ class RequestSpec:
         return self.name if self.count == 1 else f"{self.name}-{index + 1}"
 
 
+def for_instance(spec: dict[str, Any]) -> RequestSpec:
+    """The request an existing instance (its spec) would be placed by again: its own query
+    (or its resources), its server group."""
+    group = spec.get("group")
+    return RequestSpec.build(
+        spec.get("query") or "resources=" + ",".join(
+            f"{rc}:{n}" for rc, n in sorted(spec["resources"].items())),
+        group=(group["name"], group["policy"]) if group else None)
+
+
 @dataclass
 class Destination:
     """Where one instance went: its host, the claim, and the alternates kept in its spec."""
@@ -140,3 +150,14 @@ class Destination:
         return {"uuid": self.uuid, "name": self.name, "host": self.host,
                 "host_name": self.host_name, "allocations": self.allocations,
                 "alternates": self.alternates}
+
+
+def server_view(template: dict[str, Any], destination: Destination, index: int, count: int,
+                now: float) -> dict[str, Any]:
+    """The compute API's `server` message for one instance of a request: its template (what
+    the API was asked) with the instance's uuid, hostname and display name (NAME-<n> when
+    several are made, as Nova names them)."""
+    name = template["name"] if count == 1 else f"{template['name']}-{index + 1}"[:255]
+    return {**template, "uuid": destination.uuid, "name": name,
+            "hostname": destination.name.lower(), "launch_index": index,
+            "created_at": template.get("created_at", now), "updated_at": now}

@@ -12,10 +12,10 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from etcd_compute import instances
 from etcd_compute.etcd import KeyValueStore, Txn
+from etcd_compute.instances import scheduling
 from etcd_compute.keys import Keys
-from etcd_compute.scheduler.spec import Destination, RequestSpec, operator_name
+from etcd_compute.scheduler.spec import Destination, RequestSpec, operator_name, server_view
 
 
 def instance_spec(destination: Destination, request_spec: RequestSpec,
@@ -46,21 +46,11 @@ def instance_spec(destination: Destination, request_spec: RequestSpec,
     }
 
 
-def server(template: dict[str, Any], destination: Destination, index: int, count: int,
-           now: float) -> dict[str, Any]:
-    """The compute API's `server` message for one instance of a request: its template (what
-    the API was asked) with the instance's uuid, hostname and display name (NAME-<n> when
-    several are made, as Nova names them)."""
-    name = template["name"] if count == 1 else f"{template['name']}-{index + 1}"[:255]
-    return {**template, "uuid": destination.uuid, "name": name,
-            "hostname": destination.name.lower(), "launch_index": index,
-            "created_at": template.get("created_at", now), "updated_at": now}
-
-
 def transaction(keys: Keys, destinations: list[Destination], request_spec: RequestSpec,
                 settings: dict[str, Any], group_revision: int | None,
                 requested_by: str | None = None, first: int = 0) -> Txn:
-    """The one transaction that writes the whole request (see `instances.schedule_txn`);
+    """The one transaction that writes the whole request (see
+    `instances.scheduling.schedule_txn`);
     `requested_by`: who asked, if not this process's operator (the scheduler service);
     `first`: the index of the first destination in the whole request."""
     now, who = time.time(), requested_by or operator_name()
@@ -71,9 +61,9 @@ def transaction(keys: Keys, destinations: list[Destination], request_spec: Reque
         group = (request_spec.group[0], group_revision)
     servers = None
     if request_spec.server is not None:
-        servers = [server(request_spec.server, d, first + index, request_spec.count, now)
+        servers = [server_view(request_spec.server, d, first + index, request_spec.count, now)
                    for index, d in enumerate(destinations)]
-    return instances.schedule_txn(keys, placed, group, servers)
+    return scheduling.schedule_txn(keys, placed, group, servers)
 
 
 def write_specs(store: KeyValueStore, destinations: list[Destination],

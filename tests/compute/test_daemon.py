@@ -21,7 +21,7 @@ import pytest
 from etcd_compute import messages
 from etcd_compute.config import deep_merge
 from etcd_compute.etcd import Store
-from etcd_compute.instances import check_transition
+from etcd_compute.instances.states import check_transition
 from etcd_compute.placement import DISABLED_TRAIT, PlacementClient
 from etcd_compute.shards import aggregate_of
 from tests.compute.helpers import (

@@ -191,3 +191,22 @@ def test_claims_belong_to_the_owners_given_else_to_the_configured_project():
     assert [(placement.consumers[c]["project_id"], placement.consumers[c]["user_id"])
             for c in (one, two, three)] == [("demo", "ann"), ("alt", "bob"), ("p", "u")]
     assert placement.project_usages("alt", "INSTANCE") == {"consumer_count": 1, "VCPU": 1}
+
+
+def test_several_claims_move_in_one_request_or_none_does():
+    placement = FakePlacement()
+    for rp in ("a", "b"):
+        placement.ensure_provider(rp, rp)
+        placement.set_inventory(rp, {"VCPU": {"total": 2}})
+    one, two = {"a": {"resources": {"VCPU": 1}}}, {"b": {"resources": {"VCPU": 1}}}
+    placement.claim("x", one, "p", "u")
+    placement.claim("y", one, "p", "u")
+    generations = claims.move_many(placement, [("x", two, "p", "u"), ("y", two, "p", "u")])
+    assert [c for c in placement.calls if c.startswith("replace_many")] == ["replace_many 2"]
+    assert placement.get_usages("b")["VCPU"] == 2 and placement.get_usages("a")["VCPU"] == 0
+    assert generations == {"x": 2, "y": 2}
+    # No room for a third on b: nothing moves.
+    placement.claim("z", one, "p", "u")
+    with pytest.raises(ConflictError):
+        claims.move_many(placement, [("z", two, "p", "u")])
+    assert placement.get_usages("a")["VCPU"] == 1

@@ -45,7 +45,7 @@ def member_filters(req: ApiRequest) -> tuple[str, ...]:
 def _value(server: Server, name: str) -> Any:
     """A server's value for a filter or sort key of Nova's."""
     doc, record = server.doc, server.record or {}
-    vm_state, task_state, power_state = view.states(server)
+    vm_state, task_state, power_state = view.nova_states(server)
     return {
         "uuid": server.uuid, "display_name": doc["name"], "name": doc["name"],
         "display_description": doc.get("description") or "",

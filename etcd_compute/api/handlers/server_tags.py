@@ -55,7 +55,7 @@ def _authorized(api: Backend, req: ApiRequest, server: Server, action: str) -> N
 
 
 def _changeable(server: Server, action: str) -> None:
-    vm_state = view.states(server)[0]
+    vm_state = view.nova_states(server)[0]
     if vm_state not in ("active", "stopped"):
         raise Fault(409, f"Cannot '{action}' instance {server.uuid} while it is in vm_state "
                          f"{vm_state}")

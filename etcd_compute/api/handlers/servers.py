@@ -109,7 +109,7 @@ def delete(api: Backend, req: ApiRequest, server_id: str) -> webob.Response:
     if server.record is None:  # a create that failed before its claim: only its view
         api.servers.remove_failed(server)
         return empty_response(204)
-    from etcd_compute.scheduler import operations
+    from etcd_compute.ops import operations
 
     if operations.destroy(api.store, api.placement, server.uuid) in ("requested", "already"):
         try:  # shown as deleting until the host takes it up (its record says so then)

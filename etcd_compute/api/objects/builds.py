@@ -23,8 +23,8 @@ from etcd_compute.api.objects.quotas import OverQuota, Quotas
 from etcd_compute.api.objects.servers import Servers
 from etcd_compute.errors import ConflictError, EtcdComputeError, NoValidHost
 from etcd_compute.etcd import Store
+from etcd_compute.ops.queue_client import QueueClient
 from etcd_compute.placement import PlacementClient
-from etcd_compute.scheduler.queue_client import QueueClient
 from etcd_compute.scheduler.scheduler import Scheduler
 from etcd_compute.scheduler.spec import Destination, RequestSpec
 
@@ -152,9 +152,9 @@ class Builds:
     @staticmethod
     def _view(template: dict[str, Any], request: RequestSpec, destination: Destination,
               index: int) -> dict[str, Any]:
-        from etcd_compute.scheduler.spec_writer import server
+        from etcd_compute.scheduler.spec import server_view
 
-        return server(template, destination, index, request.count, template["created_at"])
+        return server_view(template, destination, index, request.count, template["created_at"])
 
     def _failed(self, build: Build, request: RequestSpec, template: dict[str, Any],
                 exc: EtcdComputeError, now: float) -> list[dict[str, Any]]:
@@ -174,7 +174,7 @@ class Builds:
 
     def _undo(self, destinations: list[Destination]) -> None:
         """Destroy what a create made once its recheck found the project over quota."""
-        from etcd_compute.scheduler import operations
+        from etcd_compute.ops import operations
 
         for destination in destinations:
             try:

@@ -15,9 +15,11 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from etcd_compute import instances, messages
+from etcd_compute import hosts as hosts_state
+from etcd_compute import messages
 from etcd_compute.errors import InvalidMessage
 from etcd_compute.etcd import Compare, Delete, Entry, KeyValueStore, Range, Txn, put_message
+from etcd_compute.instances import ownership, states
 from etcd_compute.keys import UUID
 
 
@@ -47,7 +49,7 @@ class Server:
         """Our instance state; ERROR for a create that failed before any claim."""
         if self.record is not None:
             return str(self.record["state"])
-        return instances.ERROR if self.doc.get("fault") else instances.SCHEDULED
+        return states.ERROR if self.doc.get("fault") else states.SCHEDULED
 
     @property
     def updated_at(self) -> float:
@@ -111,7 +113,7 @@ class Servers:
                     view.record = None
         live = []
         for view in views:
-            if view.record is not None and view.record["state"] != instances.DELETED:
+            if view.record is not None and view.record["state"] != states.DELETED:
                 live.append(view)
             elif view.record is None and view.host is None and view.doc.get("fault"):
                 live.append(view)  # a create that failed before its claim: ERROR
@@ -123,8 +125,8 @@ class Servers:
 
     def _forget_if_ended(self, view: Server) -> None:
         """A located instance without a record: gone (its record expired) unless it is
-        being written right now; `instances.forget` compares for that."""
-        instances.forget(self.store, view.uuid, str(view.host), None)
+        being written right now; `ownership.forget` compares for that."""
+        ownership.forget(self.store, view.uuid, str(view.host), None)
 
     def _drop_orphan(self, view: Server) -> None:
         """A view whose instance is known nowhere (its create died between writes, or it
@@ -160,10 +162,6 @@ class Servers:
         (an operator disabled it)."""
         if not hosts:
             return {}
-        (alive, maintenance), _ = self.store.read_many(
-            [Range(self.keys.alive_prefix(), keys_only=True),
-             Range(self.keys.maintenance_prefix(), keys_only=True)])
-        up = {e.key.rsplit("/", 1)[-1] for e in alive.entries}
-        disabled = {e.key.rsplit("/", 1)[-1] for e in maintenance.entries}
+        up, disabled = hosts_state.alive_and_disabled(self.store)
         return {host: "MAINTENANCE" if host in disabled else "UP" if host in up else "DOWN"
                 for host in hosts}

@@ -22,10 +22,10 @@ import datetime
 import hashlib
 from typing import Any
 
-from etcd_compute import instances
 from etcd_compute.api.microversion import Version
 from etcd_compute.api.objects.servers import Server
 from etcd_compute.api.wsgi import ApiRequest
+from etcd_compute.instances import states
 
 NOSTATE, RUNNING, SHUTDOWN = 0, 1, 4
 _STATUS = {
@@ -45,34 +45,34 @@ STATUSES = ("ACTIVE", "BUILD", "DELETED", "ERROR", "HARD_REBOOT", "MIGRATING", "
 _PROGRESS = ("ACTIVE", "BUILD", "REBUILD", "RESIZE", "VERIFY_RESIZE", "MIGRATING")
 
 
-def states(server: Server) -> tuple[str, str | None, int]:
+def nova_states(server: Server) -> tuple[str, str | None, int]:
     """(vm_state, task_state, power_state) of our state."""
     state = server.state
-    if server.doc.get("deleting") and state not in (instances.ERROR, instances.DELETED):
-        state = instances.DELETING  # asked; the host has not taken it up yet
+    if server.doc.get("deleting") and state not in (states.ERROR, states.DELETED):
+        state = states.DELETING  # asked; the host has not taken it up yet
     task = (server.record or {}).get("task") or {}
-    was = "stopped" if task.get("from") == instances.SHUTOFF else "active"
+    was = "stopped" if task.get("from") == states.SHUTOFF else "active"
     was_power = SHUTDOWN if was == "stopped" else RUNNING
     return {
-        instances.SCHEDULED: ("building", "scheduling", NOSTATE),
-        instances.RESCHEDULING: ("building", "scheduling", NOSTATE),
-        instances.BUILDING: ("building", "spawning", NOSTATE),
-        instances.ACTIVE: ("active", None, RUNNING),
-        instances.SHUTOFF: ("stopped", None, SHUTDOWN),
-        instances.STOPPING: ("active", "powering-off", RUNNING),
-        instances.STARTING: ("stopped", "powering-on", SHUTDOWN),
-        instances.REBOOTING: ("active", "rebooting_hard" if task.get("hard") else "rebooting",
+        states.SCHEDULED: ("building", "scheduling", NOSTATE),
+        states.RESCHEDULING: ("building", "scheduling", NOSTATE),
+        states.BUILDING: ("building", "spawning", NOSTATE),
+        states.ACTIVE: ("active", None, RUNNING),
+        states.SHUTOFF: ("stopped", None, SHUTDOWN),
+        states.STOPPING: ("active", "powering-off", RUNNING),
+        states.STARTING: ("stopped", "powering-on", SHUTDOWN),
+        states.REBOOTING: ("active", "rebooting_hard" if task.get("hard") else "rebooting",
                               RUNNING),
-        instances.REBUILDING: (was, "rebuilding", was_power),
-        instances.RESIZING: (was, "resize_prep", was_power),
-        instances.DELETING: ("active", "deleting", NOSTATE),
-        instances.ERROR: ("error", None, NOSTATE),
-        instances.DELETED: ("deleted", None, NOSTATE),
+        states.REBUILDING: (was, "rebuilding", was_power),
+        states.RESIZING: (was, "resize_prep", was_power),
+        states.DELETING: ("active", "deleting", NOSTATE),
+        states.ERROR: ("error", None, NOSTATE),
+        states.DELETED: ("deleted", None, NOSTATE),
     }.get(state, ("error", None, NOSTATE))
 
 
 def status(server: Server) -> str:
-    vm_state, task_state, _ = states(server)
+    vm_state, task_state, _ = nova_states(server)
     return _STATUS.get((vm_state, task_state)) or _STATUS.get((vm_state, None), "UNKNOWN")
 
 
@@ -130,7 +130,7 @@ def _addresses(server: Server, network: str) -> dict[str, list[dict[str, Any]]]:
     """The instance's address on our network (hidden while it builds, as Nova's)."""
     record = server.record or {}
     ip = record.get("ip")
-    if not ip or states(server)[0] == "building":
+    if not ip or nova_states(server)[0] == "building":
         return {}
     return {network: [{"version": 6 if ":" in ip else 4, "addr": ip,
                        "OS-EXT-IPS:type": "fixed"}]}
@@ -161,7 +161,7 @@ def show(req: ApiRequest, server: Server, *, network: str, show_extended: bool,
     """The detailed view (GET /servers/{id}, /servers/detail)."""
     version: Version = req.version
     doc, record = server.doc, server.record or {}
-    vm_state, task_state, power_state = states(server)
+    vm_state, task_state, power_state = nova_states(server)
     shown: dict[str, Any] = {
         "id": server.uuid, "name": doc["name"], "status": status(server),
         "tenant_id": server.project_id, "user_id": doc["user_id"],

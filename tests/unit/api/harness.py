@@ -12,10 +12,12 @@ from typing import Any
 import webob
 
 from etcd_compute import config as configuration
-from etcd_compute import instances, messages
+from etcd_compute import messages
 from etcd_compute.api.app import make_app
 from etcd_compute.api.backend import Backend
 from etcd_compute.api.objects.flavors import Flavor
+from etcd_compute.instances import host as host_txns
+from etcd_compute.instances import records
 from tests.unit.fakes import FakePlacement, FakeStore
 
 MEMBER = ("member", "reader")
@@ -88,11 +90,11 @@ class Harness:
 
     def activate(self, uuid: str, ip: str = "192.168.123.10") -> None:
         """What the host does: BUILDING, then ACTIVE with its IP."""
-        host = instances.locate(self.store, uuid)["host"]
-        read = instances.read_record(self.store, host, uuid)
+        host = records.locate(self.store, uuid)["host"]
+        read = records.read_record(self.store, host, uuid)
         spec_entry = self.store.get(self.store.keys.spec(host, uuid))
         spec = messages.decode(messages.INSTANCE_SPEC, spec_entry.value)
-        assert instances.begin_build(self.store, spec, spec_entry.mod_revision, read,
+        assert host_txns.begin_build(self.store, spec, spec_entry.mod_revision, read,
                                      "hv1") is not None
-        assert instances.activate(self.store, instances.read_record(self.store, host, uuid),
+        assert host_txns.activate(self.store, records.read_record(self.store, host, uuid),
                                   ip) is not None

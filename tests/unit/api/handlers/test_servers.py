@@ -7,7 +7,8 @@ import base64
 
 import pytest
 
-from etcd_compute import instances, messages
+from etcd_compute import messages
+from etcd_compute.instances import records
 from tests.unit.api.harness import ADMIN, Harness
 
 IMAGE = "file:///dev/null"
@@ -28,7 +29,7 @@ def test_a_create_claims_for_the_callers_project_and_writes_the_view(harness: Ha
     uuid = harness.boot("My web_1", metadata={"a": "b"}, key_name="k", user_data=user_data)
     consumer = harness.placement.consumers[uuid]
     assert (consumer["project_id"], consumer["user_id"]) == ("p1", "u1")
-    host = instances.locate(harness.store, uuid)["host"]
+    host = records.locate(harness.store, uuid)["host"]
     spec = messages.decode(messages.INSTANCE_SPEC,
                            harness.store.get(harness.store.keys.spec(host, uuid)).value)
     assert spec["name"] == "my-web-1" and spec["ssh_key"] == key["public_key"]
@@ -88,7 +89,7 @@ def test_update_renames_and_delete_asks_the_host(harness: Harness):
     assert harness.call("PUT", f"/v2.1/servers/{uuid}", {"server": {"description": "x"}},
                         version="2.18").status_int == 400
     assert harness.call("DELETE", f"/v2.1/servers/{uuid}").status_int == 204
-    host = instances.locate(harness.store, uuid)["host"]
+    host = records.locate(harness.store, uuid)["host"]
     spec = messages.decode(messages.INSTANCE_SPEC,
                            harness.store.get(harness.store.keys.spec(host, uuid)).value)
     assert spec["action"] == "destroy"

@@ -8,8 +8,9 @@ import uuid as uuidlib
 
 import pytest
 
-from etcd_compute import instances, messages
+from etcd_compute import messages
 from etcd_compute.api.objects.servers import ServerChanged, Servers
+from etcd_compute.instances import records, states
 from tests.unit.api.harness import Harness
 
 
@@ -24,7 +25,7 @@ def test_views_join_their_instances_and_ended_ones_go():
     harness.add_host()
     harness.add_flavor()
     live, ended = harness.boot("live"), harness.boot("ended")
-    host = instances.locate(harness.store, ended)["host"]
+    host = records.locate(harness.store, ended)["host"]
     harness.store.delete(harness.store.keys.record(host, ended))
     harness.store.delete(harness.store.keys.spec(host, ended))
     servers = Servers(harness.store)
@@ -32,7 +33,7 @@ def test_views_join_their_instances_and_ended_ones_go():
     assert harness.store.get(harness.store.keys.server(ended)) is None  # forgotten
     assert harness.store.get(harness.store.keys.location(ended)) is None
     found = servers.get(live)
-    assert found.host == host and found.state == instances.SCHEDULED
+    assert found.host == host and found.state == states.SCHEDULED
     assert servers.get("not-a-uuid") is None and servers.list("p2") == []
 
 
@@ -42,7 +43,7 @@ def test_a_failed_creates_view_is_an_error_server_and_an_orphan_view_goes():
     failed, orphan = str(uuidlib.uuid4()), str(uuidlib.uuid4())
     servers.write_failed([view(failed, fault={"code": 500, "message": "no", "created": 1.0})])
     harness.store.put(messages.SERVER, harness.store.keys.server(orphan), view(orphan))
-    assert [s.state for s in servers.list()] == [instances.ERROR]
+    assert [s.state for s in servers.list()] == [states.ERROR]
     assert harness.store.get(harness.store.keys.server(orphan)) is None
     server = servers.get(failed)
     assert servers.remove_failed(server) and servers.get(failed) is None

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from etcd_compute import instances
 from etcd_compute.api.microversion import Version
 from etcd_compute.api.objects.servers import Server
 from etcd_compute.api.views import servers as view
 from etcd_compute.api.wsgi import ApiRequest
+from etcd_compute.instances import states
 
 DOC = {"uuid": "8ad8abc4-28c1-4ab8-b74d-3ec051a1242d", "project_id": "p1", "user_id": "u1",
        "name": "web", "created_at": 1.0, "updated_at": 2.0,
@@ -24,22 +24,22 @@ def server(state: str, **record) -> Server:
 
 
 @pytest.mark.parametrize("state,task,expected", [
-    (instances.SCHEDULED, None, ("building", "scheduling", 0, "BUILD")),
-    (instances.BUILDING, None, ("building", "spawning", 0, "BUILD")),
-    (instances.ACTIVE, None, ("active", None, 1, "ACTIVE")),
-    (instances.SHUTOFF, None, ("stopped", None, 4, "SHUTOFF")),
-    (instances.STOPPING, None, ("active", "powering-off", 1, "ACTIVE")),
-    (instances.STARTING, None, ("stopped", "powering-on", 4, "SHUTOFF")),
-    (instances.REBOOTING, {"hard": True}, ("active", "rebooting_hard", 1, "HARD_REBOOT")),
-    (instances.REBOOTING, {}, ("active", "rebooting", 1, "REBOOT")),
-    (instances.REBUILDING, {"from": "SHUTOFF"}, ("stopped", "rebuilding", 4, "REBUILD")),
-    (instances.RESIZING, {"from": "ACTIVE"}, ("active", "resize_prep", 1, "RESIZE")),
-    (instances.DELETING, None, ("active", "deleting", 0, "ACTIVE")),
-    (instances.ERROR, None, ("error", None, 0, "ERROR")),
+    (states.SCHEDULED, None, ("building", "scheduling", 0, "BUILD")),
+    (states.BUILDING, None, ("building", "spawning", 0, "BUILD")),
+    (states.ACTIVE, None, ("active", None, 1, "ACTIVE")),
+    (states.SHUTOFF, None, ("stopped", None, 4, "SHUTOFF")),
+    (states.STOPPING, None, ("active", "powering-off", 1, "ACTIVE")),
+    (states.STARTING, None, ("stopped", "powering-on", 4, "SHUTOFF")),
+    (states.REBOOTING, {"hard": True}, ("active", "rebooting_hard", 1, "HARD_REBOOT")),
+    (states.REBOOTING, {}, ("active", "rebooting", 1, "REBOOT")),
+    (states.REBUILDING, {"from": "SHUTOFF"}, ("stopped", "rebuilding", 4, "REBUILD")),
+    (states.RESIZING, {"from": "ACTIVE"}, ("active", "resize_prep", 1, "RESIZE")),
+    (states.DELETING, None, ("active", "deleting", 0, "ACTIVE")),
+    (states.ERROR, None, ("error", None, 0, "ERROR")),
 ])
 def test_states_map_as_novas(state, task, expected):
     shown = server(state, **({"task": {"id": DOC["uuid"], "at": 1.0, **task}} if task else {}))
-    assert (*view.states(shown), view.status(shown)) == expected
+    assert (*view.nova_states(shown), view.status(shown)) == expected
 
 
 def request(version: str) -> ApiRequest:
@@ -48,7 +48,7 @@ def request(version: str) -> ApiRequest:
     return req
 
 
-def render(version: str, state: str = instances.ACTIVE, **kwargs) -> dict:
+def render(version: str, state: str = states.ACTIVE, **kwargs) -> dict:
     options = {"network": "net", "show_extended": False, "show_extra_specs": False,
                "is_admin": False, **kwargs}
     return view.show(request(version), server(state, ip="10.0.0.5"), **options)
@@ -74,7 +74,7 @@ def test_fields_appear_at_their_microversions():
 
 
 def test_an_errors_details_are_the_admins():
-    failed = Server(dict(DOC), 1, {"uuid": DOC["uuid"], "state": instances.ERROR,
+    failed = Server(dict(DOC), 1, {"uuid": DOC["uuid"], "state": states.ERROR,
                                    "updated_at": 3.0, "error": "x" * 300})
     member = view.fault(failed, is_admin=False)
     assert len(member["message"]) == 255 and "details" not in member
