@@ -359,8 +359,9 @@ class PlacementClient:
                      consumer_type: str = "INSTANCE") -> None:
         """Set several consumers' allocations in one atomic POST /allocations, each only if
         its generation is still the one given: {consumer: {"allocations", "project_id",
-        "user_id", "consumer_generation"}}. All or nothing (409 if any does not hold)."""
-        body = {consumer: {**claim, "consumer_type": consumer_type}
+        "user_id", "consumer_generation"[, "consumer_type"]}} (empty allocations free the
+        consumer's). All or nothing (409 if any does not hold)."""
+        body = {consumer: {"consumer_type": consumer_type, **claim}
                 for consumer, claim in claims.items()}
         self.request("POST", "/allocations", json=body, expect=(204,))
 

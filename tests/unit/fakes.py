@@ -384,7 +384,8 @@ class FakePlacement:
             raise self._conflict("not enough capacity", "placement.undefined_code")
         self.consumers[consumer] = {"allocations": allocations,
                                     "consumer_generation": (expected or 0) + 1,
-                                    "project_id": project_id, "user_id": user_id}
+                                    "project_id": project_id, "user_id": user_id,
+                                    "consumer_type": consumer_type}
 
     def claim_many(self, claims: dict[str, dict[str, Any]], project_id: str, user_id: str,
                    consumer_type: str = "INSTANCE",
@@ -397,7 +398,8 @@ class FakePlacement:
         for consumer, allocations in claims.items():
             project, user = (owners or {}).get(consumer, (project_id, user_id))
             self.consumers[consumer] = {"allocations": allocations, "consumer_generation": 1,
-                                        "project_id": project, "user_id": user}
+                                        "project_id": project, "user_id": user,
+                                        "consumer_type": consumer_type}
 
     def project_usages(self, project_id: str, consumer_type: str,
                        user_id: str | None = None) -> dict[str, int]:
@@ -407,7 +409,8 @@ class FakePlacement:
             if consumer["project_id"] != project_id or \
                     (user_id is not None and consumer["user_id"] != user_id):
                 continue
-            if not consumer["allocations"]:
+            if not consumer["allocations"] or \
+                    consumer.get("consumer_type", "INSTANCE") != consumer_type:
                 continue
             usages["consumer_count"] = usages.get("consumer_count", 0) + 1
             for allocation in consumer["allocations"].values():
@@ -429,10 +432,14 @@ class FakePlacement:
             raise self._conflict("not enough capacity", "placement.undefined_code")
         for consumer, claim in claims.items():
             current = self.consumers.get(consumer)
+            if not claim["allocations"]:  # Placement frees the consumer
+                self.consumers.pop(consumer, None)
+                continue
             self.consumers[consumer] = {
                 "allocations": claim["allocations"],
                 "consumer_generation": (current["consumer_generation"] if current else 0) + 1,
-                "project_id": claim["project_id"], "user_id": claim["user_id"]}
+                "project_id": claim["project_id"], "user_id": claim["user_id"],
+                "consumer_type": claim.get("consumer_type", consumer_type)}
 
     def replace_allocations(self, consumer: str, allocations: dict[str, Any],
                             consumer_generation: int | None, project_id: str, user_id: str,
