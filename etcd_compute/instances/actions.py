@@ -18,10 +18,16 @@ import uuid as uuidlib
 from typing import Any
 
 from etcd_compute import events, messages
-from etcd_compute.etcd import Compare, Entry, KeyValueStore, Put, Txn, put_message, unchanged
+from etcd_compute.etcd import Compare, Entry, KeyValueStore, Op, Put, Txn, put_message, unchanged
 from etcd_compute.instances.ownership import record_put, spec_put
 from etcd_compute.instances.records import RecordRead, moved
 from etcd_compute.instances.states import ACTIONS, DESTROY, ENDS, check_action
+
+
+def event_action(action: str, request: dict[str, Any] | None) -> str:
+    """The name an action's event goes by: a resize that reverts a held one is a
+    revert-resize (Nova's revertResize)."""
+    return "revert-resize" if action == "resize" and (request or {}).get("reverts") else action
 
 
 def new_request(by: str | None, **params: Any) -> dict[str, Any]:
@@ -49,14 +55,38 @@ def request_evacuate(store: KeyValueStore, entry: Entry, spec: dict[str, Any],
 
 
 def request_action(store: KeyValueStore, entry: Entry, spec: dict[str, Any], read: RecordRead,
-                   action: str, request: dict[str, Any]) -> int | None:
+                   action: str, request: dict[str, Any],
+                   also: tuple[list[Compare], list[Op]] = ([], [])) -> int | None:
     """The operator's stop, start, reboot, rebuild or resize: the host's spec rewritten with
-    it, if neither spec nor record moved since they were read. ActionRefused (nothing
-    written) when the record's state does not allow it."""
+    it, if neither spec nor record moved since they were read (and `also`'s compares hold:
+    its writes go in the same transaction, the compute API's view of the request).
+    ActionRefused (nothing written) when the record's state does not allow it."""
     check_action(read.state, action, spec["uuid"])
     record_key = store.keys.record(spec["host"], spec["uuid"])
-    return _rewrite_spec(store, entry, {**spec, "action": action, "request": request},
-                         (unchanged(record_key, read.revision),))
+    compares, writes = also
+    return store.commit(Txn(
+        [Compare(entry.key, "mod", "==", entry.mod_revision),
+         unchanged(record_key, read.revision), *compares],
+        [put_message(messages.INSTANCE_SPEC, entry.key,
+                     {**spec, "action": action, "request": request}), *writes]))
+
+
+def confirm_resize(store: KeyValueStore, read: RecordRead, by: str | None,
+                   also: tuple[list[Compare], list[Op]] = ([], [])) -> int | None:
+    """A held resize confirmed (its hold freed in Placement first): the record forgets the
+    hold and a confirm-resize event says who, if the record did not move since it was
+    read."""
+    assert read.record is not None
+    keys, record = store.keys, read.record
+    host, uuid = record["host"], record["uuid"]
+    log = events.append(events.read(store, host, uuid), events.event(
+        "confirm-resize", host, record.get("host_name"), by=by, result=events.SUCCESS,
+        request_id=(record.get("resize_hold") or {}).get("request_id")))
+    compares, writes = also
+    return store.commit(Txn(
+        [unchanged(keys.record(host, uuid), read.revision), *compares],
+        [record_put(keys, {**record, "resize_hold": None, "updated_at": time.time()}),
+         events.put(keys, host, uuid, log), *writes]))
 
 
 def begin_action(store: KeyValueStore, spec: dict[str, Any], spec_revision: int,
@@ -70,8 +100,8 @@ def begin_action(store: KeyValueStore, spec: dict[str, Any], spec_revision: int,
     record = moved(read.record, ACTIONS[action][0], task=task, request_id=request["id"],
                    error=None)
     log = events.append(events.read(store, host, uuid), events.event(
-        action, host, record.get("host_name"), by=request.get("by"), request_id=request["id"],
-        started_at=request["at"]))
+        event_action(action, request), host, record.get("host_name"), by=request.get("by"),
+        request_id=request["id"], started_at=request["at"]))
     return store.commit(Txn(
         [unchanged(keys.record(host, uuid), read.revision),
          Compare(keys.spec(host, uuid), "mod", "==", spec_revision)],
@@ -102,9 +132,10 @@ def end_action(store: KeyValueStore, read: RecordRead, spec_entry: Entry | None,
         state = task["from"]
     if ip:
         fields["ip"] = ip
-    log = events.end(events.read(store, host, uuid), action,
+    named = event_action(action, task)
+    log = events.end(events.read(store, host, uuid), named,
                      events.SUCCESS if error is None else events.ERROR, error,
-                     otherwise=events.event(action, host, record.get("host_name"),
+                     otherwise=events.event(named, host, record.get("host_name"),
                                             request_id=task["id"]))
     compare = [unchanged(keys.record(host, uuid), read.revision)]
     success = [record_put(keys, moved(record, state, **fields)),
@@ -130,8 +161,9 @@ def refuse_action(store: KeyValueStore, spec: dict[str, Any], spec_revision: int
     request = spec.get("request") or {}
     record = {**read.record, "request_id": request.get("id"), "updated_at": time.time()}
     log = events.append(events.read(store, host, uuid), events.event(
-        spec["action"], host, record.get("host_name"), by=request.get("by"),
-        request_id=request.get("id"), result=events.REFUSED, error=reason))
+        event_action(spec["action"], request), host, record.get("host_name"),
+        by=request.get("by"), request_id=request.get("id"), result=events.REFUSED,
+        error=reason))
     return store.commit(Txn(
         [unchanged(keys.record(host, uuid), read.revision),
          Compare(keys.spec(host, uuid), "mod", "==", spec_revision)],

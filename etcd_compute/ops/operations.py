@@ -8,7 +8,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from etcd_compute import messages
+from etcd_compute import claims, messages
 from etcd_compute.errors import EtcdComputeError, InvalidMessage, NotFound, UsageError
 from etcd_compute.etcd import Store
 from etcd_compute.hosts import heartbeats, is_alive
@@ -83,6 +83,9 @@ def destroy(store: Store, placement: PlacementClient, uuid: str) -> str:
     check_uuid(uuid)
     for _ in range(5):
         host, group, read = where(store, uuid)
+        hold = (read.record or {}).get("resize_hold")
+        if hold:  # a resize awaiting its confirm: confirmed by the destroy, as Nova does
+            claims.release_hold(placement, hold["consumer"])
         entry = store.get(store.keys.spec(host, uuid))
         if entry is not None:
             try:
