@@ -18,7 +18,14 @@ import webob
 from etcd_compute.api import microversion
 from etcd_compute.api.backend import Backend
 from etcd_compute.api.context import Context, NotProjectScoped, new_request_id
-from etcd_compute.api.handlers import flavors, keypairs, quota_sets, servers, versions
+from etcd_compute.api.handlers import (
+    flavors,
+    keypairs,
+    quota_sets,
+    server_actions,
+    servers,
+    versions,
+)
 from etcd_compute.api.policy import PolicyNotAuthorized
 from etcd_compute.api.wsgi import ApiRequest, Fault, Router, fault_response
 from etcd_compute.errors import ConfigError, ConflictError, NotFound, ServiceUnavailable, UsageError
@@ -39,7 +46,7 @@ class ComputeApp:
     def __init__(self, backend: Backend):
         self.backend = backend
         self.router = Router()
-        for module in (servers, flavors, keypairs, quota_sets):
+        for module in (servers, server_actions, flavors, keypairs, quota_sets):
             module.routes(self.router, backend)
 
     def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]

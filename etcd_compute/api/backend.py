@@ -10,6 +10,7 @@ from etcd_compute.api.objects.builds import Builds
 from etcd_compute.api.objects.flavors import Flavors
 from etcd_compute.api.objects.keypairs import Keypairs
 from etcd_compute.api.objects.quotas import Quotas
+from etcd_compute.api.objects.server_actions import ServerActions
 from etcd_compute.api.objects.servers import Servers
 from etcd_compute.api.policy import Policy
 from etcd_compute.etcd import KeyValueStore
@@ -27,6 +28,7 @@ class Backend:
     quotas: Quotas
     servers: Servers
     builds: Builds
+    actions: ServerActions
 
     @property
     def settings(self) -> dict[str, Any]:
@@ -41,7 +43,9 @@ class Backend:
                         config["scheduler"]["wait_timeout_seconds"])
         return cls(config, store, placement, policy or Policy(config["api"]["policy_file"]),
                    Flavors(store), Keypairs(store), quotas, servers,
-                   Builds(config, store, placement, quotas, servers))  # type: ignore[arg-type]
+                   Builds(config, store, placement, quotas, servers),  # type: ignore[arg-type]
+                   ServerActions(store, placement, quotas,
+                                 config["scheduler"]["required_resources"]))
 
     def close(self) -> None:
         self.builds.close()

@@ -34,6 +34,12 @@ LIMITS_OTHER_PROJECT = "os_compute_api:limits:other_project"
 EXTENDED_ATTRIBUTES = "os_compute_api:os-extended-server-attributes"
 SERVER_TAGS = "os_compute_api:os-server-tags:%s"
 KEYPAIR_OWNER = "(" + ADMIN + ") or user_id:%(user_id)s"
+CONSOLE_OUTPUT = "os_compute_api:os-console-output"
+INSTANCE_ACTIONS = "os_compute_api:os-instance-actions:%s"
+SERVER_GROUPS = "os_compute_api:os-server-groups:%s"
+AVAILABILITY_ZONE = "os_compute_api:os-availability-zone:%s"
+SERVICES = "os_compute_api:os-services:%s"
+HYPERVISORS = "os_compute_api:os-hypervisors:%s"
 
 BASE = [
     ("context_is_admin", "role:admin"),
@@ -64,6 +70,38 @@ RULES = [
     (SERVERS % "create:zero_disk_flavor", ADMIN),
     (SERVERS % "delete", PROJECT_MEMBER_OR_ADMIN),
     (SERVERS % "update", PROJECT_MEMBER_OR_ADMIN),
+    (SERVERS % "confirm_resize", PROJECT_MEMBER_OR_ADMIN),
+    (SERVERS % "revert_resize", PROJECT_MEMBER_OR_ADMIN),
+    (SERVERS % "reboot", PROJECT_MEMBER_OR_ADMIN),
+    (SERVERS % "resize", PROJECT_MEMBER_OR_ADMIN),
+    (SERVERS % "rebuild", PROJECT_MEMBER_OR_ADMIN),
+    (SERVERS % "rebuild:trusted_certs", PROJECT_MEMBER_OR_ADMIN),
+    (SERVERS % "create_image", PROJECT_MEMBER_OR_ADMIN),
+    (SERVERS % "create_image:allow_volume_backed", PROJECT_MEMBER_OR_ADMIN),
+    (SERVERS % "start", PROJECT_MEMBER_OR_ADMIN),
+    (SERVERS % "stop", PROJECT_MEMBER_OR_ADMIN),
+    (CONSOLE_OUTPUT, PROJECT_MEMBER_OR_ADMIN),
+    (INSTANCE_ACTIONS % "list", PROJECT_READER_OR_ADMIN),
+    (INSTANCE_ACTIONS % "show", PROJECT_READER_OR_ADMIN),
+    (INSTANCE_ACTIONS % "events", ADMIN),
+    (INSTANCE_ACTIONS % "events:details", ADMIN),
+    (SERVER_GROUPS % "create", PROJECT_MEMBER_OR_ADMIN),
+    (SERVER_GROUPS % "delete", PROJECT_MEMBER_OR_ADMIN),
+    (SERVER_GROUPS % "index", PROJECT_READER_OR_ADMIN),
+    (SERVER_GROUPS % "index:all_projects", ADMIN),
+    (SERVER_GROUPS % "show", PROJECT_READER_OR_ADMIN),
+    (AVAILABILITY_ZONE % "list", ANY),
+    (AVAILABILITY_ZONE % "detail", ADMIN),
+    (SERVICES % "list", ADMIN),
+    (SERVICES % "update", ADMIN),
+    (SERVICES % "delete", ADMIN),
+    (HYPERVISORS % "list", ADMIN),
+    (HYPERVISORS % "list-detail", ADMIN),
+    (HYPERVISORS % "statistics", ADMIN),
+    (HYPERVISORS % "show", ADMIN),
+    (HYPERVISORS % "uptime", ADMIN),
+    (HYPERVISORS % "search", ADMIN),
+    (HYPERVISORS % "servers", ADMIN),
     (EXTENDED_ATTRIBUTES, ADMIN),
     (SERVER_TAGS % "index", PROJECT_READER_OR_ADMIN),
     (SERVER_TAGS % "show", PROJECT_READER_OR_ADMIN),

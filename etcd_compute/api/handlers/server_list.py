@@ -54,7 +54,7 @@ def _value(server: Server, name: str) -> Any:
         "updated_at": server.updated_at, "host": record.get("host_name") or "",
         "node": record.get("host_name") or "", "hostname": doc.get("hostname") or "",
         "key_name": doc.get("key_name") or "", "image_ref": (doc.get("image") or {}).get("id"),
-        "instance_type_id": (doc.get("flavor") or {}).get("id"),
+        "instance_type_id": view.flavor_of(server).get("id"),
         "availability_zone": doc.get("availability_zone") or "",
         "launch_index": doc.get("launch_index", 0),
         "reservation_id": doc.get("reservation_id") or "", "vm_state": vm_state,

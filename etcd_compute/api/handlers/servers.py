@@ -92,14 +92,21 @@ def update(api: Backend, req: ApiRequest, server_id: str) -> webob.Response:
         raise Fault(409, f"Instance {server_id} kept changing; try again.")
     shown = render(api, req, server)
     if not req.version.at_least("2.75"):
-        # Before 2.75 an update answered with less than a show (Nova's).
-        for key in ("OS-EXT-AZ:availability_zone", "config_drive", "key_name",
-                    "OS-SRV-USG:launched_at", "OS-SRV-USG:terminated_at",
-                    "OS-EXT-STS:task_state", "OS-EXT-STS:vm_state", "OS-EXT-STS:power_state",
-                    "os-extended-volumes:volumes_attached", "host_status", "addresses"):
-            shown.pop(key, None)
-        shown = {k: v for k, v in shown.items() if not k.startswith("OS-EXT-SRV-ATTR:")}
+        shown = before_275(shown)
     return json_response({"server": shown})
+
+
+def before_275(shown: dict[str, Any], keep_key_name: bool = False) -> dict[str, Any]:
+    """What an update or a rebuild answered before 2.75: less than a show (Nova's); a
+    rebuild names its key from 2.54."""
+    for key in ("OS-EXT-AZ:availability_zone", "config_drive", "key_name",
+                "OS-SRV-USG:launched_at", "OS-SRV-USG:terminated_at",
+                "OS-EXT-STS:task_state", "OS-EXT-STS:vm_state", "OS-EXT-STS:power_state",
+                "os-extended-volumes:volumes_attached", "host_status", "addresses",
+                "security_groups", "server_groups"):
+        if not (key == "key_name" and keep_key_name):
+            shown.pop(key, None)
+    return {k: v for k, v in shown.items() if not k.startswith("OS-EXT-SRV-ATTR:")}
 
 
 def delete(api: Backend, req: ApiRequest, server_id: str) -> webob.Response:
@@ -133,20 +140,25 @@ def _flavor(api: Backend, req: ApiRequest, ref: Any) -> Flavor:
 
 
 def _image(api: Backend, asked: dict[str, Any]) -> tuple[str, str]:
-    """(image id as shown, URL a host fetches): an image URL under one of
-    `api.image_url_prefixes` (Glance ids come with the images work). Any other URL is no
-    image here: a host would fetch whatever a user named."""
     ref = asked.get("imageRef")
     if not ref:
         raise bad_request("imageRef is required: servers here boot from an image (there "
                           "is no volume service)")
+    return image_of(api, ref)
+
+
+def image_of(api: Backend, ref: str) -> tuple[str, str]:
+    """(image id as shown, URL a host fetches): an image URL under one of
+    `api.image_url_prefixes` (Glance ids come with the images work). Any other URL is no
+    image here: a host would fetch whatever a user named."""
     if not IMAGE_URL.match(ref) or ".." in ref.split("?")[0] or \
             not any(ref.startswith(prefix) for prefix in api.settings["image_url_prefixes"]):
         raise bad_request("Can not find requested image")
     return ref, ref
 
 
-def _user_data(asked: dict[str, Any]) -> tuple[str | None, str | None]:
+def user_data_of(asked: dict[str, Any]) -> tuple[str | None, str | None]:
+    """(text, base64 as given) of a request's user_data (None: none)."""
     encoded = asked.get("user_data")
     if encoded is None:
         return None, None
@@ -210,7 +222,7 @@ def create(api: Backend, req: ApiRequest) -> webob.Response:
     _refuse_unsupported(req, asked)
     flavor = _flavor(api, req, asked["flavorRef"])
     image_id, image_url = _image(api, asked)
-    user_data, user_data_b64 = _user_data(asked)
+    user_data, user_data_b64 = user_data_of(asked)
     min_count, max_count = int(asked.get("min_count", 1)), int(asked.get("max_count", 1))
     if "max_count" not in asked:
         max_count = min_count

@@ -11,9 +11,16 @@ Our states map to Nova's vm_state, task_state and power_state, and those to Nova
     STARTING                 stopped / powering-on           SHUTOFF
     REBOOTING                active / rebooting[_hard]       REBOOT, HARD_REBOOT
     REBUILDING               (as it was) / rebuilding        REBUILD
-    RESIZING                 (as it was) / resize_prep       RESIZE
+    RESIZING                 (as it was) / resize_migrating  RESIZE
+      reverting a resize     resized / resize_reverting      REVERT_RESIZE
+    ACTIVE, SHUTOFF holding
+      a resize's old size    resized / -                     VERIFY_RESIZE
     DELETING                 active / deleting               ACTIVE
     ERROR                    error / -                       ERROR (with its fault)
+
+An action asked through the API that its host has not taken up yet (the view's `task`)
+shows as Nova's task_state at once: powering-off, powering-on, rebooting[_hard],
+rebuilding, resize_prep, resize_reverting (as Nova sets it before casting to the host).
 """
 
 from __future__ import annotations
@@ -31,10 +38,12 @@ NOSTATE, RUNNING, SHUTDOWN = 0, 1, 4
 _STATUS = {
     ("active", None): "ACTIVE", ("active", "rebooting"): "REBOOT",
     ("active", "rebooting_hard"): "HARD_REBOOT", ("active", "rebuilding"): "REBUILD",
-    ("active", "resize_prep"): "RESIZE", ("building", None): "BUILD",
-    ("stopped", None): "SHUTOFF", ("stopped", "resize_prep"): "RESIZE",
+    ("active", "resize_prep"): "RESIZE", ("active", "resize_migrating"): "RESIZE",
+    ("building", None): "BUILD", ("stopped", None): "SHUTOFF",
+    ("stopped", "resize_prep"): "RESIZE", ("stopped", "resize_migrating"): "RESIZE",
     ("stopped", "rebuilding"): "REBUILD", ("error", None): "ERROR",
     ("error", "rebuilding"): "REBUILD", ("deleted", None): "DELETED",
+    ("resized", None): "VERIFY_RESIZE", ("resized", "resize_reverting"): "REVERT_RESIZE",
 }
 # Nova's statuses (the `status` filter accepts these).
 STATUSES = ("ACTIVE", "BUILD", "DELETED", "ERROR", "HARD_REBOOT", "MIGRATING", "PASSWORD",
@@ -45,12 +54,46 @@ STATUSES = ("ACTIVE", "BUILD", "DELETED", "ERROR", "HARD_REBOOT", "MIGRATING", "
 _PROGRESS = ("ACTIVE", "BUILD", "REBUILD", "RESIZE", "VERIFY_RESIZE", "MIGRATING")
 
 
+# The task_state of an action asked and not taken up yet.
+_PENDING = {"stop": "powering-off", "start": "powering-on", "reboot": "rebooting",
+            "rebuild": "rebuilding", "resize": "resize_prep",
+            "revert-resize": "resize_reverting"}
+
+
+def pending(server: Server) -> dict[str, Any] | None:
+    """The action asked through the API that the host has not taken up yet: the record
+    names another request and has not changed since it was asked (a request taken up,
+    refused or overtaken by another moves the record)."""
+    task, record = server.doc.get("task"), server.record
+    if not task or record is None or record["state"] not in (states.ACTIVE, states.SHUTOFF):
+        return None
+    if record.get("request_id") == task["request_id"] or \
+            float(record.get("updated_at") or 0) > float(task["at"]):
+        return None
+    return dict(task)
+
+
 def nova_states(server: Server) -> tuple[str, str | None, int]:
     """(vm_state, task_state, power_state) of our state."""
     state = server.state
     if server.doc.get("deleting") and state not in (states.ERROR, states.DELETED):
         state = states.DELETING  # asked; the host has not taken it up yet
-    task = (server.record or {}).get("task") or {}
+    record = server.record or {}
+    task = record.get("task") or {}
+    held = bool(record.get("resize_hold"))
+    if state in (states.ACTIVE, states.SHUTOFF):
+        vm_state = "resized" if held else "active" if state == states.ACTIVE else "stopped"
+        power = RUNNING if state == states.ACTIVE else SHUTDOWN
+        asked = pending(server)
+        if asked is None:
+            return vm_state, None, power
+        task_state = _PENDING[asked["action"]]
+        if asked["action"] == "reboot" and asked.get("hard"):
+            task_state = "rebooting_hard"
+        return vm_state, task_state, power
+    if state == states.RESIZING and task.get("reverts"):
+        return "resized", "resize_reverting", RUNNING if task.get("from") == states.ACTIVE \
+            else SHUTDOWN
     was = "stopped" if task.get("from") == states.SHUTOFF else "active"
     was_power = SHUTDOWN if was == "stopped" else RUNNING
     return {
@@ -64,7 +107,7 @@ def nova_states(server: Server) -> tuple[str, str | None, int]:
         states.REBOOTING: ("active", "rebooting_hard" if task.get("hard") else "rebooting",
                               RUNNING),
         states.REBUILDING: (was, "rebuilding", was_power),
-        states.RESIZING: (was, "resize_prep", was_power),
+        states.RESIZING: (was, "resize_migrating", was_power),
         states.DELETING: ("active", "deleting", NOSTATE),
         states.ERROR: ("error", None, NOSTATE),
         states.DELETED: ("deleted", None, NOSTATE),
@@ -105,8 +148,18 @@ def _host_id(server: Server) -> str:
     return hashlib.sha224((server.project_id + host).encode()).hexdigest()
 
 
+def flavor_of(server: Server) -> dict[str, Any]:
+    """The server's flavor: a resize's new one once it is done (VERIFY_RESIZE, and on
+    after a confirm), else the one it has (a failed or reverted resize keeps it)."""
+    resize = server.doc.get("resize") or {}
+    hold = (server.record or {}).get("resize_hold") or {}
+    if resize and hold.get("consumer") == resize.get("hold"):
+        return dict(resize["new_flavor"])
+    return dict(server.doc.get("flavor") or {})
+
+
 def _flavor(req: ApiRequest, server: Server, show_extra_specs: bool) -> dict[str, Any]:
-    flavor = server.doc.get("flavor") or {}
+    flavor = flavor_of(server)
     if not req.version.at_least("2.47"):
         return {"id": flavor.get("id", ""), "links": [
             {"rel": "bookmark", "href": req.url_for("flavors", flavor.get("id", ""))}]}

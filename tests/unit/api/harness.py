@@ -98,3 +98,23 @@ class Harness:
                                      "hv1") is not None
         assert host_txns.activate(self.store, records.read_record(self.store, host, uuid),
                                   ip) is not None
+
+    def host_does(self, uuid: str, error: str | None = None) -> dict[str, Any]:
+        """What the host does with the action in the instance's spec: takes it up and ends
+        it (in error if `error`); the record then."""
+        from etcd_compute.instances import actions as action_txn
+
+        host = records.locate(self.store, uuid)["host"]
+        entry = self.store.get(self.store.keys.spec(host, uuid))
+        spec = messages.decode(messages.INSTANCE_SPEC, entry.value)
+        assert action_txn.begin_action(self.store, spec, entry.mod_revision,
+                                       records.read_record(self.store, host, uuid))
+        assert action_txn.end_action(self.store, records.read_record(self.store, host, uuid),
+                                     self.store.get(entry.key), error)
+        return records.read_record(self.store, host, uuid).record
+
+    def action(self, uuid: str, body: Any, **kwargs: Any) -> webob.Response:
+        return self.call("POST", f"/v2.1/servers/{uuid}/action", body, **kwargs)
+
+    def show(self, uuid: str, **kwargs: Any) -> dict[str, Any]:
+        return dict(self.call("GET", f"/v2.1/servers/{uuid}", **kwargs).json["server"])

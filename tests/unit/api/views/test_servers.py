@@ -33,7 +33,7 @@ def server(state: str, **record) -> Server:
     (states.REBOOTING, {"hard": True}, ("active", "rebooting_hard", 1, "HARD_REBOOT")),
     (states.REBOOTING, {}, ("active", "rebooting", 1, "REBOOT")),
     (states.REBUILDING, {"from": "SHUTOFF"}, ("stopped", "rebuilding", 4, "REBUILD")),
-    (states.RESIZING, {"from": "ACTIVE"}, ("active", "resize_prep", 1, "RESIZE")),
+    (states.RESIZING, {"from": "ACTIVE"}, ("active", "resize_migrating", 1, "RESIZE")),
     (states.DELETING, None, ("active", "deleting", 0, "ACTIVE")),
     (states.ERROR, None, ("error", None, 0, "ERROR")),
 ])
