@@ -223,11 +223,12 @@ def _check_held(record: dict[str, Any] | None, action: str, asked: Asked, uuid: 
 def request(store: KeyValueStore, placement: PlacementClient, uuid: str, action: str, *,
             hard: bool = False, image_url: str | None = None,
             resources: dict[str, int] | None = None, asked: Asked | None = None,
-            also: Also | None = None) -> Requested:
+            also: Also | None = None, by: str | None = None) -> Requested:
     """Ask the instance's host for `action`; ActionRefused (nothing written) when its state
     does not allow it or its host is down; NoRoom when a resize does not fit there.
     `asked`: the parameters (else `hard`, `image_url`, `resources`); `also`: writes of the
-    caller's that go in the request's transaction (the compute API's view)."""
+    caller's that go in the request's transaction (the compute API's view); `by`: who
+    asks, if not this process's operator (the compute API's caller)."""
     asked = asked or Asked(hard=hard, image_url=image_url, resources=resources)
     check_uuid(uuid)
     check_image(asked.image_url)
@@ -261,7 +262,7 @@ def request(store: KeyValueStore, placement: PlacementClient, uuid: str, action:
                              asked)
         except ConflictError:
             continue  # its claim changed meanwhile: read it all again
-        written = action_txn.new_request(operator_name(), **change.params)
+        written = action_txn.new_request(by or operator_name(), **change.params)
         if action_txn.request_action(store, entry, spec, read, action, written,
                                      also(written) if also else ([], [])) is not None:
             return Requested(uuid, host, action, written)
@@ -271,7 +272,7 @@ def request(store: KeyValueStore, placement: PlacementClient, uuid: str, action:
 
 
 def confirm_resize(store: KeyValueStore, placement: PlacementClient, uuid: str,
-                   also: Also | None = None) -> dict[str, Any]:
+                   also: Also | None = None, by: str | None = None) -> dict[str, Any]:
     """A held resize confirmed: its old size freed in Placement, then forgotten by the
     record (with `also`'s writes); the hold as it was. ActionRefused when there is none."""
     check_uuid(uuid)
@@ -282,7 +283,7 @@ def confirm_resize(store: KeyValueStore, placement: PlacementClient, uuid: str,
             raise states.ActionRefused(f"instance {uuid} has no resize to confirm")
         # Freed first: a confirm cut short here is done again (freeing nothing twice).
         claims.release_hold(placement, hold["consumer"])
-        if action_txn.confirm_resize(store, read, operator_name(),
+        if action_txn.confirm_resize(store, read, by or operator_name(),
                                      also(hold) if also else ([], [])) is not None:
             return dict(hold)
     raise UsageError(f"instance {uuid} kept changing while confirming its resize; try again")

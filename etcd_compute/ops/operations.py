@@ -72,13 +72,14 @@ def show(store: Store, uuid: str) -> dict[str, Any]:
     return record
 
 
-def destroy(store: Store, placement: PlacementClient, uuid: str) -> str:
+def destroy(store: Store, placement: PlacementClient, uuid: str, by: str | None = None) -> str:
     """Ask the host to destroy `uuid`, or clean up an instance no host holds.
 
     Returns what was done: "requested" (the host's spec rewritten with action destroy),
     "already" (a destroy is pending), "removed" (no spec: record, keys and claim
     removed here), "deleted" (nothing left to do), "finished" (its host is down: the
     record ends DELETED and the claim is freed here; the host cleans up if it returns).
+    `by`: who asks, if not this process's operator (the compute API's caller).
     """
     check_uuid(uuid)
     for _ in range(5):
@@ -105,7 +106,7 @@ def destroy(store: Store, placement: PlacementClient, uuid: str) -> str:
                 continue  # it came back or moved meanwhile: look again
             if spec["action"] == "destroy":
                 return "already"
-            if action_txn.request_destroy(store, entry, spec, operator_name()) is not None:
+            if action_txn.request_destroy(store, entry, spec, by or operator_name()) is not None:
                 return "requested"
             continue  # the spec moved under us (compute took it, or another destroy): re-read
         if read.state == states.DELETED:

@@ -40,7 +40,7 @@ from etcd_compute.errors import (
 )
 from etcd_compute.etcd import Compare, Delete, Entry, Op, absent, put_message
 from etcd_compute.keys import UUID, Keys
-from etcd_compute.scheduler.spec import Destination, RequestSpec, operator_name, server_view
+from etcd_compute.scheduler.spec import Destination, RequestSpec, server_view
 
 # Instance uuids of a request: uuid5(this, "<request uuid>/<index>").
 INSTANCE_NAMESPACE = uuidlib.UUID("5c1f3a52-6d0e-4f0e-9a3b-2b7e1d9c4e60")
@@ -75,7 +75,7 @@ def request_message(request_spec: RequestSpec, client: str,
         "requested_at": time.time(),
         "client": client[:255] or "schedule.py",
         # Who asked, for the instance's events (the service writes the specs).
-        "requested_by": operator_name(),
+        "requested_by": request_spec.requester(),
         # The compute API's: whose instances, their uuids, its view of them.
         **{name: value for name, value in (
             ("project_id", request_spec.project_id), ("user_id", request_spec.user_id),

@@ -29,6 +29,12 @@ def operator_name() -> str:
     """Who is asking (user@host), for the instance's events and a host's maintenance."""
     return f"{getpass.getuser()}@{socket.gethostname()}"[:255]
 
+
+def api_caller(user_id: str, project_id: str) -> str:
+    """Who is asking through the compute API, as the instance's events name it (a Keystone
+    user of a project): api:USER@PROJECT."""
+    return f"api:{user_id}@{project_id}"[:255]
+
 @dataclass
 class RequestSpec:
     """One scheduling request: `count` instances of `request` (a parsed query)."""
@@ -118,6 +124,13 @@ class RequestSpec:
     def owner(self, settings: dict[str, Any]) -> tuple[str, str]:
         """(project, user) the instances belong to: the request's, else the configured."""
         return (self.project_id or settings["project_id"], self.user_id or settings["user_id"])
+
+    def requester(self) -> str:
+        """Who asks, for the instances' events: the compute API's caller (`api_caller`),
+        else this process's operator."""
+        if self.project_id and self.user_id:
+            return api_caller(self.user_id, self.project_id)
+        return operator_name()
 
     def instance_name(self, index: int, uuid: str) -> str:
         if self.name is None:

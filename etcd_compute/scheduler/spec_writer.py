@@ -15,7 +15,7 @@ from typing import Any
 from etcd_compute.etcd import KeyValueStore, Txn
 from etcd_compute.instances import scheduling
 from etcd_compute.keys import Keys
-from etcd_compute.scheduler.spec import Destination, RequestSpec, operator_name, server_view
+from etcd_compute.scheduler.spec import Destination, RequestSpec, server_view
 
 
 def instance_spec(destination: Destination, request_spec: RequestSpec,
@@ -53,7 +53,7 @@ def transaction(keys: Keys, destinations: list[Destination], request_spec: Reque
     `instances.scheduling.schedule_txn`);
     `requested_by`: who asked, if not this process's operator (the scheduler service);
     `first`: the index of the first destination in the whole request."""
-    now, who = time.time(), requested_by or operator_name()
+    now, who = time.time(), requested_by or request_spec.requester()
     placed = [(instance_spec(d, request_spec, settings, now, who), d.host_name)
               for d in destinations]
     group = None

@@ -35,6 +35,7 @@ from etcd_compute.api.wsgi import (
 from etcd_compute.errors import UsageError
 from etcd_compute.instances.states import ActionRefused
 from etcd_compute.ops.lifecycle import NoRoom
+from etcd_compute.scheduler.spec import api_caller
 
 # Nova's vm_states and task_states an action is allowed from (compute/api.py).
 ALLOW_REBOOT = {None, "rebooting", "reboot_pending", "reboot_started", "resuming",
@@ -59,6 +60,11 @@ def action(api: Backend, req: ApiRequest, server_id: str) -> webob.Response:
     if found is None:
         raise bad_request(f"There is no such action: {name[:100]}")
     return found(api, req, server_id, body)
+
+
+def caller(req: ApiRequest) -> str:
+    """Who asks, as the instance's events name them."""
+    return api_caller(req.context.user_id, req.context.project_id)
 
 
 def _server(api: Backend, req: ApiRequest, server_id: str, rule: str) -> Server:
@@ -102,7 +108,7 @@ def start(api: Backend, req: ApiRequest, server_id: str, body: Any) -> webob.Res
     validation.body(schema.start, body)
     server = _server(api, req, server_id, policy.SERVERS % "start")
     check_state(server, "start", {"stopped"})
-    _asked(lambda: api.actions.start(server))
+    _asked(lambda: api.actions.start(server, caller(req)))
     return empty_response(202)
 
 
@@ -110,7 +116,7 @@ def stop(api: Backend, req: ApiRequest, server_id: str, body: Any) -> webob.Resp
     validation.body(schema.stop, body)
     server = _server(api, req, server_id, policy.SERVERS % "stop")
     check_state(server, "stop", {"active", "error"})
-    _asked(lambda: api.actions.stop(server))
+    _asked(lambda: api.actions.stop(server, caller(req)))
     return empty_response(202)
 
 
@@ -123,7 +129,7 @@ def reboot(api: Backend, req: ApiRequest, server_id: str, body: Any) -> webob.Re
                     ALLOW_REBOOT)
     else:
         check_state(server, "reboot", {"active"})
-    _asked(lambda: api.actions.reboot(server, hard))
+    _asked(lambda: api.actions.reboot(server, hard, caller(req)))
     return empty_response(202)
 
 
@@ -161,7 +167,8 @@ def rebuild(api: Backend, req: ApiRequest, server_id: str, body: Any) -> webob.R
     if 0 <= allowed_items < len(metadata):
         raise Fault(403, f"Quota exceeded for metadata_items: Requested {len(metadata)}, but "
                          f"already used 0 of {allowed_items} metadata_items")
-    _asked(lambda: api.actions.rebuild(server, image_url, changes, guest))
+    _asked(lambda: api.actions.rebuild(server, image_url, changes, guest,
+                                              caller(req)))
     server = server_handlers.lookup(api, req, server_id)
     shown = server_handlers.render(api, req, server)
     if not req.version.at_least("2.75"):
@@ -194,7 +201,7 @@ def resize(api: Backend, req: ApiRequest, server_id: str, body: Any) -> webob.Re
     flavor = api.flavors.get(flavor_id)
     if flavor is None or (not flavor.is_public and not req.context.is_admin):
         raise bad_request(f"Flavor {flavor_id[:100]} could not be found.")
-    _asked(lambda: api.actions.resize(server, flavor))
+    _asked(lambda: api.actions.resize(server, flavor, caller(req)))
     return empty_response(202)
 
 
@@ -203,7 +210,7 @@ def confirm_resize(api: Backend, req: ApiRequest, server_id: str, body: Any
     validation.body(schema.confirm_resize, body)
     server = _server(api, req, server_id, policy.SERVERS % "confirm_resize")
     check_state(server, "confirmResize", {"resized"})
-    _asked(lambda: api.actions.confirm_resize(server))
+    _asked(lambda: api.actions.confirm_resize(server, caller(req)))
     return empty_response(204)
 
 
@@ -212,7 +219,7 @@ def revert_resize(api: Backend, req: ApiRequest, server_id: str, body: Any
     validation.body(schema.revert_resize, body)
     server = _server(api, req, server_id, policy.SERVERS % "revert_resize")
     check_state(server, "revertResize", {"resized"})
-    _asked(lambda: api.actions.revert_resize(server))
+    _asked(lambda: api.actions.revert_resize(server, caller(req)))
     return empty_response(202)
 
 

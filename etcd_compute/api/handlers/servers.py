@@ -32,7 +32,7 @@ from etcd_compute.api.wsgi import (
     not_found,
 )
 from etcd_compute.errors import UsageError
-from etcd_compute.scheduler.spec import IMAGE_URL
+from etcd_compute.scheduler.spec import IMAGE_URL, api_caller
 
 
 def routes(router: Router, api: Backend) -> None:
@@ -118,7 +118,9 @@ def delete(api: Backend, req: ApiRequest, server_id: str) -> webob.Response:
         return empty_response(204)
     from etcd_compute.ops import operations
 
-    if operations.destroy(api.store, api.placement, server.uuid) in ("requested", "already"):
+    by = api_caller(req.context.user_id, req.context.project_id)
+    if operations.destroy(api.store, api.placement, server.uuid, by) in ("requested",
+                                                                        "already"):
         try:  # shown as deleting until the host takes it up (its record says so then)
             api.servers.save(server, {"deleting": True})
         except ServerChanged:

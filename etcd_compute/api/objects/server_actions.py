@@ -73,38 +73,40 @@ class ServerActions:
 
     # --- power ----------------------------------------------------------------------------
 
-    def start(self, server: Server) -> None:
+    def start(self, server: Server, by: str) -> None:
         lifecycle.request(self.store, self.placement, server.uuid, states.START,
-                          also=self._view(server, self._task("start")))
+                          also=self._view(server, self._task("start")), by=by)
 
-    def stop(self, server: Server) -> None:
+    def stop(self, server: Server, by: str) -> None:
         lifecycle.request(self.store, self.placement, server.uuid, states.STOP,
-                          also=self._view(server, self._task("stop")))
+                          also=self._view(server, self._task("stop")), by=by)
 
-    def reboot(self, server: Server, hard: bool) -> None:
+    def reboot(self, server: Server, hard: bool, by: str) -> None:
         """A hard reboot of a stopped server powers it on, as Nova's does (our start)."""
         if hard and server.state == states.SHUTOFF:
             lifecycle.request(self.store, self.placement, server.uuid, states.START,
-                              also=self._view(server, self._task("reboot", hard=True)))
+                              also=self._view(server, self._task("reboot", hard=True)),
+                              by=by)
             return
         lifecycle.request(self.store, self.placement, server.uuid, states.REBOOT, hard=hard,
-                          also=self._view(server, self._task("reboot", hard=hard)))
+                          also=self._view(server, self._task("reboot", hard=hard)), by=by)
 
     # --- rebuild --------------------------------------------------------------------------
 
     def rebuild(self, server: Server, image_url: str, changes: dict[str, Any],
-                guest: dict[str, Any]) -> None:
+                guest: dict[str, Any], by: str) -> None:
         """A fresh disk from `image_url`; `changes` to the view (name, image, metadata...)
         and `guest`'s new user data or key (user_data, ssh_key) with it."""
         fields = dict(changes)
         lifecycle.request(
             self.store, self.placement, server.uuid, states.REBUILD,
             asked=lifecycle.Asked(image_url=image_url, rebuild=guest),
-            also=self._view(server, lambda r, doc: {**fields, **self._task("rebuild")(r, doc)}))
+            also=self._view(server, lambda r, doc: {**fields, **self._task("rebuild")(r, doc)}),
+            by=by)
 
     # --- resize ---------------------------------------------------------------------------
 
-    def resize(self, server: Server, flavor: Flavor) -> None:
+    def resize(self, server: Server, flavor: Flavor, by: str) -> None:
         """To `flavor`'s size on the server's host, the old size held until confirmed.
         UsageError (400) for a size it cannot take, OverQuota (403) beyond the project's
         cores or ram."""
@@ -134,7 +136,7 @@ class ServerActions:
 
         lifecycle.request(self.store, self.placement, server.uuid, states.RESIZE,
                           asked=lifecycle.Asked(resources=resources, hold=hold),
-                          also=self._view(server, change))
+                          also=self._view(server, change), by=by)
 
     def _check_traits(self, server: Server, flavor: Flavor) -> None:
         """The server stays on its host: the new flavor's required traits must be there and
@@ -170,7 +172,7 @@ class ServerActions:
                 f"{', '.join(str(count.total(q)) for q in overs)} of "
                 f"{', '.join(str(limits[q]) for q in overs)} {', '.join(overs)}")
 
-    def confirm_resize(self, server: Server) -> None:
+    def confirm_resize(self, server: Server, by: str) -> None:
         """The new size kept, the old one freed; the view's flavor is the new one."""
         def change(hold: dict[str, Any], doc: dict[str, Any]) -> dict[str, Any]:
             resize = doc.get("resize") or {}
@@ -179,12 +181,12 @@ class ServerActions:
             return {"flavor": resize["new_flavor"], "resize": None}
 
         lifecycle.confirm_resize(self.store, self.placement, server.uuid,
-                                 also=self._view(server, change))
+                                 also=self._view(server, change), by=by)
 
-    def revert_resize(self, server: Server) -> None:
+    def revert_resize(self, server: Server, by: str) -> None:
         lifecycle.request(self.store, self.placement, server.uuid, states.RESIZE,
                           asked=lifecycle.Asked(revert=True),
-                          also=self._view(server, self._task("revert-resize")))
+                          also=self._view(server, self._task("revert-resize")), by=by)
 
     # --- console --------------------------------------------------------------------------
 
