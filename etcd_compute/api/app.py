@@ -20,6 +20,7 @@ from etcd_compute.api.backend import Backend
 from etcd_compute.api.context import Context, NotProjectScoped, new_request_id
 from etcd_compute.api.handlers import (
     flavors,
+    instance_actions,
     keypairs,
     quota_sets,
     server_actions,
@@ -46,7 +47,8 @@ class ComputeApp:
     def __init__(self, backend: Backend):
         self.backend = backend
         self.router = Router()
-        for module in (servers, server_actions, flavors, keypairs, quota_sets):
+        for module in (servers, server_actions, instance_actions, flavors, keypairs,
+                       quota_sets):
             module.routes(self.router, backend)
 
     def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]

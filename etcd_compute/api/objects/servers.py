@@ -64,14 +64,15 @@ class Servers:
         self.store = store
         self.keys = store.keys
 
-    def get(self, uuid: str) -> Server | None:
-        """The server `uuid`, or None: not one the API made, or ended."""
+    def get(self, uuid: str, deleted: bool = False) -> Server | None:
+        """The server `uuid`, or None: not one the API made, or ended (`deleted`: one whose
+        DELETED record still lives is found too)."""
         if not UUID.match(uuid):
             return None
         entry = self.store.get(self.keys.server(uuid))
         if entry is None:
             return None
-        found = self._join([entry])
+        found = self._join([entry], deleted=deleted)
         return found[0] if found else None
 
     def list(self, project_id: str | None = None) -> list[Server]:
@@ -80,7 +81,8 @@ class Servers:
         servers = self._join(entries, project_id)
         return sorted(servers, key=lambda s: (s.doc["created_at"], s.uuid))
 
-    def _join(self, entries: list[Entry], project_id: str | None = None) -> list[Server]:
+    def _join(self, entries: list[Entry], project_id: str | None = None,
+              deleted: bool = False) -> list[Server]:
         """Views with their instances: two etcd round trips however many there are."""
         views: list[Server] = []
         for entry in entries:
@@ -113,7 +115,7 @@ class Servers:
                     view.record = None
         live = []
         for view in views:
-            if view.record is not None and view.record["state"] != states.DELETED:
+            if view.record is not None and (deleted or view.record["state"] != states.DELETED):
                 live.append(view)
             elif view.record is None and view.host is None and view.doc.get("fault"):
                 live.append(view)  # a create that failed before its claim: ERROR
