@@ -45,7 +45,9 @@ def add_commands(commands: Commands) -> None:
                        help="an aggregate uuid (member_of), or a child zone NAME or PATH "
                             "(a/b) to place in, or this zone's name (its own hosts only)")
     place.add_argument("--hint", action="append", default=[], metavar="POLICY=GROUP",
-                       help="server group: affinity=GROUP or anti-affinity=GROUP")
+                       help="server group: affinity=GROUP, anti-affinity=GROUP (hard: no "
+                            "valid host rather than break it), soft-affinity=GROUP or "
+                            "soft-anti-affinity=GROUP (best effort)")
     place.add_argument("--on-host-failure", choices=["rebuild", "error"],
                        help="when its host dies: rebuild it elsewhere from its image (its "
                             "local disk is lost) or end it in ERROR (default: "

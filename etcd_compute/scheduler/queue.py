@@ -60,7 +60,6 @@ def request_message(request_spec: RequestSpec, client: str,
                     deadline: float | None = None) -> dict[str, Any]:
     """The schedule_request for `request_spec`, as the CLI parsed it; `deadline`: when the
     client gives up (never placed after it)."""
-    group = request_spec.group
     message = {
         "query": request_spec.request.to_query(),
         "count": request_spec.count,
@@ -68,7 +67,7 @@ def request_message(request_spec: RequestSpec, client: str,
         "image_url": request_spec.image_url,
         "user_data": request_spec.user_data,
         "ssh_key": request_spec.ssh_key,
-        "group": {"name": group[0], "policy": group[1]} if group else None,
+        "group": request_spec.group_message(),
         # --zone is in the query already (member_of).
         "zone": None,
         "on_host_failure": request_spec.on_host_failure,
@@ -121,6 +120,7 @@ def _request_spec(message: dict[str, Any], settings: dict[str, Any],
         image_url=message.get("image_url"), user_data=message.get("user_data"),
         ssh_key=message.get("ssh_key"),
         group=(group["name"], group["policy"]) if group else None, zone=message.get("zone"),
+        group_max=(group or {}).get("max_per_host"),
         required_resources=settings["required_resources"],
         on_host_failure=message.get("on_host_failure"), project_id=message.get("project_id"),
         user_id=message.get("user_id"), uuids=message.get("uuids"),

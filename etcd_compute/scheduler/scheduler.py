@@ -251,6 +251,7 @@ class Scheduler:
             policy=request_spec.group[1] if request_spec.group else None,
             group_hosts=group_hosts,
             max_instances_per_host=self.settings["max_instances_per_host"],
+            group_max=request_spec.group_max or 1,
         )
         return Candidates(hosts, context, group_revision, offered,
                           offered >= min(limit, request_spec.request.limit or limit))

@@ -16,7 +16,8 @@ NAME = re.compile(r"\A[A-Za-z0-9][A-Za-z0-9_.-]{0,62}\Z")
 GROUP_NAME = re.compile(r"\A[A-Za-z0-9_.-]{1,64}\Z")
 # As the instance_spec schema has it: printable ASCII, at most 2048 characters.
 IMAGE_URL = re.compile(r"\A(https?|file)://[!-~]{1,2030}\Z")
-POLICIES = ("affinity", "anti-affinity")
+# Nova's server group policies: the hard ones filter, the soft ones weigh.
+POLICIES = ("affinity", "anti-affinity", "soft-affinity", "soft-anti-affinity")
 # What the controller does with an instance whose host died: rebuild it on another host
 # from its image (its local disk is lost), or end it in ERROR and free its claim.
 ON_HOST_FAILURE = ("rebuild", "error")
@@ -45,7 +46,7 @@ class RequestSpec:
     image_url: str | None = None
     user_data: str | None = None
     ssh_key: str | None = None
-    # Server group: (name, policy) with policy "affinity" or "anti-affinity".
+    # Server group: (name, policy), a policy of POLICIES.
     group: tuple[str, str] | None = None
     zone: str | None = None
     # None: scheduler.on_host_failure.
@@ -60,6 +61,9 @@ class RequestSpec:
     # The compute API's view of each instance (`server` message, without its uuid and
     # name), written with the instances; None: none (instances made by schedule.py).
     server: dict[str, Any] | None = None
+    # An anti-affinity group's members per host at most (Nova's max_server_per_host
+    # rule); None: one.
+    group_max: int | None = None
 
     @classmethod
     def build(cls, query: str, count: int = 1, name: str | None = None,
@@ -69,7 +73,8 @@ class RequestSpec:
               required_resources: Collection[str] = (),
               on_host_failure: str | None = None, project_id: str | None = None,
               user_id: str | None = None, uuids: list[str] | None = None,
-              server: dict[str, Any] | None = None) -> RequestSpec:
+              server: dict[str, Any] | None = None,
+              group_max: int | None = None) -> RequestSpec:
         """Parse and check everything locally; UsageError (one line) on any fault.
 
         `required_resources`: classes every instance must claim (schedule.py passes
@@ -89,10 +94,15 @@ class RequestSpec:
         if group is not None:
             group_name, policy = group
             if policy not in POLICIES:
-                raise UsageError(f"--hint {policy}: expected affinity or anti-affinity")
+                raise UsageError(f"--hint {policy}: expected " + ", ".join(POLICIES))
             if not GROUP_NAME.match(group_name):
                 raise UsageError(f"--hint {policy}={group_name!r}: group names are 1-64 of "
                                  "letters, digits, '_.-'")
+        if group_max is not None and (group is None or group[1] != "anti-affinity" or
+                                      isinstance(group_max, bool) or
+                                      not isinstance(group_max, int) or
+                                      not 1 <= group_max <= 1000):
+            raise UsageError("max_server_per_host: 1..1000, for an anti-affinity group only")
         if zone is not None:
             if not UUID.match(zone):
                 raise UsageError(f"--zone {zone!r}: expected an aggregate uuid "
@@ -119,7 +129,14 @@ class RequestSpec:
         if server is not None and not isinstance(server, dict):
             raise UsageError("server: expected an object")
         return cls(request, count, name, image_url, user_data, ssh_key, group, zone,
-                   on_host_failure, project_id, user_id, uuids, server)
+                   on_host_failure, project_id, user_id, uuids, server, group_max)
+
+    def group_message(self) -> dict[str, Any] | None:
+        """The group as specs and queued requests carry it."""
+        if self.group is None:
+            return None
+        return {"name": self.group[0], "policy": self.group[1],
+                **({"max_per_host": self.group_max} if self.group_max else {})}
 
     def owner(self, settings: dict[str, Any]) -> tuple[str, str]:
         """(project, user) the instances belong to: the request's, else the configured."""
@@ -145,7 +162,8 @@ def for_instance(spec: dict[str, Any]) -> RequestSpec:
     return RequestSpec.build(
         spec.get("query") or "resources=" + ",".join(
             f"{rc}:{n}" for rc, n in sorted(spec["resources"].items())),
-        group=(group["name"], group["policy"]) if group else None)
+        group=(group["name"], group["policy"]) if group else None,
+        group_max=(group or {}).get("max_per_host"))
 
 
 @dataclass

@@ -22,7 +22,6 @@ def instance_spec(destination: Destination, request_spec: RequestSpec,
                   settings: dict[str, Any], requested_at: float,
                   requested_by: str | None = None) -> dict[str, Any]:
     """The instance_spec message a host receives for `destination`."""
-    group = request_spec.group
     project_id, user_id = request_spec.owner(settings)
     return {
         "action": "build",
@@ -36,7 +35,7 @@ def instance_spec(destination: Destination, request_spec: RequestSpec,
         "ssh_key": request_spec.ssh_key,
         "project_id": project_id,
         "user_id": user_id,
-        "group": {"name": group[0], "policy": group[1]} if group else None,
+        "group": request_spec.group_message(),
         "alternates": destination.alternates,
         "requested_at": requested_at,
         "requested_by": requested_by,
