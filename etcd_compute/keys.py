@@ -220,6 +220,12 @@ class Keys:
     def quota_reservation(self, project_id: str, reservation: str) -> str:
         return f"{self.prefix}/quota-reservations/{project_id}/{reservation}"
 
+    def server_groups(self) -> str:
+        return f"{self.prefix}/server-groups/"
+
+    def server_group(self, group_uuid: str) -> str:
+        return f"{self.prefix}/server-groups/{group_uuid}"
+
     # --- parsing -------------------------------------------------------------------------
 
     def parse_host_key(self, key: str) -> HostKey | None:

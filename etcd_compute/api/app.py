@@ -24,6 +24,7 @@ from etcd_compute.api.handlers import (
     keypairs,
     quota_sets,
     server_actions,
+    server_groups,
     servers,
     versions,
 )
@@ -47,8 +48,8 @@ class ComputeApp:
     def __init__(self, backend: Backend):
         self.backend = backend
         self.router = Router()
-        for module in (servers, server_actions, instance_actions, flavors, keypairs,
-                       quota_sets):
+        for module in (servers, server_actions, instance_actions, server_groups, flavors,
+                       keypairs, quota_sets):
             module.routes(self.router, backend)
 
     def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]

@@ -11,6 +11,7 @@ from etcd_compute.api.objects.flavors import Flavors
 from etcd_compute.api.objects.keypairs import Keypairs
 from etcd_compute.api.objects.quotas import Quotas
 from etcd_compute.api.objects.server_actions import ServerActions
+from etcd_compute.api.objects.server_groups import ServerGroups
 from etcd_compute.api.objects.servers import Servers
 from etcd_compute.api.policy import Policy
 from etcd_compute.etcd import KeyValueStore
@@ -29,6 +30,7 @@ class Backend:
     servers: Servers
     builds: Builds
     actions: ServerActions
+    server_groups: ServerGroups
 
     @property
     def settings(self) -> dict[str, Any]:
@@ -45,7 +47,8 @@ class Backend:
                    Flavors(store), Keypairs(store), quotas, servers,
                    Builds(config, store, placement, quotas, servers),  # type: ignore[arg-type]
                    ServerActions(store, placement, quotas,
-                                 config["scheduler"]["required_resources"]))
+                                 config["scheduler"]["required_resources"]),
+                   ServerGroups(store))
 
     def close(self) -> None:
         self.builds.close()

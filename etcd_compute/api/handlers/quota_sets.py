@@ -61,9 +61,11 @@ def _all(api: Backend, limits: dict[str, int], version: Version) -> dict[str, in
 
 
 def _used(api: Backend, project_id: str) -> dict[str, int]:
+    """In use: instances, cores and ram from Placement, the project's server groups; what
+    Nova counts per user or per group (key pairs, members) or not at all is 0 here."""
     return {**api.quotas.usage(project_id),
-            "key_pairs": 0, "server_groups": 0, "server_group_members": 0,
-            "metadata_items": 0}
+            "key_pairs": 0, "server_groups": len(api.server_groups.list(project_id)),
+            "server_group_members": 0, "metadata_items": 0}
 
 
 def show(api: Backend, req: ApiRequest, tenant_id: str, detail: bool = False) -> webob.Response:

@@ -18,6 +18,7 @@ from etcd_compute.api.handlers import server_list, server_tags
 from etcd_compute.api.objects.builds import Build
 from etcd_compute.api.objects.flavors import Flavor
 from etcd_compute.api.objects.quotas import OverQuota
+from etcd_compute.api.objects.server_groups import ServerGroup
 from etcd_compute.api.objects.servers import Server, ServerChanged
 from etcd_compute.api.schemas import servers as schema
 from etcd_compute.api.schemas.parameter_types import is_true
@@ -59,7 +60,8 @@ def lookup(api: Backend, req: ApiRequest, server_id: str) -> Server:
 def render(api: Backend, req: ApiRequest, server: Server) -> dict[str, Any]:
     shown = server_list.render_detail(api, req, [server])[0]
     if req.version.at_least("2.71"):
-        shown["server_groups"] = []
+        group = (server.record or {}).get("group")
+        shown["server_groups"] = [group] if group and api.server_groups.get(group) else []
     return shown
 
 
@@ -194,6 +196,27 @@ def _zone(api: Backend, req: ApiRequest, asked: dict[str, Any]) -> tuple[str | N
     return zone or None, query
 
 
+def _group_hint(api: Backend, req: ApiRequest, hints: dict[str, Any]) -> ServerGroup | None:
+    """The server group a create joins (the `group` hint): one the caller's project owns
+    (an admin's: any). Hints we cannot honour are refused, never ignored."""
+    other = sorted(set(hints) - {"group"})
+    if other:
+        raise bad_request(f"Scheduler hints not supported here: {', '.join(other)[:200]} "
+                          "(only group)")
+    wanted = hints.get("group")
+    if wanted is None:
+        return None
+    if isinstance(wanted, list):
+        if len(wanted) != 1:
+            raise bad_request("Give one server group in the group hint")
+        wanted = wanted[0]
+    group = api.server_groups.get(str(wanted))
+    if group is None or (group.project_id != req.context.project_id and
+                         not req.context.is_admin):
+        raise bad_request(f"Instance group {str(wanted)[:100]} could not be found.")
+    return group
+
+
 def _refuse_unsupported(req: ApiRequest, asked: dict[str, Any]) -> None:
     """What Nova takes and we cannot do: refused, never ignored."""
     networks = asked.get("networks")
@@ -218,9 +241,8 @@ def create(api: Backend, req: ApiRequest) -> webob.Response:
     context = req.context
     api.policy.authorize(context, policy.SERVERS % "create")
     asked = body["server"]
-    hints = body.get("os:scheduler_hints") or body.get("OS-SCH-HNT:scheduler_hints")
-    if hints:
-        raise bad_request("Scheduler hints are not supported yet (server groups come later)")
+    group = _group_hint(api, req, body.get("os:scheduler_hints") or
+                        body.get("OS-SCH-HNT:scheduler_hints") or {})
     _refuse_unsupported(req, asked)
     flavor = _flavor(api, req, asked["flavorRef"])
     image_id, image_url = _image(api, asked)
@@ -248,7 +270,8 @@ def create(api: Backend, req: ApiRequest) -> webob.Response:
         user_data_b64=user_data_b64, key_name=key.name if key else None,
         public_key=key.public_key if key else None, metadata=metadata,
         availability_zone=zone, extra_query=query, access_ipv4=asked.get("accessIPv4"),
-        access_ipv6=asked.get("accessIPv6"), tags=asked.get("tags"))
+        access_ipv6=asked.get("accessIPv6"), tags=asked.get("tags"), group=group,
+        group_members_limit=api.quotas.limits(context.project_id)["server_group_members"])
     try:
         docs, reservation = api.builds.create(build)
     except OverQuota as exc:

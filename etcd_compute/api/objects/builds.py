@@ -20,6 +20,7 @@ from typing import Any
 
 from etcd_compute.api.objects.flavors import Flavor
 from etcd_compute.api.objects.quotas import OverQuota, Quotas
+from etcd_compute.api.objects.server_groups import ServerGroup, ServerGroups
 from etcd_compute.api.objects.servers import Servers
 from etcd_compute.errors import ConflictError, EtcdComputeError, NoValidHost
 from etcd_compute.etcd import Store
@@ -56,6 +57,9 @@ class Build:
     access_ipv4: str | None = None
     access_ipv6: str | None = None
     tags: list[str] | None = None
+    # The server group it joins, and how many members that group may have (-1: any).
+    group: ServerGroup | None = None
+    group_members_limit: int = -1
 
 
 def hostname_of(display_name: str, count: int) -> str | None:
@@ -107,6 +111,8 @@ class Builds:
         with self.quotas.reserve(build.project_id, build.user_id, uuids, flavor.vcpus,
                                  flavor.ram, build.min_count) as reservation:
             chosen = reservation.consumers
+            self._check_group(build, len(chosen))
+            group = build.group
             query = flavor.query() + build.extra_query
             hostname = hostname_of(build.name, len(chosen))
             request = RequestSpec.build(
@@ -114,7 +120,8 @@ class Builds:
                 user_data=build.user_data, ssh_key=build.public_key,
                 required_resources=self.settings["required_resources"],
                 project_id=build.project_id, user_id=build.user_id, uuids=chosen,
-                server=template)
+                server=template, group=(group.id, group.policy) if group else None,
+                group_max=group.max_per_host if group else None)
             try:
                 destinations = self._schedule(request)
             except (NoValidHost, ConflictError) as exc:
@@ -122,11 +129,20 @@ class Builds:
                     template["reservation_id"]
             try:
                 self.quotas.recheck(reservation)
+                self._check_group(build, 0)  # Nova's recheck of the group's members
             except OverQuota:
                 self._undo(destinations)
                 raise
         docs = [self._view(template, request, d, i) for i, d in enumerate(destinations)]
         return docs, template["reservation_id"]
+
+    def _check_group(self, build: Build, joining: int) -> None:
+        """OverQuota when the group would have more members than its project allows."""
+        if build.group is None or build.group_members_limit < 0:
+            return
+        members = ServerGroups(self.store).member_count(build.group)
+        if members + joining > build.group_members_limit:
+            raise OverQuota("Quota exceeded, too many servers in group")
 
     def _template(self, build: Build, now: float) -> dict[str, Any]:
         """The `server` message every instance of the request starts from."""
