@@ -19,13 +19,16 @@ from etcd_compute.api import microversion
 from etcd_compute.api.backend import Backend
 from etcd_compute.api.context import Context, NotProjectScoped, new_request_id
 from etcd_compute.api.handlers import (
+    availability_zones,
     flavors,
+    hypervisors,
     instance_actions,
     keypairs,
     quota_sets,
     server_actions,
     server_groups,
     servers,
+    services,
     versions,
 )
 from etcd_compute.api.policy import PolicyNotAuthorized
@@ -49,7 +52,7 @@ class ComputeApp:
         self.backend = backend
         self.router = Router()
         for module in (servers, server_actions, instance_actions, server_groups, flavors,
-                       keypairs, quota_sets):
+                       keypairs, quota_sets, availability_zones, services, hypervisors):
             module.routes(self.router, backend)
 
     def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]

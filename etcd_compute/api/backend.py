@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from etcd_compute.api.objects.builds import Builds
+from etcd_compute.api.objects.computes import Computes
 from etcd_compute.api.objects.flavors import Flavors
 from etcd_compute.api.objects.keypairs import Keypairs
 from etcd_compute.api.objects.quotas import Quotas
@@ -31,6 +32,7 @@ class Backend:
     builds: Builds
     actions: ServerActions
     server_groups: ServerGroups
+    computes: Computes
 
     @property
     def settings(self) -> dict[str, Any]:
@@ -48,7 +50,7 @@ class Backend:
                    Builds(config, store, placement, quotas, servers),  # type: ignore[arg-type]
                    ServerActions(store, placement, quotas,
                                  config["scheduler"]["required_resources"]),
-                   ServerGroups(store))
+                   ServerGroups(store), Computes(store, placement, config["api"]))
 
     def close(self) -> None:
         self.builds.close()

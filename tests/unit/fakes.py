@@ -299,7 +299,12 @@ class FakePlacement:
     def list_providers(self, **filters: Any) -> list[dict[str, Any]]:
         return [{"uuid": p["uuid"], "name": p["name"], "generation": p["generation"]}
                 for p in self.providers.values()
-                if "name" not in filters or p["name"] == filters["name"]]
+                if ("name" not in filters or p["name"] == filters["name"]) and
+                ("member_of" not in filters or
+                 filters["member_of"] in p.get("aggregates", ()))]
+
+    def delete_provider(self, uuid: str) -> None:
+        self.providers.pop(uuid, None)
 
     def _bump(self, uuid: str) -> int:
         if uuid not in self.providers:
