@@ -71,7 +71,11 @@ def show(api: Backend, req: ApiRequest, server_id: str, request_id: str) -> webo
     admin_view = api.policy.allows(req.context, policy.INSTANCE_ACTIONS % "events",
                                    {"project_id": server.project_id})
     if admin_view or req.version.at_least("2.51"):
+        details = req.version.at_least("2.84") and api.policy.allows(
+            req.context, policy.INSTANCE_ACTIONS % "events:details",
+            {"project_id": server.project_id})
         shown["events"] = [view.event(req, found[0], server.project_id,
                                       traceback=admin_view,
-                                      host=admin_view and req.version.at_least("2.62"))]
+                                      host=admin_view and req.version.at_least("2.62"),
+                                      details=details)]
     return json_response({"instanceAction": shown})

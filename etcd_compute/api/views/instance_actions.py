@@ -28,9 +28,10 @@ def action(req: ApiRequest, found: Action) -> dict[str, Any]:
 
 
 def event(req: ApiRequest, found: Action, project_id: str, *, traceback: bool,
-          host: bool) -> dict[str, Any]:
+          host: bool, details: bool = False) -> dict[str, Any]:
     """Its event: the traceback (our error) and host to those the policy lets see them;
-    from 2.62 the obfuscated hostId to all."""
+    from 2.62 the obfuscated hostId to all; from 2.84 the details (the error's one line)
+    to those the `events:details` rule lets see them."""
     shown: dict[str, Any] = {"event": found.event, "start_time": nova_time(found.start_time),
                              "finish_time": nova_time(found.finish_time),
                              "result": found.result or None}
@@ -40,4 +41,6 @@ def event(req: ApiRequest, found: Action, project_id: str, *, traceback: bool,
         if host:
             shown["host"] = found.host_name or ""
         shown["hostId"] = host_id(found.project_id or project_id, found.host)
+    if details:
+        shown["details"] = found.traceback
     return shown

@@ -53,6 +53,11 @@ def test_an_action_shows_its_event_and_admins_see_the_details(harness: Harness):
     assert "traceback" not in event and "host" not in event and event["hostId"]
     admin = harness.admin("GET", path, version="2.62").json["instanceAction"]["events"][0]
     assert admin["traceback"] == "the guest would not stop" and admin["host"] == "hv1"
+    assert "details" not in admin
+    admin = harness.admin("GET", path, version="2.84").json["instanceAction"]["events"][0]
+    assert admin["details"] == "the guest would not stop"
+    member = harness.call("GET", path, version="2.84").json["instanceAction"]["events"][0]
+    assert "details" not in member
     missing = harness.call("GET", f"/v2.1/servers/{uuid}/os-instance-actions/req-nope")
     assert missing.status_int == 404
     assert missing.json["itemNotFound"]["message"] == "Action req-nope not found"
