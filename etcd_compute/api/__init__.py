@@ -13,8 +13,13 @@ model, claims in Placement).
     policy.py       Nova's policy rules and defaults (oslo.policy), a file may override
     validation.py   JSON Schema for bodies and query strings, Nova's messages
     schemas/        the request schemas, per noun and microversion (from Nova's limits)
-    handlers/       one module per resource: versions, servers, flavors, keypairs, limits,
-                    quota_sets (thin: parse, authorize, call objects, render)
-    objects/        plain objects over etcd and Placement: servers, flavors, keypairs, quotas
-    views/          how a server looks at a microversion (Nova's fields from our states)
+    handlers/       one module per resource: versions, servers (server_list, server_tags,
+                    server_actions, instance_actions), server_groups, flavors, keypairs,
+                    quota_sets (and limits), availability_zones, services, hypervisors
+                    (thin: parse, authorize, call objects, render)
+    objects/        plain objects over etcd, Placement and ops/: servers, builds (creates),
+                    server_actions, instance_actions (from events), server_groups,
+                    computes (hosts as services and hypervisors), flavors, keypairs, quotas
+    views/          how a server, an instance action and a host look at a microversion
+                    (Nova's fields from our states)
 """

@@ -132,7 +132,8 @@ class ServerActions:
 
         def change(request: dict[str, Any], doc: dict[str, Any]) -> dict[str, Any]:
             return {"resize": {"hold": hold, "request_id": request["id"], "old_flavor": old,
-                               "new_flavor": new}, **self._task("resize")(request, doc)}
+                               "new_flavor": new, "resources": resources},
+                    **self._task("resize")(request, doc)}
 
         lifecycle.request(self.store, self.placement, server.uuid, states.RESIZE,
                           asked=lifecycle.Asked(resources=resources, hold=hold),
@@ -177,7 +178,7 @@ class ServerActions:
         def change(hold: dict[str, Any], doc: dict[str, Any]) -> dict[str, Any]:
             resize = doc.get("resize") or {}
             if resize.get("hold") != hold["consumer"]:
-                return {"resize": None}
+                return {}
             return {"flavor": resize["new_flavor"], "resize": None}
 
         lifecycle.confirm_resize(self.store, self.placement, server.uuid,

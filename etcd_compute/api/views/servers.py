@@ -149,11 +149,11 @@ def _host_id(server: Server) -> str:
 
 
 def flavor_of(server: Server) -> dict[str, Any]:
-    """The server's flavor: a resize's new one once it is done (VERIFY_RESIZE, and on
-    after a confirm), else the one it has (a failed or reverted resize keeps it)."""
+    """The server's flavor: a resize's new one once the instance has its size (resized,
+    whoever confirms it: the API or `schedule.py`), else the one it had (a resize not done
+    yet, failed or reverted)."""
     resize = server.doc.get("resize") or {}
-    hold = (server.record or {}).get("resize_hold") or {}
-    if resize and hold.get("consumer") == resize.get("hold"):
+    if resize and (server.record or {}).get("resources") == resize.get("resources"):
         return dict(resize["new_flavor"])
     return dict(server.doc.get("flavor") or {})
 
