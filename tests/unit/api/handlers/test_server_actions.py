@@ -258,3 +258,15 @@ def test_a_pending_action_another_request_overtook_is_no_longer_shown(harness: H
     assert harness.show(uuid)["OS-EXT-STS:task_state"] == "powering-off"
     harness.host_does(uuid, error="the guest would not stop")
     assert states_of(harness.show(uuid)) == ("ACTIVE", "active", None, 1)
+
+
+def test_a_resize_confirmed_by_an_operator_keeps_the_new_flavor_in_the_view(harness: Harness):
+    from etcd_compute.ops import lifecycle
+
+    uuid = active(harness)
+    harness.action(uuid, {"resize": {"flavorRef": "2"}})
+    harness.host_does(uuid)
+    lifecycle.confirm_resize(harness.store, harness.placement, uuid)  # schedule.py's
+    shown = harness.show(uuid, version="2.47")
+    assert states_of(shown) == ("ACTIVE", "active", None, 1)
+    assert shown["flavor"]["original_name"] == "m1.small"
