@@ -208,6 +208,14 @@ def fault(server: Server, is_admin: bool) -> dict[str, Any] | None:
     return shown
 
 
+def _usage_time(timestamp: float | None) -> str | None:
+    """Nova's OS-SRV-USG times: UTC, microseconds, no zone."""
+    if timestamp is None:
+        return None
+    when = datetime.datetime.fromtimestamp(timestamp, datetime.UTC)
+    return when.strftime("%Y-%m-%dT%H:%M:%S.%f")
+
+
 def show(req: ApiRequest, server: Server, *, network: str, show_extended: bool,
          show_extra_specs: bool, is_admin: bool,
          host_status: str | None = None, availability_zone: str = "") -> dict[str, Any]:
@@ -226,7 +234,9 @@ def show(req: ApiRequest, server: Server, *, network: str, show_extended: bool,
         "links": links(req, "servers", server.uuid), "OS-DCF:diskConfig": "MANUAL",
         "OS-EXT-AZ:availability_zone": availability_zone,
         "config_drive": "True", "key_name": doc.get("key_name"),
-        "OS-SRV-USG:launched_at": None, "OS-SRV-USG:terminated_at": None,
+        "OS-SRV-USG:launched_at": _usage_time(record.get("launched_at")),
+        "OS-SRV-USG:terminated_at": _usage_time(record.get("updated_at"))
+        if record.get("state") == states.DELETED else None,
         "OS-EXT-STS:task_state": task_state, "OS-EXT-STS:vm_state": vm_state,
         "OS-EXT-STS:power_state": power_state,
         "os-extended-volumes:volumes_attached": [],

@@ -44,6 +44,7 @@ def test_a_create_claims_for_the_callers_project_and_writes_the_view(harness: Ha
     harness.activate(uuid)
     shown = harness.call("GET", f"/v2.1/servers/{uuid}").json["server"]
     assert shown["status"] == "ACTIVE" and shown["OS-EXT-STS:power_state"] == 1
+    assert shown["OS-SRV-USG:launched_at"] and shown["OS-SRV-USG:terminated_at"] is None
     assert shown["addresses"] == {"etcd-compute": [
         {"version": 4, "addr": "192.168.123.10", "OS-EXT-IPS:type": "fixed"}]}
     assert shown["key_name"] == "k" and shown["tenant_id"] == "p1"
