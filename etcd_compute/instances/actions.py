@@ -81,7 +81,7 @@ def confirm_resize(store: KeyValueStore, read: RecordRead, by: str | None,
     host, uuid = record["host"], record["uuid"]
     log = events.append(events.read(store, host, uuid), events.event(
         "confirm-resize", host, record.get("host_name"), by=by, result=events.SUCCESS,
-        request_id=(record.get("resize_hold") or {}).get("request_id")))
+        request_id=str(uuidlib.uuid4())))
     compares, writes = also
     return store.commit(Txn(
         [unchanged(keys.record(host, uuid), read.revision), *compares],

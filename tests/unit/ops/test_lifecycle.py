@@ -338,7 +338,9 @@ def test_a_held_resize_keeps_the_old_size_claimed_until_it_is_confirmed():
     assert HOLD not in placement.consumers
     record = records.read_record(store, RP, spec["uuid"]).record
     assert record["resize_hold"] is None and record["state"] == "ACTIVE"
-    assert events.read(store, RP, spec["uuid"])[-1]["action"] == "confirm-resize"
+    resize, confirm = events.read(store, RP, spec["uuid"])[-2:]
+    assert (resize["action"], confirm["action"]) == ("resize", "confirm-resize")
+    assert confirm["request_id"] and confirm["request_id"] != resize["request_id"]
     with pytest.raises(states.ActionRefused, match="no resize to confirm"):
         lifecycle.confirm_resize(store, placement, spec["uuid"])
 
