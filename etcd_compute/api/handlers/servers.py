@@ -100,12 +100,12 @@ def update(api: Backend, req: ApiRequest, server_id: str) -> webob.Response:
 
 def before_275(shown: dict[str, Any], keep_key_name: bool = False) -> dict[str, Any]:
     """What an update or a rebuild answered before 2.75: less than a show (Nova's); a
-    rebuild names its key from 2.54."""
+    rebuild names its key from 2.54; server_groups stay (2.71)."""
     for key in ("OS-EXT-AZ:availability_zone", "config_drive", "key_name",
                 "OS-SRV-USG:launched_at", "OS-SRV-USG:terminated_at",
                 "OS-EXT-STS:task_state", "OS-EXT-STS:vm_state", "OS-EXT-STS:power_state",
                 "os-extended-volumes:volumes_attached", "host_status", "addresses",
-                "security_groups", "server_groups"):
+                "security_groups"):
         if not (key == "key_name" and keep_key_name):
             shown.pop(key, None)
     return {k: v for k, v in shown.items() if not k.startswith("OS-EXT-SRV-ATTR:")}

@@ -206,6 +206,10 @@ def test_a_rebuild_before_2_75_answers_less_and_refuses_an_image_we_do_not_serve
     answer = harness.action(uuid, {"rebuild": {"imageRef": "file:///dev/null"}})
     assert answer.status_int == 202
     assert "OS-EXT-STS:task_state" not in answer.json["server"]
+    harness.host_does(uuid)
+    answer = harness.action(uuid, {"rebuild": {"imageRef": "file:///dev/null"}},
+                            version="2.71")
+    assert answer.json["server"]["server_groups"] == []
 
 
 def test_console_output_is_the_published_tail(harness: Harness):
