@@ -231,7 +231,8 @@ def console_output(api: Backend, req: ApiRequest, server_id: str, body: Any
     validation.body(schema.console_output, body)
     server = _server(api, req, server_id, policy.CONSOLE_OUTPUT)
     length = body["os-getConsoleOutput"].get("length")
-    length = None if length is None or int(length) == -1 else int(length)
+    # -1 (or any negative a string may carry past the schema's minimum): all of it.
+    length = None if length is None or int(length) < 0 else int(length)
     text = api.actions.console_output(server)
     if text is None:
         if view.nova_states(server)[0] == "building" or server.record is None:

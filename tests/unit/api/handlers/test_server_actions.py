@@ -226,6 +226,10 @@ def test_console_output_is_the_published_tail(harness: Harness):
         "output": "two\nthree\n"}
     assert harness.action(uuid, {"os-getConsoleOutput": {"length": -1}}).json == {
         "output": "one\ntwo\nthree\n"}
+    assert harness.action(uuid, {"os-getConsoleOutput": {"length": "-7"}}).json == {
+        "output": "one\ntwo\nthree\n"}
+    assert harness.action(uuid, {"os-getConsoleOutput": {"length": 0}}).json == {
+        "output": ""}
 
 
 @pytest.mark.parametrize(("body", "status", "fragment"), [
