@@ -27,6 +27,8 @@ from etcd_compute.api.handlers import (
     quota_sets,
     server_actions,
     server_groups,
+    server_ips,
+    server_metadata,
     servers,
     services,
     versions,
@@ -51,8 +53,9 @@ class ComputeApp:
     def __init__(self, backend: Backend):
         self.backend = backend
         self.router = Router()
-        for module in (servers, server_actions, instance_actions, server_groups, flavors,
-                       keypairs, quota_sets, availability_zones, services, hypervisors):
+        for module in (servers, server_actions, server_metadata, server_ips, instance_actions,
+                       server_groups, flavors, keypairs, quota_sets, availability_zones,
+                       services, hypervisors):
             module.routes(self.router, backend)
 
     def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]

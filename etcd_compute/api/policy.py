@@ -35,6 +35,8 @@ EXTENDED_ATTRIBUTES = "os_compute_api:os-extended-server-attributes"
 SERVER_TAGS = "os_compute_api:os-server-tags:%s"
 KEYPAIR_OWNER = "(" + ADMIN + ") or user_id:%(user_id)s"
 CONSOLE_OUTPUT = "os_compute_api:os-console-output"
+SERVER_METADATA = "os_compute_api:server-metadata:%s"
+IPS = "os_compute_api:ips:%s"
 INSTANCE_ACTIONS = "os_compute_api:os-instance-actions:%s"
 SERVER_GROUPS = "os_compute_api:os-server-groups:%s"
 AVAILABILITY_ZONE = "os_compute_api:os-availability-zone:%s"
@@ -81,6 +83,14 @@ RULES = [
     (SERVERS % "start", PROJECT_MEMBER_OR_ADMIN),
     (SERVERS % "stop", PROJECT_MEMBER_OR_ADMIN),
     (CONSOLE_OUTPUT, PROJECT_MEMBER_OR_ADMIN),
+    (SERVER_METADATA % "index", PROJECT_READER_OR_ADMIN),
+    (SERVER_METADATA % "show", PROJECT_READER_OR_ADMIN),
+    (SERVER_METADATA % "create", PROJECT_MEMBER_OR_ADMIN),
+    (SERVER_METADATA % "update_all", PROJECT_MEMBER_OR_ADMIN),
+    (SERVER_METADATA % "update", PROJECT_MEMBER_OR_ADMIN),
+    (SERVER_METADATA % "delete", PROJECT_MEMBER_OR_ADMIN),
+    (IPS % "index", PROJECT_READER_OR_ADMIN),
+    (IPS % "show", PROJECT_READER_OR_ADMIN),
     (INSTANCE_ACTIONS % "list", PROJECT_READER_OR_ADMIN),
     (INSTANCE_ACTIONS % "show", PROJECT_READER_OR_ADMIN),
     (INSTANCE_ACTIONS % "events", ADMIN),

@@ -189,6 +189,12 @@ def _addresses(server: Server, network: str) -> dict[str, list[dict[str, Any]]]:
                        "OS-EXT-IPS:type": "fixed"}]}
 
 
+def ips(server: Server, network: str) -> dict[str, list[dict[str, Any]]]:
+    """The server's addresses as /servers/{id}/ips lists them (version and addr)."""
+    return {label: [{"version": a["version"], "addr": a["addr"]} for a in found]
+            for label, found in _addresses(server, network).items()}
+
+
 def fault(server: Server, is_admin: bool) -> dict[str, Any] | None:
     """Nova's fault of an ERROR server: the failure's first line; details for admins."""
     found = server.doc.get("fault")
