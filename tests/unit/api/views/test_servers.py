@@ -79,3 +79,56 @@ def test_an_errors_details_are_the_admins():
     member = view.fault(failed, is_admin=False)
     assert len(member["message"]) == 255 and "details" not in member
     assert view.fault(failed, is_admin=True)["details"] == "x" * 300
+
+
+REQUEST = "1b5d6c43-43f6-4c1e-9f8b-6c5a8a6f2a11"
+
+
+def asked(action: str, at: float = 5.0, **extra) -> dict:
+    return {"task": {"action": action, "request_id": REQUEST, "at": at, **extra}}
+
+
+@pytest.mark.parametrize(("state", "task", "expected"), [
+    (states.ACTIVE, asked("stop"), ("active", "powering-off", 1, "ACTIVE")),
+    (states.SHUTOFF, asked("start"), ("stopped", "powering-on", 4, "SHUTOFF")),
+    (states.ACTIVE, asked("reboot", hard=True), ("active", "rebooting_hard", 1,
+                                                 "HARD_REBOOT")),
+    (states.ACTIVE, asked("rebuild"), ("active", "rebuilding", 1, "REBUILD")),
+    (states.SHUTOFF, asked("resize"), ("stopped", "resize_prep", 4, "RESIZE")),
+])
+def test_an_action_asked_shows_before_its_host_takes_it_up(state, task, expected):
+    shown = server(state)
+    shown.doc.update(task)
+    assert (*view.nova_states(shown), view.status(shown)) == expected
+
+
+def test_an_asked_action_stops_showing_once_taken_up_or_overtaken():
+    taken = server(states.ACTIVE, request_id=REQUEST)
+    taken.doc.update(asked("stop"))
+    assert view.pending(taken) is None
+    overtaken = server(states.ACTIVE, updated_at=9.0)  # the record moved after the ask
+    overtaken.doc.update(asked("stop"))
+    assert view.pending(overtaken) is None
+
+
+def test_a_held_resize_is_verify_resize_and_its_revert_revert_resize():
+    hold = {"consumer": REQUEST, "allocations": {}, "resources": {"VCPU": 1}}
+    held = server(states.ACTIVE, resize_hold=hold)
+    assert (*view.nova_states(held), view.status(held)) == ("resized", None, 1,
+                                                             "VERIFY_RESIZE")
+    held.doc.update(asked("revert-resize"))
+    assert view.status(held) == "REVERT_RESIZE"
+    reverting = server(states.RESIZING, resize_hold=hold,
+                       task={"id": REQUEST, "at": 1.0, "from": "SHUTOFF", "reverts": REQUEST})
+    assert view.nova_states(reverting) == ("resized", "resize_reverting", 4)
+
+
+def test_the_flavor_follows_the_instances_size():
+    small = dict(DOC["flavor"], id="2", name="m1.small", vcpus=2)
+    resized = server(states.ACTIVE, resources={"VCPU": 2})
+    resized.doc["resize"] = {"hold": REQUEST, "request_id": REQUEST,
+                             "old_flavor": DOC["flavor"], "new_flavor": small,
+                             "resources": {"VCPU": 2}}
+    assert view.flavor_of(resized)["name"] == "m1.small"
+    resized.record["resources"] = {"VCPU": 1}  # failed or reverted
+    assert view.flavor_of(resized)["name"] == "m1.tiny"
