@@ -11,8 +11,9 @@ help:
 	@echo "make test      lint, import contracts, unit tests, then the functional tests against"
 	@echo "               real etcd, Placement and libvirt"
 	@echo "make unit      the unit layer alone (seconds, no services)"
-	@echo "make up/down   start/stop local etcd, Placement and libvirtd for trying commands by hand"
-	@echo "               (TLS and RBAC; configs in run/; make down removes everything they made)"
+	@echo "make up/down   start/stop local etcd, Placement, Keystone, Glance and libvirtd for trying"
+	@echo "               commands by hand (TLS and RBAC; configs and clouds.yaml in run/; make down"
+	@echo "               removes everything they made)"
 	@echo "make status    every piece make up / make demo KEEP=1 started"
 	@echo "make bench     quick benchmarks (bench/); make bench-full for the REPORT.md figures"
 

@@ -60,11 +60,23 @@ PLACEMENT_DEFAULTS: dict[str, Any] = {
     "keystone": None,
 }
 
+GLANCE_DEFAULTS: dict[str, Any] = {
+    # Glance's URL; null: the `image` service in Keystone's catalog.
+    "endpoint": None,
+    # The CA that verifies Glance (and Keystone) over https; relative to the config file.
+    "ca_cert": None,
+    "timeout": 30.0,
+    # The service credential (keystoneauth1: auth_url plus username/password/project, or an
+    # application credential); null: no Glance, images are URLs only.
+    "keystone": None,
+}
+
 LOGGING_DEFAULTS: dict[str, Any] = {"level": "INFO"}
 
 COMPUTE_DEFAULTS: dict[str, Any] = {
     "etcd": ETCD_DEFAULTS,
     "placement": PLACEMENT_DEFAULTS,
+    "glance": GLANCE_DEFAULTS,
     "logging": LOGGING_DEFAULTS,
     "compute": {
         # Resource provider uuid; generated once and kept in state_dir when null.
@@ -147,45 +159,33 @@ COMPUTE_DEFAULTS: dict[str, Any] = {
 API_DEFAULTS: dict[str, Any] = {
     # HOST:PORT to listen on (an IP address; loopback unless a site says otherwise).
     "listen": "127.0.0.1:8774",
-    # gunicorn worker processes (the API keeps no state of its own: run several side by side)
-    # and threads in each (requests wait on etcd and Placement most of their time).
-    "workers": 2,
-    "threads": 8,
-    # TLS: this API's server certificate and key (a cluster PKI certificate of kind
-    # `service`); null: plain HTTP (a reverse proxy in front terminates TLS).
-    "cert": None,
-    "key": None,
-    # The URL clients reach this API at (links in answers); null: from each request.
-    "public_url": None,
-    # keystonemiddleware's auth_token options (www_authenticate_uri, auth_url, auth_type,
-    # username, password, project_name, user_domain_name, project_domain_name, cafile...):
-    # the service user that validates the users' tokens. Required to serve.
+    # gunicorn processes (the API keeps no state: run several) and threads in each.
+    "workers": 2, "threads": 8,
+    # TLS: a cluster PKI server certificate and key; null: plain HTTP (behind a proxy).
+    "cert": None, "key": None,
+    "public_url": None,  # the URL clients reach it at (links); null: each request's
+    # keystonemiddleware's auth_token options (auth_url, auth_type, username, password,
+    # project_name, ..., cafile): the service user that validates tokens. Required.
     "keystone_authtoken": None,
     # An oslo.policy file overriding Nova's default rules (YAML); null: the defaults.
     "policy_file": None,
-    # Availability zones: the default one (every host) and names for aggregate uuids
-    # (the hosts that joined it with compute.aggregates).
-    "default_availability_zone": "nova",
-    "availability_zones": {},
+    # Availability zones: the default one, and names for aggregate uuids (compute.aggregates).
+    "default_availability_zone": "nova", "availability_zones": {},
     # Limits of a project without its own (os-quota-sets), Nova's defaults; -1: unlimited.
     "quotas": {"instances": 10, "cores": 20, "ram": 51200, "key_pairs": 100,
                "metadata_items": 128, "server_groups": 10, "server_group_members": 10},
-    # How long a create's quota reservation may last before its claim is in Placement
-    # (it ends earlier when the request does; an API that died leaves it this long).
+    # How long a create's quota reservation may last (an API that died leaves it this long).
     "quota_reservation_seconds": 900,
-    # Most items a list returns (Nova's [api] max_limit).
-    "max_limit": 1000,
-    # The name servers' addresses are listed under (the hosts' NAT network).
-    "network_name": "etcd-compute",
-    # Image URLs users may boot from (an imageRef must start with one of these): a host
-    # fetches what a user names, so an open list would let any user make the hypervisors
-    # fetch any URL they reach. Empty: no URL (images come from Glance).
+    # Most items a list returns (Nova's [api] max_limit); the network addresses are under.
+    "max_limit": 1000, "network_name": "etcd-compute",
+    # Image URLs users may boot (an imageRef starts with one); empty: Glance images only.
     "image_url_prefixes": [],
 }
 
 SCHEDULE_DEFAULTS: dict[str, Any] = {
     "etcd": ETCD_DEFAULTS,
     "placement": PLACEMENT_DEFAULTS,
+    "glance": GLANCE_DEFAULTS,
     "logging": {"level": "WARNING"},
     "scheduler": {
         # Real ids for claims (Placement groups usage by them), not random per call.
@@ -211,6 +211,7 @@ SCHEDULE_DEFAULTS: dict[str, Any] = {
             "AffinityFilter",
             "AntiAffinityFilter",
             "MaxInstancesPerHostFilter",
+            "ImagePropertiesFilter",
         ],
         "max_instances_per_host": 50,
         # Classes every instance must claim: what the libvirt driver builds a guest
@@ -342,7 +343,7 @@ TLS_FILES = ("ca_cert", "cert", "key")
 
 def resolve_paths(config: dict[str, Any], base: Path) -> None:
     """Make the TLS file paths of `config` absolute, relative to `base`."""
-    for section in ("etcd", "placement"):
+    for section in ("etcd", "placement", "glance"):
         for name in TLS_FILES:
             value = config.get(section, {}).get(name)
             if value and not Path(value).is_absolute():
@@ -350,13 +351,12 @@ def resolve_paths(config: dict[str, Any], base: Path) -> None:
     zones = config.get("zones", {})
     zones["credential_dirs"] = [str(base / d) for d in zones.get("credential_dirs", [])]
     api = config.get("api") or {}
-    for name in ("cert", "key", "policy_file"):
-        if api.get(name) and not Path(api[name]).is_absolute():
-            api[name] = str(base / api[name])
-    authtoken = api.get("keystone_authtoken") or {}
-    for name in ("cafile", "certfile", "keyfile"):
-        if isinstance(authtoken.get(name), str) and not Path(authtoken[name]).is_absolute():
-            authtoken[name] = str(base / authtoken[name])
+    for section, names in ((api, ("cert", "key", "policy_file")),
+                           (api.get("keystone_authtoken") or {}, ("cafile", "certfile",
+                                                                  "keyfile"))):
+        for name in names:
+            if isinstance(section.get(name), str) and not Path(section[name]).is_absolute():
+                section[name] = str(base / section[name])
 
 
 # A failed renewal is tried again this soon (on the next member).

@@ -151,7 +151,17 @@ class Root:
         if path == "/v2.1":
             return _version_document(req)(environ, start_response)
         if path.startswith("/v2.1/"):
-            return self.api(environ, start_response)
+            try:
+                return self.api(environ, start_response)
+            except Exception as exc:  # noqa: BLE001 (auth_token's own failures: Keystone)
+                # Our dispatcher answers its own faults; what escapes is the middleware's
+                # (Keystone unreachable, its certificate refused): one line, Nova's 503.
+                LOG.error("%s %s: validating the token failed: %s", req.method,
+                          path[:200], str(exc).splitlines()[0][:300] if str(exc) else
+                          exc.__class__.__name__)
+                return fault_response(503, "The service is unavailable: the identity "
+                                           "service could not be reached")(environ,
+                                                                             start_response)
         return fault_response(404, "The resource could not be found.")(environ,
                                                                        start_response)
 

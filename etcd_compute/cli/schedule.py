@@ -30,6 +30,7 @@ from etcd_compute.cli import CommandParser, Commands, Parser, output
 from etcd_compute.cli import actions as actions_cli
 from etcd_compute.cli import console as console_cli
 from etcd_compute.cli import hosts as hosts_cli
+from etcd_compute.cli import images as images_cli
 from etcd_compute.cli import instances as instances_cli
 from etcd_compute.cli import zones as zones_cli
 from etcd_compute.errors import EtcdComputeError, UsageError
@@ -91,6 +92,7 @@ def build_parser() -> tuple[Parser, dict[str, CommandParser]]:
                         "see etcd_compute/api/)",
                  words="takes no arguments", handler=cmd_api, json=False)
     zones_cli.add_commands(commands)
+    images_cli.add_commands(commands)
     return parser, every
 
 

@@ -1,4 +1,5 @@
-"""An operator's action on an instance of this host: stop, start, reboot, rebuild, resize.
+"""An operator's action on an instance of this host: stop, start, reboot, rebuild, resize,
+snapshot.
 
 The operator's side writes the action into the host's spec with a request id
 (`instances.actions.request_action`, once the record's state allows it). Here, in
@@ -140,7 +141,8 @@ class LifecycleActions:
             if read.state not in states.TRANSIENT or not task or task["id"] != job.task["id"]:
                 break  # a destroy (or the controller) took it over
             entry = store.get(store.keys.spec(spec["host"], uuid))
-            if action_txn.end_action(store, read, entry, error, result.get("ip")) is not None:
+            if action_txn.end_action(store, read, entry, error, result.get("ip"),
+                                     result.get("detail")) is not None:
                 ended = machine.read(spec["host"], uuid).state
                 log.info("%s %s: %s", job.task["action"], "done" if error is None else "failed",
                          ended)

@@ -98,8 +98,8 @@ DESTROY_SECONDS = Histogram(
     ["result"], buckets=DESTROY_BUCKETS)
 ACTIONS_DONE = Counter(
     "etcd_compute_actions",
-    "Operators' actions ended on this host, by action (stop, start, reboot, rebuild, resize) "
-    "and result: success, failure (the instance is as it was), cancelled (destroyed "
+    "Operators' actions ended on this host, by action (stop, start, reboot, rebuild, resize, "
+    "snapshot) and result: success, failure (the instance is as it was), cancelled (destroyed "
     "meanwhile), refused (not allowed in its state, or its claim not held).",
     ["action", "result"])
 ACTION_SECONDS = Histogram(

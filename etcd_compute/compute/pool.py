@@ -27,8 +27,9 @@ LOG = logging.getLogger("etcd_compute.compute")
 
 BUILD, DESTROY, CLEANUP = "build", "destroy", "cleanup"
 # An operator's actions run as jobs of the action's name.
-STOP, START, REBOOT, REBUILD, RESIZE = "stop", "start", "reboot", "rebuild", "resize"
-ACTION_KINDS = (STOP, START, REBOOT, REBUILD, RESIZE)
+STOP, START, REBOOT, REBUILD, RESIZE, SNAPSHOT = (
+    "stop", "start", "reboot", "rebuild", "resize", "snapshot")
+ACTION_KINDS = (STOP, START, REBOOT, REBUILD, RESIZE, SNAPSHOT)
 
 
 @dataclass

@@ -40,6 +40,7 @@ from etcd_compute.compute.consoles import CONSOLE_REFRESH_SECONDS, Consoles
 from etcd_compute.compute.fencing import Fencer, Gate
 from etcd_compute.compute.heartbeat import Heartbeat
 from etcd_compute.compute.identity import HostIdentity
+from etcd_compute.compute.inventory import arch_trait, hypervisor_traits
 from etcd_compute.compute.machine import InstanceMachine, instance_log
 from etcd_compute.compute.pool import WorkerPool
 from etcd_compute.compute.power import PowerSync
@@ -79,7 +80,8 @@ class ComputeService:
         self.fencer = Fencer(config, self.pool, self.gate)
         self.registration = Registration(
             self.placement, self.settings, self.hosts,
-            lambda rp: under_maintenance(self.store, rp))
+            lambda rp: under_maintenance(self.store, rp),
+            {arch_trait()} | hypervisor_traits(config["driver"]))
         self.heartbeat = Heartbeat(
             self.store, self.hosts, self.settings["heartbeat_ttl"], config["driver"]["name"],
             self.stopping, self.settings["fence_margin_seconds"], on_fence=self.fencer.fence,

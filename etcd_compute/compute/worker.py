@@ -49,7 +49,8 @@ def act(spec: dict[str, Any], task: dict[str, Any]) -> dict[str, Any]:
         return driver().start(uuid)
     if action == states.REBOOT:
         return driver().reboot(uuid, bool(task.get("hard")))
-    # Rebuild and resize leave the guest powered as it was when the action began.
+    # Rebuild and resize leave the guest powered as it was when the action began; a snapshot
+    # of a running guest is taken live.
     power_on = task["from"] == states.ACTIVE
     if action == states.REBUILD:
         # A rebuild may give the guest new user data and a new key (its config drive).
@@ -58,6 +59,8 @@ def act(spec: dict[str, Any], task: dict[str, Any]) -> dict[str, Any]:
                                  **given}, power_on)
     if action == states.RESIZE:
         return driver().resize({**spec, "resources": task["resources"]}, power_on)
+    if action == states.SNAPSHOT:
+        return driver().snapshot(spec, task["snapshot"]["image_id"], running=power_on)
     raise ValueError(f"unknown action {action!r}")
 
 

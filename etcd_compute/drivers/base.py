@@ -85,6 +85,12 @@ class Driver(abc.ABC):
         """The guest at `spec["resources"]` (restarted when `power_on`); on failure it is
         left at its old size, powered as asked."""
 
+    @abc.abstractmethod
+    def snapshot(self, spec: dict[str, Any], image_id: str, running: bool) -> dict[str, Any]:
+        """The instance's disk, flattened, uploaded into the queued Glance image `image_id`
+        (live and crash-consistent when the guest runs; it keeps running). On failure the
+        image is deleted and the guest is as it was. Returns {"detail": what was made}."""
+
     def fence(self) -> list[str]:
         """Power off every guest of ours (the host lost its lease: another host may soon
         run them); the uuids stopped."""

@@ -1,4 +1,5 @@
-"""The operator's lifecycle actions: stop, start, reboot, rebuild, resize (on the same host).
+"""The operator's lifecycle actions on the instance's host: stop, start, reboot, rebuild, resize,
+snapshot.
 
     schedule.py stop UUID | start UUID | reboot [--hard] UUID | rebuild [--image URL] UUID
     schedule.py resize QUERY UUID
@@ -183,9 +184,16 @@ def _change(placement: PlacementClient, action: str, spec: dict[str, Any], host:
             host_name: str, record: dict[str, Any], asked: Asked) -> Change:
     if action == states.REBOOT:
         return Change({"hard": asked.hard})
+    if action == states.REBUILD and asked.image_for is not None:
+        # An image in Glance: found (and checked against the instance's size) now.
+        return Change({"image": asked.image_for(spec["resources"]), **asked.rebuild})
     if action == states.REBUILD:
         image = {"image": {"url": asked.image_url, "sha256": None}} if asked.image_url else {}
         return Change({**image, **asked.rebuild})
+    if action == states.SNAPSHOT:
+        assert asked.image_for is not None
+        # The queued Glance image made for this snapshot ({image_id, name}).
+        return Change({"snapshot": asked.image_for(spec)})
     if action == states.RESIZE and asked.revert:
         return _revert(placement, spec, host, record)
     if action == states.RESIZE:
@@ -196,10 +204,11 @@ def _change(placement: PlacementClient, action: str, spec: dict[str, Any], host:
 
 @dataclass
 class Asked:
-    """An action's parameters: reboot `hard`; rebuild `image_url` and the guest's new
-    user data or key (`rebuild`: user_data, ssh_key, each None to remove); resize the new
-    `resources`, the consumer that holds the old size until it is confirmed (`hold`, the
-    compute API's resize), or `revert` of a held one."""
+    """An action's parameters: reboot `hard`; rebuild `image_url` (or `image_for`, an
+    image in Glance) and the guest's new user data or key (`rebuild`: user_data, ssh_key,
+    each None to remove); resize the new `resources`, the consumer that holds the old size
+    until it is confirmed (`hold`, the compute API's resize), or `revert` of a held one;
+    snapshot its image (`image_for`)."""
 
     hard: bool = False
     image_url: str | None = None
@@ -207,6 +216,9 @@ class Asked:
     resources: dict[str, int] | None = None
     hold: str | None = None
     revert: bool = False
+    # A rebuild's image in Glance (given the instance's resources: the spec's `image`), or
+    # a snapshot's queued image (given its spec): made when the request is written.
+    image_for: Callable[[Any], dict[str, Any]] | None = None
 
 
 def _check_held(record: dict[str, Any] | None, action: str, asked: Asked, uuid: str) -> None:
@@ -223,13 +235,21 @@ def _check_held(record: dict[str, Any] | None, action: str, asked: Asked, uuid: 
 def request(store: KeyValueStore, placement: PlacementClient, uuid: str, action: str, *,
             hard: bool = False, image_url: str | None = None,
             resources: dict[str, int] | None = None, asked: Asked | None = None,
-            also: Also | None = None, by: str | None = None) -> Requested:
+            also: Also | None = None, by: str | None = None,
+            image_for: Callable[[Any], dict[str, Any]] | None = None) -> Requested:
     """Ask the instance's host for `action`; ActionRefused (nothing written) when its state
     does not allow it or its host is down; NoRoom when a resize does not fit there.
-    `asked`: the parameters (else `hard`, `image_url`, `resources`); `also`: writes of the
-    caller's that go in the request's transaction (the compute API's view); `by`: who
-    asks, if not this process's operator (the compute API's caller)."""
+    `asked`: the parameters (else `hard`, `image_url`, `resources`, `image_for`); `also`:
+    writes of the caller's that go in the request's transaction (the compute API's view);
+    `by`: who asks, if not this process's operator (the compute API's caller).
+    `image_for`: a rebuild's image in Glance, given the instance's resources (the spec's
+    `image`; UsageError if it cannot be booted at that size); for a snapshot, the queued
+    Glance image made for it, given the instance's spec ({image_id, name})."""
     asked = asked or Asked(hard=hard, image_url=image_url, resources=resources)
+    if image_for is not None:
+        asked = dataclasses.replace(asked, image_for=image_for)
+    if action == states.SNAPSHOT and asked.image_for is None:
+        raise UsageError("snapshot: the Glance image to upload into is needed")
     check_uuid(uuid)
     check_image(asked.image_url)
     for _ in range(ATTEMPTS):

@@ -65,6 +65,7 @@ def request_message(request_spec: RequestSpec, client: str,
         "count": request_spec.count,
         "name": request_spec.name,
         "image_url": request_spec.image_url,
+        "glance_image": request_spec.glance_image,
         "user_data": request_spec.user_data,
         "ssh_key": request_spec.ssh_key,
         "group": request_spec.group_message(),
@@ -124,7 +125,7 @@ def _request_spec(message: dict[str, Any], settings: dict[str, Any],
         required_resources=settings["required_resources"],
         on_host_failure=message.get("on_host_failure"), project_id=message.get("project_id"),
         user_id=message.get("user_id"), uuids=message.get("uuids"),
-        server=message.get("server"))
+        server=message.get("server"), glance_image=message.get("glance_image"))
 
 
 @dataclass

@@ -46,6 +46,8 @@ class RequestSpec:
     image_url: str | None = None
     user_data: str | None = None
     ssh_key: str | None = None
+    # An image in Glance, as `scheduler/images.py` resolved it (instead of image_url).
+    glance_image: dict[str, Any] | None = None
     # Server group: (name, policy), a policy of POLICIES.
     group: tuple[str, str] | None = None
     zone: str | None = None
@@ -74,7 +76,8 @@ class RequestSpec:
               on_host_failure: str | None = None, project_id: str | None = None,
               user_id: str | None = None, uuids: list[str] | None = None,
               server: dict[str, Any] | None = None,
-              group_max: int | None = None) -> RequestSpec:
+              group_max: int | None = None,
+              glance_image: dict[str, Any] | None = None) -> RequestSpec:
         """Parse and check everything locally; UsageError (one line) on any fault.
 
         `required_resources`: classes every instance must claim (schedule.py passes
@@ -91,6 +94,8 @@ class RequestSpec:
         if image_url is not None and not IMAGE_URL.match(image_url):
             raise UsageError(f"--image {image_url[:100]!r}: expected an http(s):// or file:// "
                              "URL of printable ASCII, at most 2048 characters")
+        if image_url is not None and glance_image is not None:
+            raise UsageError("--image: a URL or an image in Glance, not both")
         if group is not None:
             group_name, policy = group
             if policy not in POLICIES:
@@ -128,8 +133,8 @@ class RequestSpec:
             raise UsageError(f"instance uuids: expected {count} distinct uuids")
         if server is not None and not isinstance(server, dict):
             raise UsageError("server: expected an object")
-        return cls(request, count, name, image_url, user_data, ssh_key, group, zone,
-                   on_host_failure, project_id, user_id, uuids, server, group_max)
+        return cls(request, count, name, image_url, user_data, ssh_key, glance_image, group,
+                   zone, on_host_failure, project_id, user_id, uuids, server, group_max)
 
     def group_message(self) -> dict[str, Any] | None:
         """The group as specs and queued requests carry it."""
@@ -149,6 +154,14 @@ class RequestSpec:
             return api_caller(self.user_id, self.project_id)
         return operator_name()
 
+    def image(self, default_url: str) -> dict[str, Any]:
+        """The spec's `image`: the Glance image, the URL, or `default_url`."""
+        if self.glance_image is not None:
+            from etcd_compute.scheduler.images import spec_image
+
+            return spec_image(self.glance_image)
+        return {"url": self.image_url or default_url, "sha256": None}
+
     def instance_name(self, index: int, uuid: str) -> str:
         if self.name is None:
             return f"instance-{uuid[:8]}"
@@ -157,13 +170,14 @@ class RequestSpec:
 
 def for_instance(spec: dict[str, Any]) -> RequestSpec:
     """The request an existing instance (its spec) would be placed by again: its own query
-    (or its resources), its server group."""
+    (or its resources), its server group, its image in Glance (the ImagePropertiesFilter)."""
     group = spec.get("group")
     return RequestSpec.build(
         spec.get("query") or "resources=" + ",".join(
             f"{rc}:{n}" for rc, n in sorted(spec["resources"].items())),
         group=(group["name"], group["policy"]) if group else None,
-        group_max=(group or {}).get("max_per_host"))
+        group_max=(group or {}).get("max_per_host"),
+        glance_image=(spec.get("image") or {}).get("glance"))
 
 
 @dataclass

@@ -25,29 +25,20 @@ from etcd_compute.etcd_auth import ROOT, EtcdAuth
 from etcd_compute.pki import COMPUTE, Pki, compute_name
 from etcd_compute.placement import PlacementClient
 from tests.conftest import OPERATOR_USER, DaemonProcess, wipe_placement
-from tests.support import REPO, unavailable, wait_for
+from tests.support import REPO, wait_for
 from tools.local_services import EtcdServer, KeystoneServer, PlacementServer
 from tools.local_services.compute_api import ComputeApiServer
 
-PASSWORDS = {"demo": "demo-secret", "alt": "alt-secret", "etcd-compute": "service-secret"}
 FLAVORS = [Flavor("1", "m1.tiny", vcpus=1, ram=256, disk=1),
            Flavor("2", "m1.small", vcpus=2, ram=512, disk=2)]
 IMAGE = "file:///dev/null"
 
 
 @pytest.fixture(scope="session")
-def keystone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KeystoneServer]:
-    """Keystone with the projects demo and alt (a member each) and the API's service user."""
-    try:
-        server = KeystoneServer.create(tmp_path_factory.mktemp("keystone-api")).start()
-    except ServiceUnavailable as exc:
-        unavailable(str(exc))
-    server.add_user("demo", PASSWORDS["demo"], "demo", "member")
-    server.add_user("alt", PASSWORDS["alt"], "alt", "member")
-    # keystonemiddleware validates tokens as this user: Keystone lets the service role.
-    server.add_user("etcd-compute", PASSWORDS["etcd-compute"], "service", "service")
-    yield server
-    server.stop()
+def keystone(keystone_server: KeystoneServer) -> KeystoneServer:
+    """The session's Keystone (projects demo and alt, a member each, the `etcd-compute`
+    service user the API validates tokens as: tools/local_services/cloud.py)."""
+    return keystone_server
 
 
 @dataclass
@@ -66,7 +57,7 @@ class Cloud:
         """An openstacksdk connection as `user` (admin: Keystone's bootstrap admin)."""
         import openstack
 
-        password = (self.keystone.admin_password if user == "admin" else PASSWORDS[user])
+        password = self.keystone.password(user)
         return openstack.connect(
             auth_url=self.keystone.auth_url, username=user, password=password,
             project_name=project or user, user_domain_name="Default",
@@ -83,7 +74,7 @@ class Cloud:
         from keystoneauth1 import session
         from keystoneauth1.identity import v3
 
-        password = (self.keystone.admin_password if user == "admin" else PASSWORDS[user])
+        password = self.keystone.password(user)
         auth = v3.Password(auth_url=self.keystone.auth_url, username=user, password=password,
                            project_name=user, user_domain_name="Default",
                            project_domain_name="Default")
@@ -141,7 +132,8 @@ def cloud(tmp_path_factory: pytest.TempPathFactory, etcd_server: EtcdServer,
         "scheduler": {"default_image": IMAGE, "etcd_max_txn_ops": 4096},
         "api": {"workers": 2, "threads": 8, "image_url_prefixes": ["file:///dev/"],
                 "keystone_authtoken": {
-            **keystone.client_section("etcd-compute", PASSWORDS["etcd-compute"], "service"),
+            **keystone.client_section("etcd-compute", None, "service"),
+            "cafile": keystone.ca_file,
             "auth_type": "password"}},
     })
     configuration.validate(config, "schedule_config", "test api config")
@@ -162,7 +154,7 @@ def cloud(tmp_path_factory: pytest.TempPathFactory, etcd_server: EtcdServer,
         compute.stop()
         api.stop()
         raise
-    keystone.add_endpoint("compute", "nova", api.endpoint)
+    keystone.add_service("compute", "nova", api.endpoint)
     yield Cloud(api, keystone, config, store, placement, cluster_pki.ca_cert,
                 host["compute"]["uuid"], compute)
     api.stop()

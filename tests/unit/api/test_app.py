@@ -72,3 +72,16 @@ def test_auth_token_is_required_to_serve():
         assert "keystone_authtoken" in str(exc)
     else:
         raise AssertionError("served without auth_token")
+
+
+def test_a_failure_of_the_token_check_is_novas_503_not_a_traceback():
+    import webob
+
+    from etcd_compute.api.app import Root
+
+    def broken(_environ, _start_response):
+        raise RuntimeError("SSL: CERTIFICATE_VERIFY_FAILED\ncontacting Keystone")
+
+    answer = webob.Request.blank("/v2.1/servers").get_response(Root(broken))
+    assert answer.status_int == 503
+    assert answer.json["serviceUnavailable"]["message"].startswith("The service is unavailable")

@@ -173,7 +173,7 @@ def test_the_machine_counts_each_build_and_its_failure_once(tmp_path):
 
 def test_jobs_of_kind_counts_the_machines_jobs_by_kind():
     jobs = {"a": job(BUILD), "b": job(DESTROY), "c": job(BUILD)}
-    assert [cm.jobs_of_kind(jobs, kind) for kind in cm.KINDS] == [2, 1, 0, 0, 0, 0, 0, 0]
+    assert [cm.jobs_of_kind(jobs, kind) for kind in cm.KINDS] == [2, 1, 0, 0, 0, 0, 0, 0, 0]
 
 
 # --- the watch ------------------------------------------------------------------------------

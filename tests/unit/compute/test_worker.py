@@ -72,6 +72,10 @@ class Recorder(Driver):
         self.asked.append(("resize", (spec["resources"], power_on)))
         return {"ip": "198.51.100.7"}
 
+    def snapshot(self, spec: dict[str, Any], image_id: str, running: bool) -> dict[str, Any]:
+        self.asked.append(("snapshot", (image_id, running)))
+        return {"detail": f"image {image_id}"}
+
 
 @pytest.fixture
 def recorder(monkeypatch: pytest.MonkeyPatch) -> Recorder:
@@ -117,10 +121,15 @@ def test_an_action_is_its_drivers_operation_powered_as_it_began(recorder):
     worker.act(spec, {"action": "rebuild", "from": "ACTIVE"})  # from the spec's own image
     assert worker.act(spec, {"action": "resize", "from": "ACTIVE", "resources": bigger}) == \
         {"ip": "198.51.100.7"}
+    snapshot = {"image_id": "6f1c1a52-3d4e-4c3b-9a55-2b0c6d8e9f10", "name": "snap1"}
+    assert worker.act(spec, {"action": "snapshot", "from": "ACTIVE", "snapshot": snapshot}) \
+        == {"detail": f"image {snapshot['image_id']}"}
+    worker.act(spec, {"action": "snapshot", "from": "SHUTOFF", "snapshot": snapshot})
     assert recorder.asked == [
         ("stop", uuid), ("start", uuid), ("reboot", (uuid, True)),
         ("rebuild", ("file:///dev/zero", False)), ("rebuild", (spec["image"]["url"], True)),
-        ("resize", (bigger, True))]
+        ("resize", (bigger, True)), ("snapshot", (snapshot["image_id"], True)),
+        ("snapshot", (snapshot["image_id"], False))]
     with pytest.raises(ValueError, match="unknown action 'pause'"):
         worker.act(spec, {"action": "pause", "from": "ACTIVE"})
 

@@ -283,7 +283,8 @@ def test_an_unknown_state_is_a_usage_error_naming_the_states():
         operations.check_state("running")
     assert str(caught.value) == (
         "--state 'running': no such state; one of SCHEDULED, BUILDING, ACTIVE, SHUTOFF, "
-        "STOPPING, STARTING, REBOOTING, REBUILDING, RESIZING, RESCHEDULING, ERROR, DELETING, "
+        "STOPPING, STARTING, REBOOTING, REBUILDING, RESIZING, SNAPSHOTTING, RESCHEDULING, ERROR, "
+        "DELETING, "
         "DELETED")
 
 
