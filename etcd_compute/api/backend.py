@@ -9,6 +9,7 @@ from typing import Any
 from etcd_compute.api.objects.builds import Builds
 from etcd_compute.api.objects.computes import Computes
 from etcd_compute.api.objects.flavors import Flavors
+from etcd_compute.api.objects.images import Images
 from etcd_compute.api.objects.keypairs import Keypairs
 from etcd_compute.api.objects.quotas import Quotas
 from etcd_compute.api.objects.server_actions import ServerActions
@@ -33,6 +34,7 @@ class Backend:
     actions: ServerActions
     server_groups: ServerGroups
     computes: Computes
+    images: Images
 
     @property
     def settings(self) -> dict[str, Any]:
@@ -45,12 +47,13 @@ class Backend:
         servers = Servers(store)
         quotas = Quotas(store, placement, config["api"], config["scheduler"]["consumer_type"],
                         config["scheduler"]["wait_timeout_seconds"])
+        images = Images(config)
         return cls(config, store, placement, policy or Policy(config["api"]["policy_file"]),
                    Flavors(store), Keypairs(store), quotas, servers,
                    Builds(config, store, placement, quotas, servers),  # type: ignore[arg-type]
                    ServerActions(store, placement, quotas,
-                                 config["scheduler"]["required_resources"]),
-                   ServerGroups(store), Computes(store, placement, config["api"]))
+                                 config["scheduler"]["required_resources"], images),
+                   ServerGroups(store), Computes(store, placement, config["api"]), images)
 
     def close(self) -> None:
         self.builds.close()

@@ -1,5 +1,6 @@
 """POST /servers/{id}/action: os-start, os-stop, reboot, rebuild, resize, confirmResize,
-revertResize, os-getConsoleOutput (Nova's servers and console-output controllers).
+revertResize, createImage, os-getConsoleOutput (Nova's servers and console-output
+controllers).
 
 As Nova: the body names one action (an unknown one is 400 "There is no such action"),
 its schema is checked first (400), then the server (404 for another project's), the
@@ -145,11 +146,10 @@ def rebuild(api: Backend, req: ApiRequest, server_id: str, body: Any) -> webob.R
                              {"project_id": server.project_id})
         raise bad_request("Image signature certificate validation is not supported")
     check_state(server, "rebuild", {"active", "stopped", "error"})
-    try:
-        image_id, image_url = server_handlers.image_of(api, asked["imageRef"])
-    except Fault:
-        raise bad_request("Cannot find image for rebuild") from None
-    changes: dict[str, Any] = {"image": {"id": image_id, "url": image_url}}
+    image = server_handlers.image_of(api, asked["imageRef"], server.project_id,
+                                     (server.record or {}).get("resources") or {},
+                                     not_found="Cannot find image for rebuild")
+    changes: dict[str, Any] = {"image": {"id": image.id, "url": image.url}}
     for field, key in (("name", "name"), ("metadata", "metadata"),
                        ("description", "description"), ("accessIPv4", "access_ipv4"),
                        ("accessIPv6", "access_ipv6")):
@@ -167,8 +167,7 @@ def rebuild(api: Backend, req: ApiRequest, server_id: str, body: Any) -> webob.R
     if 0 <= allowed_items < len(metadata):
         raise Fault(403, f"Quota exceeded for metadata_items: Requested {len(metadata)}, but "
                          f"already used 0 of {allowed_items} metadata_items")
-    _asked(lambda: api.actions.rebuild(server, image_url, changes, guest,
-                                              caller(req)))
+    _asked(lambda: api.actions.rebuild(server, image, changes, guest, caller(req)))
     server = server_handlers.lookup(api, req, server_id)
     shown = server_handlers.render(api, req, server)
     if not req.version.at_least("2.75"):
@@ -223,6 +222,30 @@ def revert_resize(api: Backend, req: ApiRequest, server_id: str, body: Any
     return empty_response(202)
 
 
+# --- createImage ---------------------------------------------------------------------------
+
+
+def create_image(api: Backend, req: ApiRequest, server_id: str, body: Any) -> webob.Response:
+    """A snapshot into Glance (`schedule.py snapshot`'s path): 202 with the image's id
+    from 2.45, its URL in Location before."""
+    validation.body(schema.create_image, body)
+    server = _server(api, req, server_id, policy.SERVERS % "create_image")
+    check_state(server, "createImage", {"active", "stopped", "paused", "suspended"})
+    asked = body["createImage"]
+    metadata = dict(asked.get("metadata") or {})
+    allowed_items = api.quotas.limits(server.project_id)["metadata_items"]
+    if 0 <= allowed_items < len(metadata):
+        raise Fault(403, f"Quota exceeded for metadata_items: Requested {len(metadata)}, but "
+                         f"already used 0 of {allowed_items} metadata_items")
+    image_id = _asked(lambda: api.actions.create_image(server, asked["name"].strip(), metadata,
+                                                       caller(req)))
+    if req.version.at_least("2.45"):
+        return json_response({"image_id": image_id}, 202)
+    response = empty_response(202)
+    response.headers["Location"] = api.images.url_of(image_id)
+    return response
+
+
 # --- console -------------------------------------------------------------------------------
 
 
@@ -247,5 +270,5 @@ def console_output(api: Backend, req: ApiRequest, server_id: str, body: Any
 ACTIONS: dict[str, Action] = {
     "os-start": start, "os-stop": stop, "reboot": reboot, "rebuild": rebuild,
     "resize": resize, "confirmResize": confirm_resize, "revertResize": revert_resize,
-    "os-getConsoleOutput": console_output,
+    "os-getConsoleOutput": console_output, "createImage": create_image,
 }

@@ -17,6 +17,7 @@ from etcd_compute.api.backend import Backend
 from etcd_compute.api.handlers import server_list, server_tags
 from etcd_compute.api.objects.builds import Build
 from etcd_compute.api.objects.flavors import Flavor
+from etcd_compute.api.objects.images import Image, ImageNotFound
 from etcd_compute.api.objects.quotas import OverQuota
 from etcd_compute.api.objects.server_groups import ServerGroup
 from etcd_compute.api.objects.servers import Server, ServerChanged
@@ -33,7 +34,7 @@ from etcd_compute.api.wsgi import (
     not_found,
 )
 from etcd_compute.errors import UsageError
-from etcd_compute.scheduler.spec import IMAGE_URL, api_caller
+from etcd_compute.scheduler.spec import api_caller
 
 
 def routes(router: Router, api: Backend) -> None:
@@ -143,22 +144,20 @@ def _flavor(api: Backend, req: ApiRequest, ref: Any) -> Flavor:
     return flavor
 
 
-def _image(api: Backend, asked: dict[str, Any]) -> tuple[str, str]:
-    ref = asked.get("imageRef")
+def image_of(api: Backend, ref: str | None, project_id: str, resources: dict[str, int],
+             not_found: str = "Can not find requested image") -> Image:
+    """The image `ref` names for a server of `project_id` claiming `resources`: a Glance
+    image id the project sees, or a URL under `api.image_url_prefixes` (`objects/images`);
+    400 `not_found` for anything else, 400 with the reason for one it cannot boot."""
     if not ref:
         raise bad_request("imageRef is required: servers here boot from an image (there "
                           "is no volume service)")
-    return image_of(api, ref)
-
-
-def image_of(api: Backend, ref: str) -> tuple[str, str]:
-    """(image id as shown, URL a host fetches): an image URL under one of
-    `api.image_url_prefixes` (Glance ids come with the images work). Any other URL is no
-    image here: a host would fetch whatever a user named."""
-    if not IMAGE_URL.match(ref) or ".." in ref.split("?")[0] or \
-            not any(ref.startswith(prefix) for prefix in api.settings["image_url_prefixes"]):
-        raise bad_request("Can not find requested image")
-    return ref, ref
+    try:
+        return api.images.find(ref, project_id, resources)
+    except ImageNotFound:
+        raise bad_request(not_found) from None
+    except UsageError as exc:
+        raise bad_request(str(exc)) from None
 
 
 def user_data_of(asked: dict[str, Any]) -> tuple[str | None, str | None]:
@@ -245,7 +244,8 @@ def create(api: Backend, req: ApiRequest) -> webob.Response:
                         body.get("OS-SCH-HNT:scheduler_hints") or {})
     _refuse_unsupported(req, asked)
     flavor = _flavor(api, req, asked["flavorRef"])
-    image_id, image_url = _image(api, asked)
+    image = image_of(api, asked.get("imageRef"), context.project_id,
+                     flavor.resources().get("", {}))
     user_data, user_data_b64 = user_data_of(asked)
     min_count, max_count = int(asked.get("min_count", 1)), int(asked.get("max_count", 1))
     if "max_count" not in asked:
@@ -265,7 +265,7 @@ def create(api: Backend, req: ApiRequest) -> webob.Response:
     zone, query = _zone(api, req, asked)
     build = Build(
         project_id=context.project_id, user_id=context.user_id, name=asked["name"],
-        flavor=flavor, image_id=image_id, image_url=image_url, min_count=min_count,
+        flavor=flavor, image=image, min_count=min_count,
         max_count=max_count, description=asked.get("description"), user_data=user_data,
         user_data_b64=user_data_b64, key_name=key.name if key else None,
         public_key=key.public_key if key else None, metadata=metadata,

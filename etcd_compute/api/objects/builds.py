@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from etcd_compute.api.objects.flavors import Flavor
+from etcd_compute.api.objects.images import Image
 from etcd_compute.api.objects.quotas import OverQuota, Quotas
 from etcd_compute.api.objects.server_groups import ServerGroup, ServerGroups
 from etcd_compute.api.objects.servers import Servers
@@ -41,8 +42,7 @@ class Build:
     user_id: str
     name: str
     flavor: Flavor
-    image_id: str
-    image_url: str
+    image: Image
     min_count: int = 1
     max_count: int = 1
     description: str | None = None
@@ -116,7 +116,8 @@ class Builds:
             query = flavor.query() + build.extra_query
             hostname = hostname_of(build.name, len(chosen))
             request = RequestSpec.build(
-                query, count=len(chosen), name=hostname, image_url=build.image_url,
+                query, count=len(chosen), name=hostname, image_url=build.image.url,
+                glance_image=build.image.glance,
                 user_data=build.user_data, ssh_key=build.public_key,
                 required_resources=self.settings["required_resources"],
                 project_id=build.project_id, user_id=build.user_id, uuids=chosen,
@@ -149,7 +150,7 @@ class Builds:
         return {
             "project_id": build.project_id, "user_id": build.user_id, "name": build.name,
             "description": build.description, "flavor": build.flavor.snapshot(),
-            "image": {"id": build.image_id, "url": build.image_url},
+            "image": {"id": build.image.id, "url": build.image.url},
             "key_name": build.key_name, "metadata": dict(build.metadata or {}),
             "availability_zone": build.availability_zone,
             "access_ipv4": build.access_ipv4, "access_ipv6": build.access_ipv6,

@@ -13,6 +13,7 @@ one Nova action with one event, named as Nova names them:
     resize                   resize           compute_resize_instance
     confirm-resize           confirmResize    compute_confirm_resize
     revert-resize            revertResize     compute_revert_resize
+    snapshot                 createImage      compute_snapshot_instance
     recover                  evacuate         compute_rebuild_instance
     evacuate (a drain)       migrate          compute_resize_instance
     reschedule, build        reschedule, build (ours: no Nova action is like them)
@@ -48,6 +49,7 @@ NOVA = {"create": ("create", "compute__do_build_and_run_instance"),
         "resize": ("resize", "compute_resize_instance"),
         "confirm-resize": ("confirmResize", "compute_confirm_resize"),
         "revert-resize": ("revertResize", "compute_revert_resize"),
+        "snapshot": ("createImage", "compute_snapshot_instance"),
         "recover": ("evacuate", "compute_rebuild_instance"),
         "evacuate": ("migrate", "compute_resize_instance")}
 # Derived request ids: uuid5(this, "<instance>/<action>/<started_at>").

@@ -24,6 +24,7 @@ from typing import Any
 
 from etcd_compute import messages
 from etcd_compute.api.objects.flavors import Flavor
+from etcd_compute.api.objects.images import Image, Images
 from etcd_compute.api.objects.quotas import OverQuota, Quotas
 from etcd_compute.api.objects.servers import Server
 from etcd_compute.errors import InvalidMessage, NotFound, UsageError
@@ -38,12 +39,13 @@ ViewChange = Callable[[dict[str, Any], dict[str, Any]], dict[str, Any]]
 
 class ServerActions:
     def __init__(self, store: KeyValueStore, placement: PlacementClient, quotas: Quotas,
-                 required_resources: list[str]):
+                 required_resources: list[str], images: Images):
         self.store = store
         self.keys = store.keys
         self.placement = placement
         self.quotas = quotas
         self.required = required_resources
+        self.images = images
 
     # --- the view in the request's transaction --------------------------------------------
 
@@ -93,14 +95,15 @@ class ServerActions:
 
     # --- rebuild --------------------------------------------------------------------------
 
-    def rebuild(self, server: Server, image_url: str, changes: dict[str, Any],
+    def rebuild(self, server: Server, image: Image, changes: dict[str, Any],
                 guest: dict[str, Any], by: str) -> None:
-        """A fresh disk from `image_url`; `changes` to the view (name, image, metadata...)
+        """A fresh disk from `image`; `changes` to the view (name, image, metadata...)
         and `guest`'s new user data or key (user_data, ssh_key) with it."""
         fields = dict(changes)
+        image_for = (lambda _held: image.spec_image()) if image.glance else None
         lifecycle.request(
             self.store, self.placement, server.uuid, states.REBUILD,
-            asked=lifecycle.Asked(image_url=image_url, rebuild=guest),
+            asked=lifecycle.Asked(image_url=image.url, rebuild=guest, image_for=image_for),
             also=self._view(server, lambda r, doc: {**fields, **self._task("rebuild")(r, doc)}),
             by=by)
 
@@ -188,6 +191,23 @@ class ServerActions:
         lifecycle.request(self.store, self.placement, server.uuid, states.RESIZE,
                           asked=lifecycle.Asked(revert=True),
                           also=self._view(server, self._task("revert-resize")), by=by)
+
+    # --- createImage ----------------------------------------------------------------------
+
+    def create_image(self, server: Server, name: str, metadata: dict[str, str],
+                     by: str) -> str:
+        """A snapshot of the server's disk into a new Glance image of its project (live if
+        it runs, as `schedule.py snapshot`); the image's id. The image is deleted again
+        when the request is refused (nothing is left in Glance)."""
+        image_for, forget = self.images.snapshot(name, metadata)
+        try:
+            asked = lifecycle.request(self.store, self.placement, server.uuid, states.SNAPSHOT,
+                                      asked=lifecycle.Asked(image_for=image_for),
+                                      also=self._view(server, self._task("snapshot")), by=by)
+        except BaseException:
+            forget()
+            raise
+        return str(asked.request["snapshot"]["image_id"])
 
     # --- console --------------------------------------------------------------------------
 

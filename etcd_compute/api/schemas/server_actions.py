@@ -68,6 +68,18 @@ _rebuild = {
     "additionalProperties": False,
 }
 
+create_image = {
+    "type": "object",
+    "properties": {"createImage": {
+        "type": "object",
+        "properties": {"name": types.name, "metadata": types.metadata},
+        "required": ["name"],
+        "additionalProperties": False,
+    }},
+    "required": ["createImage"],
+    "additionalProperties": False,
+}
+
 console_output = {
     "type": "object",
     "properties": {"os-getConsoleOutput": {

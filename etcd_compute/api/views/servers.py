@@ -12,6 +12,7 @@ Our states map to Nova's vm_state, task_state and power_state, and those to Nova
     REBOOTING                active / rebooting[_hard]       REBOOT, HARD_REBOOT
     REBUILDING               (as it was) / rebuilding        REBUILD
     RESIZING                 (as it was) / resize_migrating  RESIZE
+    SNAPSHOTTING             (as it was) / image_uploading   (as it was)
       reverting a resize     resized / resize_reverting      REVERT_RESIZE
     ACTIVE, SHUTOFF holding
       a resize's old size    resized / -                     VERIFY_RESIZE
@@ -57,7 +58,7 @@ _PROGRESS = ("ACTIVE", "BUILD", "REBUILD", "RESIZE", "VERIFY_RESIZE", "MIGRATING
 # The task_state of an action asked and not taken up yet.
 _PENDING = {"stop": "powering-off", "start": "powering-on", "reboot": "rebooting",
             "rebuild": "rebuilding", "resize": "resize_prep",
-            "revert-resize": "resize_reverting"}
+            "revert-resize": "resize_reverting", "snapshot": "image_snapshot"}
 
 
 def pending(server: Server) -> dict[str, Any] | None:
@@ -108,6 +109,7 @@ def nova_states(server: Server) -> tuple[str, str | None, int]:
                               RUNNING),
         states.REBUILDING: (was, "rebuilding", was_power),
         states.RESIZING: (was, "resize_migrating", was_power),
+        states.SNAPSHOTTING: (was, "image_uploading", was_power),
         states.DELETING: ("active", "deleting", NOSTATE),
         states.ERROR: ("error", None, NOSTATE),
         states.DELETED: ("deleted", None, NOSTATE),

@@ -278,3 +278,31 @@ def test_a_resize_confirmed_by_an_operator_keeps_the_new_flavor_in_the_view(harn
     shown = harness.show(uuid, version="2.47")
     assert states_of(shown) == ("ACTIVE", "active", None, 1)
     assert shown["flavor"]["original_name"] == "m1.small"
+
+
+def test_create_image_makes_the_projects_snapshot_and_nothing_when_refused(harness: Harness):
+    from tests.unit.api.objects.test_images import FakeGlance
+
+    uuid = active(harness)
+    answer = harness.action(uuid, {"createImage": {"name": "snap"}})
+    assert answer.status_int == 400 and "Glance" in answer.json["badRequest"]["message"]
+    glance = harness.backend.images.glance = FakeGlance()
+    answer = harness.action(uuid, {"createImage": {"name": "snap", "metadata": {"k": "v"}}},
+                            version="2.45")
+    assert answer.status_int == 202, answer.text
+    image_id = answer.json["image_id"]
+    assert glance.images[image_id]["owner"] == "p1" and glance.updated[image_id] == {"k": "v"}
+    assert spec_of(harness, uuid)["request"]["snapshot"]["image_id"] == image_id
+    assert harness.show(uuid)["OS-EXT-STS:task_state"] == "image_snapshot"
+    harness.host_does(uuid)
+    answer = harness.action(uuid, {"createImage": {"name": "old"}})  # before 2.45
+    assert answer.status_int == 202 and answer.body == b""
+    assert answer.headers["Location"].startswith(f"{glance.endpoint}/images/")
+    harness.host_does(uuid)
+    made = len(glance.images)
+    harness.store.delete(harness.store.keys.alive(records.locate(harness.store,
+                                                                uuid)["host"]))
+    answer = harness.action(uuid, {"createImage": {"name": "again"}})
+    assert answer.status_int == 409 and "is down" in answer.json["conflictingRequest"][
+        "message"]
+    assert len(glance.images) == made  # refused before any image was made

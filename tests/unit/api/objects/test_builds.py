@@ -7,6 +7,7 @@ import pytest
 
 from etcd_compute.api.objects.builds import Build, hostname_of
 from etcd_compute.api.objects.flavors import Flavor
+from etcd_compute.api.objects.images import Image
 from etcd_compute.api.objects.quotas import OverQuota
 from tests.unit.api.harness import Harness
 
@@ -22,7 +23,7 @@ def test_hostnames_are_novas_sanitized_display_names(name, count, hostname):
 
 def build(**more) -> Build:
     return Build(project_id="p1", user_id="u1", name="web", flavor=FLAVOR,
-                 image_id="file:///dev/null", image_url="file:///dev/null", **more)
+                 image=Image("file:///dev/null", url="file:///dev/null"), **more)
 
 
 def test_a_create_makes_every_instance_with_its_view():
