@@ -224,7 +224,7 @@ def _refuse_unsupported(req: ApiRequest, asked: dict[str, Any]) -> None:
                           "an address on the hosts' network")
     if asked.get("personality"):
         raise bad_request("Personality files are not supported (use user_data)")
-    if asked.get("block_device_mapping") or asked.get("block_device_mapping_v2"):
+    if asked.get("block_device_mapping") or not _image_bdm(asked):
         raise bad_request("Block device mappings are not supported: there is no volume "
                           "service")
     if asked.get("trusted_image_certificates"):
@@ -232,6 +232,25 @@ def _refuse_unsupported(req: ApiRequest, asked: dict[str, Any]) -> None:
     for group in asked.get("security_groups") or []:
         if group.get("name") != "default":
             raise bad_request(f"Security group {str(group.get('name'))[:255]} not found.")
+
+
+def _image_bdm(asked: dict[str, Any]) -> bool:
+    """Whether a block_device_mapping_v2 is none, or only says what imageRef says: boot
+    from the image on the host's local disk (the `openstack` CLI sends that with every
+    --image). Anything else needs a volume service."""
+    mapping = asked.get("block_device_mapping_v2")
+    if not mapping:
+        return True
+    if len(mapping) != 1:
+        return False
+    (device,) = mapping
+    return (device.get("source_type") == "image" and
+            device.get("destination_type", "local") == "local" and
+            str(device.get("boot_index", 0)) == "0" and
+            device.get("uuid") == asked.get("imageRef", device.get("uuid")) and
+            set(device) <= {"uuid", "boot_index", "source_type", "destination_type",
+                            "delete_on_termination", "device_name", "disk_bus",
+                            "device_type", "tag"})
 
 
 def create(api: Backend, req: ApiRequest) -> webob.Response:
@@ -244,7 +263,8 @@ def create(api: Backend, req: ApiRequest) -> webob.Response:
                         body.get("OS-SCH-HNT:scheduler_hints") or {})
     _refuse_unsupported(req, asked)
     flavor = _flavor(api, req, asked["flavorRef"])
-    image = image_of(api, asked.get("imageRef"), context.project_id,
+    mapped = (asked.get("block_device_mapping_v2") or [{}])[0].get("uuid")
+    image = image_of(api, asked.get("imageRef") or mapped, context.project_id,
                      flavor.resources().get("", {}))
     user_data, user_data_b64 = user_data_of(asked)
     min_count, max_count = int(asked.get("min_count", 1)), int(asked.get("max_count", 1))

@@ -125,6 +125,12 @@ def test_no_valid_host_is_a_server_in_error_with_novas_fault(harness: Harness):
     ({"user_data": base64.b64encode(b"\xff\xfe").decode()}, "UTF-8"),
     ({"personality": [{"path": "/x", "contents": "eA=="}]}, "Personality"),
     ({"block_device_mapping_v2": [{"uuid": "x"}]}, "Block device mappings"),
+    ({"block_device_mapping_v2": [{"uuid": IMAGE, "source_type": "image",
+                                   "destination_type": "volume", "boot_index": 0}]},
+     "Block device mappings"),
+    ({"block_device_mapping_v2": [{"uuid": IMAGE, "source_type": "image", "boot_index": 0},
+                                  {"source_type": "blank", "destination_type": "local"}]},
+     "Block device mappings"),
     ({"security_groups": [{"name": "web"}]}, "Security group web not found."),
     ({"availability_zone": "moon"}, "The requested availability zone is not available"),
     ({"min_count": 2, "max_count": 1}, "min_count must be <= max_count"),
@@ -138,6 +144,18 @@ def test_refusals_write_and_claim_nothing(harness: Harness, fields, words):
     assert harness.store.get_prefix(harness.store.keys.servers())[0] == []
     assert harness.store.get_prefix(harness.store.keys.locations())[0] == []
     assert harness.placement.consumers == {}
+
+
+def test_the_image_as_a_local_boot_device_is_the_image(harness: Harness):
+    """What the openstack CLI sends with --image: the same image, on the local disk."""
+    device = {"uuid": IMAGE, "boot_index": 0, "source_type": "image",
+              "destination_type": "local", "delete_on_termination": True}
+    for server in ({"imageRef": IMAGE, "block_device_mapping_v2": [device]},
+                   {"block_device_mapping_v2": [device]}):
+        body = {"server": {"name": "x", "flavorRef": "1", **server}}
+        answer = harness.call("POST", "/v2.1/servers", body)
+        assert answer.status_int == 202, answer.text
+        assert harness.show(answer.json["server"]["id"])["image"]["id"] == IMAGE
 
 
 def test_networks_are_required_from_2_37_and_only_auto(harness: Harness):
