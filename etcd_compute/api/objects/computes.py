@@ -17,7 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from etcd_compute import hosts
+from etcd_compute import hosts, messages
 from etcd_compute.errors import NotFound
 from etcd_compute.etcd import KeyValueStore
 from etcd_compute.instances import records
@@ -80,19 +80,21 @@ class Computes:
         """Every compute host, by name."""
         providers = self.placement.list_providers()
         beats = hosts.heartbeats(self.store)
+        _up, disabled = hosts.alive_and_disabled(self.store)
+        notes = self.store.read_prefix(messages.HOST_MAINTENANCE,
+                                       self.store.keys.maintenance_prefix())
         zones = self.zone_of()
         counts = records.count_by_host(self.store)
 
         def describe(provider: dict[str, Any]) -> Compute:
             uuid = provider["uuid"]
             beat = beats.get(uuid)
-            maintenance_note = hosts.maintenance(self.store, uuid)
             traits = self.placement.get_traits(uuid)
             compute = Compute(
                 uuid, provider["name"], zones.get(uuid, self.default_zone), beat is not None,
                 beat["since"] if beat else None, (beat or {}).get("driver"),
-                DISABLED_TRAIT in traits or hosts.under_maintenance(self.store, uuid),
-                (maintenance_note or {}).get("reason"), instances=counts.get(uuid, 0))
+                DISABLED_TRAIT in traits or uuid in disabled,
+                (notes.get(uuid) or {}).get("reason"), instances=counts.get(uuid, 0))
             if with_resources:
                 compute.inventories = self.placement.get_inventories(uuid)
                 compute.usages = self.placement.get_usages(uuid)
