@@ -41,6 +41,15 @@ def keystone(keystone_server: KeystoneServer) -> KeystoneServer:
     return keystone_server
 
 
+@pytest.fixture(scope="session")
+def glance_section(openstack_cloud: tuple[KeystoneServer, Any]) -> dict[str, Any]:
+    """The `glance` section of the `etcd-compute` service user (the API resolves images
+    with it, the host uploads snapshots with it)."""
+    from tools.local_services import cloud as local_cloud
+
+    return local_cloud.glance_config(*openstack_cloud)
+
+
 @dataclass
 class Cloud:
     api: ComputeApiServer
@@ -120,7 +129,7 @@ def _host_config(tmp: Path, etcd_server: EtcdServer, placement_server: Placement
 @pytest.fixture(scope="module")
 def cloud(tmp_path_factory: pytest.TempPathFactory, etcd_server: EtcdServer,
           placement_server: PlacementServer, cluster_pki: Pki,
-          keystone: KeystoneServer) -> Iterator[Cloud]:
+          keystone: KeystoneServer, glance_section: dict[str, Any]) -> Iterator[Cloud]:
     tmp = tmp_path_factory.mktemp("api-cloud")
     prefix = f"/api-{uuidlib.uuid4().hex[:12]}"
     placement = PlacementClient(placement_server.client_config(OPERATOR_USER))
@@ -129,6 +138,7 @@ def cloud(tmp_path_factory: pytest.TempPathFactory, etcd_server: EtcdServer,
         "etcd": etcd_server.client_config(prefix, OPERATOR_USER),
         "placement": placement_server.client_config(OPERATOR_USER),
         "logging": {"level": "INFO"},
+        "glance": glance_section,
         "scheduler": {"default_image": IMAGE, "etcd_max_txn_ops": 4096},
         "api": {"workers": 2, "threads": 8, "image_url_prefixes": ["file:///dev/"],
                 "keystone_authtoken": {
@@ -140,7 +150,8 @@ def cloud(tmp_path_factory: pytest.TempPathFactory, etcd_server: EtcdServer,
     store = Store(config["etcd"])
     for flavor in FLAVORS:
         Flavors(store).create(Flavor(**{**flavor.__dict__}))
-    host = _host_config(tmp, etcd_server, placement_server, cluster_pki, prefix)
+    host = {**_host_config(tmp, etcd_server, placement_server, cluster_pki, prefix),
+            "glance": glance_section}
     host_yaml = tmp / "compute.yaml"
     host_yaml.write_text(yaml.safe_dump(host))
     compute = DaemonProcess([str(REPO / "compute.py"), "--config", str(host_yaml)],
