@@ -3,7 +3,7 @@ PY := .venv/bin/python
 # Extra pytest arguments, e.g. make test PYTEST_ARGS="-k scheduler -x"
 PYTEST_ARGS ?=
 
-.PHONY: help install demo up down status test unit lint bench bench-full bench-deps clean
+.PHONY: help install demo up down status test unit mutations lint bench bench-full bench-deps clean
 
 help:
 	@echo "make demo      run the whole system once on local services, then clean up"
@@ -11,6 +11,7 @@ help:
 	@echo "make test      lint, import contracts, unit tests, then the functional tests against"
 	@echo "               real etcd, Placement and libvirt"
 	@echo "make unit      the unit layer alone (seconds, no services)"
+	@echo "make mutations the unit tests must kill the mutations in tools/mutations.py"
 	@echo "make up/down   start/stop local etcd, Placement, Keystone, Glance and libvirtd for trying"
 	@echo "               commands by hand (TLS and RBAC; configs and clouds.yaml in run/; make down"
 	@echo "               removes everything they made)"
@@ -38,6 +39,9 @@ test: lint
 
 unit: install
 	@$(PY) -m pytest -q tests/unit $(PYTEST_ARGS)
+
+mutations: install
+	@$(PY) tools/mutations.py
 
 lint: install
 	@$(PY) -m ruff check etcd_compute tests tools bench compute.py schedule.py cluster.py

@@ -12,7 +12,6 @@ import copy
 import os
 import re
 import socket
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +19,7 @@ import yaml
 
 from etcd_compute import metrics
 from etcd_compute.errors import ConfigError
+from etcd_compute.heartbeat_timing import ELECTION_SECONDS, ETCD_TIMEOUT, heartbeat_timing
 from etcd_compute.schemas import is_valid
 from etcd_compute.schemas import validator as schema_validator
 
@@ -28,13 +28,13 @@ ETCD_DEFAULTS: dict[str, Any] = {
     "endpoints": ["127.0.0.1:2379"],
     # Every key we write lives under this prefix ("" in production, unique per test).
     "prefix": "",
-    "timeout": 5.0,
+    "timeout": ETCD_TIMEOUT,
     # How long a leader election of the etcd cluster may take: each member waits between the
     # members' --election-timeout (1 s by default) and twice it before it stands, and a
     # round can fail (two stood at once): up to about 4 s with the default (measured here:
     # 3.7 s, on a busy machine, an election of two rounds). 0 for a single member (no
     # elections). Lease renewals (the compute's heartbeat) are timed to outlast one.
-    "election_seconds": 4.0,
+    "election_seconds": ELECTION_SECONDS,
     # TLS: the cluster CA, and this client's certificate and key (its CN is its etcd user).
     # Relative paths are relative to the configuration file.
     "ca_cert": None,
@@ -73,6 +73,10 @@ GLANCE_DEFAULTS: dict[str, Any] = {
 
 LOGGING_DEFAULTS: dict[str, Any] = {"level": "INFO"}
 
+# A DELETED record's life, after which etcd drops it and every key of the instance goes
+# with it (the hosts write it; the operator's side when it finishes a destroy itself).
+DELETED_RECORD_TTL = 3600
+
 COMPUTE_DEFAULTS: dict[str, Any] = {
     "etcd": ETCD_DEFAULTS,
     "placement": PLACEMENT_DEFAULTS,
@@ -96,7 +100,7 @@ COMPUTE_DEFAULTS: dict[str, Any] = {
         "job_timeout_seconds": 900,
         "shutdown_timeout_seconds": 30,
         # How long the DELETED status record stays readable before etcd drops it.
-        "deleted_record_ttl": 3600,
+        "deleted_record_ttl": DELETED_RECORD_TTL,
         "traits": [],
         "aggregates": [],
         # Prometheus metrics on HOST:PORT (an IP address); null: off. See metrics.py for
@@ -236,6 +240,9 @@ SCHEDULE_DEFAULTS: dict[str, Any] = {
         # instances. The host itself powers its guests off before its lease can expire
         # (compute.fence_margin_seconds); this is extra margin on top.
         "host_failure_grace_seconds": 10,
+        # How long the DELETED record of an instance destroyed from here (its host down)
+        # stays readable: as the hosts' compute.deleted_record_ttl.
+        "deleted_record_ttl": DELETED_RECORD_TTL,
         # etcd's --max-txn-ops (default 128): one request's specs, records and group
         # members go in one transaction, which bounds --count (42, or 32 with a group).
         "etcd_max_txn_ops": 128,
@@ -357,49 +364,6 @@ def resolve_paths(config: dict[str, Any], base: Path) -> None:
         for name in names:
             if isinstance(section.get(name), str) and not Path(section[name]).is_absolute():
                 section[name] = str(base / section[name])
-
-
-# A failed renewal is tried again this soon (on the next member).
-RENEWAL_RETRY_SECONDS = 0.2
-# What a renewal needs besides the election: its own round trip, a loaded host's scheduling.
-RENEWAL_SLACK_SECONDS = 0.5
-# Below these the heartbeat would be busy renewing (or give a live member no time to answer).
-MIN_RENEWAL_INTERVAL, MIN_RENEWAL_TRY = 0.5, 0.25
-
-
-@dataclass(frozen=True)
-class HeartbeatTiming:
-    """When the heartbeat renews its lease, and when it fences.
-
-    The worst moment for an etcd leader to die is just before a renewal is due: the
-    renewals that follow fail (the dead member) or wait (a follower holds a keep-alive until
-    a new leader answers it) until the election is over. So a renewal is due early enough
-    that the election (`etcd.election_seconds`) and some slack still fit before the fence
-    point, and each try is short enough that two of them fit between the due time and the
-    fence point: one may be lost on the dead member, the next waits the election out.
-    With a single member (`election_seconds` 0) there is no other member to try: a try
-    may take all the time there is."""
-
-    interval: float  # between renewals while they succeed
-    try_timeout: float  # one try of a renewal (at most etcd.timeout)
-    retry: float  # after a failed try
-    fence_after: float  # no renewal for this long: fence
-    # The interval and the room for each of two tries are long enough to be of use.
-    workable: bool = True
-
-
-def heartbeat_timing(compute: dict[str, Any], etcd: dict[str, Any]) -> HeartbeatTiming:
-    ttl, margin = compute["heartbeat_ttl"], compute["fence_margin_seconds"]
-    election = etcd.get("election_seconds", ETCD_DEFAULTS["election_seconds"])
-    fence_after = ttl - margin
-    interval = min(ttl / 3, fence_after - election - RENEWAL_SLACK_SECONDS)
-    room = fence_after - interval - RENEWAL_RETRY_SECONDS
-    if election > 0:
-        room /= 2  # one try may be lost on the dead member, the next waits the election out
-    return HeartbeatTiming(
-        interval, min(etcd.get("timeout", ETCD_DEFAULTS["timeout"]), room),
-        RENEWAL_RETRY_SECONDS, fence_after,
-        workable=interval >= MIN_RENEWAL_INTERVAL and room >= MIN_RENEWAL_TRY)
 
 
 def check_fencing(config: dict[str, Any], source: str) -> None:

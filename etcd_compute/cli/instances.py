@@ -233,11 +233,14 @@ def cmd_destroy(args: argparse.Namespace, config: dict[str, Any]) -> int:
 
     uuid = operations.check_uuid(args.uuid)
     with zones_cli.instance_zone(config, uuid) as zone:
-        outcome = operations.destroy(zone.store, zone.placement, uuid)
+        outcome = operations.destroy(zone.store, zone.placement, uuid,
+                                     config["scheduler"]["deleted_record_ttl"])
         if args.wait and outcome in ("requested", "already"):
-            operations.wait(zone.store, [uuid], frozenset({states.DELETED}),
-                            config["scheduler"]["wait_timeout_seconds"],
-                            output.progress_of(args.json))
+            last = operations.wait(zone.store, [uuid], frozenset({states.DELETED}),
+                                   config["scheduler"]["wait_timeout_seconds"],
+                                   output.progress_of(args.json))
+            if (last.get(uuid) or {}).get("state") == states.DELETED:
+                operations.destroyed(zone.store, uuid)
         if args.json:
             output.emit_json({"uuid": uuid, "outcome": outcome})
         else:

@@ -35,6 +35,16 @@ def build(spec: dict[str, Any]) -> dict[str, Any]:
     return driver().build(spec)
 
 
+def prefetch(spec: dict[str, Any]) -> None:
+    """What a build of `spec` will need, into the driver's cache (its image), while the
+    main process checks the claim: nothing of the guest. A failure is the build's to
+    report (it fetches again)."""
+    try:
+        driver().prefetch(spec)
+    except Exception as exc:  # noqa: BLE001 (only cache: the build meets it again)
+        logging.getLogger(__name__).debug("prefetch for %s: %s", spec.get("uuid"), exc)
+
+
 def destroy(uuid: str) -> None:
     driver().destroy(uuid)
 

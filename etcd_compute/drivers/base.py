@@ -40,6 +40,12 @@ class Driver(abc.ABC):
         on failure the driver removes whatever it created.
         """
 
+    def prefetch(self, spec: dict[str, Any]) -> None:
+        """Fetch into a cache what building `spec` will need (its image), defining nothing
+        of the guest: run while the host checks the claim, before `build` may run. Errors
+        are the build's to report (it fetches again)."""
+        return None
+
     @abc.abstractmethod
     def destroy(self, uuid: str) -> None:
         """Stop and remove the instance and everything it owns (domain, disks, files)."""

@@ -80,6 +80,17 @@ class LibvirtDriver(LibvirtHost):
             line = reason.splitlines()[0] if reason else type(exc).__name__
             raise BuildError(line[:1000]) from None
 
+    def prefetch(self, spec: dict[str, Any]) -> None:
+        """The build's base image into the cache, with the build's checks (nothing with the
+        test driver, nor for an instance already defined): run while the claim is checked."""
+        resources = spec.get("resources") or {}
+        if self.is_test_driver or "DISK_GB" not in resources or \
+                self._our_domain(spec["uuid"]) is not None:
+            return
+        image = spec.get("image") or {"url": self.settings["default_image"], "sha256": None}
+        self.images.fetch(image["url"], image.get("sha256"),
+                          max_virtual_size=int(resources["DISK_GB"]) * GIB)
+
     def _build_new(self, spec: dict[str, Any]) -> str | None:
         uuid = spec["uuid"]
         files = InstanceFiles.of(self.instances_dir, uuid)

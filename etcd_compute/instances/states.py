@@ -68,10 +68,14 @@ ACTIONS: dict[str, tuple[str, frozenset[str]]] = {
 # Where a successful action ends; rebuild, resize and snapshot end as they started.
 ENDS = {STOP: SHUTOFF, START: ACTIVE, REBOOT: ACTIVE}
 
-# Allowed moves; None is "no record yet" (a spec written without one, or unreadable).
-# From a transient state: its end (ACTIVE or SHUTOFF), a destroy, ERROR, or SCHEDULED on
+# Allowed moves (README's "Instance states" has them pair by pair); None is "no record
+# yet" (a spec written without one, or unreadable). From an action's state: where the
+# action ends, where it started (a failure ends there), a destroy, ERROR, or SCHEDULED on
 # another host (its host died mid-action).
-_ENDS_OF_AN_ACTION = frozenset({ACTIVE, SHUTOFF, SCHEDULED, ERROR, DELETING, DELETED})
+_CUT_SHORT = frozenset({SCHEDULED, ERROR, DELETING, DELETED})
+_ENDS_OF_AN_ACTION = {
+    state: starts | _CUT_SHORT | ({ENDS[action]} if action in ENDS else frozenset())
+    for action, (state, starts) in ACTIONS.items()}
 TRANSITIONS: dict[str | None, frozenset[str]] = {
     None: frozenset({SCHEDULED, BUILDING, ERROR, DELETING, DELETED}),
     # -> SCHEDULED from SCHEDULED, BUILDING, ACTIVE, SHUTOFF: evacuated (its host died)
@@ -86,7 +90,7 @@ TRANSITIONS: dict[str | None, frozenset[str]] = {
                        REBOOTING, REBUILDING, RESIZING, SNAPSHOTTING}),
     SHUTOFF: frozenset({SCHEDULED, RESCHEDULING, ERROR, DELETING, DELETED, ACTIVE, STARTING,
                         REBUILDING, RESIZING, SNAPSHOTTING}),
-    **{state: _ENDS_OF_AN_ACTION for state in TRANSIENT},
+    **_ENDS_OF_AN_ACTION,
     ERROR: frozenset({ERROR, DELETING, DELETED}),
     DELETING: frozenset({ERROR, DELETED}),
     # Finishing a destroy again is idempotent.

@@ -122,7 +122,7 @@ def delete(api: Backend, req: ApiRequest, server_id: str) -> webob.Response:
     from etcd_compute.ops import operations
 
     by = api_caller(req.context.user_id, req.context.project_id)
-    if operations.destroy(api.store, api.placement, server.uuid, by) in ("requested",
+    if operations.destroy(api.store, api.placement, server.uuid, by=by) in ("requested",
                                                                         "already"):
         try:  # shown as deleting until the host takes it up (its record says so then)
             api.servers.save(server, {"deleting": True})
