@@ -77,6 +77,12 @@ def walk(tmp_path: Path, vm_config: dict[str, Any], test_guest_image: Path,
          store: Store, placement: PlacementClient, cluster_pki: Pki) -> Iterator[Walk]:
     if not OPENSTACK.exists():
         unavailable(f"{OPENSTACK} is missing (make install builds .venv-clients)")
+    # The guests' lock is held (vm_config): a run that held it before may have stopped the
+    # libvirtd it had started while this one waited; start it again, stopped after.
+    from tools.local_services.libvirt import ensure_libvirtd
+    from tools.local_services.process import stop_pid
+
+    libvirt_pids = ensure_libvirtd(tmp_path / "libvirt")
     name = f"etcd-compute-test-guest-{uuidlib.uuid4().hex[:8]}"
     glance_images(test_guest_image, name, visibility="public", architecture="x86_64",
                   hypervisor_type="qemu")
@@ -112,6 +118,8 @@ def walk(tmp_path: Path, vm_config: dict[str, Any], test_guest_image: Path,
         print("\n".join(log))
         api.stop()
         compute.stop()
+        for pid in reversed(libvirt_pids):  # libvirtd before virtlogd
+            stop_pid(pid)
 
 
 def test_the_issues_walkthrough_with_a_real_guest(walk: Walk, store: Store,
