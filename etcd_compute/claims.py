@@ -9,11 +9,12 @@ a consumer's allocations in one request, checked against the generation we
 read, so the instance never holds both hosts nor neither.
 
 The scheduler claims and unclaims; the controller moves the claim of a
-failed build to an alternate host. A move to another host (a migration) holds
-both hosts while it runs, as Nova does: the instance's consumer holds the
-destination and a migration consumer the source (`hold_for_move`); when the
-guest has moved the migration consumer goes (`finish_move`), when the move is
-called off the instance's consumer holds the source again (`give_back`).
+failed build to an alternate host. A move to another host (a migration) and a
+resize held until confirmed keep what the instance held under a migration
+consumer, as Nova does (`hold_source`: the instance's consumer holds the new
+claim, the migration consumer the old one, one request); when it is done the
+migration consumer goes (`release_hold`), when it is called off or reverted the
+instance's consumer holds the old claim again (`revert_holding`).
 A resize replaces the claim on the same host (`resize`, generation checked:
 two racing resizes cannot both win, and no room is a 409); its undo (`undo`)
 only replaces what it wrote itself, and a host whose resize failed puts back
@@ -35,15 +36,22 @@ from etcd_compute.placement import PlacementClient
 
 
 def claim(placement: PlacementClient, allocations_by_consumer: dict[str, dict[str, Any]],
-          settings: dict[str, Any]) -> None:
-    """Claim {consumer: allocations} atomically; ConflictError on a race or lack of room."""
-    ids = {"project_id": settings["project_id"], "user_id": settings["user_id"],
-           "consumer_type": settings["consumer_type"]}
+          settings: dict[str, Any],
+          owners: dict[str, tuple[str, str]] | None = None) -> None:
+    """Claim {consumer: allocations} atomically; ConflictError on a race or lack of room.
+
+    Each consumer belongs to the (project, user) `owners` gives it (the API's requests:
+    the asking user's), else to `scheduler.project_id`/`user_id` (the operator's)."""
+    owners = owners or {}
+    default = (settings["project_id"], settings["user_id"])
     if len(allocations_by_consumer) == 1:
         ((consumer, allocations),) = allocations_by_consumer.items()
-        placement.claim(consumer, allocations, consumer_generation=None, **ids)
+        project, user = owners.get(consumer, default)
+        placement.claim(consumer, allocations, project, user,
+                        consumer_type=settings["consumer_type"], consumer_generation=None)
     else:
-        placement.claim_many(allocations_by_consumer, **ids)
+        placement.claim_many(allocations_by_consumer, *default,
+                             consumer_type=settings["consumer_type"], owners=owners)
 
 
 def unclaim(placement: PlacementClient, consumers: list[str]) -> list[str]:
@@ -92,62 +100,6 @@ def undo_move(placement: PlacementClient, consumer: str, allocations: dict[str, 
     another move, wins. False if it was left as it is."""
     try:
         placement.replace_allocations(consumer, allocations, generation, project_id, user_id)
-    except ConflictError:
-        return False
-    return True
-
-
-MIGRATION = "MIGRATION"
-
-
-def _bare(allocations: dict[str, Any]) -> dict[str, Any]:
-    """{rp: {"resources": ...}} of what Placement answered (its generations left out)."""
-    return {rp: {"resources": dict(held["resources"])} for rp, held in allocations.items()}
-
-
-def hold_for_move(placement: PlacementClient, instance: str, migration: str,
-                  destination: dict[str, Any], project_id: str, user_id: str
-                  ) -> dict[str, Any]:
-    """One POST /allocations: the instance's consumer now holds `destination` (its
-    generation checked) and a new migration consumer what the instance held. What the
-    instance held (the source). ConflictError: nothing changed (no room there, or the
-    instance's claim changed meanwhile); NotFound if it holds nothing."""
-    current = placement.get_allocations(instance)
-    held = _bare(current.get("allocations") or {})
-    if not held:
-        raise NotFound(f"instance {instance} holds no claim in Placement to move")
-    placement.replace_many({
-        instance: {"allocations": destination, "project_id": project_id, "user_id": user_id,
-                   "consumer_generation": current.get("consumer_generation")},
-        migration: {"allocations": held, "project_id": project_id, "user_id": user_id,
-                    "consumer_generation": None, "consumer_type": MIGRATION},
-    })
-    return held
-
-
-def finish_move(placement: PlacementClient, migration: str) -> bool:
-    """The guest moved: the source's resources go (the migration consumer's claim)."""
-    return placement.delete_allocations(migration)
-
-
-def give_back(placement: PlacementClient, instance: str, migration: str, project_id: str,
-              user_id: str) -> bool:
-    """The move is off: in one POST /allocations the instance's consumer holds again what
-    the migration consumer held (the source) and that consumer nothing, both generations
-    checked. False (left as they are) if the migration consumer holds nothing or either
-    claim changed since they were read."""
-    moved, current = placement.get_allocations(migration), placement.get_allocations(instance)
-    if not moved.get("allocations"):
-        return False
-    try:
-        placement.replace_many({
-            instance: {"allocations": _bare(moved["allocations"]), "project_id": project_id,
-                       "user_id": user_id,
-                       "consumer_generation": current.get("consumer_generation")},
-            migration: {"allocations": {}, "project_id": project_id, "user_id": user_id,
-                        "consumer_generation": moved.get("consumer_generation"),
-                        "consumer_type": MIGRATION},
-        })
     except ConflictError:
         return False
     return True
@@ -291,15 +243,136 @@ def undo(placement: PlacementClient, consumer: str, allocations: dict[str, Any],
 
 
 def restore(placement: PlacementClient, consumer: str, host: str, held: dict[str, int],
-            allocations: dict[str, Any]) -> bool:
+            allocations: dict[str, Any], hold: str | None = None) -> bool:
     """If the consumer's claim is `held` on `host` alone (`judge`), replace it with
-    `allocations` (generation checked); False if it is anything else or changed meanwhile."""
+    `allocations` (generation checked), freeing the resize's `hold` in the same request if
+    one was taken; False if it is anything else or changed meanwhile (a hold is freed then
+    all the same: the resize it held for failed)."""
     current = placement.get_allocations(consumer)
     if not judge(current.get("allocations") or {}, host, held).held:
+        if hold is not None:
+            release_hold(placement, hold)
         return False
+    generation = current.get("consumer_generation")
     try:
-        placement.claim(consumer, allocations, current["project_id"], current["user_id"],
-                        consumer_generation=current.get("consumer_generation"))
+        if hold is None:
+            placement.claim(consumer, allocations, current["project_id"], current["user_id"],
+                            consumer_generation=generation)
+        else:
+            placement.replace_many({
+                consumer: {"allocations": allocations, "project_id": current["project_id"],
+                           "user_id": current["user_id"], "consumer_generation": generation},
+                **_freed(placement, hold)})
     except (ConflictError, NotFound):
+        if hold is not None:
+            release_hold(placement, hold)
         return False
     return True
+
+
+# --- the old claim held by a migration consumer (Nova's): a move, a held resize ---------------
+
+# The consumer type of a held old claim: Nova's, so usage per project counts it apart from
+# the instances (consumer_type INSTANCE) that quotas count.
+MIGRATION = "MIGRATION"
+
+
+def hold_source(placement: PlacementClient, consumer: str, hold: str,
+                allocations: dict[str, Any], host: str | None = None
+                ) -> tuple[dict[str, Any], int]:
+    """One POST /allocations: `consumer` now holds `allocations` (its generation checked)
+    and the new migration consumer `hold` (its project and user) what `consumer` held: a
+    move's source while the instance holds the destination, a resize's old size while it
+    holds the new one, until it is done or called off. `host`: the claim must be on it
+    alone (ConflictError with code ELSEWHERE otherwise). Returns (the old allocations,
+    `consumer`'s generation after the write) for `undo_holding`. ConflictError: nothing
+    changed (no room, or the claim changed meanwhile); NotFound if it holds nothing."""
+    current = placement.get_allocations(consumer)
+    held = _bare(current.get("allocations") or {})
+    if host is not None and not alone_on(held, host):
+        raise ConflictError(f"the claim of {consumer} is not on its host {host} "
+                            f"({', '.join(sorted(held)) or 'none'})", 409, ELSEWHERE)
+    if not held:
+        raise NotFound(f"instance {consumer} holds no claim in Placement")
+    generation = current.get("consumer_generation")
+    owner = {"project_id": current["project_id"], "user_id": current["user_id"]}
+    placement.replace_many({
+        consumer: {"allocations": allocations, **owner, "consumer_generation": generation},
+        hold: {"allocations": held, **owner, "consumer_generation": None,
+               "consumer_type": MIGRATION}})
+    return held, (generation or 0) + 1
+
+
+def resize_holding(placement: PlacementClient, consumer: str, host: str,
+                   resources: dict[str, int], hold: str) -> tuple[dict[str, Any], int]:
+    """A resize whose old size stays held (`hold_source` with the new size on `host`, the
+    claim there alone); the host must have room for both."""
+    return hold_source(placement, consumer, hold, {host: {"resources": resources}}, host)
+
+
+def undo_holding(placement: PlacementClient, consumer: str, allocations: dict[str, Any],
+                 generation: int, hold: str) -> bool:
+    """Undo `resize_holding` whose etcd write failed: `allocations` back on `consumer` and
+    the hold freed, in one request, if nobody wrote `consumer` since us (`generation`);
+    False when someone did (their claim stands; the hold is freed all the same)."""
+    current = placement.get_allocations(consumer)
+    if current.get("consumer_generation") != generation:
+        release_hold(placement, hold)
+        return False
+    try:
+        placement.replace_many({
+            consumer: {"allocations": allocations, "project_id": current["project_id"],
+                       "user_id": current["user_id"], "consumer_generation": generation},
+            **_freed(placement, hold)})
+    except (ConflictError, NotFound):
+        release_hold(placement, hold)
+        return False
+    return True
+
+
+def revert_holding(placement: PlacementClient, consumer: str, hold: str,
+                   allocations: dict[str, Any] | None = None) -> int:
+    """A move called off or a resize reverted: `consumer` gets the held claim back (the
+    `allocations` given, else what `hold` holds) and the hold is freed, in one request
+    checked against both generations (Nova moves the migration's allocations back to the
+    instance). Returns `consumer`'s generation after it. ConflictError if either changed
+    meanwhile, or there is no room (a hold already freed leaves the old claim to be taken
+    anew); NotFound if nothing is given and `hold` holds nothing."""
+    held = placement.get_allocations(hold)
+    if allocations is None:
+        if not held.get("allocations"):
+            raise NotFound(f"migration consumer {hold} holds nothing")
+        allocations = _bare(held["allocations"])
+    freed = _freed(placement, hold, held)
+    current = placement.get_allocations(consumer)
+    generation = current.get("consumer_generation")
+    owner_of = current if "project_id" in current else held  # a claim gone: the hold's
+    owner = {"project_id": owner_of.get("project_id"), "user_id": owner_of.get("user_id")}
+    placement.replace_many({
+        consumer: {"allocations": allocations, **owner, "consumer_generation": generation},
+        **freed})
+    return (generation or 0) + 1
+
+
+def release_hold(placement: PlacementClient, hold: str) -> bool:
+    """A move done, a resize confirmed (or its instance destroyed): free the old claim the
+    migration consumer held; False if nothing was held any more."""
+    return placement.delete_allocations(hold)
+
+
+def _freed(placement: PlacementClient, hold: str, current: dict[str, Any] | None = None
+           ) -> dict[str, dict[str, Any]]:
+    """`hold` with no allocations, at its generation read now or in `current` (nothing if
+    none is held)."""
+    current = placement.get_allocations(hold) if current is None else current
+    if not current.get("allocations"):
+        return {}
+    return {hold: {"allocations": {}, "project_id": current["project_id"],
+                   "user_id": current["user_id"],
+                   "consumer_generation": current.get("consumer_generation"),
+                   "consumer_type": MIGRATION}}
+
+
+def _bare(allocations: dict[str, Any]) -> dict[str, Any]:
+    """{rp: {"resources": ...}} of what Placement answered (its generations left out)."""
+    return {rp: {"resources": dict(held["resources"])} for rp, held in allocations.items()}

@@ -1,5 +1,6 @@
-"""schedule.py's actions on an instance: stop, start, reboot, rebuild, resize; migrate (to
-another host, live or cold) and migrate-abort; its events.
+"""schedule.py's actions on an instance: stop, start, reboot, rebuild, resize (and the
+confirm or revert of a resize the compute API holds); migrate (to another host, live or
+cold) and migrate-abort; its events.
 
 Each is refused before anything is written when the instance's state does not allow it
 (exit 1), else written into its host's spec; --wait follows it until its host has done
@@ -21,6 +22,8 @@ SUMMARIES = {
     "reboot": "restart an instance's guest (asked first, or at once with --hard)",
     "rebuild": "a fresh disk from its image (or --image), same uuid, IP, claim and host",
     "resize": "a new size (resources=... only) on the same host, claimed first",
+    "revert-resize": "back to the old size a resize through the compute API holds "
+                     "(VERIFY_RESIZE)",
 }
 
 
@@ -42,6 +45,10 @@ def add_commands(commands: Commands) -> None:
                                      "http(s):// or file:// (default: the one it has)")
         parser.add_argument("--wait", action="store_true",
                             help="follow the action until its host has done it")
+    confirm = commands.add("confirm-resize", "keep the new size of a resize through the "
+                                             "compute API (VERIFY_RESIZE): its old size is "
+                                             "freed", UUID_WORDS, cmd_confirm)
+    confirm.add_argument("uuid", metavar="UUID")
     migrate = commands.add("migrate", "move an instance to another host: cold (stopped, "
                                       "its disk copied, started there) or --live (running "
                                       "all along)", UUID_WORDS, cmd_migrate)
@@ -80,12 +87,15 @@ def cmd_action(args: argparse.Namespace, config: dict[str, Any]) -> int:
 
         def image_for(held: dict[str, int]) -> dict[str, Any]:
             return spec_image(images_cli.glance_image(config, glance_name, held))
+    asked = lifecycle.Asked(hard=getattr(args, "hard", False), image_url=image,
+                            resources=resources, revert=action == "revert-resize",
+                            image_for=image_for)
     # In the zone that holds it (this one, or a zone below through its index), as destroy.
     with zones_cli.instance_zone(config, uuid) as zone:
         store = zone.store
-        asked = lifecycle.request(store, zone.placement, uuid, action,
-                                  hard=getattr(args, "hard", False), image_url=image,
-                                  resources=resources, image_for=image_for)
+        asked = lifecycle.request(store, zone.placement, uuid,
+                                  "resize" if action == "revert-resize" else action,
+                                  asked=asked)
         if not args.json:
             print(f"{action.upper()} REQUESTED FOR INSTANCE {uuid}", flush=True)
         if not args.wait:
@@ -154,6 +164,20 @@ def cmd_migrate_abort(args: argparse.Namespace, config: dict[str, Any]) -> int:
         output.emit_json({"uuid": uuid, "was": stage, "outcome": "cancel requested"})
     else:
         print(f"MIGRATION OF {uuid} CALLED OFF (it was {stage}); the guest stays where it is")
+    return 0
+
+
+def cmd_confirm(args: argparse.Namespace, config: dict[str, Any]) -> int:
+    """confirm-resize UUID: the held old size freed, the record forgets it."""
+    from etcd_compute.ops import lifecycle, operations
+
+    uuid = operations.check_uuid(args.uuid)
+    with zones_cli.instance_zone(config, uuid) as zone:
+        hold = lifecycle.confirm_resize(zone.store, zone.placement, uuid)
+    if args.json:
+        output.emit_json({"uuid": uuid, "outcome": "confirmed", "freed": hold})
+    else:
+        print(f"RESIZE CONFIRMED FOR INSTANCE {uuid}", flush=True)
     return 0
 
 

@@ -26,7 +26,7 @@ import logging
 from typing import Any
 
 from etcd_compute import claims, events, messages
-from etcd_compute.errors import EtcdComputeError, InvalidMessage
+from etcd_compute.errors import ConflictError, EtcdComputeError, InvalidMessage, NotFound
 from etcd_compute.etcd import Entry, KeyValueStore
 from etcd_compute.instances import migrations, records, states
 from etcd_compute.placement import PlacementClient
@@ -122,7 +122,7 @@ class MoveSteps:
                                 source, there) is None:
             return None  # something changed: the next event decides
         try:
-            claims.finish_move(self.placement, migration["id"])
+            claims.release_hold(self.placement, migration["id"])
         except EtcdComputeError as exc:
             log.error("moved, but the source's claim (consumer %s) was not freed: %s; free "
                       "it with DELETE /allocations/%s", migration["id"], exc, migration["id"])
@@ -138,9 +138,9 @@ class MoveSteps:
         destination could not define it: its source record (MIGRATED) goes back to
         SHUTOFF, the guest stopped there as the move left it."""
         uuid, log = migration["instance"], instance_log(migration["instance"])
-        if not claims.give_back(self.placement, uuid, migration["id"],
-                                migration.get("project_id", "p"),
-                                migration.get("user_id", "u")):
+        try:
+            claims.revert_holding(self.placement, uuid, migration["id"])
+        except (ConflictError, NotFound):
             log.info("claims not given back (changed since, or given back already)")
         there_entry, there_spec = self._spec(migration["destination"], uuid)
         pending = None

@@ -17,8 +17,8 @@
     dest      discarded    its spec and record for the instance go (nothing ran there)
 
 Each compares what it read (the spec's and record's revisions, the migration's), so a
-step is taken once. The claims move in Placement around these (`claims.hold_for_move`,
-`finish_move`, `give_back`): the caller's part. Nothing here talks to a driver.
+step is taken once. The claims move in Placement around these (`claims.hold_source`,
+`release_hold`, `revert_holding`): the caller's part. Nothing here talks to a driver.
 """
 
 from __future__ import annotations

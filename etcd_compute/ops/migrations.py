@@ -95,6 +95,9 @@ def migrate(store: KeyValueStore, placement: PlacementClient, place: Place, uuid
         if read.record is None:
             raise NotFound(f"no instance {uuid}")
         states.check_action(read.state, states.MIGRATE, uuid)
+        if read.record.get("resize_hold"):  # its old size held on this host (the API's)
+            raise states.ActionRefused(f"instance {uuid} awaits the confirm or revert of its "
+                                       "resize: migrate is not allowed now")
         if live and read.state != states.ACTIVE:
             raise states.ActionRefused(f"instance {uuid} is {read.state}: a live move needs "
                                        "it ACTIVE (move it cold)")
@@ -117,8 +120,7 @@ def migrate(store: KeyValueStore, placement: PlacementClient, place: Place, uuid
         request = action_txn.new_request(operator_name(), live=live,
                                          destination=pick.host.uuid, migration=migration_id)
         try:
-            held = claims.hold_for_move(placement, uuid, migration_id, pick.allocations,
-                                        spec["project_id"], spec["user_id"])
+            held, _ = claims.hold_source(placement, uuid, migration_id, pick.allocations)
         except ConflictError:
             continue  # the destination filled up, or the claim changed: again
         now = time.time()
@@ -132,7 +134,10 @@ def migrate(store: KeyValueStore, placement: PlacementClient, place: Place, uuid
                           pick.host.name) is not None:
             return Asked(uuid, source, pick.host.uuid, pick.host.name, live, request,
                          migration_id)
-        claims.give_back(placement, uuid, migration_id, spec["project_id"], spec["user_id"])
+        try:  # the ask lost a race: the source back on the instance, the hold gone
+            claims.revert_holding(placement, uuid, migration_id)
+        except (ConflictError, NotFound):
+            pass  # changed since: whoever changed it owns the claim now
     raise UsageError(f"instance {uuid} kept changing while asking for its move; try again")
 
 

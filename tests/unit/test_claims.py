@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from etcd_compute import claims
-from etcd_compute.errors import ConflictError, ServiceUnavailable
+from etcd_compute.errors import ConflictError, NotFound, ServiceUnavailable
 from tests.unit.fakes import FakePlacement
 
 A, B = str(uuidlib.uuid4()), str(uuidlib.uuid4())
@@ -183,6 +183,16 @@ def test_an_undo_to_nothing_releases_the_claim():
     assert placement.get_usages(B) == {"VCPU": 0}
 
 
+def test_claims_belong_to_the_owners_given_else_to_the_configured_project():
+    placement = placement_with_hosts()
+    one, two, three = (str(uuidlib.uuid4()) for _ in range(3))
+    claims.claim(placement, {one: on(A)}, SETTINGS, {one: ("demo", "ann")})
+    claims.claim(placement, {two: on(A), three: on(B)}, SETTINGS, {two: ("alt", "bob")})
+    assert [(placement.consumers[c]["project_id"], placement.consumers[c]["user_id"])
+            for c in (one, two, three)] == [("demo", "ann"), ("alt", "bob"), ("p", "u")]
+    assert placement.project_usages("alt", "INSTANCE") == {"consumer_count": 1, "VCPU": 1}
+
+
 def test_several_claims_move_in_one_request_or_none_does():
     placement = FakePlacement()
     for rp in ("a", "b"):
@@ -209,13 +219,14 @@ def test_a_move_holds_the_destination_for_the_instance_and_the_source_for_the_mi
     placement = placement_with_hosts()
     instance, migration = str(uuidlib.uuid4()), str(uuidlib.uuid4())
     placement.claim(instance, on(A, 2), "p", "u")
-    held = claims.hold_for_move(placement, instance, migration, on(B, 2), "p", "u")
-    assert held == on(A, 2)
+    held, generation = claims.hold_source(placement, instance, migration, on(B, 2))
+    assert held == on(A, 2) and generation == 2
     assert placement.get_allocations(instance)["allocations"] == on(B, 2)
     assert placement.get_allocations(migration)["allocations"] == on(A, 2)
     assert placement.consumers[migration]["consumer_type"] == "MIGRATION"
     assert placement.calls[-1] == "replace_many 2"  # one request
-    assert claims.finish_move(placement, migration) is True
+    assert placement.consumers[migration]["project_id"] == "p"  # the instance's owner
+    assert claims.release_hold(placement, migration) is True
     assert placement.get_usages(A)["VCPU"] == 0 and placement.get_usages(B)["VCPU"] == 2
 
 
@@ -225,26 +236,119 @@ def test_a_move_without_room_there_or_to_a_changed_claim_changes_nothing():
     placement.claim(instance, on(A, 2), "p", "u")
     placement.claim(other, on(B, 1), "p", "u")
     with pytest.raises(ConflictError):
-        claims.hold_for_move(placement, instance, str(uuidlib.uuid4()), on(B, 2), "p", "u")
+        claims.hold_source(placement, instance, str(uuidlib.uuid4()), on(B, 2))
     assert placement.get_allocations(instance)["allocations"] == on(A, 2)
     assert set(placement.consumers) == {instance, other}
-    from etcd_compute.errors import NotFound
-
     with pytest.raises(NotFound, match="holds no claim"):
-        claims.hold_for_move(placement, str(uuidlib.uuid4()), str(uuidlib.uuid4()), on(B),
-                             "p", "u")
+        claims.hold_source(placement, str(uuidlib.uuid4()), str(uuidlib.uuid4()), on(B))
 
 
 def test_a_move_called_off_gives_the_source_back_in_one_request_once():
     placement = placement_with_hosts()
     instance, migration = str(uuidlib.uuid4()), str(uuidlib.uuid4())
     placement.claim(instance, on(A, 2), "p", "u")
-    claims.hold_for_move(placement, instance, migration, on(B, 2), "p", "u")
-    assert claims.give_back(placement, instance, migration, "p", "u") is True
+    claims.hold_source(placement, instance, migration, on(B, 2))
+    assert claims.revert_holding(placement, instance, migration) == 3
+    assert placement.calls[-1] == "replace_many 2"
     assert placement.get_allocations(instance)["allocations"] == on(A, 2)
     assert migration not in placement.consumers
     assert placement.get_usages(B)["VCPU"] == 0
-    assert claims.give_back(placement, instance, migration, "p", "u") is False  # done already
+    with pytest.raises(NotFound, match="holds nothing"):  # done already
+        claims.revert_holding(placement, instance, migration)
+
+
+def held_resize(placement: FakePlacement, hold: str = "m") -> tuple[dict[str, Any], int]:
+    placement.claim("i", on(A, 1), "proj", "usr")
+    return claims.resize_holding(placement, "i", A, {"VCPU": 2}, hold)
+
+
+def test_a_held_resize_takes_the_new_size_and_keeps_the_old_under_the_migration():
+    placement = placement_with_hosts()
+    old, generation = held_resize(placement)
+    assert old == on(A, 1) and generation == 2
+    assert placement.calls[-1] == "replace_many 2"  # one atomic request
+    assert placement.get_allocations("i")["allocations"] == on(A, 2)
+    hold = placement.consumers["m"]
+    assert hold["allocations"] == on(A, 1) and hold["consumer_type"] == claims.MIGRATION
+    assert (hold["project_id"], hold["user_id"]) == ("proj", "usr")
+    assert placement.get_usages(A)["VCPU"] == 3
+    # The project's instances hold the new size; the old one is counted apart.
+    assert placement.project_usages("proj", "INSTANCE") == {"consumer_count": 1, "VCPU": 2}
+
+
+def test_a_held_resize_needs_room_for_both_sizes():
+    placement = placement_with_hosts(vcpus=2)
+    with pytest.raises(ConflictError):
+        held_resize(placement)
+    assert placement.get_allocations("i")["allocations"] == on(A, 1)
+    assert "m" not in placement.consumers
+
+
+def test_a_held_resize_refuses_a_claim_not_on_its_host():
+    placement = placement_with_hosts()
+    placement.claim("i", on(B, 1), "proj", "usr")
+    with pytest.raises(ConflictError) as refused:
+        claims.resize_holding(placement, "i", A, {"VCPU": 2}, "m")
+    assert refused.value.code == claims.ELSEWHERE and "m" not in placement.consumers
+
+
+def test_undo_of_a_held_resize_puts_the_old_size_back_and_frees_the_hold():
+    placement = placement_with_hosts()
+    old, generation = held_resize(placement)
+    assert claims.undo_holding(placement, "i", old, generation, "m")
+    assert placement.get_allocations("i")["allocations"] == on(A, 1)
+    assert "m" not in placement.consumers and placement.get_usages(A)["VCPU"] == 1
+
+
+def test_undo_after_someone_else_wrote_keeps_their_claim_and_frees_the_hold():
+    placement = placement_with_hosts()
+    old, generation = held_resize(placement)
+    placement.delete_allocations("i")  # a destroy won
+    assert not claims.undo_holding(placement, "i", old, generation, "m")
+    assert placement.consumers == {}
+
+
+def test_revert_moves_the_held_size_back_in_one_request():
+    placement = placement_with_hosts(vcpus=3)
+    old, _ = held_resize(placement)
+    assert claims.revert_holding(placement, "i", "m", old) == 3
+    assert placement.calls[-1] == "replace_many 2"
+    assert placement.get_allocations("i")["allocations"] == on(A, 1)
+    assert "m" not in placement.consumers and placement.get_usages(A)["VCPU"] == 1
+
+
+def test_revert_without_a_hold_claims_the_old_size_again():
+    placement = placement_with_hosts()
+    old, _ = held_resize(placement)
+    assert claims.release_hold(placement, "m")
+    claims.revert_holding(placement, "i", "m", old)
+    assert placement.get_allocations("i")["allocations"] == on(A, 1)
+
+
+def test_confirm_frees_the_hold_once():
+    placement = placement_with_hosts()
+    held_resize(placement)
+    assert claims.release_hold(placement, "m") and not claims.release_hold(placement, "m")
+    assert placement.get_allocations("i")["allocations"] == on(A, 2)
+
+
+def test_a_failed_held_resize_restores_the_old_size_and_frees_the_hold_in_one_request():
+    placement = placement_with_hosts()
+    old, _ = held_resize(placement)
+    assert claims.restore(placement, "i", A, {"VCPU": 2}, old, hold="m")
+    assert placement.calls[-1] == "replace_many 2"
+    assert placement.get_allocations("i")["allocations"] == on(A, 1)
+    assert "m" not in placement.consumers
+
+
+def test_a_restore_that_finds_another_claim_still_frees_the_hold():
+    placement = placement_with_hosts()
+    old, _ = held_resize(placement)
+    assert not claims.restore(placement, "i", A, {"VCPU": 3}, old, hold="m")
+    assert placement.get_allocations("i")["allocations"] == on(A, 2)
+    assert "m" not in placement.consumers
+
+
 # --- what a host may act on: the one check ----------------------------------------------------
 
 ASKED = {"VCPU": 2, "MEMORY_MB": 512}

@@ -114,3 +114,11 @@ def test_a_host_s_libvirt_address_outlives_its_heartbeat_and_its_failures_keep_i
     assert hosts.libvirt_address(store, A) is None and len(hosts.build_failures(store, A)) == 1
     store.put_raw(store.keys.stats(B), "{broken")
     assert hosts.libvirt_address(store, B) is None
+
+
+def test_alive_and_disabled_are_read_together():
+    store = FakeStore()
+    assert hosts.alive_and_disabled(store) == (set(), set())
+    hosts.beat(store, store.grant(10), A, "host-a", "fake")
+    store.put_raw(store.keys.maintenance(B), "{broken")  # unreadable: still disabled
+    assert hosts.alive_and_disabled(store) == ({A}, {B})

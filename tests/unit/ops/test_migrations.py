@@ -75,6 +75,20 @@ def test_a_state_that_does_not_allow_a_move_writes_and_claims_nothing(state):
     assert store.revision == before and placement.calls == calls
 
 
+def test_a_resize_awaiting_its_confirm_does_not_move():
+    store, placement, spec, place, _ = world()
+    uuid = spec["uuid"]
+    record = records.read_record(store, RP, uuid).record
+    hold = {"consumer": str(uuidlib.uuid4()), "resources": {"VCPU": 1},
+            "allocations": {RP: {"resources": {"VCPU": 1}}}}
+    store.put(messages.INSTANCE_RECORD, store.keys.record(RP, uuid),
+              {**record, "resize_hold": hold})
+    before, calls = store.revision, list(placement.calls)
+    with pytest.raises(states.ActionRefused, match="confirm or revert of its resize"):
+        migrations.migrate(store, placement, place, uuid, live=True)
+    assert store.revision == before and placement.calls == calls
+
+
 def test_a_live_move_needs_a_running_guest_a_cold_one_does_not():
     store, placement, spec, place, _ = world("SHUTOFF")
     with pytest.raises(states.ActionRefused, match="a live move needs it ACTIVE"):
