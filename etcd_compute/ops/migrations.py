@@ -82,9 +82,10 @@ def check_uuid_or_none(text: str) -> bool:
 
 
 def migrate(store: KeyValueStore, placement: PlacementClient, place: Place, uuid: str,
-            live: bool, host: str | None = None) -> Asked:
-    """Ask for the move; ActionRefused (nothing written, nothing claimed) when the instance
-    cannot move now, NoValidHost when no host (or not the one named) would take it."""
+            live: bool, host: str | None = None, by: str | None = None) -> Asked:
+    """Ask for the move (`by`: who asks, this operator unless given); ActionRefused
+    (nothing written, nothing claimed) when the instance cannot move now, NoValidHost when
+    no host (or not the one named) would take it, NotFound for a host that is none."""
     check_uuid(uuid)
     if store.get(store.keys.leader()) is None:
         raise UsageError("a move needs the controller (schedule.py serve): it carries the "
@@ -117,7 +118,7 @@ def migrate(store: KeyValueStore, placement: PlacementClient, place: Place, uuid
                                        "has no query or project to move it by")
         pick = _destination(store, placement, place, spec, source, wanted)
         migration_id = str(uuidlib.uuid4())
-        request = action_txn.new_request(operator_name(), live=live,
+        request = action_txn.new_request(by or operator_name(), live=live,
                                          destination=pick.host.uuid, migration=migration_id)
         try:
             held, _ = claims.hold_source(placement, uuid, migration_id, pick.allocations)
