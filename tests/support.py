@@ -6,13 +6,15 @@ instance spec, and running the real command-line programs.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
 import uuid as uuidlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -36,6 +38,19 @@ def unavailable(what: str) -> None:
     if in_ci():
         pytest.fail(f"{what} (CI=true: missing services fail the run)", pytrace=False)
     pytest.skip(what)
+
+
+@contextlib.contextmanager
+def timeout_paused() -> Iterator[None]:
+    """pytest-timeout's alarm (its signal method: ITIMER_REAL) stopped while this test waits
+    its turn behind another run on this machine (`host_lock`, which has a timeout of its
+    own), then armed again with the time that was left: the wait is not this test hanging."""
+    left, interval = signal.setitimer(signal.ITIMER_REAL, 0)
+    try:
+        yield
+    finally:
+        if left:
+            signal.setitimer(signal.ITIMER_REAL, left, interval)
 
 
 def wait_for(predicate: Callable[[], Any], timeout: float = 20.0, interval: float = 0.05,
