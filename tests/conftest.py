@@ -83,6 +83,29 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         items.sort(key=lambda item: rank.get(worker_group(item) or "", len(rank)))
 
 
+UNGROUPED = pytest.StashKey[str]()
+
+
+@pytest.hookimpl(tryfirst=True)  # after xdist named the groups in the node ids
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Groups that xdist silently ignored would run their tests on several workers at once
+    (with pytest 9.2 and xdist 3.8 it does: pytest-xdist#1386): those tests fail instead."""
+    if not (hasattr(session.config, "workerinput") and session.config.getvalue("loadgroup")):
+        return
+    for item in session.items:
+        group = worker_group(item)
+        if group and not item.nodeid.endswith(f"@{group}"):
+            item.stash[UNGROUPED] = group
+
+
+@pytest.hookimpl(tryfirst=True)  # before any fixture is set up
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    if UNGROUPED in item.stash:
+        pytest.fail(f"--dist loadgroup ignored this test's xdist_group {item.stash[UNGROUPED]} "
+                    "(pytest-xdist#1386?): it could share its fixed names with another worker",
+                    pytrace=False)
+
+
 # --------------------------------------------------------------------- services
 
 # The operator's certificate and etcd user (schedule.py, the tests' own clients).
