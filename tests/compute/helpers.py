@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import psutil
+import pyetcd.events
 
 from etcd_compute import instances, messages
 from etcd_compute.errors import InvalidMessage
@@ -49,6 +51,23 @@ def record_entry(store: Store, uuid: str) -> Entry | None:
         if parsed is not None and parsed.kind == RECORDS and parsed.uuid == uuid:
             return store.get(entry.key)
     return None
+
+
+def record_history(store: Store, rp: str, uuid: str, start_revision: int) -> list[str]:
+    """Every state the record was written with since `start_revision`, in order (from etcd's
+    history: no write can be missed the way polling misses one)."""
+    events, cancel = store.client.watch_response(store.keys.record(rp, uuid),
+                                                 start_revision=start_revision)
+    states = []
+    try:
+        for response in events:
+            for event in response.events:
+                if isinstance(event, pyetcd.events.PutEvent):
+                    states.append(json.loads(event.value)["state"])
+            break  # the history up to now arrives in the first response
+    finally:
+        cancel()
+    return states
 
 
 def wait_state(store: Store, uuid: str, *states: str, timeout: float = 30) -> dict[str, Any]:

@@ -8,8 +8,6 @@ a reason, never a build, a freed claim of someone else's, or a dead daemon.
 
 from __future__ import annotations
 
-import json
-
 from etcd_compute import messages
 from tests.compute.helpers import (
     assert_nothing_left,
@@ -156,12 +154,28 @@ def test_hostile_values_everywhere_the_cli_reads(start_compute, compute_config, 
                 store.keys.stats(rp), store.keys.group_member("g", hostile),
                 store.keys.console(rp, uuid), store.keys.leader()):
         store.client.put(key, NESTED)
-    for args in (["list"], ["hosts"], [uuid], ["console", uuid], [hostile],
-                 ["resources=VCPU:1,MEMORY_MB:64,DISK_GB:1", "--hint", "affinity=g"]):
-        run = run_schedule(*args)
-        assert "Traceback" not in run.stderr, (args, run.stderr)
-        assert run.code in (0, 1), (args, run.code, run.stderr)
-        assert run.stderr.count("\n") <= 1, (args, run.stderr)
-    assert uuid in run_schedule("list").stdout
-    shown = json.loads(run_schedule(uuid, "--json").stdout)
-    assert shown["state"] == "ACTIVE"
+    # Each command does exactly what it does without them, or fails in one line naming
+    # what it could not read; what is unreadable is never shown as if it were something.
+    listed = run_schedule("list")
+    assert (listed.code, listed.stderr) == (0, ""), listed
+    assert uuid in listed.stdout and hostile not in listed.stdout
+    hosts = run_schedule("hosts")
+    assert (hosts.code, hosts.stderr) == (0, ""), hosts
+    assert [line.split()[1] for line in hosts.stdout.splitlines()[1:]] == [rp]
+    shown = run_schedule(uuid, "--json")
+    assert (shown.code, shown.stderr) == (0, "") and shown.json()["state"] == "ACTIVE", shown
+    console = run_schedule("console", uuid)
+    assert (console.code, console.stdout) == (1, ""), console
+    assert one_line_error(console.stderr, f"console of {uuid} "), console.stderr
+    unknown = run_schedule(hostile)
+    assert (unknown.code, unknown.stdout) == (1, ""), unknown
+    assert one_line_error(unknown.stderr, f"no instance {hostile} "), unknown.stderr
+    # An unreadable member of the group counts for nothing: placed as in an empty group.
+    grouped = run_schedule("resources=VCPU:1,MEMORY_MB:64,DISK_GB:1", "--hint", "affinity=g")
+    assert (grouped.code, grouped.stderr) == (0, ""), grouped
+    assert grouped.stdout.startswith(f"NOTIFIED TARGET, {rp}, OF INSTANCE "), grouped.stdout
+
+
+def one_line_error(stderr: str, says: str) -> bool:
+    return stderr.startswith(f"schedule.py: error: {says}") and stderr.count("\n") == 1 \
+        and stderr.endswith("\n")

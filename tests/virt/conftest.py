@@ -127,6 +127,10 @@ def _vm_config() -> Iterator[dict[str, Any]]:
             "compute": {
                 "state_dir": str(root / "state"),
                 "instances_dir": str(root / "instances"),
+                # A build is the image's checks and copy, then the boot (up to
+                # boot_timeout_seconds): the fake-driver tests' 30 s is less than the boot
+                # alone may take under TCG on a busy machine.
+                "job_timeout_seconds": 120,
             },
             "driver": {
                 "libvirt": {

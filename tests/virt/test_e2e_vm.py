@@ -27,7 +27,8 @@ def test_schedule_boot_console_destroy_with_a_real_guest(
     start_compute, run_schedule, store, placement, tmp_path: Path,
 ) -> None:
     config = deep_merge(compute_config, {
-        "compute": {key: vm_config["compute"][key] for key in ("state_dir", "instances_dir")},
+        "compute": {key: vm_config["compute"][key]
+                    for key in ("state_dir", "instances_dir", "job_timeout_seconds")},
         "driver": {"name": "libvirt", "libvirt": vm_config["driver"]["libvirt"]},
     })
     rp = config["compute"]["uuid"]

@@ -42,7 +42,8 @@ def test_one_guest_through_every_action(vm_config: dict[str, Any], test_guest_im
                                         run_schedule, store, placement) -> None:
     libvirt_settings = {**vm_config["driver"]["libvirt"], "shutdown_timeout_seconds": 1}
     config = deep_merge(compute_config, {
-        "compute": {key: vm_config["compute"][key] for key in ("state_dir", "instances_dir")},
+        "compute": {key: vm_config["compute"][key]
+                    for key in ("state_dir", "instances_dir", "job_timeout_seconds")},
         "driver": {"name": "libvirt", "libvirt": libvirt_settings},
     })
     rp = config["compute"]["uuid"]
