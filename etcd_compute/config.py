@@ -120,6 +120,9 @@ COMPUTE_DEFAULTS: dict[str, Any] = {
             # asked (ACPI) before it is powered off hard (Nova's shutdown_timeout).
             "shutdown_timeout_seconds": 60,
             "mdserver_config": "mdserver.conf",
+            # The guest filter drops a guest's connections to the metadata server past
+            # this many; mdserver.conf's connections_per_guest must be the same.
+            "metadata_connections_per_guest": 8,
         },
         "fake": {
             # Seconds a fake build takes (tests use it to destroy mid-build).

@@ -44,6 +44,16 @@ if ! dpkg-query -W -f='${Status}' prometheus 2>/dev/null | grep -q "install ok i
   fi
 fi
 
+# The guest filter's cap on metadata connections is an iptables rule on the guest's
+# bridge port: iptables sees bridged packets only with br_netfilter and this sysctl.
+modprobe br_netfilter 2>/dev/null || true
+if [ "$(cat /proc/sys/net/bridge/bridge-nf-call-iptables 2>/dev/null)" != 1 ]; then
+  say "net.bridge.bridge-nf-call-iptables=1 (for the guest filter's metadata cap)"
+  sysctl -q -w net.bridge.bridge-nf-call-iptables=1 \
+    || echo "warning: cannot set net.bridge.bridge-nf-call-iptables (no br_netfilter?):" \
+       "the guest filter's metadata cap will have no effect" >&2
+fi
+
 PYTHON=${PYTHON:-python3}
 # venv DIR REQUIREMENTS...: create DIR and install, unless the requirements are unchanged.
 venv() {

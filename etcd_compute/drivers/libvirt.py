@@ -256,7 +256,8 @@ class LibvirtDriver(Driver):
     def _ensure_filters(self) -> str:
         """Our nwfilters, defined if missing or changed (one worker at a time)."""
         with filelock.FileLock(str(self.instances_dir / ".network.lock")):
-            return nwfilter.ensure_filters(self.connection)
+            return nwfilter.ensure_filters(
+                self.connection, int(self.settings["metadata_connections_per_guest"]))
 
     def _wait_for_ip(self, domain: libvirt.virDomain) -> str | None:
         """The guest's address once it has a DHCP lease; BuildError if it never gets one."""

@@ -5,9 +5,15 @@ OpenStack's /openstack/latest/meta_data.json (`content.py`). Each guest gets
 only its own data (`resolver.py`); any other source gets 404.
 
 Guests are untrusted clients, so the HTTP server is waitress, not http.server:
-a fixed number of worker threads (`threads`), at most `connection_limit`
-connections, an idle connection closed after `idle_timeout_seconds`, request
-headers and bodies bounded (mdserver.conf). Idle connections cost no thread.
+a fixed number of worker threads (`threads`), an idle connection closed after
+`idle_timeout_seconds`, request headers and bodies bounded (mdserver.conf). Idle
+connections cost no thread, only a descriptor. Waitress bounds connections for the
+whole server alone (`connection_limit`, after which it stops accepting), so one guest
+could take them all; `admission.py` adds what it lacks, per-source accounting,
+through waitress's own hook for accepted connections: a guest over
+`connections_per_guest` has its extra connections closed at once. connection_limit
+is then sized for many guests at their cap (polled, not select()ed: select stops
+at descriptor 1024), and the open-files limit raised to match.
 
 While it runs it keeps 169.254.169.254/32 on the network's bridge (added when
 the network is up, re-added if the network is restarted, removed when the
@@ -20,6 +26,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import resource
 import signal
 import socket
 import sys
@@ -32,6 +39,7 @@ import libvirt
 import waitress
 
 from etcd_compute.errors import ConfigError
+from etcd_compute.mdserver.admission import PerSourceAdmission, SourceCounts
 from etcd_compute.mdserver.content import render
 from etcd_compute.mdserver.resolver import InstanceResolver
 from etcd_compute.mdserver.settings import MdserverConfig, load_config
@@ -41,6 +49,9 @@ log = logging.getLogger("etcd_compute.mdserver")
 
 IP_FREEBIND = getattr(socket, "IP_FREEBIND", 15)
 ADDRESS_CHECK_SECONDS = 2.0
+# Descriptors besides the connections: the listening socket, waitress's trigger,
+# libvirt's connection, the log file, and some slack.
+SPARE_FILES = 64
 StartResponse = Callable[[str, list[tuple[str, str]]], Any]
 
 
@@ -79,12 +90,15 @@ def listening_socket(config: MdserverConfig) -> socket.socket:
 
 
 def create_server(config: MdserverConfig, sock: socket.socket) -> Any:
-    """A waitress server for `sock` with mdserver.conf's limits."""
-    return waitress.create_server(
+    """A waitress server for `sock` with mdserver.conf's limits, each guest held to its
+    share of them."""
+    server = waitress.create_server(
         MetadataApp(InstanceResolver(config)),
         sockets=[sock],
         threads=config.threads,
         connection_limit=config.connection_limit,
+        # select() cannot watch descriptors past 1024; poll() can.
+        asyncore_use_poll=True,
         channel_timeout=config.idle_timeout_seconds,
         # Idle connections are looked for this often (waitress's default is 30 s).
         cleanup_interval=max(1, config.idle_timeout_seconds // 2),
@@ -93,6 +107,22 @@ def create_server(config: MdserverConfig, sock: socket.socket) -> Any:
         ident="etcd-compute-mdserver",
         expose_tracebacks=False,
     )
+    PerSourceAdmission(SourceCounts(config.connections_per_guest)).install(server)
+    return server
+
+
+def raise_open_files_limit(config: MdserverConfig) -> None:
+    """Let this process hold connection_limit connections: raise its soft limit on open
+    files (to no more than the hard limit); ConfigError if the hard limit is too low."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    needed = config.connection_limit + SPARE_FILES
+    if soft != resource.RLIM_INFINITY and soft < needed:
+        if hard != resource.RLIM_INFINITY and hard < needed:
+            raise ConfigError(
+                f"mdserver.connection_limit {config.connection_limit} needs {needed} open "
+                f"files but this process may open {hard} (raise its hard limit, "
+                "e.g. LimitNOFILE=, or lower connection_limit)")
+        resource.setrlimit(resource.RLIMIT_NOFILE, (needed, hard))
 
 
 # -- the address on the bridge ---------------------------------------------------------
@@ -155,8 +185,9 @@ def serve(config: MdserverConfig, pid_file: Path | None = None) -> None:
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
-    log.info("listening on %s:%d (%d threads, at most %d connections, idle timeout %d s)",
-             config.bind_address, config.port, config.threads, config.connection_limit,
+    log.info("listening on %s:%d (%d threads, at most %d connections per guest and %d in "
+             "all, idle timeout %d s)", config.bind_address, config.port, config.threads,
+             config.connections_per_guest, config.connection_limit,
              config.idle_timeout_seconds)
     try:
         server.run()
@@ -178,6 +209,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         config = load_config(args.config)
+        raise_open_files_limit(config)
     except ConfigError as exc:
         print(exc, file=sys.stderr)
         return exc.exit_code

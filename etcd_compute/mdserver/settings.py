@@ -20,11 +20,13 @@ class MdserverConfig:
     libvirt_uri: str = "qemu:///system"
     network: str = "etcd-compute"
     log_file: str = ""
-    # Guests are untrusted clients: requests are served by this many threads, at most
-    # this many connections are open at once, an idle one is closed after this long,
-    # and a request's headers and body are bounded (guests only ever GET).
+    # Guests are untrusted clients: requests are served by this many threads; each guest
+    # (source address) holds at most connections_per_guest connections (more are closed at
+    # once) and all guests together at most connection_limit; an idle connection is closed
+    # after this long, and a request's headers and body are bounded (guests only ever GET).
     threads: int = 4
-    connection_limit: int = 100
+    connections_per_guest: int = 8
+    connection_limit: int = 1024
     idle_timeout_seconds: int = 10
     max_request_header_bytes: int = 8192
     max_request_body_bytes: int = 1024
@@ -34,6 +36,7 @@ class MdserverConfig:
 LIMITS = {
     "port": (1, 65535),
     "threads": (1, 64),
+    "connections_per_guest": (1, 1000),
     "connection_limit": (1, 10000),
     "idle_timeout_seconds": (1, 3600),
     "max_request_header_bytes": (1024, 1024 * 1024),
@@ -66,4 +69,9 @@ def load_config(path: str | os.PathLike[str]) -> MdserverConfig:
             raise ConfigError(f"{path}: mdserver.{key}: not a number") from None
         if not low <= values[key] <= high:
             raise ConfigError(f"{path}: mdserver.{key}: {values[key]} is not in {low}..{high}")
-    return MdserverConfig(**values)
+    config = MdserverConfig(**values)
+    if config.connections_per_guest > config.connection_limit:
+        raise ConfigError(f"{path}: mdserver.connections_per_guest "
+                          f"({config.connections_per_guest}) is more than mdserver."
+                          f"connection_limit ({config.connection_limit})")
+    return config

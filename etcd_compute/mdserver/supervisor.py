@@ -59,17 +59,21 @@ def ensure_mdserver(config: dict[str, Any]) -> int | None:
         return None
     conf_path = Path(settings["mdserver_config"]).resolve()
     md = load_config(conf_path)
+    # mdserver.conf key -> (compute.yaml's value, its key there)
     expected = {
-        "instances_dir": os.path.abspath(config["compute"]["instances_dir"]),
-        "libvirt_uri": settings["uri"],
-        "network": settings["network"],
+        "instances_dir": (os.path.abspath(config["compute"]["instances_dir"]),
+                          "compute.instances_dir"),
+        "libvirt_uri": (settings["uri"], "driver.libvirt.uri"),
+        "network": (settings["network"], "driver.libvirt.network"),
+        # The server's cap per guest and the guest filter's: one number, kept in both.
+        "connections_per_guest": (settings["metadata_connections_per_guest"],
+                                  "driver.libvirt.metadata_connections_per_guest"),
     }
     actual = {**vars(md), "instances_dir": os.path.abspath(md.instances_dir)}
-    for key, value in expected.items():
+    for key, (value, name) in expected.items():
         if actual[key] != value:
-            raise ConfigError(
-                f"{conf_path}: mdserver.{key} is {actual[key]!r} but compute.yaml has {value!r}"
-            )
+            raise ConfigError(f"{conf_path}: mdserver.{key} is {actual[key]!r} but "
+                              f"compute.yaml has {value!r} ({name})")
     pid_file = pid_file_for(config)
     pid_file.parent.mkdir(parents=True, exist_ok=True)
     with filelock.FileLock(str(pid_file.with_suffix(".lock"))):

@@ -14,6 +14,18 @@ DHCPSERVER=the network's gateway:
   0.0.0.0 hear 224.0.0.1 and the broadcast addresses of its networks; a guest
   may send them in frames to any MAC). Guests keep the NAT route to
   elsewhere, and unicast to each other.
+- the metadata cap: a guest's TCP connections to 169.254.169.254:80 past
+  `connections_per_guest` are dropped (iptables `connlimit`, counted by the
+  kernel's connection tracking; libvirt applies it to traffic from the guest only).
+  The metadata server has the same cap per source address (mdserver/admission.py):
+  this one stops the packets before they reach it. libvirt finds a guest's packets
+  to the host by their bridge port (iptables `physdev`), which the kernel tells
+  iptables only with br_netfilter and net.bridge.bridge-nf-call-iptables=1; without
+  them the rule matches nothing (the compute says so once; tools/install.sh sets
+  them on test and demo machines; a host setting, left to the operator elsewhere).
+  With this rule libvirt gives each NIC iptables chains too (FI-/FO-/HI-vnetN) and
+  accepts the guest's routed packets in `libvirt-in-post`, before the network's own
+  LIBVIRT_FWO source check: clean-traffic already holds the guest to its address.
 
 The compute defines both (if missing or changed) before it builds on the
 network; `remove_filters` is for clean-up (demo, tests).
@@ -25,6 +37,7 @@ import ipaddress
 import logging
 import xml.etree.ElementTree as ET
 from collections.abc import Iterable
+from pathlib import Path
 
 import libvirt
 import psutil
@@ -37,6 +50,25 @@ GUEST_FILTER = "etcd-compute-guest"
 HOST_GUARD_FILTER = "etcd-compute-host-guard"
 # Before clean-traffic accepts outgoing IPv4 (-650) and after its spoofing check (-710).
 HOST_GUARD_CHAIN, HOST_GUARD_PRIORITY = "ipv4-host", "-705"
+
+
+BRIDGE_NF_CALL_IPTABLES = Path("/proc/sys/net/bridge/bridge-nf-call-iptables")
+_bridge_netfilter_checked = False
+
+
+def bridge_netfilter_missing(setting: Path = BRIDGE_NF_CALL_IPTABLES) -> str | None:
+    """None when iptables sees bridged packets (what the metadata cap needs); else why not."""
+    try:
+        value = setting.read_text().strip()
+    except OSError:
+        return ("br_netfilter is not loaded: the guest filter's cap on metadata connections "
+                "has no effect (modprobe br_netfilter; the metadata server still caps each "
+                "guest)")
+    if value != "1":
+        return (f"{setting} is {value}: the guest filter's cap on metadata connections has no "
+                "effect (sysctl net.bridge.bridge-nf-call-iptables=1; the metadata server "
+                "still caps each guest)")
+    return None
 
 
 def gateway_of(cidr: str) -> str:
@@ -100,10 +132,14 @@ def host_guard_xml(addresses: Iterable[str]) -> str:
     return ET.tostring(guard, encoding="unicode")
 
 
-def guest_filter_xml() -> str:
+def guest_filter_xml(connections_per_guest: int) -> str:
+    """clean-traffic, the host guard, and the cap on a guest's metadata connections."""
     guest = ET.Element("filter", name=GUEST_FILTER, chain="root")
     ET.SubElement(guest, "filterref", filter="clean-traffic")
     ET.SubElement(guest, "filterref", filter=HOST_GUARD_FILTER)
+    cap = ET.SubElement(guest, "rule", action="drop", direction="out", priority="100")
+    ET.SubElement(cap, "tcp", {"dstipaddr": METADATA_ADDRESS, "dstportstart": "80",
+                               "connlimit-above": str(connections_per_guest)})
     return ET.tostring(guest, encoding="unicode")
 
 
@@ -141,11 +177,18 @@ def _ensure(connection: libvirt.virConnect, name: str, xml: str) -> None:
     log.info("nwfilter %s: %s", name, "updated" if existing else "defined")
 
 
-def ensure_filters(connection: libvirt.virConnect) -> str:
-    """Define our filters if missing or changed (callers hold a lock); the guest filter's name."""
+def ensure_filters(connection: libvirt.virConnect, connections_per_guest: int) -> str:
+    """Define our filters if missing or changed (callers hold a lock); the guest filter's name.
+    A change reaches the running guests too (libvirt re-instantiates their filters)."""
+    global _bridge_netfilter_checked
+    if not _bridge_netfilter_checked:
+        _bridge_netfilter_checked = True
+        why = bridge_netfilter_missing()
+        if why:
+            log.warning("%s", why)
     addresses = [*host_addresses(), *host_broadcast_addresses()]
     _ensure(connection, HOST_GUARD_FILTER, host_guard_xml(addresses))
-    _ensure(connection, GUEST_FILTER, guest_filter_xml())
+    _ensure(connection, GUEST_FILTER, guest_filter_xml(connections_per_guest))
     return GUEST_FILTER
 
 

@@ -12,6 +12,7 @@ from typing import Any
 import libvirt
 import pytest
 
+from etcd_compute.errors import ConfigError
 from etcd_compute.mdserver import server
 from etcd_compute.mdserver.server import MetadataAddressKeeper, MetadataApp
 from etcd_compute.mdserver.settings import MdserverConfig
@@ -101,6 +102,8 @@ def test_waitress_gets_the_limits_of_mdserver_conf(idle, cleanup):
     try:
         adj = waitress.adj
         assert (adj.threads, adj.connection_limit, adj.channel_timeout) == (3, 7, idle)
+        assert adj.asyncore_use_poll  # connection_limit may pass select()'s 1024 descriptors
+        assert waitress.channel_class.counts.per_source == config.connections_per_guest
         # Idle connections are looked for at least every half idle timeout.
         assert adj.cleanup_interval == cleanup
         assert (adj.max_request_header_size, adj.max_request_body_size) == (4096, 10)
@@ -108,6 +111,37 @@ def test_waitress_gets_the_limits_of_mdserver_conf(idle, cleanup):
     finally:
         waitress.close()
         sock.close()
+
+
+@pytest.fixture
+def open_files(monkeypatch: pytest.MonkeyPatch) -> dict[str, tuple[int, int]]:
+    """The process's open-files limit (soft, hard), as setrlimit would change it."""
+    limit = {"now": (1024, 4096)}
+    monkeypatch.setattr(server.resource, "getrlimit", lambda _which: limit["now"])
+    monkeypatch.setattr(server.resource, "setrlimit",
+                        lambda _which, value: limit.__setitem__("now", value))
+    return limit
+
+
+@pytest.mark.parametrize(("connections", "before", "after"), [
+    (1024, (1024, 4096), (1024 + server.SPARE_FILES, 4096)),   # raised to what it needs
+    (100, (1024, 4096), (1024, 4096)),                         # enough already: left alone
+    (4000, (256, server.resource.RLIM_INFINITY), (4000 + server.SPARE_FILES,
+                                                  server.resource.RLIM_INFINITY)),
+])
+def test_the_open_files_limit_is_raised_for_connection_limit(open_files, connections, before,
+                                                             after):
+    open_files["now"] = before
+    server.raise_open_files_limit(MdserverConfig(connection_limit=connections))
+    assert open_files["now"] == after
+
+
+def test_a_hard_open_files_limit_below_connection_limit_is_a_config_error(open_files):
+    open_files["now"] = (1024, 2048)
+    with pytest.raises(ConfigError, match=r"connection_limit 5000 needs 5064 open files but "
+                                          r"this process may open 2048 \(raise its hard"):
+        server.raise_open_files_limit(MdserverConfig(connection_limit=5000))
+    assert open_files["now"] == (1024, 2048)
 
 
 # -- the address on the bridge ------------------------------------------------------------
@@ -166,6 +200,15 @@ def test_a_bad_config_is_one_line_and_exit_2(tmp_path, capsys):
     assert server.main(["--config", str(conf)]) == 2
     out, err = capsys.readouterr()
     assert out == "" and err == f"{conf}: mdserver.port: 0 is not in 1..65535\n"
+
+
+def test_an_open_files_limit_too_low_for_connection_limit_is_exit_2(tmp_path, monkeypatch,
+                                                                     capsys):
+    monkeypatch.setattr(server.resource, "getrlimit", lambda _which: (1024, 1024))
+    conf = tmp_path / "mdserver.conf"
+    conf.write_text("[mdserver]\nconnection_limit = 2000\n")
+    assert server.main(["--config", str(conf)]) == 2
+    assert capsys.readouterr().err.startswith("mdserver.connection_limit 2000 needs 2064 open ")
 
 
 def test_an_address_it_cannot_serve_on_is_exit_3(tmp_path, monkeypatch, caplog):

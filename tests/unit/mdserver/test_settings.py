@@ -65,14 +65,17 @@ def test_a_missing_file_is_a_one_line_error(tmp_path: Path) -> None:
 
 def test_the_limits_on_untrusted_clients_are_read_and_bounded(tmp_path: Path) -> None:
     conf = tmp_path / "mdserver.conf"
-    conf.write_text("[mdserver]\nthreads = 2\nconnection_limit = 50\nidle_timeout_seconds = 5\n"
+    conf.write_text("[mdserver]\nthreads = 2\nconnections_per_guest = 3\n"
+                    "connection_limit = 50\nidle_timeout_seconds = 5\n"
                     "max_request_header_bytes = 4096\nmax_request_body_bytes = 0\n")
     config = load_config(conf)
-    assert (config.threads, config.connection_limit, config.idle_timeout_seconds,
-            config.max_request_header_bytes, config.max_request_body_bytes) == (2, 50, 5, 4096, 0)
+    assert (config.threads, config.connections_per_guest, config.connection_limit,
+            config.idle_timeout_seconds, config.max_request_header_bytes,
+            config.max_request_body_bytes) == (2, 3, 50, 5, 4096, 0)
     defaults = MdserverConfig()
-    assert (defaults.threads, defaults.connection_limit, defaults.idle_timeout_seconds) == (
-        4, 100, 10)
+    # A guest's share is small; all guests' together room for 128 guests at their share.
+    assert (defaults.threads, defaults.connections_per_guest, defaults.connection_limit,
+            defaults.idle_timeout_seconds) == (4, 8, 1024, 10)
 
 
 @pytest.mark.parametrize(("line", "message"), [
@@ -80,6 +83,9 @@ def test_the_limits_on_untrusted_clients_are_read_and_bounded(tmp_path: Path) ->
     ("idle_timeout_seconds = forever", "mdserver.idle_timeout_seconds: not a number"),
     ("connection_limit = 1000000", "mdserver.connection_limit: 1000000 is not in 1..10000"),
     ("port = 70000", "mdserver.port: 70000 is not in 1..65535"),
+    ("connections_per_guest = 0", "mdserver.connections_per_guest: 0 is not in 1..1000"),
+    ("connections_per_guest = 9\nconnection_limit = 8",
+     r"mdserver.connections_per_guest \(9\) is more than mdserver.connection_limit \(8\)"),
 ])
 def test_limits_out_of_range_are_one_line_errors(tmp_path: Path, line: str, message: str) -> None:
     conf = tmp_path / "mdserver.conf"

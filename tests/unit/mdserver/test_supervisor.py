@@ -59,19 +59,21 @@ def test_no_server_for_the_fake_driver_or_the_test_driver(tmp_path):
     assert not (tmp_path / "instances").exists()
 
 
-@pytest.mark.parametrize(("key", "conf", "compute"), [
-    ("instances_dir", "/elsewhere", None),
-    ("libvirt_uri", "qemu:///session", "qemu:///system"),
-    ("network", "other-net", "etcd-compute"),
+@pytest.mark.parametrize(("key", "conf", "shown", "compute", "name"), [
+    ("instances_dir", "/elsewhere", "/elsewhere", None, "compute.instances_dir"),
+    ("libvirt_uri", "qemu:///session", "qemu:///session", "qemu:///system",
+     "driver.libvirt.uri"),
+    ("network", "other-net", "other-net", "etcd-compute", "driver.libvirt.network"),
+    ("connections_per_guest", "16", 16, 8, "driver.libvirt.metadata_connections_per_guest"),
 ])
 def test_a_mdserver_conf_that_disagrees_with_compute_yaml_is_refused(tmp_path, key, conf,
-                                                                     compute):
+                                                                     shown, compute, name):
     config = configs(tmp_path, **{key: conf})
     compute = compute or str(tmp_path / "instances")
     with pytest.raises(ConfigError) as caught:
         ensure_mdserver(config)
-    assert str(caught.value) == (f"{tmp_path / 'mdserver.conf'}: mdserver.{key} is {conf!r} "
-                                 f"but compute.yaml has {compute!r}")
+    assert str(caught.value) == (f"{tmp_path / 'mdserver.conf'}: mdserver.{key} is {shown!r} "
+                                 f"but compute.yaml has {compute!r} ({name})")
 
 
 def test_instance_dirs_are_compared_as_absolute_paths(tmp_path, monkeypatch, posing):

@@ -1,4 +1,4 @@
-"""Our nwfilters as XML (what libvirt gets): clean-traffic plus the host guard."""
+"""Our nwfilters as XML (what libvirt gets): clean-traffic, the host guard, the metadata cap."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import xml.etree.ElementTree as ET
 from types import SimpleNamespace
 
 import libvirt
+import pytest
 
 from etcd_compute.virt import nwfilter
 from etcd_compute.virt.domain import domain_xml
@@ -14,10 +15,22 @@ from tests import support
 
 
 def test_the_guest_filter_is_clean_traffic_and_the_host_guard():
-    root = ET.fromstring(nwfilter.guest_filter_xml())
+    root = ET.fromstring(nwfilter.guest_filter_xml(8))
     assert root.get("name") == "etcd-compute-guest" and root.get("chain") == "root"
     assert [r.get("filter") for r in root.iterfind("filterref")] == [
         "clean-traffic", "etcd-compute-host-guard"]
+
+
+@pytest.mark.parametrize("cap", [1, 8, 50])
+def test_the_guest_filter_caps_a_guests_connections_to_the_metadata_server(cap):
+    """libvirt makes it an iptables rule on traffic from the guest: `-p tcp -d
+    169.254.169.254 --dport 80 -m connlimit --connlimit-above CAP -j DROP`."""
+    rules = ET.fromstring(nwfilter.guest_filter_xml(cap)).findall("rule")
+    assert [(r.attrib, [(child.tag, child.attrib) for child in r]) for r in rules] == [
+        ({"action": "drop", "direction": "out", "priority": "100"},
+         [("tcp", {"dstipaddr": "169.254.169.254", "dstportstart": "80",
+                   "connlimit-above": str(cap)})]),
+    ]
 
 
 def test_the_host_guard_lets_through_dhcp_dns_and_metadata_only():
@@ -50,13 +63,18 @@ def test_the_host_guard_lets_through_dhcp_dns_and_metadata_only():
 
 
 def test_the_comparison_ignores_what_libvirt_adds_or_reorders():
-    ours = nwfilter.guest_filter_xml()
+    ours = nwfilter.guest_filter_xml(8)
     libvirts = ("<filter chain='root' name='etcd-compute-guest'>\n  <uuid>x</uuid>\n"
                 "  <filterref filter='clean-traffic'/>\n"
-                "  <filterref filter='etcd-compute-host-guard'/>\n</filter>")
+                "  <filterref filter='etcd-compute-host-guard'/>\n"
+                "  <rule priority='100' action='drop' direction='out'>\n"
+                "    <tcp connlimit-above='8' dstportstart='80' dstipaddr='169.254.169.254'/>\n"
+                "  </rule>\n</filter>")
     assert nwfilter._canonical(ours) == nwfilter._canonical(libvirts)
     assert nwfilter._canonical(ours) != nwfilter._canonical(
         libvirts.replace("clean-traffic", "allow-arp"))
+    assert nwfilter._canonical(ours) != nwfilter._canonical(
+        libvirts.replace("connlimit-above='8'", "connlimit-above='9'"))
 
 
 def test_the_nic_carries_the_filter_bound_to_the_dhcp_lease():
@@ -96,16 +114,16 @@ def test_changed_host_addresses_update_the_guard_in_place(monkeypatch):
     connection = FakeFilters()
     monkeypatch.setattr(nwfilter, "host_addresses", lambda: ["192.168.124.1"])
     monkeypatch.setattr(nwfilter, "host_broadcast_addresses", lambda: ["192.168.124.255"])
-    assert nwfilter.ensure_filters(connection) == "etcd-compute-guest"
+    assert nwfilter.ensure_filters(connection, 8) == "etcd-compute-guest"
     uuid = connection.filters["etcd-compute-host-guard"][0]
     # An address comes up on the host (another bridge, a DHCP renewal): the next build
     # updates the guard, keeping its uuid, instead of failing on libvirt's refusal.
     monkeypatch.setattr(nwfilter, "host_addresses", lambda: ["10.77.0.1", "192.168.124.1"])
-    nwfilter.ensure_filters(connection)
+    nwfilter.ensure_filters(connection, 8)
     updated_uuid, xml = connection.filters["etcd-compute-host-guard"]
     assert updated_uuid == uuid
     assert "10.77.0.1" in [ip.get("dstipaddr") for ip in ET.fromstring(xml).iter("ip")]
-    nwfilter.ensure_filters(connection)  # unchanged: nothing to define
+    nwfilter.ensure_filters(connection, 8)  # unchanged: nothing to define
     assert connection.filters["etcd-compute-host-guard"] == (uuid, xml)
 
 
@@ -113,7 +131,7 @@ def test_the_guard_drops_the_broadcast_addresses_of_the_hosts_networks(monkeypat
     connection = FakeFilters()
     monkeypatch.setattr(nwfilter, "host_addresses", lambda: ["192.168.124.1"])
     monkeypatch.setattr(nwfilter, "host_broadcast_addresses", lambda: ["192.168.124.255"])
-    nwfilter.ensure_filters(connection)
+    nwfilter.ensure_filters(connection, 8)
     xml = connection.filters["etcd-compute-host-guard"][1]
     dropped = {ip.get("dstipaddr") for rule in ET.fromstring(xml).iterfind("rule")
                if rule.get("action") == "drop" for ip in rule.iterfind("ip")}
@@ -132,3 +150,36 @@ def test_broadcast_addresses_come_from_each_prefix_too(monkeypatch):
         "metadata": [snic("169.254.169.254", "255.255.255.255")],
     })
     assert nwfilter.host_broadcast_addresses() == ["10.77.1.255", "192.0.2.255"]
+
+
+def test_a_changed_cap_updates_the_guest_filter_in_place(monkeypatch):
+    connection = FakeFilters()
+    monkeypatch.setattr(nwfilter, "host_addresses", lambda: ["192.168.124.1"])
+    monkeypatch.setattr(nwfilter, "host_broadcast_addresses", lambda: [])
+    nwfilter.ensure_filters(connection, 8)
+    uuid = connection.filters["etcd-compute-guest"][0]
+    nwfilter.ensure_filters(connection, 16)
+    updated_uuid, xml = connection.filters["etcd-compute-guest"]
+    assert updated_uuid == uuid
+    assert ET.fromstring(xml).find("rule/tcp").get("connlimit-above") == "16"
+
+
+def test_the_cap_needs_iptables_to_see_bridged_packets(tmp_path):
+    setting = tmp_path / "bridge-nf-call-iptables"
+    assert "br_netfilter is not loaded" in nwfilter.bridge_netfilter_missing(setting)
+    setting.write_text("0\n")
+    assert nwfilter.bridge_netfilter_missing(setting).startswith(f"{setting} is 0: ")
+    setting.write_text("1\n")
+    assert nwfilter.bridge_netfilter_missing(setting) is None
+
+
+def test_a_host_where_the_cap_cannot_work_is_told_once(monkeypatch, caplog):
+    monkeypatch.setattr(nwfilter, "_bridge_netfilter_checked", False)
+    monkeypatch.setattr(nwfilter, "bridge_netfilter_missing", lambda: "no br_netfilter")
+    monkeypatch.setattr(nwfilter, "host_addresses", lambda: [])
+    monkeypatch.setattr(nwfilter, "host_broadcast_addresses", lambda: [])
+    connection = FakeFilters()
+    nwfilter.ensure_filters(connection, 8)
+    nwfilter.ensure_filters(connection, 8)
+    assert [r.getMessage() for r in caplog.records if r.levelname == "WARNING"] == [
+        "no br_netfilter"]
