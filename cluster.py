@@ -1,10 +1,14 @@
 #!/usr/bin/env python3
 """Cluster administration entry point (certificates, etcd users and roles); see
-etcd_compute/cli/cluster.py."""
+etcd_compute/cli/cluster.py.
+
+Runs as written (`./cluster.py ...`) after `make install`: under the project's .venv when
+the python3 on PATH lacks our dependencies (etcd_compute/launch.py).
+"""
 
 import sys
 
-from etcd_compute.cli.cluster import main
+from etcd_compute.launch import main
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main("etcd_compute.cli.cluster", __file__, sys.argv[1:]))

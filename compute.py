@@ -1,9 +1,13 @@
 #!/usr/bin/env python3
-"""Compute daemon entry point; see etcd_compute/cli/compute.py."""
+"""Compute daemon entry point; see etcd_compute/cli/compute.py.
+
+Runs as written (`./compute.py ...`) after `make install`: under the project's .venv when
+the python3 on PATH lacks our dependencies (etcd_compute/launch.py).
+"""
 
 import sys
 
-from etcd_compute.cli.compute import main
+from etcd_compute.launch import main
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main("etcd_compute.cli.compute", __file__, sys.argv[1:]))

@@ -73,8 +73,8 @@ def _compute_config(stack: Stack, root: Path) -> dict[str, Any]:
 
 
 def _boot_ours(scheduler: Any, image_url: str) -> tuple[float, str]:
+    from etcd_compute.ops.operations import read_record
     from etcd_compute.scheduler import RequestSpec
-    from etcd_compute.scheduler.operations import read_record
 
     started = time.perf_counter()
     (destination,) = scheduler.select_destinations(RequestSpec.build(QUERY, image_url=image_url))
@@ -89,7 +89,7 @@ def _boot_ours(scheduler: Any, image_url: str) -> tuple[float, str]:
 
 
 def _destroy_ours(scheduler: Any, uuid: str) -> None:
-    from etcd_compute.scheduler.operations import destroy, read_record
+    from etcd_compute.ops.operations import destroy, read_record
 
     destroy(scheduler.store, scheduler.placement, uuid)
     deadline = time.monotonic() + 120

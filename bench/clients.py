@@ -27,7 +27,7 @@ from bench import parallel
 from bench.placements import Placed, RunResult
 from etcd_compute.errors import EtcdComputeError
 from etcd_compute.etcd import Store
-from etcd_compute.scheduler.queue_client import QueueClient
+from etcd_compute.ops.queue_client import QueueClient
 from etcd_compute.scheduler.spec import RequestSpec
 
 REPO = Path(__file__).resolve().parent.parent

@@ -32,11 +32,11 @@ import yaml
 
 from bench.services import ComputeProcess, Stack, fake_compute_config, say, stop_pid_tree
 from bench.stats import percentile
-from etcd_compute import instances
 from etcd_compute.config import COMPUTE_DEFAULTS, deep_merge
 from etcd_compute.drivers.fake import FakeDriver
 from etcd_compute.etcd import Store
-from etcd_compute.scheduler import operations
+from etcd_compute.instances import records, states
+from etcd_compute.ops import operations
 from etcd_compute.scheduler.scheduler import Scheduler
 from etcd_compute.scheduler.spec import RequestSpec
 from tools.local_services import REPO
@@ -136,18 +136,18 @@ def _round(store: Store, scheduler: Scheduler, hosts: list[ComputeProcess]
     other_rp = next(h.config["compute"]["uuid"] for h in hosts if h is not victim)
 
     def state_on(host: str) -> str | None:
-        location, read = instances.find(store, uuid)
+        location, read = records.find(store, uuid)
         return read.state if location == host else None
 
-    _until("ACTIVE on the victim", lambda: state_on(rp) == instances.ACTIVE)
+    _until("ACTIVE on the victim", lambda: state_on(rp) == states.ACTIVE)
     killed = time.monotonic()
     _kill(victim)
     FakeDriver(deep_merge(COMPUTE_DEFAULTS, victim.config)).fence()  # the machine went too
     lease = _until("the lease to expire", lambda: store.get(store.keys.alive(rp)) is None)
     moved = _until("the controller to move it", lambda: state_on(other_rp) is not None)
-    active = _until("ACTIVE on the other host", lambda: state_on(other_rp) == instances.ACTIVE)
+    active = _until("ACTIVE on the other host", lambda: state_on(other_rp) == states.ACTIVE)
     # The next round starts from empty hosts: destroy it where it runs now.
     operations.destroy(store, scheduler.placement, uuid)
-    _until("the instance destroyed", lambda: state_on(other_rp) in (None, instances.DELETED))
+    _until("the instance destroyed", lambda: state_on(other_rp) in (None, states.DELETED))
     return {"lease": lease - killed, "grace": moved - lease, "build": active - moved,
             "total": active - killed}

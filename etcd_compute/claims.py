@@ -60,6 +60,21 @@ def move(placement: PlacementClient, consumer: str, allocations: dict[str, Any],
     return placement.get_allocations(consumer).get("consumer_generation")
 
 
+def move_many(placement: PlacementClient,
+              moves: list[tuple[str, dict[str, Any], str, str]]) -> dict[str, int | None]:
+    """Move several claims at once: (consumer, allocations, project_id, user_id) each, in one
+    atomic request, each checked against the generation read here. The consumers'
+    generations after the move, for `undo_move`. ConflictError (nothing moved) when a new
+    host has no room or a consumer changed meanwhile."""
+    current = {consumer: placement.get_allocations(consumer) for consumer, *_ in moves}
+    placement.replace_many({
+        consumer: {"allocations": allocations, "project_id": project_id, "user_id": user_id,
+                   "consumer_generation": current[consumer].get("consumer_generation")}
+        for consumer, allocations, project_id, user_id in moves})
+    return {consumer: placement.get_allocations(consumer).get("consumer_generation")
+            for consumer, *_ in moves}
+
+
 def undo_move(placement: PlacementClient, consumer: str, allocations: dict[str, Any],
               generation: int | None, project_id: str, user_id: str) -> bool:
     """Set the claim back to `allocations` (`{}`: none) after a move whose etcd side failed,

@@ -12,6 +12,7 @@ import copy
 import os
 import re
 import socket
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +29,12 @@ ETCD_DEFAULTS: dict[str, Any] = {
     # Every key we write lives under this prefix ("" in production, unique per test).
     "prefix": "",
     "timeout": 5.0,
+    # How long a leader election of the etcd cluster may take: each member waits between the
+    # members' --election-timeout (1 s by default) and twice it before it stands, and a
+    # round can fail (two stood at once): up to about 4 s with the default (measured here:
+    # 3.7 s, on a busy machine, an election of two rounds). 0 for a single member (no
+    # elections). Lease renewals (the compute's heartbeat) are timed to outlast one.
+    "election_seconds": 4.0,
     # TLS: the cluster CA, and this client's certificate and key (its CN is its etcd user).
     # Relative paths are relative to the configuration file.
     "ca_cert": None,
@@ -301,20 +308,72 @@ def resolve_paths(config: dict[str, Any], base: Path) -> None:
     zones["credential_dirs"] = [str(base / d) for d in zones.get("credential_dirs", [])]
 
 
-def check_fencing(compute: dict[str, Any], source: str) -> None:
-    """A host must start fencing before its lease can expire: margin below the TTL, with
-    at least half a second of renewals before it (a third of the TTL is one refresh)."""
+# A failed renewal is tried again this soon (on the next member).
+RENEWAL_RETRY_SECONDS = 0.2
+# What a renewal needs besides the election: its own round trip, a loaded host's scheduling.
+RENEWAL_SLACK_SECONDS = 0.5
+# Below these the heartbeat would be busy renewing (or give a live member no time to answer).
+MIN_RENEWAL_INTERVAL, MIN_RENEWAL_TRY = 0.5, 0.25
+
+
+@dataclass(frozen=True)
+class HeartbeatTiming:
+    """When the heartbeat renews its lease, and when it fences.
+
+    The worst moment for an etcd leader to die is just before a renewal is due: the
+    renewals that follow fail (the dead member) or wait (a follower holds a keep-alive until
+    a new leader answers it) until the election is over. So a renewal is due early enough
+    that the election (`etcd.election_seconds`) and some slack still fit before the fence
+    point, and each try is short enough that two of them fit between the due time and the
+    fence point: one may be lost on the dead member, the next waits the election out.
+    With a single member (`election_seconds` 0) there is no other member to try: a try
+    may take all the time there is."""
+
+    interval: float  # between renewals while they succeed
+    try_timeout: float  # one try of a renewal (at most etcd.timeout)
+    retry: float  # after a failed try
+    fence_after: float  # no renewal for this long: fence
+    # The interval and the room for each of two tries are long enough to be of use.
+    workable: bool = True
+
+
+def heartbeat_timing(compute: dict[str, Any], etcd: dict[str, Any]) -> HeartbeatTiming:
     ttl, margin = compute["heartbeat_ttl"], compute["fence_margin_seconds"]
-    if ttl - margin < max(ttl / 3, 0.5):
-        raise ConfigError(
-            f"{source}: compute.fence_margin_seconds {margin:g} leaves too little of "
-            f"heartbeat_ttl {ttl}: fencing would start before the first renewal could "
-            f"fail; use at most {ttl - max(ttl / 3, 0.5):g}")
+    election = etcd.get("election_seconds", ETCD_DEFAULTS["election_seconds"])
+    fence_after = ttl - margin
+    interval = min(ttl / 3, fence_after - election - RENEWAL_SLACK_SECONDS)
+    room = fence_after - interval - RENEWAL_RETRY_SECONDS
+    if election > 0:
+        room /= 2  # one try may be lost on the dead member, the next waits the election out
+    return HeartbeatTiming(
+        interval, min(etcd.get("timeout", ETCD_DEFAULTS["timeout"]), room),
+        RENEWAL_RETRY_SECONDS, fence_after,
+        workable=interval >= MIN_RENEWAL_INTERVAL and room >= MIN_RENEWAL_TRY)
+
+
+def check_fencing(config: dict[str, Any], source: str) -> None:
+    """A host must renew its lease through an etcd leader election and still fence before
+    the lease can expire: `heartbeat_timing` must leave room for both."""
+    compute, etcd = config["compute"], config["etcd"]
+    if heartbeat_timing(compute, etcd).workable:
+        return
+    ttl, margin = compute["heartbeat_ttl"], compute["fence_margin_seconds"]
+    election = etcd.get("election_seconds", ETCD_DEFAULTS["election_seconds"])
+    fits = [m / 10 for m in range(int(margin * 10), 4, -1)
+            if heartbeat_timing({"heartbeat_ttl": ttl, "fence_margin_seconds": m / 10},
+                                etcd).workable]
+    advice = (f"use a fence_margin_seconds of at most {fits[0]:g}" if fits
+              else "use a longer heartbeat_ttl")
+    raise ConfigError(
+        f"{source}: compute.heartbeat_ttl {ttl} with compute.fence_margin_seconds {margin:g} "
+        f"leaves too little time to renew the lease through an etcd leader election "
+        f"(etcd.election_seconds {election:g}) before fencing; {advice} (or, with a single "
+        "etcd member, set etcd.election_seconds 0)")
 
 
 def load_compute(path: str | None = None) -> dict[str, Any]:
     config = load(path, COMPUTE_DEFAULTS, "compute_config", "compute.yaml")
-    check_fencing(config["compute"], str(path or "compute.yaml"))
+    check_fencing(config, str(path or "compute.yaml"))
     compute = config["compute"]
     compute["name"] = compute["name"] or socket.gethostname()
     disk = compute["inventory"].setdefault("DISK_GB", {})

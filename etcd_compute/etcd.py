@@ -1,4 +1,4 @@
-"""The etcd connection and the few operations we build everything from.
+"""The etcd store: the few operations we build everything from, over one connection.
 
 We use `etcd-sdk-python` (imported as `pyetcd`): it keeps the API of the old
 `etcd3` package, which is unmaintained and breaks with current protobuf.
@@ -9,6 +9,9 @@ never leaves a failed member either, so `FailoverClient` moves to the next
 endpoint after every call that found its member unreachable, and `Store`
 retries a call on the next member when that cannot do a write twice.
 
+Connecting (TLS, gRPC's options) and turning its failures into one-line errors:
+`etcd_connection.py`.
+
 Transactions are written with our own small types (`Compare`, `Put`,
 `Delete`, `Txn`) and translated to pyetcd's only here, so the code that
 builds them (the instance model) can be tested against an in-memory store.
@@ -17,119 +20,22 @@ builds them (the instance model) can be tested against an in-memory store.
 from __future__ import annotations
 
 import contextlib
-import os
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-# gRPC's C core would print its own lines (a failed TLS handshake, say) on stderr, around
-# our one-line errors; it must know before grpc is imported.
-os.environ.setdefault("GRPC_VERBOSITY", "NONE")
+import grpc
+import pyetcd
+import pyetcd.exceptions
+import pyetcd.transactions
+from pyetcd import etcdrpc
 
-import grpc  # noqa: E402
-import pyetcd  # noqa: E402
-import pyetcd.exceptions  # noqa: E402
-import pyetcd.transactions  # noqa: E402
-from pyetcd import etcdrpc  # noqa: E402
-
-from etcd_compute import messages, metrics
-from etcd_compute.errors import (
-    ConfigError,
-    EtcdComputeError,
-    EtcdUnavailable,
-    InvalidMessage,
-)
-from etcd_compute.etcd_failover import (
-    ETCD_DOWN,
-    UNREACHABLE_CODES,
-    FailoverClient,
-    never_sent,
-    unreachable,
-)
+from etcd_compute import messages
+from etcd_compute.errors import InvalidMessage
+from etcd_compute.etcd_connection import connect, etcd_errors
+from etcd_compute.etcd_failover import ETCD_DOWN, never_sent, unreachable
 from etcd_compute.keys import Keys
-
-GRPC_OPTIONS = [
-    ("grpc.max_reconnect_backoff_ms", 1000), ("grpc.initial_reconnect_backoff_ms", 100),
-    # A member that vanished without a reset (partitioned, its host hung) would hold a watch
-    # forever: nothing else ends a stream. Pings find that out; etcd refuses pings closer
-    # than 5 s apart (--grpc-keepalive-min-time), and only on connections with calls.
-    ("grpc.keepalive_time_ms", 10_000), ("grpc.keepalive_timeout_ms", 5_000),
-    ("grpc.http2.max_pings_without_data", 0),
-]
-
-def _read(setting: str, path: str) -> bytes:
-    try:
-        return Path(path).read_bytes()
-    except OSError as exc:
-        raise ConfigError(f"etcd.{setting} {path}: cannot read ({exc.strerror})") from None
-
-
-def tls_credentials(etcd_config: dict[str, Any]) -> grpc.ChannelCredentials | None:
-    """gRPC TLS credentials from etcd.ca_cert/cert/key, or None for plain TCP."""
-    ca, cert, key = (etcd_config.get(name) for name in ("ca_cert", "cert", "key"))
-    if not ca:
-        if cert or key:
-            raise ConfigError("etcd.cert and etcd.key need etcd.ca_cert (TLS)")
-        return None
-    if bool(cert) != bool(key):
-        raise ConfigError("etcd.cert and etcd.key go together")
-    return grpc.ssl_channel_credentials(
-        _read("ca_cert", ca), _read("key", key) if key else None,
-        _read("cert", cert) if cert else None)
-
-
-def connect(etcd_config: dict[str, Any]) -> pyetcd.MultiEndpointEtcd3Client:
-    credentials = tls_credentials(etcd_config)
-    endpoints = []
-    for endpoint in etcd_config["endpoints"]:
-        host, port = endpoint.rsplit(":", 1)
-        endpoints.append(pyetcd.Endpoint(host, int(port), secure=credentials is not None,
-                                         creds=credentials, time_retry=0, opts=GRPC_OPTIONS))
-    with etcd_errors(etcd_config["endpoints"]):
-        # With a user and password this authenticates right away (a network call).
-        return FailoverClient(
-            endpoints=endpoints, timeout=etcd_config["timeout"], failover=True,
-            user=etcd_config.get("user"), password=etcd_config.get("password"))
-
-
-# What gRPC says when the TLS handshake, not the network, failed. A client
-# certificate the server refuses shows only after the client's side of a TLS 1.3
-# handshake is done, as gRPC's transport security failing to unwrap ("TSI_").
-TLS_FAULTS = ("SSL", "ssl", "certificate", "handshake", "TLS", "tls", "TSI_")
-
-
-class PermissionDenied(EtcdComputeError):
-    """etcd refused a request for lack of permission (its RBAC)."""
-
-
-@contextlib.contextmanager
-def etcd_errors(endpoints: list[str]) -> Iterator[None]:
-    """Turn pyetcd/gRPC failures into one-line errors."""
-    try:
-        yield
-    except ETCD_DOWN as exc:
-        metrics.backend_error("etcd")
-        code = exc.code() if isinstance(exc, grpc.RpcError) and hasattr(exc, "code") else None
-        # pyetcd raises its own exception from inside gRPC's; the details are in that one.
-        cause = exc if hasattr(exc, "details") else exc.__context__
-        details = (cause.details() or "") if hasattr(cause, "details") else ""
-        details = " ".join(details.split())[:300]
-        if code == grpc.StatusCode.PERMISSION_DENIED:
-            raise PermissionDenied(f"etcd refused the request: PERMISSION_DENIED: "
-                                   f"{details}") from None
-        if code is not None and code not in UNREACHABLE_CODES:
-            raise EtcdComputeError(f"etcd refused the request: {code.name}: {details}") from None
-        if any(fault in details for fault in TLS_FAULTS):
-            raise EtcdUnavailable(
-                f"etcd at {', '.join(endpoints)}: TLS handshake failed ({details}); check "
-                "etcd.ca_cert/cert/key against the cluster CA") from None
-        raise EtcdUnavailable(
-            f"etcd at {', '.join(endpoints)} is unreachable "
-            f"({code.name if code else exc.__class__.__name__}); "
-            "check that etcd runs and etcd.endpoints in the config"
-        ) from None
 
 
 @dataclass

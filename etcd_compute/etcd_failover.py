@@ -12,17 +12,13 @@ write certainly never left (`never_sent`), so `Store` may send it elsewhere.
 
 from __future__ import annotations
 
-import os
 import threading
 from typing import Any
 
-# As in etcd.py: gRPC's C core must know before grpc is imported (whichever imports it).
-os.environ.setdefault("GRPC_VERBOSITY", "NONE")
-
-import grpc  # noqa: E402
-import pyetcd  # noqa: E402
-import pyetcd.exceptions  # noqa: E402
-from pyetcd import etcdrpc  # noqa: E402
+import grpc
+import pyetcd
+import pyetcd.exceptions
+from pyetcd import etcdrpc
 
 # What a dead or restarting etcd looks like through pyetcd.
 ETCD_DOWN = (
@@ -38,26 +34,44 @@ ETCD_DOWN = (
 UNREACHABLE_CODES = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED}
 
 
+# What a member that cannot answer now (no quorum, no leader) says besides those codes: it
+# lets the request's own deadline pass, and gRPC reports etcd's bare context error as UNKNOWN
+# ("etcd refused the request: UNKNOWN: context deadline exceeded" was an exit 1, not a 3).
+UNREACHABLE_DETAILS = ("context deadline exceeded", "context canceled")
+
+
 def _grpc_cause(exc: BaseException) -> Any:
     """The gRPC error behind `exc` (pyetcd raises its own exception from inside gRPC's)."""
     return exc if hasattr(exc, "details") else exc.__context__
+
+
+def grpc_status(exc: BaseException) -> tuple[grpc.StatusCode | None, str]:
+    """The gRPC code (None if there is none) and details behind `exc`."""
+    cause = _grpc_cause(exc)
+    code = cause.code() if hasattr(cause, "code") else None
+    details = (cause.details() or "") if hasattr(cause, "details") else ""
+    return code, details
+
+
+def unreachable_status(code: grpc.StatusCode | None, details: str) -> bool:
+    """The one rule for "etcd is not there (now)" as opposed to "etcd refused this"."""
+    if code is None or code in UNREACHABLE_CODES:
+        return True
+    return code == grpc.StatusCode.UNKNOWN and \
+        any(text in details for text in UNREACHABLE_DETAILS)
 
 
 def unreachable(exc: BaseException) -> bool:
     """`exc` says the member could not be reached (now), not that etcd refused the call."""
     if not isinstance(exc, ETCD_DOWN):
         return False
-    cause = _grpc_cause(exc)
-    code = cause.code() if hasattr(cause, "code") else None
-    return code is None or code in UNREACHABLE_CODES
+    return unreachable_status(*grpc_status(exc))
 
 
 def never_sent(exc: BaseException) -> bool:
     """gRPC could not even connect to the member: the request never left, so sending it
     to another member cannot apply it twice."""
-    cause = _grpc_cause(exc)
-    details = (cause.details() or "") if hasattr(cause, "details") else ""
-    return unreachable(exc) and "failed to connect" in details
+    return unreachable(exc) and "failed to connect" in grpc_status(exc)[1]
 
 
 # gRPC codes after which the member asked is left for the next one (pyetcd's own list).
@@ -80,7 +94,7 @@ class FailoverClient(pyetcd.MultiEndpointEtcd3Client):
 
     def _manage_grpc_errors(self, exc: grpc.RpcError) -> None:
         # pyetcd routes every gRPC error of calls, watches and keep-alives through here.
-        if exc.code() in FAILOVER_CODES:
+        if exc.code() in FAILOVER_CODES or unreachable_status(*grpc_status(exc)):
             self.next_endpoint()
         super()._manage_grpc_errors(exc)
 

@@ -5,7 +5,7 @@ destroy, a power change seen by the hypervisor ...), started "running" and
 ended "success", "error" or "refused". The last MAX_EVENTS entries live in
 one key under the instance's host, `/hosts/<rp>/events/<uuid>` (a host may
 write only its own prefix), and are written in the same transaction as the
-state change they describe (`instances.py`), compared through the record's
+state change they describe (`instances/`), compared through the record's
 revision: every write of the events also writes the record. They move with
 the instance to another host, expire with its DELETED record and go with it.
 

@@ -60,6 +60,10 @@ class HostKey:
 class Keys:
     prefix: str = ""
 
+    def everything(self) -> str:
+        """Every key of ours starts with this (what the controller watches)."""
+        return f"{self.prefix}/"
+
     # --- one host's keys ---------------------------------------------------------------
 
     def hosts(self) -> str:

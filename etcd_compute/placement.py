@@ -347,6 +347,15 @@ class PlacementClient:
                            "consumer_type": consumer_type}}
         self.request("POST", "/allocations", json=body, expect=(204,))
 
+    def replace_many(self, claims: dict[str, dict[str, Any]],
+                     consumer_type: str = "INSTANCE") -> None:
+        """Set several consumers' allocations in one atomic POST /allocations, each only if
+        its generation is still the one given: {consumer: {"allocations", "project_id",
+        "user_id", "consumer_generation"}}. All or nothing (409 if any does not hold)."""
+        body = {consumer: {**claim, "consumer_type": consumer_type}
+                for consumer, claim in claims.items()}
+        self.request("POST", "/allocations", json=body, expect=(204,))
+
     def delete_allocations(self, consumer: str) -> bool:
         """Free a consumer's allocations; False if it had none."""
         response = self.request("DELETE", f"/allocations/{consumer}", expect=(204, 404))

@@ -26,9 +26,10 @@ import yaml
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from etcd_compute import instances, messages  # noqa: E402
+from etcd_compute import messages  # noqa: E402
 from etcd_compute.errors import EtcdComputeError  # noqa: E402
 from etcd_compute.etcd import Store  # noqa: E402
+from etcd_compute.instances import records  # noqa: E402
 from etcd_compute.placement import PlacementClient  # noqa: E402
 from tools.local_services import LocalStack, ensure_libvirtd, stop_pid  # noqa: E402
 
@@ -222,11 +223,11 @@ def _is_uuid(text: str) -> bool:
 
 
 def _state(store: Store, instance: str) -> str | None:
-    return instances.find(store, instance)[1].state
+    return records.find(store, instance)[1].state
 
 
 def _console(store: Store, instance: str) -> str:
-    host, _ = instances.find(store, instance)
+    host, _ = records.find(store, instance)
     if host is None:
         return ""
     console, _ = store.read(messages.CONSOLE, store.keys.console(host, instance))

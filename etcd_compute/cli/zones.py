@@ -9,57 +9,56 @@
 
 The seed's `nova zone-add <url> <user> <key>`, `zone-list`, `zone-info` and
 `zone-delete <N>`, with endpoints and credential files instead of an API URL
-and key. Thin: the work is in `etcd_compute.zones`.
+and key. Thin: the work is in `etcd_compute.zones`. Also what the other commands
+need of zones: --zone's meanings, the zone holding an instance, a request across
+zones, a list across zones.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
-from etcd_compute.cli import terminal_line
+from etcd_compute.cli import Commands, output, terminal_line
 from etcd_compute.errors import NotFound, UsageError
 from etcd_compute.keys import UUID
 
-ZONE_ACTIONS = ("add", "list", "show", "info", "delete")
-# Options that only `zone add` takes (argparse dest -> option).
-ADD_OPTIONS = {"etcd": "--etcd", "etcd_prefix": "--etcd-prefix", "placement": "--placement",
-               "ca_cert": "--ca-cert", "cert": "--cert", "cert_key": "--cert-key",
-               "timeout": "--timeout"}
+ZONE_ACTIONS = {
+    "add": "record a child zone: its etcd and Placement, and the credential files for them",
+    "list": "every zone below this one: reachable, capabilities",
+    "show": "a zone's record, and the capabilities of it and those below",
+    "info": "the capabilities of this zone (or NAME|PATH) and those below",
+    "delete": "forget a child zone (--force: even while it holds instances placed from here)",
+}
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    group = parser.add_argument_group("zone add / zone delete")
-    group.add_argument("--etcd", metavar="HOST:PORT[,HOST:PORT]",
-                       help="zone add: the child zone's etcd members")
-    group.add_argument("--etcd-prefix", metavar="PREFIX",
-                       help="zone add: its etcd.prefix (default none)")
-    group.add_argument("--placement", metavar="URL", help="zone add: its Placement endpoint")
-    group.add_argument("--ca-cert", metavar="FILE", help="zone add: its cluster CA")
-    group.add_argument("--cert", metavar="FILE",
-                       help="zone add: a client certificate its etcd (operator role) and "
-                            "Placement accept")
-    group.add_argument("--cert-key", metavar="FILE",
-                       help="zone add: that certificate's key (mode 0600)")
-    group.add_argument("--timeout", type=float, metavar="SECONDS",
-                       help="zone add: how long to wait on its etcd and Placement "
-                            "(default 5 and 30)")
-    group.add_argument("--force", action="store_true",
-                       help="zone delete: even while it holds instances placed from here")
-
-
-def check_options(args: argparse.Namespace) -> None:
-    """The zone options go with `zone add` (and --force with `zone delete`)."""
-    action = args.words[1] if len(args.words) > 1 and args.words[0] == "zone" else None
-    given = [option for dest, option in ADD_OPTIONS.items() if getattr(args, dest) is not None]
-    if given and action != "add":
-        raise UsageError(f"{given[0]} goes with zone add")
-    if args.force and action != "delete":
-        raise UsageError("--force goes with zone delete")
+def add_commands(commands: Commands) -> None:
+    zone = commands.group("zone", "child zones: zone add|list|show|info|delete",
+                          f"expected zone {'|'.join(ZONE_ACTIONS)}")
+    add = zone.add("add", ZONE_ACTIONS["add"], "expected a NAME", _add)
+    add.add_argument("name", metavar="NAME")
+    add.add_argument("--etcd", metavar="HOST:PORT[,HOST:PORT]",
+                     help="the child zone's etcd members (required)")
+    add.add_argument("--etcd-prefix", metavar="PREFIX", help="its etcd.prefix (default none)")
+    add.add_argument("--placement", metavar="URL", help="its Placement endpoint (required)")
+    add.add_argument("--ca-cert", metavar="FILE", help="its cluster CA")
+    add.add_argument("--cert", metavar="FILE",
+                     help="a client certificate its etcd (operator role) and Placement accept")
+    add.add_argument("--cert-key", metavar="FILE", help="that certificate's key (mode 0600)")
+    add.add_argument("--timeout", type=float, metavar="SECONDS",
+                     help="how long to wait on its etcd and Placement (default 5 and 30)")
+    zone.add("list", ZONE_ACTIONS["list"], "expected no argument", _list)
+    show = zone.add("show", ZONE_ACTIONS["show"], "expected one NAME or PATH", _show)
+    show.add_argument("name", metavar="NAME|PATH")
+    info = zone.add("info", ZONE_ACTIONS["info"], "expected at most one NAME or PATH", _info)
+    info.add_argument("name", metavar="NAME|PATH", nargs="?")
+    delete = zone.add("delete", ZONE_ACTIONS["delete"], "expected one NAME", _delete)
+    delete.add_argument("name", metavar="NAME")
+    delete.add_argument("--force", action="store_true",
+                        help="even while it holds instances placed from here")
 
 
 def zone_option(value: str | None, config: dict[str, Any]) -> tuple[str | None, str | None]:
@@ -130,17 +129,12 @@ def federated(store: Any, route: str | None) -> bool:
     return bool(entries)
 
 
-def _emit_json(data: Any) -> None:
-    print(json.dumps(data, indent=2, sort_keys=True))
-
-
 def schedule(args: argparse.Namespace, config: dict[str, Any], scheduler: Any,
-             request_spec: Any, route: str | None,
-             no_valid_host: Callable[[Any], int], progress: Callable[..., None]) -> int:
+             request_spec: Any, route: str | None) -> int:
     """A request across zones, printed as a request in one zone is (plus each zone)."""
-    from etcd_compute import instances
     from etcd_compute.errors import NoValidHost
-    from etcd_compute.scheduler import operations as ops
+    from etcd_compute.instances import states
+    from etcd_compute.ops import operations as ops
     from etcd_compute.zones.federation import Federation, in_parallel
 
     with zone_tree(config, scheduler) as tree:
@@ -148,9 +142,9 @@ def schedule(args: argparse.Namespace, config: dict[str, Any], scheduler: Any,
         try:
             placed = federation.select_destinations(request_spec, route)
         except NoValidHost as exc:
-            return no_valid_host(exc)
+            return output.no_valid_host(args.json, exc)
         if args.json and not args.wait:
-            _emit_json({"instances": [p.as_dict() for p in placed],
+            output.emit_json({"instances": [p.as_dict() for p in placed],
                         "conflicts": federation.conflicts, "replans": federation.replans})
         elif not args.json:
             for one in placed:
@@ -163,57 +157,36 @@ def schedule(args: argparse.Namespace, config: dict[str, Any], scheduler: Any,
 
         def changed(uuid: str, record: Any) -> None:
             with lock:
-                progress(uuid, record)
+                output.progress(uuid, record)
 
         by_zone: dict[str, list[str]] = {}
         for one in placed:
             by_zone.setdefault(one.zone, []).append(one.destination.uuid)
         finals, failed = in_parallel(list(by_zone), lambda path: ops.wait(
             tree.find(path).store, by_zone[path],
-            frozenset({instances.ACTIVE, instances.ERROR, instances.DELETED}),
+            frozenset({states.ACTIVE, states.ERROR, states.DELETED}),
             config["scheduler"]["wait_timeout_seconds"],
-            (lambda *_: None) if args.json else changed))
+            output.quiet if args.json else changed))
         if failed:
             raise next(iter(failed.values()))
         final = {uuid: record for records in finals.values() for uuid, record in records.items()}
         if args.json:
-            _emit_json({"instances": [{**p.as_dict(), "record": final.get(p.destination.uuid)}
+            output.emit_json({"instances": [{**p.as_dict(),
+                                             "record": final.get(p.destination.uuid)}
                                       for p in placed],
                         "conflicts": federation.conflicts, "replans": federation.replans})
-        ok = all(r is not None and r["state"] == instances.ACTIVE for r in final.values())
+        ok = all(r is not None and r["state"] == states.ACTIVE for r in final.values())
         return 0 if ok else 1
 
 
 # --------------------------------------------------------------------- zone ...
 
 
-def _rows(rows: list[tuple[str, str]]) -> None:
-    width = max((len(key) for key, _ in rows), default=0)
-    for key, value in rows:
-        print(terminal_line(f"{key:<{width}}  {value}"))
-
-
-def cmd_zone(args: argparse.Namespace, config: dict[str, Any],
-             table: Callable[[list[list[str]], list[str]], None]) -> int:
-    if len(args.words) < 2 or args.words[1] not in ZONE_ACTIONS:
-        raise UsageError(f"zone: expected zone {'|'.join(ZONE_ACTIONS)}")
-    action, rest = args.words[1], args.words[2:]
-    wanted = {"add": 1, "list": 0, "show": 1, "info": (0, 1), "delete": 1}[action]
-    if len(rest) not in (wanted if isinstance(wanted, tuple) else (wanted,)):
-        raise UsageError(f"zone {action}: expected "
-                         + {"add": "a NAME", "list": "no argument", "show": "one NAME or PATH",
-                            "info": "at most one NAME or PATH", "delete": "one NAME"}[action])
-    handler = {"add": _add, "list": _list, "show": _show, "info": _info,
-               "delete": _delete}[action]
-    return handler(args, config, rest, table)
-
-
-def _add(args: argparse.Namespace, config: dict[str, Any], rest: list[str],
-         _table: Any) -> int:
+def _add(args: argparse.Namespace, config: dict[str, Any]) -> int:
     from etcd_compute.zones import registry
     from etcd_compute.zones.tree import ZONE_FAULTS
 
-    name = registry.check_name(rest[0], "zone add")
+    name = registry.check_name(args.name, "zone add")
     if name == config["zones"]["name"]:
         raise UsageError(f"zone add {name}: that is this zone's own name (zones.name)")
     if not args.etcd or not args.placement:
@@ -233,7 +206,8 @@ def _add(args: argparse.Namespace, config: dict[str, Any], rest: list[str],
         except ZONE_FAULTS as exc:
             reach = f"not reachable now: {exc}"
     if args.json:
-        _emit_json({"zone": name, "reachable": reach.startswith("reachable"), "detail": reach})
+        output.emit_json({"zone": name, "reachable": reach.startswith("reachable"),
+                          "detail": reach})
     else:
         print(terminal_line(f"ZONE {name} ADDED ({reach})"))
     return 0
@@ -249,8 +223,7 @@ def _summaries(config: dict[str, Any], route: str | None) -> tuple[Any, dict[str
     return found, records
 
 
-def _list(args: argparse.Namespace, config: dict[str, Any], _rest: list[str],
-          table: Callable[[list[list[str]], list[str]], None]) -> int:
+def _list(args: argparse.Namespace, config: dict[str, Any]) -> int:
     from etcd_compute.zones import info
 
     found, records = _summaries(config, None)
@@ -266,10 +239,10 @@ def _list(args: argparse.Namespace, config: dict[str, Any], _rest: list[str],
                      "etcd": ",".join(entry.get("etcd", {}).get("endpoints", [])) or "-",
                      "placement": entry.get("placement", {}).get("endpoint", "-")})
     if args.json:
-        _emit_json(rows)
+        output.emit_json(rows)
         return 0
     # The widest column last: the capabilities, or why the zone cannot be reached.
-    table([[r["name"], "yes" if r["reachable"] else "NO", r["etcd"], r["placement"],
+    output.table([[r["name"], "yes" if r["reachable"] else "NO", r["etcd"], r["placement"],
             info.brief(r["capabilities"]) if r["capabilities"] else r["reason"] or "-"]
            for r in rows],
           ["NAME", "REACHABLE", "ETCD", "PLACEMENT", "CAPABILITIES (OR WHY NOT)"])
@@ -280,54 +253,52 @@ def _print_info(found: dict[str, Any]) -> None:
     from etcd_compute.zones import info
 
     below = [label for label in found["zones"] if label != found["name"]]
-    _rows([("name", found["name"]),
-           ("zones", ", ".join(sorted(found["zones"])) or "-"),
-           ("unreachable", "; ".join(f"{z}: {why}" for z, why in found["unreachable"].items())
-            or "-"),
-           *info.capabilities(found["total"])])
+    output.rows([("name", found["name"]),
+                 ("zones", ", ".join(sorted(found["zones"])) or "-"),
+                 ("unreachable", "; ".join(f"{z}: {why}"
+                                           for z, why in found["unreachable"].items()) or "-"),
+                 *info.capabilities(found["total"])])
     if below:
         print()
         for label, summary in found["zones"].items():
             print(terminal_line(f"{label}: {info.brief(summary)}"))
 
 
-def _info(args: argparse.Namespace, config: dict[str, Any], rest: list[str],
-          _table: Any) -> int:
-    found, _ = _summaries(config, rest[0] if rest else None)
+def _info(args: argparse.Namespace, config: dict[str, Any]) -> int:
+    found, _ = _summaries(config, args.name)
     if args.json:
-        _emit_json(found)
+        output.emit_json(found)
     else:
         _print_info(found)
     return 0
 
 
-def _show(args: argparse.Namespace, config: dict[str, Any], rest: list[str],
-          _table: Any) -> int:
+def _show(args: argparse.Namespace, config: dict[str, Any]) -> int:
     from etcd_compute.zones import registry
 
-    registry.parse_path(rest[0], "zone show")
-    found, records = _summaries(config, rest[0])
-    entry = records.get(rest[0])
-    if entry is None and rest[0] not in found["unreachable"]:
-        raise NotFound(f"no zone {rest[0]} (see zone list)")
+    registry.parse_path(args.name, "zone show")
+    found, records = _summaries(config, args.name)
+    entry = records.get(args.name)
+    if entry is None and args.name not in found["unreachable"]:
+        raise NotFound(f"no zone {args.name} (see zone list)")
     if args.json:
-        _emit_json({**found, "record": entry})
+        output.emit_json({**found, "record": entry})
         return 0
     if entry is not None:
         files = ", ".join(f"{k}={entry['etcd'].get(k)}" for k in registry.TLS_FILES
                           if entry["etcd"].get(k)) or "none (plain TCP)"
-        _rows([("etcd", f"{','.join(entry['etcd']['endpoints'])} prefix "
-                        f"{entry['etcd']['prefix'] or '-'}"),
-               ("placement", entry["placement"]["endpoint"]),
-               ("credentials", files),
-               ("timeouts", f"etcd {entry['etcd']['timeout']:g} s, Placement "
-                            f"{entry['placement']['timeout']:g} s")])
+        output.rows([("etcd", f"{','.join(entry['etcd']['endpoints'])} prefix "
+                              f"{entry['etcd']['prefix'] or '-'}"),
+                     ("placement", entry["placement"]["endpoint"]),
+                     ("credentials", files),
+                     ("timeouts", f"etcd {entry['etcd']['timeout']:g} s, Placement "
+                                  f"{entry['placement']['timeout']:g} s")])
     _print_info(found)
     return 0
 
 
 def _still_there(zone: Any, uuid: str) -> bool:
-    from etcd_compute.scheduler import operations as ops
+    from etcd_compute.ops import operations as ops
 
     try:
         ops.show(zone.store, uuid)
@@ -336,12 +307,11 @@ def _still_there(zone: Any, uuid: str) -> bool:
     return True
 
 
-def _delete(args: argparse.Namespace, config: dict[str, Any], rest: list[str],
-            _table: Any) -> int:
+def _delete(args: argparse.Namespace, config: dict[str, Any]) -> int:
     from etcd_compute.zones import lookup, registry
     from etcd_compute.zones.tree import ZONE_FAULTS
 
-    name = registry.check_name(rest[0], "zone delete")
+    name = registry.check_name(args.name, "zone delete")
     with zone_tree(config) as tree:
         store = tree.root.store
         placed = registry.count_placed(store, name)
@@ -353,7 +323,7 @@ def _delete(args: argparse.Namespace, config: dict[str, Any], rest: list[str],
                         lookup.forget(tree, uuid)
         forgotten = registry.delete(store, name, args.force)
     if args.json:
-        _emit_json({"zone": name, "deleted": True, "forgotten_instances": forgotten})
+        output.emit_json({"zone": name, "deleted": True, "forgotten_instances": forgotten})
     else:
         print(f"ZONE {name} DELETED" + (f" ({len(forgotten)} instance(s) placed there "
                                         "forgotten here; they keep running)" if forgotten

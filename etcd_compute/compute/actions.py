@@ -1,11 +1,11 @@
 """An operator's action on an instance of this host: stop, start, reboot, rebuild, resize.
 
 The operator's side writes the action into the host's spec with a request id
-(`instances.request_action`, once the record's state allows it). Here, in
+(`instances.actions.request_action`, once the record's state allows it). Here, in
 the daemon's main loop like the rest of `machine.py`:
 
 - A request is taken up once: the record moves to the action's state and keeps
-  the request as its task (`instances.begin_action`). Or it is refused, the
+  the request as its task (`instances.actions.begin_action`). Or it is refused, the
   reason in the instance's events and the request id noted in the record, so a
   repeated delivery changes nothing: not allowed in the record's state (the spec
   was written past the CLI's check), or a resize whose new size Placement does
@@ -13,7 +13,7 @@ the daemon's main loop like the rest of `machine.py`:
   spec).
 - Its driver job runs in the pool (`worker.act`); a restart, a fence or a lost
   worker runs it again from the record's task.
-- Its end is one transaction (`instances.end_action`): success writes the new
+- Its end is one transaction (`instances.actions.end_action`): success writes the new
   size or image into record and spec; a failure leaves both as they were, and a
   failed resize's claim is put back to the size the instance has.
 - A destroy takes over at any moment (`machine.start_destroy` cancels the job);
@@ -23,15 +23,15 @@ the daemon's main loop like the rest of `machine.py`:
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from etcd_compute import claims, instances
+from etcd_compute import claims
 from etcd_compute.compute import metrics as compute_metrics
 from etcd_compute.compute.checks import claimed_totals, describe_resources
+from etcd_compute.compute.parts import Machine
 from etcd_compute.compute.pool import Job
-
-if TYPE_CHECKING:
-    from etcd_compute.compute.machine import InstanceMachine
+from etcd_compute.instances import actions as action_txn
+from etcd_compute.instances import ownership, records, states
 
 LOG = logging.getLogger("etcd_compute.compute")
 # How often the end of an action is recorded again when the spec changed under it.
@@ -43,7 +43,7 @@ def instance_log(uuid: str) -> logging.LoggerAdapter:
 
 
 class LifecycleActions:
-    def __init__(self, machine: InstanceMachine):
+    def __init__(self, machine: Machine):
         self.machine = machine
         self.store = machine.store
         self.placement = machine.placement
@@ -51,20 +51,20 @@ class LifecycleActions:
     # -------------------------------------------------------------- requests
 
     def on_request(self, spec: dict[str, Any], spec_revision: int) -> None:
-        """A spec whose action is one of `instances.ACTIONS` (new, again, or at reconcile)."""
+        """A spec whose action is one of `states.ACTIONS` (new, again, or at reconcile)."""
         machine, store = self.machine, self.store
         uuid, host, log = spec["uuid"], spec["host"], instance_log(spec["uuid"])
         if uuid in machine.jobs or machine.stopping.is_set():
             return  # busy: the spec is read again when its job ends
-        read = machine._read(host, uuid)
+        read = machine.read(host, uuid)
         if read.record is None:
             if read.fault is None:
                 # Nothing of ours by that uuid: nothing to act on, nothing of another's touched.
                 log.error("refused: %s of an instance this host does not hold; spec %s "
                           "dropped", spec["action"], store.keys.spec(host, uuid))
-                instances.drop_key(store, store.keys.spec(host, uuid), spec_revision)
+                ownership.drop_key(store, store.keys.spec(host, uuid), spec_revision)
             return
-        if read.state in instances.TRANSIENT:
+        if read.state in states.TRANSIENT:
             if read.record.get("task"):
                 log.info("resuming %s cut short (restart, fence or lost worker)",
                          read.record["task"]["action"])
@@ -80,26 +80,26 @@ class LifecycleActions:
         if reason is not None:
             log.warning("refused %s: %s", spec["action"], reason)
             compute_metrics.action_refused(spec["action"])
-            if instances.refuse_action(store, spec, spec_revision, read, reason) is None:
-                machine._reread_later(spec)
+            if action_txn.refuse_action(store, spec, spec_revision, read, reason) is None:
+                machine.reread_later(spec)
             return
         assert request is not None
-        if instances.begin_action(store, spec, spec_revision, read) is None:
-            machine._reread_later(spec)  # someone moved first: act on what is there now
+        if action_txn.begin_action(store, spec, spec_revision, read) is None:
+            machine.reread_later(spec)  # someone moved first: act on what is there now
             return
         log.info("%s requested by %s", spec["action"], request.get("by") or "(unknown)")
-        self.run(spec, machine._read(host, uuid))
+        self.run(spec, machine.read(host, uuid))
 
-    def refusal(self, spec: dict[str, Any], read: instances.RecordRead) -> str | None:
+    def refusal(self, spec: dict[str, Any], read: records.RecordRead) -> str | None:
         """Why the spec's request is not acted on here, or None."""
         request = spec.get("request")
         if request is None:
             return "the spec carries no request (actions are asked with schedule.py)"
         try:
-            instances.check_action(read.state, spec["action"])
-        except instances.ActionRefused as exc:
+            states.check_action(read.state, spec["action"])
+        except states.ActionRefused as exc:
             return str(exc)
-        if spec["action"] == instances.RESIZE:
+        if spec["action"] == states.RESIZE:
             return self.resize_refusal(spec, request)
         return None
 
@@ -114,7 +114,7 @@ class LifecycleActions:
                     f"the {describe_resources(wanted)} asked")
         return None
 
-    def run(self, spec: dict[str, Any], read: instances.RecordRead) -> None:
+    def run(self, spec: dict[str, Any], read: records.RecordRead) -> None:
         """Submit the job of the record's task."""
         assert read.record is not None
         task = read.record["task"]
@@ -131,22 +131,22 @@ class LifecycleActions:
         result = job.future.result() if error is None else {}
         if error is not None:
             log.error("%s failed: %s", job.task["action"], error)
-            if job.task["action"] == instances.RESIZE:
+            if job.task["action"] == states.RESIZE:
                 self.restore_claim(spec, job.task)
         for _ in range(END_ATTEMPTS):
-            read = machine._read(spec["host"], uuid)
+            read = machine.read(spec["host"], uuid)
             task = (read.record or {}).get("task")
-            if read.state not in instances.TRANSIENT or not task or task["id"] != job.task["id"]:
+            if read.state not in states.TRANSIENT or not task or task["id"] != job.task["id"]:
                 break  # a destroy (or the controller) took it over
             entry = store.get(store.keys.spec(spec["host"], uuid))
-            if instances.end_action(store, read, entry, error, result.get("ip")) is not None:
-                ended = machine._read(spec["host"], uuid).state
+            if action_txn.end_action(store, read, entry, error, result.get("ip")) is not None:
+                ended = machine.read(spec["host"], uuid).state
                 log.info("%s %s: %s", job.task["action"], "done" if error is None else "failed",
                          ended)
-                if ended == instances.ACTIVE:
+                if ended == states.ACTIVE:
                     machine.consoles.follow(spec["host"], uuid)
                 break
-        machine._reread_later(spec)  # a request written meanwhile is looked at now
+        machine.reread_later(spec)  # a request written meanwhile is looked at now
 
     def restore_claim(self, spec: dict[str, Any], task: dict[str, Any]) -> None:
         """A resize failed: the claim back to the size the instance still has."""
@@ -158,9 +158,9 @@ class LifecycleActions:
     def abandon(self, job: Job, reason: str) -> None:
         """Recording the action's end failed unexpectedly: end it in error, changing nothing
         else (the guest stays; a restart would run the action again)."""
-        read = self.machine._read(job.spec["host"], job.uuid)
-        if read.state in instances.TRANSIENT and (read.record or {}).get("task"):
+        read = self.machine.read(job.spec["host"], job.uuid)
+        if read.state in states.TRANSIENT and (read.record or {}).get("task"):
             try:
-                instances.end_action(self.store, read, None, reason)
+                action_txn.end_action(self.store, read, None, reason)
             except Exception:  # noqa: BLE001 (the next start resumes it)
                 instance_log(job.uuid).exception("could not end the %s either", job.kind)

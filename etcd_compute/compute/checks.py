@@ -11,8 +11,9 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from etcd_compute import instances
 from etcd_compute.etcd import KeyValueStore
+from etcd_compute.instances import host as host_txn
+from etcd_compute.instances import ownership
 from etcd_compute.placement import PlacementClient
 
 LOG = logging.getLogger("etcd_compute.compute")
@@ -59,7 +60,7 @@ def check_claim(store: KeyValueStore, placement: PlacementClient, spec: dict[str
     elif host not in allocations:
         log.error("refused: the instance is claimed on %s, not on this host; spec %s dropped",
                   ", ".join(sorted(allocations)), store.keys.spec(host, uuid))
-        instances.drop_key(store, store.keys.spec(host, uuid), spec_revision)
+        ownership.drop_key(store, store.keys.spec(host, uuid), spec_revision)
         return REFUSED
     else:
         claimed: dict[str, int] = {}
@@ -72,7 +73,7 @@ def check_claim(store: KeyValueStore, placement: PlacementClient, spec: dict[str
                   f"claim holds {describe_resources(claimed)}")
         placement.delete_allocations(uuid)
     log.error("%s", reason)
-    instances.reject(store, host, uuid, spec_revision, reason)
+    host_txn.reject(store, host, uuid, spec_revision, reason)
     return REFUSED
 
 

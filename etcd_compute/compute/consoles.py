@@ -14,10 +14,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from etcd_compute import instances, messages
+from etcd_compute import messages
 from etcd_compute.compute import worker
 from etcd_compute.compute.pool import WorkerPool
 from etcd_compute.etcd import KeyValueStore
+from etcd_compute.instances import records, states
 
 CONSOLE_MAX_BYTES = 65536
 CONSOLE_REFRESH_SECONDS = 5
@@ -74,7 +75,7 @@ class Consoles:
             follow = self.followed.get(uuid)
             if follow is None or follow.digest == hash(text):
                 continue
-            if instances.read_record(self.store, follow.host, uuid).state != instances.ACTIVE:
+            if records.read_record(self.store, follow.host, uuid).state != states.ACTIVE:
                 self.forget(uuid)
                 continue
             self.store.put(messages.CONSOLE, self.store.keys.console(follow.host, uuid),

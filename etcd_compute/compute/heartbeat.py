@@ -1,6 +1,10 @@
 """The heartbeat: an etcd lease that holds our /alive/<rp> keys while we run, and fencing.
 
-A thread refreshes the lease every third of its TTL. If etcd forgot it (we
+A thread refreshes the lease on the timing `config.heartbeat_timing` derives
+from the TTL, the fence margin and how long an etcd leader election may take
+(every third of the TTL, or sooner, so that two tries still fit between a
+renewal's due time and the fence point across an election), and tries a
+failed renewal again at once on the next member. If etcd forgot the lease (we
 were cut off longer than the TTL), a new lease and new keys are taken. When
 the daemon stops, the lease is revoked and the keys vanish at once; when it
 dies, they vanish after the TTL and the scheduler stops choosing the host.
@@ -23,28 +27,29 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from etcd_compute import messages, metrics
+from etcd_compute import metrics
 from etcd_compute.compute.identity import HostIdentity
+from etcd_compute.config import HeartbeatTiming, heartbeat_timing
 from etcd_compute.errors import ServiceUnavailable
 from etcd_compute.etcd import ETCD_DOWN, Store
+from etcd_compute.hosts import beat
 
 LOG = logging.getLogger("etcd_compute.compute")
-
-# How soon a failed renewal is tried again (on the next member).
-RETRY_SECONDS = 0.2
-
 
 class Heartbeat:
     def __init__(self, store: Store, hosts: dict[str, HostIdentity], ttl: int,
                  driver_name: str, stopping: threading.Event, fence_margin: float = 3.0,
                  on_fence: Callable[[], None] | None = None,
-                 on_unfence: Callable[[], None] | None = None):
+                 on_unfence: Callable[[], None] | None = None,
+                 timing: HeartbeatTiming | None = None):
         self.store = store
         self.hosts = hosts
         self.ttl = ttl
         self.driver_name = driver_name
         self.stopping = stopping
-        self.fence_after = ttl - fence_margin
+        self.timing = timing or heartbeat_timing(
+            {"heartbeat_ttl": ttl, "fence_margin_seconds": fence_margin}, store.config)
+        self.fence_after = self.timing.fence_after
         self.on_fence = on_fence
         self.on_unfence = on_unfence
         self.lease: Any = None
@@ -67,14 +72,8 @@ class Heartbeat:
         sent = time.monotonic()
         with self.lock:
             self.lease = self.store.lease(self.ttl)
-            now = time.time()
             for host in self.hosts.values():
-                self.store.put(
-                    messages.ALIVE, self.store.keys.alive(host.uuid),
-                    {"host": host.uuid, "name": host.name, "since": now,
-                     "driver": self.driver_name},
-                    lease=self.lease,
-                )
+                beat(self.store, self.lease, host.uuid, host.name, self.driver_name)
         self._renewed(sent)
 
     def _renewed(self, sent: float) -> None:
@@ -88,15 +87,12 @@ class Heartbeat:
             self.on_unfence()
 
     def _loop(self) -> None:
-        interval = max(self.ttl / 3, 0.5)
-        # A try must end well within the TTL, whatever etcd.timeout is: a member that went
-        # silent costs this much, then the next member is asked.
-        timeout = min(self.store.config.get("timeout", 5.0), interval)
-        wait = interval
+        timing = self.timing
+        wait = timing.interval
         while not self.stopping.wait(wait):
             # After a failure the client has moved on to another member: try it soon, not
-            # a third of a TTL later (the TTL may be nearly spent by now).
-            wait = interval if self._refresh(timeout) else RETRY_SECONDS
+            # an interval later (the TTL may be nearly spent by now).
+            wait = timing.interval if self._refresh(timing.try_timeout) else timing.retry
 
     def _watchdog(self) -> None:
         while not self.stopping.wait(0.1):

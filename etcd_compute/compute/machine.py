@@ -3,12 +3,14 @@
 Everything here runs in the daemon's main thread (`service.py` calls it
 from its event loop), so there is no locking: a spec event, a finished job
 or a re-read is handled one at a time. Each end state is one transaction of
-the instance model (`instances.py`); each job is a driver call in the worker
+the instance model (`instances/host.py`); each job is a driver call in the worker
 pool. Handlers that lose a race (a compare failed) re-read the spec and act
 on what is there now.
 
 Built against small interfaces (store, Placement, pool, consoles, `post`),
-so it runs against in-memory fakes in the unit tests.
+so it runs against in-memory fakes in the unit tests. Its parts get what they
+use of it through `parts.Machine`: an operator's action (`actions.py`) and a
+job's end written (`ends.py`).
 """
 
 from __future__ import annotations
@@ -19,12 +21,13 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from etcd_compute import instances, messages
+from etcd_compute import messages
 from etcd_compute.compute import metrics as compute_metrics
 from etcd_compute.compute import worker
 from etcd_compute.compute.actions import LifecycleActions
 from etcd_compute.compute.checks import LATER, REFUSED, check_claim, claimed_here
 from etcd_compute.compute.consoles import Consoles
+from etcd_compute.compute.ends import EVACUABLE, InstanceEnds
 from etcd_compute.compute.fencing import Gate
 from etcd_compute.compute.identity import HostIdentity
 from etcd_compute.compute.pool import (
@@ -39,17 +42,14 @@ from etcd_compute.compute.pool import (
 )
 from etcd_compute.errors import InvalidMessage, RequestError, ServiceUnavailable
 from etcd_compute.etcd import KeyValueStore
+from etcd_compute.instances import host as host_txn
+from etcd_compute.instances import ownership, records, states
 from etcd_compute.keys import UUID
 from etcd_compute.placement import PlacementClient
 
 LOG = logging.getLogger("etcd_compute.compute")
 
-# How many recent build failures a host reports to the scheduler.
-FAILURES_KEPT = 20
-
 Post = Callable[[Callable[..., None], tuple[Any, ...]], None]
-# What a drain may take away from this host (a stopped one is built again stopped).
-EVACUABLE = (instances.SCHEDULED, instances.BUILDING, instances.ACTIVE, instances.SHUTOFF)
 
 
 def _ing(kind: str) -> str:
@@ -97,9 +97,11 @@ class InstanceMachine:
         # When the last job of each instance ended (time.monotonic()): a power state seen
         # before that is stale.
         self.settled: dict[str, float] = {}
-        # Ask the hypervisor how an instance's guest is powered now (compute/power.py).
+        # Ask the hypervisor how an instance's guest is powered now: wired by the service
+        # (compute/power.py's PowerSync.check) once both exist.
         self.power_check: Callable[[str], None] = lambda _uuid: None
         self.actions = LifecycleActions(self)
+        self.ends = InstanceEnds(self)
 
     # ---------------------------------------------------------------- specs
 
@@ -121,7 +123,7 @@ class InstanceMachine:
             self.start_build(spec, spec_revision)
         elif spec["action"] == "evacuate":
             self.start_evacuate(spec)
-        elif spec["action"] in instances.ACTIONS:
+        elif spec["action"] in states.ACTIONS:
             self.actions.on_request(spec, spec_revision)
         else:
             instance_log(uuid).info("destroy requested")
@@ -132,11 +134,11 @@ class InstanceMachine:
         if entry is not None:
             self.on_spec(rp_uuid, uuid, entry.value, entry.mod_revision)
 
-    def _reread_later(self, spec: dict[str, Any]) -> None:
+    def reread_later(self, spec: dict[str, Any]) -> None:
         self.post(self.reread_spec, (spec["host"], spec["uuid"]))
 
-    def _read(self, rp_uuid: str, uuid: str) -> instances.RecordRead:
-        read = instances.read_record(self.store, rp_uuid, uuid)
+    def read(self, rp_uuid: str, uuid: str) -> records.RecordRead:
+        read = records.read_record(self.store, rp_uuid, uuid)
         if read.fault:
             instance_log(uuid).warning("status record unreadable (%s); rewriting it", read.fault)
         return read
@@ -147,13 +149,13 @@ class InstanceMachine:
         if not UUID.match(uuid):
             key = self.keys.spec(rp_uuid, uuid)
             log.error("dropping %s: not an instance key (%s)", key, reason)
-            instances.drop_key(self.store, key, spec_revision)
+            ownership.drop_key(self.store, key, spec_revision)
             return
-        read = self._read(rp_uuid, uuid)
-        if read.state == instances.DELETED:
+        read = self.read(rp_uuid, uuid)
+        if read.state == states.DELETED:
             return
         log.error("rejected: %s", reason)
-        if uuid in self.jobs or read.state in instances.LIVE:
+        if uuid in self.jobs or read.state in states.LIVE:
             # Garbage over an instance that may exist: tear it down like a failed build.
             running = self.jobs.pop(uuid, None)
             if running is not None:
@@ -164,35 +166,35 @@ class InstanceMachine:
             return
         if claimed_here(self.placement, rp_uuid, uuid):
             self.placement.delete_allocations(uuid)  # never another host's claim
-        instances.reject(self.store, rp_uuid, uuid, spec_revision, reason)
+        host_txn.reject(self.store, rp_uuid, uuid, spec_revision, reason)
 
     def start_build(self, spec: dict[str, Any], spec_revision: int) -> None:
         uuid, log = spec["uuid"], instance_log(spec["uuid"])
         if uuid in self.jobs or self.stopping.is_set():
             return
-        read = self._read(spec["host"], uuid)
-        if read.state in (instances.ACTIVE, instances.SHUTOFF, instances.ERROR,
-                          instances.DELETED, instances.DELETING, instances.RESCHEDULING) or \
-                read.state in instances.TRANSIENT:
+        read = self.read(spec["host"], uuid)
+        if read.state in (states.ACTIVE, states.SHUTOFF, states.ERROR,
+                          states.DELETED, states.DELETING, states.RESCHEDULING) or \
+                read.state in states.TRANSIENT:
             log.debug("already %s; nothing to do", read.state)
             return
         host = self.hosts[spec["host"]]
         revision = read.revision
-        if read.state == instances.BUILDING and read.record and \
+        if read.state == states.BUILDING and read.record and \
                 read.record["host"] == spec["host"]:
             log.info("resuming build interrupted by a restart")
         else:
             verdict = check_claim(self.store, self.placement, spec, spec_revision,
                                   placed_here=read.record is not None)
             if verdict == LATER:
-                self.later(CLAIM_RECHECK_SECONDS, self._reread_later, spec)
+                self.later(CLAIM_RECHECK_SECONDS, self.reread_later, spec)
                 return
             if verdict == REFUSED:
                 return
-            revision = instances.begin_build(self.store, spec, spec_revision, read, host.name)
+            revision = host_txn.begin_build(self.store, spec, spec_revision, read, host.name)
             if revision is None:
                 # Someone moved first (a destroy, or another delivery): act on what is there now.
-                self._reread_later(spec)
+                self.reread_later(spec)
                 return
         log.info("INSTANTIATE INSTANCE %s WITH IMAGE %s", uuid,
                  spec.get("image", {}).get("url", "(default)"))
@@ -215,7 +217,7 @@ class InstanceMachine:
                 else:
                     log.info("destroy while cleaning up a failed build: it ends DELETED")
             return
-        read = self._read(spec["host"], uuid)
+        read = self.read(spec["host"], uuid)
         if read.record is None and read.fault is None:
             # No instance of ours by that uuid: a destroy written under the wrong host must
             # not free the real host's claim nor touch anything of it.
@@ -223,10 +225,10 @@ class InstanceMachine:
                       "dropped", self.keys.spec(spec["host"], uuid))
             entry = self.store.get(self.keys.spec(spec["host"], uuid))
             if entry is not None:
-                instances.drop_key(self.store, entry.key, entry.mod_revision)
+                ownership.drop_key(self.store, entry.key, entry.mod_revision)
             return
-        if read.state == instances.DELETED:
-            self.finish_destroy(spec)  # idempotent: make sure nothing is left
+        if read.state == states.DELETED:
+            self.ends.finish_destroy(spec)  # idempotent: make sure nothing is left
             return
         self.submit(DESTROY, spec, self._mark_deleting(spec))
 
@@ -235,7 +237,7 @@ class InstanceMachine:
         removed here), then the record is handed over (RESCHEDULING) with its claim for
         the controller to place elsewhere: it never runs in two places at once."""
         uuid, log = spec["uuid"], instance_log(spec["uuid"])
-        read = self._read(spec["host"], uuid)
+        read = self.read(spec["host"], uuid)
         if read.state not in EVACUABLE:
             log.info("evacuate asked while %s: nothing to do", read.state)
             return
@@ -250,11 +252,11 @@ class InstanceMachine:
         self.submit(DESTROY, spec, read.revision, hand_over=True)
 
     def _mark_deleting(self, spec: dict[str, Any]) -> int:
-        read = self._read(spec["host"], spec["uuid"])
-        if read.state == instances.DELETING:
+        read = self.read(spec["host"], spec["uuid"])
+        if read.state == states.DELETING:
             return read.revision
-        written = instances.mark_deleting(self.store, spec, read)
-        return written if written is not None else self._read(spec["host"], spec["uuid"]).revision
+        written = host_txn.mark_deleting(self.store, spec, read)
+        return written if written is not None else self.read(spec["host"], spec["uuid"]).revision
 
     # ----------------------------------------------------------------- jobs
 
@@ -338,15 +340,15 @@ class InstanceMachine:
         error = job_error(job, self.settings["job_timeout_seconds"])
         if job.kind in ACTION_KINDS:
             if job.destroy_requested:
-                self.submit(DESTROY, job.spec, self._read(job.spec["host"], job.uuid).revision)
+                self.submit(DESTROY, job.spec, self.read(job.spec["host"], job.uuid).revision)
             else:
                 self.actions.finish(job, error)
         elif job.kind == BUILD:
             if job.destroy_requested:
-                self.submit(DESTROY, job.spec, self._read(job.spec["host"], job.uuid).revision,
+                self.submit(DESTROY, job.spec, self.read(job.spec["host"], job.uuid).revision,
                             hand_over=job.hand_over)
             elif error is None:
-                self.finish_build(job, job.future.result())
+                self.ends.finish_build(job, job.future.result())
             else:
                 # The request's own fault (its image, URL, size...) is not the host's: no
                 # hand-over to another host, nothing counted against this one.
@@ -359,90 +361,15 @@ class InstanceMachine:
             if error is not None:
                 log.error("cleanup after failed build also failed: %s", error)
             if job.destroy_requested:
-                self.finish_destroy(job.spec)
+                self.ends.finish_destroy(job.spec)
             else:
-                self.finish_failed_build(job)
+                self.ends.finish_failed_build(job)
         else:
             if error is not None:
                 log.error("destroy failed: %s; it stays DELETING and is retried at next start",
                           error)
                 return
             if job.hand_over:
-                self.finish_evacuate(job.spec)
+                self.ends.finish_evacuate(job.spec)
             else:
-                self.finish_destroy(job.spec)
-
-    # ----------------------------------------------------------- end states
-
-    def finish_build(self, job: Job, result: dict[str, Any]) -> None:
-        uuid, spec = job.uuid, job.spec
-        read = self._read(spec["host"], uuid)
-        if read.state != instances.BUILDING:
-            # A destroy got in between; it owns the instance now.
-            self._reread_later(spec)
-            return
-        ip = result.get("ip")
-        stopped = bool(spec.get("stopped"))
-        if instances.activate(self.store, read, ip, stopped) is None:
-            self._reread_later(spec)
-            return
-        instance_log(uuid).info("%s ip=%s (build took %.1f s)",
-                                instances.SHUTOFF if stopped else instances.ACTIVE, ip,
-                                time.monotonic() - job.started)
-        if not stopped:
-            self.consoles.follow(spec["host"], uuid)
-
-    def finish_failed_build(self, job: Job) -> None:
-        uuid, spec, log = job.uuid, job.spec, instance_log(job.uuid)
-        reason = job.reason or "build failed"
-        if job.blame_host and self._can_hand_over(spec):
-            read = self._read(spec["host"], uuid)
-            if read.state == instances.BUILDING and \
-                    instances.hand_over(self.store, spec, read, reason) is not None:
-                self.record_build_failure(spec["host"])
-                log.warning("build failed here (%s); handed to the controller for one of "
-                            "%d alternate host(s)", reason, len(spec["alternates"]))
-                return
-        self.placement.delete_allocations(uuid)
-        if instances.fail(self.store, spec, self._read(spec["host"], uuid), reason) is None:
-            self._reread_later(spec)
-            return
-        if job.blame_host:
-            self.record_build_failure(spec["host"])
-        log.error("ERROR: %s (allocation freed, nothing left)", job.reason)
-
-    def _can_hand_over(self, spec: dict[str, Any]) -> bool:
-        """Alternates kept, owner ids to move the claim with, and a controller to do it
-        (`schedule.py serve`; a host may not write another host's keys)."""
-        return bool(spec.get("alternates")) and "project_id" in spec and \
-            "user_id" in spec and self.store.get(self.keys.leader()) is not None
-
-    def finish_evacuate(self, spec: dict[str, Any]) -> None:
-        read = self._read(spec["host"], spec["uuid"])
-        if read.state not in EVACUABLE:
-            return  # a destroy got in meanwhile: it owns the instance now
-        reason = f"evacuated from {self.hosts[spec['host']].name} (drain)"
-        if instances.hand_over(self.store, spec, read, reason, evacuating=True) is None:
-            self._reread_later(spec)
-            return
-        instance_log(spec["uuid"]).warning("%s: handed to the controller", reason)
-
-    def finish_destroy(self, spec: dict[str, Any]) -> None:
-        uuid = spec["uuid"]
-        self.consoles.forget(uuid)
-        self.placement.delete_allocations(uuid)
-        instances.delete(self.store, spec, self._read(spec["host"], uuid),
-                         self.settings["deleted_record_ttl"])
-        instance_log(uuid).info("DELETED (allocation freed)")
-
-    def record_build_failure(self, rp_uuid: str) -> None:
-        """Tell the scheduler (via /stats/) that a build failed here."""
-        key = self.keys.stats(rp_uuid)
-        try:
-            stats, _ = self.store.read(messages.HOST_STATS, key)
-        except InvalidMessage:
-            stats = None
-        now = time.time()
-        failures = [*(stats or {}).get("build_failures", []), now][-FAILURES_KEPT:]
-        self.store.put(messages.HOST_STATS, key, {"build_failures": failures, "updated_at": now})
-
+                self.ends.finish_destroy(job.spec)

@@ -38,21 +38,20 @@ import socket
 import threading
 import time
 from collections import Counter as Tally
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterable
+from typing import Any
 
 import pebble
 import psutil
 from prometheus_client import Counter, Gauge, Histogram
 
-from etcd_compute import instances, messages
+from etcd_compute import messages
 from etcd_compute import metrics as common
 from etcd_compute.compute.pool import ACTION_KINDS, BUILD, CLEANUP, DESTROY, Job, pool_broke
 from etcd_compute.errors import ConfigError, EtcdComputeError, RequestError
 from etcd_compute.etcd import KeyValueStore
+from etcd_compute.instances import states
 from etcd_compute.placement import PlacementClient
-
-if TYPE_CHECKING:
-    from etcd_compute.compute.service import ComputeService
 
 LOG = logging.getLogger("etcd_compute.compute")
 
@@ -149,7 +148,7 @@ for _action in ACTION_KINDS:
         ACTION_SECONDS.labels(_action, _result)
 for _state in ("SHUTOFF", "ACTIVE"):
     POWER_CHANGES.labels(_state)
-for _state in instances.STATES:
+for _state in states.STATES:
     INSTANCES.labels(_state)
 
 # Set when records may have changed here: the refresher counts them again soon.
@@ -294,16 +293,21 @@ def capacity(inventories: dict[str, dict[str, Any]],
 
 
 class Refresher:
-    """Counts instances by state and reads capacity, in a thread of its own."""
+    """Counts instances by state and reads capacity, in a thread of its own: the records of
+    `hosts` in `store`, what `inventories()` registered (by host) and its usage in Placement
+    every `capacity_every` seconds, until `stopping` is set."""
 
-    def __init__(self, service: ComputeService, placement: PlacementClient | None = None):
-        self.store = service.store
-        self.hosts = sorted(service.hosts)
-        self.registration = service.registration
-        self.placement = placement or PlacementClient(service.config["placement"])
-        self.capacity_every = service.settings["inventory_refresh_seconds"]
+    def __init__(self, store: KeyValueStore, hosts: Iterable[str],
+                 inventories: Callable[[], dict[str, dict[str, Any]]],
+                 placement: PlacementClient, capacity_every: float,
+                 stopping: threading.Event):
+        self.store = store
+        self.hosts = sorted(hosts)
+        self.inventories = inventories
+        self.placement = placement
+        self.capacity_every = capacity_every
         self.recount_every = max(RECOUNT_SECONDS, len(self.hosts) / 50)
-        self.stopping = service.stopping
+        self.stopping = stopping
         self.classes: set[str] = set()
         self.last_count = self.last_read = float("-inf")
 
@@ -323,7 +327,7 @@ class Refresher:
             _recount.clear()
             self.last_count = now
             self.guarded(self.count_instances)
-        if now - self.last_read >= self.capacity_every and self.registration.inventories:
+        if now - self.last_read >= self.capacity_every and self.inventories():
             self.last_read = now
             self.guarded(self.read_capacity)
 
@@ -337,11 +341,11 @@ class Refresher:
 
     def count_instances(self) -> None:
         counts = count_states(self.store, self.hosts)
-        for state in instances.STATES:
+        for state in states.STATES:
             INSTANCES.labels(state).set(counts.get(state, 0))
 
     def read_capacity(self) -> None:
-        inventories = dict(self.registration.inventories)
+        inventories = dict(self.inventories())
         usages = {host: self.placement.get_usages(host) for host in inventories}
         found = capacity(inventories, usages)
         for rc, (room, free) in found.items():
@@ -379,15 +383,17 @@ def checked_listen(config: dict[str, Any]) -> common.Listen | None:
     return listen
 
 
-def start(service: ComputeService) -> Any:
-    """Serve metrics when compute.metrics_listen is set (the server, else None)."""
-    listen = checked_listen(service.config)
+def start(config: dict[str, Any], jobs: dict[str, Job],
+          refresher: Callable[[], Refresher]) -> Any:
+    """Serve metrics when compute.metrics_listen is set in `config` (the server, else None):
+    jobs in flight read from `jobs` (the machine's, by uuid) at each scrape, the rest kept
+    by the refresher made then."""
+    listen = checked_listen(config)
     if listen is None:
         return None
-    jobs = service.machine.jobs
     for kind in KINDS:
         JOBS_IN_FLIGHT.labels(kind).set_function(lambda kind=kind: jobs_of_kind(jobs, kind))
     server = common.serve(listen, "compute.metrics_listen")
     _serving.set()
-    Refresher(service).start()
+    refresher().start()
     return server

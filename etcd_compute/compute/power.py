@@ -14,35 +14,43 @@ not our own doing and not stale:
 
 Then ACTIVE and not running -> SHUTOFF (the guest shut down, crashed, or was
 powered off outside etcd-compute); SHUTOFF and running -> ACTIVE (started
-outside). One transaction each (`instances.power_changed`), with an event.
+outside). One transaction each (`instances.host.power_changed`), with an event.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterable
+from typing import Any
 
-from etcd_compute import instances
 from etcd_compute.compute import metrics as compute_metrics
+from etcd_compute.compute.consoles import Consoles
+from etcd_compute.compute.fencing import Gate
 from etcd_compute.drivers import PowerWatch
-
-if TYPE_CHECKING:
-    from etcd_compute.compute.machine import InstanceMachine, Post
+from etcd_compute.etcd import KeyValueStore
+from etcd_compute.instances import host as host_txn
+from etcd_compute.instances import records, states
 
 LOG = logging.getLogger("etcd_compute.compute")
 
 
 class PowerSync:
-    def __init__(self, machine: InstanceMachine):
-        self.machine = machine
+    """Built by the service from the instance machine's parts: `busy(uuid)` says whether a
+    job of ours runs for it, `settled_at(uuid)` when its last job ended (time.monotonic());
+    the service registers `check` as the machine's `power_check`."""
+
+    def __init__(self, store: KeyValueStore, hosts: Iterable[str], consoles: Consoles,
+                 gate: Gate, busy: Callable[[str], bool], settled_at: Callable[[str], float]):
+        self.store, self.hosts, self.consoles, self.gate = store, list(hosts), consoles, gate
+        self.busy, self.settled_at = busy, settled_at
         self.watch: PowerWatch | None = None
         # Reports taken before this (time.monotonic() of the last reconcile) are stale.
         self.since = 0.0
 
-    def start(self, watch: PowerWatch | None, post: Post) -> None:
+    def start(self, watch: PowerWatch | None,
+              post: Callable[[Callable[..., None], tuple[Any, ...]], None]) -> None:
         self.watch = watch
-        self.machine.power_check = self.check
         if watch is not None:
             watch.start(lambda *report: post(self.observed, report))
 
@@ -63,27 +71,26 @@ class PowerSync:
     def observed(self, uuid: str, running: bool, why: str, crashed: bool,
                  observed_at: float) -> None:
         """The hypervisor saw `uuid`'s guest running or not at `observed_at`."""
-        machine = self.machine
-        if machine.gate.closed or uuid in machine.jobs:
+        if self.gate.closed or self.busy(uuid):
             return  # fenced, or our own job: its end asks again
-        if observed_at < max(self.since, machine.settled.get(uuid, 0.0)):
+        if observed_at < max(self.since, self.settled_at(uuid)):
             self.check(uuid)  # seen before our last change to it: look again
             return
-        for host in machine.hosts:
-            read = instances.read_record(machine.store, host, uuid)
+        for host in self.hosts:
+            read = records.read_record(self.store, host, uuid)
             if read.record is not None:
                 break
         else:
             return  # not an instance of ours (another host's, or gone)
-        if (read.state, running) not in ((instances.ACTIVE, False), (instances.SHUTOFF, True)):
+        if (read.state, running) not in ((states.ACTIVE, False), (states.SHUTOFF, True)):
             return  # the record says so already (or an action will decide)
-        if instances.power_changed(machine.store, read, running, why, crashed) is None:
+        if host_txn.power_changed(self.store, read, running, why, crashed) is None:
             self.check(uuid)  # the record moved meanwhile: look again
             return
-        state = instances.ACTIVE if running else instances.SHUTOFF
+        state = states.ACTIVE if running else states.SHUTOFF
         compute_metrics.power_changed(state)
         logging.LoggerAdapter(LOG, {"instance": uuid}).warning("%s: %s", state, why)
         if running:
-            machine.consoles.follow(host, uuid)
+            self.consoles.follow(host, uuid)
         else:
-            machine.consoles.forget(uuid)
+            self.consoles.forget(uuid)

@@ -3,8 +3,9 @@
 One thread (the caller of `run`) owns all decisions and every etcd write;
 other threads only put events on `self.events`:
 
-- the watch thread: etcd events under our /hosts/ prefix, resubscribed from
-  the last seen revision + 1 after any error;
+- the watch thread (`watching.PrefixWatch`): etcd events under our /hosts/
+  prefix, resubscribed from the last seen revision + 1 after any error; after
+  a compaction it has the main loop reconcile and carries on from there;
 - the timer thread: console refresh, inventory refresh, metadata server check;
 - pool callbacks: a build, destroy or action job finished, failed, timed
   out or its worker died;
@@ -23,7 +24,6 @@ history we needed) lists our prefix and finishes whatever is pending.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import queue
 import signal
@@ -33,9 +33,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pyetcd.events
-import pyetcd.exceptions
 
-from etcd_compute import instances
 from etcd_compute.compute import metrics as compute_metrics
 from etcd_compute.compute import worker
 from etcd_compute.compute.consoles import CONSOLE_REFRESH_SECONDS, Consoles
@@ -46,11 +44,15 @@ from etcd_compute.compute.machine import InstanceMachine, instance_log
 from etcd_compute.compute.pool import WorkerPool
 from etcd_compute.compute.power import PowerSync
 from etcd_compute.compute.registration import Registration
+from etcd_compute.config import heartbeat_timing
 from etcd_compute.drivers import load_power_watch
 from etcd_compute.errors import EtcdComputeError, ServiceUnavailable
-from etcd_compute.etcd import ETCD_DOWN, Store
+from etcd_compute.etcd import Store
+from etcd_compute.hosts import under_maintenance
+from etcd_compute.instances import ownership, records, states
 from etcd_compute.keys import UUID
 from etcd_compute.placement import PlacementClient
+from etcd_compute.watching import PrefixWatch, on_owner_thread
 
 LOG = logging.getLogger("etcd_compute.compute")
 
@@ -69,24 +71,28 @@ class ComputeService:
         self.placement = PlacementClient(config["placement"])
         self.events: queue.Queue[Event] = queue.Queue()
         self.stopping = threading.Event()
-        # Next revision the watch must deliver; everything before is handled.
-        self.next_revision = 0
-        self.cancel_watch: Callable[[], None] | None = None
+        # Next revision the watch must deliver (before it runs; then the watch's own).
+        self._next_revision = 0
+        self.watch: PrefixWatch | None = None
         self.pool = WorkerPool(config)
         self.gate = Gate()
         self.fencer = Fencer(config, self.pool, self.gate)
         self.registration = Registration(
             self.placement, self.settings, self.hosts,
-            lambda rp: self.store.get(self.keys.maintenance(rp)) is not None)
+            lambda rp: under_maintenance(self.store, rp))
         self.heartbeat = Heartbeat(
             self.store, self.hosts, self.settings["heartbeat_ttl"], config["driver"]["name"],
             self.stopping, self.settings["fence_margin_seconds"], on_fence=self.fencer.fence,
-            on_unfence=lambda: self.post(self.unfence))
+            on_unfence=lambda: self.post(self.unfence),
+            timing=heartbeat_timing(self.settings, config["etcd"]))
         self.consoles = Consoles(self.store, self.pool, self.post)
         self.machine = InstanceMachine(self.store, self.placement, self.pool, self.consoles,
                                        self.hosts, self.settings, self.post, self.stopping,
                                        self.gate)
-        self.power = PowerSync(self.machine)
+        self.power = PowerSync(self.store, self.hosts, self.consoles, self.gate,
+                               busy=lambda uuid: uuid in self.machine.jobs,
+                               settled_at=lambda uuid: self.machine.settled.get(uuid, 0.0))
+        self.machine.power_check = self.power.check
         # One watch covers all our hosts: the host's own specs, or all of /hosts/
         # when one process simulates many.
         self.watch_prefix = (
@@ -103,7 +109,7 @@ class ComputeService:
         if install_signal_handlers:
             signal.signal(signal.SIGTERM, self._on_signal)
             signal.signal(signal.SIGINT, self._on_signal)
-        compute_metrics.start(self)
+        compute_metrics.start(self.config, self.machine.jobs, self._metrics_refresher)
         self.registration.register()
         self.heartbeat.start()
         self.ensure_mdserver()
@@ -118,9 +124,28 @@ class ComputeService:
         self.shutdown()
         return 0
 
+    def _metrics_refresher(self) -> compute_metrics.Refresher:
+        """What keeps the instance counts and capacity metrics (when they are served)."""
+        return compute_metrics.Refresher(
+            self.store, self.hosts, lambda: self.registration.inventories,
+            PlacementClient(self.config["placement"]),
+            self.settings["inventory_refresh_seconds"], self.stopping)
+
     def start_threads(self) -> None:
-        threading.Thread(target=self.watch_loop, name="watch", daemon=True).start()
+        self.watch = self.make_watch()
+        threading.Thread(target=self.watch.run, name="watch", daemon=True).start()
         threading.Thread(target=self._timer_loop, name="timer", daemon=True).start()
+
+    @property
+    def next_revision(self) -> int:
+        """The next revision the watch delivers: everything before it was handled."""
+        return self.watch.next_revision if self.watch is not None else self._next_revision
+
+    @next_revision.setter
+    def next_revision(self, revision: int) -> None:
+        self._next_revision = revision
+        if self.watch is not None:  # a reconcile read up to here: resume after it
+            self.watch.next_revision = revision
 
     def _on_signal(self, signum: int, _frame: Any) -> None:
         LOG.info("received %s: finishing in-flight jobs, then stopping",
@@ -129,6 +154,8 @@ class ComputeService:
 
     def stop(self) -> None:
         self.stopping.set()
+        if self.watch is not None:
+            self.watch.cancel()  # nothing more to hand over (the connection closes next)
         self.post(lambda: None)
 
     def main_loop(self) -> None:
@@ -152,9 +179,8 @@ class ComputeService:
 
     def shutdown(self) -> None:
         """Let in-flight jobs finish (bounded), make hosts unschedulable, drop the lease."""
-        if self.cancel_watch:
-            with contextlib.suppress(Exception):
-                self.cancel_watch()
+        if self.watch is not None:
+            self.watch.cancel()
         deadline = time.monotonic() + self.settings["shutdown_timeout_seconds"]
         while self.machine.jobs and time.monotonic() < deadline:
             try:
@@ -209,40 +235,21 @@ class ComputeService:
     # ------------------------------------------------------------------ watch
 
     def watch_loop(self) -> None:
-        while not self.stopping.is_set():
-            start = self.next_revision
-            try:
-                responses, cancel = self.store.client.watch_prefix_response(
-                    self.watch_prefix, start_revision=start
-                )
-                self.cancel_watch = cancel
-                for response in responses:
-                    for event in response.events:
-                        self.next_revision = max(self.next_revision, event.mod_revision + 1)
-                        compute_metrics.event_arrived(event)
-                        self.post(self.on_watch_event, (event,))
-                    if self.stopping.is_set():
-                        break
-            except pyetcd.exceptions.RevisionCompactedError:
-                LOG.warning("etcd compacted history past revision %d; reconciling", start)
-                done = threading.Event()
-                self.post(self._reconcile_then, (done,))
-                done.wait()
-            except ETCD_DOWN + (ServiceUnavailable,) as exc:
-                if not self.stopping.is_set():
-                    compute_metrics.retried("watch", exc)
-                    LOG.warning("watch lost (%s); resubscribing from revision %d",
-                                exc.__class__.__name__, self.next_revision)
-                    self.stopping.wait(1.0)
-            except Exception:
-                LOG.exception("watch failed; resubscribing from revision %d", self.next_revision)
-                self.stopping.wait(1.0)
+        """The watch thread's work (as `start_threads` runs it): our prefix, until stopped."""
+        self.watch = self.make_watch()
+        self.watch.run()
 
-    def _reconcile_then(self, done: threading.Event) -> None:
-        try:
-            self.reconcile()
-        finally:
-            done.set()
+    def make_watch(self) -> PrefixWatch:
+        """Our prefix from the revision after the last reconcile; a compaction has the main
+        loop reconcile again (`watching.py`)."""
+        return PrefixWatch(
+            self.store, self.watch_prefix, on_event=self._watch_event,
+            resync=on_owner_thread(self.post, self.reconcile, self.stopping.is_set),
+            start_revision=self.next_revision, name="watch", log=LOG)
+
+    def _watch_event(self, event: Any) -> None:
+        compute_metrics.event_arrived(event)
+        self.post(self.on_watch_event, (event,))
 
     def on_watch_event(self, event: Any) -> None:
         compute_metrics.event_handled(event)
@@ -263,9 +270,10 @@ class ComputeService:
         self.fencer.lift()
         self.reconcile()
 
-    def reconcile(self) -> None:
+    def reconcile(self) -> int:
         """Compare etcd, records and the driver; finish what is pending; power on what is
-        ours and stopped; destroy what is no longer ours."""
+        ours and stopped; destroy what is no longer ours. The revision our prefix was read
+        at (the watch goes on after it)."""
         self.remove_odd_keys()
         entries, revision = self.store.get_prefix(self.watch_prefix)
         wanted: set[str] = set()
@@ -282,10 +290,11 @@ class ComputeService:
             self._put_guests_right(held, running, wanted)
         except Exception as exc:  # a broken driver must not stop the daemon
             LOG.warning("reconcile: could not list or fix driver instances: %s", exc)
-            return
+            return revision
         self.power.reconciled()
         LOG.info("reconciled %d spec(s) at revision %d; %d instance(s) in the driver",
                  len(wanted), revision, len(held))
+        return revision
 
     def _put_guests_right(self, held: set[str], running: set[str], wanted: set[str]) -> None:
         """A guest no spec of ours asks for was moved or deleted while we were away (or
@@ -299,7 +308,7 @@ class ComputeService:
             self.pool.run(worker.destroy, uuid, timeout=self.settings["job_timeout_seconds"])
         for uuid in sorted((held & wanted) - running - in_flight):
             rp = next((rp for rp in self.hosts
-                       if instances.read_record(self.store, rp, uuid).state == instances.ACTIVE),
+                       if records.read_record(self.store, rp, uuid).state == states.ACTIVE),
                       None)
             if rp is not None and self.pool.run(worker.power_on, uuid):
                 instance_log(uuid).info("powered on again (it is ours and ACTIVE)")
@@ -320,4 +329,4 @@ class ComputeService:
                 if parsed is not None and UUID.match(parsed.uuid):
                     continue
                 LOG.warning("removing %r: not an instance key of ours", entry.key[:300])
-                instances.drop_key(self.store, entry.key, entry.mod_revision)
+                ownership.drop_key(self.store, entry.key, entry.mod_revision)

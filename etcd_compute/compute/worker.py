@@ -10,8 +10,8 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from etcd_compute import instances
 from etcd_compute.drivers import Driver, load_driver
+from etcd_compute.instances import states
 
 _driver: Driver | None = None
 
@@ -42,19 +42,19 @@ def destroy(uuid: str) -> None:
 def act(spec: dict[str, Any], task: dict[str, Any]) -> dict[str, Any]:
     """Run the operator's action `task` (the record's task) on the instance of `spec`."""
     uuid, action = spec["uuid"], task["action"]
-    if action == instances.STOP:
+    if action == states.STOP:
         driver().stop(uuid)
         return {}
-    if action == instances.START:
+    if action == states.START:
         return driver().start(uuid)
-    if action == instances.REBOOT:
+    if action == states.REBOOT:
         return driver().reboot(uuid, bool(task.get("hard")))
     # Rebuild and resize leave the guest powered as it was when the action began.
-    power_on = task["from"] == instances.ACTIVE
-    if action == instances.REBUILD:
+    power_on = task["from"] == states.ACTIVE
+    if action == states.REBUILD:
         return driver().rebuild({**spec, "image": task.get("image") or spec.get("image")},
                                 power_on)
-    if action == instances.RESIZE:
+    if action == states.RESIZE:
         return driver().resize({**spec, "resources": task["resources"]}, power_on)
     raise ValueError(f"unknown action {action!r}")
 

@@ -8,11 +8,14 @@ benchmarks, a future API) schedules through these two calls only.
     destinations = scheduler.select_destinations(
         RequestSpec.build("resources=VCPU:1,MEMORY_MB:512", count=3))
 
-Modules: `request` parses the query, `spec` holds RequestSpec/Destination,
-`hoststate` builds what the planner knows of each host, `filters`/`weighers`
-are the policies, `planner` picks hosts, `spec_writer` writes the specs,
-`explain` says why nothing fits, `operations` are the CLI's instance commands,
-`scheduler` ties one request together.
+The placement engine only. Modules: `request` parses the query, `spec` holds
+RequestSpec/Destination, `hoststate` and `context` are what the planner knows
+of each host, `filters`/`weighers` are the policies, `planner` picks hosts,
+`candidates` keeps Placement's answers per request shape, `spec_writer` writes
+the specs, `explain` says why nothing fits, `queue` is the scheduler service's
+messages (both sides), `scheduler` ties one request together. The daemon that
+runs the service is `etcd_compute.controller`; the operator's instance
+commands are `etcd_compute.ops`.
 """
 
 from __future__ import annotations

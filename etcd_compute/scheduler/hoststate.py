@@ -13,14 +13,14 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from etcd_compute import messages, shards
-from etcd_compute.errors import InvalidMessage
+from etcd_compute import shards
 from etcd_compute.etcd import Entry, KeyValueStore, Range, RangeResult
-from etcd_compute.instances import count_by_host
+from etcd_compute.hosts import decode_heartbeat, decode_stats, heartbeat_and_stats_ranges, host_of
+from etcd_compute.instances.records import count_by_host
 from etcd_compute.keys import Keys
 from etcd_compute.placement import DISABLED_TRAIT
 
@@ -136,28 +136,21 @@ class Cluster:
     build_failures: dict[str, list[float]] = field(default_factory=dict)
     instances: Counter[str] = field(default_factory=Counter)
 
-    @staticmethod
-    def heartbeat_reads(keys: Keys) -> list[Range]:
-        """The heartbeats and stats of every host: two ranges of one `read_many`, which the
-        scheduler sends while Placement answers the candidates query."""
-        return [Range(keys.alive_prefix()), Range(keys.stats_prefix())]
-
     @classmethod
     def from_reads(cls, keys: Keys, results: list[RangeResult], instances: Counter[str],
                    only: set[str] | None = None,
                    cache: dict[str, dict[tuple[str, int], dict[str, Any]]] | None = None
                    ) -> Cluster:
-        """The view from `heartbeat_reads`' results; with `only` (the candidate providers),
-        other hosts' messages are skipped undecoded, and `cache` (kept by a long-lived
-        Scheduler) keeps the messages already validated, by key and mod_revision:
+        """The view from `hosts.heartbeat_and_stats_ranges`' results; with `only` (the
+        candidate providers), other hosts' messages are skipped undecoded, and `cache` (a
+        long-lived Scheduler's) keeps the messages already validated, by key and mod_revision:
         schema-validating every heartbeat on every request cost ~80% of a one-instance
         request at 1000 hosts (bench/REPORT.md)."""
         cache = {} if cache is None else cache
         alive_entries, stats_entries = (result.entries for result in results)
         alive = {rp: message.get("name", rp) for rp, message in _decode_some(
-            messages.ALIVE, keys.alive_prefix(), alive_entries, only, cache).items()}
-        stats = _decode_some(messages.HOST_STATS, keys.stats_prefix(), stats_entries, only,
-                             cache)
+            decode_heartbeat, keys.alive_prefix(), alive_entries, only, cache).items()}
+        stats = _decode_some(decode_stats, keys.stats_prefix(), stats_entries, only, cache)
         return cls(alive, {rp: s.get("build_failures", []) for rp, s in stats.items()},
                    instances)
 
@@ -167,7 +160,7 @@ class Cluster:
              max_ops: int = 128) -> Cluster:
         """etcd's view in two round trips: heartbeats and stats, then the instance counts
         (of the hosts in `only`, or of every host)."""
-        results, _ = store.read_many(cls.heartbeat_reads(store.keys))
+        results, _ = store.read_many(heartbeat_and_stats_ranges(store.keys))
         counts = count_by_host(store) if only is None else instance_counts(store, only,
                                                                            max_ops)
         return cls.from_reads(store.keys, results, counts, only, cache)
@@ -176,7 +169,7 @@ class Cluster:
 @dataclass
 class LiveHosts:
     """etcd's side of one request, read while Placement answers: heartbeats and stats
-    (`Cluster.heartbeat_reads`' results), how many hosts are alive, and the instance counts
+    (`hosts.heartbeat_and_stats_ranges`' results), how many hosts are alive, and the instance counts
     of those Placement may offer (`counted`: alive, in the shards asked about if any)."""
 
     heartbeats: list[RangeResult]
@@ -188,8 +181,8 @@ class LiveHosts:
     def read(cls, store: KeyValueStore, exclude: Iterable[str] = (),
              aggregates: Iterable[str] | None = None, max_ops: int = 128) -> LiveHosts:
         """Two round trips at most hosts (one per `max_ops` hosts counted)."""
-        results, _ = store.read_many(Cluster.heartbeat_reads(store.keys))
-        alive = {entry.key.rsplit("/", 1)[-1] for entry in results[0].entries}
+        results, _ = store.read_many(heartbeat_and_stats_ranges(store.keys))
+        alive = {host_of(entry.key) for entry in results[0].entries}
         counted = alive - set(exclude)
         if aggregates is not None:
             asked = set(aggregates)
@@ -212,10 +205,12 @@ def instance_counts(store: KeyValueStore, hosts: Iterable[str], max_ops: int) ->
     return counts
 
 
-def _decode_some(schema: str, prefix: str, entries: list[Entry], only: set[str] | None,
+def _decode_some(decode: Callable[[bytes], dict[str, Any] | None], prefix: str,
+                 entries: list[Entry], only: set[str] | None,
                  cache: dict[str, dict[tuple[str, int], dict[str, Any]]]
                  ) -> dict[str, dict[str, Any]]:
-    """Valid messages among `entries` by last key segment, only those in `only` if given.
+    """Messages `decode` reads among `entries` (None: unreadable, skipped) by host, only
+    those in `only` if given.
 
     `cache[prefix]` is replaced by this read's valid messages, so it never holds more
     than the keys that exist now.
@@ -224,15 +219,14 @@ def _decode_some(schema: str, prefix: str, entries: list[Entry], only: set[str] 
     fresh: dict[tuple[str, int], dict[str, Any]] = {}
     found = {}
     for entry in entries:
-        name = entry.key.rsplit("/", 1)[-1]
+        name = host_of(entry.key)
         if only is not None and name not in only:
             continue
         version = (entry.key, entry.mod_revision)
         message = seen.get(version)
         if message is None:
-            try:
-                message = messages.decode(schema, entry.value)
-            except InvalidMessage:
+            message = decode(entry.value)
+            if message is None:
                 continue
         fresh[version] = found[name] = message
     if only is None:

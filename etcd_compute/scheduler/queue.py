@@ -14,7 +14,13 @@ leadership: a request is answered at most once, and only by the leader.
 The instances of a request have uuids derived from the request's uuid, so a
 claim in Placement made by a leader that died before its transaction is
 recognised by the next leader (the consumer already exists) and freed, never
-leaked, never doubled.
+leaked, never doubled; and a client that gave up knows which instances to
+take back if its request was answered all the same.
+
+A request carries its client's deadline (wall clock). The service never
+places a request past it: so a client that cannot reach etcd to withdraw its
+request knows, once the deadline and the clock skew allowed between machines
+(`CLOCK_SKEW_SECONDS`) have passed, that nothing will be placed for it.
 """
 
 from __future__ import annotations
@@ -39,6 +45,10 @@ from etcd_compute.scheduler.spec import Destination, RequestSpec, operator_name
 # Instance uuids of a request: uuid5(this, "<request uuid>/<index>").
 INSTANCE_NAMESPACE = uuidlib.UUID("5c1f3a52-6d0e-4f0e-9a3b-2b7e1d9c4e60")
 
+# How far apart the clocks of the machines running schedule.py and schedule.py serve may be
+# (NTP keeps them within milliseconds; a machine without it may drift this far).
+CLOCK_SKEW_SECONDS = 10.0
+
 
 def instance_uuids(request_uuid: str, count: int) -> list[str]:
     """The uuids the request's instances get, whoever answers it."""
@@ -46,10 +56,12 @@ def instance_uuids(request_uuid: str, count: int) -> list[str]:
             for index in range(count)]
 
 
-def request_message(request_spec: RequestSpec, client: str) -> dict[str, Any]:
-    """The schedule_request for `request_spec`, as the CLI parsed it."""
+def request_message(request_spec: RequestSpec, client: str,
+                    deadline: float | None = None) -> dict[str, Any]:
+    """The schedule_request for `request_spec`, as the CLI parsed it; `deadline`: when the
+    client gives up (never placed after it)."""
     group = request_spec.group
-    return {
+    message = {
         "query": request_spec.request.to_query(),
         "count": request_spec.count,
         "name": request_spec.name,
@@ -65,6 +77,21 @@ def request_message(request_spec: RequestSpec, client: str) -> dict[str, Any]:
         # Who asked, for the instance's events (the service writes the specs).
         "requested_by": operator_name(),
     }
+    if deadline is not None:
+        message["deadline"] = deadline
+    return message
+
+
+def expired(message: dict[str, Any] | None, now: float | None = None) -> bool:
+    """The request's client gave up (its deadline passed, by this machine's clock)."""
+    deadline = (message or {}).get("deadline")
+    return deadline is not None and (time.time() if now is None else now) > deadline
+
+
+def expired_error(message: dict[str, Any]) -> ServiceUnavailable:
+    return ServiceUnavailable(f"the request expired at its deadline "
+                              f"({time.strftime('%H:%M:%S', time.gmtime(message['deadline']))}"
+                              " UTC) before it was placed: nothing was placed")
 
 
 def request_spec_of(message: dict[str, Any], settings: dict[str, Any]) -> RequestSpec:

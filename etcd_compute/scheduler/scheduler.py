@@ -22,7 +22,7 @@ from typing import Any
 
 import tenacity
 
-from etcd_compute import claims, instances, messages, shards
+from etcd_compute import claims, shards
 from etcd_compute.errors import (
     ConflictError,
     EtcdComputeError,
@@ -30,7 +30,9 @@ from etcd_compute.errors import (
     PlacementError,
     UsageError,
 )
-from etcd_compute.etcd import Range, Store, Txn
+from etcd_compute.etcd import Store, Txn
+from etcd_compute.hosts import count_alive, put_stats
+from etcd_compute.instances import records, scheduling
 from etcd_compute.placement import PlacementClient
 from etcd_compute.scheduler import explain, spec_writer
 from etcd_compute.scheduler.context import PlanContext
@@ -46,7 +48,7 @@ from etcd_compute.scheduler.hoststate import (
 )
 from etcd_compute.scheduler.planner import FilterReport, NoRoom, Pick, plan
 from etcd_compute.scheduler.request import UUID, ResourceRequest
-from etcd_compute.scheduler.spec import Destination, RequestSpec
+from etcd_compute.scheduler.spec import Destination, RequestSpec, for_instance
 from etcd_compute.scheduler.weighers import enabled_weighers
 
 LOG = logging.getLogger(__name__)
@@ -73,7 +75,7 @@ class Candidates:
 
 def check_txn_ops(request_spec: RequestSpec, settings: dict[str, Any]) -> None:
     """UsageError, before anything is asked, when one transaction could not write the request."""
-    needed = instances.operations(request_spec.count, request_spec.group is not None)
+    needed = scheduling.operations(request_spec.count, request_spec.group is not None)
     if needed > settings["etcd_max_txn_ops"]:
         raise UsageError(
             f"--count {request_spec.count} needs {needed} etcd operations in one "
@@ -155,7 +157,7 @@ class Scheduler:
         if request_spec.group is None:
             return Counter(), None
         name, policy = request_spec.group
-        members, revision = instances.group_members(self.store, name)
+        members, revision = records.group_members(self.store, name)
         hosts: Counter[str] = Counter()
         for uuid, member in members.items():
             if uuid == leave_out:
@@ -188,9 +190,7 @@ class Scheduler:
         to shard needs no precision), else one count-only etcd read."""
         if self._alive_seen and time.monotonic() - self._alive_seen[0] < ALIVE_SEEN_MAX_AGE:
             return self._alive_seen[1]
-        (result,), _ = self.store.read_many([Range(self.store.keys.alive_prefix(),
-                                                   count_only=True)])
-        return result.count
+        return count_alive(self.store)
 
     def shards_for(self, request: ResourceRequest, count: int,
                    hosts: Callable[[], int]) -> list[str] | None:
@@ -280,12 +280,7 @@ class Scheduler:
         """Where an existing instance (its spec) would go now, `exclude`d hosts aside: the
         same query, filters (its server group honoured) and weighers as a new request.
         Nothing is claimed. NoValidHost when nowhere fits."""
-        group = spec.get("group")
-        request_spec = RequestSpec.build(
-            spec.get("query") or "resources=" + ",".join(
-                f"{rc}:{n}" for rc, n in sorted(spec["resources"].items())),
-            group=(group["name"], group["policy"]) if group else None)
-        picks, _ = self.plan(request_spec, exclude, member=spec["uuid"])
+        picks, _ = self.plan(for_instance(spec), exclude, member=spec["uuid"])
         return picks[0]
 
     def _attempt(self, request_spec: RequestSpec) -> list[Destination]:
@@ -377,8 +372,7 @@ class Scheduler:
             if not found:
                 raise UsageError(f"no resource provider named {name!r}")
             rp_uuid = found[0]["uuid"]
-        message = {**stats, "updated_at": stats.get("updated_at", time.time())}
-        self.store.put(messages.HOST_STATS, self.store.keys.stats(rp_uuid), message)
+        put_stats(self.store, rp_uuid, stats)
 
     def close(self) -> None:
         if self._executor is not None:

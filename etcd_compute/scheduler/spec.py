@@ -98,6 +98,16 @@ class RequestSpec:
         return self.name if self.count == 1 else f"{self.name}-{index + 1}"
 
 
+def for_instance(spec: dict[str, Any]) -> RequestSpec:
+    """The request an existing instance (its spec) would be placed by again: its own query
+    (or its resources), its server group."""
+    group = spec.get("group")
+    return RequestSpec.build(
+        spec.get("query") or "resources=" + ",".join(
+            f"{rc}:{n}" for rc, n in sorted(spec["resources"].items())),
+        group=(group["name"], group["policy"]) if group else None)
+
+
 @dataclass
 class Destination:
     """Where one instance went: its host, the claim, and the alternates kept in its spec."""

@@ -12,8 +12,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from etcd_compute import instances
 from etcd_compute.etcd import KeyValueStore, Txn
+from etcd_compute.instances import scheduling
 from etcd_compute.keys import Keys
 from etcd_compute.scheduler.spec import Destination, RequestSpec, operator_name
 
@@ -48,7 +48,7 @@ def instance_spec(destination: Destination, request_spec: RequestSpec,
 def transaction(keys: Keys, destinations: list[Destination], request_spec: RequestSpec,
                 settings: dict[str, Any], group_revision: int | None,
                 requested_by: str | None = None) -> Txn:
-    """The one transaction that writes the whole request (see `instances.schedule_txn`);
+    """The one transaction that writes the whole request (see `instances.scheduling.schedule_txn`);
     `requested_by`: who asked, if not this process's operator (the scheduler service)."""
     now, who = time.time(), requested_by or operator_name()
     placed = [(instance_spec(d, request_spec, settings, now, who), d.host_name)
@@ -56,7 +56,7 @@ def transaction(keys: Keys, destinations: list[Destination], request_spec: Reque
     group = None
     if request_spec.group and group_revision is not None:
         group = (request_spec.group[0], group_revision)
-    return instances.schedule_txn(keys, placed, group)
+    return scheduling.schedule_txn(keys, placed, group)
 
 
 def write_specs(store: KeyValueStore, destinations: list[Destination],

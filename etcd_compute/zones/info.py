@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from etcd_compute.scheduler import operations
+from etcd_compute.ops import operations
 from etcd_compute.scheduler.hoststate import SHARING_TRAIT
 from etcd_compute.zones.tree import Zone, ZoneTree
 

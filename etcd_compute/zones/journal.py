@@ -21,9 +21,10 @@ import time
 import uuid as uuidlib
 from typing import Any
 
-from etcd_compute import instances, messages
+from etcd_compute import messages
 from etcd_compute.errors import InvalidMessage, UsageError
 from etcd_compute.etcd import Compare, Delete, KeyValueStore, Txn, put_message
+from etcd_compute.instances import records
 from etcd_compute.zones import undo
 from etcd_compute.zones.tree import ZONE_FAULTS, ZoneTree, ZoneUnreachable
 
@@ -95,7 +96,7 @@ def sweep(tree: ZoneTree, grace: float, now: float | None = None) -> list[str]:
         try:
             zones = {path: tree.find(path) for path in message["zones"]}
             exists = {path: [uuid for uuid in uuids
-                             if instances.locate(zones[path].store, uuid) is not None]
+                             if records.locate(zones[path].store, uuid) is not None]
                       for path, uuids in message["zones"].items()}
         except (*ZONE_FAULTS, ZoneUnreachable) as exc:
             LOG.info("zone intent %s: kept for later (%s)", intent, exc)

@@ -10,15 +10,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from etcd_compute import instances, messages
+from etcd_compute import messages
 from etcd_compute.errors import InvalidMessage, NotFound
 from etcd_compute.etcd import Compare, Delete, Txn
-from etcd_compute.scheduler import operations
+from etcd_compute.instances import records
+from etcd_compute.ops import operations
 from etcd_compute.zones.tree import Zone, ZoneTree
 
 
 def _here(zone: Zone, uuid: str) -> bool:
-    return instances.find(zone.store, uuid)[0] is not None
+    return records.find(zone.store, uuid)[0] is not None
 
 
 def indexed(tree: ZoneTree, uuid: str) -> str | None:
@@ -79,7 +80,7 @@ def list_all(tree: ZoneTree, host: str | None = None,
                        "any instance (give its name or provider uuid)")
     # Without zones below, the records are as they always were (no zone).
     zoned = len(walk.zones) > 1 or bool(walk.unreachable)
-    records = [{**record, "zone": zone.label} if zoned else record
-               for path, zone in walk.zones.items() for record in walk.results.get(path) or []]
-    records.sort(key=lambda r: (r.get("created_at") or 0, r["uuid"]))
-    return records, {path or tree.root.label: why for path, why in walk.unreachable.items()}
+    listed = [{**record, "zone": zone.label} if zoned else record
+              for path, zone in walk.zones.items() for record in walk.results.get(path) or []]
+    listed.sort(key=lambda r: (r.get("created_at") or 0, r["uuid"]))
+    return listed, {path or tree.root.label: why for path, why in walk.unreachable.items()}

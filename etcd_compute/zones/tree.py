@@ -20,7 +20,8 @@ from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
 from etcd_compute.errors import ConfigError, ServiceUnavailable, UsageError
-from etcd_compute.etcd import PermissionDenied, Store
+from etcd_compute.etcd import Store
+from etcd_compute.etcd_connection import PermissionDenied
 from etcd_compute.placement import PlacementClient
 from etcd_compute.scheduler import Scheduler
 from etcd_compute.zones import registry

@@ -8,7 +8,7 @@ Per test: a unique key prefix, an empty Placement, the cluster whole again (a
 member an earlier test killed is restarted before the next one starts).
 
 Clients name all three members (etcd.endpoints) with a short timeout, hosts
-beat every second on a 3 s lease: the numbers these tests measure are then
+beat every second on a 6 s lease: the numbers these tests measure are then
 seconds, not minutes. Everything started here is stopped by pid, and the
 namespaces, veths and bridge are removed, whatever the tests did.
 """
@@ -43,7 +43,10 @@ from tools.local_services.cluster import EtcdCluster
 from tools.local_services.netns import Host, TestNetwork, netns_usable
 
 ETCD_TIMEOUT = 2.0
-HEARTBEAT_TTL = 3
+# With etcd's default election timeout (an election takes up to ~4 s: etcd.election_seconds)
+# and a 0.5 s fence margin, 6 s is the shortest whole TTL the config accepts (renewals
+# every 1 s).
+HEARTBEAT_TTL = 6
 ROOM = {"VCPU": 64, "MEMORY_MB": 16384, "DISK_GB": 256}
 
 
@@ -159,7 +162,8 @@ def make_host(tmp_path: Path, cluster: EtcdCluster, bridge_placement: PlacementS
             "compute": {
                 "uuid": rp_uuid, "name": name, "state_dir": str(state),
                 "instances_dir": str(state / "instances"), "heartbeat_ttl": HEARTBEAT_TTL,
-                # A leader election (about 1-2 s) must not fence the host.
+                # A leader election (about 1-2 s) must not fence the host: the config
+                # refuses timings that could not renew through one.
                 "fence_margin_seconds": 0.5,
                 "workers": workers, "job_timeout_seconds": 30, "shutdown_timeout_seconds": 10,
                 "inventory": {rc: {"total": total, "reserved": 0, "allocation_ratio": 1.0}

@@ -28,7 +28,7 @@ from tests.support import wait_for
 
 pytestmark = pytest.mark.cluster
 
-# gRPC pings every 10 s and gives up on a silent member 5 s later (etcd.GRPC_OPTIONS).
+# gRPC pings every 10 s and gives up on a silent member 5 s later (etcd_connection.GRPC_OPTIONS).
 KEEPALIVE_S = 15
 
 

@@ -10,10 +10,11 @@ from typing import Any
 import psutil
 import pyetcd.events
 
-from etcd_compute import instances, messages
+from etcd_compute import messages
 from etcd_compute.errors import InvalidMessage
 from etcd_compute.etcd import Entry, Store
-from etcd_compute.instances import FINAL
+from etcd_compute.instances import ownership, records
+from etcd_compute.instances.states import FINAL
 from etcd_compute.keys import RECORDS
 from etcd_compute.placement import PlacementClient
 from tests.support import make_spec, wait_for
@@ -42,7 +43,7 @@ def record(store: Store, uuid: str) -> dict[str, Any] | None:
 def record_entry(store: Store, uuid: str) -> Entry | None:
     """The record key of `uuid` on whichever host has it (tests write specs without the
     scheduler's location key, so look on every host)."""
-    location = instances.locate(store, uuid)
+    location = records.locate(store, uuid)
     if location is not None:
         return store.get(store.keys.record(location["host"], uuid))
     entries, _ = store.get_prefix(store.keys.hosts(), keys_only=True)
@@ -128,7 +129,7 @@ def assert_nothing_left(store: Store, placement: PlacementClient,
     wait_for(lambda: placement.get_allocations(uuid)["allocations"] == {}, 5,
              what=f"the claim of {uuid} to be freed")
     assert uuid not in fake_instances(compute_config)
-    for key in instances.host_keys(store.keys, rp, uuid):
+    for key in ownership.host_keys(store.keys, rp, uuid):
         assert store.get(key) is None, f"{key} was left behind"
 
 

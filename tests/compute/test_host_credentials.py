@@ -14,9 +14,11 @@ import uuid as uuidlib
 
 import pytest
 
-from etcd_compute import instances, messages
+from etcd_compute import messages
 from etcd_compute.errors import EtcdComputeError, ServiceUnavailable
-from etcd_compute.etcd import PermissionDenied, Store
+from etcd_compute.etcd import Store
+from etcd_compute.etcd_connection import PermissionDenied
+from etcd_compute.instances import moves, records, scheduling
 from etcd_compute.placement import PlacementClient
 from tests.support import make_spec
 
@@ -30,7 +32,7 @@ def two_hosts(host_credentials):
 def test_a_host_reads_and_writes_only_its_own_keys(two_hosts, store, placement):
     (a, a_creds), (b, _) = two_hosts
     spec_b = make_spec(b)
-    instances.schedule(store, [(spec_b, "host-b")])  # the operator's side places it on b
+    scheduling.schedule(store, [(spec_b, "host-b")])  # the operator's side places it on b
     with Store(a_creds["etcd"]) as host_a:
         # Its own prefix, heartbeat and stats: fine.
         host_a.put(messages.INSTANCE_SPEC, host_a.keys.spec(a, spec_b["uuid"]),
@@ -60,10 +62,10 @@ def test_a_host_reads_and_writes_only_its_own_keys(two_hosts, store, placement):
             assert "\n" not in str(caught.value)
         # Nor can it move b's instance to itself: the controller's transaction, refused
         # whole (nothing of it is applied).
-        read = instances.read_record(store, b, spec_b["uuid"])
+        read = records.read_record(store, b, spec_b["uuid"])
         with pytest.raises(PermissionDenied):
-            instances.evacuate(host_a, spec_b, read, a, {a: {"resources": spec_b["resources"]}})
-    assert instances.locate(store, spec_b["uuid"])["host"] == b
+            moves.evacuate(host_a, spec_b, read, a, {a: {"resources": spec_b["resources"]}})
+    assert records.locate(store, spec_b["uuid"])["host"] == b
     assert store.get(store.keys.spec(b, spec_b["uuid"])) is not None
 
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import time
 
-from etcd_compute import instances
 from etcd_compute.config import deep_merge
+from etcd_compute.instances import records
 from tests.compute.guests import overlaps, power_loss
 from tests.compute.helpers import (
     claim_and_send,
@@ -113,7 +113,7 @@ def test_a_host_cut_off_fences_itself_before_its_instance_runs_elsewhere(
         wait_for(lambda: spec["uuid"] not in fake_instances(a), 30,
                  what="host-a to destroy its stale copy on return")
         wait_for(lambda: store.get(store.keys.alive(rp_of(a))), 20, what="host-a back")
-        assert instances.locate(store, spec["uuid"])["host"] == rp_of(b)
+        assert records.locate(store, spec["uuid"])["host"] == rp_of(b)
         assert overlaps([a, b]) == []
     finally:
         proxy.stop()

@@ -22,9 +22,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from etcd_compute import instances
 from etcd_compute.config import deep_merge
 from etcd_compute.drivers.fake import FakeDriver
+from etcd_compute.instances import records, states
 from tests.compute.guests import overlaps, power_loss
 from tests.compute.test_host_failure import rp_of
 from tests.support import RESOURCES, wait_for
@@ -37,7 +37,7 @@ TTL, MARGIN, GRACE = 2, 0.6, 1
 # rebuild always finds room while at most two hosts are down.
 MAX_LIVE = 6
 QUERY = ",".join(f"{rc}:{n}" for rc, n in sorted(RESOURCES.items()))
-ENDED = (instances.ERROR, instances.DELETED)
+ENDED = (states.ERROR, states.DELETED)
 
 
 @dataclass
@@ -183,11 +183,11 @@ def supervise(host: Host, start_compute: Any) -> None:
 
 def settle(store: Any, client: Client) -> dict[str, tuple[str | None, Any]] | None:
     """{uuid: (host, record)} once no instance is in a passing state, else None."""
-    found = {uuid: instances.find(store, uuid) for uuid in client.created}
+    found = {uuid: records.find(store, uuid) for uuid in client.created}
     for uuid, (_host, read) in found.items():
-        if read.state is not None and read.state not in ENDED + (instances.ACTIVE,):
+        if read.state is not None and read.state not in ENDED + (states.ACTIVE,):
             return None
-        if uuid in client.destroyed and read.state not in (None, instances.DELETED):
+        if uuid in client.destroyed and read.state not in (None, states.DELETED):
             return None
     return found
 
@@ -199,14 +199,14 @@ def check_invariants(store: Any, placement: Any, hosts: list[Host], client: Clie
     live_on: dict[str, set[str]] = {rp_of(h.config): set() for h in hosts}
     for uuid, (host, read) in settled.items():
         policy = client.created[uuid]
-        if uuid in client.destroyed or read.state in (None, instances.DELETED):
+        if uuid in client.destroyed or read.state in (None, states.DELETED):
             assert placement.get_allocations(uuid)["allocations"] == {}, (uuid, where)
-        elif read.state == instances.ERROR:
+        elif read.state == states.ERROR:
             assert policy == "error", (uuid, read.record, where)
             assert "is down" in read.record["error"], (uuid, read.record, where)
             assert placement.get_allocations(uuid)["allocations"] == {}, (uuid, where)
         else:
-            assert read.state == instances.ACTIVE and host in live_on, (uuid, read, where)
+            assert read.state == states.ACTIVE and host in live_on, (uuid, read, where)
             assert set(placement.get_allocations(uuid)["allocations"]) == {host}, (uuid, where)
             live_on[host].add(uuid)
     for host in hosts:

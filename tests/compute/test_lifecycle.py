@@ -9,12 +9,15 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from etcd_compute import instances, messages
+from etcd_compute import messages
 from etcd_compute.config import deep_merge
 from etcd_compute.errors import EtcdComputeError
 from etcd_compute.etcd import Store
+from etcd_compute.instances import actions as action_txn
+from etcd_compute.instances import states
+from etcd_compute.ops import lifecycle
 from etcd_compute.placement import PlacementClient
-from etcd_compute.scheduler import RequestSpec, Scheduler, lifecycle
+from etcd_compute.scheduler import RequestSpec, Scheduler
 from tests.compute.guests import power_loss, timeline
 from tests.compute.helpers import fake_instances, record, wait_state
 from tests.compute.test_metrics import scrape, value
@@ -155,11 +158,11 @@ def test_actions_sent_during_other_actions(start_compute, compute_config, schedu
         try:
             lifecycle.request(store, placement, uuid, action, **params)
             raise AssertionError(f"{action} during another action was not refused")
-        except instances.ActionRefused as exc:
+        except states.ActionRefused as exc:
             assert "is not allowed now (allowed: destroy)" in str(exc)
         assert revisions(store, rp, uuid) == before
     for uuid in (rebuilt, resized):
-        from etcd_compute.scheduler import operations
+        from etcd_compute.ops import operations
 
         assert operations.destroy(store, placement, uuid) == "requested"
 
@@ -241,7 +244,7 @@ def test_hostile_requests_written_straight_to_etcd_are_refused_by_the_host(
             (stopped, "reboot", {})):
         spec, _ = store.read(messages.INSTANCE_SPEC, store.keys.spec(rp, uuid))
         hostile = {**spec, "action": action,
-                   "request": instances.new_request("mallory", **request)}
+                   "request": action_txn.new_request("mallory", **request)}
         store.put(messages.INSTANCE_SPEC, store.keys.spec(rp, uuid), hostile)
         wait_for(lambda u=uuid, r=hostile: record(store, u).get("request_id") ==
                  r["request"]["id"], 20, what=f"the host to refuse the {action}")

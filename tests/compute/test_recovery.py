@@ -64,7 +64,7 @@ def test_compacted_history_triggers_reconcile(compute_config, store, placement, 
         for spec in specs:
             wait_state(store, spec["uuid"], "ACTIVE")
         assert service.next_revision > revision
-        assert "etcd compacted history past revision 1; reconciling" in caplog.text
+        assert "past 1 where this watch resumes; reading everything again" in caplog.text
     finally:
         service.stop()
         service.pool.stop()
@@ -79,7 +79,7 @@ def test_finished_job_survives_an_etcd_blip_while_recording_it(compute_config, s
     service = ComputeService(compute_config, [identity])
     service.registration.register()
     service.pool.start()
-    real_finish = service.machine.finish_build
+    real_finish = service.machine.ends.finish_build
     calls = []
 
     def finish_build_once_unreachable(job, result):
@@ -88,7 +88,7 @@ def test_finished_job_survives_an_etcd_blip_while_recording_it(compute_config, s
             raise ServiceUnavailable("etcd at test is unreachable (UNAVAILABLE)")
         real_finish(job, result)
 
-    service.machine.finish_build = finish_build_once_unreachable  # type: ignore[method-assign]
+    service.machine.ends.finish_build = finish_build_once_unreachable  # type: ignore[method-assign]
     try:
         service.reconcile()  # as `run` does: the watch resumes from the revision it read
         threading.Thread(target=service.watch_loop, daemon=True).start()

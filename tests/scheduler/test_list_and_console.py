@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from etcd_compute import messages
-from etcd_compute.scheduler.console_follow import RESTARTED
+from etcd_compute.ops.console_follow import RESTARTED
 from tests.compute.helpers import claim_and_send, make_spec, wait_state
 from tests.support import REPO, wait_for
 from tools.local_services import pid_alive, stop_pid

@@ -94,6 +94,10 @@ class FakeStore(KeyValueStore):
         self.leases[lease] = ttl
         return lease
 
+    def keep_alive(self, lease_id: int, timeout: float) -> int:
+        """The TTL a live lease has again (0: etcd forgot it)."""
+        return self.leases.get(lease_id, 0)
+
     def lease(self, ttl: int) -> FakeLease:
         return FakeLease(self, self.grant(ttl), ttl)
 
@@ -122,6 +126,7 @@ class WatchingFakeStore(FakeStore):
         super().__init__(prefix)
         self.client = self
         self._watches: dict[int, tuple[str, Callable[[Any], None]]] = {}
+        self._prefix_watches: dict[int, tuple[str, Callable[[Any], None]]] = {}
         self._watch_ids = itertools.count(1)
 
     def add_watch_callback(self, key: str, callback: Callable[[Any], None],
@@ -143,6 +148,33 @@ class WatchingFakeStore(FakeStore):
     def cancel_watch(self, watch_id: int) -> None:
         self._watches.pop(watch_id, None)
 
+    def watch_prefix_response(self, prefix: str, start_revision: int = 0,
+                              progress_notify: bool = False) -> tuple[Any, Any]:
+        """pyetcd's prefix watch (what `watching.PrefixWatch` uses), over the same
+        callbacks: keys under `prefix` changed at or after `start_revision`, then live."""
+        import types
+
+        import pyetcd.events
+
+        responses: queue.Queue[Any] = queue.Queue()
+        watch_id = next(self._watch_ids)
+        self._prefix_watches[watch_id] = (prefix, responses.put)
+        for key, entry in sorted(self.entries.items(), key=lambda item: item[1].mod_revision):
+            if key.startswith(prefix) and entry.mod_revision >= start_revision:
+                kv = types.SimpleNamespace(key=key.encode(), value=entry.value,
+                                           mod_revision=entry.mod_revision)
+                responses.put(types.SimpleNamespace(
+                    events=[pyetcd.events.PutEvent(types.SimpleNamespace(kv=kv))]))
+
+        def cancel() -> None:
+            self._prefix_watches.pop(watch_id, None)
+            responses.put(None)
+
+        def stream() -> Any:
+            while (response := responses.get()) is not None:
+                yield response
+        return stream(), cancel
+
     def errors(self) -> contextlib.AbstractContextManager[None]:
         return contextlib.nullcontext()
 
@@ -155,7 +187,9 @@ class WatchingFakeStore(FakeStore):
         if revision is None:
             return None
         for op in txn.success:
-            for key, callback in list(self._watches.values()):
+            watches = [(op.key, callback) for prefix, callback in
+                       list(self._prefix_watches.values()) if op.key.startswith(prefix)]
+            for key, callback in list(self._watches.values()) + watches:
                 if op.key != key:
                     continue
                 entry = self.entries.get(key)
@@ -201,7 +235,8 @@ class WatchedStore(FakeStore):
         """What the next subscription to `prefix` delivers: `responses` (lists of events)."""
         self.scripts[prefix].put((list(responses), fault))
 
-    def _watch(self, prefix: str, start_revision: int) -> tuple[Any, Callable[[], None]]:
+    def _watch(self, prefix: str, start_revision: int,
+               progress_notify: bool = False) -> tuple[Any, Callable[[], None]]:
         self.watched_from.append((prefix, start_revision))
         try:
             responses, fault = self.scripts[prefix].get_nowait()
@@ -361,6 +396,25 @@ class FakePlacement:
         for consumer, allocations in claims.items():
             self.consumers[consumer] = {"allocations": allocations, "consumer_generation": 1,
                                         "project_id": project_id, "user_id": user_id}
+
+    def replace_many(self, claims: dict[str, dict[str, Any]],
+                     consumer_type: str = "INSTANCE") -> None:
+        """POST /allocations with a generation per consumer: all or nothing."""
+        self.calls.append(f"replace_many {len(claims)}")
+        for consumer, claim in claims.items():
+            current = self.consumers.get(consumer)
+            expected = current["consumer_generation"] if current else None
+            if claim["consumer_generation"] != expected:
+                raise self._conflict(f"consumer generation {claim['consumer_generation']} != "
+                                     f"{expected}", "placement.concurrent_update")
+        if not self._fits({c: claim["allocations"] for c, claim in claims.items()}):
+            raise self._conflict("not enough capacity", "placement.undefined_code")
+        for consumer, claim in claims.items():
+            current = self.consumers.get(consumer)
+            self.consumers[consumer] = {
+                "allocations": claim["allocations"],
+                "consumer_generation": (current["consumer_generation"] if current else 0) + 1,
+                "project_id": claim["project_id"], "user_id": claim["user_id"]}
 
     def replace_allocations(self, consumer: str, allocations: dict[str, Any],
                             consumer_generation: int | None, project_id: str, user_id: str,

@@ -181,3 +181,22 @@ def test_an_undo_to_nothing_releases_the_claim():
     generation = claims.move(placement, "c1", on(B), "p", "u")
     assert claims.undo_move(placement, "c1", {}, generation, "p", "u")
     assert placement.get_usages(B) == {"VCPU": 0}
+
+
+def test_several_claims_move_in_one_request_or_none_does():
+    placement = FakePlacement()
+    for rp in ("a", "b"):
+        placement.ensure_provider(rp, rp)
+        placement.set_inventory(rp, {"VCPU": {"total": 2}})
+    one, two = {"a": {"resources": {"VCPU": 1}}}, {"b": {"resources": {"VCPU": 1}}}
+    placement.claim("x", one, "p", "u")
+    placement.claim("y", one, "p", "u")
+    generations = claims.move_many(placement, [("x", two, "p", "u"), ("y", two, "p", "u")])
+    assert [c for c in placement.calls if c.startswith("replace_many")] == ["replace_many 2"]
+    assert placement.get_usages("b")["VCPU"] == 2 and placement.get_usages("a")["VCPU"] == 0
+    assert generations == {"x": 2, "y": 2}
+    # No room for a third on b: nothing moves.
+    placement.claim("z", one, "p", "u")
+    with pytest.raises(ConflictError):
+        claims.move_many(placement, [("z", two, "p", "u")])
+    assert placement.get_usages("a")["VCPU"] == 1

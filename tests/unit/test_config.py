@@ -82,6 +82,41 @@ def test_bad_config_is_one_line_error_naming_the_key(tmp_path, yaml_text, messag
     assert str(error.value).startswith(str(path))
 
 
+@pytest.mark.parametrize(("settings", "advice"), [
+    # The settings fit once renewals are timed for an election; these do not.
+    # The issue's: it fenced hosts on a plain leader kill.
+    ("compute: {heartbeat_ttl: 6, fence_margin_seconds: 2}", "at most 1"),
+    ("compute: {heartbeat_ttl: 3, fence_margin_seconds: 1}", "a longer heartbeat_ttl"),
+    ("compute: {heartbeat_ttl: 10, fence_margin_seconds: 3}\netcd: {election_seconds: 7}",
+     "at most 2"),
+])
+def test_a_fence_margin_that_cannot_outlast_an_etcd_election_is_refused(tmp_path, settings,
+                                                                         advice):
+    path = tmp_path / "compute.yaml"
+    path.write_text(settings + "\n")
+    with pytest.raises(ConfigError) as error:
+        configuration.load_compute(str(path))
+    text = str(error.value)
+    assert "\n" not in text and text.startswith(str(path))
+    for setting in ("compute.heartbeat_ttl", "compute.fence_margin_seconds",
+                    "etcd.election_seconds"):
+        assert setting in text
+    assert advice in text
+
+
+@pytest.mark.parametrize("settings", [
+    "",  # the defaults
+    "compute: {heartbeat_ttl: 6, fence_margin_seconds: 1}",  # the README's
+    "compute: {heartbeat_ttl: 3, fence_margin_seconds: 1}\netcd: {election_seconds: 0}",
+])
+def test_settings_that_renew_through_an_election_are_accepted(tmp_path, settings):
+    path = tmp_path / "compute.yaml"
+    path.write_text(settings + "\n")
+    config = configuration.load_compute(str(path))
+    timing = configuration.heartbeat_timing(config["compute"], config["etcd"])
+    assert timing.workable
+
+
 @pytest.mark.parametrize(
     ("yaml_text", "message"),
     [

@@ -1,5 +1,6 @@
-"""The etcd layer: our transaction types in pyetcd's terms, compare helpers, one-line errors,
-and the message reads and writes every store shares (through the in-memory store)."""
+"""The etcd store: our transaction types in pyetcd's terms, compare helpers, the Store over a
+client, and the message reads and writes every store shares (through the in-memory store).
+Connecting and one-line errors: test_etcd_connection.py."""
 
 from __future__ import annotations
 
@@ -15,22 +16,18 @@ import pytest
 
 from etcd_compute import messages
 from etcd_compute.errors import (
-    EtcdComputeError,
-    EtcdUnavailable,
     InvalidMessage,
     ServiceUnavailable,
 )
 from etcd_compute.etcd import (
     Compare,
     Delete,
-    PermissionDenied,
     Put,
     Store,
     Txn,
     _to_pyetcd_compare,
     _to_pyetcd_op,
     absent,
-    etcd_errors,
     none_created_since,
     prefix_end,
     put_message,
@@ -146,84 +143,6 @@ def test_put_message_validates_before_anything_is_written():
     assert json.loads(put.value) == message and put.lease == 7
     with pytest.raises(InvalidMessage):
         put_message(messages.ALIVE, "/alive/x", {"host": "not-a-uuid", "name": "h", "since": 1})
-
-
-# ------------------------------------------------------------------ errors
-
-
-@pytest.mark.parametrize("code", [grpc.StatusCode.UNAVAILABLE,
-                                  grpc.StatusCode.DEADLINE_EXCEEDED])
-def test_an_unreachable_etcd_is_service_unavailable_naming_the_endpoints(code):
-    with pytest.raises(ServiceUnavailable) as caught, etcd_errors(ENDPOINTS):
-        raise RpcError(code, "connection refused")
-    text = str(caught.value)
-    assert caught.value.exit_code == 3
-    assert "etcd at 10.0.0.1:2379, 10.0.0.2:2379 is unreachable" in text
-    assert code.name in text and "\n" not in text
-
-
-@pytest.mark.parametrize("details", [
-    "failed to connect to all addresses; last error: UNAVAILABLE: ipv4:10.0.0.1:2379: "
-    "Ssl handshake failed: SSL_ERROR_SSL: CERTIFICATE_VERIFY_FAILED",
-    # etcd refusing our certificate: seen only after our side of the handshake.
-    "failed to connect to all addresses; last error: UNAVAILABLE: ipv4:10.0.0.1:2379: "
-    "Unwrap failed (TSI_DATA_CORRUPTED)"])
-def test_a_failed_tls_handshake_is_named_as_such(details):
-    with pytest.raises(ServiceUnavailable) as caught, etcd_errors(ENDPOINTS):
-        raise RpcError(grpc.StatusCode.UNAVAILABLE, details)
-    assert str(caught.value).startswith("etcd at 10.0.0.1:2379, 10.0.0.2:2379: TLS handshake "
-                                        "failed (")
-    assert "check etcd.ca_cert/cert/key" in str(caught.value)
-
-
-@pytest.mark.parametrize("exc", [pyetcd.exceptions.ConnectionFailedError(),
-                                 pyetcd.exceptions.ConnectionTimeoutError(),
-                                 pyetcd.exceptions.NoServerAvailableError(),
-                                 pyetcd.exceptions.InternalServerError()])
-def test_pyetcd_connection_errors_are_service_unavailable(exc):
-    with pytest.raises(ServiceUnavailable) as caught, etcd_errors(ENDPOINTS):
-        raise exc
-    assert exc.__class__.__name__ in str(caught.value)
-    assert caught.value.__cause__ is None and caught.value.__suppress_context__
-
-
-def test_every_etcd_failure_is_counted_for_the_metrics_and_is_etcd_unavailable():
-    from etcd_compute import metrics
-
-    before = metrics.BACKEND_ERRORS.value("etcd")
-    with pytest.raises(EtcdUnavailable), etcd_errors(ENDPOINTS):
-        raise pyetcd.exceptions.ConnectionFailedError()
-    with pytest.raises(EtcdComputeError), etcd_errors(ENDPOINTS):
-        raise RpcError(grpc.StatusCode.PERMISSION_DENIED, "no")
-    with pytest.raises(KeyError), etcd_errors(ENDPOINTS):
-        raise KeyError("not etcd's")
-    assert metrics.BACKEND_ERRORS.value("etcd") == before + 2
-
-
-def test_an_rpc_error_without_a_code_counts_as_unreachable():
-    with pytest.raises(ServiceUnavailable, match=r"unreachable \(RpcError\)"), \
-            etcd_errors(ENDPOINTS):
-        raise grpc.RpcError()
-
-
-@pytest.mark.parametrize("code", [grpc.StatusCode.PERMISSION_DENIED,
-                                  grpc.StatusCode.INVALID_ARGUMENT,
-                                  grpc.StatusCode.RESOURCE_EXHAUSTED])
-def test_a_refusal_is_not_reported_as_an_outage(code):
-    with pytest.raises(EtcdComputeError) as caught, etcd_errors(ENDPOINTS):
-        raise RpcError(code, "etcdserver: too many operations in txn request")
-    expected = PermissionDenied if code == grpc.StatusCode.PERMISSION_DENIED else EtcdComputeError
-    assert type(caught.value) is expected
-    assert caught.value.exit_code == 1
-    assert str(caught.value) == (f"etcd refused the request: {code.name}: "
-                                 "etcdserver: too many operations in txn request")
-
-
-def test_other_exceptions_pass_through_untouched():
-    with pytest.raises(ValueError, match="ours"), etcd_errors(ENDPOINTS):
-        raise ValueError("ours")
-    with etcd_errors(ENDPOINTS):
-        pass
 
 
 # ------------------------------------------------------------------ Store over a fake client

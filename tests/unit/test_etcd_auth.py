@@ -13,7 +13,6 @@ import grpc
 import pytest
 
 from etcd_compute.errors import EtcdComputeError
-from etcd_compute.etcd import PermissionDenied, etcd_errors
 from etcd_compute.etcd_auth import (
     OPERATOR_ROLE,
     READ,
@@ -23,6 +22,7 @@ from etcd_compute.etcd_auth import (
     host_permissions,
     operator_permissions,
 )
+from etcd_compute.etcd_connection import PermissionDenied, etcd_errors
 from etcd_compute.keys import Keys
 
 HOST, OTHER = "0b5f4b8e-7a59-4a8e-9a59-2f1d7c6e8a10", "0b5f4b8e-7a59-4a8e-9a59-2f1d7c6e8a11"

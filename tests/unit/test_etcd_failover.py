@@ -51,6 +51,19 @@ def test_an_unreachable_member_moves_the_client_to_the_next_round_robin():
     etcd.close()
 
 
+def test_a_member_without_quorum_moves_the_client_on():
+    etcd = client()
+    before = etcd._current_endpoint_label
+    timed_out = RpcError(grpc.StatusCode.UNKNOWN, "context deadline exceeded")
+    with pytest.raises(grpc.RpcError):
+        try:  # pyetcd re-raises the gRPC error it is handling
+            raise timed_out
+        except RpcError:
+            etcd._manage_grpc_errors(timed_out)
+    assert etcd._current_endpoint_label != before
+    etcd.close()
+
+
 def test_a_refusal_keeps_the_member():
     etcd = client()
     before = etcd._current_endpoint_label
@@ -71,8 +84,12 @@ def test_what_counts_as_unreachable_and_as_never_sent():
     assert unreachable(refused) and never_sent(refused)
     assert unreachable(timed_out) and not never_sent(timed_out)
     assert unreachable(no_leader) and not never_sent(no_leader)
+    no_quorum = RpcError(grpc.StatusCode.UNKNOWN, "context deadline exceeded")  # as raised
+    assert unreachable(no_quorum) and not never_sent(no_quorum)
     denied = RpcError(grpc.StatusCode.PERMISSION_DENIED, REFUSED)
     assert not unreachable(denied) and not never_sent(denied)
+    other = RpcError(grpc.StatusCode.UNKNOWN, "etcdserver: something else")
+    assert not unreachable(other)
     assert not unreachable(ValueError("ours"))
 
 

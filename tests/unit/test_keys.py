@@ -174,3 +174,12 @@ def test_uuid_accepts_canonical_lower_case_uuids():
 )
 def test_uuid_refuses_anything_else(text):
     assert keys.UUID.match(text) is None
+
+
+def test_everything_of_ours_is_under_one_prefix():
+    keys = Keys("/p")
+    assert keys.everything() == "/p/"
+    for key in (keys.spec("h", "u"), keys.alive("h"), keys.queue_open(), keys.leader(),
+                keys.location("u"), keys.zone("z")):
+        assert key.startswith(keys.everything())
+    assert Keys("").everything() == "/"

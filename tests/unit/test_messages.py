@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from etcd_compute import messages
 from etcd_compute.errors import InvalidMessage
-from etcd_compute.instances import new_record
+from etcd_compute.instances.records import new_record
 from etcd_compute.schemas import is_valid, validator
 
 RP = str(uuidlib.uuid4())

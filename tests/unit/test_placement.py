@@ -269,6 +269,18 @@ def test_claim_many_is_one_post_with_every_consumer(client, wire):
                          "consumer_type": "MIGRATION"}
 
 
+def test_replace_many_is_one_post_with_each_consumers_generation(client, wire):
+    fake = wire(response(204))
+    client.replace_many({"a": {"allocations": {RP: {"resources": {"VCPU": 1}}},
+                               "project_id": "p", "user_id": "u", "consumer_generation": 3},
+                         "b": {"allocations": {}, "project_id": "p", "user_id": "u",
+                               "consumer_generation": 7}})
+    assert fake.calls() == ["POST /allocations"]
+    body = fake.body(0)
+    assert body["a"]["consumer_generation"] == 3 and body["b"]["consumer_generation"] == 7
+    assert body["a"]["consumer_type"] == "INSTANCE"
+
+
 def test_a_200_where_204_was_expected_is_an_error(client, wire):
     wire(response(200, {}))
     with pytest.raises(PlacementError):

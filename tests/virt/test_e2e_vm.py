@@ -14,8 +14,9 @@ from typing import Any
 import libvirt
 import pytest
 
-from etcd_compute import instances, messages
+from etcd_compute import messages
 from etcd_compute.config import deep_merge
+from etcd_compute.instances import ownership
 from tests.compute.helpers import wait_state
 from tests.support import wait_for
 
@@ -73,5 +74,5 @@ def test_schedule_boot_console_destroy_with_a_real_guest(
         connection.close()
     assert not (Path(config["compute"]["instances_dir"]) / uuid).exists()
     assert placement.get_allocations(uuid)["allocations"] == {}
-    for key in instances.host_keys(store.keys, rp, uuid):
+    for key in ownership.host_keys(store.keys, rp, uuid):
         assert store.get(key) is None, key

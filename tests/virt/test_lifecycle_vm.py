@@ -20,7 +20,7 @@ import libvirt
 import pytest
 
 from etcd_compute.config import deep_merge
-from etcd_compute.scheduler import lifecycle
+from etcd_compute.ops import lifecycle
 from tests.compute.helpers import record, wait_state
 from tests.support import wait_for
 

@@ -10,7 +10,8 @@ import shutil
 
 import pytest
 
-from etcd_compute.etcd import PermissionDenied, Store
+from etcd_compute.etcd import Store
+from etcd_compute.etcd_connection import PermissionDenied
 from etcd_compute.zones import registry
 
 QUERY = "resources=VCPU:1,MEMORY_MB:256,DISK_GB:1"

@@ -105,6 +105,8 @@ class EtcdServer(Service):
         """An `etcd:` config section for a client; with TLS, as the certificate `user`."""
         config: dict[str, Any] = {"endpoints": endpoints or [self.endpoint], "prefix": prefix,
                                   "timeout": 5.0}
+        if endpoints is None:
+            config["election_seconds"] = 0  # one member: no leader elections to outlast
         if self.pki:
             name = user or ROOT
             issued = self.pki.issue(name, ROOT_KIND if name == ROOT else OPERATOR)

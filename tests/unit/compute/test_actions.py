@@ -12,8 +12,10 @@ from typing import Any
 
 import pytest
 
-from etcd_compute import claims, events, instances, messages
+from etcd_compute import claims, events, messages
 from etcd_compute.compute.pool import STOP
+from etcd_compute.instances import actions as action_txn
+from etcd_compute.instances import records, states
 from tests.unit.compute.test_machine import Host
 
 NEW_SIZE = {"VCPU": 2, "MEMORY_MB": 128, "DISK_GB": 2}
@@ -61,8 +63,8 @@ def params_for(host: Host, spec: dict[str, Any], action: str) -> dict[str, Any]:
 def ask(host: Host, spec: dict[str, Any], action: str, **params: Any) -> dict[str, Any]:
     """The operator's request, written as schedule.py writes it, and delivered."""
     entry = host.store.get(host.keys.spec(host.rp, spec["uuid"]))
-    request = instances.new_request("ann@desk", **params)
-    assert instances.request_action(host.store, entry, spec, instances.read_record(
+    request = action_txn.new_request("ann@desk", **params)
+    assert action_txn.request_action(host.store, entry, spec, records.read_record(
         host.store, host.rp, spec["uuid"]), action, request) is not None
     host.deliver(spec["uuid"])
     return request
@@ -70,7 +72,7 @@ def ask(host: Host, spec: dict[str, Any], action: str, **params: Any) -> dict[st
 
 def write_hostile(host: Host, spec: dict[str, Any], action: str, **params: Any) -> dict:
     """A request written straight to etcd, past schedule.py's checks and claim."""
-    request = instances.new_request("mallory", **params)
+    request = action_txn.new_request("mallory", **params)
     host.store.put(messages.INSTANCE_SPEC, host.keys.spec(host.rp, spec["uuid"]),
                    {**spec, "action": action, "request": request})
     host.deliver(spec["uuid"])
@@ -97,7 +99,7 @@ def test_an_allowed_action_is_done_and_recorded(host, action, start, end):
     to_state(host, spec, start)
     request = ask(host, spec, action, **params_for(host, spec, action))
     record = host.record(spec["uuid"])
-    assert record["state"] == instances.ACTIONS[action][0]
+    assert record["state"] == states.ACTIONS[action][0]
     assert record["task"]["id"] == request["id"] and record["task"]["from"] == start
     host.settle()
     record = host.record(spec["uuid"])
@@ -185,7 +187,7 @@ def test_a_resize_naming_another_host_is_refused(host):
 def test_an_action_for_an_instance_this_host_does_not_hold_is_dropped(host):
     spec = host.spec()  # never sent: no record here
     host.store.put(messages.INSTANCE_SPEC, host.keys.spec(host.rp, spec["uuid"]),
-                   {**spec, "action": "stop", "request": instances.new_request("x")})
+                   {**spec, "action": "stop", "request": action_txn.new_request("x")})
     host.deliver(spec["uuid"])
     assert host.keys_of(spec["uuid"]) == [] and not host.pool.pending
 
@@ -265,7 +267,7 @@ def test_a_bug_recording_an_action_ends_it_in_error_without_destroying_the_guest
         host, monkeypatch):
     spec = active(host)
     ask(host, spec, "reboot")
-    real = instances.end_action
+    real = action_txn.end_action
     calls = []
 
     def broken(*args, **kwargs):
@@ -274,7 +276,7 @@ def test_a_bug_recording_an_action_ends_it_in_error_without_destroying_the_guest
             raise RuntimeError("bug")
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(instances, "end_action", broken)
+    monkeypatch.setattr(action_txn, "end_action", broken)
     host.settle()
     assert host.record(spec["uuid"])["state"] == "ACTIVE"
     assert "internal error recording the reboot" in last_event(host, spec["uuid"])["error"]
@@ -310,7 +312,7 @@ def test_a_stopped_instance_is_built_stopped_and_drained_stopped(host):
     entry = host.store.get(host.keys.spec(host.rp, spec["uuid"]))
     current, _ = host.store.read(messages.INSTANCE_SPEC, entry.key)
     host.store.put(messages.CONTROLLER_LEADER, host.keys.leader(), {"name": "c", "since": 1.0})
-    assert instances.request_evacuate(host.store, entry, current, "ann@desk")
+    assert action_txn.request_evacuate(host.store, entry, current, "ann@desk")
     host.deliver(spec["uuid"])
     host.settle()
     assert host.record(spec["uuid"])["state"] == "RESCHEDULING"
@@ -323,7 +325,7 @@ def test_a_drained_active_instance_that_was_stopped_is_handed_over_stopped(host)
     to_state(host, spec, "SHUTOFF")
     entry = host.store.get(host.keys.spec(host.rp, spec["uuid"]))
     current, _ = host.store.read(messages.INSTANCE_SPEC, entry.key)
-    assert instances.request_evacuate(host.store, entry, current, "ann@desk")
+    assert action_txn.request_evacuate(host.store, entry, current, "ann@desk")
     host.deliver(spec["uuid"])
     host.settle()
     handed, _ = host.store.read(messages.INSTANCE_SPEC, entry.key)

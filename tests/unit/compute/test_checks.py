@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import uuid as uuidlib
 
-from etcd_compute import instances, messages
+from etcd_compute import messages
 from etcd_compute.compute.checks import BUILD, LATER, REFUSED, check_claim, claimed_here
+from etcd_compute.instances import records
 from tests.support import make_spec
 from tests.unit.fakes import FakePlacement, FakeStore
 
@@ -37,7 +38,7 @@ def test_a_spec_claimed_here_with_its_resources_is_built():
 def test_a_spec_without_a_claim_ends_in_error():
     store, placement, spec, revision = setup(None)
     assert check_claim(store, placement, spec, revision, placed_here=False) == REFUSED
-    read = instances.read_record(store, HERE, spec["uuid"])
+    read = records.read_record(store, HERE, spec["uuid"])
     assert read.state == "ERROR" and "no claim" in read.record["error"]
     assert store.get(store.keys.spec(HERE, spec["uuid"])) is None
 
@@ -46,7 +47,7 @@ def test_a_stray_copy_claimed_elsewhere_is_dropped_without_a_record():
     store, placement, spec, revision = setup(THERE)
     assert check_claim(store, placement, spec, revision, placed_here=False) == REFUSED
     assert store.get(store.keys.spec(HERE, spec["uuid"])) is None
-    assert instances.read_record(store, HERE, spec["uuid"]).record is None
+    assert records.read_record(store, HERE, spec["uuid"]).record is None
     assert set(placement.get_allocations(spec["uuid"])["allocations"]) == {THERE}
 
 
@@ -62,6 +63,6 @@ def test_an_instance_placed_here_whose_claim_is_elsewhere_for_now_is_looked_at_l
 def test_a_spec_asking_more_than_its_claim_ends_in_error_with_the_claim_freed():
     store, placement, spec, revision = setup(HERE, {"VCPU": 1})
     assert check_claim(store, placement, spec, revision, placed_here=True) == REFUSED
-    assert "but the claim holds VCPU:1" in instances.read_record(
+    assert "but the claim holds VCPU:1" in records.read_record(
         store, HERE, spec["uuid"]).record["error"]
     assert placement.get_allocations(spec["uuid"])["allocations"] == {}

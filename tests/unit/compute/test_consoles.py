@@ -10,11 +10,12 @@ from typing import Any
 
 import pytest
 
-from etcd_compute import instances, messages
+from etcd_compute import messages
 from etcd_compute.compute import consoles as consoles_module
 from etcd_compute.compute import worker
 from etcd_compute.compute.consoles import CONSOLE_FOLLOW_SECONDS, CONSOLE_MAX_BYTES, Consoles
 from etcd_compute.config import COMPUTE_DEFAULTS, deep_merge
+from etcd_compute.instances import records, states
 from tests.support import make_spec
 from tests.unit.fakes import EventLoop, FakePool, FakeStore
 
@@ -38,13 +39,13 @@ class Host:
         self.store, self.pool, self.loop = FakeStore(), FakePool(), EventLoop()
         self.consoles = Consoles(self.store, self.pool, self.loop.post)
 
-    def instance(self, state: str = instances.ACTIVE) -> str:
+    def instance(self, state: str = states.ACTIVE) -> str:
         """An instance built by the driver, with a record in `state`."""
         spec = make_spec(RP)
         worker.build(spec)
-        record = instances.new_record(spec, instances.BUILDING, "h")
-        if state != instances.BUILDING:
-            record = instances.moved(record, state)
+        record = records.new_record(spec, states.BUILDING, "h")
+        if state != states.BUILDING:
+            record = records.moved(record, state)
         self.store.put(messages.INSTANCE_RECORD, self.store.keys.record(RP, spec["uuid"]), record)
         return spec["uuid"]
 
@@ -107,7 +108,7 @@ def test_all_followed_consoles_are_read_in_one_job(fake_worker):
     assert all(host.console(uuid) for uuid in uuids)
 
 
-@pytest.mark.parametrize("state", [instances.BUILDING, instances.DELETING, instances.ERROR])
+@pytest.mark.parametrize("state", [states.BUILDING, states.DELETING, states.ERROR])
 def test_an_instance_that_is_not_active_is_forgotten_and_not_published(fake_worker, state):
     host = Host()
     uuid = host.instance(state)

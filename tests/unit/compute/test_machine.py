@@ -17,13 +17,15 @@ from typing import Any
 import pebble
 import pytest
 
-from etcd_compute import instances, messages
+from etcd_compute import messages
 from etcd_compute.compute import worker
 from etcd_compute.compute.consoles import Consoles
 from etcd_compute.compute.identity import HostIdentity
 from etcd_compute.compute.machine import InstanceMachine
 from etcd_compute.compute.pool import BUILD, CLEANUP
 from etcd_compute.config import COMPUTE_DEFAULTS, deep_merge
+from etcd_compute.instances import actions as action_txn
+from etcd_compute.instances import records, scheduling
 from tests.support import make_spec
 from tests.unit.fakes import EventLoop, FakePlacement, FakePool, FakeStore
 
@@ -63,7 +65,7 @@ class Host:
         """What the scheduler does: claim, then spec + SCHEDULED record."""
         if claim:
             self.placement.claim(spec["uuid"], spec["allocations"], "p", "u")
-        instances.schedule(self.store, [(spec, "host-a")])
+        scheduling.schedule(self.store, [(spec, "host-a")])
         return self.deliver(spec["uuid"])
 
     def deliver(self, uuid: str, rp: str | None = None) -> int:
@@ -79,14 +81,14 @@ class Host:
 
     def destroy(self, spec: dict[str, Any]) -> None:
         entry = self.store.get(self.keys.spec(self.rp, spec["uuid"]))
-        assert instances.request_destroy(self.store, entry, spec) is not None
+        assert action_txn.request_destroy(self.store, entry, spec) is not None
         self.deliver(spec["uuid"])
 
     def settle(self) -> None:
         self.loop.drain(self.pool)
 
     def record(self, uuid: str) -> dict[str, Any] | None:
-        return instances.read_record(self.store, self.rp, uuid).record
+        return records.read_record(self.store, self.rp, uuid).record
 
     def driver_holds(self) -> set[str]:
         return worker.list_instances()
@@ -137,26 +139,6 @@ def test_a_stopping_daemon_starts_no_build(host):
     assert host.record(spec["uuid"])["state"] == "SCHEDULED" and not host.pool.pending
 
 
-def test_destroy_frees_everything_and_leaves_an_expiring_deleted_record(host):
-    spec = host.spec(group={"name": "g", "policy": "affinity"})
-    host.send(spec)
-    host.settle()
-    host.destroy(spec)
-    assert host.record(spec["uuid"])["state"] == "DELETING"
-    host.settle()
-    assert host.record(spec["uuid"])["state"] == "DELETED"
-    # On the host only the record and its events are left, and they expire together; the
-    # operator's keys stay until a reader forgets them (a host may not write them).
-    assert host.keys_of(spec["uuid"]) == sorted([
-        host.keys.record(host.rp, spec["uuid"]), host.keys.events(host.rp, spec["uuid"]),
-        host.keys.location(spec["uuid"]), host.keys.group_member("g", spec["uuid"])])
-    lease = host.store.get(host.keys.record(host.rp, spec["uuid"])).lease
-    assert lease in host.store.leases
-    assert host.store.get(host.keys.events(host.rp, spec["uuid"])).lease == lease
-    assert host.placement.get_allocations(spec["uuid"])["allocations"] == {}
-    assert host.driver_holds() == set()
-
-
 def test_a_hosts_life_of_an_instance_writes_only_its_own_keys(host):
     # What etcd's per-host permissions allow it: /hosts/<rp>/ (and its /stats/<rp>).
     written: list[str] = []
@@ -173,12 +155,12 @@ def test_a_hosts_life_of_an_instance_writes_only_its_own_keys(host):
     failed = host.spec()
     for each, fault in ((spec, None), (failed, concurrent.futures.TimeoutError())):
         host.placement.claim(each["uuid"], each["allocations"], "p", "u")
-        instances.schedule(host.store, [(each, "host-a")])  # the scheduler's writes
+        scheduling.schedule(host.store, [(each, "host-a")])  # the scheduler's writes
         on_the_host(each["uuid"], fault)
     assert host.record(spec["uuid"])["state"] == "ACTIVE"
     assert host.record(failed["uuid"])["state"] == "ERROR"
     entry = host.store.get(host.keys.spec(host.rp, spec["uuid"]))
-    instances.request_destroy(host.store, entry, spec)  # the operator's write
+    action_txn.request_destroy(host.store, entry, spec)  # the operator's write
     on_the_host(spec["uuid"])
     assert host.record(spec["uuid"])["state"] == "DELETED"
     assert host.keys.record(host.rp, spec["uuid"]) in written
@@ -211,77 +193,6 @@ def test_destroy_of_a_deleted_instance_is_idempotent(host):
     host.settle()
     assert host.record(spec["uuid"])["state"] == "DELETED"
     assert host.store.get(host.keys.spec(host.rp, spec["uuid"])) is None
-
-
-def test_failed_build_ends_in_error_with_nothing_left_and_counts_against_the_host(tmp_path):
-    host = Host(tmp_path, fail_builds=True)
-    spec = host.spec()
-    host.send(spec)
-    host.settle()
-    record = host.record(spec["uuid"])
-    assert record["state"] == "ERROR" and "fake hypervisor is broken" in record["error"]
-    assert host.keys_of(spec["uuid"]) == [host.keys.events(host.rp, spec["uuid"]),
-                                          host.keys.record(host.rp, spec["uuid"]),
-                                          host.keys.location(spec["uuid"])]
-    assert host.placement.get_allocations(spec["uuid"])["allocations"] == {}
-    assert host.failures() == 1
-
-
-def test_a_bad_image_is_error_at_once_and_not_counted_against_the_host(host):
-    host.store.put(messages.CONTROLLER_LEADER, host.keys.leader(), {"name": "c", "since": 1.0})
-    other = add_alternate(host)
-    spec = host.spec(image="file:///nonexistent/image.qcow2")
-    spec["alternates"] = [{"host": other, "allocations": {other: {"resources": spec["resources"]}}}]
-    host.send(spec)
-    host.settle()
-    record = host.record(spec["uuid"])
-    assert record["state"] == "ERROR" and "not found" in record["error"]  # not RESCHEDULING
-    assert host.placement.get_allocations(spec["uuid"])["allocations"] == {}
-    assert host.failures() == 0
-
-
-def add_alternate(host: Host, alive: bool = True, capacity: int = 8) -> str:
-    other = str(uuidlib.uuid4())
-    host.placement.ensure_provider(other, "host-b")
-    host.placement.set_inventory(other, {**INVENTORY, "VCPU": {"total": capacity}})
-    if alive:
-        host.store.put(messages.ALIVE, host.keys.alive(other),
-                       {"host": other, "name": "host-b", "since": 1.0})
-    return other
-
-
-def test_failed_build_with_alternates_is_handed_to_the_controller(tmp_path):
-    host = Host(tmp_path, fail_builds=True)
-    other = add_alternate(host)
-    host.store.put(messages.CONTROLLER_LEADER, host.keys.leader(), {"name": "c", "since": 1.0})
-    spec = host.spec()
-    spec["alternates"] = [{"host": other, "allocations": {other: {"resources": spec["resources"]}}}]
-    host.send(spec)
-    by_the_host = len(host.store.committed)
-    host.settle()
-    record = host.record(spec["uuid"])
-    assert (record["state"], record["error"]) == (
-        "RESCHEDULING", "fake hypervisor is broken (driver.fake.fail_builds)")
-    # Nothing moved yet: the claim and the spec wait for the controller; only our keys changed.
-    assert set(host.placement.get_allocations(spec["uuid"])["allocations"]) == {host.rp}
-    assert host.store.get(host.keys.spec(host.rp, spec["uuid"])) is not None
-    assert host.driver_holds() == set() and host.failures() == 1
-    written = {op.key for txn in host.store.committed[by_the_host:] for op in txn.success}
-    assert all(k.startswith((host.keys.host(host.rp), host.keys.stats(host.rp))) for k in written)
-    # A re-delivered spec does not build it again here.
-    host.deliver(spec["uuid"])
-    assert not host.pool.pending
-
-
-def test_without_a_controller_a_failed_build_with_alternates_ends_in_error(tmp_path):
-    host = Host(tmp_path, fail_builds=True)
-    other = add_alternate(host)
-    spec = host.spec()
-    spec["alternates"] = [{"host": other, "allocations": {other: {"resources": spec["resources"]}}}]
-    host.send(spec)
-    host.settle()
-    assert host.record(spec["uuid"])["state"] == "ERROR"
-    assert host.placement.get_allocations(spec["uuid"])["allocations"] == {}
 
 
 @pytest.mark.parametrize(("raw", "fault"), [
@@ -353,7 +264,7 @@ def test_losing_the_race_to_a_destroy_rereads_the_spec(host):
     host.settle()
     # A stale delivery of the build spec after the operator asked for a destroy.
     entry = host.store.get(host.keys.spec(host.rp, spec["uuid"]))
-    instances.request_destroy(host.store, entry, spec)
+    action_txn.request_destroy(host.store, entry, spec)
     host.machine.on_spec(host.rp, spec["uuid"], entry.value, revision)
     host.settle()
     assert host.record(spec["uuid"])["state"] == "ACTIVE"  # the old event changed nothing
@@ -407,7 +318,7 @@ def test_a_claim_moved_away_for_a_moment_is_waited_for_then_built(host):
     host.placement.set_inventory(other, INVENTORY)
     spec = host.spec()
     host.placement.claim(spec["uuid"], {other: {"resources": spec["resources"]}}, "p", "u")
-    instances.schedule(host.store, [(spec, "host-a")])
+    scheduling.schedule(host.store, [(spec, "host-a")])
     host.deliver(spec["uuid"])
     assert host.record(spec["uuid"])["state"] == "SCHEDULED"
     assert host.store.get(host.keys.spec(host.rp, spec["uuid"])) is not None

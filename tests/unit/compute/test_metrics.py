@@ -18,12 +18,12 @@ import pebble
 import pytest
 from prometheus_client import REGISTRY
 
-from etcd_compute import instances
 from etcd_compute.compute import metrics as cm
 from etcd_compute.compute.identity import HostIdentity
 from etcd_compute.compute.pool import BUILD, CLEANUP, DESTROY, Job
 from etcd_compute.config import COMPUTE_DEFAULTS, deep_merge
 from etcd_compute.errors import BuildError, ConfigError, EtcdUnavailable, RequestError
+from etcd_compute.instances import records, states
 from tests.support import make_spec
 from tests.unit.compute.test_machine import Host
 from tests.unit.fakes import FakePlacement, FakeStore
@@ -148,7 +148,7 @@ def test_every_series_of_the_fixed_label_sets_exists_from_the_start():
         for reason in cm.REASONS:
             assert REGISTRY.get_sample_value("etcd_compute_job_failures_total",
                                              {"kind": kind, "reason": reason}) is not None
-    for state in instances.STATES:
+    for state in states.STATES:
         assert REGISTRY.get_sample_value("etcd_compute_instances", {"state": state}) is not None
 
 
@@ -216,7 +216,7 @@ def test_request_lag_is_for_new_build_specs_only():
 
 def put_record(store: FakeStore, host: str, state: str) -> None:
     spec = make_spec(host)
-    record = instances.new_record(spec, instances.SCHEDULED)
+    record = records.new_record(spec, states.SCHEDULED)
     record["state"] = state
     store.put("instance_record", store.keys.record(host, spec["uuid"]), record)
 
@@ -242,16 +242,23 @@ def test_capacity_is_placements_capacity_less_usage_summed_over_hosts():
 
 
 class Service(SimpleNamespace):
-    """What the refresher reads of a ComputeService."""
+    """What a ComputeService gives `start` and the refresher."""
+
+    def refresher(self, placement: Any = None) -> cm.Refresher:
+        return cm.Refresher(self.store, self.hosts, lambda: self.inventories,
+                            placement or FakePlacement(),
+                            self.config["compute"]["inventory_refresh_seconds"], self.stopping)
+
+    def start(self) -> Any:
+        return cm.start(self.config, self.jobs, self.refresher)
 
 
 def service(tmp_path: Path, store: FakeStore, hosts: list[str],
             inventories: dict[str, Any] | None = None) -> Service:
     config = deep_merge(COMPUTE_DEFAULTS, {"compute": {"inventory_refresh_seconds": 60}})
     return Service(store=store, hosts={h: HostIdentity(h, h[:8]) for h in hosts},
-                   registration=SimpleNamespace(inventories=inventories or {}),
-                   config=config, settings=config["compute"], stopping=threading.Event(),
-                   machine=SimpleNamespace(jobs={}))
+                   inventories=inventories or {}, config=config, stopping=threading.Event(),
+                   jobs={})
 
 
 def test_the_refresher_counts_states_soon_after_a_change_and_reads_capacity(tmp_path):
@@ -262,7 +269,7 @@ def test_the_refresher_counts_states_soon_after_a_change_and_reads_capacity(tmp_
     placement.claim("c1", {host: {"resources": {"VCPU": 3}}}, "p", "u")
     inventories = {host: {"VCPU": {"total": 4, "reserved": 0, "allocation_ratio": 1.0},
                           "GONE_CLASS": {"total": 1, "reserved": 0, "allocation_ratio": 1.0}}}
-    refresher = cm.Refresher(service(tmp_path, store, [host], inventories), placement)
+    refresher = service(tmp_path, store, [host], inventories).refresher(placement)
     put_record(store, host, "ACTIVE")
     refresher.tick(100.0)
     assert sample("etcd_compute_instances", state="ACTIVE") == 1
@@ -298,8 +305,7 @@ def test_the_refresher_survives_etcd_going_away(tmp_path):
         def get_prefix(self, prefix: str, keys_only: bool = False) -> Any:
             raise EtcdUnavailable("etcd at x is unreachable")
 
-    refresher = cm.Refresher(service(tmp_path, DownStore("/t"), [str(uuidlib.uuid4())]),
-                             FakePlacement())
+    refresher = service(tmp_path, DownStore("/t"), [str(uuidlib.uuid4())]).refresher()
     refresher.tick(100.0)  # no exception: logged, tried again later
     assert refresher.last_count == 100.0
 
@@ -308,7 +314,7 @@ def test_the_refresher_survives_etcd_going_away(tmp_path):
 
 
 def test_start_serves_nothing_without_an_address(tmp_path):
-    assert cm.start(service(tmp_path, FakeStore("/t"), [str(uuidlib.uuid4())])) is None
+    assert service(tmp_path, FakeStore("/t"), [str(uuidlib.uuid4())]).start() is None
 
 
 def test_start_serves_jobs_in_flight_read_at_each_scrape(tmp_path):
@@ -316,16 +322,16 @@ def test_start_serves_jobs_in_flight_read_at_each_scrape(tmp_path):
     svc = service(tmp_path, FakeStore("/t"), [str(uuidlib.uuid4())])
     svc.config["compute"]["metrics_listen"] = f"127.0.0.1:{port}"
     svc.config["driver"]["name"] = "fake"
-    server = cm.start(svc)
+    server = svc.start()
     try:
-        svc.machine.jobs["x"] = job(DESTROY)
+        svc.jobs["x"] = job(DESTROY)
 
         def scrape() -> str:
             return urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics",
                                           timeout=5).read().decode()
 
         assert 'etcd_compute_jobs_in_flight{kind="destroy"} 1.0' in scrape()
-        del svc.machine.jobs["x"]
+        del svc.jobs["x"]
         text = scrape()
         assert 'etcd_compute_jobs_in_flight{kind="destroy"} 0.0' in text
         assert 'etcd_compute_backend_errors_total{service="etcd"}' in text
@@ -342,7 +348,7 @@ def test_start_refuses_an_address_on_the_guests_bridge(tmp_path, monkeypatch):
     monkeypatch.setattr(cm, "bridge_addresses",
                         lambda bridge: {"10.20.0.5"} if bridge == "br-guests" else set())
     with pytest.raises(ConfigError, match="an address of driver.libvirt.bridge br-guests"):
-        cm.start(svc)
+        svc.start()
 
 
 def test_bridge_addresses_reads_the_interfaces_addresses():

@@ -9,9 +9,10 @@ from typing import Any
 
 import pytest
 
-from etcd_compute import events, instances
+from etcd_compute import events
 from etcd_compute.compute.power import PowerSync
 from etcd_compute.drivers import PowerReport, PowerWatch
+from etcd_compute.instances import host as host_txn
 from tests.unit.compute.test_actions import active, ask
 from tests.unit.compute.test_machine import Host
 
@@ -40,7 +41,11 @@ def host(tmp_path: Path) -> Host:
 
 @pytest.fixture
 def sync(host: Host) -> tuple[PowerSync, FakeWatch]:
-    power, watch = PowerSync(host.machine), FakeWatch()
+    machine = host.machine
+    power, watch = PowerSync(machine.store, machine.hosts, machine.consoles, machine.gate,
+                             busy=lambda uuid: uuid in machine.jobs,
+                             settled_at=lambda uuid: machine.settled.get(uuid, 0.0)), FakeWatch()
+    machine.power_check = power.check
     power.start(watch, host.loop.post)
     return power, watch
 
@@ -147,7 +152,7 @@ def test_only_active_and_shutoff_records_follow_the_hypervisor(host, sync, state
 
 def test_a_lost_race_looks_again(host, sync, monkeypatch):
     spec = active(host)
-    monkeypatch.setattr(instances, "power_changed", lambda *args, **kwargs: None)
+    monkeypatch.setattr(host_txn, "power_changed", lambda *args, **kwargs: None)
     _power, watch = sync
     watch.checks.clear()
     report(sync, host, spec["uuid"], False)

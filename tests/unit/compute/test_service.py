@@ -16,13 +16,14 @@ from typing import Any
 import pyetcd.exceptions
 import pytest
 
-from etcd_compute import instances, messages
+from etcd_compute import messages
 from etcd_compute.compute import service as service_module
 from etcd_compute.compute import worker
 from etcd_compute.compute.identity import HostIdentity
 from etcd_compute.compute.service import ComputeService
 from etcd_compute.config import COMPUTE_DEFAULTS, deep_merge
 from etcd_compute.errors import PlacementUnavailable
+from etcd_compute.instances import records, scheduling, states
 from tests.support import make_spec, wait_for
 from tests.unit.fakes import FakePlacement, FakePool, WatchedStore, delete_event, put_event
 
@@ -58,7 +59,7 @@ class Daemon:
         """What the scheduler does: claim, then spec and SCHEDULED record."""
         spec = make_spec(rp or self.rp)
         self.placement.claim(spec["uuid"], spec["allocations"], "p", "u")
-        instances.schedule(self.store, [(spec, "host-0")])
+        scheduling.schedule(self.store, [(spec, "host-0")])
         return spec
 
     def settle(self) -> None:
@@ -74,7 +75,7 @@ class Daemon:
         raise AssertionError("the loop did not settle")
 
     def state(self, uuid: str, rp: str | None = None) -> str | None:
-        return instances.read_record(self.store, rp or self.rp, uuid).state
+        return records.read_record(self.store, rp or self.rp, uuid).state
 
 
 @pytest.fixture
@@ -96,9 +97,9 @@ def test_a_spec_of_ours_starts_its_build(daemon):
     spec = daemon.schedule()
     entry = daemon.store.get(daemon.keys.spec(daemon.rp, spec["uuid"]))
     daemon.service.on_watch_event(put_event(entry.key, entry.value, entry.mod_revision))
-    assert daemon.state(spec["uuid"]) == instances.BUILDING and len(daemon.pool.pending) == 1
+    assert daemon.state(spec["uuid"]) == states.BUILDING and len(daemon.pool.pending) == 1
     daemon.settle()
-    assert daemon.state(spec["uuid"]) == instances.ACTIVE
+    assert daemon.state(spec["uuid"]) == states.ACTIVE
 
 
 def test_other_events_under_the_prefix_change_nothing(tmp_path, monkeypatch):
@@ -154,22 +155,16 @@ def test_stop_wakes_the_main_loop_at_once(daemon):
 # -- the watch ------------------------------------------------------------------------------
 
 
-class NoWait(threading.Event):
-    """The daemon's `stopping`, with waits that do not wait (a resubscription is at once)."""
-
-    def wait(self, timeout: float | None = None) -> bool:
-        return self.is_set()
-
-
 def run_watch(daemon: Daemon) -> threading.Thread:
-    daemon.service.stopping = NoWait()
-    thread = threading.Thread(target=daemon.service.watch_loop, daemon=True)
-    thread.start()
-    return thread
+    """The daemon's watch, with backoffs that do not wait (a resubscription is at once)."""
+    watch = daemon.service.watch = daemon.service.make_watch()
+    watch.sleep = lambda _seconds: watch.cancelled
+    return watch.start()
 
 
 def stop_watch(daemon: Daemon, thread: threading.Thread) -> None:
-    daemon.service.stopping.set()
+    assert daemon.service.watch is not None
+    daemon.service.watch.cancel()
     daemon.store.cancel_watches()  # the subscription it may be waiting on
     thread.join(5)
     assert not thread.is_alive()
@@ -190,21 +185,22 @@ def test_the_watch_resubscribes_after_the_last_event_it_saw(daemon):
         f"{prefix}{name}".encode() for name in "abc"]
     assert all(handler == daemon.service.on_watch_event for handler, _args in queued)
     assert [start for _prefix, start in daemon.store.watched_from[:3]] == [7, 10, 13]
-    assert daemon.service.next_revision == 13
+    assert daemon.service.watch.next_revision == 13
 
 
 def test_history_etcd_compacted_is_made_up_by_a_reconcile_before_watching_again(daemon):
     spec = daemon.schedule()  # written while the watch could not deliver it
+    daemon.service.next_revision = 3
     daemon.store.script_watch(daemon.service.watch_prefix,
                               fault=pyetcd.exceptions.RevisionCompactedError(5))
     thread = run_watch(daemon)
     handler, args = daemon.service.events.get(timeout=5)
-    assert daemon.store.watched_from[-1][1] == 0  # not resubscribed yet: it waits
+    assert daemon.store.watched_from[-1][1] == 3  # not resubscribed yet: it waits
     revision = daemon.store.revision
     daemon.service.dispatch(handler, args)  # the main loop reconciles
     wait_for(lambda: len(daemon.store.watched_from) == 2, 5, what="a second subscription")
     stop_watch(daemon, thread)
-    assert daemon.state(spec["uuid"]) == instances.BUILDING
+    assert daemon.state(spec["uuid"]) == states.BUILDING
     assert daemon.store.watched_from[1][1] == revision + 1  # after what the reconcile read
 
 
@@ -217,7 +213,7 @@ def test_the_reconcile_finishes_pending_specs_and_watches_from_after_them(daemon
     daemon.service.reconcile()
     assert daemon.service.next_revision == revision + 1
     daemon.settle()
-    assert [daemon.state(spec["uuid"]) for spec in specs] == [instances.ACTIVE] * 2
+    assert [daemon.state(spec["uuid"]) for spec in specs] == [states.ACTIVE] * 2
 
 
 def test_a_guest_no_spec_asks_for_is_destroyed_and_an_active_stopped_one_powered_on(daemon):
@@ -257,7 +253,7 @@ def test_a_broken_driver_does_not_stop_the_reconcile(daemon, monkeypatch, caplog
     monkeypatch.setattr(worker, "list_instances", broken)
     daemon.service.reconcile()
     assert "could not list or fix driver instances: the hypervisor is gone" in caplog.text
-    assert daemon.state(spec["uuid"]) == instances.BUILDING  # the specs were still handled
+    assert daemon.state(spec["uuid"]) == states.BUILDING  # the specs were still handled
 
 
 def test_keys_that_are_no_instance_key_of_ours_are_removed(daemon):
@@ -294,7 +290,7 @@ def test_shutdown_lets_jobs_finish_then_leaves_the_hosts_unschedulable(tmp_path,
     finish.start()
     daemon.service.shutdown()
     finish.join()
-    assert daemon.state(spec["uuid"]) == instances.ACTIVE
+    assert daemon.state(spec["uuid"]) == states.ACTIVE
     for host in daemon.hosts:
         assert "COMPUTE_STATUS_DISABLED" in daemon.placement.get_traits(host.uuid)
     assert daemon.pool.stopped and daemon.store.closed

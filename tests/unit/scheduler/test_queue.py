@@ -20,6 +20,8 @@ from etcd_compute.errors import (
 from etcd_compute.scheduler.queue import (
     answer_of,
     answer_ops,
+    expired,
+    expired_error,
     instance_uuids,
     read_pending,
     request_message,
@@ -60,6 +62,17 @@ def test_a_request_round_trips_and_is_checked_again_by_the_service():
     assert (again.count, again.name, again.image_url, again.user_data, again.ssh_key,
             again.group, again.on_host_failure) == \
         (2, "web", "file:///i.img", "#!/bin/sh\n", "k", ("g", "anti-affinity"), "error")
+
+
+def test_a_request_carries_its_clients_deadline_and_expires_after_it():
+    spec = RequestSpec.build(QUERY)
+    message = request_message(spec, "vm:1", deadline=1000.5)
+    messages.check(messages.SCHEDULE_REQUEST, message)
+    assert not expired(message, now=1000.5) and expired(message, now=1000.6)
+    assert not expired(request_message(spec, "vm:1"), now=10**10)  # an older client's
+    error = expired_error(message)
+    assert isinstance(error, ServiceUnavailable) and error.exit_code == 3
+    assert "nothing was placed" in str(error)
 
 
 def test_pending_requests_come_in_arrival_order_with_their_faults():

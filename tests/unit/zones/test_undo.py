@@ -3,7 +3,9 @@ destroyed through its host once one did, claims freed, the rest left when unreac
 
 from __future__ import annotations
 
-from etcd_compute import instances, messages
+from etcd_compute import messages
+from etcd_compute.instances import host as host_txn
+from etcd_compute.instances import records
 from etcd_compute.scheduler import RequestSpec
 from etcd_compute.zones import undo
 from tests.unit.zones.world import QUERY, World
@@ -32,8 +34,8 @@ def begin_build(store, host: str, uuid: str) -> None:
     """What the host does when it takes the instance: its record moves to BUILDING."""
     entry = store.get(store.keys.spec(host, uuid))
     spec = messages.decode(messages.INSTANCE_SPEC, entry.value)
-    assert instances.begin_build(store, spec, entry.mod_revision,
-                                 instances.read_record(store, host, uuid), "h") is not None
+    assert host_txn.begin_build(store, spec, entry.mod_revision,
+                                 records.read_record(store, host, uuid), "h") is not None
 
 
 def test_an_instance_a_host_took_is_destroyed_through_it():

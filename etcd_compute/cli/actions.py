@@ -1,0 +1,99 @@
+"""schedule.py's actions on an instance: stop, start, reboot, rebuild, resize; its events.
+
+Each is refused before anything is written when the instance's state does not allow it
+(exit 1), else written into its host's spec; --wait follows it until its host has done
+it (`ops/lifecycle.py`). Instances in a child zone are acted on there, as destroy is.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from etcd_compute.cli import Commands, output
+from etcd_compute.cli import zones as zones_cli
+
+UUID_WORDS = "expected exactly one instance uuid"
+SUMMARIES = {
+    "stop": "power an instance off (SHUTOFF); its disk, claim and IP are kept",
+    "start": "power a stopped instance on again",
+    "reboot": "restart an instance's guest (asked first, or at once with --hard)",
+    "rebuild": "a fresh disk from its image (or --image), same uuid, IP, claim and host",
+    "resize": "a new size (resources=... only) on the same host, claimed first",
+}
+
+
+def add_commands(commands: Commands) -> None:
+    for action, summary in SUMMARIES.items():
+        parser = commands.add(action, summary,
+                              "expected QUERY UUID" if action == "resize" else UUID_WORDS,
+                              cmd_action)
+        if action == "resize":
+            parser.add_argument("query", metavar="QUERY",
+                                help="the new size: resources=RC:N,... (nothing else)")
+        parser.add_argument("uuid", metavar="UUID")
+        if action == "reboot":
+            parser.add_argument("--hard", action="store_true",
+                                help="power the guest off at once instead of asking it first")
+        if action == "rebuild":
+            parser.add_argument("--image", metavar="URL",
+                                help="the new image, http(s):// or file:// (default: the one "
+                                     "it has)")
+        parser.add_argument("--wait", action="store_true",
+                            help="follow the action until its host has done it")
+    events = commands.add("events", "what happened to an instance: action, who asked, host, "
+                                    "when, result", UUID_WORDS, cmd_events)
+    events.add_argument("uuid", metavar="UUID")
+
+
+def cmd_action(args: argparse.Namespace, config: dict[str, Any]) -> int:
+    """stop|start|reboot|rebuild UUID, resize QUERY UUID."""
+    from etcd_compute.ops import lifecycle, operations
+
+    action = args.command
+    uuid = operations.check_uuid(args.uuid)
+    resources = (lifecycle.resize_request(args.query, config["scheduler"]["required_resources"])
+                 if action == "resize" else None)
+    image = lifecycle.check_image(getattr(args, "image", None))
+    # In the zone that holds it (this one, or a zone below through its index), as destroy.
+    with zones_cli.instance_zone(config, uuid) as zone:
+        store = zone.store
+        asked = lifecycle.request(store, zone.placement, uuid, action,
+                                  hard=getattr(args, "hard", False), image_url=image,
+                                  resources=resources)
+        if not args.json:
+            print(f"{action.upper()} REQUESTED FOR INSTANCE {uuid}", flush=True)
+        if not args.wait:
+            if args.json:
+                output.emit_json({**asked.as_dict(), "outcome": "requested"})
+            return 0
+        outcome = lifecycle.wait(store, asked, config["scheduler"]["wait_timeout_seconds"],
+                                 output.progress_of(args.json))
+    if args.json:
+        output.emit_json({**asked.as_dict(), "outcome": "done" if outcome.ok else "failed",
+                          "record": outcome.record, "event": outcome.event})
+    elif not outcome.ok:
+        output.error(f"{action} of {uuid} failed: {outcome.error}")
+    return 0 if outcome.ok else 1
+
+
+def cmd_events(args: argparse.Namespace, config: dict[str, Any]) -> int:
+    from etcd_compute.ops import lifecycle, operations
+
+    uuid = operations.check_uuid(args.uuid)
+    with zones_cli.instance_zone(config, uuid) as zone:
+        found = lifecycle.instance_events(zone.store, uuid)
+    if args.json:
+        output.emit_json(found)
+        return 0
+
+    def took(event: dict[str, Any]) -> str:
+        if not event.get("ended_at"):
+            return "-"
+        return f"{event['ended_at'] - event['started_at']:.1f}s"
+
+    output.table([[output.when(e["started_at"]), e["action"], e["result"], e.get("by") or "-",
+                   e.get("host_name") or e.get("host") or "-", took(e),
+                   e.get("error") or e.get("detail") or "-"] for e in found],
+                 ["STARTED", "ACTION", "RESULT", "BY", "HOST", "TOOK", "ERROR/DETAIL"])
+    return 0

@@ -1,0 +1,147 @@
+"""The compute hosts as the rest see them: heartbeats, stats, maintenance.
+
+    /alive/<rp>        alive: bound to the host's lease (`compute/heartbeat.py` beats
+                       through `beat`); a host is alive while its key exists
+    /stats/<rp>        host_stats: its recent build failures (`record_build_failure`, by
+                       the compute), which the scheduler weighs hosts by
+    /maintenance/<rp>  host_maintenance: who disabled it, when, why (`schedule.py host
+                       disable`, ops/maintenance.py); the host reads it at start
+
+One home for these keys: the scheduler (`hoststate.py`), the controller (its decisions
+and host cache), the operator's commands and the compute daemon read and write them
+here. An unreadable message counts as none: a heartbeat that cannot be read does not make
+a host alive to the planner, though its key still says the host has not died.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from etcd_compute import messages
+from etcd_compute.errors import InvalidMessage
+from etcd_compute.etcd import KeyValueStore, Range
+from etcd_compute.keys import Keys
+
+# How many recent build failures a host reports to the scheduler.
+FAILURES_KEPT = 20
+
+
+def host_of(key: str) -> str:
+    """The provider uuid an /alive/, /stats/ or /maintenance/ key is about."""
+    return key.rsplit("/", 1)[-1]
+
+
+# --- heartbeats ------------------------------------------------------------------------------
+
+
+def beat(store: KeyValueStore, lease: Any, rp: str, name: str, driver: str) -> None:
+    """The host's heartbeat, bound to `lease`: alive from now until the lease ends."""
+    store.put(messages.ALIVE, store.keys.alive(rp),
+              {"host": rp, "name": name, "since": time.time(), "driver": driver}, lease=lease)
+
+
+def is_alive(store: KeyValueStore, rp: str) -> bool:
+    """Whether `rp` has a heartbeat key (its lease has not ended)."""
+    return store.get(store.keys.alive(rp)) is not None
+
+
+def alive_hosts(store: KeyValueStore) -> set[str]:
+    """The providers with a heartbeat key (one keys-only read)."""
+    entries, _ = store.get_prefix(store.keys.alive_prefix(), keys_only=True)
+    return {host_of(entry.key) for entry in entries}
+
+
+def count_alive(store: KeyValueStore) -> int:
+    """How many providers have a heartbeat key (counted by etcd: no key is sent)."""
+    (result,), _ = store.read_many([Range(store.keys.alive_prefix(), count_only=True)])
+    return result.count
+
+
+def heartbeats(store: KeyValueStore) -> dict[str, dict[str, Any]]:
+    """Every readable heartbeat, by provider uuid."""
+    return store.read_prefix(messages.ALIVE, store.keys.alive_prefix())
+
+
+def heartbeat(store: KeyValueStore, rp: str) -> dict[str, Any] | None:
+    """`rp`'s heartbeat, or None (no key, or unreadable)."""
+    try:
+        message, _ = store.read(messages.ALIVE, store.keys.alive(rp))
+    except InvalidMessage:
+        return None
+    return message
+
+
+def decode_heartbeat(value: bytes) -> dict[str, Any] | None:
+    """A heartbeat read elsewhere (a range, a watch event), or None if unreadable."""
+    try:
+        return messages.decode(messages.ALIVE, value)
+    except InvalidMessage:
+        return None
+
+
+def heartbeat_and_stats_ranges(keys: Keys) -> list[Range]:
+    """Every host's heartbeat and stats: two ranges of one `read_many` (the scheduler sends
+    it while Placement answers its candidates query)."""
+    return [Range(keys.alive_prefix()), Range(keys.stats_prefix())]
+
+
+# --- stats -----------------------------------------------------------------------------------
+
+
+def decode_stats(value: bytes) -> dict[str, Any] | None:
+    """A host's stats read elsewhere (a range, a watch event), or None if unreadable."""
+    try:
+        return messages.decode(messages.HOST_STATS, value)
+    except InvalidMessage:
+        return None
+
+
+def build_failures(store: KeyValueStore, rp: str) -> list[float]:
+    """When builds recently failed on `rp` (time.time()), oldest first."""
+    try:
+        stats, _ = store.read(messages.HOST_STATS, store.keys.stats(rp))
+    except InvalidMessage:
+        stats = None
+    return list((stats or {}).get("build_failures", []))
+
+
+def record_build_failure(store: KeyValueStore, rp: str) -> None:
+    """A build failed on `rp` (the compute says so): the last FAILURES_KEPT are kept."""
+    now = time.time()
+    failures = [*build_failures(store, rp), now][-FAILURES_KEPT:]
+    put_stats(store, rp, {"build_failures": failures, "updated_at": now})
+
+
+def put_stats(store: KeyValueStore, rp: str, stats: dict[str, Any]) -> None:
+    """Write `rp`'s stats (host_stats fields; updated_at now unless given)."""
+    store.put(messages.HOST_STATS, store.keys.stats(rp),
+              {**stats, "updated_at": stats.get("updated_at", time.time())})
+
+
+# --- maintenance -----------------------------------------------------------------------------
+
+
+def maintenance(store: KeyValueStore, rp: str) -> dict[str, Any] | None:
+    """Why an operator disabled `rp` (who, when, whether to drain it), or None (not
+    disabled, or unreadable)."""
+    try:
+        message, _ = store.read(messages.HOST_MAINTENANCE, store.keys.maintenance(rp))
+    except InvalidMessage:
+        return None
+    return message
+
+
+def under_maintenance(store: KeyValueStore, rp: str) -> bool:
+    """Whether an operator disabled `rp` (its maintenance key exists, readable or not)."""
+    return store.get(store.keys.maintenance(rp)) is not None
+
+
+def disable(store: KeyValueStore, rp: str, message: dict[str, Any]) -> None:
+    """Record an operator's disable of `rp` (host_maintenance)."""
+    store.put(messages.HOST_MAINTENANCE, store.keys.maintenance(rp), message)
+
+
+def enable(store: KeyValueStore, rp: str) -> None:
+    """Forget `rp`'s disable."""
+    store.delete(store.keys.maintenance(rp))

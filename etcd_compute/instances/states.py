@@ -1,0 +1,124 @@
+"""An instance's states, the moves between them, and the operator's actions: rules only.
+
+    SCHEDULED -> BUILDING -> ACTIVE <-> SHUTOFF  ...  -> DELETING -> DELETED (record expires)
+        \\            |  \\-> RESCHEDULING -> SCHEDULED on an alternate host (controller)
+         \\           \\-> ERROR (allocation freed, nothing left) -> DELETING/removed
+          \\-> ERROR / DELETING (a bad spec, a destroy before the build started)
+
+    ACTIVE  -stop->    STOPPING   -> SHUTOFF      SHUTOFF -start-> STARTING -> ACTIVE
+    ACTIVE  -reboot->  REBOOTING  -> ACTIVE
+    ACTIVE|SHUTOFF -rebuild-> REBUILDING -> as it was;  -resize-> RESIZING -> as it was
+
+An operator's action (`ACTIONS`) is allowed only from the states listed for
+it, and refused before anything is written otherwise; destroy is allowed
+from any state. Nothing here reads or writes etcd: the transactions that move
+an instance (`scheduling`, `host`, `moves`, `actions`) check their move here.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from etcd_compute.errors import EtcdComputeError
+
+SCHEDULED = "SCHEDULED"
+BUILDING = "BUILDING"
+ACTIVE = "ACTIVE"
+# Powered off, by an operator's stop or on its own; its disk, claim and IP are kept.
+SHUTOFF = "SHUTOFF"
+ERROR = "ERROR"
+DELETING = "DELETING"
+DELETED = "DELETED"
+# The build failed here; the controller (schedule.py serve) moves it to an alternate host.
+RESCHEDULING = "RESCHEDULING"
+# An operator's action running on the host (the record's `task` says which).
+STOPPING = "STOPPING"
+STARTING = "STARTING"
+REBOOTING = "REBOOTING"
+REBUILDING = "REBUILDING"
+RESIZING = "RESIZING"
+
+STATES = (SCHEDULED, BUILDING, ACTIVE, SHUTOFF, STOPPING, STARTING, REBOOTING, REBUILDING,
+          RESIZING, RESCHEDULING, ERROR, DELETING, DELETED)
+# States `schedule.py --wait` stops at (ACTIVE can still change: destroy).
+FINAL = frozenset({ACTIVE, ERROR, DELETED})
+# An operator's action in progress.
+TRANSIENT = frozenset({STOPPING, STARTING, REBOOTING, REBUILDING, RESIZING})
+# States in which a driver may hold the instance.
+LIVE = frozenset({BUILDING, ACTIVE, SHUTOFF, DELETING}) | TRANSIENT
+
+STOP, START, REBOOT, REBUILD, RESIZE, DESTROY = (
+    "stop", "start", "reboot", "rebuild", "resize", "destroy")
+# An operator's action: the state it passes through, the states it may start from.
+ACTIONS: dict[str, tuple[str, frozenset[str]]] = {
+    STOP: (STOPPING, frozenset({ACTIVE})),
+    START: (STARTING, frozenset({SHUTOFF})),
+    REBOOT: (REBOOTING, frozenset({ACTIVE})),
+    REBUILD: (REBUILDING, frozenset({ACTIVE, SHUTOFF})),
+    RESIZE: (RESIZING, frozenset({ACTIVE, SHUTOFF})),
+}
+# Where a successful action ends; rebuild and resize end as they started.
+ENDS = {STOP: SHUTOFF, START: ACTIVE, REBOOT: ACTIVE}
+
+# Allowed moves; None is "no record yet" (a spec written without one, or unreadable).
+# From a transient state: its end (ACTIVE or SHUTOFF), a destroy, ERROR, or SCHEDULED on
+# another host (its host died mid-action).
+_ENDS_OF_AN_ACTION = frozenset({ACTIVE, SHUTOFF, SCHEDULED, ERROR, DELETING, DELETED})
+TRANSITIONS: dict[str | None, frozenset[str]] = {
+    None: frozenset({SCHEDULED, BUILDING, ERROR, DELETING, DELETED}),
+    # -> SCHEDULED from SCHEDULED, BUILDING, ACTIVE, SHUTOFF: evacuated (its host died)
+    # elsewhere. -> RESCHEDULING: its host gave it up (a failed build, a drain).
+    SCHEDULED: frozenset({SCHEDULED, BUILDING, RESCHEDULING, ERROR, DELETING, DELETED}),
+    # -> SHUTOFF: built powered off (an instance that was stopped, built again elsewhere).
+    BUILDING: frozenset({SCHEDULED, ACTIVE, SHUTOFF, RESCHEDULING, ERROR, DELETING, DELETED}),
+    # The controller moves it (SCHEDULED elsewhere), or gives up (ERROR).
+    RESCHEDULING: frozenset({SCHEDULED, ERROR, DELETING, DELETED}),
+    # -> SHUTOFF / ACTIVE without an action: the hypervisor saw the guest stop or start.
+    ACTIVE: frozenset({SCHEDULED, RESCHEDULING, ERROR, DELETING, DELETED, SHUTOFF, STOPPING,
+                       REBOOTING, REBUILDING, RESIZING}),
+    SHUTOFF: frozenset({SCHEDULED, RESCHEDULING, ERROR, DELETING, DELETED, ACTIVE, STARTING,
+                        REBUILDING, RESIZING}),
+    **{state: _ENDS_OF_AN_ACTION for state in TRANSIENT},
+    ERROR: frozenset({ERROR, DELETING, DELETED}),
+    DELETING: frozenset({ERROR, DELETED}),
+    # Finishing a destroy again is idempotent.
+    DELETED: frozenset({DELETED}),
+}
+
+
+class InvalidTransition(EtcdComputeError):
+    """An instance was asked to move to a state it cannot reach from where it is."""
+
+
+def check_transition(current: str | None, target: str) -> None:
+    if target not in TRANSITIONS[current]:
+        raise InvalidTransition(f"instance cannot go from {current or 'no record'} to {target}")
+
+
+class ActionRefused(EtcdComputeError):
+    """An operator's action is not allowed in the instance's state (nothing was written)."""
+
+
+def allowed_actions(state: str | None) -> list[str]:
+    """The operator's actions allowed in `state` (destroy always)."""
+    return [a for a, (_, starts) in ACTIONS.items() if state in starts] + [DESTROY]
+
+
+def check_action(state: str | None, action: str, uuid: str = "") -> None:
+    """ActionRefused naming the state and what is allowed in it, unless `action` is."""
+    if action == DESTROY or state in ACTIONS[action][1]:
+        return
+    what = f"instance {uuid}" if uuid else "the instance"
+    raise ActionRefused(f"{what} is {state or 'without a record'}: {action} is not allowed "
+                        f"now (allowed: {', '.join(allowed_actions(state))})")
+
+
+def wants_stopped(record: dict[str, Any] | None, spec: dict[str, Any]) -> bool:
+    """Whether the instance should be powered off when built again (elsewhere): stopped,
+    being stopped, or in an action that started from SHUTOFF; a build keeps its spec's."""
+    if record is None or record["state"] in (SCHEDULED, BUILDING, RESCHEDULING):
+        return bool(spec.get("stopped"))
+    task = record.get("task")
+    if record["state"] in TRANSIENT and task:
+        return task["action"] == STOP or (task["action"] != START and task["from"] == SHUTOFF)
+    return record["state"] == SHUTOFF

@@ -1,0 +1,254 @@
+"""The operator's lifecycle actions: stop, start, reboot, rebuild, resize (on the same host).
+
+    schedule.py stop UUID | start UUID | reboot [--hard] UUID | rebuild [--image URL] UUID
+    schedule.py resize QUERY UUID
+    schedule.py events UUID
+
+Each action reads the instance (its host, record and spec) and is refused
+before anything is written when the record's state does not allow it
+(`instances.states.check_action` names the state and what it allows) or its host is
+down. Then it writes the action, with a request id, into the host's spec, in
+one transaction compared with the spec and record it read
+(`instances.actions.request_action`); the host does the rest (`compute/actions.py`).
+
+An action is also refused while another request (a destroy, a drain's
+evacuate, an action its host has not taken up yet) is pending in the spec:
+it would overwrite it.
+
+A resize first replaces the claim in Placement, on the same host, in one
+request checked against the consumer generation (`claims.resize`): a size
+that does not fit there is refused with nothing changed. If the etcd write
+then fails (the instance changed meanwhile), the claim is put back, unless
+someone replaced it since (`claims.undo`): of two racing resizes, the one
+whose spec write wins holds the claim. Its query may hold resources only
+(the instance stays where it is); the new size is written into the spec's
+query with the first one's traits and aggregates, for a rebuild elsewhere
+after a host failure.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable, Collection
+from dataclasses import dataclass
+from typing import Any
+
+from etcd_compute import claims, events, messages
+from etcd_compute.errors import (
+    ConflictError,
+    EtcdComputeError,
+    InvalidMessage,
+    PlacementError,
+    UsageError,
+)
+from etcd_compute.etcd import KeyValueStore
+from etcd_compute.hosts import is_alive
+from etcd_compute.instances import actions as action_txn
+from etcd_compute.instances import records, states
+from etcd_compute.ops.operations import WaitTimeout, check_uuid, where
+from etcd_compute.placement import CONCURRENT_UPDATE, PlacementClient
+from etcd_compute.scheduler.request import RequestGroup, ResourceRequest, parse_query
+from etcd_compute.scheduler.spec import IMAGE_URL, operator_name
+
+ATTEMPTS = 5
+
+
+class NoRoom(EtcdComputeError):
+    """A resize does not fit on the instance's host (nothing was changed)."""
+
+
+@dataclass
+class Requested:
+    """An action written for its host: the request's id says when it is done."""
+
+    uuid: str
+    host: str
+    action: str
+    request: dict[str, Any]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"uuid": self.uuid, "host": self.host, "action": self.action,
+                "request_id": self.request["id"]}
+
+
+@dataclass
+class Change:
+    """What an action changes besides power: the request's parameters, and for a resize
+    the claim it replaced (to put back if the write fails)."""
+
+    params: dict[str, Any]
+    undo: tuple[dict[str, Any], int] | None = None
+
+
+def check_image(url: str | None) -> str | None:
+    if url is not None and not IMAGE_URL.match(url):
+        raise UsageError(f"--image {url[:100]!r}: expected an http(s):// or file:// URL of "
+                         "printable ASCII, at most 2048 characters")
+    return url
+
+
+def resize_request(query: str, required: Collection[str] = ()) -> dict[str, int]:
+    """The new size a resize QUERY asks for; UsageError for anything but resources (the
+    instance stays on its host: no traits, aggregates, tree, groups or limit)."""
+    parsed = parse_query(query)
+    group = parsed.groups.get("")
+    if set(parsed.groups) != {""} or group is None or group.constraints() or \
+            parsed.group_policy or parsed.limit:
+        raise UsageError("resize: the query may hold resources=... only (the instance stays "
+                         "on its host)")
+    missing = [rc for rc in required if rc not in group.resources]
+    if missing:
+        raise UsageError(f"resize: resources: {', '.join(missing)} missing; every instance "
+                         f"claims {', '.join(required)} (scheduler.required_resources)")
+    return dict(group.resources)
+
+
+def resized_query(old: str | None, resources: dict[str, int]) -> str:
+    """The spec's query with the new size: the first query's unnumbered traits and
+    aggregates kept (granular groups are not: the size is one total now)."""
+    try:
+        group = parse_query(old).groups.get("") if old else None
+    except UsageError:
+        group = None
+    group = dataclasses.replace(group or RequestGroup(""), resources=dict(resources))
+    return ResourceRequest(groups={"": group}).to_query()
+
+
+def _resources(resources: dict[str, int]) -> str:
+    return ",".join(f"{rc}:{n}" for rc, n in sorted(resources.items()))
+
+
+def _resize(placement: PlacementClient, spec: dict[str, Any], host: str, host_name: str,
+            resources: dict[str, int]) -> Change:
+    held = spec["resources"]
+    if resources == held:
+        raise UsageError(f"resize: the instance has {_resources(held)} already")
+    if resources.get("DISK_GB", 0) < held.get("DISK_GB", 0):
+        raise UsageError(f"resize: DISK_GB {held['DISK_GB']} -> {resources.get('DISK_GB', 0)}: "
+                         "a disk cannot shrink")
+    try:
+        undo = claims.resize(placement, spec["uuid"], host, resources)
+    except PlacementError as exc:
+        if isinstance(exc, ConflictError) and exc.code == CONCURRENT_UPDATE:
+            raise  # the claim changed meanwhile: the caller reads it all again
+        if isinstance(exc, ConflictError) and exc.code == claims.ELSEWHERE:
+            raise states.ActionRefused(f"resize: {exc}; destroy it") from None
+        # Placement's reason, without its boilerplate ("Unable to allocate inventory: ...").
+        detail = str(exc).rsplit("Unable to allocate inventory", 1)[-1].lstrip(": ")
+        raise NoRoom(f"resize to {_resources(resources)}: no room for it on its host "
+                     f"{host_name}: {detail}"[:600]) from None
+    return Change({"resources": resources, "allocations": {host: {"resources": resources}},
+                   "query": resized_query(spec.get("query"), resources)}, undo)
+
+
+def _change(placement: PlacementClient, action: str, spec: dict[str, Any], host: str,
+            host_name: str, hard: bool, image_url: str | None,
+            resources: dict[str, int] | None) -> Change:
+    if action == states.REBOOT:
+        return Change({"hard": hard})
+    if action == states.REBUILD and image_url:
+        return Change({"image": {"url": image_url, "sha256": None}})
+    if action == states.RESIZE:
+        assert resources is not None
+        return _resize(placement, spec, host, host_name, resources)
+    return Change({})
+
+
+def request(store: KeyValueStore, placement: PlacementClient, uuid: str, action: str, *,
+            hard: bool = False, image_url: str | None = None,
+            resources: dict[str, int] | None = None) -> Requested:
+    """Ask the instance's host for `action`; ActionRefused (nothing written) when its state
+    does not allow it or its host is down; NoRoom when a resize does not fit there."""
+    check_uuid(uuid)
+    check_image(image_url)
+    for _ in range(ATTEMPTS):
+        host, _group, read = where(store, uuid)
+        states.check_action(read.state, action, uuid)
+        entry = store.get(store.keys.spec(host, uuid))
+        try:
+            spec = messages.decode(messages.INSTANCE_SPEC, entry.value) if entry else None
+        except InvalidMessage:
+            spec = None
+        if entry is None or spec is None:
+            raise states.ActionRefused(f"instance {uuid} is {read.state} but its host holds "
+                                          "no readable spec for it; destroy it")
+        host_name = (read.record or {}).get("host_name") or host
+        pending = spec.get("request")
+        if spec["action"] in ("destroy", "evacuate") or (
+                spec["action"] in states.ACTIONS and pending and
+                (read.record or {}).get("request_id") != pending["id"]):
+            raise states.ActionRefused(
+                f"instance {uuid}: a {spec['action']} asked by "
+                f"{(pending or {}).get('by') or 'someone'} is pending; try again when its "
+                "host has done it")
+        if not is_alive(store, host):
+            raise states.ActionRefused(
+                f"instance {uuid}: its host {host_name} is down (the controller recovers its "
+                "instances); try again when it is back")
+        try:
+            change = _change(placement, action, spec, host, host_name, hard, image_url,
+                             resources)
+        except ConflictError:
+            continue  # its claim changed meanwhile: read it all again
+        asked = action_txn.new_request(operator_name(), **change.params)
+        if action_txn.request_action(store, entry, spec, read, action, asked) is not None:
+            return Requested(uuid, host, action, asked)
+        if change.undo is not None:
+            claims.undo(placement, uuid, *change.undo)
+    raise UsageError(f"instance {uuid} kept changing while asking for {action}; try again")
+
+
+@dataclass
+class Outcome:
+    """How a request ended: the record then, and the request's event (None if the request
+    was never taken up: destroyed or moved first)."""
+
+    record: dict[str, Any] | None
+    event: dict[str, Any] | None
+
+    @property
+    def ok(self) -> bool:
+        return self.event is not None and self.event["result"] == events.SUCCESS
+
+    @property
+    def error(self) -> str:
+        if self.event is not None:
+            return self.event.get("error") or self.event["result"]
+        state = (self.record or {}).get("state", "gone")
+        return f"superseded: the instance is {state} now"
+
+
+def wait(store: KeyValueStore, requested: Requested, timeout: float,
+         on_change: Callable[[str, dict[str, Any] | None], None],
+         interval: float = 0.2) -> Outcome:
+    """Follow the record until the host has ended the request (or something else took
+    over: destroy, a move); `on_change` on every state seen."""
+    uuid, rid = requested.uuid, requested.request["id"]
+    deadline = time.monotonic() + timeout
+    seen: str | None = ""
+    while True:
+        host, read = records.find(store, uuid)
+        record = read.record
+        state = record["state"] if record else None
+        if state != seen:
+            seen = state
+            on_change(uuid, record)
+        taken = record is not None and record.get("request_id") == rid
+        if record is None or (taken and state not in states.TRANSIENT) or \
+                state in (states.DELETING, states.DELETED, states.ERROR) or \
+                (host != requested.host):
+            found = [e for e in events.read(store, host, uuid) if e.get("request_id") == rid] \
+                if host else []
+            return Outcome(record, found[-1] if found else None)
+        if time.monotonic() > deadline:
+            raise WaitTimeout(f"instance {uuid} still {state} after {timeout:g} s; the "
+                              f"{requested.action} goes on without us")
+        time.sleep(interval)
+
+
+def instance_events(store: KeyValueStore, uuid: str) -> list[dict[str, Any]]:
+    """What happened to the instance, oldest first; NotFound if it is known nowhere."""
+    check_uuid(uuid)
+    host, _group, _read = where(store, uuid)
+    return events.read(store, host, uuid)

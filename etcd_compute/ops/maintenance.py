@@ -1,0 +1,166 @@
+"""The operator's host commands: disable, enable, show, drain.
+
+    schedule.py host disable HOST [--reason TEXT]   skipped by the scheduler, shown as such
+    schedule.py host enable HOST
+    schedule.py host show HOST                      state, since when, instances, reason
+    schedule.py host drain HOST                     disable, then move each instance away
+
+A disabled host keeps its inventory in Placement; it carries the standard
+trait COMPUTE_STATUS_DISABLED (which the scheduler's DisabledFilter skips),
+and a `/maintenance/<rp>` key says who disabled it, when and why (the host
+reads it at start and keeps the trait). A drain asks the host to give each
+instance up (spec action "evacuate": the guest is removed there first, then
+handed to the controller, which places it again), so an instance never runs
+in two places; instances whose policy is `error` are left where they are.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from etcd_compute import hosts, messages
+from etcd_compute.errors import (
+    EtcdComputeError,
+    InvalidMessage,
+    NotFound,
+    NoValidHost,
+    UsageError,
+)
+from etcd_compute.etcd import KeyValueStore
+from etcd_compute.instances import actions as action_txn
+from etcd_compute.instances import records, states
+from etcd_compute.keys import UUID
+from etcd_compute.placement import DISABLED_TRAIT, PlacementClient
+from etcd_compute.scheduler.spec import operator_name
+
+
+class DrainTimeout(EtcdComputeError):
+    """The drain ran out of time; what was asked goes on without us."""
+
+
+def resolve(placement: PlacementClient, host: str) -> dict[str, Any]:
+    """The provider named `host` (a uuid or a name); NotFound otherwise."""
+    if UUID.match(host):
+        found = placement.get_provider(host)
+        if found is not None:
+            return found
+    else:
+        named = placement.list_providers(name=host)
+        if named:
+            return named[0]
+    raise NotFound(f"no host {host!r} (neither a provider uuid nor a provider name)")
+
+
+def disable(store: KeyValueStore, placement: PlacementClient, host: str, reason: str | None,
+            draining: bool = False) -> dict[str, Any]:
+    provider = resolve(placement, host)
+    message = {"since": time.time(), "reason": reason, "by": operator_name(),
+               "draining": draining}
+    hosts.disable(store, provider["uuid"], message)
+    placement.set_traits(provider["uuid"], placement.get_traits(provider["uuid"])
+                         | {DISABLED_TRAIT})
+    return provider
+
+
+def enable(store: KeyValueStore, placement: PlacementClient, host: str) -> dict[str, Any]:
+    provider = resolve(placement, host)
+    hosts.enable(store, provider["uuid"])
+    placement.set_traits(provider["uuid"], placement.get_traits(provider["uuid"])
+                         - {DISABLED_TRAIT})
+    return provider
+
+
+def show(store: KeyValueStore, placement: PlacementClient, host: str) -> dict[str, Any]:
+    provider = resolve(placement, host)
+    rp = provider["uuid"]
+    alive = hosts.heartbeat(store, rp)
+    maintenance = hosts.maintenance(store, rp)
+    held = store.read_prefix(messages.INSTANCE_RECORD, store.keys.records(rp))
+    return {
+        "uuid": rp, "name": provider["name"],
+        "state": ("down" if alive is None else "disabled" if maintenance else "up"),
+        "up_since": alive["since"] if alive else None,
+        "disabled": DISABLED_TRAIT in placement.get_traits(rp),
+        "maintenance": maintenance,
+        "instances": sorted(({"uuid": uuid, "name": r.get("name"), "state": r["state"]}
+                             for uuid, r in held.items()), key=lambda r: r["uuid"]),
+    }
+
+
+def drain(store: KeyValueStore, placement: PlacementClient, host: str, timeout: float,
+          progress: Callable[[str], None],
+          place: Callable[[dict[str, Any], frozenset[str]], Any] | None = None
+          ) -> dict[str, int]:
+    """Disable `host` and move every instance whose policy is `rebuild` elsewhere; the
+    counts of what happened ("moved", "error", "left", "gone").
+
+    `place` (Scheduler.place) is asked first whether another host would take each one:
+    an instance nothing else has room for stays (its guest is removed before it is
+    built elsewhere, so moving it would lose it)."""
+    if store.get(store.keys.leader()) is None:
+        raise UsageError("drain needs the controller (schedule.py serve): it places the "
+                         "instances again; start one first")
+    provider = disable(store, placement, host, "drain", draining=True)
+    rp = provider["uuid"]
+    asked: list[str] = []
+    summary = {"moved": 0, "error": 0, "left": 0, "gone": 0}
+    for uuid, record in sorted(store.read_prefix(messages.INSTANCE_RECORD,
+                                                 store.keys.records(rp)).items()):
+        entry = store.get(store.keys.spec(rp, uuid))
+        spec = _spec(entry)
+        if spec is not None and record["state"] in states.TRANSIENT:
+            summary["left"] += 1
+            progress(f"{uuid} left on {provider['name']} ({record['state']}: drain again "
+                     "once its action is done)")
+            continue
+        if spec is None or record["state"] not in (states.SCHEDULED, states.BUILDING,
+                                                   states.ACTIVE, states.SHUTOFF):
+            continue
+        if spec.get("on_host_failure") == "error":
+            summary["left"] += 1
+            progress(f"{uuid} left on {provider['name']} (its on-host-failure is error)")
+            continue
+        if place is not None:
+            try:
+                place(spec, frozenset({rp}))
+            except NoValidHost:
+                summary["left"] += 1
+                progress(f"{uuid} left on {provider['name']} (no other host would take it "
+                         "now)")
+                continue
+        if action_txn.request_evacuate(store, entry, spec, operator_name()) is not None:
+            asked.append(uuid)
+            progress(f"{uuid} evacuating from {provider['name']}")
+    deadline = time.monotonic() + timeout
+    pending = list(asked)
+    while pending:
+        for uuid in list(pending):
+            location, read = records.find(store, uuid)
+            if location is None:
+                summary["gone"] += 1
+            elif location != rp and read.state in (states.ACTIVE, states.SHUTOFF):
+                summary["moved"] += 1
+                progress(f"{uuid} {read.state} on {read.record.get('host_name') or location}")
+            elif read.state == states.ERROR:
+                summary["error"] += 1
+                progress(f"{uuid} ERROR: {read.record.get('error')}")
+            else:
+                continue
+            pending.remove(uuid)
+        if pending:
+            if time.monotonic() > deadline:
+                raise DrainTimeout(f"{len(pending)} instance(s) still moving after "
+                                   f"{timeout:g} s; they go on without us")
+            time.sleep(0.2)
+    return summary
+
+
+def _spec(entry: Any) -> dict[str, Any] | None:
+    if entry is None:
+        return None
+    try:
+        return messages.decode(messages.INSTANCE_SPEC, entry.value)
+    except InvalidMessage:
+        return None

@@ -1,0 +1,77 @@
+"""schedule.py's actions (cli/actions.py): bad input is found before any connection."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.unit.cli.helpers import UUID, schedule, schedule_usage_error
+
+QUERY = "resources=VCPU:2,MEMORY_MB:512,DISK_GB:1"
+
+
+@pytest.mark.parametrize(("words", "fault"), [
+    (["stop"], "stop: expected exactly one instance uuid"),
+    (["reboot", UUID, UUID], "reboot: expected exactly one instance uuid"),
+    (["start", "web-1"], "'web-1' is not an instance uuid"),
+    (["resize", UUID], "resize: expected QUERY UUID"),
+    (["resize", QUERY], "resize: expected QUERY UUID"),
+    (["resize", QUERY + "&in_tree=" + UUID, UUID], "resources=... only"),
+    (["resize", QUERY + "&required=CUSTOM_ELSEWHERE", UUID], "resources=... only"),
+    (["resize", "resources=VCPU:2,MEMORY_MB:512", UUID], "DISK_GB missing"),
+    (["resize", "resources=VCPU:99999999999,MEMORY_MB:1,DISK_GB:1", UUID], "bad amount"),
+    (["events"], "events: expected exactly one instance uuid"),
+    (["stop", "--hard", UUID], "--hard goes with reboot"),
+    (["stop", "--image", "file:///x", UUID], "--image goes with a query or rebuild"),
+    (["rebuild", "--image", "ftp://host/x.img", UUID], "--image 'ftp://host/x.img'"),
+])
+def test_lifecycle_input_is_refused_before_any_connection(capsys, config, words, fault):
+    schedule_usage_error(schedule(capsys, "--config", str(config), *words), fault)
+
+
+# --- what an action asks, and what it prints ---------------------------------------------
+
+
+@pytest.fixture
+def asked(monkeypatch):
+    """Every lifecycle.request the command makes (the zone is this one, not connected)."""
+    import contextlib
+    import types
+
+    from etcd_compute.cli import zones as zones_cli
+    from etcd_compute.ops import lifecycle
+
+    calls: list[dict] = []
+
+    def request(_store, _placement, uuid, action, **params):
+        calls.append({"uuid": uuid, "action": action, **params})
+        return lifecycle.Requested(uuid, "rp", action, {"id": "r-1"})
+
+    monkeypatch.setattr(zones_cli, "instance_zone", lambda _config, _uuid:
+                        contextlib.nullcontext(types.SimpleNamespace(store=None,
+                                                                     placement=None)))
+    monkeypatch.setattr(lifecycle, "request", request)
+    return calls
+
+
+@pytest.mark.parametrize(("words", "params"), [
+    (["stop", UUID], {"hard": False, "image_url": None, "resources": None}),
+    (["reboot", "--hard", UUID], {"hard": True, "image_url": None, "resources": None}),
+    (["rebuild", UUID, "--image", "https://images/x.qcow2"],
+     {"hard": False, "image_url": "https://images/x.qcow2", "resources": None}),
+    (["resize", QUERY, UUID], {"hard": False, "image_url": None,
+                               "resources": {"VCPU": 2, "MEMORY_MB": 512, "DISK_GB": 1}}),
+])
+def test_an_action_asks_with_its_own_options_and_says_so(capsys, config, asked, words, params):
+    code, out, err = schedule(capsys, "--config", str(config), *words)
+    assert (code, err) == (0, "")
+    assert out == f"{words[0].upper()} REQUESTED FOR INSTANCE {UUID}\n"
+    assert asked == [{"uuid": UUID, "action": words[0], **params}]
+
+
+def test_an_action_as_json(capsys, config, asked):
+    code, out, _err = schedule(capsys, "--config", str(config), "start", UUID, "--json")
+    assert code == 0
+    assert json.loads(out) == {"uuid": UUID, "host": "rp", "action": "start",
+                               "request_id": "r-1", "outcome": "requested"}

@@ -1,0 +1,39 @@
+"""The libvirt driver over libvirt's test driver (test:///default, in-process), for
+test_libvirt.py and test_libvirt_host.py."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from etcd_compute.config import COMPUTE_DEFAULTS, deep_merge
+from etcd_compute.drivers.libvirt import LibvirtDriver
+
+
+@pytest.fixture
+def test_driver_config(tmp_path: Path) -> dict[str, Any]:
+    return deep_merge(COMPUTE_DEFAULTS, {
+        "compute": {"state_dir": str(tmp_path / "state"),
+                    "instances_dir": str(tmp_path / "instances")},
+        "driver": {"name": "libvirt",
+                   "libvirt": {"uri": "test:///default",
+                               "image_cache_dir": str(tmp_path / "images")}},
+    })
+
+
+@pytest.fixture
+def driver(test_driver_config: dict[str, Any]):
+    driver = LibvirtDriver(test_driver_config)
+    yield driver
+    for uuid in driver.list_instances():
+        driver.destroy(uuid)
+    driver.close()
+
+
+@pytest.fixture
+def image(tmp_path: Path) -> str:
+    path = tmp_path / "image.qcow2"
+    path.write_bytes(b"not downloaded with the test driver")
+    return f"file://{path}"

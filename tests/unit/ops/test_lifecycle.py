@@ -1,0 +1,305 @@
+"""The operator's lifecycle actions (ops/lifecycle.py) over FakeStore and FakePlacement:
+allowed ones write the host's spec (a resize claims first), refused ones write nothing and
+claim nothing, a resize that loses a race puts back only its own claim."""
+
+from __future__ import annotations
+
+import pytest
+
+from etcd_compute import claims, events, messages
+from etcd_compute.errors import NotFound, UsageError
+from etcd_compute.instances import actions as action_txn
+from etcd_compute.instances import records, states
+from etcd_compute.ops import lifecycle
+from etcd_compute.ops.operations import WaitTimeout
+from tests.unit.fakes import FakePlacement, FakeStore
+from tests.unit.ops.test_operations import RP, UNKNOWN, alive, scheduled, set_state
+
+NEW = {"VCPU": 2, "MEMORY_MB": 128, "DISK_GB": 1}
+ALLOWED = {("stop", "ACTIVE"), ("start", "SHUTOFF"), ("reboot", "ACTIVE"),
+           ("rebuild", "ACTIVE"), ("rebuild", "SHUTOFF"), ("resize", "ACTIVE"),
+           ("resize", "SHUTOFF")}
+
+
+def room(placement: FakePlacement, vcpu: int = 4) -> None:
+    placement.ensure_provider(RP, "host-a")
+    placement.set_inventory(RP, {"VCPU": {"total": vcpu}, "MEMORY_MB": {"total": 4096},
+                                 "DISK_GB": {"total": 100}})
+
+
+def instance(state: str = "ACTIVE", **extra) -> tuple[FakeStore, FakePlacement, dict]:
+    store, placement = FakeStore(), FakePlacement()
+    room(placement)
+    spec = scheduled(store, **extra)
+    placement.claim(spec["uuid"], spec["allocations"], "p", "u")
+    set_state(store, spec["uuid"], state)
+    placement.calls.clear()
+    return store, placement, spec
+
+
+def spec_now(store: FakeStore, spec: dict) -> dict:
+    return store.read(messages.INSTANCE_SPEC, store.keys.spec(RP, spec["uuid"]))[0]
+
+
+def request(store, placement, spec, action, **params) -> lifecycle.Requested:
+    if action == "resize":
+        params.setdefault("resources", NEW)
+    return lifecycle.request(store, placement, spec["uuid"], action, **params)
+
+
+@pytest.mark.parametrize(("action", "state"), sorted(ALLOWED))
+def test_an_allowed_action_is_written_into_the_hosts_spec(action, state):
+    store, placement, spec = instance(state)
+    before = store.revision
+    asked = request(store, placement, spec, action)
+    assert store.revision == before + 1  # one write: the spec
+    written = spec_now(store, spec)
+    assert written["action"] == action and written["request"] == asked.request
+    assert asked.request["by"] and asked.host == RP
+    assert records.read_record(store, RP, spec["uuid"]).state == state
+    if action == "resize":
+        assert asked.request["resources"] == NEW
+        assert placement.get_allocations(spec["uuid"])["allocations"] == {
+            RP: {"resources": NEW}}
+    else:
+        assert placement.calls == []
+
+
+@pytest.mark.parametrize(("action", "state"), [
+    (a, s) for a in states.ACTIONS for s in states.STATES if (a, s) not in ALLOWED])
+def test_an_action_its_state_does_not_allow_writes_and_claims_nothing(action, state):
+    store, placement, spec = instance(state)
+    before = store.revision
+    with pytest.raises(states.ActionRefused) as refused:
+        request(store, placement, spec, action)
+    assert f"is {state}: {action} is not allowed now (allowed: " in str(refused.value)
+    assert store.revision == before and placement.calls == []
+
+
+def test_an_action_on_a_host_that_is_down_is_refused_before_anything_is_written():
+    store, placement, spec = instance()
+    store.delete(store.keys.alive(RP))
+    before = store.revision
+    with pytest.raises(states.ActionRefused, match="its host host-a is down"):
+        request(store, placement, spec, "resize")
+    assert store.revision == before and placement.calls == []
+
+
+def test_unknown_and_malformed_instances():
+    store, placement = FakeStore(), FakePlacement()
+    with pytest.raises(NotFound, match=f"no instance {UNKNOWN}"):
+        lifecycle.request(store, placement, UNKNOWN, "stop")
+    with pytest.raises(UsageError, match="is not an instance uuid"):
+        lifecycle.request(store, placement, "web-1", "stop")
+
+
+def test_an_instance_without_a_readable_spec_is_refused():
+    store, placement, spec = instance()
+    store.put_raw(store.keys.spec(RP, spec["uuid"]), "{garbage")
+    with pytest.raises(states.ActionRefused, match="no readable spec"):
+        request(store, placement, spec, "stop")
+
+
+# ------------------------------------------------------------------------ resize
+
+
+def test_a_resize_that_does_not_fit_is_refused_with_nothing_changed():
+    store, placement, spec = instance()
+    before = store.revision
+    with pytest.raises(lifecycle.NoRoom, match="no room for it on its host host-a"):
+        request(store, placement, spec, "resize", resources={**NEW, "VCPU": 5})
+    assert store.revision == before
+    assert placement.get_allocations(spec["uuid"])["allocations"] == spec["allocations"]
+
+
+@pytest.mark.parametrize(("resources", "fault"), [
+    ({"VCPU": 1, "MEMORY_MB": 64, "DISK_GB": 1}, "has DISK_GB:1,MEMORY_MB:64,VCPU:1 already"),
+    ({"VCPU": 2, "MEMORY_MB": 64, "DISK_GB": 0}, "a disk cannot shrink"),
+])
+def test_a_resize_to_the_same_size_or_a_smaller_disk_is_a_usage_error(resources, fault):
+    store, placement, spec = instance()
+    with pytest.raises(UsageError, match=fault):
+        request(store, placement, spec, "resize", resources=resources)
+    assert placement.calls == []
+
+
+def test_a_resize_that_loses_the_etcd_race_puts_its_claim_back(monkeypatch):
+    store, placement, spec = instance()
+    monkeypatch.setattr(action_txn, "request_action", lambda *args, **kwargs: None)
+    with pytest.raises(UsageError, match="kept changing"):
+        request(store, placement, spec, "resize")
+    assert placement.get_allocations(spec["uuid"])["allocations"] == spec["allocations"]
+    assert spec_now(store, spec)["action"] == "build"
+
+
+def test_an_action_is_refused_while_another_request_is_pending():
+    store, placement, spec = instance()
+    request(store, placement, spec, "resize", resources=NEW)  # its host has not taken it up
+    before = store.revision
+    for action in ("resize", "reboot", "stop"):
+        with pytest.raises(states.ActionRefused, match="a resize asked by .* is pending"):
+            request(store, placement, spec, action, resources={**NEW, "VCPU": 3})
+    assert store.revision == before
+    assert placement.get_allocations(spec["uuid"])["allocations"] == {RP: {"resources": NEW}}
+
+
+@pytest.mark.parametrize("pending", ["destroy", "evacuate"])
+def test_an_action_never_overwrites_a_pending_destroy_or_evacuate(pending):
+    store, placement, spec = instance()
+    entry = store.get(store.keys.spec(RP, spec["uuid"]))
+    getattr(action_txn, f"request_{pending}")(store, entry, spec, "bob")
+    with pytest.raises(states.ActionRefused, match=f"a {pending} asked by bob is pending"):
+        request(store, placement, spec, "stop")
+    assert spec_now(store, spec)["action"] == pending
+
+
+def test_two_resizes_racing_end_with_one_claim_and_the_spec_that_says_so(monkeypatch):
+    """A claims, then B claims and writes its spec before A writes: A's write fails and
+    its undo sees B's claim after its own, so it leaves it. Claim and spec agree on B."""
+    store, placement, spec = instance()
+    real_write = action_txn.request_action
+    b_size = {**NEW, "VCPU": 3}
+    b_done: list[lifecycle.Requested] = []
+
+    def a_writes_last(*args, **kwargs):
+        if not b_done:
+            monkeypatch.setattr(action_txn, "request_action", real_write)
+            b_done.append(request(store, placement, spec, "resize", resources=b_size))
+            monkeypatch.setattr(action_txn, "request_action", a_writes_last)
+        return real_write(*args, **kwargs)
+
+    monkeypatch.setattr(action_txn, "request_action", a_writes_last)
+    with pytest.raises(states.ActionRefused, match="a resize asked by .* is pending"):
+        request(store, placement, spec, "resize", resources=NEW)  # A
+    assert spec_now(store, spec)["request"] == b_done[0].request
+    assert placement.get_allocations(spec["uuid"])["allocations"] == {
+        RP: {"resources": b_size}}
+
+
+def test_a_claim_left_at_another_size_is_resized_from_what_it_holds():
+    """A resize that died between its claim and its write left the claim at its size: the
+    next resize replaces whatever is held on the host (generation checked)."""
+    store, placement, spec = instance()
+    placement.consumers[spec["uuid"]]["allocations"] = {RP: {"resources": NEW}}
+    asked = request(store, placement, spec, "resize", resources={**NEW, "VCPU": 3})
+    assert placement.get_allocations(spec["uuid"])["allocations"] == {
+        RP: {"resources": asked.request["resources"]}}
+
+
+def test_a_claim_that_is_not_on_its_host_is_refused():
+    store, placement, spec = instance()
+    placement.consumers[spec["uuid"]]["allocations"] = {}
+    with pytest.raises(states.ActionRefused, match="is not on its host"):
+        request(store, placement, spec, "resize")
+
+
+def test_an_undo_never_takes_back_a_claim_someone_wrote_after_ours():
+    _store, placement, spec = instance()
+    held, generation = claims.resize(placement, spec["uuid"], RP, NEW)
+    later = {**NEW, "VCPU": 3}
+    claims.resize(placement, spec["uuid"], RP, later)  # another resize after ours
+    assert claims.undo(placement, spec["uuid"], held, generation) is False
+    assert placement.get_allocations(spec["uuid"])["allocations"] == {
+        RP: {"resources": later}}
+    held, generation = claims.resize(placement, spec["uuid"], RP, NEW)
+    assert claims.undo(placement, spec["uuid"], held, generation) is True
+    assert placement.get_allocations(spec["uuid"])["allocations"] == {
+        RP: {"resources": later}}
+
+
+@pytest.mark.parametrize("query", [
+    "resources=VCPU:2,MEMORY_MB:128,DISK_GB:1&in_tree=11111111-2222-4333-8444-555555555555",
+    "resources=VCPU:2,MEMORY_MB:128,DISK_GB:1&required=CUSTOM_OTHER_HOST",
+    "resources=VCPU:2,MEMORY_MB:128,DISK_GB:1&member_of=11111111-2222-4333-8444-555555555555",
+    "resources1=VCPU:2&resources=MEMORY_MB:128,DISK_GB:1",
+    "resources=VCPU:2,MEMORY_MB:128,DISK_GB:1&limit=1",
+    "resources=VCPU:2,MEMORY_MB:128,DISK_GB:1&group_policy=isolate",
+])
+def test_a_resize_query_that_would_pick_a_host_is_a_usage_error(query):
+    with pytest.raises(UsageError, match="resources=... only"):
+        lifecycle.resize_request(query)
+
+
+@pytest.mark.parametrize(("query", "fault"), [
+    ("resources=VCPU:2147483648,MEMORY_MB:1,DISK_GB:1", "out of range"),
+    ("resources=VCPU:0,MEMORY_MB:1,DISK_GB:1", "out of range"),
+    ("resources=VCPU:2,MEMORY_MB:128", "DISK_GB missing"),
+])
+def test_a_resize_beyond_the_limits_is_a_usage_error(query, fault):
+    with pytest.raises(UsageError, match=fault):
+        lifecycle.resize_request(query, ("VCPU", "MEMORY_MB", "DISK_GB"))
+
+
+def test_the_new_size_keeps_the_first_querys_traits_and_aggregates():
+    old = "resources=VCPU:1,MEMORY_MB:64&required=CUSTOM_FAST&member_of=" \
+          "11111111-2222-4333-8444-555555555555"
+    assert lifecycle.resized_query(old, NEW) == (
+        "resources=DISK_GB:1,MEMORY_MB:128,VCPU:2&required=CUSTOM_FAST&member_of="
+        "11111111-2222-4333-8444-555555555555")
+    assert lifecycle.resized_query(None, NEW) == "resources=DISK_GB:1,MEMORY_MB:128,VCPU:2"
+
+
+@pytest.mark.parametrize("url", ["ftp://x/y.img", "file:///etc/sh adow", "x" * 10, ""])
+def test_a_rebuild_image_that_is_no_url_we_take_is_a_usage_error(url):
+    with pytest.raises(UsageError, match="--image"):
+        lifecycle.check_image(url)
+
+
+def test_a_rebuild_with_an_image_writes_it_and_without_keeps_the_spec_image():
+    store, placement, spec = instance()
+    asked = request(store, placement, spec, "rebuild", image_url="https://i.example/new.img")
+    assert asked.request["image"] == {"url": "https://i.example/new.img", "sha256": None}
+    host_ends(store, asked)
+    assert "image" not in request(store, placement, spec, "rebuild").request
+
+
+# ------------------------------------------------------------------------ wait
+
+
+def host_ends(store: FakeStore, asked: lifecycle.Requested, error: str | None = None) -> None:
+    """What the host does with the request: take it up and end it."""
+    spec = spec_now(store, {"uuid": asked.uuid})
+    entry = store.get(store.keys.spec(RP, asked.uuid))
+    read = records.read_record(store, RP, asked.uuid)
+    assert action_txn.begin_action(store, spec, entry.mod_revision, read)
+    assert action_txn.end_action(store, records.read_record(store, RP, asked.uuid),
+                                store.get(entry.key), error)
+
+
+def test_wait_ends_with_the_requests_event():
+    store, placement, spec = instance()
+    asked = request(store, placement, spec, "stop")
+    host_ends(store, asked)
+    seen = []
+    outcome = lifecycle.wait(store, asked, 5, lambda _u, r: seen.append(r["state"]))
+    assert outcome.ok and outcome.record["state"] == "SHUTOFF" and seen == ["SHUTOFF"]
+    asked = request(store, placement, spec, "start")
+    host_ends(store, asked, "no such domain")
+    outcome = lifecycle.wait(store, asked, 5, lambda *_: None)
+    assert not outcome.ok and outcome.error == "no such domain"
+
+
+def test_wait_ends_when_a_destroy_took_over_first():
+    store, placement, spec = instance()
+    asked = request(store, placement, spec, "reboot")
+    set_state(store, spec["uuid"], "DELETING")
+    outcome = lifecycle.wait(store, asked, 5, lambda *_: None)
+    assert not outcome.ok and outcome.error == "superseded: the instance is DELETING now"
+
+
+def test_wait_runs_out_of_time_saying_so():
+    store, placement, spec = instance()
+    asked = request(store, placement, spec, "reboot")
+    with pytest.raises(WaitTimeout, match="still ACTIVE after 0.05 s; the reboot goes on"):
+        lifecycle.wait(store, asked, 0.05, lambda *_: None, interval=0.01)
+
+
+def test_events_of_an_instance_and_of_none():
+    store, placement, spec = instance()
+    host_ends(store, request(store, placement, spec, "stop"))
+    found = lifecycle.instance_events(store, spec["uuid"])
+    assert [e["action"] for e in found] == ["stop"] and found == events.read(
+        store, RP, spec["uuid"])
+    with pytest.raises(NotFound):
+        lifecycle.instance_events(store, UNKNOWN)
+    alive(store, RP)

@@ -1,0 +1,131 @@
+"""The host commands (disable, enable, show, drain) against the in-memory store and Placement."""
+
+from __future__ import annotations
+
+import uuid as uuidlib
+
+import pytest
+
+from etcd_compute import messages
+from etcd_compute.errors import NotFound, NoValidHost, UsageError
+from etcd_compute.instances import ownership, scheduling
+from etcd_compute.ops import maintenance
+from etcd_compute.placement import DISABLED_TRAIT
+from tests.support import make_spec
+from tests.unit.fakes import FakePlacement, FakeStore
+
+
+@pytest.fixture
+def store() -> FakeStore:
+    return FakeStore()
+
+
+@pytest.fixture
+def placement() -> FakePlacement:
+    return FakePlacement()
+
+
+def a_host(store: FakeStore, placement: FakePlacement, name: str = "node-1") -> str:
+    rp = str(uuidlib.uuid4())
+    placement.ensure_provider(rp, name)
+    store.put(messages.ALIVE, store.keys.alive(rp), {"host": rp, "name": name, "since": 5.0})
+    return rp
+
+
+def an_instance(store: FakeStore, rp: str, **extra) -> dict:
+    spec = make_spec(rp, **extra)
+    scheduling.schedule(store, [(spec, "node-1")])
+    return spec
+
+
+def test_a_host_is_found_by_name_or_uuid_and_nothing_else(store, placement):
+    rp = a_host(store, placement)
+    assert maintenance.resolve(placement, "node-1")["uuid"] == rp
+    assert maintenance.resolve(placement, rp)["name"] == "node-1"
+    with pytest.raises(NotFound, match="no host 'node-2'"):
+        maintenance.resolve(placement, "node-2")
+    with pytest.raises(NotFound):
+        maintenance.resolve(placement, str(uuidlib.uuid4()))
+
+
+def test_disable_marks_the_trait_and_says_why_enable_undoes_both(store, placement):
+    rp = a_host(store, placement)
+    placement.set_traits(rp, {"CUSTOM_SSD"})
+    maintenance.disable(store, placement, "node-1", "new disks")
+    assert placement.get_traits(rp) == {"CUSTOM_SSD", DISABLED_TRAIT}
+    why, _ = store.read(messages.HOST_MAINTENANCE, store.keys.maintenance(rp))
+    assert why["reason"] == "new disks" and not why["draining"]
+    shown = maintenance.show(store, placement, "node-1")
+    assert (shown["state"], shown["disabled"]) == ("disabled", True)
+    maintenance.enable(store, placement, rp)
+    assert placement.get_traits(rp) == {"CUSTOM_SSD"}
+    assert store.get(store.keys.maintenance(rp)) is None
+    assert maintenance.show(store, placement, rp)["state"] == "up"
+
+
+def test_show_lists_the_hosts_instances_and_a_host_without_heartbeat_is_down(store, placement):
+    rp = a_host(store, placement)
+    spec = an_instance(store, rp)
+    shown = maintenance.show(store, placement, "node-1")
+    assert shown["instances"] == [{"uuid": spec["uuid"], "name": "test", "state": "SCHEDULED"}]
+    assert shown["up_since"] == 5.0
+    store.delete(store.keys.alive(rp))
+    assert maintenance.show(store, placement, "node-1")["state"] == "down"
+
+
+def test_drain_needs_a_controller_and_then_touches_nothing(store, placement):
+    rp = a_host(store, placement)
+    an_instance(store, rp)
+    with pytest.raises(UsageError, match="needs the controller"):
+        maintenance.drain(store, placement, "node-1", 1, print)
+    assert placement.get_traits(rp) == set()
+    assert store.get(store.keys.maintenance(rp)) is None
+
+
+def test_drain_asks_rebuild_instances_to_leave_and_leaves_error_ones(store, placement):
+    rp = a_host(store, placement)
+    store.put_raw(store.keys.leader(), "controller")
+    moving = an_instance(store, rp, on_host_failure="rebuild")
+    staying = an_instance(store, rp, on_host_failure="error")
+    said: list[str] = []
+    # Nothing moves them here (no host, no controller): the drain gives up at its timeout.
+    with pytest.raises(maintenance.DrainTimeout, match="1 instance"):
+        maintenance.drain(store, placement, "node-1", 0, said.append)
+    actions = {uuid: spec["action"] for uuid, spec in
+               store.read_prefix(messages.INSTANCE_SPEC, store.keys.specs(rp)).items()}
+    assert actions == {moving["uuid"]: "evacuate", staying["uuid"]: "build"}
+    assert sorted(said) == sorted([f"{staying['uuid']} left on node-1 (its on-host-failure "
+                                   "is error)", f"{moving['uuid']} evacuating from node-1"])
+    assert DISABLED_TRAIT in placement.get_traits(rp)
+
+
+def test_drain_counts_what_already_ended_as_gone(store, placement):
+    rp = a_host(store, placement)
+    store.put_raw(store.keys.leader(), "controller")
+    spec = an_instance(store, rp)
+
+    def gone(line: str) -> None:
+        # The instance is destroyed by someone else while the drain waits.
+        ownership.remove(store, spec["uuid"], rp, None)
+
+    assert maintenance.drain(store, placement, "node-1", 5, gone) == \
+        {"moved": 0, "error": 0, "left": 0, "gone": 1}
+
+
+def test_drain_leaves_an_instance_no_other_host_would_take(store, placement):
+    rp = a_host(store, placement)
+    store.put_raw(store.keys.leader(), "controller")
+    spec = an_instance(store, rp)
+    asked: list[tuple[str, frozenset]] = []
+
+    def nowhere(spec: dict, exclude: frozenset) -> None:
+        asked.append((spec["uuid"], exclude))
+        raise NoValidHost(["no room"])
+
+    said: list[str] = []
+    assert maintenance.drain(store, placement, "node-1", 5, said.append, place=nowhere) == \
+        {"moved": 0, "error": 0, "left": 1, "gone": 0}
+    assert asked == [(spec["uuid"], frozenset({rp}))]
+    assert said == [f"{spec['uuid']} left on node-1 (no other host would take it now)"]
+    kept, _ = store.read(messages.INSTANCE_SPEC, store.keys.spec(rp, spec["uuid"]))
+    assert kept["action"] == "build"

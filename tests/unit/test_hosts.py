@@ -1,0 +1,96 @@
+"""The hosts as the rest see them (hosts.py): heartbeats bound to a lease, stats with the
+recent build failures, an operator's disable; unreadable messages count as none."""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid as uuidlib
+
+from etcd_compute import hosts, messages
+from tests.unit.fakes import FakeStore
+
+A, B = str(uuidlib.uuid4()), str(uuidlib.uuid4())
+
+
+def test_a_host_is_alive_while_its_lease_lives():
+    store = FakeStore("/p")
+    lease = store.lease(10)
+    hosts.beat(store, lease.id, A, "host-a", "fake")
+    assert hosts.is_alive(store, A) and not hosts.is_alive(store, B)
+    assert store.get(store.keys.alive(A)).lease == lease.id
+    beat = hosts.heartbeat(store, A)
+    messages.check(messages.ALIVE, beat)
+    assert (beat["host"], beat["name"], beat["driver"]) == (A, "host-a", "fake")
+    assert time.time() - beat["since"] < 5
+    assert hosts.alive_hosts(store) == {A} and hosts.count_alive(store) == 1
+    store.expire(lease.id)
+    assert not hosts.is_alive(store, A) and hosts.heartbeat(store, A) is None
+    assert hosts.alive_hosts(store) == set() and hosts.count_alive(store) == 0
+
+
+def test_an_unreadable_heartbeat_is_none_but_its_key_still_says_alive():
+    store = FakeStore()
+    store.put_raw(store.keys.alive(A), "{broken")
+    hosts.beat(store, store.grant(10), B, "host-b", "libvirt")
+    assert hosts.heartbeat(store, A) is None
+    assert hosts.decode_heartbeat(b"{broken") is None
+    assert set(hosts.heartbeats(store)) == {B}  # readable ones only
+    # The key exists: the host has not died (the controller does not recover it).
+    assert hosts.is_alive(store, A) and hosts.alive_hosts(store) == {A, B}
+
+
+def test_build_failures_are_recorded_in_the_hosts_stats_the_last_ones_kept():
+    store = FakeStore()
+    assert hosts.build_failures(store, A) == []
+    for _ in range(hosts.FAILURES_KEPT + 3):
+        hosts.record_build_failure(store, A)
+    failures = hosts.build_failures(store, A)
+    assert len(failures) == hosts.FAILURES_KEPT and failures == sorted(failures)
+    stats = hosts.decode_stats(store.get(store.keys.stats(A)).value)
+    assert stats["build_failures"] == failures and stats["updated_at"] >= failures[-1]
+    assert hosts.build_failures(store, B) == []  # per host
+
+
+def test_unreadable_stats_count_as_no_failures_and_are_replaced():
+    store = FakeStore()
+    store.put_raw(store.keys.stats(A), json.dumps({"build_failures": "many"}))
+    assert hosts.build_failures(store, A) == []
+    assert hosts.decode_stats(store.get(store.keys.stats(A)).value) is None
+    hosts.record_build_failure(store, A)
+    assert len(hosts.build_failures(store, A)) == 1
+
+
+def test_put_stats_stamps_them_unless_told_when():
+    store = FakeStore()
+    hosts.put_stats(store, A, {"build_failures": [1.0]})
+    assert time.time() - hosts.decode_stats(store.get(store.keys.stats(A)).value)[
+        "updated_at"] < 5
+    hosts.put_stats(store, A, {"build_failures": [], "updated_at": 42.0})
+    assert hosts.decode_stats(store.get(store.keys.stats(A)).value)["updated_at"] == 42.0
+
+
+def test_heartbeats_and_stats_are_read_in_one_request():
+    store = FakeStore("/p")
+    hosts.beat(store, store.grant(10), A, "host-a", "fake")
+    hosts.record_build_failure(store, B)
+    (alive, stats), _ = store.read_many(hosts.heartbeat_and_stats_ranges(store.keys))
+    assert [hosts.host_of(e.key) for e in alive.entries] == [A]
+    assert [hosts.host_of(e.key) for e in stats.entries] == [B]
+
+
+def test_an_operators_disable_is_read_and_forgotten():
+    store = FakeStore()
+    assert hosts.maintenance(store, A) is None and not hosts.under_maintenance(store, A)
+    reason = {"since": time.time(), "reason": "disk swap", "by": "ann", "draining": False}
+    hosts.disable(store, A, reason)
+    assert hosts.maintenance(store, A) == reason and hosts.under_maintenance(store, A)
+    hosts.enable(store, A)
+    assert hosts.maintenance(store, A) is None and not hosts.under_maintenance(store, A)
+
+
+def test_an_unreadable_disable_still_disables():
+    store = FakeStore()
+    store.put_raw(store.keys.maintenance(A), "{broken")
+    assert hosts.maintenance(store, A) is None  # nothing to show
+    assert hosts.under_maintenance(store, A)  # but the host stays disabled
