@@ -126,26 +126,31 @@ def etcd_server(tmp_path_factory: pytest.TempPathFactory,
     """etcd over TLS with client certificates and RBAC on (root, the operator role)."""
     if shutil.which("etcd") is None:
         unavailable("etcd is not installed (make install)")
-    try:
-        server = EtcdServer.create(tmp_path_factory.mktemp("etcd"), pki=cluster_pki).start()
-        server.enable_auth([OPERATOR_USER])
-    except ServiceUnavailable as exc:
-        unavailable(str(exc))
-    yield server
-    server.stop()
+    server = EtcdServer.create(tmp_path_factory.mktemp("etcd"), pki=cluster_pki)
+    try:  # stopped even when its start fails half-way or is cut short (a timeout, Ctrl-C)
+        try:
+            server.start()
+            server.enable_auth([OPERATOR_USER])
+        except ServiceUnavailable as exc:
+            unavailable(str(exc))
+        yield server
+    finally:
+        server.stop()
 
 
 @pytest.fixture(scope="session")
 def placement_server(tmp_path_factory: pytest.TempPathFactory,
                      cluster_pki: Pki) -> Iterator[PlacementServer]:
     """Placement over TLS, refusing clients without a cluster certificate."""
-    try:
-        server = PlacementServer.create(tmp_path_factory.mktemp("placement"),
-                                        pki=cluster_pki).start()
-    except ServiceUnavailable as exc:
-        unavailable(str(exc))
-    yield server
-    server.stop()
+    server = PlacementServer.create(tmp_path_factory.mktemp("placement"), pki=cluster_pki)
+    try:  # stopped even when its start is cut short
+        try:
+            server.start()
+        except ServiceUnavailable as exc:
+            unavailable(str(exc))
+        yield server
+    finally:
+        server.stop()
 
 
 @pytest.fixture

@@ -31,28 +31,34 @@ QUERY = "resources=VCPU:1,MEMORY_MB:256,DISK_GB:1"
 
 @pytest.fixture(scope="module")
 def keystone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KeystoneServer]:
-    try:
-        server = KeystoneServer.create(tmp_path_factory.mktemp("keystone")).start()
-    except ServiceUnavailable as exc:
-        unavailable(str(exc))
-    # The `service` role is what Placement's policy asks of Nova; Keystone's bootstrap
-    # makes it.
-    server.add_user(OPERATOR, OPERATOR_PASSWORD, PROJECT, "service")
-    server.add_user(HOST, HOST_PASSWORD, PROJECT, "service")
-    yield server
-    server.stop()
+    server = KeystoneServer.create(tmp_path_factory.mktemp("keystone"))
+    try:  # stopped even when its start is cut short (a timeout, Ctrl-C)
+        try:
+            server.start()
+        except ServiceUnavailable as exc:
+            unavailable(str(exc))
+        # The `service` role is what Placement's policy asks of Nova; Keystone's bootstrap
+        # makes it.
+        server.add_user(OPERATOR, OPERATOR_PASSWORD, PROJECT, "service")
+        server.add_user(HOST, HOST_PASSWORD, PROJECT, "service")
+        yield server
+    finally:
+        server.stop()
 
 
 @pytest.fixture(scope="module")
 def placement_server_keystone(tmp_path_factory: pytest.TempPathFactory,
                               keystone: KeystoneServer) -> Iterator[PlacementServer]:
+    server = PlacementServer.create(tmp_path_factory.mktemp("placement-keystone"),
+                                    keystone=keystone)
     try:
-        server = PlacementServer.create(tmp_path_factory.mktemp("placement-keystone"),
-                                        keystone=keystone).start()
-    except ServiceUnavailable as exc:
-        unavailable(str(exc))
-    yield server
-    server.stop()
+        try:
+            server.start()
+        except ServiceUnavailable as exc:
+            unavailable(str(exc))
+        yield server
+    finally:
+        server.stop()
 
 
 @pytest.fixture
