@@ -6,7 +6,7 @@ PYTEST_ARGS ?=
 # a 2-core machine, see README "Tests and benchmarks"). TEST_WORKERS=0: one process.
 TEST_WORKERS ?= 4
 
-.PHONY: help install demo up down status test unit lint bench bench-full bench-deps clean
+.PHONY: help install demo up down status test unit mutations lint bench bench-full bench-deps clean
 
 help:
 	@echo "make demo      run the whole system once on local services, then clean up"
@@ -14,8 +14,10 @@ help:
 	@echo "make test      lint, import contracts, unit tests, then the functional tests against"
 	@echo "               real etcd, Placement and libvirt"
 	@echo "make unit      the unit layer alone (seconds, no services)"
-	@echo "make up/down   start/stop local etcd, Placement and libvirtd for trying commands by hand"
-	@echo "               (TLS and RBAC; configs in run/; make down removes everything they made)"
+	@echo "make mutations the unit tests must kill the mutations in tools/mutations.py"
+	@echo "make up/down   start/stop local etcd, Placement, Keystone, Glance and libvirtd for trying"
+	@echo "               commands by hand (TLS and RBAC; configs and clouds.yaml in run/; make down"
+	@echo "               removes everything they made)"
 	@echo "make status    every piece make up / make demo KEEP=1 started"
 	@echo "make bench     quick benchmarks (bench/); make bench-full for the REPORT.md figures"
 
@@ -41,6 +43,9 @@ test: lint
 
 unit: install
 	@$(PY) -m pytest -q tests/unit $(PYTEST_ARGS)
+
+mutations: install
+	@$(PY) tools/mutations.py
 
 lint: install
 	@$(PY) -m ruff check etcd_compute tests tools bench compute.py schedule.py cluster.py

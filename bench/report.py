@@ -334,6 +334,16 @@ def markdown(results: dict[str, Any], plots: list[str], plot_prefix: str) -> str
         from bench.zones import markdown as zones_markdown
 
         lines += ["", *zones_markdown(json.loads(zones.read_text()))]
+    images = Path(__file__).resolve().parent / "results" / "images.json"
+    if images.exists():  # bench/images.py, run on its own
+        from bench.images import markdown as images_markdown
+
+        lines += ["", *images_markdown(json.loads(images.read_text()))]
+    snapshots = Path(__file__).resolve().parent / "results" / "snapshot.json"
+    if snapshots.exists():  # bench/snapshot.py, run on its own
+        from bench.snapshot import markdown as snapshot_markdown
+
+        lines += ["", *snapshot_markdown(json.loads(snapshots.read_text()))]
     return "\n".join(lines) + "\n"
 
 

@@ -14,10 +14,16 @@ host (`resize`, generation checked: two racing resizes cannot both win, and
 no room is a 409); its undo (`undo`) only replaces what it wrote itself, and
 a host whose resize failed puts back the old size (`restore`) only if the
 claim still holds the new one.
+
+What a host may act on is one check, `holding`: the consumer's claim on that host
+alone, with exactly the amounts asked, per resource class. Every build, resumed
+build and action asks it before anything of the guest is defined, and a host frees
+only a claim that is on it alone (`free_here`): never another host's.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from etcd_compute.errors import ConflictError, EtcdComputeError, NotFound
@@ -87,13 +93,95 @@ def undo_move(placement: PlacementClient, consumer: str, allocations: dict[str, 
     return True
 
 
-def totals(allocations: dict[str, Any]) -> dict[str, int]:
-    """What `allocations` ({rp: {"resources": ...}}) claim in all, per resource class."""
-    found: dict[str, int] = {}
-    for allocation in allocations.values():
-        for rc, amount in allocation["resources"].items():
-            found[rc] = found.get(rc, 0) + amount
-    return found
+# What a consumer's claim is, seen from one host (`judge`).
+HELD = "held"  # on this host alone, exactly the amounts asked
+MISSING = "missing"  # Placement holds nothing for it
+OTHER_HOST = "other_host"  # all of it on other hosts
+SPLIT = "split"  # part on this host, part on others
+DIFFERENT = "different"  # on this host alone, other amounts
+
+
+@dataclass(frozen=True)
+class Holding:
+    """What Placement holds for a consumer, judged for one host and the amounts it needs."""
+
+    verdict: str
+    host: str
+    wanted: dict[str, int]
+    allocations: dict[str, Any]
+
+    @property
+    def held(self) -> bool:
+        return self.verdict == HELD
+
+    @property
+    def elsewhere(self) -> str:
+        """The other providers holding (part of) it, comma-separated."""
+        return ", ".join(sorted(set(self.allocations) - {self.host}))
+
+    def why(self) -> str:
+        """Why the host may not act on it, in one line ("" when it may)."""
+        if self.verdict == MISSING:
+            return "Placement holds no claim for this instance"
+        if self.verdict == OTHER_HOST:
+            return f"the instance is claimed on {self.elsewhere}, not on this host"
+        if self.verdict == SPLIT:
+            return (f"the claim is split between this host "
+                    f"({describe(self.allocations[self.host]['resources'])}) and "
+                    f"{self.elsewhere}: an instance's claim is on its host alone")
+        if self.verdict == DIFFERENT:
+            return (f"the spec asks for {describe(self.wanted)} but Placement holds "
+                    f"{describe(self.allocations[self.host]['resources'])} for it here")
+        return ""
+
+
+def judge(allocations: dict[str, Any], host: str, wanted: dict[str, int]) -> Holding:
+    """The one rule: `host` may act on a claim only if it holds all of it, and it is
+    exactly `wanted` (a claim that merely covers `wanted` is not it)."""
+    if not allocations:
+        verdict = MISSING
+    elif host not in allocations:
+        verdict = OTHER_HOST
+    elif not alone_on(allocations, host):
+        verdict = SPLIT
+    elif dict(allocations[host]["resources"]) != dict(wanted):
+        verdict = DIFFERENT
+    else:
+        verdict = HELD
+    return Holding(verdict, host, dict(wanted), allocations)
+
+
+def alone_on(allocations: dict[str, Any], host: str) -> bool:
+    """All of the claim is on `host` (and there is one)."""
+    return set(allocations) == {host}
+
+
+def holding(placement: PlacementClient, consumer: str, host: str,
+            wanted: dict[str, int]) -> Holding:
+    """What Placement holds for `consumer`, judged for `host` and `wanted` (one GET)."""
+    return judge(placement.get_allocations(consumer).get("allocations") or {}, host, wanted)
+
+
+def free_here(placement: PlacementClient, consumer: str, host: str) -> bool:
+    """Free `consumer`'s claim if it is on `host` alone (whatever its amounts), checked
+    against the generation read: a claim moved or split meanwhile is never freed by a host
+    that does not hold all of it. False if nothing was freed."""
+    current = placement.get_allocations(consumer)
+    if not alone_on(current.get("allocations") or {}, host):
+        return False
+    try:
+        placement.replace_allocations(consumer, {}, current.get("consumer_generation"),
+                                      current["project_id"], current["user_id"])
+    except (ConflictError, NotFound):
+        return False
+    return True
+
+
+def describe(resources: dict[str, int] | None) -> str:
+    """VCPU:1,... or "nothing"."""
+    if not resources:
+        return "nothing"
+    return ",".join(f"{rc}:{n}" for rc, n in sorted(resources.items()))
 
 
 # A resize's claim is not (all) on the instance's host: nothing to resize there.
@@ -109,7 +197,7 @@ def resize(placement: PlacementClient, consumer: str, host: str,
     changed meanwhile (try again); Placement's own when there is no room."""
     current = placement.get_allocations(consumer)
     allocations = current.get("allocations") or {}
-    if set(allocations) != {host}:
+    if not alone_on(allocations, host):
         raise ConflictError(f"the claim of {consumer} is not on its host {host} "
                             f"({', '.join(sorted(allocations)) or 'none'})", 409, ELSEWHERE)
     generation = current.get("consumer_generation")
@@ -133,12 +221,12 @@ def undo(placement: PlacementClient, consumer: str, allocations: dict[str, Any],
     return True
 
 
-def restore(placement: PlacementClient, consumer: str, held: dict[str, int],
+def restore(placement: PlacementClient, consumer: str, host: str, held: dict[str, int],
             allocations: dict[str, Any]) -> bool:
-    """If the consumer's claim holds `held` in all, replace it with `allocations`
-    (generation checked); False if it holds anything else or changed meanwhile."""
+    """If the consumer's claim is `held` on `host` alone (`judge`), replace it with
+    `allocations` (generation checked); False if it is anything else or changed meanwhile."""
     current = placement.get_allocations(consumer)
-    if totals(current.get("allocations") or {}) != held:
+    if not judge(current.get("allocations") or {}, host, held).held:
         return False
     try:
         placement.claim(consumer, allocations, current["project_id"], current["user_id"],

@@ -60,11 +60,27 @@ PLACEMENT_DEFAULTS: dict[str, Any] = {
     "keystone": None,
 }
 
+GLANCE_DEFAULTS: dict[str, Any] = {
+    # Glance's URL; null: the `image` service in Keystone's catalog.
+    "endpoint": None,
+    # The CA that verifies Glance (and Keystone) over https; relative to the config file.
+    "ca_cert": None,
+    "timeout": 30.0,
+    # The service credential (keystoneauth1: auth_url plus username/password/project, or an
+    # application credential); null: no Glance, images are URLs only.
+    "keystone": None,
+}
+
 LOGGING_DEFAULTS: dict[str, Any] = {"level": "INFO"}
+
+# A DELETED record's life, after which etcd drops it and every key of the instance goes
+# with it (the hosts write it; the operator's side when it finishes a destroy itself).
+DELETED_RECORD_TTL = 3600
 
 COMPUTE_DEFAULTS: dict[str, Any] = {
     "etcd": ETCD_DEFAULTS,
     "placement": PLACEMENT_DEFAULTS,
+    "glance": GLANCE_DEFAULTS,
     "logging": LOGGING_DEFAULTS,
     "compute": {
         # Resource provider uuid; generated once and kept in state_dir when null.
@@ -84,7 +100,7 @@ COMPUTE_DEFAULTS: dict[str, Any] = {
         "job_timeout_seconds": 900,
         "shutdown_timeout_seconds": 30,
         # How long the DELETED status record stays readable before etcd drops it.
-        "deleted_record_ttl": 3600,
+        "deleted_record_ttl": DELETED_RECORD_TTL,
         "traits": [],
         "aggregates": [],
         # Prometheus metrics on HOST:PORT (an IP address); null: off. See metrics.py for
@@ -147,6 +163,7 @@ COMPUTE_DEFAULTS: dict[str, Any] = {
 SCHEDULE_DEFAULTS: dict[str, Any] = {
     "etcd": ETCD_DEFAULTS,
     "placement": PLACEMENT_DEFAULTS,
+    "glance": GLANCE_DEFAULTS,
     "logging": {"level": "WARNING"},
     "scheduler": {
         # Real ids for claims (Placement groups usage by them), not random per call.
@@ -172,6 +189,7 @@ SCHEDULE_DEFAULTS: dict[str, Any] = {
             "AffinityFilter",
             "AntiAffinityFilter",
             "MaxInstancesPerHostFilter",
+            "ImagePropertiesFilter",
         ],
         "max_instances_per_host": 50,
         # Classes every instance must claim: what the libvirt driver builds a guest
@@ -196,6 +214,9 @@ SCHEDULE_DEFAULTS: dict[str, Any] = {
         # instances. The host itself powers its guests off before its lease can expire
         # (compute.fence_margin_seconds); this is extra margin on top.
         "host_failure_grace_seconds": 10,
+        # How long the DELETED record of an instance destroyed from here (its host down)
+        # stays readable: as the hosts' compute.deleted_record_ttl.
+        "deleted_record_ttl": DELETED_RECORD_TTL,
         # etcd's --max-txn-ops (default 128): one request's specs, records and group
         # members go in one transaction, which bounds --count (42, or 32 with a group).
         "etcd_max_txn_ops": 128,
@@ -299,7 +320,7 @@ TLS_FILES = ("ca_cert", "cert", "key")
 
 def resolve_paths(config: dict[str, Any], base: Path) -> None:
     """Make the TLS file paths of `config` absolute, relative to `base`."""
-    for section in ("etcd", "placement"):
+    for section in ("etcd", "placement", "glance"):
         for name in TLS_FILES:
             value = config.get(section, {}).get(name)
             if value and not Path(value).is_absolute():

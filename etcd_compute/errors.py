@@ -38,6 +38,18 @@ class PlacementUnavailable(ServiceUnavailable):
     """Placement (or Keystone in front of it) cannot be reached or refuses our credentials."""
 
 
+class GlanceUnavailable(ServiceUnavailable):
+    """Glance (or Keystone in front of it) cannot be reached or refuses our credentials."""
+
+
+class GlanceError(EtcdComputeError):
+    """Glance answered with an error we cannot handle here."""
+
+    def __init__(self, message: str, status: int | None = None):
+        super().__init__(message)
+        self.status = status
+
+
 class PlacementError(EtcdComputeError):
     """Placement answered with an error we cannot handle here."""
 

@@ -28,6 +28,7 @@ from typing import Any
 from etcd_compute.errors import (
     ConfigError,
     EtcdUnavailable,
+    GlanceUnavailable,
     PlacementUnavailable,
     ServiceUnavailable,
 )
@@ -61,12 +62,13 @@ class Tally:
             return sorted(self._counts.items())
 
 
-SERVICES = ("etcd", "placement", "other")
+SERVICES = ("etcd", "placement", "glance", "other")
 
 BACKEND_ERRORS = Tally(
     "etcd_compute_backend_errors",
-    "Requests to etcd or Placement that failed: unreachable, timed out, TLS, refused by "
-    "etcd, or answered 401/403/5xx by Placement (a 409 or 404 is an answer, not an error). "
+    "Requests to etcd, Placement or Glance that failed: unreachable, timed out, TLS, refused "
+    "by etcd, or answered 401/403/5xx by Placement or Glance (a 409 or 404 is an answer, not "
+    "an error). "
     "service=other: another backend the daemon needs (the metadata server).",
     ("service",), seed=[("etcd",), ("placement",)])
 
@@ -91,6 +93,8 @@ def service_of(exc: BaseException) -> str:
         return "etcd"
     if isinstance(exc, PlacementUnavailable):
         return "placement"
+    if isinstance(exc, GlanceUnavailable):
+        return "glance"
     if isinstance(exc, ServiceUnavailable):
         return "other"
     return "etcd"

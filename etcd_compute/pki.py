@@ -29,11 +29,13 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from etcd_compute.errors import ConfigError
 
 # What a certificate is for: etcd members serve clients and talk to each other (both
-# ends of TLS); Placement serves; hosts, operators and root are clients.
-ETCD_MEMBER, PLACEMENT, COMPUTE, OPERATOR, ROOT = (
-    "etcd-member", "placement", "compute", "operator", "root")
-KINDS = (ETCD_MEMBER, PLACEMENT, COMPUTE, OPERATOR, ROOT)
-SERVER_KINDS = (ETCD_MEMBER, PLACEMENT)
+# ends of TLS); Placement serves; a `service` is another HTTPS server of the cloud
+# (Keystone, Glance, the compute API: their clients authenticate with Keystone tokens, not
+# certificates); hosts, operators and root are clients.
+ETCD_MEMBER, PLACEMENT, SERVICE, COMPUTE, OPERATOR, ROOT = (
+    "etcd-member", "placement", "service", "compute", "operator", "root")
+KINDS = (ETCD_MEMBER, PLACEMENT, SERVICE, COMPUTE, OPERATOR, ROOT)
+SERVER_KINDS = (ETCD_MEMBER, PLACEMENT, SERVICE)
 CA_DAYS = 3650
 LEAF_DAYS = 365
 # A certificate this close to its end is issued again.
@@ -241,7 +243,7 @@ _PUBLIC = (serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicK
 def _usages(kind: str) -> list[x509.ObjectIdentifier]:
     if kind == ETCD_MEMBER:
         return [ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]
-    if kind == PLACEMENT:
+    if kind in (PLACEMENT, SERVICE):
         return [ExtendedKeyUsageOID.SERVER_AUTH]
     return [ExtendedKeyUsageOID.CLIENT_AUTH]
 

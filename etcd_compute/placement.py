@@ -25,6 +25,7 @@ from etcd_compute.errors import (
     PlacementError,
     PlacementUnavailable,
 )
+from etcd_compute.keystone import session as keystone_session
 
 LOG = logging.getLogger(__name__)
 
@@ -59,22 +60,8 @@ class KeystoneTokens:
     """Keystone tokens for Placement (keystoneauth1 caches one and renews it before expiry)."""
 
     def __init__(self, keystone: dict[str, Any], verify: str | bool, timeout: float):
-        from keystoneauth1 import session as ks_session
-        from keystoneauth1.identity import v3
-
         self.auth_url = keystone["auth_url"]
-        if keystone.get("application_credential_id"):
-            auth = v3.ApplicationCredential(
-                auth_url=self.auth_url,
-                application_credential_id=keystone["application_credential_id"],
-                application_credential_secret=keystone.get("application_credential_secret", ""))
-        else:
-            auth = v3.Password(
-                auth_url=self.auth_url, username=keystone.get("username"),
-                password=keystone.get("password"), project_name=keystone.get("project_name"),
-                user_domain_name=keystone.get("user_domain_name", "Default"),
-                project_domain_name=keystone.get("project_domain_name", "Default"))
-        self.session = ks_session.Session(auth=auth, verify=verify, timeout=timeout)
+        self.session = keystone_session(keystone, verify, timeout)
 
     def token(self) -> str:
         from keystoneauth1 import exceptions as ks_exceptions

@@ -1,7 +1,9 @@
-"""Test harness: real etcd, real Placement, libvirt's test driver.
+"""Test harness: real etcd, real Placement, libvirt's test driver; Keystone and Glance.
 
 Session-wide: one etcd and one Placement (SQLite, one worker) on random free
-ports with temporary data. Per test: a unique etcd key prefix and a Placement
+ports with temporary data; Keystone and Glance (TLS, SQLite, a file store) started
+side by side the first time a test asks for either, bootstrapped as `make up` does
+(`tools/local_services/cloud.py`). Per test: a unique etcd key prefix and a Placement
 with no providers or allocations left from earlier tests. Every process a
 test starts is stopped by pid, even when the test fails.
 
@@ -30,7 +32,15 @@ from etcd_compute.etcd_auth import ROOT, EtcdAuth
 from etcd_compute.pki import COMPUTE, Pki, compute_name
 from etcd_compute.placement import PlacementClient
 from tests.support import REPO, Run, run_cli, unavailable, wait_for  # noqa: F401
-from tools.local_services import EtcdServer, PlacementServer, pid_alive, stop_pid
+from tools.local_services import (
+    EtcdServer,
+    GlanceServer,
+    KeystoneServer,
+    PlacementServer,
+    cloud,
+    pid_alive,
+    stop_pid,
+)
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -151,6 +161,73 @@ def placement_server(tmp_path_factory: pytest.TempPathFactory,
         yield server
     finally:
         server.stop()
+
+
+@pytest.fixture(scope="session")
+def openstack_cloud(tmp_path_factory: pytest.TempPathFactory, cluster_pki: Pki,
+                    placement_server: PlacementServer
+                    ) -> Iterator[tuple[KeystoneServer, GlanceServer]]:
+    """Keystone and Glance over TLS (the cluster CA), started side by side on first use:
+    projects admin, service, demo, alt; users admin, glance, etcd-compute, demo, alt; the
+    catalog's identity, image and placement services."""
+    try:
+        keystone, glance = cloud.start(tmp_path_factory.mktemp("cloud"), cluster_pki,
+                                       placement_server.endpoint)
+    except ServiceUnavailable as exc:
+        unavailable(str(exc))
+    yield keystone, glance
+    glance.stop()
+    keystone.stop()
+
+
+@pytest.fixture(scope="session")
+def keystone_server(openstack_cloud: tuple[KeystoneServer, GlanceServer]) -> KeystoneServer:
+    return openstack_cloud[0]
+
+
+@pytest.fixture(scope="session")
+def glance_server(openstack_cloud: tuple[KeystoneServer, GlanceServer]) -> GlanceServer:
+    return openstack_cloud[1]
+
+
+@pytest.fixture
+def glance_config(openstack_cloud: tuple[KeystoneServer, GlanceServer]) -> dict[str, Any]:
+    """The `glance` config section of the `etcd-compute` service user."""
+    return cloud.glance_config(*openstack_cloud)
+
+
+@pytest.fixture(scope="session")
+def project_ids(keystone_server: KeystoneServer) -> dict[str, str]:
+    """Keystone's project ids by name (admin, service, demo, alt)."""
+    session = keystone_server.session()
+    projects = session.get(keystone_server.auth_url + "/projects").json()["projects"]
+    return {project["name"]: project["id"] for project in projects}
+
+
+@pytest.fixture
+def glance_images(glance_config: dict[str, Any]) -> Iterator[Any]:
+    """Upload images as the service user (`upload(path, name, owner=..., **fields)`);
+    every image uploaded here is deleted after the test."""
+    from etcd_compute.glance import GlanceClient
+
+    client = GlanceClient(glance_config)
+    made: list[str] = []
+
+    def upload(path: Path, name: str, **fields: Any) -> dict[str, Any]:
+        image = client.create(name, fields.pop("disk_format", "qcow2"),
+                              fields.pop("container_format", "bare"), **fields)
+        made.append(image["id"])
+        with open(path, "rb") as handle:
+            client.upload(image["id"], handle, size=path.stat().st_size)
+        return client.get(image["id"])
+
+    upload.client = client  # type: ignore[attr-defined]
+    yield upload
+    for image_id in made:
+        try:
+            client.delete(image_id)
+        except Exception:  # noqa: BLE001 (gone already, or killed by Glance)
+            pass
 
 
 @pytest.fixture

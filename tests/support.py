@@ -65,6 +65,23 @@ def wait_for(predicate: Callable[[], Any], timeout: float = 20.0, interval: floa
     raise AssertionError(f"timed out after {timeout} s waiting for {what}")
 
 
+def stop_server(server: Any) -> None:
+    """Stop a socketserver-style HTTP server (prometheus_client's) now: its loop looks at
+    its stop flag only between polls (every 0.5 s) or requests, so a connection wakes it."""
+    import socket
+    import threading
+
+    stopping = threading.Thread(target=server.shutdown)
+    stopping.start()
+    while stopping.is_alive():
+        try:
+            socket.create_connection(server.server_address[:2], timeout=1).close()
+        except OSError:
+            pass
+        stopping.join(0.01)
+    server.server_close()
+
+
 def make_spec(rp_uuid: str, image: str = "file:///dev/null", **extra: Any) -> dict[str, Any]:
     """A valid instance_spec for host `rp_uuid` (a fresh uuid unless `uuid=` is given)."""
     return {

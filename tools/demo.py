@@ -117,12 +117,12 @@ def main() -> int:
     args = parser.parse_args()
 
     stack = LocalStack.load(RUN)
-    already = {name for name in ("etcd", "placement") if getattr(stack, name)}
+    already = {name for name in LocalStack.SERVICES if getattr(stack, name)}
     try:
         stack.up(2379, 8080, say, plain=args.plain)
     except EtcdComputeError as exc:
-        fail(str(exc), "make down, or free ports 2379 and 8080")
-    started_here = {"etcd", "placement"} - already
+        fail(str(exc), "make down, or free ports 2379, 8080, 5000 and 9292")
+    started_here = set(LocalStack.SERVICES) - already
     computes: list[subprocess.Popen[bytes]] = []
     providers: list[str] = []
     driver: dict = {"name": "fake"}

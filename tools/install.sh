@@ -79,5 +79,8 @@ if [ ! -x .venv/bin/ecompute ] || [ ! -x .venv/bin/eschedule ]; then
 fi
 # Placement is a separate service with many dependencies of its own.
 venv .venv-placement requirements-placement.txt
-# Keystone, for the tests of Placement behind Keystone only: its own virtualenv too.
+# Keystone (identity) and Glance (images): the cloud's own services, each in its own
+# virtualenv; the `openstack` command line in a third (it pulls in many packages).
 venv .venv-keystone requirements-keystone.txt
+venv .venv-glance requirements-glance.txt
+venv .venv-clients requirements-clients.txt

@@ -36,9 +36,9 @@ def add_commands(commands: Commands) -> None:
             parser.add_argument("--hard", action="store_true",
                                 help="power the guest off at once instead of asking it first")
         if action == "rebuild":
-            parser.add_argument("--image", metavar="URL",
-                                help="the new image, http(s):// or file:// (default: the one "
-                                     "it has)")
+            parser.add_argument("--image", metavar="IMAGE",
+                                help="the new image: in Glance (name or id) or a URL, "
+                                     "http(s):// or file:// (default: the one it has)")
         parser.add_argument("--wait", action="store_true",
                             help="follow the action until its host has done it")
     events = commands.add("events", "what happened to an instance: action, who asked, host, "
@@ -54,13 +54,23 @@ def cmd_action(args: argparse.Namespace, config: dict[str, Any]) -> int:
     uuid = operations.check_uuid(args.uuid)
     resources = (lifecycle.resize_request(args.query, config["scheduler"]["required_resources"])
                  if action == "resize" else None)
-    image = lifecycle.check_image(getattr(args, "image", None))
+    from etcd_compute.cli import images as images_cli
+
+    wanted = getattr(args, "image", None)
+    glance_name = wanted if wanted and not images_cli.is_url(wanted) else None
+    image = None if glance_name else lifecycle.check_image(wanted)
+    image_for = None
+    if glance_name:
+        from etcd_compute.scheduler.images import spec_image
+
+        def image_for(held: dict[str, int]) -> dict[str, Any]:
+            return spec_image(images_cli.glance_image(config, glance_name, held))
     # In the zone that holds it (this one, or a zone below through its index), as destroy.
     with zones_cli.instance_zone(config, uuid) as zone:
         store = zone.store
         asked = lifecycle.request(store, zone.placement, uuid, action,
                                   hard=getattr(args, "hard", False), image_url=image,
-                                  resources=resources)
+                                  resources=resources, image_for=image_for)
         if not args.json:
             print(f"{action.upper()} REQUESTED FOR INSTANCE {uuid}", flush=True)
         if not args.wait:

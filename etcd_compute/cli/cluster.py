@@ -44,7 +44,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     pki = commands.add_parser("pki").add_subparsers(dest="action", required=True)
     pki.add_parser("init")
     issue = pki.add_parser("issue")
-    issue.add_argument("kind", choices=["etcd-member", "placement", "operator", "root"])
+    issue.add_argument("kind", choices=["etcd-member", "placement", "service", "operator", "root"])
     issue.add_argument("name")
     issue.add_argument("--ip", action="append", default=[], help="an address it serves on")
     issue.add_argument("--dns", action="append", default=[], help="a name it serves as")

@@ -38,7 +38,9 @@ def add_commands(commands: Commands) -> None:
     place.add_argument("--count", type=int, default=1, metavar="N",
                        help="place N instances, all or nothing (default 1)")
     place.add_argument("--name", help="instance name (NAME-1..NAME-N with --count)")
-    place.add_argument("--image", metavar="URL", help="image to boot (http(s):// or file://)")
+    place.add_argument("--image", metavar="IMAGE",
+                       help="image to boot: an image in Glance (name or id, as "
+                            "scheduler.project_id sees it) or a URL (http(s):// or file://)")
     place.add_argument("--user-data", metavar="FILE", help="cloud-init user data file")
     place.add_argument("--key", metavar="FILE", help="ssh public key file for the guest")
     place.add_argument("--zone", metavar="AZ|ZONE",
@@ -94,16 +96,23 @@ def _group(hints: list[str]) -> tuple[str, str] | None:
 def cmd_place(args: argparse.Namespace, config: dict[str, Any]) -> int:
     """Place the instances: through the scheduler service when one runs (the queue in
     etcd), else here; the same output and exit status either way."""
+    from etcd_compute.cli import images as images_cli
     from etcd_compute.scheduler.spec import RequestSpec
 
     aggregate, route = zones_cli.zone_option(args.zone, config)
+    glance_name = args.image if args.image and not images_cli.is_url(args.image) else None
     request_spec = RequestSpec.build(
-        args.query, count=args.count, name=args.name, image_url=args.image,
+        args.query, count=args.count, name=args.name,
+        image_url=None if glance_name else args.image,
         user_data=_read_file("--user-data", args.user_data),
         ssh_key=_read_file("--key", args.key), group=_group(args.hint), zone=aggregate,
         required_resources=config["scheduler"]["required_resources"],
         on_host_failure=args.on_host_failure,
     )
+    if glance_name:
+        # Found in Glance as the requesting project sees it, before anything is claimed.
+        request_spec.glance_image = images_cli.glance_image(config, glance_name,
+                                                           request_spec.request.resources)
     with store_of(config) as store:
         # A request for child zones goes there directly, never through this zone's service.
         if zones_cli.federated(store, route):
@@ -219,11 +228,14 @@ def cmd_destroy(args: argparse.Namespace, config: dict[str, Any]) -> int:
 
     uuid = operations.check_uuid(args.uuid)
     with zones_cli.instance_zone(config, uuid) as zone:
-        outcome = operations.destroy(zone.store, zone.placement, uuid)
+        outcome = operations.destroy(zone.store, zone.placement, uuid,
+                                     config["scheduler"]["deleted_record_ttl"])
         if args.wait and outcome in ("requested", "already"):
-            operations.wait(zone.store, [uuid], frozenset({states.DELETED}),
-                            config["scheduler"]["wait_timeout_seconds"],
-                            output.progress_of(args.json))
+            last = operations.wait(zone.store, [uuid], frozenset({states.DELETED}),
+                                   config["scheduler"]["wait_timeout_seconds"],
+                                   output.progress_of(args.json))
+            if (last.get(uuid) or {}).get("state") == states.DELETED:
+                operations.destroyed(zone.store, uuid)
         if args.json:
             output.emit_json({"uuid": uuid, "outcome": outcome})
         else:

@@ -29,6 +29,7 @@ from etcd_compute.cli import CommandParser, Commands, Parser, output
 from etcd_compute.cli import actions as actions_cli
 from etcd_compute.cli import console as console_cli
 from etcd_compute.cli import hosts as hosts_cli
+from etcd_compute.cli import images as images_cli
 from etcd_compute.cli import instances as instances_cli
 from etcd_compute.cli import zones as zones_cli
 from etcd_compute.errors import EtcdComputeError, UsageError
@@ -87,6 +88,7 @@ def build_parser() -> tuple[Parser, dict[str, CommandParser]]:
                           "recovers the instances of dead hosts, runs the scheduler service",
                  words="takes no arguments", handler=cmd_serve, json=False)
     zones_cli.add_commands(commands)
+    images_cli.add_commands(commands)
     return parser, every
 
 

@@ -1,4 +1,5 @@
-"""An operator's action on an instance of this host: stop, start, reboot, rebuild, resize.
+"""An operator's action on an instance of this host: stop, start, reboot, rebuild, resize,
+snapshot.
 
 The operator's side writes the action into the host's spec with a request id
 (`instances.actions.request_action`, once the record's state allows it). Here, in
@@ -11,6 +12,10 @@ the daemon's main loop like the rest of `machine.py`:
   was written past the CLI's check), or a resize whose new size Placement does
   not hold the claim for here (a host trusts Placement, not whoever wrote the
   spec).
+- Its claim is checked first, as a build's is (`claims.holding`: this host alone,
+  exactly the size the instance has, or a resize's new size): an action on an
+  instance whose claim is not held here is refused, or, resumed after a restart,
+  ends in error, before the driver is asked anything.
 - Its driver job runs in the pool (`worker.act`); a restart, a fence or a lost
   worker runs it again from the record's task.
 - Its end is one transaction (`instances.actions.end_action`): success writes the new
@@ -27,7 +32,6 @@ from typing import Any
 
 from etcd_compute import claims
 from etcd_compute.compute import metrics as compute_metrics
-from etcd_compute.compute.checks import claimed_totals, describe_resources
 from etcd_compute.compute.parts import Machine
 from etcd_compute.compute.pool import Job
 from etcd_compute.instances import actions as action_txn
@@ -68,7 +72,7 @@ class LifecycleActions:
             if read.record.get("task"):
                 log.info("resuming %s cut short (restart, fence or lost worker)",
                          read.record["task"]["action"])
-                self.run(spec, read)
+                self.resume(spec, read)
             else:
                 log.warning("record %s with no task (written by hand?): left as it is",
                             read.state)
@@ -99,20 +103,34 @@ class LifecycleActions:
             states.check_action(read.state, spec["action"])
         except states.ActionRefused as exc:
             return str(exc)
+        wanted = spec["resources"]
         if spec["action"] == states.RESIZE:
-            return self.resize_refusal(spec, request)
-        return None
+            wanted = request.get("resources")
+            if not wanted or request.get("allocations") != {spec["host"]: {"resources": wanted}}:
+                return "a resize names its new resources, claimed on this host only"
+        return self.claim_refusal(spec, wanted)
 
-    def resize_refusal(self, spec: dict[str, Any], request: dict[str, Any]) -> str | None:
-        """A resize goes ahead only if Placement holds its new size here, and only here."""
-        host, wanted = spec["host"], request.get("resources")
-        if not wanted or request.get("allocations") != {host: {"resources": wanted}}:
-            return "a resize names its new resources, claimed on this host only"
-        held = claimed_totals(self.placement, host, spec["uuid"])
-        if held != wanted:
-            return (f"Placement holds {describe_resources(held)} for it on this host, not "
-                    f"the {describe_resources(wanted)} asked")
-        return None
+    def claim_refusal(self, spec: dict[str, Any], wanted: dict[str, int]) -> str | None:
+        """Why the instance's claim does not let this host act (`claims.holding`: here
+        alone, exactly `wanted`), or None."""
+        holding = claims.holding(self.placement, spec["uuid"], spec["host"], wanted)
+        return None if holding.held else holding.why()
+
+    def resume(self, spec: dict[str, Any], read: records.RecordRead) -> None:
+        """An action cut short runs again, its claim checked first: not held, it ends in
+        error (the guest as it is)."""
+        assert read.record is not None
+        task = read.record["task"]
+        # A resize's claim holds its new size until it ends.
+        wanted = task.get("resources") if task["action"] == states.RESIZE else None
+        reason = self.claim_refusal(spec, wanted or spec["resources"])
+        if reason is None:
+            self.run(spec, read)
+            return
+        instance_log(spec["uuid"]).error("%s not resumed: %s", task["action"], reason)
+        entry = self.store.get(self.store.keys.spec(spec["host"], spec["uuid"]))
+        if action_txn.end_action(self.store, read, entry, f"refused: {reason}") is None:
+            self.machine.reread_later(spec)
 
     def run(self, spec: dict[str, Any], read: records.RecordRead) -> None:
         """Submit the job of the record's task."""
@@ -139,7 +157,8 @@ class LifecycleActions:
             if read.state not in states.TRANSIENT or not task or task["id"] != job.task["id"]:
                 break  # a destroy (or the controller) took it over
             entry = store.get(store.keys.spec(spec["host"], uuid))
-            if action_txn.end_action(store, read, entry, error, result.get("ip")) is not None:
+            if action_txn.end_action(store, read, entry, error, result.get("ip"),
+                                     result.get("detail")) is not None:
                 ended = machine.read(spec["host"], uuid).state
                 log.info("%s %s: %s", job.task["action"], "done" if error is None else "failed",
                          ended)
@@ -151,9 +170,10 @@ class LifecycleActions:
     def restore_claim(self, spec: dict[str, Any], task: dict[str, Any]) -> None:
         """A resize failed: the claim back to the size the instance still has."""
         allocations = spec.get("allocations") or {spec["host"]: {"resources": spec["resources"]}}
-        if claims.restore(self.placement, spec["uuid"], task["resources"], allocations):
+        if claims.restore(self.placement, spec["uuid"], spec["host"], task["resources"],
+                          allocations):
             instance_log(spec["uuid"]).info("claim put back to %s",
-                                            describe_resources(spec["resources"]))
+                                            claims.describe(spec["resources"]))
 
     def abandon(self, job: Job, reason: str) -> None:
         """Recording the action's end failed unexpectedly: end it in error, changing nothing

@@ -3,14 +3,28 @@
 Whoever can write a spec to a host's key is not trusted to have claimed
 capacity: a spec written straight to etcd would bypass it, and a spec for
 an instance claimed on another host would build it twice. Placement's
-allocations for the consumer are the proof.
+allocations for the consumer are the proof, judged by one rule,
+`claims.judge` (this consumer, this provider alone, exactly the amounts
+asked); this module is what the compute does with its answer:
+
+- A spec that arrives with no record of ours was not written by the
+  scheduler (which writes the SCHEDULED record with the spec): its claim is
+  checked before anything is written (`check_unrecorded`).
+- A scheduled spec's record moves to BUILDING at once, and its claim is
+  checked off the main loop, beside the image fetch (`ClaimChecks`,
+  `verified`); the build itself, the first thing that defines anything of
+  the guest, is submitted only once the claim is held (`machine.py`). The
+  image fetched meanwhile is only cache.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 import logging
-from typing import Any
+from collections.abc import Callable
+from typing import Any, Protocol
 
+from etcd_compute import claims
 from etcd_compute.etcd import KeyValueStore
 from etcd_compute.instances import host as host_txn
 from etcd_compute.instances import ownership
@@ -18,67 +32,104 @@ from etcd_compute.placement import PlacementClient
 
 LOG = logging.getLogger("etcd_compute.compute")
 
-
-def claimed_here(placement: PlacementClient, rp_uuid: str, uuid: str) -> dict[str, Any] | None:
-    """The consumer's allocations if Placement holds them on this host's provider."""
-    allocations = placement.get_allocations(uuid).get("allocations") or {}
-    return allocations if rp_uuid in allocations else None
+# What check_unrecorded decides.
+BUILD, REFUSED = "build", "refused"
 
 
-def claimed_totals(placement: PlacementClient, rp_uuid: str, uuid: str) -> dict[str, int] | None:
-    """What Placement holds for the consumer, if all of it is on this host's provider."""
-    allocations = placement.get_allocations(uuid).get("allocations") or {}
-    if set(allocations) != {rp_uuid}:
-        return None
-    return dict(allocations[rp_uuid]["resources"])
-
-
-# What check_claim decides.
-BUILD, REFUSED, LATER = "build", "refused", "later"
-
-
-def check_claim(store: KeyValueStore, placement: PlacementClient, spec: dict[str, Any],
-                spec_revision: int, placed_here: bool) -> str:
-    """BUILD if Placement holds the spec's claim here; else the spec is dealt with.
-
-    A spec with no claim ends in ERROR (REFUSED); one whose resources differ from its
-    claim ends in ERROR with the claim freed (REFUSED). One claimed on another host is a
-    stray copy, dropped with no record here (REFUSED), unless our record says the
-    instance was placed here (`placed_here`): then the controller is moving it (it moves
-    the claim first, then spec and record, and puts the claim back if that fails), so
-    LATER: look again shortly.
-    """
+def check_unrecorded(store: KeyValueStore, placement: PlacementClient, spec: dict[str, Any],
+                     spec_revision: int) -> str:
+    """BUILD if Placement holds the spec's claim here; else the spec is dealt with
+    (REFUSED), nothing built: a claim elsewhere means a stray copy, dropped with no record
+    here; any other ends in ERROR with the reason (a claim here alone with other amounts
+    is freed; a split one is not this host's to free)."""
     uuid, host = spec["uuid"], spec["host"]
     log = logging.LoggerAdapter(LOG, {"instance": uuid})
-    allocations = placement.get_allocations(uuid).get("allocations") or {}
-    if not allocations:
-        reason = "refused: Placement holds no claim for this instance"
-    elif host not in allocations and placed_here:
-        log.info("claimed on %s for now (a move in flight?); looking again shortly",
-                 ", ".join(sorted(allocations)))
-        return LATER
-    elif host not in allocations:
-        log.error("refused: the instance is claimed on %s, not on this host; spec %s dropped",
-                  ", ".join(sorted(allocations)), store.keys.spec(host, uuid))
+    holding = claims.holding(placement, uuid, host, spec["resources"])
+    if holding.held:
+        return BUILD
+    if holding.verdict == claims.OTHER_HOST:
+        log.error("refused: %s; spec %s dropped", holding.why(), store.keys.spec(host, uuid))
         ownership.drop_key(store, store.keys.spec(host, uuid), spec_revision)
         return REFUSED
-    else:
-        claimed: dict[str, int] = {}
-        for allocation in allocations.values():
-            for rc, amount in allocation["resources"].items():
-                claimed[rc] = claimed.get(rc, 0) + amount
-        if claimed == spec["resources"]:
-            return BUILD
-        reason = (f"refused: the spec asks for {describe_resources(spec['resources'])} but the "
-                  f"claim holds {describe_resources(claimed)}")
-        placement.delete_allocations(uuid)
+    reason = f"refused: {holding.why()}"
     log.error("%s", reason)
+    claims.free_here(placement, uuid, host)
     host_txn.reject(store, host, uuid, spec_revision, reason)
     return REFUSED
 
 
-def describe_resources(resources: dict[str, int] | None) -> str:
-    """VCPU:1,... or "nothing"."""
-    if not resources:
-        return "nothing"
-    return ",".join(f"{rc}:{n}" for rc, n in sorted(resources.items()))
+class Runner(Protocol):
+    """Runs a call elsewhere and hands back its future (the worker pool's shape)."""
+
+    def schedule(self, function: Callable[..., Any], *args: Any,
+                 timeout: float) -> concurrent.futures.Future: ...
+
+
+class ThreadRunner:
+    """Runs calls in a thread of the daemon's main process (not the main loop's)."""
+
+    def __init__(self, name: str = "claim-check", threads: int = 1):
+        self._executor = concurrent.futures.ThreadPoolExecutor(threads, thread_name_prefix=name)
+
+    def schedule(self, function: Callable[..., Any], *args: Any,
+                 timeout: float) -> concurrent.futures.Future:
+        return self._executor.submit(function, *args)
+
+    def stop(self) -> None:
+        self._executor.shutdown(wait=False, cancel_futures=True)
+
+
+class ClaimChecks:
+    """Claims judged off the main loop: a Placement client of their own (the main loop's
+    is not shared across threads) and a runner (a thread; the fake pool in unit tests)."""
+
+    def __init__(self, placement: PlacementClient, runner: Runner):
+        self.placement = placement
+        self.runner = runner
+
+    def start(self, spec: dict[str, Any], resources: dict[str, int],
+              timeout: float) -> concurrent.futures.Future:
+        """A future of the spec's claim judged for its host and `resources` (a Holding)."""
+        return self.runner.schedule(claims.holding, self.placement, spec["uuid"],
+                                    spec["host"], resources, timeout=timeout)
+
+    def stop(self) -> None:
+        if isinstance(self.runner, ThreadRunner):
+            self.runner.stop()
+
+
+def verified(check: concurrent.futures.Future,
+             fetch: concurrent.futures.Future) -> concurrent.futures.Future:
+    """One future for a claim check and the image fetch beside it: done with the check's
+    Holding once the claim is held and the fetch is over (however it went: its image is
+    only cache), or at once when the check says no or fails (the fetch is cancelled).
+    Cancelling it cancels both."""
+    done: concurrent.futures.Future = concurrent.futures.Future()
+
+    def settle(_finished: concurrent.futures.Future) -> None:
+        if done.done() or not check.done():
+            return
+        try:
+            if check.cancelled():
+                fetch.cancel()
+                done.cancel()
+            elif check.exception() is not None:
+                fetch.cancel()
+                done.set_exception(check.exception())  # type: ignore[arg-type]
+            elif not check.result().held:
+                fetch.cancel()
+                done.set_result(check.result())
+            elif fetch.done():
+                done.set_result(check.result())
+        except concurrent.futures.InvalidStateError:
+            pass  # settled by the other future's callback, or cancelled meanwhile
+
+    def on_cancel(finished: concurrent.futures.Future) -> None:
+        if finished.cancelled():
+            check.cancel()
+            fetch.cancel()
+
+    done.add_done_callback(on_cancel)
+    check.add_done_callback(settle)
+    fetch.add_done_callback(settle)
+    return done

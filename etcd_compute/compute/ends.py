@@ -16,6 +16,7 @@ import logging
 import time
 from typing import Any
 
+from etcd_compute import claims
 from etcd_compute.compute.parts import Machine
 from etcd_compute.compute.pool import Job
 from etcd_compute.hosts import record_build_failure
@@ -67,13 +68,14 @@ class InstanceEnds:
                 log.warning("build failed here (%s); handed to the controller for one of "
                             "%d alternate host(s)", reason, len(spec["alternates"]))
                 return
-        self.placement.delete_allocations(uuid)
+        freed = claims.free_here(self.placement, uuid, spec["host"])  # never another's
         if host_txn.fail(self.store, spec, self.machine.read(spec["host"], uuid), reason) is None:
             self.machine.reread_later(spec)
             return
         if job.blame_host:
             record_build_failure(self.store, spec["host"])
-        log.error("ERROR: %s (allocation freed, nothing left)", job.reason)
+        log.error("ERROR: %s (%s, nothing left)", reason,
+                  "allocation freed" if freed else "no claim of this host's to free")
 
     def _can_hand_over(self, spec: dict[str, Any]) -> bool:
         """Alternates kept, owner ids to move the claim with, and a controller to do it
@@ -94,7 +96,7 @@ class InstanceEnds:
     def finish_destroy(self, spec: dict[str, Any]) -> None:
         uuid = spec["uuid"]
         self.machine.consoles.forget(uuid)
-        self.placement.delete_allocations(uuid)
+        claims.free_here(self.placement, uuid, spec["host"])  # never another host's claim
         host_txn.delete(self.store, spec, self.machine.read(spec["host"], uuid),
                          self.machine.settings["deleted_record_ttl"])
         instance_log(uuid).info("DELETED (allocation freed)")

@@ -23,11 +23,11 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
-import time
 from collections.abc import Callable
 from typing import Any
 
 from etcd_compute import metrics
+from etcd_compute.clock import SYSTEM, Clock
 from etcd_compute.compute.identity import HostIdentity
 from etcd_compute.config import HeartbeatTiming, heartbeat_timing
 from etcd_compute.errors import ServiceUnavailable
@@ -35,14 +35,18 @@ from etcd_compute.etcd import ETCD_DOWN, Store
 from etcd_compute.hosts import beat
 
 LOG = logging.getLogger("etcd_compute.compute")
+# How often the watchdog looks whether the fence point has passed.
+WATCHDOG_SECONDS = 0.1
+
 
 class Heartbeat:
     def __init__(self, store: Store, hosts: dict[str, HostIdentity], ttl: int,
                  driver_name: str, stopping: threading.Event, fence_margin: float = 3.0,
                  on_fence: Callable[[], None] | None = None,
                  on_unfence: Callable[[], None] | None = None,
-                 timing: HeartbeatTiming | None = None):
+                 timing: HeartbeatTiming | None = None, clock: Clock = SYSTEM):
         self.store = store
+        self.clock = clock
         self.hosts = hosts
         self.ttl = ttl
         self.driver_name = driver_name
@@ -55,7 +59,7 @@ class Heartbeat:
         self.lease: Any = None
         self.lock = threading.Lock()
         # Monotonic time the last successful renewal (or grant) was sent.
-        self.last_ok = time.monotonic()
+        self.last_ok = self.clock.now()
         self.fenced = False
         self.lock_fence = threading.Lock()
         # Monotonic time etcd stopped answering (None while it answers).
@@ -69,7 +73,7 @@ class Heartbeat:
         threading.Thread(target=self._watchdog, name="fence-watchdog", daemon=True).start()
 
     def _new_lease(self) -> None:
-        sent = time.monotonic()
+        sent = self.clock.now()
         with self.lock:
             self.lease = self.store.lease(self.ttl)
             for host in self.hosts.values():
@@ -89,19 +93,19 @@ class Heartbeat:
     def _loop(self) -> None:
         timing = self.timing
         wait = timing.interval
-        while not self.stopping.wait(wait):
+        while not self.clock.wait(self.stopping, wait):
             # After a failure the client has moved on to another member: try it soon, not
             # an interval later (the TTL may be nearly spent by now).
             wait = timing.interval if self._refresh(timing.try_timeout) else timing.retry
 
     def _watchdog(self) -> None:
-        while not self.stopping.wait(0.1):
-            if not self.fenced and time.monotonic() - self.last_ok >= self.fence_after:
+        while not self.clock.wait(self.stopping, WATCHDOG_SECONDS):
+            if not self.fenced and self.clock.now() - self.last_ok >= self.fence_after:
                 self._fence()
 
     def _refresh(self, timeout: float) -> bool:
         """One renewal; False when etcd did not answer."""
-        sent = time.monotonic()
+        sent = self.clock.now()
         try:
             with self.lock:
                 ttl_left = self.store.keep_alive(self.lease.id, timeout)
@@ -120,9 +124,9 @@ class Heartbeat:
         except ETCD_DOWN + (ServiceUnavailable, IndexError) as exc:
             metrics.retried("heartbeat", exc)
             if self.failing_since is None:  # once per outage, not five times a second
-                self.failing_since = time.monotonic()
+                self.failing_since = self.clock.now()
                 LOG.warning("heartbeat: etcd unreachable; retrying (%.1f s since the last "
-                            "renewal, fencing at %.1f s)", time.monotonic() - self.last_ok,
+                            "renewal, fencing at %.1f s)", self.clock.now() - self.last_ok,
                             self.fence_after)
             return False
         except Exception:
@@ -132,7 +136,7 @@ class Heartbeat:
     def _answered(self) -> None:
         if self.failing_since is not None:
             LOG.info("heartbeat: etcd answers again after %.1f s",
-                     time.monotonic() - self.failing_since)
+                     self.clock.now() - self.failing_since)
             self.failing_since = None
 
     def _fence(self) -> None:
@@ -141,7 +145,7 @@ class Heartbeat:
                 return
             self.fenced = True
             LOG.error("no heartbeat renewal for %.1f s: fencing (powering off every guest "
-                      "here)", time.monotonic() - self.last_ok)
+                      "here)", self.clock.now() - self.last_ok)
             if self.on_fence:
                 self.on_fence()
 

@@ -1,8 +1,12 @@
-"""What a host offers: inventory measured with psutil, traits from /proc/cpuinfo."""
+"""What a host offers: inventory measured with psutil, traits from /proc/cpuinfo, its
+architecture and hypervisor types (what the ImagePropertiesFilter compares with an
+image's properties)."""
 
 from __future__ import annotations
 
 import math
+import os
+import platform
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +60,30 @@ def cpu_traits(cpuinfo: str | None = None) -> set[str]:
             flags = set(line.split(":", 1)[1].split())
             return {trait for flag, trait in CPU_FLAG_TRAITS.items() if flag in flags}
     return set()
+
+
+# platform.machine() -> Nova's canonical architecture names (os-traits HW_ARCH_*).
+MACHINE_ARCH = {"amd64": "x86_64", "i386": "i686", "i586": "i686", "arm64": "aarch64"}
+
+
+def arch_trait(machine: str | None = None) -> str:
+    """HW_ARCH_<ARCH> of this machine (os-traits' names: HW_ARCH_X86_64, HW_ARCH_AARCH64)."""
+    arch = (machine or platform.machine()).lower()
+    return f"HW_ARCH_{MACHINE_ARCH.get(arch, arch).upper()}"
+
+
+def hypervisor_traits(driver: dict[str, Any], kvm: bool | None = None) -> set[str]:
+    """CUSTOM_HYPERVISOR_<TYPE> for the hypervisor types this host's guests run under (no
+    standard trait exists): libvirt with KVM runs `kvm` and `qemu` images (as Nova's
+    libvirt driver reports), TCG `qemu` only; the fake driver `fake`."""
+    if driver["name"] != "libvirt":
+        return {f"CUSTOM_HYPERVISOR_{driver['name'].upper()}"}
+    domain_type = driver["libvirt"]["domain_type"]
+    if domain_type == "auto":
+        usable = kvm if kvm is not None else os.access("/dev/kvm", os.R_OK | os.W_OK)
+        domain_type = "kvm" if usable else "qemu"
+    return {"CUSTOM_HYPERVISOR_QEMU"} | ({"CUSTOM_HYPERVISOR_KVM"} if domain_type == "kvm"
+                                        else set())
 
 
 def _existing_ancestor(path: Path) -> Path:

@@ -21,11 +21,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from etcd_compute import messages
+from etcd_compute import claims, messages
+from etcd_compute.compute import checks, worker
 from etcd_compute.compute import metrics as compute_metrics
-from etcd_compute.compute import worker
 from etcd_compute.compute.actions import LifecycleActions
-from etcd_compute.compute.checks import LATER, REFUSED, check_claim, claimed_here
 from etcd_compute.compute.consoles import Consoles
 from etcd_compute.compute.ends import EVACUABLE, InstanceEnds
 from etcd_compute.compute.fencing import Gate
@@ -33,6 +32,7 @@ from etcd_compute.compute.identity import HostIdentity
 from etcd_compute.compute.pool import (
     ACTION_KINDS,
     BUILD,
+    CHECK,
     CLEANUP,
     DESTROY,
     Job,
@@ -57,8 +57,12 @@ def _ing(kind: str) -> str:
     return {"stop": "stopping", "reboot": "rebooting"}.get(kind, kind.rstrip("e") + "ing")
 
 
-# A spec whose claim is on another host for now (a move in flight) is looked at again.
+# A spec whose claim is on another host for now (a move in flight), or could not be checked
+# (Placement unreachable), is looked at again after this; a claim still on another host
+# after CLAIM_WAIT_SECONDS ends the instance in ERROR (the move's undo failed: this host
+# never builds it without its claim, and never frees another host's).
 CLAIM_RECHECK_SECONDS = 1.0
+CLAIM_WAIT_SECONDS = 60.0
 Later = Callable[..., None]
 
 
@@ -77,7 +81,7 @@ class InstanceMachine:
     def __init__(self, store: KeyValueStore, placement: PlacementClient, pool: WorkerPool,
                  consoles: Consoles, hosts: dict[str, HostIdentity], settings: dict[str, Any],
                  post: Post, stopping: threading.Event, gate: Gate | None = None,
-                 later: Later | None = None):
+                 later: Later | None = None, claim_checks: checks.ClaimChecks | None = None):
         self.store = store
         self.keys = store.keys
         self.placement = placement
@@ -90,6 +94,10 @@ class InstanceMachine:
         # Call something after a delay (a claim to look at again).
         self.later = later or _after
         self.stopping = stopping
+        # Where a build's claim is checked while its image is fetched (off the main loop).
+        self.claim_checks = claim_checks or checks.ClaimChecks(placement, checks.ThreadRunner())
+        # Since when (time.monotonic()) an instance's claim has been on another host.
+        self.claim_waits: dict[str, float] = {}
         # Closed while the host is fenced: nothing starts; reconcile resumes it after.
         self.gate = gate or Gate()
         # Instances with a job in a worker, by uuid.
@@ -164,11 +172,13 @@ class InstanceMachine:
             self.submit(CLEANUP, {"uuid": uuid, "host": rp_uuid}, read.revision,
                         reason=reason, blame_host=False)
             return
-        if claimed_here(self.placement, rp_uuid, uuid):
-            self.placement.delete_allocations(uuid)  # never another host's claim
+        claims.free_here(self.placement, uuid, rp_uuid)  # never another host's claim
         host_txn.reject(self.store, rp_uuid, uuid, spec_revision, reason)
 
     def start_build(self, spec: dict[str, Any], spec_revision: int) -> None:
+        """BUILDING at once, then the claim checked beside the image fetch (CHECK); the
+        build is submitted when that holds (`_checked`). A spec with no record here is
+        not the scheduler's: its claim is checked before anything is written."""
         uuid, log = spec["uuid"], instance_log(spec["uuid"])
         if uuid in self.jobs or self.stopping.is_set():
             return
@@ -182,25 +192,65 @@ class InstanceMachine:
         revision = read.revision
         if read.state == states.BUILDING and read.record and \
                 read.record["host"] == spec["host"]:
-            log.info("resuming build interrupted by a restart")
+            log.info("resuming build interrupted by a restart: checking its claim first")
         else:
-            verdict = check_claim(self.store, self.placement, spec, spec_revision,
-                                  placed_here=read.record is not None)
-            if verdict == LATER:
-                self.later(CLAIM_RECHECK_SECONDS, self.reread_later, spec)
-                return
-            if verdict == REFUSED:
+            if read.record is None and checks.check_unrecorded(
+                    self.store, self.placement, spec, spec_revision) == checks.REFUSED:
                 return
             revision = host_txn.begin_build(self.store, spec, spec_revision, read, host.name)
             if revision is None:
                 # Someone moved first (a destroy, or another delivery): act on what is there now.
                 self.reread_later(spec)
                 return
+            if read.record is None:
+                self._build(spec, revision)  # checked above
+                return
+        self.submit(CHECK, spec, revision)
+
+    def _build(self, spec: dict[str, Any], record_revision: int,
+               started: float | None = None) -> None:
+        """The claim is held: the build, the first thing that defines anything of the guest."""
+        uuid, log = spec["uuid"], instance_log(spec["uuid"])
+        self.claim_waits.pop(uuid, None)
         log.info("INSTANTIATE INSTANCE %s WITH IMAGE %s", uuid,
                  spec.get("image", {}).get("url", "(default)"))
         log.info("ALLOCATIONS ARE %s", spec.get("allocations", {spec["host"]: {
             "resources": spec["resources"]}}))
-        self.submit(BUILD, spec, revision)
+        self.submit(BUILD, spec, record_revision, started=started)
+
+    def _checked(self, job: Job) -> None:
+        """A build's claim check (and image fetch) ended: build, look again, or refuse into
+        ERROR with the reason (through a cleanup: a resumed build may have left parts)."""
+        spec, uuid, log = job.spec, job.uuid, instance_log(job.uuid)
+        if job.future.cancelled():
+            self.reread_later(spec)  # not by a destroy (that is handled before): again
+            return
+        exc = job.future.exception()
+        if isinstance(exc, ServiceUnavailable):
+            log.warning("claim not checked (%s); trying again in %g s", exc,
+                        CLAIM_RECHECK_SECONDS)
+            self.later(CLAIM_RECHECK_SECONDS, self.reread_later, spec)
+            return
+        if exc is not None:
+            raise exc  # ends it in ERROR (`_abandon`): never built unchecked
+        holding: claims.Holding = job.future.result()
+        if self.stopping.is_set():
+            return  # shutting down: the next start resumes it (and checks again)
+        if holding.held:
+            self._build(spec, job.record_revision, started=job.started)
+            return
+        reason = f"refused: {holding.why()}"
+        if holding.verdict == claims.OTHER_HOST:
+            since = self.claim_waits.setdefault(uuid, time.monotonic())
+            if time.monotonic() - since < CLAIM_WAIT_SECONDS:
+                log.info("claimed on %s for now (a move in flight?); looking again shortly",
+                         holding.elsewhere)
+                self.later(CLAIM_RECHECK_SECONDS, self.reread_later, spec)
+                return
+            reason += f" (for {CLAIM_WAIT_SECONDS:g} s)"
+        self.claim_waits.pop(uuid, None)
+        log.error("%s", reason)
+        self.submit(CLEANUP, spec, job.record_revision, reason=reason, blame_host=False)
 
     def start_destroy(self, spec: dict[str, Any]) -> None:
         uuid, log = spec["uuid"], instance_log(spec["uuid"])
@@ -244,7 +294,7 @@ class InstanceMachine:
         self.consoles.forget(uuid)
         job = self.jobs.get(uuid)
         if job is not None:
-            if job.kind == BUILD and not job.destroy_requested:
+            if job.kind in (CHECK, BUILD) and not job.destroy_requested:
                 job.destroy_requested = job.hand_over = True
                 job.future.cancel()
             return
@@ -262,13 +312,17 @@ class InstanceMachine:
 
     def submit(self, kind: str, spec: dict[str, Any], record_revision: int,
                reason: str | None = None, attempt: int = 1, blame_host: bool = True,
-               hand_over: bool = False, task: dict[str, Any] | None = None) -> None:
+               hand_over: bool = False, task: dict[str, Any] | None = None,
+               started: float | None = None) -> None:
         uuid = spec["uuid"]
         timeout = self.settings["job_timeout_seconds"]
         with self.gate.lock:
             if self.gate.closed:
                 return  # fenced: the reconcile after the fence lifts resumes it
-            if kind == BUILD:
+            if kind == CHECK:
+                future = checks.verified(self.claim_checks.start(spec, spec["resources"], timeout),
+                                  self.pool.schedule(worker.prefetch, spec, timeout=timeout))
+            elif kind == BUILD:
                 future = self.pool.schedule(worker.build, spec, timeout=timeout)
             elif kind in ACTION_KINDS:
                 future = self.pool.schedule(worker.act, spec, task, timeout=timeout)
@@ -276,6 +330,8 @@ class InstanceMachine:
                 future = self.pool.schedule(worker.destroy, uuid, timeout=timeout)
         job = Job(kind, uuid, spec, future, record_revision, reason=reason, attempt=attempt,
                   blame_host=blame_host, hand_over=hand_over, task=task)
+        if started is not None:
+            job.started = started  # a build's time counts from its claim check
         self.jobs[uuid] = job
         future.add_done_callback(lambda _f: self.post(self.on_job_done, (job,)))
 
@@ -343,6 +399,12 @@ class InstanceMachine:
                 self.submit(DESTROY, job.spec, self.read(job.spec["host"], job.uuid).revision)
             else:
                 self.actions.finish(job, error)
+        elif job.kind == CHECK:
+            if job.destroy_requested:
+                self.submit(DESTROY, job.spec, self.read(job.spec["host"], job.uuid).revision,
+                            hand_over=job.hand_over)
+            else:
+                self._checked(job)
         elif job.kind == BUILD:
             if job.destroy_requested:
                 self.submit(DESTROY, job.spec, self.read(job.spec["host"], job.uuid).revision,

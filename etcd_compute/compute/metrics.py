@@ -5,8 +5,8 @@ Kept out of the daemon's own modules: `service.py`, `machine.py` and
 `ComputeService.run`) serves them when `compute.metrics_listen` is set. The
 hooks count whether or not anything is served; they are cheap.
 
-Every label is a small fixed set: job kinds (build, destroy, cleanup and the
-operators' actions), results, failure reasons, instance states, resource
+Every label is a small fixed set: job kinds (check, build, destroy, cleanup and
+the operators' actions), results, failure reasons, instance states, resource
 classes. Never an instance uuid.
 
 - Jobs in flight are read from the machine's jobs at each scrape.
@@ -47,7 +47,15 @@ from prometheus_client import Counter, Gauge, Histogram
 
 from etcd_compute import messages
 from etcd_compute import metrics as common
-from etcd_compute.compute.pool import ACTION_KINDS, BUILD, CLEANUP, DESTROY, Job, pool_broke
+from etcd_compute.compute.pool import (
+    ACTION_KINDS,
+    BUILD,
+    CHECK,
+    CLEANUP,
+    DESTROY,
+    Job,
+    pool_broke,
+)
 from etcd_compute.errors import ConfigError, EtcdComputeError, RequestError
 from etcd_compute.etcd import KeyValueStore
 from etcd_compute.instances import states
@@ -58,7 +66,7 @@ LOG = logging.getLogger("etcd_compute.compute")
 # Re-exported: the daemon's loops count their retries through this module.
 retried = common.retried
 
-KINDS = (BUILD, DESTROY, CLEANUP, *ACTION_KINDS)
+KINDS = (BUILD, DESTROY, CLEANUP, CHECK, *ACTION_KINDS)
 RESULTS = ("success", "failure", "cancelled")
 # An operator's action also ends refused: not allowed in its state, or not claimed.
 ACTION_RESULTS = (*RESULTS, "refused")
@@ -76,8 +84,8 @@ LAG_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 3
 
 JOBS_IN_FLIGHT = Gauge(
     "etcd_compute_jobs_in_flight",
-    "Driver jobs running in the worker pool, by kind (cleanup: removing what a failed build "
-    "left).", ["kind"])
+    "Driver jobs running in the worker pool, by kind (check: a build's claim checked while its "
+    "image is fetched; cleanup: removing what a failed build left).", ["kind"])
 BUILDS = Counter(
     "etcd_compute_builds",
     "Build jobs ended on this host, by result: success (the driver built it), failure, "
@@ -98,8 +106,8 @@ DESTROY_SECONDS = Histogram(
     ["result"], buckets=DESTROY_BUCKETS)
 ACTIONS_DONE = Counter(
     "etcd_compute_actions",
-    "Operators' actions ended on this host, by action (stop, start, reboot, rebuild, resize) "
-    "and result: success, failure (the instance is as it was), cancelled (destroyed "
+    "Operators' actions ended on this host, by action (stop, start, reboot, rebuild, resize, "
+    "snapshot) and result: success, failure (the instance is as it was), cancelled (destroyed "
     "meanwhile), refused (not allowed in its state, or its claim not held).",
     ["action", "result"])
 ACTION_SECONDS = Histogram(

@@ -26,16 +26,20 @@ from etcd_compute.errors import EtcdComputeError, ServiceUnavailable
 LOG = logging.getLogger("etcd_compute.compute")
 
 BUILD, DESTROY, CLEANUP = "build", "destroy", "cleanup"
+# Before a build: its claim checked (a thread of the main process) beside the image fetch.
+CHECK = "check"
 # An operator's actions run as jobs of the action's name.
-STOP, START, REBOOT, REBUILD, RESIZE = "stop", "start", "reboot", "rebuild", "resize"
-ACTION_KINDS = (STOP, START, REBOOT, REBUILD, RESIZE)
+STOP, START, REBOOT, REBUILD, RESIZE, SNAPSHOT = (
+    "stop", "start", "reboot", "rebuild", "resize", "snapshot")
+ACTION_KINDS = (STOP, START, REBOOT, REBUILD, RESIZE, SNAPSHOT)
 
 
 @dataclass
 class Job:
     """A driver call running in a worker process, for one instance."""
 
-    kind: str  # BUILD | DESTROY | CLEANUP (remove what a failed build left) | an action
+    kind: str  # CHECK (before BUILD) | BUILD | DESTROY | CLEANUP (remove what a failed
+    # build left) | an action
     uuid: str
     spec: dict[str, Any]
     future: concurrent.futures.Future

@@ -20,9 +20,13 @@ class Registration:
 
     def __init__(self, placement: PlacementClient, settings: dict[str, Any],
                  hosts: dict[str, HostIdentity],
-                 disabled_by_operator: Callable[[str], bool] = lambda _rp: False):
+                 disabled_by_operator: Callable[[str], bool] = lambda _rp: False,
+                 platform_traits: set[str] | frozenset[str] = frozenset()):
         self.placement = placement
         self.settings = settings
+        # This host's architecture and hypervisor types (inventory.arch_trait,
+        # hypervisor_traits): what the ImagePropertiesFilter compares with images.
+        self.platform_traits = set(platform_traits)
         self.hosts = hosts
         # An operator's `schedule.py host disable` outlives our restarts.
         self.disabled_by_operator = disabled_by_operator
@@ -36,8 +40,9 @@ class Registration:
     def register(self) -> None:
         """Create or reuse our providers, reset inventory, traits and aggregates."""
         inventory = self._measured_inventory()
-        wanted = cpu_traits() | set(self.settings["traits"])
-        traits = self.placement.known_traits(wanted) | set(self.settings["traits"])
+        wanted = cpu_traits() | self.platform_traits | set(self.settings["traits"])
+        custom = {t for t in self.platform_traits if t.startswith("CUSTOM_")}
+        traits = self.placement.known_traits(wanted) | set(self.settings["traits"]) | custom
 
         def register_one(host: HostIdentity) -> None:
             # Each write returns the provider's next generation: no re-reads.

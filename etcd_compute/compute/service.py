@@ -28,18 +28,20 @@ import logging
 import queue
 import signal
 import threading
-import time
 from collections.abc import Callable
 from typing import Any
 
 import pyetcd.events
 
+from etcd_compute.clock import SYSTEM, Clock
 from etcd_compute.compute import metrics as compute_metrics
 from etcd_compute.compute import worker
+from etcd_compute.compute.checks import ClaimChecks, ThreadRunner
 from etcd_compute.compute.consoles import CONSOLE_REFRESH_SECONDS, Consoles
 from etcd_compute.compute.fencing import Fencer, Gate
 from etcd_compute.compute.heartbeat import Heartbeat
 from etcd_compute.compute.identity import HostIdentity
+from etcd_compute.compute.inventory import arch_trait, hypervisor_traits
 from etcd_compute.compute.machine import InstanceMachine, instance_log
 from etcd_compute.compute.pool import WorkerPool
 from etcd_compute.compute.power import PowerSync
@@ -62,8 +64,10 @@ Event = tuple[Callable[..., None], tuple[Any, ...]]
 
 
 class ComputeService:
-    def __init__(self, config: dict[str, Any], hosts: list[HostIdentity]):
+    def __init__(self, config: dict[str, Any], hosts: list[HostIdentity],
+                 clock: Clock = SYSTEM):
         self.config = config
+        self.clock = clock
         self.settings = config["compute"]
         self.hosts = {host.uuid: host for host in hosts}
         self.store = Store(config["etcd"])
@@ -79,16 +83,20 @@ class ComputeService:
         self.fencer = Fencer(config, self.pool, self.gate)
         self.registration = Registration(
             self.placement, self.settings, self.hosts,
-            lambda rp: under_maintenance(self.store, rp))
+            lambda rp: under_maintenance(self.store, rp),
+            {arch_trait()} | hypervisor_traits(config["driver"]))
         self.heartbeat = Heartbeat(
             self.store, self.hosts, self.settings["heartbeat_ttl"], config["driver"]["name"],
             self.stopping, self.settings["fence_margin_seconds"], on_fence=self.fencer.fence,
             on_unfence=lambda: self.post(self.unfence),
-            timing=heartbeat_timing(self.settings, config["etcd"]))
+            timing=heartbeat_timing(self.settings, config["etcd"]), clock=clock)
         self.consoles = Consoles(self.store, self.pool, self.post)
+        # Builds' claims are checked in a thread of their own, beside the image fetch, with
+        # a Placement session of their own.
+        self.claim_checks = ClaimChecks(PlacementClient(config["placement"]), ThreadRunner())
         self.machine = InstanceMachine(self.store, self.placement, self.pool, self.consoles,
                                        self.hosts, self.settings, self.post, self.stopping,
-                                       self.gate)
+                                       self.gate, claim_checks=self.claim_checks)
         self.power = PowerSync(self.store, self.hosts, self.consoles, self.gate,
                                busy=lambda uuid: uuid in self.machine.jobs,
                                settled_at=lambda uuid: self.machine.settled.get(uuid, 0.0))
@@ -161,7 +169,7 @@ class ComputeService:
     def main_loop(self) -> None:
         while not self.stopping.is_set():
             try:
-                handler, args = self.events.get(timeout=1.0)
+                handler, args = self.clock.get(self.events, 1.0)
             except queue.Empty:
                 continue
             self.dispatch(handler, args)
@@ -173,7 +181,7 @@ class ComputeService:
             # etcd or Placement is down: retry the same event shortly.
             compute_metrics.retried("dispatch", exc)
             LOG.warning("%s; retrying in 1 s", exc)
-            threading.Timer(1.0, self.events.put, ((handler, args),)).start()
+            self.clock.later(1.0, self.events.put, (handler, args))
         except Exception:
             LOG.exception("unexpected error handling %s", getattr(handler, "__name__", handler))
 
@@ -181,10 +189,10 @@ class ComputeService:
         """Let in-flight jobs finish (bounded), make hosts unschedulable, drop the lease."""
         if self.watch is not None:
             self.watch.cancel()
-        deadline = time.monotonic() + self.settings["shutdown_timeout_seconds"]
-        while self.machine.jobs and time.monotonic() < deadline:
+        deadline = self.clock.now() + self.settings["shutdown_timeout_seconds"]
+        while self.machine.jobs and self.clock.now() < deadline:
             try:
-                handler, args = self.events.get(timeout=0.2)
+                handler, args = self.clock.get(self.events, deadline - self.clock.now())
             except queue.Empty:
                 continue
             if handler == self.machine.on_job_done:
@@ -198,6 +206,7 @@ class ComputeService:
             except EtcdComputeError as exc:
                 LOG.warning("could not disable provider %s: %s", host.uuid, exc)
         self.power.stop()
+        self.claim_checks.stop()
         self.heartbeat.revoke()
         self.pool.stop()
         self.store.close()
@@ -217,19 +226,19 @@ class ComputeService:
 
     def _timer_loop(self) -> None:
         refresh_every = self.settings["inventory_refresh_seconds"]
-        next_refresh = time.monotonic() + refresh_every
-        next_mdserver_check = time.monotonic() + MDSERVER_CHECK_SECONDS
-        next_console = time.monotonic() + CONSOLE_REFRESH_SECONDS
-        while not self.stopping.wait(1.0):
-            if time.monotonic() >= next_console:
-                next_console = time.monotonic() + CONSOLE_REFRESH_SECONDS
+        next_refresh = self.clock.now() + refresh_every
+        next_mdserver_check = self.clock.now() + MDSERVER_CHECK_SECONDS
+        next_console = self.clock.now() + CONSOLE_REFRESH_SECONDS
+        while not self.clock.wait(self.stopping, 1.0):
+            if self.clock.now() >= next_console:
+                next_console = self.clock.now() + CONSOLE_REFRESH_SECONDS
                 self.post(self.consoles.refresh)
-            if time.monotonic() >= next_refresh:
-                next_refresh = time.monotonic() + refresh_every
+            if self.clock.now() >= next_refresh:
+                next_refresh = self.clock.now() + refresh_every
                 self.post(self.registration.refresh_inventory)
-            if time.monotonic() >= next_mdserver_check:
+            if self.clock.now() >= next_mdserver_check:
                 # If the metadata server died, guests booting now would miss it.
-                next_mdserver_check = time.monotonic() + MDSERVER_CHECK_SECONDS
+                next_mdserver_check = self.clock.now() + MDSERVER_CHECK_SECONDS
                 self.post(self.ensure_mdserver)
 
     # ------------------------------------------------------------------ watch

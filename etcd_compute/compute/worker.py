@@ -35,6 +35,16 @@ def build(spec: dict[str, Any]) -> dict[str, Any]:
     return driver().build(spec)
 
 
+def prefetch(spec: dict[str, Any]) -> None:
+    """What a build of `spec` will need, into the driver's cache (its image), while the
+    main process checks the claim: nothing of the guest. A failure is the build's to
+    report (it fetches again)."""
+    try:
+        driver().prefetch(spec)
+    except Exception as exc:  # noqa: BLE001 (only cache: the build meets it again)
+        logging.getLogger(__name__).debug("prefetch for %s: %s", spec.get("uuid"), exc)
+
+
 def destroy(uuid: str) -> None:
     driver().destroy(uuid)
 
@@ -49,13 +59,16 @@ def act(spec: dict[str, Any], task: dict[str, Any]) -> dict[str, Any]:
         return driver().start(uuid)
     if action == states.REBOOT:
         return driver().reboot(uuid, bool(task.get("hard")))
-    # Rebuild and resize leave the guest powered as it was when the action began.
+    # Rebuild and resize leave the guest powered as it was when the action began; a snapshot
+    # of a running guest is taken live.
     power_on = task["from"] == states.ACTIVE
     if action == states.REBUILD:
         return driver().rebuild({**spec, "image": task.get("image") or spec.get("image")},
                                 power_on)
     if action == states.RESIZE:
         return driver().resize({**spec, "resources": task["resources"]}, power_on)
+    if action == states.SNAPSHOT:
+        return driver().snapshot(spec, task["snapshot"]["image_id"], running=power_on)
     raise ValueError(f"unknown action {action!r}")
 
 

@@ -45,7 +45,7 @@ from etcd_compute.errors import (
 from etcd_compute.etcd import Compare, Delete, KeyValueStore, Txn
 from etcd_compute.instances import records
 from etcd_compute.placement import PlacementClient
-from etcd_compute.scheduler import spec_writer
+from etcd_compute.scheduler import images, spec_writer
 from etcd_compute.scheduler.candidates import CandidateCache
 from etcd_compute.scheduler.context import PlanContext
 from etcd_compute.scheduler.hoststate import ProviderUsage, host_states
@@ -291,6 +291,7 @@ class Batcher:
             assert spec is not None
             try:
                 context = self._context(spec.group, groups)
+                context.image_properties = images.properties(spec.glance_image)
                 picks = planners[spec.request.to_query()].place(spec.count, context)
             except UsageError as exc:  # a group with the other policy
                 self._answer(request, exc)

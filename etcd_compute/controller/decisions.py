@@ -10,9 +10,11 @@ in-memory store and Placement:
   live alternate the scheduler kept: the claim in one Placement call, then
   spec, record, location and membership in one etcd transaction; or ERROR
   with its claim freed when none will take it.
+- `on_record(host, uuid)` of a DELETED record: the operator's keys of that
+  instance (location, group member), which its host could not touch, are bound
+  to the record's lease and expire with it.
 - `on_record_gone(host, uuid)`: a record expired or was removed -> forget the
-  operator's keys of that instance (location, group member), which its host
-  could not remove.
+  operator's keys of that instance that are still there.
 - `on_alive(host, present)` and `recover_due()`: a host whose heartbeat lease
   expired is down; once it has been down for `host_failure_grace_seconds`, each
   of its instances gets its recovery policy: `rebuild` (placed again by the
@@ -41,6 +43,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from etcd_compute import claims, events, hosts, messages
+from etcd_compute.config import DELETED_RECORD_TTL
 from etcd_compute.controller import metrics as controller_metrics
 from etcd_compute.errors import ConflictError, EtcdComputeError, InvalidMessage, NoValidHost
 from etcd_compute.etcd import KeyValueStore, Txn
@@ -83,7 +86,7 @@ class Controller:
         settings = settings or {}
         self.grace = settings.get("host_failure_grace_seconds", 10)
         self.default_policy = settings.get("on_host_failure", "rebuild")
-        self.deleted_record_ttl = settings.get("deleted_record_ttl", 3600)
+        self.deleted_record_ttl = settings.get("deleted_record_ttl", DELETED_RECORD_TTL)
         # Where an instance of a dead host would go now (Scheduler.place), and several
         # (evacuation.place_many: one plan for all).
         self.place = place
@@ -99,6 +102,9 @@ class Controller:
         read = records.read_record(self.store, host, uuid)
         if read.state == states.RESCHEDULING:
             self.reschedule(host, uuid, read)
+        elif read.state == states.DELETED:
+            # Its location and group member expire with the record (its host could not).
+            ownership.expire_with_record(self.store, uuid)
 
     def reschedule(self, host: str, uuid: str, read: records.RecordRead) -> str | None:
         """Move a build that failed on `host` to a live alternate; the new host, or None."""
@@ -383,6 +389,8 @@ class Controller:
                 if record["state"] == states.RESCHEDULING:
                     self.on_record(host, uuid)
                     rescheduled += 1
+                elif record["state"] == states.DELETED:
+                    self.on_record(host, uuid)
         for host in {host for host, _ in held} - hosts.alive_hosts(self.store):
             self.on_alive(host, False)
         located = self.store.read_prefix(messages.INSTANCE_LOCATION, self.keys.locations())

@@ -14,10 +14,10 @@ import logging
 import os
 import socket
 import threading
-import time
 from typing import Any
 
 from etcd_compute import messages
+from etcd_compute.clock import SYSTEM, Clock
 from etcd_compute.errors import EtcdComputeError
 from etcd_compute.etcd import Compare, Store, Txn, absent, put_message
 
@@ -25,8 +25,10 @@ LOG = logging.getLogger("etcd_compute.controller")
 
 
 class Election:
-    def __init__(self, store: Store, ttl: int = 10, name: str | None = None):
+    def __init__(self, store: Store, ttl: int = 10, name: str | None = None,
+                 clock: Clock = SYSTEM):
         self.store = store
+        self.clock = clock
         self.ttl = ttl
         self.name = name or f"{socket.gethostname()}:{os.getpid()}"
         self.lease: Any = None
@@ -40,7 +42,7 @@ class Election:
     @property
     def is_leader(self) -> bool:
         with self._lock:
-            return self.lease is not None and time.monotonic() < self._valid_until
+            return self.lease is not None and self.clock.now() < self._valid_until
 
     def _vouch(self, sent_at: float, ttl: int) -> None:
         with self._lock:
@@ -50,12 +52,12 @@ class Election:
         """Try once to become leader; True if we are now."""
         if self.is_leader:
             return True
-        sent = time.monotonic()
+        sent = self.clock.now()
         lease = self.store.lease(self.ttl)
         key = self.store.keys.leader()
         won = self.store.commit(Txn([absent(key)], [put_message(
             messages.CONTROLLER_LEADER, key,
-            {"name": self.name, "since": time.time(), "pid": os.getpid()}, int(lease.id))]))
+            {"name": self.name, "since": self.clock.wall(), "pid": os.getpid()}, int(lease.id))]))
         if won is None:
             lease.revoke()
             return False
@@ -79,7 +81,7 @@ class Election:
         lease = self.lease
         if lease is None:
             return False
-        sent = time.monotonic()
+        sent = self.clock.now()
         timeout = getattr(self.store, "config", {}).get("timeout", 5.0)
         try:
             ttl = self.store.keep_alive(lease.id, timeout)

@@ -17,10 +17,10 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from typing import Any
 
 from etcd_compute import messages
+from etcd_compute.clock import SYSTEM, Clock
 from etcd_compute.controller import metrics as controller_metrics
 from etcd_compute.controller.batcher import Batcher, LostLeadership
 from etcd_compute.controller.election import Election
@@ -47,26 +47,28 @@ class AnswerLease:
     """One lease for many answers: renewed every `ttl / 4`, so each answer lives at least
     3/4 of `ttl` (one lease grant per batch would be one more round trip)."""
 
-    def __init__(self, store: KeyValueStore, ttl: int):
-        self.store, self.ttl = store, ttl
+    def __init__(self, store: KeyValueStore, ttl: int, clock: Clock = SYSTEM):
+        self.store, self.ttl, self.clock = store, ttl, clock
         self._lease: int | None = None
         self._granted = 0.0
 
     def __call__(self) -> int:
-        if self._lease is None or time.monotonic() - self._granted > self.ttl / 4:
+        if self._lease is None or self.clock.now() - self._granted > self.ttl / 4:
             self._lease = self.store.grant(self.ttl)
-            self._granted = time.monotonic()
+            self._granted = self.clock.now()
         return self._lease
 
 
 class QueueService:
     def __init__(self, store: KeyValueStore, placement: PlacementClient, scheduler: Scheduler,
-                 election: Election, cache: HostCache, settings: dict[str, Any]):
+                 election: Election, cache: HostCache, settings: dict[str, Any],
+                 clock: Clock = SYSTEM):
         self.store, self.keys = store, store.keys
+        self.clock = clock
         self.election = election
         self.batcher = Batcher(store, placement, scheduler, cache, election.fence,
                                lambda: election.is_leader,
-                               AnswerLease(store, settings["service_answer_ttl"]))
+                               AnswerLease(store, settings["service_answer_ttl"], clock))
         self._wakeup = threading.Event()
         self._arrived = threading.Condition()
         self._arrivals = 0
@@ -114,7 +116,8 @@ class QueueService:
             return False
         return self.store.commit(Txn([self.election.fence()], [put_message(
             messages.QUEUE_OPEN, self.keys.queue_open(),
-            {"name": self.election.name, "since": time.time(), "lease_ttl": self.election.ttl},
+            {"name": self.election.name, "since": self.clock.wall(),
+             "lease_ttl": self.election.ttl},
             int(lease.id))])) is not None
 
     def close(self) -> None:
@@ -152,7 +155,7 @@ class QueueService:
             self._serving = False
             LOG.warning("scheduler service paused (leadership unconfirmed); queue closed")
             self.close()
-        self._stopping.wait(PAUSED_SECONDS)
+        self.clock.wait(self._stopping, PAUSED_SECONDS)
 
     def _resume(self) -> None:
         """Open the queue and serve again (or for the first time in this lead)."""
@@ -162,7 +165,7 @@ class QueueService:
             controller_metrics.retried("queue", exc)
             LOG.warning("scheduler service: cannot open the queue (%s); trying again in 1 s",
                         exc)
-            self._stopping.wait(1.0)
+            self.clock.wait(self._stopping, 1.0)
             return
         if not opened:
             self._lost(LostLeadership("the leader key is not ours"))
@@ -183,7 +186,7 @@ class QueueService:
         if self._answered:
             self._gather(self._answered)
         else:
-            self._wakeup.wait(IDLE_SECONDS)
+            self.clock.wait(self._wakeup, IDLE_SECONDS)
         self._wakeup.clear()
         if self._stopping.is_set() or not self.election.is_leader:
             return
@@ -196,11 +199,11 @@ class QueueService:
             controller_metrics.retried("queue", exc)
             LOG.warning("scheduler service: %s; trying again in 1 s", exc)
             self._answered = 0
-            self._stopping.wait(1.0)
+            self.clock.wait(self._stopping, 1.0)
         except Exception:  # noqa: BLE001 (one bad pass must not stop the service)
             LOG.exception("scheduler service: unexpected error; trying again in 1 s")
             self._answered = 0
-            self._stopping.wait(1.0)
+            self.clock.wait(self._stopping, 1.0)
 
     def drain(self, first: bool = False) -> int:
         """One pass over everything pending: how many requests were due (0: none; the next
@@ -209,7 +212,7 @@ class QueueService:
         entries, _ = self.store.get_prefix(self.keys.queue_requests())
         if not entries:
             return 0
-        started = time.monotonic()
+        started = self.clock.now()
         pending = read_pending(self.keys, entries, self.batcher.settings)
         if first:
             # A leader that died mid-batch may have claimed without writing (a request uuid
@@ -224,7 +227,7 @@ class QueueService:
         LOG.info("pass of %d request(s): %d answered, %d refused, %d to retry, %d claim "
                  "conflict(s), %.0f ms (candidates %.0f, plan %.0f, claim %.0f, write %.0f)",
                  due, done["answered"], done["refused"], done["retried"],
-                 done["claim_conflicts"], 1000 * (time.monotonic() - started),
+                 done["claim_conflicts"], 1000 * (self.clock.now() - started),
                  *(1000 * spent[phase] for phase in ("candidates", "plan", "claim", "write")))
         controller_metrics.queue_pass(due, done)
         return due

@@ -27,12 +27,12 @@ import logging
 import queue
 import signal
 import threading
-import time
 from collections.abc import Callable
 from typing import Any
 
 import pyetcd.events
 
+from etcd_compute.clock import SYSTEM, Clock
 from etcd_compute.controller import metrics as controller_metrics
 from etcd_compute.controller.decisions import Controller
 from etcd_compute.controller.election import Election
@@ -56,17 +56,20 @@ Event = tuple[Callable[..., None], tuple[Any, ...]]
 
 
 class ControllerService:
-    def __init__(self, config: dict[str, Any]):
+    def __init__(self, config: dict[str, Any], clock: Clock = SYSTEM):
         self.config = config
+        self.clock = clock
         self.settings = config["scheduler"]
         self.store = Store(config["etcd"])
         self.placement = PlacementClient(config["placement"])
-        self.election = Election(self.store, self.settings["controller_lease_ttl"])
+        self.election = Election(self.store, self.settings["controller_lease_ttl"],
+                                 clock=clock)
         self.scheduler = Scheduler(config, store=self.store, placement=self.placement)
         self.controller = Controller(
             self.store, self.placement, self.settings, place=self.scheduler.place,
             place_many=lambda specs, exclude: evacuation.place_many(self.scheduler, specs,
-                                                                    exclude))
+                                                                    exclude),
+            clock=clock.now)
         self.cache = HostCache(self.store.keys)
         self.service: QueueService | None = None
         if self.settings["service"]:
@@ -74,7 +77,7 @@ class ControllerService:
             placement = PlacementClient(config["placement"])
             self.service = QueueService(
                 self.store, placement, Scheduler(config, store=self.store, placement=placement),
-                self.election, self.cache, self.settings)
+                self.election, self.cache, self.settings, clock)
         self.events: queue.Queue[Event] = queue.Queue()
         self.stopping = threading.Event()
         self.watch: PrefixWatch | None = None
@@ -95,7 +98,7 @@ class ControllerService:
                 if self._campaign():
                     self._lead()
                 else:
-                    self.stopping.wait(1.0)
+                    self.clock.wait(self.stopping, 1.0)
         finally:
             self._stop_watch()
             self.election.resign()
@@ -134,11 +137,12 @@ class ControllerService:
         self._start_watch(revision + 1)
         if self.service is not None:
             self.service.start()
-        next_refresh = next_tick = time.monotonic()
+        clock = self.clock
+        next_refresh = next_tick = clock.now()
         paused = False
         while not self.stopping.is_set():
-            if time.monotonic() >= next_refresh:
-                next_refresh = time.monotonic() + self.election.ttl / 3
+            if clock.now() >= next_refresh:
+                next_refresh = clock.now() + self.election.ttl / 3
                 self.election.refresh()
             if self.election.lease is None:
                 break  # etcd forgot our lease, or we gave it up: campaign afresh
@@ -149,19 +153,19 @@ class ControllerService:
                     paused = True
                     LOG.warning("leadership unconfirmed: acting on nothing until the lease "
                                 "is refreshed")
-                next_refresh = min(next_refresh, time.monotonic() + PAUSED_REFRESH_SECONDS)
-                self.stopping.wait(PAUSED_REFRESH_SECONDS)
+                next_refresh = min(next_refresh, clock.now() + PAUSED_REFRESH_SECONDS)
+                clock.wait(self.stopping, PAUSED_REFRESH_SECONDS)
                 continue
             if paused:
                 paused = False
                 LOG.info("leadership confirmed again: acting")
-            if time.monotonic() >= next_tick:
+            if clock.now() >= next_tick:
                 # Often: a dead host's grace ends between two ticks, and recovery waits for
                 # the next one (a dict walk when no host is down).
-                next_tick = time.monotonic() + RECOVERY_TICK_SECONDS
+                next_tick = clock.now() + RECOVERY_TICK_SECONDS
                 self._dispatch(self.controller.recover_due, ())
             try:
-                handler, args = self.events.get(timeout=0.2)
+                handler, args = clock.get(self.events, RECOVERY_TICK_SECONDS)
             except queue.Empty:
                 continue
             if not self.election.is_leader:
@@ -181,7 +185,7 @@ class ControllerService:
         except ServiceUnavailable as exc:
             controller_metrics.retried("dispatch", exc)
             LOG.warning("%s; retrying in 1 s", exc)
-            threading.Timer(1.0, self.events.put, ((handler, args),)).start()
+            self.clock.later(1.0, self.events.put, (handler, args))
         except Exception:
             controller_metrics.event_handled(handler, "error")
             LOG.exception("unexpected error handling %s", getattr(handler, "__name__", handler))

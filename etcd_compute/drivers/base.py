@@ -40,6 +40,12 @@ class Driver(abc.ABC):
         on failure the driver removes whatever it created.
         """
 
+    def prefetch(self, spec: dict[str, Any]) -> None:
+        """Fetch into a cache what building `spec` will need (its image), defining nothing
+        of the guest: run while the host checks the claim, before `build` may run. Errors
+        are the build's to report (it fetches again)."""
+        return None
+
     @abc.abstractmethod
     def destroy(self, uuid: str) -> None:
         """Stop and remove the instance and everything it owns (domain, disks, files)."""
@@ -84,6 +90,12 @@ class Driver(abc.ABC):
     def resize(self, spec: dict[str, Any], power_on: bool) -> dict[str, Any]:
         """The guest at `spec["resources"]` (restarted when `power_on`); on failure it is
         left at its old size, powered as asked."""
+
+    @abc.abstractmethod
+    def snapshot(self, spec: dict[str, Any], image_id: str, running: bool) -> dict[str, Any]:
+        """The instance's disk, flattened, uploaded into the queued Glance image `image_id`
+        (live and crash-consistent when the guest runs; it keeps running). On failure the
+        image is deleted and the guest is as it was. Returns {"detail": what was made}."""
 
     def fence(self) -> list[str]:
         """Power off every guest of ours (the host lost its lease: another host may soon

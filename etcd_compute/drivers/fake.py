@@ -179,6 +179,30 @@ class FakeDriver(Driver):
             self._set_running(uuid, True)
         return {"ip": fake_ip(uuid)}
 
+    def snapshot(self, spec: dict[str, Any], image_id: str, running: bool) -> dict[str, Any]:
+        """No disk here: an empty 1 GiB qcow2 (qemu-img) is what is uploaded, through the
+        same upload as the libvirt driver's, so Glance, its credential and a failed upload
+        are real."""
+        import subprocess
+        import tempfile
+
+        from etcd_compute.errors import ConfigError
+        from etcd_compute.glance import GlanceClient
+        from etcd_compute.virt import snapshot
+
+        uuid = spec["uuid"]
+        self._begin(uuid, "snapshot")
+        try:
+            glance = GlanceClient(self.config["glance"])
+        except ConfigError as exc:
+            raise BuildError(f"snapshot: this host cannot reach Glance: {exc}") from None
+        with tempfile.TemporaryDirectory(prefix="fake-snapshot-") as work:
+            target = Path(work) / "snapshot.qcow2"
+            subprocess.run(["qemu-img", "create", "-q", "-f", "qcow2", str(target), "1G"],
+                           check=True)
+            snapshot.upload(glance, image_id, target)
+        return {"detail": f"image {image_id}: fake disk"}
+
     def running(self) -> set[str]:
         return {uuid for uuid in self.list_instances()
                 if (self._load(uuid) or {}).get("running", True)}

@@ -20,6 +20,7 @@ domains on it and what building and acting share: `libvirt_host.py`.
 from __future__ import annotations
 
 import logging
+import time
 import urllib.parse
 from pathlib import Path
 from typing import Any
@@ -27,8 +28,8 @@ from typing import Any
 import libvirt
 
 from etcd_compute.drivers.libvirt_host import GIB, LibvirtHost, reason_of
-from etcd_compute.errors import BuildError, RequestError
-from etcd_compute.virt import configdrive, disks, nwfilter, qemu_img
+from etcd_compute.errors import BuildError, ConfigError, RequestError
+from etcd_compute.virt import configdrive, disks, nwfilter, qemu_img, snapshot
 from etcd_compute.virt.domain import (
     DomainSpec,
     choose_domain_type,
@@ -78,6 +79,17 @@ class LibvirtDriver(LibvirtHost):
             # One line, bounded: it becomes the record's error (at most 4096 characters).
             line = reason.splitlines()[0] if reason else type(exc).__name__
             raise BuildError(line[:1000]) from None
+
+    def prefetch(self, spec: dict[str, Any]) -> None:
+        """The build's base image into the cache, with the build's checks (nothing with the
+        test driver, nor for an instance already defined): run while the claim is checked."""
+        resources = spec.get("resources") or {}
+        if self.is_test_driver or "DISK_GB" not in resources or \
+                self._our_domain(spec["uuid"]) is not None:
+            return
+        image = spec.get("image") or {"url": self.settings["default_image"], "sha256": None}
+        self.images.fetch(image["url"], image.get("sha256"),
+                          max_virtual_size=int(resources["DISK_GB"]) * GIB)
 
     def _build_new(self, spec: dict[str, Any]) -> str | None:
         uuid = spec["uuid"]
@@ -135,9 +147,11 @@ class LibvirtDriver(LibvirtHost):
         if test_driver:
             _check_local_image(image["url"])
             return
-        with self.images.lock(image["url"]):  # eviction waits until the overlay exists
+        glance = image.get("glance")
+        # Eviction waits until the overlay exists.
+        with self.images.lock(image["url"], glance):
             base = self.images.fetch(image["url"], image.get("sha256"),
-                                     max_virtual_size=disk_gb * GIB)
+                                     max_virtual_size=disk_gb * GIB, glance=glance)
             disks.create_overlay(base, "qcow2", path, disk_gb)
 
     # -- an operator's actions ---------------------------------------------------------
@@ -231,6 +245,35 @@ class LibvirtDriver(LibvirtHost):
 
         return self._action(uuid, "rebuild", swap)
 
+    def snapshot(self, spec: dict[str, Any], image_id: str, running: bool) -> dict[str, Any]:
+        uuid = spec["uuid"]
+        if self.is_test_driver:
+            raise BuildError("snapshot: libvirt's test driver has no disks to snapshot")
+        files = InstanceFiles.of(self.instances_dir, uuid)
+        domain = self._domain(uuid)
+        target = files.directory / "snapshot.qcow2"
+
+        try:
+            glance = self.images.glance()
+        except ConfigError as exc:
+            raise BuildError(f"snapshot: this host cannot reach Glance: {exc}") from None
+
+        def take() -> dict[str, Any]:
+            started = time.monotonic()
+            live = bool(domain.isActive())  # as it runs now, whatever the task began from
+            try:
+                size = snapshot.flatten(files.disk, target, live, domain,
+                                        self.settings["image_download_timeout_seconds"])
+                snapshot.upload(glance, image_id, target)
+            finally:
+                target.unlink(missing_ok=True)
+            took = time.monotonic() - started
+            log.info("instance %s: snapshot %s uploaded (%d bytes, %s, %.1f s)", uuid, image_id,
+                     size, "live" if live else "stopped", took)
+            return {"detail": f"image {image_id}: {size / 1024**2:.0f} MiB, "
+                              f"{'live' if live else 'powered off'}, {took:.1f} s"}
+
+        return self._action(uuid, "snapshot", take)
 
     # -- destroy -----------------------------------------------------------------------
 

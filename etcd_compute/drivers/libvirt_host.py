@@ -21,6 +21,7 @@ import libvirt
 
 from etcd_compute.drivers.base import Driver
 from etcd_compute.errors import BuildError, ServiceUnavailable
+from etcd_compute.glance import GlanceClient
 from etcd_compute.virt import network, nwfilter
 from etcd_compute.virt.domain import is_ours, mac_addresses, power_off, shut_down
 from etcd_compute.virt.images import ImageCache
@@ -59,6 +60,7 @@ class LibvirtHost(Driver):
             int(self.settings["image_cache_max_gb"] * GIB),
             in_use=lambda: bases_in_use(self.instances_dir),
             policy=source_policy(self.settings),
+            glance=lambda: GlanceClient(config["glance"]),
         )
         # A worker starts (or replaces one killed for its timeout): partial files
         # that no one is writing are a killed job's.

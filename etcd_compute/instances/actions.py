@@ -77,10 +77,12 @@ def begin_action(store: KeyValueStore, spec: dict[str, Any], spec_revision: int,
 
 
 def end_action(store: KeyValueStore, read: RecordRead, spec_entry: Entry | None,
-               error: str | None = None, ip: str | None = None) -> int | None:
+               error: str | None = None, ip: str | None = None,
+               detail: str | None = None) -> int | None:
     """The action's state -> where it ends (`ENDS`, or where it started), in one transaction
     compared with the record and spec as read. Success writes the action's changes (size,
-    image) into the record and the spec; an error leaves both as they were."""
+    image) into the record and the spec; an error leaves both as they were. `detail`: what
+    the action made, for its event (a snapshot's image)."""
     assert read.record is not None
     keys, record = store.keys, read.record
     host, uuid, task = record["host"], record["uuid"], record["task"]
@@ -97,7 +99,7 @@ def end_action(store: KeyValueStore, read: RecordRead, spec_entry: Entry | None,
     if ip:
         fields["ip"] = ip
     log = events.end(events.read(store, host, uuid), action,
-                     events.SUCCESS if error is None else events.ERROR, error,
+                     events.SUCCESS if error is None else events.ERROR, error, detail=detail,
                      otherwise=events.event(action, host, record.get("host_name"),
                                             request_id=task["id"]))
     compare = [unchanged(keys.record(host, uuid), read.revision)]

@@ -4,7 +4,10 @@ On its host, the instance's spec, record, /booted/, /console/ and /events/
 keys, all under /hosts/<rp>/, which the host may write; on the operator's
 side, its location `/instances/<uuid>` (which host holds it) and, in a
 server group, `/groups/<name>/<uuid>`, which a host may not touch (see
-`keys.py`). The operator's keys of an instance that ended are removed by
+`keys.py`). The operator's keys of an instance destroyed are bound to its
+DELETED record's lease, so that they expire with it (`expire_with_record`: the
+controller when it sees the record, `schedule.py destroy --wait`, a destroy
+finished on a dead host); any left (the lease gone first) are removed by
 whoever next reads them (`forget`): the CLI, the scheduler reading a group,
 the controller.
 """
@@ -16,6 +19,7 @@ from typing import Any
 from etcd_compute import events, messages
 from etcd_compute.errors import InvalidMessage
 from etcd_compute.etcd import Compare, Delete, KeyValueStore, Op, Txn, absent, put_message
+from etcd_compute.instances.states import DELETED
 from etcd_compute.keys import Keys
 
 
@@ -97,3 +101,41 @@ def forget(store: KeyValueStore, uuid: str, host: str, group: str | None) -> int
             return None
         compare.append(Compare(keys.location(uuid), "mod", "==", entry.mod_revision))
     return store.commit(Txn(compare, [Delete(k) for k in operator_keys(keys, uuid, group)]))
+
+
+def expire_with_record(store: KeyValueStore, uuid: str) -> int | None:
+    """Bind the operator's keys (location, group member) of an instance whose record is
+    DELETED to the record's lease: all its keys then expire together (a host may not
+    touch the operator's keys; the operator's side may). Compared with what was read: a
+    record or location that changed meanwhile is left as it is. None if nothing was done
+    (not DELETED, already bound, or gone: `forget` removes what is left)."""
+    keys = store.keys
+    location_entry = store.get(keys.location(uuid))
+    if location_entry is None:
+        return None
+    try:
+        location = messages.decode(messages.INSTANCE_LOCATION, location_entry.value)
+        record_entry = store.get(keys.record(location["host"], uuid))
+        record = messages.decode(messages.INSTANCE_RECORD, record_entry.value) \
+            if record_entry is not None else None
+    except InvalidMessage:
+        return None
+    if record is None or record["state"] != DELETED or record_entry is None or \
+            not record_entry.lease or location_entry.lease == record_entry.lease:
+        return None
+    lease = record_entry.lease
+    compare = [Compare(record_entry.key, "mod", "==", record_entry.mod_revision),
+               Compare(location_entry.key, "mod", "==", location_entry.mod_revision)]
+    success: list[Op] = [put_message(messages.INSTANCE_LOCATION, location_entry.key, location,
+                                     lease)]
+    if location.get("group"):
+        member_entry = store.get(keys.group_member(location["group"], uuid))
+        if member_entry is not None:
+            try:
+                member = messages.decode(messages.GROUP_MEMBER, member_entry.value)
+            except InvalidMessage:
+                member = None
+            compare.append(Compare(member_entry.key, "mod", "==", member_entry.mod_revision))
+            success.append(put_message(messages.GROUP_MEMBER, member_entry.key, member, lease)
+                           if member is not None else Delete(member_entry.key))
+    return store.commit(Txn(compare, success))

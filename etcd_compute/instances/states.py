@@ -8,6 +8,7 @@
     ACTIVE  -stop->    STOPPING   -> SHUTOFF      SHUTOFF -start-> STARTING -> ACTIVE
     ACTIVE  -reboot->  REBOOTING  -> ACTIVE
     ACTIVE|SHUTOFF -rebuild-> REBUILDING -> as it was;  -resize-> RESIZING -> as it was
+    ACTIVE|SHUTOFF -snapshot-> SNAPSHOTTING -> as it was (a running guest keeps running)
 
 An operator's action (`ACTIONS`) is allowed only from the states listed for
 it, and refused before anything is written otherwise; destroy is allowed
@@ -37,18 +38,24 @@ STARTING = "STARTING"
 REBOOTING = "REBOOTING"
 REBUILDING = "REBUILDING"
 RESIZING = "RESIZING"
+# A snapshot into Glance: the guest keeps running (or stays off), the task's `from` says
+# which. Its own state, as every action has one (Nova keeps vm_state and sets task_state
+# image_snapshot; the compute API maps SNAPSHOTTING to vm_state `from`, that task_state):
+# what one action at a time, a host's death mid-action and our own power changes rely on
+# then holds for it unchanged.
+SNAPSHOTTING = "SNAPSHOTTING"
 
 STATES = (SCHEDULED, BUILDING, ACTIVE, SHUTOFF, STOPPING, STARTING, REBOOTING, REBUILDING,
-          RESIZING, RESCHEDULING, ERROR, DELETING, DELETED)
+          RESIZING, SNAPSHOTTING, RESCHEDULING, ERROR, DELETING, DELETED)
 # States `schedule.py --wait` stops at (ACTIVE can still change: destroy).
 FINAL = frozenset({ACTIVE, ERROR, DELETED})
 # An operator's action in progress.
-TRANSIENT = frozenset({STOPPING, STARTING, REBOOTING, REBUILDING, RESIZING})
+TRANSIENT = frozenset({STOPPING, STARTING, REBOOTING, REBUILDING, RESIZING, SNAPSHOTTING})
 # States in which a driver may hold the instance.
 LIVE = frozenset({BUILDING, ACTIVE, SHUTOFF, DELETING}) | TRANSIENT
 
-STOP, START, REBOOT, REBUILD, RESIZE, DESTROY = (
-    "stop", "start", "reboot", "rebuild", "resize", "destroy")
+STOP, START, REBOOT, REBUILD, RESIZE, SNAPSHOT, DESTROY = (
+    "stop", "start", "reboot", "rebuild", "resize", "snapshot", "destroy")
 # An operator's action: the state it passes through, the states it may start from.
 ACTIONS: dict[str, tuple[str, frozenset[str]]] = {
     STOP: (STOPPING, frozenset({ACTIVE})),
@@ -56,14 +63,19 @@ ACTIONS: dict[str, tuple[str, frozenset[str]]] = {
     REBOOT: (REBOOTING, frozenset({ACTIVE})),
     REBUILD: (REBUILDING, frozenset({ACTIVE, SHUTOFF})),
     RESIZE: (RESIZING, frozenset({ACTIVE, SHUTOFF})),
+    SNAPSHOT: (SNAPSHOTTING, frozenset({ACTIVE, SHUTOFF})),
 }
-# Where a successful action ends; rebuild and resize end as they started.
+# Where a successful action ends; rebuild, resize and snapshot end as they started.
 ENDS = {STOP: SHUTOFF, START: ACTIVE, REBOOT: ACTIVE}
 
-# Allowed moves; None is "no record yet" (a spec written without one, or unreadable).
-# From a transient state: its end (ACTIVE or SHUTOFF), a destroy, ERROR, or SCHEDULED on
+# Allowed moves (README's "Instance states" has them pair by pair); None is "no record
+# yet" (a spec written without one, or unreadable). From an action's state: where the
+# action ends, where it started (a failure ends there), a destroy, ERROR, or SCHEDULED on
 # another host (its host died mid-action).
-_ENDS_OF_AN_ACTION = frozenset({ACTIVE, SHUTOFF, SCHEDULED, ERROR, DELETING, DELETED})
+_CUT_SHORT = frozenset({SCHEDULED, ERROR, DELETING, DELETED})
+_ENDS_OF_AN_ACTION = {
+    state: starts | _CUT_SHORT | ({ENDS[action]} if action in ENDS else frozenset())
+    for action, (state, starts) in ACTIONS.items()}
 TRANSITIONS: dict[str | None, frozenset[str]] = {
     None: frozenset({SCHEDULED, BUILDING, ERROR, DELETING, DELETED}),
     # -> SCHEDULED from SCHEDULED, BUILDING, ACTIVE, SHUTOFF: evacuated (its host died)
@@ -75,10 +87,10 @@ TRANSITIONS: dict[str | None, frozenset[str]] = {
     RESCHEDULING: frozenset({SCHEDULED, ERROR, DELETING, DELETED}),
     # -> SHUTOFF / ACTIVE without an action: the hypervisor saw the guest stop or start.
     ACTIVE: frozenset({SCHEDULED, RESCHEDULING, ERROR, DELETING, DELETED, SHUTOFF, STOPPING,
-                       REBOOTING, REBUILDING, RESIZING}),
+                       REBOOTING, REBUILDING, RESIZING, SNAPSHOTTING}),
     SHUTOFF: frozenset({SCHEDULED, RESCHEDULING, ERROR, DELETING, DELETED, ACTIVE, STARTING,
-                        REBUILDING, RESIZING}),
-    **{state: _ENDS_OF_AN_ACTION for state in TRANSIENT},
+                        REBUILDING, RESIZING, SNAPSHOTTING}),
+    **_ENDS_OF_AN_ACTION,
     ERROR: frozenset({ERROR, DELETING, DELETED}),
     DELETING: frozenset({ERROR, DELETED}),
     # Finishing a destroy again is idempotent.

@@ -1,4 +1,5 @@
-"""The operator's lifecycle actions: stop, start, reboot, rebuild, resize (on the same host).
+"""The operator's lifecycle actions on the instance's host: stop, start, reboot, rebuild, resize,
+snapshot.
 
     schedule.py stop UUID | start UUID | reboot [--hard] UUID | rebuild [--image URL] UUID
     schedule.py resize QUERY UUID
@@ -144,11 +145,19 @@ def _resize(placement: PlacementClient, spec: dict[str, Any], host: str, host_na
 
 def _change(placement: PlacementClient, action: str, spec: dict[str, Any], host: str,
             host_name: str, hard: bool, image_url: str | None,
-            resources: dict[str, int] | None) -> Change:
+            resources: dict[str, int] | None,
+            image_for: Callable[[dict[str, int]], dict[str, Any]] | None = None) -> Change:
     if action == states.REBOOT:
         return Change({"hard": hard})
+    if action == states.REBUILD and image_for is not None:
+        # An image in Glance: found (and checked against the instance's size) now.
+        return Change({"image": image_for(spec["resources"])})
     if action == states.REBUILD and image_url:
         return Change({"image": {"url": image_url, "sha256": None}})
+    if action == states.SNAPSHOT:
+        assert image_for is not None
+        # The queued Glance image made for this snapshot ({image_id, name}).
+        return Change({"snapshot": image_for(spec)})
     if action == states.RESIZE:
         assert resources is not None
         return _resize(placement, spec, host, host_name, resources)
@@ -157,9 +166,15 @@ def _change(placement: PlacementClient, action: str, spec: dict[str, Any], host:
 
 def request(store: KeyValueStore, placement: PlacementClient, uuid: str, action: str, *,
             hard: bool = False, image_url: str | None = None,
-            resources: dict[str, int] | None = None) -> Requested:
+            resources: dict[str, int] | None = None,
+            image_for: Callable[[dict[str, int]], dict[str, Any]] | None = None) -> Requested:
     """Ask the instance's host for `action`; ActionRefused (nothing written) when its state
-    does not allow it or its host is down; NoRoom when a resize does not fit there."""
+    does not allow it or its host is down; NoRoom when a resize does not fit there.
+    `image_for`: a rebuild's image in Glance, given the instance's resources (the spec's
+    `image`; UsageError if it cannot be booted at that size); for a snapshot, the queued
+    Glance image made for it, given the instance's spec ({image_id, name})."""
+    if action == states.SNAPSHOT and image_for is None:
+        raise UsageError("snapshot: the Glance image to upload into is needed")
     check_uuid(uuid)
     check_image(image_url)
     for _ in range(ATTEMPTS):
@@ -188,7 +203,7 @@ def request(store: KeyValueStore, placement: PlacementClient, uuid: str, action:
                 "instances); try again when it is back")
         try:
             change = _change(placement, action, spec, host, host_name, hard, image_url,
-                             resources)
+                             resources, image_for)
         except ConflictError:
             continue  # its claim changed meanwhile: read it all again
         asked = action_txn.new_request(operator_name(), **change.params)

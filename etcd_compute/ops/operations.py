@@ -9,6 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from etcd_compute import messages
+from etcd_compute.config import DELETED_RECORD_TTL
 from etcd_compute.errors import EtcdComputeError, InvalidMessage, NotFound, UsageError
 from etcd_compute.etcd import Store
 from etcd_compute.hosts import heartbeats, is_alive
@@ -18,9 +19,6 @@ from etcd_compute.keys import RECORDS
 from etcd_compute.placement import DISABLED_TRAIT, PlacementClient
 from etcd_compute.scheduler.request import UUID
 from etcd_compute.scheduler.spec import operator_name
-
-# How long the DELETED record of an instance destroyed on a dead host stays readable.
-DELETED_RECORD_TTL = 3600
 
 
 class WaitTimeout(EtcdComputeError):
@@ -72,13 +70,15 @@ def show(store: Store, uuid: str) -> dict[str, Any]:
     return record
 
 
-def destroy(store: Store, placement: PlacementClient, uuid: str) -> str:
+def destroy(store: Store, placement: PlacementClient, uuid: str,
+            deleted_record_ttl: int = DELETED_RECORD_TTL) -> str:
     """Ask the host to destroy `uuid`, or clean up an instance no host holds.
 
     Returns what was done: "requested" (the host's spec rewritten with action destroy),
     "already" (a destroy is pending), "removed" (no spec: record, keys and claim
     removed here), "deleted" (nothing left to do), "finished" (its host is down: the
-    record ends DELETED and the claim is freed here; the host cleans up if it returns).
+    record ends DELETED, for `deleted_record_ttl` s, with the instance's other keys,
+    and the claim is freed here; the host cleans up if it returns).
     """
     check_uuid(uuid)
     for _ in range(5):
@@ -95,9 +95,10 @@ def destroy(store: Store, placement: PlacementClient, uuid: str) -> str:
                 # Nobody would read the request: finish it here, if the host stays down
                 # and the controller did not move it meanwhile; then free the claim.
                 if moves.finish_destroy_on_dead_host(
-                        store, spec, read, DELETED_RECORD_TTL,
+                        store, spec, read, deleted_record_ttl,
                         detail=f"its host was down: finished by {operator_name()}"):
                     placement.delete_allocations(uuid)
+                    ownership.expire_with_record(store, uuid)
                     return "finished"
                 continue  # it came back or moved meanwhile: look again
             if spec["action"] == "destroy":
@@ -113,6 +114,12 @@ def destroy(store: Store, placement: PlacementClient, uuid: str) -> str:
         ownership.remove(store, uuid, host, group)
         return "removed"
     raise UsageError(f"instance {uuid} kept changing while destroying it; try again")
+
+
+def destroyed(store: Store, uuid: str) -> None:
+    """`destroy --wait` saw it DELETED: its location and group member expire with the
+    record (its host could not touch them)."""
+    ownership.expire_with_record(store, uuid)
 
 
 def check_state(text: str) -> str:

@@ -28,7 +28,6 @@ import logging
 import os
 import queue as queuelib
 import socket
-import time
 import uuid as uuidlib
 from collections.abc import Callable
 from typing import Any
@@ -36,6 +35,7 @@ from typing import Any
 import pyetcd.events
 
 from etcd_compute import messages
+from etcd_compute.clock import SYSTEM, Clock
 from etcd_compute.errors import InvalidMessage, ServiceUnavailable
 from etcd_compute.etcd import Compare, Delete, Store, Txn, absent, put_message
 from etcd_compute.ops.take_back import take_back
@@ -62,7 +62,8 @@ class Withdrawn(Exception):
 
 class QueueClient:
     def __init__(self, store: Store, settings: dict[str, Any],
-                 placement: Callable[[], PlacementClient] | None = None):
+                 placement: Callable[[], PlacementClient] | None = None,
+                 clock: Clock = SYSTEM):
         self.store = store
         self.keys = store.keys
         self.settings = settings
@@ -73,9 +74,8 @@ class QueueClient:
         self.placement = placement
         # What the answer said about 409s, for `--json`.
         self.conflicts = 0
-        # Wall clock and sleep (tests).
-        self.clock: Callable[[], float] = time.time
-        self.sleep: Callable[[float], None] = time.sleep
+        # The deadline is wall time (the service compares it with its own clock).
+        self.clock = clock
 
     def schedule(self, request_spec: RequestSpec) -> list[Destination] | None:
         """Destinations from the service; None when no service takes requests (schedule
@@ -84,7 +84,7 @@ class QueueClient:
             return None  # (etcd unreachable: raised, and nothing was written)
         request_uuid = str(uuidlib.uuid4())
         key = self.keys.queue_request(request_uuid)
-        deadline = self.clock() + self.timeout
+        deadline = self.clock.wall() + self.timeout
         message = request_message(request_spec, f"{socket.gethostname()}:{os.getpid()}",
                                   deadline)
         try:
@@ -146,20 +146,20 @@ class QueueClient:
         try:
             while True:
                 try:
-                    value, mod_revision = inbox.get(timeout=CHECK_SECONDS)
+                    value, mod_revision = self.clock.get(inbox, CHECK_SECONDS)
                 except queuelib.Empty:
                     pass
                 else:
                     return self._collect(request_uuid, count, value, mod_revision)
-                if self.clock() > deadline:
+                if self.clock.wall() > deadline:
                     return None
                 try:
                     is_open = self.store.get(self.keys.queue_open()) is not None
                 except ServiceUnavailable:
                     continue  # etcd cannot be reached now: the answer may come yet
-                closed_since = None if is_open else (closed_since or time.monotonic())
+                closed_since = None if is_open else (closed_since or self.clock.now())
                 if closed_since is not None and \
-                        time.monotonic() - closed_since > self.fallback_after and \
+                        self.clock.now() - closed_since > self.fallback_after and \
                         self._withdraw(request_uuid) is True:
                     raise Withdrawn()
         finally:
@@ -198,12 +198,12 @@ class QueueClient:
                 raise cause or ServiceUnavailable(
                     "the scheduler service removed the request unanswered: nothing was "
                     "placed")
-            if self.clock() > deadline + CLOCK_SKEW_SECONDS:
+            if self.clock.wall() > deadline + CLOCK_SKEW_SECONDS:
                 raise ServiceUnavailable(
                     f"etcd cannot be reached to withdraw the request; it expired at its "
                     f"deadline, after which the scheduler service places nothing: nothing "
                     f"was placed ({cause or 'etcd unreachable'})")
-            self.sleep(CHECK_SECONDS)
+            self.clock.sleep(CHECK_SECONDS)
 
     def _answer_now(self, request_uuid: str, count: int) -> dict[str, Any] | None:
         entry = self.store.get(self.keys.queue_answer(request_uuid))

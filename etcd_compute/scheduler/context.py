@@ -1,4 +1,4 @@
-"""What filters and weighers see besides the host: the request's group and limits."""
+"""What filters and weighers see besides the host: the request's group, limits and image."""
 
 from __future__ import annotations
 
@@ -13,4 +13,6 @@ class PlanContext:
     # Members of the request's group per host: existing ones plus those planned so far.
     group_hosts: Counter[str] = field(default_factory=Counter)
     max_instances_per_host: int = 50
+    # The image's architecture and hypervisor_type, if it names them (ImagePropertiesFilter).
+    image_properties: dict[str, str] = field(default_factory=dict)
     now: float = field(default_factory=time.time)

@@ -61,6 +61,22 @@ class MaxInstancesPerHostFilter(HostFilter):
         return host.instances < context.max_instances_per_host
 
 
+class ImagePropertiesFilter(HostFilter):
+    """Nova's ImagePropertiesFilter: a host that supports the image's architecture and
+    hypervisor type, as its traits say (HW_ARCH_<ARCH>, CUSTOM_HYPERVISOR_<TYPE>: what the
+    compute registers). An image that names neither passes everywhere."""
+
+    reason = ("does not support the image's architecture or hypervisor type (traits "
+              "HW_ARCH_*, CUSTOM_HYPERVISOR_*)")
+
+    def host_passes(self, host: HostState, context: PlanContext) -> bool:
+        wanted = context.image_properties
+        architecture, hypervisor = wanted.get("architecture"), wanted.get("hypervisor_type")
+        if architecture and f"HW_ARCH_{architecture.upper()}" not in host.traits:
+            return False
+        return not hypervisor or f"CUSTOM_HYPERVISOR_{hypervisor.upper()}" in host.traits
+
+
 def all_filters() -> dict[str, type[HostFilter]]:
     return {cls.__name__: cls for cls in HostFilter.__subclasses__()}
 

@@ -66,6 +66,7 @@ def request_message(request_spec: RequestSpec, client: str,
         "count": request_spec.count,
         "name": request_spec.name,
         "image_url": request_spec.image_url,
+        "glance_image": request_spec.glance_image,
         "user_data": request_spec.user_data,
         "ssh_key": request_spec.ssh_key,
         "group": {"name": group[0], "policy": group[1]} if group else None,
@@ -103,7 +104,8 @@ def request_spec_of(message: dict[str, Any], settings: dict[str, Any]) -> Reques
         ssh_key=message.get("ssh_key"),
         group=(group["name"], group["policy"]) if group else None, zone=message.get("zone"),
         required_resources=settings["required_resources"],
-        on_host_failure=message.get("on_host_failure"))
+        on_host_failure=message.get("on_host_failure"),
+        glance_image=message.get("glance_image"))
 
 
 @dataclass

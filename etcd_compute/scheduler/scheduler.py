@@ -34,7 +34,7 @@ from etcd_compute.etcd import Store, Txn
 from etcd_compute.hosts import count_alive, put_stats
 from etcd_compute.instances import records, scheduling
 from etcd_compute.placement import PlacementClient
-from etcd_compute.scheduler import explain, spec_writer
+from etcd_compute.scheduler import explain, images, spec_writer
 from etcd_compute.scheduler.context import PlanContext
 from etcd_compute.scheduler.filters import AliveFilter, enabled_filters
 from etcd_compute.scheduler.hoststate import (
@@ -250,6 +250,7 @@ class Scheduler:
             policy=request_spec.group[1] if request_spec.group else None,
             group_hosts=group_hosts,
             max_instances_per_host=self.settings["max_instances_per_host"],
+            image_properties=images.properties(request_spec.glance_image),
         )
         return Candidates(hosts, context, group_revision, offered,
                           offered >= min(limit, request_spec.request.limit or limit))

@@ -37,6 +37,8 @@ class RequestSpec:
     image_url: str | None = None
     user_data: str | None = None
     ssh_key: str | None = None
+    # An image in Glance, as `scheduler/images.py` resolved it (instead of image_url).
+    glance_image: dict[str, Any] | None = None
     # Server group: (name, policy) with policy "affinity" or "anti-affinity".
     group: tuple[str, str] | None = None
     zone: str | None = None
@@ -49,7 +51,8 @@ class RequestSpec:
               ssh_key: str | None = None, group: tuple[str, str] | None = None,
               zone: str | None = None,
               required_resources: Collection[str] = (),
-              on_host_failure: str | None = None) -> RequestSpec:
+              on_host_failure: str | None = None,
+              glance_image: dict[str, Any] | None = None) -> RequestSpec:
         """Parse and check everything locally; UsageError (one line) on any fault.
 
         `required_resources`: classes every instance must claim (schedule.py passes
@@ -66,6 +69,8 @@ class RequestSpec:
         if image_url is not None and not IMAGE_URL.match(image_url):
             raise UsageError(f"--image {image_url[:100]!r}: expected an http(s):// or file:// "
                              "URL of printable ASCII, at most 2048 characters")
+        if image_url is not None and glance_image is not None:
+            raise UsageError("--image: a URL or an image in Glance, not both")
         if group is not None:
             group_name, policy = group
             if policy not in POLICIES:
@@ -89,8 +94,16 @@ class RequestSpec:
         if on_host_failure is not None and on_host_failure not in ON_HOST_FAILURE:
             raise UsageError(f"--on-host-failure {on_host_failure!r}: expected "
                              f"{' or '.join(ON_HOST_FAILURE)}")
-        return cls(request, count, name, image_url, user_data, ssh_key, group, zone,
-                   on_host_failure)
+        return cls(request, count, name, image_url, user_data, ssh_key, glance_image, group,
+                   zone, on_host_failure)
+
+    def image(self, default_url: str) -> dict[str, Any]:
+        """The spec's `image`: the Glance image, the URL, or `default_url`."""
+        if self.glance_image is not None:
+            from etcd_compute.scheduler.images import spec_image
+
+            return spec_image(self.glance_image)
+        return {"url": self.image_url or default_url, "sha256": None}
 
     def instance_name(self, index: int, uuid: str) -> str:
         if self.name is None:
@@ -100,12 +113,13 @@ class RequestSpec:
 
 def for_instance(spec: dict[str, Any]) -> RequestSpec:
     """The request an existing instance (its spec) would be placed by again: its own query
-    (or its resources), its server group."""
+    (or its resources), its server group, its image in Glance (the ImagePropertiesFilter)."""
     group = spec.get("group")
     return RequestSpec.build(
         spec.get("query") or "resources=" + ",".join(
             f"{rc}:{n}" for rc, n in sorted(spec["resources"].items())),
-        group=(group["name"], group["policy"]) if group else None)
+        group=(group["name"], group["policy"]) if group else None,
+        glance_image=(spec.get("image") or {}).get("glance"))
 
 
 @dataclass

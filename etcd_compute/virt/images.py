@@ -1,4 +1,4 @@
-"""The base image cache: one file per image URL, shared by every instance on the host.
+"""The base image cache: one file per image, shared by every instance on the host.
 
 An image is downloaded once (a file lock per URL makes concurrent builds that
 ask for the same URL wait for the first download) within the limits of
@@ -11,8 +11,12 @@ converted to qcow2 once (`qemu-img -f raw`, never a probe), so every base can
 carry copy-on-write overlays. An image whose virtual size is larger than the
 disk the request claimed is refused.
 
+An image in Glance is keyed by its id and its sha512 (not its URL): an image replaced in
+Glance (a new id, or other bytes under its id) is never served from an older download.
+
 Layout of `cache_dir` (0711: qemu, running as another user, must reach the
-bases; no one else may list or read them), with KEY the sha256 of the URL:
+bases; no one else may list or read them), with KEY the sha256 of the URL (of
+`glance:<id>:<sha512>` for an image in Glance):
 
     KEY.qcow2       the base image (0600; libvirt gives qemu access while it runs)
     KEY.json        url, sha256 of the downloaded bytes, original format, virtual size;
@@ -36,9 +40,15 @@ from typing import Any
 import filelock
 from oslo_utils.imageutils import format_inspector
 
-from etcd_compute.errors import RequestError
+from etcd_compute.errors import ConfigError, RequestError
 from etcd_compute.virt import qemu_img
-from etcd_compute.virt.sources import SourcePolicy, copy_image, size_text
+from etcd_compute.virt.sources import (
+    GlanceSource,
+    SourcePolicy,
+    copy_glance_image,
+    copy_image,
+    size_text,
+)
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +80,13 @@ def _write_private(path: Path, text: str) -> None:
 
 def url_key(url: str) -> str:
     return hashlib.sha256(url.encode()).hexdigest()
+
+
+def cache_key(url: str, glance: dict[str, Any] | None = None) -> str:
+    """The cache's name for an image: its URL's, or its Glance id and sha512's."""
+    if glance is not None:
+        return url_key(f"glance:{glance['id']}:{glance['sha512']}")
+    return url_key(url)
 
 
 def inspect(path: Path, url: str) -> tuple[str, int]:
@@ -110,19 +127,30 @@ class ImageCache:
         max_bytes: int,
         in_use: Callable[[], set[Path]] = set,
         policy: SourcePolicy | None = None,
+        glance: Callable[[], Any] | None = None,
     ):
         self.cache_dir = Path(cache_dir)
         self.max_bytes = max_bytes
         self.in_use = in_use
         self.policy = policy or SourcePolicy()
+        # This host's Glance client, made when an image in Glance is first downloaded.
+        self._glance_factory = glance
+        self._glance: Any = None
 
-    def base_path(self, url: str) -> Path:
-        return self.cache_dir / f"{url_key(url)}.qcow2"
+    def glance(self) -> Any:
+        if self._glance is None:
+            if self._glance_factory is None:
+                raise ConfigError("no glance section (glance.keystone) in this host's config")
+            self._glance = self._glance_factory()
+        return self._glance
 
-    def lock(self, url: str) -> filelock.FileLock:
-        """The per-URL lock; hold it while creating an overlay so eviction cannot race."""
+    def base_path(self, url: str, glance: dict[str, Any] | None = None) -> Path:
+        return self.cache_dir / f"{cache_key(url, glance)}.qcow2"
+
+    def lock(self, url: str, glance: dict[str, Any] | None = None) -> filelock.FileLock:
+        """The per-image lock; hold it while creating an overlay so eviction cannot race."""
         self._make_dir()
-        return _lock(self.cache_dir / f"{url_key(url)}.lock")
+        return _lock(self.cache_dir / f"{cache_key(url, glance)}.lock")
 
     def _make_dir(self) -> None:
         self.cache_dir.mkdir(parents=True, exist_ok=True, mode=0o711)
@@ -130,18 +158,22 @@ class ImageCache:
             self.cache_dir.chmod(0o711)
 
     def fetch(self, url: str, sha256: str | None = None,
-              max_virtual_size: int | None = None) -> Path:
-        """The qcow2 base for `url`, downloading, inspecting and converting it if needed.
+              max_virtual_size: int | None = None,
+              glance: dict[str, Any] | None = None) -> Path:
+        """The qcow2 base for `url` (or the image in Glance a spec's `image.glance` names),
+        downloading, inspecting and converting it if needed.
 
         RequestError when the image is at fault (refused URL, HTTP error,
         checksum, size, format, a virtual size over `max_virtual_size`). The
-        caller should hold `lock(url)` until its overlay exists (it is
+        caller should hold `lock(url, glance)` until its overlay exists (it is
         re-entrant, so taking it here again is fine).
         """
-        key = url_key(url)
+        key = cache_key(url, glance)
         base = self.cache_dir / f"{key}.qcow2"
         record_path = self.cache_dir / f"{key}.json"
-        with self.lock(url):
+        if glance is not None:
+            url = GlanceSource.of(glance).label  # what its errors and logs call it
+        with self.lock(url, glance):
             if base.exists() and record_path.exists():
                 record = json.loads(record_path.read_text())
                 if sha256 and record["sha256"] != sha256:
@@ -153,7 +185,7 @@ class ImageCache:
                 _mark_used(record_path)
                 return base
             self._remove_partials(key)  # what a killed job left
-            record = self._download(url, sha256, base, max_virtual_size)
+            record = self._download(url, sha256, base, max_virtual_size, glance)
             _write_private(record_path, json.dumps(record))
             _mark_used(record_path)
         self.evict(keep={base})
@@ -164,7 +196,8 @@ class ImageCache:
             (self.cache_dir / f"{key}{suffix}").unlink(missing_ok=True)
 
     def _download(self, url: str, sha256: str | None, base: Path,
-                  max_virtual_size: int | None) -> dict[str, Any]:
+                  max_virtual_size: int | None,
+                  glance: dict[str, Any] | None = None) -> dict[str, Any]:
         partial = base.with_suffix(".download")
         converting = base.with_suffix(".converting")
         started = time.monotonic()
@@ -172,7 +205,11 @@ class ImageCache:
         try:
             fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
             with os.fdopen(fd, "wb") as out:
-                copied = copy_image(url, self.policy, out)
+                if glance is not None:
+                    copied = copy_glance_image(GlanceSource.of(glance), self.glance,
+                                               self.policy, out)
+                else:
+                    copied = copy_image(url, self.policy, out)
             if sha256 and copied.sha256 != sha256:
                 raise RequestError(f"image {url}: sha256 is {copied.sha256}, expected {sha256}")
             image_format, virtual_size = inspect(partial, url)
@@ -191,8 +228,11 @@ class ImageCache:
             converting.unlink(missing_ok=True)
         log.info("image %s: %d bytes in %.1fs, %s", url, copied.size,
                  time.monotonic() - started, image_format)
-        return {"url": url, "sha256": copied.sha256, "format": image_format,
-                "bytes": copied.size, "virtual_size": virtual_size}
+        record = {"url": url, "sha256": copied.sha256, "format": image_format,
+                  "bytes": copied.size, "virtual_size": virtual_size}
+        if glance is not None:
+            record.update(glance_id=glance["id"], sha512=glance["sha512"])
+        return record
 
     def sweep(self) -> list[Path]:
         """Remove partial files of downloads and conversions no one is doing (a killed job's)."""

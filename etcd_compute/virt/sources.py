@@ -15,8 +15,15 @@ open file under a `SourcePolicy`:
   decodes a read into at most the bytes asked for), and an overall deadline:
   a source that sends a byte a minute fails at the deadline (at worst one
   read timeout later), not at the job timeout.
+- An image in Glance (`copy_glance_image`): `/v2/images/<id>/file` from this host's own
+  Glance (the spec's endpoint must be it: our token goes nowhere else) with this host's
+  service credential, within the same size cap and deadline, and never more bytes than
+  Glance's recorded size; size and sha512 (Glance's `os_hash_value`) are checked against
+  what the spec carries as the bytes stream by.
 
-Every failure here is the request's: RequestError with one line.
+Every failure here is the request's (RequestError with one line), but for Glance being
+unreachable or refusing this host's credential: the host's (BuildError), so the build is
+tried elsewhere.
 """
 
 from __future__ import annotations
@@ -26,15 +33,23 @@ import os
 import stat
 import time
 import urllib.parse
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 import requests
 import urllib3.exceptions
 
-from etcd_compute.errors import RequestError
+from etcd_compute.errors import (
+    BuildError,
+    ConfigError,
+    EtcdComputeError,
+    GlanceError,
+    GlanceUnavailable,
+    NotFound,
+    RequestError,
+)
 
 GIB = 1024**3
 CHUNK_BYTES = 1024 * 1024
@@ -84,6 +99,90 @@ def copy_image(url: str, policy: SourcePolicy, out: BinaryIO) -> Copied:
     finally:
         chunks.close()
     return Copied(size, digest.hexdigest())
+
+
+@dataclass(frozen=True)
+class GlanceSource:
+    """An image in Glance, as a spec names it (`image.glance`)."""
+
+    image_id: str
+    sha512: str
+    size: int
+    endpoint: str
+
+    @classmethod
+    def of(cls, glance: dict[str, Any]) -> GlanceSource:
+        return cls(glance["id"], glance["sha512"], glance["size"], glance["endpoint"])
+
+    @property
+    def label(self) -> str:
+        return f"image {self.image_id} (Glance)"
+
+
+def copy_glance_image(source: GlanceSource, client: Callable[[], Any], policy: SourcePolicy,
+                      out: BinaryIO) -> Copied:
+    """Write the bytes of `source` to `out`, downloaded with `client()` (this host's
+    GlanceClient), within `policy`; check size and sha512 while streaming."""
+    deadline = time.monotonic() + policy.deadline_seconds
+    label = source.label
+    if source.size > policy.max_bytes:
+        raise RequestError(f"{label}: {source.size} bytes, larger than the "
+                           f"{size_text(policy.max_bytes)} image size limit")
+    try:
+        glance = client()
+        ours = glance.endpoint.rstrip("/")
+    except ConfigError as exc:
+        raise BuildError(f"{label}: this host cannot reach Glance: {exc}") from None
+    except GlanceUnavailable as exc:
+        raise BuildError(f"{label}: {exc}") from None
+    if source.endpoint.rstrip("/") != ours:
+        raise RequestError(f"{label}: from the Glance at {source.endpoint[:200]}, not this "
+                           f"host's ({ours}); our credential goes to ours only")
+    try:
+        response = glance.download(source.image_id, timeout=(
+            min(CONNECT_TIMEOUT_SECONDS, policy.deadline_seconds),
+            min(READ_TIMEOUT_SECONDS, policy.deadline_seconds)))
+    except NotFound:
+        raise RequestError(f"{label}: no longer in Glance") from None
+    except GlanceUnavailable as exc:
+        raise BuildError(f"{label}: {exc}") from None
+    except (GlanceError, EtcdComputeError) as exc:
+        raise RequestError(f"{label}: {exc}") from None
+    sha512, sha256 = hashlib.sha512(), hashlib.sha256()
+    size = 0
+    raw = response.raw
+    try:
+        while True:
+            if time.monotonic() > deadline:
+                raise _too_slow(label, policy)
+            chunk = raw.read1(CHUNK_BYTES, decode_content=True)
+            if not chunk:
+                break
+            size += len(chunk)
+            if size > source.size:
+                raise RequestError(f"{label}: more bytes than the {source.size} Glance "
+                                   "recorded for it")
+            if raw.tell() > policy.max_bytes:
+                raise RequestError(f"{label}: larger than the {size_text(policy.max_bytes)} "
+                                   "image size limit")
+            out.write(chunk)
+            sha512.update(chunk)
+            sha256.update(chunk)
+    except (requests.RequestException, urllib3.exceptions.HTTPError, OSError) as exc:
+        if "IncompleteRead" in repr(exc):
+            # Glance closed the stream before the size it recorded (its Content-Length):
+            # it has fewer bytes than it says, wherever we ask.
+            raise RequestError(f"{label}: the download ended after {size} of the "
+                               f"{source.size} bytes Glance recorded") from None
+        raise BuildError(f"{label}: download failed: {type(exc).__name__}") from None
+    finally:
+        response.close()
+    if size != source.size:
+        raise RequestError(f"{label}: {size} bytes, but Glance recorded {source.size}")
+    if sha512.hexdigest() != source.sha512:
+        raise RequestError(f"{label}: sha512 of the bytes does not match Glance's "
+                           "os_hash_value (changed behind Glance's back?)")
+    return Copied(size, sha256.hexdigest())
 
 
 def size_text(size: int) -> str:

@@ -20,12 +20,12 @@ from __future__ import annotations
 
 import logging
 import random
-import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from etcd_compute.clock import SYSTEM, Clock
 from etcd_compute.errors import ConflictError, EtcdComputeError, NoValidHost
 from etcd_compute.scheduler import Destination, RequestSpec
 from etcd_compute.scheduler.scheduler import check_txn_ops
@@ -79,8 +79,10 @@ def in_parallel(paths: list[str], call: Callable[[str], T]
 class Federation:
     """Schedules over a ZoneTree: this zone and the zones below it."""
 
-    def __init__(self, tree: ZoneTree, rng: random.Random | None = None):
+    def __init__(self, tree: ZoneTree, rng: random.Random | None = None,
+                 clock: Clock = SYSTEM):
         self.tree = tree
+        self.clock = clock
         self.settings = tree.config["scheduler"]
         self.rng = rng or random.Random()
         self.replans = 0
@@ -120,7 +122,7 @@ class Federation:
                 if races > self.settings["claim_retries"]:
                     raise ConflictError(f"lost the race for capacity {races} times (last: "
                                         f"{exc}); try again", 409) from None
-                time.sleep(self.rng.uniform(0, min(1.0, 0.05 * 2 ** races)))
+                self.clock.sleep(self.rng.uniform(0, min(1.0, 0.05 * 2 ** races)))
 
     def _split(self, request_spec: RequestSpec, estimates: dict[str, Estimate]) -> dict[str, int]:
         affinity = request_spec.group is not None and request_spec.group[1] == "affinity"

@@ -8,9 +8,17 @@ a reason, never a build, a freed claim of someone else's, or a dead daemon.
 
 from __future__ import annotations
 
+from typing import Any
+
+import pytest
+
 from etcd_compute import messages
+from etcd_compute.config import deep_merge
+from etcd_compute.etcd import Store, Txn
+from etcd_compute.instances import ownership, records
 from tests.compute.helpers import (
     assert_nothing_left,
+    build_events,
     claim_and_send,
     fake_instances,
     make_spec,
@@ -54,8 +62,8 @@ def test_a_spec_whose_resources_differ_from_its_claim_is_refused(start_compute,
     bigger = {**spec, "resources": {**spec["resources"], "MEMORY_MB": 2048}}
     store.put(messages.INSTANCE_SPEC, store.keys.spec(spec["host"], spec["uuid"]), bigger)
     failed = wait_state(store, spec["uuid"], "ERROR")
-    assert "the spec asks for DISK_GB:1,MEMORY_MB:2048,VCPU:1 but the claim holds" in \
-        failed["error"]
+    assert "the spec asks for DISK_GB:1,MEMORY_MB:2048,VCPU:1 but Placement holds " \
+        "DISK_GB:1,MEMORY_MB:64,VCPU:1 for it here" in failed["error"]
     assert_nothing_left(store, placement, compute_config, spec)
 
 
@@ -179,3 +187,107 @@ def test_hostile_values_everywhere_the_cli_reads(start_compute, compute_config, 
 def one_line_error(stderr: str, says: str) -> bool:
     return stderr.startswith(f"schedule.py: error: {says}") and stderr.count("\n") == 1 \
         and stderr.endswith("\n")
+
+
+# --- a record and spec written under a host's prefix without its claim there -----------------
+
+
+def other_provider(placement) -> str:
+    """Another host's provider, as Placement knows it (no daemon needed)."""
+    other = "4f5e6d7c-8b9a-4c0d-8e1f-2a3b4c5d6e7f"
+    placement.ensure_provider(other, "elsewhere")
+    placement.set_inventory(other, {"VCPU": {"total": 4}, "MEMORY_MB": {"total": 2048},
+                                    "DISK_GB": {"total": 20}})
+    return other
+
+
+def claim_for(placement, spec: dict[str, Any], how: str) -> dict[str, Any] | None:
+    """No claim, or one split between the spec's host (VCPU) and another (memory, disk)."""
+    if how == "none":
+        return None
+    split = {spec["host"]: {"resources": {"VCPU": spec["resources"]["VCPU"]}},
+             other_provider(placement): {"resources": {
+                 "MEMORY_MB": spec["resources"]["MEMORY_MB"],
+                 "DISK_GB": spec["resources"]["DISK_GB"]}}}
+    placement.claim(spec["uuid"], split, "p", "u")
+    return split
+
+
+def write_as_the_host(compute_config: dict[str, Any], spec: dict[str, Any], state: str) -> None:
+    """Record and spec as the scheduler (SCHEDULED) or a daemon that died mid-build
+    (BUILDING) leaves them, written with the host's own certificate."""
+    record_ = records.new_record(spec, state, compute_config["compute"]["name"])
+    with Store(compute_config["etcd"]) as as_host:
+        as_host.commit(Txn([], [ownership.spec_put(as_host.keys, spec),
+                                ownership.record_put(as_host.keys, record_)]))
+
+
+def held(placement, uuid: str) -> dict[str, Any]:
+    """{provider: {"resources": ...}} as Placement holds it now."""
+    return {rp: {"resources": allocation["resources"]} for rp, allocation in
+            placement.get_allocations(uuid)["allocations"].items()}
+
+
+def never_built(compute_config: dict[str, Any], uuid: str) -> None:
+    assert [e for e in build_events(compute_config) if e.uuid == uuid] == []
+    assert uuid not in fake_instances(compute_config)
+
+
+ERRORS = {"none": "refused: Placement holds no claim for this instance",
+          "split": "refused: the claim is split between this host (VCPU:1) and "}
+
+
+@pytest.mark.parametrize("how", ["none", "split"])
+def test_a_scheduled_instance_without_its_claim_here_never_builds(how, start_compute,
+                                                                  compute_config, store,
+                                                                  placement):
+    compute = started(start_compute, store, compute_config)
+    spec = make_spec(rp_of(compute_config))
+    claim = claim_for(placement, spec, how)
+    write_as_the_host(compute_config, spec, "SCHEDULED")
+    failed = wait_state(store, spec["uuid"], "ERROR")
+    assert failed["error"].startswith(ERRORS[how])
+    never_built(compute_config, spec["uuid"])
+    assert store.get(store.keys.spec(spec["host"], spec["uuid"])) is None
+    # A split claim is not this host's alone: left for the operator's destroy to free.
+    assert held(placement, spec["uuid"]) == (claim or {})
+    assert compute.alive() and "Traceback" not in compute.log()
+
+
+@pytest.mark.parametrize("how", ["none", "split"])
+def test_a_restarted_host_never_resumes_a_build_without_its_claim_here(how, start_compute,
+                                                                       compute_config, store,
+                                                                       placement):
+    compute = started(start_compute, store, compute_config)
+    assert compute.terminate() == 0  # the host is down
+    spec = make_spec(rp_of(compute_config))
+    claim = claim_for(placement, spec, how)
+    write_as_the_host(compute_config, spec, "BUILDING")  # as if it died mid-build
+    compute = started(start_compute, store, compute_config)
+    failed = wait_state(store, spec["uuid"], "ERROR")
+    assert failed["error"].startswith(ERRORS[how])
+    never_built(compute_config, spec["uuid"])
+    assert held(placement, spec["uuid"]) == (claim or {})
+    assert compute.alive()
+
+
+def test_a_claim_freed_while_its_host_was_down_ends_the_build_in_error(start_compute,
+                                                                      compute_config, store,
+                                                                      placement):
+    """A build cut by the host's death (kill -9 mid-build); meanwhile the operator's side
+    freed its claim. The next start checks the claim again: ERROR, the half-built guest
+    removed, nothing claimed."""
+    slow = deep_merge(compute_config, {"driver": {"fake": {"build_seconds": 30}}})
+    compute = started(start_compute, store, slow)
+    spec = make_spec(rp_of(compute_config))
+    claim_and_send(store, placement, spec)
+    wait_state(store, spec["uuid"], "BUILDING")
+    wait_for(lambda: any(e.uuid == spec["uuid"] and e.event == "start"
+                         for e in build_events(compute_config)), 20, what="the build to start")
+    compute.kill9()
+    placement.delete_allocations(spec["uuid"])
+    compute = started(start_compute, store, compute_config)
+    failed = wait_state(store, spec["uuid"], "ERROR")
+    assert failed["error"] == ERRORS["none"]
+    assert [e.event for e in build_events(compute_config) if e.uuid == spec["uuid"]] == ["start"]
+    assert_nothing_left(store, placement, compute_config, spec)

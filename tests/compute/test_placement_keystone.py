@@ -1,7 +1,7 @@
 """Placement behind a real Keystone: hosts and operators authenticate with keystoneauth1.
 
-A Keystone on SQLite and a second Placement with `auth_strategy = keystone` (both for
-this module only) beside the session's etcd. A compute registers its provider and
+The session's Keystone (TLS, SQLite) and a second Placement with `auth_strategy =
+keystone` (for this module only) beside the session's etcd. A compute registers its provider and
 schedule.py places an instance with a password and with an application credential;
 a wrong password is refused in one line with nothing claimed; a revoked token is
 replaced without the caller noticing.
@@ -30,20 +30,11 @@ QUERY = "resources=VCPU:1,MEMORY_MB:256,DISK_GB:1"
 
 
 @pytest.fixture(scope="module")
-def keystone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KeystoneServer]:
-    server = KeystoneServer.create(tmp_path_factory.mktemp("keystone"))
-    try:  # stopped even when its start is cut short (a timeout, Ctrl-C)
-        try:
-            server.start()
-        except ServiceUnavailable as exc:
-            unavailable(str(exc))
-        # The `service` role is what Placement's policy asks of Nova; Keystone's bootstrap
-        # makes it.
-        server.add_user(OPERATOR, OPERATOR_PASSWORD, PROJECT, "service")
-        server.add_user(HOST, HOST_PASSWORD, PROJECT, "service")
-        yield server
-    finally:
-        server.stop()
+def keystone(keystone_server: KeystoneServer) -> KeystoneServer:
+    # The `service` role is what Placement's policy asks of Nova.
+    keystone_server.add_user(OPERATOR, OPERATOR_PASSWORD, PROJECT, "service")
+    keystone_server.add_user(HOST, HOST_PASSWORD, PROJECT, "service")
+    return keystone_server
 
 
 @pytest.fixture(scope="module")
@@ -51,7 +42,7 @@ def placement_server_keystone(tmp_path_factory: pytest.TempPathFactory,
                               keystone: KeystoneServer) -> Iterator[PlacementServer]:
     server = PlacementServer.create(tmp_path_factory.mktemp("placement-keystone"),
                                     keystone=keystone)
-    try:
+    try:  # stopped even when its start is cut short (a timeout, Ctrl-C)
         try:
             server.start()
         except ServiceUnavailable as exc:
@@ -69,7 +60,9 @@ def with_keystone(placement_server_keystone: PlacementServer
 
     def section(credentials: dict[str, Any]) -> dict[str, Any]:
         return {**configuration.PLACEMENT_DEFAULTS, "endpoint": placement_server_keystone.endpoint,
-                "token": "not-a-keystone-token", "keystone": credentials}
+                "token": "not-a-keystone-token", "keystone": credentials,
+                # Verifies Keystone (TLS with the cluster CA); this Placement is plain HTTP.
+                "ca_cert": placement_server_keystone.keystone.ca_file}
 
     return section
 

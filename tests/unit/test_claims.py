@@ -200,3 +200,85 @@ def test_several_claims_move_in_one_request_or_none_does():
     with pytest.raises(ConflictError):
         claims.move_many(placement, [("z", two, "p", "u")])
     assert placement.get_usages("a")["VCPU"] == 1
+
+
+# --- what a host may act on: the one check ----------------------------------------------------
+
+ASKED = {"VCPU": 2, "MEMORY_MB": 512}
+
+
+@pytest.mark.parametrize(("allocations", "verdict"), [
+    ({A: {"resources": {"VCPU": 2, "MEMORY_MB": 512}}}, claims.HELD),
+    ({}, claims.MISSING),
+    ({B: {"resources": {"VCPU": 2, "MEMORY_MB": 512}}}, claims.OTHER_HOST),
+    # The amounts add up to what is asked, but B holds the memory: not A's claim.
+    ({A: {"resources": {"VCPU": 2}}, B: {"resources": {"MEMORY_MB": 512}}}, claims.SPLIT),
+    ({A: {"resources": {"VCPU": 2, "MEMORY_MB": 512}}, B: {"resources": {"VCPU": 1}}},
+     claims.SPLIT),
+    # A claim that merely covers what is asked is not it: exact amounts per class.
+    ({A: {"resources": {"VCPU": 4, "MEMORY_MB": 512}}}, claims.DIFFERENT),
+    ({A: {"resources": {"VCPU": 2, "MEMORY_MB": 512, "DISK_GB": 1}}}, claims.DIFFERENT),
+    ({A: {"resources": {"VCPU": 2, "MEMORY_MB": 256}}}, claims.DIFFERENT),
+    ({A: {"resources": {"VCPU": 2}}}, claims.DIFFERENT),
+])
+def test_a_host_may_act_only_on_its_claim_alone_at_exactly_the_amounts_asked(allocations,
+                                                                            verdict):
+    holding = claims.judge(allocations, A, ASKED)
+    assert holding.verdict == verdict
+    assert holding.held == (verdict == claims.HELD)
+    assert (holding.why() == "") == holding.held
+
+
+def test_what_a_refusal_says():
+    assert claims.judge({}, A, ASKED).why() == "Placement holds no claim for this instance"
+    assert claims.judge(on(B), A, ASKED).why() == \
+        f"the instance is claimed on {B}, not on this host"
+    assert claims.judge({**on(A), **on(B)}, A, ASKED).why() == (
+        f"the claim is split between this host (VCPU:1) and {B}: an instance's claim is on "
+        "its host alone")
+    assert claims.judge(on(A), A, ASKED).why() == (
+        "the spec asks for MEMORY_MB:512,VCPU:2 but Placement holds VCPU:1 for it here")
+
+
+def test_holding_judges_what_placement_holds_now():
+    placement = placement_with_hosts()
+    claims.claim(placement, {"c1": on(A, 2)}, SETTINGS)
+    assert claims.holding(placement, "c1", A, {"VCPU": 2}).held
+    assert claims.holding(placement, "c1", B, {"VCPU": 2}).verdict == claims.OTHER_HOST
+    assert claims.holding(placement, "c2", A, {"VCPU": 2}).verdict == claims.MISSING
+
+
+def test_a_host_frees_a_claim_only_when_it_holds_all_of_it():
+    placement = placement_with_hosts()
+    claims.claim(placement, {"mine": on(A), "theirs": on(B)}, SETTINGS)
+    placement.claim("split", {**on(A), **on(B)}, "p", "u")
+    assert not claims.free_here(placement, "theirs", A)
+    assert not claims.free_here(placement, "split", A)
+    assert not claims.free_here(placement, "nothing", A)
+    assert claims.free_here(placement, "mine", A)
+    assert set(placement.consumers) == {"theirs", "split"}
+
+
+def test_a_claim_that_moved_between_the_read_and_the_free_is_left(monkeypatch):
+    placement = placement_with_hosts()
+    claims.claim(placement, {"c1": on(A)}, SETTINGS)
+    read = placement.get_allocations
+
+    def read_then_moved(consumer: str) -> dict[str, Any]:
+        seen = read(consumer)
+        monkeypatch.setattr(placement, "get_allocations", read)
+        claims.move(placement, consumer, on(B), "p", "u")  # the controller, meanwhile
+        return seen
+
+    monkeypatch.setattr(placement, "get_allocations", read_then_moved)
+    assert not claims.free_here(placement, "c1", A)
+    assert placement.get_allocations("c1")["allocations"] == on(B)
+
+
+def test_a_failed_resize_puts_the_old_size_back_only_from_the_new_size_on_its_host():
+    placement = placement_with_hosts()
+    claims.claim(placement, {"c1": on(A, 2)}, SETTINGS)
+    assert not claims.restore(placement, "c1", B, {"VCPU": 2}, on(B, 1))  # not B's
+    assert not claims.restore(placement, "c1", A, {"VCPU": 3}, on(A, 1))  # not the new size
+    assert claims.restore(placement, "c1", A, {"VCPU": 2}, on(A, 1))
+    assert placement.get_allocations("c1")["allocations"] == on(A, 1)

@@ -131,6 +131,7 @@ def test_settings_that_renew_through_an_election_are_accepted(tmp_path, settings
         ("scheduler:\n  etcd_max_txn_ops: 2\n", "scheduler.etcd_max_txn_ops"),
         ("scheduler:\n  wait_timeout_seconds: 0\n", "scheduler.wait_timeout_seconds"),
         ("scheduler:\n  project_id: ''\n", "scheduler.project_id"),
+        ("scheduler:\n  deleted_record_ttl: 0\n", "scheduler.deleted_record_ttl"),
         ("etcd:\n  prefix: no-leading-slash\n", "etcd.prefix"),
         ("etcd:\n  timeout: 0\n", "etcd.timeout"),
         ("logging:\n  level: LOUD\n", "logging.level"),
@@ -157,6 +158,21 @@ def test_schedule_config_keeps_defaults_for_what_it_does_not_set(tmp_path):
     assert config["scheduler"]["weighers"]["BuildFailureWeigher"] == 10.0  # merged, not lost
     assert config["scheduler"]["filters"] == configuration.SCHEDULE_DEFAULTS["scheduler"][
         "filters"]
+
+
+def test_the_deleted_record_ttl_has_one_default_and_one_rule_on_both_sides(tmp_path):
+    # The hosts' DELETED records and those the operator's side writes live as long.
+    path = tmp_path / "schedule.yaml"
+    path.write_text("scheduler:\n  deleted_record_ttl: 5\n")
+    assert configuration.load_schedule(str(path))["scheduler"]["deleted_record_ttl"] == 5
+    assert configuration.SCHEDULE_DEFAULTS["scheduler"]["deleted_record_ttl"] == \
+        configuration.COMPUTE_DEFAULTS["compute"]["deleted_record_ttl"] == \
+        configuration.DELETED_RECORD_TTL
+    compute = tmp_path / "compute.yaml"
+    compute.write_text("compute:\n  deleted_record_ttl: 604801\n")
+    with pytest.raises(ConfigError) as error:
+        configuration.load_compute(str(compute))
+    assert "compute.deleted_record_ttl" in str(error.value)
 
 
 def test_the_defaults_are_valid_on_their_own():

@@ -16,6 +16,8 @@ from etcd_compute.errors import (
     ConflictError,
     EtcdComputeError,
     EtcdUnavailable,
+    GlanceError,
+    GlanceUnavailable,
     InvalidMessage,
     NotFound,
     NoValidHost,
@@ -28,9 +30,9 @@ from etcd_compute.errors import (
 
 EXIT_STATUS = {
     EtcdComputeError: 1, NoValidHost: 1, NotFound: 1, InvalidMessage: 1, BuildError: 1,
-    RequestError: 1, PlacementError: 1, ConflictError: 1,
+    RequestError: 1, PlacementError: 1, ConflictError: 1, GlanceError: 1,
     UsageError: 2, ConfigError: 2,
-    ServiceUnavailable: 3, EtcdUnavailable: 3, PlacementUnavailable: 3,
+    ServiceUnavailable: 3, EtcdUnavailable: 3, PlacementUnavailable: 3, GlanceUnavailable: 3,
 }
 
 
@@ -47,8 +49,8 @@ def test_exit_status(cls, status):
     assert cls.exit_code == status
 
 
-@pytest.mark.parametrize("cls", [EtcdUnavailable, PlacementUnavailable])
-def test_an_unreachable_etcd_or_placement_is_retried_as_any_unavailable_service(cls):
+@pytest.mark.parametrize("cls", [EtcdUnavailable, PlacementUnavailable, GlanceUnavailable])
+def test_an_unreachable_etcd_placement_or_glance_is_retried_as_any_unavailable_service(cls):
     assert issubclass(cls, ServiceUnavailable)
 
 

@@ -16,6 +16,7 @@ from etcd_compute.errors import (
     PlacementUnavailable,
     ServiceUnavailable,
 )
+from tests.support import stop_server
 from tools.local_services import free_port
 
 KEY = "compute.metrics_listen"
@@ -168,8 +169,7 @@ def served():
 
     yield serve
     for server in servers:
-        server.shutdown()
-        server.server_close()
+        stop_server(server)
 
 
 def test_serve_exports_the_tallies_and_refuses_a_taken_port_in_one_line(served):

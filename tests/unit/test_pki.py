@@ -25,6 +25,7 @@ from etcd_compute.pki import (
     OPERATOR,
     PLACEMENT,
     ROOT,
+    SERVICE,
     Pki,
     certificate_problems,
     common_name,
@@ -99,8 +100,8 @@ def test_nothing_is_issued_without_a_ca(tmp_path):
 
 
 @pytest.mark.parametrize(("kind", "usages"), [
-    (ETCD_MEMBER, [SERVER, CLIENT]), (PLACEMENT, [SERVER]), (COMPUTE, [CLIENT]),
-    (OPERATOR, [CLIENT]), (ROOT, [CLIENT])])
+    (ETCD_MEMBER, [SERVER, CLIENT]), (PLACEMENT, [SERVER]), (SERVICE, [SERVER]),
+    (COMPUTE, [CLIENT]), (OPERATOR, [CLIENT]), (ROOT, [CLIENT])])
 def test_each_kind_may_do_what_it_is_for_and_nothing_more(pki, kind, usages):
     issued = pki.issue("holder", kind)
     certificate = load_certificate(issued.cert)

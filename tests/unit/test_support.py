@@ -1,11 +1,16 @@
-"""The CI switch of tests/support.py: which CI values count, and that a missing service skips
-on a developer machine but fails the run in CI."""
+"""tests/support.py: the CI switch (which CI values count, and that a missing service skips
+on a developer machine but fails the run in CI), and stopping a test's HTTP server."""
 
 from __future__ import annotations
 
+import socket
+import time
+
+import prometheus_client
 import pytest
 
 from tests import support
+from tools.local_services import free_port
 
 
 @pytest.mark.parametrize("value", ["true", "1", "yes", "TRUE", "True", "YES", " true "])
@@ -58,3 +63,15 @@ def test_make_spec_is_a_valid_spec_for_the_host():
     spec = support.make_spec("0b7e4f1e-9a0c-4a51-8f0e-5d2c3b4a6e7f", name="x")
     messages.check(messages.INSTANCE_SPEC, spec)
     assert support.make_spec(spec["host"])["uuid"] != spec["uuid"]
+
+
+def test_stop_server_stops_a_metrics_server_without_waiting_for_its_poll():
+    port = free_port()
+    server, thread = prometheus_client.start_http_server(port, "127.0.0.1")
+    started = time.monotonic()
+    support.stop_server(server)
+    assert time.monotonic() - started < 0.4  # its loop polls every 0.5 s
+    thread.join(1)
+    assert not thread.is_alive()
+    with pytest.raises(OSError):
+        socket.create_connection(("127.0.0.1", port), timeout=1)

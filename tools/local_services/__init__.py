@@ -1,5 +1,5 @@
-"""Local etcd, Placement, PostgreSQL and libvirtd for the demo, `make up` and the tests
-(and Prometheus and Keystone, for the tests).
+"""Local etcd, Placement, Keystone, Glance, PostgreSQL and libvirtd for the demo, `make up`
+and the tests (and Prometheus, for the tests).
 
 Each service is a plain child process with its data under a run directory,
 started on the ports it is given (random free ones in tests) and stopped by
@@ -11,11 +11,15 @@ real deployments (an etcd cluster; Placement on PostgreSQL or MySQL).
     python -m tools.local_services status [--run-dir run]
 """
 
+from tools.local_services import cloud
 from tools.local_services.etcd import EtcdServer
+from tools.local_services.glance import GlanceServer
 from tools.local_services.keystone import KeystoneServer
 from tools.local_services.libvirt import ensure_libvirtd, libvirtd_usable
 from tools.local_services.placement import PlacementServer, PostgresServer
 from tools.local_services.process import (
+    CLIENTS_VENV,
+    GLANCE_VENV,
     KEYSTONE_VENV,
     PLACEMENT_VENV,
     REPO,
@@ -30,7 +34,8 @@ from tools.local_services.process import (
 from tools.local_services.prometheus import PrometheusServer
 from tools.local_services.stack import LocalStack
 
-__all__ = ["KEYSTONE_VENV", "PLACEMENT_VENV", "REPO", "EtcdServer", "KeystoneServer",
-           "LocalStack", "PlacementServer",
-           "PostgresServer", "PrometheusServer", "Service", "ensure_libvirtd", "free_port",
-           "host_lock", "libvirtd_usable", "pid_alive", "port_open", "stop_pid", "wait_until"]
+__all__ = ["CLIENTS_VENV", "GLANCE_VENV", "KEYSTONE_VENV", "PLACEMENT_VENV", "REPO",
+           "EtcdServer", "GlanceServer", "KeystoneServer", "LocalStack", "PlacementServer",
+           "PostgresServer", "PrometheusServer", "Service", "cloud", "ensure_libvirtd",
+           "free_port", "host_lock", "libvirtd_usable", "pid_alive", "port_open", "stop_pid",
+           "wait_until"]

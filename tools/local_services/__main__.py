@@ -17,6 +17,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--run-dir", default=str(REPO / "run"))
     parser.add_argument("--etcd-port", type=int, default=2379)
     parser.add_argument("--placement-port", type=int, default=8080)
+    parser.add_argument("--keystone-port", type=int, default=5000)
+    parser.add_argument("--glance-port", type=int, default=9292)
     parser.add_argument("--plain", action="store_true",
                         help="plain TCP, no certificates or RBAC (quick experiments)")
     args = parser.parse_args(argv)
@@ -27,7 +29,8 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         if args.action == "up":
-            stack.up(args.etcd_port, args.placement_port, say, plain=args.plain)
+            stack.up(args.etcd_port, args.placement_port, say, plain=args.plain,
+                     keystone_port=args.keystone_port, glance_port=args.glance_port)
         elif args.action == "down":
             stack.down(say)
         else:

@@ -147,6 +147,7 @@ class PlacementServer(Service):
             # No memcached: without this, a revoked token stays valid in each worker's
             # own cache for five minutes.
             "token_cache_time = -1\n"
+            + (f"cafile = {self.keystone.ca_file}\n" if self.keystone.ca_file else "")
         )
 
     def _write_config(self) -> Path:

@@ -20,6 +20,9 @@ from etcd_compute.errors import ServiceUnavailable
 REPO = Path(__file__).resolve().parents[2]
 PLACEMENT_VENV = Path(os.environ.get("PLACEMENT_VENV", REPO / ".venv-placement"))
 KEYSTONE_VENV = Path(os.environ.get("KEYSTONE_VENV", REPO / ".venv-keystone"))
+GLANCE_VENV = Path(os.environ.get("GLANCE_VENV", REPO / ".venv-glance"))
+# The `openstack` command line (python-openstackclient), in a virtualenv of its own.
+CLIENTS_VENV = Path(os.environ.get("CLIENTS_VENV", REPO / ".venv-clients"))
 
 
 @contextlib.contextmanager

@@ -7,6 +7,13 @@ cluster certificate, and writes run/schedule.yaml (the operator's) and
 run/compute.yaml (a host named `local`, with its own certificate and etcd
 role). `make up PLAIN=1` does the same over plain TCP, for quick experiments.
 
+It also starts Keystone and Glance (TLS with certificates of the same CA, loopback),
+bootstraps the cloud's projects, users and catalog (`cloud.py`), uploads the offline test
+guest as the public image `etcd-compute-test-guest`, gives schedule.yaml and compute.yaml
+the `glance` section of the `etcd-compute` service user, and writes run/clouds.yaml
+(clouds `etcd-compute`, `etcd-compute-demo`, `etcd-compute-alt`) for the `openstack`
+command line and openstacksdk.
+
 Whatever `make up` or `make demo KEEP=1` starts or creates is recorded in
 run/services.json: services and daemons (stopped by pid), the demo's
 providers, libvirt network, nwfilters, metadata server and files. `make down`
@@ -17,6 +24,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,10 +36,13 @@ from etcd_compute.errors import EtcdComputeError, ServiceUnavailable
 from etcd_compute.etcd import Store
 from etcd_compute.etcd_auth import ROOT, EtcdAuth
 from etcd_compute.pki import COMPUTE, Pki, compute_name
+from tools.local_services import cloud
 from tools.local_services.etcd import EtcdServer
+from tools.local_services.glance import GlanceServer
+from tools.local_services.keystone import KeystoneServer
 from tools.local_services.libvirt import ensure_libvirtd
 from tools.local_services.placement import PlacementServer
-from tools.local_services.process import pid_alive, port_open, stop_pid
+from tools.local_services.process import REPO, pid_alive, port_open, stop_pid
 
 OPERATOR = "operator"
 # Where a hand-run compute (run/compute.yaml) keeps disks: qemu must traverse to them.
@@ -46,6 +57,8 @@ class LocalStack:
     plain: bool = False
     etcd: dict | None = None
     placement: dict | None = None
+    keystone: dict | None = None
+    glance: dict | None = None
     # virtlogd and libvirtd, when we started them.
     libvirt_pids: list[int] = field(default_factory=list)
     # Daemons started for us (the demo's computes with KEEP=1): name, pid, log.
@@ -55,7 +68,10 @@ class LocalStack:
     # Resource providers of hosts that existed only for us.
     providers: list[str] = field(default_factory=list)
 
-    FIELDS = ("plain", "etcd", "placement", "libvirt_pids", "daemons", "guests", "providers")
+    FIELDS = ("plain", "etcd", "placement", "keystone", "glance", "libvirt_pids", "daemons",
+              "guests", "providers")
+    # The services make up starts, in order (make down stops them in reverse).
+    SERVICES = ("etcd", "placement", "keystone", "glance")
 
     @property
     def state_file(self) -> Path:
@@ -82,7 +98,8 @@ class LocalStack:
 
     # --- up -----------------------------------------------------------------------------
 
-    def up(self, etcd_port: int, placement_port: int, say: Say, plain: bool = False) -> None:
+    def up(self, etcd_port: int, placement_port: int, say: Say, plain: bool = False,
+           keystone_port: int = 5000, glance_port: int = 9292) -> None:
         running = bool(self.etcd and pid_alive(self.etcd["pid"]))
         if running and self.plain != plain:
             raise ServiceUnavailable(
@@ -118,6 +135,7 @@ class LocalStack:
             self.placement = {"pid": placement.pid, "port": placement.port}
             self.save()
             say(f"Placement started (pid {placement.pid}, {placement.endpoint}, SQLite)")
+        self._up_cloud(keystone_port, glance_port, say)
         if any(pid_alive(pid) for pid in self.libvirt_pids):
             say(f"libvirtd already running (pids {self.libvirt_pids})")
         else:
@@ -129,6 +147,59 @@ class LocalStack:
                 say("libvirtd started" if self.libvirt_pids else "libvirtd already running")
             self.save()
         self.write_configs(say)
+
+    def _up_cloud(self, keystone_port: int, glance_port: int, say: Say) -> None:
+        """Keystone and Glance (side by side), the cloud's identities, the test guest image,
+        run/clouds.yaml."""
+        if self.keystone and pid_alive(self.keystone["pid"]) and self.glance and \
+                pid_alive(self.glance["pid"]):
+            say(f"Keystone already running (pid {self.keystone['pid']}, "
+                f"port {self.keystone['port']})")
+            say(f"Glance already running (pid {self.glance['pid']}, port {self.glance['port']})")
+        else:
+            for name in ("glance", "keystone"):  # one without the other: start both again
+                state = getattr(self, name)
+                if state and pid_alive(state["pid"]):
+                    stop_pid(state["pid"])
+            for port, option in ((keystone_port, "keystone"), (glance_port, "glance")):
+                if port_open(port):
+                    raise ServiceUnavailable(f"port {port} is taken by another process; stop "
+                                             f"it or pass --{option}-port")
+            keystone, glance = cloud.start(self.run_dir, None if self.plain else self.pki,
+                                           self._placement().endpoint, keystone_port,
+                                           glance_port)
+            self.keystone = {"pid": keystone.pid, "port": keystone.port}
+            self.glance = {"pid": glance.pid, "port": glance.port}
+            self.save()
+            say(f"Keystone started (pid {keystone.pid}, {keystone.auth_url}, SQLite; projects "
+                f"{', '.join(cloud.PROJECTS)})")
+            say(f"Glance started (pid {glance.pid}, {glance.endpoint}, file store "
+                f"{glance.store_dir}, SQLite)")
+        keystone = self._keystone()
+        clouds = cloud.write_clouds_yaml(keystone, self.run_dir / "clouds.yaml")
+        say(f"clouds: {clouds} (etcd-compute: admin; etcd-compute-demo: demo; "
+            "etcd-compute-alt: alt)")
+        guest = build_test_guest(say)
+        if guest is not None:
+            from etcd_compute.glance import GlanceClient
+
+            image, uploaded = cloud.upload_test_guest(GlanceClient(self.glance_config()), guest)
+            say(f"image {image['name']} {'uploaded' if uploaded else 'already in Glance'} "
+                f"({image['id']}, {image['disk_format']}, {image['size']} bytes, public)")
+
+    def _keystone(self) -> KeystoneServer:
+        assert self.keystone is not None
+        return KeystoneServer.create(self.run_dir / "keystone", self.keystone["port"],
+                                     pki=None if self.plain else self.pki)
+
+    def _glance(self) -> GlanceServer:
+        assert self.glance is not None
+        return GlanceServer.create(self.run_dir / "glance", self._keystone(),
+                                   self.glance["port"], pki=None if self.plain else self.pki)
+
+    def glance_config(self) -> dict[str, Any]:
+        """The `glance` section of the `etcd-compute` service user."""
+        return cloud.glance_config(self._keystone(), self._glance())
 
     def _etcd(self) -> EtcdServer:
         assert self.etcd is not None
@@ -142,8 +213,11 @@ class LocalStack:
 
     def operator_config(self) -> dict[str, Any]:
         """`etcd` and `placement` sections for the operator (schedule.py, the controller)."""
-        return {"etcd": self._etcd().client_config("", None if self.plain else OPERATOR),
-                "placement": self._placement().client_config(OPERATOR)}
+        config = {"etcd": self._etcd().client_config("", None if self.plain else OPERATOR),
+                  "placement": self._placement().client_config(OPERATOR)}
+        if self.glance:
+            config["glance"] = self.glance_config()
+        return config
 
     def host_config(self, rp_uuid: str) -> dict[str, Any]:
         """`etcd` and `placement` sections for the compute host `rp_uuid`: its certificate
@@ -156,8 +230,8 @@ class LocalStack:
         tls = {"ca_cert": str(self.pki.ca_cert), "cert": str(issued.cert),
                "key": str(issued.key)}
         operator = self.operator_config()
-        return {"etcd": {**operator["etcd"], **tls}, "placement": {**operator["placement"],
-                                                                  **tls}}
+        return {**operator, "etcd": {**operator["etcd"], **tls},
+                "placement": {**operator["placement"], **tls}}
 
     def write_configs(self, say: Say) -> None:
         """run/schedule.yaml and run/compute.yaml, for trying commands by hand."""
@@ -208,7 +282,7 @@ class LocalStack:
         self.save()
         self._remove_guest_pieces(say)
         self._forget_providers(say)
-        for name in ("placement", "etcd"):
+        for name in reversed(self.SERVICES):
             state = getattr(self, name)
             if state and pid_alive(state["pid"]):
                 stop_pid(state["pid"])
@@ -277,7 +351,7 @@ class LocalStack:
 
     def status(self) -> list[str]:
         lines = []
-        for name in ("etcd", "placement"):
+        for name in self.SERVICES:
             state = getattr(self, name)
             alive = bool(state and pid_alive(state["pid"]))
             where = f"pid {state['pid']}, port {state['port']}" if state else "not started"
@@ -303,4 +377,21 @@ class LocalStack:
                          f"{guests['network']}")
         if self.providers:
             lines.append(f"providers to remove at make down: {len(self.providers)}")
+        if (self.run_dir / "clouds.yaml").exists():
+            lines.append(f"clouds.yaml: {self.run_dir / 'clouds.yaml'} (OS_CLIENT_CONFIG_FILE; "
+                         "clouds etcd-compute, etcd-compute-demo, etcd-compute-alt)")
         return lines
+
+
+def build_test_guest(say: Say) -> Path | None:
+    """The offline test guest's image (built once, then cached), or None if it cannot be
+    built here (said why)."""
+    result = subprocess.run([str(REPO / "tools" / "build-test-guest.sh")], capture_output=True,
+                            text=True, check=False)
+    lines = result.stdout.strip().splitlines()
+    image = Path(lines[-1]) if lines else None
+    if result.returncode or image is None or not image.is_file():
+        reason = (result.stderr.strip().splitlines() or ["no image printed"])[-1]
+        say(f"could not build the test guest ({reason}); no image uploaded")
+        return None
+    return image

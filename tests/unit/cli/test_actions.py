@@ -67,7 +67,7 @@ def test_an_action_asks_with_its_own_options_and_says_so(capsys, config, asked, 
     code, out, err = schedule(capsys, "--config", str(config), *words)
     assert (code, err) == (0, "")
     assert out == f"{words[0].upper()} REQUESTED FOR INSTANCE {UUID}\n"
-    assert asked == [{"uuid": UUID, "action": words[0], **params}]
+    assert asked == [{"uuid": UUID, "action": words[0], "image_for": None, **params}]
 
 
 def test_an_action_as_json(capsys, config, asked):

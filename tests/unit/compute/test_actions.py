@@ -15,10 +15,13 @@ import pytest
 from etcd_compute import claims, events, messages
 from etcd_compute.compute.pool import STOP
 from etcd_compute.instances import actions as action_txn
-from etcd_compute.instances import records, states
+from etcd_compute.instances import records
 from tests.unit.compute.test_machine import Host
 
 NEW_SIZE = {"VCPU": 2, "MEMORY_MB": 128, "DISK_GB": 2}
+# The state each action passes through (README's actions table, not `states.ACTIONS`).
+PASSES = {"stop": "STOPPING", "start": "STARTING", "reboot": "REBOOTING",
+          "rebuild": "REBUILDING", "resize": "RESIZING"}
 ALLOWED = [("stop", "ACTIVE", "SHUTOFF"), ("start", "SHUTOFF", "ACTIVE"),
            ("reboot", "ACTIVE", "ACTIVE"), ("rebuild", "ACTIVE", "ACTIVE"),
            ("rebuild", "SHUTOFF", "SHUTOFF"), ("resize", "ACTIVE", "ACTIVE"),
@@ -99,7 +102,7 @@ def test_an_allowed_action_is_done_and_recorded(host, action, start, end):
     to_state(host, spec, start)
     request = ask(host, spec, action, **params_for(host, spec, action))
     record = host.record(spec["uuid"])
-    assert record["state"] == states.ACTIONS[action][0]
+    assert record["state"] == PASSES[action]
     assert record["task"]["id"] == request["id"] and record["task"]["from"] == start
     host.settle()
     record = host.record(spec["uuid"])
@@ -331,3 +334,48 @@ def test_a_drained_active_instance_that_was_stopped_is_handed_over_stopped(host)
     handed, _ = host.store.read(messages.INSTANCE_SPEC, entry.key)
     assert host.record(spec["uuid"])["state"] == "RESCHEDULING" and handed["stopped"] is True
     assert last_event(host, spec["uuid"])["action"] == "evacuate"
+
+
+# ----------------------------------------------------------------- the claim, checked first
+
+
+def test_an_action_on_an_instance_whose_claim_is_gone_is_refused_and_changes_nothing(host):
+    spec = active(host)
+    host.placement.delete_allocations(spec["uuid"])  # freed behind the host's back
+    ask(host, spec, "reboot", hard=True)
+    host.settle()
+    assert host.record(spec["uuid"])["state"] == "ACTIVE"
+    event = last_event(host, spec["uuid"])
+    assert (event["result"], event["error"]) == (
+        "refused", "Placement holds no claim for this instance")
+    assert guest_log(host, spec["uuid"]) == ["run"]  # never rebooted
+
+
+def test_an_action_whose_claim_is_split_with_another_host_is_refused(host):
+    spec = active(host)
+    other = "11111111-2222-4333-8444-555555555555"
+    host.placement.ensure_provider(other, "host-b")
+    host.placement.set_inventory(other, {"MEMORY_MB": {"total": 4096}})
+    generation = host.placement.get_allocations(spec["uuid"])["consumer_generation"]
+    host.placement.claim(spec["uuid"], {host.rp: {"resources": {"VCPU": 1, "DISK_GB": 1}},
+                                        other: {"resources": {"MEMORY_MB": 64}}}, "p", "u",
+                         consumer_generation=generation)
+    ask(host, spec, "rebuild", image={"url": "file:///dev/zero", "sha256": None})
+    host.settle()
+    assert "split between this host" in last_event(host, spec["uuid"])["error"]
+    assert fake(host, spec["uuid"])["image"] == spec["image"]["url"]  # no new disk
+
+
+def test_an_action_resumed_after_a_restart_without_its_claim_ends_in_error_unrun(host):
+    spec = active(host)
+    ask(host, spec, "stop")
+    host.machine.jobs.clear()  # the daemon died with the stop in flight
+    host.pool.pending.clear()
+    host.placement.delete_allocations(spec["uuid"])  # freed while it was down
+    host.deliver(spec["uuid"])  # the next start's reconcile
+    host.settle()
+    assert host.record(spec["uuid"])["state"] == "ACTIVE"  # where it started, not run
+    event = last_event(host, spec["uuid"])
+    assert (event["action"], event["result"]) == ("stop", "error")
+    assert event["error"] == "refused: Placement holds no claim for this instance"
+    assert guest_log(host, spec["uuid"]) == ["run"]

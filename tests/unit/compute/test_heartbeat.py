@@ -1,68 +1,162 @@
-"""The heartbeat through etcd faults: a failed keep-alive is tried again soon (on the next
-member), each try is bounded so that renewals outlast an etcd leader election before the
-fence point, and a lease etcd forgot is replaced."""
+"""The heartbeat on a clock the test moves: renewals at their interval, a failed keep-alive
+tried again soon (on the next member), each try bounded so that renewals outlast an etcd
+leader election before the fence point; the fence at that point (not when the lease
+expires), lifted by the next renewal; a lease etcd forgot is replaced."""
 
 from __future__ import annotations
 
+import math
 import threading
-import time
+from typing import Any
 
 import pytest
 
-from etcd_compute.compute.heartbeat import Heartbeat
+from etcd_compute.compute.heartbeat import WATCHDOG_SECONDS, Heartbeat
 from etcd_compute.compute.identity import HostIdentity
 from etcd_compute.config import RENEWAL_RETRY_SECONDS as RETRY_SECONDS
 from etcd_compute.config import HeartbeatTiming, heartbeat_timing
 from etcd_compute.errors import ServiceUnavailable
+from tests.unit.fake_clock import FakeClock
 from tests.unit.fakes import FakeStore
 
 RP = "0b7ef0c5-2d8c-4b55-9d2b-5a4f0f4f3a11"
 
 
 class FlakyStore(FakeStore):
-    """Keep-alives fail `failures` times, then answer; each try is recorded."""
+    """Keep-alives fail `failures` times (each after `lost` seconds of the try's timeout on
+    the clock: a silent member), then answer; each try is recorded (clock time, timeout)."""
 
-    def __init__(self, failures: int, etcd_timeout: float = 5.0):
+    def __init__(self, clock: FakeClock, failures: float, etcd_timeout: float = 5.0,
+                 lost: float = 0.0):
         super().__init__()
+        self.clock = clock
         self.config = {"timeout": etcd_timeout, "election_seconds": 0}
-        self.failures = failures
+        self.failures, self.lost = failures, lost
         self.tries: list[tuple[float, float]] = []  # (when, timeout asked for)
-        self.answered = threading.Event()
 
     def keep_alive(self, lease_id: int, timeout: float) -> int:
-        self.tries.append((time.monotonic(), timeout))
+        self.tries.append((self.clock.now(), timeout))
         if len(self.tries) <= self.failures:
+            self.clock.sleep(self.lost * timeout)
             raise ServiceUnavailable("etcd at x is unreachable")
-        self.answered.set()
         return self.leases.get(lease_id, 0)
 
 
-def run(store: FlakyStore, ttl: int, until: threading.Event,
-        margin: float = 1.0) -> Heartbeat:
-    stopping = threading.Event()
-    heartbeat = Heartbeat(store, {RP: HostIdentity(RP, "h")}, ttl, "fake", stopping, margin)
-    heartbeat.start()
-    until.wait(10)
-    stopping.set()
-    return heartbeat
+class Host:
+    """A heartbeat running its threads on a clock that moves when the test says."""
+
+    def __init__(self, ttl: int, margin: float, failures: float = 0, lost: float = 0.0,
+                 etcd_timeout: float = 5.0):
+        self.clock = FakeClock()
+        self.store = FlakyStore(self.clock, failures, etcd_timeout, lost)
+        self.stopping = threading.Event()
+        self.seen: list[tuple[str, float]] = []  # fences and their lifting, when
+        self.heartbeat = Heartbeat(
+            self.store, {RP: HostIdentity(RP, "h")}, ttl, "fake", self.stopping, margin,
+            on_fence=lambda: self.seen.append(("fence", self.clock.now())),
+            on_unfence=lambda: self.seen.append(("unfence", self.clock.now())),
+            clock=self.clock)
+        self.started = self.clock.now()
+        self.heartbeat.start()
+        self.clock.waiters(2)  # the renewal loop and the watchdog
+
+    def since_start(self, when: float) -> float:
+        return round(when - self.started, 6)
+
+    def tries(self) -> list[float]:
+        return [self.since_start(when) for when, _ in self.store.tries]
+
+    def stop(self) -> None:
+        self.stopping.set()
+        self.clock.advance(self.heartbeat.timing.try_timeout)  # a try under way ends
 
 
-def test_a_failed_keep_alive_is_tried_again_soon_not_an_interval_later():
-    store = FlakyStore(failures=2)
-    heartbeat = run(store, ttl=3, until=store.answered)
-    assert heartbeat.timing.interval == 1.0
-    (failed, _), (again, _), (third, _) = store.tries[:3]
-    assert again - failed < RETRY_SECONDS + 0.5 < 1.0
-    assert third - again < RETRY_SECONDS + 0.5
+@pytest.fixture
+def hosts() -> Any:
+    started: list[Host] = []
+    yield lambda *args, **kwargs: started.append(Host(*args, **kwargs)) or started[-1]
+    for host in started:
+        host.stop()
 
 
-def test_each_try_is_the_timings_or_the_etcd_timeout():
-    long_timeout = FlakyStore(failures=0, etcd_timeout=5.0)
-    heartbeat = run(long_timeout, ttl=3, until=long_timeout.answered)
-    assert long_timeout.tries[0][1] == heartbeat.timing.try_timeout == pytest.approx(0.8)
-    short_timeout = FlakyStore(failures=0, etcd_timeout=0.3)
-    run(short_timeout, ttl=3, until=short_timeout.answered)
-    assert short_timeout.tries[0][1] == 0.3
+def test_renewals_come_every_interval_while_they_succeed(hosts):
+    host = hosts(ttl=3, margin=1)
+    assert host.heartbeat.timing.interval == 1.0
+    host.clock.advance(3.5)
+    assert host.tries() == [1.0, 2.0, 3.0]
+    assert host.seen == [] and not host.heartbeat.fenced
+
+
+def test_a_failed_keep_alive_is_tried_again_soon_not_an_interval_later(hosts):
+    host = hosts(ttl=3, margin=1, failures=2)
+    host.clock.advance_until(lambda: len(host.store.tries) == 4, within=5)
+    # The first try is due an interval after the grant; each failed one is tried again
+    # after RETRY_SECONDS; once answered, the next comes an interval later again.
+    assert host.tries() == [1.0, 1.0 + RETRY_SECONDS, 1.0 + 2 * RETRY_SECONDS,
+                            2.0 + 2 * RETRY_SECONDS]
+    assert RETRY_SECONDS < host.heartbeat.timing.interval
+
+
+def test_each_try_is_the_timings_or_the_etcd_timeout(hosts):
+    long_timeout = hosts(ttl=3, margin=1, etcd_timeout=5.0)
+    long_timeout.clock.advance(1.0)
+    assert long_timeout.store.tries[0][1] == long_timeout.heartbeat.timing.try_timeout == \
+        pytest.approx(0.8)
+    short_timeout = hosts(ttl=3, margin=1, etcd_timeout=0.3)
+    short_timeout.clock.advance(1.0)
+    assert short_timeout.store.tries[0][1] == 0.3
+
+
+# --- the fence ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("ttl", "margin", "lost"), [(3, 1, 0.0), (3, 1, 1.0), (10, 3, 1.0),
+                                                     (6, 0.5, 0.5)])
+def test_without_a_renewal_the_host_fences_at_the_fence_point_before_the_lease_can_expire(
+        hosts, ttl, margin, lost):
+    """etcd stops answering (each try failing at once, or lost for its whole timeout): the
+    watchdog fences once `ttl - margin` passed since the last renewal was sent, within
+    its tick, and well before etcd can expire the lease at `ttl`."""
+    host = hosts(ttl=ttl, margin=margin, failures=math.inf, lost=lost)
+    fenced_after = host.clock.advance_until(lambda: host.seen, within=ttl)
+    last_renewal = host.heartbeat.last_ok - host.started  # the grant: nothing renewed
+    assert last_renewal == 0
+    assert ttl - margin <= fenced_after <= ttl - margin + WATCHDOG_SECONDS + 1e-6 < ttl
+    assert host.seen == [("fence", host.started + fenced_after)] and host.heartbeat.fenced
+    host.clock.advance(ttl)  # fenced once, however long it lasts
+    assert [what for what, _ in host.seen] == ["fence"]
+
+
+def test_the_fence_point_counts_from_the_last_renewal_that_succeeded(hosts):
+    host = hosts(ttl=3, margin=1, failures=0)
+    host.clock.advance(2.5)  # renewed at 1.0 and 2.0
+    host.store.failures = math.inf
+    fenced_after = host.clock.advance_until(lambda: host.seen, within=3)
+    assert 2.0 + 2.0 <= 2.5 + fenced_after <= 2.0 + 2.0 + WATCHDOG_SECONDS + 1e-6
+
+
+def test_a_renewal_that_succeeds_again_lifts_the_fence_once(hosts):
+    host = hosts(ttl=3, margin=1, failures=math.inf)
+    host.clock.advance_until(lambda: host.seen, within=3)
+    host.store.failures = len(host.store.tries)  # etcd answers from the next try on
+    host.clock.advance_until(lambda: len(host.seen) == 2, within=1)
+    (fence, _), (unfence, lifted) = host.seen
+    assert (fence, unfence) == ("fence", "unfence") and not host.heartbeat.fenced
+    assert host.heartbeat.last_ok == host.store.tries[-1][0] == lifted
+    host.clock.advance(3)
+    assert len(host.seen) == 2
+
+
+def test_a_lease_etcd_forgot_is_fenced_and_replaced_with_the_alive_key(hosts):
+    host = hosts(ttl=3, margin=1)
+    first = host.heartbeat.lease.id
+    host.store.expire(first)  # as etcd does when we were away longer than the TTL
+    assert host.store.get(host.store.keys.alive(RP)) is None
+    host.clock.advance(1.0)  # the next renewal finds the lease gone
+    entry = host.store.get(host.store.keys.alive(RP))
+    assert entry is not None and entry.lease == host.heartbeat.lease.id != first
+    # Our instances may be on their way elsewhere: fenced first, lifted with the new lease.
+    assert [what for what, _ in host.seen] == ["fence", "unfence"]
 
 
 # --- renewals across an etcd leader election ---------------------------------------------
@@ -133,19 +227,3 @@ def test_every_timing_the_validator_accepts_renews_through_an_election(election,
             if election and etcd_timeout >= election / 2:  # several members
                 assert renewed_at(timing, election) < timing.fence_after, settings
     assert accepted
-
-
-def test_a_lease_etcd_forgot_is_replaced_with_the_alive_key():
-    store = FlakyStore(failures=0)
-    stopping = threading.Event()
-    heartbeat = Heartbeat(store, {RP: HostIdentity(RP, "h")}, 2, "fake", stopping, 0.5)
-    heartbeat.start()
-    first = heartbeat.lease.id
-    store.expire(first)  # as etcd does when we were away longer than the TTL
-    assert store.get(store.keys.alive(RP)) is None
-    deadline = time.monotonic() + 5
-    while store.get(store.keys.alive(RP)) is None and time.monotonic() < deadline:
-        time.sleep(0.05)
-    stopping.set()
-    entry = store.get(store.keys.alive(RP))
-    assert entry is not None and entry.lease == heartbeat.lease.id != first

@@ -4,12 +4,15 @@ from /proc/cpuinfo."""
 from __future__ import annotations
 
 import psutil
+import pytest
 
 from etcd_compute.compute.inventory import (
     CPU_FLAG_TRAITS,
     GiB,
+    arch_trait,
     build_inventory,
     cpu_traits,
+    hypervisor_traits,
     measure_totals,
 )
 
@@ -109,3 +112,27 @@ def test_the_cache_cap_comes_from_the_libvirt_driver_unless_configured(tmp_path)
     assert load_compute(str(path))["compute"]["inventory"]["DISK_GB"]["image_cache_gb"] == 0
     path.write_text("compute:\n  inventory:\n    DISK_GB: {image_cache_gb: 2}\n")
     assert load_compute(str(path))["compute"]["inventory"]["DISK_GB"]["image_cache_gb"] == 2
+
+
+@pytest.mark.parametrize(("machine", "trait"), [
+    ("x86_64", "HW_ARCH_X86_64"), ("AMD64", "HW_ARCH_X86_64"), ("aarch64", "HW_ARCH_AARCH64"),
+    ("arm64", "HW_ARCH_AARCH64"), ("i386", "HW_ARCH_I686")])
+def test_the_architecture_trait_uses_nova_and_os_traits_names(machine, trait):
+    assert arch_trait(machine) == trait
+
+
+def test_this_machines_architecture_is_an_os_traits_name():
+    assert arch_trait().startswith("HW_ARCH_")
+
+
+@pytest.mark.parametrize(("driver", "kvm", "traits"), [
+    ({"name": "fake"}, None, {"CUSTOM_HYPERVISOR_FAKE"}),
+    ({"name": "libvirt", "libvirt": {"domain_type": "qemu"}}, True, {"CUSTOM_HYPERVISOR_QEMU"}),
+    ({"name": "libvirt", "libvirt": {"domain_type": "kvm"}}, False,
+     {"CUSTOM_HYPERVISOR_QEMU", "CUSTOM_HYPERVISOR_KVM"}),
+    ({"name": "libvirt", "libvirt": {"domain_type": "auto"}}, True,
+     {"CUSTOM_HYPERVISOR_QEMU", "CUSTOM_HYPERVISOR_KVM"}),
+    ({"name": "libvirt", "libvirt": {"domain_type": "auto"}}, False, {"CUSTOM_HYPERVISOR_QEMU"}),
+])
+def test_hypervisor_traits_say_which_images_run_here(driver, kvm, traits):
+    assert hypervisor_traits(driver, kvm=kvm) == traits

@@ -18,13 +18,17 @@ import pebble
 import pytest
 
 from etcd_compute import messages
+from etcd_compute.compute import machine as machine_module
 from etcd_compute.compute import worker
+from etcd_compute.compute.checks import ClaimChecks
 from etcd_compute.compute.consoles import Consoles
 from etcd_compute.compute.identity import HostIdentity
 from etcd_compute.compute.machine import InstanceMachine
-from etcd_compute.compute.pool import BUILD, CLEANUP
+from etcd_compute.compute.pool import BUILD, CHECK, CLEANUP
 from etcd_compute.config import COMPUTE_DEFAULTS, deep_merge
+from etcd_compute.errors import PlacementUnavailable
 from etcd_compute.instances import actions as action_txn
+from etcd_compute.instances import host as host_txn
 from etcd_compute.instances import records, scheduling
 from tests.support import make_spec
 from tests.unit.fakes import EventLoop, FakePlacement, FakePool, FakeStore
@@ -55,7 +59,9 @@ class Host:
         self.machine = InstanceMachine(self.store, self.placement, self.pool, self.consoles,
                                        {self.rp: HostIdentity(self.rp, "host-a")},
                                        self.config["compute"], self.loop.post, self.stopping,
-                                       later=lambda s, f, *a: self.delayed.append((s, f, a)))
+                                       later=lambda s, f, *a: self.delayed.append((s, f, a)),
+                                       # Claims checked as pool jobs: run when the test says.
+                                       claim_checks=ClaimChecks(self.placement, self.pool))
         self.keys = self.store.keys
 
     def spec(self, **extra: Any) -> dict[str, Any]:
@@ -86,6 +92,19 @@ class Host:
 
     def settle(self) -> None:
         self.loop.drain(self.pool)
+
+    def until_jobs(self, kind: str) -> None:
+        """Run events and pool jobs, one at a time, until every job in flight is a `kind`
+        (a build: its claim checked and its image fetched)."""
+        for _ in range(1000):
+            if self.machine.jobs and all(j.kind == kind for j in self.machine.jobs.values()):
+                return
+            if self.loop.queue:
+                handler, args = self.loop.queue.pop(0)
+                handler(*args)
+            else:
+                assert self.pool.run_next(), f"no {kind} job came"
+        raise AssertionError(f"no {kind} job came")
 
     def record(self, uuid: str) -> dict[str, Any] | None:
         return records.read_record(self.store, self.rp, uuid).record
@@ -123,7 +142,11 @@ def test_spec_builds_to_active_with_ip_booted_key_and_console(host):
 def test_a_redelivered_spec_changes_nothing(host):
     spec = host.spec()
     host.send(spec)
-    host.deliver(spec["uuid"])  # while building: the job is in flight
+    pending = len(host.pool.pending)  # its claim check and its image fetch
+    host.deliver(spec["uuid"])  # while checking: the job is in flight
+    assert len(host.pool.pending) == pending
+    host.until_jobs(BUILD)
+    host.deliver(spec["uuid"])  # while building
     assert len(host.pool.pending) == 1
     host.settle()
     writes = len(host.store.committed)
@@ -147,6 +170,7 @@ def test_a_hosts_life_of_an_instance_writes_only_its_own_keys(host):
         before = len(host.store.committed)
         host.deliver(uuid)
         if fault is not None:
+            host.until_jobs(BUILD)
             host.pool.fail_next(fault)
         host.settle()
         written.extend(op.key for txn in host.store.committed[before:] for op in txn.success)
@@ -249,11 +273,13 @@ def test_an_unreadable_record_is_rewritten_by_the_build(host, caplog):
 def test_a_build_interrupted_by_a_restart_is_resumed_without_a_new_write(host):
     spec = host.spec()
     host.send(spec)
+    host.until_jobs(BUILD)
     host.machine.jobs.clear()  # the daemon died; the record says BUILDING here
     host.pool.pending.clear()
     writes = len(host.store.committed)
     host.deliver(spec["uuid"])
-    assert len(host.store.committed) == writes and host.machine.jobs[spec["uuid"]].kind == BUILD
+    # Its claim is checked again before the build goes on.
+    assert len(host.store.committed) == writes and host.machine.jobs[spec["uuid"]].kind == CHECK
     host.settle()
     assert host.record(spec["uuid"])["state"] == "ACTIVE"
 
@@ -292,6 +318,7 @@ def test_a_job_cut_by_a_broken_pool_runs_once_more(host):
 def test_a_build_that_times_out_or_whose_worker_dies_ends_in_error(host, exc, reason):
     spec = host.spec()
     host.send(spec)
+    host.until_jobs(BUILD)
     host.pool.fail_next(exc)
     host.settle()
     record = host.record(spec["uuid"])
@@ -320,7 +347,8 @@ def test_a_claim_moved_away_for_a_moment_is_waited_for_then_built(host):
     host.placement.claim(spec["uuid"], {other: {"resources": spec["resources"]}}, "p", "u")
     scheduling.schedule(host.store, [(spec, "host-a")])
     host.deliver(spec["uuid"])
-    assert host.record(spec["uuid"])["state"] == "SCHEDULED"
+    host.settle()
+    assert host.record(spec["uuid"])["state"] == "BUILDING" and host.driver_holds() == set()
     assert host.store.get(host.keys.spec(host.rp, spec["uuid"])) is not None
     [(seconds, again, args)] = host.delayed
     assert seconds > 0
@@ -344,3 +372,237 @@ def test_jobs_cut_by_a_fence_are_forgotten_so_the_reconcile_starts_them_again(ho
     host.deliver(spec["uuid"])  # what the reconcile does: the build is resumed
     host.settle()
     assert host.record(spec["uuid"])["state"] == "ACTIVE"
+
+
+# --- the claim, checked before anything of the guest is defined ------------------------------
+
+
+def pending_work(host: Host) -> list[str]:
+    """The names of the calls waiting in the pool (the claim checks run there too)."""
+    return [function.__name__ for _future, function, _args in host.pool.pending]
+
+
+def build_attempts(host: Host, uuid: str) -> list[str]:
+    """The fake driver's builds.log lines of `uuid` (a line for every attempt)."""
+    path = Path(host.config["compute"]["state_dir"]) / "fake-instances" / "builds.log"
+    lines = path.read_text().splitlines() if path.exists() else []
+    return [line.split()[1] for line in lines if line.startswith(uuid)]
+
+
+def run_pending(host: Host, name: str) -> None:
+    """Run the pending pool call named `name` (out of order)."""
+    [index] = [i for i, item in enumerate(host.pool.pending) if item[1].__name__ == name]
+    host.pool.pending.insert(0, host.pool.pending.pop(index))
+    host.pool.run_next()
+
+
+def other_host(host: Host) -> str:
+    other = str(uuidlib.uuid4())
+    host.placement.ensure_provider(other, "host-b")
+    host.placement.set_inventory(other, INVENTORY)
+    return other
+
+
+def test_a_scheduled_spec_is_building_at_once_and_built_only_once_its_claim_holds(host):
+    spec = host.spec()
+    host.send(spec)
+    # BUILDING at once (the notification), the claim checked beside the image fetch.
+    assert host.record(spec["uuid"])["state"] == "BUILDING"
+    assert sorted(pending_work(host)) == ["holding", "prefetch"]
+    run_pending(host, "prefetch")
+    host.loop.drain()
+    assert "build" not in pending_work(host)  # the image is in; the claim not yet checked
+    run_pending(host, "holding")
+    host.loop.drain()
+    assert pending_work(host) == ["build"]
+    host.settle()
+    assert host.record(spec["uuid"])["state"] == "ACTIVE"
+
+
+def claim_here(host: Host, **resources: int) -> dict[str, Any]:
+    return {host.rp: {"resources": resources}}
+
+
+@pytest.mark.parametrize(("case", "error", "freed"), [
+    ("none", "refused: Placement holds no claim for this instance", False),
+    ("split", "refused: the claim is split between this host (VCPU:1) and ", False),
+    ("covers", "refused: the spec asks for DISK_GB:1,MEMORY_MB:64,VCPU:1 but Placement holds "
+               "DISK_GB:1,MEMORY_MB:64,VCPU:2 for it here", True),
+    ("short", "refused: the spec asks for DISK_GB:1,MEMORY_MB:64,VCPU:1 but Placement holds "
+              "VCPU:1 for it here", True),
+])
+def test_a_scheduled_spec_whose_claim_is_not_held_here_ends_in_error_never_built(
+        host, case, error, freed):
+    """Record and spec written as the scheduler writes them (a host's own certificate can),
+    with no claim, a claim split with another host, or one with other amounts."""
+    spec = host.spec()
+    other = other_host(host)
+    claim = {"none": None,
+             "split": {host.rp: {"resources": {"VCPU": 1}},
+                       other: {"resources": {"MEMORY_MB": 64, "DISK_GB": 1}}},
+             "covers": claim_here(host, VCPU=2, MEMORY_MB=64, DISK_GB=1),
+             "short": claim_here(host, VCPU=1)}[case]
+    if claim is not None:
+        host.placement.claim(spec["uuid"], claim, "p", "u")
+    host.send(spec, claim=False)
+    host.settle()
+    record = host.record(spec["uuid"])
+    assert record["state"] == "ERROR" and record["error"].startswith(error)
+    assert build_attempts(host, spec["uuid"]) == [] and host.driver_holds() == set()
+    assert host.store.get(host.keys.spec(host.rp, spec["uuid"])) is None
+    held = host.placement.get_allocations(spec["uuid"])["allocations"]
+    assert held == ({} if freed or claim is None else claim)  # a split one is not ours
+    assert host.failures() == 0  # the request's fault, not the host's
+
+
+def test_a_resumed_build_whose_claim_was_freed_meanwhile_ends_in_error_its_parts_removed(host):
+    spec = host.spec()
+    host.send(spec)
+    host.until_jobs(BUILD)
+    host.pool.run_next()  # the guest is built: then the daemon dies before recording it
+    host.machine.jobs.clear()
+    host.loop.queue.clear()
+    assert host.driver_holds() == {spec["uuid"]}
+    host.placement.delete_allocations(spec["uuid"])  # a destroy while the host was down
+    host.deliver(spec["uuid"])  # the next start's reconcile: the record says BUILDING here
+    host.settle()
+    record = host.record(spec["uuid"])
+    assert (record["state"], record["error"]) == (
+        "ERROR", "refused: Placement holds no claim for this instance")
+    assert host.driver_holds() == set()
+    assert build_attempts(host, spec["uuid"]) == ["start", "built"]  # never again
+
+
+def test_a_resumed_build_whose_claim_is_split_is_never_built(host):
+    spec = host.spec()
+    other = other_host(host)
+    scheduling.schedule(host.store, [(spec, "host-a")])
+    split = {host.rp: {"resources": {"VCPU": 1}},
+             other: {"resources": {"MEMORY_MB": 64, "DISK_GB": 1}}}
+    host.placement.claim(spec["uuid"], split, "p", "u")
+    read = records.read_record(host.store, host.rp, spec["uuid"])
+    entry = host.store.get(host.keys.spec(host.rp, spec["uuid"]))
+    host_txn.begin_build(host.store, spec, entry.mod_revision, read, "host-a")  # then it died
+    host.deliver(spec["uuid"])
+    host.settle()
+    assert "split between this host" in host.record(spec["uuid"])["error"]
+    assert build_attempts(host, spec["uuid"]) == [] and host.driver_holds() == set()
+    assert host.placement.get_allocations(spec["uuid"])["allocations"] == split
+
+
+def test_a_claim_on_another_host_for_too_long_ends_in_error_and_stays_theirs(host, monkeypatch):
+    monkeypatch.setattr(machine_module, "CLAIM_WAIT_SECONDS", 0.0)
+    other = other_host(host)
+    spec = host.spec()
+    host.placement.claim(spec["uuid"], {other: {"resources": spec["resources"]}}, "p", "u")
+    scheduling.schedule(host.store, [(spec, "host-a")])
+    host.deliver(spec["uuid"])
+    host.settle()
+    assert host.record(spec["uuid"])["error"] == (
+        f"refused: the instance is claimed on {other}, not on this host (for 0 s)")
+    assert host.delayed == [] and host.driver_holds() == set()
+    assert set(host.placement.get_allocations(spec["uuid"])["allocations"]) == {other}
+
+
+def test_a_claim_check_placement_cannot_answer_is_tried_again_later(host):
+    spec = host.spec()
+    host.send(spec)
+    broken = host.placement.get_allocations
+
+    def unreachable(_consumer: str) -> dict[str, Any]:
+        raise PlacementUnavailable("Placement at x is unreachable (ConnectionError)")
+
+    host.placement.get_allocations = unreachable  # type: ignore[method-assign]
+    host.settle()
+    assert host.record(spec["uuid"])["state"] == "BUILDING" and host.driver_holds() == set()
+    [(_seconds, again, args)] = host.delayed
+    host.placement.get_allocations = broken  # type: ignore[method-assign]
+    again(*args)
+    host.settle()
+    assert host.record(spec["uuid"])["state"] == "ACTIVE"
+
+
+def test_a_destroy_while_the_claim_is_checked_builds_nothing(host):
+    spec = host.spec()
+    host.send(spec)
+    assert host.machine.jobs[spec["uuid"]].kind == CHECK
+    host.destroy(spec)
+    host.settle()
+    assert host.record(spec["uuid"])["state"] == "DELETED"
+    assert build_attempts(host, spec["uuid"]) == [] and host.driver_holds() == set()
+    assert host.placement.get_allocations(spec["uuid"])["allocations"] == {}
+
+
+def test_garbage_over_an_instance_claimed_on_another_host_leaves_that_claim(host):
+    # A host frees only a claim on it alone: never another host's, nor a split one.
+    other = other_host(host)
+    theirs, split = str(uuidlib.uuid4()), str(uuidlib.uuid4())
+    host.placement.claim(theirs, {other: {"resources": {"VCPU": 1}}}, "p", "u")
+    host.placement.claim(split, {host.rp: {"resources": {"VCPU": 1}},
+                                 other: {"resources": {"MEMORY_MB": 64}}}, "p", "u")
+    for uuid in (theirs, split):
+        host.write_raw(uuid, "{garbage")
+        assert host.record(uuid)["state"] == "ERROR"
+    assert set(host.placement.get_allocations(theirs)["allocations"]) == {other}
+    assert set(host.placement.get_allocations(split)["allocations"]) == {host.rp, other}
+
+
+def test_a_forged_destroy_here_of_an_instance_claimed_elsewhere_leaves_its_claim(host):
+    other = other_host(host)
+    spec = host.spec()
+    host.placement.claim(spec["uuid"], {other: {"resources": spec["resources"]}}, "p", "u")
+    # A record and a destroy written here (a host's own certificate can).
+    host.store.put(messages.INSTANCE_RECORD, host.keys.record(host.rp, spec["uuid"]),
+                   records.new_record(spec, "SCHEDULED"))
+    host.store.put(messages.INSTANCE_SPEC, host.keys.spec(host.rp, spec["uuid"]),
+                   {**spec, "action": "destroy"})
+    host.deliver(spec["uuid"])
+    host.settle()
+    assert host.record(spec["uuid"])["state"] == "DELETED"
+    assert set(host.placement.get_allocations(spec["uuid"])["allocations"]) == {other}
+
+def fence_on_the_next_write(host: Host) -> None:
+    """The watchdog fences from its own thread, at any moment: here, just after the next
+    etcd write (the one that moves the record to the job's state), before the job is
+    submitted. Closing the gate is what `Fencer.fence` does."""
+    commit = host.store.commit
+
+    def commit_then_fence(txn: Any) -> int | None:
+        host.store.commit = commit  # type: ignore[method-assign]
+        revision = commit(txn)
+        with host.machine.gate.lock:
+            host.machine.gate.closed = True
+        return revision
+
+    host.store.commit = commit_then_fence  # type: ignore[method-assign]
+
+
+def test_a_fence_between_the_builds_write_and_its_job_starts_no_job(host):
+    spec = host.spec()
+    host.placement.claim(spec["uuid"], spec["allocations"], "p", "u")
+    scheduling.schedule(host.store, [(spec, "host-a")])
+    fence_on_the_next_write(host)
+    host.deliver(spec["uuid"])
+    assert host.pool.pending == [] and host.machine.jobs == {}
+    assert host.record(spec["uuid"])["state"] == "BUILDING"
+    host.machine.gate.closed = False  # the fence lifted: the reconcile resumes the build
+    host.deliver(spec["uuid"])
+    host.settle()
+    assert host.record(spec["uuid"])["state"] == "ACTIVE"
+    builds = Path(host.config["compute"]["state_dir"]) / "fake-instances" / "builds.log"
+    assert [line.split()[:2] for line in builds.read_text().splitlines()] == \
+        [[spec["uuid"], "start"], [spec["uuid"], "built"]]  # once: nothing while fenced
+
+
+def test_a_fence_between_an_actions_write_and_its_job_starts_no_job(host):
+    spec = host.spec()
+    host.send(spec)
+    host.settle()
+    entry = host.store.get(host.keys.spec(host.rp, spec["uuid"]))
+    assert action_txn.request_action(host.store, entry, spec, records.read_record(
+        host.store, host.rp, spec["uuid"]), "stop", action_txn.new_request("ann")) is not None
+    fence_on_the_next_write(host)
+    host.deliver(spec["uuid"])
+    assert host.pool.pending == [] and host.machine.jobs == {}
+    assert host.record(spec["uuid"])["state"] == "STOPPING"
+    assert worker.running() == {spec["uuid"]}  # the fence powers it off, not a stop job

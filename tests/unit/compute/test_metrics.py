@@ -20,11 +20,11 @@ from prometheus_client import REGISTRY
 
 from etcd_compute.compute import metrics as cm
 from etcd_compute.compute.identity import HostIdentity
-from etcd_compute.compute.pool import BUILD, CLEANUP, DESTROY, Job
+from etcd_compute.compute.pool import BUILD, CHECK, CLEANUP, DESTROY, Job
 from etcd_compute.config import COMPUTE_DEFAULTS, deep_merge
 from etcd_compute.errors import BuildError, ConfigError, EtcdUnavailable, RequestError
 from etcd_compute.instances import records, states
-from tests.support import make_spec
+from tests.support import make_spec, stop_server
 from tests.unit.compute.test_machine import Host
 from tests.unit.fakes import FakePlacement, FakeStore
 from tools.local_services import free_port
@@ -161,6 +161,8 @@ def test_the_machine_counts_each_build_and_its_failure_once(tmp_path):
     good, bad = host.spec(), host.spec(image="file:///no/such/image")
     host.send(good)
     host.send(bad)
+    assert cm.jobs_of_kind(host.machine.jobs, CHECK) == 2
+    host.until_jobs(BUILD)
     assert cm.jobs_of_kind(host.machine.jobs, BUILD) == 2
     host.settle()
     assert host.record(good["uuid"])["state"] == "ACTIVE"
@@ -173,7 +175,9 @@ def test_the_machine_counts_each_build_and_its_failure_once(tmp_path):
 
 def test_jobs_of_kind_counts_the_machines_jobs_by_kind():
     jobs = {"a": job(BUILD), "b": job(DESTROY), "c": job(BUILD)}
-    assert [cm.jobs_of_kind(jobs, kind) for kind in cm.KINDS] == [2, 1, 0, 0, 0, 0, 0, 0]
+    counts = {kind: cm.jobs_of_kind(jobs, kind) for kind in cm.KINDS}
+    assert counts == {kind: {BUILD: 2, DESTROY: 1}.get(kind, 0) for kind in cm.KINDS}
+    assert len(cm.KINDS) == 10  # build, destroy, cleanup, check and six actions
 
 
 # --- the watch ------------------------------------------------------------------------------
@@ -337,8 +341,7 @@ def test_start_serves_jobs_in_flight_read_at_each_scrape(tmp_path):
         assert 'etcd_compute_backend_errors_total{service="etcd"}' in text
     finally:
         svc.stopping.set()
-        server.shutdown()
-        server.server_close()
+        stop_server(server)
 
 
 def test_start_refuses_an_address_on_the_guests_bridge(tmp_path, monkeypatch):

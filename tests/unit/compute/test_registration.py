@@ -79,6 +79,15 @@ def test_register_sets_known_cpu_traits_and_the_custom_ones(machine):
     assert placement.custom_created == {"CUSTOM_FAST", "CUSTOM_SSD"}
 
 
+def test_register_sets_the_architecture_and_hypervisor_traits_images_are_matched_with(machine):
+    placement = RecordingPlacement()
+    platform = {"HW_ARCH_X86_64", "CUSTOM_HYPERVISOR_QEMU"}
+    Registration(placement, settings(traits=[]), {HOST.uuid: HOST},
+                 platform_traits=platform).register()
+    assert platform <= placement.get_traits(HOST.uuid)
+    assert placement.custom_created == {"CUSTOM_HYPERVISOR_QEMU"}  # made, not looked up
+
+
 def test_register_sets_the_aggregates_and_the_hosts_candidate_shard(machine):
     placement = RecordingPlacement()
     Registration(placement, settings(), {HOST.uuid: HOST}).register()

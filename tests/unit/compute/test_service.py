@@ -9,6 +9,7 @@ from __future__ import annotations
 import queue
 import threading
 import uuid as uuidlib
+from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -20,11 +21,13 @@ from etcd_compute import messages
 from etcd_compute.compute import service as service_module
 from etcd_compute.compute import worker
 from etcd_compute.compute.identity import HostIdentity
+from etcd_compute.compute.pool import BUILD, CHECK
 from etcd_compute.compute.service import ComputeService
 from etcd_compute.config import COMPUTE_DEFAULTS, deep_merge
-from etcd_compute.errors import PlacementUnavailable
+from etcd_compute.errors import EtcdUnavailable, PlacementUnavailable
 from etcd_compute.instances import records, scheduling, states
 from tests.support import make_spec, wait_for
+from tests.unit.fake_clock import FakeClock
 from tests.unit.fakes import FakePlacement, FakePool, WatchedStore, delete_event, put_event
 
 INVENTORY = {"VCPU": {"total": 8}, "MEMORY_MB": {"total": 4096}, "DISK_GB": {"total": 100}}
@@ -49,10 +52,14 @@ class Daemon:
         monkeypatch.setattr(service_module, "Store", lambda _settings: self.store)
         monkeypatch.setattr(service_module, "PlacementClient", lambda _settings: self.placement)
         monkeypatch.setattr(service_module, "WorkerPool", lambda _config: self.pool)
+        # Claims are checked as pool jobs here, run when the test runs the pool.
+        monkeypatch.setattr(service_module, "ThreadRunner", lambda: self.pool)
         for host in self.hosts:
             self.placement.ensure_provider(host.uuid, host.name)
             self.placement.set_inventory(host.uuid, INVENTORY)
-        self.service = ComputeService(self.config, self.hosts)
+        # Time moves when a test says so (the main loop, the heartbeat, retries, shutdown).
+        self.clock = FakeClock()
+        self.service = ComputeService(self.config, self.hosts, clock=self.clock)
         self.keys = self.store.keys
 
     def schedule(self, rp: str | None = None) -> dict[str, Any]:
@@ -73,6 +80,19 @@ class Daemon:
                 continue
             self.service.dispatch(handler, args)
         raise AssertionError("the loop did not settle")
+
+    def run_until(self, condition: Callable[[], bool]) -> None:
+        """Run the loop's events and pool jobs, one at a time, until `condition` holds."""
+        for _ in range(1000):
+            if condition():
+                return
+            try:
+                handler, args = self.service.events.get_nowait()
+            except queue.Empty:
+                assert self.pool.run_next(), "nothing left to run"
+                continue
+            self.service.dispatch(handler, args)
+        raise AssertionError("the condition never held")
 
     def state(self, uuid: str, rp: str | None = None) -> str | None:
         return records.read_record(self.store, rp or self.rp, uuid).state
@@ -97,7 +117,9 @@ def test_a_spec_of_ours_starts_its_build(daemon):
     spec = daemon.schedule()
     entry = daemon.store.get(daemon.keys.spec(daemon.rp, spec["uuid"]))
     daemon.service.on_watch_event(put_event(entry.key, entry.value, entry.mod_revision))
-    assert daemon.state(spec["uuid"]) == states.BUILDING and len(daemon.pool.pending) == 1
+    # BUILDING at once; the claim check and the image fetch run before the build.
+    assert daemon.state(spec["uuid"]) == states.BUILDING and len(daemon.pool.pending) == 2
+    assert daemon.service.machine.jobs[spec["uuid"]].kind == CHECK
     daemon.settle()
     assert daemon.state(spec["uuid"]) == states.ACTIVE
 
@@ -118,27 +140,25 @@ def test_other_events_under_the_prefix_change_nothing(tmp_path, monkeypatch):
     assert daemon.placement.consumers == claims
 
 
-def test_an_event_that_met_an_unreachable_service_is_tried_again_a_second_later(daemon,
-                                                                              monkeypatch):
-    timers: list[tuple[float, Any, tuple[Any, ...]]] = []
-    monkeypatch.setattr(service_module.threading, "Timer", lambda delay, function, args: (
-        timers.append((delay, function, args)) or SimpleNamespace(start=lambda: None)))
-
+def test_an_event_that_met_an_unreachable_service_is_tried_again_a_second_later(daemon):
     def unreachable(*_args: Any) -> None:
         raise PlacementUnavailable("Placement at http://p is unreachable")
 
     daemon.service.dispatch(unreachable, ("a",))
-    assert timers == [(1.0, daemon.service.events.put, ((unreachable, ("a",)),))]
+    daemon.clock.advance(0.99)
+    assert daemon.service.events.empty()
+    daemon.clock.advance(0.01)
+    assert daemon.service.events.get_nowait() == (unreachable, ("a",))
 
 
-def test_an_unexpected_error_is_logged_and_the_loop_goes_on(daemon, monkeypatch, caplog):
-    monkeypatch.setattr(service_module.threading, "Timer", lambda *_a: pytest.fail("retried"))
-
+def test_an_unexpected_error_is_logged_and_the_loop_goes_on(daemon, caplog):
     def broken() -> None:
         raise KeyError("a bug")
 
     daemon.service.dispatch(broken, ())
     assert "unexpected error handling broken" in caplog.text
+    daemon.clock.advance(60)
+    assert daemon.service.events.empty()  # not retried
 
 
 def test_stop_wakes_the_main_loop_at_once(daemon):
@@ -202,6 +222,48 @@ def test_history_etcd_compacted_is_made_up_by_a_reconcile_before_watching_again(
     stop_watch(daemon, thread)
     assert daemon.state(spec["uuid"]) == states.BUILDING
     assert daemon.store.watched_from[1][1] == revision + 1  # after what the reconcile read
+
+
+# -- the fence --------------------------------------------------------------------------------
+
+
+def test_a_heartbeat_that_cannot_renew_fences_the_host_and_a_renewal_lifts_it(daemon):
+    """The daemon wires its heartbeat to its fencer: once no renewal succeeded for
+    heartbeat_ttl - fence_margin_seconds, no job starts and every guest here is off; the
+    next renewal lifts the fence through the main loop, whose reconcile powers our ACTIVE
+    guests on again and builds what came meanwhile."""
+    kept = daemon.schedule()
+    daemon.service.reconcile()
+    daemon.settle()
+    assert worker.running() == {kept["uuid"]}
+    etcd_answers = threading.Event()
+    keep_alive = daemon.store.keep_alive
+
+    def renew(lease: int, timeout: float) -> int:
+        if etcd_answers.is_set():
+            return keep_alive(lease, timeout)
+        raise EtcdUnavailable("etcd at 127.0.0.1:2379 is unreachable")
+
+    daemon.store.keep_alive = renew  # type: ignore[method-assign]
+    heartbeat = daemon.service.heartbeat
+    heartbeat.start()
+    daemon.clock.waiters(2)
+    fenced_after = daemon.clock.advance_until(lambda: daemon.service.gate.closed,
+                                              within=heartbeat.ttl)
+    assert heartbeat.fence_after <= fenced_after < heartbeat.ttl
+    assert daemon.pool.stopped and worker.running() == set()
+    late = daemon.schedule()  # comes while fenced: nothing starts
+    daemon.service.reconcile()
+    assert daemon.pool.pending == [] and daemon.state(late["uuid"]) == states.SCHEDULED
+
+    etcd_answers.set()
+    daemon.clock.advance_until(lambda: not daemon.service.events.empty(),
+                               within=heartbeat.timing.interval)
+    daemon.settle()  # the main loop lifts the fence and reconciles
+    assert not daemon.service.gate.closed and not daemon.pool.stopped
+    assert worker.running() == {kept["uuid"], late["uuid"]}
+    assert daemon.state(late["uuid"]) == states.ACTIVE
+    daemon.service.stopping.set()
 
 
 # -- the reconcile --------------------------------------------------------------------------
@@ -286,19 +348,41 @@ def test_shutdown_lets_jobs_finish_then_leaves_the_hosts_unschedulable(tmp_path,
     daemon = Daemon(tmp_path, monkeypatch, hosts=2)
     spec = daemon.schedule()
     daemon.service.reconcile()
-    finish = threading.Timer(0.1, daemon.pool.run_next)  # the build ends during shutdown
-    finish.start()
-    daemon.service.shutdown()
-    finish.join()
+    daemon.run_until(lambda: daemon.service.machine.jobs[spec["uuid"]].kind == BUILD)
+    stopping = threading.Thread(target=daemon.service.shutdown)
+    stopping.start()
+    daemon.clock.waiters(1)  # for the job
+    daemon.pool.run_next()  # the build ends during shutdown, with no time gone by
+    stopping.join(5)
+    assert not stopping.is_alive() and daemon.clock.now() == 1000.0
     assert daemon.state(spec["uuid"]) == states.ACTIVE
     for host in daemon.hosts:
         assert "COMPUTE_STATUS_DISABLED" in daemon.placement.get_traits(host.uuid)
     assert daemon.pool.stopped and daemon.store.closed
 
 
+def test_a_claim_checked_during_shutdown_starts_no_build(daemon):
+    spec = daemon.schedule()
+    daemon.service.reconcile()
+    finish = threading.Timer(0.1, lambda: (daemon.pool.run_next(), daemon.pool.run_next()))
+    finish.start()  # the claim check and the image fetch end during shutdown
+    daemon.service.stop()
+    daemon.service.shutdown()
+    finish.join()
+    assert daemon.state(spec["uuid"]) == states.BUILDING  # the next start resumes it
+    assert daemon.pool.pending == [] and worker.list_instances() == set()
+
+
 def test_shutdown_does_not_wait_for_a_job_past_its_timeout(daemon, caplog):
     daemon.schedule()
     daemon.service.reconcile()  # the build never finishes
-    daemon.service.shutdown()
+    stopping = threading.Thread(target=daemon.service.shutdown)
+    stopping.start()
+    daemon.clock.waiters(1)
+    daemon.clock.advance(daemon.config["compute"]["shutdown_timeout_seconds"] - 0.01)
+    assert stopping.is_alive() and not daemon.pool.stopped
+    daemon.clock.advance(0.01)
+    stopping.join(5)
+    assert not stopping.is_alive()
     assert "1 job(s) still running at shutdown; the next start resumes them" in caplog.text
     assert daemon.pool.stopped and daemon.store.closed

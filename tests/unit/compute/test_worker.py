@@ -16,8 +16,8 @@ from etcd_compute.drivers.base import Driver
 from etcd_compute.drivers.fake import FakeDriver
 from tests.support import make_spec
 
-JOBS = [worker.build, worker.destroy, worker.act, worker.list_instances, worker.running,
-        worker.power_on, worker.consoles, worker.check]
+JOBS = [worker.build, worker.prefetch, worker.destroy, worker.act, worker.list_instances,
+        worker.running, worker.power_on, worker.consoles, worker.check]
 
 
 class Recorder(Driver):
@@ -32,6 +32,11 @@ class Recorder(Driver):
     def build(self, spec: dict[str, Any]) -> dict[str, Any]:
         self.asked.append(("build", spec["uuid"]))
         return {"ip": "198.51.100.7"}
+
+    def prefetch(self, spec: dict[str, Any]) -> None:
+        self.asked.append(("prefetch", spec["uuid"]))
+        if spec.get("name") == "unfetchable":
+            raise OSError("no such image")
 
     def destroy(self, uuid: str) -> None:
         self.asked.append(("destroy", uuid))
@@ -72,6 +77,10 @@ class Recorder(Driver):
         self.asked.append(("resize", (spec["resources"], power_on)))
         return {"ip": "198.51.100.7"}
 
+    def snapshot(self, spec: dict[str, Any], image_id: str, running: bool) -> dict[str, Any]:
+        self.asked.append(("snapshot", (image_id, running)))
+        return {"detail": f"image {image_id}"}
+
 
 @pytest.fixture
 def recorder(monkeypatch: pytest.MonkeyPatch) -> Recorder:
@@ -106,6 +115,22 @@ def test_each_job_is_the_drivers_operation(recorder):
     assert recorder.asked == [("build", spec["uuid"]), ("destroy", "a"), ("power_on", "b")]
 
 
+def test_a_prefetch_that_fails_is_only_cache_missed_the_build_reports_it(recorder):
+    good = make_spec("00000000-0000-0000-0000-0000000000aa")
+    bad = make_spec("00000000-0000-0000-0000-0000000000aa", name="unfetchable")
+    assert worker.prefetch(good) is None and worker.prefetch(bad) is None
+    assert recorder.asked == [("prefetch", good["uuid"]), ("prefetch", bad["uuid"])]
+
+
+def test_a_driver_without_a_cache_prefetches_nothing(tmp_path: Path):
+    config = deep_merge(COMPUTE_DEFAULTS, {"compute": {"state_dir": str(tmp_path)},
+                                           "driver": {"name": "fake"}})
+    fake = FakeDriver(config)
+    fake.prefetch(make_spec("00000000-0000-0000-0000-0000000000aa"))
+    assert fake.list_instances() == set() and not (tmp_path / "fake-instances" /
+                                                   "builds.log").exists()
+
+
 def test_an_action_is_its_drivers_operation_powered_as_it_began(recorder):
     spec = make_spec("00000000-0000-0000-0000-0000000000aa")
     uuid, image = spec["uuid"], {"url": "file:///dev/zero", "sha256": None}
@@ -117,10 +142,15 @@ def test_an_action_is_its_drivers_operation_powered_as_it_began(recorder):
     worker.act(spec, {"action": "rebuild", "from": "ACTIVE"})  # from the spec's own image
     assert worker.act(spec, {"action": "resize", "from": "ACTIVE", "resources": bigger}) == \
         {"ip": "198.51.100.7"}
+    snapshot = {"image_id": "6f1c1a52-3d4e-4c3b-9a55-2b0c6d8e9f10", "name": "snap1"}
+    assert worker.act(spec, {"action": "snapshot", "from": "ACTIVE", "snapshot": snapshot}) \
+        == {"detail": f"image {snapshot['image_id']}"}
+    worker.act(spec, {"action": "snapshot", "from": "SHUTOFF", "snapshot": snapshot})
     assert recorder.asked == [
         ("stop", uuid), ("start", uuid), ("reboot", (uuid, True)),
         ("rebuild", ("file:///dev/zero", False)), ("rebuild", (spec["image"]["url"], True)),
-        ("resize", (bigger, True))]
+        ("resize", (bigger, True)), ("snapshot", (snapshot["image_id"], True)),
+        ("snapshot", (snapshot["image_id"], False))]
     with pytest.raises(ValueError, match="unknown action 'pause'"):
         worker.act(spec, {"action": "pause", "from": "ACTIVE"})
 

@@ -148,6 +148,23 @@ def test_sweep_reschedules_and_forgets_everything_pending():
     assert records.locate(cluster.store, ended["uuid"]) is None
 
 
+def test_a_deleted_record_takes_the_operators_keys_with_it():
+    cluster = Cluster()
+    here = cluster.host()
+    spec = make_spec(here, group={"name": "g", "policy": "anti-affinity"})
+    swept = make_spec(here)
+    for each in (spec, swept):
+        scheduling.schedule(cluster.store, [(each, "h")])
+        host_txn.delete(cluster.store, each, cluster.read(here, each), 60)  # destroyed there
+    cluster.controller.on_record(here, spec["uuid"])  # the watch saw it DELETED
+    cluster.controller.sweep()  # or a new leader found it
+    for each in (spec, swept):
+        lease = cluster.store.get(cluster.store.keys.record(here, each["uuid"])).lease
+        assert cluster.store.get(cluster.store.keys.location(each["uuid"])).lease == lease
+        cluster.store.expire(lease)  # and the controller gone: nothing is left anyway
+        assert not [e.key for e in cluster.store.get_prefix("")[0] if each["uuid"] in e.key]
+
+
 # --- dead hosts -------------------------------------------------------------------------
 
 

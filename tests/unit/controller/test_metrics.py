@@ -4,7 +4,6 @@ gauge, and serving them."""
 from __future__ import annotations
 
 import queue
-import threading
 import urllib.request
 from types import SimpleNamespace
 from typing import Any
@@ -17,7 +16,9 @@ from etcd_compute.controller import metrics as sm
 from etcd_compute.controller.decisions import Controller
 from etcd_compute.controller.serve import ControllerService
 from etcd_compute.errors import PlacementUnavailable
+from tests.support import stop_server
 from tests.unit.controller.test_decisions import Cluster
+from tests.unit.fake_clock import FakeClock
 from tools.local_services import free_port
 
 
@@ -111,8 +112,7 @@ def test_the_leader_gauge_follows_the_election_at_each_scrape():
         assert "etcd_compute_controller_leader 1.0" in text
         assert 'etcd_compute_controller_actions_total{action="reschedule",result="moved"}' in text
     finally:
-        server.shutdown()
-        server.server_close()
+        stop_server(server)
 
 
 class Raising:
@@ -125,12 +125,11 @@ class Raising:
         raise self.exc
 
 
-def test_the_service_counts_a_retry_and_an_unexpected_error(monkeypatch):
+def test_the_service_counts_a_retry_and_an_unexpected_error():
     from etcd_compute import metrics
 
     service = ControllerService.__new__(ControllerService)
-    service.events = queue.Queue()
-    monkeypatch.setattr(threading, "Timer", lambda *_a, **_k: SimpleNamespace(start=lambda: None))
+    service.events, service.clock = queue.Queue(), FakeClock()  # the retry never comes due
     before = (metrics.BACKEND_RETRIES.value("placement", "dispatch"), events("record", "error"),
               events("record"))
     service._dispatch(Raising(PlacementUnavailable("Placement at x is unreachable")).on_record, ())

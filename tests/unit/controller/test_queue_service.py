@@ -3,25 +3,31 @@ passes, and survives a pass that fails."""
 
 from __future__ import annotations
 
-import time
 import uuid as uuidlib
 
 from etcd_compute import messages
 from etcd_compute.controller.election import Election
-from etcd_compute.controller.queue_service import AnswerLease, QueueService
+from etcd_compute.controller.queue_service import (
+    IDLE_SECONDS,
+    PAUSED_SECONDS,
+    AnswerLease,
+    QueueService,
+)
 from etcd_compute.scheduler.queue import request_message
 from etcd_compute.scheduler.spec import RequestSpec
 from tests.unit.controller.test_batcher import QUERY, Service
+from tests.unit.fake_clock import FakeClock
 
 
 def leading_service() -> tuple[Service, QueueService]:
-    service = Service()
+    """The service's loop, leading, on a clock the test moves (`queue.clock`)."""
+    service, clock = Service(), FakeClock()
     service.store.delete(service.store.keys.leader())
-    election = Election(service.store, ttl=10, name="test")
+    election = Election(service.store, ttl=10, name="test", clock=clock)
     assert election.campaign()
     service.cache.load(service.store)
     queue = QueueService(service.store, service.placement, service.scheduler, election,
-                         service.cache, service.settings)
+                         service.cache, service.settings, clock=clock)
     return service, queue
 
 
@@ -61,56 +67,49 @@ def test_the_loop_survives_a_failing_pass_and_answers_afterwards(monkeypatch):
         return real(pending)
 
     monkeypatch.setattr(queue.batcher, "run", fail_once)
-    monkeypatch.setattr("etcd_compute.controller.queue_service.IDLE_SECONDS", 0.01)
     name = ask(service)
     queue.start()
     try:
-        deadline = time.monotonic() + 5
-        while service.answer(name) is None and time.monotonic() < deadline:
-            queue.wake()
-            time.sleep(0.05)
+        queue.clock.waiters(1)  # the first pass failed: it waits a second
+        assert failures and service.answer(name) is None
+        # Then it waits for a request event, or looks anyway after IDLE_SECONDS.
+        took = queue.clock.advance_until(lambda: service.answer(name) is not None, within=5)
+        assert took == 1.0 + IDLE_SECONDS
     finally:
         queue.stop()
-    assert failures and service.answer(name) is not None
 
 
 def test_one_answer_lease_serves_many_answers_until_a_quarter_of_its_ttl():
-    service, _ = leading_service()
-    lease = AnswerLease(service.store, 3600)
-    assert lease() == lease()
-    lease._granted -= 901
-    first = lease._lease
+    service, queue = leading_service()
+    lease = AnswerLease(service.store, 3600, queue.clock)
+    first = lease()
+    queue.clock.advance(900)
+    assert lease() == first
+    queue.clock.advance(1)
     assert lease() != first
 
 
-def test_the_loop_follows_leadership_closing_the_queue_and_serving_again(monkeypatch):
+def test_the_loop_follows_leadership_closing_the_queue_and_serving_again():
     """A blip under the lease's TTL: the loop used to return for good, leaving /queue/open
     to clients nobody answered. Now it closes the queue and serves again once it leads."""
     service, queue = leading_service()
-    monkeypatch.setattr("etcd_compute.controller.queue_service.IDLE_SECONDS", 0.01)
-    monkeypatch.setattr("etcd_compute.controller.queue_service.PAUSED_SECONDS", 0.01)
-    open_key = service.store.keys.queue_open()
-
-    def wait(predicate, what):
-        deadline = time.monotonic() + 5
-        while not predicate():
-            assert time.monotonic() < deadline, what
-            queue.wake()
-            time.sleep(0.01)
-
+    clock, open_key = queue.clock, service.store.keys.queue_open()
     queue.start()
     try:
-        wait(lambda: queue.serving, "serving")
+        clock.waiters(1)  # serving, waiting for a request
+        assert queue.serving
         assert service.store.get(open_key).lease == queue.election.lease.id
         leading_until = queue.election._valid_until
         queue.election._valid_until = 0.0  # unconfirmed: the process was frozen, say
-        wait(lambda: not queue.serving, "paused")
+        clock.advance_until(lambda: not queue.serving, within=IDLE_SECONDS)
         assert service.store.get(open_key) is None  # nobody may queue for a loop not serving
         paused = ask(service)
-        time.sleep(0.1)
+        queue.wake()
+        clock.advance(5)
         assert service.answer(paused) is None  # nothing answered while it may not lead
         queue.election._valid_until = leading_until  # a refresh confirmed the lease
-        wait(lambda: service.answer(paused) is not None, "the request answered")
+        took = clock.advance_until(lambda: service.answer(paused) is not None, within=1)
+        assert took <= PAUSED_SECONDS  # it looks again that often
         assert service.store.get(open_key) is not None
     finally:
         queue.stop()

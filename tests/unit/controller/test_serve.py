@@ -10,7 +10,6 @@ from __future__ import annotations
 import logging
 import threading
 import uuid as uuidlib
-from types import SimpleNamespace
 from typing import Any
 
 import pyetcd.exceptions
@@ -21,16 +20,10 @@ from etcd_compute.controller import serve
 from etcd_compute.controller.serve import ControllerService
 from etcd_compute.errors import EtcdUnavailable, PlacementUnavailable
 from tests.support import wait_for
+from tests.unit.fake_clock import FakeClock
 from tests.unit.fakes import FakePlacement, WatchedStore, delete_event, put_event
 
 HOST, INSTANCE = str(uuidlib.uuid4()), str(uuidlib.uuid4())
-
-
-class NoWait(threading.Event):
-    """`stopping` whose waits do not wait (a retry or resubscription is at once)."""
-
-    def wait(self, timeout: float | None = None) -> bool:
-        return self.is_set()
 
 
 @pytest.fixture
@@ -40,7 +33,7 @@ def service(monkeypatch: pytest.MonkeyPatch) -> ControllerService:
     monkeypatch.setattr(serve, "PlacementClient", lambda _settings: placement)
     config = deep_merge(SCHEDULE_DEFAULTS, {"etcd": {"prefix": "/t"},
                                             "scheduler": {"controller_lease_ttl": 3}})
-    service = ControllerService(config)
+    service = ControllerService(config, clock=FakeClock())
     yield service
     service.stop()
     service.store.cancel_watches()
@@ -66,6 +59,14 @@ class Leading:
         """Until the watch (everything under the prefix) subscribed `subscriptions` times."""
         wait_for(lambda: len(self.service.store.watched_from) >= subscriptions, 5,
                  what="the watch")
+        # ... and the lead's loop (and the scheduler service's) wait on the clock.
+        self.service.clock.waiters(2 if self.service.service else 1)
+
+    def stop(self) -> bool:
+        """Stop the service; the lead ends at its next look (a tick later)."""
+        self.service.stop()
+        self.service.clock.advance(serve.RECOVERY_TICK_SECONDS)
+        return self.ended()
 
     def ended(self, timeout: float = 5) -> bool:
         self.thread.join(timeout)
@@ -94,27 +95,25 @@ def test_heartbeats_and_records_reach_the_controller_and_nothing_else(service):
 # -- handling an event -----------------------------------------------------------------------
 
 
-def test_an_event_that_met_an_unreachable_service_is_tried_again_a_second_later(service,
-                                                                              monkeypatch):
-    timers: list[tuple[Any, ...]] = []
-    monkeypatch.setattr(serve.threading, "Timer", lambda *args: (
-        timers.append(args) or SimpleNamespace(start=lambda: None)))
-
+def test_an_event_that_met_an_unreachable_service_is_tried_again_a_second_later(service):
     def unreachable(host: str) -> None:
         raise PlacementUnavailable("Placement at http://p is unreachable")
 
     service._dispatch(unreachable, (HOST,))
-    assert timers == [(1.0, service.events.put, ((unreachable, (HOST,)),))]
+    service.clock.advance(0.99)
+    assert queued(service) == []
+    service.clock.advance(0.01)
+    assert queued(service) == [(unreachable, (HOST,))]
 
 
-def test_an_unexpected_error_is_logged_and_the_loop_goes_on(service, monkeypatch, caplog):
-    monkeypatch.setattr(serve.threading, "Timer", lambda *_a: pytest.fail("retried"))
-
+def test_an_unexpected_error_is_logged_and_the_loop_goes_on(service, caplog):
     def broken() -> None:
         raise KeyError("a bug")
 
     service._dispatch(broken, ())
     assert "unexpected error handling broken" in caplog.text
+    service.clock.advance(60)
+    assert queued(service) == []  # not retried
 
 
 # -- leading ---------------------------------------------------------------------------------
@@ -133,8 +132,7 @@ def test_the_leader_sweeps_then_follows_changes_from_what_the_sweep_read(service
     # The sweep found a host with a record and no heartbeat; its heartbeat came back since.
     wait_for(lambda: f"host {HOST} is back" in caplog.text, 5, what="the heartbeat")
     assert caplog.text.index("lost its heartbeat") < caplog.text.index("is back")
-    service.stop()
-    assert leading.ended()
+    assert leading.stop()
     assert queued(service) == []
 
 
@@ -153,21 +151,24 @@ def test_a_sweep_that_fails_gives_leadership_up_at_once(service, monkeypatch, ca
 
 
 def test_hosts_due_for_recovery_are_looked_for_several_times_a_second(service, monkeypatch):
-    ticks: list[int] = []
-    monkeypatch.setattr(service.controller, "recover_due", lambda: ticks.append(1) or [])
+    clock, ticks = service.clock, []
+    monkeypatch.setattr(service.controller, "recover_due", lambda: ticks.append(clock.now()))
+    start = clock.now()
     leading = Leading(service)
     leading.watching()
-    wait_for(lambda: len(ticks) >= 3, 2 * 3 * serve.RECOVERY_TICK_SECONDS + 1,
-             what="three recovery ticks")
-    service.stop()
-    assert leading.ended()
+    clock.advance(1.05)
+    assert [round(tick - start, 6) for tick in ticks] == [0.0, 0.2, 0.4, 0.6, 0.8, 1.0]
+    assert leading.stop()
 
 
 def test_a_leader_whose_lease_etcd_forgot_stops(service):
     leading = Leading(service)
     leading.watching()
     service.store.expire(service.election.lease.id)  # etcd lost it (a partition, say)
-    assert leading.ended(timeout=service.election.ttl)  # seen at the next refresh
+    service.clock.advance(service.election.ttl / 3 - 0.1)
+    assert not leading.ended(timeout=0)
+    service.clock.advance(0.2)  # seen at the next refresh (a third of the TTL)
+    assert leading.ended()
     assert not service.election.is_leader
 
 
@@ -199,17 +200,20 @@ def test_a_leader_that_was_frozen_acts_on_nothing_then_leads_on_once_its_lease_i
     with service.election._lock:
         service.election._valid_until = 0.0  # frozen past what it could vouch for
     service.events.put((handled.append, ("during",)))
-    wait_for(lambda: not service.service.serving, 5, what="the service to pause")
+    clock = service.clock
+    clock.advance_until(lambda: not service.service.serving, within=1)
     assert service.store.get(service.store.keys.queue_open()) is None  # the queue closed
-    assert handled == [] and leading.thread.is_alive()
+    clock.advance(5)  # unconfirmed for a while: nothing happens
+    assert handled == [] and leading.thread.is_alive() and not service.service.serving
     confirm.set()
-    wait_for(lambda: handled == ["during"], 5, what="the event, once leading again")
-    wait_for(lambda: service.service.serving, 5, what="the service to serve again")
+    # Asked again within PAUSED_REFRESH_SECONDS, confirmed, and the event acted on.
+    assert clock.advance_until(lambda: handled == ["during"], within=1) <= \
+        serve.PAUSED_REFRESH_SECONDS
+    clock.advance_until(lambda: service.service.serving, within=1)
     assert service.store.get(service.store.keys.queue_open()) is not None
     assert service.store.watched_from[-1:] == service.store.watched_from[:1]  # one watch
     assert "leadership confirmed again" in caplog.text
-    service.stop()
-    assert leading.ended()
+    assert leading.stop()
 
 
 # -- the watch -------------------------------------------------------------------------------
@@ -221,15 +225,24 @@ def test_history_etcd_compacted_is_read_again_by_the_leader_and_followed_after_t
     caplog.set_level(logging.INFO, logger="etcd_compute.controller")
     keys, store = service.store.keys, service.store
     store.script_watch(keys.everything(), fault=pyetcd.exceptions.RevisionCompactedError(50))
+    subscribe = store.client.watch_prefix_response
+
+    def written_meanwhile(prefix: str, start_revision: int, **kwargs: Any) -> Any:
+        if not store.watched_from:  # a change etcd compacted away before we saw it
+            store.put_raw(keys.record(HOST, INSTANCE), "{}")
+        return subscribe(prefix, start_revision, **kwargs)
+
+    store.client.watch_prefix_response = written_meanwhile
+    read_everything, reads = service.read_everything, []
+    service.read_everything = lambda: reads.append(read_everything()) or reads[-1]
     leading = Leading(service)
     leading.watching(2)
     first, again = store.watched_from[:2]
-    assert again[1] > first[1]  # after what the second read saw, not the compacted revision
-    assert again[1] == store.revision + 1
+    assert len(reads) == 2  # at the start of the lead, and again after the compaction
+    assert again[1] == reads[1] + 1 > first[1]  # after what the read saw: not the same one
     assert caplog.text.count("sweep:") == 2
     assert "reading everything again" in caplog.text
-    service.stop()
-    assert leading.ended()
+    assert leading.stop()
 
 
 # -- the daemon ------------------------------------------------------------------------------
@@ -245,9 +258,14 @@ def test_run_campaigns_again_after_etcd_was_unreachable_and_cleans_up_on_stop(se
         service.stop()
         return False
 
-    service.stopping = NoWait()
     service.election.campaign = campaign  # type: ignore[method-assign]
-    assert service.run(install_signal_handlers=False) == 0
+    runner = threading.Thread(target=service.run, kwargs={"install_signal_handlers": False})
+    runner.start()
+    service.clock.waiters(1)  # after the first attempt
+    assert len(attempts) == 1
+    service.clock.advance(1.0)  # tried again a second later
+    runner.join(5)
+    assert not runner.is_alive()
     assert len(attempts) == 2 and service.store.closed
 
 
@@ -258,6 +276,7 @@ def test_run_leads_until_stopped_then_resigns(service):
     wait_for(lambda: service.election.is_leader, 5, what="leadership")
     assert service.election.leader()["name"] == service.election.name
     service.stop()
+    service.clock.advance(serve.RECOVERY_TICK_SECONDS)  # the lead's next look
     runner.join(5)
     assert not runner.is_alive() and service.store.closed
     assert service.store.get(service.store.keys.leader()) is None

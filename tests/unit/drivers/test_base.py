@@ -64,6 +64,9 @@ class Hypervisor(Driver):
     def resize(self, spec: dict[str, Any], power_on: bool) -> dict[str, Any]:
         return self.rebuild(spec, power_on)
 
+    def snapshot(self, spec: dict[str, Any], image_id: str, running: bool) -> dict[str, Any]:
+        return {}
+
 
 def test_a_driver_must_provide_every_operation():
     class Partial(Driver):

@@ -257,3 +257,42 @@ def test_a_build_of_a_stopped_instance_defines_it_powered_off(driver, image):
     assert spec["uuid"] in driver.list_instances() and not active(driver, spec["uuid"])
     assert driver.build(spec) == {"ip": None}  # again (a restart): still off
     assert not active(driver, spec["uuid"])
+
+
+# -- prefetch: the image into the cache while the claim is checked, nothing of the guest ----
+
+
+def count_fetches(driver: LibvirtDriver, monkeypatch: pytest.MonkeyPatch) -> list[tuple[Any, ...]]:
+    """The image cache's fetches from now on, as if the driver had a real hypervisor."""
+    seen: list[tuple[Any, ...]] = []
+    monkeypatch.setattr(type(driver), "is_test_driver", property(lambda _self: False))
+    monkeypatch.setattr(driver.images, "fetch",
+                        lambda url, sha256=None, max_virtual_size=None:
+                        seen.append((url, sha256, max_virtual_size)))
+    return seen
+
+
+def test_prefetch_fetches_the_image_within_the_claimed_disk_and_defines_nothing(
+        driver, monkeypatch, test_driver_config):
+    fetches = count_fetches(driver, monkeypatch)
+    spec = spec_for("https://example.invalid/i.qcow2",
+                    resources={"VCPU": 1, "MEMORY_MB": 64, "DISK_GB": 3})
+    spec["image"]["sha256"] = "ab" * 32
+    driver.prefetch(spec)
+    assert fetches == [("https://example.invalid/i.qcow2", "ab" * 32, 3 * 2**30)]
+    assert spec["uuid"] not in driver.list_instances()
+    assert not instance_dir(test_driver_config, spec["uuid"]).exists()
+
+
+def test_prefetch_skips_what_a_build_would_not_fetch(driver, image, monkeypatch):
+    built = spec_for(image)
+    driver.build(built)
+    fetches = count_fetches(driver, monkeypatch)
+    driver.prefetch(built)  # already defined: a resumed build does not fetch either
+    driver.prefetch(spec_for(image, resources={"VCPU": 1}))  # no disk: the build refuses it
+    assert fetches == []
+
+
+def test_prefetch_with_the_test_driver_fetches_nothing(driver, image, monkeypatch):
+    monkeypatch.setattr(driver.images, "fetch", lambda *a, **k: pytest.fail("fetched"))
+    driver.prefetch(spec_for(image))

@@ -98,7 +98,8 @@ def test_begin_keeps_the_request_as_the_task_and_starts_an_event():
     ("stop", "ACTIVE", "SHUTOFF"), ("start", "SHUTOFF", "ACTIVE"),
     ("reboot", "ACTIVE", "ACTIVE"), ("rebuild", "ACTIVE", "ACTIVE"),
     ("rebuild", "SHUTOFF", "SHUTOFF"), ("resize", "ACTIVE", "ACTIVE"),
-    ("resize", "SHUTOFF", "SHUTOFF")])
+    ("resize", "SHUTOFF", "SHUTOFF"), ("snapshot", "ACTIVE", "ACTIVE"),
+    ("snapshot", "SHUTOFF", "SHUTOFF")])
 def test_an_action_that_succeeds_ends_where_it_should(action, start, end):
     store = FakeStore()
     spec = active_one(store)
@@ -110,6 +111,25 @@ def test_an_action_that_succeeds_ends_where_it_should(action, start, end):
     record = read(store, spec["uuid"]).record
     assert record["state"] == end and "task" not in record
     assert log_of(store, spec["uuid"])[-1]["result"] == "success"
+
+
+def test_a_snapshot_passes_through_its_own_state_and_its_event_names_the_image():
+    store = FakeStore()
+    spec = active_one(store)
+    snapshot = {"image_id": "6f1c1a52-3d4e-4c3b-9a55-2b0c6d8e9f10", "name": "snap1"}
+    asked = ask(store, spec, "snapshot", snapshot=snapshot)
+    take_up(store, asked)
+    record = read(store, spec["uuid"]).record
+    assert record["state"] == "SNAPSHOTTING" and record["task"]["from"] == "ACTIVE"
+    assert record["task"]["snapshot"] == snapshot
+    entry = store.get(store.keys.spec(RP, spec["uuid"]))
+    detail = f"image {snapshot['image_id']}: 12 MiB, live, 3.2 s"
+    assert action_txn.end_action(store, read(store, spec["uuid"]), entry, detail=detail)
+    assert read(store, spec["uuid"]).record["state"] == "ACTIVE"
+    last = log_of(store, spec["uuid"])[-1]
+    assert (last["action"], last["result"], last["detail"]) == ("snapshot", "success", detail)
+    # Nothing of the snapshot is written into the spec: the instance is as it was.
+    assert "snapshot" not in messages.decode(messages.INSTANCE_SPEC, store.get(entry.key).value)
 
 
 def test_a_resize_that_succeeds_writes_the_new_size_into_record_and_spec():

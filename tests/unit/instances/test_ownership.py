@@ -7,7 +7,15 @@ from etcd_compute.etcd import Delete
 from etcd_compute.instances import host as host_txn
 from etcd_compute.instances import moves, ownership, records
 from tests.unit.fakes import FakeStore
-from tests.unit.instances.helpers import OTHER, RP, handed_over, keys_left, schedule_one
+from tests.unit.instances.helpers import (
+    OTHER,
+    RP,
+    active_one,
+    build_one,
+    handed_over,
+    keys_left,
+    schedule_one,
+)
 
 
 def test_host_keys_are_the_hosts_own_keys_but_the_record():
@@ -85,3 +93,59 @@ def test_forget_leaves_an_instance_that_moved_meanwhile():
     assert ownership.forget(store, spec["uuid"], stale_location["host"], "g") is None
     assert records.locate(store, spec["uuid"])["host"] == OTHER
     assert store.get(store.keys.group_member("g", spec["uuid"])) is not None
+
+
+# --- every key of a destroyed instance ends with its DELETED record -------------------------
+
+
+def destroyed_one(store: FakeStore, **extra) -> dict:
+    """An ACTIVE instance of RP destroyed by its host: DELETED, record on a lease."""
+    spec = active_one(store, **extra)
+    assert host_txn.delete(store, spec, records.read_record(store, RP, spec["uuid"]),
+                           60) is not None
+    return spec
+
+
+def test_the_operators_keys_of_a_deleted_instance_expire_with_its_record():
+    store = FakeStore()
+    spec = destroyed_one(store, group={"name": "g", "policy": "affinity"})
+    kept = schedule_one(store, group={"name": "g", "policy": "affinity"})
+    lease = store.get(store.keys.record(RP, spec["uuid"])).lease
+    assert lease and store.get(store.keys.location(spec["uuid"])).lease == 0
+    assert ownership.expire_with_record(store, spec["uuid"]) is not None
+    assert store.get(store.keys.location(spec["uuid"])).lease == lease
+    assert store.get(store.keys.group_member("g", spec["uuid"])).lease == lease
+    assert records.locate(store, spec["uuid"])["host"] == RP  # still readable meanwhile
+    assert ownership.expire_with_record(store, spec["uuid"]) is None  # done already
+    store.expire(lease)
+    assert not any(spec["uuid"] in key for key in keys_left(store))
+    assert records.locate(store, kept["uuid"])["host"] == RP
+
+
+def test_only_a_deleted_record_lends_its_lease():
+    store = FakeStore()
+    live = active_one(store)
+    failed = build_one(store)
+    host_txn.fail(store, failed, records.read_record(store, RP, failed["uuid"]), "x")
+    assert ownership.expire_with_record(store, live["uuid"]) is None
+    assert ownership.expire_with_record(store, failed["uuid"]) is None  # ERROR: no lease
+    assert ownership.expire_with_record(store, "no-such-instance") is None
+    assert store.get(store.keys.location(live["uuid"])).lease == 0
+
+
+def test_a_location_that_changed_meanwhile_is_not_bound():
+    store = FakeStore()
+    spec = destroyed_one(store)
+    entry = store.get(store.keys.location(spec["uuid"]))
+    real_get = store.get
+
+    def moved_meanwhile(key: str):
+        found = real_get(key)
+        if key == store.keys.record(RP, spec["uuid"]):
+            store.put_raw(entry.key, entry.value)  # rewritten after it was read
+        return found
+
+    store.get = moved_meanwhile  # type: ignore[method-assign]
+    assert ownership.expire_with_record(store, spec["uuid"]) is None
+    store.get = real_get  # type: ignore[method-assign]
+    assert store.get(entry.key).lease == 0

@@ -120,7 +120,7 @@ def test_another_server_on_the_address_is_named_not_fought(tmp_path):
 
 
 def test_a_server_that_does_not_come_up_is_reported_with_its_log(tmp_path, monkeypatch):
-    monkeypatch.setattr(supervisor, "START_TIMEOUT_SECONDS", 0.5)
+    monkeypatch.setattr(supervisor, "START_TIMEOUT_SECONDS", 0.05)  # it cannot: no log dir
     config = configs(tmp_path, log_file=str(tmp_path / "no-such-dir" / "mdserver.log"))
     with pytest.raises(ServiceUnavailable) as caught:
         ensure_mdserver(config)

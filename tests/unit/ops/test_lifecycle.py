@@ -18,13 +18,16 @@ from tests.unit.ops.test_operations import RP, UNKNOWN, alive, scheduled, set_st
 NEW = {"VCPU": 2, "MEMORY_MB": 128, "DISK_GB": 1}
 ALLOWED = {("stop", "ACTIVE"), ("start", "SHUTOFF"), ("reboot", "ACTIVE"),
            ("rebuild", "ACTIVE"), ("rebuild", "SHUTOFF"), ("resize", "ACTIVE"),
-           ("resize", "SHUTOFF")}
+           ("resize", "SHUTOFF"), ("snapshot", "ACTIVE"), ("snapshot", "SHUTOFF")}
 
 
 def room(placement: FakePlacement, vcpu: int = 4) -> None:
     placement.ensure_provider(RP, "host-a")
     placement.set_inventory(RP, {"VCPU": {"total": vcpu}, "MEMORY_MB": {"total": 4096},
                                  "DISK_GB": {"total": 100}})
+
+
+SNAPSHOT = {"image_id": "6f1c1a52-3d4e-4c3b-9a55-2b0c6d8e9f10", "name": "snap1"}
 
 
 def instance(state: str = "ACTIVE", **extra) -> tuple[FakeStore, FakePlacement, dict]:
@@ -44,6 +47,8 @@ def spec_now(store: FakeStore, spec: dict) -> dict:
 def request(store, placement, spec, action, **params) -> lifecycle.Requested:
     if action == "resize":
         params.setdefault("resources", NEW)
+    if action == "snapshot":
+        params.setdefault("image_for", lambda spec: SNAPSHOT)
     return lifecycle.request(store, placement, spec["uuid"], action, **params)
 
 
@@ -63,6 +68,8 @@ def test_an_allowed_action_is_written_into_the_hosts_spec(action, state):
             RP: {"resources": NEW}}
     else:
         assert placement.calls == []
+    if action == "snapshot":
+        assert asked.request["snapshot"] == SNAPSHOT
 
 
 @pytest.mark.parametrize(("action", "state"), [

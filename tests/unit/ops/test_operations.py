@@ -283,7 +283,8 @@ def test_an_unknown_state_is_a_usage_error_naming_the_states():
         operations.check_state("running")
     assert str(caught.value) == (
         "--state 'running': no such state; one of SCHEDULED, BUILDING, ACTIVE, SHUTOFF, "
-        "STOPPING, STARTING, REBOOTING, REBUILDING, RESIZING, RESCHEDULING, ERROR, DELETING, "
+        "STOPPING, STARTING, REBOOTING, REBUILDING, RESIZING, SNAPSHOTTING, RESCHEDULING, ERROR, "
+        "DELETING, "
         "DELETED")
 
 
@@ -483,10 +484,27 @@ def test_destroy_on_a_dead_host_ends_deleted_and_frees_the_claim_here():
     store, placement = FakeStore(), FakePlacement()
     spec = scheduled(store, placement)
     store.delete(store.keys.alive(RP))  # its heartbeat lease expired: nobody reads its specs
-    assert operations.destroy(store, placement, spec["uuid"]) == "finished"
+    assert operations.destroy(store, placement, spec["uuid"], deleted_record_ttl=42) == \
+        "finished"
     assert record_of(store, spec["uuid"])["state"] == "DELETED"
     assert spec["uuid"] not in placement.consumers
     assert store.get(store.keys.spec(RP, spec["uuid"])) is None
+    # Every key it has left expires with the record, after the TTL asked.
+    lease = store.get(store.keys.record(RP, spec["uuid"])).lease
+    assert store.leases[lease] == 42
+    assert store.get(store.keys.location(spec["uuid"])).lease == lease
+    store.expire(lease)
+    assert not [e.key for e in store.get_prefix("")[0] if spec["uuid"] in e.key]
+
+
+def test_destroy_wait_that_saw_it_deleted_lets_its_location_go_with_the_record():
+    store, placement = FakeStore(), FakePlacement()
+    spec = scheduled(store, placement)
+    operations.destroy(store, placement, spec["uuid"])
+    host_txn.delete(store, spec, records.read_record(store, RP, spec["uuid"]), 60)  # the host
+    operations.destroyed(store, spec["uuid"])
+    lease = store.get(store.keys.record(RP, spec["uuid"])).lease
+    assert store.get(store.keys.location(spec["uuid"])).lease == lease
 
 
 def test_destroy_on_a_host_that_came_back_meanwhile_is_asked_of_it():

@@ -6,6 +6,7 @@ from __future__ import annotations
 import threading
 import time
 from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
@@ -14,9 +15,10 @@ from etcd_compute.config import SCHEDULE_DEFAULTS, deep_merge
 from etcd_compute.errors import NoValidHost, ServiceUnavailable
 from etcd_compute.etcd import Delete, Put, Txn, put_message
 from etcd_compute.ops import queue_client
-from etcd_compute.ops.queue_client import QueueClient
-from etcd_compute.scheduler.queue import answer_of, instance_uuids
+from etcd_compute.ops.queue_client import CHECK_SECONDS, QueueClient
+from etcd_compute.scheduler.queue import CLOCK_SKEW_SECONDS, answer_of, instance_uuids
 from etcd_compute.scheduler.spec import Destination, RequestSpec
+from tests.unit.fake_clock import FakeClock
 from tests.unit.fakes import WatchingFakeStore
 
 SETTINGS = deep_merge(SCHEDULE_DEFAULTS, {"scheduler": {"wait_timeout_seconds": 5}})["scheduler"]
@@ -62,9 +64,37 @@ def answer(store, name: str, message: dict) -> None:
 
 
 
-@pytest.fixture(autouse=True)
-def quick_checks(monkeypatch):
-    monkeypatch.setattr(queue_client, "CHECK_SECONDS", 0.01)
+class Asking:
+    """`client.schedule(SPEC)` in a thread of its own, on the client's clock: the test moves
+    the clock and looks at the outcome."""
+
+    def __init__(self, client: QueueClient):
+        self.outcome: list[Any] = []
+        self.thread = threading.Thread(target=self._run, args=(client,), daemon=True)
+        self.thread.start()
+        client.clock.waiters(1)  # the request written, its answer waited for
+
+    def _run(self, client: QueueClient) -> None:
+        try:
+            self.outcome.append(client.schedule(SPEC))
+        except Exception as exc:  # noqa: BLE001 (the test looks at it)
+            self.outcome.append(exc)
+
+    @property
+    def done(self) -> bool:
+        return not self.thread.is_alive()
+
+    def result(self) -> Any:
+        self.thread.join(5)
+        assert self.done, "the client is still waiting"
+        (outcome,) = self.outcome
+        if isinstance(outcome, Exception):
+            raise outcome
+        return outcome
+
+
+def on_a_clock(store: WatchingFakeStore, **kwargs: Any) -> QueueClient:
+    return QueueClient(store, SETTINGS, clock=FakeClock(), **kwargs)
 
 
 def open_queue(store: WatchingFakeStore) -> None:
@@ -131,20 +161,26 @@ def test_an_answer_written_before_the_watch_started_is_not_missed(monkeypatch):
 def test_when_the_service_goes_away_the_request_is_withdrawn_and_the_caller_schedules():
     store = WatchingFakeStore("/p")
     open_queue(store)
-    client = QueueClient(store, SETTINGS)
-    client.fallback_after = 0.05
-    threading.Timer(0.05, lambda: store.delete(store.keys.queue_open())).start()
-    assert client.schedule(SPEC) is None
+    client = on_a_clock(store)
+    client.fallback_after = 2.0  # (a standby's lease TTL twice, and more: 25 s by default)
+    asking = Asking(client)
+    store.delete(store.keys.queue_open())  # no service takes requests now
+    # Given a standby's time to take over, looked at every CHECK_SECONDS: withdrawn.
+    took = client.clock.advance_until(lambda: asking.done, within=60)
+    assert client.fallback_after < took <= client.fallback_after + 2 * CHECK_SECONDS
+    assert asking.result() is None
     assert store.get_prefix(store.keys.queue_requests())[0] == []
 
 
 def test_a_silent_service_is_a_one_line_unavailable_error_and_the_request_is_withdrawn():
     store = WatchingFakeStore("/p")
     open_queue(store)
-    client = QueueClient(store, SETTINGS)
-    client.timeout = 0.1
-    with pytest.raises(ServiceUnavailable, match="did not answer within 0.1 s"):
-        client.schedule(SPEC)
+    client = on_a_clock(store)
+    asking = Asking(client)
+    took = client.clock.advance_until(lambda: asking.done, within=60)
+    assert client.timeout < took <= client.timeout + CHECK_SECONDS
+    with pytest.raises(ServiceUnavailable, match="did not answer within 5 s"):
+        asking.result()
     assert store.get_prefix(store.keys.queue_requests())[0] == []
 
 
@@ -156,47 +192,39 @@ def test_etcd_failing_while_the_client_waits_does_not_end_the_wait(monkeypatch):
     place later: an instance its caller was told had failed."""
     store = FlakyStore("/p")
     open_queue(store)
-    client = QueueClient(store, SETTINGS)
-
-    def outage_then_answer():
-        wait_for_request = time.monotonic() + 5
-        while not request_names(store) and time.monotonic() < wait_for_request:
-            time.sleep(0.005)
-        store.down = True
-        time.sleep(0.1)  # the client's checks fail meanwhile
-        store.down = False
-        answer(store, request_names(store)[0], answer_of([PLACED], 1))
-
-    threading.Thread(target=outage_then_answer).start()
-    assert client.schedule(SPEC) == [PLACED]
+    client = on_a_clock(store)
+    asking = Asking(client)
+    store.down = True
+    client.clock.advance(3 * CHECK_SECONDS)  # the client's checks fail meanwhile
+    assert not asking.done
+    store.down = False
+    answer(store, request_names(store)[0], answer_of([PLACED], 1))
+    assert asking.result() == [PLACED]
 
 
-def test_giving_up_with_etcd_unreachable_waits_out_the_deadline_and_says_nothing_was_placed(
-        monkeypatch):
+def test_giving_up_with_etcd_unreachable_waits_out_the_deadline_and_says_nothing_was_placed():
     store = FlakyStore("/p")
     open_queue(store)
-    monkeypatch.setattr(queue_client, "CLOCK_SKEW_SECONDS", 0.2)
-    client = QueueClient(store, SETTINGS)
-    client.timeout = 0.2
-    client.sleep = lambda _s: None
-    real_clock = client.clock
-    threading.Timer(0.05, lambda: setattr(store, "down", True)).start()
-    started = real_clock()
+    client = on_a_clock(store)
+    asking = Asking(client)
+    store.down = True
+    took = client.clock.advance_until(lambda: asking.done, within=60)
+    # Past the deadline and the clock skew allowed: the service places nothing after.
+    assert client.timeout + CLOCK_SKEW_SECONDS < took <= \
+        client.timeout + CLOCK_SKEW_SECONDS + 2 * CHECK_SECONDS
     with pytest.raises(ServiceUnavailable, match="nothing was placed") as raised:
-        client.schedule(SPEC)
+        asking.result()
     assert raised.value.exit_code == 3
-    assert real_clock() - started >= 0.2 + 0.2  # past the deadline and the skew
     store.down = False
     (name,) = request_names(store)  # left (it could not be withdrawn): expired, though
     message, _ = store.read(messages.SCHEDULE_REQUEST, store.keys.queue_request(name))
-    assert message["deadline"] < real_clock()
+    assert message["deadline"] + CLOCK_SKEW_SECONDS < client.clock.wall()
 
 
 def test_an_answer_that_came_as_the_client_gave_up_is_taken():
     store = FlakyStore("/p")
     open_queue(store)
-    client = QueueClient(store, SETTINGS)
-    client.timeout = 0.05
+    client = on_a_clock(store)
     real_withdraw = client._withdraw
 
     def answered_first(request_uuid):  # the service's transaction won the race
@@ -204,7 +232,9 @@ def test_an_answer_that_came_as_the_client_gave_up_is_taken():
         return real_withdraw(request_uuid)
 
     client._withdraw = answered_first
-    assert client.schedule(SPEC) == [PLACED]
+    asking = Asking(client)
+    client.clock.advance_until(lambda: asking.done, within=60)  # the deadline passes
+    assert asking.result() == [PLACED]
     assert store.get(store.keys.queue_answer(_only_request(store))) is None
 
 

@@ -13,6 +13,7 @@ from etcd_compute.scheduler.filters import (
     AliveFilter,
     AntiAffinityFilter,
     DisabledFilter,
+    ImagePropertiesFilter,
     MaxInstancesPerHostFilter,
     enabled_filters,
 )
@@ -68,9 +69,28 @@ def test_max_instances_per_host_is_a_strict_limit():
     assert not MaxInstancesPerHostFilter().host_passes(host(instances=3), context)
 
 
+QEMU_X86 = {"HW_ARCH_X86_64", "CUSTOM_HYPERVISOR_QEMU"}
+
+
+@pytest.mark.parametrize(("properties", "traits", "passes"), [
+    ({}, set(), True),  # an image that names nothing goes anywhere
+    ({"architecture": "x86_64"}, QEMU_X86, True),
+    ({"architecture": "aarch64"}, QEMU_X86, False),
+    ({"hypervisor_type": "qemu"}, QEMU_X86, True),
+    ({"hypervisor_type": "kvm"}, QEMU_X86, False),
+    ({"hypervisor_type": "kvm"}, QEMU_X86 | {"CUSTOM_HYPERVISOR_KVM"}, True),
+    ({"architecture": "x86_64", "hypervisor_type": "qemu"}, {"CUSTOM_HYPERVISOR_FAKE"}, False),
+    ({"architecture": "x86_64"}, set(), False),  # a host that says nothing: not known to fit
+])
+def test_image_properties_filter_compares_architecture_and_hypervisor_with_host_traits(
+        properties, traits, passes):
+    context = PlanContext(image_properties=properties)
+    assert ImagePropertiesFilter().host_passes(host(traits=traits), context) is passes
+
+
 def test_every_filter_has_a_reason_for_the_explanation():
     for cls in (AliveFilter, DisabledFilter, AffinityFilter, AntiAffinityFilter,
-                MaxInstancesPerHostFilter):
+                MaxInstancesPerHostFilter, ImagePropertiesFilter):
         assert cls.reason and "\n" not in cls.reason
 
 
@@ -86,4 +106,4 @@ def test_unknown_filter_name_is_a_config_error_listing_the_known_ones():
     message = str(caught.value)
     assert message.startswith("scheduler.filters: unknown filter 'RamFilter'; known: ")
     assert "AffinityFilter, AliveFilter, AntiAffinityFilter, DisabledFilter, " \
-           "MaxInstancesPerHostFilter" in message
+           "ImagePropertiesFilter, MaxInstancesPerHostFilter" in message

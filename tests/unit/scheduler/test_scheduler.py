@@ -472,9 +472,10 @@ def test_a_sharded_query_without_room_is_asked_again_of_every_host():
 # ------------------------------------------------------------------ round trips
 
 
-def timeline(store: FakeStore, placement: FakePlacement) -> list[str]:
-    """What a request asks of etcd and Placement, in order; Placement takes 0.2 s to answer
-    the candidates query (the reads sent meanwhile are done by then)."""
+def timeline(store: FakeStore, placement: FakePlacement, scheduler: Scheduler) -> list[str]:
+    """What a request asks of etcd and Placement, in order; Placement answers the candidates
+    query only once the reads sent meanwhile are done (the scheduler's one background
+    thread has run what it was given before)."""
     events: list[str] = []
     read_many, candidates = store.read_many, placement.allocation_candidates
 
@@ -484,7 +485,7 @@ def timeline(store: FakeStore, placement: FakePlacement) -> list[str]:
         return read_many(ranges)
 
     def asking(query):
-        time.sleep(0.2)
+        scheduler._background.submit(lambda: None).result(timeout=5)
         events.append("candidates")
         return candidates(query)
 
@@ -497,7 +498,7 @@ def test_etcd_is_read_only_while_placement_answers_the_candidates_query():
     busy, free = (add_host(placement, store, name) for name in ("busy", "free"))
     store.put_raw(store.keys.spec(busy, str(uuidlib.uuid4())), "{}")
     scheduler = make_scheduler(store, placement, max_instances_per_host=1)
-    events = timeline(store, placement)
+    events = timeline(store, placement, scheduler)
     (destination,) = scheduler.select_destinations(RequestSpec.build(QUERY))
     assert destination.host == free  # the counts read in the background were used
     # Whether to shard (the first request of a scheduler), then in the background
@@ -512,7 +513,7 @@ def test_without_the_alive_filter_hosts_without_a_heartbeat_are_counted_too():
     store.put_raw(store.keys.spec(dead, str(uuidlib.uuid4())), "{}")
     scheduler = make_scheduler(store, placement, max_instances_per_host=1,
                                filters=["MaxInstancesPerHostFilter"])
-    events = timeline(store, placement)
+    events = timeline(store, placement, scheduler)
     for _ in range(3):  # (host_subset_size 1: the emptier host, unless counted full)
         (destination,) = scheduler.select_destinations(RequestSpec.build(QUERY))
         assert destination.host == free
@@ -526,7 +527,7 @@ def test_without_the_alive_filter_hosts_without_a_heartbeat_are_counted_too():
 def test_a_scheduler_counts_live_hosts_for_sharding_once_in_a_while_not_per_request():
     store, placement, _ = sharded_cluster()
     scheduler = make_scheduler(store, placement, shard_above_hosts=10, candidate_limit=4)
-    events = timeline(store, placement)
+    events = timeline(store, placement, scheduler)
     for _ in range(3):
         scheduler.select_destinations(RequestSpec.build(QUERY))
     assert events.count("count alive") == 1

@@ -13,6 +13,7 @@ import stat
 import struct
 import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -275,3 +276,61 @@ def test_eviction_takes_least_recently_used_bases_nothing_uses_until_the_cache_f
         builder.join()
     assert used.exists() and locked.exists() and kept.exists()
     assert not oldest.with_suffix(".json").exists()  # its record goes with it
+
+
+# -- images in Glance -------------------------------------------------------------------------
+
+
+class GlanceDownloads:
+    """This host's Glance, as the cache asks it: the bytes of each image id."""
+
+    endpoint = "https://glance.invalid:9292"
+
+    def __init__(self) -> None:
+        self.bytes: dict[str, bytes] = {}
+        self.downloads: list[str] = []
+
+    def download(self, image_id: str, timeout: Any = None) -> Any:
+        import io
+
+        import requests
+        import urllib3
+
+        self.downloads.append(image_id)
+        response = requests.Response()
+        response.status_code = 200
+        response.raw = urllib3.HTTPResponse(io.BytesIO(self.bytes[image_id]),
+                                            preload_content=False)
+        return response
+
+    def image(self, image_id: str, body: bytes) -> dict[str, Any]:
+        self.bytes[image_id] = body
+        return {"id": image_id, "sha512": hashlib.sha512(body).hexdigest(), "size": len(body),
+                "endpoint": self.endpoint}
+
+
+def test_images_in_glance_are_cached_by_id_and_sha512_never_served_stale(tmp_path, qemu):
+    glance = GlanceDownloads()
+    cache = ImageCache(tmp_path / "cache", 10 * GIB, glance=lambda: glance)
+    image_id = "6f1c1a52-3d4e-4c3b-9a55-2b0c6d8e9f10"
+    first = glance.image(image_id, qcow2())
+    url = f"{glance.endpoint}/v2/images/{image_id}/file"
+    base = cache.fetch(url, glance=first)
+    assert cache.fetch(url, glance=first) == base and glance.downloads == [image_id]  # a hit
+    record = json.loads(base.with_suffix(".json").read_text())
+    assert (record["glance_id"], record["sha512"]) == (image_id, first["sha512"])
+    # Other bytes under the same id (and so the same URL): another entry, downloaded again.
+    second = glance.image(image_id, qcow2(2 * GIB))
+    other = cache.fetch(url, glance=second)
+    assert other != base and other.read_bytes() == glance.bytes[image_id]
+    assert glance.downloads == [image_id, image_id]
+    assert cache.base_path(url, second) == other != cache.base_path(url)
+
+
+def test_a_host_without_glance_settings_cannot_build_from_glance_but_says_so(tmp_path, qemu):
+    from etcd_compute.errors import BuildError
+
+    cache = ImageCache(tmp_path / "cache", 10 * GIB)
+    image = GlanceDownloads().image("6f1c1a52-3d4e-4c3b-9a55-2b0c6d8e9f10", qcow2())
+    with pytest.raises(BuildError, match="this host cannot reach Glance: no glance section"):
+        cache.fetch("https://glance.invalid:9292/x", glance=image)

@@ -321,3 +321,116 @@ def test_a_spent_deadline_sends_no_request(web):
     refused("http://a.example/x", SourcePolicy(deadline_seconds=0),
             "image http://a.example/x: download not finished within 0 s")
     assert web.sent == []
+
+
+# -- an image in Glance ---------------------------------------------------------------------
+
+GLANCE = "https://glance.invalid:9292"
+GLANCE_ID = "6f1c1a52-3d4e-4c3b-9a55-2b0c6d8e9f10"
+
+
+class GlanceBytes:
+    """Stands in for this host's GlanceClient: `download` answers with `body` streamed."""
+
+    def __init__(self, body: bytes, endpoint: str = GLANCE,
+                 fault: Exception | None = None):
+        self.body, self.endpoint, self.fault = body, endpoint, fault
+        self.downloads: list[str] = []
+        self.closed = False
+
+    def download(self, image_id: str, timeout: Any = None) -> requests.Response:
+        self.downloads.append(image_id)
+        if self.fault is not None:
+            raise self.fault
+        response = requests.Response()
+        response.status_code = 200
+        response.raw = urllib3.HTTPResponse(io.BytesIO(self.body), preload_content=False)
+        return response
+
+
+def glance_source(body: bytes, **changes: Any) -> sources.GlanceSource:
+    fields = {"image_id": GLANCE_ID, "sha512": hashlib.sha512(body).hexdigest(),
+              "size": len(body), "endpoint": GLANCE, **changes}
+    return sources.GlanceSource(**fields)
+
+
+def glance_refused(source: sources.GlanceSource, glance: GlanceBytes, fault: str,
+                   policy: SourcePolicy | None = None,
+                   error: type[Exception] = RequestError) -> io.BytesIO:
+    out = io.BytesIO()
+    with pytest.raises(error) as caught:
+        sources.copy_glance_image(source, lambda: glance, policy or SourcePolicy(), out)
+    assert str(caught.value) == fault
+    return out
+
+
+def test_an_image_in_glance_is_copied_with_its_size_and_sha512_checked():
+    body = os.urandom(3 * sources.CHUNK_BYTES // 2)
+    out = io.BytesIO()
+    glance = GlanceBytes(body)
+    copied = sources.copy_glance_image(glance_source(body), lambda: glance, SourcePolicy(), out)
+    assert out.getvalue() == body and glance.downloads == [GLANCE_ID]
+    assert copied == sources.Copied(len(body), hashlib.sha256(body).hexdigest())
+
+
+def test_bytes_changed_behind_glances_back_are_refused():
+    body = b"A" * 4096
+    glance_refused(glance_source(body), GlanceBytes(b"B" * 4096),
+                   f"image {GLANCE_ID} (Glance): sha512 of the bytes does not match Glance's "
+                   "os_hash_value (changed behind Glance's back?)")
+
+
+def test_more_bytes_than_glance_recorded_stop_at_once_fewer_are_refused():
+    out = glance_refused(glance_source(b"x" * 100), GlanceBytes(b"x" * (5 * MIB)),
+                         f"image {GLANCE_ID} (Glance): more bytes than the 100 Glance "
+                         "recorded for it")
+    assert len(out.getvalue()) == 0  # the first chunk already over: nothing kept
+    glance_refused(glance_source(b"x" * 100), GlanceBytes(b"x" * 60),
+                   f"image {GLANCE_ID} (Glance): 60 bytes, but Glance recorded 100")
+
+
+def test_an_image_over_the_size_limit_is_refused_before_downloading():
+    glance = GlanceBytes(b"")
+    glance_refused(glance_source(b"", size=64 * MIB), glance,
+                   f"image {GLANCE_ID} (Glance): {64 * MIB} bytes, larger than the 16 MiB "
+                   "image size limit", SourcePolicy(max_bytes=16 * MIB))
+    assert glance.downloads == []
+
+
+def test_our_credential_goes_to_this_hosts_glance_only():
+    glance = GlanceBytes(b"x")
+    glance_refused(glance_source(b"x", endpoint="https://evil.invalid"), glance,
+                   f"image {GLANCE_ID} (Glance): from the Glance at https://evil.invalid, not "
+                   f"this host's ({GLANCE}); our credential goes to ours only")
+    assert glance.downloads == []
+
+
+def test_an_image_gone_from_glance_is_the_requests_fault_glance_down_the_hosts():
+    from etcd_compute.errors import BuildError, ConfigError, GlanceUnavailable, NotFound
+
+    glance_refused(glance_source(b"x"), GlanceBytes(b"", fault=NotFound("gone")),
+                   f"image {GLANCE_ID} (Glance): no longer in Glance")
+    glance_refused(glance_source(b"x"), GlanceBytes(b"", fault=GlanceUnavailable("Glance: 503")),
+                   f"image {GLANCE_ID} (Glance): Glance: 503", error=BuildError)
+
+    def unconfigured() -> Any:
+        raise ConfigError("glance.keystone is not set")
+
+    with pytest.raises(BuildError, match="this host cannot reach Glance: glance.keystone"):
+        sources.copy_glance_image(glance_source(b"x"), unconfigured, SourcePolicy(),
+                                  io.BytesIO())
+
+
+def test_a_glance_stream_that_ends_before_its_recorded_size_is_the_requests_fault():
+    body = b"x" * 1000
+
+    class Short(GlanceBytes):
+        def download(self, image_id: str, timeout: Any = None) -> requests.Response:
+            response = super().download(image_id, timeout)
+            response.raw = urllib3.HTTPResponse(io.BytesIO(body[:400]), preload_content=False,
+                                                headers={"content-length": "1000"})
+            return response
+
+    glance_refused(glance_source(body), Short(body),
+                   f"image {GLANCE_ID} (Glance): the download ended after 400 of the 1000 "
+                   "bytes Glance recorded")

@@ -12,6 +12,7 @@ from etcd_compute import messages
 from etcd_compute.errors import ConflictError, NoValidHost, UsageError
 from etcd_compute.scheduler import RequestSpec, Scheduler
 from etcd_compute.zones.federation import Federation
+from tests.unit.fake_clock import InstantClock
 from tests.unit.zones.world import QUERY, World
 
 
@@ -34,7 +35,7 @@ def everything(world: World) -> dict[str, tuple[int, int]]:
 
 
 def federation(world: World, **zones) -> Federation:
-    return Federation(world.tree(**zones), random.Random(1))
+    return Federation(world.tree(**zones), random.Random(1), InstantClock())
 
 
 def test_a_count_no_zone_can_take_is_split_by_weight_and_indexed():
@@ -140,6 +141,9 @@ def test_a_lost_race_is_planned_again_and_gives_up_after_claim_retries():
         fed = federation(world)
         placed = fed.select_destinations(RequestSpec.build(QUERY, count=16))
         assert len(placed) == 16 and fed.replans == 2
+        # A random backoff before each plan again, growing with the races lost.
+        first, second = fed.clock.slept
+        assert 0 <= first <= 0.1 and 0 <= second <= 0.2
         races.clear()
         Scheduler.claim = lambda self, d: (_ for _ in ()).throw(  # type: ignore[method-assign]
             ConflictError("raced", 409))
@@ -183,7 +187,7 @@ def test_route_limits_the_request_to_a_zone_and_below():
 
 def test_a_count_over_etcds_txn_limit_is_refused_before_anything():
     world = three_zones()
-    fed = Federation(world.tree(), random.Random(1))
+    fed = Federation(world.tree(), random.Random(1), InstantClock())
     fed.settings = {**fed.settings, "etcd_max_txn_ops": 6}
     with pytest.raises(UsageError, match="--count 3 needs 9 etcd operations"):
         fed.select_destinations(RequestSpec.build(QUERY, count=3))

@@ -1,0 +1,109 @@
+"""Every key of a destroyed instance ends with its DELETED record (real etcd with RBAC,
+Placement, a fake-driver compute and `schedule.py serve`).
+
+The host removes its spec, /booted/ and /console/ keys and writes the DELETED record
+and events on a lease of `deleted_record_ttl`; it may not touch the operator's keys
+(location, group member), which the controller binds to the same lease when it sees
+the record. Keys are counted by prefix: after many create/destroy cycles and the TTL,
+nothing of a destroyed instance is left, even with the controller stopped by then
+(nothing waits for it to forget them).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from etcd_compute import messages
+from etcd_compute.config import deep_merge
+from etcd_compute.etcd import Store
+from etcd_compute.instances import scheduling
+from etcd_compute.ops import operations
+from tests.compute.helpers import make_spec
+from tests.support import wait_for
+
+CYCLES, BATCH = 500, 50
+TTL = 10  # seconds a DELETED record lives here (an hour by default)
+
+
+def keys_of(store: Store, uuids: set[str]) -> list[str]:
+    """Every key under the test's prefix that names one of `uuids`."""
+    entries, _ = store.get_prefix(store.keys.everything(), keys_only=True)
+    return [e.key for e in entries if e.key.rsplit("/", 1)[-1] in uuids]
+
+
+def states_of(store: Store, rp: str) -> dict[str, str]:
+    return {uuid: record["state"] for uuid, record in
+            store.read_prefix(messages.INSTANCE_RECORD, store.keys.records(rp)).items()}
+
+
+def place(store: Store, placement: Any, rp: str, count: int, cycle: int) -> list[str]:
+    """What the scheduler writes for `count` instances: claims, then specs, SCHEDULED
+    records, locations (and group members for every other one) in one transaction."""
+    specs = [make_spec(rp, **({"group": {"name": f"g{cycle % 3}", "policy": "affinity"}}
+                              if n % 2 == 0 else {})) for n in range(count)]
+    for spec in specs:
+        placement.claim(spec["uuid"], spec["allocations"], "p", "u")
+    assert scheduling.schedule(store, [(spec, "host") for spec in specs]) is not None
+    return [spec["uuid"] for spec in specs]
+
+
+def test_no_key_of_a_destroyed_instance_outlives_its_record(start_compute, start_controller,
+                                                           compute_config, store, placement):
+    config = deep_merge(compute_config, {"compute": {
+        "deleted_record_ttl": TTL, "workers": 4,
+        "inventory": {"VCPU": {"total": 2 * BATCH}, "MEMORY_MB": {"total": 128 * BATCH},
+                      "DISK_GB": {"total": 2 * BATCH}}}})
+    rp = config["compute"]["uuid"]
+    compute = start_compute(config)
+    controller = start_controller()
+    wait_for(lambda: store.get(store.keys.alive(rp)), 30, what="heartbeat")
+    wait_for(lambda: store.get(store.keys.leader()), 30, what="a leading controller")
+    destroyed: set[str] = set()
+    started = time.monotonic()
+    for cycle in range(CYCLES // BATCH):
+        uuids = place(store, placement, rp, BATCH, cycle)
+        wait_for(lambda u=uuids: all(states_of(store, rp).get(x) == "ACTIVE" for x in u), 60,
+                 what=f"cycle {cycle}: {BATCH} instances ACTIVE")
+        for uuid in uuids:
+            assert operations.destroy(store, placement, uuid) == "requested"
+        wait_for(lambda u=uuids: all(states_of(store, rp).get(x, "DELETED") == "DELETED"
+                                     for x in u), 60,
+                 what=f"cycle {cycle}: {BATCH} instances DELETED")
+        destroyed.update(uuids)
+    assert len(destroyed) == CYCLES
+    cycled = time.monotonic() - started
+
+    # The last ones' records are still there: every key of theirs is on the record's
+    # lease, so none waits for someone to read it after the record is gone.
+    def on_the_records_lease(uuid: str) -> bool:
+        record = store.get(store.keys.record(rp, uuid))
+        assert record is not None, f"the record of {uuid} expired before we looked"
+        return bool(record.lease) and all(getattr(store.get(key), "lease", None) ==
+                                          record.lease for key in keys_of(store, {uuid}))
+
+    wait_for(lambda: all(on_the_records_lease(u) for u in uuids), TTL / 2,
+             what="the last instances' keys on their records' leases")
+    controller.stop()  # it does not need to be there when the records expire
+    wait_for(lambda: keys_of(store, destroyed) == [], TTL + 30,
+             what="every key of the destroyed instances to expire")
+    for uuid in list(destroyed)[:20]:
+        assert placement.get_allocations(uuid)["allocations"] == {}
+    assert compute.alive() and "Traceback" not in compute.log()
+    print(f"{CYCLES} create/destroy cycles in {cycled:.1f} s")
+
+
+def test_destroy_wait_lets_the_location_go_with_the_record_without_a_controller(
+        start_compute, compute_config, store, placement, run_schedule):
+    config = deep_merge(compute_config, {"compute": {"deleted_record_ttl": TTL}})
+    rp = config["compute"]["uuid"]
+    start_compute(config)
+    wait_for(lambda: store.get(store.keys.alive(rp)), 30, what="heartbeat")
+    [uuid] = place(store, placement, rp, 1, 1)
+    wait_for(lambda: states_of(store, rp).get(uuid) == "ACTIVE", 30, what="ACTIVE")
+    run = run_schedule("destroy", uuid, "--wait")
+    assert run.code == 0, run.stderr
+    lease = store.get(store.keys.record(rp, uuid)).lease
+    assert lease and store.get(store.keys.location(uuid)).lease == lease
+    assert store.get(store.keys.group_member("g1", uuid)).lease == lease
+    wait_for(lambda: keys_of(store, {uuid}) == [], TTL + 30, what="its keys to expire")

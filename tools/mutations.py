@@ -1,0 +1,134 @@
+#!/usr/bin/env python3
+"""Mutations the unit layer must kill: small wrong changes to the package that every unit
+test once let through (issue 18). Each is applied to a copy of the tree in a temporary
+directory, where the unit tests named for it run; it is killed if they fail. The same
+tests must pass on the unchanged copy first, or a failure proves nothing.
+
+    .venv/bin/python tools/mutations.py        # make mutations
+
+A mutation whose text is no longer in its module fails the run: the code moved on, so
+write the mutation again against the code as it is (and keep its killing test).
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+# What the tests need of the tree (the unit layer imports tools/ through tests/conftest.py).
+COPIED = ("etcd_compute", "tests", "tools", "pyproject.toml", "README.md")
+
+
+@dataclass(frozen=True)
+class Mutation:
+    name: str
+    module: str
+    original: str
+    mutant: str
+    killers: tuple[str, ...]  # unit tests (pytest node ids) that must fail with it
+
+
+HEARTBEAT = "tests/unit/compute/test_heartbeat.py::"
+MACHINE = "tests/unit/compute/test_machine.py::"
+SERVICE = "tests/unit/compute/test_service.py::"
+STATES = "tests/unit/instances/test_states.py::"
+
+MUTATIONS = (
+    Mutation("fence only after the lease expired", "etcd_compute/compute/heartbeat.py",
+             "self.fence_after = self.timing.fence_after", "self.fence_after = self.ttl",
+             (HEARTBEAT + "test_without_a_renewal_the_host_fences_at_the_fence_point_before_"
+                          "the_lease_can_expire",
+              HEARTBEAT + "test_the_fence_point_counts_from_the_last_renewal_that_succeeded",
+              SERVICE + "test_a_heartbeat_that_cannot_renew_fences_the_host_and_a_renewal_"
+                        "lifts_it")),
+    Mutation("a fenced host still accepts jobs (machine.submit, the gate)",
+             "etcd_compute/compute/machine.py",
+             "            if self.gate.closed:\n                return  # fenced: the "
+             "reconcile after the fence lifts resumes it\n", "",
+             (MACHINE + "test_a_fence_between_the_builds_write_and_its_job_starts_no_job",
+              MACHINE + "test_a_fence_between_an_actions_write_and_its_job_starts_no_job")),
+    Mutation("the fence never wired (compute/service.py)", "etcd_compute/compute/service.py",
+             "on_fence=self.fencer.fence,", "on_fence=None,",
+             (SERVICE + "test_a_heartbeat_that_cannot_renew_fences_the_host_and_a_renewal_"
+                        "lifts_it",)),
+    Mutation("the fence never lifted (compute/service.py)", "etcd_compute/compute/service.py",
+             "on_unfence=lambda: self.post(self.unfence),", "on_unfence=None,",
+             (SERVICE + "test_a_heartbeat_that_cannot_renew_fences_the_host_and_a_renewal_"
+                        "lifts_it",)),
+    Mutation("an ERROR -> BUILDING transition added to the table",
+             "etcd_compute/instances/states.py",
+             "    ERROR: frozenset({ERROR, DELETING, DELETED}),",
+             "    ERROR: frozenset({ERROR, DELETING, DELETED, BUILDING}),",
+             (STATES + "test_every_move_is_allowed_or_refused_as_documented[ERROR-BUILDING]",)),
+)
+
+
+def copy_tree(into: Path) -> None:
+    for name in COPIED:
+        source = REPO / name
+        if source.is_dir():
+            shutil.copytree(source, into / name,
+                            ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+        else:
+            shutil.copy2(source, into / name)
+
+
+def run_tests(tree: Path, tests: list[str]) -> subprocess.CompletedProcess[str]:
+    # -p no:cacheprovider: nothing written into the copy; cwd first on sys.path, so the
+    # copy's package is the one imported (checked below).
+    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                           *tests], cwd=tree, capture_output=True, text=True, timeout=300)
+
+
+def main() -> int:
+    killers = sorted({test for mutation in MUTATIONS for test in mutation.killers})
+    with tempfile.TemporaryDirectory(prefix="mutations-") as tmp:
+        tree = Path(tmp)
+        copy_tree(tree)
+        where = subprocess.run([sys.executable, "-c", "import etcd_compute; "
+                                "print(etcd_compute.__file__)"], cwd=tree,
+                               capture_output=True, text=True, check=True).stdout.strip()
+        if not where.startswith(str(tree)):
+            print(f"the copy is not what is imported ({where}): nothing can be concluded")
+            return 2
+        baseline = run_tests(tree, killers)
+        if baseline.returncode != 0:
+            print("the killing tests fail without any mutation:\n" + baseline.stdout[-3000:])
+            return 1
+        survivors = 0
+        for mutation in MUTATIONS:
+            module = tree / mutation.module
+            source = module.read_text()
+            if source.count(mutation.original) != 1:
+                print(f"STALE   {mutation.name}: its text is not once in {mutation.module}")
+                survivors += 1
+                continue
+            module.write_text(source.replace(mutation.original, mutation.mutant))
+            started = time.monotonic()
+            try:
+                result = run_tests(tree, list(mutation.killers))
+            finally:
+                module.write_text(source)
+            # "FAILED <id>" (a parametrized test named without its parameters: any of them).
+            failed = [test for test in mutation.killers if f"FAILED {test}" in result.stdout]
+            seconds = time.monotonic() - started
+            if result.returncode != 0 and len(failed) == len(mutation.killers):
+                print(f"killed  {mutation.name} ({seconds:.1f} s): "
+                      f"{', '.join(test.split('::')[-1] for test in failed)}")
+            else:
+                survivors += 1
+                print(f"SURVIVED {mutation.name} ({seconds:.1f} s): "
+                      f"{len(failed)} of {len(mutation.killers)} named tests failed\n"
+                      + result.stdout[-2000:])
+    print(f"{len(MUTATIONS) - survivors} of {len(MUTATIONS)} mutations killed")
+    return 1 if survivors else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
