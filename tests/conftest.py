@@ -67,13 +67,15 @@ WORKER_GROUPS = {
     "etcd_cluster": "cluster",
     # Four more installations (CA, etcd, Placement each).
     "zone_services": "zones",
-    # Keystone and a Placement behind it; PostgreSQL and a 4-worker Placement (per module).
-    "keystone": "keystone",
+    # Keystone and Glance (session, started on first use): tests of theirs that boot real
+    # guests are in "guests" above (the first group named wins), whose worker starts its own.
+    "openstack_cloud": "cloud",
+    # PostgreSQL and a 4-worker Placement (per module).
     "pg_placement": "postgres",
 }
 # The groups in the order workers take them up: the longest first, so the run does not
 # wait on one started last (about 170, 60, 50, 25 and 15 s serially).
-GROUP_ORDER = ["guests", "cluster", "zones", "keystone", "postgres"]
+GROUP_ORDER = ["guests", "cluster", "zones", "cloud", "postgres"]
 
 
 def worker_group(item: pytest.Item) -> str | None:

@@ -131,8 +131,30 @@ class Run:
         return json.loads(self.stdout)
 
 
+class Hung(AssertionError):
+    """A program still running past its time; the message holds its threads' stacks."""
+
+
 def run_cli(program: str, *args: str, timeout: float = 60) -> Run:
-    """Run `schedule.py` or `compute.py` of this checkout as a real process."""
-    done = subprocess.run([sys.executable, str(REPO / program), *args], capture_output=True,
-                          text=True, timeout=timeout, cwd=REPO)
-    return Run(done.returncode, done.stdout, done.stderr)
+    """Run `schedule.py` or `compute.py` of this checkout as a real process. One still running
+    after `timeout` seconds is a failure (Hung) that shows where each of its threads waits
+    (faulthandler's dump on SIGABRT), not a bare timeout."""
+    process = subprocess.Popen([sys.executable, str(REPO / program), *args],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               cwd=REPO, env={**os.environ, "PYTHONFAULTHANDLER": "1"})
+    try:
+        stdout, stderr = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        process.send_signal(signal.SIGABRT)
+        try:
+            stdout, stderr = process.communicate(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            stdout, stderr = process.communicate()
+        raise Hung(f"{program} {' '.join(args)}: still running after {timeout:g} s; "
+                   f"its stderr and threads:\n{stderr[-8000:]}") from None
+    except BaseException:  # interrupted (Ctrl-C, the test's timeout): nothing left running
+        process.kill()
+        process.communicate()
+        raise
+    return Run(process.returncode, stdout, stderr)
