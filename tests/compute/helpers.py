@@ -12,7 +12,7 @@ import pyetcd.events
 
 from etcd_compute import messages
 from etcd_compute.errors import InvalidMessage
-from etcd_compute.etcd import Entry, Store
+from etcd_compute.etcd import Entry, Store, Txn
 from etcd_compute.instances import ownership, records
 from etcd_compute.instances.states import FINAL
 from etcd_compute.keys import RECORDS
@@ -137,3 +137,12 @@ def worker_pids(compute_pid: int) -> list[int]:
     """The pool's worker processes (grandchildren through the forkserver)."""
     main = psutil.Process(compute_pid)
     return [p.pid for child in main.children() for p in child.children(recursive=True)]
+
+
+def write_as_the_host(compute_config: dict[str, Any], spec: dict[str, Any], state: str) -> None:
+    """Record and spec as the scheduler (SCHEDULED) or a daemon that died mid-build
+    (BUILDING) leaves them, written with the host's own certificate."""
+    record_ = records.new_record(spec, state, compute_config["compute"]["name"])
+    with Store(compute_config["etcd"]) as as_host:
+        as_host.commit(Txn([], [ownership.spec_put(as_host.keys, spec),
+                                ownership.record_put(as_host.keys, record_)]))

@@ -14,8 +14,6 @@ import pytest
 
 from etcd_compute import messages
 from etcd_compute.config import deep_merge
-from etcd_compute.etcd import Store, Txn
-from etcd_compute.instances import ownership, records
 from tests.compute.helpers import (
     assert_nothing_left,
     build_events,
@@ -25,6 +23,7 @@ from tests.compute.helpers import (
     record,
     send_destroy,
     wait_state,
+    write_as_the_host,
 )
 from tests.support import wait_for
 
@@ -211,15 +210,6 @@ def claim_for(placement, spec: dict[str, Any], how: str) -> dict[str, Any] | Non
                  "DISK_GB": spec["resources"]["DISK_GB"]}}}
     placement.claim(spec["uuid"], split, "p", "u")
     return split
-
-
-def write_as_the_host(compute_config: dict[str, Any], spec: dict[str, Any], state: str) -> None:
-    """Record and spec as the scheduler (SCHEDULED) or a daemon that died mid-build
-    (BUILDING) leaves them, written with the host's own certificate."""
-    record_ = records.new_record(spec, state, compute_config["compute"]["name"])
-    with Store(compute_config["etcd"]) as as_host:
-        as_host.commit(Txn([], [ownership.spec_put(as_host.keys, spec),
-                                ownership.record_put(as_host.keys, record_)]))
 
 
 def held(placement, uuid: str) -> dict[str, Any]:
