@@ -400,13 +400,18 @@ def documented_actions() -> dict[str, tuple[str, str | None]]:
 
 
 def test_record_states_follow_the_documented_machine(start_compute, compute_config, store,
-                                                    placement, run_schedule):
+                                                    placement, run_schedule, schedule_config,
+                                                    glance_config, glance_images, write_yaml):
     """Every state a record was written with (etcd's history of its key, not polling),
-    against README: a build, a failed build, and each operator's action as its table says."""
-    config = deep_merge(compute_config, {"driver": {"fake": {"build_seconds": 0.5}}})
+    against README: a build, a failed build, and each operator's action as its table says
+    (a snapshot goes into the session's real Glance)."""
+    config = deep_merge(compute_config, {"driver": {"fake": {"build_seconds": 0.5}},
+                                         "glance": glance_config})
     start_compute(config)
     rp = rp_of(config)
     wait_alive(store, rp)
+    schedule_yaml = write_yaml("schedule-glance.yaml",
+                               deep_merge(schedule_config, {"glance": glance_config}))
 
     def revision() -> int:
         return store.get_prefix(store.keys.hosts(), keys_only=True)[1]
@@ -425,26 +430,37 @@ def test_record_states_follow_the_documented_machine(start_compute, compute_conf
     wait_state(store, failing["uuid"], "ERROR")
     assert record_history(store, rp, failing["uuid"], start + 1) == ["BUILDING", "ERROR"]
 
-    # Placed by schedule.py (SCHEDULED first), then each action of README's table in turn.
+    # Placed by schedule.py (SCHEDULED first), then each action of README's table in turn,
+    # from each state it is allowed in.
     start = revision()
-    placed = run_schedule("resources=VCPU:1,MEMORY_MB:64,DISK_GB:1", "--wait", "--json")
+    placed = run_schedule("resources=VCPU:1,MEMORY_MB:64,DISK_GB:1", "--wait", "--json",
+                          config=schedule_yaml)
     assert placed.code == 0, placed.stderr
     uuid = placed.json()["instances"][0]["uuid"]
     assert record_history(store, rp, uuid, start + 1) == ["SCHEDULED", "BUILDING", "ACTIVE"]
     documented = documented_actions()
-    sequence = [["stop"], ["start"], ["reboot"], ["rebuild"],
-                ["resize", "resources=VCPU:2,MEMORY_MB:128,DISK_GB:2"], ["stop"], ["rebuild"],
-                ["resize", "resources=VCPU:3,MEMORY_MB:192,DISK_GB:3"], ["start"], ["destroy"]]
+    images = [f"record-states-{uuid[:8]}-{n}" for n in range(2)]
+    sequence = [["stop", uuid], ["start", uuid], ["reboot", uuid], ["rebuild", uuid],
+                ["resize", "resources=VCPU:2,MEMORY_MB:128,DISK_GB:2", uuid],
+                ["snapshot", uuid, images[0]], ["stop", uuid], ["rebuild", uuid],
+                ["resize", "resources=VCPU:3,MEMORY_MB:192,DISK_GB:3", uuid],
+                ["snapshot", uuid, images[1]], ["start", uuid], ["destroy", uuid]]
     assert {words[0] for words in sequence} == set(documented), sorted(documented)
     state = "ACTIVE"
-    for action, *arguments in sequence:
-        start = revision()
-        done = run_schedule(action, *arguments, uuid, "--wait")
-        assert done.code == 0, (action, done.stderr)
-        passes, ends = documented[action]
-        seen = record_history(store, rp, uuid, start + 1)
-        assert seen == [passes, ends or state], f"{action} from {state}: {seen}"
-        state = seen[-1]
+    try:
+        for action, *arguments in sequence:
+            start = revision()
+            done = run_schedule(action, *arguments, "--wait", config=schedule_yaml,
+                                timeout=120)
+            assert done.code == 0, (action, done.stderr)
+            passes, ends = documented[action]
+            seen = record_history(store, rp, uuid, start + 1)
+            assert seen == [passes, ends or state], f"{action} from {state}: {seen}"
+            state = seen[-1]
+    finally:
+        for name in images:
+            for image in glance_images.client.list(name=name):
+                glance_images.client.delete(image["id"])
     assert state == "DELETED"
 
 
