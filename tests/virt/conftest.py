@@ -109,6 +109,18 @@ def vm_config(system_libvirt: None) -> Iterator[dict[str, Any]]:
     yield from _vm_config()
 
 
+def libvirt_compute(vm_config: dict[str, Any], compute_config: dict[str, Any],
+                    **sections: dict[str, Any]) -> dict[str, Any]:
+    """A compute daemon's config on the guests' libvirt, network and directories, with the
+    real guests' build time (`job_timeout_seconds`); `sections` merged on top (e.g.
+    glance=..., driver={"libvirt": {...}})."""
+    return deep_merge(deep_merge(compute_config, {
+        "compute": {key: vm_config["compute"][key]
+                    for key in ("state_dir", "instances_dir", "job_timeout_seconds")},
+        "driver": {"name": "libvirt", "libvirt": vm_config["driver"]["libvirt"]},
+    }), sections)
+
+
 def _vm_config() -> Iterator[dict[str, Any]]:
     root = VM_TEST_ROOT / uuidlib.uuid4().hex[:8]
     # qemu (libvirt-qemu) only traverses these; other users may not list them.
