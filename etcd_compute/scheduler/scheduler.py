@@ -75,7 +75,8 @@ class Candidates:
 
 def check_txn_ops(request_spec: RequestSpec, settings: dict[str, Any]) -> None:
     """UsageError, before anything is asked, when one transaction could not write the request."""
-    needed = scheduling.operations(request_spec.count, request_spec.group is not None)
+    needed = scheduling.operations(request_spec.count, request_spec.group is not None,
+                                   request_spec.server is not None)
     if needed > settings["etcd_max_txn_ops"]:
         raise UsageError(
             f"--count {request_spec.count} needs {needed} etcd operations in one "
@@ -250,6 +251,7 @@ class Scheduler:
             policy=request_spec.group[1] if request_spec.group else None,
             group_hosts=group_hosts,
             max_instances_per_host=self.settings["max_instances_per_host"],
+            group_max=request_spec.group_max or 1,
             image_properties=images.properties(request_spec.glance_image),
         )
         return Candidates(hosts, context, group_revision, offered,
@@ -289,7 +291,7 @@ class Scheduler:
         destinations = self.destinations(request_spec, picks)
         self.transaction(request_spec, destinations, group_revision)  # refused before a claim
         try:
-            self.claim(destinations)
+            self.claim(destinations, request_spec)
         except ConflictError as exc:
             self.replans += 1
             LOG.info("claim lost a race (%s); planning again", exc.code or exc)
@@ -311,7 +313,8 @@ class Scheduler:
         whole request (names NAME-<index+1>)."""
         destinations = []
         for index, pick in enumerate(picks, start=first):
-            instance = str(uuidlib.uuid4())
+            instance = (request_spec.uuids[index] if request_spec.uuids
+                        else str(uuidlib.uuid4()))
             destinations.append(Destination(
                 uuid=instance,
                 name=request_spec.instance_name(index, instance),
@@ -339,10 +342,16 @@ class Scheduler:
                 "scheduler.etcd_max_request_bytes together)")
         return txn
 
-    def claim(self, destinations: list[Destination]) -> None:
-        """Claim every destination in one atomic Placement call (ConflictError: none)."""
+    def claim(self, destinations: list[Destination],
+              request_spec: RequestSpec | None = None) -> None:
+        """Claim every destination in one atomic Placement call (ConflictError: none), for
+        the request's project and user (`request_spec`; else the configured ones)."""
+        owners = None
+        if request_spec is not None:
+            owner = request_spec.owner(self.settings)
+            owners = {d.uuid: owner for d in destinations}
         claims.claim(self.placement, {d.uuid: d.allocations for d in destinations},
-                     self.settings)
+                     self.settings, owners)
 
     def write(self, txn: Txn, destinations: list[Destination]) -> int | None:
         """Commit `txn`: its revision, or None when a compare failed; either way but

@@ -15,14 +15,14 @@ from typing import Any
 from etcd_compute.etcd import KeyValueStore, Txn
 from etcd_compute.instances import scheduling
 from etcd_compute.keys import Keys
-from etcd_compute.scheduler.spec import Destination, RequestSpec, operator_name
+from etcd_compute.scheduler.spec import Destination, RequestSpec, server_view
 
 
 def instance_spec(destination: Destination, request_spec: RequestSpec,
                   settings: dict[str, Any], requested_at: float,
                   requested_by: str | None = None) -> dict[str, Any]:
     """The instance_spec message a host receives for `destination`."""
-    group = request_spec.group
+    project_id, user_id = request_spec.owner(settings)
     return {
         "action": "build",
         "uuid": destination.uuid,
@@ -33,9 +33,9 @@ def instance_spec(destination: Destination, request_spec: RequestSpec,
         "image": request_spec.image(settings["default_image"]),
         "user_data": request_spec.user_data,
         "ssh_key": request_spec.ssh_key,
-        "project_id": settings["project_id"],
-        "user_id": settings["user_id"],
-        "group": {"name": group[0], "policy": group[1]} if group else None,
+        "project_id": project_id,
+        "user_id": user_id,
+        "group": request_spec.group_message(),
         "alternates": destination.alternates,
         "requested_at": requested_at,
         "requested_by": requested_by,
@@ -47,16 +47,22 @@ def instance_spec(destination: Destination, request_spec: RequestSpec,
 
 def transaction(keys: Keys, destinations: list[Destination], request_spec: RequestSpec,
                 settings: dict[str, Any], group_revision: int | None,
-                requested_by: str | None = None) -> Txn:
-    """The one transaction that writes the whole request (see `instances.scheduling.schedule_txn`);
-    `requested_by`: who asked, if not this process's operator (the scheduler service)."""
-    now, who = time.time(), requested_by or operator_name()
+                requested_by: str | None = None, first: int = 0) -> Txn:
+    """The one transaction that writes the whole request (see
+    `instances.scheduling.schedule_txn`);
+    `requested_by`: who asked, if not this process's operator (the scheduler service);
+    `first`: the index of the first destination in the whole request."""
+    now, who = time.time(), requested_by or request_spec.requester()
     placed = [(instance_spec(d, request_spec, settings, now, who), d.host_name)
               for d in destinations]
     group = None
     if request_spec.group and group_revision is not None:
         group = (request_spec.group[0], group_revision)
-    return scheduling.schedule_txn(keys, placed, group)
+    servers = None
+    if request_spec.server is not None:
+        servers = [server_view(request_spec.server, d, first + index, request_spec.count, now)
+                   for index, d in enumerate(destinations)]
+    return scheduling.schedule_txn(keys, placed, group, servers)
 
 
 def write_specs(store: KeyValueStore, destinations: list[Destination],

@@ -94,3 +94,11 @@ def test_an_unreadable_disable_still_disables():
     store.put_raw(store.keys.maintenance(A), "{broken")
     assert hosts.maintenance(store, A) is None  # nothing to show
     assert hosts.under_maintenance(store, A)  # but the host stays disabled
+
+
+def test_alive_and_disabled_are_read_together():
+    store = FakeStore()
+    assert hosts.alive_and_disabled(store) == (set(), set())
+    hosts.beat(store, store.grant(10), A, "host-a", "fake")
+    store.put_raw(store.keys.maintenance(B), "{broken")  # unreadable: still disabled
+    assert hosts.alive_and_disabled(store) == ({A}, {B})
