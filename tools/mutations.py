@@ -39,6 +39,7 @@ MACHINE = "tests/unit/compute/test_machine.py::"
 MOVES = "tests/unit/compute/test_moves.py::"
 SERVICE = "tests/unit/compute/test_service.py::"
 STATES = "tests/unit/instances/test_states.py::"
+CLAIMS = "tests/unit/test_claims.py::"
 
 MUTATIONS = (
     Mutation("fence only after the lease expired", "etcd_compute/compute/heartbeat.py",
@@ -84,6 +85,22 @@ MUTATIONS = (
              "            log.info(\"making room",
              "            log.info(\"making room",
              (MOVES + "test_a_claim_not_held_here_is_answered_as_an_error_not_made_room_for",)),
+    Mutation("a claim that merely covers the spec is taken as its claim",
+             "etcd_compute/claims.py",
+             '    elif dict(allocations[host]["resources"]) != dict(wanted):',
+             '    elif any(allocations[host]["resources"].get(rc, 0) < n for rc, n in '
+             'wanted.items()):',
+             (CLAIMS + "test_a_host_may_act_only_on_its_claim_alone_at_exactly_the_amounts_"
+                       "asked",)),
+    Mutation("a claim split with another host is taken as this host's",
+             "etcd_compute/claims.py",
+             "    elif not alone_on(allocations, host):\n        verdict = SPLIT\n", "",
+             (CLAIMS + "test_a_host_may_act_only_on_its_claim_alone_at_exactly_the_amounts_"
+                       "asked",)),
+    Mutation("a host frees a claim that is not (all) on it", "etcd_compute/claims.py",
+             '    if not alone_on(current.get("allocations") or {}, host):',
+             '    if not current.get("allocations"):',
+             (CLAIMS + "test_a_host_frees_a_claim_only_when_it_holds_all_of_it",)),
 )
 
 

@@ -28,7 +28,9 @@ from tests.virt.hypervisors import (
 from tools.local_services.hypervisors import GUEST_NETWORK, Hypervisors
 from tools.local_services.netns import netns_usable
 
-pytestmark = pytest.mark.vm
+# Two hypervisors' libvirtds and TCG guests: 50-90 s each alone, several times that while
+# other workers boot guests (the suite's 300 s is for one step's hang).
+pytestmark = [pytest.mark.vm, pytest.mark.timeout(600)]
 
 BOOT_SECONDS = 240
 

@@ -24,7 +24,9 @@ from tests.virt.test_migrate_command_vm import counting_guest
 from tools.local_services.hypervisors import QEMU_GROUP, Hypervisors
 from tools.local_services.netns import netns_usable
 
-pytestmark = pytest.mark.vm
+# Two hypervisors' libvirtds and TCG guests: 50-90 s each alone, several times that while
+# other workers boot guests (the suite's 300 s is for one step's hang).
+pytestmark = [pytest.mark.vm, pytest.mark.timeout(600)]
 
 
 @pytest.fixture
