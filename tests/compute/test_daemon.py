@@ -439,6 +439,8 @@ def test_record_states_follow_the_documented_machine(start_compute, compute_conf
     uuid = placed.json()["instances"][0]["uuid"]
     assert record_history(store, rp, uuid, start + 1) == ["SCHEDULED", "BUILDING", "ACTIVE"]
     documented = documented_actions()
+    # A move needs a second host: tests/compute/test_migration.py follows its row.
+    del documented["migrate"]
     images = [f"record-states-{uuid[:8]}-{n}" for n in range(2)]
     sequence = [["stop", uuid], ["start", uuid], ["reboot", uuid], ["rebuild", uuid],
                 ["resize", "resources=VCPU:2,MEMORY_MB:128,DISK_GB:2", uuid],

@@ -16,7 +16,7 @@ import pytest
 from etcd_compute import events
 from etcd_compute.instances import migrations, records
 from tests.compute.guests import overlaps
-from tests.compute.helpers import claim_and_send, make_spec, wait_state
+from tests.compute.helpers import claim_and_send, make_spec, record_history, wait_state
 from tests.compute.test_host_failure import fast_controller, rp_of
 from tests.support import wait_for
 
@@ -69,8 +69,16 @@ def test_a_live_move_and_a_cold_one_back_leave_one_copy_where_its_claim_is(
     hosts = two_hosts
     spec = active_on(store, placement, hosts["a"])
     uuid = spec["uuid"]
+    start = store.get_prefix(store.keys.hosts(), keys_only=True)[1]
     moved = run_schedule("migrate", uuid, "--live", "--wait", timeout=90)
     assert moved.code == 0, moved.stderr
+    # README's table, row migrate: MIGRATING, MIGRATED on the source; as it started (here
+    # ACTIVE) on the destination, which waits INCOMING (tests/compute/test_daemon.py's
+    # walk through the table has one host: the move's row is followed here).
+    assert record_history(store, rp_of(hosts["a"]), uuid, start + 1) == ["MIGRATING",
+                                                                         "MIGRATED"]
+    arrived = record_history(store, rp_of(hosts["b"]), uuid, start + 1)
+    assert arrived[-1] == "ACTIVE" and set(arrived[:-1]) == {"INCOMING"}, arrived
     assert f"LIVE MIGRATION REQUESTED FOR INSTANCE {uuid} TO host-b" in moved.stdout
     assert "MOVED TO host-b" in moved.stdout
     assert records.find(store, uuid)[1].state == "ACTIVE"
@@ -79,8 +87,13 @@ def test_a_live_move_and_a_cold_one_back_leave_one_copy_where_its_claim_is(
             if e["action"] == "migrate"][-1]
     assert last["result"] == "success" and last["by"]
 
+    start = store.get_prefix(store.keys.hosts(), keys_only=True)[1]
     back = run_schedule("migrate", uuid, "--wait", "--json", timeout=90)
     assert back.code == 0, back.stderr
+    assert record_history(store, rp_of(hosts["b"]), uuid, start + 1) == ["MIGRATING",
+                                                                         "MIGRATED"]
+    arrived = record_history(store, rp_of(hosts["a"]), uuid, start + 1)
+    assert arrived[-1] == "ACTIVE" and set(arrived[:-1]) == {"INCOMING"}, arrived
     answer = json.loads(back.stdout)
     assert answer["outcome"] == "done" and answer["live"] is False
     only_copy_on(hosts, "a", uuid, placement, store)
