@@ -3,7 +3,8 @@ PY := .venv/bin/python
 # Extra pytest arguments, e.g. make test PYTEST_ARGS="-k scheduler -x"
 PYTEST_ARGS ?=
 
-.PHONY: help install demo up down status test unit mutations lint bench bench-full bench-deps clean
+.PHONY: help install install-tempest demo up down status test unit mutations lint tempest \
+	bench bench-full bench-deps clean
 
 help:
 	@echo "make demo      run the whole system once on local services, then clean up"
@@ -11,6 +12,8 @@ help:
 	@echo "make test      lint, import contracts, unit tests, then the functional tests against"
 	@echo "               real etcd, Placement and libvirt"
 	@echo "make unit      the unit layer alone (seconds, no services)"
+	@echo "make tempest   Tempest's compute API tests against a cloud of its own (SMOKE=1: the"
+	@echo "               smoke-tagged ones, as make test runs them); report in run/"
 	@echo "make mutations the unit tests must kill the mutations in tools/mutations.py"
 	@echo "make up/down   start/stop local etcd, Placement, Keystone, Glance and libvirtd for trying"
 	@echo "               commands by hand (TLS and RBAC; configs and clouds.yaml in run/; make down"
@@ -20,6 +23,9 @@ help:
 
 install:
 	@tools/install.sh
+
+install-tempest:
+	@tools/install.sh tempest
 
 demo: install
 	@$(PY) tools/demo.py $(if $(KEEP),--keep) $(if $(PLAIN),--plain)
@@ -33,12 +39,15 @@ down:
 status:
 	@$(PY) -m tools.local_services status
 
-test: lint
+test: lint install-tempest
 	@$(PY) -m pytest -q tests/unit
 	@$(PY) -m pytest --ignore=tests/unit $(PYTEST_ARGS)
 
 unit: install
 	@$(PY) -m pytest -q tests/unit $(PYTEST_ARGS)
+
+tempest: install-tempest
+	@$(PY) -m tools.tempest_run $(if $(SMOKE),--smoke)
 
 mutations: install
 	@$(PY) tools/mutations.py
