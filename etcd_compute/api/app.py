@@ -1,7 +1,7 @@
 """The WSGI stack of the compute API, as Nova's paste pipeline has it:
 
     /               the versions document (no token needed)
-    /v2.1           this version's document (no token needed; microversion headers)
+    /v2.1[/]        this version's document (no token needed; microversion headers)
     /v2.1/...       keystonemiddleware's auth_token (401 without a valid token), then the
                     dispatcher: microversion (400/406), caller and admin rule, route,
                     handler; Nova's error shape for every refusal, one log line each.
@@ -148,7 +148,7 @@ class Root:
         req = webob.Request(environ)
         if path in ("", "/"):
             return versions.index(req)(environ, start_response)
-        if path == "/v2.1":
+        if path in ("/v2.1", "/v2.1/"):  # the versions list links the latter, as Nova's
             return _version_document(req)(environ, start_response)
         if path.startswith("/v2.1/"):
             try:

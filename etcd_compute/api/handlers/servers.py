@@ -105,10 +105,12 @@ def before_275(shown: dict[str, Any], keep_key_name: bool = False) -> dict[str, 
     for key in ("OS-EXT-AZ:availability_zone", "config_drive", "key_name",
                 "OS-SRV-USG:launched_at", "OS-SRV-USG:terminated_at",
                 "OS-EXT-STS:task_state", "OS-EXT-STS:vm_state", "OS-EXT-STS:power_state",
-                "os-extended-volumes:volumes_attached", "host_status", "addresses",
-                "security_groups"):
+                "os-extended-volumes:volumes_attached", "host_status", "security_groups"):
         if not (key == "key_name" and keep_key_name):
             shown.pop(key, None)
+    # The addresses stay, without their extended attributes (Nova's extend_address=False).
+    shown["addresses"] = {label: [{"version": a["version"], "addr": a["addr"]} for a in found]
+                          for label, found in shown.get("addresses", {}).items()}
     return {k: v for k, v in shown.items() if not k.startswith("OS-EXT-SRV-ATTR:")}
 
 

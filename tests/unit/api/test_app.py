@@ -22,6 +22,8 @@ def test_versions_documents_need_no_token_and_name_the_range():
     assert shown.json["version"]["media-types"][0]["type"] == \
         "application/vnd.openstack.compute+json;version=2.1"
     assert shown.headers["OpenStack-API-Version"] == "compute 2.5"
+    linked = webob.Request.blank("/v2.1/").get_response(harness.app)  # the self link
+    assert linked.status_int == 200 and linked.json["version"]["links"][0] == version["links"][0]
     assert webob.Request.blank("/v3").get_response(harness.app).status_int == 404
 
 

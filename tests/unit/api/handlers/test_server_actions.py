@@ -206,6 +206,9 @@ def test_a_rebuild_before_2_75_answers_less_and_refuses_an_image_we_do_not_serve
     answer = harness.action(uuid, {"rebuild": {"imageRef": "file:///dev/null"}})
     assert answer.status_int == 202
     assert "OS-EXT-STS:task_state" not in answer.json["server"]
+    # Addresses stay, without their extended attributes (Nova's extend_address=False).
+    addresses = [a for found in answer.json["server"]["addresses"].values() for a in found]
+    assert addresses and all(set(a) == {"version", "addr"} for a in addresses)
     harness.host_does(uuid)
     answer = harness.action(uuid, {"rebuild": {"imageRef": "file:///dev/null"}},
                             version="2.71")

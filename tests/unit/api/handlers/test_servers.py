@@ -80,9 +80,11 @@ def test_update_renames_and_delete_asks_the_host(harness: Harness):
     uuid = harness.boot()
     harness.activate(uuid)
     renamed = harness.call("PUT", f"/v2.1/servers/{uuid}",
-                           {"server": {"name": "db", "description": "primary"}},
+                           {"server": {"name": "db", "description": "primary",
+                                       "accessIPv6": "0000:0000:0000:0000:0000:babe:220.12.22.2"}},
                            version="2.19").json["server"]
     assert (renamed["name"], renamed["description"]) == ("db", "primary")
+    assert renamed["accessIPv6"] == "::babe:dc0c:1602"  # canonical, as Nova's column gives it
     assert "OS-EXT-STS:vm_state" not in renamed  # before 2.75, less than a show
     full = harness.call("PUT", f"/v2.1/servers/{uuid}", {"server": {"name": "db"}},
                         version="2.75").json["server"]
