@@ -5,8 +5,8 @@
 Run by Tempest's virtualenv (python-subunit and testtools are Tempest's): it imports
 nothing of etcd-compute. A class whose setup was skipped is one entry
 (`setUpClass (tempest.api.compute....)`), as stestr counts it. The report lists the
-skips grouped by reason (most frequent first), then every failure with the end of its
-traceback; the last line is the plain count ("N passed, N failed, N skipped").
+skips grouped by reason (most frequent first), the passed, then every failure with the
+end of its traceback; the last line is the plain count ("N passed, N failed, N skipped").
 """
 
 from __future__ import annotations
@@ -67,10 +67,12 @@ def summarize(results: list[dict[str, Any]]) -> dict[str, Any]:
     """Counts, skips grouped by reason, failures with their tracebacks' last lines."""
     counts = {PASSED: 0, FAILED: 0, SKIPPED: 0}
     skips: dict[str, list[str]] = defaultdict(list)
-    failures = []
+    failures, passed = [], []
     for test in sorted(results, key=lambda t: t["id"]):
         counts[test["outcome"]] += 1
-        if test["outcome"] == SKIPPED:
+        if test["outcome"] == PASSED:
+            passed.append(_ATTRS.sub("", test["id"]))
+        elif test["outcome"] == SKIPPED:
             skips[test["reason"] or "(no reason given)"].append(_ATTRS.sub("", test["id"]))
         elif test["outcome"] == FAILED:
             failures.append({"id": test["id"],
@@ -79,7 +81,7 @@ def summarize(results: list[dict[str, Any]]) -> dict[str, Any]:
     return {"counts": counts,
             "skips": [{"reason": reason, "count": len(ids), "tests": ids}
                       for reason, ids in grouped],
-            "failures": failures}
+            "failures": failures, "passed": passed}
 
 
 def render(summary: dict[str, Any]) -> str:
@@ -89,6 +91,8 @@ def render(summary: dict[str, Any]) -> str:
     for skip in summary["skips"]:
         lines.append(f"  {skip['count']:4d}  {skip['reason']}")
         lines.extend(f"          {test}" for test in skip["tests"])
+    lines += ["", f"Passed ({counts[PASSED]}):"]
+    lines.extend(f"  {test}" for test in summary["passed"])
     lines += ["", f"Failed ({counts[FAILED]}):"]
     for failure in summary["failures"]:
         lines.append(f"  {failure['id']}")
