@@ -42,6 +42,7 @@ SERVER_GROUPS = "os_compute_api:os-server-groups:%s"
 AVAILABILITY_ZONE = "os_compute_api:os-availability-zone:%s"
 SERVICES = "os_compute_api:os-services:%s"
 HYPERVISORS = "os_compute_api:os-hypervisors:%s"
+HOSTS = "os_compute_api:os-hosts:%s"
 
 BASE = [
     ("context_is_admin", "role:admin"),
@@ -105,6 +106,12 @@ RULES = [
     (SERVICES % "list", ADMIN),
     (SERVICES % "update", ADMIN),
     (SERVICES % "delete", ADMIN),
+    (HOSTS % "list", ADMIN),
+    (HOSTS % "show", ADMIN),
+    (HOSTS % "update", ADMIN),
+    (HOSTS % "reboot", ADMIN),
+    (HOSTS % "shutdown", ADMIN),
+    (HOSTS % "start", ADMIN),
     (HYPERVISORS % "list", ADMIN),
     (HYPERVISORS % "list-detail", ADMIN),
     (HYPERVISORS % "statistics", ADMIN),
