@@ -27,6 +27,7 @@ ANY = "@"
 SERVERS = "os_compute_api:servers:%s"
 FLAVOR_MANAGE = "os_compute_api:os-flavor-manage:%s"
 EXTRA_SPECS = "os_compute_api:os-flavor-extra-specs:%s"
+FLAVOR_ACCESS = "os_compute_api:os-flavor-access"
 KEYPAIRS = "os_compute_api:os-keypairs:%s"
 QUOTA_SETS = "os_compute_api:os-quota-sets:%s"
 LIMITS = "os_compute_api:limits"
@@ -126,6 +127,9 @@ RULES = [
     (SERVER_TAGS % "update_all", PROJECT_MEMBER_OR_ADMIN),
     (SERVER_TAGS % "delete", PROJECT_MEMBER_OR_ADMIN),
     (SERVER_TAGS % "delete_all", PROJECT_MEMBER_OR_ADMIN),
+    (FLAVOR_ACCESS, ADMIN),
+    (FLAVOR_ACCESS + ":add_tenant_access", ADMIN),
+    (FLAVOR_ACCESS + ":remove_tenant_access", ADMIN),
     (FLAVOR_MANAGE % "create", ADMIN),
     (FLAVOR_MANAGE % "update", ADMIN),
     (FLAVOR_MANAGE % "delete", ADMIN),

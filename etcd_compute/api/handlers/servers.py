@@ -139,7 +139,7 @@ def delete(api: Backend, req: ApiRequest, server_id: str) -> webob.Response:
 def _flavor(api: Backend, req: ApiRequest, ref: Any) -> Flavor:
     flavor_id = str(ref).rstrip("/").rsplit("/", 1)[-1]
     flavor = api.flavors.get(flavor_id)
-    if flavor is None or (not flavor.is_public and not req.context.is_admin):
+    if flavor is None or not flavor.usable_by(req.context.project_id, req.context.is_admin):
         raise bad_request(f"Flavor {flavor_id[:100]} could not be found.")
     if flavor.disk == 0:
         api.policy.authorize(req.context, policy.SERVERS % "create:zero_disk_flavor")
