@@ -22,6 +22,7 @@ from etcd_compute.api.backend import Backend
 from etcd_compute.api.context import Context, NotProjectScoped, new_request_id
 from etcd_compute.api.handlers import (
     availability_zones,
+    extensions,
     flavors,
     hosts,
     hypervisors,
@@ -60,7 +61,7 @@ class ComputeApp:
         self.router = Router()
         for module in (servers, server_actions, server_metadata, server_ips, instance_actions,
                        server_groups, flavors, keypairs, quota_sets, availability_zones,
-                       services, hypervisors, hosts):
+                       services, hypervisors, hosts, extensions):
             module.routes(self.router, backend)
 
     def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]

@@ -44,6 +44,7 @@ AVAILABILITY_ZONE = "os_compute_api:os-availability-zone:%s"
 SERVICES = "os_compute_api:os-services:%s"
 HYPERVISORS = "os_compute_api:os-hypervisors:%s"
 HOSTS = "os_compute_api:os-hosts:%s"
+EXTENSIONS = "os_compute_api:extensions"
 
 BASE = [
     ("context_is_admin", "role:admin"),
@@ -107,6 +108,7 @@ RULES = [
     (SERVICES % "list", ADMIN),
     (SERVICES % "update", ADMIN),
     (SERVICES % "delete", ADMIN),
+    (EXTENSIONS, ANY),
     (HOSTS % "list", ADMIN),
     (HOSTS % "show", ADMIN),
     (HOSTS % "update", ADMIN),
