@@ -4,7 +4,7 @@
 
 `cloud.py` starts what `make up` starts (etcd, Placement, Keystone, Glance, the compute
 API; TLS and RBAC), on free ports in run/tempest/, with a controller (`schedule.py serve`),
-one compute host on the fake driver and two Glance images; `conf.py` writes the
+two compute hosts on the fake driver and two Glance images; `conf.py` writes the
 tempest.conf that says what this cloud has; Tempest runs from its own virtualenv
 (`.venv-tempest`); `report.py` (run by that virtualenv's Python) reads the subunit stream
 into the report: passed, skipped with Tempest's reason, failed. Everything started is

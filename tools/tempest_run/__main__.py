@@ -39,7 +39,9 @@ def main(argv: list[str] | None = None) -> int:
                                         "tempest.api.compute")
     parser.add_argument("--concurrency", type=int, default=4,
                         help="Tempest's workers (they mostly wait on the API)")
-    parser.add_argument("--compute-nodes", type=int, default=1)
+    # Two hosts: Tempest's multi-host tests (affinity, os-hosts) need them; a fake host
+    # costs nothing.
+    parser.add_argument("--compute-nodes", type=int, default=2)
     parser.add_argument("--run-dir", type=Path, default=REPO / "run" / "tempest")
     parser.add_argument("--report", type=Path,
                         help="default: run/tempest-report.txt (smoke: tempest-smoke-...)")
