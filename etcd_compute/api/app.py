@@ -28,6 +28,7 @@ from etcd_compute.api.handlers import (
     hypervisors,
     instance_actions,
     keypairs,
+    networks,
     quota_sets,
     server_actions,
     server_groups,
@@ -61,7 +62,7 @@ class ComputeApp:
         self.router = Router()
         for module in (servers, server_actions, server_metadata, server_ips, instance_actions,
                        server_groups, flavors, keypairs, quota_sets, availability_zones,
-                       services, hypervisors, hosts, extensions):
+                       services, hypervisors, hosts, extensions, networks):
             module.routes(self.router, backend)
 
     def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]

@@ -45,6 +45,7 @@ SERVICES = "os_compute_api:os-services:%s"
 HYPERVISORS = "os_compute_api:os-hypervisors:%s"
 HOSTS = "os_compute_api:os-hosts:%s"
 EXTENSIONS = "os_compute_api:extensions"
+NETWORKS = "os_compute_api:os-networks:%s"
 
 BASE = [
     ("context_is_admin", "role:admin"),
@@ -109,6 +110,8 @@ RULES = [
     (SERVICES % "update", ADMIN),
     (SERVICES % "delete", ADMIN),
     (EXTENSIONS, ANY),
+    (NETWORKS % "list", ANY),
+    (NETWORKS % "view", ANY),
     (HOSTS % "list", ADMIN),
     (HOSTS % "show", ADMIN),
     (HOSTS % "update", ADMIN),

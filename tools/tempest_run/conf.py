@@ -73,6 +73,7 @@ class Cloud:
     max_microversion: str
     compute_nodes: int = 1
     region: str = "RegionOne"
+    network_name: str = "etcd-compute"  # api.network_name (make up keeps its default)
 
 
 def tempest_conf(cloud: Cloud, workspace: Path, build_timeout: int = 120) -> str:
@@ -102,6 +103,8 @@ def tempest_conf(cloud: Cloud, workspace: Path, build_timeout: int = 120) -> str
         "max_microversion": cloud.max_microversion,
         "min_compute_nodes": str(cloud.compute_nodes), "region": cloud.region,
         "endpoint_type": "publicURL", "build_timeout": str(build_timeout),
+        # The one network every server is on (api.network_name; os-networks shows it).
+        "fixed_network_name": cloud.network_name,
         "build_interval": "1"}
     features = {name: "true" if on else "false" for name, (on, _) in COMPUTE_FEATURES.items()}
     features["scheduler_enabled_filters"] = ",".join(SCHEDULER_FILTERS)
