@@ -29,6 +29,7 @@ from etcd_compute.api.handlers import (
     instance_actions,
     keypairs,
     networks,
+    quota_classes,
     quota_sets,
     server_actions,
     server_groups,
@@ -61,8 +62,8 @@ class ComputeApp:
         self.backend = backend
         self.router = Router()
         for module in (servers, server_actions, server_metadata, server_ips, instance_actions,
-                       server_groups, flavors, keypairs, quota_sets, availability_zones,
-                       services, hypervisors, hosts, extensions, networks):
+                       server_groups, flavors, keypairs, quota_sets, quota_classes,
+                       availability_zones, services, hypervisors, hosts, extensions, networks):
             module.routes(self.router, backend)
 
     def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]

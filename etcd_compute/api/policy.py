@@ -30,6 +30,7 @@ EXTRA_SPECS = "os_compute_api:os-flavor-extra-specs:%s"
 FLAVOR_ACCESS = "os_compute_api:os-flavor-access"
 KEYPAIRS = "os_compute_api:os-keypairs:%s"
 QUOTA_SETS = "os_compute_api:os-quota-sets:%s"
+QUOTA_CLASS_SETS = "os_compute_api:os-quota-class-sets:%s"
 LIMITS = "os_compute_api:limits"
 LIMITS_OTHER_PROJECT = "os_compute_api:limits:other_project"
 EXTENDED_ATTRIBUTES = "os_compute_api:os-extended-server-attributes"
@@ -149,6 +150,8 @@ RULES = [
     (KEYPAIRS % "show", KEYPAIR_OWNER),
     (LIMITS, ANY),
     (LIMITS_OTHER_PROJECT, ADMIN),
+    (QUOTA_CLASS_SETS % "show", ADMIN),
+    (QUOTA_CLASS_SETS % "update", ADMIN),
     (QUOTA_SETS % "update", ADMIN),
     (QUOTA_SETS % "defaults", ANY),
     (QUOTA_SETS % "show", PROJECT_READER_OR_ADMIN),
