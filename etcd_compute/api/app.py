@@ -26,6 +26,7 @@ from etcd_compute.api.handlers import (
     flavors,
     hosts,
     hypervisors,
+    images,
     instance_actions,
     keypairs,
     networks,
@@ -63,7 +64,8 @@ class ComputeApp:
         self.router = Router()
         for module in (servers, server_actions, server_metadata, server_ips, instance_actions,
                        server_groups, flavors, keypairs, quota_sets, quota_classes,
-                       availability_zones, services, hypervisors, hosts, extensions, networks):
+                       availability_zones, services, hypervisors, hosts, extensions, networks,
+                       images):
             module.routes(self.router, backend)
 
     def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]
