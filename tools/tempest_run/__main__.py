@@ -12,6 +12,7 @@ import argparse
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -49,6 +50,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="leave the cloud running (stop: python -m tools.local_services "
                              "down --run-dir RUN_DIR/cloud)")
     args = parser.parse_args(argv)
+    # A SIGTERM (a test's timeout, a CI's) unwinds like Ctrl-C: what was started is stopped.
+    signal.signal(signal.SIGTERM, _interrupted)
     tempest = TEMPEST_VENV / "bin" / "tempest"
     if not tempest.exists():
         print(f"error: Tempest is not installed in {TEMPEST_VENV}; run: tools/install.sh "
@@ -87,6 +90,10 @@ def main(argv: list[str] | None = None) -> int:
     return _report(workspace, report, time.monotonic() - started)
 
 
+def _interrupted(_signum: int, _frame: object) -> None:
+    raise KeyboardInterrupt
+
+
 def _init_workspace(workspace: Path, run_dir: Path) -> None:
     """A fresh `tempest init` workspace (its registry beside it, not in ~/.tempest)."""
     shutil.rmtree(workspace, ignore_errors=True)
@@ -108,17 +115,26 @@ def _run(tempest: Path, workspace: Path, conf: Path, regex: str, concurrency: in
             stdin=subprocess.DEVNULL)
         assert process.stdout is not None
         done = 0
-        for line in process.stdout:
-            log.write(line)
-            if " ... " in line:
-                done += 1
-                if "FAILED" in line:
-                    test = next((word for word in line.split() if word.startswith(
-                        "tempest.")), line.strip())
-                    print(f"    FAILED {test}", flush=True)
-                elif done % 50 == 0:
-                    print(f"    {done} tests done", flush=True)
-        return process.wait()
+        try:
+            for line in process.stdout:
+                log.write(line)
+                if " ... " in line:
+                    done += 1
+                    if "FAILED" in line:
+                        test = next((word for word in line.split() if word.startswith(
+                            "tempest.")), line.strip())
+                        print(f"    FAILED {test}", flush=True)
+                    elif done % 50 == 0:
+                        print(f"    {done} tests done", flush=True)
+            return process.wait()
+        finally:
+            if process.poll() is None:  # interrupted: Tempest and its workers go too
+                process.terminate()
+                try:
+                    process.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    process.kill()
+                    process.wait()
 
 
 def _report(workspace: Path, report: Path, seconds: float) -> int:
