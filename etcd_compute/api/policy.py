@@ -47,6 +47,7 @@ HYPERVISORS = "os_compute_api:os-hypervisors:%s"
 HOSTS = "os_compute_api:os-hosts:%s"
 EXTENSIONS = "os_compute_api:extensions"
 NETWORKS = "os_compute_api:os-networks:%s"
+MIGRATE_SERVER = "os_compute_api:os-migrate-server:%s"
 
 BASE = [
     ("context_is_admin", "role:admin"),
@@ -127,6 +128,7 @@ RULES = [
     (HYPERVISORS % "search", ADMIN),
     (HYPERVISORS % "servers", ADMIN),
     (EXTENDED_ATTRIBUTES, ADMIN),
+    (MIGRATE_SERVER % "migrate_live", ADMIN),
     (SERVER_TAGS % "index", PROJECT_READER_OR_ADMIN),
     (SERVER_TAGS % "show", PROJECT_READER_OR_ADMIN),
     (SERVER_TAGS % "update", PROJECT_MEMBER_OR_ADMIN),

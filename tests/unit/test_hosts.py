@@ -96,6 +96,26 @@ def test_an_unreadable_disable_still_disables():
     assert hosts.under_maintenance(store, A)  # but the host stays disabled
 
 
+def test_a_host_s_libvirt_address_outlives_its_heartbeat_and_its_failures_keep_it():
+    store = FakeStore()
+    lease = store.lease(10)
+    hosts.beat(store, lease.id, A, "host-a", "libvirt")
+    assert hosts.libvirt_address(store, A) is None
+    hosts.publish_libvirt_address(store, A, "10.0.0.1")
+    hosts.record_build_failure(store, A)
+    assert hosts.libvirt_address(store, A) == "10.0.0.1"
+    assert len(hosts.build_failures(store, A)) == 1
+    store.expire(lease.id)
+    assert hosts.libvirt_address(store, A) == "10.0.0.1"  # what a fence needs after death
+    revision = store.get(store.keys.stats(A)).mod_revision
+    hosts.publish_libvirt_address(store, A, "10.0.0.1")  # unchanged: not written again
+    assert store.get(store.keys.stats(A)).mod_revision == revision
+    hosts.publish_libvirt_address(store, A, None)
+    assert hosts.libvirt_address(store, A) is None and len(hosts.build_failures(store, A)) == 1
+    store.put_raw(store.keys.stats(B), "{broken")
+    assert hosts.libvirt_address(store, B) is None
+
+
 def test_alive_and_disabled_are_read_together():
     store = FakeStore()
     assert hosts.alive_and_disabled(store) == (set(), set())
