@@ -6,7 +6,8 @@ PYTEST_ARGS ?=
 # a 2-core machine, see README "Tests and benchmarks"). TEST_WORKERS=0: one process.
 TEST_WORKERS ?= 6
 
-.PHONY: help install demo up down status test unit mutations lint bench bench-full bench-deps clean
+.PHONY: help install install-tempest demo up down status test unit mutations lint tempest \
+	bench bench-full bench-deps clean
 
 help:
 	@echo "make demo      run the whole system once on local services, then clean up"
@@ -14,6 +15,8 @@ help:
 	@echo "make test      lint, import contracts, unit tests, then the functional tests against"
 	@echo "               real etcd, Placement and libvirt"
 	@echo "make unit      the unit layer alone (seconds, no services)"
+	@echo "make tempest   Tempest's compute API tests against a cloud of its own (SMOKE=1: the"
+	@echo "               smoke-tagged ones, as make test runs them); report in run/"
 	@echo "make mutations the unit tests must kill the mutations in tools/mutations.py"
 	@echo "make up/down   start/stop local etcd, Placement, Keystone, Glance and libvirtd for trying"
 	@echo "               commands by hand (TLS and RBAC; configs and clouds.yaml in run/; make down"
@@ -23,6 +26,9 @@ help:
 
 install:
 	@tools/install.sh
+
+install-tempest:
+	@tools/install.sh tempest
 
 demo: install
 	@$(PY) tools/demo.py $(if $(KEEP),--keep) $(if $(PLAIN),--plain)
@@ -36,13 +42,16 @@ down:
 status:
 	@$(PY) -m tools.local_services status
 
-test: lint
+test: lint install-tempest
 	@$(PY) -m pytest -q tests/unit
 	@$(PY) -m pytest --ignore=tests/unit -n $(TEST_WORKERS) --dist loadgroup \
 		--no-loadscope-reorder --durations=25 $(PYTEST_ARGS)
 
 unit: install
 	@$(PY) -m pytest -q tests/unit $(PYTEST_ARGS)
+
+tempest: install-tempest
+	@$(PY) -m tools.tempest_run $(if $(SMOKE),--smoke)
 
 mutations: install
 	@$(PY) tools/mutations.py

@@ -203,6 +203,13 @@ class GlanceClient:
             "PATCH", f"/v2/images/{image_id}", json=patch,
             headers={"Content-Type": "application/openstack-images-v2.1-json-patch"}).json()
 
+    def remove_properties(self, image_id: str, names: list[str]) -> dict[str, Any]:
+        """Remove properties (JSON patch `remove`; each must be there)."""
+        patch = [{"op": "remove", "path": f"/{name}"} for name in names]
+        return self.request(
+            "PATCH", f"/v2/images/{image_id}", json=patch,
+            headers={"Content-Type": "application/openstack-images-v2.1-json-patch"}).json()
+
     def delete(self, image_id: str) -> None:
         self.request("DELETE", f"/v2/images/{image_id}", expect=(204,))
 

@@ -35,6 +35,8 @@ and what only the compute API (`schedule.py api`, operator's credentials) writes
     /flavor-names/<name>                        flavor_name: which flavor has this name
     /keypairs/<user_id>/<name>                  keypair: a user's public key
     /quotas/<project_id>                        quota_set: a project's limits (else defaults)
+    /quota-classes/default                      quota_class: the defaults where an admin
+                                                changed api.quotas' (os-quota-class-sets)
     /quota-reservations/<project_id>/<uuid>     quota_reservation: a create counted before
                                                 its claim (with a lease)
 
@@ -220,6 +222,9 @@ class Keys:
 
     def quota(self, project_id: str) -> str:
         return f"{self.prefix}/quotas/{project_id}"
+
+    def quota_class(self, name: str) -> str:
+        return f"{self.prefix}/quota-classes/{name}"
 
     def quota_reservations(self, project_id: str) -> str:
         return f"{self.prefix}/quota-reservations/{project_id}/"

@@ -42,6 +42,7 @@ FLAVOR = "flavor"
 FLAVOR_NAME = "flavor_name"
 KEYPAIR = "keypair"
 QUOTA_SET = "quota_set"
+QUOTA_CLASS = "quota_class"
 QUOTA_RESERVATION = "quota_reservation"
 SERVER_GROUP = "server_group"
 

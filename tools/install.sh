@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Install what etcd-compute needs on a Debian-like machine, as root.
 # Idempotent and quiet: packages already there and unchanged requirements are skipped.
+#   tools/install.sh           everything make demo and make up need
+#   tools/install.sh tempest   that, and Tempest in .venv-tempest (make tempest, make test)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -84,3 +86,7 @@ venv .venv-placement requirements-placement.txt
 venv .venv-keystone requirements-keystone.txt
 venv .venv-glance requirements-glance.txt
 venv .venv-clients requirements-clients.txt
+# Tempest (the compute API's judge) only when asked: it is large and only the tests use it.
+if [ "${1:-}" = tempest ]; then
+  venv .venv-tempest requirements-tempest.txt
+fi

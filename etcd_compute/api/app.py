@@ -1,10 +1,12 @@
 """The WSGI stack of the compute API, as Nova's paste pipeline has it:
 
     /               the versions document (no token needed)
-    /v2.1           this version's document (no token needed; microversion headers)
+    /v2.1[/]        this version's document (no token needed; microversion headers)
     /v2.1/...       keystonemiddleware's auth_token (401 without a valid token), then the
                     dispatcher: microversion (400/406), caller and admin rule, route,
                     handler; Nova's error shape for every refusal, one log line each.
+    /v2[/], /v2/... Nova's legacy v2.0 endpoint: the same, always at microversion 2.1
+                    (the headers asking for another are ignored, and none is answered).
 """
 
 from __future__ import annotations
@@ -20,10 +22,15 @@ from etcd_compute.api.backend import Backend
 from etcd_compute.api.context import Context, NotProjectScoped, new_request_id
 from etcd_compute.api.handlers import (
     availability_zones,
+    extensions,
     flavors,
+    hosts,
     hypervisors,
+    images,
     instance_actions,
     keypairs,
+    networks,
+    quota_classes,
     quota_sets,
     server_actions,
     server_groups,
@@ -38,6 +45,8 @@ from etcd_compute.api.wsgi import ApiRequest, Fault, Router, fault_response
 from etcd_compute.errors import ConfigError, ConflictError, NotFound, ServiceUnavailable, UsageError
 
 LOG = logging.getLogger(__name__)
+# The environ's mark of a request to the legacy v2.0 endpoint (/v2/...).
+LEGACY_V2 = "etcd_compute.legacy_v2"
 WsgiApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
 # keystonemiddleware reads the auth plugin's options from its paste-style config too, but
 # warns that it does not know them; they are known to the plugin it loads.
@@ -54,8 +63,9 @@ class ComputeApp:
         self.backend = backend
         self.router = Router()
         for module in (servers, server_actions, server_metadata, server_ips, instance_actions,
-                       server_groups, flavors, keypairs, quota_sets, availability_zones,
-                       services, hypervisors):
+                       server_groups, flavors, keypairs, quota_sets, quota_classes,
+                       availability_zones, services, hypervisors, hosts, extensions, networks,
+                       images):
             module.routes(self.router, backend)
 
     def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]
@@ -63,8 +73,9 @@ class ComputeApp:
         req = ApiRequest(environ)
         request_id = new_request_id()
         version = None
+        legacy = environ.get(LEGACY_V2, False)
         try:
-            version = _version(req)
+            version = _version(req, legacy)
             response = self._dispatch(req, environ)
         except Fault as fault:
             response = self._refused(req, fault.status, fault.message, fault.headers)
@@ -84,7 +95,7 @@ class ComputeApp:
             response = fault_response(500, "Unexpected API Error. Please report this at "
                                            "your operator and attach its log.")
         version = version or getattr(req, "_asked_version", None)
-        if version is not None:
+        if version is not None and not legacy:
             for name, value in microversion.response_headers(version):
                 response.headers.add(name, value)
         response.headers["X-OpenStack-Request-ID"] = request_id
@@ -100,7 +111,7 @@ class ComputeApp:
             raise Fault(401, "The request you have made requires authentication.")
         environ["etcd_compute.context"] = context.with_admin(
             self.backend.policy.is_admin(context))
-        path = req.path_info[len("/v2.1"):]
+        path = req.path_info[len("/v2" if environ.get(LEGACY_V2) else "/v2.1"):]
         handler, params = self.router.match(req.method, path)
         project = params.pop("project_id", None)
         if project is not None:
@@ -121,8 +132,12 @@ class ComputeApp:
         return fault_response(status, message, headers)
 
 
-def _version(req: ApiRequest) -> microversion.Version:
-    """The request's microversion in its environ; a Fault (400/406) if we cannot serve it."""
+def _version(req: ApiRequest, legacy: bool = False) -> microversion.Version:
+    """The request's microversion in its environ; a Fault (400/406) if we cannot serve it.
+    The legacy v2 endpoint is 2.1 whatever is asked (Nova's)."""
+    if legacy:
+        req.environ["etcd_compute.version"] = microversion.MIN
+        return microversion.MIN
     try:
         version = microversion.requested(req.headers)
     except microversion.VersionError as exc:
@@ -148,9 +163,12 @@ class Root:
         req = webob.Request(environ)
         if path in ("", "/"):
             return versions.index(req)(environ, start_response)
-        if path == "/v2.1":
+        if path in ("/v2.1", "/v2.1/"):  # the versions list links the latter, as Nova's
             return _version_document(req)(environ, start_response)
-        if path.startswith("/v2.1/"):
+        if path in ("/v2", "/v2/"):
+            return versions.show(req, legacy=True)(environ, start_response)
+        environ[LEGACY_V2] = path.startswith("/v2/")
+        if path.startswith(("/v2.1/", "/v2/")):
             try:
                 return self.api(environ, start_response)
             except Exception as exc:  # noqa: BLE001 (auth_token's own failures: Keystone)

@@ -27,8 +27,10 @@ ANY = "@"
 SERVERS = "os_compute_api:servers:%s"
 FLAVOR_MANAGE = "os_compute_api:os-flavor-manage:%s"
 EXTRA_SPECS = "os_compute_api:os-flavor-extra-specs:%s"
+FLAVOR_ACCESS = "os_compute_api:os-flavor-access"
 KEYPAIRS = "os_compute_api:os-keypairs:%s"
 QUOTA_SETS = "os_compute_api:os-quota-sets:%s"
+QUOTA_CLASS_SETS = "os_compute_api:os-quota-class-sets:%s"
 LIMITS = "os_compute_api:limits"
 LIMITS_OTHER_PROJECT = "os_compute_api:limits:other_project"
 EXTENDED_ATTRIBUTES = "os_compute_api:os-extended-server-attributes"
@@ -42,6 +44,9 @@ SERVER_GROUPS = "os_compute_api:os-server-groups:%s"
 AVAILABILITY_ZONE = "os_compute_api:os-availability-zone:%s"
 SERVICES = "os_compute_api:os-services:%s"
 HYPERVISORS = "os_compute_api:os-hypervisors:%s"
+HOSTS = "os_compute_api:os-hosts:%s"
+EXTENSIONS = "os_compute_api:extensions"
+NETWORKS = "os_compute_api:os-networks:%s"
 MIGRATE_SERVER = "os_compute_api:os-migrate-server:%s"
 
 BASE = [
@@ -106,6 +111,15 @@ RULES = [
     (SERVICES % "list", ADMIN),
     (SERVICES % "update", ADMIN),
     (SERVICES % "delete", ADMIN),
+    (EXTENSIONS, ANY),
+    (NETWORKS % "list", ANY),
+    (NETWORKS % "view", ANY),
+    (HOSTS % "list", ADMIN),
+    (HOSTS % "show", ADMIN),
+    (HOSTS % "update", ADMIN),
+    (HOSTS % "reboot", ADMIN),
+    (HOSTS % "shutdown", ADMIN),
+    (HOSTS % "start", ADMIN),
     (HYPERVISORS % "list", ADMIN),
     (HYPERVISORS % "list-detail", ADMIN),
     (HYPERVISORS % "statistics", ADMIN),
@@ -121,6 +135,9 @@ RULES = [
     (SERVER_TAGS % "update_all", PROJECT_MEMBER_OR_ADMIN),
     (SERVER_TAGS % "delete", PROJECT_MEMBER_OR_ADMIN),
     (SERVER_TAGS % "delete_all", PROJECT_MEMBER_OR_ADMIN),
+    (FLAVOR_ACCESS, ADMIN),
+    (FLAVOR_ACCESS + ":add_tenant_access", ADMIN),
+    (FLAVOR_ACCESS + ":remove_tenant_access", ADMIN),
     (FLAVOR_MANAGE % "create", ADMIN),
     (FLAVOR_MANAGE % "update", ADMIN),
     (FLAVOR_MANAGE % "delete", ADMIN),
@@ -135,6 +152,8 @@ RULES = [
     (KEYPAIRS % "show", KEYPAIR_OWNER),
     (LIMITS, ANY),
     (LIMITS_OTHER_PROJECT, ADMIN),
+    (QUOTA_CLASS_SETS % "show", ADMIN),
+    (QUOTA_CLASS_SETS % "update", ADMIN),
     (QUOTA_SETS % "update", ADMIN),
     (QUOTA_SETS % "defaults", ANY),
     (QUOTA_SETS % "show", PROJECT_READER_OR_ADMIN),

@@ -103,7 +103,10 @@ class LocalStack:
     # --- up -----------------------------------------------------------------------------
 
     def up(self, etcd_port: int, placement_port: int, say: Say, plain: bool = False,
-           keystone_port: int = 5000, glance_port: int = 9292, api_port: int = 8774) -> None:
+           keystone_port: int = 5000, glance_port: int = 9292, api_port: int = 8774,
+           guests: bool = True) -> None:
+        """Start what is not running. `guests=False` (`make tempest`: fake-driver hosts only)
+        leaves libvirt, the test guest and the hand-run host's configs alone."""
         running = bool(self.etcd and pid_alive(self.etcd["pid"]))
         if running and self.plain != plain:
             raise ServiceUnavailable(
@@ -139,8 +142,10 @@ class LocalStack:
             self.placement = {"pid": placement.pid, "port": placement.port}
             self.save()
             say(f"Placement started (pid {placement.pid}, {placement.endpoint}, SQLite)")
-        self._up_cloud(keystone_port, glance_port, say)
-        if any(pid_alive(pid) for pid in self.libvirt_pids):
+        self._up_cloud(keystone_port, glance_port, say, test_guest=guests)
+        if not guests:
+            self.write_schedule_config(say)
+        elif any(pid_alive(pid) for pid in self.libvirt_pids):
             say(f"libvirtd already running (pids {self.libvirt_pids})")
         else:
             try:
@@ -150,7 +155,8 @@ class LocalStack:
             else:
                 say("libvirtd started" if self.libvirt_pids else "libvirtd already running")
             self.save()
-        self.write_configs(say)
+        if guests:
+            self.write_configs(say)
         self._up_api(api_port, say)
 
     def api_config(self) -> dict[str, Any]:
@@ -184,9 +190,10 @@ class LocalStack:
             made = seed_flavors(store)
         say(f"flavors: {', '.join(made) if made else 'already there'} (openstack flavor list)")
 
-    def _up_cloud(self, keystone_port: int, glance_port: int, say: Say) -> None:
-        """Keystone and Glance (side by side), the cloud's identities, the test guest image,
-        run/clouds.yaml."""
+    def _up_cloud(self, keystone_port: int, glance_port: int, say: Say,
+                  test_guest: bool = True) -> None:
+        """Keystone and Glance (side by side), the cloud's identities, the test guest image
+        (unless not `test_guest`), run/clouds.yaml."""
         if self.keystone and pid_alive(self.keystone["pid"]) and self.glance and \
                 pid_alive(self.glance["pid"]):
             say(f"Keystone already running (pid {self.keystone['pid']}, "
@@ -215,7 +222,7 @@ class LocalStack:
         clouds = cloud.write_clouds_yaml(keystone, self.run_dir / "clouds.yaml")
         say(f"clouds: {clouds} (etcd-compute: admin; etcd-compute-demo: demo; "
             "etcd-compute-alt: alt)")
-        guest = build_test_guest(say)
+        guest = build_test_guest(say) if test_guest else None
         if guest is not None:
             from etcd_compute.glance import GlanceClient
 
@@ -269,10 +276,17 @@ class LocalStack:
         return {**operator, "etcd": {**operator["etcd"], **tls},
                 "placement": {**operator["placement"], **tls}}
 
-    def write_configs(self, say: Say) -> None:
-        """run/schedule.yaml and run/compute.yaml, for trying commands by hand."""
+    def write_schedule_config(self, say: Say) -> Path:
+        """run/schedule.yaml: the operator's."""
         schedule = self.run_dir / "schedule.yaml"
         schedule.write_text(yaml.safe_dump(self.operator_config()))
+        schedule.chmod(0o600)  # the operator's credentials, the service password
+        say(f"configs: {schedule} (operator)")
+        return schedule
+
+    def write_configs(self, say: Say) -> None:
+        """run/schedule.yaml and run/compute.yaml, for trying commands by hand."""
+        schedule = self.write_schedule_config(lambda _line: None)
         local = "00000000-0000-4000-8000-00000000000a"  # the hand-run host "local"
         compute = {**self.host_config(local),
                    "compute": {"uuid": local, "name": "local",

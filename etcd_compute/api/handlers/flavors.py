@@ -44,6 +44,10 @@ def routes(router: Router, api: Backend) -> None:
     router.add("PUT", "/flavors/{flavor_id}", lambda req, flavor_id: update(api, req, flavor_id))
     router.add("DELETE", "/flavors/{flavor_id}",
                lambda req, flavor_id: delete(api, req, flavor_id))
+    router.add("GET", "/flavors/{flavor_id}/os-flavor-access",
+               lambda req, flavor_id: flavor_access(api, req, flavor_id))
+    router.add("POST", "/flavors/{flavor_id}/action",
+               lambda req, flavor_id: action(api, req, flavor_id))
     router.add("GET", "/flavors/{flavor_id}/os-extra_specs",
                lambda req, flavor_id: extra_specs(api, req, flavor_id))
     router.add("POST", "/flavors/{flavor_id}/os-extra_specs",
@@ -86,8 +90,8 @@ def _with_extra_specs(api: Backend, req: ApiRequest) -> bool:
 
 def _get(api: Backend, flavor_id: str, visible_to: ApiRequest | None = None) -> Flavor:
     flavor = api.flavors.get(flavor_id)
-    if flavor is None or (visible_to is not None and not flavor.is_public and
-                          not visible_to.context.is_admin):
+    if flavor is None or (visible_to is not None and not flavor.usable_by(
+            visible_to.context.project_id, visible_to.context.is_admin)):
         raise not_found(f"Flavor {flavor_id} could not be found.")
     return flavor
 
@@ -111,7 +115,9 @@ def index(api: Backend, req: ApiRequest, detail: bool) -> webob.Response:
             else:
                 raise bad_request(f"Invalid is_public filter [{raw[:100]}]")
     if is_public is not None:
-        flavors = [f for f in flavors if f.is_public == is_public]
+        # Nova's: the public ones (or the private ones), and those open to the project.
+        flavors = [f for f in flavors if f.is_public == is_public or
+                   (is_public and req.context.project_id in f.projects)]
     for name, attr in (("minRam", "ram"), ("minDisk", "disk")):
         raw = validation.single(params, name)
         if raw is not None:
@@ -198,6 +204,58 @@ def _changed(api: Backend, flavor_id: str, change: Any) -> Flavor:
         except FlavorChanged:
             continue
     raise Fault(409, f"Flavor {flavor_id} kept changing; try again.")
+
+
+# --- access to private flavors (os-flavor-access) -------------------------------------------
+
+
+def _access(flavor: Flavor) -> dict[str, Any]:
+    return {"flavor_access": [{"flavor_id": flavor.id, "tenant_id": project}
+                              for project in flavor.projects]}
+
+
+def flavor_access(api: Backend, req: ApiRequest, flavor_id: str) -> webob.Response:
+    api.policy.authorize(req.context, policy.FLAVOR_ACCESS)
+    flavor = _get(api, flavor_id)
+    if flavor.is_public:
+        raise not_found("Access list not available for public flavors.")
+    return json_response(_access(flavor))
+
+
+def action(api: Backend, req: ApiRequest, flavor_id: str) -> webob.Response:
+    """addTenantAccess / removeTenantAccess: open a private flavor to a project, or close it.
+    The project is not looked up in Keystone: an unknown one only names no one."""
+    body = req.json_body()
+    if not isinstance(body, dict) or len(body) != 1:
+        raise bad_request("There is no such action")
+    (name,) = body
+    if name == "addTenantAccess":
+        api.policy.authorize(req.context, policy.FLAVOR_ACCESS + ":add_tenant_access")
+        validation.body(schema.add_tenant_access, body)
+    elif name == "removeTenantAccess":
+        api.policy.authorize(req.context, policy.FLAVOR_ACCESS + ":remove_tenant_access")
+        validation.body(schema.remove_tenant_access, body)
+    else:
+        raise bad_request(f"There is no such action: {str(name)[:64]}")
+    project = body[name]["tenant"]
+
+    def change(flavor: Flavor) -> None:
+        if flavor.is_public:
+            raise Fault(409, "Can not add access to a public flavor.")
+        if name == "addTenantAccess":
+            if project in flavor.projects:
+                raise Fault(409, f"Flavor access already exists for flavor {flavor.id} and "
+                                 f"project {project} combination.")
+            if len(flavor.projects) >= 1024:
+                raise Fault(403, f"Flavor {flavor.id} is open to 1024 projects already.")
+            flavor.projects.append(project)
+        else:
+            if project not in flavor.projects:
+                raise not_found(f"Flavor access not found for {flavor.id} / {project} "
+                                "combination.")
+            flavor.projects.remove(project)
+
+    return json_response(_access(_changed(api, flavor_id, change)))
 
 
 # --- extra specs ----------------------------------------------------------------------------

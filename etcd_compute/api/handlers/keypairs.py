@@ -109,7 +109,7 @@ def create(api: Backend, req: ApiRequest) -> webob.Response:
         if "public_key" in asked:
             keypair = keypairs.imported(asked["name"], user_id, key_type, asked["public_key"])
         elif key_type == "x509":
-            raise InvalidKeypair("Keypair data is invalid: x509 keypairs are imported only")
+            keypair = keypairs.generate_x509(asked["name"], user_id, req.context.project_id)
         else:
             keypair = keypairs.generate(asked["name"], user_id)
         limit = api.quotas.limits(req.context.project_id)["key_pairs"]

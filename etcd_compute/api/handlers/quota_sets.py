@@ -56,8 +56,10 @@ def _project(tenant_id: str) -> str:
 
 
 def _all(api: Backend, limits: dict[str, int], version: Version) -> dict[str, int]:
-    """Every quota Nova names at `version`: ours, and its defaults for what we lack."""
-    return {name: limits.get(name, ABSENT.get(name, -1)) for name in schema.quotas_at(version)}
+    """Every quota Nova names at `version`: ours, and for what we lack the default class's
+    (Nova's defaults unless an admin changed them)."""
+    absent = {**ABSENT, **api.quotas.default_limits()}
+    return {name: limits.get(name, absent.get(name, -1)) for name in schema.quotas_at(version)}
 
 
 def _used(api: Backend, project_id: str) -> dict[str, int]:
@@ -90,7 +92,8 @@ def defaults(api: Backend, req: ApiRequest, tenant_id: str) -> webob.Response:
     api.policy.authorize(req.context, policy.QUOTA_SETS % "defaults",
                          {"project_id": project_id})
     return json_response({"quota_set": {"id": project_id,
-                                        **_all(api, api.quotas.defaults, req.version)}})
+                                        **_all(api, api.quotas.default_limits(),
+                                               req.version)}})
 
 
 def update(api: Backend, req: ApiRequest, tenant_id: str) -> webob.Response:

@@ -295,10 +295,11 @@ def console_output(api: Backend, req: ApiRequest, server_id: str, body: Any
         if view.nova_states(server)[0] == "building" or server.record is None:
             raise Fault(409, f"Instance {server.uuid} is not ready")
         text = ""  # running, its host has not published the console yet
-    lines = text.splitlines(keepends=True)
     if length is not None:
-        lines = lines[-length:] if length else []
-    return json_response({"output": _CONSOLE_NOISE.sub("", "".join(lines))})
+        # Nova's tail (its compute manager's _tail_log): the last `length` of the text's
+        # '\n'-separated pieces, the empty one after a final newline counted.
+        text = "\n".join(text.split("\n")[-length:]) if length else ""
+    return json_response({"output": _CONSOLE_NOISE.sub("", text)})
 
 
 ACTIONS: dict[str, Action] = {

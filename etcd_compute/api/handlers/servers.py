@@ -15,6 +15,7 @@ import webob
 from etcd_compute.api import policy, validation
 from etcd_compute.api.backend import Backend
 from etcd_compute.api.handlers import server_list, server_tags
+from etcd_compute.api.handlers.networks import network_id
 from etcd_compute.api.objects.builds import Build
 from etcd_compute.api.objects.flavors import Flavor
 from etcd_compute.api.objects.images import Image, ImageNotFound
@@ -105,10 +106,12 @@ def before_275(shown: dict[str, Any], keep_key_name: bool = False) -> dict[str, 
     for key in ("OS-EXT-AZ:availability_zone", "config_drive", "key_name",
                 "OS-SRV-USG:launched_at", "OS-SRV-USG:terminated_at",
                 "OS-EXT-STS:task_state", "OS-EXT-STS:vm_state", "OS-EXT-STS:power_state",
-                "os-extended-volumes:volumes_attached", "host_status", "addresses",
-                "security_groups"):
+                "os-extended-volumes:volumes_attached", "host_status", "security_groups"):
         if not (key == "key_name" and keep_key_name):
             shown.pop(key, None)
+    # The addresses stay, without their extended attributes (Nova's extend_address=False).
+    shown["addresses"] = {label: [{"version": a["version"], "addr": a["addr"]} for a in found]
+                          for label, found in shown.get("addresses", {}).items()}
     return {k: v for k, v in shown.items() if not k.startswith("OS-EXT-SRV-ATTR:")}
 
 
@@ -137,7 +140,7 @@ def delete(api: Backend, req: ApiRequest, server_id: str) -> webob.Response:
 def _flavor(api: Backend, req: ApiRequest, ref: Any) -> Flavor:
     flavor_id = str(ref).rstrip("/").rsplit("/", 1)[-1]
     flavor = api.flavors.get(flavor_id)
-    if flavor is None or (not flavor.is_public and not req.context.is_admin):
+    if flavor is None or not flavor.usable_by(req.context.project_id, req.context.is_admin):
         raise bad_request(f"Flavor {flavor_id[:100]} could not be found.")
     if flavor.disk == 0:
         api.policy.authorize(req.context, policy.SERVERS % "create:zero_disk_flavor")
@@ -216,12 +219,15 @@ def _group_hint(api: Backend, req: ApiRequest, hints: dict[str, Any]) -> ServerG
     return group
 
 
-def _refuse_unsupported(req: ApiRequest, asked: dict[str, Any]) -> None:
+def _refuse_unsupported(req: ApiRequest, asked: dict[str, Any], network_name: str) -> None:
     """What Nova takes and we cannot do: refused, never ignored."""
     networks = asked.get("networks")
-    if isinstance(networks, list) and networks or networks == "none":
-        raise bad_request("Networks other than 'auto' are not supported: every server gets "
-                          "an address on the hosts' network")
+    # The one network every server is on, named by its id (os-networks), is what it gets.
+    ours = [{"uuid": network_id(network_name)}]
+    if isinstance(networks, list) and networks and networks != ours or networks == "none":
+        raise bad_request("Networks other than 'auto' (or the hosts' network, "
+                          f"{ours[0]['uuid']}) are not supported: every server gets an "
+                          "address on the hosts' network")
     if asked.get("personality"):
         raise bad_request("Personality files are not supported (use user_data)")
     if asked.get("block_device_mapping") or not _image_bdm(asked):
@@ -261,7 +267,7 @@ def create(api: Backend, req: ApiRequest) -> webob.Response:
     asked = body["server"]
     group = _group_hint(api, req, body.get("os:scheduler_hints") or
                         body.get("OS-SCH-HNT:scheduler_hints") or {})
-    _refuse_unsupported(req, asked)
+    _refuse_unsupported(req, asked, api.settings["network_name"])
     flavor = _flavor(api, req, asked["flavorRef"])
     mapped = (asked.get("block_device_mapping_v2") or [{}])[0].get("uuid")
     image = image_of(api, asked.get("imageRef") or mapped, context.project_id,

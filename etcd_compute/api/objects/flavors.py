@@ -47,6 +47,8 @@ class Flavor:
     description: str | None = None
     extra_specs: dict[str, str] = field(default_factory=dict)
     created_at: float = 0.0
+    # The projects a private flavor is open to besides the admins (os-flavor-access).
+    projects: list[str] = field(default_factory=list)
     # The etcd revision it was read at (0: not stored yet).
     revision: int = 0
 
@@ -58,6 +60,10 @@ class Flavor:
         message = asdict(self)
         message.pop("revision")
         return message
+
+    def usable_by(self, project_id: str, is_admin: bool) -> bool:
+        """Public, or private and open to the project (admins use every flavor)."""
+        return self.is_public or is_admin or project_id in self.projects
 
     def resources(self) -> dict[str, dict[str, int]]:
         """What it asks of Placement per request group ("" the unnumbered one)."""

@@ -2,13 +2,15 @@
 
 An imported key is parsed before it is kept (an OpenSSH public key, or an X.509
 certificate for `x509`); its fingerprint is Nova's (MD5 of the key blob for ssh, SHA-1
-of the certificate for x509). A generated key is an RSA 2048 key as Nova's: its private
-half is in the answer only, never stored.
+of the certificate for x509). A generated key is an RSA 2048 key as Nova's (for x509, with
+a self-signed certificate naming the project and user, valid ten years, as Nova's
+`generate_x509_cert`): its private half is in the answer only, never stored.
 """
 
 from __future__ import annotations
 
 import base64
+import datetime
 import hashlib
 import time
 from dataclasses import dataclass
@@ -18,6 +20,7 @@ from cryptography import x509
 from cryptography.exceptions import UnsupportedAlgorithm
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
+from cryptography.x509.oid import NameOID
 
 from etcd_compute import messages
 from etcd_compute.errors import InvalidMessage
@@ -107,6 +110,27 @@ def generate(name: str, user_id: str) -> Keypair:
                                            serialization.PublicFormat.OpenSSH).decode()
     public = f"{public} Generated-by-Nova"
     return Keypair(name, user_id, "ssh", public, ssh_fingerprint(public), time.time(), private)
+
+
+def generate_x509(name: str, user_id: str, project_id: str) -> Keypair:
+    """A new RSA 2048 key and its self-signed certificate (the keypair's public half)."""
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    now = datetime.datetime.now(datetime.UTC)
+    subject = x509.Name([
+        x509.NameAttribute(NameOID.ORGANIZATION_NAME, "OpenStack"),
+        x509.NameAttribute(NameOID.COMMON_NAME,
+                           f"{project_id}-{user_id}-{now.strftime('%Y-%m-%dT%H:%M:%S')}"[:64]),
+    ])
+    certificate = (x509.CertificateBuilder().subject_name(subject).issuer_name(subject)
+                   .public_key(key.public_key()).serial_number(x509.random_serial_number())
+                   .not_valid_before(now).not_valid_after(now + datetime.timedelta(days=3650))
+                   .sign(key, hashes.SHA256()))
+    public = certificate.public_bytes(serialization.Encoding.PEM).decode()
+    private = key.private_bytes(serialization.Encoding.PEM,
+                                serialization.PrivateFormat.TraditionalOpenSSL,
+                                serialization.NoEncryption()).decode()
+    return Keypair(name, user_id, "x509", public, x509_fingerprint(public), time.time(),
+                   private)
 
 
 def imported(name: str, user_id: str, key_type: str, public_key: str) -> Keypair:

@@ -1,6 +1,7 @@
 """Quotas: a project's limits (ours, in etcd) against its usage (Placement's).
 
-Limits: `api.quotas` for every project, a project's own where an admin set them
+Limits: `api.quotas` for every project (as an admin changed them for all:
+`/quota-classes/default`, os-quota-class-sets), a project's own where an admin set them
 (`/quotas/<project_id>`, os-quota-sets). We keep them in etcd rather than in Keystone's
 unified limits: `openstack quota set` then works as it does against Nova's database
 driver (unified limits make Nova's os-quota-sets read-only), and the API needs no
@@ -49,6 +50,11 @@ LOG = logging.getLogger(__name__)
 COUNTED = {"instances": "consumer_count", "cores": "VCPU", "ram": "MEMORY_MB"}
 LIMITS = ("instances", "cores", "ram", "key_pairs", "metadata_items", "server_groups",
           "server_group_members")
+# The default class also keeps what Nova's does of quotas nothing here counts (there is
+# no network service, no file injection): shown, never enforced, as Nova's under Neutron.
+CLASS_ONLY = ("floating_ips", "fixed_ips", "security_groups", "security_group_rules",
+              "injected_files", "injected_file_content_bytes", "injected_file_path_bytes")
+DEFAULT_CLASS = "default"
 # How often a count is taken again while Placement's usage keeps moving under it, and a
 # reservation tried again while other creates of the project keep reserving.
 COUNT_TRIES, RESERVE_TRIES = 5, 50
@@ -102,7 +108,31 @@ class Quotas:
     def limits(self, project_id: str) -> dict[str, int]:
         """The project's limits: its own where set, else the defaults (-1: unlimited)."""
         own = self._own(project_id)
-        return {name: own.get(name, self.defaults.get(name, -1)) for name in LIMITS}
+        defaults = self.default_limits()
+        return {name: own.get(name, defaults.get(name, -1)) for name in LIMITS}
+
+    def default_limits(self) -> dict[str, int]:
+        """Every project's limits unless it has its own: `api.quotas`, as an admin changed
+        them (the default quota class), with the class's values of CLASS_ONLY quotas."""
+        try:
+            changed, _ = self.store.read(messages.QUOTA_CLASS,
+                                         self.keys.quota_class(DEFAULT_CLASS))
+        except InvalidMessage:
+            changed = None  # unreadable: api.quotas hold until an admin sets them again
+        changed = {k: v for k, v in (changed or {}).items() if k != "updated_at"}
+        return {**{name: self.defaults.get(name, -1) for name in LIMITS}, **changed}
+
+    def update_defaults(self, changes: dict[str, int]) -> dict[str, int]:
+        """Change the default quota class (every project without its own limits)."""
+        key = self.keys.quota_class(DEFAULT_CLASS)
+        try:
+            stored, _ = self.store.read(messages.QUOTA_CLASS, key)
+        except InvalidMessage:
+            stored = None
+        kept = {k: v for k, v in (stored or {}).items() if k != "updated_at"}
+        kept.update(changes)
+        self.store.put(messages.QUOTA_CLASS, key, {**kept, "updated_at": time.time()})
+        return self.default_limits()
 
     def _own(self, project_id: str) -> dict[str, Any]:
         try:

@@ -95,6 +95,26 @@ extra_spec_update = {
 }
 
 
+_tenant = {"type": "string", "pattern": "^[a-zA-Z0-9-_.]*$", "minLength": 1,
+           "maxLength": 255}
+add_tenant_access = {
+    "type": "object",
+    "properties": {"addTenantAccess": {"type": "object", "properties": {"tenant": _tenant},
+                                       "required": ["tenant"],
+                                       "additionalProperties": False}},
+    "required": ["addTenantAccess"],
+    "additionalProperties": False,
+}
+remove_tenant_access = {
+    "type": "object",
+    "properties": {"removeTenantAccess": {"type": "object", "properties": {"tenant": _tenant},
+                                          "required": ["tenant"],
+                                          "additionalProperties": False}},
+    "required": ["removeTenantAccess"],
+    "additionalProperties": False,
+}
+
+
 def create_schema(version: Version) -> dict[str, Any]:
     return _create_v255 if version.at_least("2.55") else create
 

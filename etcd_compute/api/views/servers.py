@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import datetime
 import hashlib
+import ipaddress
 from typing import Any
 
 from etcd_compute.api.microversion import Version
@@ -199,6 +200,17 @@ def _addresses(server: Server, network: str) -> dict[str, list[dict[str, Any]]]:
                        "OS-EXT-IPS:type": "fixed"}]}
 
 
+def _access_ip(address: str | None) -> str:
+    """An access address in its canonical form, as Nova's database column gives it back
+    (`0000:...:babe:220.12.22.2` is `::babe:dc0c:1602`); the schema admitted only IPs."""
+    if not address:
+        return ""
+    try:
+        return str(ipaddress.ip_address(address))
+    except ValueError:
+        return address
+
+
 def ips(server: Server, network: str) -> dict[str, list[dict[str, Any]]]:
     """The server's addresses as /servers/{id}/ips lists them (version and addr)."""
     return {label: [{"version": a["version"], "addr": a["addr"]} for a in found]
@@ -246,7 +258,8 @@ def show(req: ApiRequest, server: Server, *, network: str, show_extended: bool,
         "image": _image(req, server), "flavor": _flavor(req, server, show_extra_specs),
         "created": isotime(doc["created_at"]), "updated": isotime(server.updated_at),
         "addresses": _addresses(server, network),
-        "accessIPv4": doc.get("access_ipv4") or "", "accessIPv6": doc.get("access_ipv6") or "",
+        "accessIPv4": _access_ip(doc.get("access_ipv4")),
+        "accessIPv6": _access_ip(doc.get("access_ipv6")),
         "links": links(req, "servers", server.uuid), "OS-DCF:diskConfig": "MANUAL",
         "OS-EXT-AZ:availability_zone": availability_zone,
         "config_drive": "True", "key_name": doc.get("key_name"),

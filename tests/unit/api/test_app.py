@@ -13,7 +13,7 @@ from tests.unit.api.harness import Harness
 def test_versions_documents_need_no_token_and_name_the_range():
     harness = Harness.new(public_url="https://cloud.example:8774")
     root = webob.Request.blank("/").get_response(harness.app)
-    version = root.json["versions"][0]
+    version = root.json["versions"][1]
     assert (version["id"], version["version"], version["min_version"]) == \
         ("v2.1", str(microversion.MAX), "2.1")
     assert version["links"] == [{"rel": "self", "href": "https://cloud.example:8774/v2.1/"}]
@@ -22,7 +22,26 @@ def test_versions_documents_need_no_token_and_name_the_range():
     assert shown.json["version"]["media-types"][0]["type"] == \
         "application/vnd.openstack.compute+json;version=2.1"
     assert shown.headers["OpenStack-API-Version"] == "compute 2.5"
+    linked = webob.Request.blank("/v2.1/").get_response(harness.app)  # the self link
+    assert linked.status_int == 200 and linked.json["version"]["links"][0] == version["links"][0]
     assert webob.Request.blank("/v3").get_response(harness.app).status_int == 404
+    legacy = webob.Request.blank("/v2/").get_response(harness.app)
+    assert legacy.json["version"]["id"] == "v2.0"
+
+
+def test_the_legacy_v2_endpoint_is_the_api_at_2_1_whatever_is_asked():
+    harness = Harness.new()
+    made = harness.admin("POST", "/v2.1/flavors", {"flavor": {
+        "name": "small", "ram": 512, "vcpus": 1, "disk": 1, "description": "d"}},
+        version="2.55")
+    assert made.status_int == 200
+    answer = harness.call("GET", "/v2/flavors", version="2.55")
+    assert answer.status_int == 200 and "description" not in answer.json["flavors"][0]
+    assert "OpenStack-API-Version" not in answer.headers
+    assert harness.call("GET", "/v2/flavors", version="9.0").status_int == 200
+    assert harness.call("GET", "/v2/abc1/flavors", project="abc1").status_int == 200
+    assert harness.call("GET", "/v2/abc2/flavors", project="abc1").status_int == 400
+    assert harness.call("GET", "/v2/flavors", confirmed=False).status_int == 401
 
 
 def test_every_answer_carries_the_version_and_a_request_id():

@@ -89,3 +89,48 @@ def test_extra_specs_are_checked_and_shown_from_2_61():
                                     "hw:cpu_policy": "dedicated"}
     assert "extra_specs" not in harness.call("GET", "/v2.1/flavors/1",
                                              version="2.60").json["flavor"]
+
+
+def test_a_private_flavor_opened_to_a_project_is_its_to_see_and_use():
+    harness = Harness.new()
+    harness.add_host("hv1")
+    made = harness.admin("POST", "/v2.1/flavors", {"flavor": {
+        "name": "secret", "ram": 64, "vcpus": 1, "disk": 1, "id": "77",
+        "os-flavor-access:is_public": False}})
+    assert made.status_int == 200
+    assert harness.admin("GET", "/v2.1/flavors/77/os-flavor-access").json == {
+        "flavor_access": []}
+    assert harness.call("GET", "/v2.1/flavors/77").status_int == 404
+    opened = harness.admin("POST", "/v2.1/flavors/77/action",
+                           {"addTenantAccess": {"tenant": "p1"}})
+    assert opened.json == {"flavor_access": [{"flavor_id": "77", "tenant_id": "p1"}]}
+    assert harness.admin("POST", "/v2.1/flavors/77/action",
+                         {"addTenantAccess": {"tenant": "p1"}}).status_int == 409
+    assert harness.call("GET", "/v2.1/flavors/77").status_int == 200
+    assert "77" in [f["id"] for f in harness.call("GET", "/v2.1/flavors").json["flavors"]]
+    assert "77" not in [f["id"] for f in harness.call("GET", "/v2.1/flavors",
+                                                      project="p2").json["flavors"]]
+    harness.boot(flavorRef="77")  # p1 may build with it now
+    refused = harness.call("POST", "/v2.1/servers", {"server": {
+        "name": "x", "flavorRef": "77", "imageRef": "file:///dev/null"}}, project="p2")
+    assert refused.status_int == 400
+    # Members cannot open or close it; closing what is not open is 404.
+    assert harness.call("POST", "/v2.1/flavors/77/action",
+                        {"removeTenantAccess": {"tenant": "p1"}}).status_int == 403
+    closed = harness.admin("POST", "/v2.1/flavors/77/action",
+                           {"removeTenantAccess": {"tenant": "p1"}})
+    assert closed.json == {"flavor_access": []}
+    assert harness.admin("POST", "/v2.1/flavors/77/action",
+                         {"removeTenantAccess": {"tenant": "p1"}}).status_int == 404
+    assert harness.call("GET", "/v2.1/flavors/77").status_int == 404
+    for body in ({"addTenantAccess": {}}, {"addTenantAccess": {"tenant": "a/b"}},
+                 {"frobnicate": {}}, {}):
+        assert harness.admin("POST", "/v2.1/flavors/77/action", body).status_int == 400, body
+
+
+def test_a_public_flavor_has_no_access_list():
+    harness = Harness.new()
+    harness.add_flavor()
+    assert harness.admin("GET", "/v2.1/flavors/1/os-flavor-access").status_int == 404
+    assert harness.admin("POST", "/v2.1/flavors/1/action",
+                         {"addTenantAccess": {"tenant": "p1"}}).status_int == 409

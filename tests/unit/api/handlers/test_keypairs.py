@@ -46,7 +46,7 @@ def test_bad_keys_and_names_are_400_and_the_quota_403():
     harness = Harness.new()
     for body in ({"keypair": {"name": "k", "public_key": "ssh-rsa notakey"}},
                  {"keypair": {"name": "k/../x", "public_key": SSH_KEY}},
-                 {"keypair": {"name": "k", "type": "x509"}}):
+                 {"keypair": {"name": "k", "type": "x509", "public_key": "not a certificate"}}):
         refused = harness.call("POST", "/v2.1/os-keypairs", body, version="2.2")
         assert refused.status_int == 400, body
     harness.backend.quotas.update("p1", {"key_pairs": 1})
@@ -55,3 +55,20 @@ def test_bad_keys_and_names_are_400_and_the_quota_403():
                         {"keypair": {"name": "b", "public_key": SSH_KEY}})
     assert over.status_int == 403
     assert over.json["forbidden"]["message"] == "Quota exceeded, too many key pairs."
+
+
+def test_an_x509_keypair_is_generated_as_novas_a_certificate_and_its_private_key():
+    from cryptography import x509 as x509_lib
+    from cryptography.hazmat.primitives import hashes
+
+    harness = Harness.new()
+    made = harness.call("POST", "/v2.1/os-keypairs", {"keypair": {"name": "x", "type": "x509"}},
+                        version="2.2")
+    assert made.status_int == 201
+    keypair = made.json["keypair"]
+    assert keypair["type"] == "x509" and "PRIVATE KEY" in keypair["private_key"]
+    certificate = x509_lib.load_pem_x509_certificate(keypair["public_key"].encode())
+    assert keypair["fingerprint"] == ":".join(
+        f"{b:02x}" for b in certificate.fingerprint(hashes.SHA1()))  # noqa: S303
+    shown = harness.call("GET", "/v2.1/os-keypairs/x", version="2.2").json["keypair"]
+    assert shown["public_key"] == keypair["public_key"] and "private_key" not in shown

@@ -80,9 +80,11 @@ def test_update_renames_and_delete_asks_the_host(harness: Harness):
     uuid = harness.boot()
     harness.activate(uuid)
     renamed = harness.call("PUT", f"/v2.1/servers/{uuid}",
-                           {"server": {"name": "db", "description": "primary"}},
+                           {"server": {"name": "db", "description": "primary",
+                                       "accessIPv6": "0000:0000:0000:0000:0000:babe:220.12.22.2"}},
                            version="2.19").json["server"]
     assert (renamed["name"], renamed["description"]) == ("db", "primary")
+    assert renamed["accessIPv6"] == "::babe:dc0c:1602"  # canonical, as Nova's column gives it
     assert "OS-EXT-STS:vm_state" not in renamed  # before 2.75, less than a show
     full = harness.call("PUT", f"/v2.1/servers/{uuid}", {"server": {"name": "db"}},
                         version="2.75").json["server"]
@@ -158,13 +160,23 @@ def test_the_image_as_a_local_boot_device_is_the_image(harness: Harness):
         assert harness.show(answer.json["server"]["id"])["image"]["id"] == IMAGE
 
 
-def test_networks_are_required_from_2_37_and_only_auto(harness: Harness):
+def test_networks_are_required_from_2_37_and_only_auto_or_the_hosts_network(
+        harness: Harness):
+    from etcd_compute.api.handlers.networks import network_id
+
     body = {"server": {"name": "x", "flavorRef": "1", "imageRef": IMAGE}}
     assert harness.call("POST", "/v2.1/servers", body, version="2.37").status_int == 400
-    body["server"]["networks"] = "none"
-    assert harness.call("POST", "/v2.1/servers", body, version="2.37").status_int == 400
-    body["server"]["networks"] = "auto"
-    assert harness.call("POST", "/v2.1/servers", body, version="2.37").status_int == 202
+    ours = network_id("etcd-compute")
+    for refused in ("none", [{"uuid": ours}, {"uuid": ours}],
+                    [{"uuid": "6f1c0f6e-3b0a-4c1e-9d1e-2f8f3c6a9a02"}],
+                    [{"uuid": ours, "fixed_ip": "10.0.0.9"}]):
+        body["server"]["networks"] = refused
+        assert harness.call("POST", "/v2.1/servers", body,
+                            version="2.37").status_int == 400, refused
+    for taken in ("auto", [{"uuid": ours}]):
+        body["server"]["networks"] = taken
+        assert harness.call("POST", "/v2.1/servers", body,
+                            version="2.37").status_int == 202, taken
 
 
 def test_metadata_over_its_quota_is_403(harness: Harness):

@@ -1,0 +1,19 @@
+"""/os-networks (up to 2.35): the one network every server is on, read only."""
+
+from __future__ import annotations
+
+from etcd_compute.api.handlers.networks import network_id
+from tests.unit.api.harness import Harness
+
+
+def test_the_servers_network_is_listed_and_shown_until_2_36():
+    harness = Harness.new()
+    listed = harness.call("GET", "/v2.1/os-networks").json["networks"]
+    assert [(n["id"], n["label"]) for n in listed] == [(network_id("etcd-compute"),
+                                                        "etcd-compute")]
+    assert "bridge" not in listed[0]  # admins' fields
+    assert "bridge" in harness.admin("GET", "/v2.1/os-networks").json["networks"][0]
+    shown = harness.call("GET", f"/v2.1/os-networks/{listed[0]['id']}").json["network"]
+    assert shown == listed[0]
+    assert harness.call("GET", "/v2.1/os-networks/nope").status_int == 404
+    assert harness.call("GET", "/v2.1/os-networks", version="2.36").status_int == 404

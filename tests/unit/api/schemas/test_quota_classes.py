@@ -1,0 +1,18 @@
+"""os-quota-class-sets' names per microversion, as Nova's."""
+
+from __future__ import annotations
+
+from etcd_compute.api.microversion import Version
+from etcd_compute.api.schemas import quota_classes
+
+
+def test_the_names_change_at_2_50_and_2_57():
+    at_21 = quota_classes.quotas_at(Version(2, 1))
+    assert "floating_ips" in at_21 and "server_groups" not in at_21
+    at_250 = quota_classes.quotas_at(Version(2, 50))
+    assert "floating_ips" not in at_250 and "server_groups" in at_250
+    assert "injected_files" in at_250
+    assert "injected_files" not in quota_classes.quotas_at(Version(2, 57))
+    properties = quota_classes.update_schema(Version(2, 50))["properties"]["quota_class_set"]
+    assert properties["additionalProperties"] is False
+    assert "floating_ips" not in properties["properties"]

@@ -1,0 +1,162 @@
+"""python -m tools.tempest_run [--smoke] [--concurrency N] [--keep] [--regex REGEX]
+
+Start the cloud (cloud.py), write tempest.conf (conf.py) in a fresh `tempest init`
+workspace, run Tempest's compute API tests (all of `tempest.api.compute`, or those tagged
+smoke), write the report (report.py) and stop everything. Exits 0 only if no test failed
+and some passed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from etcd_compute.errors import EtcdComputeError
+from tools.local_services.process import REPO
+from tools.tempest_run import cloud
+from tools.tempest_run.conf import tempest_conf
+
+TEMPEST_VENV = Path(os.environ.get("TEMPEST_VENV", REPO / ".venv-tempest"))
+ALL = r"^tempest\.api\.compute\."
+SMOKE = r"^tempest\.api\.compute\..*\[.*\bsmoke\b.*\]"
+
+
+def say(line: str) -> None:
+    print(f"==> {line}", flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--smoke", action="store_true",
+                        help="only the tests Tempest tags smoke (what make test runs)")
+    parser.add_argument("--regex", help="a narrower selection (debugging), under "
+                                        "tempest.api.compute")
+    parser.add_argument("--concurrency", type=int, default=4,
+                        help="Tempest's workers (they mostly wait on the API)")
+    # Two hosts: Tempest's multi-host tests (affinity, os-hosts) need them; a fake host
+    # costs nothing.
+    parser.add_argument("--compute-nodes", type=int, default=2)
+    parser.add_argument("--run-dir", type=Path, default=REPO / "run" / "tempest")
+    parser.add_argument("--report", type=Path,
+                        help="default: run/tempest-report.txt (smoke: tempest-smoke-...)")
+    parser.add_argument("--keep", action="store_true",
+                        help="leave the cloud running (stop: python -m tools.local_services "
+                             "down --run-dir RUN_DIR/cloud)")
+    args = parser.parse_args(argv)
+    # A SIGTERM (a test's timeout, a CI's) unwinds like Ctrl-C: what was started is stopped.
+    signal.signal(signal.SIGTERM, _interrupted)
+    tempest = TEMPEST_VENV / "bin" / "tempest"
+    if not tempest.exists():
+        print(f"error: Tempest is not installed in {TEMPEST_VENV}; run: tools/install.sh "
+              "tempest", file=sys.stderr)
+        return 1
+    regex = args.regex or (SMOKE if args.smoke else ALL)
+    if not regex.startswith(r"^tempest\.api\.compute"):
+        print("error: --regex must select under ^tempest\\.api\\.compute", file=sys.stderr)
+        return 1
+    report = args.report or REPO / "run" / (
+        "tempest-smoke-report.txt" if args.smoke else "tempest-report.txt")
+    workspace = args.run_dir / "workspace"
+    started = time.monotonic()
+    try:
+        stack, facts = cloud.start(args.run_dir / "cloud", say,
+                                   compute_nodes=args.compute_nodes)
+    except EtcdComputeError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    try:
+        say(f"cloud ready in {time.monotonic() - started:.0f} s (compute API microversions "
+            f"{facts.min_microversion} to {facts.max_microversion})")
+        _init_workspace(workspace, args.run_dir)
+        conf = workspace / "etc" / "tempest.conf"
+        conf.write_text(tempest_conf(facts, workspace))
+        conf.chmod(0o600)  # the admin's password
+        ran = time.monotonic()
+        code = _run(tempest, workspace, conf, regex, args.concurrency)
+        say(f"tempest run exited {code} after {time.monotonic() - ran:.0f} s")
+    finally:
+        if args.keep:
+            say(f"kept running: python -m tools.local_services down --run-dir "
+                f"{args.run_dir / 'cloud'}")
+        else:
+            cloud.stop(stack, say, keep_logs=workspace / "logs" / "services")
+    return _report(workspace, report, time.monotonic() - started)
+
+
+def _interrupted(_signum: int, _frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+def _init_workspace(workspace: Path, run_dir: Path) -> None:
+    """A fresh `tempest init` workspace (its registry beside it, not in ~/.tempest)."""
+    shutil.rmtree(workspace, ignore_errors=True)
+    subprocess.run([str(TEMPEST_VENV / "bin" / "tempest"), "init", "--workspace-path",
+                    str(run_dir / "workspaces.yaml"), "--name",
+                    f"etcd-compute-{os.getpid()}", str(workspace)],
+                   check=True, capture_output=True)
+
+
+def _run(tempest: Path, workspace: Path, conf: Path, regex: str, concurrency: int) -> int:
+    """`tempest run`, its output in the workspace's tempest-run.log; failures shown live."""
+    say(f"tempest run --regex '{regex}' --concurrency {concurrency} (output: "
+        f"{workspace / 'tempest-run.log'})")
+    with open(workspace / "tempest-run.log", "w") as log:
+        process = subprocess.Popen(
+            [str(tempest), "run", "--config-file", str(conf), "--regex", regex,
+             "--concurrency", str(concurrency)],
+            cwd=workspace, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            stdin=subprocess.DEVNULL)
+        assert process.stdout is not None
+        done = 0
+        try:
+            for line in process.stdout:
+                log.write(line)
+                if " ... " in line:
+                    done += 1
+                    if "FAILED" in line:
+                        test = next((word for word in line.split() if word.startswith(
+                            "tempest.")), line.strip())
+                        print(f"    FAILED {test}", flush=True)
+                    elif done % 50 == 0:
+                        print(f"    {done} tests done", flush=True)
+            return process.wait()
+        finally:
+            if process.poll() is None:  # interrupted: Tempest and its workers go too
+                process.terminate()
+                try:
+                    process.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    process.kill()
+                    process.wait()
+
+
+def _report(workspace: Path, report: Path, seconds: float) -> int:
+    stream = workspace / "tempest.subunit"
+    with open(stream, "wb") as out:
+        subprocess.run([str(TEMPEST_VENV / "bin" / "stestr"), "last", "--subunit"],
+                       cwd=workspace, stdout=out, check=True)
+    summary_json = workspace / "summary.json"
+    subprocess.run([str(TEMPEST_VENV / "bin" / "python"), "-m", "tools.tempest_run.report",
+                    str(stream), str(report), "--json", str(summary_json)], cwd=REPO,
+                   check=True)
+    summary = json.loads(summary_json.read_text())
+    counts = summary["counts"]
+    say(f"report: {report} ({seconds / 60:.1f} min in all)")
+    for skip in summary["skips"]:
+        print(f"    skipped {skip['count']:4d}  {skip['reason'][:150]}")
+    for failure in summary["failures"]:
+        print(f"    failed  {failure['id']}")
+    print(f"{counts['passed']} passed, {counts['failed']} failed, "
+          f"{counts['skipped']} skipped", flush=True)
+    return 0 if counts["failed"] == 0 and counts["passed"] > 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
