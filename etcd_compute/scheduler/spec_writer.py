@@ -12,6 +12,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from etcd_compute.errors import UsageError
 from etcd_compute.etcd import KeyValueStore, Txn
 from etcd_compute.instances import scheduling
 from etcd_compute.keys import Keys
@@ -65,3 +66,13 @@ def write_specs(store: KeyValueStore, destinations: list[Destination],
     """Write the request: its revision, or None if a compare failed."""
     return store.commit(transaction(store.keys, destinations, request_spec, settings,
                                     group_revision))
+
+
+def check_txn_ops(request_spec: RequestSpec, settings: dict[str, Any]) -> None:
+    """UsageError, before anything is asked, when one transaction could not write the request."""
+    needed = scheduling.operations(request_spec.count, request_spec.group is not None)
+    if needed > settings["etcd_max_txn_ops"]:
+        raise UsageError(
+            f"--count {request_spec.count} needs {needed} etcd operations in one "
+            f"transaction; etcd allows {settings['etcd_max_txn_ops']} "
+            "(raise etcd's --max-txn-ops and scheduler.etcd_max_txn_ops together)")
