@@ -23,7 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench import parallel
+from bench import cpu, parallel
 from bench.placements import Placed, RunResult
 from etcd_compute.errors import EtcdComputeError
 from etcd_compute.etcd import Store
@@ -68,12 +68,14 @@ def _run_processes(argv: list[str], count: int, clients: int,
                 record(done, latency, result)
 
     threads = [threading.Thread(target=client) for _ in range(clients)]
+    reaped = cpu.reaped_seconds()
     wall = time.perf_counter()
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join()
     result.wall_seconds = time.perf_counter() - wall
+    result.cpu_seconds = cpu.reaped_seconds() - reaped  # the processes, start to end
     return result
 
 

@@ -25,7 +25,8 @@ class RunResult:
     latencies: list[float] = field(default_factory=list)
     conflicts: int = 0  # 409s Placement answered
     retries: int = 0  # times an instance (or batch) was tried again after a 409
-    cpu_seconds: float = 0.0  # CPU time of the scheduling process
+    cpu_seconds: float = 0.0  # CPU time of the scheduling process(es)
+    service_cpu_seconds: float = 0.0  # of `schedule.py serve`, when one ran the variant
     wall_seconds: float = 0.0
     errors: list[str] = field(default_factory=list)
 
@@ -35,6 +36,7 @@ class RunResult:
         self.conflicts += other.conflicts
         self.retries += other.retries
         self.cpu_seconds += other.cpu_seconds
+        self.service_cpu_seconds += other.service_cpu_seconds
         self.errors += other.errors
 
     def as_dict(self) -> dict[str, Any]:

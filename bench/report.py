@@ -14,6 +14,8 @@ from typing import Any
 
 import matplotlib
 
+from bench import cpu
+
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
@@ -287,6 +289,7 @@ def markdown(results: dict[str, Any], plots: list[str], plot_prefix: str) -> str
                     f"| {title} ({f['batch']}/request) | {rate:.1f} | "
                     f"{rate / base if base else float('nan'):.2f} | {_fmt(f['latency_p50_ms'])} |"
                     f" {_fmt(f['latency_p95_ms'])} | {f['conflicts_409']} | - | - | - | - |")
+        lines += cpu.markdown_lines(suite, ORDER)
         paced = suite.get("notification_paced")
         if paced:
             lines += ["", f"Notification, paced ({paced['count']} instances one per call, "

@@ -52,8 +52,10 @@ def serving(run_dir: Path, function: Callable[[dict[str, Any], int], RunResult]
     """`function` with a `schedule.py serve` leading (started and stopped around it)."""
     def run(config: dict[str, Any], count: int) -> RunResult:
         serve_config = deep_merge(config, {"logging": {"level": "INFO"}})
-        with ServeProcess("serve", run_dir, serve_config):
-            return function(config, count)
+        with ServeProcess("serve", run_dir, serve_config) as serve:
+            result = function(config, count)
+        result.service_cpu_seconds = serve.cpu_seconds
+        return result
     return run
 
 
