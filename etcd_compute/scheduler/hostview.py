@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import random
 import time
 from collections.abc import Callable, Iterable
@@ -144,10 +145,13 @@ class HostView:
         return {rp: account["as_of"] for rp, account in self.accounts.items()}
 
     def host_states(self, resources: dict[str, int], limit: int, rng: random.Random,
-                    own: list[tuple[str, dict[str, int]]] = ()) -> list[HostState]:
+                    own: Iterable[tuple[str, dict[str, int]]] = (),
+                    usage: ProviderUsage | None = None) -> list[HostState]:
         """The live hosts that can take one instance of `resources` now (after `own` claims
         not in their accounts yet), at most `limit` of them at random, as the planner sees
-        hosts (Placement answers a limited query with a random few too)."""
+        hosts (Placement answers a limited query with a random few too). Their free
+        capacity in `usage` (the scheduler service's, shared with its other request shapes:
+        a host known to it already keeps what it has there) or a usage of their own."""
         pending: dict[str, list[dict[str, int]]] = {}
         for host, claimed in own:
             pending.setdefault(host, []).append(claimed)
@@ -164,7 +168,10 @@ class HostView:
                 rc: {"capacity": int(capacity(item)), "used": used.get(rc, 0)}
                 for rc, item in inventory.items()}}
             counts[rp] = account["instances"] + len(pending.get(rp, ()))
-        usage = ProviderUsage(summaries)
+        if usage is None:
+            usage = ProviderUsage(summaries)
+        else:  # (never taken off by the service's candidates: ours are counted above)
+            usage.add(summaries, asked_at=math.inf)
         option = {rp: {rp: {"resources": dict(resources)}} for rp in summaries}
         fitting = [rp for rp in summaries if usage.fits(option[rp])]
         rng.shuffle(fitting)
