@@ -99,6 +99,27 @@ def run_cli(config_path: Path, count: int, query: str, clients: int) -> RunResul
                           count, clients, record)
 
 
+def run_toy_cli(config_path: Path, count: int, query: str, clients: int) -> RunResult:
+    """(e'): `count` runs of the toy's `schedule.py` (`bench/toy_schedule.py`: its imports,
+    its two Placement calls and one etcd put), `clients` at a time, a process per request."""
+    resources = {rc: int(n) for rc, n in
+                 (pair.split(":") for pair in query.removeprefix("resources=").split(","))}
+
+    def record(done: subprocess.CompletedProcess[str], latency: float,
+               result: RunResult) -> None:
+        line = done.stdout.strip().splitlines()[-1] if done.stdout.strip() else ""
+        if done.returncode != 0 or not line.startswith("NOTIFIED TARGET, "):
+            result.errors.append(f"exit {done.returncode}: {done.stdout.strip()[-200:]} "
+                                 f"{done.stderr.strip()[-300:]}")
+            return
+        host, uuid = line.removeprefix("NOTIFIED TARGET, ").split(", OF INSTANCE ")
+        result.placed.append(Placed(uuid, host, {host: {"resources": resources}}))
+        result.latencies.append(latency)
+
+    return _run_processes([sys.executable, str(REPO / "bench" / "toy_schedule.py"),
+                           str(config_path), query], count, clients, record)
+
+
 # An instance nobody has: `schedule.py UUID` for it connects, reads one key, exits 1.
 NOBODY = "00000000-0000-4000-8000-000000000000"
 

@@ -3,6 +3,8 @@
 (a) baseline, one process            (b) ours, one instance per call
 (c) ours, --count batches            (d) ours, 8 processes at once
 (e) baseline, 8 processes at once
+(e'8), (e'32) the toy's `schedule.py`, 8 or 32 at a time, a process per request (as the
+    toy's users ran it: the fair baseline of the (f) variants)
 (f) `schedule.py` processes, one instance each, 8 or 32 at a time, without (f8, f32) and
     with the scheduler service (f8s, f32s): the whole command, as users run it
 (g) warm clients through the scheduler service's queue, 1, 8 or 32 at a time (g1, g8, g32)
@@ -66,6 +68,13 @@ def cli(run_dir: Path, processes: int) -> Callable[[dict[str, Any], int], RunRes
     return run
 
 
+def toy_cli(run_dir: Path, processes: int) -> Callable[[dict[str, Any], int], RunResult]:
+    def run(config: dict[str, Any], count: int) -> RunResult:
+        path = write_config(run_dir, "toy-cli", config)
+        return clients.run_toy_cli(path, count, QUERY, processes)
+    return run
+
+
 def queue(processes: int) -> Callable[[dict[str, Any], int], RunResult]:
     return lambda config, count: clients.run_queue(config, count, QUERY, processes)
 
@@ -86,6 +95,8 @@ def all_variants(batch: int, processes: int, profile_dir: str | None, run_dir: P
                 concurrent(ours.run, processes, batch=1)),
         Variant("e", f"baseline, {processes} processes",
                 concurrent(baseline.run, processes)),
+        *[Variant(f"e'{n}", f"toy's schedule.py x{n} at once", toy_cli(run_dir, n),
+                  cli_instances) for n in (8, 32)],
         *[Variant(f"f{n}{'s' if service else ''}",
                   f"schedule.py x{n} at once{', service' if service else ', direct'}",
                   serving(run_dir, cli(run_dir, n)) if service else cli(run_dir, n),
