@@ -14,7 +14,7 @@ from typing import Any
 
 import matplotlib
 
-from bench import cpu
+from bench import cli_start, cpu
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
@@ -315,6 +315,7 @@ def markdown(results: dict[str, Any], plots: list[str], plot_prefix: str) -> str
             f"variants {suite['rss_peak_under_run']['main_mb']:.0f} / "
             f"{suite['rss_peak_under_run']['with_workers_mb']:.0f} MB.",
         ]
+    lines += cli_start.markdown_lines(results["suites"])
     boot = results.get("boot", {})
     lines += ["", "## Boot overhead", ""]
     if "ratio_median" in boot:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench import clients, floor, notification, ours, stats, verify
+from bench import cli_start, clients, floor, notification, ours, stats, verify
 from bench.cpu import CpuMeter
 from bench.footprint import RssSampler
 from bench.placements import RunResult
@@ -187,6 +187,10 @@ def run_suite(backend: str, run_dir: Path, hosts: int, count: int, batch: int,
                 "p99": _ms(stats.percentile(delays, 99)),
                 "samples_ms": [1000 * x for x in delays]}
             verify.wipe(store, placement, checks.pop("consumers"), project, fake_dir)
+
+        say(f"{backend}: schedule.py's own start ({cli_start.RUNS} runs of "
+            "`schedule.py UUID`, one at a time, and its imports)")
+        out["cli_start"] = cli_start.measure(write_config(run_dir, "schedule-start", config))
 
         if not only or "f8s" in only or "f8" in only:
             say(f"{backend}: process floor: {cli_instances} `schedule.py UUID` (no such "
