@@ -46,8 +46,9 @@ def main(argv: list[str]) -> int:
                   (pair.split(":") for pair in resources.removeprefix("resources=").split(",")))
     for request in answer.get("allocation_requests", []):
         allocations = request["allocations"]
+        # (consumer_type: required since microversion 1.38, after the toy's time)
         claim = {"allocations": allocations, "project_id": ids[0], "user_id": ids[1],
-                 "consumer_generation": None}
+                 "consumer_generation": None, "consumer_type": "INSTANCE"}
         if not session.put(f"{endpoint}/allocations/{consumer}", json=claim):
             continue
         target = next(iter(allocations))
