@@ -78,6 +78,8 @@ if [ -z "${PLAIN:-}" ]; then
     "$PY" cluster.py --pki "$PKI" pki issue service $service --ip "$ADDRESS" --ip 127.0.0.1 \
       --dns etcd-compute-$service
   done
+  # The compute API runs on this host (schedule.py api), not in a container.
+  "$PY" cluster.py --pki "$PKI" pki issue service compute-api --ip "$ADDRESS" --ip 127.0.0.1
   SCHEME=https
   ETCD_TLS="--cert-file /pki/etcd-compute.crt --key-file /pki/etcd-compute.key
     --trusted-ca-file /pki/ca.crt --client-cert-auth"
@@ -235,7 +237,9 @@ bootstrapped=""
 for _ in $(seq "$KEYSTONE_WAIT"); do
   if "$PY" -m tools.local_services.cloud bootstrap "$CLOUD_DIR" --keystone "$ADDRESS:5000" \
       "${TLS_ARGS[@]}" --glance "$SCHEME://$ADDRESS:9292" \
-      --placement "$SCHEME://$ADDRESS:8080" --clouds run/docker-clouds.yaml 2>/dev/null; then
+      --placement "$SCHEME://$ADDRESS:8080" --compute "$SCHEME://$ADDRESS:8774/v2.1" \
+      --api-config run/docker-schedule.yaml run/docker-api.yaml \
+      --clouds run/docker-clouds.yaml 2>/dev/null; then
     bootstrapped=1
     break
   fi
@@ -248,6 +252,7 @@ echo "Keystone:  $KEYSTONE_URL"
 echo "Glance:    $SCHEME://$ADDRESS:9292 (ready once pip has finished: docker logs -f etcd-compute-glance)"
 if [ -n "$bootstrapped" ]; then
   echo "clouds:    run/docker-clouds.yaml (OS_CLIENT_CONFIG_FILE; clouds etcd-compute, etcd-compute-demo, etcd-compute-alt)"
+  echo "compute API: $PY schedule.py --config run/docker-api.yaml api   ($SCHEME://$ADDRESS:8774/v2.1, in the catalog; seed flavors with openstack flavor create)"
 else
   echo "Keystone did not answer within $KEYSTONE_WAIT s: run ./docker.sh again to bootstrap it"
 fi

@@ -31,15 +31,22 @@ from etcd_compute.placement import PlacementClient
 
 
 def claim(placement: PlacementClient, allocations_by_consumer: dict[str, dict[str, Any]],
-          settings: dict[str, Any]) -> None:
-    """Claim {consumer: allocations} atomically; ConflictError on a race or lack of room."""
-    ids = {"project_id": settings["project_id"], "user_id": settings["user_id"],
-           "consumer_type": settings["consumer_type"]}
+          settings: dict[str, Any],
+          owners: dict[str, tuple[str, str]] | None = None) -> None:
+    """Claim {consumer: allocations} atomically; ConflictError on a race or lack of room.
+
+    Each consumer belongs to the (project, user) `owners` gives it (the API's requests:
+    the asking user's), else to `scheduler.project_id`/`user_id` (the operator's)."""
+    owners = owners or {}
+    default = (settings["project_id"], settings["user_id"])
     if len(allocations_by_consumer) == 1:
         ((consumer, allocations),) = allocations_by_consumer.items()
-        placement.claim(consumer, allocations, consumer_generation=None, **ids)
+        project, user = owners.get(consumer, default)
+        placement.claim(consumer, allocations, project, user,
+                        consumer_type=settings["consumer_type"], consumer_generation=None)
     else:
-        placement.claim_many(allocations_by_consumer, **ids)
+        placement.claim_many(allocations_by_consumer, *default,
+                             consumer_type=settings["consumer_type"], owners=owners)
 
 
 def unclaim(placement: PlacementClient, consumers: list[str]) -> list[str]:
@@ -222,15 +229,111 @@ def undo(placement: PlacementClient, consumer: str, allocations: dict[str, Any],
 
 
 def restore(placement: PlacementClient, consumer: str, host: str, held: dict[str, int],
-            allocations: dict[str, Any]) -> bool:
+            allocations: dict[str, Any], hold: str | None = None) -> bool:
     """If the consumer's claim is `held` on `host` alone (`judge`), replace it with
-    `allocations` (generation checked); False if it is anything else or changed meanwhile."""
+    `allocations` (generation checked), freeing the resize's `hold` in the same request if
+    one was taken; False if it is anything else or changed meanwhile (a hold is freed then
+    all the same: the resize it held for failed)."""
     current = placement.get_allocations(consumer)
     if not judge(current.get("allocations") or {}, host, held).held:
+        if hold is not None:
+            release_hold(placement, hold)
         return False
+    generation = current.get("consumer_generation")
     try:
-        placement.claim(consumer, allocations, current["project_id"], current["user_id"],
-                        consumer_generation=current.get("consumer_generation"))
+        if hold is None:
+            placement.claim(consumer, allocations, current["project_id"], current["user_id"],
+                            consumer_generation=generation)
+        else:
+            placement.replace_many({
+                consumer: {"allocations": allocations, "project_id": current["project_id"],
+                           "user_id": current["user_id"], "consumer_generation": generation},
+                **_freed(placement, hold)})
     except (ConflictError, NotFound):
+        if hold is not None:
+            release_hold(placement, hold)
         return False
     return True
+
+
+# --- a resize's old size, held until it is confirmed (Nova's migration consumer) -------------
+
+# The consumer type of a held old size: Nova's, so usage per project counts it apart from
+# the instances (consumer_type INSTANCE) that quotas count.
+MIGRATION = "MIGRATION"
+
+
+def resize_holding(placement: PlacementClient, consumer: str, host: str,
+                   resources: dict[str, int], hold: str) -> tuple[dict[str, Any], int]:
+    """As `resize`, but the old claim is not given up: it moves to the consumer `hold` (a
+    migration's, as Nova holds the old flavor of a resize on the source until it is
+    confirmed), in one POST /allocations checked against `consumer`'s generation and
+    `hold` being new. The host must have room for both. Returns (the old allocations,
+    `consumer`'s generation after the write) for `undo_holding`; ConflictError as `resize`."""
+    current = placement.get_allocations(consumer)
+    allocations = current.get("allocations") or {}
+    if not alone_on(allocations, host):
+        raise ConflictError(f"the claim of {consumer} is not on its host {host} "
+                            f"({', '.join(sorted(allocations)) or 'none'})", 409, ELSEWHERE)
+    generation = current.get("consumer_generation")
+    owner = {"project_id": current["project_id"], "user_id": current["user_id"]}
+    old = {host: {"resources": allocations[host]["resources"]}}
+    placement.replace_many({
+        consumer: {"allocations": {host: {"resources": resources}}, **owner,
+                   "consumer_generation": generation},
+        hold: {"allocations": old, **owner, "consumer_generation": None,
+               "consumer_type": MIGRATION}})
+    return old, (generation or 0) + 1
+
+
+def undo_holding(placement: PlacementClient, consumer: str, allocations: dict[str, Any],
+                 generation: int, hold: str) -> bool:
+    """Undo `resize_holding` whose etcd write failed: `allocations` back on `consumer` and
+    the hold freed, in one request, if nobody wrote `consumer` since us (`generation`);
+    False when someone did (their claim stands; the hold is freed all the same)."""
+    current = placement.get_allocations(consumer)
+    if current.get("consumer_generation") != generation:
+        release_hold(placement, hold)
+        return False
+    try:
+        placement.replace_many({
+            consumer: {"allocations": allocations, "project_id": current["project_id"],
+                       "user_id": current["user_id"], "consumer_generation": generation},
+            **_freed(placement, hold)})
+    except (ConflictError, NotFound):
+        release_hold(placement, hold)
+        return False
+    return True
+
+
+def revert_holding(placement: PlacementClient, consumer: str, hold: str,
+                   allocations: dict[str, Any]) -> int:
+    """A resize reverted: `consumer` gets the held `allocations` back and the hold is freed,
+    in one request checked against both generations (Nova moves the migration's
+    allocations back to the instance). Returns `consumer`'s generation after it.
+    ConflictError if either changed meanwhile, or the host has no room (a hold already
+    freed leaves the old size to be claimed anew)."""
+    current = placement.get_allocations(consumer)
+    generation = current.get("consumer_generation")
+    placement.replace_many({
+        consumer: {"allocations": allocations, "project_id": current["project_id"],
+                   "user_id": current["user_id"], "consumer_generation": generation},
+        **_freed(placement, hold)})
+    return (generation or 0) + 1
+
+
+def release_hold(placement: PlacementClient, hold: str) -> bool:
+    """A resize confirmed (or its instance destroyed): free the old size it held; False if
+    nothing was held any more."""
+    return placement.delete_allocations(hold)
+
+
+def _freed(placement: PlacementClient, hold: str) -> dict[str, dict[str, Any]]:
+    """`hold` with no allocations, at its generation read now (nothing if none is held)."""
+    current = placement.get_allocations(hold)
+    if not current.get("allocations"):
+        return {}
+    return {hold: {"allocations": {}, "project_id": current["project_id"],
+                   "user_id": current["user_id"],
+                   "consumer_generation": current.get("consumer_generation"),
+                   "consumer_type": MIGRATION}}

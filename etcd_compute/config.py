@@ -12,7 +12,6 @@ import copy
 import os
 import re
 import socket
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +19,7 @@ import yaml
 
 from etcd_compute import metrics
 from etcd_compute.errors import ConfigError
+from etcd_compute.heartbeat_timing import ELECTION_SECONDS, ETCD_TIMEOUT, heartbeat_timing
 from etcd_compute.schemas import is_valid
 from etcd_compute.schemas import validator as schema_validator
 
@@ -28,13 +28,13 @@ ETCD_DEFAULTS: dict[str, Any] = {
     "endpoints": ["127.0.0.1:2379"],
     # Every key we write lives under this prefix ("" in production, unique per test).
     "prefix": "",
-    "timeout": 5.0,
+    "timeout": ETCD_TIMEOUT,
     # How long a leader election of the etcd cluster may take: each member waits between the
     # members' --election-timeout (1 s by default) and twice it before it stands, and a
     # round can fail (two stood at once): up to about 4 s with the default (measured here:
     # 3.7 s, on a busy machine, an election of two rounds). 0 for a single member (no
     # elections). Lease renewals (the compute's heartbeat) are timed to outlast one.
-    "election_seconds": 4.0,
+    "election_seconds": ELECTION_SECONDS,
     # TLS: the cluster CA, and this client's certificate and key (its CN is its etcd user).
     # Relative paths are relative to the configuration file.
     "ca_cert": None,
@@ -160,6 +160,32 @@ COMPUTE_DEFAULTS: dict[str, Any] = {
     },
 }
 
+API_DEFAULTS: dict[str, Any] = {
+    # HOST:PORT to listen on (an IP address; loopback unless a site says otherwise).
+    "listen": "127.0.0.1:8774",
+    # gunicorn processes (the API keeps no state: run several) and threads in each.
+    "workers": 2, "threads": 8,
+    # TLS: a cluster PKI server certificate and key; null: plain HTTP (behind a proxy).
+    "cert": None, "key": None,
+    "public_url": None,  # the URL clients reach it at (links); null: each request's
+    # keystonemiddleware's auth_token options (auth_url, auth_type, username, password,
+    # project_name, ..., cafile): the service user that validates tokens. Required.
+    "keystone_authtoken": None,
+    # An oslo.policy file overriding Nova's default rules (YAML); null: the defaults.
+    "policy_file": None,
+    # Availability zones: the default one, and names for aggregate uuids (compute.aggregates).
+    "default_availability_zone": "nova", "availability_zones": {},
+    # Limits of a project without its own (os-quota-sets), Nova's defaults; -1: unlimited.
+    "quotas": {"instances": 10, "cores": 20, "ram": 51200, "key_pairs": 100,
+               "metadata_items": 128, "server_groups": 10, "server_group_members": 10},
+    # How long a create's quota reservation may last (an API that died leaves it this long).
+    "quota_reservation_seconds": 900,
+    # Most items a list returns (Nova's [api] max_limit); the network addresses are under.
+    "max_limit": 1000, "network_name": "etcd-compute",
+    # Image URLs users may boot (an imageRef starts with one); empty: Glance images only.
+    "image_url_prefixes": [],
+}
+
 SCHEDULE_DEFAULTS: dict[str, Any] = {
     "etcd": ETCD_DEFAULTS,
     "placement": PLACEMENT_DEFAULTS,
@@ -239,6 +265,10 @@ SCHEDULE_DEFAULTS: dict[str, Any] = {
         "metrics_listen": None,
         "metrics_allow_any_address": False,
     },
+    # The compute API (`schedule.py api`; etcd_compute/api/): Nova's v2.1 API for the
+    # OpenStack clients, behind Keystone. It holds the operator's etcd and Placement
+    # credentials (the sections above); its users hold Keystone tokens.
+    "api": API_DEFAULTS,
     # Child zones (schedule.py zone ...; etcd_compute/zones/).
     "zones": {
         # This zone's name, as `zone info` shows it and `--zone NAME` routes to (its own
@@ -331,49 +361,13 @@ def resolve_paths(config: dict[str, Any], base: Path) -> None:
                 config[section][name] = str(base / value)
     zones = config.get("zones", {})
     zones["credential_dirs"] = [str(base / d) for d in zones.get("credential_dirs", [])]
-
-
-# A failed renewal is tried again this soon (on the next member).
-RENEWAL_RETRY_SECONDS = 0.2
-# What a renewal needs besides the election: its own round trip, a loaded host's scheduling.
-RENEWAL_SLACK_SECONDS = 0.5
-# Below these the heartbeat would be busy renewing (or give a live member no time to answer).
-MIN_RENEWAL_INTERVAL, MIN_RENEWAL_TRY = 0.5, 0.25
-
-
-@dataclass(frozen=True)
-class HeartbeatTiming:
-    """When the heartbeat renews its lease, and when it fences.
-
-    The worst moment for an etcd leader to die is just before a renewal is due: the
-    renewals that follow fail (the dead member) or wait (a follower holds a keep-alive until
-    a new leader answers it) until the election is over. So a renewal is due early enough
-    that the election (`etcd.election_seconds`) and some slack still fit before the fence
-    point, and each try is short enough that two of them fit between the due time and the
-    fence point: one may be lost on the dead member, the next waits the election out.
-    With a single member (`election_seconds` 0) there is no other member to try: a try
-    may take all the time there is."""
-
-    interval: float  # between renewals while they succeed
-    try_timeout: float  # one try of a renewal (at most etcd.timeout)
-    retry: float  # after a failed try
-    fence_after: float  # no renewal for this long: fence
-    # The interval and the room for each of two tries are long enough to be of use.
-    workable: bool = True
-
-
-def heartbeat_timing(compute: dict[str, Any], etcd: dict[str, Any]) -> HeartbeatTiming:
-    ttl, margin = compute["heartbeat_ttl"], compute["fence_margin_seconds"]
-    election = etcd.get("election_seconds", ETCD_DEFAULTS["election_seconds"])
-    fence_after = ttl - margin
-    interval = min(ttl / 3, fence_after - election - RENEWAL_SLACK_SECONDS)
-    room = fence_after - interval - RENEWAL_RETRY_SECONDS
-    if election > 0:
-        room /= 2  # one try may be lost on the dead member, the next waits the election out
-    return HeartbeatTiming(
-        interval, min(etcd.get("timeout", ETCD_DEFAULTS["timeout"]), room),
-        RENEWAL_RETRY_SECONDS, fence_after,
-        workable=interval >= MIN_RENEWAL_INTERVAL and room >= MIN_RENEWAL_TRY)
+    api = config.get("api") or {}
+    for section, names in ((api, ("cert", "key", "policy_file")),
+                           (api.get("keystone_authtoken") or {}, ("cafile", "certfile",
+                                                                  "keyfile"))):
+        for name in names:
+            if isinstance(section.get(name), str) and not Path(section[name]).is_absolute():
+                section[name] = str(base / section[name])
 
 
 def check_fencing(config: dict[str, Any], source: str) -> None:

@@ -54,6 +54,15 @@ def alive_hosts(store: KeyValueStore) -> set[str]:
     return {host_of(entry.key) for entry in entries}
 
 
+def alive_and_disabled(store: KeyValueStore) -> tuple[set[str], set[str]]:
+    """The providers with a heartbeat key and those an operator disabled (one keys-only
+    read of each, at one revision)."""
+    (alive, disabled), _ = store.read_many(
+        [Range(store.keys.alive_prefix(), keys_only=True),
+         Range(store.keys.maintenance_prefix(), keys_only=True)])
+    return ({host_of(e.key) for e in alive.entries}, {host_of(e.key) for e in disabled.entries})
+
+
 def count_alive(store: KeyValueStore) -> int:
     """How many providers have a heartbeat key (counted by etcd: no key is sent)."""
     (result,), _ = store.read_many([Range(store.keys.alive_prefix(), count_only=True)])

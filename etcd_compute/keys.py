@@ -27,6 +27,17 @@ and what only the operator's side (scheduler, CLI, controller) writes:
     /zone-intents/<request_uuid>                zone_intent: a request across zones in flight
                                                 (what to undo if it is cut short)
 
+and what only the compute API (`schedule.py api`, operator's credentials) writes:
+
+    /servers/<instance_uuid>                    server: the API's view of an instance (its
+                                                project, display name, flavor, metadata...)
+    /flavors/<flavor_id>                        flavor
+    /flavor-names/<name>                        flavor_name: which flavor has this name
+    /keypairs/<user_id>/<name>                  keypair: a user's public key
+    /quotas/<project_id>                        quota_set: a project's limits (else defaults)
+    /quota-reservations/<project_id>/<uuid>     quota_reservation: a create counted before
+                                                its claim (with a lease)
+
 Hosts get no access to /queue/ at all: a request carries tenants' user-data,
 and only operators may ask for instances.
 
@@ -173,6 +184,47 @@ class Keys:
 
     def zone_intent(self, request_uuid: str) -> str:
         return f"{self.prefix}/zone-intents/{request_uuid}"
+
+    # --- the compute API's (the operator's side only; see etcd_compute/api/) ---------------
+
+    def servers(self) -> str:
+        return f"{self.prefix}/servers/"
+
+    def server(self, instance_uuid: str) -> str:
+        return f"{self.prefix}/servers/{instance_uuid}"
+
+    def flavors(self) -> str:
+        return f"{self.prefix}/flavors/"
+
+    def flavor(self, flavor_id: str) -> str:
+        return f"{self.prefix}/flavors/{flavor_id}"
+
+    def flavor_name(self, name: str) -> str:
+        return f"{self.prefix}/flavor-names/{name}"
+
+    def keypairs(self, user_id: str) -> str:
+        return f"{self.prefix}/keypairs/{user_id}/"
+
+    def keypair(self, user_id: str, name: str) -> str:
+        return f"{self.prefix}/keypairs/{user_id}/{name}"
+
+    def quotas(self) -> str:
+        return f"{self.prefix}/quotas/"
+
+    def quota(self, project_id: str) -> str:
+        return f"{self.prefix}/quotas/{project_id}"
+
+    def quota_reservations(self, project_id: str) -> str:
+        return f"{self.prefix}/quota-reservations/{project_id}/"
+
+    def quota_reservation(self, project_id: str, reservation: str) -> str:
+        return f"{self.prefix}/quota-reservations/{project_id}/{reservation}"
+
+    def server_groups(self) -> str:
+        return f"{self.prefix}/server-groups/"
+
+    def server_group(self, group_uuid: str) -> str:
+        return f"{self.prefix}/server-groups/{group_uuid}"
 
     # --- parsing -------------------------------------------------------------------------
 

@@ -35,6 +35,14 @@ QUEUE_OPEN = "queue_open"
 ZONE = "zone"
 ZONE_INSTANCE = "zone_instance"
 ZONE_INTENT = "zone_intent"
+# The compute API's (etcd_compute/api/).
+SERVER = "server"
+FLAVOR = "flavor"
+FLAVOR_NAME = "flavor_name"
+KEYPAIR = "keypair"
+QUOTA_SET = "quota_set"
+QUOTA_RESERVATION = "quota_reservation"
+SERVER_GROUP = "server_group"
 
 # The largest message we write is a spec (64 KiB user-data, 16 KiB key, escaped
 # as JSON at most 6 bytes a character) or a console (64 KiB); etcd takes 1.5 MiB.

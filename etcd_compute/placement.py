@@ -308,21 +308,24 @@ class PlacementClient:
         self.request("PUT", f"/allocations/{consumer}", json=body, expect=(204,))
 
     def claim_many(self, claims: dict[str, dict[str, Any]], project_id: str, user_id: str,
-                   consumer_type: str = "INSTANCE") -> None:
+                   consumer_type: str = "INSTANCE",
+                   owners: dict[str, tuple[str, str]] | None = None) -> None:
         """Claim for several consumers in one atomic POST /allocations: all or nothing.
 
-        `claims` maps consumer uuid to its allocations ({rp: {"resources": ...}}).
+        `claims` maps consumer uuid to its allocations ({rp: {"resources": ...}});
+        `owners` a consumer to its (project, user) where they are not the default ones.
         """
-        body = {
-            consumer: {
+        owners = owners or {}
+        body = {}
+        for consumer, allocations in claims.items():
+            project, user = owners.get(consumer, (project_id, user_id))
+            body[consumer] = {
                 "allocations": allocations,
-                "project_id": project_id,
-                "user_id": user_id,
+                "project_id": project,
+                "user_id": user,
                 "consumer_generation": None,
                 "consumer_type": consumer_type,
             }
-            for consumer, allocations in claims.items()
-        }
         self.request("POST", "/allocations", json=body, expect=(204,))
 
     def replace_allocations(self, consumer: str, allocations: dict[str, Any],
@@ -335,12 +338,24 @@ class PlacementClient:
                            "consumer_type": consumer_type}}
         self.request("POST", "/allocations", json=body, expect=(204,))
 
+    def project_usages(self, project_id: str, consumer_type: str,
+                       user_id: str | None = None) -> dict[str, int]:
+        """What `project_id`'s (and `user_id`'s) consumers of `consumer_type` hold, per
+        resource class, and how many of them there are (`consumer_count`)."""
+        params = {"project_id": project_id, "consumer_type": consumer_type}
+        if user_id is not None:
+            params["user_id"] = user_id
+        usages = self.get("/usages", **params)["usages"]
+        found = usages.get(consumer_type) or {}
+        return {rc: int(amount) for rc, amount in found.items()}
+
     def replace_many(self, claims: dict[str, dict[str, Any]],
                      consumer_type: str = "INSTANCE") -> None:
         """Set several consumers' allocations in one atomic POST /allocations, each only if
         its generation is still the one given: {consumer: {"allocations", "project_id",
-        "user_id", "consumer_generation"}}. All or nothing (409 if any does not hold)."""
-        body = {consumer: {**claim, "consumer_type": consumer_type}
+        "user_id", "consumer_generation"[, "consumer_type"]}} (empty allocations free the
+        consumer's). All or nothing (409 if any does not hold)."""
+        body = {consumer: {"consumer_type": consumer_type, **claim}
                 for consumer, claim in claims.items()}
         self.request("POST", "/allocations", json=body, expect=(204,))
 

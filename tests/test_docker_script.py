@@ -74,3 +74,29 @@ def test_a_second_run_and_a_run_after_a_reboot_create_nothing_twice(tmp_path):
     assert len(calls(tmp_path, "start")) == len(CONTAINERS)
     down = run_script(tmp_path, "down")
     assert down.returncode == 0 and not (tmp_path / "etcd-compute-etcd").exists()
+
+
+def test_the_compute_apis_config_is_the_operators_with_the_service_user(tmp_path):
+    import yaml
+
+    from etcd_compute import config as configuration
+    from etcd_compute.pki import Pki
+    from tools.local_services.cloud import write_api_config
+    from tools.local_services.keystone import KeystoneServer
+
+    operator = tmp_path / "docker-schedule.yaml"
+    operator.write_text("etcd: {endpoints: ['127.0.0.1:2379']}\n")
+    keystone = KeystoneServer.create(tmp_path / "cloud", 5000)
+    written = write_api_config(keystone, operator, tmp_path / "docker-api.yaml",
+                               Pki(tmp_path / "pki"))
+    assert written.stat().st_mode & 0o777 == 0o600  # it holds a password
+    config = yaml.safe_load(written.read_text())
+    assert config["etcd"] == {"endpoints": ["127.0.0.1:2379"]}
+    authtoken = config["api"]["keystone_authtoken"]
+    assert (authtoken["username"], authtoken["project_name"], authtoken["auth_type"]) == (
+        "etcd-compute", "service", "password")
+    assert authtoken["password"] == keystone.password("etcd-compute")
+    assert authtoken["cafile"].endswith("ca.crt") and config["api"]["cert"].endswith(
+        "compute-api.crt")
+    merged = configuration.deep_merge(configuration.SCHEDULE_DEFAULTS, {"api": config["api"]})
+    configuration.validate(merged, "schedule_config", "docker-api.yaml")

@@ -1,11 +1,13 @@
 #!/usr/bin/env python3
 """`make demo`: the whole system once, on local services, then clean up.
 
-Starts (or reuses) local etcd, Placement and libvirtd, two compute daemons
-with distinct identities, schedules one instance, shows it, destroys it,
-shows its allocation is gone, and stops everything it started, by pid.
-With a usable libvirt/qemu it boots the offline-built test guest; otherwise
-it says so and uses the fake driver.
+Starts (or reuses) local etcd, Placement, Keystone, Glance, the compute API and
+libvirtd, two compute daemons with distinct identities, schedules one instance,
+shows it, destroys it, shows its allocation is gone; then, as a user of the demo
+project, creates, shows and deletes one server through the `openstack` command line
+and the compute API; and stops everything it started, by pid. With a usable
+libvirt/qemu it boots the offline-built test guest; otherwise it says so and uses
+the fake driver.
 """
 
 from __future__ import annotations
@@ -196,6 +198,8 @@ def main() -> int:
         if allocations:
             fail("the allocation is still there after destroy", f"see {DEMO}/compute-*.log")
         say("demo finished: schedule -> state -> destroy -> allocation gone")
+        through_the_api(stack, on_vm, store, computes)
+        say("API demo finished: openstack server create -> show -> delete --wait")
         return 0
     finally:
         for rp_uuid in providers:
@@ -213,6 +217,55 @@ def main() -> int:
                 stack.down(say)  # everything, the demo's providers and guests included
             else:
                 stack.remove_demo_pieces(say, [str(VM_FILES)])
+
+
+OPENSTACK = REPO / ".venv-clients" / "bin" / "openstack"
+FAKE_IMAGE = "etcd-compute-fake-guest"
+
+
+def openstack(cloud: str, *args: str) -> str:
+    """The `openstack` command line with run/clouds.yaml, shown as it runs."""
+    shown = " ".join(shlex.quote(a) for a in ["openstack", "--os-cloud", cloud, *args])
+    say(f"$ {shown}")
+    result = subprocess.run([str(OPENSTACK), "--os-cloud", cloud, *args], capture_output=True,
+                            text=True, check=False, cwd=REPO, timeout=600,
+                            env={**os.environ, "OS_CLIENT_CONFIG_FILE": str(RUN / "clouds.yaml")})
+    for line in (result.stdout + result.stderr).strip().splitlines():
+        print(f"    {line}", flush=True)
+    if result.returncode:
+        fail(f"{shown} exited {result.returncode}",
+             f"see {RUN / 'compute-api.log'} and the compute logs in {DEMO}")
+    return result.stdout
+
+
+def through_the_api(stack: LocalStack, on_vm: bool, store: Store,
+                    computes: list[subprocess.Popen[bytes]]) -> None:
+    """A user of the demo project creates, shows and deletes one server with the
+    `openstack` command line. The fake driver runs no qemu image (the test guest asks
+    for hypervisor_type qemu): it boots a small image of its own, made once in Glance."""
+    if not OPENSTACK.exists():
+        fail(f"{OPENSTACK} is missing", "make install")
+    image = "etcd-compute-test-guest"
+    if not on_vm:
+        image = FAKE_IMAGE
+        if not openstack("etcd-compute", "image", "list", "--name", FAKE_IMAGE, "-f",
+                         "value", "-c", "ID").strip():
+            raw = DEMO / "fake-guest.raw"
+            raw.write_bytes(b"\0" * (1 << 20))
+            openstack("etcd-compute", "image", "create", "--public", "--disk-format", "raw",
+                      "--container-format", "bare", "--file", str(raw), FAKE_IMAGE,
+                      "-f", "value", "-c", "id")
+    created = openstack("etcd-compute-demo", "server", "create", "--flavor", "m1.tiny",
+                        "--image", image, "--wait", "-f", "value", "-c", "id", "-c", "status",
+                        "demo-api-server").split()
+    if not created or not _is_uuid(created[-1]) and not _is_uuid(created[0]):
+        fail("openstack server create printed no server id", "see the output above")
+    server = created[0] if _is_uuid(created[0]) else created[-1]
+    openstack("etcd-compute-demo", "server", "show", server, "-c", "status", "-c", "addresses",
+              "-c", "flavor", "-c", "image")
+    openstack("etcd-compute-demo", "server", "delete", "--wait", server)
+    wait(lambda: _state(store, server) in ("DELETED", None), 120,
+         f"server {server} to be DELETED", computes)
 
 
 def _is_uuid(text: str) -> bool:

@@ -1,4 +1,5 @@
-"""schedule.py's actions on an instance: stop, start, reboot, rebuild, resize; its events.
+"""schedule.py's actions on an instance: stop, start, reboot, rebuild, resize (and the
+confirm or revert of a resize the compute API holds); its events.
 
 Each is refused before anything is written when the instance's state does not allow it
 (exit 1), else written into its host's spec; --wait follows it until its host has done
@@ -20,6 +21,8 @@ SUMMARIES = {
     "reboot": "restart an instance's guest (asked first, or at once with --hard)",
     "rebuild": "a fresh disk from its image (or --image), same uuid, IP, claim and host",
     "resize": "a new size (resources=... only) on the same host, claimed first",
+    "revert-resize": "back to the old size a resize through the compute API holds "
+                     "(VERIFY_RESIZE)",
 }
 
 
@@ -41,6 +44,10 @@ def add_commands(commands: Commands) -> None:
                                      "http(s):// or file:// (default: the one it has)")
         parser.add_argument("--wait", action="store_true",
                             help="follow the action until its host has done it")
+    confirm = commands.add("confirm-resize", "keep the new size of a resize through the "
+                                             "compute API (VERIFY_RESIZE): its old size is "
+                                             "freed", UUID_WORDS, cmd_confirm)
+    confirm.add_argument("uuid", metavar="UUID")
     events = commands.add("events", "what happened to an instance: action, who asked, host, "
                                     "when, result", UUID_WORDS, cmd_events)
     events.add_argument("uuid", metavar="UUID")
@@ -65,12 +72,15 @@ def cmd_action(args: argparse.Namespace, config: dict[str, Any]) -> int:
 
         def image_for(held: dict[str, int]) -> dict[str, Any]:
             return spec_image(images_cli.glance_image(config, glance_name, held))
+    asked = lifecycle.Asked(hard=getattr(args, "hard", False), image_url=image,
+                            resources=resources, revert=action == "revert-resize",
+                            image_for=image_for)
     # In the zone that holds it (this one, or a zone below through its index), as destroy.
     with zones_cli.instance_zone(config, uuid) as zone:
         store = zone.store
-        asked = lifecycle.request(store, zone.placement, uuid, action,
-                                  hard=getattr(args, "hard", False), image_url=image,
-                                  resources=resources, image_for=image_for)
+        asked = lifecycle.request(store, zone.placement, uuid,
+                                  "resize" if action == "revert-resize" else action,
+                                  asked=asked)
         if not args.json:
             print(f"{action.upper()} REQUESTED FOR INSTANCE {uuid}", flush=True)
         if not args.wait:
@@ -85,6 +95,20 @@ def cmd_action(args: argparse.Namespace, config: dict[str, Any]) -> int:
     elif not outcome.ok:
         output.error(f"{action} of {uuid} failed: {outcome.error}")
     return 0 if outcome.ok else 1
+
+
+def cmd_confirm(args: argparse.Namespace, config: dict[str, Any]) -> int:
+    """confirm-resize UUID: the held old size freed, the record forgets it."""
+    from etcd_compute.ops import lifecycle, operations
+
+    uuid = operations.check_uuid(args.uuid)
+    with zones_cli.instance_zone(config, uuid) as zone:
+        hold = lifecycle.confirm_resize(zone.store, zone.placement, uuid)
+    if args.json:
+        output.emit_json({"uuid": uuid, "outcome": "confirmed", "freed": hold})
+    else:
+        print(f"RESIZE CONFIRMED FOR INSTANCE {uuid}", flush=True)
+    return 0
 
 
 def cmd_events(args: argparse.Namespace, config: dict[str, Any]) -> int:

@@ -47,7 +47,9 @@ def add_commands(commands: Commands) -> None:
                        help="an aggregate uuid (member_of), or a child zone NAME or PATH "
                             "(a/b) to place in, or this zone's name (its own hosts only)")
     place.add_argument("--hint", action="append", default=[], metavar="POLICY=GROUP",
-                       help="server group: affinity=GROUP or anti-affinity=GROUP")
+                       help="server group: affinity=GROUP, anti-affinity=GROUP (hard: no "
+                            "valid host rather than break it), soft-affinity=GROUP or "
+                            "soft-anti-affinity=GROUP (best effort)")
     place.add_argument("--on-host-failure", choices=["rebuild", "error"],
                        help="when its host dies: rebuild it elsewhere from its image (its "
                             "local disk is lost) or end it in ERROR (default: "
@@ -62,12 +64,15 @@ def add_commands(commands: Commands) -> None:
                            cmd_destroy)
     destroy.add_argument("uuid", metavar="UUID")
     destroy.add_argument("--wait", action="store_true", help="follow it until DELETED")
-    listing = commands.add("list", "every instance (on a host, in a state)",
+    listing = commands.add("list", "every instance (on a host, in a state, of a project)",
                            "takes no arguments", cmd_list)
     listing.add_argument("--host", metavar="HOST",
                          help="only instances on this host (its name or provider uuid)")
     listing.add_argument("--state", metavar="STATE",
                          help="only instances in this state (active, error...; any case)")
+    listing.add_argument("--project", metavar="PROJECT_ID",
+                         help="only instances of this project (a Keystone project id; "
+                              "schedule.py's own are scheduler.project_id's)")
 
 
 # ------------------------------------------------------------------------- place
@@ -253,6 +258,8 @@ def cmd_list(args: argparse.Namespace, config: dict[str, Any]) -> int:
         operations.check_state(args.state)  # before any connection
     with zones_cli.zone_tree(config) as tree:
         found, unreachable = zones_cli.list_instances(tree, args.host, args.state)
+    if args.project is not None:
+        found = [r for r in found if r.get("project_id") == args.project]
     for zone, reason in unreachable.items():
         output.note(f"zone {zone} unreachable, its instances not listed: {reason}")
     if args.json:

@@ -11,7 +11,8 @@ else an instance uuid, as in the seed's `schedule.py 'resources=...'` and
 --config and --log-level go with every command, before or after its word. The
 handlers live by noun: cli/instances.py (place, show, destroy, list), cli/console.py,
 cli/actions.py (stop ... resize, events), cli/hosts.py (hosts, host ...), cli/zones.py
-(zone ...); what they print, cli/output.py.
+(zone ...); `serve` (the controller) and `api` (the compute API) here; what they print,
+cli/output.py.
 
 Exit status: 0 done, 1 no valid host / not found / instance failed / action refused in
 its state / no room to resize / action ended in error, 2 bad input or config, 3 etcd or
@@ -87,6 +88,9 @@ def build_parser() -> tuple[Parser, dict[str, CommandParser]]:
     commands.add("serve", "the controller (leader-elected): reschedules failed builds, "
                           "recovers the instances of dead hosts, runs the scheduler service",
                  words="takes no arguments", handler=cmd_serve, json=False)
+    commands.add("api", "the compute API (Nova's v2.1 behind Keystone, under gunicorn; "
+                        "see etcd_compute/api/)",
+                 words="takes no arguments", handler=cmd_api, json=False)
     zones_cli.add_commands(commands)
     images_cli.add_commands(commands)
     return parser, every
@@ -96,6 +100,12 @@ def cmd_serve(_args: argparse.Namespace, config: dict[str, Any]) -> int:
     from etcd_compute.controller.serve import ControllerService
 
     return ControllerService(config).run()
+
+
+def cmd_api(_args: argparse.Namespace, config: dict[str, Any]) -> int:
+    from etcd_compute.api.serve import serve
+
+    return serve(config)
 
 
 def _valued(every: dict[str, CommandParser]) -> set[str]:
@@ -183,7 +193,7 @@ def main(argv: list[str] | None = None) -> int:
         args = parse_args(argv)
         config = configuration.load_schedule(args.config)
         # A daemon reports what it does; a command only what went wrong.
-        default_level = "INFO" if args.command == "serve" else config["logging"]["level"]
+        default_level = "INFO" if args.command in ("serve", "api") else config["logging"]["level"]
         logs.setup(args.log_level or default_level)
         return args.handler(args, config)
     except EtcdComputeError as exc:

@@ -20,7 +20,8 @@ the daemon's main loop like the rest of `machine.py`:
   worker runs it again from the record's task.
 - Its end is one transaction (`instances.actions.end_action`): success writes the new
   size or image into record and spec; a failure leaves both as they were, and a
-  failed resize's claim is put back to the size the instance has.
+  failed resize's claim is put back to the size the instance has (the old size it
+  held for a confirm freed in the same Placement request).
 - A destroy takes over at any moment (`machine.start_destroy` cancels the job);
   another request written while one runs is read again when it ends.
 """
@@ -170,8 +171,9 @@ class LifecycleActions:
     def restore_claim(self, spec: dict[str, Any], task: dict[str, Any]) -> None:
         """A resize failed: the claim back to the size the instance still has."""
         allocations = spec.get("allocations") or {spec["host"]: {"resources": spec["resources"]}}
+        hold = (task.get("hold") or {}).get("consumer")  # freed too: nothing to confirm
         if claims.restore(self.placement, spec["uuid"], spec["host"], task["resources"],
-                          allocations):
+                          allocations, hold):
             instance_log(spec["uuid"]).info("claim put back to %s",
                                             claims.describe(spec["resources"]))
 

@@ -1,6 +1,6 @@
 """The heartbeat: an etcd lease that holds our /alive/<rp> keys while we run, and fencing.
 
-A thread refreshes the lease on the timing `config.heartbeat_timing` derives
+A thread refreshes the lease on the timing `heartbeat_timing.heartbeat_timing` derives
 from the TTL, the fence margin and how long an etcd leader election may take
 (every third of the TTL, or sooner, so that two tries still fit between a
 renewal's due time and the fence point across an election), and tries a
@@ -29,9 +29,9 @@ from typing import Any
 from etcd_compute import metrics
 from etcd_compute.clock import SYSTEM, Clock
 from etcd_compute.compute.identity import HostIdentity
-from etcd_compute.config import HeartbeatTiming, heartbeat_timing
 from etcd_compute.errors import ServiceUnavailable
 from etcd_compute.etcd import ETCD_DOWN, Store
+from etcd_compute.heartbeat_timing import HeartbeatTiming, heartbeat_timing
 from etcd_compute.hosts import beat
 
 LOG = logging.getLogger("etcd_compute.compute")

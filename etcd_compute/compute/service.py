@@ -47,10 +47,10 @@ from etcd_compute.compute.machine import InstanceMachine, instance_log
 from etcd_compute.compute.pool import WorkerPool
 from etcd_compute.compute.power import PowerSync
 from etcd_compute.compute.registration import Registration
-from etcd_compute.config import heartbeat_timing
 from etcd_compute.drivers import load_power_watch
 from etcd_compute.errors import EtcdComputeError, ServiceUnavailable
 from etcd_compute.etcd import Store
+from etcd_compute.heartbeat_timing import heartbeat_timing
 from etcd_compute.hosts import under_maintenance
 from etcd_compute.instances import ownership, records, states
 from etcd_compute.keys import UUID

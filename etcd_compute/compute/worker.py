@@ -63,8 +63,10 @@ def act(spec: dict[str, Any], task: dict[str, Any]) -> dict[str, Any]:
     # of a running guest is taken live.
     power_on = task["from"] == states.ACTIVE
     if action == states.REBUILD:
-        return driver().rebuild({**spec, "image": task.get("image") or spec.get("image")},
-                                power_on)
+        # A rebuild may give the guest new user data and a new key (its config drive).
+        given = {k: task[k] for k in ("user_data", "ssh_key") if k in task}
+        return driver().rebuild({**spec, "image": task.get("image") or spec.get("image"),
+                                 **given}, power_on)
     if action == states.RESIZE:
         return driver().resize({**spec, "resources": task["resources"]}, power_on)
     if action == states.SNAPSHOT:

@@ -182,9 +182,11 @@ class Batcher:
         if not self.is_leader():
             raise LostLeadership("no longer the leader")
         allocations = {d.uuid: d.allocations for p in planned for d in p.destinations}
+        owners = {d.uuid: p.request.spec.owner(self.settings)
+                  for p in planned if p.request.spec for d in p.destinations}
         try:
             with self._timed("claim"):
-                claims.claim(self.placement, allocations, self.settings)
+                claims.claim(self.placement, allocations, self.settings, owners)
         except ConflictError as exc:
             self.stats["claim_conflicts"] += 1
             self.offers.refused()
@@ -294,7 +296,7 @@ class Batcher:
             spec = request.spec
             assert spec is not None
             try:
-                context = self._context(spec.group, groups)
+                context = self._context(spec.group, groups, spec.group_max)
                 context.image_properties = images.properties(spec.glance_image)
                 picks = planners[spec.request.to_query()].place(spec.count, context)
             except UsageError as exc:  # a group with the other policy
@@ -314,7 +316,7 @@ class Batcher:
         return planned, alone
 
     def _context(self, group: tuple[str, str] | None,
-                 groups: dict[str, GroupState]) -> PlanContext:
+                 groups: dict[str, GroupState], group_max: int | None = None) -> PlanContext:
         """The request's context; requests of one group share its members, planned ones
         included. UsageError for a group that has the other policy."""
         limit = self.settings["max_instances_per_host"]
@@ -330,7 +332,8 @@ class Batcher:
                 policies.pop() if len(policies) == 1 else policy)
         if state.policy != policy:
             raise UsageError(f"group {name!r} has policy {state.policy}, not {policy}")
-        return PlanContext(policy=policy, group_hosts=state.hosts, max_instances_per_host=limit)
+        return PlanContext(policy=policy, group_hosts=state.hosts, max_instances_per_host=limit,
+                           group_max=group_max or 1)
 
     def _planned(self, request: Pending, picks: list[Pick],
                  group_revision: int | None) -> Planned | None:

@@ -99,7 +99,9 @@ class FakeDriver(Driver):
         result = {"ip": fake_ip(uuid)}
         running = not spec.get("stopped")
         record = {"uuid": uuid, "host": spec["host"], "result": result, "built_at": time.time(),
-                  "running": running, "resources": spec["resources"], "image": image}
+                  "running": running, "resources": spec["resources"], "image": image,
+                  # What its config drive would carry.
+                  "user_data": spec.get("user_data"), "ssh_key": spec.get("ssh_key")}
         # Write aside, then link into place: the instance appears whole or not at all
         # (a kill -9 mid-write must not leave a half instance), and of two racing
         # builds of one uuid only the first link succeeds.
@@ -165,7 +167,8 @@ class FakeDriver(Driver):
         self._begin(uuid, "rebuild")
         _check_image(image)  # before the guest is touched: a refused image changes nothing
         self._set_running(uuid, False)
-        self._save(uuid, {**self._load(uuid), "image": image, "rebuilt_at": time.time()})
+        self._save(uuid, {**self._load(uuid), "image": image, "rebuilt_at": time.time(),
+                          "user_data": spec.get("user_data"), "ssh_key": spec.get("ssh_key")})
         if power_on:
             self._set_running(uuid, True)
         return {"ip": fake_ip(uuid)}

@@ -5,7 +5,9 @@ The operator writes an action into the host's spec with a request id
 `new_request`); the host takes it up (`begin_action`: the record keeps the
 request as its `task` while it runs), and ends it in one transaction
 (`end_action`), which on success also writes the action's changes (size,
-image) into the spec. A failed action ends where it started. A host that
+image, a rebuild's user data and key) into the spec; a resize that holds its old size
+leaves the hold on the record (`resize_hold`) until it is confirmed or reverted. A
+failed action ends where it started. A host that
 will not act on a request notes it as taken and says why (`refuse_action`).
 """
 
@@ -16,10 +18,16 @@ import uuid as uuidlib
 from typing import Any
 
 from etcd_compute import events, messages
-from etcd_compute.etcd import Compare, Entry, KeyValueStore, Put, Txn, put_message, unchanged
+from etcd_compute.etcd import Compare, Entry, KeyValueStore, Op, Put, Txn, put_message, unchanged
 from etcd_compute.instances.ownership import record_put, spec_put
 from etcd_compute.instances.records import RecordRead, moved
 from etcd_compute.instances.states import ACTIONS, DESTROY, ENDS, check_action
+
+
+def event_action(action: str, request: dict[str, Any] | None) -> str:
+    """The name an action's event goes by: a resize that reverts a held one is a
+    revert-resize (Nova's revertResize)."""
+    return "revert-resize" if action == "resize" and (request or {}).get("reverts") else action
 
 
 def new_request(by: str | None, **params: Any) -> dict[str, Any]:
@@ -47,14 +55,38 @@ def request_evacuate(store: KeyValueStore, entry: Entry, spec: dict[str, Any],
 
 
 def request_action(store: KeyValueStore, entry: Entry, spec: dict[str, Any], read: RecordRead,
-                   action: str, request: dict[str, Any]) -> int | None:
+                   action: str, request: dict[str, Any],
+                   also: tuple[list[Compare], list[Op]] = ([], [])) -> int | None:
     """The operator's stop, start, reboot, rebuild or resize: the host's spec rewritten with
-    it, if neither spec nor record moved since they were read. ActionRefused (nothing
-    written) when the record's state does not allow it."""
+    it, if neither spec nor record moved since they were read (and `also`'s compares hold:
+    its writes go in the same transaction, the compute API's view of the request).
+    ActionRefused (nothing written) when the record's state does not allow it."""
     check_action(read.state, action, spec["uuid"])
     record_key = store.keys.record(spec["host"], spec["uuid"])
-    return _rewrite_spec(store, entry, {**spec, "action": action, "request": request},
-                         (unchanged(record_key, read.revision),))
+    compares, writes = also
+    return store.commit(Txn(
+        [Compare(entry.key, "mod", "==", entry.mod_revision),
+         unchanged(record_key, read.revision), *compares],
+        [put_message(messages.INSTANCE_SPEC, entry.key,
+                     {**spec, "action": action, "request": request}), *writes]))
+
+
+def confirm_resize(store: KeyValueStore, read: RecordRead, by: str | None,
+                   also: tuple[list[Compare], list[Op]] = ([], [])) -> int | None:
+    """A held resize confirmed (its hold freed in Placement first): the record forgets the
+    hold and a confirm-resize event says who, if the record did not move since it was
+    read."""
+    assert read.record is not None
+    keys, record = store.keys, read.record
+    host, uuid = record["host"], record["uuid"]
+    log = events.append(events.read(store, host, uuid), events.event(
+        "confirm-resize", host, record.get("host_name"), by=by, result=events.SUCCESS,
+        request_id=str(uuidlib.uuid4())))
+    compares, writes = also
+    return store.commit(Txn(
+        [unchanged(keys.record(host, uuid), read.revision), *compares],
+        [record_put(keys, {**record, "resize_hold": None, "updated_at": time.time()}),
+         events.put(keys, host, uuid, log), *writes]))
 
 
 def begin_action(store: KeyValueStore, spec: dict[str, Any], spec_revision: int,
@@ -68,8 +100,8 @@ def begin_action(store: KeyValueStore, spec: dict[str, Any], spec_revision: int,
     record = moved(read.record, ACTIONS[action][0], task=task, request_id=request["id"],
                    error=None)
     log = events.append(events.read(store, host, uuid), events.event(
-        action, host, record.get("host_name"), by=request.get("by"), request_id=request["id"],
-        started_at=request["at"]))
+        event_action(action, request), host, record.get("host_name"), by=request.get("by"),
+        request_id=request["id"], started_at=request["at"]))
     return store.commit(Txn(
         [unchanged(keys.record(host, uuid), read.revision),
          Compare(keys.spec(host, uuid), "mod", "==", spec_revision)],
@@ -94,18 +126,24 @@ def end_action(store: KeyValueStore, read: RecordRead, spec_entry: Entry | None,
             fields["resources"] = task["resources"]
         if "image" in task:
             fields["image"] = task["image"]["url"]
+        if "hold" in task:  # a held resize done: VERIFY_RESIZE until confirmed or reverted
+            fields["resize_hold"] = {**task["hold"], "request_id": task["id"]}
+        if "reverts" in task:
+            fields["resize_hold"] = None
     else:
         state = task["from"]
     if ip:
         fields["ip"] = ip
-    log = events.end(events.read(store, host, uuid), action,
+    named = event_action(action, task)
+    log = events.end(events.read(store, host, uuid), named,
                      events.SUCCESS if error is None else events.ERROR, error, detail=detail,
-                     otherwise=events.event(action, host, record.get("host_name"),
+                     otherwise=events.event(named, host, record.get("host_name"),
                                             request_id=task["id"]))
     compare = [unchanged(keys.record(host, uuid), read.revision)]
     success = [record_put(keys, moved(record, state, **fields)),
                events.put(keys, host, uuid, log)]
-    changes = {k: task[k] for k in ("resources", "allocations", "image", "query") if k in task}
+    changes = {k: task[k] for k in ("resources", "allocations", "image", "query", "user_data",
+                                    "ssh_key") if k in task}
     if error is None and changes and spec_entry is not None:
         spec = messages.decode(messages.INSTANCE_SPEC, spec_entry.value)
         compare.append(Compare(spec_entry.key, "mod", "==", spec_entry.mod_revision))
@@ -125,8 +163,9 @@ def refuse_action(store: KeyValueStore, spec: dict[str, Any], spec_revision: int
     request = spec.get("request") or {}
     record = {**read.record, "request_id": request.get("id"), "updated_at": time.time()}
     log = events.append(events.read(store, host, uuid), events.event(
-        spec["action"], host, record.get("host_name"), by=request.get("by"),
-        request_id=request.get("id"), result=events.REFUSED, error=reason))
+        event_action(spec["action"], request), host, record.get("host_name"),
+        by=request.get("by"), request_id=request.get("id"), result=events.REFUSED,
+        error=reason))
     return store.commit(Txn(
         [unchanged(keys.record(host, uuid), read.revision),
          Compare(keys.spec(host, uuid), "mod", "==", spec_revision)],

@@ -12,6 +12,7 @@ instances in ERROR through `fail` too (guarded by the host being down).
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from etcd_compute import events
@@ -70,7 +71,7 @@ def activate(store: KeyValueStore, read: RecordRead, ip: str | None,
                      detail=f"ip {ip}" if ip else None,
                      otherwise=events.event("build", host, record.get("host_name")))
     success = [record_put(keys, moved(record, SHUTOFF if stopped else ACTIVE, ip=ip,
-                                       error=None)),
+                                       error=None, launched_at=time.time())),
                events.put(keys, host, uuid, log)]
     if ip:
         # /booted/ holds the bare IP, the original toy's format, not a JSON message.

@@ -30,8 +30,9 @@ def host_keys(keys: Keys, host: str, uuid: str) -> list[str]:
 
 
 def operator_keys(keys: Keys, uuid: str, group: str | None) -> list[str]:
-    """The instance's keys only the operator's side writes: its location and group member."""
-    owned = [keys.location(uuid)]
+    """The instance's keys only the operator's side writes: its location, group member and
+    the compute API's view of it (`/servers/`, when the API made it)."""
+    owned = [keys.location(uuid), keys.server(uuid)]
     if group:
         owned.append(keys.group_member(group, uuid))
     return owned

@@ -39,6 +39,7 @@ def new_record(spec: dict[str, Any], state: str, host_name: str | None = None) -
         "group": (spec.get("group") or {}).get("name"),
         "created_at": spec.get("requested_at", now),
         "updated_at": now,
+        **{owner: spec[owner] for owner in ("project_id", "user_id") if owner in spec},
     }
 
 

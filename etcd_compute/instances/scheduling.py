@@ -10,7 +10,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from etcd_compute.etcd import Compare, Delete, KeyValueStore, Txn, absent, none_created_since
+from etcd_compute import messages
+from etcd_compute.etcd import (
+    Compare,
+    Delete,
+    KeyValueStore,
+    Txn,
+    absent,
+    none_created_since,
+    put_message,
+)
 from etcd_compute.instances.ownership import host_deletes, operator_keys, placed_ops
 from etcd_compute.instances.records import new_record
 from etcd_compute.instances.states import SCHEDULED
@@ -30,13 +39,20 @@ def schedule(store: KeyValueStore, placed: list[tuple[dict[str, Any], str | None
 
 
 def schedule_txn(keys: Keys, placed: list[tuple[dict[str, Any], str | None]],
-                 group: tuple[str, int] | None = None) -> Txn:
-    """The transaction `schedule` commits (built first when its size must be checked)."""
+                 group: tuple[str, int] | None = None,
+                 servers: list[dict[str, Any]] | None = None) -> Txn:
+    """The transaction `schedule` commits (built first when its size must be checked);
+    `servers`: the compute API's view of each instance, in the order of `placed`."""
     txn = Txn()
     for spec, host_name in placed:
         # Fresh uuid4s cannot collide; the compare still guards against a rerun.
         txn.compare.append(absent(keys.location(spec["uuid"])))
         txn.success += placed_ops(keys, spec, new_record(spec, SCHEDULED, host_name))
+    for server in servers or []:
+        # The API's view of a request that failed may exist (its fault): the instance
+        # wins only if none is there.
+        txn.compare.append(absent(keys.server(server["uuid"])))
+        txn.success.append(put_message(messages.SERVER, keys.server(server["uuid"]), server))
     if group is not None:
         txn.compare.append(none_created_since(keys.group(group[0]), group[1]))
     return txn
@@ -68,6 +84,7 @@ def unschedule_txn(keys: Keys, placed: list[tuple[str, str, str | None, int, int
     return txn
 
 
-def operations(count: int, grouped: bool) -> int:
-    """Writes in `schedule`'s transaction for `count` instances (compares are fewer)."""
-    return count * (4 if grouped else 3)
+def operations(count: int, grouped: bool, served: bool = False) -> int:
+    """Writes in `schedule`'s transaction for `count` instances (compares are fewer);
+    `served`: with the compute API's view of each."""
+    return count * (3 + grouped + served)

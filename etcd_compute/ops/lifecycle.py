@@ -33,6 +33,7 @@ import dataclasses
 import time
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from etcd_compute import claims, events, messages
@@ -43,7 +44,7 @@ from etcd_compute.errors import (
     PlacementError,
     UsageError,
 )
-from etcd_compute.etcd import KeyValueStore
+from etcd_compute.etcd import Compare, KeyValueStore, Op
 from etcd_compute.hosts import is_alive
 from etcd_compute.instances import actions as action_txn
 from etcd_compute.instances import records, states
@@ -76,10 +77,15 @@ class Requested:
 @dataclass
 class Change:
     """What an action changes besides power: the request's parameters, and for a resize
-    the claim it replaced (to put back if the write fails)."""
+    how to put its claim back if the write fails."""
 
     params: dict[str, Any]
-    undo: tuple[dict[str, Any], int] | None = None
+    undo: Callable[[], Any] | None = None
+
+
+# The compute API's writes that go in the request's transaction: (compares, operations)
+# for the request it is given (its id).
+Also = Callable[[dict[str, Any]], tuple[list[Compare], list[Op]]]
 
 
 def check_image(url: str | None) -> str | None:
@@ -121,15 +127,20 @@ def _resources(resources: dict[str, int]) -> str:
 
 
 def _resize(placement: PlacementClient, spec: dict[str, Any], host: str, host_name: str,
-            resources: dict[str, int]) -> Change:
-    held = spec["resources"]
+            resources: dict[str, int], hold: str | None) -> Change:
+    held, uuid = spec["resources"], spec["uuid"]
     if resources == held:
         raise UsageError(f"resize: the instance has {_resources(held)} already")
     if resources.get("DISK_GB", 0) < held.get("DISK_GB", 0):
         raise UsageError(f"resize: DISK_GB {held['DISK_GB']} -> {resources.get('DISK_GB', 0)}: "
                          "a disk cannot shrink")
     try:
-        undo = claims.resize(placement, spec["uuid"], host, resources)
+        if hold is None:
+            old, generation = claims.resize(placement, uuid, host, resources)
+            undo = partial(claims.undo, placement, uuid, old, generation)
+        else:
+            old, generation = claims.resize_holding(placement, uuid, host, resources, hold)
+            undo = partial(claims.undo_holding, placement, uuid, old, generation, hold)
     except PlacementError as exc:
         if isinstance(exc, ConflictError) and exc.code == CONCURRENT_UPDATE:
             raise  # the claim changed meanwhile: the caller reads it all again
@@ -139,47 +150,112 @@ def _resize(placement: PlacementClient, spec: dict[str, Any], host: str, host_na
         detail = str(exc).rsplit("Unable to allocate inventory", 1)[-1].lstrip(": ")
         raise NoRoom(f"resize to {_resources(resources)}: no room for it on its host "
                      f"{host_name}: {detail}"[:600]) from None
-    return Change({"resources": resources, "allocations": {host: {"resources": resources}},
-                   "query": resized_query(spec.get("query"), resources)}, undo)
+    params = {"resources": resources, "allocations": {host: {"resources": resources}},
+              "query": resized_query(spec.get("query"), resources)}
+    if hold is not None:
+        params["hold"] = {"consumer": hold, "allocations": old, "resources": held}
+    return Change(params, undo)
+
+
+def _revert(placement: PlacementClient, spec: dict[str, Any], host: str,
+            record: dict[str, Any]) -> Change:
+    """Back to the size a held resize keeps: the claim first (the hold's allocations back
+    to the instance, the hold freed, one request), then the host's resize."""
+    hold, uuid = record["resize_hold"], spec["uuid"]
+    if set(hold["allocations"]) != {host}:
+        raise states.ActionRefused(f"instance {uuid} was rebuilt on another host since its "
+                                   "resize; confirm the resize instead")
+    try:
+        claims.revert_holding(placement, uuid, hold["consumer"], hold["allocations"])
+    except PlacementError as exc:
+        if isinstance(exc, ConflictError) and exc.code == CONCURRENT_UPDATE:
+            raise
+        raise NoRoom(f"revert resize: no room for {_resources(hold['resources'])} on its "
+                     f"host: {exc}"[:600]) from None
+    # Undone by taking the new size again with the old one held, as the resize did.
+    undo = partial(claims.resize_holding, placement, uuid, host, spec["resources"],
+                   hold["consumer"])
+    return Change({"resources": hold["resources"], "allocations": hold["allocations"],
+                   "query": resized_query(spec.get("query"), hold["resources"]),
+                   "reverts": hold["consumer"]}, undo)
 
 
 def _change(placement: PlacementClient, action: str, spec: dict[str, Any], host: str,
-            host_name: str, hard: bool, image_url: str | None,
-            resources: dict[str, int] | None,
-            image_for: Callable[[dict[str, int]], dict[str, Any]] | None = None) -> Change:
+            host_name: str, record: dict[str, Any], asked: Asked) -> Change:
     if action == states.REBOOT:
-        return Change({"hard": hard})
-    if action == states.REBUILD and image_for is not None:
+        return Change({"hard": asked.hard})
+    if action == states.REBUILD and asked.image_for is not None:
         # An image in Glance: found (and checked against the instance's size) now.
-        return Change({"image": image_for(spec["resources"])})
-    if action == states.REBUILD and image_url:
-        return Change({"image": {"url": image_url, "sha256": None}})
+        return Change({"image": asked.image_for(spec["resources"]), **asked.rebuild})
+    if action == states.REBUILD:
+        image = {"image": {"url": asked.image_url, "sha256": None}} if asked.image_url else {}
+        return Change({**image, **asked.rebuild})
     if action == states.SNAPSHOT:
-        assert image_for is not None
+        assert asked.image_for is not None
         # The queued Glance image made for this snapshot ({image_id, name}).
-        return Change({"snapshot": image_for(spec)})
+        return Change({"snapshot": asked.image_for(spec)})
+    if action == states.RESIZE and asked.revert:
+        return _revert(placement, spec, host, record)
     if action == states.RESIZE:
-        assert resources is not None
-        return _resize(placement, spec, host, host_name, resources)
+        assert asked.resources is not None
+        return _resize(placement, spec, host, host_name, asked.resources, asked.hold)
     return Change({})
+
+
+@dataclass
+class Asked:
+    """An action's parameters: reboot `hard`; rebuild `image_url` (or `image_for`, an
+    image in Glance) and the guest's new user data or key (`rebuild`: user_data, ssh_key,
+    each None to remove); resize the new `resources`, the consumer that holds the old size
+    until it is confirmed (`hold`, the compute API's resize), or `revert` of a held one;
+    snapshot its image (`image_for`)."""
+
+    hard: bool = False
+    image_url: str | None = None
+    rebuild: dict[str, Any] = dataclasses.field(default_factory=dict)
+    resources: dict[str, int] | None = None
+    hold: str | None = None
+    revert: bool = False
+    # A rebuild's image in Glance (given the instance's resources: the spec's `image`), or
+    # a snapshot's queued image (given its spec): made when the request is written.
+    image_for: Callable[[Any], dict[str, Any]] | None = None
+
+
+def _check_held(record: dict[str, Any] | None, action: str, asked: Asked, uuid: str) -> None:
+    """A held resize waits for its confirm or revert: nothing else is asked meanwhile (a
+    revert only then)."""
+    held = (record or {}).get("resize_hold")
+    if held and not (action == states.RESIZE and asked.revert):
+        raise states.ActionRefused(f"instance {uuid} awaits the confirm or revert of its "
+                                   f"resize: {action} is not allowed now")
+    if asked.revert and not held:
+        raise states.ActionRefused(f"instance {uuid} has no resize to revert")
 
 
 def request(store: KeyValueStore, placement: PlacementClient, uuid: str, action: str, *,
             hard: bool = False, image_url: str | None = None,
-            resources: dict[str, int] | None = None,
-            image_for: Callable[[dict[str, int]], dict[str, Any]] | None = None) -> Requested:
+            resources: dict[str, int] | None = None, asked: Asked | None = None,
+            also: Also | None = None, by: str | None = None,
+            image_for: Callable[[Any], dict[str, Any]] | None = None) -> Requested:
     """Ask the instance's host for `action`; ActionRefused (nothing written) when its state
     does not allow it or its host is down; NoRoom when a resize does not fit there.
+    `asked`: the parameters (else `hard`, `image_url`, `resources`, `image_for`); `also`:
+    writes of the caller's that go in the request's transaction (the compute API's view);
+    `by`: who asks, if not this process's operator (the compute API's caller).
     `image_for`: a rebuild's image in Glance, given the instance's resources (the spec's
     `image`; UsageError if it cannot be booted at that size); for a snapshot, the queued
     Glance image made for it, given the instance's spec ({image_id, name})."""
-    if action == states.SNAPSHOT and image_for is None:
+    asked = asked or Asked(hard=hard, image_url=image_url, resources=resources)
+    if image_for is not None:
+        asked = dataclasses.replace(asked, image_for=image_for)
+    if action == states.SNAPSHOT and asked.image_for is None:
         raise UsageError("snapshot: the Glance image to upload into is needed")
     check_uuid(uuid)
-    check_image(image_url)
+    check_image(asked.image_url)
     for _ in range(ATTEMPTS):
         host, _group, read = where(store, uuid)
         states.check_action(read.state, action, uuid)
+        _check_held(read.record, action, asked, uuid)
         entry = store.get(store.keys.spec(host, uuid))
         try:
             spec = messages.decode(messages.INSTANCE_SPEC, entry.value) if entry else None
@@ -202,16 +278,35 @@ def request(store: KeyValueStore, placement: PlacementClient, uuid: str, action:
                 f"instance {uuid}: its host {host_name} is down (the controller recovers its "
                 "instances); try again when it is back")
         try:
-            change = _change(placement, action, spec, host, host_name, hard, image_url,
-                             resources, image_for)
+            change = _change(placement, action, spec, host, host_name, read.record or {},
+                             asked)
         except ConflictError:
             continue  # its claim changed meanwhile: read it all again
-        asked = action_txn.new_request(operator_name(), **change.params)
-        if action_txn.request_action(store, entry, spec, read, action, asked) is not None:
-            return Requested(uuid, host, action, asked)
+        written = action_txn.new_request(by or operator_name(), **change.params)
+        if action_txn.request_action(store, entry, spec, read, action, written,
+                                     also(written) if also else ([], [])) is not None:
+            return Requested(uuid, host, action, written)
         if change.undo is not None:
-            claims.undo(placement, uuid, *change.undo)
+            change.undo()
     raise UsageError(f"instance {uuid} kept changing while asking for {action}; try again")
+
+
+def confirm_resize(store: KeyValueStore, placement: PlacementClient, uuid: str,
+                   also: Also | None = None, by: str | None = None) -> dict[str, Any]:
+    """A held resize confirmed: its old size freed in Placement, then forgotten by the
+    record (with `also`'s writes); the hold as it was. ActionRefused when there is none."""
+    check_uuid(uuid)
+    for _ in range(ATTEMPTS):
+        _host, _group, read = where(store, uuid)
+        hold = (read.record or {}).get("resize_hold")
+        if not hold:
+            raise states.ActionRefused(f"instance {uuid} has no resize to confirm")
+        # Freed first: a confirm cut short here is done again (freeing nothing twice).
+        claims.release_hold(placement, hold["consumer"])
+        if action_txn.confirm_resize(store, read, by or operator_name(),
+                                     also(hold) if also else ([], [])) is not None:
+            return dict(hold)
+    raise UsageError(f"instance {uuid} kept changing while confirming its resize; try again")
 
 
 @dataclass

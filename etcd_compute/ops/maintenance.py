@@ -54,9 +54,11 @@ def resolve(placement: PlacementClient, host: str) -> dict[str, Any]:
 
 
 def disable(store: KeyValueStore, placement: PlacementClient, host: str, reason: str | None,
-            draining: bool = False) -> dict[str, Any]:
+            draining: bool = False, by: str | None = None) -> dict[str, Any]:
+    """`host` disabled (skipped by the scheduler) with `reason`, by `by` (else this
+    process's operator); its provider."""
     provider = resolve(placement, host)
-    message = {"since": time.time(), "reason": reason, "by": operator_name(),
+    message = {"since": time.time(), "reason": reason, "by": by or operator_name(),
                "draining": draining}
     hosts.disable(store, provider["uuid"], message)
     placement.set_traits(provider["uuid"], placement.get_traits(provider["uuid"])

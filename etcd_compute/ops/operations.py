@@ -8,7 +8,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from etcd_compute import messages
+from etcd_compute import claims, messages
 from etcd_compute.config import DELETED_RECORD_TTL
 from etcd_compute.errors import EtcdComputeError, InvalidMessage, NotFound, UsageError
 from etcd_compute.etcd import Store
@@ -71,18 +71,22 @@ def show(store: Store, uuid: str) -> dict[str, Any]:
 
 
 def destroy(store: Store, placement: PlacementClient, uuid: str,
-            deleted_record_ttl: int = DELETED_RECORD_TTL) -> str:
+            deleted_record_ttl: int = DELETED_RECORD_TTL, by: str | None = None) -> str:
     """Ask the host to destroy `uuid`, or clean up an instance no host holds.
 
     Returns what was done: "requested" (the host's spec rewritten with action destroy),
     "already" (a destroy is pending), "removed" (no spec: record, keys and claim
     removed here), "deleted" (nothing left to do), "finished" (its host is down: the
     record ends DELETED, for `deleted_record_ttl` s, with the instance's other keys,
-    and the claim is freed here; the host cleans up if it returns).
+    and the claim is freed here; the host cleans up if it returns). `by`: who asks, if
+    not this process's operator (the compute API's caller).
     """
     check_uuid(uuid)
     for _ in range(5):
         host, group, read = where(store, uuid)
+        hold = (read.record or {}).get("resize_hold")
+        if hold:  # a resize awaiting its confirm: confirmed by the destroy, as Nova does
+            claims.release_hold(placement, hold["consumer"])
         entry = store.get(store.keys.spec(host, uuid))
         if entry is not None:
             try:
@@ -103,7 +107,7 @@ def destroy(store: Store, placement: PlacementClient, uuid: str,
                 continue  # it came back or moved meanwhile: look again
             if spec["action"] == "destroy":
                 return "already"
-            if action_txn.request_destroy(store, entry, spec, operator_name()) is not None:
+            if action_txn.request_destroy(store, entry, spec, by or operator_name()) is not None:
                 return "requested"
             continue  # the spec moved under us (compute took it, or another destroy): re-read
         if read.state == states.DELETED:

@@ -86,5 +86,6 @@ def _context(scheduler: Scheduler, request_spec: RequestSpec,
     if name not in groups:
         members, _ = records.group_members(scheduler.store, name)
         groups[name] = PlanContext(policy=policy, max_instances_per_host=limit,
+                                   group_max=request_spec.group_max or 1,
                                    group_hosts=Counter(m["host"] for m in members.values()))
     return groups[name]

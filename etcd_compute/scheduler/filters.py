@@ -51,7 +51,7 @@ class AntiAffinityFilter(HostFilter):
     def host_passes(self, host: HostState, context: PlanContext) -> bool:
         if context.policy != "anti-affinity":
             return True
-        return context.group_hosts[host.uuid] == 0
+        return context.group_hosts[host.uuid] < context.group_max
 
 
 class MaxInstancesPerHostFilter(HostFilter):

@@ -40,7 +40,7 @@ from etcd_compute.errors import (
 )
 from etcd_compute.etcd import Compare, Delete, Entry, Op, absent, put_message
 from etcd_compute.keys import UUID, Keys
-from etcd_compute.scheduler.spec import Destination, RequestSpec, operator_name
+from etcd_compute.scheduler.spec import Destination, RequestSpec, server_view
 
 # Instance uuids of a request: uuid5(this, "<request uuid>/<index>").
 INSTANCE_NAMESPACE = uuidlib.UUID("5c1f3a52-6d0e-4f0e-9a3b-2b7e1d9c4e60")
@@ -60,7 +60,6 @@ def request_message(request_spec: RequestSpec, client: str,
                     deadline: float | None = None) -> dict[str, Any]:
     """The schedule_request for `request_spec`, as the CLI parsed it; `deadline`: when the
     client gives up (never placed after it)."""
-    group = request_spec.group
     message = {
         "query": request_spec.request.to_query(),
         "count": request_spec.count,
@@ -69,14 +68,19 @@ def request_message(request_spec: RequestSpec, client: str,
         "glance_image": request_spec.glance_image,
         "user_data": request_spec.user_data,
         "ssh_key": request_spec.ssh_key,
-        "group": {"name": group[0], "policy": group[1]} if group else None,
+        "group": request_spec.group_message(),
         # --zone is in the query already (member_of).
         "zone": None,
         "on_host_failure": request_spec.on_host_failure,
         "requested_at": time.time(),
         "client": client[:255] or "schedule.py",
         # Who asked, for the instance's events (the service writes the specs).
-        "requested_by": operator_name(),
+        "requested_by": request_spec.requester(),
+        # The compute API's: whose instances, their uuids, its view of them.
+        **{name: value for name, value in (
+            ("project_id", request_spec.project_id), ("user_id", request_spec.user_id),
+            ("uuids", request_spec.uuids), ("server", request_spec.server))
+           if value is not None},
     }
     if deadline is not None:
         message["deadline"] = deadline
@@ -98,14 +102,30 @@ def expired_error(message: dict[str, Any]) -> ServiceUnavailable:
 def request_spec_of(message: dict[str, Any], settings: dict[str, Any]) -> RequestSpec:
     """The request checked again, on the service's side: UsageError naming the fault."""
     group = message.get("group")
+    spec = _request_spec(message, settings, group)
+    if spec.server is not None:  # what the service will write of it, checked before a claim
+        uuid = (spec.uuids or instance_uuids(str(uuidlib.uuid4()), spec.count))[0]
+        sample = Destination(uuid, spec.instance_name(0, uuid), uuid, "-", {})
+        try:
+            messages.check(messages.SERVER,
+                           server_view(spec.server, sample, 0, spec.count, time.time()))
+        except messages.InvalidMessage as exc:
+            raise UsageError(f"invalid request: {exc}") from None
+    return spec
+
+
+def _request_spec(message: dict[str, Any], settings: dict[str, Any],
+                  group: dict[str, Any] | None) -> RequestSpec:
     return RequestSpec.build(
         message["query"], count=message["count"], name=message.get("name"),
         image_url=message.get("image_url"), user_data=message.get("user_data"),
         ssh_key=message.get("ssh_key"),
         group=(group["name"], group["policy"]) if group else None, zone=message.get("zone"),
+        group_max=(group or {}).get("max_per_host"),
         required_resources=settings["required_resources"],
-        on_host_failure=message.get("on_host_failure"),
-        glance_image=message.get("glance_image"))
+        on_host_failure=message.get("on_host_failure"), project_id=message.get("project_id"),
+        user_id=message.get("user_id"), uuids=message.get("uuids"),
+        server=message.get("server"), glance_image=message.get("glance_image"))
 
 
 @dataclass
@@ -121,8 +141,9 @@ class Pending:
 
     @property
     def instances(self) -> list[str]:
+        """The uuids the request named (the compute API's), else derived from its own."""
         assert self.spec is not None
-        return instance_uuids(self.uuid, self.spec.count)
+        return self.spec.uuids or instance_uuids(self.uuid, self.spec.count)
 
 
 def read_pending(keys: Keys, entries: list[Entry], settings: dict[str, Any]) -> list[Pending]:

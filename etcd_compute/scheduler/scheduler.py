@@ -16,7 +16,6 @@ from __future__ import annotations
 import logging
 import random
 import time
-import uuid as uuidlib
 from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -285,7 +284,7 @@ class Scheduler:
         destinations = self.destinations(request_spec, picks)
         self.transaction(request_spec, destinations, group_revision)  # refused before a claim
         try:
-            self.claim(destinations)
+            self.claim(destinations, request_spec)
         except ConflictError as exc:
             self.replans += 1
             LOG.info("claim lost a race (%s); planning again", exc.code or exc)
@@ -348,6 +347,7 @@ class Scheduler:
             policy=request_spec.group[1] if request_spec.group else None,
             group_hosts=group_hosts,
             max_instances_per_host=self.settings["max_instances_per_host"],
+            group_max=request_spec.group_max or 1,
             image_properties=images.properties(request_spec.glance_image),
         )
 
@@ -358,19 +358,7 @@ class Scheduler:
                      first: int = 0) -> list[Destination]:
         """A new instance (uuid, name) per pick; `first`: the index of the first one in the
         whole request (names NAME-<index+1>)."""
-        destinations = []
-        for index, pick in enumerate(picks, start=first):
-            instance = str(uuidlib.uuid4())
-            destinations.append(Destination(
-                uuid=instance,
-                name=request_spec.instance_name(index, instance),
-                host=pick.host.uuid,
-                host_name=pick.host.name,
-                allocations=pick.allocations,
-                alternates=[{"host": host.uuid, "allocations": allocations}
-                            for host, allocations in pick.alternates],
-            ))
-        return destinations
+        return spec_writer.destinations(request_spec, picks, first)
 
     def transaction(self, request_spec: RequestSpec, destinations: list[Destination],
                     group_revision: int | None, checked: bool = True) -> Txn:
@@ -388,10 +376,16 @@ class Scheduler:
                 "scheduler.etcd_max_request_bytes together)")
         return txn
 
-    def claim(self, destinations: list[Destination]) -> None:
-        """Claim every destination in one atomic Placement call (ConflictError: none)."""
+    def claim(self, destinations: list[Destination],
+              request_spec: RequestSpec | None = None) -> None:
+        """Claim every destination in one atomic Placement call (ConflictError: none), for
+        the request's project and user (`request_spec`; else the configured ones)."""
+        owners = None
+        if request_spec is not None:
+            owner = request_spec.owner(self.settings)
+            owners = {d.uuid: owner for d in destinations}
         claims.claim(self.placement, {d.uuid: d.allocations for d in destinations},
-                     self.settings)
+                     self.settings, owners)
 
     def write(self, txn: Txn, destinations: list[Destination]) -> int | None:
         """Commit `txn`: its revision, or None when a compare failed; either way but

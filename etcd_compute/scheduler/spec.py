@@ -16,16 +16,25 @@ NAME = re.compile(r"\A[A-Za-z0-9][A-Za-z0-9_.-]{0,62}\Z")
 GROUP_NAME = re.compile(r"\A[A-Za-z0-9_.-]{1,64}\Z")
 # As the instance_spec schema has it: printable ASCII, at most 2048 characters.
 IMAGE_URL = re.compile(r"\A(https?|file)://[!-~]{1,2030}\Z")
-POLICIES = ("affinity", "anti-affinity")
+# Nova's server group policies: the hard ones filter, the soft ones weigh.
+POLICIES = ("affinity", "anti-affinity", "soft-affinity", "soft-anti-affinity")
 # What the controller does with an instance whose host died: rebuild it on another host
 # from its image (its local disk is lost), or end it in ERROR and free its claim.
 ON_HOST_FAILURE = ("rebuild", "error")
+# Keystone's project and user ids (and our defaults), as the instance_spec schema has them.
+OWNER_ID = re.compile(r"\A[A-Za-z0-9_.-]{1,255}\Z")
 
 
 
 def operator_name() -> str:
     """Who is asking (user@host), for the instance's events and a host's maintenance."""
     return f"{getpass.getuser()}@{socket.gethostname()}"[:255]
+
+
+def api_caller(user_id: str, project_id: str) -> str:
+    """Who is asking through the compute API, as the instance's events name it (a Keystone
+    user of a project): api:USER@PROJECT."""
+    return f"api:{user_id}@{project_id}"[:255]
 
 @dataclass
 class RequestSpec:
@@ -39,11 +48,24 @@ class RequestSpec:
     ssh_key: str | None = None
     # An image in Glance, as `scheduler/images.py` resolved it (instead of image_url).
     glance_image: dict[str, Any] | None = None
-    # Server group: (name, policy) with policy "affinity" or "anti-affinity".
+    # Server group: (name, policy), a policy of POLICIES.
     group: tuple[str, str] | None = None
     zone: str | None = None
     # None: scheduler.on_host_failure.
     on_host_failure: str | None = None
+    # Whose instances these are (Placement's consumer project and user); None:
+    # scheduler.project_id / user_id, the operator's.
+    project_id: str | None = None
+    user_id: str | None = None
+    # The instances' uuids, chosen by the caller (the compute API counts a request's
+    # claims by them); None: new ones.
+    uuids: list[str] | None = None
+    # The compute API's view of each instance (`server` message, without its uuid and
+    # name), written with the instances; None: none (instances made by schedule.py).
+    server: dict[str, Any] | None = None
+    # An anti-affinity group's members per host at most (Nova's max_server_per_host
+    # rule); None: one.
+    group_max: int | None = None
 
     @classmethod
     def build(cls, query: str, count: int = 1, name: str | None = None,
@@ -51,7 +73,10 @@ class RequestSpec:
               ssh_key: str | None = None, group: tuple[str, str] | None = None,
               zone: str | None = None,
               required_resources: Collection[str] = (),
-              on_host_failure: str | None = None,
+              on_host_failure: str | None = None, project_id: str | None = None,
+              user_id: str | None = None, uuids: list[str] | None = None,
+              server: dict[str, Any] | None = None,
+              group_max: int | None = None,
               glance_image: dict[str, Any] | None = None) -> RequestSpec:
         """Parse and check everything locally; UsageError (one line) on any fault.
 
@@ -74,10 +99,15 @@ class RequestSpec:
         if group is not None:
             group_name, policy = group
             if policy not in POLICIES:
-                raise UsageError(f"--hint {policy}: expected affinity or anti-affinity")
+                raise UsageError(f"--hint {policy}: expected " + ", ".join(POLICIES))
             if not GROUP_NAME.match(group_name):
                 raise UsageError(f"--hint {policy}={group_name!r}: group names are 1-64 of "
                                  "letters, digits, '_.-'")
+        if group_max is not None and (group is None or group[1] != "anti-affinity" or
+                                      isinstance(group_max, bool) or
+                                      not isinstance(group_max, int) or
+                                      not 1 <= group_max <= 1000):
+            raise UsageError("max_server_per_host: 1..1000, for an anti-affinity group only")
         if zone is not None:
             if not UUID.match(zone):
                 raise UsageError(f"--zone {zone!r}: expected an aggregate uuid "
@@ -94,8 +124,35 @@ class RequestSpec:
         if on_host_failure is not None and on_host_failure not in ON_HOST_FAILURE:
             raise UsageError(f"--on-host-failure {on_host_failure!r}: expected "
                              f"{' or '.join(ON_HOST_FAILURE)}")
+        for what, value in (("project", project_id), ("user", user_id)):
+            if value is not None and not OWNER_ID.match(value):
+                raise UsageError(f"{what} id {value[:100]!r}: letters, digits, '_.-', at most "
+                                 "255 characters")
+        if uuids is not None and (len(uuids) != count or len(set(uuids)) != count or
+                                  not all(isinstance(u, str) and UUID.match(u) for u in uuids)):
+            raise UsageError(f"instance uuids: expected {count} distinct uuids")
+        if server is not None and not isinstance(server, dict):
+            raise UsageError("server: expected an object")
         return cls(request, count, name, image_url, user_data, ssh_key, glance_image, group,
-                   zone, on_host_failure)
+                   zone, on_host_failure, project_id, user_id, uuids, server, group_max)
+
+    def group_message(self) -> dict[str, Any] | None:
+        """The group as specs and queued requests carry it."""
+        if self.group is None:
+            return None
+        return {"name": self.group[0], "policy": self.group[1],
+                **({"max_per_host": self.group_max} if self.group_max else {})}
+
+    def owner(self, settings: dict[str, Any]) -> tuple[str, str]:
+        """(project, user) the instances belong to: the request's, else the configured."""
+        return (self.project_id or settings["project_id"], self.user_id or settings["user_id"])
+
+    def requester(self) -> str:
+        """Who asks, for the instances' events: the compute API's caller (`api_caller`),
+        else this process's operator."""
+        if self.project_id and self.user_id:
+            return api_caller(self.user_id, self.project_id)
+        return operator_name()
 
     def image(self, default_url: str) -> dict[str, Any]:
         """The spec's `image`: the Glance image, the URL, or `default_url`."""
@@ -119,6 +176,7 @@ def for_instance(spec: dict[str, Any]) -> RequestSpec:
         spec.get("query") or "resources=" + ",".join(
             f"{rc}:{n}" for rc, n in sorted(spec["resources"].items())),
         group=(group["name"], group["policy"]) if group else None,
+        group_max=(group or {}).get("max_per_host"),
         glance_image=(spec.get("image") or {}).get("glance"))
 
 
@@ -137,3 +195,14 @@ class Destination:
         return {"uuid": self.uuid, "name": self.name, "host": self.host,
                 "host_name": self.host_name, "allocations": self.allocations,
                 "alternates": self.alternates}
+
+
+def server_view(template: dict[str, Any], destination: Destination, index: int, count: int,
+                now: float) -> dict[str, Any]:
+    """The compute API's `server` message for one instance of a request: its template (what
+    the API was asked) with the instance's uuid, hostname and display name (NAME-<n> when
+    several are made, as Nova names them)."""
+    name = template["name"] if count == 1 else f"{template['name']}-{index + 1}"[:255]
+    return {**template, "uuid": destination.uuid, "name": name,
+            "hostname": destination.name.lower(), "launch_index": index,
+            "created_at": template.get("created_at", now), "updated_at": now}

@@ -10,20 +10,41 @@ frees the claim and plans again.
 from __future__ import annotations
 
 import time
+import uuid as uuidlib
 from typing import Any
 
 from etcd_compute.errors import UsageError
 from etcd_compute.etcd import KeyValueStore, Txn
 from etcd_compute.instances import scheduling
 from etcd_compute.keys import Keys
-from etcd_compute.scheduler.spec import Destination, RequestSpec, operator_name
+from etcd_compute.scheduler.planner import Pick
+from etcd_compute.scheduler.spec import Destination, RequestSpec, server_view
+
+
+def destinations(request_spec: RequestSpec, picks: list[Pick],
+                 first: int = 0) -> list[Destination]:
+    """A new instance (uuid, name) per pick; `first`: the index of the first one in the
+    whole request (names NAME-<index+1>)."""
+    found = []
+    for index, pick in enumerate(picks, start=first):
+        instance = request_spec.uuids[index] if request_spec.uuids else str(uuidlib.uuid4())
+        found.append(Destination(
+            uuid=instance,
+            name=request_spec.instance_name(index, instance),
+            host=pick.host.uuid,
+            host_name=pick.host.name,
+            allocations=pick.allocations,
+            alternates=[{"host": host.uuid, "allocations": allocations}
+                        for host, allocations in pick.alternates],
+        ))
+    return found
 
 
 def instance_spec(destination: Destination, request_spec: RequestSpec,
                   settings: dict[str, Any], requested_at: float,
                   requested_by: str | None = None) -> dict[str, Any]:
     """The instance_spec message a host receives for `destination`."""
-    group = request_spec.group
+    project_id, user_id = request_spec.owner(settings)
     return {
         "action": "build",
         "uuid": destination.uuid,
@@ -34,9 +55,9 @@ def instance_spec(destination: Destination, request_spec: RequestSpec,
         "image": request_spec.image(settings["default_image"]),
         "user_data": request_spec.user_data,
         "ssh_key": request_spec.ssh_key,
-        "project_id": settings["project_id"],
-        "user_id": settings["user_id"],
-        "group": {"name": group[0], "policy": group[1]} if group else None,
+        "project_id": project_id,
+        "user_id": user_id,
+        "group": request_spec.group_message(),
         "alternates": destination.alternates,
         "requested_at": requested_at,
         "requested_by": requested_by,
@@ -48,16 +69,22 @@ def instance_spec(destination: Destination, request_spec: RequestSpec,
 
 def transaction(keys: Keys, destinations: list[Destination], request_spec: RequestSpec,
                 settings: dict[str, Any], group_revision: int | None,
-                requested_by: str | None = None) -> Txn:
-    """The one transaction that writes the whole request (see `instances.scheduling.schedule_txn`);
-    `requested_by`: who asked, if not this process's operator (the scheduler service)."""
-    now, who = time.time(), requested_by or operator_name()
+                requested_by: str | None = None, first: int = 0) -> Txn:
+    """The one transaction that writes the whole request (see
+    `instances.scheduling.schedule_txn`);
+    `requested_by`: who asked, if not this process's operator (the scheduler service);
+    `first`: the index of the first destination in the whole request."""
+    now, who = time.time(), requested_by or request_spec.requester()
     placed = [(instance_spec(d, request_spec, settings, now, who), d.host_name)
               for d in destinations]
     group = None
     if request_spec.group and group_revision is not None:
         group = (request_spec.group[0], group_revision)
-    return scheduling.schedule_txn(keys, placed, group)
+    servers = None
+    if request_spec.server is not None:
+        servers = [server_view(request_spec.server, d, first + index, request_spec.count, now)
+                   for index, d in enumerate(destinations)]
+    return scheduling.schedule_txn(keys, placed, group, servers)
 
 
 def write_specs(store: KeyValueStore, destinations: list[Destination],
@@ -70,7 +97,8 @@ def write_specs(store: KeyValueStore, destinations: list[Destination],
 
 def check_txn_ops(request_spec: RequestSpec, settings: dict[str, Any]) -> None:
     """UsageError, before anything is asked, when one transaction could not write the request."""
-    needed = scheduling.operations(request_spec.count, request_spec.group is not None)
+    needed = scheduling.operations(request_spec.count, request_spec.group is not None,
+                                   request_spec.server is not None)
     if needed > settings["etcd_max_txn_ops"]:
         raise UsageError(
             f"--count {request_spec.count} needs {needed} etcd operations in one "

@@ -42,17 +42,20 @@ class BuildFailureWeigher(HostWeigher):
 
 
 class SoftAffinityWeigher(HostWeigher):
-    """Prefer (affinity) or avoid (anti-affinity) hosts with group members.
+    """Prefer (affinity) or avoid (anti-affinity) hosts with group members: Nova's
+    ServerGroupSoftAffinityWeigher and ServerGroupSoftAntiAffinityWeigher in one.
 
-    With AffinityFilter/AntiAffinityFilter removed from `scheduler.filters`,
-    this makes the group policies soft: best effort instead of no valid host.
+    A soft-affinity or soft-anti-affinity group is placed by this alone (best effort:
+    never no valid host for its sake); for the hard policies it orders what the filters
+    let through, and with AffinityFilter/AntiAffinityFilter removed from
+    `scheduler.filters` it makes them soft too.
     """
 
     def raw_weight(self, host: HostState, context: PlanContext) -> float:
         members = context.group_hosts[host.uuid]
-        if context.policy == "affinity":
+        if context.policy in ("affinity", "soft-affinity"):
             return members
-        if context.policy == "anti-affinity":
+        if context.policy in ("anti-affinity", "soft-anti-affinity"):
             return -members
         return 0.0
 

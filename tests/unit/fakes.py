@@ -299,7 +299,12 @@ class FakePlacement:
     def list_providers(self, **filters: Any) -> list[dict[str, Any]]:
         return [{"uuid": p["uuid"], "name": p["name"], "generation": p["generation"]}
                 for p in self.providers.values()
-                if "name" not in filters or p["name"] == filters["name"]]
+                if ("name" not in filters or p["name"] == filters["name"]) and
+                ("member_of" not in filters or
+                 filters["member_of"] in p.get("aggregates", ()))]
+
+    def delete_provider(self, uuid: str) -> None:
+        self.providers.pop(uuid, None)
 
     def _bump(self, uuid: str) -> int:
         if uuid not in self.providers:
@@ -384,18 +389,39 @@ class FakePlacement:
             raise self._conflict("not enough capacity", "placement.undefined_code")
         self.consumers[consumer] = {"allocations": allocations,
                                     "consumer_generation": (expected or 0) + 1,
-                                    "project_id": project_id, "user_id": user_id}
+                                    "project_id": project_id, "user_id": user_id,
+                                    "consumer_type": consumer_type}
 
     def claim_many(self, claims: dict[str, dict[str, Any]], project_id: str, user_id: str,
-                   consumer_type: str = "INSTANCE") -> None:
+                   consumer_type: str = "INSTANCE",
+                   owners: dict[str, tuple[str, str]] | None = None) -> None:
         self.calls.append(f"claim_many {len(claims)}")
         if any(c in self.consumers for c in claims):
             raise self._conflict("consumer exists", "placement.concurrent_update")
         if not self._fits(claims):
             raise self._conflict("not enough capacity", "placement.undefined_code")
         for consumer, allocations in claims.items():
+            project, user = (owners or {}).get(consumer, (project_id, user_id))
             self.consumers[consumer] = {"allocations": allocations, "consumer_generation": 1,
-                                        "project_id": project_id, "user_id": user_id}
+                                        "project_id": project, "user_id": user,
+                                        "consumer_type": consumer_type}
+
+    def project_usages(self, project_id: str, consumer_type: str,
+                       user_id: str | None = None) -> dict[str, int]:
+        """GET /usages?project_id=...&consumer_type=...: totals and consumer_count."""
+        usages: dict[str, int] = {}
+        for consumer in self.consumers.values():
+            if consumer["project_id"] != project_id or \
+                    (user_id is not None and consumer["user_id"] != user_id):
+                continue
+            if not consumer["allocations"] or \
+                    consumer.get("consumer_type", "INSTANCE") != consumer_type:
+                continue
+            usages["consumer_count"] = usages.get("consumer_count", 0) + 1
+            for allocation in consumer["allocations"].values():
+                for rc, amount in allocation["resources"].items():
+                    usages[rc] = usages.get(rc, 0) + amount
+        return usages
 
     def replace_many(self, claims: dict[str, dict[str, Any]],
                      consumer_type: str = "INSTANCE") -> None:
@@ -411,10 +437,14 @@ class FakePlacement:
             raise self._conflict("not enough capacity", "placement.undefined_code")
         for consumer, claim in claims.items():
             current = self.consumers.get(consumer)
+            if not claim["allocations"]:  # Placement frees the consumer
+                self.consumers.pop(consumer, None)
+                continue
             self.consumers[consumer] = {
                 "allocations": claim["allocations"],
                 "consumer_generation": (current["consumer_generation"] if current else 0) + 1,
-                "project_id": claim["project_id"], "user_id": claim["user_id"]}
+                "project_id": claim["project_id"], "user_id": claim["user_id"],
+                "consumer_type": claim.get("consumer_type", consumer_type)}
 
     def replace_allocations(self, consumer: str, allocations: dict[str, Any],
                             consumer_generation: int | None, project_id: str, user_id: str,

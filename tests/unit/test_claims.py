@@ -183,6 +183,16 @@ def test_an_undo_to_nothing_releases_the_claim():
     assert placement.get_usages(B) == {"VCPU": 0}
 
 
+def test_claims_belong_to_the_owners_given_else_to_the_configured_project():
+    placement = placement_with_hosts()
+    one, two, three = (str(uuidlib.uuid4()) for _ in range(3))
+    claims.claim(placement, {one: on(A)}, SETTINGS, {one: ("demo", "ann")})
+    claims.claim(placement, {two: on(A), three: on(B)}, SETTINGS, {two: ("alt", "bob")})
+    assert [(placement.consumers[c]["project_id"], placement.consumers[c]["user_id"])
+            for c in (one, two, three)] == [("demo", "ann"), ("alt", "bob"), ("p", "u")]
+    assert placement.project_usages("alt", "INSTANCE") == {"consumer_count": 1, "VCPU": 1}
+
+
 def test_several_claims_move_in_one_request_or_none_does():
     placement = FakePlacement()
     for rp in ("a", "b"):
@@ -200,6 +210,98 @@ def test_several_claims_move_in_one_request_or_none_does():
     with pytest.raises(ConflictError):
         claims.move_many(placement, [("z", two, "p", "u")])
     assert placement.get_usages("a")["VCPU"] == 1
+
+
+def held_resize(placement: FakePlacement, hold: str = "m") -> tuple[dict[str, Any], int]:
+    placement.claim("i", on(A, 1), "proj", "usr")
+    return claims.resize_holding(placement, "i", A, {"VCPU": 2}, hold)
+
+
+def test_a_held_resize_takes_the_new_size_and_keeps_the_old_under_the_migration():
+    placement = placement_with_hosts()
+    old, generation = held_resize(placement)
+    assert old == on(A, 1) and generation == 2
+    assert placement.calls[-1] == "replace_many 2"  # one atomic request
+    assert placement.get_allocations("i")["allocations"] == on(A, 2)
+    hold = placement.consumers["m"]
+    assert hold["allocations"] == on(A, 1) and hold["consumer_type"] == claims.MIGRATION
+    assert (hold["project_id"], hold["user_id"]) == ("proj", "usr")
+    assert placement.get_usages(A)["VCPU"] == 3
+    # The project's instances hold the new size; the old one is counted apart.
+    assert placement.project_usages("proj", "INSTANCE") == {"consumer_count": 1, "VCPU": 2}
+
+
+def test_a_held_resize_needs_room_for_both_sizes():
+    placement = placement_with_hosts(vcpus=2)
+    with pytest.raises(ConflictError):
+        held_resize(placement)
+    assert placement.get_allocations("i")["allocations"] == on(A, 1)
+    assert "m" not in placement.consumers
+
+
+def test_a_held_resize_refuses_a_claim_not_on_its_host():
+    placement = placement_with_hosts()
+    placement.claim("i", on(B, 1), "proj", "usr")
+    with pytest.raises(ConflictError) as refused:
+        claims.resize_holding(placement, "i", A, {"VCPU": 2}, "m")
+    assert refused.value.code == claims.ELSEWHERE and "m" not in placement.consumers
+
+
+def test_undo_of_a_held_resize_puts_the_old_size_back_and_frees_the_hold():
+    placement = placement_with_hosts()
+    old, generation = held_resize(placement)
+    assert claims.undo_holding(placement, "i", old, generation, "m")
+    assert placement.get_allocations("i")["allocations"] == on(A, 1)
+    assert "m" not in placement.consumers and placement.get_usages(A)["VCPU"] == 1
+
+
+def test_undo_after_someone_else_wrote_keeps_their_claim_and_frees_the_hold():
+    placement = placement_with_hosts()
+    old, generation = held_resize(placement)
+    placement.delete_allocations("i")  # a destroy won
+    assert not claims.undo_holding(placement, "i", old, generation, "m")
+    assert placement.consumers == {}
+
+
+def test_revert_moves_the_held_size_back_in_one_request():
+    placement = placement_with_hosts(vcpus=3)
+    old, _ = held_resize(placement)
+    assert claims.revert_holding(placement, "i", "m", old) == 3
+    assert placement.calls[-1] == "replace_many 2"
+    assert placement.get_allocations("i")["allocations"] == on(A, 1)
+    assert "m" not in placement.consumers and placement.get_usages(A)["VCPU"] == 1
+
+
+def test_revert_without_a_hold_claims_the_old_size_again():
+    placement = placement_with_hosts()
+    old, _ = held_resize(placement)
+    assert claims.release_hold(placement, "m")
+    claims.revert_holding(placement, "i", "m", old)
+    assert placement.get_allocations("i")["allocations"] == on(A, 1)
+
+
+def test_confirm_frees_the_hold_once():
+    placement = placement_with_hosts()
+    held_resize(placement)
+    assert claims.release_hold(placement, "m") and not claims.release_hold(placement, "m")
+    assert placement.get_allocations("i")["allocations"] == on(A, 2)
+
+
+def test_a_failed_held_resize_restores_the_old_size_and_frees_the_hold_in_one_request():
+    placement = placement_with_hosts()
+    old, _ = held_resize(placement)
+    assert claims.restore(placement, "i", A, {"VCPU": 2}, old, hold="m")
+    assert placement.calls[-1] == "replace_many 2"
+    assert placement.get_allocations("i")["allocations"] == on(A, 1)
+    assert "m" not in placement.consumers
+
+
+def test_a_restore_that_finds_another_claim_still_frees_the_hold():
+    placement = placement_with_hosts()
+    old, _ = held_resize(placement)
+    assert not claims.restore(placement, "i", A, {"VCPU": 3}, old, hold="m")
+    assert placement.get_allocations("i")["allocations"] == on(A, 2)
+    assert "m" not in placement.consumers
 
 
 # --- what a host may act on: the one check ----------------------------------------------------

@@ -8,6 +8,7 @@ import pytest
 
 from etcd_compute import config as configuration
 from etcd_compute.errors import ConfigError
+from etcd_compute.heartbeat_timing import heartbeat_timing
 from tests.support import REPO
 
 
@@ -113,7 +114,7 @@ def test_settings_that_renew_through_an_election_are_accepted(tmp_path, settings
     path = tmp_path / "compute.yaml"
     path.write_text(settings + "\n")
     config = configuration.load_compute(str(path))
-    timing = configuration.heartbeat_timing(config["compute"], config["etcd"])
+    timing = heartbeat_timing(config["compute"], config["etcd"])
     assert timing.workable
 
 

@@ -128,3 +128,11 @@ def test_what_a_scheduler_reads_to_plan_on_the_accounts_is_one_read():
     assert [r.key for r in ranges] == [store.keys.alive_prefix(), store.keys.stats_prefix(),
                                        store.keys.maintenance_prefix()]
     assert ranges[2].keys_only  # who is disabled; why is not needed to plan
+
+
+def test_alive_and_disabled_are_read_together():
+    store = FakeStore()
+    assert hosts.alive_and_disabled(store) == (set(), set())
+    hosts.beat(store, store.grant(10), A, "host-a", "fake")
+    store.put_raw(store.keys.maintenance(B), "{broken")  # unreadable: still disabled
+    assert hosts.alive_and_disabled(store) == ({A}, {B})

@@ -19,6 +19,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--placement-port", type=int, default=8080)
     parser.add_argument("--keystone-port", type=int, default=5000)
     parser.add_argument("--glance-port", type=int, default=9292)
+    parser.add_argument("--api-port", type=int, default=8774)
     parser.add_argument("--plain", action="store_true",
                         help="plain TCP, no certificates or RBAC (quick experiments)")
     args = parser.parse_args(argv)
@@ -30,7 +31,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.action == "up":
             stack.up(args.etcd_port, args.placement_port, say, plain=args.plain,
-                     keystone_port=args.keystone_port, glance_port=args.glance_port)
+                     keystone_port=args.keystone_port, glance_port=args.glance_port,
+                     api_port=args.api_port)
         elif args.action == "down":
             stack.down(say)
         else:

@@ -43,7 +43,7 @@ CLOUDS = {"etcd-compute": ("admin", "admin"), "etcd-compute-demo": ("demo", "dem
 
 
 def bootstrap(keystone: KeystoneServer, glance_url: str | None = None,
-              placement_url: str | None = None) -> None:
+              placement_url: str | None = None, compute_url: str | None = None) -> None:
     """Projects, roles, users and catalog entries as above (idempotent)."""
     for project in PROJECTS:
         keystone.add_project(project)
@@ -54,6 +54,8 @@ def bootstrap(keystone: KeystoneServer, glance_url: str | None = None,
         keystone.add_service("image", "glance", glance_url)
     if placement_url:
         keystone.add_service("placement", "placement", placement_url)
+    if compute_url:
+        keystone.add_service("compute", "nova", compute_url)
 
 
 def start(run_dir: Path, pki: Pki | None, placement_url: str | None = None,
@@ -174,6 +176,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--glance", help="Glance's URL, for the catalog")
     parser.add_argument("--placement", help="Placement's URL, for the catalog")
     parser.add_argument("--clouds", help="write clouds.yaml here")
+    parser.add_argument("--compute", help="the compute API's URL, for the catalog")
+    parser.add_argument("--api-config", nargs=2, metavar=("OPERATOR_YAML", "API_YAML"),
+                        help="write the compute API's config: the operator's, with `api` "
+                             "(the etcd-compute user validating tokens; TLS if --pki)")
     args = parser.parse_args(argv)
     address, _, port = (args.keystone or "127.0.0.1:5000").rpartition(":")
     keystone = KeystoneServer.create(Path(args.directory), int(port),
@@ -184,14 +190,36 @@ def main(argv: list[str] | None = None) -> int:
         from keystoneauth1 import exceptions as ks_exceptions
 
         try:
-            bootstrap(keystone, args.glance, args.placement)
+            bootstrap(keystone, args.glance, args.placement, args.compute)
         except ks_exceptions.ClientException as exc:
             print(f"Keystone at {keystone.auth_url} not ready: {exc.__class__.__name__}",
                   file=sys.stderr)
             return 1
         if args.clouds:
             write_clouds_yaml(keystone, Path(args.clouds))
+        if args.api_config:
+            write_api_config(keystone, Path(args.api_config[0]), Path(args.api_config[1]),
+                             Pki(args.pki) if args.pki else None)
     return 0
+
+
+def write_api_config(keystone: KeystoneServer, operator: Path, path: Path,
+                     pki: Pki | None) -> Path:
+    """The compute API's config (`schedule.py --config PATH api`): the operator's
+    sections, and `api`: the `etcd-compute` service user validating tokens, the API's TLS
+    certificate (`compute-api` of the cluster PKI) if there is a PKI (0600: passwords)."""
+    config = yaml.safe_load(operator.read_text()) if operator.exists() else {}
+    authtoken = {**service_credentials(keystone), "auth_type": "password"}
+    api: dict[str, Any] = {"keystone_authtoken": authtoken}
+    if pki is not None:
+        authtoken["cafile"] = str(pki.ca_cert)
+        api.update(cert=str(pki.directory / "compute-api.crt"),
+                   key=str(pki.directory / "compute-api.key"))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        yaml.safe_dump({**(config or {}), "api": api}, handle, sort_keys=False)
+    return path
 
 
 if __name__ == "__main__":

@@ -12,7 +12,10 @@ bootstraps the cloud's projects, users and catalog (`cloud.py`), uploads the off
 guest as the public image `etcd-compute-test-guest`, gives schedule.yaml and compute.yaml
 the `glance` section of the `etcd-compute` service user, and writes run/clouds.yaml
 (clouds `etcd-compute`, `etcd-compute-demo`, `etcd-compute-alt`) for the `openstack`
-command line and openstacksdk.
+command line and openstacksdk. Then the compute API (`schedule.py api`, TLS, loopback,
+its config run/compute-api.yaml: the operator's sections and `api` with the
+`etcd-compute` service user validating tokens), in the catalog as `compute`, with
+Nova's usual flavors (m1.nano ... m1.large).
 
 Whatever `make up` or `make demo KEEP=1` starts or creates is recorded in
 run/services.json: services and daemons (stopped by pid), the demo's
@@ -59,6 +62,7 @@ class LocalStack:
     placement: dict | None = None
     keystone: dict | None = None
     glance: dict | None = None
+    compute_api: dict | None = None
     # virtlogd and libvirtd, when we started them.
     libvirt_pids: list[int] = field(default_factory=list)
     # Daemons started for us (the demo's computes with KEEP=1): name, pid, log.
@@ -68,10 +72,10 @@ class LocalStack:
     # Resource providers of hosts that existed only for us.
     providers: list[str] = field(default_factory=list)
 
-    FIELDS = ("plain", "etcd", "placement", "keystone", "glance", "libvirt_pids", "daemons",
-              "guests", "providers")
+    FIELDS = ("plain", "etcd", "placement", "keystone", "glance", "compute_api",
+              "libvirt_pids", "daemons", "guests", "providers")
     # The services make up starts, in order (make down stops them in reverse).
-    SERVICES = ("etcd", "placement", "keystone", "glance")
+    SERVICES = ("etcd", "placement", "keystone", "glance", "compute_api")
 
     @property
     def state_file(self) -> Path:
@@ -99,7 +103,7 @@ class LocalStack:
     # --- up -----------------------------------------------------------------------------
 
     def up(self, etcd_port: int, placement_port: int, say: Say, plain: bool = False,
-           keystone_port: int = 5000, glance_port: int = 9292) -> None:
+           keystone_port: int = 5000, glance_port: int = 9292, api_port: int = 8774) -> None:
         running = bool(self.etcd and pid_alive(self.etcd["pid"]))
         if running and self.plain != plain:
             raise ServiceUnavailable(
@@ -147,6 +151,38 @@ class LocalStack:
                 say("libvirtd started" if self.libvirt_pids else "libvirtd already running")
             self.save()
         self.write_configs(say)
+        self._up_api(api_port, say)
+
+    def api_config(self) -> dict[str, Any]:
+        """The compute API's config: the operator's sections, and `api` with the
+        `etcd-compute` service user validating the callers' tokens."""
+        authtoken = {**cloud.service_credentials(self._keystone()), "auth_type": "password"}
+        if not self.plain:
+            authtoken["cafile"] = str(self.pki.ca_cert)
+        return {**self.operator_config(), "api": {"keystone_authtoken": authtoken}}
+
+    def _up_api(self, api_port: int, say: Say) -> None:
+        """`schedule.py api` on `api_port`, in the catalog as `compute`; the usual flavors."""
+        from tools.local_services.compute_api import ComputeApiServer, seed_flavors
+
+        api = ComputeApiServer.create(self.run_dir, api_port,
+                                      pki=None if self.plain else self.pki)
+        if self.compute_api and pid_alive(self.compute_api["pid"]):
+            say(f"compute API already running (pid {self.compute_api['pid']}, "
+                f"{api.endpoint})")
+        else:
+            if port_open(api_port):
+                raise ServiceUnavailable(f"port {api_port} is taken by another process; stop "
+                                         "it or pass --api-port")
+            api.start(self.api_config())
+            self.compute_api = {"pid": api.pid, "port": api.port}
+            self.save()
+            say(f"compute API started (pid {api.pid}, {api.endpoint}, config "
+                f"{api.config_path})")
+        self._keystone().add_service("compute", "nova", api.endpoint)
+        with Store(self.operator_config()["etcd"]) as store:
+            made = seed_flavors(store)
+        say(f"flavors: {', '.join(made) if made else 'already there'} (openstack flavor list)")
 
     def _up_cloud(self, keystone_port: int, glance_port: int, say: Say) -> None:
         """Keystone and Glance (side by side), the cloud's identities, the test guest image,

@@ -55,19 +55,33 @@ def asked(monkeypatch):
     return calls
 
 
-@pytest.mark.parametrize(("words", "params"), [
-    (["stop", UUID], {"hard": False, "image_url": None, "resources": None}),
-    (["reboot", "--hard", UUID], {"hard": True, "image_url": None, "resources": None}),
-    (["rebuild", UUID, "--image", "https://images/x.qcow2"],
-     {"hard": False, "image_url": "https://images/x.qcow2", "resources": None}),
-    (["resize", QUERY, UUID], {"hard": False, "image_url": None,
-                               "resources": {"VCPU": 2, "MEMORY_MB": 512, "DISK_GB": 1}}),
+@pytest.mark.parametrize(("words", "action", "params"), [
+    (["stop", UUID], "stop", {}),
+    (["reboot", "--hard", UUID], "reboot", {"hard": True}),
+    (["rebuild", UUID, "--image", "https://images/x.qcow2"], "rebuild",
+     {"image_url": "https://images/x.qcow2"}),
+    (["resize", QUERY, UUID], "resize",
+     {"resources": {"VCPU": 2, "MEMORY_MB": 512, "DISK_GB": 1}}),
+    (["revert-resize", UUID], "resize", {"revert": True}),
 ])
-def test_an_action_asks_with_its_own_options_and_says_so(capsys, config, asked, words, params):
+def test_an_action_asks_with_its_own_options_and_says_so(capsys, config, asked, words, action,
+                                                          params):
+    from etcd_compute.ops import lifecycle
+
     code, out, err = schedule(capsys, "--config", str(config), *words)
     assert (code, err) == (0, "")
     assert out == f"{words[0].upper()} REQUESTED FOR INSTANCE {UUID}\n"
-    assert asked == [{"uuid": UUID, "action": words[0], "image_for": None, **params}]
+    assert asked == [{"uuid": UUID, "action": action, "asked": lifecycle.Asked(**params)}]
+
+
+def test_confirm_resize_frees_the_hold_and_says_so(capsys, config, monkeypatch, asked):
+    from etcd_compute.ops import lifecycle
+
+    confirmed = []
+    monkeypatch.setattr(lifecycle, "confirm_resize",
+                        lambda _store, _placement, uuid: confirmed.append(uuid) or {})
+    code, out, _err = schedule(capsys, "--config", str(config), "confirm-resize", UUID)
+    assert (code, out, confirmed) == (0, f"RESIZE CONFIRMED FOR INSTANCE {UUID}\n", [UUID])
 
 
 def test_an_action_as_json(capsys, config, asked):

@@ -29,7 +29,7 @@ def test_an_unknown_state_is_refused_before_any_connection(capsys, config):
     ("hints", "fragment"),
     [
         (["affinity"], "expected affinity=GROUP or anti-affinity=GROUP"),
-        (["sideways=web"], "--hint sideways: expected affinity or anti-affinity"),
+        (["sideways=web"], "--hint sideways: expected affinity, anti-affinity, soft-affinity"),
         (["affinity=web app"], "group names are 1-64"),
         (["affinity=a", "affinity=b"], "at most one server group"),
     ],

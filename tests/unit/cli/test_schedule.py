@@ -33,6 +33,7 @@ def test_list_and_hosts_take_no_arguments(capsys, config, command):
 @pytest.mark.parametrize(("words", "option", "fragment"), [
     (["hosts"], ["--host", "hv1"], "--host goes with list"),
     ([UUID], ["--state", "active"], "--state goes with list"),
+    (["hosts"], ["--project", "demo"], "--project goes with list"),
     (["list"], ["--follow"], "--follow goes with console"),
     (["destroy", UUID], ["-f"], "--follow goes with console"),
 ])
@@ -135,6 +136,7 @@ def test_the_help_names_every_command_and_the_first_words(capsys):
     assert out.startswith("usage: schedule.py [--config PATH] (QUERY | UUID | COMMAND ...)")
     _parser, every = schedule_cli.build_parser()
     commands = [path for path in every if " " not in path]
-    assert commands[:3] == ["place", "show", "destroy"] and "serve" in commands
+    assert commands[:3] == ["place", "show", "destroy"] and "serve" in commands \
+        and "api" in commands
     assert all(f"\n    {command} " in out for command in commands)
     assert "is a query if it contains '='" in out

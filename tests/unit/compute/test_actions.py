@@ -246,6 +246,34 @@ def test_a_failed_resize_keeps_the_old_size_and_puts_the_claim_back(tmp_path):
     assert event["result"] == "error" and "cannot resize" in event["error"]
 
 
+def test_a_failed_held_resize_puts_the_claim_back_and_frees_the_hold(tmp_path):
+    host = Host(tmp_path, fail_actions=["resize"])
+    spec = active(host)
+    hold = "0b5d6c43-43f6-4c1e-9f8b-6c5a8a6f2a11"
+    old, _ = claims.resize_holding(host.placement, spec["uuid"], host.rp, NEW_SIZE, hold)
+    ask(host, spec, "resize", resources=NEW_SIZE,
+        allocations={host.rp: {"resources": NEW_SIZE}},
+        hold={"consumer": hold, "allocations": old, "resources": spec["resources"]})
+    host.settle()
+    record = host.record(spec["uuid"])
+    assert (record["state"], record["resources"]) == ("ACTIVE", spec["resources"])
+    assert "resize_hold" not in record
+    assert host.placement.get_allocations(spec["uuid"])["allocations"] == spec["allocations"]
+    assert hold not in host.placement.consumers
+
+
+def test_a_rebuild_gives_the_guest_the_user_data_and_key_asked(host):
+    spec = active(host)
+    ask(host, spec, "rebuild", image={"url": "file:///dev/zero", "sha256": None},
+        user_data="#cloud-config\n", ssh_key="ssh-ed25519 AAAA new")
+    host.settle()
+    now, _ = host.store.read(messages.INSTANCE_SPEC, host.keys.spec(host.rp, spec["uuid"]))
+    assert (now["user_data"], now["ssh_key"]) == ("#cloud-config\n", "ssh-ed25519 AAAA new")
+    guest = fake(host, spec["uuid"])
+    assert (guest["user_data"], guest["ssh_key"]) == ("#cloud-config\n", "ssh-ed25519 AAAA new")
+    assert host.record(spec["uuid"])["state"] == "ACTIVE"
+
+
 def test_a_rebuild_with_a_missing_image_leaves_the_guest_running(host):
     spec = active(host)
     ask(host, spec, "rebuild", image={"url": "file:///no/such/image", "sha256": None})

@@ -13,9 +13,9 @@ import pytest
 
 from etcd_compute.compute.heartbeat import WATCHDOG_SECONDS, Heartbeat
 from etcd_compute.compute.identity import HostIdentity
-from etcd_compute.config import RENEWAL_RETRY_SECONDS as RETRY_SECONDS
-from etcd_compute.config import HeartbeatTiming, heartbeat_timing
 from etcd_compute.errors import ServiceUnavailable
+from etcd_compute.heartbeat_timing import RENEWAL_RETRY_SECONDS as RETRY_SECONDS
+from etcd_compute.heartbeat_timing import HeartbeatTiming, heartbeat_timing
 from tests.unit.fake_clock import FakeClock
 from tests.unit.fakes import FakeStore
 

@@ -148,6 +148,55 @@ def test_a_resize_that_succeeds_writes_the_new_size_into_record_and_spec():
         NEW_SIZE, {RP: {"resources": NEW_SIZE}}, query)
 
 
+HOLD = {"consumer": "0b5d6c43-43f6-4c1e-9f8b-6c5a8a6f2a11",
+        "allocations": {RP: {"resources": {"VCPU": 1}}}, "resources": {"VCPU": 1}}
+
+
+def test_a_held_resize_that_succeeds_keeps_its_hold_on_the_record():
+    store = FakeStore()
+    spec = active_one(store)
+    asked = ask(store, spec, "resize", resources=NEW_SIZE,
+                allocations={RP: {"resources": NEW_SIZE}}, hold=HOLD)
+    take_up(store, asked)
+    entry = store.get(store.keys.spec(RP, spec["uuid"]))
+    assert action_txn.end_action(store, read(store, spec["uuid"]), entry)
+    record = read(store, spec["uuid"]).record
+    assert record["resize_hold"] == {**HOLD, "request_id": asked["request"]["id"]}
+    # It stays through what follows (a stop), until a revert ends it.
+    take_up(store, ask(store, spec, "stop"))
+    action_txn.end_action(store, read(store, spec["uuid"]), None)
+    assert read(store, spec["uuid"]).record["resize_hold"]["consumer"] == HOLD["consumer"]
+    take_up(store, ask(store, spec, "start"))
+    action_txn.end_action(store, read(store, spec["uuid"]), None)
+    back = ask(store, spec, "resize", resources=spec["resources"], reverts=HOLD["consumer"],
+               allocations=HOLD["allocations"])
+    take_up(store, back)
+    entry = store.get(store.keys.spec(RP, spec["uuid"]))
+    assert action_txn.end_action(store, read(store, spec["uuid"]), entry)
+    record = read(store, spec["uuid"]).record
+    assert record["resize_hold"] is None and record["resources"] == spec["resources"]
+
+
+def test_a_held_resize_that_fails_leaves_no_hold_on_the_record():
+    store = FakeStore()
+    spec = active_one(store)
+    take_up(store, ask(store, spec, "resize", resources=NEW_SIZE,
+                       allocations={RP: {"resources": NEW_SIZE}}, hold=HOLD))
+    entry = store.get(store.keys.spec(RP, spec["uuid"]))
+    assert action_txn.end_action(store, read(store, spec["uuid"]), entry, "no room")
+    assert "resize_hold" not in read(store, spec["uuid"]).record
+
+
+def test_a_rebuild_may_give_new_user_data_and_key_written_into_the_spec():
+    store = FakeStore()
+    spec = active_one(store)
+    take_up(store, ask(store, spec, "rebuild", user_data="#!/bin/sh\necho new", ssh_key=None))
+    entry = store.get(store.keys.spec(RP, spec["uuid"]))
+    assert action_txn.end_action(store, read(store, spec["uuid"]), entry)
+    now = messages.decode(messages.INSTANCE_SPEC, store.get(entry.key).value)
+    assert (now["user_data"], now["ssh_key"]) == ("#!/bin/sh\necho new", None)
+
+
 def test_a_rebuild_that_succeeds_writes_its_new_image():
     store = FakeStore()
     spec = active_one(store)

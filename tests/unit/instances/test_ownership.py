@@ -26,10 +26,11 @@ def test_host_keys_are_the_hosts_own_keys_but_the_record():
     assert keys.record(RP, "u") not in ownership.host_keys(keys, RP, "u")
 
 
-def test_operator_keys_are_the_location_and_the_group_member():
+def test_operator_keys_are_the_location_the_api_view_and_the_group_member():
     keys = FakeStore("/p").keys
-    assert ownership.operator_keys(keys, "u", "g") == ["/p/instances/u", "/p/groups/g/u"]
-    assert ownership.operator_keys(keys, "u", None) == ["/p/instances/u"]
+    assert ownership.operator_keys(keys, "u", "g") == ["/p/instances/u", "/p/servers/u",
+                                                       "/p/groups/g/u"]
+    assert ownership.operator_keys(keys, "u", None) == ["/p/instances/u", "/p/servers/u"]
     assert not any(k.startswith(keys.hosts()) for k in ownership.operator_keys(keys, "u", "g"))
 
 
@@ -79,7 +80,8 @@ def test_forget_of_an_ungrouped_instance_drops_its_location():
     store.delete(store.keys.spec(RP, spec["uuid"]))
     store.delete(store.keys.record(RP, spec["uuid"]))
     assert ownership.forget(store, spec["uuid"], RP, None) is not None
-    assert [op.key for op in store.committed[-1].success] == [store.keys.location(spec["uuid"])]
+    assert [op.key for op in store.committed[-1].success] == [store.keys.location(spec["uuid"]),
+                                                              store.keys.server(spec["uuid"])]
     assert keys_left(store) == set()
 
 

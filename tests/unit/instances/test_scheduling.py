@@ -73,7 +73,7 @@ def test_unschedule_takes_back_every_key_while_nobody_acted():
     assert keys_left(store) == set()
     # Each: record, events, spec, booted, console, location (and group member): one
     # transaction.
-    assert len(store.committed[-1].success) == 7 + 6
+    assert len(store.committed[-1].success) == 8 + 7
 
 
 def test_unschedule_refuses_once_a_host_began_the_build():

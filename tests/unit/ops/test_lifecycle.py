@@ -8,6 +8,7 @@ import pytest
 
 from etcd_compute import claims, events, messages
 from etcd_compute.errors import NotFound, UsageError
+from etcd_compute.etcd import Compare, Put
 from etcd_compute.instances import actions as action_txn
 from etcd_compute.instances import records, states
 from etcd_compute.ops import lifecycle
@@ -310,3 +311,121 @@ def test_events_of_an_instance_and_of_none():
     with pytest.raises(NotFound):
         lifecycle.instance_events(store, UNKNOWN)
     alive(store, RP)
+
+
+# --- a resize held until confirmed or reverted (the compute API's) ----------------------------
+
+HOLD = "6f0e2b8e-6a55-4f0e-8a3b-2b7e1d9c4e61"
+
+
+def host_does(store: FakeStore, spec: dict, error: str | None = None) -> dict:
+    """What the host does with the request in the spec: take it up and end it."""
+    written = spec_now(store, spec)
+    entry = store.get(store.keys.spec(RP, spec["uuid"]))
+    assert action_txn.begin_action(store, written, entry.mod_revision,
+                                   records.read_record(store, RP, spec["uuid"]))
+    assert action_txn.end_action(store, records.read_record(store, RP, spec["uuid"]),
+                                 store.get(entry.key), error)
+    return records.read_record(store, RP, spec["uuid"]).record
+
+
+def held(store, placement, spec) -> dict:
+    lifecycle.request(store, placement, spec["uuid"], "resize",
+                      asked=lifecycle.Asked(resources=NEW, hold=HOLD))
+    return host_does(store, spec)
+
+
+def test_a_held_resize_keeps_the_old_size_claimed_until_it_is_confirmed():
+    store, placement, spec = instance()
+    record = held(store, placement, spec)
+    assert record["resources"] == NEW and record["resize_hold"]["consumer"] == HOLD
+    assert placement.get_allocations(spec["uuid"])["allocations"] == {RP: {"resources": NEW}}
+    assert placement.get_allocations(HOLD)["allocations"] == spec["allocations"]
+    assert lifecycle.confirm_resize(store, placement, spec["uuid"])["consumer"] == HOLD
+    assert HOLD not in placement.consumers
+    record = records.read_record(store, RP, spec["uuid"]).record
+    assert record["resize_hold"] is None and record["state"] == "ACTIVE"
+    resize, confirm = events.read(store, RP, spec["uuid"])[-2:]
+    assert (resize["action"], confirm["action"]) == ("resize", "confirm-resize")
+    assert confirm["request_id"] and confirm["request_id"] != resize["request_id"]
+    with pytest.raises(states.ActionRefused, match="no resize to confirm"):
+        lifecycle.confirm_resize(store, placement, spec["uuid"])
+
+
+def test_a_revert_takes_the_held_size_back_and_resizes_the_guest_back():
+    store, placement, spec = instance()
+    held(store, placement, spec)
+    asked = lifecycle.request(store, placement, spec["uuid"], "resize",
+                              asked=lifecycle.Asked(revert=True))
+    assert asked.request["reverts"] == HOLD and asked.request["resources"] == spec["resources"]
+    # The claim is back before the host acts (it checks Placement holds the size asked).
+    assert placement.get_allocations(spec["uuid"])["allocations"] == spec["allocations"]
+    assert HOLD not in placement.consumers
+    record = host_does(store, spec)
+    assert record["resize_hold"] is None and record["resources"] == spec["resources"]
+    assert events.read(store, RP, spec["uuid"])[-1]["action"] == "revert-resize"
+
+
+@pytest.mark.parametrize("action", ["stop", "reboot", "rebuild", "resize"])
+def test_nothing_but_a_revert_or_confirm_is_asked_while_a_resize_is_held(action):
+    store, placement, spec = instance()
+    held(store, placement, spec)
+    before = store.revision
+    with pytest.raises(states.ActionRefused, match="awaits the confirm or revert"):
+        request(store, placement, spec, action)
+    assert store.revision == before
+
+
+def test_a_revert_without_a_held_resize_is_refused():
+    store, placement, spec = instance()
+    with pytest.raises(states.ActionRefused, match="no resize to revert"):
+        lifecycle.request(store, placement, spec["uuid"], "resize",
+                          asked=lifecycle.Asked(revert=True))
+    assert placement.calls == []
+
+
+def test_a_held_resize_whose_write_loses_puts_both_claims_back():
+    store, placement, spec = instance()
+
+    def lose(_request):
+        # The caller's compare fails: the request is not written.
+        return [Compare(store.keys.server(spec["uuid"]), "version", "==", 7)], []
+
+    with pytest.raises(UsageError, match="kept changing"):
+        lifecycle.request(store, placement, spec["uuid"], "resize",
+                          asked=lifecycle.Asked(resources=NEW, hold=HOLD), also=lose)
+    assert placement.get_allocations(spec["uuid"])["allocations"] == spec["allocations"]
+    assert HOLD not in placement.consumers
+
+
+def test_the_callers_writes_go_in_the_requests_transaction():
+    store, placement, spec = instance()
+    key = store.keys.server(spec["uuid"])
+    asked = lifecycle.request(store, placement, spec["uuid"], "stop", also=lambda r: (
+        [], [Put(key, r["id"])]))
+    assert store.get(key).value.decode() == asked.request["id"]
+    assert store.get(key).mod_revision == store.get(store.keys.spec(RP, spec["uuid"])).mod_revision
+
+
+def test_a_destroy_confirms_a_held_resize():
+    from etcd_compute.ops import operations
+
+    store, placement, spec = instance()
+    held(store, placement, spec)
+    assert operations.destroy(store, placement, spec["uuid"]) == "requested"
+    assert HOLD not in placement.consumers
+
+
+def test_a_failed_held_resize_leaves_nothing_to_confirm():
+    store, placement, spec = instance()
+    lifecycle.request(store, placement, spec["uuid"], "resize",
+                      asked=lifecycle.Asked(resources=NEW, hold=HOLD))
+    record = host_does(store, spec, error="cannot resize")
+    assert "resize_hold" not in record
+
+
+def test_a_rebuild_may_carry_new_user_data_and_key():
+    store, placement, spec = instance()
+    asked = lifecycle.request(store, placement, spec["uuid"], "rebuild", asked=lifecycle.Asked(
+        rebuild={"user_data": "#cloud-config\n", "ssh_key": None}))
+    assert (asked.request["user_data"], asked.request["ssh_key"]) == ("#cloud-config\n", None)

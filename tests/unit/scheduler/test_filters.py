@@ -60,6 +60,17 @@ def test_anti_affinity_filter_ignores_other_policies():
     context = PlanContext(policy="affinity", group_hosts=Counter({"h1": 1}))
     assert AntiAffinityFilter().host_passes(host("h1"), context)
     assert AntiAffinityFilter().host_passes(host("h1"), PlanContext())
+    for soft in ("soft-affinity", "soft-anti-affinity"):  # weighed, never filtered
+        context = PlanContext(policy=soft, group_hosts=Counter({"h1": 3}))
+        assert AntiAffinityFilter().host_passes(host("h1"), context)
+        assert AffinityFilter().host_passes(host("h2"), context)
+
+
+def test_anti_affinity_allows_max_server_per_host_members():
+    context = PlanContext(policy="anti-affinity", group_hosts=Counter({"h1": 1, "h2": 2}),
+                          group_max=2)
+    assert AntiAffinityFilter().host_passes(host("h1"), context)
+    assert not AntiAffinityFilter().host_passes(host("h2"), context)
 
 
 def test_max_instances_per_host_is_a_strict_limit():

@@ -159,3 +159,23 @@ def test_an_answer_is_written_only_for_the_request_as_read_and_not_yet_answered(
     (request,) = read_pending(store.keys, entries, SETTINGS)
     compares, ops = answer_ops(store.keys, request, answer_of([destination()], 1), None)
     assert store.commit(Txn(compares, ops)) is None  # never answered twice
+
+
+def test_an_api_request_keeps_its_owner_uuids_and_view_and_a_bad_view_is_refused():
+    uuids = [str(uuidlib.uuid4()) for _ in range(2)]
+    server = {"project_id": "demo", "user_id": "ann", "name": "web"}
+    spec = RequestSpec.build(QUERY, count=2, project_id="demo", user_id="ann", uuids=uuids,
+                             server=server)
+    message = request_message(spec, "api:1")
+    messages.check(messages.SCHEDULE_REQUEST, message)
+    again = request_spec_of(message, SETTINGS)
+    assert (again.project_id, again.user_id, again.uuids, again.server) == \
+        ("demo", "ann", uuids, server)
+    store = FakeStore()
+    put_request(store, message)
+    entries, _ = store.get_prefix(store.keys.queue_requests())
+    assert read_pending(store.keys, entries, SETTINGS)[0].instances == uuids
+    with pytest.raises(UsageError, match="server"):
+        request_spec_of({**message, "server": {**server, "name": "\x1b[2J"}}, SETTINGS)
+    with pytest.raises(UsageError, match="uuids"):
+        request_spec_of({**message, "uuids": uuids[:1]}, SETTINGS)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import uuid as uuidlib
+
 import pytest
 
 from etcd_compute.errors import UsageError
@@ -66,13 +68,24 @@ def test_image_urls_accepted(url):
 
 
 def test_group_policy_and_name_are_checked():
-    with pytest.raises(UsageError, match="--hint sticky: expected affinity or anti-affinity"):
+    with pytest.raises(UsageError, match="--hint sticky: expected affinity, anti-affinity, "
+                                         "soft-affinity, soft-anti-affinity"):
         RequestSpec.build(QUERY, group=("g", "sticky"))
     with pytest.raises(UsageError, match="group names are 1-64"):
         RequestSpec.build(QUERY, group=("bad name", "affinity"))
     with pytest.raises(UsageError, match="group names are 1-64"):
         RequestSpec.build(QUERY, group=("g" * 65, "affinity"))
     assert RequestSpec.build(QUERY, group=("g" * 64, "affinity")).group == ("g" * 64, "affinity")
+
+
+def test_an_anti_affinity_groups_max_per_host_travels_with_the_group():
+    spec = RequestSpec.build(QUERY, group=("g", "anti-affinity"), group_max=3)
+    assert spec.group_message() == {"name": "g", "policy": "anti-affinity", "max_per_host": 3}
+    assert RequestSpec.build(QUERY, group=("g", "soft-affinity")).group_message() == {
+        "name": "g", "policy": "soft-affinity"}
+    for group, most in ((("g", "affinity"), 2), (("g", "anti-affinity"), 0), (None, 2)):
+        with pytest.raises(UsageError, match="max_server_per_host"):
+            RequestSpec.build(QUERY, group=group, group_max=most)
 
 
 def test_zone_must_be_a_uuid_and_becomes_member_of():
@@ -137,3 +150,14 @@ def test_required_classes_may_come_from_any_request_group():
 def test_an_image_url_is_printable_ascii_and_bounded(url):
     with pytest.raises(UsageError, match="--image"):
         RequestSpec.build(QUERY, image_url=url)
+
+
+def test_owner_is_the_requests_else_the_configured_and_ids_are_checked():
+    settings = {"project_id": "ops", "user_id": "root"}
+    assert RequestSpec.build(QUERY).owner(settings) == ("ops", "root")
+    assert RequestSpec.build(QUERY, project_id="demo", user_id="ann").owner(settings) == \
+        ("demo", "ann")
+    with pytest.raises(UsageError, match="project id"):
+        RequestSpec.build(QUERY, project_id="de mo")
+    with pytest.raises(UsageError, match="uuids"):
+        RequestSpec.build(QUERY, count=2, uuids=[str(uuidlib.uuid4())] * 2)

@@ -107,3 +107,30 @@ def test_write_specs_refuses_when_the_group_grew_since_it_was_read():
     written_before = set(store.entries)
     assert write_specs(store, [destination()], request, SETTINGS, read_at) is None
     assert set(store.entries) == written_before
+
+
+def test_the_api_view_of_each_instance_is_written_with_it():
+    from etcd_compute.scheduler.spec_writer import transaction
+
+    store = FakeStore()
+    uuids = [str(uuidlib.uuid4()) for _ in range(2)]
+    request = RequestSpec.build("resources=VCPU:1,MEMORY_MB:256", count=2, name="web",
+                                project_id="demo", user_id="ann", uuids=uuids,
+                                server={"project_id": "demo", "user_id": "ann",
+                                        "name": "My web", "metadata": {"k": "v"}})
+    targets = [Destination(uuid=u, name=request.instance_name(i, u), host=HOST,
+                           host_name="h", allocations={HOST: {"resources": RESOURCES}})
+               for i, u in enumerate(uuids)]
+    assert store.commit(transaction(store.keys, targets, request, SETTINGS, None)) is not None
+    servers = [messages.decode(messages.SERVER, store.get(store.keys.server(u)).value)
+               for u in uuids]
+    assert [(s["uuid"], s["name"], s["hostname"], s["launch_index"]) for s in servers] == [
+        (uuids[0], "My web-1", "web-1", 0), (uuids[1], "My web-2", "web-2", 1)]
+    spec = messages.decode(messages.INSTANCE_SPEC,
+                           store.get(store.keys.spec(HOST, uuids[0])).value)
+    record = messages.decode(messages.INSTANCE_RECORD,
+                             store.get(store.keys.record(HOST, uuids[0])).value)
+    assert (spec["project_id"], spec["user_id"]) == ("demo", "ann")
+    assert (record["project_id"], record["user_id"]) == ("demo", "ann")
+    # The view exists already (a fault written for an earlier try): nothing is written.
+    assert store.commit(transaction(store.keys, targets, request, SETTINGS, None)) is None

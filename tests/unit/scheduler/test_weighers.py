@@ -64,6 +64,8 @@ def test_soft_affinity_weigher_prefers_or_avoids_members_by_policy():
     weigher = SoftAffinityWeigher()
     assert weigher.raw_weight(host, PlanContext("affinity", members)) == 2
     assert weigher.raw_weight(host, PlanContext("anti-affinity", members)) == -2
+    assert weigher.raw_weight(host, PlanContext("soft-affinity", members)) == 2
+    assert weigher.raw_weight(host, PlanContext("soft-anti-affinity", members)) == -2
     assert weigher.raw_weight(host, PlanContext(None, members)) == 0
 
 

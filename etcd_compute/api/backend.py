@@ -1,0 +1,59 @@
+"""What the handlers of one API process work with: its config, its etcd and Placement
+clients (the operator's credentials) and the objects over them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from etcd_compute.api.objects.builds import Builds
+from etcd_compute.api.objects.computes import Computes
+from etcd_compute.api.objects.flavors import Flavors
+from etcd_compute.api.objects.images import Images
+from etcd_compute.api.objects.keypairs import Keypairs
+from etcd_compute.api.objects.quotas import Quotas
+from etcd_compute.api.objects.server_actions import ServerActions
+from etcd_compute.api.objects.server_groups import ServerGroups
+from etcd_compute.api.objects.servers import Servers
+from etcd_compute.api.policy import Policy
+from etcd_compute.etcd import KeyValueStore
+from etcd_compute.placement import PlacementClient
+
+
+@dataclass
+class Backend:
+    config: dict[str, Any]
+    store: KeyValueStore
+    placement: PlacementClient
+    policy: Policy
+    flavors: Flavors
+    keypairs: Keypairs
+    quotas: Quotas
+    servers: Servers
+    builds: Builds
+    actions: ServerActions
+    server_groups: ServerGroups
+    computes: Computes
+    images: Images
+
+    @property
+    def settings(self) -> dict[str, Any]:
+        """The `api` section."""
+        return self.config["api"]
+
+    @classmethod
+    def over(cls, config: dict[str, Any], store: KeyValueStore, placement: PlacementClient,
+             policy: Policy | None = None) -> Backend:
+        servers = Servers(store)
+        quotas = Quotas(store, placement, config["api"], config["scheduler"]["consumer_type"],
+                        config["scheduler"]["wait_timeout_seconds"])
+        images = Images(config)
+        return cls(config, store, placement, policy or Policy(config["api"]["policy_file"]),
+                   Flavors(store), Keypairs(store), quotas, servers,
+                   Builds(config, store, placement, quotas, servers),  # type: ignore[arg-type]
+                   ServerActions(store, placement, quotas,
+                                 config["scheduler"]["required_resources"], images),
+                   ServerGroups(store), Computes(store, placement, config["api"]), images)
+
+    def close(self) -> None:
+        self.builds.close()

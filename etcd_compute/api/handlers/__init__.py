@@ -1,0 +1,1 @@
+"""HTTP handlers, one module per resource (thin: parse, authorize, call objects, render)."""

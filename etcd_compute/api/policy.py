@@ -1,0 +1,196 @@
+"""Who may do what: Nova's policy rules, with Nova's names and defaults (oslo.policy).
+
+The base rules are Nova's (`nova/policies/base.py`): a project's `reader` reads, its
+`member` writes, `admin` may do everything. Each call checks its own rule (named as in
+Nova, `os_compute_api:servers:create`...) against the target it acts on (the server's
+project, the keypair's user). A YAML policy file (`api.policy_file`) overrides any rule,
+as Nova's does. New defaults and scope checks are enforced (tokens must be
+project-scoped).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from oslo_config import cfg
+from oslo_policy import opts as policy_opts
+from oslo_policy import policy
+
+from etcd_compute.api.context import Context
+from etcd_compute.errors import ConfigError
+
+ADMIN = "rule:context_is_admin"
+PROJECT_READER_OR_ADMIN = "rule:project_reader_or_admin"
+PROJECT_MEMBER_OR_ADMIN = "rule:project_member_or_admin"
+ANY = "@"
+SERVERS = "os_compute_api:servers:%s"
+FLAVOR_MANAGE = "os_compute_api:os-flavor-manage:%s"
+EXTRA_SPECS = "os_compute_api:os-flavor-extra-specs:%s"
+KEYPAIRS = "os_compute_api:os-keypairs:%s"
+QUOTA_SETS = "os_compute_api:os-quota-sets:%s"
+LIMITS = "os_compute_api:limits"
+LIMITS_OTHER_PROJECT = "os_compute_api:limits:other_project"
+EXTENDED_ATTRIBUTES = "os_compute_api:os-extended-server-attributes"
+SERVER_TAGS = "os_compute_api:os-server-tags:%s"
+KEYPAIR_OWNER = "(" + ADMIN + ") or user_id:%(user_id)s"
+CONSOLE_OUTPUT = "os_compute_api:os-console-output"
+SERVER_METADATA = "os_compute_api:server-metadata:%s"
+IPS = "os_compute_api:ips:%s"
+INSTANCE_ACTIONS = "os_compute_api:os-instance-actions:%s"
+SERVER_GROUPS = "os_compute_api:os-server-groups:%s"
+AVAILABILITY_ZONE = "os_compute_api:os-availability-zone:%s"
+SERVICES = "os_compute_api:os-services:%s"
+HYPERVISORS = "os_compute_api:os-hypervisors:%s"
+
+BASE = [
+    ("context_is_admin", "role:admin"),
+    ("project_manager_api", "role:manager and project_id:%(project_id)s"),
+    ("project_member_api", "role:member and project_id:%(project_id)s"),
+    ("project_reader_api", "role:reader and project_id:%(project_id)s"),
+    ("service_api", "role:service"),
+    ("project_manager_or_admin", "rule:project_manager_api or rule:context_is_admin"),
+    ("project_member_or_admin", "rule:project_member_api or rule:context_is_admin"),
+    ("project_reader_or_admin", "rule:project_reader_api or rule:context_is_admin"),
+    ("service_or_admin", "rule:service_api or rule:context_is_admin"),
+]
+
+RULES = [
+    (SERVERS % "index", PROJECT_READER_OR_ADMIN),
+    (SERVERS % "detail", PROJECT_READER_OR_ADMIN),
+    (SERVERS % "index:get_all_tenants", ADMIN),
+    (SERVERS % "detail:get_all_tenants", ADMIN),
+    (SERVERS % "allow_all_filters", ADMIN),
+    (SERVERS % "show", PROJECT_READER_OR_ADMIN),
+    (SERVERS % "show:flavor-extra-specs", PROJECT_READER_OR_ADMIN),
+    (SERVERS % "show:host_status", ADMIN),
+    (SERVERS % "show:host_status:unknown-only", ADMIN),
+    (SERVERS % "create", PROJECT_MEMBER_OR_ADMIN),
+    (SERVERS % "create:forced_host", ADMIN),
+    ("compute:servers:create:requested_destination", ADMIN),
+    (SERVERS % "create:attach_network", PROJECT_MEMBER_OR_ADMIN),
+    (SERVERS % "create:zero_disk_flavor", ADMIN),
+    (SERVERS % "delete", PROJECT_MEMBER_OR_ADMIN),
+    (SERVERS % "update", PROJECT_MEMBER_OR_ADMIN),
+    (SERVERS % "confirm_resize", PROJECT_MEMBER_OR_ADMIN),
+    (SERVERS % "revert_resize", PROJECT_MEMBER_OR_ADMIN),
+    (SERVERS % "reboot", PROJECT_MEMBER_OR_ADMIN),
+    (SERVERS % "resize", PROJECT_MEMBER_OR_ADMIN),
+    (SERVERS % "rebuild", PROJECT_MEMBER_OR_ADMIN),
+    (SERVERS % "rebuild:trusted_certs", PROJECT_MEMBER_OR_ADMIN),
+    (SERVERS % "create_image", PROJECT_MEMBER_OR_ADMIN),
+    (SERVERS % "create_image:allow_volume_backed", PROJECT_MEMBER_OR_ADMIN),
+    (SERVERS % "start", PROJECT_MEMBER_OR_ADMIN),
+    (SERVERS % "stop", PROJECT_MEMBER_OR_ADMIN),
+    (CONSOLE_OUTPUT, PROJECT_MEMBER_OR_ADMIN),
+    (SERVER_METADATA % "index", PROJECT_READER_OR_ADMIN),
+    (SERVER_METADATA % "show", PROJECT_READER_OR_ADMIN),
+    (SERVER_METADATA % "create", PROJECT_MEMBER_OR_ADMIN),
+    (SERVER_METADATA % "update_all", PROJECT_MEMBER_OR_ADMIN),
+    (SERVER_METADATA % "update", PROJECT_MEMBER_OR_ADMIN),
+    (SERVER_METADATA % "delete", PROJECT_MEMBER_OR_ADMIN),
+    (IPS % "index", PROJECT_READER_OR_ADMIN),
+    (IPS % "show", PROJECT_READER_OR_ADMIN),
+    (INSTANCE_ACTIONS % "list", PROJECT_READER_OR_ADMIN),
+    (INSTANCE_ACTIONS % "show", PROJECT_READER_OR_ADMIN),
+    (INSTANCE_ACTIONS % "events", ADMIN),
+    (INSTANCE_ACTIONS % "events:details", ADMIN),
+    (SERVER_GROUPS % "create", PROJECT_MEMBER_OR_ADMIN),
+    (SERVER_GROUPS % "delete", PROJECT_MEMBER_OR_ADMIN),
+    (SERVER_GROUPS % "index", PROJECT_READER_OR_ADMIN),
+    (SERVER_GROUPS % "index:all_projects", ADMIN),
+    (SERVER_GROUPS % "show", PROJECT_READER_OR_ADMIN),
+    (AVAILABILITY_ZONE % "list", ANY),
+    (AVAILABILITY_ZONE % "detail", ADMIN),
+    (SERVICES % "list", ADMIN),
+    (SERVICES % "update", ADMIN),
+    (SERVICES % "delete", ADMIN),
+    (HYPERVISORS % "list", ADMIN),
+    (HYPERVISORS % "list-detail", ADMIN),
+    (HYPERVISORS % "statistics", ADMIN),
+    (HYPERVISORS % "show", ADMIN),
+    (HYPERVISORS % "uptime", ADMIN),
+    (HYPERVISORS % "search", ADMIN),
+    (HYPERVISORS % "servers", ADMIN),
+    (EXTENDED_ATTRIBUTES, ADMIN),
+    (SERVER_TAGS % "index", PROJECT_READER_OR_ADMIN),
+    (SERVER_TAGS % "show", PROJECT_READER_OR_ADMIN),
+    (SERVER_TAGS % "update", PROJECT_MEMBER_OR_ADMIN),
+    (SERVER_TAGS % "update_all", PROJECT_MEMBER_OR_ADMIN),
+    (SERVER_TAGS % "delete", PROJECT_MEMBER_OR_ADMIN),
+    (SERVER_TAGS % "delete_all", PROJECT_MEMBER_OR_ADMIN),
+    (FLAVOR_MANAGE % "create", ADMIN),
+    (FLAVOR_MANAGE % "update", ADMIN),
+    (FLAVOR_MANAGE % "delete", ADMIN),
+    (EXTRA_SPECS % "index", PROJECT_READER_OR_ADMIN),
+    (EXTRA_SPECS % "show", PROJECT_READER_OR_ADMIN),
+    (EXTRA_SPECS % "create", ADMIN),
+    (EXTRA_SPECS % "update", ADMIN),
+    (EXTRA_SPECS % "delete", ADMIN),
+    (KEYPAIRS % "index", KEYPAIR_OWNER),
+    (KEYPAIRS % "create", KEYPAIR_OWNER),
+    (KEYPAIRS % "delete", KEYPAIR_OWNER),
+    (KEYPAIRS % "show", KEYPAIR_OWNER),
+    (LIMITS, ANY),
+    (LIMITS_OTHER_PROJECT, ADMIN),
+    (QUOTA_SETS % "update", ADMIN),
+    (QUOTA_SETS % "defaults", ANY),
+    (QUOTA_SETS % "show", PROJECT_READER_OR_ADMIN),
+    (QUOTA_SETS % "delete", ADMIN),
+    (QUOTA_SETS % "detail", PROJECT_READER_OR_ADMIN),
+]
+
+
+class PolicyNotAuthorized(Exception):
+    """A rule refused the caller (403, Nova's message)."""
+
+    def __init__(self, action: str):
+        super().__init__(f"Policy doesn't allow {action} to be performed.")
+        self.action = action
+
+
+def defaults() -> list[policy.RuleDefault]:
+    """Every rule with its default (base rules first), project-scoped as Nova's."""
+    base = [policy.RuleDefault(name, check) for name, check in BASE]
+    return base + [policy.RuleDefault(name, check, scope_types=["project"])
+                   for name, check in RULES]
+
+
+class Policy:
+    """The rules of this API: Nova's defaults, overridden by `policy_file` if given."""
+
+    def __init__(self, policy_file: str | None = None):
+        conf = cfg.ConfigOpts()
+        conf([], project="etcd-compute", default_config_files=[], default_config_dirs=[])
+        # No policy.d, and no file found by name in /etc/etcd-compute or ~ behind our back:
+        # the defaults, or exactly the file configured (os.devnull reads as no rules).
+        policy_opts.set_defaults(conf, enforce_scope=True, enforce_new_defaults=True,
+                                 policy_dirs=[])
+        self.enforcer = policy.Enforcer(conf, policy_file=policy_file or os.devnull)
+        self.enforcer.register_defaults(defaults())
+        if policy_file is not None and not os.path.isfile(policy_file):
+            raise ConfigError(f"api.policy_file {policy_file}: no such file")
+        # A bad file is found now (one line at start), not at the first request.
+        try:
+            self.enforcer.load_rules()
+        except Exception as exc:  # noqa: BLE001 (oslo.policy raises what its parsers raise)
+            raise ConfigError(f"api.policy_file {policy_file}: {exc}") from None
+
+    def allows(self, context: Context, action: str, target: dict[str, Any] | None = None) -> bool:
+        return bool(self.enforcer.authorize(action, self._target(context, target),
+                                            context.oslo, do_raise=False))
+
+    def authorize(self, context: Context, action: str,
+                  target: dict[str, Any] | None = None) -> None:
+        """PolicyNotAuthorized unless the rule `action` lets the caller act on `target`
+        (by default the caller's own project and user, as Nova's)."""
+        if not self.allows(context, action, target):
+            raise PolicyNotAuthorized(action)
+
+    def is_admin(self, context: Context) -> bool:
+        return self.allows(context, "context_is_admin")
+
+    @staticmethod
+    def _target(context: Context, target: dict[str, Any] | None) -> dict[str, Any]:
+        return target if target is not None else {"project_id": context.project_id,
+                                                  "user_id": context.user_id}

@@ -1,0 +1,114 @@
+"""Server actions' bodies, per microversion (Nova's `schemas/servers.py` and
+`schemas/console_output.py`)."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from etcd_compute.api.microversion import Version
+from etcd_compute.api.schemas import parameter_types as types
+
+
+def _bare(name: str) -> dict[str, Any]:
+    """An action with no parameters: any value (Nova's, until a microversion restricts it)."""
+    return {"type": "object", "properties": {name: {}}, "required": [name],
+            "additionalProperties": False}
+
+
+start = _bare("os-start")
+stop = _bare("os-stop")
+confirm_resize = _bare("confirmResize")
+revert_resize = _bare("revertResize")
+
+reboot = {
+    "type": "object",
+    "properties": {"reboot": {
+        "type": "object",
+        "properties": {"type": {"type": "string",
+                                "enum": ["HARD", "Hard", "hard", "SOFT", "Soft", "soft"]}},
+        "required": ["type"],
+        "additionalProperties": False,
+    }},
+    "required": ["reboot"],
+    "additionalProperties": False,
+}
+
+resize = {
+    "type": "object",
+    "properties": {"resize": {
+        "type": "object",
+        "properties": {"flavorRef": types.flavor_ref, "OS-DCF:diskConfig": types.disk_config},
+        "required": ["flavorRef"],
+        "additionalProperties": False,
+    }},
+    "required": ["resize"],
+    "additionalProperties": False,
+}
+
+_rebuild = {
+    "type": "object",
+    "properties": {"rebuild": {
+        "type": "object",
+        "properties": {
+            "name": types.name,
+            "imageRef": {"type": "string", "maxLength": 2048},
+            "adminPass": types.admin_password,
+            "metadata": types.metadata,
+            "preserve_ephemeral": types.boolean,
+            "OS-DCF:diskConfig": types.disk_config,
+            "accessIPv4": types.accessIPv4,
+            "accessIPv6": types.accessIPv6,
+            "personality": types.personality,
+        },
+        "required": ["imageRef"],
+        "additionalProperties": False,
+    }},
+    "required": ["rebuild"],
+    "additionalProperties": False,
+}
+
+create_image = {
+    "type": "object",
+    "properties": {"createImage": {
+        "type": "object",
+        "properties": {"name": types.name, "metadata": types.metadata},
+        "required": ["name"],
+        "additionalProperties": False,
+    }},
+    "required": ["createImage"],
+    "additionalProperties": False,
+}
+
+console_output = {
+    "type": "object",
+    "properties": {"os-getConsoleOutput": {
+        "type": "object",
+        "properties": {"length": {"type": ["integer", "string", "null"],
+                                  "pattern": "^-?[0-9]+$", "minimum": -1}},
+        "additionalProperties": False,
+    }},
+    "required": ["os-getConsoleOutput"],
+    "additionalProperties": False,
+}
+
+
+def rebuild_schema(version: Version) -> dict[str, Any]:
+    """2.19 description, 2.54 key_name, 2.57 user_data (personality gone), 2.63
+    trusted_image_certificates (refused when given: we verify no image signatures)."""
+    schema = copy.deepcopy(_rebuild)
+    properties = schema["properties"]["rebuild"]["properties"]
+    if version.at_least("2.19"):
+        properties["description"] = types.description
+    if version.at_least("2.54"):
+        properties["key_name"] = {"type": ["string", "null"], "format": "name",
+                                  "minLength": 1, "maxLength": 255}
+    if version.at_least("2.57"):
+        properties.pop("personality")
+        properties["user_data"] = {"type": ["string", "null"], "format": "base64",
+                                   "maxLength": 65535}
+    if version.at_least("2.63"):
+        properties["trusted_image_certificates"] = {
+            "type": ["array", "null"], "minItems": 1, "maxItems": 50, "uniqueItems": True,
+            "items": {"type": "string", "minLength": 1}}
+    return schema

@@ -1,0 +1,1 @@
+"""How resources look at a microversion (Nova's fields)."""

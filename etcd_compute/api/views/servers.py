@@ -1,0 +1,282 @@
+"""A server as Nova shows it at a microversion, from our instance states.
+
+Our states map to Nova's vm_state, task_state and power_state, and those to Nova's
+`status` as Nova's `_STATE_MAP` does:
+
+    SCHEDULED, RESCHEDULING  building / scheduling           BUILD
+    BUILDING                 building / spawning             BUILD
+    ACTIVE                   active / -        running       ACTIVE
+    SHUTOFF                  stopped / -       shutdown      SHUTOFF
+    STOPPING                 active / powering-off           ACTIVE
+    STARTING                 stopped / powering-on           SHUTOFF
+    REBOOTING                active / rebooting[_hard]       REBOOT, HARD_REBOOT
+    REBUILDING               (as it was) / rebuilding        REBUILD
+    RESIZING                 (as it was) / resize_migrating  RESIZE
+    SNAPSHOTTING             (as it was) / image_uploading   (as it was)
+      reverting a resize     resized / resize_reverting      REVERT_RESIZE
+    ACTIVE, SHUTOFF holding
+      a resize's old size    resized / -                     VERIFY_RESIZE
+    DELETING                 active / deleting               ACTIVE
+    ERROR                    error / -                       ERROR (with its fault)
+
+An action asked through the API that its host has not taken up yet (the view's `task`)
+shows as Nova's task_state at once: powering-off, powering-on, rebooting[_hard],
+rebuilding, resize_prep, resize_reverting (as Nova sets it before casting to the host).
+"""
+
+from __future__ import annotations
+
+import datetime
+import hashlib
+from typing import Any
+
+from etcd_compute.api.microversion import Version
+from etcd_compute.api.objects.servers import Server
+from etcd_compute.api.wsgi import ApiRequest
+from etcd_compute.instances import states
+
+NOSTATE, RUNNING, SHUTDOWN = 0, 1, 4
+_STATUS = {
+    ("active", None): "ACTIVE", ("active", "rebooting"): "REBOOT",
+    ("active", "rebooting_hard"): "HARD_REBOOT", ("active", "rebuilding"): "REBUILD",
+    ("active", "resize_prep"): "RESIZE", ("active", "resize_migrating"): "RESIZE",
+    ("building", None): "BUILD", ("stopped", None): "SHUTOFF",
+    ("stopped", "resize_prep"): "RESIZE", ("stopped", "resize_migrating"): "RESIZE",
+    ("stopped", "rebuilding"): "REBUILD", ("error", None): "ERROR",
+    ("error", "rebuilding"): "REBUILD", ("deleted", None): "DELETED",
+    ("resized", None): "VERIFY_RESIZE", ("resized", "resize_reverting"): "REVERT_RESIZE",
+}
+# Nova's statuses (the `status` filter accepts these).
+STATUSES = ("ACTIVE", "BUILD", "DELETED", "ERROR", "HARD_REBOOT", "MIGRATING", "PASSWORD",
+            "PAUSED", "REBOOT", "REBUILD", "RESCUE", "RESIZE", "REVERT_RESIZE", "SHELVED",
+            "SHELVED_OFFLOADED", "SHUTOFF", "SOFT_DELETED", "SUSPENDED", "UNKNOWN",
+            "VERIFY_RESIZE")
+# Only shown while in these statuses (Nova's _progress_statuses).
+_PROGRESS = ("ACTIVE", "BUILD", "REBUILD", "RESIZE", "VERIFY_RESIZE", "MIGRATING")
+
+
+# The task_state of an action asked and not taken up yet.
+_PENDING = {"stop": "powering-off", "start": "powering-on", "reboot": "rebooting",
+            "rebuild": "rebuilding", "resize": "resize_prep",
+            "revert-resize": "resize_reverting", "snapshot": "image_snapshot"}
+
+
+def pending(server: Server) -> dict[str, Any] | None:
+    """The action asked through the API that the host has not taken up yet: the record
+    names another request and has not changed since it was asked (a request taken up,
+    refused or overtaken by another moves the record)."""
+    task, record = server.doc.get("task"), server.record
+    if not task or record is None or record["state"] not in (states.ACTIVE, states.SHUTOFF):
+        return None
+    if record.get("request_id") == task["request_id"] or \
+            float(record.get("updated_at") or 0) > float(task["at"]):
+        return None
+    return dict(task)
+
+
+def nova_states(server: Server) -> tuple[str, str | None, int]:
+    """(vm_state, task_state, power_state) of our state."""
+    state = server.state
+    if server.doc.get("deleting") and state not in (states.ERROR, states.DELETED):
+        state = states.DELETING  # asked; the host has not taken it up yet
+    record = server.record or {}
+    task = record.get("task") or {}
+    held = bool(record.get("resize_hold"))
+    if state in (states.ACTIVE, states.SHUTOFF):
+        vm_state = "resized" if held else "active" if state == states.ACTIVE else "stopped"
+        power = RUNNING if state == states.ACTIVE else SHUTDOWN
+        asked = pending(server)
+        if asked is None:
+            return vm_state, None, power
+        task_state = _PENDING[asked["action"]]
+        if asked["action"] == "reboot" and asked.get("hard"):
+            task_state = "rebooting_hard"
+        return vm_state, task_state, power
+    if state == states.RESIZING and task.get("reverts"):
+        return "resized", "resize_reverting", RUNNING if task.get("from") == states.ACTIVE \
+            else SHUTDOWN
+    was = "stopped" if task.get("from") == states.SHUTOFF else "active"
+    was_power = SHUTDOWN if was == "stopped" else RUNNING
+    return {
+        states.SCHEDULED: ("building", "scheduling", NOSTATE),
+        states.RESCHEDULING: ("building", "scheduling", NOSTATE),
+        states.BUILDING: ("building", "spawning", NOSTATE),
+        states.ACTIVE: ("active", None, RUNNING),
+        states.SHUTOFF: ("stopped", None, SHUTDOWN),
+        states.STOPPING: ("active", "powering-off", RUNNING),
+        states.STARTING: ("stopped", "powering-on", SHUTDOWN),
+        states.REBOOTING: ("active", "rebooting_hard" if task.get("hard") else "rebooting",
+                              RUNNING),
+        states.REBUILDING: (was, "rebuilding", was_power),
+        states.RESIZING: (was, "resize_migrating", was_power),
+        states.SNAPSHOTTING: (was, "image_uploading", was_power),
+        states.DELETING: ("active", "deleting", NOSTATE),
+        states.ERROR: ("error", None, NOSTATE),
+        states.DELETED: ("deleted", None, NOSTATE),
+    }.get(state, ("error", None, NOSTATE))
+
+
+def status(server: Server) -> str:
+    vm_state, task_state, _ = nova_states(server)
+    return _STATUS.get((vm_state, task_state)) or _STATUS.get((vm_state, None), "UNKNOWN")
+
+
+def isotime(timestamp: float | None) -> str | None:
+    """Nova's `utils.isotime`: UTC, seconds, a Z."""
+    if timestamp is None:
+        return None
+    when = datetime.datetime.fromtimestamp(timestamp, datetime.UTC)
+    return when.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def links(req: ApiRequest, collection: str, item: str) -> list[dict[str, str]]:
+    """self (versioned) and bookmark links, with the project id when the request URL had
+    one (as Nova's)."""
+    project = req.environ.get("etcd_compute.url_project_id")
+    parts = [project, collection, item] if project else [collection, item]
+    return [{"rel": "self", "href": req.url_for("v2.1", *parts)},
+            {"rel": "bookmark", "href": req.url_for(*parts)}]
+
+
+def basic(req: ApiRequest, server: Server) -> dict[str, Any]:
+    return {"id": server.uuid, "name": server.doc["name"],
+            "links": links(req, "servers", server.uuid)}
+
+
+def _host_id(server: Server) -> str:
+    host = server.host or ""
+    if not host:
+        return ""
+    return hashlib.sha224((server.project_id + host).encode()).hexdigest()
+
+
+def flavor_of(server: Server) -> dict[str, Any]:
+    """The server's flavor: a resize's new one once the instance has its size (resized,
+    whoever confirms it: the API or `schedule.py`), else the one it had (a resize not done
+    yet, failed or reverted)."""
+    resize = server.doc.get("resize") or {}
+    if resize and (server.record or {}).get("resources") == resize.get("resources"):
+        return dict(resize["new_flavor"])
+    return dict(server.doc.get("flavor") or {})
+
+
+def _flavor(req: ApiRequest, server: Server, show_extra_specs: bool) -> dict[str, Any]:
+    flavor = flavor_of(server)
+    if not req.version.at_least("2.47"):
+        return {"id": flavor.get("id", ""), "links": [
+            {"rel": "bookmark", "href": req.url_for("flavors", flavor.get("id", ""))}]}
+    shown = {"original_name": flavor.get("name", ""), "vcpus": flavor.get("vcpus", 0),
+             "ram": flavor.get("ram", 0), "disk": flavor.get("disk", 0),
+             "ephemeral": flavor.get("ephemeral", 0), "swap": flavor.get("swap", 0)}
+    if show_extra_specs:
+        shown["extra_specs"] = dict(flavor.get("extra_specs") or {})
+    return shown
+
+
+def _image(req: ApiRequest, server: Server) -> dict[str, Any] | str:
+    image = server.doc.get("image")
+    if not image:
+        return ""
+    return {"id": image["id"],
+            "links": [{"rel": "bookmark", "href": req.url_for("images", image["id"])}]}
+
+
+def _addresses(server: Server, network: str) -> dict[str, list[dict[str, Any]]]:
+    """The instance's address on our network (hidden while it builds, as Nova's)."""
+    record = server.record or {}
+    ip = record.get("ip")
+    if not ip or nova_states(server)[0] == "building":
+        return {}
+    return {network: [{"version": 6 if ":" in ip else 4, "addr": ip,
+                       "OS-EXT-IPS:type": "fixed"}]}
+
+
+def ips(server: Server, network: str) -> dict[str, list[dict[str, Any]]]:
+    """The server's addresses as /servers/{id}/ips lists them (version and addr)."""
+    return {label: [{"version": a["version"], "addr": a["addr"]} for a in found]
+            for label, found in _addresses(server, network).items()}
+
+
+def fault(server: Server, is_admin: bool) -> dict[str, Any] | None:
+    """Nova's fault of an ERROR server: the failure's first line; details for admins."""
+    found = server.doc.get("fault")
+    if found:
+        shown = {"code": found["code"], "created": isotime(found["created"]),
+                 "message": found["message"]}
+        if found.get("details") and (is_admin or found["code"] != 500):
+            shown["details"] = found["details"]
+        return shown
+    error = (server.record or {}).get("error")
+    if not error:
+        return None
+    shown = {"code": 500, "created": isotime((server.record or {}).get("updated_at")),
+             "message": error[:255]}
+    if is_admin:
+        shown["details"] = error
+    return shown
+
+
+def _usage_time(timestamp: float | None) -> str | None:
+    """Nova's OS-SRV-USG times: UTC, microseconds, no zone."""
+    if timestamp is None:
+        return None
+    when = datetime.datetime.fromtimestamp(timestamp, datetime.UTC)
+    return when.strftime("%Y-%m-%dT%H:%M:%S.%f")
+
+
+def show(req: ApiRequest, server: Server, *, network: str, show_extended: bool,
+         show_extra_specs: bool, is_admin: bool,
+         host_status: str | None = None, availability_zone: str = "") -> dict[str, Any]:
+    """The detailed view (GET /servers/{id}, /servers/detail)."""
+    version: Version = req.version
+    doc, record = server.doc, server.record or {}
+    vm_state, task_state, power_state = nova_states(server)
+    shown: dict[str, Any] = {
+        "id": server.uuid, "name": doc["name"], "status": status(server),
+        "tenant_id": server.project_id, "user_id": doc["user_id"],
+        "metadata": dict(doc.get("metadata") or {}), "hostId": _host_id(server),
+        "image": _image(req, server), "flavor": _flavor(req, server, show_extra_specs),
+        "created": isotime(doc["created_at"]), "updated": isotime(server.updated_at),
+        "addresses": _addresses(server, network),
+        "accessIPv4": doc.get("access_ipv4") or "", "accessIPv6": doc.get("access_ipv6") or "",
+        "links": links(req, "servers", server.uuid), "OS-DCF:diskConfig": "MANUAL",
+        "OS-EXT-AZ:availability_zone": availability_zone,
+        "config_drive": "True", "key_name": doc.get("key_name"),
+        "OS-SRV-USG:launched_at": _usage_time(record.get("launched_at")),
+        "OS-SRV-USG:terminated_at": _usage_time(record.get("updated_at"))
+        if record.get("state") == states.DELETED else None,
+        "OS-EXT-STS:task_state": task_state, "OS-EXT-STS:vm_state": vm_state,
+        "OS-EXT-STS:power_state": power_state,
+        "os-extended-volumes:volumes_attached": [],
+    }
+    if shown["status"] in ("ERROR", "DELETED"):
+        found = fault(server, is_admin)
+        if found:
+            shown["fault"] = found
+    if shown["status"] in _PROGRESS:
+        shown["progress"] = 100 if shown["status"] == "ACTIVE" else 0
+    if show_extended:
+        shown["OS-EXT-SRV-ATTR:host"] = record.get("host_name")
+        shown["OS-EXT-SRV-ATTR:hypervisor_hostname"] = record.get("host_name")
+        shown["OS-EXT-SRV-ATTR:instance_name"] = server.uuid
+        if version.at_least("2.3"):
+            shown.update({
+                "OS-EXT-SRV-ATTR:hostname": doc.get("hostname"),
+                "OS-EXT-SRV-ATTR:kernel_id": "", "OS-EXT-SRV-ATTR:ramdisk_id": "",
+                "OS-EXT-SRV-ATTR:launch_index": doc.get("launch_index", 0),
+                "OS-EXT-SRV-ATTR:reservation_id": doc.get("reservation_id", ""),
+                "OS-EXT-SRV-ATTR:root_device_name": "/dev/vda",
+                "OS-EXT-SRV-ATTR:user_data": doc.get("user_data")})
+    if version.at_least("2.9"):
+        shown["locked"] = False
+    if version.at_least("2.16") and host_status is not None:
+        shown["host_status"] = host_status
+    if version.at_least("2.19"):
+        shown["description"] = doc.get("description")
+    if version.at_least("2.26"):
+        shown["tags"] = list(doc.get("tags") or [])
+    if version.at_least("2.63"):
+        shown["trusted_image_certificates"] = None
+    if version.at_least("2.73"):
+        shown["locked_reason"] = None
+    return shown

@@ -1,0 +1,137 @@
+"""Server actions through the real API with openstacksdk, a fake-driver compute doing them:
+stop, start, hard reboot, rebuild, a resize held in Placement until confirmed (and one
+reverted), the console output, the instance actions; nothing left in Placement after."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tests.api.conftest import IMAGE, Cloud
+from tests.support import wait_for
+
+
+def boot(conn: Any, name: str, flavor: str = "1") -> Any:
+    server = conn.compute.create_server(name=name, flavor_id=flavor, image_id=IMAGE,
+                                        networks="auto")
+    return conn.compute.wait_for_server(server, status="ACTIVE", wait=60, interval=0.3)
+
+
+def settle(cloud: Cloud, conn: Any, server: Any, status: str) -> Any:
+    """The server once it shows `status` with no task (the host has done it)."""
+    def done() -> Any:
+        now = conn.compute.get_server(server.id)
+        return now if now.status == status and now.task_state is None else None
+    return wait_for(done, timeout=60, interval=0.3, what=f"{server.name} {status}")
+
+
+def holds(cloud: Cloud) -> dict[str, Any]:
+    """The MIGRATION consumers Placement has on the cloud's host (resize holds)."""
+    found = cloud.placement.get(f"/resource_providers/{cloud.host}/allocations")
+    return {consumer: allocation["resources"]
+            for consumer, allocation in found["allocations"].items()
+            if cloud.placement.get_allocations(consumer).get("consumer_type") == "MIGRATION"}
+
+
+def test_power_actions_and_rebuild_show_novas_states(cloud: Cloud) -> None:
+    conn = cloud.connect("demo")
+    server = boot(conn, "power")
+    try:
+        conn.compute.stop_server(server)
+        # The task shows at once, before the host has taken it up.
+        assert conn.compute.get_server(server.id).task_state in ("powering-off", None)
+        settle(cloud, conn, server, "SHUTOFF")
+        conn.compute.start_server(server)
+        settle(cloud, conn, server, "ACTIVE")
+        conn.compute.reboot_server(server, "HARD")
+        settle(cloud, conn, server, "ACTIVE")
+        conn.compute.rebuild_server(server, image=IMAGE, name="rebuilt",
+                                    metadata={"k": "v"})
+        rebuilt = settle(cloud, conn, server, "ACTIVE")
+        assert rebuilt.name == "rebuilt" and rebuilt.metadata == {"k": "v"}
+        output = conn.compute.get_server_console_output(server)["output"]
+        assert f"fake console of {server.id}" in output
+        actions = [a.action for a in conn.compute.server_actions(server)]
+        assert actions[:5] == ["rebuild", "reboot", "start", "stop", "create"]
+    finally:
+        conn.compute.delete_server(server)
+        conn.compute.wait_for_delete(server, wait=60, interval=0.3)
+    wait_for(lambda: not cloud.usage("demo"), timeout=30, what="the claim freed")
+
+
+def test_a_resize_holds_the_old_size_until_confirmed(cloud: Cloud) -> None:
+    conn = cloud.connect("demo")
+    server = boot(conn, "grows")
+    try:
+        conn.compute.resize_server(server, "2")
+        resized = conn.compute.wait_for_server(server, status="VERIFY_RESIZE", wait=60,
+                                               interval=0.3)
+        assert resized.flavor["original_name"] == "m1.small"
+        # The project's instances hold the new size; the old one is held apart (Nova's
+        # migration consumer), on the same host.
+        assert cloud.usage("demo") == {"consumer_count": 1, "VCPU": 2, "MEMORY_MB": 512,
+                                       "DISK_GB": 2}
+        assert list(holds(cloud).values()) == [{"VCPU": 1, "MEMORY_MB": 256, "DISK_GB": 1}]
+        conn.compute.confirm_server_resize(server)
+        settle(cloud, conn, server, "ACTIVE")
+        assert holds(cloud) == {}
+        assert conn.compute.get_server(server.id).flavor["original_name"] == "m1.small"
+        actions = [a.action for a in conn.compute.server_actions(server)]
+        assert actions[:2] == ["confirmResize", "resize"]
+    finally:
+        conn.compute.delete_server(server)
+        conn.compute.wait_for_delete(server, wait=60, interval=0.3)
+    wait_for(lambda: not cloud.usage("demo"), timeout=30, what="the claim freed")
+
+
+def test_a_reverted_resize_goes_back_to_the_old_flavor(cloud: Cloud) -> None:
+    conn = cloud.connect("demo")
+    server = boot(conn, "back")
+    try:
+        conn.compute.resize_server(server, "2")
+        conn.compute.wait_for_server(server, status="VERIFY_RESIZE", wait=60, interval=0.3)
+        conn.compute.revert_server_resize(server)
+        reverted = settle(cloud, conn, server, "ACTIVE")
+        assert reverted.flavor["original_name"] == "m1.tiny"
+        assert holds(cloud) == {}
+        assert cloud.usage("demo") == {"consumer_count": 1, "VCPU": 1, "MEMORY_MB": 256,
+                                       "DISK_GB": 1}
+    finally:
+        conn.compute.delete_server(server)
+        conn.compute.wait_for_delete(server, wait=60, interval=0.3)
+
+
+def test_a_server_deleted_while_its_resize_waits_leaves_nothing_held(cloud: Cloud) -> None:
+    conn = cloud.connect("demo")
+    server = boot(conn, "dropped")
+    conn.compute.resize_server(server, "2")
+    conn.compute.wait_for_server(server, status="VERIFY_RESIZE", wait=60, interval=0.3)
+    conn.compute.delete_server(server)
+    conn.compute.wait_for_delete(server, wait=60, interval=0.3)
+    wait_for(lambda: not cloud.usage("demo") and not holds(cloud), timeout=30,
+             what="the claim and the hold freed")
+
+
+def test_actions_are_refused_as_nova_refuses_them(cloud: Cloud) -> None:
+    import openstack.exceptions
+
+    conn = cloud.connect("demo")
+    server = boot(conn, "refused")
+    try:
+        with pytest.raises(openstack.exceptions.ConflictException,
+                           match="while it is in vm_state active"):
+            conn.compute.start_server(server)
+        with pytest.raises(openstack.exceptions.ConflictException,
+                           match="while it is in vm_state active"):
+            conn.compute.confirm_server_resize(server)
+        with pytest.raises(openstack.exceptions.BadRequestException,
+                           match="must change flavor"):
+            conn.compute.resize_server(server, "1")
+        alt = cloud.connect("alt")
+        with pytest.raises(openstack.exceptions.NotFoundException):
+            alt.compute.stop_server(server.id)
+        assert conn.compute.get_server(server.id).status == "ACTIVE"
+    finally:
+        conn.compute.delete_server(server)
+        conn.compute.wait_for_delete(server, wait=60, interval=0.3)

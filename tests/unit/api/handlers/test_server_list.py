@@ -1,0 +1,97 @@
+"""Listing servers: a project's own, Nova's filters (a member's subset), sorting,
+limit/marker and the next link; all_tenants is the admin's."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from tests.unit.api.harness import ADMIN, Harness
+
+
+@pytest.fixture
+def harness() -> Harness:
+    harness = Harness.new()
+    harness.add_host()
+    harness.add_flavor()
+    harness.add_flavor("2", "m1.small", vcpus=2, ram=512, disk=2)
+    return harness
+
+
+def names(response) -> list[str]:
+    assert response.status_int == 200, response.text
+    return [s["name"] for s in response.json["servers"]]
+
+
+def test_a_member_lists_its_project_newest_first(harness: Harness):
+    for name in ("a", "b", "c"):
+        harness.boot(name)
+        time.sleep(0.01)
+    harness.boot("theirs", project="p2")
+    assert names(harness.call("GET", "/v2.1/servers")) == ["c", "b", "a"]
+    detail = harness.call("GET", "/v2.1/servers/detail").json["servers"]
+    assert {s["tenant_id"] for s in detail} == {"p1"} and detail[0]["status"] == "BUILD"
+    assert names(harness.call("GET", "/v2.1/servers?sort_key=display_name&sort_dir=asc")) == \
+        ["a", "b", "c"]
+
+
+def test_filters_as_nova_has_them(harness: Harness):
+    one = harness.boot("web-1")
+    harness.boot("db-1", flavorRef="2")
+    harness.activate(one)
+    assert names(harness.call("GET", "/v2.1/servers?name=^web")) == ["web-1"]
+    assert names(harness.call("GET", "/v2.1/servers?status=active")) == ["web-1"]
+    assert names(harness.call("GET", "/v2.1/servers?flavor=2")) == ["db-1"]
+    assert names(harness.call("GET", "/v2.1/servers?ip=192.168")) == ["web-1"]
+    assert names(harness.call("GET", "/v2.1/servers?image=file:///dev/null")) == \
+        ["db-1", "web-1"]
+    # A filter a member may not use is dropped (Nova's), not applied.
+    assert names(harness.call("GET", "/v2.1/servers?host=nowhere")) == ["db-1", "web-1"]
+    assert names(harness.call("GET", "/v2.1/servers?host=nowhere", roles=ADMIN)) == []
+    assert names(harness.call("GET", "/v2.1/servers?status=NONSENSE")) == []
+    assert harness.call("GET", "/v2.1/servers?status=NONSENSE",
+                        version="2.38").status_int == 400
+    assert harness.call("GET", "/v2.1/servers?name=(", version="2.1").status_int == 400
+    assert harness.call("GET", "/v2.1/servers?metadata=x").status_int == 200  # dropped
+    assert harness.call("GET", "/v2.1/servers?metadata=x", roles=ADMIN).status_int == 400
+    assert harness.call("GET", "/v2.1/servers?bogus=1", version="2.75").status_int == 400
+    # From 2.83 a member may filter by more (vm_state, key_name, user_id...).
+    assert names(harness.call("GET", "/v2.1/servers?vm_state=active")) == ["db-1", "web-1"]
+    assert names(harness.call("GET", "/v2.1/servers?vm_state=active", version="2.83")) == \
+        ["web-1"]
+
+
+def test_changes_since_and_before(harness: Harness):
+    harness.boot("old")
+    later = time.time() + 0.5
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(later + 1))
+    assert names(harness.call("GET", f"/v2.1/servers?changes-since={stamp}")) == []
+    assert names(harness.call("GET", f"/v2.1/servers?changes-before={stamp}",
+                              version="2.66")) == ["old"]
+    early = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(later - 3600))
+    assert harness.call("GET", f"/v2.1/servers?changes-since={stamp}&changes-before={early}",
+                        version="2.66").status_int == 400
+
+
+def test_all_tenants_is_the_admins(harness: Harness):
+    harness.boot("mine")
+    harness.boot("theirs", project="p2")
+    refused = harness.call("GET", "/v2.1/servers?all_tenants=1")
+    assert refused.status_int == 403
+    assert names(harness.call("GET", "/v2.1/servers?all_tenants=1", roles=ADMIN)) == \
+        ["theirs", "mine"]
+    assert names(harness.call("GET", "/v2.1/servers?all_tenants=1&project_id=p2",
+                              roles=ADMIN)) == ["theirs"]
+    assert names(harness.call("GET", "/v2.1/servers?all_tenants=0", roles=ADMIN)) == ["mine"]
+    assert harness.call("GET", "/v2.1/servers?sort_key=host").status_int == 403
+
+
+def test_limit_marker_and_next_links(harness: Harness):
+    made = [harness.boot(f"s{n}") for n in range(3)]
+    first = harness.call("GET", "/v2.1/servers?limit=2").json
+    assert [s["id"] for s in first["servers"]] == made[:0:-1]
+    assert first["servers_links"][0]["href"].endswith(f"limit=2&marker={made[1]}")
+    rest = harness.call("GET", f"/v2.1/servers?limit=2&marker={made[1]}").json
+    assert [s["id"] for s in rest["servers"]] == [made[0]] and "servers_links" not in rest
+    assert harness.call("GET", "/v2.1/servers?marker=nope").status_int == 400

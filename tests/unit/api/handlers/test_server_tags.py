@@ -1,0 +1,34 @@
+"""Server tags (2.26): listed, added one by one or all at once, removed; 404 before
+2.26, 409 while the server is not ACTIVE or SHUTOFF."""
+
+from __future__ import annotations
+
+from tests.unit.api.harness import Harness
+
+
+def test_tags_from_2_26():
+    harness = Harness.new()
+    harness.add_host()
+    harness.add_flavor()
+    uuid = harness.boot("t", version="2.52", networks="auto", tags=["a"])
+    url = f"/v2.1/servers/{uuid}/tags"
+    assert harness.call("GET", url, version="2.25").status_int == 404
+    assert harness.call("GET", url, version="2.26").json == {"tags": ["a"]}
+    assert harness.call("PUT", url + "/b", version="2.26").status_int == 409  # building
+    harness.activate(uuid)
+    added = harness.call("PUT", url + "/b", version="2.26")
+    assert added.status_int == 201 and added.headers["Location"].endswith(url + "/b")
+    assert harness.call("PUT", url + "/b", version="2.26").status_int == 204
+    assert harness.call("GET", url + "/b", version="2.26").status_int == 204
+    assert harness.call("PUT", url + "/a,b", version="2.26").status_int == 400
+    assert harness.call("GET", "/v2.1/servers?tags=a,b", version="2.26").json["servers"]
+    assert harness.call("GET", "/v2.1/servers?not-tags-any=b",
+                        version="2.26").json["servers"] == []
+    assert harness.call("PUT", url, {"tags": ["x", "x"]}, version="2.26").json == \
+        {"tags": ["x"]}
+    assert harness.call("DELETE", url + "/b", version="2.26").status_int == 404
+    assert harness.call("DELETE", url, version="2.26").status_int == 204
+    shown = harness.call("GET", f"/v2.1/servers/{uuid}", version="2.26").json["server"]
+    assert shown["tags"] == []
+    assert harness.call("GET", url, version="2.26", project="p2").status_int == 404
+    assert harness.call("PUT", url, {"tags": ["y"] * 51}, version="2.26").status_int == 400
