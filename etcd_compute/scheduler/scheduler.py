@@ -333,7 +333,8 @@ class Scheduler:
             return None
         destinations = self.destinations(request_spec, picks)
         self.transaction(request_spec, destinations, group_revision)  # refused before a claim
-        claimed = hostview.claim_somewhere(self.claim, destinations, picks)
+        claimed = hostview.claim_somewhere(
+            lambda tried: self.claim(tried, request_spec), destinations, picks)
         if claimed is None:
             self.view_passed_on += 1
             return None

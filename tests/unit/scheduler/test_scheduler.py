@@ -570,6 +570,21 @@ def test_a_plain_request_is_planned_on_the_accounts_placement_asked_only_for_the
     assert (scheduler.planned_on_view, scheduler.view_passed_on) == (1, 0)
 
 
+def test_a_request_planned_on_the_accounts_is_claimed_for_its_own_project_and_user():
+    store, placement = FakeStore("/t"), FakePlacement()
+    full, roomy = accounted(placement, store, 2, vcpu=2)
+    account(placement, store, roomy, used={"VCPU": 1})  # `full` first, refused: an alternate
+    for _ in range(2):
+        placement.claim(str(uuidlib.uuid4()), {full: {"resources": ONE}}, "p", "u")
+    scheduler = make_scheduler(store, placement)
+    (destination,) = scheduler.select_destinations(
+        RequestSpec.build(QUERY, project_id="tenant", user_id="someone"))
+    assert destination.host == roomy
+    assert scheduler.planned_on_view == 1 and placement.conflicts == 1
+    consumer = placement.consumers[destination.uuid]
+    assert (consumer["project_id"], consumer["user_id"]) == ("tenant", "someone")
+
+
 def test_an_account_behind_placement_sends_the_claim_to_an_alternate_never_over_capacity():
     store, placement = FakeStore("/t"), FakePlacement()
     full, roomy = accounted(placement, store, 2, vcpu=2)
