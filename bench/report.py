@@ -14,14 +14,14 @@ from typing import Any
 
 import matplotlib
 
-from bench import cli_start, cpu
+from bench import api, cli_start, cpu
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 ANALYSIS = Path(__file__).resolve().parent / "analysis.md"
 ORDER = ["a", "b", "c", "d", "e", "e'8", "e'32", "f8", "f8s", "f32", "f32s", "g1", "g8",
-         "g32"]
+         "g32", "api1", "api32", "api32s"]
 
 
 def _fmt(value: float | None, digits: int = 1) -> str:
@@ -65,6 +65,8 @@ def targets(results: dict[str, Any]) -> list[tuple[str, str, str, str]]:
         rows.append((f"RSS <= 300 MB with {suite['hosts']} simulated hosts (peak)", backend,
                      f"{many:.0f} MB", _verdict(many <= 300, "")))
     rows += service_targets(results)
+    for backend, suite in results["suites"].items():
+        rows += api.targets(suite, backend)
     for backend, suite in results["suites"].items():
         plain = results["suites"].get(backend.removesuffix("+tls"))
         if not backend.endswith("+tls") or plain is None:
@@ -300,6 +302,7 @@ def markdown(results: dict[str, Any], plots: list[str], plot_prefix: str) -> str
                     f"{rate / base if base else float('nan'):.2f} | {_fmt(f['latency_p50_ms'])} |"
                     f" {_fmt(f['latency_p95_ms'])} | {f['conflicts_409']} | - | - | - | - |")
         lines += cpu.markdown_lines(suite, ORDER)
+        lines += api.markdown_lines(suite)
         paced = suite.get("notification_paced")
         if paced:
             lines += ["", f"Notification, paced ({paced['count']} instances one per call, "

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench import cli_start, clients, floor, notification, ours, stats, verify
+from bench import api, cli_start, clients, floor, notification, ours, stats, verify
 from bench.cpu import CpuMeter
 from bench.footprint import RssSampler
 from bench.placements import RunResult
@@ -52,6 +52,8 @@ class Round:
     delays: list[float]
     cpu_seconds: dict[str, float]
     active_wait_seconds: float
+    # From the client's request to the BUILDING record (the API variants).
+    create_to_building: list[float]
 
     @property
     def rate(self) -> float:
@@ -77,11 +79,14 @@ def run_round(variant: Variant, config: dict[str, Any], instances: int, store: S
     checks = verify.check(store, placement, result.placed, fake_dir)
     consumers = checks.pop("consumers")
     verify.queue_empty(store)
-    delays = list(notification.building_delays(store, start_revision).values())
+    times = notification.building_times(store, start_revision)
+    delays = [building - created for created, building in times.values()]
+    create_to_building = [times[uuid][1] - asked for uuid, asked in result.started_at.items()
+                          if uuid in times]
     verify.wipe(store, placement, consumers, project, fake_dir)
     return Round(result, checks, delays,
                  {**used, "service": result.service_cpu_seconds, "clients": result.cpu_seconds},
-                 waited)
+                 waited, create_to_building)
 
 
 def merge_rounds(title: str, rounds: list[Round]) -> dict[str, Any]:
@@ -108,6 +113,7 @@ def merge_rounds(title: str, rounds: list[Round]) -> dict[str, Any]:
                          "p99": _ms(stats.percentile(delays, 99)),
                          "max": _ms(max(delays) if delays else None)},
         latencies_ms=[1000 * x for x in merged.latencies],
+        **_create_to_building(rounds),
         notification_samples_ms=[1000 * x for x in delays])
     return summary
 
@@ -122,6 +128,7 @@ def run_suite(backend: str, run_dir: Path, hosts: int, count: int, batch: int,
                            "batch": batch, "processes": processes, "variants": {}, "tls": tls}
     stack = Stack(backend_name, run_dir, placement_workers, tls=tls)
     compute: ComputeProcess | None = None
+    api_cloud = api.ApiCloud(run_dir)
     try:
         stack.start()
         out["placement_workers"] = stack.placement_workers
@@ -152,7 +159,8 @@ def run_suite(backend: str, run_dir: Path, hosts: int, count: int, batch: int,
                                   "etcd": stack.etcd.pid if stack.etcd else None,
                                   "compute": compute.pid if compute else None})
         chosen = [v for v in all_variants(batch, processes, profile_dir, run_dir,
-                                          cli_instances) if not only or v.key in only]
+                                          cli_instances, api_cloud)
+                  if not only or v.key in only]
         rounds_run: dict[str, list[Round]] = {v.key: [] for v in chosen}
         with RssSampler(compute) as sampler:
             # Interleaved: every variant's share of each round before the next round, so that
@@ -213,10 +221,22 @@ def run_suite(backend: str, run_dir: Path, hosts: int, count: int, batch: int,
                 verify.wipe(store, placement, [p.uuid for p in result.placed], project, None)
         store.close()
     finally:
+        api_cloud.stop()
+        if api_cloud.rss:
+            out["api_rss"] = api_cloud.rss
         if compute is not None:
             compute.stop()
         stack.stop()
     return out
+
+
+def _create_to_building(rounds: list[Round]) -> dict[str, Any]:
+    samples = [x for done in rounds for x in done.create_to_building]
+    if not samples:
+        return {}
+    return {"create_to_building_ms": {"count": len(samples),
+                                      "p50": _ms(stats.percentile(samples, 50)),
+                                      "p99": _ms(stats.percentile(samples, 99))}}
 
 
 def _ms(seconds: float | None) -> float | None:
