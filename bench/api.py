@@ -70,17 +70,21 @@ class ApiCloud:
         return self.api
 
     def rss_mb(self) -> dict[str, float]:
-        """gunicorn's master alone, and with its workers."""
+        """gunicorn's master alone, with its workers, and their PSS (shared pages counted
+        once: what the API costs the machine)."""
         if self.api is None or not self.api.pid:
             return {}
         master = psutil.Process(self.api.pid)
         own = total = master.memory_info().rss
+        pss = master.memory_full_info().pss
         for child in master.children(recursive=True):
             try:
                 total += child.memory_info().rss
+                pss += child.memory_full_info().pss
             except psutil.Error:
                 continue
-        return {"main_mb": own / 2**20, "with_workers_mb": total / 2**20}
+        return {"main_mb": own / 2**20, "with_workers_mb": total / 2**20,
+                "pss_mb": pss / 2**20}
 
     def stop(self) -> None:
         if self.api is not None:
@@ -180,7 +184,8 @@ def markdown_lines(suite: dict[str, Any]) -> list[str]:
     for when, rss in suite.get("api_rss", {}).items():
         if rss:
             lines.append(f"Compute API RSS ({when}): gunicorn master {rss['main_mb']:.0f} MB, "
-                         f"with its workers {rss['with_workers_mb']:.0f} MB.")
+                         f"with its workers {rss['with_workers_mb']:.0f} MB (PSS, shared "
+                         f"pages counted once: {rss.get('pss_mb', 0):.0f} MB).")
     return ["", *lines] if lines else []
 
 
