@@ -2,6 +2,9 @@
 PY := .venv/bin/python
 # Extra pytest arguments, e.g. make test PYTEST_ARGS="-k scheduler -x"
 PYTEST_ARGS ?=
+# pytest-xdist workers for the functional tests (they mostly wait on services; measured on
+# a 2-core machine, see README "Tests and benchmarks"). TEST_WORKERS=0: one process.
+TEST_WORKERS ?= 6
 
 .PHONY: help install demo up down status test unit mutations lint bench bench-full bench-deps clean
 
@@ -35,7 +38,8 @@ status:
 
 test: lint
 	@$(PY) -m pytest -q tests/unit
-	@$(PY) -m pytest --ignore=tests/unit $(PYTEST_ARGS)
+	@$(PY) -m pytest --ignore=tests/unit -n $(TEST_WORKERS) --dist loadgroup \
+		--no-loadscope-reorder --durations=25 $(PYTEST_ARGS)
 
 unit: install
 	@$(PY) -m pytest -q tests/unit $(PYTEST_ARGS)

@@ -215,16 +215,22 @@ class PlacementClient:
 
     def _with_generation(self, uuid: str, path: str, build_body: Any,
                          generation: int | None = None) -> dict[str, Any]:
-        """PUT `build_body(generation)` to `path`; on a generation conflict, re-read it.
+        """PUT `build_body(generation)` to `path`, unless `path` already holds it; on a
+        generation conflict, read `path` again (its generation and what it holds).
 
-        Pass the generation a previous write returned to save a read.
+        Every claim on the provider moves its generation: a host restarting while claims
+        flow lost every try of writing the inventory it already had, and exited. Pass the
+        generation a previous write returned to save a read.
         """
         for _ in range(GENERATION_RETRIES):
             if generation is None:
-                provider = self.get_provider(uuid)
-                if provider is None:
-                    raise NotFound(f"resource provider {uuid} does not exist")
-                generation = provider["generation"]
+                try:
+                    current = self.get(path)
+                except NotFound:
+                    raise NotFound(f"resource provider {uuid} does not exist") from None
+                generation = current["resource_provider_generation"]
+                if _same_content(current, build_body(generation)):
+                    return current
             try:
                 return self.request("PUT", path, json=build_body(generation)).json()
             except ConflictError as exc:
@@ -368,3 +374,13 @@ class PlacementClient:
         root = self.request("GET", "/").json()
         version = root["versions"][0]
         return f"Placement {version['min_version']}..{version['max_version']} at {self.endpoint}"
+
+
+def _same_content(current: dict[str, Any], wanted: dict[str, Any]) -> bool:
+    """Whether a provider's inventories, traits or aggregates as read (`current`) are what
+    `wanted` would write (generations aside; lists in any order)."""
+    def plain(body: dict[str, Any]) -> dict[str, Any]:
+        return {key: sorted(value) if isinstance(value, list) else value
+                for key, value in body.items() if key != "resource_provider_generation"}
+
+    return plain(current) == plain(wanted)

@@ -52,6 +52,72 @@ def pytest_configure(config: pytest.Config) -> None:
     signal.signal(signal.SIGTERM, interrupt)
 
 
+# ---------------------------------------------------------------- parallel runs
+
+# `make test` runs the functional tests on several pytest-xdist workers (`--dist
+# loadgroup`). Each worker starts its own session etcd, Placement and CA (random ports,
+# temporary dirs). A test that uses one of these fixtures runs on the one worker that holds
+# it, because it owns a fixed name of this machine or is too dear to start once per worker:
+WORKER_GROUPS = {
+    # 169.254.169.254:80, the libvirt network etcd-compute-test and its nwfilters, under
+    # host_lock("guests") for the session; the machine's libvirtd, started if not running.
+    "vm_config": "guests",
+    "system_libvirt": "guests",
+    # A 3-member etcd cluster and Placement on a bridge, per package.
+    "etcd_cluster": "cluster",
+    # Four more installations (CA, etcd, Placement each).
+    "zone_services": "zones",
+    # Keystone and Glance (session, started on first use): tests of theirs that boot real
+    # guests are in "guests" above (the first group named wins), whose worker starts its own.
+    "openstack_cloud": "cloud",
+    # PostgreSQL and a 4-worker Placement (per module).
+    "pg_placement": "postgres",
+}
+# The groups in the order workers take them up: the longest first, so the run does not
+# wait on one started last (about 170, 60, 50, 25 and 15 s serially).
+GROUP_ORDER = ["guests", "cluster", "zones", "cloud", "postgres"]
+
+
+def worker_group(item: pytest.Item) -> str | None:
+    return next((group for fixture, group in WORKER_GROUPS.items()
+                 if fixture in getattr(item, "fixturenames", ())), None)
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the marks
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        group = worker_group(item)
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
+    if hasattr(config, "workerinput"):
+        # Every worker sorts alike (xdist checks that they collected the same list).
+        rank = {group: n for n, group in enumerate(GROUP_ORDER)}
+        items.sort(key=lambda item: rank.get(worker_group(item) or "", len(rank)))
+
+
+UNGROUPED = pytest.StashKey[str]()
+
+
+@pytest.hookimpl(tryfirst=True)  # after xdist named the groups in the node ids
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Groups that xdist silently ignored would run their tests on several workers at once
+    (with pytest 9.2 and xdist 3.8 it does: pytest-xdist#1386): those tests fail instead."""
+    if not (hasattr(session.config, "workerinput") and session.config.getvalue("loadgroup")):
+        return
+    for item in session.items:
+        group = worker_group(item)
+        if group and not item.nodeid.endswith(f"@{group}"):
+            item.stash[UNGROUPED] = group
+
+
+@pytest.hookimpl(tryfirst=True)  # before any fixture is set up
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    if UNGROUPED in item.stash:
+        pytest.fail(f"--dist loadgroup ignored this test's xdist_group {item.stash[UNGROUPED]} "
+                    "(pytest-xdist#1386?): it could share its fixed names with another worker",
+                    pytrace=False)
+
+
 # --------------------------------------------------------------------- services
 
 # The operator's certificate and etcd user (schedule.py, the tests' own clients).
@@ -72,26 +138,31 @@ def etcd_server(tmp_path_factory: pytest.TempPathFactory,
     """etcd over TLS with client certificates and RBAC on (root, the operator role)."""
     if shutil.which("etcd") is None:
         unavailable("etcd is not installed (make install)")
-    try:
-        server = EtcdServer.create(tmp_path_factory.mktemp("etcd"), pki=cluster_pki).start()
-        server.enable_auth([OPERATOR_USER])
-    except ServiceUnavailable as exc:
-        unavailable(str(exc))
-    yield server
-    server.stop()
+    server = EtcdServer.create(tmp_path_factory.mktemp("etcd"), pki=cluster_pki)
+    try:  # stopped even when its start fails half-way or is cut short (a timeout, Ctrl-C)
+        try:
+            server.start()
+            server.enable_auth([OPERATOR_USER])
+        except ServiceUnavailable as exc:
+            unavailable(str(exc))
+        yield server
+    finally:
+        server.stop()
 
 
 @pytest.fixture(scope="session")
 def placement_server(tmp_path_factory: pytest.TempPathFactory,
                      cluster_pki: Pki) -> Iterator[PlacementServer]:
     """Placement over TLS, refusing clients without a cluster certificate."""
-    try:
-        server = PlacementServer.create(tmp_path_factory.mktemp("placement"),
-                                        pki=cluster_pki).start()
-    except ServiceUnavailable as exc:
-        unavailable(str(exc))
-    yield server
-    server.stop()
+    server = PlacementServer.create(tmp_path_factory.mktemp("placement"), pki=cluster_pki)
+    try:  # stopped even when its start is cut short
+        try:
+            server.start()
+        except ServiceUnavailable as exc:
+            unavailable(str(exc))
+        yield server
+    finally:
+        server.stop()
 
 
 @pytest.fixture(scope="session")

@@ -6,13 +6,15 @@ instance spec, and running the real command-line programs.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
 import uuid as uuidlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -36,6 +38,19 @@ def unavailable(what: str) -> None:
     if in_ci():
         pytest.fail(f"{what} (CI=true: missing services fail the run)", pytrace=False)
     pytest.skip(what)
+
+
+@contextlib.contextmanager
+def timeout_paused() -> Iterator[None]:
+    """pytest-timeout's alarm (its signal method: ITIMER_REAL) stopped while this test waits
+    its turn behind another run on this machine (`host_lock`, which has a timeout of its
+    own), then armed again with the time that was left: the wait is not this test hanging."""
+    left, interval = signal.setitimer(signal.ITIMER_REAL, 0)
+    try:
+        yield
+    finally:
+        if left:
+            signal.setitimer(signal.ITIMER_REAL, left, interval)
 
 
 def wait_for(predicate: Callable[[], Any], timeout: float = 20.0, interval: float = 0.05,
@@ -116,8 +131,30 @@ class Run:
         return json.loads(self.stdout)
 
 
+class Hung(AssertionError):
+    """A program still running past its time; the message holds its threads' stacks."""
+
+
 def run_cli(program: str, *args: str, timeout: float = 60) -> Run:
-    """Run `schedule.py` or `compute.py` of this checkout as a real process."""
-    done = subprocess.run([sys.executable, str(REPO / program), *args], capture_output=True,
-                          text=True, timeout=timeout, cwd=REPO)
-    return Run(done.returncode, done.stdout, done.stderr)
+    """Run `schedule.py` or `compute.py` of this checkout as a real process. One still running
+    after `timeout` seconds is a failure (Hung) that shows where each of its threads waits
+    (faulthandler's dump on SIGABRT), not a bare timeout."""
+    process = subprocess.Popen([sys.executable, str(REPO / program), *args],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               cwd=REPO, env={**os.environ, "PYTHONFAULTHANDLER": "1"})
+    try:
+        stdout, stderr = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        process.send_signal(signal.SIGABRT)
+        try:
+            stdout, stderr = process.communicate(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            stdout, stderr = process.communicate()
+        raise Hung(f"{program} {' '.join(args)}: still running after {timeout:g} s; "
+                   f"its stderr and threads:\n{stderr[-8000:]}") from None
+    except BaseException:  # interrupted (Ctrl-C, the test's timeout): nothing left running
+        process.kill()
+        process.communicate()
+        raise
+    return Run(process.returncode, stdout, stderr)

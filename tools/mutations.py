@@ -38,6 +38,7 @@ HEARTBEAT = "tests/unit/compute/test_heartbeat.py::"
 MACHINE = "tests/unit/compute/test_machine.py::"
 SERVICE = "tests/unit/compute/test_service.py::"
 STATES = "tests/unit/instances/test_states.py::"
+CLAIMS = "tests/unit/test_claims.py::"
 
 MUTATIONS = (
     Mutation("fence only after the lease expired", "etcd_compute/compute/heartbeat.py",
@@ -66,6 +67,22 @@ MUTATIONS = (
              "    ERROR: frozenset({ERROR, DELETING, DELETED}),",
              "    ERROR: frozenset({ERROR, DELETING, DELETED, BUILDING}),",
              (STATES + "test_every_move_is_allowed_or_refused_as_documented[ERROR-BUILDING]",)),
+    Mutation("a claim that merely covers the spec is taken as its claim",
+             "etcd_compute/claims.py",
+             '    elif dict(allocations[host]["resources"]) != dict(wanted):',
+             '    elif any(allocations[host]["resources"].get(rc, 0) < n for rc, n in '
+             'wanted.items()):',
+             (CLAIMS + "test_a_host_may_act_only_on_its_claim_alone_at_exactly_the_amounts_"
+                       "asked",)),
+    Mutation("a claim split with another host is taken as this host's",
+             "etcd_compute/claims.py",
+             "    elif not alone_on(allocations, host):\n        verdict = SPLIT\n", "",
+             (CLAIMS + "test_a_host_may_act_only_on_its_claim_alone_at_exactly_the_amounts_"
+                       "asked",)),
+    Mutation("a host frees a claim that is not (all) on it", "etcd_compute/claims.py",
+             '    if not alone_on(current.get("allocations") or {}, host):',
+             '    if not current.get("allocations"):',
+             (CLAIMS + "test_a_host_frees_a_claim_only_when_it_holds_all_of_it",)),
 )
 
 

@@ -19,8 +19,6 @@ README's shorter one (TTL 6 s, margin 1 s), one with the test clusters' (6 s,
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -37,7 +35,7 @@ from etcd_compute.scheduler.spec import RequestSpec
 from tests.cluster.conftest import ETCD_TIMEOUT
 from tests.cluster.helpers import rp_of, wait_alive
 from tests.conftest import OPERATOR_USER, DaemonProcess
-from tests.support import REPO, wait_for
+from tests.support import REPO, Hung, run_cli, wait_for
 
 pytestmark = pytest.mark.cluster
 
@@ -65,6 +63,7 @@ class Clients:
     def __init__(self, config_path: Path):
         self.config_path = config_path
         self.calls: list[Call] = []
+        self.hung: list[str] = []  # calls still running at WAIT_TIMEOUT + 60 s (their stacks)
         self.stopping = threading.Event()
         self.threads = [threading.Thread(target=self._run, daemon=True) for _ in range(CLIENTS)]
 
@@ -76,11 +75,13 @@ class Clients:
     def _run(self) -> None:
         while not self.stopping.is_set():
             started = time.time()
-            done = subprocess.run(
-                [sys.executable, str(REPO / "schedule.py"), "--config", str(self.config_path),
-                 QUERY], capture_output=True, text=True, timeout=WAIT_TIMEOUT + 60, cwd=REPO)
-            self.calls.append(Call(started, time.time(), done.returncode, done.stdout,
-                                   done.stderr))
+            try:
+                done = run_cli("schedule.py", "--config", str(self.config_path), QUERY,
+                               timeout=WAIT_TIMEOUT + 60)
+            except Hung as exc:  # what it placed, if anything, was announced to no one
+                self.hung.append(str(exc))
+                return
+            self.calls.append(Call(started, time.time(), done.code, done.stdout, done.stderr))
             time.sleep(0.2)
 
     def stop(self) -> None:
@@ -194,6 +195,7 @@ def test_clients_through_leader_kills_and_a_lost_quorum_leave_nothing_behind(
             exit_codes=sorted({c.code for c in clients.calls}),
             during_loss=len(during_loss), etcd_timeout_s=ETCD_TIMEOUT)
 
+    assert not clients.hung, clients.hung[0]
     for kill in fenced_per_kill:
         assert not any(kill.values()), f"fenced on a leader kill: {fenced_per_kill}"
     assert ok, "no call succeeded: the test measured nothing"

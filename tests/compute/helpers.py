@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import psutil
+import pyetcd.events
 
 from etcd_compute import messages
 from etcd_compute.errors import InvalidMessage
-from etcd_compute.etcd import Entry, Store
+from etcd_compute.etcd import Entry, Store, Txn
 from etcd_compute.instances import ownership, records
 from etcd_compute.instances.states import FINAL
 from etcd_compute.keys import RECORDS
@@ -50,6 +52,23 @@ def record_entry(store: Store, uuid: str) -> Entry | None:
         if parsed is not None and parsed.kind == RECORDS and parsed.uuid == uuid:
             return store.get(entry.key)
     return None
+
+
+def record_history(store: Store, rp: str, uuid: str, start_revision: int) -> list[str]:
+    """Every state the record was written with since `start_revision`, in order (from etcd's
+    history: no write can be missed the way polling misses one)."""
+    events, cancel = store.client.watch_response(store.keys.record(rp, uuid),
+                                                 start_revision=start_revision)
+    states = []
+    try:
+        for response in events:
+            for event in response.events:
+                if isinstance(event, pyetcd.events.PutEvent):
+                    states.append(json.loads(event.value)["state"])
+            break  # the history up to now arrives in the first response
+    finally:
+        cancel()
+    return states
 
 
 def wait_state(store: Store, uuid: str, *states: str, timeout: float = 30) -> dict[str, Any]:
@@ -118,3 +137,12 @@ def worker_pids(compute_pid: int) -> list[int]:
     """The pool's worker processes (grandchildren through the forkserver)."""
     main = psutil.Process(compute_pid)
     return [p.pid for child in main.children() for p in child.children(recursive=True)]
+
+
+def write_as_the_host(compute_config: dict[str, Any], spec: dict[str, Any], state: str) -> None:
+    """Record and spec as the scheduler (SCHEDULED) or a daemon that died mid-build
+    (BUILDING) leaves them, written with the host's own certificate."""
+    record_ = records.new_record(spec, state, compute_config["compute"]["name"])
+    with Store(compute_config["etcd"]) as as_host:
+        as_host.commit(Txn([], [ownership.spec_put(as_host.keys, spec),
+                                ownership.record_put(as_host.keys, record_)]))

@@ -29,16 +29,16 @@ def rp_of(config):
     return config["compute"]["uuid"]
 
 
-def fast_controller(schedule_config):
-    return deep_merge(schedule_config, {"scheduler": {"host_failure_grace_seconds": GRACE,
+def fast_controller(schedule_config, grace=GRACE):
+    return deep_merge(schedule_config, {"scheduler": {"host_failure_grace_seconds": grace,
                                                       "controller_lease_ttl": 3}})
 
 
 def two_hosts_and_a_controller(start_compute, start_controller, compute_config, host_config,
-                               schedule_config, store, a_config=None):
+                               schedule_config, store, a_config=None, grace=GRACE):
     a = a_config or compute_config
     b = host_config("host-b")
-    start_controller(fast_controller(schedule_config))
+    start_controller(fast_controller(schedule_config, grace))
     computes = {rp_of(a): start_compute(a, name="host-a"),
                 rp_of(b): start_compute(b, name="host-b")}
     for config in (a, b):
@@ -122,9 +122,12 @@ def test_a_host_cut_off_fences_itself_before_its_instance_runs_elsewhere(
 def test_a_destroy_asked_while_the_host_is_dead_frees_the_claim(
         start_compute, start_controller, compute_config, host_config, schedule_config, store,
         placement, run_schedule):
+    # The destroy must come while the controller still waits out the grace (past it, the
+    # controller ends the instance in ERROR itself and the destroy finds nothing held): a
+    # schedule.py takes seconds to start on a loaded machine, more than GRACE.
     a, b, computes = two_hosts_and_a_controller(start_compute, start_controller,
                                                 compute_config, host_config, schedule_config,
-                                                store)
+                                                store, grace=60)
     spec = instance_on(store, placement, a, on_host_failure="error")
     computes[rp_of(a)].kill9()
     power_loss(a)

@@ -64,6 +64,12 @@ class Client:
         return [u for u in self.created if u not in self.destroyed]
 
     def run(self) -> None:
+        try:
+            self._run()
+        except Exception as exc:  # noqa: BLE001 (a client that died is a failure, not a warning)
+            self.failures.append(f"client died: {exc.__class__.__name__}: {exc}")
+
+    def _run(self) -> None:
         while not self.stopping.wait(self.rng.uniform(0.2, 0.8)):
             live = self.live()
             if len(live) < MAX_LIVE and (not live or self.rng.random() < 0.7):

@@ -8,15 +8,12 @@ a reason, never a build, a freed claim of someone else's, or a dead daemon.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import pytest
 
 from etcd_compute import messages
 from etcd_compute.config import deep_merge
-from etcd_compute.etcd import Store, Txn
-from etcd_compute.instances import ownership, records
 from tests.compute.helpers import (
     assert_nothing_left,
     build_events,
@@ -26,6 +23,7 @@ from tests.compute.helpers import (
     record,
     send_destroy,
     wait_state,
+    write_as_the_host,
 )
 from tests.support import wait_for
 
@@ -163,15 +161,31 @@ def test_hostile_values_everywhere_the_cli_reads(start_compute, compute_config, 
                 store.keys.stats(rp), store.keys.group_member("g", hostile),
                 store.keys.console(rp, uuid), store.keys.leader()):
         store.client.put(key, NESTED)
-    for args in (["list"], ["hosts"], [uuid], ["console", uuid], [hostile],
-                 ["resources=VCPU:1,MEMORY_MB:64,DISK_GB:1", "--hint", "affinity=g"]):
-        run = run_schedule(*args)
-        assert "Traceback" not in run.stderr, (args, run.stderr)
-        assert run.code in (0, 1), (args, run.code, run.stderr)
-        assert run.stderr.count("\n") <= 1, (args, run.stderr)
-    assert uuid in run_schedule("list").stdout
-    shown = json.loads(run_schedule(uuid, "--json").stdout)
-    assert shown["state"] == "ACTIVE"
+    # Each command does exactly what it does without them, or fails in one line naming
+    # what it could not read; what is unreadable is never shown as if it were something.
+    listed = run_schedule("list")
+    assert (listed.code, listed.stderr) == (0, ""), listed
+    assert uuid in listed.stdout and hostile not in listed.stdout
+    hosts = run_schedule("hosts")
+    assert (hosts.code, hosts.stderr) == (0, ""), hosts
+    assert [line.split()[1] for line in hosts.stdout.splitlines()[1:]] == [rp]
+    shown = run_schedule(uuid, "--json")
+    assert (shown.code, shown.stderr) == (0, "") and shown.json()["state"] == "ACTIVE", shown
+    console = run_schedule("console", uuid)
+    assert (console.code, console.stdout) == (1, ""), console
+    assert one_line_error(console.stderr, f"console of {uuid} "), console.stderr
+    unknown = run_schedule(hostile)
+    assert (unknown.code, unknown.stdout) == (1, ""), unknown
+    assert one_line_error(unknown.stderr, f"no instance {hostile} "), unknown.stderr
+    # An unreadable member of the group counts for nothing: placed as in an empty group.
+    grouped = run_schedule("resources=VCPU:1,MEMORY_MB:64,DISK_GB:1", "--hint", "affinity=g")
+    assert (grouped.code, grouped.stderr) == (0, ""), grouped
+    assert grouped.stdout.startswith(f"NOTIFIED TARGET, {rp}, OF INSTANCE "), grouped.stdout
+
+
+def one_line_error(stderr: str, says: str) -> bool:
+    return stderr.startswith(f"schedule.py: error: {says}") and stderr.count("\n") == 1 \
+        and stderr.endswith("\n")
 
 
 # --- a record and spec written under a host's prefix without its claim there -----------------
@@ -196,15 +210,6 @@ def claim_for(placement, spec: dict[str, Any], how: str) -> dict[str, Any] | Non
                  "DISK_GB": spec["resources"]["DISK_GB"]}}}
     placement.claim(spec["uuid"], split, "p", "u")
     return split
-
-
-def write_as_the_host(compute_config: dict[str, Any], spec: dict[str, Any], state: str) -> None:
-    """Record and spec as the scheduler (SCHEDULED) or a daemon that died mid-build
-    (BUILDING) leaves them, written with the host's own certificate."""
-    record_ = records.new_record(spec, state, compute_config["compute"]["name"])
-    with Store(compute_config["etcd"]) as as_host:
-        as_host.commit(Txn([], [ownership.spec_put(as_host.keys, spec),
-                                ownership.record_put(as_host.keys, record_)]))
 
 
 def held(placement, uuid: str) -> dict[str, Any]:

@@ -24,6 +24,9 @@ from tests.support import wait_for
 
 CYCLES, BATCH = 500, 50
 TTL = 10  # seconds a DELETED record lives here (an hour by default)
+# The cycles' test reads the last batch's records after all 50 are DELETED: under load that
+# took over 10 s and the first ones had expired before it looked.
+CYCLES_TTL = 30
 
 
 def keys_of(store: Store, uuids: set[str]) -> list[str]:
@@ -51,7 +54,7 @@ def place(store: Store, placement: Any, rp: str, count: int, cycle: int) -> list
 def test_no_key_of_a_destroyed_instance_outlives_its_record(start_compute, start_controller,
                                                            compute_config, store, placement):
     config = deep_merge(compute_config, {"compute": {
-        "deleted_record_ttl": TTL, "workers": 4,
+        "deleted_record_ttl": CYCLES_TTL, "workers": 4,
         "inventory": {"VCPU": {"total": 2 * BATCH}, "MEMORY_MB": {"total": 128 * BATCH},
                       "DISK_GB": {"total": 2 * BATCH}}}})
     rp = config["compute"]["uuid"]
@@ -82,10 +85,10 @@ def test_no_key_of_a_destroyed_instance_outlives_its_record(start_compute, start
         return bool(record.lease) and all(getattr(store.get(key), "lease", None) ==
                                           record.lease for key in keys_of(store, {uuid}))
 
-    wait_for(lambda: all(on_the_records_lease(u) for u in uuids), TTL / 2,
+    wait_for(lambda: all(on_the_records_lease(u) for u in uuids), CYCLES_TTL / 2,
              what="the last instances' keys on their records' leases")
     controller.stop()  # it does not need to be there when the records expire
-    wait_for(lambda: keys_of(store, destroyed) == [], TTL + 30,
+    wait_for(lambda: keys_of(store, destroyed) == [], CYCLES_TTL + 30,
              what="every key of the destroyed instances to expire")
     for uuid in list(destroyed)[:20]:
         assert placement.get_allocations(uuid)["allocations"] == {}

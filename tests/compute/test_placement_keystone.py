@@ -40,13 +40,16 @@ def keystone(keystone_server: KeystoneServer) -> KeystoneServer:
 @pytest.fixture(scope="module")
 def placement_server_keystone(tmp_path_factory: pytest.TempPathFactory,
                               keystone: KeystoneServer) -> Iterator[PlacementServer]:
-    try:
-        server = PlacementServer.create(tmp_path_factory.mktemp("placement-keystone"),
-                                        keystone=keystone).start()
-    except ServiceUnavailable as exc:
-        unavailable(str(exc))
-    yield server
-    server.stop()
+    server = PlacementServer.create(tmp_path_factory.mktemp("placement-keystone"),
+                                    keystone=keystone)
+    try:  # stopped even when its start is cut short (a timeout, Ctrl-C)
+        try:
+            server.start()
+        except ServiceUnavailable as exc:
+            unavailable(str(exc))
+        yield server
+    finally:
+        server.stop()
 
 
 @pytest.fixture

@@ -19,25 +19,30 @@ def test_inventory_update_survives_generation_conflicts(placement: PlacementClie
     placement.ensure_provider(rp, "generation-race")
     inventory = build_inventory({"VCPU": 4, "MEMORY_MB": 1024, "DISK_GB": 10}, {})
     placement.set_inventory(rp, inventory)
-    real_get = placement.get_provider
+    real_get = placement.get
     stale = {"calls": 0}
 
-    def get_provider_racing(uuid: str) -> dict[str, Any] | None:
+    def get_racing(path: str, **params: Any) -> dict[str, Any]:
         # Another writer changes the provider between our read and our write, twice.
-        stale["calls"] += 1
-        provider = real_get(uuid)
-        if stale["calls"] <= 2:
-            other = PlacementClient(placement_config)
-            other.set_traits(uuid, {f"CUSTOM_RACE_{stale['calls']}"})
-        return provider
+        read = real_get(path, **params)
+        if path.endswith("/inventories"):
+            stale["calls"] += 1
+            if stale["calls"] <= 2:
+                other = PlacementClient(placement_config)
+                other.set_traits(rp, {f"CUSTOM_RACE_{stale['calls']}"})
+        return read
 
-    placement.get_provider = get_provider_racing  # type: ignore[method-assign]
+    placement.get = get_racing  # type: ignore[method-assign]
     bigger = build_inventory({"VCPU": 8, "MEMORY_MB": 1024, "DISK_GB": 10}, {})
     placement.set_inventory(rp, bigger)
-    placement.get_provider = real_get  # type: ignore[method-assign]
-    assert placement.get_inventories(rp)["VCPU"]["total"] == 8
     assert stale["calls"] == 3  # two conflicts, then success
     assert placement.conflicts == 2
+    # Written again as it is (a restart) while the generation keeps moving: read, not sent.
+    stale["calls"] = 0
+    placement.set_inventory(rp, bigger)
+    assert stale["calls"] == 1 and placement.conflicts == 2
+    placement.get = real_get  # type: ignore[method-assign]
+    assert placement.get_inventories(rp)["VCPU"]["total"] == 8
 
 
 def test_compacted_history_triggers_reconcile(compute_config, store, placement, caplog):

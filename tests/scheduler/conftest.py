@@ -45,15 +45,17 @@ def add_host(placement: PlacementClient, store: Store | None, name: str,
 @pytest.fixture(scope="module")
 def pg_placement(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PlacementServer]:
     run_dir = tmp_path_factory.mktemp("pg-placement")
-    try:
-        postgres = PostgresServer.create(run_dir).start()
-    except ServiceUnavailable as exc:
-        unavailable(str(exc))
-    try:
-        server = PlacementServer.create(run_dir, db_url=postgres.url, workers=4).start()
-    except ServiceUnavailable as exc:
+    postgres = PostgresServer.create(run_dir)
+    server: PlacementServer | None = None
+    try:  # both stopped even when a start fails or is cut short (a timeout, Ctrl-C)
+        try:
+            postgres.start()
+            server = PlacementServer.create(run_dir, db_url=postgres.url, workers=4)
+            server.start()
+        except ServiceUnavailable as exc:
+            unavailable(str(exc))
+        yield server
+    finally:
+        if server is not None:
+            server.stop()
         postgres.stop()
-        unavailable(str(exc))
-    yield server
-    server.stop()
-    postgres.stop()

@@ -18,7 +18,7 @@ import pytest
 
 from etcd_compute import messages
 from etcd_compute.ops.console_follow import RESTARTED
-from tests.compute.helpers import claim_and_send, make_spec, wait_state
+from tests.compute.helpers import claim_and_send, make_spec, wait_state, write_as_the_host
 from tests.support import REPO, wait_for
 from tools.local_services import pid_alive, stop_pid
 
@@ -81,17 +81,25 @@ class Follow:
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, cwd=REPO,
             start_new_session=True)
         self.chunks: list[bytes] = []
-        self.reader = threading.Thread(target=self._read, daemon=True)
-        self.reader.start()
+        self.err_chunks: list[bytes] = []
+        self.readers = [threading.Thread(target=self._read, args=(stream, chunks), daemon=True)
+                        for stream, chunks in ((self.process.stdout, self.chunks),
+                                               (self.process.stderr, self.err_chunks))]
+        for reader in self.readers:
+            reader.start()
 
-    def _read(self) -> None:
-        assert self.process.stdout is not None
-        while chunk := os.read(self.process.stdout.fileno(), 65536):
-            self.chunks.append(chunk)
+    @staticmethod
+    def _read(stream: Any, chunks: list[bytes]) -> None:
+        while chunk := os.read(stream.fileno(), 65536):
+            chunks.append(chunk)
 
     @property
     def out(self) -> str:
         return b"".join(self.chunks).decode()
+
+    @property
+    def err(self) -> str:
+        return b"".join(self.err_chunks).decode()
 
     def shows(self, text: str, timeout: float = 10) -> None:
         wait_for(lambda: self.out == text, timeout, 0.05,
@@ -99,9 +107,9 @@ class Follow:
 
     def ends(self, timeout: float = 15) -> tuple[int, str]:
         code = self.process.wait(timeout)
-        self.reader.join(5)
-        assert self.process.stderr is not None
-        return code, self.process.stderr.read().decode()
+        for reader in self.readers:
+            reader.join(5)
+        return code, self.err
 
     def stop(self) -> None:
         if pid_alive(self.process.pid):
@@ -167,17 +175,22 @@ def test_follow_prints_what_is_new_escaped_until_the_instance_is_deleted(
 
 def test_follow_waits_for_a_build_and_stops_on_sigterm(start_compute, compute_config, store,
                                                        placement, follow):
-    from etcd_compute.config import deep_merge
-
-    config = deep_merge(compute_config, {"driver": {"fake": {"build_seconds": 2}}})
-    start_compute(config)
-    rp = alive(store, config)
+    compute = start_compute(compute_config)
+    rp = alive(store, compute_config)
+    # A build its host holds until the follow waits for it: the host is down, and its
+    # record says BUILDING (as a host that died mid-build leaves it).
+    assert compute.terminate() == 0
     spec = make_spec(rp)
-    claim_and_send(store, placement, spec)
-    wait_state(store, spec["uuid"], "BUILDING")
+    placement.claim(spec["uuid"], spec["allocations"], "p", "u")
+    write_as_the_host(compute_config, spec, "BUILDING")
     following = follow(spec["uuid"], "--json")
-    # Not published yet: it waits (saying so on stderr), then shows it once ACTIVE.
-    wait_for(lambda: following.out, 20, what="the console once ACTIVE")
+    # Not published yet: it waits (saying so on stderr), then shows it once ACTIVE (the
+    # host back, the build resumed).
+    wait_for(lambda: "waiting for the console" in following.err, 30,
+             what=f"the follow to wait (its stderr: {following.err!r})")
+    assert following.out == ""
+    start_compute(compute_config)
+    wait_for(lambda: following.out, 30, what="the console once ACTIVE")
     line = json.loads(following.out.splitlines()[0])
     assert line == {"uuid": spec["uuid"], "restarted": False,
                     "text": f"fake console of {spec['uuid']}: booted\n"}

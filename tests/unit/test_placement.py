@@ -290,12 +290,23 @@ def test_a_200_where_204_was_expected_is_an_error(client, wire):
 # ------------------------------------------------------------------ generations
 
 
+def held(generation: int, **content: Any) -> requests.Response:
+    """GET /resource_providers/<rp>/{inventories,traits,aggregates}: what the provider holds."""
+    return response(200, {"resource_provider_generation": generation, **content})
+
+
 def test_a_write_without_a_generation_reads_it_first(client, wire):
-    fake = wire(provider(generation=5), response(200, {"resource_provider_generation": 6}))
+    fake = wire(held(5, inventories={}), response(200, {"resource_provider_generation": 6}))
     assert client.set_inventory(RP, INVENTORY) == 6
-    assert fake.calls() == [f"GET /resource_providers/{RP}",
+    assert fake.calls() == [f"GET /resource_providers/{RP}/inventories",
                             f"PUT /resource_providers/{RP}/inventories"]
     assert fake.body(1) == {"resource_provider_generation": 5, "inventories": INVENTORY}
+
+
+def test_a_write_of_what_the_provider_holds_is_not_sent(client, wire):
+    fake = wire(held(5, aggregates=["b", "a"]))
+    assert client.set_aggregates(RP, ["a", "b"]) == 5
+    assert fake.calls() == [f"GET /resource_providers/{RP}/aggregates"]
 
 
 def test_a_write_with_a_known_generation_saves_the_read(client, wire):
@@ -306,17 +317,24 @@ def test_a_write_with_a_known_generation_saves_the_read(client, wire):
 
 
 def test_a_generation_conflict_is_retried_with_a_fresh_generation(client, wire):
-    fake = wire(error(409, CONCURRENT_UPDATE), provider(generation=8),
+    fake = wire(error(409, CONCURRENT_UPDATE), held(8, inventories={}),
                 response(200, {"resource_provider_generation": 9}))
     assert client.set_inventory(RP, INVENTORY, generation=7) == 9
     assert [fake.body(i)["resource_provider_generation"] for i in (0, 2)] == [7, 8]
-    assert fake.calls()[1] == f"GET /resource_providers/{RP}"
+    assert fake.calls()[1] == f"GET /resource_providers/{RP}/inventories"
+
+
+def test_a_conflict_ends_when_the_provider_holds_it_already(client, wire):
+    """A restart writes the inventory the provider has; claims move the generation meanwhile."""
+    fake = wire(error(409, CONCURRENT_UPDATE), held(8, inventories=INVENTORY))
+    assert client.set_inventory(RP, INVENTORY, generation=7) == 8
+    assert [call.split()[0] for call in fake.calls()] == ["PUT", "GET"]
 
 
 def test_generation_conflicts_give_up_after_the_retries(client, wire):
     answers = []
     for generation in range(GENERATION_RETRIES):
-        answers += [provider(generation=generation), error(409, CONCURRENT_UPDATE)]
+        answers += [held(generation, inventories={}), error(409, CONCURRENT_UPDATE)]
     fake = wire(*answers)
     with pytest.raises(ConflictError) as caught:
         client.set_inventory(RP, INVENTORY)

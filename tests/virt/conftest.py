@@ -4,8 +4,9 @@ Fast tests use local files or an HTTP server on 127.0.0.1 (the driver against
 libvirt's test driver is in tests/unit/drivers/test_libvirt.py). Tests marked `vm`
 boot the tiny test guest (tools/build-test-guest.sh) under qemu:///system with
 TCG: they start
-libvirtd/virtlogd if they are not running (and stop them, by pid, at the
-end), use their own NAT network and metadata server, and remove both after.
+libvirtd/virtlogd if they are not running (and stop them, by pid, after the
+package), use their own NAT network and metadata server, and remove both after;
+one run (or xdist worker) at a time on a machine, under host_lock("guests").
 With CI=true anything missing fails the run instead of skipping.
 """
 
@@ -15,7 +16,6 @@ import contextlib
 import os
 import shutil
 import subprocess
-import time
 import uuid as uuidlib
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,10 +25,11 @@ import libvirt
 import pytest
 
 from etcd_compute.config import COMPUTE_DEFAULTS, deep_merge
+from etcd_compute.errors import ServiceUnavailable
 from etcd_compute.mdserver.supervisor import ensure_mdserver, stop_mdserver
 from etcd_compute.virt import nwfilter
-from tests.support import REPO, make_spec, unavailable
-from tools.local_services import host_lock, stop_pid
+from tests.support import REPO, make_spec, timeout_paused, unavailable
+from tools.local_services import ensure_libvirtd, host_lock, stop_pid
 
 # qemu runs as libvirt-qemu and must traverse to the disks: not under a 0700 pytest tmp dir.
 VM_TEST_ROOT = Path("/var/tmp/etcd-compute-vm-tests")
@@ -59,38 +60,32 @@ def guest_spec(uuid: str, image_url: str, **overrides: Any) -> dict[str, Any]:
 # ----------------------------------------------------------------- real VMs
 
 
-def _libvirt_reachable() -> bool:
-    try:
-        libvirt.open("qemu:///system").close()
-        return True
-    except libvirt.libvirtError:
-        return False
+@pytest.fixture(scope="package")
+def system_libvirt(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """The machine's libvirtd (and virtlogd, which writes console logs), started here if
+    missing, for the guests' tests of this package; stopped, by pid, after them.
 
-
-@pytest.fixture(scope="session")
-def system_libvirt() -> Iterator[None]:
-    """libvirtd (and virtlogd, which writes console logs), started here if not running."""
+    One run at a time on a machine holds it with the metadata address (169.254.169.254:80),
+    the network etcd-compute-test and our nwfilters: a second test run (or worker) waits for
+    the lock, and only then looks for the daemons (the holder before may have stopped the
+    ones it started).
+    """
     libvirt.registerErrorHandler(lambda _context, _error: None, None)
-    started: list[subprocess.Popen[bytes]] = []
-    if not _libvirt_reachable():
-        for daemon in ("virtlogd", "libvirtd"):
-            if shutil.which(daemon) is None:
-                unavailable(f"{daemon} is not installed (apt-get install libvirt-daemon-system)")
-        # The system virtlogd's socket, not any virtlogd: other runs' private libvirtds
-        # (tests/compute's host-failure tests) run virtlogds of their own.
-        if not Path("/run/libvirt/virtlogd-sock").exists():
-            started.append(subprocess.Popen(["virtlogd"]))
-        started.append(subprocess.Popen(["libvirtd"]))
-        deadline = time.monotonic() + 20
-        while not _libvirt_reachable() and time.monotonic() < deadline:
-            time.sleep(0.2)
-        if not _libvirt_reachable():
-            for process in started:
-                stop_pid(process.pid)
-            unavailable("libvirtd did not come up on qemu:///system")
-    yield
-    for process in reversed(started):
-        stop_pid(process.pid)
+    with contextlib.ExitStack() as held:
+        try:
+            with timeout_paused():
+                held.enter_context(host_lock("guests"))
+        except ServiceUnavailable as exc:
+            unavailable(str(exc))
+        try:
+            started = ensure_libvirtd(tmp_path_factory.mktemp("libvirtd"))
+        except ServiceUnavailable as exc:
+            unavailable(f"libvirtd on qemu:///system: {exc}")
+        try:
+            yield
+        finally:
+            for pid in reversed(started):
+                stop_pid(pid)
 
 
 @pytest.fixture(scope="session")
@@ -107,15 +102,23 @@ def test_guest_image() -> Path:
     return image
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def vm_config(system_libvirt: None) -> Iterator[dict[str, Any]]:
-    """A compute config on its own network, dirs and metadata server.
+    """A compute config on its own network, dirs and metadata server (under the lock
+    `system_libvirt` holds)."""
+    yield from _vm_config()
 
-    One run at a time on a machine holds the metadata address (169.254.169.254:80):
-    a second test run (or the demo) waits for the lock.
-    """
-    with host_lock("guests"):
-        yield from _vm_config()
+
+def libvirt_compute(vm_config: dict[str, Any], compute_config: dict[str, Any],
+                    **sections: dict[str, Any]) -> dict[str, Any]:
+    """A compute daemon's config on the guests' libvirt, network and directories, with the
+    real guests' build time (`job_timeout_seconds`); `sections` merged on top (e.g.
+    glance=..., driver={"libvirt": {...}})."""
+    return deep_merge(deep_merge(compute_config, {
+        "compute": {key: vm_config["compute"][key]
+                    for key in ("state_dir", "instances_dir", "job_timeout_seconds")},
+        "driver": {"name": "libvirt", "libvirt": vm_config["driver"]["libvirt"]},
+    }), sections)
 
 
 def _vm_config() -> Iterator[dict[str, Any]]:
@@ -136,6 +139,10 @@ def _vm_config() -> Iterator[dict[str, Any]]:
             "compute": {
                 "state_dir": str(root / "state"),
                 "instances_dir": str(root / "instances"),
+                # A build is the image's checks and copy, then the boot (up to
+                # boot_timeout_seconds): the fake-driver tests' 30 s is less than the boot
+                # alone may take under TCG on a busy machine.
+                "job_timeout_seconds": 120,
             },
             "driver": {
                 "libvirt": {

@@ -122,6 +122,9 @@ def walk(tmp_path: Path, vm_config: dict[str, Any], test_guest_image: Path,
             stop_pid(pid)
 
 
+# The whole walk-through (a real guest booted, stopped, started, rebooted, resized, rebuilt)
+# with its fixtures' start (Keystone, Glance, the API): 350 s on a loaded machine.
+@pytest.mark.timeout(600)
 def test_the_issues_walkthrough_with_a_real_guest(walk: Walk, store: Store,
                                                   placement: PlacementClient) -> None:
     demo = "etcd-compute-demo"

@@ -14,6 +14,7 @@ import pytest
 from etcd_compute.config import deep_merge
 from tests.compute.helpers import wait_state
 from tests.support import wait_for
+from tests.virt.conftest import libvirt_compute
 
 pytestmark = pytest.mark.vm
 
@@ -21,11 +22,7 @@ pytestmark = pytest.mark.vm
 def glance_compute(vm_config: dict[str, Any], compute_config: dict[str, Any],
                    glance_config: dict[str, Any]) -> dict[str, Any]:
     """A libvirt compute (the VM tests' network and directories) that reaches Glance."""
-    return deep_merge(compute_config, {
-        "compute": {key: vm_config["compute"][key] for key in ("state_dir", "instances_dir")},
-        "driver": {"name": "libvirt", "libvirt": vm_config["driver"]["libvirt"]},
-        "glance": glance_config,
-    })
+    return libvirt_compute(vm_config, compute_config, glance=glance_config)
 
 
 def test_two_guests_boot_by_name_from_glance_and_share_one_download(

@@ -15,10 +15,10 @@ import libvirt
 import pytest
 
 from etcd_compute import messages
-from etcd_compute.config import deep_merge
 from etcd_compute.instances import ownership
 from tests.compute.helpers import wait_state
 from tests.support import wait_for
+from tests.virt.conftest import libvirt_compute
 
 pytestmark = pytest.mark.vm
 
@@ -27,10 +27,7 @@ def test_schedule_boot_console_destroy_with_a_real_guest(
     vm_config: dict[str, Any], test_guest_image: Path, compute_config: dict[str, Any],
     start_compute, run_schedule, store, placement, tmp_path: Path,
 ) -> None:
-    config = deep_merge(compute_config, {
-        "compute": {key: vm_config["compute"][key] for key in ("state_dir", "instances_dir")},
-        "driver": {"name": "libvirt", "libvirt": vm_config["driver"]["libvirt"]},
-    })
+    config = libvirt_compute(vm_config, compute_config)
     rp = config["compute"]["uuid"]
     start_compute(config)
     wait_for(lambda: store.get(store.keys.alive(rp)), 60, what="compute heartbeat")

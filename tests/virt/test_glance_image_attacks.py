@@ -24,6 +24,7 @@ from etcd_compute.errors import GlanceError
 from tests.compute.helpers import wait_state
 from tests.support import wait_for
 from tests.virt import image_sources
+from tests.virt.conftest import libvirt_compute
 from tests.virt.image_sources import leftover_children
 
 pytestmark = pytest.mark.vm
@@ -36,11 +37,7 @@ def attack(vm_config, compute_config, glance_config, glance_images, start_comput
            run_schedule, schedule_config, write_yaml, store, placement) -> Any:
     """A libvirt compute that reaches Glance; `attack(image)` schedules it by id and
     returns the ERROR record once the compute has cleaned up."""
-    config = deep_merge(compute_config, {
-        "compute": {key: vm_config["compute"][key] for key in ("state_dir", "instances_dir")},
-        "driver": {"name": "libvirt", "libvirt": vm_config["driver"]["libvirt"]},
-        "glance": glance_config,
-    })
+    config = libvirt_compute(vm_config, compute_config, glance=glance_config)
     rp = config["compute"]["uuid"]
     start_compute(config)
     wait_for(lambda: store.get(store.keys.alive(rp)), 60, what="compute heartbeat")

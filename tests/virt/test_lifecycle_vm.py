@@ -19,10 +19,10 @@ from typing import Any
 import libvirt
 import pytest
 
-from etcd_compute.config import deep_merge
 from etcd_compute.ops import lifecycle
 from tests.compute.helpers import record, wait_state
 from tests.support import wait_for
+from tests.virt.conftest import libvirt_compute
 
 pytestmark = pytest.mark.vm
 
@@ -41,10 +41,8 @@ def test_one_guest_through_every_action(vm_config: dict[str, Any], test_guest_im
                                         compute_config: dict[str, Any], start_compute,
                                         run_schedule, store, placement) -> None:
     libvirt_settings = {**vm_config["driver"]["libvirt"], "shutdown_timeout_seconds": 1}
-    config = deep_merge(compute_config, {
-        "compute": {key: vm_config["compute"][key] for key in ("state_dir", "instances_dir")},
-        "driver": {"name": "libvirt", "libvirt": libvirt_settings},
-    })
+    config = libvirt_compute(vm_config, compute_config,
+                             driver={"libvirt": libvirt_settings})
     rp = config["compute"]["uuid"]
     instances_dir = Path(config["compute"]["instances_dir"])
     compute = start_compute(config)

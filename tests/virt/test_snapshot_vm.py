@@ -18,6 +18,7 @@ from etcd_compute.config import deep_merge
 from etcd_compute.ops import lifecycle
 from tests.compute.helpers import record, wait_state
 from tests.support import wait_for
+from tests.virt.conftest import libvirt_compute
 
 pytestmark = pytest.mark.vm
 
@@ -47,11 +48,7 @@ def test_a_live_snapshot_boots_with_what_the_guest_wrote(
     name = f"test-guest-{uuidlib.uuid4().hex[:8]}"
     glance_images(test_guest_image, name, visibility="public", architecture="x86_64",
                   hypervisor_type="qemu")
-    config = deep_merge(compute_config, {
-        "compute": {key: vm_config["compute"][key] for key in ("state_dir", "instances_dir")},
-        "driver": {"name": "libvirt", "libvirt": vm_config["driver"]["libvirt"]},
-        "glance": glance_config,
-    })
+    config = libvirt_compute(vm_config, compute_config, glance=glance_config)
     rp = config["compute"]["uuid"]
     instances_dir = Path(config["compute"]["instances_dir"])
     start_compute(config)

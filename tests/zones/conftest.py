@@ -91,15 +91,25 @@ def _start_zone(name: str, root: Path, proxied: bool) -> ZoneServices:
 def zone_services(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, ZoneServices]]:
     """a, b, c, d: each its own CA, etcd and Placement, started in parallel."""
     started: dict[str, ZoneServices] = {}
-    with ThreadPoolExecutor(max_workers=4) as pool:
-        futures = {name: pool.submit(_start_zone, name, tmp_path_factory.mktemp(f"zone-{name}"),
-                                     name == "b") for name in CHILDREN}
-        failure = None
+    failure = None
+    pool = ThreadPoolExecutor(max_workers=4)
+    futures = {name: pool.submit(_start_zone, name, tmp_path_factory.mktemp(f"zone-{name}"),
+                                 name == "b") for name in CHILDREN}
+    try:
         for name, future in futures.items():
             try:
                 started[name] = future.result()
             except ServiceUnavailable as exc:
                 failure = exc
+    except BaseException:
+        # Interrupted (Ctrl-C, a SIGTERM) while zones were starting: let the starts under
+        # way end, and stop whatever came up (no teardown would: the fixture never yielded).
+        pool.shutdown(wait=True)
+        for future in futures.values():
+            if not future.cancelled() and future.exception() is None:
+                future.result().stop()
+        raise
+    pool.shutdown()
     if failure is not None:
         for services in started.values():
             services.stop()

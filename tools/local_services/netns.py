@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from etcd_compute.errors import ServiceUnavailable
-from tools.local_services.process import pid_alive
+from tools.local_services.process import host_lock, pid_alive
 
 REGISTRY = Path("/run/etcd-compute-netns")
 BASE = ipaddress.ip_network("10.77.0.0/16")
@@ -87,9 +87,12 @@ class TestNetwork:
 
     @classmethod
     def create(cls) -> TestNetwork:
-        sweep_stale()
-        net = cls(secrets.token_hex(3), _free_subnet())
-        net._register()
+        # Choosing a subnet and registering it is one step for every run (and xdist worker)
+        # on this machine: two choosing at once could take the same one.
+        with host_lock("netns"):
+            sweep_stale()
+            net = cls(secrets.token_hex(3), _free_subnet())
+            net._register()
         try:
             ip("link", "add", net.bridge, "type", "bridge")
             ip("addr", "add", f"{net.gateway}/{net.subnet.prefixlen}", "dev", net.bridge)
