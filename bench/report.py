@@ -361,6 +361,16 @@ def markdown(results: dict[str, Any], plots: list[str], plot_prefix: str) -> str
         from bench.snapshot import markdown as snapshot_markdown
 
         lines += ["", *snapshot_markdown(json.loads(snapshots.read_text()))]
+    migration = Path(__file__).resolve().parent / "results" / "migration.json"
+    if migration.exists():  # bench/migration.py, run on its own
+        from bench.migration import markdown as migration_markdown
+
+        lines += ["", *migration_markdown(json.loads(migration.read_text()))]
+    drain_fence = Path(__file__).resolve().parent / "results" / "drain_fence.json"
+    if drain_fence.exists():  # bench/drain_and_fence.py, run on its own
+        from bench.drain_and_fence import markdown as drain_fence_markdown
+
+        lines += ["", *drain_fence_markdown(json.loads(drain_fence.read_text()))]
     return "\n".join(lines) + "\n"
 
 

@@ -9,11 +9,16 @@ a consumer's allocations in one request, checked against the generation we
 read, so the instance never holds both hosts nor neither.
 
 The scheduler claims and unclaims; the controller moves the claim of a
-failed build to an alternate host. A resize replaces the claim on the same
-host (`resize`, generation checked: two racing resizes cannot both win, and
-no room is a 409); its undo (`undo`) only replaces what it wrote itself, and
-a host whose resize failed puts back the old size (`restore`) only if the
-claim still holds the new one.
+failed build to an alternate host. A move to another host (a migration) and a
+resize held until confirmed keep what the instance held under a migration
+consumer, as Nova does (`hold_source`: the instance's consumer holds the new
+claim, the migration consumer the old one, one request); when it is done the
+migration consumer goes (`release_hold`), when it is called off or reverted the
+instance's consumer holds the old claim again (`revert_holding`).
+A resize replaces the claim on the same host (`resize`, generation checked:
+two racing resizes cannot both win, and no room is a 409); its undo (`undo`)
+only replaces what it wrote itself, and a host whose resize failed puts back
+the old size (`restore`) only if the claim still holds the new one.
 
 What a host may act on is one check, `holding`: the consumer's claim on that host
 alone, with exactly the amounts asked, per resource class. Every build, resumed
@@ -184,6 +189,15 @@ def free_here(placement: PlacementClient, consumer: str, host: str) -> bool:
     return True
 
 
+def totals(allocations: dict[str, Any]) -> dict[str, int]:
+    """What `allocations` ({rp: {"resources": ...}}) claim in all, per resource class."""
+    found: dict[str, int] = {}
+    for allocation in allocations.values():
+        for rc, amount in allocation["resources"].items():
+            found[rc] = found.get(rc, 0) + amount
+    return found
+
+
 def describe(resources: dict[str, int] | None) -> str:
     """VCPU:1,... or "nothing"."""
     if not resources:
@@ -256,34 +270,44 @@ def restore(placement: PlacementClient, consumer: str, host: str, held: dict[str
     return True
 
 
-# --- a resize's old size, held until it is confirmed (Nova's migration consumer) -------------
+# --- the old claim held by a migration consumer (Nova's): a move, a held resize ---------------
 
-# The consumer type of a held old size: Nova's, so usage per project counts it apart from
+# The consumer type of a held old claim: Nova's, so usage per project counts it apart from
 # the instances (consumer_type INSTANCE) that quotas count.
 MIGRATION = "MIGRATION"
 
 
-def resize_holding(placement: PlacementClient, consumer: str, host: str,
-                   resources: dict[str, int], hold: str) -> tuple[dict[str, Any], int]:
-    """As `resize`, but the old claim is not given up: it moves to the consumer `hold` (a
-    migration's, as Nova holds the old flavor of a resize on the source until it is
-    confirmed), in one POST /allocations checked against `consumer`'s generation and
-    `hold` being new. The host must have room for both. Returns (the old allocations,
-    `consumer`'s generation after the write) for `undo_holding`; ConflictError as `resize`."""
+def hold_source(placement: PlacementClient, consumer: str, hold: str,
+                allocations: dict[str, Any], host: str | None = None
+                ) -> tuple[dict[str, Any], int]:
+    """One POST /allocations: `consumer` now holds `allocations` (its generation checked)
+    and the new migration consumer `hold` (its project and user) what `consumer` held: a
+    move's source while the instance holds the destination, a resize's old size while it
+    holds the new one, until it is done or called off. `host`: the claim must be on it
+    alone (ConflictError with code ELSEWHERE otherwise). Returns (the old allocations,
+    `consumer`'s generation after the write) for `undo_holding`. ConflictError: nothing
+    changed (no room, or the claim changed meanwhile); NotFound if it holds nothing."""
     current = placement.get_allocations(consumer)
-    allocations = current.get("allocations") or {}
-    if not alone_on(allocations, host):
+    held = _bare(current.get("allocations") or {})
+    if host is not None and not alone_on(held, host):
         raise ConflictError(f"the claim of {consumer} is not on its host {host} "
-                            f"({', '.join(sorted(allocations)) or 'none'})", 409, ELSEWHERE)
+                            f"({', '.join(sorted(held)) or 'none'})", 409, ELSEWHERE)
+    if not held:
+        raise NotFound(f"instance {consumer} holds no claim in Placement")
     generation = current.get("consumer_generation")
     owner = {"project_id": current["project_id"], "user_id": current["user_id"]}
-    old = {host: {"resources": allocations[host]["resources"]}}
     placement.replace_many({
-        consumer: {"allocations": {host: {"resources": resources}}, **owner,
-                   "consumer_generation": generation},
-        hold: {"allocations": old, **owner, "consumer_generation": None,
+        consumer: {"allocations": allocations, **owner, "consumer_generation": generation},
+        hold: {"allocations": held, **owner, "consumer_generation": None,
                "consumer_type": MIGRATION}})
-    return old, (generation or 0) + 1
+    return held, (generation or 0) + 1
+
+
+def resize_holding(placement: PlacementClient, consumer: str, host: str,
+                   resources: dict[str, int], hold: str) -> tuple[dict[str, Any], int]:
+    """A resize whose old size stays held (`hold_source` with the new size on `host`, the
+    claim there alone); the host must have room for both."""
+    return hold_source(placement, consumer, hold, {host: {"resources": resources}}, host)
 
 
 def undo_holding(placement: PlacementClient, consumer: str, allocations: dict[str, Any],
@@ -307,33 +331,48 @@ def undo_holding(placement: PlacementClient, consumer: str, allocations: dict[st
 
 
 def revert_holding(placement: PlacementClient, consumer: str, hold: str,
-                   allocations: dict[str, Any]) -> int:
-    """A resize reverted: `consumer` gets the held `allocations` back and the hold is freed,
-    in one request checked against both generations (Nova moves the migration's
-    allocations back to the instance). Returns `consumer`'s generation after it.
-    ConflictError if either changed meanwhile, or the host has no room (a hold already
-    freed leaves the old size to be claimed anew)."""
+                   allocations: dict[str, Any] | None = None) -> int:
+    """A move called off or a resize reverted: `consumer` gets the held claim back (the
+    `allocations` given, else what `hold` holds) and the hold is freed, in one request
+    checked against both generations (Nova moves the migration's allocations back to the
+    instance). Returns `consumer`'s generation after it. ConflictError if either changed
+    meanwhile, or there is no room (a hold already freed leaves the old claim to be taken
+    anew); NotFound if nothing is given and `hold` holds nothing."""
+    held = placement.get_allocations(hold)
+    if allocations is None:
+        if not held.get("allocations"):
+            raise NotFound(f"migration consumer {hold} holds nothing")
+        allocations = _bare(held["allocations"])
+    freed = _freed(placement, hold, held)
     current = placement.get_allocations(consumer)
     generation = current.get("consumer_generation")
+    owner_of = current if "project_id" in current else held  # a claim gone: the hold's
+    owner = {"project_id": owner_of.get("project_id"), "user_id": owner_of.get("user_id")}
     placement.replace_many({
-        consumer: {"allocations": allocations, "project_id": current["project_id"],
-                   "user_id": current["user_id"], "consumer_generation": generation},
-        **_freed(placement, hold)})
+        consumer: {"allocations": allocations, **owner, "consumer_generation": generation},
+        **freed})
     return (generation or 0) + 1
 
 
 def release_hold(placement: PlacementClient, hold: str) -> bool:
-    """A resize confirmed (or its instance destroyed): free the old size it held; False if
-    nothing was held any more."""
+    """A move done, a resize confirmed (or its instance destroyed): free the old claim the
+    migration consumer held; False if nothing was held any more."""
     return placement.delete_allocations(hold)
 
 
-def _freed(placement: PlacementClient, hold: str) -> dict[str, dict[str, Any]]:
-    """`hold` with no allocations, at its generation read now (nothing if none is held)."""
-    current = placement.get_allocations(hold)
+def _freed(placement: PlacementClient, hold: str, current: dict[str, Any] | None = None
+           ) -> dict[str, dict[str, Any]]:
+    """`hold` with no allocations, at its generation read now or in `current` (nothing if
+    none is held)."""
+    current = placement.get_allocations(hold) if current is None else current
     if not current.get("allocations"):
         return {}
     return {hold: {"allocations": {}, "project_id": current["project_id"],
                    "user_id": current["user_id"],
                    "consumer_generation": current.get("consumer_generation"),
                    "consumer_type": MIGRATION}}
+
+
+def _bare(allocations: dict[str, Any]) -> dict[str, Any]:
+    """{rp: {"resources": ...}} of what Placement answered (its generations left out)."""
+    return {rp: {"resources": dict(held["resources"])} for rp, held in allocations.items()}

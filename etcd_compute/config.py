@@ -146,6 +146,23 @@ COMPUTE_DEFAULTS: dict[str, Any] = {
             # The guest filter drops a guest's connections to the metadata server past
             # this many; mdserver.conf's connections_per_guest must be the same.
             "metadata_connections_per_guest": 8,
+            # Moving guests between hosts (README, "Moving guests"): libvirtd listens with
+            # TLS on `address` for its peers (null: this host neither sends nor takes
+            # guests), with the certificates `cluster.py pki issue-libvirt` wrote to
+            # pki_dir. A live migration may pause the guest for max_downtime_ms at the
+            # switch; one not complete after completion_seconds_per_gib per GiB to copy
+            # (at least completion_min_seconds) is paused to finish, or cancelled
+            # (on_timeout: pause | abort); at twice that it is cancelled. Its streams may
+            # take bandwidth_mib_per_second (0: no limit).
+            "migration": {
+                "address": None,
+                "pki_dir": "/etc/etcd-compute/libvirt-pki",
+                "max_downtime_ms": 500,
+                "completion_seconds_per_gib": 60,
+                "completion_min_seconds": 60,
+                "on_timeout": "pause",
+                "bandwidth_mib_per_second": 0,
+            },
         },
         "fake": {
             # Seconds a fake build takes (tests use it to destroy mid-build).
@@ -244,6 +261,18 @@ SCHEDULE_DEFAULTS: dict[str, Any] = {
         # instances. The host itself powers its guests off before its lease can expire
         # (compute.fence_margin_seconds); this is extra margin on top.
         "host_failure_grace_seconds": 10,
+        # Before recovering a dead host's instances, fence it (README, "When a host dies"):
+        # through its libvirtd over TLS, with the controller's libvirt client certificates
+        # in libvirt_pki_dir (`cluster.py pki issue-libvirt NAME --client-only`; null:
+        # not this way), or else with a fence agent's command line (an argv list; {host},
+        # {name}, {address} replaced; exit 0 means the host is off). A host fenced is
+        # recovered at once; one not fenced after TTL + grace, as without fencing.
+        "fencing": {
+            "libvirt_pki_dir": None,
+            "libvirt_timeout_seconds": 10,
+            "command": None,
+            "command_timeout_seconds": 60,
+        },
         # How long the DELETED record of an instance destroyed from here (its host down)
         # stays readable: as the hosts' compute.deleted_record_ttl.
         "deleted_record_ttl": DELETED_RECORD_TTL,

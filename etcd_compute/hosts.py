@@ -3,9 +3,11 @@
     /alive/<rp>        alive: bound to the host's lease (`compute/heartbeat.py` beats
                        through `beat`); a host is alive while its key exists
     /stats/<rp>        host_stats: its recent build failures (`record_build_failure`, by
-                       the compute), which the scheduler weighs hosts by, and its own
-                       account of its capacity (`compute/capacity.py` publishes it,
-                       `scheduler/hostview.py` plans on it)
+                       the compute), which the scheduler weighs hosts by; its own account
+                       of its capacity (`compute/capacity.py` publishes it,
+                       `scheduler/hostview.py` plans on it); where its libvirtd takes its
+                       peers' TLS connections (`publish_libvirt_address`, at the compute's
+                       start: it outlives the host's lease, for fencing)
     /maintenance/<rp>  host_maintenance: who disabled it, when, why (`schedule.py host
                        disable`, ops/maintenance.py); the host reads it at start
 
@@ -124,14 +126,21 @@ def build_failures(store: KeyValueStore, rp: str) -> list[float]:
     return list((stats or {}).get("build_failures", []))
 
 
+def stats(store: KeyValueStore, rp: str) -> dict[str, Any]:
+    """`rp`'s stats ({} when none, or unreadable)."""
+    try:
+        found, _ = store.read(messages.HOST_STATS, store.keys.stats(rp))
+    except InvalidMessage:
+        found = None
+    return dict(found or {})
+
+
 def record_build_failure(store: KeyValueStore, rp: str) -> None:
     """A build failed on `rp` (the compute says so): the last FAILURES_KEPT are kept."""
     now = time.time()
-    current, _ = read_stats(store, rp)
-    current = current or {}
+    current = stats(store, rp)
     failures = [*current.get("build_failures", []), now][-FAILURES_KEPT:]
-    kept = {"capacity": current["capacity"]} if "capacity" in current else {}
-    put_stats(store, rp, {**kept, "build_failures": failures, "updated_at": now})
+    put_stats(store, rp, {**current, "build_failures": failures, "updated_at": now})
 
 
 def read_stats(store: KeyValueStore, rp: str) -> tuple[dict[str, Any] | None, int]:
@@ -140,6 +149,23 @@ def read_stats(store: KeyValueStore, rp: str) -> tuple[dict[str, Any] | None, in
     if entry is None:
         return None, 0
     return decode_stats(entry.value), entry.mod_revision
+
+
+def publish_libvirt_address(store: KeyValueStore, rp: str, address: str | None) -> None:
+    """Where `rp`'s libvirtd takes its peers' TLS connections (None: nowhere), kept in its
+    stats (not its heartbeat: the controller fences a host whose heartbeat is gone)."""
+    current = stats(store, rp)
+    if current.get("libvirt_address") == address:
+        return
+    current.pop("libvirt_address", None)
+    if address is not None:
+        current["libvirt_address"] = address
+    put_stats(store, rp, {**current, "updated_at": time.time()})
+
+
+def libvirt_address(store: KeyValueStore, rp: str) -> str | None:
+    """Where `rp` said its libvirtd takes TLS connections, if it did."""
+    return stats(store, rp).get("libvirt_address")
 
 
 def put_stats(store: KeyValueStore, rp: str, stats: dict[str, Any]) -> None:

@@ -141,6 +141,13 @@ class Keys:
         """An operator's disable (host_maintenance): the host reads it, never writes it."""
         return f"{self.prefix}/maintenance/{rp_uuid}"
 
+    def migrations(self) -> str:
+        return f"{self.prefix}/migrations/"
+
+    def migration(self, instance_uuid: str) -> str:
+        """A move in flight (migration): written by operators and the controller only."""
+        return f"{self.prefix}/migrations/{instance_uuid}"
+
     def controller(self) -> str:
         return f"{self.prefix}/controller/"
 

@@ -35,6 +35,7 @@ QUEUE_OPEN = "queue_open"
 ZONE = "zone"
 ZONE_INSTANCE = "zone_instance"
 ZONE_INTENT = "zone_intent"
+MIGRATION = "migration"
 # The compute API's (etcd_compute/api/).
 SERVER = "server"
 FLAVOR = "flavor"

@@ -4,6 +4,7 @@
     pki.init()                                     # ca.crt, ca.key (kept if there)
     pki.issue("etcd-1", ETCD_MEMBER, ips=["10.0.0.1"])
     pki.issue(compute_name(rp_uuid), COMPUTE)      # CN compute-<uuid>: the etcd user
+    pki.issue_libvirt("hv1", Path("/etc/etcd-compute/libvirt-pki"), ips=["10.0.0.1"])
 
 The common name of a client certificate is its etcd user (etcd's
 `--client-cert-auth`), so it says who the holder is: `compute-<rp_uuid>` for a
@@ -11,6 +12,14 @@ host, the operator's name for an operator, `root` for the one who manages
 etcd's users and roles. Keys are EC P-256, written 0600 in a 0700 directory;
 certificates 0644. Issuing is idempotent: a valid certificate for the same
 name, kind and addresses is kept (`renew=True` replaces it).
+
+A hypervisor's libvirtd talks to the other hosts' over TLS (migration, fencing),
+with a server certificate naming the host's address (libvirt checks it against
+the URI) and a client certificate whose subject carries `OU=libvirt`: each
+libvirtd's `tls_allowed_dn_list` admits exactly those (`LIBVIRT_ALLOWED_DN`),
+so a host's etcd identity or an operator's certificate opens no libvirtd.
+`issue_libvirt` writes them in the layouts libvirt (`pkipath`, libvirtd.conf)
+and qemu (`migrate_tls_x509_cert_dir`: the migration stream) read.
 """
 
 from __future__ import annotations
@@ -34,8 +43,22 @@ from etcd_compute.errors import ConfigError
 # certificates); hosts, operators and root are clients.
 ETCD_MEMBER, PLACEMENT, SERVICE, COMPUTE, OPERATOR, ROOT = (
     "etcd-member", "placement", "service", "compute", "operator", "root")
-KINDS = (ETCD_MEMBER, PLACEMENT, SERVICE, COMPUTE, OPERATOR, ROOT)
-SERVER_KINDS = (ETCD_MEMBER, PLACEMENT, SERVICE)
+# A host's libvirtd serving the other hosts, and the client it (or a controller) is.
+LIBVIRT_SERVER, LIBVIRT_CLIENT = "libvirt-server", "libvirt-client"
+KINDS = (ETCD_MEMBER, PLACEMENT, SERVICE, COMPUTE, OPERATOR, ROOT, LIBVIRT_SERVER,
+         LIBVIRT_CLIENT)
+SERVER_KINDS = (ETCD_MEMBER, PLACEMENT, SERVICE, LIBVIRT_SERVER)
+# The organizational unit only libvirt client certificates carry, and the pattern of their
+# subject as libvirt (gnutls) prints it, for libvirtd's tls_allowed_dn_list.
+LIBVIRT_UNIT = "libvirt"
+LIBVIRT_ALLOWED_DN = f"OU={LIBVIRT_UNIT},CN=*"
+# libvirt's file names (pkipath, libvirtd.conf) and qemu's (its x509 cert dir), per role.
+LIBVIRT_LAYOUT = {"ca": "cacert.pem", "server-cert": "servercert.pem",
+                  "server-key": "serverkey.pem", "client-cert": "clientcert.pem",
+                  "client-key": "clientkey.pem"}
+QEMU_LAYOUT = {"ca": "ca-cert.pem", "server-cert": "server-cert.pem",
+               "server-key": "server-key.pem", "client-cert": "client-cert.pem",
+               "client-key": "client-key.pem"}
 CA_DAYS = 3650
 LEAF_DAYS = 365
 # A certificate this close to its end is issued again.
@@ -162,7 +185,7 @@ class Pki:
         now = _now()
         builder = (
             x509.CertificateBuilder()
-            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)]))
+            .subject_name(_subject(name, kind))
             .issuer_name(ca_cert.subject).public_key(key.public_key())
             .serial_number(x509.random_serial_number())
             .not_valid_before(now - datetime.timedelta(minutes=5))
@@ -181,6 +204,41 @@ class Pki:
         _write(key_path, _key_pem(key), 0o600)
         _write(cert_path, certificate.public_bytes(serialization.Encoding.PEM), 0o644)
         return Issued(name, cert_path, key_path, created=True)
+
+    def issue_libvirt(self, host: str, directory: Path | str, ips: list[str] | None = None,
+                      dns: list[str] | None = None, client_only: bool = False,
+                      qemu_group: int | None = None, renew: bool = False) -> Path:
+        """`host`'s libvirt certificates (server: its addresses and name in the SAN, unless
+        `client_only`, as for a controller that only fences; client: `OU=libvirt`), copied
+        into `directory` in libvirt's layout and into `directory/qemu` in qemu's. qemu reads
+        its keys as its own user: `qemu_group` (a gid) gets read access to them."""
+        if not client_only and not ips and not dns:
+            raise ConfigError(f"libvirt server certificate for {host}: give its address "
+                              "(--ip) or name (--dns): libvirt checks it against the URI")
+        files = {"ca": self.ca_cert}
+        client = self.issue(f"libvirt-client-{host}", LIBVIRT_CLIENT, renew=renew)
+        files.update({"client-cert": client.cert, "client-key": client.key})
+        if not client_only:
+            server = self.issue(f"libvirt-server-{host}", LIBVIRT_SERVER, ips=ips,
+                                dns=sorted({host, *(dns or [])}), renew=renew)
+            files.update({"server-cert": server.cert, "server-key": server.key})
+        target = Path(directory)
+        target.mkdir(parents=True, exist_ok=True)
+        # qemu's user traverses to its directory; nothing here is listable but by root.
+        os.chmod(target, 0o711 if qemu_group is not None else 0o700)
+        for layout, where, group in ((LIBVIRT_LAYOUT, target, None),
+                                     (QEMU_LAYOUT, target / "qemu", qemu_group)):
+            where.mkdir(parents=True, exist_ok=True)
+            if where != target:
+                os.chmod(where, 0o711 if group is not None else 0o700)
+            for role, source in files.items():
+                secret = role.endswith("-key")
+                path = where / layout[role]
+                _write(path, source.read_bytes(), 0o640 if secret and group is not None
+                       else 0o600 if secret else 0o644)
+                if secret and group is not None:
+                    os.chown(path, -1, group)
+        return target
 
     def problems(self, cert_path: Path, key_path: Path | None = None,
                  want_ips: list[str] | None = None,
@@ -240,10 +298,18 @@ def certificate_problems(cert_path: Path, key_path: Path | None, ca_path: Path,
 _PUBLIC = (serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
 
 
+def _subject(name: str, kind: str) -> x509.Name:
+    common = x509.NameAttribute(NameOID.COMMON_NAME, name)
+    if kind == LIBVIRT_CLIENT:
+        return x509.Name([x509.NameAttribute(NameOID.ORGANIZATIONAL_UNIT_NAME, LIBVIRT_UNIT),
+                          common])
+    return x509.Name([common])
+
+
 def _usages(kind: str) -> list[x509.ObjectIdentifier]:
     if kind == ETCD_MEMBER:
         return [ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]
-    if kind in (PLACEMENT, SERVICE):
+    if kind in (PLACEMENT, SERVICE, LIBVIRT_SERVER):
         return [ExtendedKeyUsageOID.SERVER_AUTH]
     return [ExtendedKeyUsageOID.CLIENT_AUTH]
 

@@ -31,7 +31,7 @@ from etcd_compute.etcd import Store
 from etcd_compute.etcd_auth import ROOT, EtcdAuth
 from etcd_compute.pki import COMPUTE, Pki, compute_name
 from etcd_compute.placement import PlacementClient
-from tests.support import REPO, Run, run_cli, unavailable, wait_for  # noqa: F401
+from tests.support import REPO, Run, run_cli, running, unavailable, wait_for  # noqa: F401
 from tools.local_services import (
     EtcdServer,
     GlanceServer,
@@ -139,30 +139,17 @@ def etcd_server(tmp_path_factory: pytest.TempPathFactory,
     if shutil.which("etcd") is None:
         unavailable("etcd is not installed (make install)")
     server = EtcdServer.create(tmp_path_factory.mktemp("etcd"), pki=cluster_pki)
-    try:  # stopped even when its start fails half-way or is cut short (a timeout, Ctrl-C)
-        try:
-            server.start()
-            server.enable_auth([OPERATOR_USER])
-        except ServiceUnavailable as exc:
-            unavailable(str(exc))
+    with running(server, lambda: server.start().enable_auth([OPERATOR_USER])):
         yield server
-    finally:
-        server.stop()
 
 
 @pytest.fixture(scope="session")
 def placement_server(tmp_path_factory: pytest.TempPathFactory,
                      cluster_pki: Pki) -> Iterator[PlacementServer]:
     """Placement over TLS, refusing clients without a cluster certificate."""
-    server = PlacementServer.create(tmp_path_factory.mktemp("placement"), pki=cluster_pki)
-    try:  # stopped even when its start is cut short
-        try:
-            server.start()
-        except ServiceUnavailable as exc:
-            unavailable(str(exc))
+    with running(PlacementServer.create(tmp_path_factory.mktemp("placement"),
+                                        pki=cluster_pki)) as server:
         yield server
-    finally:
-        server.stop()
 
 
 @pytest.fixture(scope="session")

@@ -17,11 +17,14 @@ import uuid as uuidlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 
+from etcd_compute.errors import ServiceUnavailable
+
 REPO = Path(__file__).resolve().parent.parent
+S = TypeVar("S")
 RESOURCES = {"VCPU": 1, "MEMORY_MB": 64, "DISK_GB": 1}
 
 
@@ -38,6 +41,21 @@ def unavailable(what: str) -> None:
     if in_ci():
         pytest.fail(f"{what} (CI=true: missing services fail the run)", pytrace=False)
     pytest.skip(what)
+
+
+@contextlib.contextmanager
+def running(service: S, start: Callable[[], object] | None = None) -> Iterator[S]:
+    """`service` started (by `start`, else its own `start()`) for the with-block and
+    stopped after, by pid, even when its start fails half-way or is cut short (a per-test
+    timeout, Ctrl-C); a start that fails for want of the service is `unavailable`."""
+    try:
+        try:
+            (start or service.start)()
+        except ServiceUnavailable as exc:
+            unavailable(str(exc))
+        yield service
+    finally:
+        service.stop()
 
 
 @contextlib.contextmanager

@@ -36,6 +36,7 @@ class Mutation:
 
 HEARTBEAT = "tests/unit/compute/test_heartbeat.py::"
 MACHINE = "tests/unit/compute/test_machine.py::"
+MOVES = "tests/unit/compute/test_moves.py::"
 SERVICE = "tests/unit/compute/test_service.py::"
 STATES = "tests/unit/instances/test_states.py::"
 CLAIMS = "tests/unit/test_claims.py::"
@@ -67,6 +68,23 @@ MUTATIONS = (
              "    ERROR: frozenset({ERROR, DELETING, DELETED}),",
              "    ERROR: frozenset({ERROR, DELETING, DELETED, BUILDING}),",
              (STATES + "test_every_move_is_allowed_or_refused_as_documented[ERROR-BUILDING]",)),
+    # Issue 21: a move's steps pass the one claim check (compute/moves.py).
+    Mutation("a move's source takes it up without its claim check",
+             "etcd_compute/compute/moves.py",
+             "            reason = reason or self.claim_refusal(spec, request)\n", "",
+             (MOVES + "test_the_source_refuses_a_move_whose_migration_does_not_hold_it_here",)),
+    Mutation("a move's source sends the guest without checking the claims again",
+             "etcd_compute/compute/moves.py",
+             "                reason = self.claim_refusal(spec, request)\n",
+             "                reason = None\n",
+             (MOVES + "test_the_source_does_not_move_the_guest_once_the_destination_s_claim_"
+                      "changed",)),
+    Mutation("a move's destination makes room without its claim check",
+             "etcd_compute/compute/moves.py",
+             "            if self._refused_here(spec, read):\n                return\n"
+             "            log.info(\"making room",
+             "            log.info(\"making room",
+             (MOVES + "test_a_claim_not_held_here_is_answered_as_an_error_not_made_room_for",)),
     Mutation("a claim that merely covers the spec is taken as its claim",
              "etcd_compute/claims.py",
              '    elif dict(allocations[host]["resources"]) != dict(wanted):',

@@ -52,7 +52,7 @@ class Backend:
                    Flavors(store), Keypairs(store), quotas, servers,
                    Builds(config, store, placement, quotas, servers),  # type: ignore[arg-type]
                    ServerActions(store, placement, quotas,
-                                 config["scheduler"]["required_resources"], images),
+                                 config["scheduler"]["required_resources"], images, config),
                    ServerGroups(store), Computes(store, placement, config["api"]), images)
 
     def close(self) -> None:

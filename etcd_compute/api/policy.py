@@ -42,6 +42,7 @@ SERVER_GROUPS = "os_compute_api:os-server-groups:%s"
 AVAILABILITY_ZONE = "os_compute_api:os-availability-zone:%s"
 SERVICES = "os_compute_api:os-services:%s"
 HYPERVISORS = "os_compute_api:os-hypervisors:%s"
+MIGRATE_SERVER = "os_compute_api:os-migrate-server:%s"
 
 BASE = [
     ("context_is_admin", "role:admin"),
@@ -113,6 +114,7 @@ RULES = [
     (HYPERVISORS % "search", ADMIN),
     (HYPERVISORS % "servers", ADMIN),
     (EXTENDED_ATTRIBUTES, ADMIN),
+    (MIGRATE_SERVER % "migrate_live", ADMIN),
     (SERVER_TAGS % "index", PROJECT_READER_OR_ADMIN),
     (SERVER_TAGS % "show", PROJECT_READER_OR_ADMIN),
     (SERVER_TAGS % "update", PROJECT_MEMBER_OR_ADMIN),

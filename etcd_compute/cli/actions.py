@@ -1,5 +1,6 @@
 """schedule.py's actions on an instance: stop, start, reboot, rebuild, resize (and the
-confirm or revert of a resize the compute API holds); its events.
+confirm or revert of a resize the compute API holds); migrate (to another host, live or
+cold) and migrate-abort; its events.
 
 Each is refused before anything is written when the instance's state does not allow it
 (exit 1), else written into its host's spec; --wait follows it until its host has done
@@ -11,7 +12,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from etcd_compute.cli import Commands, output
+from etcd_compute.cli import Commands, output, placement_of, store_of, terminal_line
 from etcd_compute.cli import zones as zones_cli
 
 UUID_WORDS = "expected exactly one instance uuid"
@@ -48,6 +49,20 @@ def add_commands(commands: Commands) -> None:
                                              "compute API (VERIFY_RESIZE): its old size is "
                                              "freed", UUID_WORDS, cmd_confirm)
     confirm.add_argument("uuid", metavar="UUID")
+    migrate = commands.add("migrate", "move an instance to another host: cold (stopped, "
+                                      "its disk copied, started there) or --live (running "
+                                      "all along)", UUID_WORDS, cmd_migrate)
+    migrate.add_argument("uuid", metavar="UUID")
+    migrate.add_argument("--live", action="store_true",
+                         help="move it running, its memory and disk copied as it goes")
+    migrate.add_argument("--host", metavar="HOST",
+                         help="where to (a provider name or uuid; default: where the "
+                              "scheduler would put it now)")
+    migrate.add_argument("--wait", action="store_true",
+                         help="follow the move until it is done or given up")
+    abort = commands.add("migrate-abort", "call an instance's move off (it stays where it "
+                                          "is)", UUID_WORDS, cmd_migrate_abort)
+    abort.add_argument("uuid", metavar="UUID")
     events = commands.add("events", "what happened to an instance: action, who asked, host, "
                                     "when, result", UUID_WORDS, cmd_events)
     events.add_argument("uuid", metavar="UUID")
@@ -95,6 +110,61 @@ def cmd_action(args: argparse.Namespace, config: dict[str, Any]) -> int:
     elif not outcome.ok:
         output.error(f"{action} of {uuid} failed: {outcome.error}")
     return 0 if outcome.ok else 1
+
+
+def cmd_migrate(args: argparse.Namespace, config: dict[str, Any]) -> int:
+    """migrate UUID [--live] [--host HOST] [--wait]."""
+    from etcd_compute.errors import NoValidHost
+    from etcd_compute.ops import migrations, operations
+    from etcd_compute.scheduler.scheduler import Scheduler
+
+    uuid = operations.check_uuid(args.uuid)
+    with store_of(config) as store:
+        placement = placement_of(config)
+        scheduler = Scheduler(config, store=store, placement=placement)
+        try:
+            asked = migrations.migrate(store, placement, scheduler.place, uuid, args.live,
+                                       args.host)
+        except NoValidHost as exc:
+            return output.no_valid_host(args.json, exc)
+        if not args.json:
+            print(f"{'LIVE ' if asked.live else ''}MIGRATION REQUESTED FOR INSTANCE {uuid} "
+                  f"TO {terminal_line(asked.destination_name)}", flush=True)
+        if not args.wait:
+            if args.json:
+                output.emit_json({**vars(asked), "outcome": "requested"})
+            return 0
+
+        def seen(instance: str, stage: str | None, record: dict[str, Any] | None) -> None:
+            if not args.json:
+                state = record["state"] if record else "gone"
+                print(f"{instance} {state}" + (f" (move {stage})" if stage else ""),
+                      flush=True)
+
+        moved = migrations.wait(store, asked, config["scheduler"]["wait_timeout_seconds"], seen)
+    if args.json:
+        output.emit_json({**vars(asked), "outcome": "done" if moved.ok else "failed",
+                          "host": moved.host, "record": moved.record, "event": moved.event})
+    elif moved.ok:
+        print(f"MOVED TO {terminal_line(asked.destination_name)}: "
+              f"{terminal_line((moved.event or {}).get('detail') or '')}")
+    else:
+        output.error(f"move of {uuid} failed: "
+                     f"{(moved.event or {}).get('error') or 'it was given up'}")
+    return 0 if moved.ok else 1
+
+
+def cmd_migrate_abort(args: argparse.Namespace, config: dict[str, Any]) -> int:
+    from etcd_compute.ops import migrations, operations
+
+    uuid = operations.check_uuid(args.uuid)
+    with store_of(config) as store:
+        stage = migrations.abort(store, uuid)
+    if args.json:
+        output.emit_json({"uuid": uuid, "was": stage, "outcome": "cancel requested"})
+    else:
+        print(f"MIGRATION OF {uuid} CALLED OFF (it was {stage}); the guest stays where it is")
+    return 0
 
 
 def cmd_confirm(args: argparse.Namespace, config: dict[str, Any]) -> int:

@@ -4,6 +4,9 @@
     cluster.py pki issue etcd-member NAME --ip IP ...    a member's certificate
     cluster.py pki issue placement NAME --ip IP ...      Placement's certificate
     cluster.py pki issue operator NAME                   an operator's (CN = etcd user)
+    cluster.py pki issue-libvirt HOST --ip IP [--dir D]  a hypervisor's libvirtd: server
+                                                         and client, libvirt's and qemu's
+                                                         layouts (README, "Moving guests")
     cluster.py pki list                                  what was issued, and until when
     cluster.py etcd setup [--operator NAME ...]          root, the operator role, auth on
     cluster.py host add NAME [--uuid UUID]               a compute host: certificate
@@ -30,11 +33,13 @@ from etcd_compute.errors import EtcdComputeError, UsageError
 from etcd_compute.keys import UUID
 
 DEFAULT_PKI = "/etc/etcd-compute/pki"
+# The group Debian's libvirt runs qemu as (qemu reads the migration stream's keys itself).
+QEMU_GROUP = "libvirt-qemu"
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = Parser(prog="cluster.py", description=__doc__.splitlines()[0],
-                    epilog="\n".join(__doc__.splitlines()[2:12]),
+                    epilog="\n".join(__doc__.splitlines()[2:15]),
                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--pki", metavar="DIR", help=f"certificates (default {DEFAULT_PKI})")
     parser.add_argument("--config", metavar="PATH",
@@ -50,6 +55,20 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     issue.add_argument("--dns", action="append", default=[], help="a name it serves as")
     issue.add_argument("--days", type=int, default=365)
     issue.add_argument("--renew", action="store_true", help="issue again even if still good")
+    libvirt = pki.add_parser("issue-libvirt")
+    libvirt.add_argument("host", help="the hypervisor's name (and its certificates')")
+    libvirt.add_argument("--ip", action="append", default=[],
+                         help="the address its peers reach its libvirtd at")
+    libvirt.add_argument("--dns", action="append", default=[], help="a name it is reached by")
+    libvirt.add_argument("--dir", metavar="DIR",
+                         help="where to write them (default PKI/libvirt/HOST); copy it to the "
+                              "host's driver.libvirt.migration.pki_dir")
+    libvirt.add_argument("--client-only", action="store_true",
+                         help="a client certificate only (a controller that fences)")
+    libvirt.add_argument("--qemu-group", default=QEMU_GROUP, metavar="GROUP",
+                         help=f"the group qemu runs as, given read access to qemu's keys "
+                              f"(default {QEMU_GROUP}; 'none': keep them root's only)")
+    libvirt.add_argument("--renew", action="store_true", help="issue again even if still good")
     pki.add_parser("list")
 
     etcd = commands.add_parser("etcd").add_subparsers(dest="action", required=True)
@@ -83,6 +102,18 @@ def _root_store(args: argparse.Namespace, config: dict[str, Any], pki: Any) -> A
                   "key": str(issued.key), "user": None, "password": None})
 
 
+def _group(name: str) -> int | None:
+    if name == "none":
+        return None
+    import grp
+
+    try:
+        return grp.getgrnam(name).gr_gid
+    except KeyError:
+        raise UsageError(f"--qemu-group {terminal_line(name)}: no such group here (is "
+                         "libvirt installed? 'none' keeps qemu's keys root's)") from None
+
+
 def run(args: argparse.Namespace) -> int:
     from etcd_compute.pki import COMPUTE, Pki, common_name, compute_name, load_certificate
 
@@ -97,6 +128,13 @@ def run(args: argparse.Namespace) -> int:
             issued = pki.issue(args.name, args.kind, ips=args.ip, dns=args.dns, days=args.days,
                                renew=args.renew)
             print(f"{'issued' if issued.created else 'kept'} {issued.cert} {issued.key}")
+        elif args.action == "issue-libvirt":
+            directory = Path(args.dir) if args.dir else pki.directory / "libvirt" / args.host
+            written = pki.issue_libvirt(args.host, directory, ips=args.ip, dns=args.dns,
+                                        client_only=args.client_only,
+                                        qemu_group=_group(args.qemu_group), renew=args.renew)
+            print(f"libvirt certificates of {terminal_line(args.host)} in {written} "
+                  f"(qemu's in {written / 'qemu'})")
         else:
             for cert in sorted(pki.directory.glob("*.crt")):
                 certificate = load_certificate(cert)

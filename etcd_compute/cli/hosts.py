@@ -20,8 +20,8 @@ HOST_ACTIONS = {
     "disable": "skip HOST when scheduling (its instances stay); --reason says why",
     "enable": "schedule onto HOST again",
     "show": "HOST's state, since when, who disabled it and why, its instances",
-    "drain": "disable HOST, then move each of its instances elsewhere (the controller "
-             "places them again)",
+    "drain": "disable HOST, then move each of its instances elsewhere: live (the default; "
+             "stopped ones cold), cold, or rebuilt from their images (--mode)",
 }
 
 
@@ -36,6 +36,14 @@ def add_commands(commands: Commands) -> None:
         parser.add_argument("host", metavar="HOST", help="a provider name or uuid")
         if action == "disable":
             parser.add_argument("--reason", help="why (shown by host show)")
+        if action == "drain":
+            parser.add_argument("--mode", choices=["live", "cold", "rebuild"], default="live",
+                                help="live: running instances move running, their disks "
+                                     "with them (stopped ones cold); cold: each stopped, "
+                                     "copied, started there; rebuild: built again from its "
+                                     "image elsewhere (its disk lost)")
+            parser.add_argument("--parallel", type=int, default=2, metavar="N",
+                                help="moves at once (live and cold; default 2)")
 
 
 def cmd_hosts(args: argparse.Namespace, config: dict[str, Any]) -> int:
@@ -75,7 +83,8 @@ def cmd_host(args: argparse.Namespace, config: dict[str, Any]) -> int:
                 store, placement, host, config["scheduler"]["wait_timeout_seconds"],
                 output.quiet if args.json else
                 (lambda line: print(terminal_line(line), flush=True)),
-                place=Scheduler(config, store=store, placement=placement).place)
+                place=Scheduler(config, store=store, placement=placement).place,
+                mode=args.mode, parallel=args.parallel)
             if args.json:
                 output.emit_json(summary)
             else:

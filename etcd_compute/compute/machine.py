@@ -29,12 +29,14 @@ from etcd_compute.compute.consoles import Consoles
 from etcd_compute.compute.ends import EVACUABLE, InstanceEnds
 from etcd_compute.compute.fencing import Gate
 from etcd_compute.compute.identity import HostIdentity
+from etcd_compute.compute.moves import InstanceMoves
 from etcd_compute.compute.pool import (
     ACTION_KINDS,
     BUILD,
     CHECK,
     CLEANUP,
     DESTROY,
+    MOVE_KINDS,
     Job,
     WorkerPool,
     job_error,
@@ -110,6 +112,7 @@ class InstanceMachine:
         self.power_check: Callable[[str], None] = lambda _uuid: None
         self.actions = LifecycleActions(self)
         self.ends = InstanceEnds(self)
+        self.moves = InstanceMoves(self)
 
     # ---------------------------------------------------------------- specs
 
@@ -131,6 +134,10 @@ class InstanceMachine:
             self.start_build(spec, spec_revision)
         elif spec["action"] == "evacuate":
             self.start_evacuate(spec)
+        elif spec["action"] == states.MIGRATE:
+            self.moves.on_migrate(spec, spec_revision)
+        elif spec["action"] == states.INCOMING_ACTION:
+            self.moves.on_incoming(spec, spec_revision)
         elif spec["action"] in states.ACTIONS:
             self.actions.on_request(spec, spec_revision)
         else:
@@ -260,7 +267,9 @@ class InstanceMachine:
             if job.kind != DESTROY and not job.destroy_requested:
                 job.destroy_requested = True
                 self._mark_deleting(spec)
-                if job.kind != CLEANUP:
+                if job.kind in MOVE_KINDS:
+                    self.moves.cancel(uuid)  # not killed with its worker (moves.cancel)
+                elif job.kind != CLEANUP:
                     # Cancelling a running pebble task stops its worker; destroy cleans up.
                     job.future.cancel()
                     log.info("destroy while %s: %s cancelled", _ing(job.kind), job.kind)
@@ -326,6 +335,8 @@ class InstanceMachine:
                 future = self.pool.schedule(worker.build, spec, timeout=timeout)
             elif kind in ACTION_KINDS:
                 future = self.pool.schedule(worker.act, spec, task, timeout=timeout)
+            elif kind in MOVE_KINDS:
+                future = self.moves.schedule(self.pool, kind, spec, task, timeout)
             else:
                 future = self.pool.schedule(worker.destroy, uuid, timeout=timeout)
         job = Job(kind, uuid, spec, future, record_revision, reason=reason, attempt=attempt,
@@ -394,11 +405,11 @@ class InstanceMachine:
                         blame_host=job.blame_host, hand_over=job.hand_over, task=job.task)
             return
         error = job_error(job, self.settings["job_timeout_seconds"])
-        if job.kind in ACTION_KINDS:
+        if job.kind in ACTION_KINDS or job.kind in MOVE_KINDS:
             if job.destroy_requested:
                 self.submit(DESTROY, job.spec, self.read(job.spec["host"], job.uuid).revision)
             else:
-                self.actions.finish(job, error)
+                (self.moves if job.kind in MOVE_KINDS else self.actions).finish(job, error)
         elif job.kind == CHECK:
             if job.destroy_requested:
                 self.submit(DESTROY, job.spec, self.read(job.spec["host"], job.uuid).revision,

@@ -53,6 +53,7 @@ from etcd_compute.compute.pool import (
     CHECK,
     CLEANUP,
     DESTROY,
+    MOVE_KINDS,
     Job,
     pool_broke,
 )
@@ -66,7 +67,7 @@ LOG = logging.getLogger("etcd_compute.compute")
 # Re-exported: the daemon's loops count their retries through this module.
 retried = common.retried
 
-KINDS = (BUILD, DESTROY, CLEANUP, CHECK, *ACTION_KINDS)
+KINDS = (BUILD, DESTROY, CLEANUP, CHECK, *ACTION_KINDS, *MOVE_KINDS)
 RESULTS = ("success", "failure", "cancelled")
 # An operator's action also ends refused: not allowed in its state, or not claimed.
 ACTION_RESULTS = (*RESULTS, "refused")

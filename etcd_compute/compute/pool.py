@@ -32,6 +32,8 @@ CHECK = "check"
 STOP, START, REBOOT, REBUILD, RESIZE, SNAPSHOT = (
     "stop", "start", "reboot", "rebuild", "resize", "snapshot")
 ACTION_KINDS = (STOP, START, REBOOT, REBUILD, RESIZE, SNAPSHOT)
+# A move's steps (compute/moves.py).
+MOVE_KINDS = worker.MOVE_KINDS
 
 
 @dataclass

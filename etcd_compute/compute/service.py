@@ -51,7 +51,7 @@ from etcd_compute.drivers import load_power_watch
 from etcd_compute.errors import EtcdComputeError, ServiceUnavailable
 from etcd_compute.etcd import Store
 from etcd_compute.heartbeat_timing import heartbeat_timing
-from etcd_compute.hosts import under_maintenance
+from etcd_compute.hosts import publish_libvirt_address, under_maintenance
 from etcd_compute.instances import ownership, records, states
 from etcd_compute.keys import UUID
 from etcd_compute.placement import PlacementClient
@@ -127,6 +127,7 @@ class ComputeService:
             signal.signal(signal.SIGINT, self._on_signal)
         compute_metrics.start(self.config, self.machine.jobs, self._metrics_refresher)
         self.registration.register()
+        self.publish_libvirt_address()
         self.heartbeat.start()
         self.ensure_mdserver()
         self.pool.start()
@@ -220,6 +221,16 @@ class ComputeService:
         self.store.close()
         LOG.info("compute stopped")
 
+    def publish_libvirt_address(self) -> None:
+        """Where this host's libvirtd takes its peers' TLS connections (none with the fake
+        driver or without driver.libvirt.migration.address): for guests moving here and for
+        a controller fencing this host once its heartbeat is gone."""
+        address = None
+        if self.config["driver"]["name"] == "libvirt":
+            address = self.config["driver"]["libvirt"]["migration"]["address"]
+        for rp in self.hosts:
+            publish_libvirt_address(self.store, rp, address)
+
     def ensure_mdserver(self) -> None:
         """Start the metadata server for our guests if it is not running (libvirt only)."""
         if self.config["driver"]["name"] != "libvirt":
@@ -284,7 +295,10 @@ class ComputeService:
         self.capacity.spec(parsed[0], parsed[1], None if deleted else event.value,
                            event.mod_revision)
         if deleted:
-            return  # we delete host keys ourselves when an instance is gone
+            # We delete host keys ourselves when an instance is gone; one handed to another
+            # host after a cold move leaves its stopped copy here to remove.
+            self.machine.moves.on_spec_gone(parsed[0], parsed[1])
+            return
         self.machine.on_spec(parsed[0], parsed[1], event.value, event.mod_revision)
 
     # ------------------------------------------------------------- reconcile

@@ -8,21 +8,29 @@ the main process's side.
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 from typing import Any
 
 from etcd_compute.drivers import Driver, load_driver
 from etcd_compute.instances import states
 
 _driver: Driver | None = None
+_config: dict[str, Any] = {}
+
+# A move's jobs (compute/moves.py): the destination makes room, defines a cold move's
+# guest, or throws away what it made; the source moves the guest; what a cold move left.
+PREPARE, FINISH, DISCARD, MIGRATE, LEAVE = "prepare", "finish", "discard", "migrate", "leave"
+MOVE_KINDS = (PREPARE, FINISH, DISCARD, MIGRATE, LEAVE)
 
 
 def init_worker(config: dict[str, Any]) -> None:
-    global _driver
+    global _driver, _config
     logging.basicConfig(
         level=config["logging"]["level"],
         format="%(asctime)s %(levelname)s %(name)s[worker] %(message)s",
     )
     _driver = load_driver(config)
+    _config = config
 
 
 def driver() -> Driver:
@@ -93,3 +101,33 @@ def consoles(uuids: list[str], max_bytes: int) -> dict[str, str]:
 
 def check() -> str:
     return driver().check()
+
+
+def cancel_flag(state_dir: str, uuid: str) -> Path:
+    """The file whose existence cancels the instance's move in flight (the main process
+    raises it; the job's driver looks for it)."""
+    return Path(state_dir) / "moves" / f"cancel-{uuid}"
+
+
+def move(kind: str, spec: dict[str, Any], task: dict[str, Any] | None) -> dict[str, Any]:
+    """A move's step on this host (`kind` one of MOVE_KINDS)."""
+    uuid, task = spec["uuid"], task or {}
+    if kind == PREPARE:
+        return driver().prepare_incoming(spec)
+    if kind == DISCARD:
+        driver().discard_incoming(uuid)
+        return {}
+    if kind == FINISH:
+        moved = task["moved"]
+        return driver().finish_incoming(spec, moved, bool(moved.get("was_running")))
+    if kind == LEAVE:
+        driver().destroy(uuid)
+        return {}
+    if kind == MIGRATE:
+        target = task["target"]
+        if task.get("live"):
+            flag = cancel_flag(_config["compute"]["state_dir"], uuid)
+            return {"figures": driver().live_migrate(uuid, target, cancelled=flag.exists)}
+        sent = driver().send_stopped(uuid, target)
+        return {"figures": {}, "moved": sent}
+    raise ValueError(f"unknown move step {kind!r}")

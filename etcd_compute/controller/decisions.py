@@ -45,6 +45,8 @@ from typing import Any
 from etcd_compute import claims, events, hosts, messages
 from etcd_compute.config import DELETED_RECORD_TTL
 from etcd_compute.controller import metrics as controller_metrics
+from etcd_compute.controller.fencing import Fencing, Verdict
+from etcd_compute.controller.migrations import MoveSteps
 from etcd_compute.errors import ConflictError, EtcdComputeError, InvalidMessage, NoValidHost
 from etcd_compute.etcd import KeyValueStore, Txn
 from etcd_compute.instances import host as host_txn
@@ -73,13 +75,21 @@ def instance_log(uuid: str) -> logging.LoggerAdapter:
     return logging.LoggerAdapter(LOG, {"instance": uuid})
 
 
+def _how(verdict: Verdict | None, fencing: bool) -> str | None:
+    """How a dead host was dealt with, for its instances' events (None without fencing)."""
+    if verdict is not None:
+        return verdict.how()
+    return "recovered after TTL + grace (its fence not done)" if fencing else None
+
+
 class Controller:
     def __init__(self, store: KeyValueStore, placement: PlacementClient,
                  settings: dict[str, Any] | None = None,
                  place: Callable[[dict[str, Any], frozenset[str]], Pick] | None = None,
                  clock: Callable[[], float] = time.monotonic,
                  place_many: Callable[[list[dict[str, Any]], frozenset[str]],
-                                      dict[str, Pick | NoValidHost]] | None = None):
+                                      dict[str, Pick | NoValidHost]] | None = None,
+                 fencing: Fencing | None = None):
         self.store = store
         self.keys = store.keys
         self.placement = placement
@@ -95,6 +105,9 @@ class Controller:
         self.clock = clock
         # Hosts without a heartbeat, since when (our clock).
         self.down_since: dict[str, float] = {}
+        self.fencing = fencing or Fencing(settings.get("fencing"))
+        # Moves between hosts in flight (controller/migrations.py).
+        self.moves = MoveSteps(store, placement)
 
     # --- records --------------------------------------------------------------------------
 
@@ -105,6 +118,8 @@ class Controller:
         elif read.state == states.DELETED:
             # Its location and group member expire with the record (its host could not).
             ownership.expire_with_record(self.store, uuid)
+        else:
+            self.moves.step(uuid)  # either end of a move (one read when none is in flight)
 
     def reschedule(self, host: str, uuid: str, read: records.RecordRead) -> str | None:
         """Move a build that failed on `host` to a live alternate; the new host, or None."""
@@ -191,6 +206,7 @@ class Controller:
 
     def on_record_gone(self, host: str, uuid: str) -> None:
         """The record left `host`: if the instance is known nowhere else, forget its keys."""
+        self.moves.step(uuid)
         location = records.locate(self.store, uuid)
         if location is not None and location["host"] == host:
             ownership.forget(self.store, uuid, host, location.get("group"))
@@ -201,34 +217,56 @@ class Controller:
         if present:
             if self.down_since.pop(host, None) is not None:
                 LOG.info("host %s is back", host)
+            self.fencing.forget(host)
         elif host not in self.down_since:
             self.down_since[host] = self.clock()
             LOG.warning("host %s lost its heartbeat; its instances are recovered in %g s "
-                        "unless it comes back", host, self.grace)
+                        "unless it comes back%s", host, self.grace,
+                        " or is fenced first" if self.fencing.enabled else "")
+            self._begin_fence(host)
+
+    def _begin_fence(self, host: str) -> None:
+        """Fence `host` in the background: its instances' guests, where its libvirtd is."""
+        if not self.fencing.enabled:
+            return
+        held = self.store.read_prefix(messages.INSTANCE_RECORD, self.keys.records(host))
+        uuids = sorted(uuid for uuid, record in held.items()
+                       if record["state"] in states.LIVE)
+        if not uuids:
+            return  # nothing of it could run twice
+        name = next((r.get("host_name") for r in held.values() if r.get("host_name")), host)
+        self.fencing.begin(host, name, hosts.libvirt_address(self.store, host), uuids)
 
     def recover_due(self) -> list[str]:
-        """Recover the instances of every host down for the grace period; the hosts done."""
+        """Recover the instances of every host fenced, or down for the grace period; the
+        hosts done."""
         done = []
         for host, since in list(self.down_since.items()):
-            if self.clock() - since >= self.grace:
-                self.recover_host(host)
+            verdict = self.fencing.verdict(host)
+            fenced = verdict is not None and verdict.fenced
+            if fenced or self.clock() - since >= self.grace:
+                self.recover_host(host, verdict)
                 done.append(host)
         return done
 
-    def recover_host(self, host: str) -> None:
+    def recover_host(self, host: str, verdict: Verdict | None = None) -> None:
         if hosts.is_alive(self.store, host):
             self.on_alive(host, True)  # back before we acted: nothing to do
             return
+        how = _how(verdict, self.fencing.enabled)
         rebuilds = []
         for uuid in sorted(self.store.read_prefix(messages.INSTANCE_RECORD,
                                                   self.keys.records(host))):
-            outcome = self._recovery(host, uuid)
+            outcome = self._recovery(host, uuid, how)
             if isinstance(outcome, _Rebuild):
                 rebuilds.append(outcome)
             else:
                 controller_metrics.recovered(outcome)
-        for outcome in self._rebuild_all(host, rebuilds):
+        for outcome in self._rebuild_all(host, rebuilds, how):
             controller_metrics.recovered(outcome)
+        controller_metrics.host_recovered(verdict.path if verdict is not None and
+                                          verdict.fenced and verdict.path else "grace")
+        self.fencing.forget(host)
 
     def recover_instance(self, host: str, uuid: str) -> str:
         """Apply the instance's policy; what was done ("rebuilt", "error", "deleted",
@@ -238,12 +276,18 @@ class Controller:
             return self._rebuild_all(host, [outcome])[0]
         return outcome
 
-    def _recovery(self, host: str, uuid: str) -> str | _Rebuild:
+    def _recovery(self, host: str, uuid: str, how: str | None = None) -> str | _Rebuild:
         """What the instance's policy does now, or what to rebuild (done together)."""
         log = instance_log(uuid)
         read = records.read_record(self.store, host, uuid)
         if read.state in (None, states.ERROR, states.DELETED):
             return "left"
+        if read.state in (states.INCOMING, states.MIGRATED):
+            # Not its home, or its guest left: the move's own steps decide (a hand-over).
+            self.moves.step(uuid)
+            return "left"
+        if read.state == states.MIGRATING:
+            self.moves.abandon(uuid, f"its host {host} died during the move")
         entry = self.store.get(self.keys.spec(host, uuid))
         try:
             spec = messages.decode(messages.INSTANCE_SPEC, entry.value) if entry else None
@@ -264,9 +308,10 @@ class Controller:
         if policy == "rebuild" and "project_id" in spec and \
                 (self.place is not None or self.place_many is not None):
             return _Rebuild(spec, read, entry.mod_revision if entry else None)
-        return self._fail(spec, read, f"host {host} is down")
+        return self._fail(spec, read, f"host {host} is down" + (f"; {how}" if how else ""))
 
-    def _rebuild_all(self, host: str, rebuilds: list[_Rebuild]) -> list[str]:
+    def _rebuild_all(self, host: str, rebuilds: list[_Rebuild],
+                     how: str | None = None) -> list[str]:
         """Rebuild these instances of `host` elsewhere: one plan, then per chunk (etcd's
         --max-txn-ops) one claim move and one transaction; what does not hold for all
         goes one by one. The outcome of each, in order."""
@@ -290,11 +335,12 @@ class Controller:
             if isinstance(result, NoValidHost):
                 outcomes[item.spec["uuid"]] = self._fail(
                     item.spec, item.read, f"host {host} is down and no other host can take "
-                    f"it ({(result.reasons or ['no valid host'])[0]})")
+                    f"it ({(result.reasons or ['no valid host'])[0]})"
+                    + (f"; {how}" if how else ""))
             else:
                 going.append((item, result))
         for chunk in self._chunks(going):
-            outcomes.update(self._rebuild_together(chunk))
+            outcomes.update(self._rebuild_together(chunk, how))
         return [outcomes[item.spec["uuid"]] for item in rebuilds]
 
     def _chunks(self, going: list[tuple[_Rebuild, Pick]]) -> list[list[tuple[_Rebuild, Pick]]]:
@@ -311,7 +357,8 @@ class Controller:
             ops += size
         return chunks
 
-    def _rebuild_together(self, chunk: list[tuple[_Rebuild, Pick]]) -> dict[str, str]:
+    def _rebuild_together(self, chunk: list[tuple[_Rebuild, Pick]],
+                          how: str | None = None) -> dict[str, str]:
         """One claim move and one transaction for all of them, or each on its own."""
         if len(chunk) > 1:
             try:
@@ -326,7 +373,7 @@ class Controller:
                 for item, pick in chunk:
                     txn = txn + moves.evacuate_txn(self.store, item.spec, item.read,
                                                    pick.host.uuid, pick.allocations,
-                                                   item.spec_revision)
+                                                   item.spec_revision, how)
                 if self.store.commit(txn) is not None:
                     for item, pick in chunk:
                         self._rebuilt(item.spec, pick)
@@ -336,7 +383,7 @@ class Controller:
                 for item, _ in chunk:
                     self._undo_move(item.spec, generations[item.spec["uuid"]])
         return {item.spec["uuid"]: self._rebuild(item.spec, item.read, pick,
-                                                 item.spec_revision)
+                                                 item.spec_revision, how)
                 for item, pick in chunk}
 
     def _fail(self, spec: dict[str, Any], read: records.RecordRead, reason: str) -> str:
@@ -350,7 +397,7 @@ class Controller:
         return "error"
 
     def _rebuild(self, spec: dict[str, Any], read: records.RecordRead, pick: Pick,
-                 spec_revision: int | None) -> str:
+                 spec_revision: int | None, how: str | None = None) -> str:
         uuid, target = spec["uuid"], pick.host.uuid
         try:
             generation = claims.move(self.placement, uuid, pick.allocations,
@@ -359,7 +406,7 @@ class Controller:
             instance_log(uuid).info("claim on %s lost a race (%s); trying again", target, exc)
             return "retry"
         if moves.evacuate(self.store, spec, read, target, pick.allocations,
-                              spec_revision=spec_revision) is None:
+                          spec_revision=spec_revision, how=how) is None:
             # The host came back, or a destroy got in: the claim goes back as it was.
             self._undo_move(spec, generation)
             return "left"
@@ -393,6 +440,7 @@ class Controller:
                     self.on_record(host, uuid)
         for host in {host for host, _ in held} - hosts.alive_hosts(self.store):
             self.on_alive(host, False)
+        self.moves.sweep()
         located = self.store.read_prefix(messages.INSTANCE_LOCATION, self.keys.locations())
         for uuid, location in located.items():
             if (location["host"], uuid) not in held and ownership.forget(

@@ -26,6 +26,12 @@ EVENT_KINDS = {"on_record": "record", "on_record_gone": "record_gone"}
 ACTIONS = {"reschedule": ("moved", "failed", "conflict"),
            "recover": ("rebuilt", "error", "deleted", "left", "retry")}
 
+# Fencing a dead host before recovering its instances: each attempt, by path (libvirt:
+# through its libvirtd; command: the configured fence agent) and outcome; and each host
+# recovered, by what allowed it (libvirt or command: fenced; grace: TTL + grace waited).
+FENCE_PATHS, FENCE_OUTCOMES = ("libvirt", "command"), ("fenced", "refused", "timeout")
+RECOVERY_PATHS = ("libvirt", "command", "grace")
+
 LEADER = Gauge(
     "etcd_compute_controller_leader",
     "1 while this controller is the elected leader (the one that acts), else 0.")
@@ -37,6 +43,16 @@ ACTIONS_DONE = Counter(
     "etcd_compute_controller_actions",
     "What the controller did about instances, by action and result (reschedule: moved, "
     "failed, conflict; recover: rebuilt, error, deleted, left, retry).", ["action", "result"])
+
+FENCES = Counter(
+    "etcd_compute_controller_fences",
+    "Attempts to fence a dead host before recovering its instances, by path (libvirt: "
+    "through its libvirtd over TLS; command: the configured fence agent) and outcome "
+    "(fenced, refused, timeout).", ["path", "outcome"])
+HOSTS_RECOVERED = Counter(
+    "etcd_compute_controller_hosts_recovered",
+    "Dead hosts whose instances were recovered, by what allowed it (libvirt or command: "
+    "fenced first, at once; grace: after TTL + grace, unfenced).", ["path"])
 
 # The scheduler service: requests by what became of them in a pass, and pass sizes.
 QUEUE_RESULTS = ("answered", "refused", "retried")
@@ -55,6 +71,11 @@ for _result in QUEUE_RESULTS:
 for _kind in (*EVENT_KINDS.values(), "other"):
     for _result in ("ok", "error"):
         EVENTS.labels(_kind, _result)
+for _path in FENCE_PATHS:
+    for _outcome in FENCE_OUTCOMES:
+        FENCES.labels(_path, _outcome)
+for _path in RECOVERY_PATHS:
+    HOSTS_RECOVERED.labels(_path)
 for _action, _results in ACTIONS.items():
     for _result in _results:
         ACTIONS_DONE.labels(_action, _result)
@@ -70,6 +91,18 @@ def recovered(result: str) -> None:
     """An instance of a dead host was `result` (one of ACTIONS["recover"])."""
     assert result in ACTIONS["recover"], result
     ACTIONS_DONE.labels("recover", result).inc()
+
+
+def fence_tried(path: str, outcome: str) -> None:
+    """An attempt to fence a dead host by `path` ended `outcome`."""
+    assert path in FENCE_PATHS and outcome in FENCE_OUTCOMES, (path, outcome)
+    FENCES.labels(path, outcome).inc()
+
+
+def host_recovered(path: str) -> None:
+    """A dead host's instances were recovered, allowed by `path` (RECOVERY_PATHS)."""
+    assert path in RECOVERY_PATHS, path
+    HOSTS_RECOVERED.labels(path).inc()
 
 
 def rescheduled(result: str) -> None:

@@ -19,6 +19,8 @@ import abc
 from collections.abc import Callable
 from typing import Any
 
+from etcd_compute.errors import BuildError
+
 # uuid, running now, why (one line), crashed, when it was observed (time.monotonic()).
 PowerReport = Callable[[str, bool, str, bool, float], None]
 
@@ -96,6 +98,44 @@ class Driver(abc.ABC):
         """The instance's disk, flattened, uploaded into the queued Glance image `image_id`
         (live and crash-consistent when the guest runs; it keeps running). On failure the
         image is deleted and the guest is as it was. Returns {"detail": what was made}."""
+
+    # -- moving a guest to another host (README, "Moving guests"): BuildError on failure
+
+    def prepare_incoming(self, spec: dict[str, Any]) -> dict[str, Any]:
+        """Make room here for the guest of `spec` coming from another host; what its
+        source needs to send it (the driver's "target")."""
+        raise BuildError(f"the {self.name} driver cannot move guests")
+
+    def discard_incoming(self, uuid: str) -> None:
+        """Remove what `prepare_incoming` made, the move being off (never a running guest)."""
+        raise BuildError(f"the {self.name} driver cannot move guests")
+
+    def live_migrate(self, uuid: str, target: dict[str, Any],
+                     progress: Callable[[dict[str, Any]], None] | None = None,
+                     cancelled: Callable[[], bool] | None = None) -> dict[str, Any]:
+        """Move the running guest to `target` without stopping it; nothing of it is left
+        here after. On failure or cancel it runs on here as before. Returns figures
+        (seconds, downtime_ms, bytes)."""
+        raise BuildError(f"the {self.name} driver cannot move guests")
+
+    def abort_migration(self, uuid: str) -> bool:
+        """Cancel the guest's outgoing live migration; False if none runs."""
+        return False
+
+    def migration_progress(self, uuid: str) -> dict[str, Any] | None:
+        """The outgoing migration's progress (elapsed_ms, data_*, percent); None if none."""
+        return None
+
+    def send_stopped(self, uuid: str, target: dict[str, Any]) -> dict[str, Any]:
+        """Shut the guest down and send its disk, config drive and console to `target`;
+        it stays here, stopped, until confirmed (`destroy`) or reverted (`power_on`).
+        Returns what `finish_incoming` checks there."""
+        raise BuildError(f"the {self.name} driver cannot move guests")
+
+    def finish_incoming(self, spec: dict[str, Any], moved: dict[str, Any],
+                        power_on: bool) -> dict[str, Any]:
+        """Define (and start, if `power_on`) the guest `send_stopped` sent; `{"ip": ...}`."""
+        raise BuildError(f"the {self.name} driver cannot move guests")
 
     def fence(self) -> list[str]:
         """Power off every guest of ours (the host lost its lease: another host may soon

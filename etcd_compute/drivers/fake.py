@@ -13,6 +13,15 @@ number of simulated hosts (`ecompute --fake-hosts N`). Stop, start, reboot,
 rebuild and resize change the file (running, resources, image) and log the
 guest's halts and runs; `driver.fake.action_seconds` makes them take time and
 `driver.fake.fail_actions` makes them fail, leaving the instance as it was.
+
+A guest moves to another fake host's state directory on this machine (the
+"target" of `prepare_incoming` names it): live, its file moves there and its
+halt here is logged before its run there (no overlap, as libvirt's switch);
+cold, it is stopped here, copied there, and defined there by `finish_incoming`
+while it stays here until destroyed. A live move takes `action_seconds`, can be
+cancelled meanwhile (`abort_migration`), and fails ("migrate" in fail_actions)
+leaving the guest here; a destination with "incoming" in fail_actions cannot make
+room (a host that said it had room and had none).
 """
 
 from __future__ import annotations
@@ -22,6 +31,7 @@ import hashlib
 import json
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlparse
@@ -35,7 +45,128 @@ def fake_ip(uuid: str) -> str:
     return f"198.51.100.{int(hashlib.sha256(uuid.encode()).hexdigest(), 16) % 253 + 1}"
 
 
-class FakeDriver(Driver):
+class FakeMoves:
+    """A fake guest's moves between fake hosts (mixed into FakeDriver)."""
+
+    root: Path
+    action_seconds: float
+    fail_actions: set[str]
+    _path: Callable[[str], Path]
+    _load: Callable[[str], dict[str, Any] | None]
+    _set_running: Callable[[str, bool], bool]
+    _guest_event: Callable[[str, str, str], None]
+
+    def _marker(self, uuid: str, kind: str, root: Path | None = None) -> Path:
+        return (root or self.root) / f".{uuid}.{kind}"
+
+    def prepare_incoming(self, spec: dict[str, Any]) -> dict[str, Any]:
+        uuid = spec["uuid"]
+        if self._path(uuid).exists():
+            raise BuildError(f"instance {uuid} already has a guest on this host")
+        if "incoming" in self.fail_actions:
+            # A host whose inventory said it had room, and had none.
+            raise BuildError("fake hypervisor has no room for it after all "
+                             "(driver.fake.fail_actions)")
+        _check_image(spec.get("image", {}).get("url", ""))
+        self._marker(uuid, "incoming").write_text(json.dumps({"host": spec["host"]}))
+        return {"address": "127.0.0.1", "instance_dir": str(self.root), "base_sha256": None,
+                "dhcp_server": None, "network": None}
+
+    def discard_incoming(self, uuid: str) -> None:
+        instance = self._load(uuid)
+        if instance is not None and instance.get("running", True):
+            raise BuildError(f"instance {uuid} runs on this host: not discarded")
+        for kind in ("incoming", "sent"):
+            self._marker(uuid, kind).unlink(missing_ok=True)
+        if instance is not None:
+            self._path(uuid).unlink(missing_ok=True)
+
+    def live_migrate(self, uuid: str, target: dict[str, Any],
+                     progress: Callable[[dict[str, Any]], None] | None = None,
+                     cancelled: Callable[[], bool] | None = None) -> dict[str, Any]:
+        instance = self._load(uuid)
+        if instance is None or not instance.get("running", True):
+            raise BuildError("live migration: the guest is not running (move it cold)")
+        there = Path(target["instance_dir"])
+        moving, abort = self._marker(uuid, "migrating"), self._marker(uuid, "abort")
+        started = time.monotonic()
+        moving.write_text(str(started))
+        try:
+            while time.monotonic() - started < self.action_seconds:
+                if abort.exists() or (cancelled is not None and cancelled()):
+                    raise BuildError(f"live migration to {target['address']}: cancelled; the "
+                                     "guest runs on here")
+                if progress is not None:
+                    progress(self._progress(started))
+                time.sleep(0.02)
+            if "migrate" in self.fail_actions:
+                raise BuildError("fake hypervisor cannot migrate (driver.fake.fail_actions)")
+            incoming = self._marker(uuid, "incoming", there)
+            if not incoming.exists():
+                raise BuildError(f"live migration to {target['address']}: the destination "
+                                 "made no room; the guest runs on here")
+            host = json.loads(incoming.read_text())["host"]
+            # The switch: halted here, then running there.
+            self._guest_event(uuid, instance["host"], "halt")
+            _write_instance(there, uuid, {**instance, "host": host, "moved_at": time.time()})
+            _log_guest(there, uuid, host, "run")
+            incoming.unlink(missing_ok=True)
+            self._path(uuid).unlink(missing_ok=True)
+        finally:
+            moving.unlink(missing_ok=True)
+            abort.unlink(missing_ok=True)
+        return {"seconds": round(time.monotonic() - started, 3), "downtime_ms": 0}
+
+    def _progress(self, started: float) -> dict[str, Any]:
+        done = min(1.0, (time.monotonic() - started) / (self.action_seconds or 1))
+        return {"elapsed_ms": int((time.monotonic() - started) * 1000), "data_total": 100,
+                "data_processed": int(done * 100), "data_remaining": 100 - int(done * 100),
+                "memory_iteration": 1, "disk_total": 0, "disk_processed": 0,
+                "percent": round(done * 100, 1)}
+
+    def abort_migration(self, uuid: str) -> bool:
+        if not self._marker(uuid, "migrating").exists():
+            return False
+        self._marker(uuid, "abort").write_text("")
+        return True
+
+    def migration_progress(self, uuid: str) -> dict[str, Any] | None:
+        try:
+            started = float(self._marker(uuid, "migrating").read_text())
+        except (OSError, ValueError):
+            return None
+        return self._progress(started)
+
+    def send_stopped(self, uuid: str, target: dict[str, Any]) -> dict[str, Any]:
+        instance = self._load(uuid)
+        if instance is None:
+            raise BuildError(f"instance {uuid} does not exist on this host")
+        was_running = bool(instance.get("running", True))
+        if "migrate" in self.fail_actions:
+            raise BuildError("fake hypervisor cannot migrate (driver.fake.fail_actions)")
+        self._set_running(uuid, False)
+        sent = self._marker(uuid, "sent", Path(target["instance_dir"]))
+        sent.write_text(json.dumps({**instance, "running": False}))
+        return {"files": [], "macs": [], "base_sha256": None, "was_running": was_running,
+                "address": None}
+
+    def finish_incoming(self, spec: dict[str, Any], moved: dict[str, Any],
+                        power_on: bool) -> dict[str, Any]:
+        uuid = spec["uuid"]
+        try:
+            instance = json.loads(self._marker(uuid, "sent").read_text())
+        except (OSError, ValueError):
+            raise BuildError("cold migration: nothing arrived") from None
+        _write_instance(self.root, uuid, {**instance, "host": spec["host"],
+                                          "running": power_on, "moved_at": time.time()})
+        if power_on:
+            _log_guest(self.root, uuid, spec["host"], "run")
+        for kind in ("sent", "incoming"):
+            self._marker(uuid, kind).unlink(missing_ok=True)
+        return {"ip": fake_ip(uuid)}
+
+
+class FakeDriver(FakeMoves, Driver):
     name = "fake"
 
     def __init__(self, config: dict[str, Any]):
@@ -223,6 +354,17 @@ class FakeDriver(Driver):
         if not self._path(uuid).exists():
             return ""
         return f"fake console of {uuid}: booted\n"
+
+
+def _write_instance(root: Path, uuid: str, instance: dict[str, Any]) -> None:
+    staging = root / f".{uuid}.{os.getpid()}.state"
+    staging.write_text(json.dumps(instance))
+    staging.replace(root / f"{uuid}.json")
+
+
+def _log_guest(root: Path, uuid: str, host: str, event: str) -> None:
+    with open(root / "guests.log", "a") as log:
+        log.write(f"{uuid} {event} {host} {time.time():.6f}\n")
 
 
 def _check_image(url: str) -> None:

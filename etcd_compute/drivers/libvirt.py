@@ -14,22 +14,21 @@ guest off and swaps the disk; the domain, so its MAC and its DHCP address, stay.
 With the test driver (fast tests) there is no hypervisor behind the domain:
 no image is downloaded (a file:// image must still exist), no network is set
 up, the domain is defined and started and the ip is None. The connection, our
-domains on it and what building and acting share: `libvirt_host.py`.
+domains on it and what building, acting and moving share: `libvirt_host.py`.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-import urllib.parse
-from pathlib import Path
 from typing import Any
 
 import libvirt
 
-from etcd_compute.drivers.libvirt_host import GIB, LibvirtHost, reason_of
+from etcd_compute.drivers.libvirt_cold_move import LibvirtColdMoves
+from etcd_compute.drivers.libvirt_host import GIB, reason_of
 from etcd_compute.errors import BuildError, ConfigError, RequestError
-from etcd_compute.virt import configdrive, disks, nwfilter, qemu_img, snapshot
+from etcd_compute.virt import configdrive, nwfilter, qemu_img, snapshot
 from etcd_compute.virt.domain import (
     DomainSpec,
     choose_domain_type,
@@ -52,8 +51,9 @@ UNDEFINE_FLAGS = (
 UNDEFINE_FLAGS_QEMU = UNDEFINE_FLAGS | libvirt.VIR_DOMAIN_UNDEFINE_NVRAM
 
 
-class LibvirtDriver(LibvirtHost):
-    """Builds, acts on and destroys guests (see the module's docstring)."""
+class LibvirtDriver(LibvirtColdMoves):
+    """Builds, acts on, moves and destroys guests (see the module's docstring; moving:
+    `libvirt_migration.py`, `libvirt_cold_move.py`)."""
 
     # -- build -------------------------------------------------------------------------
 
@@ -139,20 +139,6 @@ class LibvirtDriver(LibvirtHost):
         if test_driver:
             return None
         return self._wait_for_ip(domain)
-
-    def _create_disk(self, image: dict[str, Any], disk_gb: int, path: Path,
-                     test_driver: bool) -> None:
-        """An overlay of `disk_gb` at `path` on the (cached) image; nothing with the test
-        driver but the check that a local image exists."""
-        if test_driver:
-            _check_local_image(image["url"])
-            return
-        glance = image.get("glance")
-        # Eviction waits until the overlay exists.
-        with self.images.lock(image["url"], glance):
-            base = self.images.fetch(image["url"], image.get("sha256"),
-                                     max_virtual_size=disk_gb * GIB, glance=glance)
-            disks.create_overlay(base, "qcow2", path, disk_gb)
 
     # -- an operator's actions ---------------------------------------------------------
 
@@ -293,6 +279,7 @@ class LibvirtDriver(LibvirtHost):
                     libvirt.VIR_ERR_NO_DOMAIN,
                 ):
                     raise
+            self._release_addresses(domain)
             try:
                 domain.undefineFlags(
                     UNDEFINE_FLAGS if self.is_test_driver else UNDEFINE_FLAGS_QEMU
@@ -302,10 +289,3 @@ class LibvirtDriver(LibvirtHost):
                     raise
             log.info("instance %s: domain removed", uuid)
         InstanceFiles.of(self.instances_dir, uuid).remove()
-
-
-def _check_local_image(url: str) -> None:
-    """With the test driver nothing is downloaded, but a local image must exist."""
-    parsed = urllib.parse.urlparse(url)
-    if parsed.scheme == "file" and not Path(urllib.parse.unquote(parsed.path)).is_file():
-        raise RequestError(f"image {url}: no such file")

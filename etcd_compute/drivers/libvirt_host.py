@@ -5,14 +5,16 @@ and acting on a guest share.
 went away, tells our domains from others' (`is_ours`: only ours are powered, listed or
 removed), powers them off and on (a fence, a reconcile), reads their consoles, sets up
 the guests' network and filters, waits for a guest's DHCP lease, and turns libvirt's and
-the OS's errors into one-line BuildErrors. `drivers/libvirt.py` builds, acts and destroys
-on top of it.
+the OS's errors into one-line BuildErrors, and makes a guest's disk (an overlay on the
+cached image: a build, a rebuild, a guest moving here). `drivers/libvirt.py` builds,
+acts and destroys on top of it; `libvirt_migration.py` and `libvirt_cold_move.py` move.
 """
 
 from __future__ import annotations
 
 import logging
 import time
+import urllib.parse
 from pathlib import Path
 from typing import Any
 
@@ -20,9 +22,9 @@ import filelock
 import libvirt
 
 from etcd_compute.drivers.base import Driver
-from etcd_compute.errors import BuildError, ServiceUnavailable
+from etcd_compute.errors import BuildError, RequestError, ServiceUnavailable
 from etcd_compute.glance import GlanceClient
-from etcd_compute.virt import network, nwfilter
+from etcd_compute.virt import disks, network, nwfilter
 from etcd_compute.virt.domain import is_ours, mac_addresses, power_off, shut_down
 from etcd_compute.virt.images import ImageCache
 from etcd_compute.virt.instance_files import InstanceFiles, bases_in_use
@@ -199,6 +201,19 @@ class LibvirtHost(Driver):
             raise BuildError(f"instance {uuid} has no domain on this host")
         return domain
 
+    def _create_disk(self, image: dict[str, Any], disk_gb: int, path: Path,
+                     test_driver: bool) -> None:
+        """An overlay of `disk_gb` at `path` on the (cached) image; nothing with the test
+        driver but the check that a local image exists."""
+        if test_driver:
+            _check_local_image(image["url"])
+            return
+        glance = image.get("glance")
+        with self.images.lock(image["url"], glance):  # eviction waits until the overlay exists
+            base = self.images.fetch(image["url"], image.get("sha256"), glance=glance,
+                                     max_virtual_size=disk_gb * GIB)
+            disks.create_overlay(base, "qcow2", path, disk_gb)
+
     def _shut_down(self, domain: libvirt.virDomain) -> None:
         how = shut_down(domain, float(self.settings["shutdown_timeout_seconds"]))
         log.info("instance %s: %s", domain.name(), how)
@@ -225,3 +240,10 @@ class LibvirtHost(Driver):
             raise BuildError(f"{what}: {(reason.splitlines() or [type(exc).__name__])[0]}"
                              [:1000]) from None
         return result or {}
+
+
+def _check_local_image(url: str) -> None:
+    """With the test driver nothing is downloaded, but a local image must exist."""
+    parsed = urllib.parse.urlparse(url)
+    if parsed.scheme == "file" and not Path(urllib.parse.unquote(parsed.path)).is_file():
+        raise RequestError(f"image {url}: no such file")

@@ -30,13 +30,15 @@ def host_down(keys: Keys, host: str) -> Compare:
 
 def _moved_away(store: KeyValueStore, spec: dict[str, Any], read: RecordRead,
                 moved_spec: dict[str, Any], record: dict[str, Any], action: str,
-                guard: list[Compare]) -> Txn:
-    """The instance's keys from its host to `moved_spec["host"]`, events carried along."""
+                guard: list[Compare], how: str | None = None) -> Txn:
+    """The instance's keys from its host to `moved_spec["host"]`, events carried along
+    (`how` it came to move, in its event)."""
     keys, uuid, old = store.keys, spec["uuid"], spec["host"]
+    detail = f"placed on {moved_spec['host']}" + (f"; {how}" if how else "")
     log = events.append(
         events.close(events.read(store, old, uuid), f"its host {old} gave it up"),
         events.event(action, old, (read.record or {}).get("host_name"), by=events.CONTROLLER,
-                     result=events.SUCCESS, detail=f"placed on {moved_spec['host']}"))
+                     result=events.SUCCESS, detail=detail))
     return Txn(
         [unchanged(keys.record(old, uuid), read.revision), *guard],
         [*host_deletes(keys, old, uuid), Delete(keys.record(old, uuid)),
@@ -80,17 +82,21 @@ def move(store: KeyValueStore, spec: dict[str, Any], read: RecordRead, host: str
 
 
 def evacuate(store: KeyValueStore, spec: dict[str, Any], read: RecordRead, host: str,
-             allocations: dict[str, Any], spec_revision: int | None = None) -> int | None:
+             allocations: dict[str, Any], spec_revision: int | None = None,
+             how: str | None = None) -> int | None:
     """An instance of a dead host -> SCHEDULED on `host`, to be built anew from its image
     (its disk was local: it is lost), powered off if it was stopped. Spec (a build),
     record, events, location and membership move in one transaction, only if the dead
     host has not come back and neither record nor spec (at `spec_revision`) changed since
-    they were read. The caller moved the claim first."""
-    return store.commit(evacuate_txn(store, spec, read, host, allocations, spec_revision))
+    they were read. The caller moved the claim first; `how` the dead host was dealt with
+    (fenced, or waited out) goes in the event."""
+    return store.commit(evacuate_txn(store, spec, read, host, allocations, spec_revision,
+                                     how))
 
 
 def evacuate_txn(store: KeyValueStore, spec: dict[str, Any], read: RecordRead, host: str,
-                 allocations: dict[str, Any], spec_revision: int | None = None) -> Txn:
+                 allocations: dict[str, Any], spec_revision: int | None = None,
+                 how: str | None = None) -> Txn:
     """`evacuate`'s transaction (several instances of a dead host go in one)."""
     assert read.record is not None
     rebuilt = {**spec, "action": "build", "host": host, "allocations": allocations,
@@ -99,4 +105,4 @@ def evacuate_txn(store: KeyValueStore, spec: dict[str, Any], read: RecordRead, h
     record = moved(read.record, SCHEDULED, host=host, host_name=None, ip=None, error=None)
     return _moved_away(store, spec, read, rebuilt, record, "recover",
                        [host_down(store.keys, spec["host"]),
-                        *_spec_unchanged(store.keys, spec, spec_revision)])
+                        *_spec_unchanged(store.keys, spec, spec_revision)], how)

@@ -9,6 +9,8 @@
     ACTIVE  -reboot->  REBOOTING  -> ACTIVE
     ACTIVE|SHUTOFF -rebuild-> REBUILDING -> as it was;  -resize-> RESIZING -> as it was
     ACTIVE|SHUTOFF -snapshot-> SNAPSHOTTING -> as it was (a running guest keeps running)
+    ACTIVE|SHUTOFF -migrate-> MIGRATING -> MIGRATED (the guest left: the controller hands
+        the instance over to the destination's INCOMING record) | as it was (failed)
 
 An operator's action (`ACTIONS`) is allowed only from the states listed for
 it, and refused before anything is written otherwise; destroy is allowed
@@ -44,18 +46,29 @@ RESIZING = "RESIZING"
 # what one action at a time, a host's death mid-action and our own power changes rely on
 # then holds for it unchanged.
 SNAPSHOTTING = "SNAPSHOTTING"
+# Moving to another host (README, "Moving guests"): on the source, the move running; the
+# guest gone there (the controller hands the instance over). On the destination, the
+# record the instance arrives in (made ready, then ACTIVE or SHUTOFF at the hand-over).
+MIGRATING = "MIGRATING"
+MIGRATED = "MIGRATED"
+INCOMING = "INCOMING"
 
 STATES = (SCHEDULED, BUILDING, ACTIVE, SHUTOFF, STOPPING, STARTING, REBOOTING, REBUILDING,
-          RESIZING, SNAPSHOTTING, RESCHEDULING, ERROR, DELETING, DELETED)
+          RESIZING, SNAPSHOTTING, MIGRATING, MIGRATED, INCOMING, RESCHEDULING, ERROR,
+          DELETING, DELETED)
 # States `schedule.py --wait` stops at (ACTIVE can still change: destroy).
 FINAL = frozenset({ACTIVE, ERROR, DELETED})
 # An operator's action in progress.
-TRANSIENT = frozenset({STOPPING, STARTING, REBOOTING, REBUILDING, RESIZING, SNAPSHOTTING})
-# States in which a driver may hold the instance.
-LIVE = frozenset({BUILDING, ACTIVE, SHUTOFF, DELETING}) | TRANSIENT
+TRANSIENT = frozenset({STOPPING, STARTING, REBOOTING, REBUILDING, RESIZING, SNAPSHOTTING,
+                       MIGRATING})
+# States in which a driver may hold the instance (a cold move's source keeps its stopped
+# copy until the hand-over; a destination may run the guest before it).
+LIVE = frozenset({BUILDING, ACTIVE, SHUTOFF, DELETING, MIGRATED, INCOMING}) | TRANSIENT
 
-STOP, START, REBOOT, REBUILD, RESIZE, SNAPSHOT, DESTROY = (
-    "stop", "start", "reboot", "rebuild", "resize", "snapshot", "destroy")
+STOP, START, REBOOT, REBUILD, RESIZE, SNAPSHOT, MIGRATE, DESTROY = (
+    "stop", "start", "reboot", "rebuild", "resize", "snapshot", "migrate", "destroy")
+# The destination's side of a move (a spec action, never an operator's).
+INCOMING_ACTION = "incoming"
 # An operator's action: the state it passes through, the states it may start from.
 ACTIONS: dict[str, tuple[str, frozenset[str]]] = {
     STOP: (STOPPING, frozenset({ACTIVE})),
@@ -64,8 +77,10 @@ ACTIONS: dict[str, tuple[str, frozenset[str]]] = {
     REBUILD: (REBUILDING, frozenset({ACTIVE, SHUTOFF})),
     RESIZE: (RESIZING, frozenset({ACTIVE, SHUTOFF})),
     SNAPSHOT: (SNAPSHOTTING, frozenset({ACTIVE, SHUTOFF})),
+    MIGRATE: (MIGRATING, frozenset({ACTIVE, SHUTOFF})),
 }
-# Where a successful action ends; rebuild, resize and snapshot end as they started.
+# Where a successful action ends; rebuild, resize and snapshot end as they started (a move
+# ends MIGRATED, TRANSITIONS below).
 ENDS = {STOP: SHUTOFF, START: ACTIVE, REBOOT: ACTIVE}
 
 # Allowed moves (README's "Instance states" has them pair by pair); None is "no record
@@ -77,7 +92,7 @@ _ENDS_OF_AN_ACTION = {
     state: starts | _CUT_SHORT | ({ENDS[action]} if action in ENDS else frozenset())
     for action, (state, starts) in ACTIONS.items()}
 TRANSITIONS: dict[str | None, frozenset[str]] = {
-    None: frozenset({SCHEDULED, BUILDING, ERROR, DELETING, DELETED}),
+    None: frozenset({SCHEDULED, BUILDING, ERROR, DELETING, DELETED, INCOMING}),
     # -> SCHEDULED from SCHEDULED, BUILDING, ACTIVE, SHUTOFF: evacuated (its host died)
     # elsewhere. -> RESCHEDULING: its host gave it up (a failed build, a drain).
     SCHEDULED: frozenset({SCHEDULED, BUILDING, RESCHEDULING, ERROR, DELETING, DELETED}),
@@ -87,10 +102,17 @@ TRANSITIONS: dict[str | None, frozenset[str]] = {
     RESCHEDULING: frozenset({SCHEDULED, ERROR, DELETING, DELETED}),
     # -> SHUTOFF / ACTIVE without an action: the hypervisor saw the guest stop or start.
     ACTIVE: frozenset({SCHEDULED, RESCHEDULING, ERROR, DELETING, DELETED, SHUTOFF, STOPPING,
-                       REBOOTING, REBUILDING, RESIZING, SNAPSHOTTING}),
+                       REBOOTING, REBUILDING, RESIZING, SNAPSHOTTING, MIGRATING}),
     SHUTOFF: frozenset({SCHEDULED, RESCHEDULING, ERROR, DELETING, DELETED, ACTIVE, STARTING,
-                        REBUILDING, RESIZING, SNAPSHOTTING}),
+                        REBUILDING, RESIZING, SNAPSHOTTING, MIGRATING}),
     **_ENDS_OF_AN_ACTION,
+    # The guest left: MIGRATED, the controller hands the instance over.
+    MIGRATING: _ENDS_OF_AN_ACTION[MIGRATING] | {MIGRATED},
+    # Handed over (its record leaves with it), or its host died meanwhile; SHUTOFF: a cold
+    # move whose destination could not define it (the guest stopped here, as it was sent).
+    MIGRATED: frozenset({SCHEDULED, SHUTOFF, ERROR, DELETING, DELETED}),
+    # The hand-over ends it as the instance was; a destroy, or its host's death.
+    INCOMING: frozenset({INCOMING, ACTIVE, SHUTOFF, ERROR, DELETING, DELETED}),
     ERROR: frozenset({ERROR, DELETING, DELETED}),
     DELETING: frozenset({ERROR, DELETED}),
     # Finishing a destroy again is idempotent.

@@ -54,6 +54,9 @@ from etcd_compute.scheduler.request import RequestGroup, ResourceRequest, parse_
 from etcd_compute.scheduler.spec import IMAGE_URL, operator_name
 
 ATTEMPTS = 5
+# The actions asked here (a move to another host: ops/migrations.py).
+ACTIONS = (states.STOP, states.START, states.REBOOT, states.REBUILD, states.RESIZE,
+           states.SNAPSHOT)
 
 
 class NoRoom(EtcdComputeError):
@@ -252,6 +255,8 @@ def request(store: KeyValueStore, placement: PlacementClient, uuid: str, action:
         raise UsageError("snapshot: the Glance image to upload into is needed")
     check_uuid(uuid)
     check_image(asked.image_url)
+    if action not in ACTIONS:
+        raise UsageError(f"{action}: not a lifecycle action (one of {', '.join(ACTIONS)})")
     for _ in range(ATTEMPTS):
         host, _group, read = where(store, uuid)
         states.check_action(read.state, action, uuid)

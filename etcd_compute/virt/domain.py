@@ -38,6 +38,9 @@ class DomainSpec:
     # The nwfilter on the NIC of `network`, bound to its DHCP lease from `dhcp_server`.
     nic_filter: str | None = None
     dhcp_server: str | None = None
+    # The NICs' MAC addresses (network's, then bridge's) when they are kept from elsewhere
+    # (a guest moved from another host); libvirt picks new ones where missing.
+    macs: tuple[str, ...] = ()
 
 
 def _sub(parent: ET.Element, tag: str, text: str | None = None, **attrs: str) -> ET.Element:
@@ -83,8 +86,11 @@ def domain_xml(spec: DomainSpec) -> str:
     _sub(cdrom, "target", dev="hdc", bus="ide")
     _sub(cdrom, "readonly")
 
+    macs = list(spec.macs)
     if spec.network:
         nic = _sub(devices, "interface", type="network")
+        if macs:
+            _sub(nic, "mac", address=macs.pop(0))
         _sub(nic, "source", network=spec.network)
         _sub(nic, "model", type="virtio")
         if spec.nic_filter:
@@ -95,6 +101,8 @@ def domain_xml(spec: DomainSpec) -> str:
                 _sub(filterref, "parameter", name="DHCPSERVER", value=spec.dhcp_server)
     if spec.bridge:
         nic = _sub(devices, "interface", type="bridge")
+        if macs:
+            _sub(nic, "mac", address=macs.pop(0))
         _sub(nic, "source", bridge=spec.bridge)
         _sub(nic, "model", type="virtio")
 

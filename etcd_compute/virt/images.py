@@ -147,6 +147,16 @@ class ImageCache:
     def base_path(self, url: str, glance: dict[str, Any] | None = None) -> Path:
         return self.cache_dir / f"{cache_key(url, glance)}.qcow2"
 
+    def record_of(self, base: Path) -> dict[str, Any] | None:
+        """What the cache knows of one of its bases (url, sha256, ...); None if not its."""
+        if base.parent != self.cache_dir or base.suffix != ".qcow2":
+            return None
+        try:
+            record = json.loads(base.with_suffix(".json").read_text())
+        except (OSError, ValueError):
+            return None
+        return record if isinstance(record, dict) else None
+
     def lock(self, url: str, glance: dict[str, Any] | None = None) -> filelock.FileLock:
         """The per-image lock; hold it while creating an overlay so eviction cannot race."""
         self._make_dir()

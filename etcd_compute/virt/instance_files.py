@@ -3,6 +3,8 @@
     disk.qcow2    the overlay on the cached base image
     config.iso    the NoCloud config drive
     console.log   the serial console (written by libvirt's virtlogd)
+    console.history.log   what the console showed on the hosts it ran on before (a moved
+                  guest's), at most CONSOLE_HISTORY_BYTES
     meta.json     what the metadata server serves to this guest
 
 Everything an instance owns on disk is in this one directory, so destroy is
@@ -29,6 +31,8 @@ from etcd_compute.virt import disks
 # Traversable by qemu (another user), not listable or readable by anyone else.
 DIRECTORY_MODE = 0o711
 FILE_MODE = 0o600
+# How much of a moved guest's earlier console travels with it.
+CONSOLE_HISTORY_BYTES = 1 << 20
 
 
 def write_private(path: Path, content: bytes) -> None:
@@ -68,6 +72,10 @@ class InstanceFiles:
         return self.directory / "console.log"
 
     @property
+    def console_history(self) -> Path:
+        return self.directory / "console.history.log"
+
+    @property
     def meta(self) -> Path:
         return self.directory / "meta.json"
 
@@ -89,13 +97,22 @@ class InstanceFiles:
             return None
 
     def console_tail(self, max_bytes: int) -> str:
-        try:
-            with self.console_log.open("rb") as handle:
-                size = handle.seek(0, os.SEEK_END)
-                handle.seek(max(0, size - max_bytes))
-                return handle.read().decode("utf-8", errors="replace")
-        except OSError:
-            return ""
+        """The last `max_bytes` of the console: its history here and elsewhere, then now."""
+        return self.console_bytes(max_bytes).decode("utf-8", errors="replace")
+
+    def console_bytes(self, max_bytes: int) -> bytes:
+        tail = b""
+        for path in (self.console_log, self.console_history):
+            if len(tail) >= max_bytes:
+                break
+            try:
+                with path.open("rb") as handle:
+                    size = handle.seek(0, os.SEEK_END)
+                    handle.seek(max(0, size - (max_bytes - len(tail))))
+                    tail = handle.read() + tail
+            except OSError:
+                continue
+        return tail
 
     def remove(self) -> None:
         shutil.rmtree(self.directory, ignore_errors=True)

@@ -11,10 +11,9 @@ import pytest
 import requests
 
 from etcd_compute import config as configuration
-from etcd_compute.errors import ServiceUnavailable
 from etcd_compute.pki import Pki
 from tests.conftest import OPERATOR_USER
-from tests.support import unavailable
+from tests.support import running
 from tools.local_services import EtcdServer, KeystoneServer, PlacementServer
 from tools.local_services.compute_api import ComputeApiServer
 
@@ -23,15 +22,11 @@ LIFETIME = 5
 
 @pytest.fixture(scope="module")
 def short_keystone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KeystoneServer]:
-    try:
-        server = KeystoneServer.create(tmp_path_factory.mktemp("keystone-short")).start(
-            token_expiration=LIFETIME)
-    except ServiceUnavailable as exc:
-        unavailable(str(exc))
-    server.add_user("demo", "demo-secret", "demo", "member")
-    server.add_user("etcd-compute", "service-secret", "service", "service")
-    yield server
-    server.stop()
+    server = KeystoneServer.create(tmp_path_factory.mktemp("keystone-short"))
+    with running(server, lambda: server.start(token_expiration=LIFETIME)):
+        server.add_user("demo", "demo-secret", "demo", "member")
+        server.add_user("etcd-compute", "service-secret", "service", "service")
+        yield server
 
 
 @pytest.fixture(scope="module")

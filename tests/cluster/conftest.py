@@ -31,13 +31,12 @@ import pytest
 import yaml
 
 from etcd_compute import config as configuration
-from etcd_compute.errors import ServiceUnavailable
 from etcd_compute.etcd import Store
 from etcd_compute.etcd_auth import ROOT, EtcdAuth
 from etcd_compute.pki import COMPUTE, Pki, compute_name
 from etcd_compute.placement import PlacementClient
 from tests.conftest import OPERATOR_USER, DaemonProcess, wipe_placement
-from tests.support import REPO, Run, unavailable
+from tests.support import REPO, Run, running, unavailable
 from tools.local_services import PlacementServer
 from tools.local_services.cluster import EtcdCluster
 from tools.local_services.netns import Host, TestNetwork, netns_usable
@@ -72,32 +71,18 @@ def etcd_cluster(tmp_path_factory: pytest.TempPathFactory, cluster_pki: Pki,
                  cluster_net: TestNetwork) -> Iterator[EtcdCluster]:
     cluster = EtcdCluster.create(tmp_path_factory.mktemp("etcd-cluster"), cluster_pki,
                                  cluster_net)
-    try:
-        try:
-            cluster.start()
-            cluster.enable_auth([OPERATOR_USER])
-        except ServiceUnavailable as exc:
-            unavailable(str(exc))
+    with running(cluster, lambda: cluster.start().enable_auth([OPERATOR_USER])):
         yield cluster
-    finally:
-        cluster.stop()
 
 
 @pytest.fixture(scope="package")
 def bridge_placement(tmp_path_factory: pytest.TempPathFactory, cluster_pki: Pki,
                      cluster_net: TestNetwork) -> Iterator[PlacementServer]:
     """Placement on the bridge address (hosts in namespaces reach it there), over TLS."""
-    server = PlacementServer.create(tmp_path_factory.mktemp("bridge-placement"),
-                                    pki=cluster_pki, ip=cluster_net.gateway,
-                                    name=f"placement-{cluster_net.id}")
-    try:
-        try:
-            server.start()
-        except ServiceUnavailable as exc:
-            unavailable(str(exc))
+    with running(PlacementServer.create(tmp_path_factory.mktemp("bridge-placement"),
+                                        pki=cluster_pki, ip=cluster_net.gateway,
+                                        name=f"placement-{cluster_net.id}")) as server:
         yield server
-    finally:
-        server.stop()
 
 
 @pytest.fixture(autouse=True)

@@ -41,7 +41,7 @@ def test_a_disabled_host_is_skipped_then_drained_then_enabled(
     wait_for(lambda: store.get(store.keys.alive(rp_of(a))), 30, what="host-a back")
     assert DISABLED_TRAIT in placement.get_traits(rp_of(a))
 
-    drained = run_schedule("host", "drain", name, timeout=90)
+    drained = run_schedule("host", "drain", name, "--mode", "rebuild", timeout=90)
     assert drained.code == 0, drained.stderr
     assert drained.stdout.splitlines()[-1] == "DRAINED 1 moved, 0 error, 1 left, 0 gone", \
         drained.stdout

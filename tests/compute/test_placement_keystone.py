@@ -17,10 +17,9 @@ from typing import Any
 import pytest
 
 from etcd_compute import config as configuration
-from etcd_compute.errors import ServiceUnavailable
 from etcd_compute.placement import PlacementClient
 from tests.compute.helpers import wait_state
-from tests.support import run_cli, unavailable, wait_for
+from tests.support import run_cli, running, wait_for
 from tools.local_services import KeystoneServer, PlacementServer
 
 PROJECT = "etcd-compute"
@@ -40,16 +39,9 @@ def keystone(keystone_server: KeystoneServer) -> KeystoneServer:
 @pytest.fixture(scope="module")
 def placement_server_keystone(tmp_path_factory: pytest.TempPathFactory,
                               keystone: KeystoneServer) -> Iterator[PlacementServer]:
-    server = PlacementServer.create(tmp_path_factory.mktemp("placement-keystone"),
-                                    keystone=keystone)
-    try:  # stopped even when its start is cut short (a timeout, Ctrl-C)
-        try:
-            server.start()
-        except ServiceUnavailable as exc:
-            unavailable(str(exc))
+    with running(PlacementServer.create(tmp_path_factory.mktemp("placement-keystone"),
+                                        keystone=keystone)) as server:
         yield server
-    finally:
-        server.stop()
 
 
 @pytest.fixture

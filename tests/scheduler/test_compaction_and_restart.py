@@ -21,14 +21,13 @@ from pathlib import Path
 import pytest
 
 from etcd_compute.config import deep_merge
-from etcd_compute.errors import ServiceUnavailable
 from etcd_compute.etcd import Store
 from etcd_compute.etcd_auth import ROOT
 from etcd_compute.pki import Pki
 from tests.compute.guests import power_loss
 from tests.compute.helpers import claim_and_send, make_spec, record, wait_state
 from tests.conftest import OPERATOR_USER
-from tests.support import unavailable, wait_for
+from tests.support import running, wait_for
 from tools.local_services import EtcdServer
 
 TTL, GRACE, BUILD = 3, 2, 0.2
@@ -39,13 +38,9 @@ QUERY = "resources=VCPU:1,MEMORY_MB:64,DISK_GB:1"
 def etcd_server(tmp_path_factory: pytest.TempPathFactory, cluster_pki: Pki
                 ) -> Iterator[EtcdServer]:
     """This test's own etcd (it restarts it), in place of the session's."""
-    try:
-        server = EtcdServer.create(tmp_path_factory.mktemp("own-etcd"), pki=cluster_pki).start()
-        server.enable_auth([OPERATOR_USER])
-    except ServiceUnavailable as exc:
-        unavailable(str(exc))
-    yield server
-    server.stop()
+    server = EtcdServer.create(tmp_path_factory.mktemp("own-etcd"), pki=cluster_pki)
+    with running(server, lambda: server.start().enable_auth([OPERATOR_USER])):
+        yield server
 
 
 def rp_of(config: dict) -> str:

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from etcd_compute import claims
-from etcd_compute.errors import ConflictError, ServiceUnavailable
+from etcd_compute.errors import ConflictError, NotFound, ServiceUnavailable
 from tests.unit.fakes import FakePlacement
 
 A, B = str(uuidlib.uuid4()), str(uuidlib.uuid4())
@@ -210,6 +210,51 @@ def test_several_claims_move_in_one_request_or_none_does():
     with pytest.raises(ConflictError):
         claims.move_many(placement, [("z", two, "p", "u")])
     assert placement.get_usages("a")["VCPU"] == 1
+
+
+# -- a move to another host (a migration): both hosts held while it runs ----------------------
+
+
+def test_a_move_holds_the_destination_for_the_instance_and_the_source_for_the_migration():
+    placement = placement_with_hosts()
+    instance, migration = str(uuidlib.uuid4()), str(uuidlib.uuid4())
+    placement.claim(instance, on(A, 2), "p", "u")
+    held, generation = claims.hold_source(placement, instance, migration, on(B, 2))
+    assert held == on(A, 2) and generation == 2
+    assert placement.get_allocations(instance)["allocations"] == on(B, 2)
+    assert placement.get_allocations(migration)["allocations"] == on(A, 2)
+    assert placement.consumers[migration]["consumer_type"] == "MIGRATION"
+    assert placement.calls[-1] == "replace_many 2"  # one request
+    assert placement.consumers[migration]["project_id"] == "p"  # the instance's owner
+    assert claims.release_hold(placement, migration) is True
+    assert placement.get_usages(A)["VCPU"] == 0 and placement.get_usages(B)["VCPU"] == 2
+
+
+def test_a_move_without_room_there_or_to_a_changed_claim_changes_nothing():
+    placement = placement_with_hosts(vcpus=2)
+    instance, other = str(uuidlib.uuid4()), str(uuidlib.uuid4())
+    placement.claim(instance, on(A, 2), "p", "u")
+    placement.claim(other, on(B, 1), "p", "u")
+    with pytest.raises(ConflictError):
+        claims.hold_source(placement, instance, str(uuidlib.uuid4()), on(B, 2))
+    assert placement.get_allocations(instance)["allocations"] == on(A, 2)
+    assert set(placement.consumers) == {instance, other}
+    with pytest.raises(NotFound, match="holds no claim"):
+        claims.hold_source(placement, str(uuidlib.uuid4()), str(uuidlib.uuid4()), on(B))
+
+
+def test_a_move_called_off_gives_the_source_back_in_one_request_once():
+    placement = placement_with_hosts()
+    instance, migration = str(uuidlib.uuid4()), str(uuidlib.uuid4())
+    placement.claim(instance, on(A, 2), "p", "u")
+    claims.hold_source(placement, instance, migration, on(B, 2))
+    assert claims.revert_holding(placement, instance, migration) == 3
+    assert placement.calls[-1] == "replace_many 2"
+    assert placement.get_allocations(instance)["allocations"] == on(A, 2)
+    assert migration not in placement.consumers
+    assert placement.get_usages(B)["VCPU"] == 0
+    with pytest.raises(NotFound, match="holds nothing"):  # done already
+        claims.revert_holding(placement, instance, migration)
 
 
 def held_resize(placement: FakePlacement, hold: str = "m") -> tuple[dict[str, Any], int]:

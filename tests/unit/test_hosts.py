@@ -130,9 +130,39 @@ def test_what_a_scheduler_reads_to_plan_on_the_accounts_is_one_read():
     assert ranges[2].keys_only  # who is disabled; why is not needed to plan
 
 
+def test_a_host_s_libvirt_address_outlives_its_heartbeat_and_its_failures_keep_it():
+    store = FakeStore()
+    lease = store.lease(10)
+    hosts.beat(store, lease.id, A, "host-a", "libvirt")
+    assert hosts.libvirt_address(store, A) is None
+    hosts.publish_libvirt_address(store, A, "10.0.0.1")
+    hosts.record_build_failure(store, A)
+    assert hosts.libvirt_address(store, A) == "10.0.0.1"
+    assert len(hosts.build_failures(store, A)) == 1
+    store.expire(lease.id)
+    assert hosts.libvirt_address(store, A) == "10.0.0.1"  # what a fence needs after death
+    revision = store.get(store.keys.stats(A)).mod_revision
+    hosts.publish_libvirt_address(store, A, "10.0.0.1")  # unchanged: not written again
+    assert store.get(store.keys.stats(A)).mod_revision == revision
+    hosts.publish_libvirt_address(store, A, None)
+    assert hosts.libvirt_address(store, A) is None and len(hosts.build_failures(store, A)) == 1
+    store.put_raw(store.keys.stats(B), "{broken")
+    assert hosts.libvirt_address(store, B) is None
+
+
 def test_alive_and_disabled_are_read_together():
     store = FakeStore()
     assert hosts.alive_and_disabled(store) == (set(), set())
     hosts.beat(store, store.grant(10), A, "host-a", "fake")
     store.put_raw(store.keys.maintenance(B), "{broken")  # unreadable: still disabled
     assert hosts.alive_and_disabled(store) == ({A}, {B})
+
+
+def test_the_account_the_libvirt_address_and_build_failures_keep_each_other():
+    store = FakeStore()
+    hosts.put_stats(store, A, {"capacity": ACCOUNT})
+    hosts.publish_libvirt_address(store, A, "10.0.0.5")
+    hosts.record_build_failure(store, A)
+    stats, _ = hosts.read_stats(store, A)
+    assert hosts.capacity_of(stats) == ACCOUNT and hosts.libvirt_address(store, A) == "10.0.0.5"
+    assert len(stats["build_failures"]) == 1

@@ -54,7 +54,7 @@ def test_a_valid_spec_round_trips():
         ({"resources": {"VCPU": 0}}, "resources.VCPU"),
         ({"resources": {"vcpu": 1}}, "resources"),
         ({"image": {"url": "ftp://x/y"}}, "image.url"),
-        ({"action": "migrate"}, "action"),
+        ({"action": "teleport"}, "action"),
         ({"surprise": 1}, "surprise"),
     ],
 )
@@ -230,7 +230,7 @@ def test_a_refusal_stands_even_when_the_explainer_finds_no_fault(monkeypatch):
 
     monkeypatch.setattr(jsonschema.exceptions, "best_match", lambda _errors: None)
     with pytest.raises(InvalidMessage, match="instance_spec: does not match the schema"):
-        messages.check(messages.INSTANCE_SPEC, {**SPEC, "action": "migrate"})
+        messages.check(messages.INSTANCE_SPEC, {**SPEC, "action": "teleport"})
 
 
 @pytest.mark.parametrize("depth", [17, 1000, 50_000])

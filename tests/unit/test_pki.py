@@ -280,3 +280,59 @@ def test_a_certificate_without_a_common_name_has_an_empty_one():
                    .not_valid_after(now + datetime.timedelta(days=1))
                    .sign(key, hashes.SHA256()))
     assert common_name(certificate) == ""
+
+
+# -- a hypervisor's libvirt certificates -----------------------------------------------------
+
+
+def test_a_host_s_libvirt_certificates_in_libvirt_s_and_qemu_s_layouts(pki, tmp_path):
+    target = pki.issue_libvirt("hv1", tmp_path / "libvirt", ips=["10.0.0.1"],
+                               qemu_group=os.getgid())
+    libvirt_files = {p.name for p in target.iterdir() if p.is_file()}
+    assert libvirt_files == set(pki_module.LIBVIRT_LAYOUT.values())
+    assert {p.name for p in (target / "qemu").iterdir()} == set(
+        pki_module.QEMU_LAYOUT.values())
+    for layout, where in ((pki_module.LIBVIRT_LAYOUT, target),
+                          (pki_module.QEMU_LAYOUT, target / "qemu")):
+        assert (where / layout["ca"]).read_bytes() == pki.ca_cert.read_bytes()
+        assert (where / layout["server-cert"]).read_bytes() == \
+            pki.cert("libvirt-server-hv1").read_bytes()
+    # libvirt's keys are root's; qemu's are its group's to read; nothing is listable.
+    assert mode(target / "serverkey.pem") == 0o600 and mode(target / "clientkey.pem") == 0o600
+    assert mode(target / "qemu" / "server-key.pem") == 0o640
+    assert (target / "qemu" / "server-key.pem").stat().st_gid == os.getgid()
+    assert mode(target) == 0o711 and mode(target / "qemu") == 0o711
+
+
+def test_the_server_certificate_names_the_host_and_its_addresses(pki, tmp_path):
+    pki.issue_libvirt("hv1", tmp_path / "l", ips=["10.0.0.1"], dns=["hv1.example"])
+    server = load_certificate(pki.cert("libvirt-server-hv1"))
+    names = server.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert sorted(names.get_values_for_type(x509.DNSName)) == ["hv1", "hv1.example"]
+    assert [str(ip) for ip in names.get_values_for_type(x509.IPAddress)] == ["10.0.0.1"]
+    assert list(server.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value) == \
+        [SERVER]
+
+
+def test_only_libvirt_client_certificates_carry_the_unit_libvirtd_admits(pki, tmp_path):
+    pki.issue_libvirt("hv1", tmp_path / "l", ips=["10.0.0.1"])
+    client = load_certificate(pki.cert("libvirt-client-hv1"))
+    assert client.subject.rfc4514_string() == "CN=libvirt-client-hv1,OU=libvirt"
+    assert list(client.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value) == \
+        [CLIENT]
+    # A host's etcd identity or an operator's does not open a libvirtd.
+    for kind in (COMPUTE, OPERATOR):
+        other = load_certificate(pki.issue(f"someone-{kind}", kind).cert)
+        assert not other.subject.get_attributes_for_oid(NameOID.ORGANIZATIONAL_UNIT_NAME)
+    assert pki_module.LIBVIRT_ALLOWED_DN == "OU=libvirt,CN=*"
+
+
+def test_a_controller_gets_a_client_certificate_only_and_a_server_needs_an_address(pki,
+                                                                                   tmp_path):
+    target = pki.issue_libvirt("controller", tmp_path / "c", client_only=True)
+    assert {p.name for p in target.iterdir() if p.is_file()} == {
+        "cacert.pem", "clientcert.pem", "clientkey.pem"}
+    assert not pki.cert("libvirt-server-controller").exists()
+    assert mode(target) == 0o700
+    with pytest.raises(ConfigError, match="give its address"):
+        pki.issue_libvirt("hv2", tmp_path / "h")

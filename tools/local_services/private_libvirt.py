@@ -12,6 +12,13 @@ there) and in a private mount namespace whose /run/libvirt, /var/lib/libvirt,
 /var/cache/libvirt, /var/log/libvirt and /etc/libvirt are directories under
 `root` (a copy of /etc/libvirt). Clients anywhere reach it through its socket,
 `root/run/libvirt/libvirt-sock`, by `uri`. Both daemons are stopped by pid.
+
+With `tls=LibvirtTls(address, pki_dir)` it also listens as a hypervisor host does
+for its peers (README, "Moving guests"): TLS only, on its namespace's address,
+admitting only the cluster's libvirt client certificates (`tls_allowed_dn_list`),
+its server certificate and key from `pki_dir` (written by `Pki.issue_libvirt`);
+its qemu takes migrations over TLS only (`migrate_tls_force`), verifying the
+peer's certificate, from `pki_dir/qemu`. `tls_uri` is how peers reach it.
 """
 
 from __future__ import annotations
@@ -19,20 +26,45 @@ from __future__ import annotations
 import contextlib
 import shutil
 import subprocess
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import libvirt
 
 from etcd_compute.errors import ServiceUnavailable
+from etcd_compute.pki import LIBVIRT_ALLOWED_DN, LIBVIRT_LAYOUT
 from tools.local_services.process import pid_alive, stop_pid, wait_until
 
 PRIVATE_DIRS = ("run/libvirt", "var/lib/libvirt", "var/cache/libvirt", "var/log/libvirt",
                 "etc/libvirt")
 
 
+@dataclass(frozen=True)
+class LibvirtTls:
+    """How a libvirtd listens for its peers: the address, the certificates' directory."""
+
+    address: str
+    pki_dir: Path
+    allowed_dns: list[str] = field(default_factory=lambda: [LIBVIRT_ALLOWED_DN])
+
+    def libvirtd_conf(self) -> str:
+        pem = {role: self.pki_dir / name for role, name in LIBVIRT_LAYOUT.items()}
+        allowed = ", ".join(f'"{dn}"' for dn in self.allowed_dns)
+        return "\n".join([
+            "listen_tls = 1", "listen_tcp = 0", f'listen_addr = "{self.address}"',
+            'auth_tls = "none"',  # the client certificate is the credential
+            f'ca_file = "{pem["ca"]}"', f'cert_file = "{pem["server-cert"]}"',
+            f'key_file = "{pem["server-key"]}"', f"tls_allowed_dn_list = [{allowed}]", ""])
+
+    def qemu_conf(self) -> str:
+        return "\n".join([
+            f'migrate_tls_x509_cert_dir = "{self.pki_dir / "qemu"}"',
+            "migrate_tls_x509_verify = 1", "migrate_tls_force = 1", ""])
+
+
 class PrivateLibvirtd:
-    def __init__(self, root: Path, netns: str):
-        self.root, self.netns = root, netns
+    def __init__(self, root: Path, netns: str, tls: LibvirtTls | None = None):
+        self.root, self.netns, self.tls = root, netns, tls
         self.libvirtd: subprocess.Popen[bytes] | None = None
 
     @property
@@ -43,6 +75,11 @@ class PrivateLibvirtd:
     def uri(self) -> str:
         return f"qemu:///system?socket={self.socket}"
 
+    def tls_uri(self, client_pki: Path) -> str:
+        """How a peer with the libvirt certificates in `client_pki` reaches it."""
+        assert self.tls is not None, "this libvirtd does not listen"
+        return f"qemu+tls://{self.tls.address}/system?pkipath={client_pki}"
+
     def _script(self) -> str:
         binds = []
         for directory in PRIVATE_DIRS:
@@ -51,8 +88,10 @@ class PrivateLibvirtd:
             "set -e",
             "mount --make-rprivate /",
             *binds,
-            f"virtlogd -d --pid-file {self.root / 'virtlogd.pid'}",
-            f"exec libvirtd --pid-file {self.root / 'libvirtd.pid'}",
+            # Running already when libvirtd is restarted after a kill.
+            f"virtlogd -d --pid-file {self.root / 'virtlogd.pid'} || true",
+            f"exec libvirtd --pid-file {self.root / 'libvirtd.pid'}"
+            + (" --listen" if self.tls else ""),
         ])
 
     def start(self) -> PrivateLibvirtd:
@@ -64,6 +103,16 @@ class PrivateLibvirtd:
         shutil.rmtree(self.root / "etc/libvirt/qemu/networks", ignore_errors=True)
         for defined in (self.root / "etc/libvirt/qemu").glob("*.xml"):
             defined.unlink()
+        if self.tls is not None:
+            for name, text in (("libvirtd.conf", self.tls.libvirtd_conf()),
+                               ("qemu.conf", self.tls.qemu_conf())):
+                with open(self.root / "etc/libvirt" / name, "a") as conf:
+                    conf.write(f"\n# tools/local_services/private_libvirt.py\n{text}")
+        return self.restart()
+
+    def restart(self) -> PrivateLibvirtd:
+        """libvirtd (again) on its directories: after `kill`, it finds its domains and
+        their qemu processes as a restarted daemon does."""
         log = open(self.root / "libvirtd.log", "ab")
         self.libvirtd = subprocess.Popen(
             ["ip", "netns", "exec", self.netns, "unshare", "--mount", "--propagation",
@@ -77,6 +126,12 @@ class PrivateLibvirtd:
             self.stop()
             raise
         return self
+
+    def kill(self) -> None:
+        """libvirtd dies (SIGKILL, as in a crash); its guests' qemu and virtlogd run on."""
+        if self.libvirtd is not None and self.libvirtd.poll() is None:
+            self.libvirtd.kill()
+            self.libvirtd.wait()
 
     def usable(self) -> bool:
         if self.libvirtd is not None and self.libvirtd.poll() is not None:
@@ -106,6 +161,12 @@ class PrivateLibvirtd:
                             network.destroy()
                 connection.close()
             stop_pid(self.libvirtd.pid)
+        # A guest whose libvirtd was killed (and not restarted) is stopped by its pid.
+        for pid_file in (self.root / "run/libvirt/qemu").glob("*.pid"):
+            with contextlib.suppress(OSError, ValueError):
+                pid = int(pid_file.read_text().strip())
+                if pid_alive(pid) and "qemu" in Path(f"/proc/{pid}/comm").read_text():
+                    stop_pid(pid)
         with contextlib.suppress(OSError, ValueError):
             pid = int((self.root / "virtlogd.pid").read_text().strip())
             if pid_alive(pid):

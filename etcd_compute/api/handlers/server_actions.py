@@ -1,6 +1,6 @@
 """POST /servers/{id}/action: os-start, os-stop, reboot, rebuild, resize, confirmResize,
-revertResize, createImage, os-getConsoleOutput (Nova's servers and console-output
-controllers).
+revertResize, createImage, os-getConsoleOutput, os-migrateLive (Nova's servers,
+console-output and migrate-server controllers).
 
 As Nova: the body names one action (an unknown one is 400 "There is no such action"),
 its schema is checked first (400), then the server (404 for another project's), the
@@ -23,6 +23,7 @@ from etcd_compute.api.backend import Backend
 from etcd_compute.api.handlers import servers as server_handlers
 from etcd_compute.api.objects.quotas import OverQuota
 from etcd_compute.api.objects.servers import Server
+from etcd_compute.api.schemas import parameter_types as types
 from etcd_compute.api.schemas import server_actions as schema
 from etcd_compute.api.views import servers as view
 from etcd_compute.api.wsgi import (
@@ -33,7 +34,7 @@ from etcd_compute.api.wsgi import (
     empty_response,
     json_response,
 )
-from etcd_compute.errors import UsageError
+from etcd_compute.errors import NotFound, NoValidHost, UsageError
 from etcd_compute.instances.states import ActionRefused
 from etcd_compute.ops.lifecycle import NoRoom
 from etcd_compute.scheduler.spec import api_caller
@@ -222,6 +223,39 @@ def revert_resize(api: Backend, req: ApiRequest, server_id: str, body: Any
     return empty_response(202)
 
 
+# --- live migration ------------------------------------------------------------------------
+
+
+def migrate_live(api: Backend, req: ApiRequest, server_id: str, body: Any) -> webob.Response:
+    """Nova's os-migrateLive (admins): to the host named, or where the scheduler puts it.
+    Our disks are local, so every live migration copies them (block_migration true or
+    "auto"); false, which needs shared storage, is refused as Nova's check refuses it
+    there. force and disk_over_commit change nothing: the host named is checked as the
+    scheduler would. Refusals come back at once (400, 409), not after the 202 as Nova's
+    asynchronous checks from 2.34; a move that fails later leaves the server where it was,
+    its reason in its instance action."""
+    validation.body(schema.migrate_live_schema(req.version), body)
+    asked = body["os-migrateLive"]
+    server = _server(api, req, server_id, policy.MIGRATE_SERVER % "migrate_live")
+    check_state(server, "os-migrateLive", {"active", "paused"})
+    block = asked["block_migration"]
+    if block != "auto" and not types.is_true(block):
+        raise bad_request(f"{server.uuid} is not on shared storage: Shared storage live-"
+                          "migration requires either shared storage or boot-from-volume "
+                          "with no local disks.")
+    host = asked.get("host")
+    try:
+        _asked(lambda: api.actions.migrate_live(server, host, caller(req)))
+    except NotFound as exc:
+        if host is None or str(exc).startswith("no instance"):
+            raise Fault(404, f"Instance {server.uuid} could not be found.") from None
+        raise bad_request(f"Compute host {host} could not be found.") from None
+    except NoValidHost as exc:
+        raise bad_request(f"No valid host was found. {'; '.join(exc.reasons)}".strip()
+                          ) from None
+    return empty_response(202)
+
+
 # --- createImage ---------------------------------------------------------------------------
 
 
@@ -271,4 +305,5 @@ ACTIONS: dict[str, Action] = {
     "os-start": start, "os-stop": stop, "reboot": reboot, "rebuild": rebuild,
     "resize": resize, "confirmResize": confirm_resize, "revertResize": revert_resize,
     "os-getConsoleOutput": console_output, "createImage": create_image,
+    "os-migrateLive": migrate_live,
 }

@@ -30,8 +30,9 @@ from etcd_compute.api.objects.servers import Server
 from etcd_compute.errors import InvalidMessage, NotFound, UsageError
 from etcd_compute.etcd import Compare, KeyValueStore, Op, put_message
 from etcd_compute.instances import states
-from etcd_compute.ops import lifecycle, operations
+from etcd_compute.ops import lifecycle, migrations, operations
 from etcd_compute.placement import PlacementClient
+from etcd_compute.scheduler.scheduler import Scheduler
 
 # A change of the view: (the request written, the view as it is now) -> the fields changed.
 ViewChange = Callable[[dict[str, Any], dict[str, Any]], dict[str, Any]]
@@ -39,8 +40,10 @@ ViewChange = Callable[[dict[str, Any], dict[str, Any]], dict[str, Any]]
 
 class ServerActions:
     def __init__(self, store: KeyValueStore, placement: PlacementClient, quotas: Quotas,
-                 required_resources: list[str], images: Images):
+                 required_resources: list[str], images: Images,
+                 config: dict[str, Any] | None = None):
         self.store = store
+        self.config = config  # the scheduler's, for where a live migration goes
         self.keys = store.keys
         self.placement = placement
         self.quotas = quotas
@@ -191,6 +194,20 @@ class ServerActions:
         lifecycle.request(self.store, self.placement, server.uuid, states.RESIZE,
                           asked=lifecycle.Asked(revert=True),
                           also=self._view(server, self._task("revert-resize")), by=by)
+
+    # --- live migration -------------------------------------------------------------------
+
+    def migrate_live(self, server: Server, host: str | None, by: str) -> None:
+        """Move the running server to another host (`schedule.py migrate --live`'s path,
+        ops/migrations.py): where the scheduler would put it now, or the host named
+        (a provider name or uuid) checked the same way; both hosts held in Placement
+        while it moves. NoValidHost, NotFound (no such host), ActionRefused."""
+        if self.config is None:
+            raise UsageError("live migration needs the scheduler's config here")
+        scheduler = Scheduler(self.config, store=self.store,  # type: ignore[arg-type]
+                              placement=self.placement)
+        migrations.migrate(self.store, self.placement, scheduler.place, server.uuid,
+                           live=True, host=host, by=by)
 
     # --- createImage ----------------------------------------------------------------------
 

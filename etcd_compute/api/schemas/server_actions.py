@@ -112,3 +112,25 @@ def rebuild_schema(version: Version) -> dict[str, Any]:
             "type": ["array", "null"], "minItems": 1, "maxItems": 50, "uniqueItems": True,
             "items": {"type": "string", "minLength": 1}}
     return schema
+
+
+def migrate_live_schema(version: Version) -> dict[str, Any]:
+    """Nova's `migrate_server.migrate_live`: block_migration, disk_over_commit and host
+    required; 2.25 drops disk_over_commit and lets block_migration be "auto"; force from
+    2.30 until 2.68 removes it."""
+    host = {**types.fqdn, "type": ["string", "null"]}
+    block_migration: dict[str, Any] = copy.deepcopy(types.boolean)
+    properties: dict[str, Any] = {"block_migration": block_migration, "host": host}
+    required = ["block_migration", "host"]
+    if version.at_least("2.25"):
+        block_migration["enum"].append("auto")
+    else:
+        properties["disk_over_commit"] = types.boolean
+        required.append("disk_over_commit")
+    if version.at_least("2.30") and not version.at_least("2.68"):
+        properties["force"] = types.boolean
+    return {"type": "object",
+            "properties": {"os-migrateLive": {"type": "object", "properties": properties,
+                                              "required": required,
+                                              "additionalProperties": False}},
+            "required": ["os-migrateLive"], "additionalProperties": False}

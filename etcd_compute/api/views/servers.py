@@ -13,6 +13,8 @@ Our states map to Nova's vm_state, task_state and power_state, and those to Nova
     REBUILDING               (as it was) / rebuilding        REBUILD
     RESIZING                 (as it was) / resize_migrating  RESIZE
     SNAPSHOTTING             (as it was) / image_uploading   (as it was)
+    MIGRATING, MIGRATED      live: active / migrating        MIGRATING
+      (INCOMING)             cold: (as it was) / resize_migrating  RESIZE
       reverting a resize     resized / resize_reverting      REVERT_RESIZE
     ACTIVE, SHUTOFF holding
       a resize's old size    resized / -                     VERIFY_RESIZE
@@ -40,6 +42,7 @@ _STATUS = {
     ("active", None): "ACTIVE", ("active", "rebooting"): "REBOOT",
     ("active", "rebooting_hard"): "HARD_REBOOT", ("active", "rebuilding"): "REBUILD",
     ("active", "resize_prep"): "RESIZE", ("active", "resize_migrating"): "RESIZE",
+    ("active", "migrating"): "MIGRATING",
     ("building", None): "BUILD", ("stopped", None): "SHUTOFF",
     ("stopped", "resize_prep"): "RESIZE", ("stopped", "resize_migrating"): "RESIZE",
     ("stopped", "rebuilding"): "REBUILD", ("error", None): "ERROR",
@@ -97,6 +100,11 @@ def nova_states(server: Server) -> tuple[str, str | None, int]:
             else SHUTDOWN
     was = "stopped" if task.get("from") == states.SHUTOFF else "active"
     was_power = SHUTDOWN if was == "stopped" else RUNNING
+    if state in (states.MIGRATING, states.MIGRATED, states.INCOMING):
+        # A move to another host (ops/migrations.py): Nova's live migration, or its cold
+        # migrate (a resize to another host).
+        return ("active", "migrating", RUNNING) if task.get("live") else \
+            (was, "resize_migrating", was_power)
     return {
         states.SCHEDULED: ("building", "scheduling", NOSTATE),
         states.RESCHEDULING: ("building", "scheduling", NOSTATE),

@@ -269,3 +269,19 @@ def test_an_interrupt_is_exit_status_130(monkeypatch):
 
     monkeypatch.setattr(cluster, "run", interrupted)
     assert cluster.main(["pki", "list"]) == 130
+
+
+def test_pki_issue_libvirt_writes_a_host_s_libvirt_certificates(capsys, pki_dir, tmp_path):
+    run(capsys, "--pki", pki_dir, "pki", "init")
+    target = tmp_path / "hv1"
+    code, out, err = run(capsys, "--pki", pki_dir, "pki", "issue-libvirt", "hv1", "--ip",
+                         "10.0.0.1", "--dir", str(target), "--qemu-group", "none")
+    assert (code, err) == (0, "")
+    assert out == f"libvirt certificates of hv1 in {target} (qemu's in {target}/qemu)\n"
+    assert (target / "servercert.pem").exists() and (target / "qemu" / "server-key.pem").exists()
+    code, out, err = run(capsys, "--pki", pki_dir, "pki", "issue-libvirt", "hv1", "--ip",
+                         "10.0.0.1", "--qemu-group", "no-such-group-here")
+    assert code == 2 and "--qemu-group no-such-group-here: no such group here" in err
+    code, out, _ = run(capsys, "--pki", pki_dir, "pki", "issue-libvirt", "ctl",
+                       "--client-only", "--qemu-group", "none")
+    assert code == 0 and f"{pki_dir}/libvirt/ctl" in out

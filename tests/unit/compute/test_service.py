@@ -387,3 +387,17 @@ def test_shutdown_does_not_wait_for_a_job_past_its_timeout(daemon, caplog):
     assert not stopping.is_alive()
     assert "1 job(s) still running at shutdown; the next start resumes them" in caplog.text
     assert daemon.pool.stopped and daemon.store.closed
+
+
+def test_a_libvirt_host_publishes_where_its_peers_reach_its_libvirtd(daemon):
+    from etcd_compute import hosts
+
+    daemon.service.publish_libvirt_address()  # the fake driver: nowhere
+    assert hosts.libvirt_address(daemon.store, daemon.rp) is None
+    daemon.config["driver"]["name"] = "libvirt"
+    daemon.config["driver"]["libvirt"]["migration"]["address"] = "10.0.0.7"
+    daemon.service.publish_libvirt_address()
+    assert hosts.libvirt_address(daemon.store, daemon.rp) == "10.0.0.7"
+    daemon.config["driver"]["libvirt"]["migration"]["address"] = None
+    daemon.service.publish_libvirt_address()  # no longer: said so
+    assert hosts.libvirt_address(daemon.store, daemon.rp) is None

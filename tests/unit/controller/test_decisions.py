@@ -176,7 +176,7 @@ class Clock:
         return self.now
 
 
-def dead_host_cluster(policy: str = "rebuild", place_on: str | None = None):
+def dead_host_cluster(policy: str = "rebuild", place_on: str | None = None, fencing=None):
     """A cluster whose host `here` holds an ACTIVE instance and then loses its heartbeat."""
     from etcd_compute.errors import NoValidHost
     from etcd_compute.scheduler.hoststate import HostState, ProviderUsage
@@ -195,7 +195,8 @@ def dead_host_cluster(policy: str = "rebuild", place_on: str | None = None):
 
     cluster.controller = Controller(cluster.store, cluster.placement,
                                     {"host_failure_grace_seconds": 10,
-                                     "on_host_failure": "rebuild"}, place=place, clock=clock)
+                                     "on_host_failure": "rebuild"}, place=place, clock=clock,
+                                    fencing=fencing)
     spec = make_spec(here, on_host_failure=policy, group={"name": "g", "policy": "affinity"})
     cluster.placement.claim(spec["uuid"], spec["allocations"], "p", "u")
     scheduling.schedule(cluster.store, [(spec, "h")])
@@ -480,3 +481,113 @@ def test_what_fits_nowhere_ends_in_error_and_the_rest_moves():
     assert failed.state == "ERROR" and "no room for it" in failed.record["error"]
     assert cluster.placement.get_allocations(specs[0]["uuid"])["allocations"] == {}
     assert all(cluster.read(there, spec).state == "SCHEDULED" for spec in specs[1:])
+
+
+
+# --- fencing a dead host first ---------------------------------------------------------------
+
+
+class FakeFencing:
+    """Stands in for controller/fencing.py: records what it was asked, says what it is told."""
+
+    enabled = True
+
+    def __init__(self) -> None:
+        self.asked: list[tuple] = []
+        self.verdicts: dict = {}
+        self.forgotten: list[str] = []
+
+    def begin(self, host, name, address, uuids, on_done=None) -> None:
+        self.asked.append((host, name, address, uuids))
+
+    def verdict(self, host):
+        return self.verdicts.get(host)
+
+    def forget(self, host) -> None:
+        self.forgotten.append(host)
+        self.verdicts.pop(host, None)
+
+
+def recover_event(cluster, host: str, spec: dict) -> dict:
+    from etcd_compute import events
+
+    return [e for e in events.read(cluster.store, host, spec["uuid"])
+            if e["action"] == "recover"][-1]
+
+
+def test_a_dead_host_is_fenced_with_its_running_instances_where_its_libvirtd_is():
+    from etcd_compute import hosts
+
+    fencing = FakeFencing()
+    cluster = Cluster()
+    here = cluster.host()
+    hosts.publish_libvirt_address(cluster.store, here, "10.0.0.5")
+    spec = make_spec(here)
+    scheduling.schedule(cluster.store, [(spec, "host-a")])
+    entry = cluster.store.get(cluster.store.keys.spec(here, spec["uuid"]))
+    host_txn.begin_build(cluster.store, spec, entry.mod_revision, cluster.read(here, spec),
+                         "host-a")
+    host_txn.activate(cluster.store, cluster.read(here, spec), "10.0.0.9")
+    controller = Controller(cluster.store, cluster.placement, {}, fencing=fencing)
+    controller.on_alive(here, False)
+    controller.on_alive(here, False)  # again: once
+    assert fencing.asked == [(here, "host-a", "10.0.0.5", [spec["uuid"]])]
+    controller.on_alive(here, True)
+    assert fencing.forgotten == [here]
+
+
+def test_a_fenced_host_is_recovered_at_once_and_its_instances_say_how():
+    from etcd_compute.controller.fencing import Verdict
+    from etcd_compute.controller.metrics import HOSTS_RECOVERED
+
+    fencing = FakeFencing()
+    cluster, clock, here, there, spec = dead_host_cluster(place_on=None, fencing=fencing)
+    cluster.controller.place = _placer(there)
+    assert fencing.asked and cluster.controller.recover_due() == []  # still fencing
+    before = HOSTS_RECOVERED.labels("libvirt")._value.get()
+    fencing.verdicts[here] = Verdict(True, "libvirt", "1 guest(s) destroyed through its "
+                                                      "libvirtd", 0.8)
+    clock.now += 1  # well within the grace period
+    assert cluster.controller.recover_due() == [here]
+    assert cluster.read(there, spec).state == "SCHEDULED"
+    event = recover_event(cluster, there, spec)
+    assert event["detail"] == (f"placed on {there}; its host fenced (1 guest(s) destroyed "
+                               "through its libvirtd) after 0.8 s")
+    assert HOSTS_RECOVERED.labels("libvirt")._value.get() == before + 1
+    assert fencing.forgotten == [here]
+
+
+def test_a_host_no_fence_reached_is_recovered_after_the_grace_period_saying_why():
+    from etcd_compute.controller.fencing import Verdict
+    from etcd_compute.controller.metrics import HOSTS_RECOVERED
+
+    fencing = FakeFencing()
+    cluster, clock, here, there, spec = dead_host_cluster(place_on=None, fencing=fencing)
+    cluster.controller.place = _placer(there)
+    fencing.verdicts[here] = Verdict(False, "libvirt", "libvirt: no answer within 10 s", 10)
+    clock.now += 9.9
+    assert cluster.controller.recover_due() == []
+    before = HOSTS_RECOVERED.labels("grace")._value.get()
+    clock.now += 0.1
+    assert cluster.controller.recover_due() == [here]
+    assert recover_event(cluster, there, spec)["detail"].endswith(
+        "its host not fenced (libvirt: no answer within 10 s): recovered after TTL + grace")
+    assert HOSTS_RECOVERED.labels("grace")._value.get() == before + 1
+
+
+def test_an_instance_ending_in_error_says_how_its_host_was_dealt_with():
+    fencing = FakeFencing()
+    cluster, clock, here, there, spec = dead_host_cluster(policy="error", fencing=fencing)
+    clock.now += 10
+    assert cluster.controller.recover_due() == [here]
+    assert cluster.read(here, spec).record["error"] == (
+        f"host {here} is down; recovered after TTL + grace (its fence not done)")
+
+
+def test_without_fencing_nothing_is_fenced_and_nothing_changes():
+    cluster, clock, here, there, spec = dead_host_cluster(place_on=None)
+    assert not cluster.controller.fencing.enabled
+    cluster.controller.place = _placer(there)
+    clock.now += 10
+    assert cluster.controller.recover_due() == [here]
+    assert recover_event(cluster, there, spec)["detail"] == f"placed on {there}"

@@ -1,5 +1,6 @@
 """The libvirt driver over libvirt's test driver (test:///default, in-process), for
-test_libvirt.py and test_libvirt_host.py."""
+test_libvirt.py, test_libvirt_host.py and the migration tests (which add a guest being
+moved, `moving`, from migration_world.py)."""
 
 from __future__ import annotations
 
@@ -19,7 +20,10 @@ def test_driver_config(tmp_path: Path) -> dict[str, Any]:
                     "instances_dir": str(tmp_path / "instances")},
         "driver": {"name": "libvirt",
                    "libvirt": {"uri": "test:///default",
-                               "image_cache_dir": str(tmp_path / "images")}},
+                               "image_cache_dir": str(tmp_path / "images"),
+                               # Only the migration tests read it: where peers reach us.
+                               "migration": {"address": "10.0.0.1",
+                                             "pki_dir": str(tmp_path / "pki")}}},
     })
 
 
@@ -37,3 +41,6 @@ def image(tmp_path: Path) -> str:
     path = tmp_path / "image.qcow2"
     path.write_bytes(b"not downloaded with the test driver")
     return f"file://{path}"
+
+
+from tests.unit.drivers.migration_world import moving  # noqa: E402, F401 (a fixture)

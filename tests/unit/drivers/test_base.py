@@ -95,3 +95,17 @@ def test_what_a_driver_need_not_provide():
     assert hypervisor.check() == "dict"  # the hypervisor described, by default its name
     assert hypervisor.close() is None
     assert hypervisor.config == {"driver": {"name": "dict"}}
+
+
+def test_a_driver_that_cannot_move_guests_says_so_in_one_line():
+    from etcd_compute.errors import BuildError
+
+    driver = Hypervisor({"a": True})
+    for call in (lambda: driver.prepare_incoming({"uuid": "a"}),
+                 lambda: driver.discard_incoming("a"),
+                 lambda: driver.live_migrate("a", {}),
+                 lambda: driver.send_stopped("a", {}),
+                 lambda: driver.finish_incoming({"uuid": "a"}, {}, True)):
+        with pytest.raises(BuildError, match="^the dict driver cannot move guests$"):
+            call()
+    assert driver.abort_migration("a") is False and driver.migration_progress("a") is None

@@ -200,3 +200,81 @@ def test_a_stopped_build_never_runs(tmp_path):
     driver.build(spec)
     assert spec["uuid"] in driver.list_instances() and spec["uuid"] not in driver.running()
     assert guest_events(driver, spec["uuid"]) == []
+
+
+# -- moving a guest to another fake host ----------------------------------------------------
+
+
+def two_hosts(tmp_path: Path, **fake: Any) -> tuple[FakeDriver, FakeDriver]:
+    return driver_in(tmp_path / "a", **fake), driver_in(tmp_path / "b", **fake)
+
+
+def test_a_live_move_halts_the_guest_here_before_it_runs_there(tmp_path):
+    from tests.compute.guests import overlaps, run_intervals, timeline
+
+    a, b = two_hosts(tmp_path)
+    spec = make_spec(RP)
+    a.build(spec)
+    uuid, there = spec["uuid"], str(uuidlib.uuid4())
+    target = b.prepare_incoming({**spec, "host": there})
+    assert a.live_migrate(uuid, target)["downtime_ms"] == 0
+    assert uuid not in a.list_instances() and uuid in b.running()
+    assert saved(b, uuid)["host"] == there
+    configs = [{"compute": {"state_dir": str(tmp_path / h / "state")}} for h in "ab"]
+    assert overlaps(configs) == []
+    assert [host for host, *_ in run_intervals(timeline(configs))[uuid]] == [RP, there]
+    assert not list(b.root.glob(".*incoming"))
+
+
+def test_a_live_move_cancelled_or_failing_leaves_the_guest_running_here(tmp_path):
+    import threading
+
+    a, b = two_hosts(tmp_path, action_seconds=5.0)
+    spec = make_spec(RP)
+    a.build(spec)
+    uuid = spec["uuid"]
+    target = b.prepare_incoming(spec)
+    seen: list[dict[str, Any]] = []
+    threading.Timer(0.2, lambda: seen.append(a.migration_progress(uuid)) or
+                    a.abort_migration(uuid)).start()
+    with pytest.raises(BuildError, match="cancelled; the guest runs on here"):
+        a.live_migrate(uuid, target)
+    assert seen[0]["percent"] >= 0 and a.migration_progress(uuid) is None
+    assert a.abort_migration(uuid) is False  # none running now
+    assert uuid in a.running() and uuid not in b.list_instances()
+    b.discard_incoming(uuid)
+    with pytest.raises(BuildError, match="made no room"):
+        driver_in(tmp_path / "a").live_migrate(uuid, target)
+    failing = driver_in(tmp_path / "a", fail_actions=["migrate"])
+    with pytest.raises(BuildError, match="cannot migrate"):
+        failing.live_migrate(uuid, b.prepare_incoming(spec))
+    assert uuid in a.running()
+
+
+def test_a_cold_move_stops_here_defines_there_and_keeps_this_copy_until_confirmed(tmp_path):
+    a, b = two_hosts(tmp_path)
+    spec = make_spec(RP)
+    a.build(spec)
+    uuid, there = spec["uuid"], str(uuidlib.uuid4())
+    moved = a.send_stopped(uuid, b.prepare_incoming({**spec, "host": there}))
+    assert moved["was_running"] and uuid not in a.running() and uuid in a.list_instances()
+    b.finish_incoming({**spec, "host": there}, moved, power_on=True)
+    assert uuid in b.running() and saved(b, uuid)["host"] == there
+    a.destroy(uuid)  # confirmed
+    assert uuid not in a.list_instances()
+    # Reverted before it finished: discarded there, started here again.
+    back = b.send_stopped(uuid, a.prepare_incoming(spec))
+    a.discard_incoming(uuid)
+    assert back["was_running"] and b.power_on(uuid) and uuid in b.running()
+    with pytest.raises(BuildError, match="runs on this host"):
+        b.discard_incoming(uuid)
+    with pytest.raises(BuildError, match="nothing arrived"):
+        a.finish_incoming(spec, back, power_on=True)
+
+
+def test_a_guest_already_here_is_not_prepared_for(tmp_path):
+    a = driver_in(tmp_path)
+    spec = make_spec(RP)
+    a.build(spec)
+    with pytest.raises(BuildError, match="already has a guest"):
+        a.prepare_incoming(spec)

@@ -98,4 +98,5 @@ ACTIONS = list(states.ACTIONS)
 
 ALLOWED_ACTIONS = {("stop", "ACTIVE"), ("start", "SHUTOFF"), ("reboot", "ACTIVE"),
            ("rebuild", "ACTIVE"), ("rebuild", "SHUTOFF"), ("resize", "ACTIVE"),
-           ("resize", "SHUTOFF"), ("snapshot", "ACTIVE"), ("snapshot", "SHUTOFF")}
+           ("resize", "SHUTOFF"), ("snapshot", "ACTIVE"), ("snapshot", "SHUTOFF"),
+           ("migrate", "ACTIVE"), ("migrate", "SHUTOFF")}

@@ -15,27 +15,30 @@ from tests.unit.instances.helpers import ACTIONS, ALLOWED_ACTIONS, STATES
 # may go. Not derived from `TRANSITIONS`: a test that read its expectation from the code
 # under test could not fail.
 MACHINE = """
-              SCH BLD ACT OFF STP STA RBT RBD RSZ SNP RSC ERR DLG DEL
-none           +   +   .   .   .   .   .   .   .   .   .   +   +   +
-SCHEDULED      +   +   .   .   .   .   .   .   .   .   +   +   +   +
-BUILDING       +   .   +   +   .   .   .   .   .   .   +   +   +   +
-ACTIVE         +   .   .   +   +   .   +   +   +   +   +   +   +   +
-SHUTOFF        +   .   +   .   .   +   .   +   +   +   +   +   +   +
-STOPPING       +   .   +   +   .   .   .   .   .   .   .   +   +   +
-STARTING       +   .   +   +   .   .   .   .   .   .   .   +   +   +
-REBOOTING      +   .   +   .   .   .   .   .   .   .   .   +   +   +
-REBUILDING     +   .   +   +   .   .   .   .   .   .   .   +   +   +
-RESIZING       +   .   +   +   .   .   .   .   .   .   .   +   +   +
-SNAPSHOTTING   +   .   +   +   .   .   .   .   .   .   .   +   +   +
-RESCHEDULING   +   .   .   .   .   .   .   .   .   .   .   +   +   +
-ERROR          .   .   .   .   .   .   .   .   .   .   .   +   +   +
-DELETING       .   .   .   .   .   .   .   .   .   .   .   +   .   +
-DELETED        .   .   .   .   .   .   .   .   .   .   .   .   .   +
+               SCH BLD ACT OFF STP STA RBT RBD RSZ SNP MGR MGD INC RSC ERR DLG DEL
+none           +   +   .   .   .   .   .   .   .   .   .   .   +   .   +   +   +
+SCHEDULED      +   +   .   .   .   .   .   .   .   .   .   .   .   +   +   +   +
+BUILDING       +   .   +   +   .   .   .   .   .   .   .   .   .   +   +   +   +
+ACTIVE         +   .   .   +   +   .   +   +   +   +   +   .   .   +   +   +   +
+SHUTOFF        +   .   +   .   .   +   .   +   +   +   +   .   .   +   +   +   +
+STOPPING       +   .   +   +   .   .   .   .   .   .   .   .   .   .   +   +   +
+STARTING       +   .   +   +   .   .   .   .   .   .   .   .   .   .   +   +   +
+REBOOTING      +   .   +   .   .   .   .   .   .   .   .   .   .   .   +   +   +
+REBUILDING     +   .   +   +   .   .   .   .   .   .   .   .   .   .   +   +   +
+RESIZING       +   .   +   +   .   .   .   .   .   .   .   .   .   .   +   +   +
+SNAPSHOTTING   +   .   +   +   .   .   .   .   .   .   .   .   .   .   +   +   +
+MIGRATING      +   .   +   +   .   .   .   .   .   .   .   +   .   .   +   +   +
+MIGRATED       +   .   .   +   .   .   .   .   .   .   .   .   .   .   +   +   +
+INCOMING       .   .   +   +   .   .   .   .   .   .   .   .   +   .   +   +   +
+RESCHEDULING   +   .   .   .   .   .   .   .   .   .   .   .   .   .   +   +   +
+ERROR          .   .   .   .   .   .   .   .   .   .   .   .   .   .   +   +   +
+DELETING       .   .   .   .   .   .   .   .   .   .   .   .   .   .   +   .   +
+DELETED        .   .   .   .   .   .   .   .   .   .   .   .   .   .   .   .   +
 """
 COLUMNS = {"SCH": "SCHEDULED", "BLD": "BUILDING", "ACT": "ACTIVE", "OFF": "SHUTOFF",
            "STP": "STOPPING", "STA": "STARTING", "RBT": "REBOOTING", "RBD": "REBUILDING",
-           "RSZ": "RESIZING", "SNP": "SNAPSHOTTING",
-           "RSC": "RESCHEDULING", "ERR": "ERROR", "DLG": "DELETING",
+           "RSZ": "RESIZING", "SNP": "SNAPSHOTTING", "MGR": "MIGRATING", "MGD": "MIGRATED",
+           "INC": "INCOMING", "RSC": "RESCHEDULING", "ERR": "ERROR", "DLG": "DELETING",
            "DEL": "DELETED"}
 
 
@@ -55,7 +58,7 @@ DOCUMENTED = parse(MACHINE)
 
 
 def test_the_documented_machine_names_every_pair_once():
-    assert len(DOCUMENTED) == 15 * 14 == 210
+    assert len(DOCUMENTED) == 18 * 17 == 306
     assert {source for source, _ in DOCUMENTED} == {None, *states.STATES}
     assert {target for _, target in DOCUMENTED} == set(states.STATES)
 
@@ -108,7 +111,8 @@ def test_destroy_is_allowed_in_every_state(state):
     ("ACTIVE", None, None, False), ("SHUTOFF", None, None, True),
     ("STOPPING", "stop", "ACTIVE", True), ("STARTING", "start", "SHUTOFF", False),
     ("RESIZING", "resize", "SHUTOFF", True), ("REBUILDING", "rebuild", "ACTIVE", False),
-    ("REBOOTING", "reboot", "ACTIVE", False)])
+    ("REBOOTING", "reboot", "ACTIVE", False), ("SNAPSHOTTING", "snapshot", "SHUTOFF", True),
+    ("MIGRATING", "migrate", "SHUTOFF", True), ("MIGRATING", "migrate", "ACTIVE", False)])
 def test_wants_stopped_follows_the_state_and_the_action_under_way(state, action, start,
                                                                  stopped):
     record = {"state": state}

@@ -30,9 +30,14 @@ def lease(mac: str, ip: str = IP, expires_in: float = 3600,
 class FakeNetwork:
     def __init__(self, leases: list[dict[str, Any]]):
         self.leases = leases
+        self.reserved: dict[str, str] = {}
 
     def DHCPLeases(self, mac: str | None = None) -> list[dict[str, Any]]:  # noqa: N802
         return [entry for entry in self.leases if mac is None or entry["mac"] == mac]
+
+    def XMLDesc(self, flags: int = 0) -> str:  # noqa: N802
+        hosts = "".join(f"<host mac='{mac}' ip='{ip}'/>" for mac, ip in self.reserved.items())
+        return f"<network><ip address='192.168.123.1'><dhcp>{hosts}</dhcp></ip></network>"
 
 
 class FakeDomain:
@@ -191,3 +196,15 @@ def test_a_network_libvirt_does_not_know_resolves_to_nothing(instances_dir):
     found = InstanceResolver(MdserverConfig(instances_dir=str(instances_dir), network="other"))
     found._connection = connection
     assert found.meta_for(IP) is None
+
+
+def test_a_guest_moved_here_is_known_by_its_reserved_address_before_it_renews(instances_dir):
+    moved = guest(instances_dir, {"network": "52:54:00:00:00:07"})
+    connection = FakeConnection([], [moved])
+    connection.network.reserved = {"52:54:00:00:00:07": IP}
+    assert resolver(instances_dir, connection).meta_for(IP)["uuid"] == moved.name()
+    # A lease on the address (another guest's, newer) comes first.
+    other = guest(instances_dir, {"network": "52:54:00:00:00:08"})
+    connection.domains.append(other)
+    connection.network.leases.append(lease("52:54:00:00:00:08"))
+    assert resolver(instances_dir, connection).meta_for(IP)["uuid"] == other.name()

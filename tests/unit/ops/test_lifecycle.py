@@ -74,7 +74,7 @@ def test_an_allowed_action_is_written_into_the_hosts_spec(action, state):
 
 
 @pytest.mark.parametrize(("action", "state"), [
-    (a, s) for a in states.ACTIONS for s in states.STATES if (a, s) not in ALLOWED])
+    (a, s) for a in lifecycle.ACTIONS for s in states.STATES if (a, s) not in ALLOWED])
 def test_an_action_its_state_does_not_allow_writes_and_claims_nothing(action, state):
     store, placement, spec = instance(state)
     before = store.revision
@@ -82,6 +82,12 @@ def test_an_action_its_state_does_not_allow_writes_and_claims_nothing(action, st
         request(store, placement, spec, action)
     assert f"is {state}: {action} is not allowed now (allowed: " in str(refused.value)
     assert store.revision == before and placement.calls == []
+
+
+def test_a_move_is_not_asked_here():
+    store, placement, spec = instance()
+    with pytest.raises(UsageError, match="migrate: not a lifecycle action"):
+        request(store, placement, spec, "migrate")
 
 
 def test_an_action_on_a_host_that_is_down_is_refused_before_anything_is_written():

@@ -90,7 +90,7 @@ def test_drain_asks_rebuild_instances_to_leave_and_leaves_error_ones(store, plac
     said: list[str] = []
     # Nothing moves them here (no host, no controller): the drain gives up at its timeout.
     with pytest.raises(maintenance.DrainTimeout, match="1 instance"):
-        maintenance.drain(store, placement, "node-1", 0, said.append)
+        maintenance.drain(store, placement, "node-1", 0, said.append, mode="rebuild")
     actions = {uuid: spec["action"] for uuid, spec in
                store.read_prefix(messages.INSTANCE_SPEC, store.keys.specs(rp)).items()}
     assert actions == {moving["uuid"]: "evacuate", staying["uuid"]: "build"}
@@ -108,7 +108,7 @@ def test_drain_counts_what_already_ended_as_gone(store, placement):
         # The instance is destroyed by someone else while the drain waits.
         ownership.remove(store, spec["uuid"], rp, None)
 
-    assert maintenance.drain(store, placement, "node-1", 5, gone) == \
+    assert maintenance.drain(store, placement, "node-1", 5, gone, mode="rebuild") == \
         {"moved": 0, "error": 0, "left": 0, "gone": 1}
 
 
@@ -129,3 +129,41 @@ def test_drain_leaves_an_instance_no_other_host_would_take(store, placement):
     assert said == [f"{spec['uuid']} left on node-1 (no other host would take it now)"]
     kept, _ = store.read(messages.INSTANCE_SPEC, store.keys.spec(rp, spec["uuid"]))
     assert kept["action"] == "build"
+
+
+def test_a_live_drain_moves_running_instances_live_and_stopped_ones_cold():
+    from etcd_compute.instances import migrations as move_txn
+    from tests.unit.ops.test_migrations import world
+    from tests.unit.ops.test_operations import RP, scheduled, set_state
+
+    store, placement, running, place, _ = world()
+    stopped = scheduled(store, placement)
+    set_state(store, stopped["uuid"], "SHUTOFF")
+    said: list[str] = []
+    with pytest.raises(maintenance.DrainTimeout, match="2 instance"):
+        maintenance.drain(store, placement, RP, 0, said.append, place=place)
+    live = {uuid: migration["live"] for uuid in (running["uuid"], stopped["uuid"])
+            if (migration := move_txn.read(store, uuid)[0])}
+    assert live == {running["uuid"]: True, stopped["uuid"]: False}
+    assert sorted(said) == sorted([f"{running['uuid']} moving live to host-b",
+                                   f"{stopped['uuid']} moving cold to host-b"])
+    assert DISABLED_TRAIT in placement.get_traits(RP)
+
+
+def test_a_live_drain_leaves_what_no_other_host_would_take_and_one_at_a_time_if_asked():
+    from tests.unit.ops.test_migrations import world
+    from tests.unit.ops.test_operations import RP
+
+    store, placement, spec, _place, _ = world()
+
+    def nowhere(spec: dict, exclude: frozenset):
+        raise NoValidHost(["no room"])
+
+    said: list[str] = []
+    assert maintenance.drain(store, placement, RP, 5, said.append, place=nowhere,
+                             parallel=1) == {"moved": 0, "error": 0, "left": 1, "gone": 0}
+    assert said == [f"{spec['uuid']} left on host-a (no other host would take it now)"]
+    with pytest.raises(UsageError, match="needs the scheduler"):
+        maintenance.drain(store, placement, RP, 5, said.append)
+    with pytest.raises(UsageError, match="--mode 'fast'"):
+        maintenance.drain(store, placement, RP, 5, said.append, mode="fast")

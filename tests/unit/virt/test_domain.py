@@ -77,6 +77,17 @@ def test_nics_follow_the_network_and_bridge(network, bridge, nics):
                for nic in root.iterfind("devices/interface"))
 
 
+def test_a_moved_guest_keeps_its_macs_in_nic_order():
+    root = parsed(network="etcd-compute", bridge="br0",
+                  macs=("52:54:00:00:00:01", "52:54:00:00:00:02"))
+    assert [nic.find("mac").get("address") for nic in root.iterfind("devices/interface")] == \
+        ["52:54:00:00:00:01", "52:54:00:00:00:02"]
+    # Missing ones are libvirt's to pick.
+    root = parsed(network="etcd-compute", bridge="br0", macs=("52:54:00:00:00:01",))
+    assert [nic.find("mac") is not None for nic in root.iterfind("devices/interface")] == \
+        [True, False]
+
+
 @pytest.mark.parametrize(("domain_type", "passthrough"),
                          [("kvm", True), ("qemu", False), ("test", False)])
 def test_only_kvm_passes_the_host_cpu_through(domain_type, passthrough):

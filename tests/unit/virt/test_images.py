@@ -148,6 +148,18 @@ def test_a_qcow2_is_kept_as_it_came_with_its_record(source):
     assert source.files() == [base.with_suffix(".json").name, base.name]
 
 
+def test_the_record_of_a_base_is_found_from_its_path_and_only_for_the_cache_s_bases(source,
+                                                                                  tmp_path):
+    body = qcow2()
+    url = source.image("a.qcow2", body)
+    base = source.cache.fetch(url)
+    assert source.cache.record_of(base)["sha256"] == hashlib.sha256(body).hexdigest()
+    assert source.cache.record_of(tmp_path / "elsewhere" / base.name) is None
+    assert source.cache.record_of(base.with_suffix(".json")) is None
+    base.with_suffix(".json").write_text("{half")
+    assert source.cache.record_of(base) is None
+
+
 def test_a_raw_image_is_converted_once(source, qemu):
     url = source.image("a.raw", b"\1" * 8192)
     base = source.cache.fetch(url)

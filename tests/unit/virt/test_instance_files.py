@@ -77,6 +77,17 @@ def test_console_tail_is_the_last_bytes_of_the_log(tmp_path):
     assert files.console_tail(10_000).startswith("first line\n")
 
 
+def test_a_moved_guest_s_console_tail_starts_in_its_history(tmp_path):
+    files = InstanceFiles.of(tmp_path, UUID)
+    files.create()
+    files.console_history.write_bytes(b"booted elsewhere\n")
+    assert files.console_tail(100) == "booted elsewhere\n"
+    files.console_log.write_bytes(b"running here\n")
+    assert files.console_tail(100) == "booted elsewhere\nrunning here\n"
+    assert files.console_tail(len("running here\n") + 4) == "ere\nrunning here\n"
+    assert files.console_tail(5) == "here\n"
+
+
 def test_console_tail_survives_bytes_that_are_not_utf8(tmp_path):
     files = InstanceFiles.of(tmp_path, UUID)
     files.create()

@@ -91,6 +91,14 @@ def test_an_overlay_names_its_backing_format_and_its_size(fake):
                            "/i/disk.qcow2", str(5 * 1024**3)]
 
 
+def test_an_overlay_is_pointed_at_another_copy_of_its_base_without_reading_either(fake):
+    qemu_img.rebase_unsafe(Path("/i/disk.qcow2"), Path("/c/base.qcow2"), "qcow2")
+    assert fake.args() == ["rebase", "-q", "-u", "-f", "qcow2", "-F", "qcow2", "-b",
+                           "/c/base.qcow2", "/i/disk.qcow2"]
+    with pytest.raises(ValueError):
+        qemu_img.rebase_unsafe(Path("x"), Path("y"), "vmdk")
+
+
 @pytest.mark.parametrize(("mode", "reason"), [
     ("fail", "qemu-img info: qemu-img: Could not open 'x': No such file or directory"),
     ("silent", "qemu-img info: exit status 7"),

@@ -306,3 +306,80 @@ def test_create_image_makes_the_projects_snapshot_and_nothing_when_refused(harne
     assert answer.status_int == 409 and "is down" in answer.json["conflictingRequest"][
         "message"]
     assert len(glance.images) == made  # refused before any image was made
+
+
+# --- os-migrateLive ------------------------------------------------------------------------
+
+
+def movable(harness: Harness) -> tuple[str, str, str]:
+    """An ACTIVE server on hv1, a second host, the controller running: (uuid, from, to)."""
+    uuid = active(harness)
+    source = records.locate(harness.store, uuid)["host"]
+    target = harness.add_host("hv2")
+    harness.store.put(messages.CONTROLLER_LEADER, harness.store.keys.leader(),
+                      {"name": "c", "since": 1.0})
+    return uuid, source, target
+
+
+def live(host=None, block="auto", **more) -> dict:
+    return {"os-migrateLive": {"host": host, "block_migration": block, **more}}
+
+
+def test_an_admin_moves_a_server_live_holding_both_hosts(harness: Harness):
+    uuid, source, target = movable(harness)
+    answer = harness.action(uuid, live("hv2"), roles=ADMIN, project="admin", user="root",
+                            version="2.68")
+    assert answer.status_int == 202 and answer.body == b""
+    spec = spec_of(harness, uuid)
+    assert spec["action"] == "migrate" and spec["request"]["live"] is True
+    assert spec["request"]["destination"] == target
+    assert spec["request"]["by"] == "api:root@admin"
+    assert set(harness.placement.get_allocations(uuid)["allocations"]) == {target}
+    hold = harness.placement.consumers[spec["request"]["migration"]]
+    assert set(hold["allocations"]) == {source} and hold["consumer_type"] == "MIGRATION"
+    assert hold["project_id"] == "p1"  # the server's project, counted apart from instances
+    from etcd_compute.instances import actions as action_txn
+
+    entry = harness.store.get(harness.store.keys.spec(source, uuid))
+    assert action_txn.begin_action(harness.store, spec, entry.mod_revision,
+                                   records.read_record(harness.store, source, uuid))
+    assert states_of(harness.show(uuid)) == ("MIGRATING", "active", "migrating", 1)
+    again = harness.action(uuid, live(), roles=ADMIN, project="admin", user="root",
+                           version="2.68")
+    assert again.status_int == 409 and "task_state migrating" in again.text
+
+
+@pytest.mark.parametrize("version,body,status,says", [
+    ("2.1", live(block=True), 400, "disk_over_commit"),  # required before 2.25
+    ("2.24", live(block="auto", disk_over_commit=False), 400, "auto"),
+    ("2.68", live(block="auto", force=True), 400, "force"),  # 2.30 to 2.67 only
+    ("2.68", live(block=False), 400, "shared storage"),  # our disks are local
+    ("2.68", live("nohost"), 400, "Compute host nohost could not be found."),
+])
+def test_os_migrate_live_refusals_write_and_claim_nothing(harness: Harness, version, body,
+                                                         status, says):
+    uuid, _source, _target = movable(harness)
+    before, calls = harness.store.revision, list(harness.placement.calls)
+    answer = harness.action(uuid, body, roles=ADMIN, project="admin", user="root",
+                            version=version)
+    assert answer.status_int == status and says in answer.text, answer.text
+    assert harness.store.revision == before and harness.placement.calls == calls
+
+
+def test_os_migrate_live_is_for_admins_on_running_servers_with_a_controller(harness: Harness):
+    uuid, _source, _target = movable(harness)
+    assert harness.action(uuid, live(), version="2.68").status_int == 403  # its member
+    old = live(block=True, disk_over_commit=False)
+    assert harness.action(uuid, old, roles=ADMIN, project="admin", user="root",
+                          version="2.1").status_int == 202  # before 2.25, scheduler's pick
+    stopped = active(harness, name="db")
+    harness.action(stopped, {"os-stop": None})
+    harness.host_does(stopped)
+    answer = harness.action(stopped, live(), roles=ADMIN, project="admin", user="root",
+                            version="2.68")
+    assert answer.status_int == 409 and "vm_state stopped" in answer.text
+    other = active(harness, name="cache")
+    harness.store.delete(harness.store.keys.leader())
+    answer = harness.action(other, live(), roles=ADMIN, project="admin", user="root",
+                            version="2.68")
+    assert answer.status_int == 400 and "needs the controller" in answer.text

@@ -34,6 +34,12 @@ def server(state: str, **record) -> Server:
     (states.REBOOTING, {}, ("active", "rebooting", 1, "REBOOT")),
     (states.REBUILDING, {"from": "SHUTOFF"}, ("stopped", "rebuilding", 4, "REBUILD")),
     (states.RESIZING, {"from": "ACTIVE"}, ("active", "resize_migrating", 1, "RESIZE")),
+    (states.MIGRATING, {"from": "ACTIVE", "live": True}, ("active", "migrating", 1, "MIGRATING")),
+    (states.MIGRATED, {"from": "ACTIVE", "live": True}, ("active", "migrating", 1, "MIGRATING")),
+    (states.MIGRATING, {"from": "SHUTOFF", "live": False},
+     ("stopped", "resize_migrating", 4, "RESIZE")),
+    (states.MIGRATED, {"from": "ACTIVE", "live": False},
+     ("active", "resize_migrating", 1, "RESIZE")),
     (states.DELETING, None, ("active", "deleting", 0, "ACTIVE")),
     (states.ERROR, None, ("error", None, 0, "ERROR")),
 ])

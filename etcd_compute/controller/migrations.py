@@ -1,0 +1,168 @@
+"""The controller's part in a move between hosts (README, "Moving guests").
+
+A host may write only its own keys, so the controller carries a move between its two
+ends, with the operator's rights, from `/migrations/<uuid>` and both ends' records and
+specs (`step`, on any change of either end's record, and at the sweep):
+
+- the destination made room (its INCOMING record carries the driver's target): the
+  target goes into the source's request, which starts the move there;
+- the destination could not: the source's request is called off;
+- the source's guest left (MIGRATED): live, the instance is handed over (all its keys to
+  the destination in one transaction, ACTIVE or SHUTOFF as it was) and the source's
+  resources freed in Placement (the migration consumer); cold, what the source sent goes
+  into the destination's request first, and the hand-over comes when it defined the guest;
+- the move ended otherwise on the source (failed, cancelled, refused: the guest runs there
+  as before): the instance's claim holds the source again (one Placement request), the
+  migration goes and the destination is asked to discard what it made.
+
+A dead host in the middle of a move: a source whose guest had left is handed over; one
+still moving gives up the move (its recovery follows); a destination's INCOMING record is
+not an instance of its own to recover: the move is given up, and its keys there go.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from etcd_compute import claims, events, messages
+from etcd_compute.errors import ConflictError, EtcdComputeError, InvalidMessage, NotFound
+from etcd_compute.etcd import Entry, KeyValueStore
+from etcd_compute.instances import migrations, records, states
+from etcd_compute.placement import PlacementClient
+
+LOG = logging.getLogger("etcd_compute.controller")
+
+
+def instance_log(uuid: str) -> logging.LoggerAdapter:
+    return logging.LoggerAdapter(LOG, {"instance": uuid})
+
+
+class MoveSteps:
+    def __init__(self, store: KeyValueStore, placement: PlacementClient):
+        self.store, self.keys, self.placement = store, store.keys, placement
+
+    def _spec(self, host: str, uuid: str) -> tuple[Entry | None, dict[str, Any] | None]:
+        entry = self.store.get(self.keys.spec(host, uuid))
+        if entry is None:
+            return None, None
+        try:
+            return entry, messages.decode(messages.INSTANCE_SPEC, entry.value)
+        except InvalidMessage:
+            return entry, None
+
+    def step(self, uuid: str) -> str | None:
+        """Take the next step of the instance's move, if one is due; what was done."""
+        migration, entry = migrations.read(self.store, uuid)
+        if migration is None or entry is None:
+            return None
+        log = instance_log(uuid)
+        source = records.read_record(self.store, migration["source"], uuid)
+        there = records.read_record(self.store, migration["destination"], uuid)
+        source_entry, source_spec = self._spec(migration["source"], uuid)
+        task = (source.record or {}).get("task") or {}
+        ours = task.get("id") == migration["request_id"]
+        if source.state == states.MIGRATED and ours:
+            arrived = (there.record or {}).get("task") or {}
+            if migration["live"] or arrived.get("finished"):
+                return self._hand_over(migration, entry, source_entry, source_spec, source,
+                                       there)
+            there_entry, there_spec = self._spec(migration["destination"], uuid)
+            if there_entry is not None and there_spec is not None and \
+                    "moved" not in (there_spec.get("request") or {}) and \
+                    migration["state"] != migrations.FINISHING:
+                migrations.finish(self.store, there_entry, there_spec, entry, migration,
+                                  task.get("moved") or {})
+                log.info("cold move: its files are at %s, which defines it now",
+                         migration["destination"])
+                return "finish"
+            if there.record is not None and there.record.get("error"):
+                return self._give_up(migration, entry, f"the destination: "
+                                     f"{there.record['error']}", stranded=source)
+            return None
+        if source.record is None or source_spec is None or (
+                source.state != states.MIGRATING and
+                source.record.get("request_id") == migration["request_id"]):
+            return self._give_up(migration, entry, self._why(migration, source))
+        if there.record is None or there.state != states.INCOMING:
+            if migration["state"] != migrations.FAILING and source_entry is not None:
+                migrations.call_off(self.store, source_entry, source_spec,
+                                    "the destination lost the instance's record", entry,
+                                    migration)
+            return "call off"
+        if there.record.get("error") and migration["state"] != migrations.FAILING:
+            why = f"the destination: {there.record['error']}"
+            migrations.call_off(self.store, source_entry, source_spec, why, entry, migration)
+            log.warning("move to %s called off: %s", migration["destination"], why)
+            return "call off"
+        target = ((there.record or {}).get("task") or {}).get("target")
+        if target is not None and migration["state"] == migrations.PREPARING and \
+                "target" not in (source_spec.get("request") or {}):
+            migrations.relay(self.store, source_entry, source_spec, entry, migration, target)
+            log.info("%s is ready for it: moving %s", migration["destination"],
+                     "live" if migration["live"] else "cold")
+            return "relay"
+        return None
+
+    def _why(self, migration: dict[str, Any], source: records.RecordRead) -> str:
+        if source.record is None:
+            return "the instance left its host"
+        last = next((e for e in reversed(events.read(self.store, migration["source"],
+                                                        migration["instance"]))
+                     if e["action"] == states.MIGRATE), None)
+        return (last or {}).get("error") or migration.get("error") or "the move ended"
+
+    def _hand_over(self, migration: dict[str, Any], entry: Entry, source_entry: Entry | None,
+                   source_spec: dict[str, Any] | None, source: records.RecordRead,
+                   there: records.RecordRead) -> str | None:
+        log = instance_log(migration["instance"])
+        if source_entry is None or source_spec is None or there.record is None:
+            return None
+        if migrations.hand_over(self.store, entry, migration, source_entry, source_spec,
+                                source, there) is None:
+            return None  # something changed: the next event decides
+        try:
+            claims.release_hold(self.placement, migration["id"])
+        except EtcdComputeError as exc:
+            log.error("moved, but the source's claim (consumer %s) was not freed: %s; free "
+                      "it with DELETE /allocations/%s", migration["id"], exc, migration["id"])
+        log.warning("moved to %s (%s); the source's resources freed",
+                    migration.get("destination_name") or migration["destination"],
+                    "live" if migration["live"] else "cold")
+        return "handed over"
+
+    def _give_up(self, migration: dict[str, Any], entry: Entry, why: str,
+                 stranded: records.RecordRead | None = None) -> str | None:
+        """The move is off: the claim back on the source, the migration gone, the
+        destination asked to discard. `stranded`: a cold move's guest was sent but the
+        destination could not define it: its source record (MIGRATED) goes back to
+        SHUTOFF, the guest stopped there as the move left it."""
+        uuid, log = migration["instance"], instance_log(migration["instance"])
+        try:
+            claims.revert_holding(self.placement, uuid, migration["id"])
+        except (ConflictError, NotFound):
+            log.info("claims not given back (changed since, or given back already)")
+        there_entry, there_spec = self._spec(migration["destination"], uuid)
+        pending = None
+        if there_entry is not None and there_spec is not None and \
+                there_spec.get("action") == states.INCOMING_ACTION:
+            pending = (there_entry, there_spec)
+        if migrations.give_up(self.store, entry, pending, why, stranded) is None:
+            return None
+        log.warning("move to %s given up: %s%s", migration["destination"], why,
+                    " (its stopped copy stays at the source)" if stranded else "")
+        return "given up"
+
+    def abandon(self, uuid: str, why: str) -> None:
+        """Its source host died while it moved: the move is given up (its recovery
+        follows, from the source as the instance's home)."""
+        migration, entry = migrations.read(self.store, uuid)
+        if migration is not None and entry is not None:
+            self._give_up(migration, entry, why)
+
+    def sweep(self) -> int:
+        """Every move in flight, a step each (when we become leader)."""
+        found = self.store.read_prefix(messages.MIGRATION, self.keys.migrations())
+        for uuid in found:
+            self.step(uuid)
+        return len(found)

@@ -1,0 +1,278 @@
+"""A move to another host (a migration), one transaction per step, by whoever takes it.
+
+    operator  ask          /migrations/<uuid> (preparing); the source's spec asks
+                           `migrate`; the destination gets an `incoming` spec and an
+                           INCOMING record for the instance
+    dest      answer       its INCOMING record carries the driver's target (or the error)
+    controller relay       the target into the source's request (-> migrating)
+    source    (begin_action: ACTIVE/SHUTOFF -> MIGRATING), then `migrated` (MIGRATED: the
+                           guest left; a cold move's record carries what it sent) or
+                           `actions.end_action` with the error (as it was)
+    controller finish      a cold move: what the source sent, into the destination's request
+    dest      answer       finished=True (the guest defined there, started if it ran)
+    controller hand_over   everything of the instance from the source to the destination in
+                           one transaction (ACTIVE or SHUTOFF there); the migration goes
+    controller call_off    a request's cancel (the operator, or the other end failed);
+               give_up     the migration goes and the destination is asked to discard
+    dest      discarded    its spec and record for the instance go (nothing ran there)
+
+Each compares what it read (the spec's and record's revisions, the migration's), so a
+step is taken once. The claims move in Placement around these (`claims.hold_source`,
+`release_hold`, `revert_holding`): the caller's part. Nothing here talks to a driver.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from etcd_compute import events, messages
+from etcd_compute.errors import InvalidMessage
+from etcd_compute.etcd import (
+    Compare,
+    Delete,
+    Entry,
+    KeyValueStore,
+    Put,
+    Txn,
+    absent,
+    put_message,
+    unchanged,
+)
+from etcd_compute.instances.ownership import host_deletes, placed_ops, record_put, spec_put
+from etcd_compute.instances.records import RecordRead, moved
+from etcd_compute.instances.states import (
+    ACTIVE,
+    INCOMING,
+    INCOMING_ACTION,
+    MIGRATE,
+    MIGRATED,
+    SHUTOFF,
+    check_action,
+    check_transition,
+)
+from etcd_compute.keys import Keys
+
+PREPARING, MIGRATING, FINISHING, FAILING = "preparing", "migrating", "finishing", "failing"
+
+
+def read(store: KeyValueStore, uuid: str) -> tuple[dict[str, Any] | None, Entry | None]:
+    """The instance's migration in flight and its entry (None, None: none, or unreadable)."""
+    entry = store.get(store.keys.migration(uuid))
+    if entry is None:
+        return None, None
+    try:
+        return messages.decode(messages.MIGRATION, entry.value), entry
+    except InvalidMessage:
+        return None, entry
+
+
+def _same(entry: Entry) -> Compare:
+    return Compare(entry.key, "mod", "==", entry.mod_revision)
+
+
+def ask(store: KeyValueStore, spec: dict[str, Any], spec_entry: Entry, source: RecordRead,
+        migration: dict[str, Any], request: dict[str, Any], destination_name: str | None
+        ) -> int | None:
+    """The operator's move: the migration (preparing), the source's spec asking `migrate`,
+    the destination's `incoming` spec and INCOMING record, in one transaction, if the
+    source's spec and record are as read and nothing of it is at the destination yet.
+    ActionRefused (nothing written) when the record's state does not allow a move."""
+    assert source.record is not None
+    check_action(source.state, MIGRATE, spec["uuid"])
+    keys, uuid, there = store.keys, spec["uuid"], migration["destination"]
+    incoming_request = {"id": request["id"], "by": request.get("by"), "at": request["at"],
+                        "action": INCOMING_ACTION, "migration": migration["id"],
+                        "source": spec["host"], "live": migration["live"],
+                        "from": source.state}
+    arriving = {**spec, "action": INCOMING_ACTION, "host": there,
+                "allocations": migration["destination_allocations"],
+                "request": incoming_request}
+    arriving.pop("alternates", None)
+    # A record of its own there (the instance's as it is, arriving): no record -> INCOMING.
+    check_transition(None, INCOMING)
+    record = {**source.record, "state": INCOMING, "host": there, "host_name": destination_name,
+              "ip": None, "error": None, "task": incoming_request, "request_id": None,
+              "updated_at": time.time()}
+    return store.commit(Txn(
+        [_same(spec_entry), unchanged(keys.record(spec["host"], uuid), source.revision),
+         absent(keys.spec(there, uuid)), absent(keys.record(there, uuid)),
+         absent(keys.migration(uuid))],
+        [put_message(messages.MIGRATION, keys.migration(uuid), migration),
+         spec_put(keys, {**spec, "action": MIGRATE, "request": request}),
+         spec_put(keys, arriving), record_put(keys, record)]))
+
+
+def answer(store: KeyValueStore, read_there: RecordRead, target: dict[str, Any] | None = None,
+           error: str | None = None, finished: bool = False, ip: str | None = None
+           ) -> int | None:
+    """The destination's answer in its INCOMING record: the driver's target (made ready),
+    or the error (it could not), or finished (a cold move's guest defined here)."""
+    assert read_there.record is not None
+    task = dict(read_there.record.get("task") or {})
+    if target is not None:
+        task["target"] = target
+    if finished:
+        task["finished"] = True
+    record = {**read_there.record, "task": task, "updated_at": time.time(),
+              "error": error if error is not None else read_there.record.get("error")}
+    if ip:
+        record["ip"] = ip
+    keys = store.keys
+    return store.commit(Txn(
+        [unchanged(keys.record(record["host"], record["uuid"]), read_there.revision)],
+        [record_put(keys, record)]))
+
+
+def _rewrite(store: KeyValueStore, entry: Entry, spec: dict[str, Any],
+             request: dict[str, Any], more: tuple[Compare, ...] = (),
+             also: tuple[Any, ...] = ()) -> int | None:
+    return store.commit(Txn([_same(entry), *more],
+                            [spec_put(store.keys, {**spec, "request": request}), *also]))
+
+
+def _put_migration(keys: Keys, migration: dict[str, Any], **changes: Any) -> Any:
+    return put_message(messages.MIGRATION, keys.migration(migration["instance"]),
+                       {**migration, **changes, "updated_at": time.time()})
+
+
+def relay(store: KeyValueStore, spec_entry: Entry, spec: dict[str, Any],
+          migration_entry: Entry, migration: dict[str, Any], target: dict[str, Any]
+          ) -> int | None:
+    """The destination is ready: its target into the source's request; migrating."""
+    return _rewrite(store, spec_entry, spec, {**spec["request"], "target": target},
+                    (_same(migration_entry),),
+                    (_put_migration(store.keys, migration, state=MIGRATING),))
+
+
+def finish(store: KeyValueStore, spec_entry: Entry, spec: dict[str, Any],
+           migration_entry: Entry, migration: dict[str, Any], moved_data: dict[str, Any]
+           ) -> int | None:
+    """A cold move's guest was sent: what arrived is for the destination to check and
+    define; finishing."""
+    return _rewrite(store, spec_entry, spec, {**spec["request"], "moved": moved_data},
+                    (_same(migration_entry),),
+                    (_put_migration(store.keys, migration, state=FINISHING),))
+
+
+def call_off(store: KeyValueStore, spec_entry: Entry, spec: dict[str, Any], why: str,
+             migration_entry: Entry | None = None, migration: dict[str, Any] | None = None
+             ) -> int | None:
+    """A move's request (either end's) gets a cancel with why; the migration, if given, is
+    failing from now on."""
+    more: tuple[Compare, ...] = ()
+    also: tuple[Any, ...] = ()
+    if migration_entry is not None and migration is not None:
+        more = (_same(migration_entry),)
+        also = (_put_migration(store.keys, migration, state=FAILING, error=why[:4096]),)
+    return _rewrite(store, spec_entry, spec, {**spec["request"], "cancel": why[:1024]},
+                    more, also)
+
+
+def migrated(store: KeyValueStore, read_here: RecordRead, figures: dict[str, Any],
+             moved_data: dict[str, Any] | None = None) -> int | None:
+    """The source's end of a move: the guest left (live), or was sent stopped (cold):
+    MIGRATING -> MIGRATED, its event ended with the figures."""
+    assert read_here.record is not None
+    record, keys = read_here.record, store.keys
+    host, uuid = record["host"], record["uuid"]
+    task = {**record["task"], "figures": figures}
+    if moved_data is not None:
+        task["moved"] = moved_data
+    log = events.end(events.read(store, host, uuid), MIGRATE, events.SUCCESS,
+                     detail=_figures_text(figures),
+                     otherwise=events.event(MIGRATE, host, record.get("host_name")))
+    return store.commit(Txn(
+        [unchanged(keys.record(host, uuid), read_here.revision)],
+        # MIGRATED keeps the move's task (where it came from, what it sent): the hand-over
+        # reads it.
+        [record_put(keys, {**moved(record, MIGRATED), "task": task}),
+         events.put(keys, host, uuid, log)]))
+
+
+def _figures_text(figures: dict[str, Any]) -> str:
+    parts = []
+    if figures.get("seconds") is not None:
+        parts.append(f"{figures['seconds']:.1f} s")
+    if figures.get("downtime_ms") is not None:
+        parts.append(f"downtime {figures['downtime_ms']} ms")
+    for key, what in (("data_total", "of memory"), ("disk_total", "of disk")):
+        amount = figures.get(key)
+        if amount:
+            mib = amount / 2**20
+            parts.append(f"{mib:.0f} MiB {what}" if mib >= 10 else f"{mib:.1f} MiB {what}")
+    return ", ".join(parts) or "moved"
+
+
+def hand_over(store: KeyValueStore, migration_entry: Entry, migration: dict[str, Any],
+              spec_entry: Entry, spec: dict[str, Any], source: RecordRead,
+              destination: RecordRead) -> int | None:
+    """The guest runs (or, cold, is defined) at the destination: everything of the instance
+    moves there in one transaction: spec (a build already done), record (ACTIVE, or SHUTOFF
+    as it was), events (the move's included), location, group member, /booted/; the
+    source's keys and the migration go. Only if source, destination and migration are as
+    read."""
+    assert source.record is not None and destination.record is not None
+    keys, uuid, here = store.keys, spec["uuid"], spec["host"]
+    there = migration["destination"]
+    arrived = destination.record
+    was = (source.record.get("task") or {}).get("from", ACTIVE)
+    running = (ACTIVE if was == ACTIVE else SHUTOFF)
+    moved_spec = {**spec, "action": "build", "host": there,
+                  "allocations": migration["destination_allocations"],
+                  "stopped": running == SHUTOFF}
+    moved_spec.pop("request", None)
+    moved_spec.pop("alternates", None)
+    ip = arrived.get("ip") or source.record.get("ip")
+    # The arrival's record takes the instance's fields as the source kept them (a resize
+    # or rebuild finished there meanwhile is not possible: its request was the move).
+    check_transition(arrived["state"], running)
+    record = {**source.record, "state": running, "host": there,
+              "host_name": arrived.get("host_name"), "ip": ip, "task": None, "error": None,
+              "updated_at": time.time()}
+    log = events.read(store, here, uuid)
+    ops: list[Any] = [*host_deletes(keys, here, uuid), Delete(keys.record(here, uuid)),
+                      Delete(keys.events(here, uuid)), Delete(keys.migration(uuid)),
+                      *placed_ops(keys, moved_spec, record, log)]
+    if ip:
+        ops.append(Put(keys.booted(there, uuid), ip))
+    return store.commit(Txn(
+        [_same(migration_entry), _same(spec_entry),
+         unchanged(keys.record(here, uuid), source.revision),
+         unchanged(keys.record(there, uuid), destination.revision)], ops))
+
+
+def give_up(store: KeyValueStore, migration_entry: Entry,
+            there: tuple[Entry, dict[str, Any]] | None, why: str,
+            stranded: RecordRead | None = None) -> int | None:
+    """The move failed or was called off and the source runs the guest as before: the
+    migration goes, and the destination (if it still has the instance's spec) is asked to
+    discard what it made ready. `stranded`: the source's MIGRATED record of a cold move the
+    destination could not finish: back to SHUTOFF with why (its guest is stopped there)."""
+    ops: list[Any] = [Delete(migration_entry.key)]
+    compares = [_same(migration_entry)]
+    if stranded is not None and stranded.record is not None:
+        record = stranded.record
+        compares.append(unchanged(store.keys.record(record["host"], record["uuid"]),
+                                  stranded.revision))
+        ops.append(record_put(store.keys, moved(record, SHUTOFF, error=why[:4096],
+                                                task=None)))
+    if there is not None:
+        entry, spec = there
+        compares.append(_same(entry))
+        ops.append(spec_put(store.keys, {**spec, "request": {**spec["request"],
+                                                             "cancel": why[:1024]}}))
+    return store.commit(Txn(compares, ops))
+
+
+def discarded(store: KeyValueStore, spec_entry: Entry, read_there: RecordRead
+              ) -> int | None:
+    """The destination threw away what it made ready: its spec and record for the instance
+    go (its other keys too), if both are as read."""
+    keys = store.keys
+    spec = messages.decode(messages.INSTANCE_SPEC, spec_entry.value)
+    host, uuid = spec["host"], spec["uuid"]
+    return store.commit(Txn(
+        [_same(spec_entry), unchanged(keys.record(host, uuid), read_there.revision)],
+        [*host_deletes(keys, host, uuid), Delete(keys.record(host, uuid)),
+         Delete(keys.events(host, uuid))]))

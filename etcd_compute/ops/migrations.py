@@ -1,0 +1,232 @@
+"""The operator's moves: an instance to another host, live or cold (README, "Moving guests").
+
+    schedule.py migrate UUID [--live] [--host HOST] [--wait]
+    schedule.py migrate-abort UUID
+
+`migrate` (also what the API's os-migrateLive and migrate call): the instance must be
+ACTIVE (live) or ACTIVE or SHUTOFF (cold), its host up, nothing else asked of it, no move
+in flight, and a controller running (it carries the move between the hosts). The
+destination is where the scheduler would put the instance now (its own query, filters and
+weighers, its server group; its host left out), or the host named, checked the same way.
+Then, as Nova does, one Placement request: the instance's consumer holds the destination
+and a migration consumer the source; and one etcd transaction: the migration, the
+source's request, the destination's arrival (`instances/migrations.ask`). If that
+transaction loses a race, the claims go back. `wait` follows it to its end; `abort` calls
+it off (the guest stays on the source).
+"""
+
+from __future__ import annotations
+
+import time
+import uuid as uuidlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from etcd_compute import claims, events, messages
+from etcd_compute.errors import ConflictError, InvalidMessage, NotFound, NoValidHost, UsageError
+from etcd_compute.etcd import KeyValueStore
+from etcd_compute.hosts import is_alive, under_maintenance
+from etcd_compute.instances import actions as action_txn
+from etcd_compute.instances import migrations, records, states
+from etcd_compute.ops.operations import WaitTimeout, check_uuid, where
+from etcd_compute.placement import PlacementClient
+from etcd_compute.scheduler.planner import Pick
+from etcd_compute.scheduler.spec import operator_name
+
+ATTEMPTS = 3
+Place = Callable[[dict[str, Any], frozenset[str]], Pick]
+
+
+@dataclass
+class Asked:
+    uuid: str
+    source: str
+    destination: str
+    destination_name: str
+    live: bool
+    request: dict[str, Any]
+    migration: str
+
+
+def _spec(store: KeyValueStore, host: str, uuid: str) -> tuple[Any, dict[str, Any]]:
+    entry = store.get(store.keys.spec(host, uuid))
+    try:
+        spec = messages.decode(messages.INSTANCE_SPEC, entry.value) if entry else None
+    except InvalidMessage:
+        spec = None
+    if entry is None or spec is None:
+        raise states.ActionRefused(f"instance {uuid}: its host holds no readable spec for "
+                                   "it; destroy it")
+    return entry, spec
+
+
+def resolve_host(placement: PlacementClient, host: str) -> tuple[str, str]:
+    """(uuid, name) of the provider named or numbered `host`; NotFound otherwise."""
+    if check_uuid_or_none(host):
+        found = placement.get_provider(host)
+        if found is not None:
+            return found["uuid"], found["name"]
+    named = placement.list_providers(name=host)
+    if named:
+        return named[0]["uuid"], named[0]["name"]
+    raise NotFound(f"no host {host!r} (neither a provider uuid nor a provider name)")
+
+
+def check_uuid_or_none(text: str) -> bool:
+    try:
+        check_uuid(text)
+    except UsageError:
+        return False
+    return True
+
+
+def migrate(store: KeyValueStore, placement: PlacementClient, place: Place, uuid: str,
+            live: bool, host: str | None = None, by: str | None = None) -> Asked:
+    """Ask for the move (`by`: who asks, this operator unless given); ActionRefused
+    (nothing written, nothing claimed) when the instance cannot move now, NoValidHost when
+    no host (or not the one named) would take it, NotFound for a host that is none."""
+    check_uuid(uuid)
+    if store.get(store.keys.leader()) is None:
+        raise UsageError("a move needs the controller (schedule.py serve): it carries the "
+                         "move between the hosts; start one first")
+    wanted = resolve_host(placement, host) if host else None
+    for _ in range(ATTEMPTS):
+        source, _group, read = where(store, uuid)
+        if read.record is None:
+            raise NotFound(f"no instance {uuid}")
+        states.check_action(read.state, states.MIGRATE, uuid)
+        if read.record.get("resize_hold"):  # its old size held on this host (the API's)
+            raise states.ActionRefused(f"instance {uuid} awaits the confirm or revert of its "
+                                       "resize: migrate is not allowed now")
+        if live and read.state != states.ACTIVE:
+            raise states.ActionRefused(f"instance {uuid} is {read.state}: a live move needs "
+                                       "it ACTIVE (move it cold)")
+        entry, spec = _spec(store, source, uuid)
+        pending = spec.get("request")
+        if spec["action"] in ("destroy", "evacuate") or (
+                pending and read.record.get("request_id") != pending["id"]):
+            raise states.ActionRefused(f"instance {uuid}: a {spec['action']} is pending; try "
+                                       "again when its host has done it")
+        if migrations.read(store, uuid)[1] is not None:
+            raise states.ActionRefused(f"instance {uuid} is moving already "
+                                       "(schedule.py migrate-abort to call it off)")
+        if not is_alive(store, source):
+            raise states.ActionRefused(f"instance {uuid}: its host is down")
+        if "project_id" not in spec:
+            raise states.ActionRefused(f"instance {uuid} was not placed by a scheduler: it "
+                                       "has no query or project to move it by")
+        pick = _destination(store, placement, place, spec, source, wanted)
+        migration_id = str(uuidlib.uuid4())
+        request = action_txn.new_request(by or operator_name(), live=live,
+                                         destination=pick.host.uuid, migration=migration_id)
+        try:
+            held, _ = claims.hold_source(placement, uuid, migration_id, pick.allocations)
+        except ConflictError:
+            continue  # the destination filled up, or the claim changed: again
+        now = time.time()
+        migration = {"id": migration_id, "instance": uuid, "source": source,
+                     "destination": pick.host.uuid, "destination_name": pick.host.name,
+                     "live": live, "state": migrations.PREPARING, "request_id": request["id"],
+                     "by": request.get("by"), "requested_at": now, "updated_at": now,
+                     "project_id": spec["project_id"], "user_id": spec["user_id"],
+                     "source_allocations": held, "destination_allocations": pick.allocations}
+        if migrations.ask(store, spec, entry, read, migration, request,
+                          pick.host.name) is not None:
+            return Asked(uuid, source, pick.host.uuid, pick.host.name, live, request,
+                         migration_id)
+        try:  # the ask lost a race: the source back on the instance, the hold gone
+            claims.revert_holding(placement, uuid, migration_id)
+        except (ConflictError, NotFound):
+            pass  # changed since: whoever changed it owns the claim now
+    raise UsageError(f"instance {uuid} kept changing while asking for its move; try again")
+
+
+def _destination(store: KeyValueStore, placement: PlacementClient, place: Place,
+                 spec: dict[str, Any], source: str, wanted: tuple[str, str] | None) -> Pick:
+    if wanted is None:
+        return place(spec, frozenset({source}))
+    rp, name = wanted
+    if rp == source:
+        raise UsageError(f"instance {spec['uuid']} is on {name} already")
+    if not is_alive(store, rp):
+        raise NoValidHost([f"host {name} is down"])
+    if under_maintenance(store, rp):
+        raise NoValidHost([f"host {name} is disabled"])
+    others = frozenset(p["uuid"] for p in placement.list_providers() if p["uuid"] != rp)
+    try:
+        return place(spec, others | {source})
+    except NoValidHost as exc:
+        raise NoValidHost([f"host {name} would not take it: {reason}"
+                           for reason in exc.reasons or ["no room"]]) from None
+
+
+def abort(store: KeyValueStore, uuid: str, why: str | None = None) -> str:
+    """Call the instance's move off: the source's request gets a cancel (its host stops
+    the move; the guest stays there), the migration is failing. The state it was in."""
+    check_uuid(uuid)
+    migration, entry = migrations.read(store, uuid)
+    if migration is None or entry is None:
+        raise NotFound(f"instance {uuid} is not moving")
+    source_entry, spec = _spec(store, migration["source"], uuid)
+    reason = why or f"cancelled by {operator_name() or 'an operator'}"
+    if migration["state"] == migrations.FAILING or (spec.get("request") or {}).get("cancel"):
+        return migration["state"]
+    if spec.get("action") != states.MIGRATE or \
+            (spec.get("request") or {}).get("id") != migration["request_id"]:
+        raise states.ActionRefused(f"instance {uuid}: its move is not the request its host "
+                                   "holds now")
+    if migrations.call_off(store, source_entry, spec, reason, entry, migration) is None:
+        raise UsageError(f"instance {uuid} changed while calling its move off; try again")
+    return migration["state"]
+
+
+@dataclass
+class Moved:
+    """How a move ended: where the instance is, its state, the move's event."""
+
+    host: str | None
+    record: dict[str, Any] | None
+    event: dict[str, Any] | None
+
+    @property
+    def ok(self) -> bool:
+        return self.event is not None and self.event["result"] == events.SUCCESS and \
+            self.record is not None and self.record["state"] in (states.ACTIVE, states.SHUTOFF)
+
+
+def moved_where(store: KeyValueStore, asked: Asked
+          ) -> tuple[dict[str, Any] | None, str | None, records.RecordRead]:
+    """The move's migration (None once it ended) and where the instance is as the move
+    sees it: the source's record while it moves and after a move given up (the
+    destination's INCOMING one may outlive it until discarded); once the source's record
+    left with the migration, the destination's (handed over). Host None: neither has it."""
+    migration, _ = migrations.read(store, asked.uuid)
+    read = records.read_record(store, asked.source, asked.uuid)
+    if migration is not None or read.record is not None or read.fault is not None:
+        return migration, asked.source, read
+    read = records.read_record(store, asked.destination, asked.uuid)
+    return None, (asked.destination if read.record is not None else None), read
+
+
+def wait(store: KeyValueStore, asked: Asked, timeout: float,
+         on_change: Callable[[str, str | None, dict[str, Any] | None], None],
+         interval: float = 0.2) -> Moved:
+    """Follow the move until the migration is gone (handed over or given up); `on_change`
+    (migration state, record) on every change seen."""
+    deadline = time.monotonic() + timeout
+    seen: tuple[Any, ...] = ()
+    while True:
+        migration, host, read = moved_where(store, asked)
+        now = ((migration or {}).get("state"), read.state)
+        if now != seen:
+            seen = now
+            on_change(asked.uuid, now[0], read.record)
+        if migration is None and read.state not in (states.MIGRATING, states.MIGRATED):
+            found = [e for e in events.read(store, host, asked.uuid)
+                     if e.get("request_id") == asked.request["id"]] if host else []
+            return Moved(host, read.record, found[-1] if found else None)
+        if time.monotonic() > deadline:
+            raise WaitTimeout(f"instance {asked.uuid} still moving ({now[0]}, {now[1]}) "
+                              f"after {timeout:g} s; it goes on without us")
+        time.sleep(interval)

@@ -1,0 +1,285 @@
+"""Live migration's libvirt pieces: where the guest goes, how, and watching it go.
+
+    target = Target.from_dict(prepared)                 # what the destination made ready
+    xml = destination_xml(domain.XMLDesc(MIGRATABLE), source_dir, target)
+    supervisor = Supervisor(domain, limits)             # a thread: progress, bound, cancel
+    domain.migrateToURI3(target.uri, migration_params(target, xml, local_disks(xml)),
+                         LIVE_FLAGS)
+
+Peer to peer (the source's libvirtd drives the destination's over `qemu+tls://`),
+the memory stream and the disk copy (NBD) over TLS too (`VIR_MIGRATE_TLS`, with
+qemu's `migrate_tls_x509_cert_dir`), never plain TCP or SSH. The local disks go
+along incrementally (`VIR_MIGRATE_NON_SHARED_INC`, as Nova's block migration):
+the destination has made an empty overlay on the same base image (same sha256),
+and only the overlay's data crosses. The read-only config drive is not copied by
+libvirt: the driver sends it first, byte for byte (`remote_files`).
+
+The bound (README, "Moving guests"): auto-converge throttles a guest that dirties
+memory faster than it crosses; the downtime allowed at the switch is
+`max_downtime_ms`; if the job has not completed after `completion_timeout` (a
+floor plus seconds per GiB of memory and disk to copy), the guest is paused so
+the rest crosses without new writes (`pause`, the default) or the job is
+cancelled (`abort`); at twice that time it is cancelled whatever the action. A
+cancelled or failed job leaves the guest running on the source.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+import re
+import threading
+import time
+import urllib.parse
+import xml.etree.ElementTree as ET
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import libvirt
+
+log = logging.getLogger(__name__)
+
+GIB = 1024**3
+LIVE_FLAGS = (libvirt.VIR_MIGRATE_LIVE | libvirt.VIR_MIGRATE_PEER2PEER
+              | libvirt.VIR_MIGRATE_PERSIST_DEST | libvirt.VIR_MIGRATE_UNDEFINE_SOURCE
+              | libvirt.VIR_MIGRATE_NON_SHARED_INC | libvirt.VIR_MIGRATE_TLS
+              | libvirt.VIR_MIGRATE_AUTO_CONVERGE)
+# A host name or address as libvirt puts it in a URI (and checks against the certificate).
+_HOST_NAME = re.compile(r"\A[A-Za-z0-9]([A-Za-z0-9.-]{0,251}[A-Za-z0-9])?\Z")
+_SHA256 = re.compile(r"\A[0-9a-f]{64}\Z")
+_NETWORK_NAME = re.compile(r"\A[A-Za-z0-9_.-]{1,64}\Z")  # as compute_config.json has it
+_TARGET_KEYS = ("address", "instance_dir", "base_sha256", "dhcp_server", "network")
+TIMEOUT_ACTIONS = ("pause", "abort")
+
+
+def check_address(address: str) -> str:
+    """An IP address or DNS name a peer's libvirtd listens on; ValueError otherwise."""
+    try:
+        return str(ipaddress.ip_address(address))
+    except ValueError:
+        if not _HOST_NAME.match(address or "") or ".." in address:
+            raise ValueError(f"not an address or host name: {address!r}") from None
+        return address
+
+
+def peer_uri(address: str, pki_dir: str | Path) -> str:
+    """How this host reaches a peer's libvirtd: TLS, with its own libvirt certificates."""
+    host = check_address(address)
+    if ":" in host:
+        host = f"[{host}]"
+    query = urllib.parse.urlencode({"pkipath": str(pki_dir)}, safe="/")
+    return f"qemu+tls://{host}/system?{query}"
+
+
+@dataclass(frozen=True)
+class Target:
+    """What a destination made ready for one incoming guest, as it tells the source."""
+
+    address: str          # its libvirtd (TLS) and the migration streams
+    instance_dir: str     # where the guest's files live there
+    base_sha256: str | None   # the base image its overlay is on (None: no base)
+    dhcp_server: str | None = None   # its network's gateway (the guest's filter parameter)
+    network: str | None = None       # its guests' network (None: no network NIC there)
+
+    def __post_init__(self) -> None:
+        check_address(self.address)
+        if not Path(self.instance_dir).is_absolute() or ".." in Path(self.instance_dir).parts:
+            raise ValueError(f"instance_dir {self.instance_dir!r}: not an absolute path")
+        if self.base_sha256 is not None and not _SHA256.match(self.base_sha256):
+            raise ValueError("base_sha256: not a sha256")
+        if self.dhcp_server is not None:
+            ipaddress.ip_address(self.dhcp_server)
+        if self.network is not None and not _NETWORK_NAME.match(self.network):
+            raise ValueError(f"network {self.network!r}: not a network name")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"address": self.address, "instance_dir": self.instance_dir,
+                "base_sha256": self.base_sha256, "dhcp_server": self.dhcp_server,
+                "network": self.network}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Target:
+        """From a message another host wrote: exactly these keys, checked (ValueError)."""
+        if not isinstance(data, dict) or set(data) != set(_TARGET_KEYS):
+            raise ValueError(f"a migration target needs {', '.join(_TARGET_KEYS)}")
+        if not all(isinstance(v, str) or v is None for v in data.values()):
+            raise ValueError("a migration target's values are strings")
+        return cls(**data)
+
+
+@dataclass(frozen=True)
+class Limits:
+    """The bound on one live migration (driver.libvirt.migration)."""
+
+    max_downtime_ms: int = 500
+    seconds_per_gib: float = 60.0
+    min_seconds: float = 60.0
+    on_timeout: str = "pause"
+    bandwidth_mib: int = 0  # per second; 0: as fast as the network goes
+
+    @classmethod
+    def from_settings(cls, settings: dict[str, Any]) -> Limits:
+        return cls(int(settings["max_downtime_ms"]),
+                   float(settings["completion_seconds_per_gib"]),
+                   float(settings["completion_min_seconds"]), settings["on_timeout"],
+                   int(settings["bandwidth_mib_per_second"]))
+
+    def completion_timeout(self, data_total: int) -> float:
+        return max(self.min_seconds, self.seconds_per_gib * data_total / GIB)
+
+
+def local_disks(xml: str) -> list[str]:
+    """Target devices of the guest's writable file disks: the ones to copy (not the
+    read-only config drive)."""
+    disks = []
+    for disk in ET.fromstring(xml).iterfind("devices/disk"):
+        target = disk.find("target")
+        if disk.get("type") == "file" and disk.find("readonly") is None and \
+                target is not None and target.get("dev"):
+            disks.append(target.get("dev"))
+    return disks
+
+
+def destination_xml(xml: str, source_dir: Path, target: Target,
+                    guest_ip: str | None = None) -> str:
+    """The domain as the destination runs it: every file under the instance's directory
+    here (disks, config drive, console log) under its directory there, its NIC on that
+    host's network, its filter's DHCP server that host's; all else (MAC, devices,
+    addresses) unchanged. With `guest_ip`, the filter is bound to the address the guest
+    has now (the live definition: the destination has not seen its DHCP, so it could not
+    learn it, and would drop its traffic until the guest renewed its lease)."""
+    root = ET.fromstring(xml)
+    source, there = str(source_dir).rstrip("/") + "/", target.instance_dir.rstrip("/") + "/"
+    for element in root.iter():
+        if element.tag in ("source", "log") and element.get("file", "").startswith(source):
+            element.set("file", there + element.get("file", "")[len(source):])
+    for nic in root.iterfind("devices/interface[@type='network']"):
+        source_element = nic.find("source")
+        if source_element is not None and target.network:
+            source_element.set("network", target.network)
+        filterref = nic.find("filterref")
+        if filterref is None:
+            continue
+        for parameter in filterref.findall("parameter"):
+            if parameter.get("name") == "DHCPSERVER" and target.dhcp_server:
+                parameter.set("value", target.dhcp_server)
+            if parameter.get("name") == "IP":
+                filterref.remove(parameter)
+        if guest_ip:
+            ET.SubElement(filterref, "parameter", name="IP",
+                          value=str(ipaddress.IPv4Address(guest_ip)))
+    return ET.tostring(root, encoding="unicode")
+
+
+def migration_params(target: Target, xml: str, disks: list[str],
+                     limits: Limits | None = None,
+                     persistent_xml: str | None = None) -> dict[str, Any]:
+    """migrateToURI3's parameters: the streams to the target's address (not the host name
+    its libvirtd would give), the destination's definition (what runs; what stays
+    defined, if different), the disks to copy."""
+    address = check_address(target.address)
+    host = f"[{address}]" if ":" in address else address
+    params: dict[str, Any] = {
+        libvirt.VIR_MIGRATE_PARAM_URI: f"tcp://{host}",
+        libvirt.VIR_MIGRATE_PARAM_LISTEN_ADDRESS: address,
+        libvirt.VIR_MIGRATE_PARAM_DEST_XML: xml,
+        libvirt.VIR_MIGRATE_PARAM_PERSIST_XML: persistent_xml or xml,
+        libvirt.VIR_MIGRATE_PARAM_MIGRATE_DISKS: disks,
+    }
+    if limits is not None and limits.bandwidth_mib:
+        params[libvirt.VIR_MIGRATE_PARAM_BANDWIDTH] = limits.bandwidth_mib
+    return params
+
+
+def progress_of(stats: dict[str, Any]) -> dict[str, Any]:
+    """The part of libvirt's job statistics an operator reads: elapsed time, bytes."""
+    total = int(stats.get("data_total") or 0)
+    remaining = int(stats.get("data_remaining") or 0)
+    return {
+        "elapsed_ms": int(stats.get("time_elapsed") or 0),
+        "data_total": total,
+        "data_processed": int(stats.get("data_processed") or 0),
+        "data_remaining": remaining,
+        "memory_iteration": int(stats.get("memory_iteration") or 0),
+        # The local disks' copy (the first part of a block migration).
+        "disk_total": int(stats.get("disk_total") or 0),
+        "disk_processed": int(stats.get("disk_processed") or 0),
+        "percent": round(100.0 * (total - remaining) / total, 1) if total else 0.0,
+    }
+
+
+@dataclass
+class Supervisor:
+    """Watches one outgoing migration from a thread of its own while the caller's thread
+    is in migrateToURI3: reports progress, sets the downtime allowed, applies the bound,
+    and cancels when `cancelled()` says so."""
+
+    domain: Any
+    limits: Limits
+    progress: Callable[[dict[str, Any]], None] | None = None
+    cancelled: Callable[[], bool] = lambda: False
+    poll_seconds: float = 0.5
+    clock: Callable[[], float] = time.monotonic
+    paused_at: float | None = None
+    aborted: str | None = None
+    last: dict[str, Any] = field(default_factory=dict)
+    _done: threading.Event = field(default_factory=threading.Event)
+    _thread: threading.Thread | None = None
+
+    def __enter__(self) -> Supervisor:
+        self.started = self.clock()
+        self._thread = threading.Thread(target=self._run, name="migration-supervisor",
+                                        daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self._done.set()
+        if self._thread is not None:
+            self._thread.join()
+
+    def _run(self) -> None:
+        downtime_set = False
+        while not self._done.wait(self.poll_seconds):
+            try:
+                downtime_set = self.step(downtime_set)
+            except libvirt.libvirtError as exc:
+                # The job ended between two looks (the domain left, or failed): the
+                # caller's migrateToURI3 says how.
+                log.debug("migration supervisor: %s", exc.get_error_message())
+
+    def step(self, downtime_set: bool) -> bool:
+        """One look at the job; True once the downtime limit is set."""
+        stats = self.domain.jobStats()
+        if stats.get("type", libvirt.VIR_DOMAIN_JOB_NONE) == libvirt.VIR_DOMAIN_JOB_NONE:
+            return downtime_set
+        if not downtime_set:
+            self.domain.migrateSetMaxDowntime(self.limits.max_downtime_ms, 0)
+            downtime_set = True
+        self.last = progress_of(stats)
+        if self.progress is not None:
+            self.progress(self.last)
+        elapsed = self.clock() - self.started
+        bound = self.limits.completion_timeout(self.last["data_total"])
+        if self.cancelled():
+            self._abort("cancelled")
+        elif elapsed > 2 * bound:
+            self._abort(f"not complete after {elapsed:.0f}s (twice the {bound:.0f}s bound)")
+        elif elapsed > bound and self.paused_at is None:
+            if self.limits.on_timeout == "abort":
+                self._abort(f"not complete within the {bound:.0f}s bound")
+            else:
+                # Nothing new is dirtied while paused: what is left crosses once.
+                self.domain.suspend()
+                self.paused_at = elapsed
+                log.warning("instance %s: migration not complete within %.0fs: paused to "
+                            "finish", self.domain.name(), bound)
+        return downtime_set
+
+    def _abort(self, why: str) -> None:
+        if self.aborted is None:
+            self.aborted = why
+            log.warning("instance %s: migration cancelled: %s", self.domain.name(), why)
+            self.domain.abortJob()

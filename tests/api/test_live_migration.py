@@ -1,0 +1,81 @@
+"""os-migrateLive through the real API: openstacksdk as Keystone's admin, a second
+fake-driver compute and a controller (`schedule.py serve`) beside the module's cloud.
+The server moves running to the host named, Placement holding that host alone after it
+and no migration consumer left; a member of its project may not ask."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import openstack.exceptions
+import pytest
+import yaml
+
+from etcd_compute import config as configuration
+from etcd_compute.instances import records
+from tests.api.conftest import IMAGE, Cloud, _host_config
+from tests.conftest import DaemonProcess
+from tests.support import REPO, wait_for
+
+
+@pytest.fixture(scope="module")
+def second_host(cloud: Cloud, tmp_path_factory: pytest.TempPathFactory, etcd_server: Any,
+                placement_server: Any, cluster_pki: Any, glance_section: dict[str, Any]
+                ) -> Iterator[dict[str, Any]]:
+    """Another compute in the cloud's etcd prefix, and the controller that carries moves."""
+    tmp = tmp_path_factory.mktemp("api-second-host")
+    host = {**_host_config(tmp, etcd_server, placement_server, cluster_pki,
+                           cloud.store.keys.prefix), "glance": glance_section}
+    (tmp / "compute.yaml").write_text(yaml.safe_dump(host))
+    controller = configuration.deep_merge(cloud.config, {"scheduler": {
+        "controller_lease_ttl": 3}})
+    (tmp / "schedule.yaml").write_text(yaml.safe_dump(controller))
+    compute = DaemonProcess([str(REPO / "compute.py"), "--config", str(tmp / "compute.yaml")],
+                            tmp / "compute.log").start()
+    serve = DaemonProcess([str(REPO / "schedule.py"), "--config", str(tmp / "schedule.yaml"),
+                           "serve"], tmp / "controller.log").start()
+    try:
+        store = cloud.store
+        wait_for(lambda: store.get(store.keys.alive(host["compute"]["uuid"])) is not None,
+                 timeout=30, what="the second compute's heartbeat")
+        wait_for(lambda: store.get(store.keys.leader()) is not None, timeout=30,
+                 what="a controller to lead")
+        yield host["compute"]
+    finally:
+        serve.stop()
+        compute.stop()
+
+
+def test_an_admin_moves_a_server_live_to_the_host_named(cloud: Cloud,
+                                                        second_host: dict[str, Any]) -> None:
+    admin, demo = cloud.connect("admin"), cloud.connect("demo")
+    server = demo.compute.create_server(name="mover", flavor_id="1", image_id=IMAGE,
+                                        networks="auto")
+    server = demo.compute.wait_for_server(server, status="ACTIVE", wait=60, interval=0.3)
+    try:
+        names = {h.id: h.name for h in admin.compute.hypervisors()}
+        assert set(names) == {cloud.host, second_host["uuid"]}
+        source = records.find(cloud.store, server.id)[0]
+        target = next(rp for rp in names if rp != source)
+        target_name = names[target]
+        with pytest.raises(openstack.exceptions.ForbiddenException):
+            demo.compute.live_migrate_server(server, host=target_name)
+        admin.compute.live_migrate_server(server, host=target_name, block_migration="auto")
+
+        def moved() -> bool:
+            found = records.find(cloud.store, server.id)
+            return found[0] == target and found[1].state == "ACTIVE"
+
+        wait_for(moved, timeout=60, what="the server running on the other host")
+        shown = admin.compute.get_server(server.id)
+        assert (shown.status, shown.hypervisor_hostname) == ("ACTIVE", target_name)
+        assert set(cloud.placement.get_allocations(server.id)["allocations"]) == {target}
+        project = cloud.project_id("demo")
+        assert not cloud.placement.project_usages(project, "MIGRATION").get("consumer_count")
+        actions = [a.action for a in admin.compute.server_actions(server.id)]
+        assert "migrate" in actions
+    finally:
+        demo.compute.delete_server(server)
+        demo.compute.wait_for_delete(server, wait=60, interval=0.3)
+    assert cloud.usage("demo").get("consumer_count", 0) == 0

@@ -1,0 +1,201 @@
+"""Moving an instance between hosts with `schedule.py migrate`: real etcd (TLS, RBAC),
+Placement, two compute daemons (the fake driver, which moves its guest's file from one
+host's state directory to the other's and logs every halt and run) and a controller.
+
+Each move ends with exactly one copy, on the host the instance's keys say, and Placement
+holding exactly that host: the destination only after a move, the source only after one
+that failed or was called off, and never a migration consumer left over."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from etcd_compute import events
+from etcd_compute.instances import migrations, records
+from tests.compute.guests import overlaps
+from tests.compute.helpers import claim_and_send, make_spec, wait_state
+from tests.compute.test_host_failure import fast_controller, rp_of
+from tests.support import wait_for
+
+
+@pytest.fixture
+def two_hosts(placement, start_compute, start_controller, compute_config, host_config,
+              schedule_config, store):
+    """Hosts a and b (fake driver, each its own state) and a controller."""
+    a = compute_config
+    b = host_config("host-b")
+    start_controller(fast_controller(schedule_config))
+    computes = {"a": start_compute(a, name="host-a"), "b": start_compute(b, name="host-b")}
+    for config in (a, b):
+        wait_for(lambda c=config: store.get(store.keys.alive(rp_of(c))), 30, what="heartbeats")
+    wait_for(lambda: store.get(store.keys.leader()), 20, what="a controller to lead")
+    return {"a": a, "b": b, "computes": computes}
+
+
+def active_on(store, placement, config) -> dict:
+    spec = make_spec(rp_of(config))
+    claim_and_send(store, placement, spec)
+    wait_state(store, spec["uuid"], "ACTIVE")
+    return spec
+
+
+def fake_files(config) -> set[str]:
+    from pathlib import Path
+
+    root = Path(config["compute"]["state_dir"]) / "fake-instances"
+    return {path.stem for path in root.glob("*.json")}
+
+
+def held_by(placement, consumer: str) -> set[str]:
+    return set(placement.get_allocations(consumer)["allocations"])
+
+
+def only_copy_on(hosts, name: str, uuid: str, placement, store) -> None:
+    """One copy, on `name`, where its keys and its claim are; no move left in flight."""
+    other = "b" if name == "a" else "a"
+    assert uuid in fake_files(hosts[name]) and uuid not in fake_files(hosts[other])
+    assert records.find(store, uuid)[0] == rp_of(hosts[name])
+    assert held_by(placement, uuid) == {rp_of(hosts[name])}
+    assert migrations.read(store, uuid) == (None, None)
+    assert store.get_prefix(store.keys.host(rp_of(hosts[other])))[0] == []
+    assert overlaps([hosts["a"], hosts["b"]]) == []
+
+
+def test_a_live_move_and_a_cold_one_back_leave_one_copy_where_its_claim_is(
+        two_hosts, store, placement, run_schedule):
+    hosts = two_hosts
+    spec = active_on(store, placement, hosts["a"])
+    uuid = spec["uuid"]
+    moved = run_schedule("migrate", uuid, "--live", "--wait", timeout=90)
+    assert moved.code == 0, moved.stderr
+    assert f"LIVE MIGRATION REQUESTED FOR INSTANCE {uuid} TO host-b" in moved.stdout
+    assert "MOVED TO host-b" in moved.stdout
+    assert records.find(store, uuid)[1].state == "ACTIVE"
+    only_copy_on(hosts, "b", uuid, placement, store)
+    last = [e for e in events.read(store, rp_of(hosts["b"]), uuid)
+            if e["action"] == "migrate"][-1]
+    assert last["result"] == "success" and last["by"]
+
+    back = run_schedule("migrate", uuid, "--wait", "--json", timeout=90)
+    assert back.code == 0, back.stderr
+    answer = json.loads(back.stdout)
+    assert answer["outcome"] == "done" and answer["live"] is False
+    only_copy_on(hosts, "a", uuid, placement, store)
+
+
+def test_a_move_that_fails_on_the_source_leaves_it_there_with_its_claim(
+        placement, start_compute, start_controller, compute_config, host_config,
+        schedule_config, store, run_schedule):
+    a = host_config("host-a", driver={"fake": {"fail_actions": ["migrate"]}})
+    b = host_config("host-b")
+    start_controller(fast_controller(schedule_config))
+    start_compute(a, name="host-a")
+    start_compute(b, name="host-b")
+    for config in (a, b):
+        wait_for(lambda c=config: store.get(store.keys.alive(rp_of(c))), 30, what="heartbeats")
+    wait_for(lambda: store.get(store.keys.leader()), 20, what="a controller to lead")
+    spec = active_on(store, placement, a)
+    uuid = spec["uuid"]
+    failed = run_schedule("migrate", uuid, "--live", "--wait", timeout=90)
+    assert failed.code == 1
+    assert "cannot migrate (driver.fake.fail_actions)" in failed.stderr
+    assert records.find(store, uuid)[1].state == "ACTIVE"
+    wait_for(lambda: store.get_prefix(store.keys.host(rp_of(b)))[0] == [], 30,
+             what="the destination to discard what it made ready")
+    only_copy_on({"a": a, "b": b}, "a", uuid, placement, store)
+
+
+def test_a_move_called_off_half_way_leaves_it_running_where_it_was(
+        placement, start_compute, start_controller, compute_config, host_config,
+        schedule_config, store, run_schedule):
+    a = host_config("host-a", driver={"fake": {"action_seconds": 30}})
+    b = host_config("host-b")
+    start_controller(fast_controller(schedule_config))
+    start_compute(a, name="host-a")
+    start_compute(b, name="host-b")
+    for config in (a, b):
+        wait_for(lambda c=config: store.get(store.keys.alive(rp_of(c))), 30, what="heartbeats")
+    wait_for(lambda: store.get(store.keys.leader()), 20, what="a controller to lead")
+    spec = active_on(store, placement, a)
+    uuid = spec["uuid"]
+    assert run_schedule("migrate", uuid, "--live").code == 0
+    wait_for(lambda: (migrations.read(store, uuid)[0] or {}).get("state") == "migrating", 30,
+             what="the move to start")
+    assert held_by(placement, uuid) == {rp_of(b)}  # both held while it runs
+    migration = migrations.read(store, uuid)[0]
+    assert held_by(placement, migration["id"]) == {rp_of(a)}
+    started = time.monotonic()
+    called_off = run_schedule("migrate-abort", uuid)
+    assert called_off.code == 0 and "CALLED OFF" in called_off.stdout
+    wait_for(lambda: migrations.read(store, uuid) == (None, None), 30,
+             what="the move given up")
+    assert time.monotonic() - started < 20  # cancelled, not waited out
+    wait_state(store, uuid, "ACTIVE")
+    wait_for(lambda: store.get_prefix(store.keys.host(rp_of(b)))[0] == [], 30,
+             what="the destination to discard what it made ready")
+    only_copy_on({"a": a, "b": b}, "a", uuid, placement, store)
+    last = [e for e in events.read(store, rp_of(a), uuid) if e["action"] == "migrate"][-1]
+    assert last["result"] == "error" and "cancel" in last["error"]
+
+
+def test_a_move_is_refused_without_a_controller_and_to_a_host_that_is_down(
+        placement, start_compute, compute_config, host_config, store, run_schedule):
+    a = compute_config
+    start_compute(a, name="host-a")
+    wait_for(lambda: store.get(store.keys.alive(rp_of(a))), 30, what="a heartbeat")
+    spec = active_on(store, placement, a)
+    refused = run_schedule("migrate", spec["uuid"], "--live")
+    assert refused.code == 2 and "needs the controller" in refused.stderr
+    assert held_by(placement, spec["uuid"]) == {rp_of(a)}
+    assert migrations.read(store, spec["uuid"]) == (None, None)
+
+
+def test_a_drain_moves_every_instance_live_or_cold_and_keeps_each_as_it_was(
+        two_hosts, store, placement, run_schedule):
+    hosts = two_hosts
+    running = [active_on(store, placement, hosts["a"]) for _ in range(2)]
+    stopped = make_spec(rp_of(hosts["a"]), stopped=True)
+    claim_and_send(store, placement, stopped)
+    wait_state(store, stopped["uuid"], "SHUTOFF")
+    name = hosts["a"]["compute"]["name"]
+    drained = run_schedule("host", "drain", name, timeout=120)
+    assert drained.code == 0, drained.stderr
+    assert drained.stdout.splitlines()[-1] == "DRAINED 3 moved, 0 error, 0 left, 0 gone", \
+        drained.stdout
+    assert drained.stdout.count("moving live to host-b") == 2
+    assert drained.stdout.count("moving cold to host-b") == 1
+    for spec in running:
+        assert records.find(store, spec["uuid"])[1].state == "ACTIVE"
+        only_copy_on(hosts, "b", spec["uuid"], placement, store)
+    assert records.find(store, stopped["uuid"])[1].state == "SHUTOFF"
+    only_copy_on(hosts, "b", stopped["uuid"], placement, store)
+    assert placement.get_usages(rp_of(hosts["a"]))["VCPU"] == 0
+
+
+def test_a_destination_with_no_room_after_all_leaves_it_where_it_was(
+        placement, start_compute, start_controller, compute_config, host_config,
+        schedule_config, store, run_schedule):
+    """A host whose inventory said it had room, and had none when the guest came."""
+    a = host_config("host-a")
+    b = host_config("host-b", driver={"fake": {"fail_actions": ["incoming"]}})
+    start_controller(fast_controller(schedule_config))
+    start_compute(a, name="host-a")
+    start_compute(b, name="host-b")
+    for config in (a, b):
+        wait_for(lambda c=config: store.get(store.keys.alive(rp_of(c))), 30, what="heartbeats")
+    wait_for(lambda: store.get(store.keys.leader()), 20, what="a controller to lead")
+    spec = active_on(store, placement, a)
+    uuid = spec["uuid"]
+    refused = run_schedule("migrate", uuid, "--live", "--wait", timeout=90)
+    assert refused.code == 1
+    assert refused.stderr.strip().splitlines() == [
+        f"schedule.py: error: move of {uuid} failed: move called off: the destination: "
+        "the destination could not make room for it: fake hypervisor has no room for it "
+        "after all (driver.fake.fail_actions)"], refused.stderr
+    assert records.find(store, uuid)[1].state == "ACTIVE"
+    wait_for(lambda: store.get_prefix(store.keys.host(rp_of(b)))[0] == [], 30,
+             what="the destination to discard what it made ready")
+    only_copy_on({"a": a, "b": b}, "a", uuid, placement, store)

@@ -1,0 +1,231 @@
+"""The operator's move (ops/migrations.py) over FakeStore and FakePlacement: refused before
+anything is written or claimed when it cannot move; asked, it holds both hosts in Placement
+and writes the migration, the source's request and the destination's arrival at once; a
+lost race gives the claims back; a move is called off; waiting follows it to its end."""
+
+from __future__ import annotations
+
+import uuid as uuidlib
+
+import pytest
+
+from etcd_compute import messages
+from etcd_compute.errors import NotFound, NoValidHost, UsageError
+from etcd_compute.instances import migrations as move_txn
+from etcd_compute.instances import records, states
+from etcd_compute.ops import migrations
+from etcd_compute.scheduler.hoststate import HostState, ProviderUsage
+from etcd_compute.scheduler.planner import Pick
+from tests.unit.fakes import FakePlacement, FakeStore
+from tests.unit.ops.test_operations import OTHER, RP, alive, scheduled, set_state
+
+INVENTORY = {"VCPU": {"total": 4}, "MEMORY_MB": {"total": 4096}, "DISK_GB": {"total": 100}}
+
+
+def world(state: str = "ACTIVE", controller: bool = True, host: str = RP):
+    store, placement = FakeStore(), FakePlacement()
+    for rp, name in ((RP, "host-a"), (OTHER, "host-b")):
+        placement.ensure_provider(rp, name)
+        placement.set_inventory(rp, INVENTORY)
+        alive(store, rp, name)
+    spec = scheduled(store, placement, host=host)
+    set_state(store, spec["uuid"], state)
+    if controller:
+        store.put(messages.CONTROLLER_LEADER, store.keys.leader(),
+                  {"name": "c", "since": 1.0})
+    asked: list[frozenset[str]] = []
+
+    def place(spec: dict, exclude: frozenset[str]) -> Pick:
+        asked.append(exclude)
+        choice = next((rp for rp in (OTHER, RP) if rp not in exclude), None)
+        if choice is None:
+            raise NoValidHost(["no host has room"])
+        return Pick(HostState(uuid=choice, name="host-b" if choice == OTHER else "host-a",
+                              usage=ProviderUsage({})),
+                    {choice: {"resources": spec["resources"]}}, [])
+
+    return store, placement, spec, place, asked
+
+
+def test_a_move_holds_both_hosts_and_writes_its_three_parts_at_once():
+    store, placement, spec, place, asked = world()
+    uuid = spec["uuid"]
+    before = store.revision
+    done = migrations.migrate(store, placement, place, uuid, live=True)
+    assert (done.source, done.destination, done.destination_name, done.live) == (
+        RP, OTHER, "host-b", True)
+    assert asked == [frozenset({RP})]  # where the scheduler would put it, its host left out
+    assert store.revision == before + 1  # one transaction
+    assert set(placement.get_allocations(uuid)["allocations"]) == {OTHER}
+    assert set(placement.get_allocations(done.migration)["allocations"]) == {RP}
+    migration, _ = move_txn.read(store, uuid)
+    assert (migration["state"], migration["request_id"]) == ("preparing",
+                                                            done.request["id"])
+    source_spec = store.read(messages.INSTANCE_SPEC, store.keys.spec(RP, uuid))[0]
+    assert source_spec["action"] == "migrate" and source_spec["request"]["live"] is True
+    assert records.read_record(store, OTHER, uuid).state == "INCOMING"
+
+
+@pytest.mark.parametrize("state", ["BUILDING", "ERROR", "STOPPING", "MIGRATING"])
+def test_a_state_that_does_not_allow_a_move_writes_and_claims_nothing(state):
+    store, placement, spec, place, _ = world(state)
+    before, calls = store.revision, list(placement.calls)
+    with pytest.raises(states.ActionRefused, match="migrate is not allowed"):
+        migrations.migrate(store, placement, place, spec["uuid"], live=False)
+    assert store.revision == before and placement.calls == calls
+
+
+def test_a_resize_awaiting_its_confirm_does_not_move():
+    store, placement, spec, place, _ = world()
+    uuid = spec["uuid"]
+    record = records.read_record(store, RP, uuid).record
+    hold = {"consumer": str(uuidlib.uuid4()), "resources": {"VCPU": 1},
+            "allocations": {RP: {"resources": {"VCPU": 1}}}}
+    store.put(messages.INSTANCE_RECORD, store.keys.record(RP, uuid),
+              {**record, "resize_hold": hold})
+    before, calls = store.revision, list(placement.calls)
+    with pytest.raises(states.ActionRefused, match="confirm or revert of its resize"):
+        migrations.migrate(store, placement, place, uuid, live=True)
+    assert store.revision == before and placement.calls == calls
+
+
+def test_a_live_move_needs_a_running_guest_a_cold_one_does_not():
+    store, placement, spec, place, _ = world("SHUTOFF")
+    with pytest.raises(states.ActionRefused, match="a live move needs it ACTIVE"):
+        migrations.migrate(store, placement, place, spec["uuid"], live=True)
+    assert migrations.migrate(store, placement, place, spec["uuid"], live=False).live is False
+
+
+def test_a_move_needs_the_controller_its_host_up_and_nothing_else_asked():
+    store, placement, spec, place, _ = world(controller=False)
+    with pytest.raises(UsageError, match="needs the controller"):
+        migrations.migrate(store, placement, place, spec["uuid"], live=True)
+    store, placement, spec, place, _ = world()
+    store.delete(store.keys.alive(RP))
+    with pytest.raises(states.ActionRefused, match="its host is down"):
+        migrations.migrate(store, placement, place, spec["uuid"], live=True)
+    alive(store, RP)
+    migrations.migrate(store, placement, place, spec["uuid"], live=True)
+    with pytest.raises(states.ActionRefused, match="is pending"):
+        migrations.migrate(store, placement, place, spec["uuid"], live=True)
+
+
+def test_a_named_destination_is_checked_as_the_scheduler_would():
+    store, placement, spec, place, asked = world()
+    with pytest.raises(UsageError, match="is on host-a already"):
+        migrations.migrate(store, placement, place, spec["uuid"], live=True, host="host-a")
+    with pytest.raises(NotFound, match="no host 'nowhere'"):
+        migrations.migrate(store, placement, place, spec["uuid"], live=True, host="nowhere")
+    store.delete(store.keys.alive(OTHER))
+    with pytest.raises(NoValidHost) as down:
+        migrations.migrate(store, placement, place, spec["uuid"], live=True, host=OTHER)
+    assert down.value.reasons == ["host host-b is down"]
+    alive(store, OTHER, "host-b")
+    done = migrations.migrate(store, placement, place, spec["uuid"], live=True, host="host-b")
+    assert done.destination == OTHER and asked[-1] == frozenset({RP})
+
+
+def test_no_room_anywhere_claims_nothing():
+    store, placement, spec, _place, _ = world()
+
+    def nowhere(spec: dict, exclude: frozenset[str]) -> Pick:
+        raise NoValidHost(["resources=VCPU:1: no resource provider has 1 VCPU free"])
+
+    with pytest.raises(NoValidHost):
+        migrations.migrate(store, placement, nowhere, spec["uuid"], live=True)
+    assert set(placement.consumers) == {spec["uuid"]}
+
+
+def test_a_lost_race_gives_the_claims_back_then_asks_again(monkeypatch):
+    store, placement, spec, place, _ = world()
+    real = move_txn.ask
+    lost: list[int] = []
+
+    def first_loses(*args, **kwargs):
+        if not lost:
+            lost.append(1)
+            return None
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(move_txn, "ask", first_loses)
+    done = migrations.migrate(store, placement, place, spec["uuid"], live=True)
+    # The first attempt's migration consumer is gone; only the second's holds the source.
+    held = {c for c, d in placement.consumers.items() if d["allocations"].get(RP)}
+    assert held == {done.migration}
+
+
+def test_a_move_is_called_off_once():
+    store, placement, spec, place, _ = world()
+    uuid = spec["uuid"]
+    with pytest.raises(NotFound, match="is not moving"):
+        migrations.abort(store, uuid)
+    migrations.migrate(store, placement, place, uuid, live=True)
+    assert migrations.abort(store, uuid, "changed my mind") == "preparing"
+    source_spec = store.read(messages.INSTANCE_SPEC, store.keys.spec(RP, uuid))[0]
+    assert source_spec["request"]["cancel"] == "changed my mind"
+    assert move_txn.read(store, uuid)[0]["state"] == "failing"
+    before = store.revision
+    assert migrations.abort(store, uuid) == "failing" and store.revision == before
+
+
+def test_waiting_follows_the_move_to_its_end():
+    store, placement, spec, place, _ = world()
+    uuid = spec["uuid"]
+    done = migrations.migrate(store, placement, place, uuid, live=True)
+    seen: list[tuple] = []
+
+    def hand_over_when_asked(instance, stage, record) -> None:
+        seen.append((stage, (record or {}).get("state")))
+        if len(seen) == 1:  # what the hosts and the controller would do, at once
+            migration, entry = move_txn.read(store, uuid)
+            store.delete(entry.key)
+
+    moved = migrations.wait(store, done, 5, hand_over_when_asked, interval=0.01)
+    assert seen[0] == ("preparing", "ACTIVE") and moved.host == RP
+    assert not moved.ok  # nothing moved: no success event
+
+
+def test_waiting_follows_the_source_not_the_arrival_to_a_move_given_up():
+    """An instance with no location (its spec written straight to its host) whose
+    destination's keys sort first: the wait reads the source's record, and after a give-up
+    the move's end there, not the INCOMING record the destination has not discarded yet."""
+    store, placement, spec, place, _ = world(host=OTHER)
+    uuid = spec["uuid"]
+    store.delete(store.keys.location(uuid))
+    done = migrations.migrate(store, placement, place, uuid, live=True)
+    assert (done.source, done.destination) == (OTHER, RP)
+    seen: list[tuple] = []
+
+    def given_up_when_asked(instance, stage, record) -> None:
+        seen.append((stage, (record or {}).get("state")))
+        if len(seen) == 1:  # the controller gives the move up; RP still has its arrival
+            store.delete(move_txn.read(store, uuid)[1].key)
+
+    moved = migrations.wait(store, done, 5, given_up_when_asked, interval=0.01)
+    assert seen[0] == ("preparing", "ACTIVE")
+    assert records.read_record(store, RP, uuid).state == "INCOMING"
+    assert (moved.host, moved.record["state"]) == (OTHER, "ACTIVE") and not moved.ok
+
+
+def test_waiting_finds_the_instance_handed_over_at_the_destination():
+    store, placement, spec, place, _ = world(host=OTHER)
+    uuid = spec["uuid"]
+    store.delete(store.keys.location(uuid))
+    done = migrations.migrate(store, placement, place, uuid, live=True)
+
+    def handed_over_when_asked(instance, stage, record) -> None:
+        if stage is not None:  # the hand-over: the source's keys and the migration go
+            store.delete(move_txn.read(store, uuid)[1].key)
+            store.delete(store.keys.record(OTHER, uuid))
+            arrived = records.read_record(store, RP, uuid).record
+            store.put(messages.INSTANCE_RECORD, store.keys.record(RP, uuid),
+                      {**arrived, "state": "ACTIVE"})
+
+    moved = migrations.wait(store, done, 5, handed_over_when_asked, interval=0.01)
+    assert (moved.host, moved.record["state"]) == (RP, "ACTIVE")
+
+
+def test_an_unknown_instance_is_not_found():
+    store, placement, _spec, place, _ = world()
+    with pytest.raises(NotFound):
+        migrations.migrate(store, placement, place, str(uuidlib.uuid4()), live=True)

@@ -1,0 +1,279 @@
+"""virt/migration.py: the peer's URI, what a destination may tell a source (refusals), the
+destination's definition, migrateToURI3's parameters, and the supervisor's bound (a fake
+domain and clock). Real migrations: tests/virt/test_migration_vm.py."""
+
+from __future__ import annotations
+
+import time
+import uuid as uuidlib
+import xml.etree.ElementTree as ET
+from pathlib import Path
+from typing import Any
+
+import libvirt
+import pytest
+
+from etcd_compute.virt import domain, migration
+from etcd_compute.virt.migration import GIB, Limits, Supervisor, Target
+from tests import support
+
+UUID = str(uuidlib.uuid4())
+SOURCE_DIR = Path("/var/lib/etcd-compute/instances") / UUID
+TARGET = Target("10.0.0.2", f"/srv/instances/{UUID}", "a" * 64, "192.168.123.1",
+                "etcd-compute-b")
+
+
+def source_xml(**overrides: Any) -> str:
+    values: dict[str, Any] = {
+        "disk": SOURCE_DIR / "disk.qcow2", "config_drive": SOURCE_DIR / "config.iso",
+        "console_log": SOURCE_DIR / "console.log", "nic_filter": "etcd-compute-guest",
+        "dhcp_server": "192.168.124.1", "macs": ("52:54:00:12:34:56",), **overrides}
+    return domain.domain_xml(support.domain_spec(UUID, **values))
+
+
+# -- where -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("address, uri", [
+    ("10.0.0.2", "qemu+tls://10.0.0.2/system?pkipath=/etc/pki"),
+    ("fd00::2", "qemu+tls://[fd00::2]/system?pkipath=/etc/pki"),
+    ("hv2.example", "qemu+tls://hv2.example/system?pkipath=/etc/pki"),
+])
+def test_a_peer_is_reached_over_tls_with_this_host_s_certificates(address, uri):
+    assert migration.peer_uri(address, "/etc/pki") == uri
+
+
+@pytest.mark.parametrize("address", ["", "hv2/system?no_verify=1", "a..b", "-x", "h v",
+                                     "hv2?pkipath=/tmp", "host:16509"])
+def test_an_address_that_would_change_the_uri_is_refused(address):
+    with pytest.raises(ValueError):
+        migration.peer_uri(address, "/etc/pki")
+
+
+def test_the_pki_path_is_quoted_into_the_uri():
+    assert migration.peer_uri("10.0.0.2", "/etc/p ki&x=1").endswith("pkipath=/etc/p+ki%26x%3D1")
+
+
+def test_a_target_round_trips_through_a_message():
+    assert Target.from_dict(TARGET.to_dict()) == TARGET
+
+
+@pytest.mark.parametrize("change", [
+    {"address": "10.0.0.2/x"}, {"instance_dir": "relative/dir"},
+    {"instance_dir": "/srv/../etc"}, {"base_sha256": "not-a-sha"},
+    {"dhcp_server": "gateway"}, {"address": 7}, {"extra": "x"}, {"network": "a b"},
+    {"network": "x" * 65},
+])
+def test_a_target_from_another_host_is_checked(change):
+    data = {**TARGET.to_dict(), **change}
+    with pytest.raises((ValueError, TypeError)):
+        Target.from_dict(data)
+
+
+def test_a_target_missing_a_key_is_refused():
+    data = TARGET.to_dict()
+    del data["base_sha256"]
+    with pytest.raises(ValueError, match="needs"):
+        Target.from_dict(data)
+
+
+# -- the destination's definition -----------------------------------------------------------
+
+
+def test_only_writable_file_disks_are_copied_not_the_config_drive():
+    assert migration.local_disks(source_xml()) == ["vda"]
+
+
+def test_the_destination_runs_the_guest_from_its_own_paths_network_and_gateway():
+    moved = ET.fromstring(migration.destination_xml(source_xml(), SOURCE_DIR, TARGET))
+    files = [e.get("file") for e in moved.iter() if e.tag in ("source", "log") and
+             e.get("file")]
+    assert files == [f"{TARGET.instance_dir}/disk.qcow2", f"{TARGET.instance_dir}/config.iso",
+                     f"{TARGET.instance_dir}/console.log"]
+    parameters = {p.get("name"): p.get("value") for p in moved.iter("parameter")}
+    assert parameters["DHCPSERVER"] == "192.168.123.1" and "IP" not in parameters
+    assert moved.find("devices/interface/source").get("network") == "etcd-compute-b"
+    # Identity unchanged: uuid, MAC.
+    assert moved.findtext("uuid") == UUID
+    assert [m.get("address") for m in moved.iter("mac")] == ["52:54:00:12:34:56"]
+
+
+def test_what_runs_there_is_bound_to_the_guest_s_address_at_once():
+    moved = ET.fromstring(migration.destination_xml(source_xml(), SOURCE_DIR, TARGET,
+                                                    "192.168.123.45"))
+    parameters = [(p.get("name"), p.get("value")) for p in moved.iter("parameter")]
+    assert ("IP", "192.168.123.45") in parameters
+    assert ("CTRL_IP_LEARNING", "dhcp") in parameters
+    # One IP parameter however often it travels.
+    again = migration.destination_xml(ET.tostring(moved, encoding="unicode"),
+                                      Path(TARGET.instance_dir), TARGET, "192.168.123.46")
+    assert [p.get("value") for p in ET.fromstring(again).iter("parameter")
+            if p.get("name") == "IP"] == ["192.168.123.46"]
+    with pytest.raises(ValueError):
+        migration.destination_xml(source_xml(), SOURCE_DIR, TARGET, "not-an-address")
+
+
+def test_a_file_outside_the_instance_s_directory_keeps_its_path():
+    other = Path(str(SOURCE_DIR) + "-other")  # a sibling whose name starts the same
+    xml = source_xml(config_drive=other / "config.iso")
+    moved = ET.fromstring(migration.destination_xml(xml, SOURCE_DIR, TARGET))
+    assert str(other / "config.iso") in [e.get("file") for e in moved.iter("source")]
+
+
+def test_the_streams_go_to_the_target_s_address_with_the_disks_and_bandwidth():
+    params = migration.migration_params(TARGET, "<domain/>", ["vda"], Limits(bandwidth_mib=64),
+                                        "<domain><defined/></domain>")
+    assert params[libvirt.VIR_MIGRATE_PARAM_URI] == "tcp://10.0.0.2"
+    assert params[libvirt.VIR_MIGRATE_PARAM_LISTEN_ADDRESS] == "10.0.0.2"
+    assert params[libvirt.VIR_MIGRATE_PARAM_MIGRATE_DISKS] == ["vda"]
+    assert params[libvirt.VIR_MIGRATE_PARAM_DEST_XML] == "<domain/>"
+    assert params[libvirt.VIR_MIGRATE_PARAM_PERSIST_XML] == "<domain><defined/></domain>"
+    assert params[libvirt.VIR_MIGRATE_PARAM_BANDWIDTH] == 64
+    v6 = Target("fd00::2", TARGET.instance_dir, None)
+    assert migration.migration_params(v6, "<domain/>", [])[libvirt.VIR_MIGRATE_PARAM_URI] == \
+        "tcp://[fd00::2]"
+    assert libvirt.VIR_MIGRATE_PARAM_BANDWIDTH not in migration.migration_params(
+        TARGET, "<domain/>", [], Limits())
+
+
+def test_migrations_are_peer_to_peer_over_tls_with_the_local_disks_and_converge():
+    for flag in (libvirt.VIR_MIGRATE_LIVE, libvirt.VIR_MIGRATE_PEER2PEER,
+                 libvirt.VIR_MIGRATE_TLS, libvirt.VIR_MIGRATE_NON_SHARED_INC,
+                 libvirt.VIR_MIGRATE_AUTO_CONVERGE, libvirt.VIR_MIGRATE_UNDEFINE_SOURCE,
+                 libvirt.VIR_MIGRATE_PERSIST_DEST):
+        assert migration.LIVE_FLAGS & flag
+    assert not migration.LIVE_FLAGS & libvirt.VIR_MIGRATE_TUNNELLED
+
+
+def test_progress_reads_libvirt_s_job_statistics():
+    stats = {"type": 2, "time_elapsed": 1500, "data_total": 400, "data_processed": 300,
+             "data_remaining": 100, "memory_iteration": 2, "disk_total": 50,
+             "disk_processed": 20}
+    assert migration.progress_of(stats) == {
+        "elapsed_ms": 1500, "data_total": 400, "data_processed": 300, "data_remaining": 100,
+        "memory_iteration": 2, "disk_total": 50, "disk_processed": 20, "percent": 75.0}
+    assert migration.progress_of({})["percent"] == 0.0
+
+
+def test_the_bound_has_a_floor_and_grows_with_what_there_is_to_copy():
+    limits = Limits(seconds_per_gib=60, min_seconds=30)
+    assert limits.completion_timeout(0) == 30
+    assert limits.completion_timeout(2 * GIB) == 120
+
+
+def test_limits_come_from_the_driver_settings():
+    settings = {"max_downtime_ms": 300, "completion_seconds_per_gib": 10,
+                "completion_min_seconds": 5, "on_timeout": "abort",
+                "bandwidth_mib_per_second": 32}
+    assert Limits.from_settings(settings) == Limits(300, 10.0, 5.0, "abort", 32)
+
+
+# -- the supervisor --------------------------------------------------------------------------
+
+
+class FakeJob:
+    """A domain whose migration job moves on by itself: `data_total` bytes to copy."""
+
+    def __init__(self, data_total: int = GIB, running: bool = True):
+        self.data_total, self.running = data_total, running
+        self.calls: list[tuple[Any, ...]] = []
+
+    def name(self) -> str:
+        return UUID
+
+    def jobStats(self) -> dict[str, Any]:  # noqa: N802 (libvirt's name)
+        if not self.running:
+            return {"type": libvirt.VIR_DOMAIN_JOB_NONE}
+        return {"type": libvirt.VIR_DOMAIN_JOB_UNBOUNDED, "data_total": self.data_total,
+                "data_remaining": self.data_total // 2, "time_elapsed": 100}
+
+    def migrateSetMaxDowntime(self, ms: int, flags: int) -> None:  # noqa: N802
+        self.calls.append(("downtime", ms))
+
+    def suspend(self) -> None:
+        self.calls.append(("suspend",))
+
+    def abortJob(self) -> None:  # noqa: N802
+        self.calls.append(("abort",))
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def supervisor(job: FakeJob, clock: Clock, **kwargs: Any) -> Supervisor:
+    watch = Supervisor(job, kwargs.pop("limits", Limits(max_downtime_ms=250,
+                                                         seconds_per_gib=10, min_seconds=5)),
+                       clock=clock, **kwargs)
+    watch.started = 0.0
+    return watch
+
+
+def test_the_downtime_allowed_is_set_once_the_job_runs_and_progress_is_reported():
+    job, clock, seen = FakeJob(running=False), Clock(), []
+    watch = supervisor(job, clock, progress=seen.append)
+    assert watch.step(False) is False and job.calls == [] and seen == []
+    job.running = True
+    assert watch.step(False) is True and watch.step(True) is True
+    assert job.calls == [("downtime", 250)]
+    assert seen[-1]["percent"] == 50.0 and watch.last == seen[-1]
+
+
+def test_a_migration_past_its_bound_is_paused_to_finish_then_cancelled_at_twice_it():
+    job, clock = FakeJob(data_total=GIB), Clock()
+    watch = supervisor(job, clock)  # bound: max(5, 10 s/GiB * 1 GiB) = 10 s
+    clock.now = 9.9
+    watch.step(True)
+    assert job.calls == [] and watch.paused_at is None
+    clock.now = 10.5
+    watch.step(True)
+    watch.step(True)  # paused once
+    assert job.calls == [("suspend",)] and watch.paused_at == 10.5
+    clock.now = 20.5
+    watch.step(True)
+    watch.step(True)  # cancelled once
+    assert job.calls == [("suspend",), ("abort",)]
+    assert watch.aborted.startswith("not complete after 20s")
+
+
+def test_with_abort_as_the_action_a_migration_past_its_bound_is_cancelled():
+    job, clock = FakeJob(data_total=GIB), Clock()
+    watch = supervisor(job, clock, limits=Limits(seconds_per_gib=10, min_seconds=5,
+                                                 on_timeout="abort"))
+    clock.now = 11
+    watch.step(True)
+    assert job.calls == [("abort",)] and watch.paused_at is None
+    assert watch.aborted == "not complete within the 10s bound"
+
+
+def test_a_cancel_asked_for_cancels_the_job():
+    job, clock, asked = FakeJob(), Clock(), []
+    watch = supervisor(job, clock, cancelled=lambda: bool(asked))
+    watch.step(True)
+    asked.append(True)
+    watch.step(True)
+    assert job.calls == [("abort",)] and watch.aborted == "cancelled"
+
+
+def test_the_supervisor_runs_in_a_thread_until_the_migration_returns():
+    job = FakeJob(data_total=1)
+    seen: list[dict[str, Any]] = []
+    with Supervisor(job, Limits(), progress=seen.append, poll_seconds=0.01):
+        support.wait_for(lambda: len(seen) >= 3, 5, what="reports")
+    count = len(seen)
+    assert job.calls[0] == ("downtime", 500)
+    time.sleep(0.05)
+    assert len(seen) == count  # stopped with the block
+
+
+def test_a_job_that_ended_between_two_looks_stops_nothing():
+    class Gone(FakeJob):
+        def jobStats(self) -> dict[str, Any]:  # noqa: N802
+            raise libvirt.libvirtError("domain is not running")
+
+    with Supervisor(Gone(), Limits(), poll_seconds=0.01):
+        time.sleep(0.05)
