@@ -23,7 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench import parallel
+from bench import cpu, parallel
 from bench.placements import Placed, RunResult
 from etcd_compute.errors import EtcdComputeError
 from etcd_compute.etcd import Store
@@ -68,12 +68,14 @@ def _run_processes(argv: list[str], count: int, clients: int,
                 record(done, latency, result)
 
     threads = [threading.Thread(target=client) for _ in range(clients)]
+    reaped = cpu.reaped_seconds()
     wall = time.perf_counter()
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join()
     result.wall_seconds = time.perf_counter() - wall
+    result.cpu_seconds = cpu.reaped_seconds() - reaped  # the processes, start to end
     return result
 
 
@@ -95,6 +97,27 @@ def run_cli(config_path: Path, count: int, query: str, clients: int) -> RunResul
     return _run_processes([sys.executable, str(REPO / "schedule.py"), "--config",
                            str(config_path), query, "--image", "file:///dev/null", "--json"],
                           count, clients, record)
+
+
+def run_toy_cli(config_path: Path, count: int, query: str, clients: int) -> RunResult:
+    """(e'): `count` runs of the toy's `schedule.py` (`bench/toy_schedule.py`: its imports,
+    its two Placement calls and one etcd put), `clients` at a time, a process per request."""
+    resources = {rc: int(n) for rc, n in
+                 (pair.split(":") for pair in query.removeprefix("resources=").split(","))}
+
+    def record(done: subprocess.CompletedProcess[str], latency: float,
+               result: RunResult) -> None:
+        line = done.stdout.strip().splitlines()[-1] if done.stdout.strip() else ""
+        if done.returncode != 0 or not line.startswith("NOTIFIED TARGET, "):
+            result.errors.append(f"exit {done.returncode}: {done.stdout.strip()[-200:]} "
+                                 f"{done.stderr.strip()[-300:]}")
+            return
+        host, uuid = line.removeprefix("NOTIFIED TARGET, ").split(", OF INSTANCE ")
+        result.placed.append(Placed(uuid, host, {host: {"resources": resources}}))
+        result.latencies.append(latency)
+
+    return _run_processes([sys.executable, str(REPO / "bench" / "toy_schedule.py"),
+                           str(config_path), query], count, clients, record)
 
 
 # An instance nobody has: `schedule.py UUID` for it connects, reads one key, exits 1.

@@ -36,6 +36,13 @@ def _is_record(store: Store, key: bytes | str) -> bool:
 def building_delays(store: Store, start_revision: int) -> dict[str, float]:
     """{instance uuid: seconds from requested_at to its BUILDING record}, for the
     records written after `start_revision`."""
+    return {uuid: building - created
+            for uuid, (created, building) in building_times(store, start_revision).items()}
+
+
+def building_times(store: Store, start_revision: int) -> dict[str, tuple[float, float]]:
+    """{instance uuid: (requested_at, its BUILDING record's updated_at)}, for the
+    records written after `start_revision`."""
     entries, _ = store.get_prefix(store.keys.hosts(), keys_only=True)
     entries = [entry for entry in entries if _is_record(store, entry.key)]
     if not entries:
@@ -45,7 +52,7 @@ def building_delays(store: Store, start_revision: int) -> dict[str, float]:
         store.keys.hosts(), start_revision=start_revision + 1)
     timer = threading.Timer(REPLAY_TIMEOUT, cancel)
     timer.start()
-    delays: dict[str, float] = {}
+    delays: dict[str, tuple[float, float]] = {}
     try:
         for response in responses:
             last = 0
@@ -56,7 +63,7 @@ def building_delays(store: Store, start_revision: int) -> dict[str, float]:
                 value: dict[str, Any] = json.loads(event.value) if event.value else {}
                 uuid = value.get("uuid")
                 if value.get("state") == "BUILDING" and uuid and uuid not in delays:
-                    delays[uuid] = value["updated_at"] - value["created_at"]
+                    delays[uuid] = (value["created_at"], value["updated_at"])
             if last >= end:
                 break
     finally:

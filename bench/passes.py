@@ -4,9 +4,10 @@
     .venv/bin/python bench/run.py --keep-logs ...      # keeps <run dir>/<backend>/serve.log
     .venv/bin/python bench/passes.py <run dir>/postgresql/serve.log
 
-Each pass logs how many requests it took and how long its phases took: candidates
-(asking Placement; 0 when a kept answer was reused), plan (which includes candidates),
-claim (one `POST /allocations`), write (the etcd transactions). One serve.log holds
+Each pass logs how many requests it took and how long its phases took: read (the
+queue), hosts (the hosts' accounts, or asking Placement for candidates: 0 when a kept
+answer was reused), plan, claim (one `POST /allocations`), write (the etcd
+transactions), other, and how long the service waited before it. One serve.log holds
 every variant run with the service, each after its own "leader now" line (a new
 `schedule.py serve`); this prints, per variant in order, the passes, the mean batch,
 the p50 of each phase and each phase's share of the passes' time. The output is kept
@@ -20,9 +21,10 @@ import statistics
 import sys
 from dataclasses import dataclass
 
-PASS = re.compile(r"pass of (\d+) request\(s\).*?(\d+) ms \(candidates (\d+), plan (\d+), "
-                  r"claim (\d+), write (\d+)\)")
-PHASES = ("candidates", "plan", "claim", "write")
+PASS = re.compile(r"pass of (\d+) request\(s\).*?(\d+) ms \(read (\d+), hosts (\d+) \[\d+ on "
+                  r"accounts, \d+ on candidates\], plan (\d+), claim (\d+), write (\d+), "
+                  r"other (\d+)\) after (\d+) ms waiting")
+PHASES = ("read", "hosts", "plan", "claim", "write", "other", "waiting")
 
 
 @dataclass
@@ -46,14 +48,13 @@ def runs(lines: list[str]) -> list[list[Pass]]:
 
 
 def summary(passes: list[Pass]) -> str:
-    total = sum(p.total for p in passes) or 1
+    total = sum(p.total + p.phases["waiting"] for p in passes) or 1
     parts = [f"{len(passes)} passes, {sum(p.requests for p in passes)} requests, mean batch "
              f"{statistics.mean(p.requests for p in passes):.1f}, pass p50 "
              f"{statistics.median(p.total for p in passes):.0f} ms"]
     for phase in PHASES:
         values = [p.phases[phase] for p in passes]
-        name = "plan (with candidates)" if phase == "plan" else phase
-        parts.append(f"{name} p50 {statistics.median(values):.0f} ms "
+        parts.append(f"{phase} p50 {statistics.median(values):.0f} ms "
                      f"({100 * sum(values) / total:.0f}%)")
     return "; ".join(parts)
 

@@ -34,12 +34,12 @@ from bench.verify import CheckFailed  # noqa: E402
 
 RESULTS = REPO / "bench" / "results"
 MODES: dict[str, dict[str, Any]] = {
-    "quick": {"hosts": 100, "instances": 50, "batch": 25, "processes": 8,
-              "postgres_workers": 4, "boot_runs": 1, "cli_instances": 48,
-              "recovery_rounds": 5},
+    "quick": {"hosts": 100, "instances": 100, "batch": 50, "processes": 8,
+              "postgres_workers": 4, "boot_runs": 3, "cli_instances": 64,
+              "recovery_rounds": 5, "rounds": 2},
     "full": {"hosts": 1000, "instances": 1000, "batch": 100, "processes": 8,
              "postgres_workers": 4, "boot_runs": 5, "cli_instances": 192,
-             "recovery_rounds": 20},
+             "recovery_rounds": 20, "rounds": 2},
 }
 
 
@@ -58,6 +58,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--variants",
                         help="only these variants, e.g. a,c,f8s,g32 (default: all)")
     parser.add_argument("--boot-runs", type=int, help="boots of each kind (0 skips)")
+    parser.add_argument("--rounds", type=int,
+                        help="interleaved rounds: each variant runs its share of the instances "
+                             "in every round, the variants in turn (default: the mode's)")
     parser.add_argument("--recovery-rounds", type=int,
                         help="host deaths timed for the recovery figures (0 skips)")
     parser.add_argument("--profile", action="store_true",
@@ -115,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
     mode = "quick" if args.quick else "full"
     settings = dict(MODES[mode])
     for key in ("hosts", "instances", "batch", "boot_runs", "cli_instances",
-                "recovery_rounds"):
+                "recovery_rounds", "rounds"):
         if getattr(args, key) is not None:
             settings[key] = getattr(args, key)
     if args.report_only:
@@ -145,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
                 backend, run_root / backend.replace("+", "-"), settings["hosts"],
                 settings["instances"], settings["batch"], settings["processes"],
                 settings["postgres_workers"], only_here, profile_dir,
-                settings["cli_instances"])
+                settings["cli_instances"], settings["rounds"])
             results["suites"][backend]["load_after"] = load()
         results["boot"] = boot.run_boot(run_root / "boot", settings["boot_runs"])
         results["recovery"] = recovery.run_recovery(run_root / "recovery",

@@ -200,6 +200,8 @@ class ServeProcess:
     run_dir: Path
     config: dict[str, Any]
     pid: int | None = None
+    # CPU seconds it used, read as it stops.
+    cpu_seconds: float = 0.0
 
     @property
     def config_path(self) -> Path:
@@ -225,9 +227,15 @@ class ServeProcess:
                     raise RuntimeError(f"schedule.py serve did not open the queue; see "
                                        f"{self.run_dir / self.name}.log")
                 time.sleep(0.1)
+        from bench.cpu import tree_seconds
+
+        self._started_cpu = tree_seconds(self.pid)  # its start (imports, snapshot) not counted
         return self
 
     def __exit__(self, *_exc: object) -> None:
+        from bench.cpu import tree_seconds
+
+        self.cpu_seconds = tree_seconds(self.pid) - getattr(self, "_started_cpu", 0.0)
         stop_pid_tree(self.pid, timeout=10.0)
         self.pid = None
 

@@ -3,9 +3,13 @@
 (a) baseline, one process            (b) ours, one instance per call
 (c) ours, --count batches            (d) ours, 8 processes at once
 (e) baseline, 8 processes at once
+(e'8), (e'32) the toy's `schedule.py`, 8 or 32 at a time, a process per request (as the
+    toy's users ran it: the fair baseline of the (f) variants)
 (f) `schedule.py` processes, one instance each, 8 or 32 at a time, without (f8, f32) and
     with the scheduler service (f8s, f32s): the whole command, as users run it
 (g) warm clients through the scheduler service's queue, 1, 8 or 32 at a time (g1, g8, g32)
+(api1), (api32), (api32s) creates through the compute API (bench/api.py): one client, 32
+    client processes, 32 with the scheduler service leading
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench import baseline, clients, ours, parallel
+from bench import api, baseline, clients, ours, parallel
 from bench.placements import RunResult
 from bench.services import ServeProcess, write_config
 from etcd_compute.config import deep_merge
@@ -52,8 +56,10 @@ def serving(run_dir: Path, function: Callable[[dict[str, Any], int], RunResult]
     """`function` with a `schedule.py serve` leading (started and stopped around it)."""
     def run(config: dict[str, Any], count: int) -> RunResult:
         serve_config = deep_merge(config, {"logging": {"level": "INFO"}})
-        with ServeProcess("serve", run_dir, serve_config):
-            return function(config, count)
+        with ServeProcess("serve", run_dir, serve_config) as serve:
+            result = function(config, count)
+        result.service_cpu_seconds = serve.cpu_seconds
+        return result
     return run
 
 
@@ -64,12 +70,35 @@ def cli(run_dir: Path, processes: int) -> Callable[[dict[str, Any], int], RunRes
     return run
 
 
+def toy_cli(run_dir: Path, processes: int) -> Callable[[dict[str, Any], int], RunResult]:
+    def run(config: dict[str, Any], count: int) -> RunResult:
+        path = write_config(run_dir, "toy-cli", config)
+        return clients.run_toy_cli(path, count, QUERY, processes)
+    return run
+
+
 def queue(processes: int) -> Callable[[dict[str, Any], int], RunResult]:
     return lambda config, count: clients.run_queue(config, count, QUERY, processes)
 
 
+def through_api(cloud: api.ApiCloud, clients_at_once: int
+                ) -> Callable[[dict[str, Any], int], RunResult]:
+    def run(config: dict[str, Any], count: int) -> RunResult:
+        server = cloud.ensure(config)
+        if clients_at_once == 1:
+            result = api.client(server.endpoint, cloud.token, count)
+        else:
+            split = shares(count, clients_at_once)
+            result = parallel.run(clients_at_once, api.client,
+                                  lambda i: (server.endpoint, cloud.token, split[i]),
+                                  timeout=3600)
+        api.where_placed(config, result)
+        return result
+    return run
+
+
 def all_variants(batch: int, processes: int, profile_dir: str | None, run_dir: Path,
-                 cli_instances: int) -> list[Variant]:
+                 cli_instances: int, api_cloud: api.ApiCloud | None = None) -> list[Variant]:
     def prof(name: str) -> str | None:
         return f"{profile_dir}/{name}.txt" if profile_dir else None
 
@@ -84,6 +113,8 @@ def all_variants(batch: int, processes: int, profile_dir: str | None, run_dir: P
                 concurrent(ours.run, processes, batch=1)),
         Variant("e", f"baseline, {processes} processes",
                 concurrent(baseline.run, processes)),
+        *[Variant(f"e'{n}", f"toy's schedule.py x{n} at once", toy_cli(run_dir, n),
+                  cli_instances) for n in (8, 32)],
         *[Variant(f"f{n}{'s' if service else ''}",
                   f"schedule.py x{n} at once{', service' if service else ', direct'}",
                   serving(run_dir, cli(run_dir, n)) if service else cli(run_dir, n),
@@ -93,4 +124,9 @@ def all_variants(batch: int, processes: int, profile_dir: str | None, run_dir: P
         *[Variant(f"g{n}", f"service, {n} warm client{'s' if n > 1 else ''}",
                   serving(run_dir, queue(n)), cli_instances if n == 1 else None)
           for n in (1, 8, 32)],
+        *([Variant("api1", "API, 1 client", through_api(api_cloud, 1), cli_instances),
+           Variant("api32", "API, 32 clients", through_api(api_cloud, 32)),
+           Variant("api32s", "API, 32 clients, service",
+                   serving(run_dir, through_api(api_cloud, 32)))]
+          if api_cloud is not None else []),
     ]

@@ -26,7 +26,11 @@ from etcd_compute.keys import RECORDS
 from etcd_compute.placement import PlacementClient
 
 THREADS = 8
-WIPED_PREFIXES = ("/hosts/", "/instances/", "/groups/", "/stats/", "/controller/", "/queue/")
+# Not /stats/: the hosts' accounts of their capacity live there (compute/capacity.py), and
+# a host publishes its own again only when its specs change (or at its inventory refresh):
+# wiped, every request would go to Placement's candidates until then.
+WIPED_PREFIXES = ("/hosts/", "/instances/", "/groups/", "/controller/", "/queue/",
+                  "/servers/", "/quota-reservations/")
 
 
 class CheckFailed(Exception):

@@ -219,6 +219,10 @@ SCHEDULE_DEFAULTS: dict[str, Any] = {
         # (etcd_compute/shards.py: about candidate_limit hosts), then about all if that
         # found no room; 0: always all. Every compute joins its shard at registration.
         "shard_above_hosts": 500,
+        # Plan a plain `resources=` query on the hosts' own accounts of their capacity
+        # (one etcd read; scheduler/hostview.py) and let the claim be Placement's check,
+        # instead of asking Placement for candidates; false: always ask.
+        "host_view": True,
         "host_subset_size": 3,
         "max_attempts": 3,
         "claim_retries": 5,

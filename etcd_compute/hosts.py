@@ -3,9 +3,11 @@
     /alive/<rp>        alive: bound to the host's lease (`compute/heartbeat.py` beats
                        through `beat`); a host is alive while its key exists
     /stats/<rp>        host_stats: its recent build failures (`record_build_failure`, by
-                       the compute), which the scheduler weighs hosts by; where its
-                       libvirtd takes its peers' TLS connections (`publish_libvirt_address`,
-                       at the compute's start: it outlives the host's lease, for fencing)
+                       the compute), which the scheduler weighs hosts by; its own account
+                       of its capacity (`compute/capacity.py` publishes it,
+                       `scheduler/hostview.py` plans on it); where its libvirtd takes its
+                       peers' TLS connections (`publish_libvirt_address`, at the compute's
+                       start: it outlives the host's lease, for fencing)
     /maintenance/<rp>  host_maintenance: who disabled it, when, why (`schedule.py host
                        disable`, ops/maintenance.py); the host reads it at start
 
@@ -22,7 +24,7 @@ from typing import Any
 
 from etcd_compute import messages
 from etcd_compute.errors import InvalidMessage
-from etcd_compute.etcd import KeyValueStore, Range
+from etcd_compute.etcd import KeyValueStore, Range, Txn, put_message, unchanged
 from etcd_compute.keys import Keys
 
 # How many recent build failures a host reports to the scheduler.
@@ -97,6 +99,13 @@ def heartbeat_and_stats_ranges(keys: Keys) -> list[Range]:
     return [Range(keys.alive_prefix()), Range(keys.stats_prefix())]
 
 
+def view_ranges(keys: Keys) -> list[Range]:
+    """Every host's heartbeat, stats (its capacity account) and operator's disable: three
+    ranges of one `read_many`, all a scheduler planning without Placement's candidates
+    reads (`scheduler/hostview.py`)."""
+    return [*heartbeat_and_stats_ranges(keys), Range(keys.maintenance_prefix(), keys_only=True)]
+
+
 # --- stats -----------------------------------------------------------------------------------
 
 
@@ -134,6 +143,14 @@ def record_build_failure(store: KeyValueStore, rp: str) -> None:
     put_stats(store, rp, {**current, "build_failures": failures, "updated_at": now})
 
 
+def read_stats(store: KeyValueStore, rp: str) -> tuple[dict[str, Any] | None, int]:
+    """`rp`'s stats and their mod_revision ((None, 0): none; (None, revision): unreadable)."""
+    entry = store.get(store.keys.stats(rp))
+    if entry is None:
+        return None, 0
+    return decode_stats(entry.value), entry.mod_revision
+
+
 def publish_libvirt_address(store: KeyValueStore, rp: str, address: str | None) -> None:
     """Where `rp`'s libvirtd takes its peers' TLS connections (None: nowhere), kept in its
     stats (not its heartbeat: the controller fences a host whose heartbeat is gone)."""
@@ -152,9 +169,26 @@ def libvirt_address(store: KeyValueStore, rp: str) -> str | None:
 
 
 def put_stats(store: KeyValueStore, rp: str, stats: dict[str, Any]) -> None:
-    """Write `rp`'s stats (host_stats fields; updated_at now unless given)."""
+    """Write `rp`'s stats (host_stats fields; updated_at now unless given). The host's account
+    of its capacity stays as it is unless `stats` has one: whoever writes build failures
+    (the compute, `Scheduler.update_resource_stats`) does not erase it."""
+    current, _ = read_stats(store, rp) if "capacity" not in stats else (None, 0)
+    kept = {"capacity": current["capacity"]} if current and "capacity" in current else {}
     store.put(messages.HOST_STATS, store.keys.stats(rp),
-              {**stats, "updated_at": stats.get("updated_at", time.time())})
+              {**kept, **stats, "updated_at": stats.get("updated_at", time.time())})
+
+
+def stats_put(store: KeyValueStore, rp: str, stats: dict[str, Any], mod_revision: int) -> Txn:
+    """A transaction that writes `rp`'s stats only if nobody wrote them since `mod_revision`
+    (0: only if there are none): the compute publishes its capacity account without
+    erasing build failures written meanwhile."""
+    key = store.keys.stats(rp)
+    return Txn([unchanged(key, mod_revision)], [put_message(messages.HOST_STATS, key, stats)])
+
+
+def capacity_of(stats: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The host's account of its capacity in its stats, or None."""
+    return (stats or {}).get("capacity")
 
 
 # --- maintenance -----------------------------------------------------------------------------

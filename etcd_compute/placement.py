@@ -12,10 +12,8 @@ from __future__ import annotations
 import logging
 import re
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode
-
-import requests
 
 from etcd_compute import metrics
 from etcd_compute.errors import (
@@ -26,6 +24,9 @@ from etcd_compute.errors import (
     PlacementUnavailable,
 )
 from etcd_compute.keystone import session as keystone_session
+
+if TYPE_CHECKING:
+    import requests
 
 LOG = logging.getLogger(__name__)
 
@@ -85,6 +86,10 @@ class KeystoneTokens:
 
 class PlacementClient:
     def __init__(self, placement_config: dict[str, Any]):
+        # Imported with the first client: a command that never asks Placement (`schedule.py
+        # UUID`) does not pay for it (~100 ms of a process's start).
+        import requests
+
         self.endpoint = placement_config["endpoint"].rstrip("/")
         self.timeout = placement_config["timeout"]
         self.session = requests.Session()
@@ -124,6 +129,8 @@ class PlacementClient:
         raise AssertionError("unreachable")
 
     def _send(self, method: str, path: str, json: Any) -> requests.Response:
+        import requests
+
         url = self.endpoint + path
         headers = {"x-auth-token": self.keystone.token()} if self.keystone else None
         try:

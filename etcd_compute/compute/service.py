@@ -36,6 +36,7 @@ import pyetcd.events
 from etcd_compute.clock import SYSTEM, Clock
 from etcd_compute.compute import metrics as compute_metrics
 from etcd_compute.compute import worker
+from etcd_compute.compute.capacity import CapacityAccount
 from etcd_compute.compute.checks import ClaimChecks, ThreadRunner
 from etcd_compute.compute.consoles import CONSOLE_REFRESH_SECONDS, Consoles
 from etcd_compute.compute.fencing import Fencer, Gate
@@ -101,6 +102,13 @@ class ComputeService:
                                busy=lambda uuid: uuid in self.machine.jobs,
                                settled_at=lambda uuid: self.machine.settled.get(uuid, 0.0))
         self.machine.power_check = self.power.check
+        # Our capacity as we account for it, published in /stats/<rp> for schedulers that
+        # plan without asking Placement for candidates; of our traits, those a filter
+        # compares (ImagePropertiesFilter: architecture, hypervisor): a query naming any
+        # other trait goes to Placement.
+        self.capacity = CapacityAccount(
+            self.store, list(self.hosts), lambda: self.registration.inventories,
+            lambda: self.registration.traits & self.registration.platform_traits, self.post)
         # One watch covers all our hosts: the host's own specs, or all of /hosts/
         # when one process simulates many.
         self.watch_prefix = (
@@ -246,11 +254,17 @@ class ComputeService:
                 self.post(self.consoles.refresh)
             if self.clock.now() >= next_refresh:
                 next_refresh = self.clock.now() + refresh_every
-                self.post(self.registration.refresh_inventory)
+                self.post(self.refresh_inventory)
             if self.clock.now() >= next_mdserver_check:
                 # If the metadata server died, guests booting now would miss it.
                 next_mdserver_check = self.clock.now() + MDSERVER_CHECK_SECONDS
                 self.post(self.ensure_mdserver)
+
+    def refresh_inventory(self) -> None:
+        """Inventory measured again (pushed to Placement if it changed), and our capacity
+        account published again with it."""
+        self.registration.refresh_inventory()
+        self.capacity.mark(*self.hosts)
 
     # ------------------------------------------------------------------ watch
 
@@ -275,8 +289,12 @@ class ComputeService:
         compute_metrics.event_handled(event)
         parsed = self.keys.parse_spec(event.key.decode())
         if parsed is None or parsed[0] not in self.hosts:
+            self.capacity.seen(event.mod_revision)
             return
-        if isinstance(event, pyetcd.events.DeleteEvent):
+        deleted = isinstance(event, pyetcd.events.DeleteEvent)
+        self.capacity.spec(parsed[0], parsed[1], None if deleted else event.value,
+                           event.mod_revision)
+        if deleted:
             # We delete host keys ourselves when an instance is gone; one handed to another
             # host after a cold move leaves its stopped copy here to remove.
             self.machine.moves.on_spec_gone(parsed[0], parsed[1])
@@ -300,12 +318,15 @@ class ComputeService:
         self.remove_odd_keys()
         entries, revision = self.store.get_prefix(self.watch_prefix)
         wanted: set[str] = set()
+        specs: dict[str, dict[str, bytes]] = {}
         for entry in entries:
             parsed = self.keys.parse_spec(entry.key)
             if parsed is None or parsed[0] not in self.hosts:
                 continue
             wanted.add(parsed[1])
+            specs.setdefault(parsed[0], {})[parsed[1]] = entry.value
             self.machine.on_spec(parsed[0], parsed[1], entry.value, entry.mod_revision)
+        self.capacity.reset(specs, revision)
         self.next_revision = max(self.next_revision, revision + 1)
         try:
             held = self.pool.run(worker.list_instances)

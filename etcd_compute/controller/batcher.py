@@ -2,9 +2,11 @@
 
 `Batcher.run(pending)`, for every request read from /queue/requests/:
 
-1. candidates: one `GET /allocation_candidates` per distinct request shape
-   (its query), sized for the batch (`candidate_limit` + the shape's instances, rounded),
-   kept and reused for `service_candidates_max_age` seconds (`candidates.py`);
+1. hosts, per distinct request shape (its query), sized for the batch (`candidate_limit`
+   + the shape's instances, rounded): a plain `resources=` shape on the hosts' own
+   accounts of their capacity (the host cache's, from the watch: no Placement call),
+   any other on one `GET /allocation_candidates`, kept and reused for
+   `service_candidates_max_age` seconds (`offers.py`);
 2. plan: in arrival order, each request on its shape's Planner; all shapes share
    one ProviderUsage and see each other's picks (virtual depletion across the
    batch); hosts' heartbeats, stats and instance counts come from the HostCache;
@@ -12,8 +14,9 @@
 4. write: instances, answers and request deletions in as few etcd transactions as
    --max-txn-ops and --max-request-bytes allow, each fenced by our leadership.
 
-A 409 from Placement (someone else took the capacity) splits the batch in two
-halves, each planned again from fresh candidates; a transaction whose compares
+A 409 from Placement (someone else took the capacity, an account was behind) splits
+the batch in two halves, each planned again from fresh candidates; a transaction whose
+compares
 fail is split too, with its claims kept, until the request at fault is alone.
 Innocent requests are never failed for another's conflict. A request that
 does not fit in the batch's candidates is planned alone as the direct path
@@ -36,6 +39,7 @@ from typing import Any
 
 from etcd_compute import claims
 from etcd_compute.controller.hostcache import HostCache
+from etcd_compute.controller.offers import Offers
 from etcd_compute.errors import (
     ConflictError,
     EtcdComputeError,
@@ -46,9 +50,8 @@ from etcd_compute.etcd import Compare, Delete, KeyValueStore, Txn
 from etcd_compute.instances import records
 from etcd_compute.placement import PlacementClient
 from etcd_compute.scheduler import images, spec_writer
-from etcd_compute.scheduler.candidates import CandidateCache
 from etcd_compute.scheduler.context import PlanContext
-from etcd_compute.scheduler.hoststate import ProviderUsage, host_states
+from etcd_compute.scheduler.hoststate import ProviderUsage
 from etcd_compute.scheduler.planner import NoRoom, Pick, Planner
 from etcd_compute.scheduler.queue import Pending, answer_of, answer_ops, expired, expired_error
 from etcd_compute.scheduler.scheduler import Scheduler
@@ -101,7 +104,7 @@ class Batcher:
         self.cache = cache
         self.fence, self.is_leader, self.answer_lease = fence, is_leader, answer_lease
         self.rng = rng or random.Random()
-        self.candidates = CandidateCache(placement, self.settings["service_candidates_max_age"])
+        self.offers = Offers(placement, self.settings, cache, scheduler.shards_for, self.rng)
         # Requests tried and left for the next pass: how often, and not before when.
         self.attempts: Counter[str] = Counter()
         self.not_before: dict[str, float] = {}
@@ -123,6 +126,7 @@ class Batcher:
         """Answer what can be answered now; leave the rest in the queue for the next pass.
         How many requests were due (the others wait for their retry time)."""
         now = time.monotonic()
+        self.offers.begin_pass()
         due = [r for r in pending if self.not_before.get(r.uuid, 0.0) <= now]
         for request in due:
             if not request.uuid:  # not a request uuid: nobody to answer
@@ -159,15 +163,15 @@ class Batcher:
     # --- plan, claim, write -----------------------------------------------------------------
 
     def _schedule(self, requests: list[Pending], batch: int) -> None:
-        reused = self.candidates.reused
+        reused = self.offers.reused
         started = time.monotonic()
         planned, alone = self._plan(requests)
         self.seconds["plan"] += time.monotonic() - started
         if planned:
             self._claim_and_write(planned, batch)
-        if alone and self.candidates.reused > reused:
-            # A kept answer ran out of room: plan those again on fresh candidates first.
-            self.candidates.forget()
+        if alone and self.offers.reused > reused:
+            # A kept view (an answer, the accounts) ran out of room: fresh candidates first.
+            self.offers.refused()
             planned, alone = self._plan(alone)
             if planned:
                 self._claim_and_write(planned, batch)
@@ -185,7 +189,7 @@ class Batcher:
                 claims.claim(self.placement, allocations, self.settings, owners)
         except ConflictError as exc:
             self.stats["claim_conflicts"] += 1
-            self.candidates.forget()
+            self.offers.refused()
             if len(planned) > 1:
                 half = len(planned) // 2
                 LOG.info("claim of %d requests lost a race (%s); splitting", len(planned),
@@ -201,7 +205,7 @@ class Batcher:
                 else:
                     self._retry_later(request, f"lost the race for capacity ({exc})")
             return
-        self.candidates.claimed(list(allocations.values()))
+        self.offers.claimed(list(allocations.values()))
         # Stamped again: a spec's requested_at is the write's time, not the claim's (where a
         # host's notification latency starts).
         self._write([dataclasses.replace(p, txn=self._transaction(p.request, p.destinations,
@@ -226,7 +230,10 @@ class Batcher:
             if not chunk:
                 continue
             answers = [(p.request, answer_of(p.destinations, batch)) for p in chunk]
-            if self._commit(answers, extra=[p.txn for p in chunk]):
+            written = self._commit(answers, extra=[p.txn for p in chunk])
+            if written:
+                self.offers.written(written, ((d.host, d.allocations)
+                                              for p in chunk for d in p.destinations))
                 self.stats["answered"] += len(chunk)
                 for p in chunk:
                     self._forget(p.request.uuid)
@@ -277,15 +284,12 @@ class Batcher:
             assert first is not None
             instances = sum(m.spec.count for m in members if m.spec)
             limit = batch_limit(self.settings["candidate_limit"], instances)
-            aggregates = self.scheduler.shards_for(first.request, instances,
-                                                   lambda: len(cluster.alive))
             with self._timed("candidates"):
-                answer = self.candidates.get(first.request, limit, aggregates)
+                hosts = self.offers.hosts(first.request, instances, limit, cluster, usage)
             planners[shape] = Planner(
-                host_states(answer.candidates, cluster, usage, answer.asked_at),
-                self.scheduler.filters, self.scheduler.weighers,
+                hosts, self.scheduler.filters, self.scheduler.weighers,
                 self.settings["host_subset_size"], self.settings["max_attempts"], self.rng)
-        usage.take(self.candidates.claims)
+        usage.take(self.offers.candidates.claims)
         groups: dict[str, GroupState] = {}
         planned = []
         for request in requests:
@@ -382,8 +386,9 @@ class Batcher:
         return chunks
 
     def _commit(self, answers: list[tuple[Pending, dict[str, Any]]],
-                extra: Sequence[Txn] = (), removals: Sequence[Pending] = ()) -> bool:
-        """One fenced transaction; False if a compare failed while we still lead."""
+                extra: Sequence[Txn] = (), removals: Sequence[Pending] = ()) -> int | None:
+        """One fenced transaction: its revision, or None if a compare failed while we still
+        lead."""
         if not self.is_leader():
             raise LostLeadership("no longer the leader")
         txn = Txn([self.fence()], [])
@@ -399,10 +404,10 @@ class Batcher:
         with self._timed("write"):
             written = self.store.commit(txn)
         if written is not None:
-            return True
+            return written
         if self.store.commit(Txn([self.fence()], [])) is None:
             raise LostLeadership("the leader key is no longer ours")
-        return False
+        return None
 
     def _answer(self, request: Pending, error: EtcdComputeError) -> None:
         self.stats["refused"] += 1

@@ -75,8 +75,9 @@ class QueueService:
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
         # Serving now (the queue open); the first pass of a serving spell frees stale claims;
-        # how many the last pass answered (0: wait for a request event).
+        # how many the last pass answered (0: wait for a request event); when it ended.
         self._serving, self._first, self._answered = False, True, 1
+        self._last_pass_end = clock.now()
 
     def wake(self) -> None:
         """A request event arrived (the watch thread calls this)."""
@@ -209,25 +210,38 @@ class QueueService:
         """One pass over everything pending: how many requests were due (0: none; the next
         pass waits for a request event). After a pass the next starts at once (more may
         have come meanwhile), or when those just answered asked again (`_gather`)."""
+        started = self.clock.now()
         entries, _ = self.store.get_prefix(self.keys.queue_requests())
         if not entries:
             return 0
-        started = self.clock.now()
         pending = read_pending(self.keys, entries, self.batcher.settings)
+        read = self.clock.now() - started
         if first:
             # A leader that died mid-batch may have claimed without writing (a request uuid
             # used twice is found out when its claim is refused).
             self.batcher.free_stale_claims(pending)
+        offers = self.batcher.offers
         before, spent = self.batcher.stats.copy(), self.batcher.seconds.copy()
+        shapes = offers.on_accounts, offers.on_candidates
         due = self.batcher.run(pending)
         if not due:
             return 0
         done = self.batcher.stats - before
         spent = self.batcher.seconds - spent
+        took = self.clock.now() - started
+        # Where the pass's time went: the queue read, the hosts (the accounts, or Placement's
+        # candidates: asked, or a kept answer), planning, the claim, the etcd writes, the
+        # rest (answers refused, retries); and how long the service waited before it.
+        hosts, plan = spent["candidates"], spent["plan"] - spent["candidates"]
+        rest = took - read - spent["plan"] - spent["claim"] - spent["write"]
         LOG.info("pass of %d request(s): %d answered, %d refused, %d to retry, %d claim "
-                 "conflict(s), %.0f ms (candidates %.0f, plan %.0f, claim %.0f, write %.0f)",
-                 due, done["answered"], done["refused"], done["retried"],
-                 done["claim_conflicts"], 1000 * (self.clock.now() - started),
-                 *(1000 * spent[phase] for phase in ("candidates", "plan", "claim", "write")))
+                 "conflict(s), %.0f ms (read %.0f, hosts %.0f [%d on accounts, %d on "
+                 "candidates], plan %.0f, claim %.0f, write %.0f, other %.0f) after %.0f ms "
+                 "waiting", due, done["answered"], done["refused"], done["retried"],
+                 done["claim_conflicts"], 1000 * took, 1000 * read, 1000 * hosts,
+                 offers.on_accounts - shapes[0], offers.on_candidates - shapes[1],
+                 1000 * plan, 1000 * spent["claim"], 1000 * spent["write"],
+                 1000 * max(0.0, rest), 1000 * (started - self._last_pass_end))
+        self._last_pass_end = self.clock.now()
         controller_metrics.queue_pass(due, done)
         return due

@@ -148,9 +148,9 @@ class Cluster:
         request at 1000 hosts (bench/REPORT.md)."""
         cache = {} if cache is None else cache
         alive_entries, stats_entries = (result.entries for result in results)
-        alive = {rp: message.get("name", rp) for rp, message in _decode_some(
+        alive = {rp: message.get("name", rp) for rp, message in decode_some(
             decode_heartbeat, keys.alive_prefix(), alive_entries, only, cache).items()}
-        stats = _decode_some(decode_stats, keys.stats_prefix(), stats_entries, only, cache)
+        stats = decode_some(decode_stats, keys.stats_prefix(), stats_entries, only, cache)
         return cls(alive, {rp: s.get("build_failures", []) for rp, s in stats.items()},
                    instances)
 
@@ -205,7 +205,7 @@ def instance_counts(store: KeyValueStore, hosts: Iterable[str], max_ops: int) ->
     return counts
 
 
-def _decode_some(decode: Callable[[bytes], dict[str, Any] | None], prefix: str,
+def decode_some(decode: Callable[[bytes], dict[str, Any] | None], prefix: str,
                  entries: list[Entry], only: set[str] | None,
                  cache: dict[str, dict[tuple[str, int], dict[str, Any]]]
                  ) -> dict[str, dict[str, Any]]:

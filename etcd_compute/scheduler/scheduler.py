@@ -6,6 +6,9 @@ depletion -> claim every instance in one atomic Placement call -> specs,
 SCHEDULED records and group members in one etcd transaction (claims undone
 if that fails). Claim conflicts (another scheduler won the race) re-plan
 with a jittered, bounded retry.
+
+A plain `resources=` query is planned on the hosts' own accounts first (`hostview.py`:
+one etcd read, no candidates query; the claim is Placement's check).
 """
 
 from __future__ import annotations
@@ -13,7 +16,6 @@ from __future__ import annotations
 import logging
 import random
 import time
-import uuid as uuidlib
 from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -32,9 +34,9 @@ from etcd_compute.errors import (
 )
 from etcd_compute.etcd import Store, Txn
 from etcd_compute.hosts import count_alive, put_stats
-from etcd_compute.instances import records, scheduling
+from etcd_compute.instances import records
 from etcd_compute.placement import PlacementClient
-from etcd_compute.scheduler import explain, images, spec_writer
+from etcd_compute.scheduler import explain, hostview, images, spec_writer
 from etcd_compute.scheduler.context import PlanContext
 from etcd_compute.scheduler.filters import AliveFilter, enabled_filters
 from etcd_compute.scheduler.hoststate import (
@@ -73,17 +75,6 @@ class Candidates:
     limited: bool
 
 
-def check_txn_ops(request_spec: RequestSpec, settings: dict[str, Any]) -> None:
-    """UsageError, before anything is asked, when one transaction could not write the request."""
-    needed = scheduling.operations(request_spec.count, request_spec.group is not None,
-                                   request_spec.server is not None)
-    if needed > settings["etcd_max_txn_ops"]:
-        raise UsageError(
-            f"--count {request_spec.count} needs {needed} etcd operations in one "
-            f"transaction; etcd allows {settings['etcd_max_txn_ops']} "
-            "(raise etcd's --max-txn-ops and scheduler.etcd_max_txn_ops together)")
-
-
 class Scheduler:
     """Schedules through one Placement client and one etcd Store (reused across calls)."""
 
@@ -109,6 +100,11 @@ class Scheduler:
         self._alive_seen: tuple[float, int] | None = None
         # Hosts without a heartbeat are filtered out: their instance counts do not matter.
         self._alive_filtered = any(isinstance(f, AliveFilter) for f in self.filters)
+        # On the hosts' accounts (hostview.py): our claims they do not show yet; requests
+        # placed, and sent on to Placement's candidates (no room, refused, an account lacking).
+        self.own_claims = hostview.OwnClaims()
+        self.planned_on_view = self.view_passed_on = 0
+        self._view_lacking_until = 0.0
 
     @property
     def _background(self) -> ThreadPoolExecutor:
@@ -137,7 +133,7 @@ class Scheduler:
         Raises NoValidHost (with reasons) when they do not all fit, ConflictError
         when every retry lost a race, ServiceUnavailable, UsageError.
         """
-        check_txn_ops(request_spec, self.settings)
+        spec_writer.check_txn_ops(request_spec, self.settings)
         retrying = tenacity.Retrying(
             retry=tenacity.retry_if_exception_type(RetryablePlan),
             stop=tenacity.stop_after_attempt(self.settings["claim_retries"] + 1),
@@ -247,13 +243,7 @@ class Scheduler:
                                          candidate_providers(candidates), self._decoded)
             hosts = [host for host in host_states(candidates, cluster)
                      if host.uuid not in exclude]
-        context = PlanContext(
-            policy=request_spec.group[1] if request_spec.group else None,
-            group_hosts=group_hosts,
-            max_instances_per_host=self.settings["max_instances_per_host"],
-            group_max=request_spec.group_max or 1,
-            image_properties=images.properties(request_spec.glance_image),
-        )
+        context = self._context(request_spec, group_hosts)
         return Candidates(hosts, context, group_revision, offered,
                           offered >= min(limit, request_spec.request.limit or limit))
 
@@ -287,6 +277,9 @@ class Scheduler:
         return picks[0]
 
     def _attempt(self, request_spec: RequestSpec) -> list[Destination]:
+        placed = self._attempt_on_view(request_spec)
+        if placed is not None:
+            return placed
         picks, group_revision = self.plan(request_spec)
         destinations = self.destinations(request_spec, picks)
         self.transaction(request_spec, destinations, group_revision)  # refused before a claim
@@ -296,13 +289,68 @@ class Scheduler:
             self.replans += 1
             LOG.info("claim lost a race (%s); planning again", exc.code or exc)
             raise RetryablePlan(str(exc)) from None
+        self._write_claimed(request_spec, destinations, group_revision)
+        return destinations
+
+    def _write_claimed(self, request_spec: RequestSpec, destinations: list[Destination],
+                       group_revision: int | None) -> int:
+        """Write what was claimed (the revision); its group changed meanwhile: plan again."""
         # Built again so that the specs' requested_at is the write's time, not the claim's.
         txn = self.transaction(request_spec, destinations, group_revision, checked=False)
-        if self.write(txn, destinations) is None:
+        written = self.write(txn, destinations)
+        if written is None:
             self.replans += 1
             raise RetryablePlan(f"group {request_spec.group[0] if request_spec.group else ''} "
                                 "changed while we planned")
-        return destinations
+        return written
+
+    def _attempt_on_view(self, request_spec: RequestSpec) -> list[Destination] | None:
+        """The request placed on the hosts' accounts, or None (a query beyond resources, a
+        host without one, no room, every host refused): Placement's candidates decide."""
+        resources = hostview.plain_resources(request_spec.request)
+        if resources is None or not self.settings["host_view"] or \
+                time.monotonic() < self._view_lacking_until:
+            return None
+        group = self._background.submit(self._group_state, request_spec) \
+            if request_spec.group else None
+        view = hostview.HostView.read(self.store, self._decoded)
+        group_hosts, group_revision = group.result() if group else (Counter(), None)
+        if not view.usable:  # hosts without an account (older computes): not for a while
+            self._view_lacking_until = time.monotonic() + hostview.LACKING_RECHECK_SECONDS
+            self.view_passed_on += 1
+            return None
+        limit = min(self.settings["candidate_limit"],
+                    request_spec.request.limit or self.settings["candidate_limit"])
+        hosts = view.host_states(resources, limit, self.rng,
+                                 self.own_claims.unseen(view.as_of()))
+        try:
+            picks = plan(hosts, request_spec.count, self.filters, self.weighers,
+                         self._context(request_spec, group_hosts),
+                         self.settings["host_subset_size"], self.settings["max_attempts"],
+                         self.rng)
+        except NoRoom:
+            self.view_passed_on += 1
+            return None
+        destinations = self.destinations(request_spec, picks)
+        self.transaction(request_spec, destinations, group_revision)  # refused before a claim
+        claimed = hostview.claim_somewhere(
+            lambda tried: self.claim(tried, request_spec), destinations, picks)
+        if claimed is None:
+            self.view_passed_on += 1
+            return None
+        written = self._write_claimed(request_spec, claimed, group_revision)
+        self.own_claims.add(written, ((d.host, d.allocations) for d in claimed))
+        self.planned_on_view += 1
+        return claimed
+
+    def _context(self, request_spec: RequestSpec, group_hosts: Counter[str]) -> PlanContext:
+        return PlanContext(
+            policy=request_spec.group[1] if request_spec.group else None,
+            group_hosts=group_hosts,
+            max_instances_per_host=self.settings["max_instances_per_host"],
+            group_max=request_spec.group_max or 1,
+            image_properties=images.properties(request_spec.glance_image),
+        )
 
     # The steps of one attempt, also used one zone at a time by a request across zones
     # (etcd_compute/zones/federation.py).
@@ -311,20 +359,7 @@ class Scheduler:
                      first: int = 0) -> list[Destination]:
         """A new instance (uuid, name) per pick; `first`: the index of the first one in the
         whole request (names NAME-<index+1>)."""
-        destinations = []
-        for index, pick in enumerate(picks, start=first):
-            instance = (request_spec.uuids[index] if request_spec.uuids
-                        else str(uuidlib.uuid4()))
-            destinations.append(Destination(
-                uuid=instance,
-                name=request_spec.instance_name(index, instance),
-                host=pick.host.uuid,
-                host_name=pick.host.name,
-                allocations=pick.allocations,
-                alternates=[{"host": host.uuid, "allocations": allocations}
-                            for host, allocations in pick.alternates],
-            ))
-        return destinations
+        return spec_writer.destinations(request_spec, picks, first)
 
     def transaction(self, request_spec: RequestSpec, destinations: list[Destination],
                     group_revision: int | None, checked: bool = True) -> Txn:

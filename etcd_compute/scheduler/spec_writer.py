@@ -10,12 +10,34 @@ frees the claim and plans again.
 from __future__ import annotations
 
 import time
+import uuid as uuidlib
 from typing import Any
 
+from etcd_compute.errors import UsageError
 from etcd_compute.etcd import KeyValueStore, Txn
 from etcd_compute.instances import scheduling
 from etcd_compute.keys import Keys
+from etcd_compute.scheduler.planner import Pick
 from etcd_compute.scheduler.spec import Destination, RequestSpec, server_view
+
+
+def destinations(request_spec: RequestSpec, picks: list[Pick],
+                 first: int = 0) -> list[Destination]:
+    """A new instance (uuid, name) per pick; `first`: the index of the first one in the
+    whole request (names NAME-<index+1>)."""
+    found = []
+    for index, pick in enumerate(picks, start=first):
+        instance = request_spec.uuids[index] if request_spec.uuids else str(uuidlib.uuid4())
+        found.append(Destination(
+            uuid=instance,
+            name=request_spec.instance_name(index, instance),
+            host=pick.host.uuid,
+            host_name=pick.host.name,
+            allocations=pick.allocations,
+            alternates=[{"host": host.uuid, "allocations": allocations}
+                        for host, allocations in pick.alternates],
+        ))
+    return found
 
 
 def instance_spec(destination: Destination, request_spec: RequestSpec,
@@ -71,3 +93,14 @@ def write_specs(store: KeyValueStore, destinations: list[Destination],
     """Write the request: its revision, or None if a compare failed."""
     return store.commit(transaction(store.keys, destinations, request_spec, settings,
                                     group_revision))
+
+
+def check_txn_ops(request_spec: RequestSpec, settings: dict[str, Any]) -> None:
+    """UsageError, before anything is asked, when one transaction could not write the request."""
+    needed = scheduling.operations(request_spec.count, request_spec.group is not None,
+                                   request_spec.server is not None)
+    if needed > settings["etcd_max_txn_ops"]:
+        raise UsageError(
+            f"--count {request_spec.count} needs {needed} etcd operations in one "
+            f"transaction; etcd allows {settings['etcd_max_txn_ops']} "
+            "(raise etcd's --max-txn-ops and scheduler.etcd_max_txn_ops together)")

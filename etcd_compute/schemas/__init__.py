@@ -15,7 +15,7 @@ import hashlib
 import importlib
 import json
 from collections.abc import Callable
-from importlib import resources
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import fastjsonschema
@@ -27,17 +27,24 @@ if TYPE_CHECKING:
     import jsonschema.protocols
 
 
+HERE = Path(__file__).parent
+
+
 @functools.cache
+def _file(file_name: str) -> Any:
+    """One schema file's contents (only those a command validates with and their refs are
+    read: a short-lived command reads two or three of them, not every one)."""
+    return json.loads((HERE / file_name).read_text())
+
+
 def _files() -> dict[str, Any]:
     """Every schema file's contents by file name (refs are resolved by `_inline_refs`)."""
-    return {entry.name: json.loads(entry.read_text())
-            for entry in resources.files(__package__).iterdir()
-            if entry.name.endswith(".json")}
+    return {path.name: _file(path.name) for path in sorted(HERE.glob("*.json"))}
 
 
 def load_schema(name: str) -> dict[str, Any]:
     """The schema in `<name>.json`."""
-    return _files()[f"{name}.json"]
+    return _file(f"{name}.json")
 
 
 def _inline_refs(node: Any, base: str) -> Any:
@@ -55,7 +62,7 @@ def _inline_refs(node: Any, base: str) -> Any:
         ref = node["$ref"]
         target_file, _, pointer = ref.partition("#")
         target_file = target_file or base
-        target: Any = _files()[target_file]
+        target: Any = _file(target_file)
         for part in filter(None, pointer.split("/")):
             target = target[part]
         return _inline_refs(target, target_file)

@@ -28,7 +28,7 @@ from typing import Any, TypeVar
 from etcd_compute.clock import SYSTEM, Clock
 from etcd_compute.errors import ConflictError, EtcdComputeError, NoValidHost
 from etcd_compute.scheduler import Destination, RequestSpec
-from etcd_compute.scheduler.scheduler import check_txn_ops
+from etcd_compute.scheduler.spec_writer import check_txn_ops
 from etcd_compute.zones import journal, merge, undo
 from etcd_compute.zones.estimate import Estimate, estimate, reasons
 from etcd_compute.zones.tree import ZONE_FAULTS, Zone, ZoneTree

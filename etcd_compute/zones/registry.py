@@ -24,7 +24,6 @@ from etcd_compute import messages
 from etcd_compute.config import ETCD_DEFAULTS, PLACEMENT_DEFAULTS, deep_merge
 from etcd_compute.errors import ConfigError, EtcdComputeError, InvalidMessage, UsageError
 from etcd_compute.etcd import Delete, KeyValueStore, Txn, absent, put_message
-from etcd_compute.pki import certificate_problems
 
 # A zone's name: short enough that no instance uuid (36 characters) is one.
 NAME = re.compile(r"\A[a-z][a-z0-9-]{0,31}\Z")
@@ -74,6 +73,8 @@ def record(name: str, etcd_endpoints: list[str], etcd_prefix: str, placement_end
         raise UsageError(f"zone add {name}: {str(exc).removeprefix('zone: ')}") from None
     check_credentials(entry)
     if cert and ca_cert:
+        from etcd_compute.pki import certificate_problems  # (cryptography: when needed)
+
         problems = certificate_problems(Path(files["cert"]), Path(files["key"]),
                                         Path(files["ca_cert"]))
         if problems:

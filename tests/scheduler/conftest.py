@@ -1,14 +1,21 @@
-"""Scheduler test helpers: simulated hosts (providers + heartbeat keys), schedule.py runs."""
+"""Scheduler test helpers: simulated hosts (providers + heartbeat keys), schedule.py runs, a
+multi-worker Placement on PostgreSQL."""
 
 from __future__ import annotations
 
 import time
 import uuid as uuidlib
+from collections.abc import Iterator
 from typing import Any
 
+import pytest
+
 from etcd_compute import messages
+from etcd_compute.errors import ServiceUnavailable
 from etcd_compute.etcd import Store
 from etcd_compute.placement import PlacementClient
+from tests.conftest import unavailable
+from tools.local_services import PlacementServer, PostgresServer
 
 SMALL = {"VCPU": 4, "MEMORY_MB": 2048, "DISK_GB": 20}
 
@@ -33,3 +40,22 @@ def add_host(placement: PlacementClient, store: Store | None, name: str,
         store.put(messages.ALIVE, store.keys.alive(uuid),
                   {"host": uuid, "name": name, "since": time.time()})
     return uuid
+
+
+@pytest.fixture(scope="module")
+def pg_placement(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PlacementServer]:
+    run_dir = tmp_path_factory.mktemp("pg-placement")
+    postgres = PostgresServer.create(run_dir)
+    server: PlacementServer | None = None
+    try:  # both stopped even when a start fails or is cut short (a timeout, Ctrl-C)
+        try:
+            postgres.start()
+            server = PlacementServer.create(run_dir, db_url=postgres.url, workers=4)
+            server.start()
+        except ServiceUnavailable as exc:
+            unavailable(str(exc))
+        yield server
+    finally:
+        if server is not None:
+            server.stop()
+        postgres.stop()

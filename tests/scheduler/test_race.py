@@ -13,42 +13,20 @@ import subprocess
 import sys
 import uuid as uuidlib
 from collections import Counter
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from etcd_compute import config as configuration
-from etcd_compute.errors import ConflictError, NoValidHost, ServiceUnavailable
+from etcd_compute.errors import ConflictError, NoValidHost
 from etcd_compute.placement import PlacementClient
-from tests.conftest import unavailable
 from tests.scheduler.conftest import add_host
 from tests.support import REPO
-from tools.local_services import PlacementServer, PostgresServer
 
 pytestmark = pytest.mark.postgres
 
 RACERS = 12
 QUERY = "resources=VCPU:1,MEMORY_MB:128"
-
-
-@pytest.fixture(scope="module")
-def pg_placement(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PlacementServer]:
-    run_dir = tmp_path_factory.mktemp("pg-placement")
-    postgres = PostgresServer.create(run_dir)
-    server: PlacementServer | None = None
-    try:  # both stopped even when a start fails or is cut short (a timeout, Ctrl-C)
-        try:
-            postgres.start()
-            server = PlacementServer.create(run_dir, db_url=postgres.url, workers=4)
-            server.start()
-        except ServiceUnavailable as exc:
-            unavailable(str(exc))
-        yield server
-    finally:
-        if server is not None:
-            server.stop()
-        postgres.stop()
 
 
 @pytest.fixture

@@ -96,6 +96,40 @@ def test_an_unreadable_disable_still_disables():
     assert hosts.under_maintenance(store, A)  # but the host stays disabled
 
 
+ACCOUNT = {"inventory": {"VCPU": {"total": 4, "reserved": 0, "allocation_ratio": 1.0,
+                                  "min_unit": 1, "max_unit": 4, "step_size": 1}},
+           "used": {"VCPU": 1}, "instances": 1, "traits": [], "as_of": 7}
+
+
+def test_build_failures_written_keep_the_hosts_account_of_its_capacity():
+    store = FakeStore()
+    hosts.put_stats(store, A, {"capacity": ACCOUNT})
+    hosts.record_build_failure(store, A)  # the compute
+    hosts.put_stats(store, A, {"build_failures": [1.0]})  # an operator's update_resource_stats
+    stats, revision = hosts.read_stats(store, A)
+    assert hosts.capacity_of(stats) == ACCOUNT and stats["build_failures"] == [1.0]
+    assert revision == store.get(store.keys.stats(A)).mod_revision
+    assert hosts.read_stats(store, B) == (None, 0) and hosts.capacity_of(None) is None
+
+
+def test_the_account_is_published_only_over_the_stats_it_was_made_from():
+    store = FakeStore()
+    assert store.commit(hosts.stats_put(store, A, {"capacity": ACCOUNT, "updated_at": 1.0},
+                                        0)) is not None
+    _, revision = hosts.read_stats(store, A)
+    assert store.commit(hosts.stats_put(store, A, {"updated_at": 2.0}, 0)) is None
+    hosts.record_build_failure(store, A)
+    assert store.commit(hosts.stats_put(store, A, {"updated_at": 3.0}, revision)) is None
+
+
+def test_what_a_scheduler_reads_to_plan_on_the_accounts_is_one_read():
+    store = FakeStore("/p")
+    ranges = hosts.view_ranges(store.keys)
+    assert [r.key for r in ranges] == [store.keys.alive_prefix(), store.keys.stats_prefix(),
+                                       store.keys.maintenance_prefix()]
+    assert ranges[2].keys_only  # who is disabled; why is not needed to plan
+
+
 def test_a_host_s_libvirt_address_outlives_its_heartbeat_and_its_failures_keep_it():
     store = FakeStore()
     lease = store.lease(10)
@@ -122,3 +156,13 @@ def test_alive_and_disabled_are_read_together():
     hosts.beat(store, store.grant(10), A, "host-a", "fake")
     store.put_raw(store.keys.maintenance(B), "{broken")  # unreadable: still disabled
     assert hosts.alive_and_disabled(store) == ({A}, {B})
+
+
+def test_the_account_the_libvirt_address_and_build_failures_keep_each_other():
+    store = FakeStore()
+    hosts.put_stats(store, A, {"capacity": ACCOUNT})
+    hosts.publish_libvirt_address(store, A, "10.0.0.5")
+    hosts.record_build_failure(store, A)
+    stats, _ = hosts.read_stats(store, A)
+    assert hosts.capacity_of(stats) == ACCOUNT and hosts.libvirt_address(store, A) == "10.0.0.5"
+    assert len(stats["build_failures"]) == 1

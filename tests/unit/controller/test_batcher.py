@@ -330,7 +330,7 @@ def test_a_steady_stream_reuses_the_candidates_minus_what_it_claimed():
     assert service.placement.conflicts == 0  # the kept answer knew the first claim
     # One batch query, then one fresh one for the request that did not fit the kept
     # answer (and the direct path's own query, and its explanation, for the answer).
-    assert len(asked) >= 3 and service.batcher.candidates.reused == 1
+    assert len(asked) >= 3 and service.batcher.offers.candidates.reused == 1
 
 
 def test_a_request_whose_uuid_still_has_an_answer_is_removed_not_looped_on():
@@ -379,3 +379,52 @@ def test_a_request_whose_deadline_passes_while_it_is_claimed_is_not_written(monk
     assert len(placed(service, fresh)) == 1
     uuid = instance_uuids(late, 1)[0]
     assert service.store.get(service.store.keys.location(uuid)) is None
+
+
+# --- on the hosts' accounts --------------------------------------------------------------------
+
+
+def accounted_service(**settings) -> Service:
+    from tests.unit.scheduler.test_scheduler import account
+
+    service = Service(**settings)
+    for rp in service.hosts:
+        account(service.placement, service.store, rp)
+    return service
+
+
+def test_a_plain_batch_on_the_accounts_asks_placement_only_for_the_claim():
+    service = accounted_service()
+    asked = []
+    real = service.placement.allocation_candidates
+    service.placement.allocation_candidates = lambda q: asked.append(q) or real(q)
+    names = [service.ask() for _ in range(5)]
+    assert service.run() == 5
+    assert asked == [] and service.batcher.offers.on_accounts == 1
+    assert [c for c in service.placement.calls if c.startswith("claim")] == ["claim_many 5"]
+    assert all(placed(service, name) for name in names)
+    # The next pass (the accounts not republished: no compute runs) counts what we wrote.
+    more = [service.ask() for _ in range(7)]  # 12 VCPU in all: exactly full
+    service.run()
+    assert all(placed(service, name) for name in more)
+    assert service.placement.conflicts == 0
+    service.check_no_overcommit()
+
+
+def test_a_claim_refused_on_the_accounts_sends_the_pass_to_placements_candidates():
+    service = accounted_service()
+    full = service.hosts[0]
+    for _ in range(4):  # filled behind its account's back
+        service.placement.claim(str(uuidlib.uuid4()), {full: {"resources": {
+            "VCPU": 1, "MEMORY_MB": 256, "DISK_GB": 1}}}, "p", "u")
+    names = [service.ask() for _ in range(8)]
+    service.run()
+    for _ in range(5):
+        if not service.pending():
+            break
+        time.sleep(0.3)
+        service.run()
+    assert all(placed(service, name) for name in names)
+    assert service.placement.conflicts >= 1 and service.batcher.offers.on_candidates >= 1
+    assert all(d["host"] != full for name in names for d in placed(service, name))
+    service.check_no_overcommit()

@@ -3,11 +3,13 @@ etcd holds, whatever the watch replays."""
 
 from __future__ import annotations
 
+import time
 import uuid as uuidlib
 
 from etcd_compute import messages
 from etcd_compute.controller.hostcache import HostCache
-from tests.unit.fakes import FakeStore
+from tests.unit.fakes import FakePlacement, FakeStore
+from tests.unit.scheduler.test_scheduler import account, add_host
 
 A = "00000000-0000-0000-0000-00000000000a"
 B = "00000000-0000-0000-0000-00000000000b"
@@ -65,3 +67,26 @@ def test_what_the_planner_gets_is_a_copy():
     cluster.alive.clear()
     cluster.instances[A] += 5
     assert cache.cluster().alive == {A: "hv-a"} and cache.cluster().instances == {}
+
+
+def test_the_view_has_the_live_hosts_accounts_and_who_is_disabled_kept_by_the_watch():
+    store, placement = FakeStore("/t"), FakePlacement()
+    up, old = (add_host(placement, store, name) for name in ("up", "old"))
+    account(placement, store, up)
+    cache = HostCache(store.keys)
+    cache.load(store)
+    view = cache.view()
+    assert set(view.accounts) == {up} and view.lacking == {old} and not view.usable
+    account(placement, store, old)
+    entry = store.get(store.keys.stats(old))
+    cache.apply(entry.key, entry.value, entry.mod_revision)
+    store.put(messages.HOST_MAINTENANCE, store.keys.maintenance(up),
+              {"since": time.time(), "reason": None, "by": "ann", "draining": False})
+    entry = store.get(store.keys.maintenance(up))
+    cache.apply(entry.key, entry.value, entry.mod_revision)
+    view = cache.view()
+    assert view.usable and view.disabled == {up}
+    cache.apply(entry.key, None, entry.mod_revision + 1)  # enabled again
+    cache.apply(store.keys.stats(old), b"{broken", entry.mod_revision + 2)
+    view = cache.view()
+    assert view.disabled == set() and view.lacking == {old}

@@ -19,6 +19,7 @@ from etcd_compute.errors import (
     UsageError,
 )
 from etcd_compute.etcd import Put, Txn
+from etcd_compute.hosts import put_stats
 from etcd_compute.instances import host as host_txn
 from etcd_compute.instances import records, scheduling
 from etcd_compute.keys import SPECS
@@ -497,7 +498,8 @@ def test_etcd_is_read_only_while_placement_answers_the_candidates_query():
     store, placement = FakeStore("/t"), FakePlacement()
     busy, free = (add_host(placement, store, name) for name in ("busy", "free"))
     store.put_raw(store.keys.spec(busy, str(uuidlib.uuid4())), "{}")
-    scheduler = make_scheduler(store, placement, max_instances_per_host=1)
+    # (The candidates path's round trips; a plan on the hosts' accounts: test_hostview.py.)
+    scheduler = make_scheduler(store, placement, max_instances_per_host=1, host_view=False)
     events = timeline(store, placement, scheduler)
     (destination,) = scheduler.select_destinations(RequestSpec.build(QUERY))
     assert destination.host == free  # the counts read in the background were used
@@ -512,7 +514,7 @@ def test_without_the_alive_filter_hosts_without_a_heartbeat_are_counted_too():
     free = add_host(placement, store, "free")
     store.put_raw(store.keys.spec(dead, str(uuidlib.uuid4())), "{}")
     scheduler = make_scheduler(store, placement, max_instances_per_host=1,
-                               filters=["MaxInstancesPerHostFilter"])
+                               filters=["MaxInstancesPerHostFilter"], host_view=False)
     events = timeline(store, placement, scheduler)
     for _ in range(3):  # (host_subset_size 1: the emptier host, unless counted full)
         (destination,) = scheduler.select_destinations(RequestSpec.build(QUERY))
@@ -526,9 +528,146 @@ def test_without_the_alive_filter_hosts_without_a_heartbeat_are_counted_too():
 
 def test_a_scheduler_counts_live_hosts_for_sharding_once_in_a_while_not_per_request():
     store, placement, _ = sharded_cluster()
-    scheduler = make_scheduler(store, placement, shard_above_hosts=10, candidate_limit=4)
+    scheduler = make_scheduler(store, placement, shard_above_hosts=10, candidate_limit=4,
+                               host_view=False)
     events = timeline(store, placement, scheduler)
     for _ in range(3):
         scheduler.select_destinations(RequestSpec.build(QUERY))
     assert events.count("count alive") == 1
     assert events.count("candidates") == 3
+
+
+# ------------------------------------------------------- planned on the hosts' accounts
+
+
+def account(placement: FakePlacement, store: FakeStore, rp: str,
+            used: dict[str, int] | None = None) -> None:
+    """What the host's compute publishes (compute/capacity.py): its inventory and what it
+    holds (`used`: its own view, which may lag Placement)."""
+    inventory = {rc: {"min_unit": 1, "max_unit": inv["total"], "step_size": 1, **inv}
+                 for rc, inv in placement.get_inventories(rp).items()}
+    put_stats(store, rp, {"capacity": {"inventory": inventory, "used": used or {},
+                                       "instances": 0, "traits": [], "as_of": 0}})
+
+
+def accounted(placement: FakePlacement, store: FakeStore, count: int,
+              vcpu: int = 4) -> list[str]:
+    rps = [add_host(placement, store, f"host-{i}", vcpu=vcpu) for i in range(count)]
+    for rp in rps:
+        account(placement, store, rp)
+    return rps
+
+
+def test_a_plain_request_is_planned_on_the_accounts_placement_asked_only_for_the_claim():
+    store, placement = FakeStore("/t"), FakePlacement()
+    accounted(placement, store, 3)
+    scheduler = make_scheduler(store, placement)
+    events = timeline(store, placement, scheduler)
+    (destination,) = scheduler.select_destinations(RequestSpec.build(QUERY))
+    assert events == ["read"]  # heartbeats, stats and disables: one round trip
+    assert claims(placement) == [f"claim {destination.uuid}"]
+    assert spec_keys(store) == [store.keys.spec(destination.host, destination.uuid)]
+    assert (scheduler.planned_on_view, scheduler.view_passed_on) == (1, 0)
+
+
+def test_a_request_planned_on_the_accounts_is_claimed_for_its_own_project_and_user():
+    store, placement = FakeStore("/t"), FakePlacement()
+    full, roomy = accounted(placement, store, 2, vcpu=2)
+    account(placement, store, roomy, used={"VCPU": 1})  # `full` first, refused: an alternate
+    for _ in range(2):
+        placement.claim(str(uuidlib.uuid4()), {full: {"resources": ONE}}, "p", "u")
+    scheduler = make_scheduler(store, placement)
+    (destination,) = scheduler.select_destinations(
+        RequestSpec.build(QUERY, project_id="tenant", user_id="someone"))
+    assert destination.host == roomy
+    assert scheduler.planned_on_view == 1 and placement.conflicts == 1
+    consumer = placement.consumers[destination.uuid]
+    assert (consumer["project_id"], consumer["user_id"]) == ("tenant", "someone")
+
+
+def test_an_account_behind_placement_sends_the_claim_to_an_alternate_never_over_capacity():
+    store, placement = FakeStore("/t"), FakePlacement()
+    full, roomy = accounted(placement, store, 2, vcpu=2)
+    account(placement, store, roomy, used={"VCPU": 1})  # looks fuller than `full`
+    for _ in range(2):  # `full` filled behind its account's back
+        placement.claim(str(uuidlib.uuid4()), {full: {"resources": ONE}}, "p", "u")
+    scheduler = make_scheduler(store, placement)
+    (destination,) = scheduler.select_destinations(RequestSpec.build(QUERY))
+    assert destination.host == roomy and destination.host_name == "host-1"
+    assert destination.alternates == []
+    assert placement.conflicts == 1 and scheduler.planned_on_view == 1
+    assert placement.get_usages(full)["VCPU"] == 2  # its capacity, not more
+
+
+def test_refused_everywhere_on_the_accounts_the_request_goes_to_placements_candidates():
+    store, placement = FakeStore("/t"), FakePlacement()
+    a, b, c = accounted(placement, store, 3, vcpu=1)
+    account(placement, store, c, used=ONE)  # c looks full and is not
+    for rp in (a, b):
+        placement.claim(str(uuidlib.uuid4()), {rp: {"resources": ONE}}, "p", "u")
+    scheduler = make_scheduler(store, placement)
+    events = timeline(store, placement, scheduler)
+    (destination,) = scheduler.select_destinations(RequestSpec.build(QUERY))
+    assert destination.host == c
+    assert placement.conflicts == 2 and events.count("candidates") == 1
+    assert (scheduler.planned_on_view, scheduler.view_passed_on) == (0, 1)
+
+
+def test_no_room_in_the_accounts_asks_placement_which_explains():
+    store, placement = FakeStore("/t"), FakePlacement()
+    (rp,) = accounted(placement, store, 1, vcpu=1)
+    placement.claim(str(uuidlib.uuid4()), {rp: {"resources": ONE}}, "p", "u")
+    account(placement, store, rp, used=ONE)
+    scheduler = make_scheduler(store, placement)
+    with pytest.raises(NoValidHost) as caught:
+        scheduler.select_destinations(RequestSpec.build(QUERY))
+    assert any("VCPU" in reason for reason in caught.value.reasons)
+    assert scheduler.view_passed_on == 1 and placement.conflicts == 0
+
+
+def test_a_live_host_without_an_account_sends_requests_to_placement_for_a_while():
+    store, placement = FakeStore("/t"), FakePlacement()
+    accounted(placement, store, 2)
+    add_host(placement, store, "older-compute")
+    scheduler = make_scheduler(store, placement)
+    events = timeline(store, placement, scheduler)
+    for _ in range(2):
+        scheduler.select_destinations(RequestSpec.build(QUERY))
+    assert events.count("candidates") == 2
+    assert events[0] == "read" and events.count("read") == 1 + 2 * 2  # the view read once
+    assert (scheduler.planned_on_view, scheduler.view_passed_on) == (0, 1)
+
+
+def test_a_query_with_traits_never_reads_the_accounts():
+    store, placement = FakeStore("/t"), FakePlacement()
+    for rp in accounted(placement, store, 2):
+        placement.set_traits(rp, {"CUSTOM_SSD"})
+    scheduler = make_scheduler(store, placement, host_view=True)
+    events = timeline(store, placement, scheduler)
+    scheduler.select_destinations(RequestSpec.build(QUERY + "&required=CUSTOM_SSD"))
+    assert "candidates" in events and scheduler.view_passed_on == 0
+    assert scheduler.planned_on_view == 0
+
+
+def test_a_stream_of_requests_sees_its_own_claims_the_accounts_do_not_show_yet():
+    store, placement = FakeStore("/t"), FakePlacement()
+    rps = accounted(placement, store, 3, vcpu=1)  # never republished: no compute runs
+    scheduler = make_scheduler(store, placement)
+    placed = [scheduler.select_destinations(RequestSpec.build(QUERY))[0].host
+              for _ in range(3)]
+    assert sorted(placed) == sorted(rps)
+    assert placement.conflicts == 0 and scheduler.planned_on_view == 3
+
+
+def test_anti_affinity_is_honoured_on_the_accounts_too():
+    store, placement = FakeStore("/t"), FakePlacement()
+    accounted(placement, store, 3)
+    scheduler = make_scheduler(store, placement)
+    spec = RequestSpec.build(QUERY, count=2, group=("web", "anti-affinity"))
+    first = {d.host for d in scheduler.select_destinations(spec)}
+    (third,) = scheduler.select_destinations(
+        RequestSpec.build(QUERY, group=("web", "anti-affinity")))
+    assert len(first) == 2 and third.host not in first
+    assert scheduler.planned_on_view == 2
+    with pytest.raises(NoValidHost):
+        scheduler.select_destinations(RequestSpec.build(QUERY, group=("web", "anti-affinity")))
