@@ -4,7 +4,7 @@ PY := .venv/bin/python
 PYTEST_ARGS ?=
 # pytest-xdist workers for the functional tests (they mostly wait on services; measured on
 # a 2-core machine, see README "Tests and benchmarks"). TEST_WORKERS=0: one process.
-TEST_WORKERS ?= 6
+TEST_WORKERS ?= 4
 
 .PHONY: help install install-tempest demo up down status test unit mutations lint tempest \
 	bench bench-full bench-deps clean
