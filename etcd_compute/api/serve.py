@@ -45,6 +45,9 @@ def gunicorn_options(config: dict[str, Any]) -> dict[str, Any]:
         # A create may wait for the scheduler service as long as `schedule.py --wait`.
         "timeout": int(config["scheduler"]["wait_timeout_seconds"]) + 30,
         "graceful_timeout": 30, "control_socket_disable": True,
+        # gthread's 2 s keep-alive equals openstacksdk's wait_for_server poll: a poll sent
+        # on a connection as the server closed it failed (RemoteDisconnected, under load).
+        "keepalive": 75,
         "accesslog": "-", "errorlog": "-", "loglevel": config["logging"]["level"].lower(),
         "proc_name": "etcd-compute-api",
     }
