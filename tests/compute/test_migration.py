@@ -64,21 +64,28 @@ def only_copy_on(hosts, name: str, uuid: str, placement, store) -> None:
     assert overlaps([hosts["a"], hosts["b"]]) == []
 
 
+def revision(store) -> int:
+    return store.get_prefix(store.keys.hosts(), keys_only=True)[1]
+
+
+def moved_as_documented(store, source: str, destination: str, uuid: str, start: int) -> None:
+    """README's table, row migrate: MIGRATING, MIGRATED on the source; as it started (here
+    ACTIVE) on the destination, which waits INCOMING (tests/compute/test_daemon.py's walk
+    through the table has one host: the move's row is followed here)."""
+    assert record_history(store, source, uuid, start + 1) == ["MIGRATING", "MIGRATED"]
+    arrived = record_history(store, destination, uuid, start + 1)
+    assert arrived[-1] == "ACTIVE" and set(arrived[:-1]) == {"INCOMING"}, arrived
+
+
 def test_a_live_move_and_a_cold_one_back_leave_one_copy_where_its_claim_is(
         two_hosts, store, placement, run_schedule):
     hosts = two_hosts
     spec = active_on(store, placement, hosts["a"])
     uuid = spec["uuid"]
-    start = store.get_prefix(store.keys.hosts(), keys_only=True)[1]
+    start = revision(store)
     moved = run_schedule("migrate", uuid, "--live", "--wait", timeout=90)
     assert moved.code == 0, moved.stderr
-    # README's table, row migrate: MIGRATING, MIGRATED on the source; as it started (here
-    # ACTIVE) on the destination, which waits INCOMING (tests/compute/test_daemon.py's
-    # walk through the table has one host: the move's row is followed here).
-    assert record_history(store, rp_of(hosts["a"]), uuid, start + 1) == ["MIGRATING",
-                                                                         "MIGRATED"]
-    arrived = record_history(store, rp_of(hosts["b"]), uuid, start + 1)
-    assert arrived[-1] == "ACTIVE" and set(arrived[:-1]) == {"INCOMING"}, arrived
+    moved_as_documented(store, rp_of(hosts["a"]), rp_of(hosts["b"]), uuid, start)
     assert f"LIVE MIGRATION REQUESTED FOR INSTANCE {uuid} TO host-b" in moved.stdout
     assert "MOVED TO host-b" in moved.stdout
     assert records.find(store, uuid)[1].state == "ACTIVE"
@@ -87,13 +94,10 @@ def test_a_live_move_and_a_cold_one_back_leave_one_copy_where_its_claim_is(
             if e["action"] == "migrate"][-1]
     assert last["result"] == "success" and last["by"]
 
-    start = store.get_prefix(store.keys.hosts(), keys_only=True)[1]
+    start = revision(store)
     back = run_schedule("migrate", uuid, "--wait", "--json", timeout=90)
     assert back.code == 0, back.stderr
-    assert record_history(store, rp_of(hosts["b"]), uuid, start + 1) == ["MIGRATING",
-                                                                         "MIGRATED"]
-    arrived = record_history(store, rp_of(hosts["a"]), uuid, start + 1)
-    assert arrived[-1] == "ACTIVE" and set(arrived[:-1]) == {"INCOMING"}, arrived
+    moved_as_documented(store, rp_of(hosts["b"]), rp_of(hosts["a"]), uuid, start)
     answer = json.loads(back.stdout)
     assert answer["outcome"] == "done" and answer["live"] is False
     only_copy_on(hosts, "a", uuid, placement, store)
