@@ -44,8 +44,12 @@ def record_entry(store: Store, uuid: str) -> Entry | None:
     """The record key of `uuid` on whichever host has it (tests write specs without the
     scheduler's location key, so look on every host)."""
     location = records.locate(store, uuid)
-    if location is not None:
-        return store.get(store.keys.record(location["host"], uuid))
+    while location is not None:
+        entry = store.get(store.keys.record(location["host"], uuid))
+        now = records.locate(store, uuid)
+        if entry is not None or now == location:
+            return entry
+        location = now  # it moved between the two reads: read it where it went
     entries, _ = store.get_prefix(store.keys.hosts(), keys_only=True)
     for entry in entries:
         parsed = store.keys.parse_host_key(entry.key)
