@@ -10,7 +10,7 @@ import uuid as uuidlib
 import pytest
 
 from etcd_compute import messages
-from etcd_compute.errors import NotFound, NoValidHost, UsageError
+from etcd_compute.errors import EtcdUnavailable, NotFound, NoValidHost, UsageError
 from etcd_compute.instances import migrations as move_txn
 from etcd_compute.instances import records, states
 from etcd_compute.ops import migrations
@@ -229,3 +229,18 @@ def test_an_unknown_instance_is_not_found():
     store, placement, _spec, place, _ = world()
     with pytest.raises(NotFound):
         migrations.migrate(store, placement, place, str(uuidlib.uuid4()), live=True)
+
+
+def test_an_ask_whose_etcd_write_fails_gives_the_claims_back(monkeypatch):
+    """etcd unreachable in the ask's transaction, after both hosts were held: the instance
+    holds its source again and no migration consumer is left (nothing will ever free it)."""
+    store, placement, spec, place, _ = world()
+
+    def unreachable(*_args, **_kwargs):
+        raise EtcdUnavailable("etcd: unreachable")
+
+    monkeypatch.setattr(move_txn, "ask", unreachable)
+    with pytest.raises(EtcdUnavailable):
+        migrations.migrate(store, placement, place, spec["uuid"], live=True)
+    assert set(placement.consumers) == {spec["uuid"]}
+    assert placement.get_allocations(spec["uuid"])["allocations"] == spec["allocations"]
