@@ -118,8 +118,11 @@ def migrate(store: KeyValueStore, placement: PlacementClient, place: Place, uuid
         request = action_txn.new_request(by or operator_name(), live=live,
                                          destination=pick.host.uuid, migration=migration_id)
         try:
-            held, _ = claims.hold_source(placement, uuid, migration_id, pick.allocations)
-        except ConflictError:
+            held, _ = claims.hold_source(placement, uuid, migration_id, pick.allocations,
+                                         source)
+        except ConflictError as exc:
+            if exc.code == claims.ELSEWHERE:
+                raise states.ActionRefused(f"instance {uuid}: {exc}; destroy it") from None
             continue  # the destination filled up, or the claim changed: again
         now = time.time()
         migration = {"id": migration_id, "instance": uuid, "source": source,

@@ -244,3 +244,20 @@ def test_an_ask_whose_etcd_write_fails_gives_the_claims_back(monkeypatch):
         migrations.migrate(store, placement, place, spec["uuid"], live=True)
     assert set(placement.consumers) == {spec["uuid"]}
     assert placement.get_allocations(spec["uuid"])["allocations"] == spec["allocations"]
+
+
+def test_a_claim_that_is_not_on_its_host_alone_is_refused_with_nothing_changed():
+    """The move would hold (as the source) whatever the instance holds: a claim elsewhere
+    is refused before anything is written, as a resize's is, not asked and refused later
+    by the source's check."""
+    store, placement, spec, place, _ = world()
+    uuid = spec["uuid"]
+    elsewhere = {OTHER: {"resources": spec["resources"]}}
+    placement.replace_allocations(uuid, elsewhere,
+                                  placement.get_allocations(uuid)["consumer_generation"],
+                                  "p", "u")
+    before = store.revision
+    with pytest.raises(states.ActionRefused, match="is not on its host"):
+        migrations.migrate(store, placement, place, uuid, live=True)
+    assert store.revision == before and set(placement.consumers) == {uuid}
+    assert set(placement.get_allocations(uuid)["allocations"]) == {OTHER}
