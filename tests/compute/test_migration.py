@@ -216,3 +216,37 @@ def test_a_destination_with_no_room_after_all_leaves_it_where_it_was(
     wait_for(lambda: store.get_prefix(store.keys.host(rp_of(b)))[0] == [], 30,
              what="the destination to discard what it made ready")
     only_copy_on({"a": a, "b": b}, "a", uuid, placement, store)
+
+
+def test_a_destroy_during_a_move_leaves_no_copy_and_no_claim(
+        placement, start_compute, start_controller, compute_config, host_config,
+        schedule_config, store, run_schedule):
+    """The move had put the instance's claim on the destination and held the source under
+    its migration consumer: its host's destroy may free neither (not this host's alone),
+    so the controller's give-up frees both. Nothing of it is left anywhere."""
+    a = host_config("host-a", driver={"fake": {"action_seconds": 30}})
+    b = host_config("host-b")
+    start_controller(fast_controller(schedule_config))
+    start_compute(a, name="host-a")
+    start_compute(b, name="host-b")
+    for config in (a, b):
+        wait_for(lambda c=config: store.get(store.keys.alive(rp_of(c))), 30, what="heartbeats")
+    wait_for(lambda: store.get(store.keys.leader()), 20, what="a controller to lead")
+    spec = active_on(store, placement, a)
+    uuid = spec["uuid"]
+    assert run_schedule("migrate", uuid, "--live").code == 0
+    wait_for(lambda: (migrations.read(store, uuid)[0] or {}).get("state") == "migrating", 30,
+             what="the move to start")
+    migration = migrations.read(store, uuid)[0]
+    destroyed = run_schedule("destroy", uuid, "--wait", timeout=60)
+    assert destroyed.code == 0, destroyed.stderr
+    wait_for(lambda: migrations.read(store, uuid) == (None, None), 30,
+             what="the move given up")
+    assert records.find(store, uuid)[1].state == "DELETED"  # on its source, not the arrival
+    wait_for(lambda: store.get_prefix(store.keys.host(rp_of(b)))[0] == [], 30,
+             what="the destination to discard what it made ready")
+    wait_for(lambda: not held_by(placement, uuid) and not held_by(placement, migration["id"]),
+             30, what="both claims freed")
+    assert uuid not in fake_files(a) and uuid not in fake_files(b)
+    assert placement.get_usages(rp_of(a))["VCPU"] == 0
+    assert placement.get_usages(rp_of(b))["VCPU"] == 0
