@@ -173,6 +173,9 @@ COMPUTE_DEFAULTS: dict[str, Any] = {
             # send another action meanwhile), and the actions that fail.
             "action_seconds": 0.0,
             "fail_actions": [],
+            # Seconds a live move's job runs on after the switch (the guest runs at the
+            # destination): tests destroy it then.
+            "switch_seconds": 0.0,
         },
     },
 }

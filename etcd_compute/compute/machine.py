@@ -7,10 +7,9 @@ the instance model (`instances/host.py`); each job is a driver call in the worke
 pool. Handlers that lose a race (a compare failed) re-read the spec and act
 on what is there now.
 
-Built against small interfaces (store, Placement, pool, consoles, `post`),
-so it runs against in-memory fakes in the unit tests. Its parts get what they
-use of it through `parts.Machine`: an operator's action (`actions.py`) and a
-job's end written (`ends.py`).
+Built against small interfaces (store, Placement, pool, consoles, `post`), so it runs
+against in-memory fakes in the unit tests. Its parts get what they use of it through
+`parts.Machine`: an operator's action (`actions.py`), a job's end written (`ends.py`).
 """
 
 from __future__ import annotations
@@ -266,7 +265,8 @@ class InstanceMachine:
         if job is not None:
             if job.kind != DESTROY and not job.destroy_requested:
                 job.destroy_requested = True
-                self._mark_deleting(spec)
+                if job.kind != worker.MIGRATE:  # a move's end decides (moves.ended_elsewhere)
+                    self._mark_deleting(spec)
                 if job.kind in MOVE_KINDS:
                     self.moves.cancel(uuid)  # not killed with its worker (moves.cancel)
                 elif job.kind != CLEANUP:
@@ -289,7 +289,8 @@ class InstanceMachine:
         if read.state == states.DELETED:
             self.ends.finish_destroy(spec)  # idempotent: make sure nothing is left
             return
-        self.submit(DESTROY, spec, self._mark_deleting(spec))
+        if not self.moves.destroyed_where_it_lands(read):  # else the hand-over carries it
+            self.submit(DESTROY, spec, self._mark_deleting(spec))
 
     def start_evacuate(self, spec: dict[str, Any]) -> None:
         """A drain asks this host to give the instance up: the guest goes (powered off,
@@ -406,10 +407,10 @@ class InstanceMachine:
             return
         error = job_error(job, self.settings["job_timeout_seconds"])
         if job.kind in ACTION_KINDS or job.kind in MOVE_KINDS:
-            if job.destroy_requested:
-                self.submit(DESTROY, job.spec, self.read(job.spec["host"], job.uuid).revision)
-            else:
+            if not job.destroy_requested:
                 (self.moves if job.kind in MOVE_KINDS else self.actions).finish(job, error)
+            elif not self.moves.ended_elsewhere(job, error):
+                self.submit(DESTROY, job.spec, self.read(job.spec["host"], job.uuid).revision)
         elif job.kind == CHECK:
             if job.destroy_requested:
                 self.submit(DESTROY, job.spec, self.read(job.spec["host"], job.uuid).revision,

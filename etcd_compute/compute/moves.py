@@ -231,11 +231,44 @@ class InstanceMoves:
                 migrations.discarded(store, entry, read)
         machine.reread_later(spec)
 
+    # ------------------------------------------------- a destroy during the move
+
+    def ended_elsewhere(self, job: Job, error: str | None) -> bool:
+        """A destroy was asked while `job` ran. A live move that switched over before the
+        cancel reached it leaves the guest running on the destination: the move is
+        finished (MIGRATED) and the destroy goes with the instance (the controller hands
+        it over with the destroy, which the destination carries out: a delete asked during
+        a live migration is honoured once it ends, as Nova does). True then. False: the
+        guest is here (the move failed, was cancelled in time, or sent a cold copy that
+        is still here): the caller destroys it here."""
+        if job.kind != worker.MIGRATE or error is not None or \
+                not (job.task or {}).get("live"):
+            self._clear_cancel(job.uuid)
+            return False
+        instance_log(job.uuid).warning("the guest had switched over when the destroy came: "
+                                       "the move ends, then it is destroyed there")
+        self.finish(job, None)
+        return True
+
+    def destroyed_where_it_lands(self, read: records.RecordRead) -> bool:
+        """A destroy asked of a source whose guest left (MIGRATED, its move still in
+        flight: the hand-over to come carries the destroy to the destination). True: not
+        for this host to do."""
+        if read.state != states.MIGRATED or read.record is None:
+            return False
+        migration, _ = migrations.read(self.store, read.record["uuid"])
+        if migration is None or migration["request_id"] != read.record.get("request_id"):
+            return False
+        instance_log(read.record["uuid"]).info(
+            "destroy asked as its move ends: carried out where it lands")
+        return True
+
     # ------------------------------------------------------------ cancel flags
 
     def cancel(self, uuid: str) -> None:
         """Cancel the instance's move in flight (a destroy came): a guest on its way is not
-        killed with its worker; the destroy runs when the move ended."""
+        killed with its worker; the destroy runs when the move ended, where the guest is
+        then (`ended_elsewhere`: a source's record stays MIGRATING until its job ends)."""
         self._raise_cancel(uuid)
 
     @staticmethod

@@ -118,6 +118,8 @@ class Controller:
         if read.state == states.RESCHEDULING:
             self.reschedule(host, uuid, read)
         elif read.state == states.DELETED:
+            # A move it was in is given up (destroyed on its source; its claims freed).
+            self.moves.step(uuid)
             # Its location and group member expire with the record (its host could not).
             ownership.expire_with_record(self.store, uuid)
         else:

@@ -14,7 +14,10 @@ specs (`step`, on any change of either end's record, and at the sweep):
 - the move ended otherwise on the source (failed, cancelled, refused: the guest runs there
   as before): the instance's claim holds the source again (one Placement request), the
   migration goes and the destination is asked to discard what it made; an instance
-  destroyed meanwhile has both claims freed instead (its host could free neither).
+  destroyed meanwhile has both claims freed instead (its host could free neither);
+- a destroy asked during the move waits for the source's job: a guest that stayed is
+  destroyed there (then given up as above); one that left (MIGRATED) is handed over with
+  the destroy, which the destination carries out.
 
 A dead host in the middle of a move: a source whose guest had left is handed over; one
 still moving gives up the move (its recovery follows); a destination's INCOMING record is
@@ -72,6 +75,9 @@ class MoveSteps:
                 return self._give_up(migration, entry, f"the destination: "
                                      f"{there.record['error']}", stranded=source)
             return None
+        if source_spec is not None and source_spec.get("action") == states.DESTROY and \
+                source.state == states.MIGRATING:
+            return None  # a destroy waits on the source for the move's job to end
         if source.record is None or source_spec is None or (
                 source.state != states.MIGRATING and
                 source.record.get("request_id") == migration["request_id"]):

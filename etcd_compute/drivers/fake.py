@@ -19,8 +19,9 @@ A guest moves to another fake host's state directory on this machine (the
 halt here is logged before its run there (no overlap, as libvirt's switch);
 cold, it is stopped here, copied there, and defined there by `finish_incoming`
 while it stays here until destroyed. A live move takes `action_seconds`, can be
-cancelled meanwhile (`abort_migration`), and fails ("migrate" in fail_actions)
-leaving the guest here; a destination with "incoming" in fail_actions cannot make
+cancelled meanwhile (`abort_migration`), its job ends `switch_seconds` after the switch
+(the guest runs there meanwhile; a cancel is too late then), and fails ("migrate" in
+fail_actions) leaving the guest here; a destination with "incoming" in fail_actions cannot make
 room (a host that said it had room and had none).
 """
 
@@ -50,6 +51,7 @@ class FakeMoves:
 
     root: Path
     action_seconds: float
+    switch_seconds: float
     fail_actions: set[str]
     _path: Callable[[str], Path]
     _load: Callable[[str], dict[str, Any] | None]
@@ -112,6 +114,9 @@ class FakeMoves:
             _log_guest(there, uuid, host, "run")
             incoming.unlink(missing_ok=True)
             self._path(uuid).unlink(missing_ok=True)
+            # The job's end after the switch (libvirt's job completes after the guest runs
+            # there): what a destroy arriving in between meets.
+            time.sleep(self.switch_seconds)
         finally:
             moving.unlink(missing_ok=True)
             abort.unlink(missing_ok=True)
@@ -176,6 +181,7 @@ class FakeDriver(FakeMoves, Driver):
         self.build_seconds = config["driver"]["fake"]["build_seconds"]
         self.fail_builds = config["driver"]["fake"]["fail_builds"]
         self.action_seconds = config["driver"]["fake"]["action_seconds"]
+        self.switch_seconds = config["driver"]["fake"]["switch_seconds"]
         self.fail_actions = set(config["driver"]["fake"]["fail_actions"])
 
     def _path(self, uuid: str) -> Path:

@@ -43,6 +43,7 @@ from etcd_compute.instances.ownership import host_deletes, placed_ops, record_pu
 from etcd_compute.instances.records import RecordRead, moved
 from etcd_compute.instances.states import (
     ACTIVE,
+    DESTROY,
     INCOMING,
     INCOMING_ACTION,
     MIGRATE,
@@ -208,7 +209,8 @@ def hand_over(store: KeyValueStore, migration_entry: Entry, migration: dict[str,
               spec_entry: Entry, spec: dict[str, Any], source: RecordRead,
               destination: RecordRead) -> int | None:
     """The guest runs (or, cold, is defined) at the destination: everything of the instance
-    moves there in one transaction: spec (a build already done), record (ACTIVE, or SHUTOFF
+    moves there in one transaction: spec (a build already done, or a destroy asked during
+    the move), record (ACTIVE, or SHUTOFF
     as it was), events (the move's included), location, group member, /booted/; the
     source's keys and the migration go. Only if source, destination and migration are as
     read."""
@@ -222,6 +224,10 @@ def hand_over(store: KeyValueStore, migration_entry: Entry, migration: dict[str,
                   "allocations": migration["destination_allocations"],
                   "stopped": running == SHUTOFF}
     moved_spec.pop("request", None)
+    if spec.get("action") == DESTROY:
+        # Destroyed during the move, which ended with the guest there: the destroy goes
+        # with it, for the destination to carry out (the claim is its own now).
+        moved_spec.update(action=DESTROY, request=spec["request"])
     moved_spec.pop("alternates", None)
     ip = arrived.get("ip") or source.record.get("ip")
     # The arrival's record takes the instance's fields as the source kept them (a resize

@@ -235,3 +235,42 @@ def test_a_destroy_during_a_move_leaves_no_copy_and_no_claim(
     assert uuid not in fake_files(a) and uuid not in fake_files(b)
     assert placement.get_usages(rp_of(a))["VCPU"] == 0
     assert placement.get_usages(rp_of(b))["VCPU"] == 0
+
+
+def test_a_destroy_after_a_live_move_switched_over_destroys_it_where_it_landed(
+        hosts_with, placement, store, run_schedule):
+    """The guest runs on the destination and the source's job has not ended (the fake's
+    switch_seconds) when the destroy comes: the cancel is too late. The move ends
+    (MIGRATED), the instance is handed over with the destroy and the destination destroys
+    it: no guest on either host, no claim, no keys (the source's job end once destroyed
+    on the source instead, and left the guest running on the destination, owned by
+    nothing)."""
+    hosts = hosts_with(a_driver={"fake": {"action_seconds": 0.5, "switch_seconds": 15}})
+    a, b = hosts["a"], hosts["b"]
+    spec = active_on(store, placement, a)
+    uuid = spec["uuid"]
+    assert run_schedule("migrate", uuid, "--live").code == 0
+    migration = wait_for(lambda: migrations.read(store, uuid)[0], 30, what="the move")
+    wait_for(lambda: uuid in fake_files(b), 60, interval=0.05, what="the switch-over")
+    destroyed = run_schedule("destroy", uuid)
+    assert destroyed.code == 0, destroyed.stderr
+    # Asked while the source's job runs on after the switch (its record says so).
+    assert records.read_record(store, rp_of(a), uuid).state == "MIGRATING"
+    assert uuid not in fake_files(a)
+    wait_state(store, uuid, "DELETED", timeout=60)
+    wait_for(lambda: migrations.read(store, uuid) == (None, None), 30,
+             what="the move ended")
+    assert records.find(store, uuid)[0] == rp_of(b)
+    assert records.find(store, uuid)[1].state == "DELETED"
+    wait_for(lambda: store.get_prefix(store.keys.host(rp_of(a)))[0] == [], 30,
+             what="the source's keys of it gone")
+    # At b, what any destroy leaves: its DELETED record and events, on their lease.
+    left = {entry.key for entry in store.get_prefix(store.keys.host(rp_of(b)))[0]}
+    assert left == {store.keys.record(rp_of(b), uuid), store.keys.events(rp_of(b), uuid)}
+    assert uuid not in fake_files(a) and uuid not in fake_files(b)
+    assert not held_by(placement, uuid) and not held_by(placement, migration["id"])
+    assert placement.get_usages(rp_of(a))["VCPU"] == 0
+    assert placement.get_usages(rp_of(b))["VCPU"] == 0
+    assert overlaps([a, b]) == []
+    moved = [e for e in events.read(store, rp_of(b), uuid) if e["action"] == "migrate"][-1]
+    assert moved["result"] == "success"

@@ -246,3 +246,63 @@ def test_a_cold_move_s_files_are_checked_and_defined_then_its_stopped_copy_goes(
     moves.on_spec_gone(OTHER, uuid)  # its record is here: nothing to remove
     assert machine.submitted == []
     assert move_txn.read(store, uuid)[0]["state"] == "preparing"
+
+
+def destroy_asked(store, uuid: str) -> None:
+    """The operator's destroy during the move (ops.destroy): the source's spec asks it."""
+    from etcd_compute.instances import actions as action_txn
+
+    entry, spec = spec_at(store, RP, uuid)
+    assert action_txn.request_destroy(store, entry, spec, "bob") is not None
+
+
+def moving_live(store, uuid: str, moves) -> tuple[dict, dict]:
+    """The source took the move up and its job (live) was submitted: (spec, task)."""
+    entry, spec = spec_at(store, RP, uuid)
+    moves.on_migrate(spec, entry.mod_revision)
+    task = records.read_record(store, RP, uuid).record["task"]
+    return spec, {**task, "target": TARGET}
+
+
+def test_a_destroy_after_the_live_switch_finishes_the_move_for_the_destination_to_destroy(
+        moving, tmp_path):
+    """The guest runs on the destination when the job ends: the move is recorded done
+    (MIGRATED) and nothing is destroyed here; the destroy is for where it landed."""
+    store, placement, uuid, asked, machine, moves = moving
+    spec, task = moving_live(store, uuid, moves)
+    moves.cancel(uuid)
+    assert worker.cancel_flag(str(tmp_path), uuid).exists()
+    destroy_asked(store, uuid)
+    switched = job(worker.MIGRATE, spec, task, result={"figures": {"seconds": 2.0}})
+    assert moves.ended_elsewhere(switched, None) is True
+    source = records.read_record(store, RP, uuid)
+    assert source.state == "MIGRATED"
+    assert not worker.cancel_flag(str(tmp_path), uuid).exists()
+    assert moves.destroyed_where_it_lands(source) is True  # the re-read's destroy: not here
+    assert machine.submitted == []
+
+
+@pytest.mark.parametrize("live,error", [(True, "live migration: cancelled; the guest runs "
+                                                "on here"), (False, None)])
+def test_a_destroy_during_a_move_whose_guest_is_still_here_is_carried_out_here(
+        moving, live, error):
+    """Cancelled in time (or a cold move: its stopped copy is here until the hand-over):
+    the caller destroys it here; the record is as the job left it."""
+    store, placement, uuid, asked, machine, moves = moving
+    spec, task = moving_live(store, uuid, moves)
+    moves.cancel(uuid)
+    ended = job(worker.MIGRATE, spec, {**task, "live": live},
+                result=None if error else {"figures": {}, "moved": {"files": []}})
+    assert moves.ended_elsewhere(ended, error) is False
+    source = records.read_record(store, RP, uuid)
+    assert source.state == "MIGRATING"
+    assert moves.destroyed_where_it_lands(source) is False
+
+
+def test_a_migrated_record_whose_move_is_gone_is_destroyed_here(moving):
+    """MIGRATED but its migration gone (given up: a cold copy stranded here): this host's."""
+    store, placement, uuid, asked, machine, moves = moving
+    spec, task = moving_live(store, uuid, moves)
+    move_txn.migrated(store, records.read_record(store, RP, uuid), {})
+    store.delete(store.keys.migration(uuid))
+    assert moves.destroyed_where_it_lands(records.read_record(store, RP, uuid)) is False

@@ -155,3 +155,37 @@ def test_a_move_whose_instance_was_destroyed_frees_both_claims(moving):
     assert move_txn.read(store, uuid) == (None, None)
     assert placement.get_allocations(uuid).get("allocations") in ({}, None)
     assert asked.migration not in placement.consumers
+
+
+def test_a_destroy_during_a_move_waits_for_the_source_then_goes_with_the_guest(moving):
+    """The destroy came while the source's job ran (its record MIGRATING): nothing is
+    relayed, called off or given up meanwhile. The guest switched over (MIGRATED): the
+    instance is handed over with the destroy, the source freed; the destination's destroy
+    then frees the instance's claim there: nothing held, no keys."""
+    from etcd_compute import claims
+    from etcd_compute.instances import host as host_txn
+
+    store, placement, uuid, asked, steps = moving
+    move_txn.answer(store, records.read_record(store, OTHER, uuid), target=TARGET)
+    assert steps.step(uuid) == "relay"
+    begin(store, uuid)
+    entry, spec = source_spec(store, uuid)
+    assert action_txn.request_destroy(store, entry, spec, "bob") is not None
+    move_txn.answer(store, records.read_record(store, OTHER, uuid), error="late trouble")
+    assert steps.step(uuid) is None  # the source's job decides
+    assert "cancel" not in source_spec(store, uuid)[1]["request"]
+    move_txn.migrated(store, records.read_record(store, RP, uuid), {"seconds": 2.0})
+    assert steps.step(uuid) == "handed over"
+    there = messages.decode(messages.INSTANCE_SPEC,
+                            store.get(store.keys.spec(OTHER, uuid)).value)
+    assert there["action"] == "destroy" and there["request"]["by"] == "bob"
+    assert asked.migration not in placement.consumers
+    assert set(placement.get_allocations(uuid)["allocations"]) == {OTHER}
+    # The destination's compute: start_destroy, then ends.finish_destroy.
+    host_txn.mark_deleting(store, there, records.read_record(store, OTHER, uuid))
+    assert claims.free_here(placement, uuid, OTHER) is True
+    host_txn.delete(store, there, records.read_record(store, OTHER, uuid), 3600)
+    assert records.read_record(store, OTHER, uuid).state == "DELETED"
+    assert uuid not in placement.consumers
+    assert store.get(store.keys.spec(OTHER, uuid)) is None
+    assert store.get(store.keys.spec(RP, uuid)) is None
