@@ -10,9 +10,9 @@ in-memory store and Placement:
   live alternate the scheduler kept: the claim in one Placement call, then
   spec, record, location and membership in one etcd transaction; or ERROR
   with its claim freed when none will take it.
-- `on_record(host, uuid)` of a DELETED record: the operator's keys of that
-  instance (location, group member), which its host could not touch, are bound
-  to the record's lease and expire with it.
+- `on_record(host, uuid)` of a DELETED record: a move it was in is given up; the
+  operator's keys of that instance (location, group member), which its host could
+  not touch, are bound to the record's lease and expire with it.
 - `on_record_gone(host, uuid)`: a record expired or was removed -> forget the
   operator's keys of that instance that are still there.
 - `on_alive(host, present)` and `recover_due()`: a host whose heartbeat lease
@@ -118,9 +118,7 @@ class Controller:
         if read.state == states.RESCHEDULING:
             self.reschedule(host, uuid, read)
         elif read.state == states.DELETED:
-            # A move it was in is given up (destroyed on its source; its claims freed).
-            self.moves.step(uuid)
-            # Its location and group member expire with the record (its host could not).
+            self.moves.step(uuid)  # a move it was in is given up (its claims freed)
             ownership.expire_with_record(self.store, uuid)
         else:
             self.moves.step(uuid)  # either end of a move (one read when none is in flight)
@@ -223,12 +221,22 @@ class Controller:
         if not self.fencing.enabled:
             return
         held = self.store.read_prefix(messages.INSTANCE_RECORD, self.keys.records(host))
-        uuids = sorted(uuid for uuid, record in held.items()
-                       if record["state"] in states.LIVE)
+        uuids = sorted(uuid for uuid, record in held.items() if record["state"] in states.LIVE)
         if not uuids:
             return  # nothing of it could run twice
-        name = next((r.get("host_name") for r in held.values() if r.get("host_name")), host)
-        self.fencing.begin(host, name, hosts.libvirt_address(self.store, host), uuids)
+        self.fencing.begin(host, self._provider_name(host), hosts.libvirt_address(
+            self.store, host), uuids)
+
+    def _provider_name(self, host: str) -> str | None:
+        """The name its libvirtd's certificate must bear: Placement's (unique: a host
+        cannot take another's there; its records' host_name is its own word)."""
+        try:
+            provider = self.placement.get_provider(host)
+        except EtcdComputeError as exc:
+            LOG.error("host %s: its name not known (%s); no fence through its libvirtd",
+                      host, exc)
+            return None
+        return (provider or {}).get("name")
 
     def recover_due(self) -> list[str]:
         """Recover the instances of every host fenced, or down for the grace period; the

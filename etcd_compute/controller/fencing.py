@@ -11,10 +11,11 @@ guests run on, and its libvirtd still answers. So, in a thread of its own per ho
 in order, each a command bounded by its timeout (killed, with its process group, at
 the timeout):
 
-1. through its libvirtd over TLS: the fence helper (`python -m
-   etcd_compute.virt.remote_fence`, with the controller's libvirt client certificates)
-   destroys the guests of the named instances there and looks that none runs; exit 0
-   is fenced;
+1. through its libvirtd over TLS (`through_libvirt`, the one way a fence goes through
+   libvirt): the fence helper (`python -m etcd_compute.virt.remote_fence`, with the
+   controller's libvirt client certificates) checks the libvirtd's certificate names
+   the host (its name in Placement: the address is the host's own word), destroys the
+   guests of the named instances there and looks that none runs; exit 0 is fenced;
 2. a configured fence agent's command line (an IPMI or Redfish agent: `fence_ipmilan
    ...`), `{host}`, `{name}` and `{address}` replaced in its arguments; its exit status
    is the verdict.
@@ -67,17 +68,31 @@ class Verdict:
 
 @dataclass(frozen=True)
 class Attempt:
-    """One fence: what ran, its exit status (None: killed at its timeout), its last line."""
+    """One fence: which path, how it ended, its last line in a few words, and (through
+    libvirt) the guests it destroyed."""
 
     path: str
     outcome: str
     detail: str
     seconds: float
+    destroyed: tuple[str, ...] = ()
 
 
-def helper_command(address: str, pki_dir: str, uuids: list[str]) -> list[str]:
+def helper_command(address: str, pki_dir: str, name: str, uuids: list[str],
+                   timeout: float = 10.0) -> list[str]:
     """The libvirt fence helper's command line (run by this Python, as a fence agent)."""
-    return module_command(REMOTE_FENCE, "--address", address, "--pki-dir", pki_dir, *uuids)
+    return module_command(REMOTE_FENCE, "--address", address, "--pki-dir", pki_dir,
+                          "--name", name, "--timeout", f"{timeout:g}", *uuids)
+
+
+def through_libvirt(address: str, pki_dir: str, name: str, uuids: list[str],
+                    timeout: float, runner: Callable[[list[str], float, str], Attempt] | None
+                    = None) -> Attempt:
+    """Fence host `name` through its libvirtd at `address`: the named instances' guests
+    destroyed there, and none of them running, within `timeout` (the helper killed with
+    its process group past it)."""
+    return (runner or run)(helper_command(address, pki_dir, name, uuids, timeout), timeout,
+                           LIBVIRT)
 
 
 def agent_command(template: list[str], host: str, name: str, address: str | None
@@ -105,21 +120,25 @@ def run(argv: list[str], timeout: float, path: str) -> Attempt:
         return Attempt(path, TIMEOUT, f"no answer within {timeout:g} s",
                        time.monotonic() - started)
     seconds = time.monotonic() - started
-    return Attempt(path, FENCED if process.returncode == 0 else REFUSED,
-                   _last_line(path, process.returncode, out, err), seconds)
+    detail, destroyed = _last_line(path, process.returncode, out, err)
+    return Attempt(path, FENCED if process.returncode == 0 and (path != LIBVIRT or
+                                                                  destroyed is not None)
+                   else REFUSED, detail, seconds, tuple(destroyed or ()))
 
 
-def _last_line(path: str, status: int, out: str, err: str) -> str:
+def _last_line(path: str, status: int, out: str, err: str) -> tuple[str, list[str] | None]:
+    """What the last line says, and (the libvirt helper's answer) the guests it destroyed;
+    None: no answer of the helper's (not fenced, whatever its status)."""
     if path == LIBVIRT:
         with contextlib.suppress(ValueError, IndexError, KeyError, TypeError):
             answer = json.loads(out.strip().splitlines()[-1])
-            if status == 0:
-                return (f"{len(answer['destroyed'])} guest(s) destroyed through its "
-                        "libvirtd")
-            return f"libvirtd: {answer['reason']}"[:300]
+            destroyed = [str(uuid) for uuid in answer["destroyed"]]
+            if status == 0 and answer["outcome"] == "fenced":
+                return f"{len(destroyed)} guest(s) destroyed through its libvirtd", destroyed
+            return f"libvirtd: {answer['reason']}"[:300], None
     lines = (err or out).strip().splitlines()
     tail = f": {lines[-1][:200]}" if lines else ""
-    return f"{'fence command' if path == COMMAND else path} exit {status}{tail}"
+    return f"{'fence command' if path == COMMAND else path} exit {status}{tail}", None
 
 
 class Fencing:
@@ -143,9 +162,11 @@ class Fencing:
     def enabled(self) -> bool:
         return bool(self.pki_dir or self.command)
 
-    def begin(self, host: str, name: str, address: str | None, uuids: list[str],
+    def begin(self, host: str, name: str | None, address: str | None, uuids: list[str],
               on_done: Callable[[str], None] | None = None) -> None:
-        """Start fencing `host` (once: again only after `forget`)."""
+        """Start fencing `host` (once: again only after `forget`); `name` is the host's
+        name as Placement has it (its libvirtd's certificate must bear it: None, unknown,
+        then no fence goes through libvirt)."""
         with self._lock:
             if host in self._verdicts or not self.enabled:
                 return
@@ -164,15 +185,16 @@ class Fencing:
             self._verdicts.pop(host, None)
             self._current.pop(host, None)
 
-    def _fence(self, host: str, fence: object, name: str, address: str | None,
+    def _fence(self, host: str, fence: object, name: str | None, address: str | None,
                uuids: list[str], on_done: Callable[[str], None] | None) -> None:
         started = time.monotonic()
         attempts = []
-        if self.pki_dir and address and uuids:
-            attempts.append(self.runner(helper_command(address, self.pki_dir, uuids),
-                                        self.libvirt_timeout, LIBVIRT))
+        if self.pki_dir and address and name and uuids:
+            attempts.append(through_libvirt(address, self.pki_dir, name, uuids,
+                                            self.libvirt_timeout, self.runner))
         if self.command and not any(a.outcome == FENCED for a in attempts):
-            attempts.append(self.runner(agent_command(self.command, host, name, address),
+            attempts.append(self.runner(agent_command(self.command, host, name or host,
+                                                      address),
                                         self.command_timeout, COMMAND))
         fenced = next((a for a in attempts if a.outcome == FENCED), None)
         if fenced is not None:
@@ -182,12 +204,12 @@ class Fencing:
                               "; ".join(f"{a.path}: {a.detail}" for a in attempts),
                               time.monotonic() - started)
         else:
-            verdict = Verdict(False, None, "no libvirt address known and no fence command",
+            verdict = Verdict(False, None, "no libvirt address or name known and no fence command",
                               time.monotonic() - started)
         for attempt in attempts:
             controller_metrics.fence_tried(attempt.path, attempt.outcome)
         (LOG.warning if verdict.fenced else LOG.error)(
-            "host %s (%s): %s", host, name, verdict.how())
+            "host %s (%s): %s", host, name or "name unknown", verdict.how())
         with self._lock:
             if self._current.get(host) is fence:  # not forgotten meanwhile
                 self._verdicts[host] = verdict

@@ -73,6 +73,67 @@ def peer_uri(address: str, pki_dir: str | Path) -> str:
     return f"qemu+tls://{host}/system?{query}"
 
 
+# Where a libvirtd serves TLS (libvirtd-tls.socket).
+LIBVIRT_TLS_PORT = 16514
+
+
+def certificate_host_names(der: bytes) -> list[str]:
+    """The host names a libvirtd's server certificate is for (its DNS names: `cluster.py
+    pki issue-libvirt HOST` puts HOST there)."""
+    from cryptography import x509
+
+    try:
+        names = x509.load_der_x509_certificate(der).extensions.get_extension_for_class(
+            x509.SubjectAlternativeName).value
+    except (ValueError, x509.ExtensionNotFound):
+        return []
+    return sorted(names.get_values_for_type(x509.DNSName))
+
+
+def check_peer_names(der: bytes, address: str, name: str) -> None:
+    """The certificate presented at `address` names host `name`; ValueError otherwise.
+    libvirt checks a certificate against the address it called, and every host's is good
+    for its own: a host that lies about its address would send its peer (a fence, a
+    guest) to another host's libvirtd. So the peer must also be the host it is meant to
+    be: the one check, for every caller of a peer's libvirtd."""
+    names = certificate_host_names(der)
+    if name not in names:
+        raise ValueError(f"the libvirtd at {address} presents a certificate for "
+                         f"{', '.join(names) or 'no host name'}, not for {name}")
+
+
+def verify_peer(address: str, pki_dir: str | Path, name: str, timeout: float = 10.0,
+                port: int = LIBVIRT_TLS_PORT) -> None:
+    """Before libvirt is opened on a peer: its libvirtd at `address` presents a certificate
+    of our CA (pki_dir's cacert.pem; ours, clientcert.pem, is presented as libvirt does)
+    for host `name` (`check_peer_names`). ValueError with the reason in one line;
+    OSError when it does not answer."""
+    import socket
+    import ssl
+
+    pki = Path(pki_dir)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    context.check_hostname = False  # libvirt checks the address; the name is checked here
+    try:
+        context.load_verify_locations(pki / "cacert.pem")
+        context.load_cert_chain(pki / "clientcert.pem", pki / "clientkey.pem")
+    except (OSError, ssl.SSLError) as exc:
+        raise ValueError(f"our libvirt certificates in {pki}: {exc}") from None
+    host = check_address(address)
+    try:
+        with socket.create_connection((host, port), timeout=timeout) as raw, \
+                context.wrap_socket(raw) as tls:
+            der = tls.getpeercert(binary_form=True)
+    except ssl.SSLCertVerificationError as exc:
+        raise ValueError(f"the libvirtd at {address}: certificate refused "
+                         f"({exc.verify_message})") from None
+    except ssl.SSLError as exc:
+        raise ValueError(f"the libvirtd at {address}: TLS failed ({exc.reason})") from None
+    if not der:
+        raise ValueError(f"the libvirtd at {address} presented no certificate")
+    check_peer_names(der, address, name)
+
+
 @dataclass(frozen=True)
 class Target:
     """What a destination made ready for one incoming guest, as it tells the source."""

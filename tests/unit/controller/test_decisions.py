@@ -516,6 +516,8 @@ def recover_event(cluster, host: str, spec: dict) -> dict:
 
 
 def test_a_dead_host_is_fenced_with_its_running_instances_where_its_libvirtd_is():
+    """By the name Placement has for it (its libvirtd's certificate must bear it), not
+    the host_name its own records claim (a host can write any: another host's)."""
     from etcd_compute import hosts
 
     fencing = FakeFencing()
@@ -526,14 +528,20 @@ def test_a_dead_host_is_fenced_with_its_running_instances_where_its_libvirtd_is(
     scheduling.schedule(cluster.store, [(spec, "host-a")])
     entry = cluster.store.get(cluster.store.keys.spec(here, spec["uuid"]))
     host_txn.begin_build(cluster.store, spec, entry.mod_revision, cluster.read(here, spec),
-                         "host-a")
+                         "hv-other")
     host_txn.activate(cluster.store, cluster.read(here, spec), "10.0.0.9")
     controller = Controller(cluster.store, cluster.placement, {}, fencing=fencing)
     controller.on_alive(here, False)
     controller.on_alive(here, False)  # again: once
-    assert fencing.asked == [(here, "host-a", "10.0.0.5", [spec["uuid"]])]
+    name = cluster.placement.get_provider(here)["name"]
+    assert name != "hv-other"
+    assert fencing.asked == [(here, name, "10.0.0.5", [spec["uuid"]])]
     controller.on_alive(here, True)
     assert fencing.forgotten == [here]
+    # A provider Placement does not know: no name, so no fence through its libvirtd.
+    del cluster.placement.providers[here]
+    controller.on_alive(here, False)
+    assert fencing.asked[-1] == (here, None, "10.0.0.5", [spec["uuid"]])
 
 
 def test_a_fenced_host_is_recovered_at_once_and_its_instances_say_how():

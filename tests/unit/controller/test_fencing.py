@@ -58,12 +58,37 @@ def test_the_libvirt_helper_s_answer_is_read_from_its_last_line():
 
 
 def test_the_helper_is_the_virt_module_with_the_controller_s_certificates():
-    argv = fencing.helper_command("10.0.0.2", "/etc/ctl-pki", [UUID])
+    argv = fencing.helper_command("10.0.0.2", "/etc/ctl-pki", "hv2", [UUID], 7)
     assert argv == module_command("etcd_compute.virt.remote_fence", "--address", "10.0.0.2",
-                                  "--pki-dir", "/etc/ctl-pki", UUID)
+                                  "--pki-dir", "/etc/ctl-pki", "--name", "hv2",
+                                  "--timeout", "7", UUID)
     from etcd_compute.virt import remote_fence  # the module it names exists and parses them
 
-    assert remote_fence.main(argv[-5:-1] + ["not-a-uuid"]) == 2
+    assert remote_fence.main(argv[-9:-1] + ["not-a-uuid"]) == 2
+
+
+def test_through_libvirt_runs_the_helper_and_reads_the_guests_it_destroyed():
+    ran = []
+
+    def runner(argv: list[str], timeout: float, path: str) -> Attempt:
+        ran.append((argv, timeout, path))
+        return fencing.run(python(
+            "import json; print(json.dumps({'outcome': 'fenced', 'destroyed': ['u1'], "
+            "'reason': ''}))"), timeout, path)
+
+    attempt = fencing.through_libvirt("10.0.0.2", "/p", "hv2", [UUID], 5, runner)
+    assert (attempt.outcome, attempt.destroyed) == ("fenced", ("u1",))
+    assert ran == [(fencing.helper_command("10.0.0.2", "/p", "hv2", [UUID], 5), 5,
+                    "libvirt")]
+
+
+def test_a_helper_that_exits_0_without_its_answer_did_not_fence():
+    """Exit 0 alone is a fence agent's verdict, not the libvirt helper's: its answer says."""
+    silent = fencing.run(python("pass"), 10, "libvirt")
+    assert silent.outcome == "refused" and silent.detail == "libvirt exit 0"
+    maybe = fencing.run(python("import json; print(json.dumps({'outcome': 'maybe', "
+                               "'destroyed': [], 'reason': 'hm'}))"), 10, "libvirt")
+    assert maybe.outcome == "refused"
 
 
 def test_the_helper_runs_from_a_directory_that_does_not_hold_the_package(tmp_path,
@@ -71,8 +96,8 @@ def test_the_helper_runs_from_a_directory_that_does_not_hold_the_package(tmp_pat
     """The controller's working directory is anywhere (systemd's /, a benchmark's run
     directory): the helper was `python -m`, which found no package there."""
     monkeypatch.chdir(tmp_path)
-    attempt = fencing.run(fencing.helper_command("127.0.0.1", str(tmp_path / "no-pki"),
-                                                 [UUID]), 30, "libvirt")
+    attempt = fencing.through_libvirt("127.0.0.1", str(tmp_path / "no-pki"), "hv2", [UUID],
+                                      30)
     assert attempt.outcome == "refused" and attempt.detail.startswith("libvirtd: "), attempt
     assert "No module named" not in attempt.detail
 

@@ -1,11 +1,13 @@
 """virt/remote_fence.py: which guests a fence destroys (libvirt's test driver, in-process),
-and the child process's verdicts: fenced, unreachable within the timeout, failed. Over TLS
-against a real libvirtd, a cut cable and a foreign CA: tests/virt/test_migration_vm.py."""
+and the helper's answers: what it refuses, and that it checks the libvirtd's certificate
+names the host before it fences anything. Run as a child, it is the controller's
+(`controller/fencing.through_libvirt`: tests/unit/controller/test_fencing.py); over TLS
+against a real libvirtd, a cut cable, a foreign CA and another host's libvirtd:
+tests/virt/test_migration_vm.py."""
 
 from __future__ import annotations
 
 import json
-import sys
 import uuid as uuidlib
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,7 +15,6 @@ from pathlib import Path
 import libvirt
 import pytest
 
-from etcd_compute.children import module_command
 from etcd_compute.virt import domain, remote_fence
 from tests import support
 
@@ -84,63 +85,51 @@ def test_a_libvirtd_that_does_not_answer_is_unreachable():
     assert answer["outcome"] == "unreachable" and "nonexistent" in answer["reason"]
 
 
-def test_the_child_process_answers_with_a_verdict():
-    verdict = remote_fence.fence("qemu+unix:///system?socket=/nonexistent/sock",
-                                 [str(uuidlib.uuid4())], timeout=30)
-    assert verdict.outcome == "unreachable" and not verdict.fenced
-    assert "nonexistent" in verdict.reason and verdict.seconds > 0
-    fenced = remote_fence.fence(TEST_URI, [str(uuidlib.uuid4())], timeout=30)
-    assert fenced.fenced and fenced.destroyed == []
-
-
-def test_a_fence_that_hangs_is_killed_at_its_timeout(monkeypatch, tmp_path):
-    monkeypatch.setattr(remote_fence, "command", lambda uri, uuids: [
-        sys.executable, "-c", "import time; time.sleep(60)"])
-    verdict = remote_fence.fence(TEST_URI, [], timeout=0.5)
-    assert verdict.outcome == "unreachable" and "within 0.5s" in verdict.reason
-    assert verdict.seconds < 10
-
-
-def test_a_helper_that_answers_nonsense_failed(monkeypatch):
-    monkeypatch.setattr(remote_fence, "command", lambda uri, uuids: [
-        sys.executable, "-c", "import sys; print('garbage'); sys.exit(1)"])
-    verdict = remote_fence.fence(TEST_URI, [], timeout=30)
-    assert verdict.outcome == "failed" and verdict.reason.startswith("fence helper:")
-    monkeypatch.setattr(remote_fence, "command", lambda uri, uuids: [
-        sys.executable, "-c",
-        "import json; print(json.dumps({'outcome': 'maybe', 'destroyed': [], 'reason': ''}))"])
-    assert remote_fence.fence(TEST_URI, [], timeout=30).outcome == "failed"
+PKI = ["--address", "10.0.0.2", "--pki-dir", "/etc/l", "--name", "hv2"]
 
 
 def test_the_helper_refuses_what_is_not_an_instance_uuid(capsys):
-    assert remote_fence.main(["--uri", TEST_URI, "../../etc"]) == 2
+    assert remote_fence.main([*PKI, "../../etc"]) == 2
     answer = json.loads(capsys.readouterr().out)
     assert answer["outcome"] == "failed" and "not an instance uuid" in answer["reason"]
 
 
-def test_the_helper_reaches_a_host_by_its_address_with_our_certificates(capsys, monkeypatch):
-    asked = []
-    monkeypatch.setattr(remote_fence, "fence_here", lambda uri, uuids: asked.append(uri) or
+def test_the_helper_fences_only_a_libvirtd_whose_certificate_names_the_host(capsys,
+                                                                             monkeypatch):
+    from etcd_compute.virt import migration
+
+    checked, fenced = [], []
+    monkeypatch.setattr(migration, "verify_peer", lambda address, pki_dir, name, timeout:
+                        checked.append((address, pki_dir, name)))
+    monkeypatch.setattr(remote_fence, "fence_here", lambda uri, uuids: fenced.append(uri) or
                         {"outcome": "fenced", "destroyed": [], "reason": ""})
-    assert remote_fence.main(["--address", "10.0.0.2", "--pki-dir", "/etc/l", str(
-        uuidlib.uuid4())]) == 0
-    assert asked == ["qemu+tls://10.0.0.2/system?pkipath=/etc/l"]
-    assert remote_fence.main(["--address", "10.0.0.2/x", "--pki-dir", "/etc/l"]) == 2
+    assert remote_fence.main([*PKI, str(uuidlib.uuid4())]) == 0
+    assert checked == [("10.0.0.2", "/etc/l", "hv2")]
+    assert fenced == ["qemu+tls://10.0.0.2/system?pkipath=/etc/l"]
+
+    def another_host_s(address, pki_dir, name, timeout):
+        raise ValueError(f"the libvirtd at {address} presents a certificate for hv3, not "
+                         f"for {name}")
+
+    monkeypatch.setattr(migration, "verify_peer", another_host_s)
+    assert remote_fence.main([*PKI, str(uuidlib.uuid4())]) == 2
+    answer = json.loads(capsys.readouterr().out.splitlines()[-1])
+    assert answer["outcome"] == "failed" and "for hv3, not for hv2" in answer["reason"]
+    assert len(fenced) == 1  # nothing touched there
+
+    def silent(address, pki_dir, name, timeout):
+        raise ConnectionRefusedError(111, "Connection refused")
+
+    monkeypatch.setattr(migration, "verify_peer", silent)
+    assert remote_fence.main([*PKI, str(uuidlib.uuid4())]) == 1
+    assert json.loads(capsys.readouterr().out.splitlines()[-1]) == {
+        "outcome": "unreachable", "destroyed": [], "reason": "10.0.0.2: Connection refused"}
+    assert remote_fence.main(["--address", "10.0.0.2/x", "--pki-dir", "/etc/l",
+                              "--name", "hv2"]) == 2
     assert "not an address" in json.loads(capsys.readouterr().out.splitlines()[-1])["reason"]
-    with pytest.raises(SystemExit):
-        remote_fence.main(["--address", "10.0.0.2"])
+    with pytest.raises(SystemExit):  # no name: nothing to check the certificate against
+        remote_fence.main(["--address", "10.0.0.2", "--pki-dir", "/etc/l"])
 
 
-def test_the_helper_is_this_module_run_by_this_python():
-    argv = remote_fence.command("qemu+tls://10.0.0.2/system", ["u1"])
-    assert argv == module_command("etcd_compute.virt.remote_fence", "--uri",
-                                  "qemu+tls://10.0.0.2/system", "u1")
-    assert argv[0] == sys.executable
+def test_the_helper_is_this_module():
     assert Path(remote_fence.__file__).stem == remote_fence.MODULE.rsplit(".", 1)[1]
-
-
-def test_the_child_answers_from_a_directory_that_does_not_hold_the_package(tmp_path,
-                                                                           monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    verdict = remote_fence.fence(TEST_URI, [str(uuidlib.uuid4())], timeout=30)
-    assert verdict.fenced and verdict.destroyed == [], verdict
