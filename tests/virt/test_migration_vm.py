@@ -310,29 +310,33 @@ def test_libvirtd_over_tls_admits_only_the_cluster_s_libvirt_hosts(hosts, tmp_pa
 
 def test_fencing_through_a_host_s_libvirtd_destroys_its_guests_and_says_when_it_cannot(
         hosts, test_guest_image, tmp_path):
+    from etcd_compute.controller.fencing import through_libvirt
     from etcd_compute.pki import Pki
-    from etcd_compute.virt import remote_fence
 
     a, b = hosts["a"], hosts["b"]
     spec, _ = boot_counter(hosts, "b", test_guest_image)
     uuid = spec["uuid"]
-    uri = b.libvirtd.tls_uri(a.pki_dir)
+    pki = str(a.pki_dir)
 
     hosts.net.cut(b.space)
     try:
-        verdict = remote_fence.fence(uri, [uuid], timeout=3)
+        verdict = through_libvirt(b.address, pki, "host-b", [uuid], 3)
     finally:
         hosts.net.rejoin(b.space)
-    assert verdict.outcome == "unreachable" and verdict.seconds < 10, verdict
+    assert verdict.outcome == "timeout" and verdict.seconds < 10, verdict
     assert b.domain_active(uuid)
 
     stranger = Pki(tmp_path / "other-ca")
     stranger.init(cluster="another")
     foreign = stranger.issue_libvirt("intruder", tmp_path / "foreign", client_only=True)
-    verdict = remote_fence.fence(b.libvirtd.tls_uri(foreign), [uuid], timeout=15)
-    assert not verdict.fenced and b.domain_active(uuid), verdict
+    verdict = through_libvirt(b.address, str(foreign), "host-b", [uuid], 15)
+    assert verdict.outcome != "fenced" and b.domain_active(uuid), verdict
+    # Host a saying b's address is its own: b's certificate does not name a.
+    verdict = through_libvirt(b.address, pki, "host-a", [uuid], 15)
+    assert verdict.outcome != "fenced" and b.domain_active(uuid), verdict
+    assert "not for host-a" in verdict.detail, verdict
 
-    verdict = remote_fence.fence(uri, [uuid], timeout=15)
-    assert verdict.fenced and verdict.destroyed == [uuid], verdict
+    verdict = through_libvirt(b.address, pki, "host-b", [uuid], 15)
+    assert verdict.outcome == "fenced" and verdict.destroyed == (uuid,), verdict
     assert not b.domain_active(uuid) and b.has_domain(uuid)  # off, left for its compute
     b.driver().destroy(uuid)

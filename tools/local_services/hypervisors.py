@@ -134,13 +134,14 @@ class Hypervisors:
             hosts.close()
 
     def add(self, name: str, pki_dir: Path | None = None) -> Hypervisor:
-        """A host `hv<name>` with certificates for its own name and address (or those in
-        `pki_dir`, to make a host that presents someone else's)."""
+        """A host with certificates for its own name (`host-<name>`, the compute's name, as
+        the fence checks) and address (or those in `pki_dir`, to make a host that presents
+        someone else's)."""
         space = self.net.add_host(name)
         # The guests' metadata retries end at once ("connection refused" from here).
         ip("-n", space.netns, "addr", "add", "169.254.169.254/32", "dev", "lo")
         if pki_dir is None:
-            pki_dir = self.pki.issue_libvirt(f"hv{name}", self.root / f"libvirt-pki-{name}",
+            pki_dir = self.pki.issue_libvirt(f"host-{name}", self.root / f"libvirt-pki-{name}",
                                              ips=[space.ip],
                                              qemu_group=grp.getgrnam(QEMU_GROUP).gr_gid)
         libvirtd = PrivateLibvirtd(self.root / f"libvirt-{name}", space.netns,

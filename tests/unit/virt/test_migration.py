@@ -277,3 +277,69 @@ def test_a_job_that_ended_between_two_looks_stops_nothing():
 
     with Supervisor(Gone(), Limits(), poll_seconds=0.01):
         time.sleep(0.05)
+
+
+@pytest.fixture
+def libvirt_pki(tmp_path):
+    from etcd_compute.pki import Pki
+
+    pki = Pki(tmp_path / "ca")
+    pki.init()
+    return pki
+
+
+def serve_tls(pki_dir: Path):
+    """A TLS server presenting pki_dir's server certificate (as a libvirtd would) on a free
+    loopback port, for one handshake; (port, thread)."""
+    import socket
+    import ssl
+    import threading
+
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(pki_dir / "servercert.pem", pki_dir / "serverkey.pem")
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+
+    def once() -> None:
+        with listener:
+            connection, _ = listener.accept()
+            try:
+                with context.wrap_socket(connection, server_side=True):
+                    pass
+            except (ssl.SSLError, OSError):
+                pass
+
+    thread = threading.Thread(target=once, daemon=True)
+    thread.start()
+    return port, thread
+
+
+def test_a_peer_whose_certificate_names_another_host_is_refused(libvirt_pki, tmp_path):
+    """The attack: host hv1 says its libvirtd is at hv2's address. hv2's certificate is
+    good for that address (libvirt's own check passes) but names hv2: refused."""
+    ours = libvirt_pki.issue_libvirt("controller", tmp_path / "ctl", client_only=True)
+    hv2 = libvirt_pki.issue_libvirt("hv2", tmp_path / "hv2", ips=["127.0.0.1"])
+    port, thread = serve_tls(hv2)
+    with pytest.raises(ValueError, match="presents a certificate for hv2, not for hv1"):
+        migration.verify_peer("127.0.0.1", ours, "hv1", timeout=10, port=port)
+    thread.join(10)
+    port, thread = serve_tls(hv2)
+    migration.verify_peer("127.0.0.1", ours, "hv2", timeout=10, port=port)
+    thread.join(10)
+
+
+def test_a_peer_of_another_ca_or_that_does_not_answer_is_refused(libvirt_pki, tmp_path):
+    from etcd_compute.pki import Pki
+
+    ours = libvirt_pki.issue_libvirt("controller", tmp_path / "ctl", client_only=True)
+    stranger = Pki(tmp_path / "other")
+    stranger.init(cluster="another")
+    foreign = stranger.issue_libvirt("hv1", tmp_path / "foreign", ips=["127.0.0.1"])
+    port, thread = serve_tls(foreign)
+    with pytest.raises(ValueError, match="certificate refused"):
+        migration.verify_peer("127.0.0.1", ours, "hv1", timeout=10, port=port)
+    thread.join(10)
+    with pytest.raises(OSError):
+        migration.verify_peer("127.0.0.1", ours, "hv1", timeout=5, port=port)
+    with pytest.raises(ValueError, match="our libvirt certificates"):
+        migration.verify_peer("127.0.0.1", tmp_path / "none", "hv1", port=port)
