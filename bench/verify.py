@@ -151,11 +151,6 @@ def project_usages(placement: PlacementClient, project_id: str) -> dict[str, int
     return response.json()["usages"]
 
 
-def _gone_is_fine(function: Any, path: str, exc_info: Any) -> None:
-    if not isinstance(exc_info[1], FileNotFoundError):
-        raise exc_info[1]
-
-
 def wipe(store: Store, placement: PlacementClient, consumers: list[str], project_id: str,
          fake_instances_dir: Path | None) -> None:
     """Back to the empty state: no allocations, no instance keys, no driver instances."""
@@ -165,10 +160,14 @@ def wipe(store: Store, placement: PlacementClient, consumers: list[str], project
         with store.errors():
             store.client.delete_prefix(store.keys.prefix + prefix)
     if fake_instances_dir is not None and fake_instances_dir.exists():
-        # The compute removes the same files as it sees the specs go: a file gone meanwhile
-        # is what we wanted (rmtree would stop at it).
-        shutil.rmtree(fake_instances_dir, onerror=_gone_is_fine)
-        fake_instances_dir.mkdir(exist_ok=True)
+        # File by file: the compute removes the same files as it sees the specs go (a file
+        # gone meanwhile is what we wanted), and a build it finishes meanwhile writes one
+        # (rmtree stopped at either: FileNotFoundError, "Directory not empty").
+        for path in fake_instances_dir.iterdir():
+            if path.is_dir():
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                path.unlink(missing_ok=True)
     usages = project_usages(placement, project_id)
     if any(usages.values()):
         raise CheckFailed(f"allocations left after the wipe: {usages}")
