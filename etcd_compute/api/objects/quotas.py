@@ -226,11 +226,13 @@ class Quotas:
 
     @contextmanager
     def reserve(self, project_id: str, user_id: str, consumers: list[str],
-                vcpus: int, ram: int, min_count: int) -> Iterator[Reservation]:
+                vcpus: int, ram: int, min_count: int,
+                limits: dict[str, int] | None = None) -> Iterator[Reservation]:
         """Count the create (its `consumers`, each `vcpus` and `ram`) against the
         project's quota and hold its place until the block ends: OverQuota when fewer
-        than `min_count` of them fit. The reservation names as many consumers as fit."""
-        limits = self.limits(project_id)
+        than `min_count` of them fit. The reservation names as many consumers as fit.
+        `limits`: the project's, as the caller read them for this request."""
+        limits = limits or self.limits(project_id)
         if all(limits[q] < 0 for q in COUNTED):  # nothing to count, nothing to hold
             yield Reservation(project_id, str(uuidlib.uuid4()), list(consumers),
                               {"consumer_count": len(consumers)})
