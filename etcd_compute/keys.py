@@ -39,6 +39,10 @@ and what only the compute API (`schedule.py api`, operator's credentials) writes
                                                 changed api.quotas' (os-quota-class-sets)
     /quota-reservations/<project_id>/<uuid>     quota_reservation: a create counted before
                                                 its claim (with a lease)
+    /aggregates/<id>                            aggregate: a host aggregate (os-aggregates);
+                                                its hosts mirrored to Placement
+    /aggregate-names/<name>                     aggregate_name: which aggregate has this name
+    /aggregate-last-id                          aggregate_last_id: the last id given
 
 Hosts get no access to /queue/ at all: a request carries tenants' user-data,
 and only operators may ask for instances.
@@ -231,6 +235,18 @@ class Keys:
 
     def quota_reservation(self, project_id: str, reservation: str) -> str:
         return f"{self.prefix}/quota-reservations/{project_id}/{reservation}"
+
+    def aggregates(self) -> str:
+        return f"{self.prefix}/aggregates/"
+
+    def aggregate(self, aggregate_id: int) -> str:
+        return f"{self.prefix}/aggregates/{aggregate_id}"
+
+    def aggregate_name(self, name: str) -> str:
+        return f"{self.prefix}/aggregate-names/{name}"
+
+    def aggregate_last_id(self) -> str:
+        return f"{self.prefix}/aggregate-last-id"
 
     def server_groups(self) -> str:
         return f"{self.prefix}/server-groups/"

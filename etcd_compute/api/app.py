@@ -21,6 +21,7 @@ from etcd_compute.api import microversion
 from etcd_compute.api.backend import Backend
 from etcd_compute.api.context import Context, NotProjectScoped, new_request_id
 from etcd_compute.api.handlers import (
+    aggregates,
     availability_zones,
     extensions,
     flavors,
@@ -65,7 +66,7 @@ class ComputeApp:
         for module in (servers, server_actions, server_metadata, server_ips, instance_actions,
                        server_groups, flavors, keypairs, quota_sets, quota_classes,
                        availability_zones, services, hypervisors, hosts, extensions, networks,
-                       images):
+                       images, aggregates):
             module.routes(self.router, backend)
 
     def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]

@@ -48,6 +48,7 @@ HOSTS = "os_compute_api:os-hosts:%s"
 EXTENSIONS = "os_compute_api:extensions"
 NETWORKS = "os_compute_api:os-networks:%s"
 MIGRATE_SERVER = "os_compute_api:os-migrate-server:%s"
+AGGREGATES = "os_compute_api:os-aggregates:%s"
 
 BASE = [
     ("context_is_admin", "role:admin"),
@@ -128,6 +129,9 @@ RULES = [
     (HYPERVISORS % "search", ADMIN),
     (HYPERVISORS % "servers", ADMIN),
     (EXTENDED_ATTRIBUTES, ADMIN),
+    *((AGGREGATES % name, ADMIN) for name in (
+        "index", "create", "show", "update", "delete", "add_host", "remove_host",
+        "set_metadata")),
     (MIGRATE_SERVER % "migrate_live", ADMIN),
     (SERVER_TAGS % "index", PROJECT_READER_OR_ADMIN),
     (SERVER_TAGS % "show", PROJECT_READER_OR_ADMIN),

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from etcd_compute import hosts, messages
+from etcd_compute.api.objects.aggregates import Aggregates
 from etcd_compute.errors import NotFound
 from etcd_compute.etcd import KeyValueStore
 from etcd_compute.instances import records
@@ -62,17 +63,27 @@ class Compute:
 
 class Computes:
     def __init__(self, store: KeyValueStore, placement: PlacementClient,
-                 settings: dict[str, Any]):
+                 settings: dict[str, Any], aggregates: Aggregates):
         self.store = store
         self.placement = placement
         self.default_zone = str(settings["default_availability_zone"])
         self.zones = dict(settings["availability_zones"])
+        self.aggregates = aggregates
+
+    def zone_aggregates(self) -> dict[str, list[str]]:
+        """{zone: the Placement aggregates whose hosts are in it}: the configured zones'
+        (`api.availability_zones`) and those of the host aggregates that name one."""
+        found = {zone: [aggregate] for zone, aggregate in self.zones.items()}
+        for zone, uuids in self.aggregates.zones().items():
+            found.setdefault(zone, []).extend(uuids)
+        return found
 
     def zone_of(self) -> dict[str, str]:
         """The zone each provider is in (those of no zone's aggregate are not named)."""
         found: dict[str, str] = {}
-        for zone, aggregate in sorted(self.zones.items()):
-            for provider in self.placement.list_providers(member_of=aggregate):
+        for zone, aggregates in sorted(self.zone_aggregates().items()):
+            for provider in self.placement.list_providers(
+                    member_of="in:" + ",".join(aggregates)):
                 found.setdefault(provider["uuid"], zone)
         return found
 
