@@ -35,6 +35,8 @@ and what only the compute API (`schedule.py api`, operator's credentials) writes
     /flavor-names/<name>                        flavor_name: which flavor has this name
     /keypairs/<user_id>/<name>                  keypair: a user's public key
     /quotas/<project_id>                        quota_set: a project's limits (else defaults)
+    /quota-users/<project_id>/<user_id>         quota_set: a user's limits in the project
+                                                (else the project's)
     /quota-classes/default                      quota_class: the defaults where an admin
                                                 changed api.quotas' (os-quota-class-sets)
     /quota-reservations/<project_id>/<uuid>     quota_reservation: a create counted before
@@ -226,6 +228,9 @@ class Keys:
 
     def quota(self, project_id: str) -> str:
         return f"{self.prefix}/quotas/{project_id}"
+
+    def quota_user(self, project_id: str, user_id: str) -> str:
+        return f"{self.prefix}/quota-users/{project_id}/{user_id}"
 
     def quota_class(self, name: str) -> str:
         return f"{self.prefix}/quota-classes/{name}"
