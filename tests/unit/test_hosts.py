@@ -166,3 +166,12 @@ def test_the_account_the_libvirt_address_and_build_failures_keep_each_other():
     stats, _ = hosts.read_stats(store, A)
     assert hosts.capacity_of(stats) == ACCOUNT and hosts.libvirt_address(store, A) == "10.0.0.5"
     assert len(stats["build_failures"]) == 1
+
+
+def test_the_machines_boot_time_from_the_kernel(tmp_path):
+    stat = tmp_path / "stat"
+    stat.write_text("cpu  1 2 3\nbtime 1700000000\nprocesses 5\n")
+    assert hosts.boot_time(str(stat)) == 1700000000.0
+    stat.write_text("cpu  1 2 3\n")
+    assert hosts.boot_time(str(stat)) is None
+    assert hosts.boot_time(str(tmp_path / "absent")) is None

@@ -42,6 +42,8 @@ class Compute:
     inventories: dict[str, dict[str, Any]] = field(default_factory=dict)
     usages: dict[str, int] = field(default_factory=dict)
     instances: int = 0
+    # When the host's machine started (its heartbeat says; None: not told).
+    booted_at: float | None = None
 
     @property
     def legacy_id(self) -> int:
@@ -105,7 +107,8 @@ class Computes:
                 uuid, provider["name"], zones.get(uuid, self.default_zone), beat is not None,
                 beat["since"] if beat else None, (beat or {}).get("driver"),
                 DISABLED_TRAIT in traits or uuid in disabled,
-                (notes.get(uuid) or {}).get("reason"), instances=counts.get(uuid, 0))
+                (notes.get(uuid) or {}).get("reason"), instances=counts.get(uuid, 0),
+                booted_at=(beat or {}).get("booted_at"))
             if with_resources:
                 compute.inventories = self.placement.get_inventories(uuid)
                 compute.usages = self.placement.get_usages(uuid)
