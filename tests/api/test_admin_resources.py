@@ -166,7 +166,7 @@ def test_the_hypervisors_uptime_and_the_audit_log_nova_shows_when_none_ran(cloud
     with open("/proc/uptime") as uptime:
         days = int(float(uptime.read().split()[0]) // 86400)
     assert (f" up {days} day" in shown["uptime"]) == (days > 0)
-    log = admin.get(f"{api}/os-instance-usage-audit-log").json()["instance_usage_audit_logs"]
+    log = admin.get(f"{api}/os-instance_usage_audit_log").json()["instance_usage_audit_logs"]
     assert _host_name(cloud) in log["hosts_not_run"] and log["total_instances"] == 0
-    assert cloud.session("demo").get(f"{api}/os-instance-usage-audit-log",
+    assert cloud.session("demo").get(f"{api}/os-instance_usage_audit_log",
                                      raise_exc=False).status_code == 403

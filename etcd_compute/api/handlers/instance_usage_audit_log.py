@@ -1,4 +1,4 @@
-"""/os-instance-usage-audit-log[/{before}] (Nova's controller, admins only): the
+"""/os-instance_usage_audit_log[/{before}] (Nova's controller, admins only): the
 instance usage audit task's logs per compute host over the last completed month. We run
 no audit task (usage is in Placement and our records: os-simple-tenant-usage), so the
 answer is Nova's when no host has run it: every host listed as not run, no logs."""
@@ -16,8 +16,8 @@ from etcd_compute.api.wsgi import ApiRequest, Router, bad_request, json_response
 
 
 def routes(router: Router, api: Backend) -> None:
-    router.add("GET", "/os-instance-usage-audit-log", lambda req: index(api, req))
-    router.add("GET", "/os-instance-usage-audit-log/{before}",
+    router.add("GET", "/os-instance_usage_audit_log", lambda req: index(api, req))
+    router.add("GET", "/os-instance_usage_audit_log/{before}",
                lambda req, before: show(api, req, before))
 
 

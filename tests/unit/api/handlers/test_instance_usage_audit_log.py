@@ -13,17 +13,17 @@ def test_no_audit_has_run_on_any_host():
     harness = Harness.new()
     harness.add_host("hv1")
     harness.add_host("hv2")
-    log = harness.admin("GET", "/v2.1/os-instance-usage-audit-log").json[
+    log = harness.admin("GET", "/v2.1/os-instance_usage_audit_log").json[
         "instance_usage_audit_logs"]
     assert (log["num_hosts"], log["num_hosts_not_run"], log["hosts_not_run"]) == (
         2, 2, ["hv1", "hv2"])
     assert log["overall_status"] == "0 of 2 hosts done. 0 errors." and log["log"] == {}
-    shown = harness.admin("GET", "/v2.1/os-instance-usage-audit-log/2026-03-15%2010:00:00")
+    shown = harness.admin("GET", "/v2.1/os-instance_usage_audit_log/2026-03-15%2010:00:00")
     assert shown.json["instance_usage_audit_log"]["period_beginning"] == "2026-02-01 00:00:00"
     assert shown.json["instance_usage_audit_log"]["period_ending"] == "2026-03-01 00:00:00"
-    assert harness.admin("GET", "/v2.1/os-instance-usage-audit-log/invalid_time"
+    assert harness.admin("GET", "/v2.1/os-instance_usage_audit_log/invalid_time"
                          ).status_int == 400
-    assert harness.call("GET", "/v2.1/os-instance-usage-audit-log").status_int == 403
+    assert harness.call("GET", "/v2.1/os-instance_usage_audit_log").status_int == 403
 
 
 def test_the_last_completed_month():
