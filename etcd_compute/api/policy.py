@@ -53,6 +53,7 @@ SIMPLE_TENANT_USAGE = "os_compute_api:os-simple-tenant-usage:%s"
 AUDIT_LOG = "os_compute_api:os-instance-usage-audit-log:%s"
 MIGRATIONS = "os_compute_api:os-migrations:index"
 EXTERNAL_EVENTS = "os_compute_api:os-server-external-events:create"
+SECURITY_GROUPS = "os_compute_api:os-security-groups:%s"
 
 BASE = [
     ("context_is_admin", "role:admin"),
@@ -141,6 +142,8 @@ RULES = [
     (AUDIT_LOG % "list", ADMIN),
     (AUDIT_LOG % "show", ADMIN),
     (MIGRATIONS, ADMIN),
+    (SECURITY_GROUPS % "add", PROJECT_MEMBER_OR_ADMIN),
+    (SECURITY_GROUPS % "remove", PROJECT_MEMBER_OR_ADMIN),
     # Nova's default: the service role (Neutron, Cinder, Cyborg send these), not admins.
     (EXTERNAL_EVENTS, "rule:service_api"),
     (MIGRATE_SERVER % "migrate_live", ADMIN),
