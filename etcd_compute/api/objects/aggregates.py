@@ -83,10 +83,11 @@ class Aggregates:
         return None if message is None else Aggregate.from_message(message, revision)
 
     def zones(self) -> dict[str, list[str]]:
-        """{zone: its aggregates' uuids} of the aggregates that name a zone."""
+        """{zone: its aggregates' uuids} of the aggregates that name a zone and have hosts
+        (as Nova's, a zone is its hosts': one without any is no zone to create in)."""
         found: dict[str, list[str]] = {}
         for aggregate in self.list():
-            if aggregate.availability_zone:
+            if aggregate.availability_zone and aggregate.hosts:
                 found.setdefault(aggregate.availability_zone, []).append(aggregate.uuid)
         return found
 

@@ -17,7 +17,11 @@ def test_ids_count_up_and_names_are_unique():
         aggregates.create("a", None)
     assert aggregates.delete(first)
     assert aggregates.create("a", None).id == 3
-    assert aggregates.zones() == {"az": [aggregates.get(2).uuid]}
+    assert aggregates.zones() == {}  # a zone is its hosts'
+    zoned = aggregates.get(2)
+    zoned.hosts = ["hv1"]
+    aggregates.save(zoned)
+    assert aggregates.zones() == {"az": [zoned.uuid]}
 
 
 def test_a_stale_copy_is_not_written():
