@@ -39,14 +39,8 @@ IDLE_SECONDS = 1.0
 PAUSED_SECONDS = 0.1
 # After a pass that answered several clients, how long to wait for them to ask again
 # before the next pass (a pass started at once would hold only the stragglers, and the
-# clients just answered would wait for it to end: batches of 2 and 6, not of 8): at least
-# GATHER_SECONDS, up to GATHER_SHARE of the last pass's time, never above GATHER_MAX_SECONDS.
-# A pass's claim costs Placement about as much for 2 requests as for 20 when its queue
-# holds the hosts' claim checks: a 50 ms wait on a loaded machine split 32 clients into
-# passes of 25 and 7 (two claims for one).
+# clients just answered would wait for it to end: batches of 2 and 6, not of 8).
 GATHER_SECONDS = 0.05
-GATHER_SHARE = 0.25
-GATHER_MAX_SECONDS = 0.25
 
 
 class AnswerLease:
@@ -77,10 +71,7 @@ class QueueService:
                                AnswerLease(store, settings["service_answer_ttl"], clock))
         self._wakeup = threading.Event()
         self._arrived = threading.Condition()
-        # Request events seen, and how many of them had been seen when the queue was last
-        # read (the requests of the next pass are those since).
-        self._arrivals = self._read_mark = 0
-        self._last_pass = 0.0  # seconds the last pass took
+        self._arrivals = 0
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
         # Serving now (the queue open); the first pass of a serving spell frees stale claims;
@@ -95,19 +86,14 @@ class QueueService:
             self._arrived.notify_all()
         self._wakeup.set()
 
-    def gather_seconds(self) -> float:
-        """How long to wait for the clients just answered: longer after a longer pass."""
-        return min(GATHER_MAX_SECONDS, max(GATHER_SECONDS, GATHER_SHARE * self._last_pass))
-
     def _gather(self, answered: int) -> None:
-        """Wait (briefly) until as many requests arrived since the last pass read the queue
-        as it answered (those that came during the pass count: no wait when they are
-        there already)."""
+        """Wait (briefly) until as many requests arrived as the last pass answered."""
         if answered < 2:
             return
         with self._arrived:
-            self._arrived.wait_for(lambda: self._arrivals - self._read_mark >= answered
-                                   or self._stopping.is_set(), self.gather_seconds())
+            start = self._arrivals
+            self._arrived.wait_for(lambda: self._arrivals - start >= answered
+                                   or self._stopping.is_set(), GATHER_SECONDS)
 
     def start(self) -> None:
         self._stopping.clear()
@@ -225,8 +211,6 @@ class QueueService:
         pass waits for a request event). After a pass the next starts at once (more may
         have come meanwhile), or when those just answered asked again (`_gather`)."""
         started = self.clock.now()
-        with self._arrived:
-            self._read_mark = self._arrivals
         entries, _ = self.store.get_prefix(self.keys.queue_requests())
         if not entries:
             return 0
@@ -259,6 +243,5 @@ class QueueService:
                  1000 * plan, 1000 * spent["claim"], 1000 * spent["write"],
                  1000 * max(0.0, rest), 1000 * (started - self._last_pass_end))
         self._last_pass_end = self.clock.now()
-        self._last_pass = took
         controller_metrics.queue_pass(due, done)
         return due

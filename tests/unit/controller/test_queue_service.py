@@ -3,14 +3,11 @@ passes, and survives a pass that fails."""
 
 from __future__ import annotations
 
-import time
 import uuid as uuidlib
 
 from etcd_compute import messages
 from etcd_compute.controller.election import Election
 from etcd_compute.controller.queue_service import (
-    GATHER_MAX_SECONDS,
-    GATHER_SECONDS,
     IDLE_SECONDS,
     PAUSED_SECONDS,
     AnswerLease,
@@ -56,34 +53,6 @@ def test_a_pass_answers_everything_pending():
     assert queue.drain() == 3
     assert all(service.answer(n) for n in names)
     assert queue.drain() == 0  # nothing left
-
-
-def test_the_wait_for_answered_clients_grows_with_the_last_pass_within_bounds():
-    _, queue = leading_service()
-    queue._last_pass = 0.0
-    assert queue.gather_seconds() == GATHER_SECONDS
-    queue._last_pass = 0.4  # a quarter of it
-    assert queue.gather_seconds() == 0.1
-    queue._last_pass = 30.0
-    assert queue.gather_seconds() == GATHER_MAX_SECONDS
-
-
-def test_requests_that_came_during_a_pass_count_for_the_next_one():
-    """Clients answered early ask again while the pass still runs: once as many requests
-    came since the queue was read as the pass answered, the next pass starts at once."""
-    service, queue = leading_service()
-    for _ in range(3):
-        ask(service)
-    assert queue.drain() == 3
-    queue._last_pass = 30.0  # the longest wait, if it waited
-    for _ in range(3):  # (the watch thread's calls)
-        queue.wake()
-    started = time.monotonic()
-    queue._gather(3)
-    assert time.monotonic() - started < GATHER_MAX_SECONDS / 2
-    started = time.monotonic()
-    queue._gather(4)  # one short: it waits for it, at most the longest wait
-    assert GATHER_MAX_SECONDS * 0.9 <= time.monotonic() - started
 
 
 def test_the_loop_survives_a_failing_pass_and_answers_afterwards(monkeypatch):
