@@ -353,7 +353,19 @@ class FakeDriver(FakeMoves, Driver):
     def console(self, uuid: str, max_bytes: int = 65536) -> str:
         if not self._path(uuid).exists():
             return ""
-        return f"fake console of {uuid}: booted\n"
+        return boot_log(uuid)
+
+
+def boot_log(uuid: str) -> str:
+    """A fake guest's console: a short boot log of several lines, as a real guest's
+    serial console has (clients and Tempest read its tail), ending with the line that
+    names the instance."""
+    return (f"[    0.000000] Linux version 6.1.0-fake (fake driver)\n"
+            f"[    0.010000] Command line: console=ttyS0\n"
+            f"[    0.500000] Run /sbin/init as init process\n"
+            f"Starting fake guest {uuid}...\n"
+            f"fake login: \n"
+            f"fake console of {uuid}: booted\n")
 
 
 def _write_instance(root: Path, uuid: str, instance: dict[str, Any]) -> None:

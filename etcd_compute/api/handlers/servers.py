@@ -59,6 +59,13 @@ def lookup(api: Backend, req: ApiRequest, server_id: str) -> Server:
     return server
 
 
+def check_lock(req: ApiRequest, server: Server) -> None:
+    """Nova's `check_instance_lock`: a locked server refuses a non-admin's actions and
+    delete (409)."""
+    if server.doc.get("lock") and not req.context.is_admin:
+        raise Fault(409, f"Instance {server.uuid} is locked")
+
+
 def render(api: Backend, req: ApiRequest, server: Server) -> dict[str, Any]:
     shown = server_list.render_detail(api, req, [server])[0]
     if req.version.at_least("2.71"):
@@ -119,6 +126,7 @@ def delete(api: Backend, req: ApiRequest, server_id: str) -> webob.Response:
     server = lookup(api, req, server_id)
     api.policy.authorize(req.context, policy.SERVERS % "delete",
                          {"project_id": server.project_id})
+    check_lock(req, server)
     if server.record is None:  # a create that failed before its claim: only its view
         api.servers.remove_failed(server)
         return empty_response(204)
