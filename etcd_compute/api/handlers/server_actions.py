@@ -23,8 +23,10 @@ from etcd_compute.api.backend import Backend
 from etcd_compute.api.handlers import action_checks as checks
 from etcd_compute.api.handlers import server_admin_actions
 from etcd_compute.api.handlers import servers as server_handlers
+from etcd_compute.api.objects.servers import Server
 from etcd_compute.api.schemas import parameter_types as types
 from etcd_compute.api.schemas import server_actions as schema
+from etcd_compute.api.schemas import server_admin_actions as admin_schema
 from etcd_compute.api.views import servers as view
 from etcd_compute.api.wsgi import (
     ApiRequest,
@@ -121,11 +123,7 @@ def rebuild(api: Backend, req: ApiRequest, server_id: str, body: Any) -> webob.R
         guest["ssh_key"], changes["key_name"] = _key(api, req, asked["key_name"])
     if req.version.at_least("2.57") and "user_data" in asked:
         guest["user_data"], changes["user_data"] = server_handlers.user_data_of(asked)
-    metadata = changes.get("metadata") or {}
-    allowed_items = api.quotas.limits(server.project_id)["metadata_items"]
-    if 0 <= allowed_items < len(metadata):
-        raise Fault(403, f"Quota exceeded for metadata_items: Requested {len(metadata)}, but "
-                         f"already used 0 of {allowed_items} metadata_items")
+    _check_metadata_quota(api, server, changes.get("metadata") or {})
     checks.asked(lambda: api.actions.rebuild(server, image, changes, guest,
                                              checks.caller(req)))
     server = server_handlers.lookup(api, req, server_id)
@@ -227,10 +225,7 @@ def create_image(api: Backend, req: ApiRequest, server_id: str, body: Any) -> we
     checks.check_state(server, "createImage", {"active", "stopped", "paused", "suspended"})
     asked = body["createImage"]
     metadata = dict(asked.get("metadata") or {})
-    allowed_items = api.quotas.limits(server.project_id)["metadata_items"]
-    if 0 <= allowed_items < len(metadata):
-        raise Fault(403, f"Quota exceeded for metadata_items: Requested {len(metadata)}, but "
-                         f"already used 0 of {allowed_items} metadata_items")
+    _check_metadata_quota(api, server, metadata)
     image_id = checks.asked(lambda: api.actions.create_image(
         server, asked["name"].strip(), metadata, checks.caller(req)))
     if req.version.at_least("2.45"):
@@ -238,6 +233,36 @@ def create_image(api: Backend, req: ApiRequest, server_id: str, body: Any) -> we
     response = empty_response(202)
     response.headers["Location"] = api.images.url_of(image_id)
     return response
+
+
+def create_backup(api: Backend, req: ApiRequest, server_id: str, body: Any
+                  ) -> webob.Response:
+    """createImage's snapshot as a backup (`image_type` backup, its `backup_type`); once
+    uploaded, the host deletes the server's backups of that type beyond the newest
+    `rotation` (Nova's rotation, 0 included). 202 with the image's id from 2.45, before
+    its URL in Location when rotation is above 0 (Nova's)."""
+    validation.body(admin_schema.create_backup, body)
+    server = checks.server_for(api, req, server_id, policy.CREATE_BACKUP, locked_ok=True)
+    checks.check_state(server, "createBackup", {"active", "stopped", "paused", "suspended"})
+    asked = body["createBackup"]
+    metadata = dict(asked.get("metadata") or {})
+    _check_metadata_quota(api, server, metadata)
+    rotation = {"backup_type": asked["backup_type"], "keep": int(asked["rotation"])}
+    image_id = checks.asked(lambda: api.actions.create_image(
+        server, asked["name"].strip(), metadata, checks.caller(req), rotation=rotation))
+    if req.version.at_least("2.45"):
+        return json_response({"image_id": image_id}, 202)
+    response = empty_response(202)
+    if rotation["keep"] > 0:
+        response.headers["Location"] = api.images.url_of(image_id)
+    return response
+
+
+def _check_metadata_quota(api: Backend, server: Server, metadata: dict[str, Any]) -> None:
+    allowed_items = api.quotas.limits(server.project_id)["metadata_items"]
+    if 0 <= allowed_items < len(metadata):
+        raise Fault(403, f"Quota exceeded for metadata_items: Requested {len(metadata)}, but "
+                         f"already used 0 of {allowed_items} metadata_items")
 
 
 # --- console -------------------------------------------------------------------------------
@@ -267,5 +292,6 @@ ACTIONS: dict[str, Action] = {
     "os-start": start, "os-stop": stop, "reboot": reboot, "rebuild": rebuild,
     "resize": resize, "confirmResize": confirm_resize, "revertResize": revert_resize,
     "os-getConsoleOutput": console_output, "createImage": create_image,
+    "createBackup": create_backup,
     "os-migrateLive": migrate_live,
 }

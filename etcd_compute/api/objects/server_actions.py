@@ -212,11 +212,20 @@ class ServerActions:
     # --- createImage ----------------------------------------------------------------------
 
     def create_image(self, server: Server, name: str, metadata: dict[str, str],
-                     by: str) -> str:
+                     by: str, rotation: dict[str, Any] | None = None) -> str:
         """A snapshot of the server's disk into a new Glance image of its project (live if
         it runs, as `schedule.py snapshot`); the image's id. The image is deleted again
-        when the request is refused (nothing is left in Glance)."""
-        image_for, forget = self.images.snapshot(name, metadata)
+        when the request is refused (nothing is left in Glance). A backup (createBackup)
+        is one with `image_type` backup, its `backup_type`, and a `rotation` ({backup_type,
+        keep}) the host applies once it is uploaded, as Nova's compute manager does."""
+        if rotation is not None:
+            metadata = {**metadata, "image_type": "backup",
+                        "backup_type": rotation["backup_type"]}
+        snapshot_for, forget = self.images.snapshot(name, metadata)
+
+        def image_for(spec: dict[str, Any]) -> dict[str, Any]:
+            made = snapshot_for(spec)
+            return {**made, "rotation": rotation} if rotation is not None else made
         try:
             asked = lifecycle.request(self.store, self.placement, server.uuid, states.SNAPSHOT,
                                       asked=lifecycle.Asked(image_for=image_for),
