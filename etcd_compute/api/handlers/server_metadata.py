@@ -12,7 +12,7 @@ import webob
 
 from etcd_compute.api import policy, validation
 from etcd_compute.api.backend import Backend
-from etcd_compute.api.handlers.server_actions import check_state
+from etcd_compute.api.handlers.action_checks import check_state
 from etcd_compute.api.handlers.servers import lookup
 from etcd_compute.api.objects.servers import Server, ServerChanged
 from etcd_compute.api.schemas import server_metadata as schema

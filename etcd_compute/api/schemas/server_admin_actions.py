@@ -1,12 +1,8 @@
-"""Bodies of os-resetState, lock, createBackup and migrate (Nova's
-`schemas/reset_server_state.py`, `lock_server.py`, `create_backup.py`,
-`migrate_server.py`)."""
+"""Bodies of os-resetState, lock and createBackup (Nova's `schemas/reset_server_state.py`,
+`lock_server.py`, `create_backup.py`)."""
 
 from __future__ import annotations
 
-from typing import Any
-
-from etcd_compute.api.microversion import Version
 from etcd_compute.api.schemas import parameter_types as types
 
 reset_state = {
@@ -48,15 +44,3 @@ create_backup = {
     "additionalProperties": False,
 }
 
-
-def migrate_schema(version: Version) -> dict[str, Any]:
-    """`migrate`: any value until 2.56, which takes an optional host."""
-    if not version.at_least("2.56"):
-        return {"type": "object", "properties": {"migrate": {}}, "required": ["migrate"],
-                "additionalProperties": False}
-    return {"type": "object",
-            "properties": {"migrate": {"type": ["object", "null"],
-                                       "properties": {"host": {**types.fqdn,
-                                                               "type": ["string", "null"]}},
-                                       "additionalProperties": False}},
-            "required": ["migrate"], "additionalProperties": False}

@@ -315,6 +315,37 @@ def test_create_image_makes_the_projects_snapshot_and_nothing_when_refused(harne
     assert len(glance.images) == made  # refused before any image was made
 
 
+def test_create_backup_is_a_snapshot_with_novas_backup_properties_and_its_rotation(
+        harness: Harness):
+    from tests.unit.api.objects.test_images import FakeGlance
+
+    uuid = active(harness)
+    glance = harness.backend.images.glance = FakeGlance()
+    body = {"createBackup": {"name": "b1", "backup_type": "daily", "rotation": 2,
+                             "metadata": {"k": "v"}}}
+    answer = harness.action(uuid, body, version="2.45")
+    assert answer.status_int == 202, answer.text
+    image_id = answer.json["image_id"]
+    assert glance.updated[image_id] == {"k": "v", "image_type": "backup",
+                                        "backup_type": "daily"}
+    snapshot = spec_of(harness, uuid)["request"]["snapshot"]
+    assert (snapshot["image_id"], snapshot["rotation"]) == (
+        image_id, {"backup_type": "daily", "keep": 2})
+    harness.host_does(uuid)
+    # Before 2.45 the image's URL, unless rotation 0 (Nova's); refused bodies are 400.
+    answer = harness.action(uuid, {"createBackup": {**body["createBackup"], "rotation": 0}})
+    assert answer.status_int == 202 and "Location" not in answer.headers
+    harness.host_does(uuid)
+    answer = harness.action(uuid, body)
+    assert answer.headers["Location"].startswith(f"{glance.endpoint}/images/")
+    harness.host_does(uuid)
+    made = len(glance.images)
+    answer = harness.action(uuid, {"createBackup": {"name": "b", "backup_type": "daily"}})
+    assert answer.status_int == 400
+    assert harness.action(uuid, body, roles=("reader",)).status_int == 403
+    assert len(glance.images) == made
+
+
 # --- os-migrateLive ------------------------------------------------------------------------
 
 
