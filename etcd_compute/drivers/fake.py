@@ -56,6 +56,10 @@ class FakeMoves:
     _set_running: Callable[[str, bool], bool]
     _guest_event: Callable[[str, str, str], None]
 
+    def _address(self, uuid: str) -> str | None:
+        """The guest's address: none for a guest built without a network interface."""
+        return None if (self._load(uuid) or {}).get("network") is False else fake_ip(uuid)
+
     def _marker(self, uuid: str, kind: str, root: Path | None = None) -> Path:
         return (root or self.root) / f".{uuid}.{kind}"
 
@@ -163,7 +167,7 @@ class FakeMoves:
             _log_guest(self.root, uuid, spec["host"], "run")
         for kind in ("sent", "incoming"):
             self._marker(uuid, kind).unlink(missing_ok=True)
-        return {"ip": fake_ip(uuid)}
+        return {"ip": self._address(uuid)}
 
 
 class FakeDriver(FakeMoves, Driver):
@@ -227,10 +231,12 @@ class FakeDriver(FakeMoves, Driver):
             marker.write_text(str(os.getpid()))
             time.sleep(self.build_seconds)
             marker.unlink(missing_ok=True)
-        result = {"ip": fake_ip(uuid)}
+        networked = spec.get("network", True)  # false: no network interface, no address
+        result = {"ip": fake_ip(uuid) if networked else None}
         running = not spec.get("stopped")
         record = {"uuid": uuid, "host": spec["host"], "result": result, "built_at": time.time(),
                   "running": running, "resources": spec["resources"], "image": image,
+                  "network": networked,
                   # What its config drive would carry.
                   "user_data": spec.get("user_data"), "ssh_key": spec.get("ssh_key")}
         # Write aside, then link into place: the instance appears whole or not at all
@@ -285,13 +291,13 @@ class FakeDriver(FakeMoves, Driver):
     def start(self, uuid: str) -> dict[str, Any]:
         self._begin(uuid, "start")
         self._set_running(uuid, True)
-        return {"ip": fake_ip(uuid)}
+        return {"ip": self._address(uuid)}
 
     def reboot(self, uuid: str, hard: bool) -> dict[str, Any]:
         self._begin(uuid, "reboot")
         self._set_running(uuid, False)
         self._set_running(uuid, True)
-        return {"ip": fake_ip(uuid)}
+        return {"ip": self._address(uuid)}
 
     def rebuild(self, spec: dict[str, Any], power_on: bool) -> dict[str, Any]:
         uuid, image = spec["uuid"], spec.get("image", {}).get("url", "")
@@ -302,7 +308,7 @@ class FakeDriver(FakeMoves, Driver):
                           "user_data": spec.get("user_data"), "ssh_key": spec.get("ssh_key")})
         if power_on:
             self._set_running(uuid, True)
-        return {"ip": fake_ip(uuid)}
+        return {"ip": self._address(uuid)}
 
     def resize(self, spec: dict[str, Any], power_on: bool) -> dict[str, Any]:
         uuid = spec["uuid"]
@@ -311,7 +317,7 @@ class FakeDriver(FakeMoves, Driver):
         self._save(uuid, {**self._load(uuid), "resources": spec["resources"]})
         if power_on:
             self._set_running(uuid, True)
-        return {"ip": fake_ip(uuid)}
+        return {"ip": self._address(uuid)}
 
     def snapshot(self, spec: dict[str, Any], image_id: str, running: bool) -> dict[str, Any]:
         """No disk here: an empty 1 GiB qcow2 (qemu-img) is what is uploaded, through the

@@ -230,12 +230,13 @@ def _group_hint(api: Backend, req: ApiRequest, hints: dict[str, Any]) -> ServerG
 def _refuse_unsupported(req: ApiRequest, asked: dict[str, Any], network_name: str) -> None:
     """What Nova takes and we cannot do: refused, never ignored."""
     networks = asked.get("networks")
-    # The one network every server is on, named by its id (os-networks), is what it gets.
+    # The one network every server is on, named by its id (os-networks), is what it gets;
+    # "none" (2.37) is a server without a network interface.
     ours = [{"uuid": network_id(network_name)}]
-    if isinstance(networks, list) and networks and networks != ours or networks == "none":
-        raise bad_request("Networks other than 'auto' (or the hosts' network, "
-                          f"{ours[0]['uuid']}) are not supported: every server gets an "
-                          "address on the hosts' network")
+    if isinstance(networks, list) and networks and networks != ours:
+        raise bad_request("Networks other than 'auto', 'none' (or the hosts' network, "
+                          f"{ours[0]['uuid']}) are not supported: there is no network "
+                          "service, the hosts' network is the one there is")
     if asked.get("personality"):
         raise bad_request("Personality files are not supported (use user_data)")
     if asked.get("block_device_mapping") or not _image_bdm(asked):
@@ -305,7 +306,8 @@ def create(api: Backend, req: ApiRequest) -> webob.Response:
         public_key=key.public_key if key else None, metadata=metadata,
         availability_zone=zone, extra_query=query, access_ipv4=asked.get("accessIPv4"),
         access_ipv6=asked.get("accessIPv6"), tags=asked.get("tags"), group=group,
-        group_members_limit=api.quotas.limits(context.project_id)["server_group_members"])
+        group_members_limit=api.quotas.limits(context.project_id)["server_group_members"],
+        network=asked.get("networks") != "none")
     try:
         docs, reservation = api.builds.create(build)
     except OverQuota as exc:

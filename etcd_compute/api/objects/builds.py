@@ -60,6 +60,8 @@ class Build:
     # The server group it joins, and how many members that group may have (-1: any).
     group: ServerGroup | None = None
     group_members_limit: int = -1
+    # False: no network interface (networks "none"); else the hosts' network (auto).
+    network: bool = True
 
 
 def hostname_of(display_name: str, count: int) -> str | None:
@@ -122,7 +124,8 @@ class Builds:
                 required_resources=self.settings["required_resources"],
                 project_id=build.project_id, user_id=build.user_id, uuids=chosen,
                 server=template, group=(group.id, group.policy) if group else None,
-                group_max=group.max_per_host if group else None)
+                group_max=group.max_per_host if group else None,
+                network=build.network)
             try:
                 destinations = self._schedule(request)
             except (NoValidHost, ConflictError) as exc:

@@ -282,3 +282,14 @@ def test_a_guest_already_here_is_not_prepared_for(tmp_path):
     a.build(spec)
     with pytest.raises(BuildError, match="already has a guest"):
         a.prepare_incoming(spec)
+
+
+def test_a_guest_built_without_a_network_has_no_address_whatever_it_does(tmp_path):
+    driver = driver_in(tmp_path)
+    spec = {**make_spec(RP), "network": False}
+    assert driver.build(spec) == {"ip": None}
+    assert driver.reboot(spec["uuid"], hard=True) == {"ip": None}
+    driver.stop(spec["uuid"])
+    assert driver.start(spec["uuid"]) == {"ip": None}
+    other = make_spec(RP)
+    assert driver.build(other) == {"ip": fake_ip(other["uuid"])}
