@@ -108,9 +108,11 @@ def power_on(uuid: str) -> bool:
     return driver().power_on(uuid)
 
 
-def consoles(uuids: list[str], max_bytes: int) -> dict[str, str]:
-    """Console tails of several instances in one job."""
-    return {uuid: driver().console(uuid, max_bytes) for uuid in uuids}
+def consoles(uuids: list[str], max_bytes: int) -> dict[str, dict[str, Any]]:
+    """Console tails and diagnostics of several instances in one job: {uuid: {"text",
+    "diagnostics"}} (diagnostics None when the driver has none)."""
+    return {uuid: {"text": driver().console(uuid, max_bytes),
+                   "diagnostics": driver().diagnostics(uuid)} for uuid in uuids}
 
 
 def check() -> str:

@@ -361,6 +361,33 @@ class FakeDriver(FakeMoves, Driver):
             return ""
         return boot_log(uuid)
 
+    def diagnostics(self, uuid: str) -> dict[str, Any] | None:
+        instance = self._load(uuid)
+        return fake_diagnostics(instance) if instance is not None else None
+
+
+def fake_diagnostics(instance: dict[str, Any]) -> dict[str, Any]:
+    """A fake guest's diagnostics from its state, in Nova's 2.48 shape: its size, whether it
+    runs, how long since it was built; counters are zero (it does nothing). `driver` is
+    "libvirt" as Nova's own fake driver says (Nova's field takes only real drivers' names);
+    `hypervisor` says what it is."""
+    resources = instance.get("resources") or {}
+    vcpus = int(resources.get("VCPU", 1))
+    running = instance.get("running", True)
+    nics = [{"mac_address": None, "rx_octets": 0, "rx_errors": 0, "rx_drop": 0,
+             "rx_packets": 0, "rx_rate": None, "tx_octets": 0, "tx_errors": 0,
+             "tx_drop": 0, "tx_packets": 0, "tx_rate": None}] \
+        if instance.get("network", True) else []
+    return {"state": "running" if running else "shutdown", "driver": "libvirt",
+            "hypervisor": "fake", "hypervisor_os": "fake", "config_drive": True,
+            "uptime": None,  # the compute API counts it from the launch, as Nova
+            "num_cpus": vcpus, "num_nics": len(nics), "num_disks": 1,
+            "memory_details": {"maximum": int(resources.get("MEMORY_MB", 0)), "used": 0},
+            "cpu_details": [{"id": n, "time": 0, "utilisation": None} for n in range(vcpus)],
+            "nic_details": nics,
+            "disk_details": [{"read_bytes": 0, "read_requests": 0, "write_bytes": 0,
+                              "write_requests": 0, "errors_count": 0}]}
+
 
 def boot_log(uuid: str) -> str:
     """A fake guest's console: a short boot log of several lines, as a real guest's

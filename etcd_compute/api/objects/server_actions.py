@@ -237,6 +237,18 @@ class ServerActions:
 
     # --- console --------------------------------------------------------------------------
 
+    def diagnostics(self, server: Server) -> dict[str, Any] | None:
+        """The guest's diagnostics its host published with its console (as of then), or
+        None: none published (yet), or its driver has none."""
+        if not server.host:
+            return None
+        try:
+            message, _ = self.store.read(messages.CONSOLE,
+                                         self.keys.console(server.host, server.uuid))
+        except InvalidMessage:
+            return None
+        return (message or {}).get("diagnostics")
+
     def console_output(self, server: Server) -> str | None:
         """The tail of the guest's serial console its host published; None when it has
         published none (yet)."""

@@ -179,8 +179,10 @@ def test_a_backup_rotates_the_instances_older_backups_once_it_is_up(recorder, mo
         == {"detail": f"image {snapshot['image_id']}"}
 
 
-def test_consoles_of_several_instances_are_one_job_bounded_each(recorder):
-    assert worker.consoles(["a", "b"], 4096) == {"a": "console of a", "b": "console of b"}
+def test_consoles_and_diagnostics_of_several_instances_are_one_job_bounded_each(recorder):
+    assert worker.consoles(["a", "b"], 4096) == {
+        "a": {"text": "console of a", "diagnostics": None},
+        "b": {"text": "console of b", "diagnostics": None}}
     assert recorder.asked == [("console", ("a", 4096)), ("console", ("b", 4096))]
     assert worker.consoles([], 4096) == {}
 

@@ -293,3 +293,20 @@ def test_a_guest_built_without_a_network_has_no_address_whatever_it_does(tmp_pat
     assert driver.start(spec["uuid"]) == {"ip": None}
     other = make_spec(RP)
     assert driver.build(other) == {"ip": fake_ip(other["uuid"])}
+
+
+def test_diagnostics_are_the_fake_guests_size_and_power_in_novas_shape(tmp_path):
+    from etcd_compute import messages
+
+    driver = driver_in(tmp_path)
+    spec = make_spec(RP)
+    assert driver.diagnostics(spec["uuid"]) is None
+    driver.build(spec)
+    found = driver.diagnostics(spec["uuid"])
+    assert found["state"] == "running" and found["num_cpus"] == spec["resources"]["VCPU"]
+    assert found["memory_details"]["maximum"] == spec["resources"]["MEMORY_MB"]
+    assert found["num_nics"] == 1 and found["hypervisor"] == "fake"
+    messages.check(messages.CONSOLE, {"uuid": spec["uuid"], "text": "", "updated_at": 1.0,
+                                      "diagnostics": found})
+    driver.stop(spec["uuid"])
+    assert driver.diagnostics(spec["uuid"])["state"] == "shutdown"
