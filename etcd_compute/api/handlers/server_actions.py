@@ -130,6 +130,9 @@ def rebuild(api: Backend, req: ApiRequest, server_id: str, body: Any) -> webob.R
     shown = server_handlers.render(api, req, server)
     if not req.version.at_least("2.75"):
         shown = server_handlers.before_275(shown, keep_key_name=req.version.at_least("2.54"))
+    # The user data is `user_data` here, not the admin's extended attribute (Nova's
+    # rebuild view, show_user_data=False).
+    shown.pop("OS-EXT-SRV-ATTR:user_data", None)
     if req.version.at_least("2.57"):
         shown["user_data"] = server.doc.get("user_data")
     response = json_response({"server": shown}, 202)

@@ -192,6 +192,12 @@ def test_a_rebuild_answers_the_server_and_gives_the_guest_its_new_data(harness: 
     assert request["ssh_key"].startswith("ssh-rsa ")
     harness.host_does(uuid)
     assert harness.show(uuid)["status"] == "ACTIVE"
+    # An admin's rebuild answers user_data, never the extended attribute (Nova's view).
+    answer = harness.action(uuid, {"rebuild": {"imageRef": "file:///dev/zero"}},
+                            version="2.75", roles=ADMIN, project="admin", user="root")
+    assert answer.status_int == 202, answer.text
+    assert "OS-EXT-SRV-ATTR:user_data" not in answer.json["server"]
+    assert "OS-EXT-SRV-ATTR:host" in answer.json["server"]
 
 
 def test_a_rebuild_before_2_75_answers_less_and_refuses_an_image_we_do_not_serve(
