@@ -23,6 +23,14 @@ def _or_none(call: Any) -> Any:
         return None
 
 
+def _figures(stats: Any, count: int) -> tuple[int | None, ...]:
+    """libvirt's figures, None for one it does not give (-1: not supported, as a CD-ROM's
+    error count)."""
+    if not stats:
+        return (None,) * count
+    return tuple(value if isinstance(value, int) and value >= 0 else None for value in stats)
+
+
 def of_domain(domain: libvirt.virDomain) -> dict[str, Any]:
     """Nova's 2.48 diagnostics of `domain` (`hypervisor`: its domain type, kvm or qemu);
     uptime is None: the compute API counts it from the instance's launch, as Nova."""
@@ -39,7 +47,7 @@ def of_domain(domain: libvirt.virDomain) -> dict[str, Any]:
         target = disk.find("target")
         dev = target.get("dev") if target is not None else None
         stats = _or_none(lambda d=dev: domain.blockStats(d)) if running and dev else None
-        read_req, read_bytes, write_req, write_bytes, errors = stats or (None,) * 5
+        read_req, read_bytes, write_req, write_bytes, errors = _figures(stats, 5)
         disks.append({"read_bytes": read_bytes, "read_requests": read_req,
                       "write_bytes": write_bytes, "write_requests": write_req,
                       "errors_count": errors})
@@ -48,7 +56,7 @@ def of_domain(domain: libvirt.virDomain) -> dict[str, Any]:
         mac, target = nic.find("mac"), nic.find("target")
         dev = target.get("dev") if target is not None else None
         stats = _or_none(lambda d=dev: domain.interfaceStats(d)) if running and dev else None
-        rx_b, rx_p, rx_e, rx_d, tx_b, tx_p, tx_e, tx_d = stats or (None,) * 8
+        rx_b, rx_p, rx_e, rx_d, tx_b, tx_p, tx_e, tx_d = _figures(stats, 8)
         nics.append({"mac_address": mac.get("address") if mac is not None else None,
                      "rx_octets": rx_b, "rx_errors": rx_e, "rx_drop": rx_d,
                      "rx_packets": rx_p, "rx_rate": None, "tx_octets": tx_b,

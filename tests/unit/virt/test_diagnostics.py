@@ -42,3 +42,8 @@ def test_a_stopped_guest_has_its_size_but_no_counters(domain):
     assert found["disk_details"][0]["read_bytes"] is None
     messages.check(messages.CONSOLE, {"uuid": UUID, "text": "", "updated_at": 1.0,
                                       "diagnostics": found})
+
+
+def test_a_figure_libvirt_does_not_give_is_none():
+    assert diagnostics._figures((5, -1, 0), 3) == (5, None, 0)
+    assert diagnostics._figures(None, 2) == (None, None)
