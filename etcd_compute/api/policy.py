@@ -51,8 +51,6 @@ MIGRATE_SERVER = "os_compute_api:os-migrate-server:%s"
 ADMIN_ACTIONS = "os_compute_api:os-admin-actions:%s"
 LOCK_SERVER = "os_compute_api:os-lock-server:%s"
 DEFERRED_DELETE = "os_compute_api:os-deferred-delete:%s"
-SUSPEND_SERVER = "os_compute_api:os-suspend-server:%s"
-PAUSE_SERVER = "os_compute_api:os-pause-server:%s"
 CREATE_BACKUP = "os_compute_api:os-create-backup"
 SERVER_DIAGNOSTICS = "os_compute_api:os-server-diagnostics"
 
@@ -136,17 +134,12 @@ RULES = [
     (HYPERVISORS % "servers", ADMIN),
     (EXTENDED_ATTRIBUTES, ADMIN),
     (MIGRATE_SERVER % "migrate_live", ADMIN),
-    (MIGRATE_SERVER % "migrate", ADMIN),
     (ADMIN_ACTIONS % "reset_state", ADMIN),
     (LOCK_SERVER % "lock", PROJECT_MEMBER_OR_ADMIN),
     (LOCK_SERVER % "unlock", PROJECT_MEMBER_OR_ADMIN),
     (LOCK_SERVER % "unlock:unlock_override", ADMIN),
     (DEFERRED_DELETE % "restore", PROJECT_MEMBER_OR_ADMIN),
     (DEFERRED_DELETE % "force", PROJECT_MEMBER_OR_ADMIN),
-    (SUSPEND_SERVER % "suspend", PROJECT_MEMBER_OR_ADMIN),
-    (SUSPEND_SERVER % "resume", PROJECT_MEMBER_OR_ADMIN),
-    (PAUSE_SERVER % "pause", PROJECT_MEMBER_OR_ADMIN),
-    (PAUSE_SERVER % "unpause", PROJECT_MEMBER_OR_ADMIN),
     (CREATE_BACKUP, PROJECT_MEMBER_OR_ADMIN),
     (SERVER_DIAGNOSTICS, ADMIN),
     (SERVER_TAGS % "index", PROJECT_READER_OR_ADMIN),
