@@ -148,3 +148,12 @@ def test_restore_and_force_delete_need_a_soft_deleted_server_there_is_never_one(
     assert harness.store.revision == before
     assert harness.action(str(uuidlib.uuid4()), {action: None}).status_int == 404
     assert harness.action(uuid, {action: None}, project="p2").status_int == 404
+
+
+def test_a_locked_servers_metadata_is_changed_by_an_admin_only(harness: Harness):
+    uuid = active(harness)
+    harness.action(uuid, {"lock": None})
+    path = f"/v2.1/servers/{uuid}/metadata"
+    assert harness.call("POST", path, {"metadata": {"k": "v"}}).status_int == 409
+    assert harness.call("GET", path).json == {"metadata": {}}
+    assert harness.admin("POST", path, {"metadata": {"k": "v"}}).status_int == 200
