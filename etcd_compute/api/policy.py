@@ -134,6 +134,7 @@ RULES = [
     (HYPERVISORS % "servers", ADMIN),
     (EXTENDED_ATTRIBUTES, ADMIN),
     (MIGRATE_SERVER % "migrate_live", ADMIN),
+    (MIGRATE_SERVER % "migrate", ADMIN),
     (ADMIN_ACTIONS % "reset_state", ADMIN),
     (LOCK_SERVER % "lock", PROJECT_MEMBER_OR_ADMIN),
     (LOCK_SERVER % "unlock", PROJECT_MEMBER_OR_ADMIN),

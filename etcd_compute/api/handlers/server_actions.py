@@ -1,6 +1,7 @@
 """POST /servers/{id}/action: os-start, os-stop, reboot, rebuild, resize, confirmResize,
-revertResize, createImage, os-getConsoleOutput, os-migrateLive (Nova's servers,
-console-output and migrate-server controllers).
+revertResize, createImage, createBackup, os-getConsoleOutput, os-migrateLive, migrate
+(Nova's servers, create-backup, console-output and migrate-server controllers); the
+actions that change only the API's view are `server_admin_actions.py`'s.
 
 As Nova: the body names one action (an unknown one is 400 "There is no such action"),
 its schema is checked first (400), then the server (404 for another project's), the
@@ -203,9 +204,29 @@ def migrate_live(api: Backend, req: ApiRequest, server_id: str, body: Any) -> we
         raise bad_request(f"{server.uuid} is not on shared storage: Shared storage live-"
                           "migration requires either shared storage or boot-from-volume "
                           "with no local disks.")
-    host = asked.get("host")
+    _move(api, req, server, asked.get("host"), live=True)
+    return empty_response(202)
+
+
+def migrate(api: Backend, req: ApiRequest, server_id: str, body: Any) -> webob.Response:
+    """Nova's migrate (admins; a host from 2.56): `schedule.py migrate`'s cold move, to the
+    host named or where the scheduler puts it. Ours does not wait for a confirm: the
+    server is ACTIVE (or SHUTOFF) on the destination once moved, as Nova's is when its
+    resize_confirm_window confirms a migration at once (README)."""
+    validation.body(schema.migrate_schema(req.version), body)
+    asked = body["migrate"] if isinstance(body["migrate"], dict) else {}
+    server = checks.server_for(api, req, server_id, policy.MIGRATE_SERVER % "migrate")
+    checks.check_state(server, "migrate", {"active", "stopped"})
+    _move(api, req, server, asked.get("host") if req.version.at_least("2.56") else None,
+          live=False)
+    return empty_response(202)
+
+
+def _move(api: Backend, req: ApiRequest, server: Server, host: str | None,
+          live: bool) -> None:
     try:
-        checks.asked(lambda: api.actions.migrate_live(server, host, checks.caller(req)))
+        checks.asked(lambda: api.actions.move(server, host, checks.caller(req),
+                                              live=live))
     except NotFound as exc:
         if host is None or str(exc).startswith("no instance"):
             raise Fault(404, f"Instance {server.uuid} could not be found.") from None
@@ -213,7 +234,6 @@ def migrate_live(api: Backend, req: ApiRequest, server_id: str, body: Any) -> we
     except NoValidHost as exc:
         raise bad_request(f"No valid host was found. {'; '.join(exc.reasons)}".strip()
                           ) from None
-    return empty_response(202)
 
 
 # --- createImage ---------------------------------------------------------------------------
@@ -296,5 +316,5 @@ ACTIONS: dict[str, Action] = {
     "resize": resize, "confirmResize": confirm_resize, "revertResize": revert_resize,
     "os-getConsoleOutput": console_output, "createImage": create_image,
     "createBackup": create_backup,
-    "os-migrateLive": migrate_live,
+    "os-migrateLive": migrate_live, "migrate": migrate,
 }

@@ -197,17 +197,19 @@ class ServerActions:
 
     # --- live migration -------------------------------------------------------------------
 
-    def migrate_live(self, server: Server, host: str | None, by: str) -> None:
-        """Move the running server to another host (`schedule.py migrate --live`'s path,
-        ops/migrations.py): where the scheduler would put it now, or the host named
-        (a provider name or uuid) checked the same way; both hosts held in Placement
-        while it moves. NoValidHost, NotFound (no such host), ActionRefused."""
+    def move(self, server: Server, host: str | None, by: str,
+             live: bool = True) -> None:
+        """Move the server to another host (`schedule.py migrate [--live]`'s path,
+        ops/migrations.py), running (live) or stopped and started again (cold): where
+        the scheduler would put it now, or the host named (a provider name or uuid)
+        checked the same way; both hosts held in Placement while it moves. NoValidHost,
+        NotFound (no such host), ActionRefused."""
         if self.config is None:
-            raise UsageError("live migration needs the scheduler's config here")
+            raise UsageError("a move needs the scheduler's config here")
         scheduler = Scheduler(self.config, store=self.store,  # type: ignore[arg-type]
                               placement=self.placement)
         migrations.migrate(self.store, self.placement, scheduler.place, server.uuid,
-                           live=True, host=host, by=by)
+                           live=live, host=host, by=by)
 
     # --- createImage ----------------------------------------------------------------------
 

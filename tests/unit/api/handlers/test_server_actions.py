@@ -427,3 +427,42 @@ def test_os_migrate_live_is_for_admins_on_running_servers_with_a_controller(harn
     answer = harness.action(other, live(), roles=ADMIN, project="admin", user="root",
                             version="2.68")
     assert answer.status_int == 400 and "needs the controller" in answer.text
+
+
+# --- migrate (cold) ------------------------------------------------------------------------
+
+
+def test_an_admin_moves_a_server_cold_to_the_host_named_from_2_56(harness: Harness):
+    uuid, source, target = movable(harness)
+    assert harness.action(uuid, {"migrate": None}).status_int == 403  # its member
+    answer = harness.action(uuid, {"migrate": {"host": "hv2"}}, roles=ADMIN, project="admin",
+                            user="root", version="2.56")
+    assert answer.status_int == 202 and answer.body == b""
+    spec = spec_of(harness, uuid)
+    assert spec["action"] == "migrate" and spec["request"]["live"] is False
+    assert spec["request"]["destination"] == target
+    assert set(harness.placement.get_allocations(uuid)["allocations"]) == {target}
+    hold = harness.placement.consumers[spec["request"]["migration"]]
+    assert set(hold["allocations"]) == {source} and hold["consumer_type"] == "MIGRATION"
+
+
+@pytest.mark.parametrize("version,body,status,says", [
+    ("2.55", {"migrate": {"host": "hv2"}}, 202, ""),  # before 2.56 any value, no host
+    ("2.56", {"migrate": {"host": "nohost"}}, 400, "Compute host nohost could not be found."),
+    ("2.56", {"migrate": {"force": True}}, 400, "Additional properties"),
+])
+def test_migrate_bodies_as_novas(harness: Harness, version, body, status, says):
+    uuid, _source, target = movable(harness)
+    answer = harness.action(uuid, body, roles=ADMIN, project="admin", user="root",
+                            version=version)
+    assert answer.status_int == status and says in answer.text, answer.text
+    if status == 202:
+        assert spec_of(harness, uuid)["request"]["destination"] == target
+
+
+def test_migrate_of_a_server_that_is_not_there_is_404(harness: Harness):
+    import uuid as uuidlib
+
+    answer = harness.action(str(uuidlib.uuid4()), {"migrate": None}, roles=ADMIN,
+                            project="admin", user="root")
+    assert answer.status_int == 404
