@@ -22,7 +22,7 @@ import webob
 from etcd_compute.api import policy, validation
 from etcd_compute.api.backend import Backend
 from etcd_compute.api.handlers import action_checks as checks
-from etcd_compute.api.handlers import server_admin_actions
+from etcd_compute.api.handlers import security_groups, server_admin_actions
 from etcd_compute.api.handlers import servers as server_handlers
 from etcd_compute.api.objects.servers import Server
 from etcd_compute.api.schemas import parameter_types as types
@@ -317,4 +317,5 @@ ACTIONS: dict[str, Action] = {
     "os-getConsoleOutput": console_output, "createImage": create_image,
     "createBackup": create_backup,
     "os-migrateLive": migrate_live, "migrate": migrate,
+    "addSecurityGroup": security_groups.add, "removeSecurityGroup": security_groups.remove,
 }
