@@ -34,9 +34,9 @@ SERVED = (
      "       2. Add availability zones describing.\n    "),
     ("os-config-drive", "ConfigDrive", "Config Drive Extension."),
     ("os-console-output", "ConsoleOutput", "Console log output support, with tailing ability."),
+    ("os-consoles", "Consoles", "Interactive Console support."),
     ("os-create-backup", "CreateBackup", "Create a backup of a server."),
     ("os-deferred-delete", "DeferredDelete", "Instance deferred delete."),
-    ("os-consoles", "Consoles", "Interactive Console support."),
     ("os-extended-quotas", "ExtendedQuotas", "Adds ability for admins to delete quota and "
                                              "optionally force the update Quota command."),
     ("os-extended-services", "ExtendedServices", "Extended services support."),
