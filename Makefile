@@ -51,7 +51,7 @@ unit: install
 	@$(PY) -m pytest -q tests/unit $(PYTEST_ARGS)
 
 tempest: install-tempest
-	@$(PY) -m tools.tempest_run $(if $(SMOKE),--smoke)
+	@$(PY) -m tools.tempest_run $(if $(SMOKE),--smoke) $(if $(REGEX),--regex '$(REGEX)')
 
 mutations: install
 	@$(PY) tools/mutations.py

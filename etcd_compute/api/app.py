@@ -36,6 +36,7 @@ from etcd_compute.api.handlers import (
     quota_classes,
     quota_sets,
     server_actions,
+    server_diagnostics,
     server_external_events,
     server_groups,
     server_ips,
@@ -67,11 +68,11 @@ class ComputeApp:
     def __init__(self, backend: Backend):
         self.backend = backend
         self.router = Router()
-        for module in (servers, server_actions, server_metadata, server_ips, instance_actions,
-                       server_groups, flavors, keypairs, quota_sets, quota_classes,
-                       availability_zones, services, hypervisors, hosts, extensions, networks,
-                       images, aggregates, simple_tenant_usage, instance_usage_audit_log,
-                       migrations, server_external_events):
+        for module in (servers, server_actions, server_diagnostics, server_metadata, server_ips,
+                       instance_actions, server_groups, flavors, keypairs, quota_sets,
+                       quota_classes, availability_zones, services, hypervisors, hosts,
+                       extensions, networks, images, aggregates, simple_tenant_usage,
+                       instance_usage_audit_log, migrations, server_external_events):
             module.routes(self.router, backend)
 
     def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]

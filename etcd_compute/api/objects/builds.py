@@ -62,6 +62,8 @@ class Build:
     group_members_limit: int = -1
     # The project's quota limits as the handler read them (None: read them here).
     limits: dict[str, int] | None = None
+    # False: no network interface (networks "none"); else the hosts' network (auto).
+    network: bool = True
 
 
 def hostname_of(display_name: str, count: int) -> str | None:
@@ -124,7 +126,8 @@ class Builds:
                 required_resources=self.settings["required_resources"],
                 project_id=build.project_id, user_id=build.user_id, uuids=chosen,
                 server=template, group=(group.id, group.policy) if group else None,
-                group_max=group.max_per_host if group else None)
+                group_max=group.max_per_host if group else None,
+                network=build.network)
             try:
                 destinations = self._schedule(request)
             except (NoValidHost, ConflictError) as exc:
