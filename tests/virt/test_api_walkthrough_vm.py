@@ -28,6 +28,7 @@ from etcd_compute.config import deep_merge
 from etcd_compute.etcd import Store
 from etcd_compute.pki import Pki
 from etcd_compute.placement import PlacementClient
+from tests.openstack_shell import OpenStackShell
 from tests.support import REPO, run_cli, unavailable, wait_for
 from tools.local_services import cloud
 from tools.local_services.compute_api import ComputeApiServer, seed_flavors
@@ -41,7 +42,7 @@ STEP_TIMEOUT = 300
 
 @dataclass
 class Walk:
-    clouds: Path
+    shell: OpenStackShell
     image: str
     host: str
     host_name: str
@@ -49,11 +50,10 @@ class Walk:
     log: list[str]
 
     def osc(self, cloud_name: str, *args: str, ok: bool = True) -> subprocess.CompletedProcess:
-        """`openstack --os-cloud CLOUD ARGS...` with the test's clouds.yaml."""
-        env = {**os.environ, "OS_CLIENT_CONFIG_FILE": str(self.clouds)}
+        """`openstack --os-cloud CLOUD ARGS...` with the test's clouds.yaml (one long-lived
+        `openstack` shell runs them all: tests/openstack_shell.py)."""
         started = time.monotonic()
-        done = subprocess.run([str(OPENSTACK), "--os-cloud", cloud_name, *args], env=env,
-                              capture_output=True, text=True, timeout=STEP_TIMEOUT)
+        done = self.shell.run("--os-cloud", cloud_name, *args, timeout=STEP_TIMEOUT)
         self.log.append(f"$ openstack --os-cloud {cloud_name} {' '.join(args)}  "
                         f"({done.returncode}, {time.monotonic() - started:.1f} s)")
         if ok:
@@ -65,9 +65,12 @@ class Walk:
                         name).stdout.strip()
 
     def wait_status(self, server: str, status: str, timeout: float = STEP_TIMEOUT) -> None:
-        wait_for(lambda: self.field(server, "status") == status and
-                 self.field(server, "OS-EXT-STS:task_state") in ("None", ""),
-                 timeout=timeout, interval=1, what=f"{server} {status}")
+        def settled() -> bool:
+            shown = json.loads(self.osc("etcd-compute-demo", "server", "show", server,
+                                        "-f", "json").stdout)
+            return shown["status"] == status and shown["OS-EXT-STS:task_state"] in (None, "")
+
+        wait_for(settled, timeout=timeout, interval=1, what=f"{server} {status}")
 
 
 @pytest.fixture
@@ -111,10 +114,13 @@ def walk(tmp_path: Path, vm_config: dict[str, Any], test_guest_image: Path,
     schedule_yaml = tmp_path / "schedule.yaml"
     schedule_yaml.write_text(json.dumps(operator))
     log: list[str] = []
+    clouds = cloud.write_clouds_yaml(keystone_server, tmp_path / "clouds.yaml")
+    shell = OpenStackShell(OPENSTACK.parent / "python",
+                           {**os.environ, "OS_CLIENT_CONFIG_FILE": str(clouds)})
     try:
-        yield Walk(cloud.write_clouds_yaml(keystone_server, tmp_path / "clouds.yaml"), name,
-                   rp, config["compute"]["name"], schedule_yaml, log)
+        yield Walk(shell, name, rp, config["compute"]["name"], schedule_yaml, log)
     finally:
+        shell.close()
         print("\n".join(log))
         api.stop()
         compute.stop()

@@ -101,6 +101,24 @@ class Hypervisor:
         path = self.instances_dir / uuid / "console.log"
         return path.read_text(errors="replace") if path.exists() else ""
 
+    def clear(self) -> None:
+        """Back to how `add` made it: every guest destroyed by the driver (its files and
+        DHCP reservation go with it), any reservation left on the guest network released,
+        its libvirtd running (restarted if a test killed it)."""
+        if self.libvirtd.libvirtd is None or self.libvirtd.libvirtd.poll() is not None:
+            self.libvirtd.restart()
+        connection = self.connection()
+        try:
+            names = [domain.name() for domain in connection.listAllDomains()]
+            driver = self.driver()
+            for name in names:
+                driver.destroy(name)
+            net = connection.networkLookupByName(GUEST_NETWORK)
+            for mac in network.reservations(net):
+                network.release(net, mac)
+        finally:
+            connection.close()
+
 
 @dataclass
 class Hypervisors:
