@@ -7,9 +7,12 @@ Keystone session and output formatters) and answers one JSON line {"code", "stdo
 "stderr"} per command. What it saves is the interpreter's start and the client's imports
 (1.3 s a command on a quiet machine, 2-3 s on a loaded one), not any step of the command.
 
-`OpenStackShell` (below) is the tests' side: `run(*args)` returns a CompletedProcess as
-`subprocess.run` would, and a command past its timeout kills the shell (the next command
-starts another).
+`OpenStackShells` (below) is the tests' side: `run(cloud, *args)` returns a
+CompletedProcess as `subprocess.run` would, and a command past its timeout kills its
+shell (the next command starts another). Each cloud (user) has a shell of its own: one
+process that ran commands as one user answered another user's `server show` with the
+first one's server (state kept between runs inside the client), so no process ever runs
+commands of two clouds.
 """
 
 from __future__ import annotations
@@ -94,6 +97,22 @@ class OpenStackShell:
                 self.process.kill()
             self.process.wait()
             self.process = None
+
+
+class OpenStackShells:
+    """`openstack --os-cloud CLOUD ...` for a test, one long-lived shell per cloud."""
+
+    def __init__(self, python: Path, env: dict[str, str]):
+        self.python, self.env = python, env
+        self.shells: dict[str, OpenStackShell] = {}
+
+    def run(self, cloud: str, *args: str, timeout: float) -> subprocess.CompletedProcess[str]:
+        shell = self.shells.setdefault(cloud, OpenStackShell(self.python, self.env))
+        return shell.run("--os-cloud", cloud, *args, timeout=timeout)
+
+    def close(self) -> None:
+        for shell in self.shells.values():
+            shell.close()
 
 
 if __name__ == "__main__":
