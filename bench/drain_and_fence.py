@@ -23,7 +23,6 @@ guests are the test guest (TCG, 128 MiB, 1 GiB disk) printing a counter every 10
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import re
 import signal
@@ -39,7 +38,7 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.services import ServeProcess, Stack, say  # noqa: E402
+from bench.services import ServeProcess, Stack, save_results, say  # noqa: E402
 from etcd_compute import events, messages  # noqa: E402
 from etcd_compute.config import COMPUTE_DEFAULTS, deep_merge  # noqa: E402
 from etcd_compute.etcd import Store  # noqa: E402
@@ -293,13 +292,8 @@ def main(argv: list[str] | None = None) -> int:
                     bench.close()
         finally:
             stack.stop()
-    results.update(commit=commit, load_after=Path("/proc/loadavg").read_text().strip(),
-                   date=time.strftime("%Y-%m-%d %H:%M:%S %Z"),
-                   duration_seconds=time.monotonic() - started,
-                   settings={"ttl": TTL, "margin": MARGIN, "grace": GRACE})
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(results, indent=1))
-    say(f"results: {RESULTS} ({results['duration_seconds']:.0f} s)")
+    results.update(commit=commit, settings={"ttl": TTL, "margin": MARGIN, "grace": GRACE})
+    save_results(RESULTS, results, started)
     for line in markdown(results):
         print(line)
     return 0

@@ -26,7 +26,6 @@ run exits 1. bench/report.py adds the figures to bench/REPORT.md.
 from __future__ import annotations
 
 import argparse
-import json
 import re
 import signal
 import sys
@@ -38,7 +37,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.services import say  # noqa: E402
+from bench.services import save_results, say  # noqa: E402
 from bench.stats import percentile  # noqa: E402
 from tools.local_services import REPO  # noqa: E402
 from tools.local_services.hypervisors import Hypervisor, Hypervisors  # noqa: E402
@@ -278,13 +277,8 @@ def main(argv: list[str] | None = None) -> int:
             say(f"round {index + 1} of {args.rounds}")
             rounds.append(round_(hosts, image, args.fill_mib))
     results = {"settings": {"rounds": args.rounds, "fill_mib": args.fill_mib},
-               "rounds": rounds, "summary": summary(rounds), "commit": commit,
-               "load_after": Path("/proc/loadavg").read_text().strip(),
-               "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
-               "duration_seconds": time.monotonic() - started}
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(results, indent=1))
-    say(f"results: {RESULTS} ({results['duration_seconds']:.0f} s)")
+               "rounds": rounds, "summary": summary(rounds), "commit": commit}
+    save_results(RESULTS, results, started)
     for line in table(results):
         print(line)
     return 0

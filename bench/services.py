@@ -9,6 +9,7 @@ the runner calls in a `finally`, failure or not.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -50,6 +51,17 @@ _STARTED = time.monotonic()
 
 def say(line: str) -> None:
     print(f"==> [{time.monotonic() - _STARTED:5.0f} s] {line}", flush=True)
+
+
+def save_results(path: Path, results: dict[str, Any], started: float, note: str = "") -> None:
+    """Stamp a benchmark's results (load after, date, duration since `started`) and write
+    them to `path` as JSON, for bench/report.py."""
+    results.update(load_after=Path("/proc/loadavg").read_text().strip(),
+                   date=time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+                   duration_seconds=time.monotonic() - started)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(results, indent=1))
+    say(f"results: {path} ({results['duration_seconds']:.0f} s){note}")
 
 
 @dataclass

@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import hashlib
-import json
 import os
 import signal
 import subprocess
@@ -41,7 +40,7 @@ sys.path.insert(0, str(REPO))
 
 import libvirt  # noqa: E402
 
-from bench.services import say  # noqa: E402
+from bench.services import save_results, say  # noqa: E402
 from bench.stats import percentile  # noqa: E402
 from etcd_compute.glance import GlanceClient  # noqa: E402
 from etcd_compute.pki import Pki  # noqa: E402
@@ -205,12 +204,7 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="etcd-compute-bench-snapshot-") as work:
         results = run(args, Path(work))
-    results["load_after"] = Path("/proc/loadavg").read_text().strip()
-    results["date"] = time.strftime("%Y-%m-%d %H:%M:%S %Z")
-    results["duration_seconds"] = time.monotonic() - started
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(results, indent=1))
-    say(f"results: {RESULTS} ({results['duration_seconds']:.0f} s)")
+    save_results(RESULTS, results, started)
     for line in markdown(results)[4:]:
         print(line)
     return 0

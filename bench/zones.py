@@ -18,7 +18,6 @@ bench/report.py adds the figures to bench/REPORT.md.
 from __future__ import annotations
 
 import argparse
-import json
 import signal
 import sys
 import tempfile
@@ -31,7 +30,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from bench.services import FAKE_HOST_INVENTORY, OPERATOR, Stack, say  # noqa: E402
+from bench.services import FAKE_HOST_INVENTORY, OPERATOR, Stack, save_results, say  # noqa: E402
 from bench.stats import percentile  # noqa: E402
 from etcd_compute import messages  # noqa: E402
 from etcd_compute.config import deep_merge  # noqa: E402
@@ -267,12 +266,7 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="etcd-compute-bench-zones-") as root:
         results = run(args, Path(root))
-    results["load_after"] = Path("/proc/loadavg").read_text().strip()
-    results["date"] = time.strftime("%Y-%m-%d %H:%M:%S %Z")
-    results["duration_seconds"] = time.monotonic() - started
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(results, indent=1))
-    say(f"results: {RESULTS} ({results['duration_seconds']:.0f} s); held {results['held']}")
+    save_results(RESULTS, results, started, f"; held {results['held']}")
     for line in table(results):
         print(line)
     return 0

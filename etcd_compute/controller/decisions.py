@@ -47,7 +47,7 @@ from etcd_compute.config import DELETED_RECORD_TTL
 from etcd_compute.controller import metrics as controller_metrics
 from etcd_compute.controller.fencing import Fencing, Verdict
 from etcd_compute.controller.migrations import MoveSteps
-from etcd_compute.errors import ConflictError, EtcdComputeError, InvalidMessage, NoValidHost
+from etcd_compute.errors import ConflictError, EtcdComputeError, NoValidHost
 from etcd_compute.etcd import KeyValueStore, Txn
 from etcd_compute.instances import host as host_txn
 from etcd_compute.instances import moves, ownership, records, states
@@ -124,11 +124,7 @@ class Controller:
     def reschedule(self, host: str, uuid: str, read: records.RecordRead) -> str | None:
         """Move a build that failed on `host` to a live alternate; the new host, or None."""
         log = instance_log(uuid)
-        entry = self.store.get(self.keys.spec(host, uuid))
-        try:
-            spec = messages.decode(messages.INSTANCE_SPEC, entry.value) if entry else None
-        except InvalidMessage:
-            spec = None
+        entry, spec = records.read_spec(self.store, host, uuid)
         reason = (read.record or {}).get("error") or "build failed"
         if spec is None or spec["action"] not in ("build", "evacuate"):
             return None  # a destroy (or garbage) got in: its host deals with it
@@ -288,11 +284,7 @@ class Controller:
             return "left"
         if read.state == states.MIGRATING:
             self.moves.abandon(uuid, f"its host {host} died during the move")
-        entry = self.store.get(self.keys.spec(host, uuid))
-        try:
-            spec = messages.decode(messages.INSTANCE_SPEC, entry.value) if entry else None
-        except InvalidMessage:
-            spec = None
+        entry, spec = records.read_spec(self.store, host, uuid)
         if spec is None:
             spec = {"uuid": uuid, "host": host, "resources": read.record["resources"]}
         if spec.get("action") == "destroy" or read.state == states.DELETING:

@@ -26,7 +26,7 @@ import logging
 from typing import Any
 
 from etcd_compute import claims, events, messages
-from etcd_compute.errors import ConflictError, EtcdComputeError, InvalidMessage, NotFound
+from etcd_compute.errors import ConflictError, EtcdComputeError, NotFound
 from etcd_compute.etcd import Entry, KeyValueStore
 from etcd_compute.instances import migrations, records, states
 from etcd_compute.placement import PlacementClient
@@ -42,15 +42,6 @@ class MoveSteps:
     def __init__(self, store: KeyValueStore, placement: PlacementClient):
         self.store, self.keys, self.placement = store, store.keys, placement
 
-    def _spec(self, host: str, uuid: str) -> tuple[Entry | None, dict[str, Any] | None]:
-        entry = self.store.get(self.keys.spec(host, uuid))
-        if entry is None:
-            return None, None
-        try:
-            return entry, messages.decode(messages.INSTANCE_SPEC, entry.value)
-        except InvalidMessage:
-            return entry, None
-
     def step(self, uuid: str) -> str | None:
         """Take the next step of the instance's move, if one is due; what was done."""
         migration, entry = migrations.read(self.store, uuid)
@@ -59,7 +50,7 @@ class MoveSteps:
         log = instance_log(uuid)
         source = records.read_record(self.store, migration["source"], uuid)
         there = records.read_record(self.store, migration["destination"], uuid)
-        source_entry, source_spec = self._spec(migration["source"], uuid)
+        source_entry, source_spec = records.read_spec(self.store, migration["source"], uuid)
         task = (source.record or {}).get("task") or {}
         ours = task.get("id") == migration["request_id"]
         if source.state == states.MIGRATED and ours:
@@ -67,7 +58,7 @@ class MoveSteps:
             if migration["live"] or arrived.get("finished"):
                 return self._hand_over(migration, entry, source_entry, source_spec, source,
                                        there)
-            there_entry, there_spec = self._spec(migration["destination"], uuid)
+            there_entry, there_spec = records.read_spec(self.store, migration["destination"], uuid)
             if there_entry is not None and there_spec is not None and \
                     "moved" not in (there_spec.get("request") or {}) and \
                     migration["state"] != migrations.FINISHING:
@@ -142,7 +133,7 @@ class MoveSteps:
             claims.revert_holding(self.placement, uuid, migration["id"])
         except (ConflictError, NotFound):
             log.info("claims not given back (changed since, or given back already)")
-        there_entry, there_spec = self._spec(migration["destination"], uuid)
+        there_entry, there_spec = records.read_spec(self.store, migration["destination"], uuid)
         pending = None
         if there_entry is not None and there_spec is not None and \
                 there_spec.get("action") == states.INCOMING_ACTION:

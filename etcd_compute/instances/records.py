@@ -16,7 +16,7 @@ from typing import Any
 
 from etcd_compute import messages
 from etcd_compute.errors import InvalidMessage
-from etcd_compute.etcd import KeyValueStore
+from etcd_compute.etcd import Entry, KeyValueStore
 from etcd_compute.instances.ownership import forget
 from etcd_compute.instances.states import DELETED, ERROR, TRANSIENT, check_transition
 from etcd_compute.keys import RECORDS, SPECS
@@ -84,6 +84,19 @@ def read_record(store: KeyValueStore, host: str, uuid: str) -> RecordRead:
                           entry.mod_revision)
     except InvalidMessage as exc:
         return RecordRead(None, entry.mod_revision, str(exc))
+
+
+def read_spec(store: KeyValueStore, host: str,
+              uuid: str) -> tuple[Entry | None, dict[str, Any] | None]:
+    """The spec key of `uuid` on `host` and its decoded spec; an unreadable spec decodes as
+    None beside its entry (the caller drops it or refuses), an absent one is (None, None)."""
+    entry = store.get(store.keys.spec(host, uuid))
+    if entry is None:
+        return None, None
+    try:
+        return entry, messages.decode(messages.INSTANCE_SPEC, entry.value)
+    except InvalidMessage:
+        return entry, None
 
 
 def locate(store: KeyValueStore, uuid: str) -> dict[str, Any] | None:

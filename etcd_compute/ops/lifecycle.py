@@ -36,11 +36,10 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
-from etcd_compute import claims, events, messages
+from etcd_compute import claims, events
 from etcd_compute.errors import (
     ConflictError,
     EtcdComputeError,
-    InvalidMessage,
     PlacementError,
     UsageError,
 )
@@ -261,11 +260,7 @@ def request(store: KeyValueStore, placement: PlacementClient, uuid: str, action:
         host, _group, read = where(store, uuid)
         states.check_action(read.state, action, uuid)
         _check_held(read.record, action, asked, uuid)
-        entry = store.get(store.keys.spec(host, uuid))
-        try:
-            spec = messages.decode(messages.INSTANCE_SPEC, entry.value) if entry else None
-        except InvalidMessage:
-            spec = None
+        entry, spec = records.read_spec(store, host, uuid)
         if entry is None or spec is None:
             raise states.ActionRefused(f"instance {uuid} is {read.state} but its host holds "
                                           "no readable spec for it; destroy it")

@@ -26,7 +26,6 @@ from typing import Any
 from etcd_compute import events, hosts, messages
 from etcd_compute.errors import (
     EtcdComputeError,
-    InvalidMessage,
     NotFound,
     NoValidHost,
     UsageError,
@@ -128,8 +127,7 @@ def drain(store: KeyValueStore, placement: PlacementClient, host: str, timeout: 
     summary = {"moved": 0, "error": 0, "left": 0, "gone": 0}
     for uuid, record in sorted(store.read_prefix(messages.INSTANCE_RECORD,
                                                  store.keys.records(rp)).items()):
-        entry = store.get(store.keys.spec(rp, uuid))
-        spec = _spec(entry)
+        entry, spec = records.read_spec(store, rp, uuid)
         if spec is not None and record["state"] in states.TRANSIENT:
             summary["left"] += 1
             progress(f"{uuid} left on {provider['name']} ({record['state']}: drain again "
@@ -230,10 +228,3 @@ def _move_all(store: KeyValueStore, placement: PlacementClient, place: Any,
             time.sleep(0.2)
 
 
-def _spec(entry: Any) -> dict[str, Any] | None:
-    if entry is None:
-        return None
-    try:
-        return messages.decode(messages.INSTANCE_SPEC, entry.value)
-    except InvalidMessage:
-        return None

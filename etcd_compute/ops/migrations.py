@@ -23,8 +23,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from etcd_compute import claims, events, messages
-from etcd_compute.errors import ConflictError, InvalidMessage, NotFound, NoValidHost, UsageError
+from etcd_compute import claims, events
+from etcd_compute.errors import ConflictError, NotFound, NoValidHost, UsageError
 from etcd_compute.etcd import KeyValueStore
 from etcd_compute.hosts import is_alive, under_maintenance
 from etcd_compute.instances import actions as action_txn
@@ -50,11 +50,7 @@ class Asked:
 
 
 def _spec(store: KeyValueStore, host: str, uuid: str) -> tuple[Any, dict[str, Any]]:
-    entry = store.get(store.keys.spec(host, uuid))
-    try:
-        spec = messages.decode(messages.INSTANCE_SPEC, entry.value) if entry else None
-    except InvalidMessage:
-        spec = None
+    entry, spec = records.read_spec(store, host, uuid)
     if entry is None or spec is None:
         raise states.ActionRefused(f"instance {uuid}: its host holds no readable spec for "
                                    "it; destroy it")

@@ -87,11 +87,9 @@ def destroy(store: Store, placement: PlacementClient, uuid: str,
         hold = (read.record or {}).get("resize_hold")
         if hold:  # a resize awaiting its confirm: confirmed by the destroy, as Nova does
             claims.release_hold(placement, hold["consumer"])
-        entry = store.get(store.keys.spec(host, uuid))
+        entry, spec = records.read_spec(store, host, uuid)
         if entry is not None:
-            try:
-                spec = messages.decode(messages.INSTANCE_SPEC, entry.value)
-            except InvalidMessage:
+            if spec is None:
                 # Unreadable spec: the compute rejects it anyway; drop it and clean up.
                 ownership.drop_key(store, entry.key, entry.mod_revision)
                 continue

@@ -48,6 +48,20 @@ def test_read_record_absent_valid_and_unreadable():
     assert records.read_record(store, OTHER, uuid) == records.RecordRead(None, 0)
 
 
+def test_read_spec_absent_valid_and_unreadable():
+    store = FakeStore()
+    uuid = str(uuidlib.uuid4())
+    assert records.read_spec(store, RP, uuid) == (None, None)
+    store.put_raw(store.keys.spec(RP, uuid), "{broken")
+    entry, spec = records.read_spec(store, RP, uuid)
+    assert entry is not None and entry.key == store.keys.spec(RP, uuid) and spec is None
+    scheduled = schedule_one(store)
+    entry, spec = records.read_spec(store, RP, scheduled["uuid"])
+    assert spec is not None and spec["uuid"] == scheduled["uuid"]
+    assert entry.mod_revision == store.get(store.keys.spec(RP, scheduled["uuid"])).mod_revision
+    assert records.read_spec(store, OTHER, scheduled["uuid"]) == (None, None)
+
+
 def test_locate_and_find():
     store = FakeStore()
     unknown = str(uuidlib.uuid4())
