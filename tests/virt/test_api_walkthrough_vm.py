@@ -7,7 +7,9 @@ confirm, rebuild, event list, quota show, limits show --absolute, keypair create
 group create --policy anti-affinity, delete --wait; `etcd-compute-alt` does not find the
 server; as `etcd-compute` (admin): hypervisor list, compute service list, compute service
 set --disable (and --enable); `schedule.py list` sees the same instance; Placement holds
-nothing of the project after.
+nothing of the project after. The compute and its guest are on a hypervisor host of their
+own (tools/local_services/hypervisors.py); the commands run in one long-lived `openstack`
+per cloud (tests/openstack_shell.py).
 """
 
 from __future__ import annotations
