@@ -20,6 +20,10 @@ two racing resizes cannot both win, and no room is a 409); its undo (`undo`)
 only replaces what it wrote itself, and a host whose resize failed puts back
 the old size (`restore`) only if the claim still holds the new one.
 
+Whoever claims and then writes etcd does it through `written_or_undone`: the write that
+does not happen (a compare failed, or it raised: etcd unreachable, anything) takes its
+claim back with it, so no error path leaves a claim nobody will free.
+
 What a host may act on is one check, `holding`: the consumer's claim on that host
 alone, with exactly the amounts asked, per resource class. Every build, resumed
 build and action asks it before anything of the guest is defined, and a host frees
@@ -28,11 +32,16 @@ only a claim that is on it alone (`free_here`): never another host's.
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from etcd_compute.errors import ConflictError, EtcdComputeError, NotFound
 from etcd_compute.placement import PlacementClient
+
+LOG = logging.getLogger("etcd_compute.claims")
+Written = TypeVar("Written")
 
 
 def claim(placement: PlacementClient, allocations_by_consumer: dict[str, dict[str, Any]],
@@ -91,6 +100,32 @@ def move_many(placement: PlacementClient,
         for consumer, allocations, project_id, user_id in moves})
     return {consumer: placement.get_allocations(consumer).get("consumer_generation")
             for consumer, *_ in moves}
+
+
+def written_or_undone(write: Callable[[], Written | None],
+                      undo: Callable[[], object]) -> Written | None:
+    """The etcd side of a claim just made: `write()`'s result; when it wrote nothing (None:
+    a compare failed) or raised, `undo()` first, so the claim never outlives the write it
+    was for. An undo that itself fails is logged and the write's own error raised.
+
+    A write that raised may have been applied all the same (etcd's answer lost): the claim
+    is undone then too, and the host's check before it acts (`holding`) refuses the
+    instance, where a claim kept for a write that never happened would be held forever."""
+    try:
+        written = write()
+    except BaseException:
+        _undo(undo)
+        raise
+    if written is None:
+        _undo(undo)
+    return written
+
+
+def _undo(undo: Callable[[], object]) -> None:
+    try:
+        undo()
+    except EtcdComputeError as exc:
+        LOG.error("a claim whose etcd write did not happen could not be undone: %s", exc)
 
 
 def undo_move(placement: PlacementClient, consumer: str, allocations: dict[str, Any],

@@ -20,10 +20,11 @@ a host alive to the planner, though its key still says the host has not died.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 from etcd_compute import messages
-from etcd_compute.errors import InvalidMessage
+from etcd_compute.errors import EtcdComputeError, InvalidMessage
 from etcd_compute.etcd import KeyValueStore, Range, Txn, put_message, unchanged
 from etcd_compute.keys import Keys
 
@@ -40,9 +41,25 @@ def host_of(key: str) -> str:
 
 
 def beat(store: KeyValueStore, lease: Any, rp: str, name: str, driver: str) -> None:
-    """The host's heartbeat, bound to `lease`: alive from now until the lease ends."""
-    store.put(messages.ALIVE, store.keys.alive(rp),
-              {"host": rp, "name": name, "since": time.time(), "driver": driver}, lease=lease)
+    """The host's heartbeat, bound to `lease`: alive from now until the lease ends; it
+    says when the machine started (Nova's hypervisor uptime) when the kernel tells."""
+    message = {"host": rp, "name": name, "since": time.time(), "driver": driver}
+    booted = boot_time()
+    if booted is not None:
+        message["booted_at"] = booted
+    store.put(messages.ALIVE, store.keys.alive(rp), message, lease=lease)
+
+
+def boot_time(stat: str = "/proc/stat") -> float | None:
+    """When this machine started (the kernel's `btime`), or None where it is not told."""
+    try:
+        with open(stat) as lines:
+            for line in lines:
+                if line.startswith("btime "):
+                    return float(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
 
 
 def is_alive(store: KeyValueStore, rp: str) -> bool:
@@ -138,9 +155,9 @@ def stats(store: KeyValueStore, rp: str) -> dict[str, Any]:
 def record_build_failure(store: KeyValueStore, rp: str) -> None:
     """A build failed on `rp` (the compute says so): the last FAILURES_KEPT are kept."""
     now = time.time()
-    current = stats(store, rp)
-    failures = [*current.get("build_failures", []), now][-FAILURES_KEPT:]
-    put_stats(store, rp, {**current, "build_failures": failures, "updated_at": now})
+    change_stats(store, rp, lambda current: {
+        **current, "updated_at": now,
+        "build_failures": [*current.get("build_failures", []), now][-FAILURES_KEPT:]})
 
 
 def read_stats(store: KeyValueStore, rp: str) -> tuple[dict[str, Any] | None, int]:
@@ -154,13 +171,14 @@ def read_stats(store: KeyValueStore, rp: str) -> tuple[dict[str, Any] | None, in
 def publish_libvirt_address(store: KeyValueStore, rp: str, address: str | None) -> None:
     """Where `rp`'s libvirtd takes its peers' TLS connections (None: nowhere), kept in its
     stats (not its heartbeat: the controller fences a host whose heartbeat is gone)."""
-    current = stats(store, rp)
-    if current.get("libvirt_address") == address:
-        return
-    current.pop("libvirt_address", None)
-    if address is not None:
-        current["libvirt_address"] = address
-    put_stats(store, rp, {**current, "updated_at": time.time()})
+    def published(current: dict[str, Any]) -> dict[str, Any] | None:
+        if current.get("libvirt_address") == address:
+            return None
+        current.pop("libvirt_address", None)
+        return {**current, "updated_at": time.time(),
+                **({"libvirt_address": address} if address is not None else {})}
+
+    change_stats(store, rp, published)
 
 
 def libvirt_address(store: KeyValueStore, rp: str) -> str | None:
@@ -168,14 +186,32 @@ def libvirt_address(store: KeyValueStore, rp: str) -> str | None:
     return stats(store, rp).get("libvirt_address")
 
 
+# What a host publishes of itself in its stats: whoever writes build failures (the compute,
+# `Scheduler.update_resource_stats`) keeps these unless it gives them.
+HOST_OWNED = ("capacity", "libvirt_address")
+STATS_ATTEMPTS = 10
+
+
 def put_stats(store: KeyValueStore, rp: str, stats: dict[str, Any]) -> None:
-    """Write `rp`'s stats (host_stats fields; updated_at now unless given). The host's account
-    of its capacity stays as it is unless `stats` has one: whoever writes build failures
-    (the compute, `Scheduler.update_resource_stats`) does not erase it."""
-    current, _ = read_stats(store, rp) if "capacity" not in stats else (None, 0)
-    kept = {"capacity": current["capacity"]} if current and "capacity" in current else {}
-    store.put(messages.HOST_STATS, store.keys.stats(rp),
-              {**kept, **stats, "updated_at": stats.get("updated_at", time.time())})
+    """Write `rp`'s stats (host_stats fields; updated_at now unless given); what the host
+    published of itself (`HOST_OWNED`) stays as it is unless `stats` has it."""
+    change_stats(store, rp, lambda current: {
+        **{key: current[key] for key in HOST_OWNED if key in current}, **stats,
+        "updated_at": stats.get("updated_at", time.time())})
+
+
+def change_stats(store: KeyValueStore, rp: str,
+                 change: Callable[[dict[str, Any]], dict[str, Any] | None]) -> None:
+    """`rp`'s stats as `change` makes them of what is there ({}: none, or unreadable; None:
+    nothing to write), written only if nobody wrote them since they were read (then read
+    and changed again): every writer's part is kept."""
+    for _ in range(STATS_ATTEMPTS):
+        current, revision = read_stats(store, rp)
+        changed = change(dict(current or {}))
+        if changed is None or \
+                store.commit(stats_put(store, rp, changed, revision)) is not None:
+            return
+    raise EtcdComputeError(f"the stats of host {rp} kept changing while written; try again")
 
 
 def stats_put(store: KeyValueStore, rp: str, stats: dict[str, Any], mod_revision: int) -> Txn:

@@ -45,6 +45,9 @@ QUOTA_SET = "quota_set"
 QUOTA_CLASS = "quota_class"
 QUOTA_RESERVATION = "quota_reservation"
 SERVER_GROUP = "server_group"
+AGGREGATE = "aggregate"
+AGGREGATE_NAME = "aggregate_name"
+AGGREGATE_LAST_ID = "aggregate_last_id"
 
 # The largest message we write is a spec (64 KiB user-data, 16 KiB key, escaped
 # as JSON at most 6 bytes a character) or a console (64 KiB); etcd takes 1.5 MiB.
@@ -92,15 +95,21 @@ def nesting_depth(raw: bytes) -> int:
 
 
 def decode(schema: str, raw: bytes | str) -> dict[str, Any]:
-    data = raw.encode(errors="surrogatepass") if isinstance(raw, str) else bytes(raw)
-    if len(data) > MAX_MESSAGE_BYTES:
-        raise InvalidMessage(f"{schema}: {len(data)} bytes, larger than the "
-                             f"{MAX_MESSAGE_BYTES} a message may be")
-    if nesting_depth(data) > MAX_DEPTH:
-        raise InvalidMessage(f"{schema}: nested deeper than {MAX_DEPTH} levels")
-    try:
-        message = json.loads(data)
-    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
-        raise InvalidMessage(f"{schema}: not valid JSON ({exc.__class__.__name__})") from None
+    message = parse(raw, schema)
     check(schema, message)
     return message
+
+
+def parse(raw: bytes | str, what: str = "message") -> Any:
+    """The JSON text of an etcd value, not checked against a schema (a glance at a field,
+    where `decode` follows): the same guards first, InvalidMessage for anything wrong."""
+    data = raw.encode(errors="surrogatepass") if isinstance(raw, str) else bytes(raw)
+    if len(data) > MAX_MESSAGE_BYTES:
+        raise InvalidMessage(f"{what}: {len(data)} bytes, larger than the "
+                             f"{MAX_MESSAGE_BYTES} a message may be")
+    if nesting_depth(data) > MAX_DEPTH:
+        raise InvalidMessage(f"{what}: nested deeper than {MAX_DEPTH} levels")
+    try:
+        return json.loads(data)
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
+        raise InvalidMessage(f"{what}: not valid JSON ({exc.__class__.__name__})") from None

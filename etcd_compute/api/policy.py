@@ -48,6 +48,12 @@ HOSTS = "os_compute_api:os-hosts:%s"
 EXTENSIONS = "os_compute_api:extensions"
 NETWORKS = "os_compute_api:os-networks:%s"
 MIGRATE_SERVER = "os_compute_api:os-migrate-server:%s"
+AGGREGATES = "os_compute_api:os-aggregates:%s"
+SIMPLE_TENANT_USAGE = "os_compute_api:os-simple-tenant-usage:%s"
+AUDIT_LOG = "os_compute_api:os-instance-usage-audit-log:%s"
+MIGRATIONS = "os_compute_api:os-migrations:index"
+EXTERNAL_EVENTS = "os_compute_api:os-server-external-events:create"
+SECURITY_GROUPS = "os_compute_api:os-security-groups:%s"
 
 BASE = [
     ("context_is_admin", "role:admin"),
@@ -128,6 +134,18 @@ RULES = [
     (HYPERVISORS % "search", ADMIN),
     (HYPERVISORS % "servers", ADMIN),
     (EXTENDED_ATTRIBUTES, ADMIN),
+    *((AGGREGATES % name, ADMIN) for name in (
+        "index", "create", "show", "update", "delete", "add_host", "remove_host",
+        "set_metadata")),
+    (SIMPLE_TENANT_USAGE % "list", ADMIN),
+    (SIMPLE_TENANT_USAGE % "show", PROJECT_READER_OR_ADMIN),
+    (AUDIT_LOG % "list", ADMIN),
+    (AUDIT_LOG % "show", ADMIN),
+    (MIGRATIONS, ADMIN),
+    (SECURITY_GROUPS % "add", PROJECT_MEMBER_OR_ADMIN),
+    (SECURITY_GROUPS % "remove", PROJECT_MEMBER_OR_ADMIN),
+    # Nova's default: the service role (Neutron, Cinder, Cyborg send these), not admins.
+    (EXTERNAL_EVENTS, "rule:service_api"),
     (MIGRATE_SERVER % "migrate_live", ADMIN),
     (SERVER_TAGS % "index", PROJECT_READER_OR_ADMIN),
     (SERVER_TAGS % "show", PROJECT_READER_OR_ADMIN),

@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import concurrent.futures
 import concurrent.futures.process
-import json
 import logging
 import socket
 import threading
@@ -57,7 +56,7 @@ from etcd_compute.compute.pool import (
     Job,
     pool_broke,
 )
-from etcd_compute.errors import ConfigError, EtcdComputeError, RequestError
+from etcd_compute.errors import ConfigError, EtcdComputeError, InvalidMessage, RequestError
 from etcd_compute.etcd import KeyValueStore
 from etcd_compute.instances import states
 from etcd_compute.placement import PlacementClient
@@ -263,8 +262,8 @@ def request_lag(event: Any, now: float) -> float | None:
     if getattr(event, "version", 0) != 1:
         return None
     try:
-        spec = json.loads(event.value)
-    except (ValueError, TypeError):
+        spec = messages.parse(event.value, "instance_spec")
+    except (InvalidMessage, TypeError):
         return None
     if not isinstance(spec, dict) or spec.get("action") != "build":
         return None

@@ -40,11 +40,13 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from etcd_compute import claims, events, hosts, messages
 from etcd_compute.config import DELETED_RECORD_TTL
 from etcd_compute.controller import metrics as controller_metrics
+from etcd_compute.controller import moved_claims
 from etcd_compute.controller.fencing import Fencing, Verdict
 from etcd_compute.controller.migrations import MoveSteps
 from etcd_compute.errors import ConflictError, EtcdComputeError, NoValidHost
@@ -142,9 +144,12 @@ class Controller:
             except EtcdComputeError as exc:
                 log.info("alternate %s refused the claim (%s); trying the next", target, exc)
                 continue
-            if moves.move(self.store, spec, read, target, alternate["allocations"],
-                              alternates[index + 1:], spec_revision=entry.mod_revision) is None:
-                self._undo_move(spec, generation)
+            if claims.written_or_undone(
+                    partial(moves.move, self.store, spec, read, target,
+                            alternate["allocations"], alternates[index + 1:],
+                            spec_revision=entry.mod_revision),
+                    partial(moved_claims.put_back, self.store, self.placement, spec,
+                        generation)) is None:
                 controller_metrics.rescheduled("conflict")
                 return None  # it changed meanwhile (a destroy): the next event decides
             log.warning("build failed on %s (%s); rescheduled to alternate host %s",
@@ -182,23 +187,13 @@ class Controller:
         except EtcdComputeError as exc:
             instance_log(spec["uuid"]).info("no other host for it now (%s)", exc)
             return None
-        if moves.move(self.store, spec, read, pick.host.uuid, pick.allocations, [],
-                          spec_revision=spec_revision) is None:
-            self._undo_move(spec, generation)
+        if claims.written_or_undone(
+                partial(moves.move, self.store, spec, read, pick.host.uuid, pick.allocations,
+                        [], spec_revision=spec_revision),
+                partial(moved_claims.put_back, self.store, self.placement, spec,
+                        generation)) is None:
             raise _Changed()
         return pick.host.uuid
-
-    def _undo_move(self, spec: dict[str, Any], generation: int | None) -> None:
-        """A claim moved for an etcd transaction that then failed: back to the old host if
-        the instance is still there, else released; either only if nobody touched the claim
-        since (a destroy that freed it meanwhile must not see it come back)."""
-        uuid = spec["uuid"]
-        read = records.read_record(self.store, spec["host"], uuid)
-        live = read.record is not None and read.state not in (states.ERROR,
-                                                              states.DELETED)
-        if not claims.undo_move(self.placement, uuid, spec["allocations"] if live else {},
-                                generation, spec["project_id"], spec["user_id"]):
-            instance_log(uuid).info("claim changed since it was moved; left as it is")
 
     def on_record_gone(self, host: str, uuid: str) -> None:
         """The record left `host`: if the instance is known nowhere else, forget its keys."""
@@ -366,14 +361,15 @@ class Controller:
                     txn = txn + moves.evacuate_txn(self.store, item.spec, item.read,
                                                    pick.host.uuid, pick.allocations,
                                                    item.spec_revision, how)
-                if self.store.commit(txn) is not None:
+                # One changed (the host came back, a destroy got in): claims back as they
+                # were, then each on its own (its own compares decide).
+                if claims.written_or_undone(
+                        partial(self.store.commit, txn),
+                        partial(moved_claims.put_back_all, self.store, self.placement,
+                                [item.spec for item, _ in chunk], generations)) is not None:
                     for item, pick in chunk:
                         self._rebuilt(item.spec, pick)
                     return {item.spec["uuid"]: "rebuilt" for item, _ in chunk}
-                # One changed (the host came back, a destroy got in): claims back as they
-                # were, then each on its own (its own compares decide).
-                for item, _ in chunk:
-                    self._undo_move(item.spec, generations[item.spec["uuid"]])
         return {item.spec["uuid"]: self._rebuild(item.spec, item.read, pick,
                                                  item.spec_revision, how)
                 for item, pick in chunk}
@@ -397,10 +393,12 @@ class Controller:
         except ConflictError as exc:
             instance_log(uuid).info("claim on %s lost a race (%s); trying again", target, exc)
             return "retry"
-        if moves.evacuate(self.store, spec, read, target, pick.allocations,
-                          spec_revision=spec_revision, how=how) is None:
-            # The host came back, or a destroy got in: the claim goes back as it was.
-            self._undo_move(spec, generation)
+        # The host came back, or a destroy got in: the claim goes back as it was.
+        if claims.written_or_undone(
+                partial(moves.evacuate, self.store, spec, read, target, pick.allocations,
+                        spec_revision=spec_revision, how=how),
+                partial(moved_claims.put_back, self.store, self.placement, spec,
+                        generation)) is None:
             return "left"
         self._rebuilt(spec, pick)
         return "rebuilt"

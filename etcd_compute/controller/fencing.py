@@ -135,6 +135,9 @@ class Fencing:
         self.runner = runner
         self._lock = threading.Lock()
         self._verdicts: dict[str, Verdict | None] = {}
+        # Which fence of a host is its current one: a fence forgotten while it ran (the
+        # host came back, maybe died again) never writes the verdict of a later failure.
+        self._current: dict[str, object] = {}
 
     @property
     def enabled(self) -> bool:
@@ -147,7 +150,9 @@ class Fencing:
             if host in self._verdicts or not self.enabled:
                 return
             self._verdicts[host] = None
-        threading.Thread(target=self._fence, args=(host, name, address, uuids, on_done),
+            self._current[host] = fence = object()
+        threading.Thread(target=self._fence,
+                         args=(host, fence, name, address, uuids, on_done),
                          name=f"fence-{host[:8]}", daemon=True).start()
 
     def verdict(self, host: str) -> Verdict | None:
@@ -157,9 +162,10 @@ class Fencing:
     def forget(self, host: str) -> None:
         with self._lock:
             self._verdicts.pop(host, None)
+            self._current.pop(host, None)
 
-    def _fence(self, host: str, name: str, address: str | None, uuids: list[str],
-               on_done: Callable[[str], None] | None) -> None:
+    def _fence(self, host: str, fence: object, name: str, address: str | None,
+               uuids: list[str], on_done: Callable[[str], None] | None) -> None:
         started = time.monotonic()
         attempts = []
         if self.pki_dir and address and uuids:
@@ -183,7 +189,7 @@ class Fencing:
         (LOG.warning if verdict.fenced else LOG.error)(
             "host %s (%s): %s", host, name, verdict.how())
         with self._lock:
-            if host in self._verdicts:  # not forgotten meanwhile
+            if self._current.get(host) is fence:  # not forgotten meanwhile
                 self._verdicts[host] = verdict
         if on_done is not None:
             on_done(host)

@@ -13,7 +13,8 @@ specs (`step`, on any change of either end's record, and at the sweep):
   into the destination's request first, and the hand-over comes when it defined the guest;
 - the move ended otherwise on the source (failed, cancelled, refused: the guest runs there
   as before): the instance's claim holds the source again (one Placement request), the
-  migration goes and the destination is asked to discard what it made.
+  migration goes and the destination is asked to discard what it made; an instance
+  destroyed meanwhile has both claims freed instead (its host could free neither).
 
 A dead host in the middle of a move: a source whose guest had left is handed over; one
 still moving gives up the move (its recovery follows); a destination's INCOMING record is
@@ -129,10 +130,7 @@ class MoveSteps:
         destination could not define it: its source record (MIGRATED) goes back to
         SHUTOFF, the guest stopped there as the move left it."""
         uuid, log = migration["instance"], instance_log(migration["instance"])
-        try:
-            claims.revert_holding(self.placement, uuid, migration["id"])
-        except (ConflictError, NotFound):
-            log.info("claims not given back (changed since, or given back already)")
+        self._claims_back(migration)
         there_entry, there_spec = records.read_spec(self.store, migration["destination"], uuid)
         pending = None
         if there_entry is not None and there_spec is not None and \
@@ -143,6 +141,27 @@ class MoveSteps:
         log.warning("move to %s given up: %s%s", migration["destination"], why,
                     " (its stopped copy stays at the source)" if stranded else "")
         return "given up"
+
+    def _claims_back(self, migration: dict[str, Any]) -> None:
+        """The move's claims as if it never was: the instance holds the source again (what
+        the hold held, one request). An instance no longer at its source (destroyed
+        meanwhile: its host could free no claim of it there, the move had it on the
+        destination; or rebuilt elsewhere) gets nothing back: the hold goes, and the
+        destination's claim too unless the instance is there now."""
+        uuid, log = migration["instance"], instance_log(migration["instance"])
+        source = records.read_record(self.store, migration["source"], uuid)
+        if source.record is not None and source.state not in (states.DELETING,
+                                                              states.DELETED):
+            try:
+                claims.revert_holding(self.placement, uuid, migration["id"])
+            except (ConflictError, NotFound):
+                log.info("claims not given back (changed since, or given back already)")
+            return
+        claims.release_hold(self.placement, migration["id"])
+        location = records.locate(self.store, uuid)
+        if location is None or location["host"] == migration["source"]:
+            if claims.free_here(self.placement, uuid, migration["destination"]):
+                log.info("the instance went during its move: its claims freed")
 
     def abandon(self, uuid: str, why: str) -> None:
         """Its source host died while it moved: the move is given up (its recovery

@@ -18,7 +18,7 @@ from etcd_compute import messages
 from etcd_compute.errors import InvalidMessage
 from etcd_compute.etcd import Entry, KeyValueStore
 from etcd_compute.instances.ownership import forget
-from etcd_compute.instances.states import DELETED, ERROR, TRANSIENT, check_transition
+from etcd_compute.instances.states import DELETED, ERROR, INCOMING, TRANSIENT, check_transition
 from etcd_compute.keys import RECORDS, SPECS
 
 
@@ -110,16 +110,21 @@ def locate(store: KeyValueStore, uuid: str) -> dict[str, Any] | None:
 
 def find(store: KeyValueStore, uuid: str) -> tuple[str | None, RecordRead]:
     """(host, record) of `uuid`, from its location; without one (a spec written straight to a
-    host, then rejected), from a search of the hosts' records. (None, absent) if unknown."""
+    host, then rejected), from a search of the hosts' records (a move's INCOMING arrival
+    only when it is all there is). (None, absent) if unknown."""
     location = locate(store, uuid)
     if location is not None:
         return location["host"], read_record(store, location["host"], uuid)
     entries, _ = store.get_prefix(store.keys.hosts(), keys_only=True)
+    arrival: tuple[str, RecordRead] | None = None
     for entry in entries:
         parsed = store.keys.parse_host_key(entry.key)
         if parsed is not None and parsed.kind == RECORDS and parsed.uuid == uuid:
-            return parsed.host, read_record(store, parsed.host, uuid)
-    return None, RecordRead(None, 0)
+            read = read_record(store, parsed.host, uuid)
+            if read.state != INCOMING:
+                return parsed.host, read
+            arrival = arrival or (parsed.host, read)  # a move's arrival: its home first
+    return arrival or (None, RecordRead(None, 0))
 
 
 def group_members(store: KeyValueStore, name: str) -> tuple[dict[str, dict[str, Any]], int]:

@@ -19,9 +19,10 @@ it would overwrite it.
 A resize first replaces the claim in Placement, on the same host, in one
 request checked against the consumer generation (`claims.resize`): a size
 that does not fit there is refused with nothing changed. If the etcd write
-then fails (the instance changed meanwhile), the claim is put back, unless
-someone replaced it since (`claims.undo`): of two racing resizes, the one
-whose spec write wins holds the claim. Its query may hold resources only
+then fails (the instance changed meanwhile, or etcd raised), the claim is put
+back (`claims.written_or_undone`), unless someone replaced it since
+(`claims.undo`): of two racing resizes, the one whose spec write wins holds the
+claim. Its query may hold resources only
 (the instance stays where it is); the new size is written into the spec's
 query with the first one's traits and aggregates, for a rebuild elsewhere
 after a host failure.
@@ -43,7 +44,7 @@ from etcd_compute.errors import (
     PlacementError,
     UsageError,
 )
-from etcd_compute.etcd import Compare, KeyValueStore, Op
+from etcd_compute.etcd import Compare, Entry, KeyValueStore, Op
 from etcd_compute.hosts import is_alive
 from etcd_compute.instances import actions as action_txn
 from etcd_compute.instances import records, states
@@ -122,6 +123,10 @@ def resized_query(old: str | None, resources: dict[str, int]) -> str:
         group = None
     group = dataclasses.replace(group or RequestGroup(""), resources=dict(resources))
     return ResourceRequest(groups={"": group}).to_query()
+
+
+def _nothing() -> None:
+    """No claim to undo (the actions that change none)."""
 
 
 def _resources(resources: dict[str, int]) -> str:
@@ -223,6 +228,15 @@ class Asked:
     image_for: Callable[[Any], dict[str, Any]] | None = None
 
 
+def _write_request(store: KeyValueStore, entry: Entry, spec: dict[str, Any],
+                   read: records.RecordRead, action: str, written: dict[str, Any],
+                   also: Also | None) -> int | None:
+    """The request into the host's spec, with the caller's writes (`also`), in one
+    transaction; None when a compare failed."""
+    return action_txn.request_action(store, entry, spec, read, action, written,
+                                     also(written) if also else ([], []))
+
+
 def _check_held(record: dict[str, Any] | None, action: str, asked: Asked, uuid: str) -> None:
     """A held resize waits for its confirm or revert: nothing else is asked meanwhile (a
     revert only then)."""
@@ -283,11 +297,9 @@ def request(store: KeyValueStore, placement: PlacementClient, uuid: str, action:
         except ConflictError:
             continue  # its claim changed meanwhile: read it all again
         written = action_txn.new_request(by or operator_name(), **change.params)
-        if action_txn.request_action(store, entry, spec, read, action, written,
-                                     also(written) if also else ([], [])) is not None:
+        write = partial(_write_request, store, entry, spec, read, action, written, also)
+        if claims.written_or_undone(write, change.undo or _nothing) is not None:
             return Requested(uuid, host, action, written)
-        if change.undo is not None:
-            change.undo()
     raise UsageError(f"instance {uuid} kept changing while asking for {action}; try again")
 
 

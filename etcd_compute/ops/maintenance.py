@@ -159,6 +159,15 @@ def drain(store: KeyValueStore, placement: PlacementClient, host: str, timeout: 
         assert place is not None
         _move_all(store, placement, place, provider, moves, max(1, parallel), deadline,
                   summary, progress)
+    _wait_rebuilt(store, rp, asked, deadline, timeout, summary, progress)
+    return summary
+
+
+def _wait_rebuilt(store: KeyValueStore, rp: str, asked: list[str], deadline: float,
+                  timeout: float, summary: dict[str, int],
+                  progress: Callable[[str], None]) -> None:
+    """Follow each evacuated instance until it runs elsewhere, ended in ERROR or is gone;
+    counted as they end."""
     pending = list(asked)
     while pending:
         for uuid in list(pending):
@@ -179,7 +188,6 @@ def drain(store: KeyValueStore, placement: PlacementClient, host: str, timeout: 
                 raise DrainTimeout(f"{len(pending)} instance(s) still moving after "
                                    f"{timeout:g} s; they go on without us")
             time.sleep(0.2)
-    return summary
 
 
 def _move_all(store: KeyValueStore, placement: PlacementClient, place: Any,

@@ -11,7 +11,7 @@ weighers, its server group; its host left out), or the host named, checked the s
 Then, as Nova does, one Placement request: the instance's consumer holds the destination
 and a migration consumer the source; and one etcd transaction: the migration, the
 source's request, the destination's arrival (`instances/migrations.ask`). If that
-transaction loses a race, the claims go back. `wait` follows it to its end; `abort` calls
+transaction loses a race (or fails), the claims go back. `wait` follows it to its end; `abort` calls
 it off (the guest stays on the source).
 """
 
@@ -21,6 +21,7 @@ import time
 import uuid as uuidlib
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from etcd_compute import claims, events
@@ -117,8 +118,11 @@ def migrate(store: KeyValueStore, placement: PlacementClient, place: Place, uuid
         request = action_txn.new_request(by or operator_name(), live=live,
                                          destination=pick.host.uuid, migration=migration_id)
         try:
-            held, _ = claims.hold_source(placement, uuid, migration_id, pick.allocations)
-        except ConflictError:
+            held, _ = claims.hold_source(placement, uuid, migration_id, pick.allocations,
+                                         source)
+        except ConflictError as exc:
+            if exc.code == claims.ELSEWHERE:
+                raise states.ActionRefused(f"instance {uuid}: {exc}; destroy it") from None
             continue  # the destination filled up, or the claim changed: again
         now = time.time()
         migration = {"id": migration_id, "instance": uuid, "source": source,
@@ -127,14 +131,14 @@ def migrate(store: KeyValueStore, placement: PlacementClient, place: Place, uuid
                      "by": request.get("by"), "requested_at": now, "updated_at": now,
                      "project_id": spec["project_id"], "user_id": spec["user_id"],
                      "source_allocations": held, "destination_allocations": pick.allocations}
-        if migrations.ask(store, spec, entry, read, migration, request,
-                          pick.host.name) is not None:
+        # The ask lost a race (or raised): the source back on the instance, the hold gone;
+        # a claim changed since is left to whoever changed it.
+        if claims.written_or_undone(
+                partial(migrations.ask, store, spec, entry, read, migration, request,
+                        pick.host.name),
+                partial(claims.revert_holding, placement, uuid, migration_id)) is not None:
             return Asked(uuid, source, pick.host.uuid, pick.host.name, live, request,
                          migration_id)
-        try:  # the ask lost a race: the source back on the instance, the hold gone
-            claims.revert_holding(placement, uuid, migration_id)
-        except (ConflictError, NotFound):
-            pass  # changed since: whoever changed it owns the claim now
     raise UsageError(f"instance {uuid} kept changing while asking for its move; try again")
 
 

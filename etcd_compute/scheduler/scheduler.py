@@ -20,6 +20,7 @@ from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import tenacity
@@ -391,15 +392,9 @@ class Scheduler:
     def write(self, txn: Txn, destinations: list[Destination]) -> int | None:
         """Commit `txn`: its revision, or None when a compare failed; either way but
         success, the destinations' claims are undone."""
-        consumers = [d.uuid for d in destinations]
-        try:
-            written = self.store.commit(txn)
-        except BaseException:
-            self._unclaim(consumers)
-            raise
-        if written is None:
-            self._unclaim(consumers)
-        return written
+        return claims.written_or_undone(
+            partial(self.store.commit, txn),
+            partial(self._unclaim, [d.uuid for d in destinations]))
 
     def _unclaim(self, consumers: list[str]) -> None:
         left = claims.unclaim(self.placement, consumers)

@@ -22,17 +22,30 @@ from tests.support import wait_for
 
 
 @pytest.fixture
-def two_hosts(placement, start_compute, start_controller, compute_config, host_config,
-              schedule_config, store):
+def hosts_with(placement, start_compute, start_controller, host_config, schedule_config, store):
+    """hosts_with(a_driver, b_driver): hosts a and b (fake driver, each its own state, its
+    driver settings given) and a controller, all up (Placement first: the hosts register
+    in the test's own)."""
+
+    def started(a_driver: dict | None = None, b_driver: dict | None = None,
+                a: dict | None = None) -> dict:
+        a = a or host_config("host-a", **({"driver": a_driver} if a_driver else {}))
+        b = host_config("host-b", **({"driver": b_driver} if b_driver else {}))
+        start_controller(fast_controller(schedule_config))
+        computes = {"a": start_compute(a, name="host-a"), "b": start_compute(b, name="host-b")}
+        for config in (a, b):
+            wait_for(lambda c=config: store.get(store.keys.alive(rp_of(c))), 30,
+                     what="heartbeats")
+        wait_for(lambda: store.get(store.keys.leader()), 20, what="a controller to lead")
+        return {"a": a, "b": b, "computes": computes}
+
+    return started
+
+
+@pytest.fixture
+def two_hosts(hosts_with, compute_config):
     """Hosts a and b (fake driver, each its own state) and a controller."""
-    a = compute_config
-    b = host_config("host-b")
-    start_controller(fast_controller(schedule_config))
-    computes = {"a": start_compute(a, name="host-a"), "b": start_compute(b, name="host-b")}
-    for config in (a, b):
-        wait_for(lambda c=config: store.get(store.keys.alive(rp_of(c))), 30, what="heartbeats")
-    wait_for(lambda: store.get(store.keys.leader()), 20, what="a controller to lead")
-    return {"a": a, "b": b, "computes": computes}
+    return hosts_with(a=compute_config)
 
 
 def active_on(store, placement, config) -> dict:
@@ -104,16 +117,9 @@ def test_a_live_move_and_a_cold_one_back_leave_one_copy_where_its_claim_is(
 
 
 def test_a_move_that_fails_on_the_source_leaves_it_there_with_its_claim(
-        placement, start_compute, start_controller, compute_config, host_config,
-        schedule_config, store, run_schedule):
-    a = host_config("host-a", driver={"fake": {"fail_actions": ["migrate"]}})
-    b = host_config("host-b")
-    start_controller(fast_controller(schedule_config))
-    start_compute(a, name="host-a")
-    start_compute(b, name="host-b")
-    for config in (a, b):
-        wait_for(lambda c=config: store.get(store.keys.alive(rp_of(c))), 30, what="heartbeats")
-    wait_for(lambda: store.get(store.keys.leader()), 20, what="a controller to lead")
+        hosts_with, placement, store, run_schedule):
+    hosts = hosts_with(a_driver={"fake": {"fail_actions": ["migrate"]}})
+    a, b = hosts["a"], hosts["b"]
     spec = active_on(store, placement, a)
     uuid = spec["uuid"]
     failed = run_schedule("migrate", uuid, "--live", "--wait", timeout=90)
@@ -122,20 +128,13 @@ def test_a_move_that_fails_on_the_source_leaves_it_there_with_its_claim(
     assert records.find(store, uuid)[1].state == "ACTIVE"
     wait_for(lambda: store.get_prefix(store.keys.host(rp_of(b)))[0] == [], 30,
              what="the destination to discard what it made ready")
-    only_copy_on({"a": a, "b": b}, "a", uuid, placement, store)
+    only_copy_on(hosts, "a", uuid, placement, store)
 
 
 def test_a_move_called_off_half_way_leaves_it_running_where_it_was(
-        placement, start_compute, start_controller, compute_config, host_config,
-        schedule_config, store, run_schedule):
-    a = host_config("host-a", driver={"fake": {"action_seconds": 30}})
-    b = host_config("host-b")
-    start_controller(fast_controller(schedule_config))
-    start_compute(a, name="host-a")
-    start_compute(b, name="host-b")
-    for config in (a, b):
-        wait_for(lambda c=config: store.get(store.keys.alive(rp_of(c))), 30, what="heartbeats")
-    wait_for(lambda: store.get(store.keys.leader()), 20, what="a controller to lead")
+        hosts_with, placement, store, run_schedule):
+    hosts = hosts_with(a_driver={"fake": {"action_seconds": 30}})
+    a, b = hosts["a"], hosts["b"]
     spec = active_on(store, placement, a)
     uuid = spec["uuid"]
     assert run_schedule("migrate", uuid, "--live").code == 0
@@ -153,7 +152,7 @@ def test_a_move_called_off_half_way_leaves_it_running_where_it_was(
     wait_state(store, uuid, "ACTIVE")
     wait_for(lambda: store.get_prefix(store.keys.host(rp_of(b)))[0] == [], 30,
              what="the destination to discard what it made ready")
-    only_copy_on({"a": a, "b": b}, "a", uuid, placement, store)
+    only_copy_on(hosts, "a", uuid, placement, store)
     last = [e for e in events.read(store, rp_of(a), uuid) if e["action"] == "migrate"][-1]
     assert last["result"] == "error" and "cancel" in last["error"]
 
@@ -193,17 +192,10 @@ def test_a_drain_moves_every_instance_live_or_cold_and_keeps_each_as_it_was(
 
 
 def test_a_destination_with_no_room_after_all_leaves_it_where_it_was(
-        placement, start_compute, start_controller, compute_config, host_config,
-        schedule_config, store, run_schedule):
+        hosts_with, placement, store, run_schedule):
     """A host whose inventory said it had room, and had none when the guest came."""
-    a = host_config("host-a")
-    b = host_config("host-b", driver={"fake": {"fail_actions": ["incoming"]}})
-    start_controller(fast_controller(schedule_config))
-    start_compute(a, name="host-a")
-    start_compute(b, name="host-b")
-    for config in (a, b):
-        wait_for(lambda c=config: store.get(store.keys.alive(rp_of(c))), 30, what="heartbeats")
-    wait_for(lambda: store.get(store.keys.leader()), 20, what="a controller to lead")
+    hosts = hosts_with(b_driver={"fake": {"fail_actions": ["incoming"]}})
+    a, b = hosts["a"], hosts["b"]
     spec = active_on(store, placement, a)
     uuid = spec["uuid"]
     refused = run_schedule("migrate", uuid, "--live", "--wait", timeout=90)
@@ -215,4 +207,31 @@ def test_a_destination_with_no_room_after_all_leaves_it_where_it_was(
     assert records.find(store, uuid)[1].state == "ACTIVE"
     wait_for(lambda: store.get_prefix(store.keys.host(rp_of(b)))[0] == [], 30,
              what="the destination to discard what it made ready")
-    only_copy_on({"a": a, "b": b}, "a", uuid, placement, store)
+    only_copy_on(hosts, "a", uuid, placement, store)
+
+
+def test_a_destroy_during_a_move_leaves_no_copy_and_no_claim(
+        hosts_with, placement, store, run_schedule):
+    """The move had put the instance's claim on the destination and held the source under
+    its migration consumer: its host's destroy may free neither (not this host's alone),
+    so the controller's give-up frees both. Nothing of it is left anywhere."""
+    hosts = hosts_with(a_driver={"fake": {"action_seconds": 30}})
+    a, b = hosts["a"], hosts["b"]
+    spec = active_on(store, placement, a)
+    uuid = spec["uuid"]
+    assert run_schedule("migrate", uuid, "--live").code == 0
+    wait_for(lambda: (migrations.read(store, uuid)[0] or {}).get("state") == "migrating", 30,
+             what="the move to start")
+    migration = migrations.read(store, uuid)[0]
+    destroyed = run_schedule("destroy", uuid, "--wait", timeout=60)
+    assert destroyed.code == 0, destroyed.stderr
+    wait_for(lambda: migrations.read(store, uuid) == (None, None), 30,
+             what="the move given up")
+    assert records.find(store, uuid)[1].state == "DELETED"  # on its source, not the arrival
+    wait_for(lambda: store.get_prefix(store.keys.host(rp_of(b)))[0] == [], 30,
+             what="the destination to discard what it made ready")
+    wait_for(lambda: not held_by(placement, uuid) and not held_by(placement, migration["id"]),
+             30, what="both claims freed")
+    assert uuid not in fake_files(a) and uuid not in fake_files(b)
+    assert placement.get_usages(rp_of(a))["VCPU"] == 0
+    assert placement.get_usages(rp_of(b))["VCPU"] == 0

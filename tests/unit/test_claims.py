@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from etcd_compute import claims
-from etcd_compute.errors import ConflictError, NotFound, ServiceUnavailable
+from etcd_compute.errors import ConflictError, EtcdUnavailable, NotFound, ServiceUnavailable
 from tests.unit.fakes import FakePlacement
 
 A, B = str(uuidlib.uuid4()), str(uuidlib.uuid4())
@@ -429,3 +429,44 @@ def test_a_failed_resize_puts_the_old_size_back_only_from_the_new_size_on_its_ho
     assert not claims.restore(placement, "c1", A, {"VCPU": 3}, on(A, 1))  # not the new size
     assert claims.restore(placement, "c1", A, {"VCPU": 2}, on(A, 1))
     assert placement.get_allocations("c1")["allocations"] == on(A, 1)
+
+
+# --- written_or_undone: the one clean-up after a claim whose etcd write does not happen ----
+
+
+def test_a_write_that_happens_keeps_its_claim():
+    undone: list[int] = []
+    assert claims.written_or_undone(lambda: 7, lambda: undone.append(1)) == 7
+    assert undone == []
+
+
+def test_a_write_whose_compare_failed_undoes_its_claim():
+    undone: list[int] = []
+    assert claims.written_or_undone(lambda: None, lambda: undone.append(1)) is None
+    assert undone == [1]
+
+
+@pytest.mark.parametrize("failure", [EtcdUnavailable("etcd: unreachable"),
+                                     KeyboardInterrupt(), ValueError("a bug")])
+def test_a_write_that_raises_undoes_its_claim_and_raises(failure):
+    undone: list[int] = []
+
+    def write() -> int:
+        raise failure
+
+    with pytest.raises(type(failure)):
+        claims.written_or_undone(write, lambda: undone.append(1))
+    assert undone == [1]
+
+
+def test_an_undo_that_fails_is_logged_and_the_writes_error_raised(caplog):
+    def write() -> int:
+        raise EtcdUnavailable("etcd: unreachable")
+
+    def undo() -> None:
+        raise ConflictError("changed since", 409)
+
+    with pytest.raises(EtcdUnavailable):
+        claims.written_or_undone(write, undo)
+    assert "could not be undone: changed since" in caplog.text
+    assert claims.written_or_undone(lambda: None, undo) is None

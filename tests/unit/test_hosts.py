@@ -166,3 +166,46 @@ def test_the_account_the_libvirt_address_and_build_failures_keep_each_other():
     stats, _ = hosts.read_stats(store, A)
     assert hosts.capacity_of(stats) == ACCOUNT and hosts.libvirt_address(store, A) == "10.0.0.5"
     assert len(stats["build_failures"]) == 1
+
+
+def test_the_machines_boot_time_from_the_kernel(tmp_path):
+    stat = tmp_path / "stat"
+    stat.write_text("cpu  1 2 3\nbtime 1700000000\nprocesses 5\n")
+    assert hosts.boot_time(str(stat)) == 1700000000.0
+    stat.write_text("cpu  1 2 3\n")
+    assert hosts.boot_time(str(stat)) is None
+    assert hosts.boot_time(str(tmp_path / "absent")) is None
+
+
+def test_an_operators_stats_keep_what_the_host_published_of_itself():
+    """update_resource_stats (put_stats) writes build failures: the host's capacity account
+    and its libvirt address stay (the address was erased: no fence through libvirt then)."""
+    store = FakeStore()
+    hosts.put_stats(store, A, {"capacity": ACCOUNT})
+    hosts.publish_libvirt_address(store, A, "10.0.0.5")
+    hosts.put_stats(store, A, {"build_failures": [1.0]})
+    stats, _ = hosts.read_stats(store, A)
+    assert hosts.capacity_of(stats) == ACCOUNT and stats["build_failures"] == [1.0]
+    assert hosts.libvirt_address(store, A) == "10.0.0.5"
+
+
+def test_stats_written_between_a_read_and_a_write_are_kept(monkeypatch):
+    """Each writer reads the stats, changes its part and writes them compared with what it
+    read: another's write in between is read again, never overwritten."""
+    store = FakeStore()
+    hosts.put_stats(store, A, {"capacity": ACCOUNT})
+    real, raced = hosts.read_stats, []
+
+    def meanwhile(store_, rp):
+        found = real(store_, rp)
+        if not raced:  # the compute publishes its address between our read and write
+            raced.append(1)
+            current = dict(found[0])
+            store.put(messages.HOST_STATS, store.keys.stats(A),
+                      {**current, "libvirt_address": "10.0.0.9"})
+        return found
+
+    monkeypatch.setattr(hosts, "read_stats", meanwhile)
+    hosts.record_build_failure(store, A)
+    assert hosts.libvirt_address(store, A) == "10.0.0.9"
+    assert len(hosts.build_failures(store, A)) == 1

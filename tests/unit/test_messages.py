@@ -276,3 +276,13 @@ def test_a_stale_generated_validator_is_not_used(monkeypatch):
         assert not schemas.is_valid("alive", {"host": "x"})
     finally:
         schemas._compiled.cache_clear()
+
+
+def test_parse_guards_as_decode_does_without_a_schema():
+    assert messages.parse(b'{"action": "build", "anything": [1]}') == {
+        "action": "build", "anything": [1]}
+    for hostile, fault in ((b"[" * 100_000 + b"]" * 100_000, "nested deeper"),
+                           (b'"' + b"a" * (2 << 20) + b'"', "larger than"),
+                           (b"{not json", "not valid JSON")):
+        with pytest.raises(InvalidMessage, match=f"instance_spec: .*{fault}"):
+            messages.parse(hostile, "instance_spec")

@@ -20,6 +20,7 @@ import webob
 
 from etcd_compute.api import policy, validation
 from etcd_compute.api.backend import Backend
+from etcd_compute.api.handlers import security_groups
 from etcd_compute.api.handlers import servers as server_handlers
 from etcd_compute.api.objects.quotas import OverQuota
 from etcd_compute.api.objects.servers import Server
@@ -307,4 +308,5 @@ ACTIONS: dict[str, Action] = {
     "resize": resize, "confirmResize": confirm_resize, "revertResize": revert_resize,
     "os-getConsoleOutput": console_output, "createImage": create_image,
     "os-migrateLive": migrate_live,
+    "addSecurityGroup": security_groups.add, "removeSecurityGroup": security_groups.remove,
 }

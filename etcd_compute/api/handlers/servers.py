@@ -182,11 +182,11 @@ def _zone(api: Backend, req: ApiRequest, asked: dict[str, Any]) -> tuple[str | N
     zone, _, host = (asked.get("availability_zone") or "").partition(":")
     host = host.partition(":")[0] or asked.get("host") or asked.get("hypervisor_hostname")
     query = ""
-    zones = api.settings["availability_zones"]
     if zone and zone != api.settings["default_availability_zone"]:
+        zones = api.computes.zone_aggregates()
         if zone not in zones:
             raise bad_request("The requested availability zone is not available")
-        query += f"&member_of={zones[zone]}"
+        query += "&member_of=in:" + ",".join(zones[zone])
     if host:
         rule = (policy.SERVERS % "create:forced_host" if asked.get("availability_zone")
                 else "compute:servers:create:requested_destination")

@@ -215,6 +215,16 @@ def test_request_lag_is_for_new_build_specs_only():
     assert cm.request_lag(SimpleNamespace(version=1, value=b"[1]"), now) is None
 
 
+def test_request_lag_of_a_hostile_spec_is_none_never_an_exception():
+    """A spec nested too deep once raised RecursionError out of json.loads in the daemon's
+    main loop (messages.decode refuses it before parsing: the same guard here)."""
+    now = 1_000_000.0
+    deep = b"[" * 100_000 + b"]" * 100_000
+    assert cm.request_lag(SimpleNamespace(version=1, value=deep), now) is None
+    huge = b'{"action": "build", "requested_at": 1, "x": "' + b"a" * (2 << 20) + b'"}'
+    assert cm.request_lag(SimpleNamespace(version=1, value=huge), now) is None
+
+
 # --- instances and capacity -------------------------------------------------------------------
 
 

@@ -591,3 +591,84 @@ def test_without_fencing_nothing_is_fenced_and_nothing_changes():
     clock.now += 10
     assert cluster.controller.recover_due() == [here]
     assert recover_event(cluster, there, spec)["detail"] == f"placed on {there}"
+
+
+# --- a claim moved for a write that raised goes back (claims.written_or_undone) ----------
+
+
+def _unreachable(*_args, **_kwargs):
+    from etcd_compute.errors import EtcdUnavailable
+
+    raise EtcdUnavailable("etcd: unreachable")
+
+
+def test_a_reschedule_whose_write_raises_takes_its_claim_back(monkeypatch):
+    """The alternate's claim is not kept for a move etcd never saw: a destroy of the
+    instance on its host (which frees only a claim there) would leave it held forever."""
+    import pytest
+
+    from etcd_compute.errors import EtcdUnavailable
+
+    cluster = Cluster()
+    here, good = cluster.host(), cluster.host()
+    spec = cluster.failed_build(here, [good])
+    monkeypatch.setattr(moves, "move", _unreachable)
+    with pytest.raises(EtcdUnavailable):
+        cluster.controller.on_record(here, spec["uuid"])
+    assert set(cluster.placement.get_allocations(spec["uuid"])["allocations"]) == {here}
+
+
+def test_a_rebuild_whose_write_raises_takes_its_claim_back(monkeypatch):
+    import pytest
+
+    from etcd_compute.errors import EtcdUnavailable
+
+    cluster, clock, here, there, spec = dead_host_cluster(place_on="")
+    cluster.controller.place = _placer(there)
+    monkeypatch.setattr(moves, "evacuate", _unreachable)
+    clock.now += 10
+    with pytest.raises(EtcdUnavailable):
+        cluster.controller.recover_due()
+    assert set(cluster.placement.get_allocations(spec["uuid"])["allocations"]) == {here}
+
+
+def test_rebuilds_together_whose_write_raises_take_their_claims_back(monkeypatch):
+    import pytest
+
+    from etcd_compute.errors import EtcdUnavailable
+
+    asked: list = []
+    cluster, here, there, specs = dead_host_with(3)
+    cluster.controller.place_many = planned_on(there, asked)
+    real = cluster.store.commit
+
+    def commit(txn):
+        if len(txn.success) > 6:  # the one transaction of all three
+            raise EtcdUnavailable("etcd: unreachable")
+        return real(txn)
+
+    monkeypatch.setattr(cluster.store, "commit", commit)
+    with pytest.raises(EtcdUnavailable):
+        cluster.controller.recover_due()
+    for spec in specs:
+        assert set(cluster.placement.get_allocations(spec["uuid"])["allocations"]) == {here}
+
+
+def test_a_rebuild_with_etcd_gone_for_its_undo_too_puts_the_claim_back_on_its_host(
+        monkeypatch):
+    import pytest
+
+    from etcd_compute.errors import EtcdUnavailable
+
+    cluster, clock, here, there, spec = dead_host_cluster(place_on="")
+    cluster.controller.place = _placer(there)
+
+    def etcd_gone(*args, **kwargs):
+        monkeypatch.setattr(records, "read_record", _unreachable)  # from now on
+        _unreachable()
+
+    monkeypatch.setattr(moves, "evacuate", etcd_gone)
+    clock.now += 10
+    with pytest.raises(EtcdUnavailable):
+        cluster.controller.recover_due()
+    assert set(cluster.placement.get_allocations(spec["uuid"])["allocations"]) == {here}

@@ -159,3 +159,35 @@ def test_a_host_is_fenced_once_until_forgotten_and_a_forgotten_verdict_is_droppe
 def test_run_reports_its_own_time():
     attempt = fencing.run(python("import time; time.sleep(0.3)"), 10, "command")
     assert 0.2 < attempt.seconds < 10
+
+
+def test_a_fence_forgotten_while_it_ran_never_decides_the_hosts_next_failure():
+    """The host came back (forget) and died again (begin) while its first fence still ran:
+    the first fence's verdict is of the first failure, never the second's (it fenced the
+    guests of then; the host may have run others since). Only the second fence decides."""
+    import threading
+
+    first_may_end, second_may_end = threading.Event(), threading.Event()
+    calls: list[int] = []
+
+    def runner(argv: list[str], timeout: float, path: str) -> Attempt:
+        calls.append(1)
+        if len(calls) == 1:
+            first_may_end.wait(10)
+            return Attempt(path, "fenced", "the first failure's guests destroyed", 0.1)
+        second_may_end.wait(10)
+        return Attempt(path, "refused", "libvirtd unreachable", 0.1)
+
+    fences = Fencing({"libvirt_pki_dir": "/p"}, runner=runner)
+    done: list[str] = []
+    fences.begin(HOST, "hv2", "10.0.0.2", [UUID], on_done=done.append)
+    wait_for(lambda: calls, 10, what="the first fence to start")
+    fences.forget(HOST)  # back
+    fences.begin(HOST, "hv2", "10.0.0.2", [UUID], on_done=done.append)  # dead again
+    wait_for(lambda: len(calls) == 2, 10, what="the second fence to start")
+    first_may_end.set()
+    wait_for(lambda: len(done) == 1, 10, what="the first fence to end")
+    assert fences.verdict(HOST) is None  # the second still runs
+    second_may_end.set()
+    wait_for(lambda: len(done) == 2, 10, what="the second fence to end")
+    assert fences.verdict(HOST).fenced is False

@@ -129,3 +129,29 @@ def test_the_sweep_takes_each_move_s_next_step():
     move_txn.answer(store, records.read_record(store, OTHER, spec["uuid"]), target=TARGET)
     assert MoveSteps(store, placement).sweep() == 1
     assert source_spec(store, spec["uuid"])[1]["request"]["target"] == TARGET
+
+
+def destroyed_on_its_source(store: FakeStore, placement: FakePlacement, uuid: str) -> None:
+    """What the source's compute does for a destroy asked during the move (ops.destroy,
+    then machine.start_destroy and ends.finish_destroy): DELETING, the claim freed if it is
+    on this host alone (it is not: the move left it on the destination), DELETED."""
+    from etcd_compute import claims
+    from etcd_compute.instances import host as host_txn
+
+    entry, spec = source_spec(store, uuid)
+    assert action_txn.request_destroy(store, entry, spec, "bob") is not None
+    entry, spec = source_spec(store, uuid)
+    host_txn.mark_deleting(store, spec, records.read_record(store, RP, uuid))
+    assert claims.free_here(placement, uuid, RP) is False  # not this host's alone
+    assert host_txn.delete(store, spec, records.read_record(store, RP, uuid), 3600) is not None
+
+
+def test_a_move_whose_instance_was_destroyed_frees_both_claims(moving):
+    """Given up for a destroyed instance, the move's claims both go: giving the source's
+    back to the instance (as for a move called off) would hold it for nobody, forever."""
+    store, placement, uuid, asked, steps = moving
+    destroyed_on_its_source(store, placement, uuid)
+    assert steps.step(uuid) == "given up"
+    assert move_txn.read(store, uuid) == (None, None)
+    assert placement.get_allocations(uuid).get("allocations") in ({}, None)
+    assert asked.migration not in placement.consumers

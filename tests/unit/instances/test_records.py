@@ -89,6 +89,23 @@ def test_an_unreadable_location_is_found_by_searching_the_hosts():
     assert records.locate(store, spec["uuid"]) is None
 
 
+def test_a_search_never_takes_a_moves_arrival_for_the_instance():
+    """Unlocated (a spec written straight to a host), moving: the destination's INCOMING
+    record is no home of the instance, whichever host's keys sort first (a destroy sent
+    there left the instance running on its source)."""
+    for first, second in ((RP, OTHER), (OTHER, RP)):
+        store = FakeStore()
+        spec = make_spec(first)
+        record = {**records.new_record(spec, states.SCHEDULED), "state": states.ACTIVE}
+        store.put(messages.INSTANCE_RECORD, store.keys.record(first, spec["uuid"]), record)
+        store.put(messages.INSTANCE_RECORD, store.keys.record(second, spec["uuid"]),
+                  {**record, "state": states.INCOMING, "host": second})
+        host, read = records.find(store, spec["uuid"])
+        assert (host, read.state) == (first, states.ACTIVE)
+        store.delete(store.keys.record(first, spec["uuid"]))  # an arrival alone: that, then
+        assert records.find(store, spec["uuid"])[0] == second
+
+
 def test_group_members_are_the_live_ones_at_the_revision_read():
     store = FakeStore()
     group = {"name": "g", "policy": "anti-affinity"}

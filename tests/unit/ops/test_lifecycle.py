@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from etcd_compute import claims, events, messages
-from etcd_compute.errors import NotFound, UsageError
+from etcd_compute.errors import EtcdUnavailable, NotFound, UsageError
 from etcd_compute.etcd import Compare, Put
 from etcd_compute.instances import actions as action_txn
 from etcd_compute.instances import records, states
@@ -435,3 +435,32 @@ def test_a_rebuild_may_carry_new_user_data_and_key():
     asked = lifecycle.request(store, placement, spec["uuid"], "rebuild", asked=lifecycle.Asked(
         rebuild={"user_data": "#cloud-config\n", "ssh_key": None}))
     assert (asked.request["user_data"], asked.request["ssh_key"]) == ("#cloud-config\n", None)
+
+
+@pytest.mark.parametrize("hold", [None, HOLD])
+def test_a_resize_whose_etcd_write_fails_puts_its_claims_back(monkeypatch, hold):
+    """etcd unreachable (or any error) in the request's write, after the claim: the claim
+    goes back as if the write had lost a race (no hold left, no new size claimed)."""
+    store, placement, spec = instance()
+
+    def unreachable(*_args, **_kwargs):
+        raise EtcdUnavailable("etcd: unreachable")
+
+    monkeypatch.setattr(action_txn, "request_action", unreachable)
+    with pytest.raises(EtcdUnavailable):
+        lifecycle.request(store, placement, spec["uuid"], "resize",
+                          asked=lifecycle.Asked(resources=NEW, hold=hold))
+    assert placement.get_allocations(spec["uuid"])["allocations"] == spec["allocations"]
+    assert HOLD not in placement.consumers
+
+
+def test_a_resize_whose_callers_writes_fail_puts_its_claim_back():
+    store, placement, spec = instance()
+
+    def broken(_request):
+        raise UsageError("the caller's view could not be written")
+
+    with pytest.raises(UsageError, match="caller's view"):
+        lifecycle.request(store, placement, spec["uuid"], "resize",
+                          asked=lifecycle.Asked(resources=NEW), also=broken)
+    assert placement.get_allocations(spec["uuid"])["allocations"] == spec["allocations"]

@@ -10,7 +10,7 @@ import uuid as uuidlib
 import pytest
 
 from etcd_compute import messages
-from etcd_compute.errors import NotFound, NoValidHost, UsageError
+from etcd_compute.errors import EtcdUnavailable, NotFound, NoValidHost, UsageError
 from etcd_compute.instances import migrations as move_txn
 from etcd_compute.instances import records, states
 from etcd_compute.ops import migrations
@@ -229,3 +229,35 @@ def test_an_unknown_instance_is_not_found():
     store, placement, _spec, place, _ = world()
     with pytest.raises(NotFound):
         migrations.migrate(store, placement, place, str(uuidlib.uuid4()), live=True)
+
+
+def test_an_ask_whose_etcd_write_fails_gives_the_claims_back(monkeypatch):
+    """etcd unreachable in the ask's transaction, after both hosts were held: the instance
+    holds its source again and no migration consumer is left (nothing will ever free it)."""
+    store, placement, spec, place, _ = world()
+
+    def unreachable(*_args, **_kwargs):
+        raise EtcdUnavailable("etcd: unreachable")
+
+    monkeypatch.setattr(move_txn, "ask", unreachable)
+    with pytest.raises(EtcdUnavailable):
+        migrations.migrate(store, placement, place, spec["uuid"], live=True)
+    assert set(placement.consumers) == {spec["uuid"]}
+    assert placement.get_allocations(spec["uuid"])["allocations"] == spec["allocations"]
+
+
+def test_a_claim_that_is_not_on_its_host_alone_is_refused_with_nothing_changed():
+    """The move would hold (as the source) whatever the instance holds: a claim elsewhere
+    is refused before anything is written, as a resize's is, not asked and refused later
+    by the source's check."""
+    store, placement, spec, place, _ = world()
+    uuid = spec["uuid"]
+    elsewhere = {OTHER: {"resources": spec["resources"]}}
+    placement.replace_allocations(uuid, elsewhere,
+                                  placement.get_allocations(uuid)["consumer_generation"],
+                                  "p", "u")
+    before = store.revision
+    with pytest.raises(states.ActionRefused, match="is not on its host"):
+        migrations.migrate(store, placement, place, uuid, live=True)
+    assert store.revision == before and set(placement.consumers) == {uuid}
+    assert set(placement.get_allocations(uuid)["allocations"]) == {OTHER}
