@@ -45,13 +45,13 @@ status:
 test: lint install-tempest
 	@$(PY) -m pytest -q tests/unit
 	@$(PY) -m pytest --ignore=tests/unit -n $(TEST_WORKERS) --dist loadgroup \
-		--no-loadscope-reorder --durations=25 $(PYTEST_ARGS)
+		--no-loadscope-reorder --durations=25 --rerun-show-tracebacks $(PYTEST_ARGS)
 
 unit: install
 	@$(PY) -m pytest -q tests/unit $(PYTEST_ARGS)
 
 tempest: install-tempest
-	@$(PY) -m tools.tempest_run $(if $(SMOKE),--smoke)
+	@$(PY) -m tools.tempest_run $(if $(SMOKE),--smoke) $(if $(REGEX),--regex '$(REGEX)')
 
 mutations: install
 	@$(PY) tools/mutations.py

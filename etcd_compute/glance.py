@@ -217,3 +217,22 @@ class GlanceClient:
         """The image's bytes as a streamed response (`iter_content`); close it when done."""
         return self.request("GET", f"/v2/images/{image_id}/file", stream=True,
                             timeout=timeout or (10.0, 60.0))
+
+
+def rotate_backups(glance: GlanceClient, instance_uuid: str, backup_type: str, keep: int
+                   ) -> list[str]:
+    """Nova's backup rotation (its compute manager's `_rotate_backups`): the instance's
+    backups of `backup_type` beyond the newest `keep` are deleted. The ids deleted."""
+    found = glance.list(instance_uuid=instance_uuid, backup_type=backup_type,
+                        image_type="backup", sort_key="created_at", sort_dir="desc")
+    found = [image for image in found if image.get("instance_uuid") == instance_uuid and
+             image.get("backup_type") == backup_type and image.get("image_type") == "backup"]
+    deleted = []
+    for image in found[keep:]:
+        try:
+            glance.delete(image["id"])
+        except NotFound:
+            continue  # deleted meanwhile
+        deleted.append(image["id"])
+    return deleted
+

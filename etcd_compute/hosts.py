@@ -41,9 +41,25 @@ def host_of(key: str) -> str:
 
 
 def beat(store: KeyValueStore, lease: Any, rp: str, name: str, driver: str) -> None:
-    """The host's heartbeat, bound to `lease`: alive from now until the lease ends."""
-    store.put(messages.ALIVE, store.keys.alive(rp),
-              {"host": rp, "name": name, "since": time.time(), "driver": driver}, lease=lease)
+    """The host's heartbeat, bound to `lease`: alive from now until the lease ends; it
+    says when the machine started (Nova's hypervisor uptime) when the kernel tells."""
+    message = {"host": rp, "name": name, "since": time.time(), "driver": driver}
+    booted = boot_time()
+    if booted is not None:
+        message["booted_at"] = booted
+    store.put(messages.ALIVE, store.keys.alive(rp), message, lease=lease)
+
+
+def boot_time(stat: str = "/proc/stat") -> float | None:
+    """When this machine started (the kernel's `btime`), or None where it is not told."""
+    try:
+        with open(stat) as lines:
+            for line in lines:
+                if line.startswith("btime "):
+                    return float(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
 
 
 def is_alive(store: KeyValueStore, rp: str) -> bool:

@@ -35,10 +35,16 @@ and what only the compute API (`schedule.py api`, operator's credentials) writes
     /flavor-names/<name>                        flavor_name: which flavor has this name
     /keypairs/<user_id>/<name>                  keypair: a user's public key
     /quotas/<project_id>                        quota_set: a project's limits (else defaults)
+    /quota-users/<project_id>/<user_id>         quota_set: a user's limits in the project
+                                                (else the project's)
     /quota-classes/default                      quota_class: the defaults where an admin
                                                 changed api.quotas' (os-quota-class-sets)
     /quota-reservations/<project_id>/<uuid>     quota_reservation: a create counted before
                                                 its claim (with a lease)
+    /aggregates/<id>                            aggregate: a host aggregate (os-aggregates);
+                                                its hosts mirrored to Placement
+    /aggregate-names/<name>                     aggregate_name: which aggregate has this name
+    /aggregate-last-id                          aggregate_last_id: the last id given
 
 Hosts get no access to /queue/ at all: a request carries tenants' user-data,
 and only operators may ask for instances.
@@ -223,6 +229,9 @@ class Keys:
     def quota(self, project_id: str) -> str:
         return f"{self.prefix}/quotas/{project_id}"
 
+    def quota_user(self, project_id: str, user_id: str) -> str:
+        return f"{self.prefix}/quota-users/{project_id}/{user_id}"
+
     def quota_class(self, name: str) -> str:
         return f"{self.prefix}/quota-classes/{name}"
 
@@ -231,6 +240,18 @@ class Keys:
 
     def quota_reservation(self, project_id: str, reservation: str) -> str:
         return f"{self.prefix}/quota-reservations/{project_id}/{reservation}"
+
+    def aggregates(self) -> str:
+        return f"{self.prefix}/aggregates/"
+
+    def aggregate(self, aggregate_id: int) -> str:
+        return f"{self.prefix}/aggregates/{aggregate_id}"
+
+    def aggregate_name(self, name: str) -> str:
+        return f"{self.prefix}/aggregate-names/{name}"
+
+    def aggregate_last_id(self) -> str:
+        return f"{self.prefix}/aggregate-last-id"
 
     def server_groups(self) -> str:
         return f"{self.prefix}/server-groups/"

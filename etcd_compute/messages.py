@@ -45,6 +45,9 @@ QUOTA_SET = "quota_set"
 QUOTA_CLASS = "quota_class"
 QUOTA_RESERVATION = "quota_reservation"
 SERVER_GROUP = "server_group"
+AGGREGATE = "aggregate"
+AGGREGATE_NAME = "aggregate_name"
+AGGREGATE_LAST_ID = "aggregate_last_id"
 
 # The largest message we write is a spec (64 KiB user-data, 16 KiB key, escaped
 # as JSON at most 6 bytes a character) or a console (64 KiB); etcd takes 1.5 MiB.

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import re
+from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode
@@ -289,6 +290,34 @@ class PlacementClient:
             lambda gen: {"resource_provider_generation": gen, "aggregates": sorted(aggregates)},
             generation,
         )["resource_provider_generation"]
+
+    def get_aggregates(self, uuid: str) -> list[str]:
+        return list(self.get(f"/resource_providers/{uuid}/aggregates")["aggregates"])
+
+    def change_aggregates(self, uuid: str, add: Iterable[str] = (),
+                          remove: Iterable[str] = ()) -> list[str]:
+        """Add and remove aggregates of the provider, keeping its others (each writer
+        changes only its own: the host its zones and shard, the API its aggregates);
+        a generation conflict reads them again. Returns the provider's aggregates."""
+        path = f"/resource_providers/{uuid}/aggregates"
+        for _ in range(GENERATION_RETRIES):
+            try:
+                current = self.get(path)
+            except NotFound:
+                raise NotFound(f"resource provider {uuid} does not exist") from None
+            wanted = sorted((set(current["aggregates"]) | set(add)) - set(remove))
+            if wanted == sorted(current["aggregates"]):
+                return wanted
+            try:
+                self.request("PUT", path, json={
+                    "resource_provider_generation": current["resource_provider_generation"],
+                    "aggregates": wanted})
+                return wanted
+            except ConflictError as exc:
+                if exc.code != CONCURRENT_UPDATE:
+                    raise
+        raise ConflictError(f"provider {uuid}: generation kept changing on {path}", 409,
+                            CONCURRENT_UPDATE)
 
     # --- candidates and claims ----------------------------------------------------
 

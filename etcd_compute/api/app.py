@@ -21,6 +21,7 @@ from etcd_compute.api import microversion
 from etcd_compute.api.backend import Backend
 from etcd_compute.api.context import Context, NotProjectScoped, new_request_id
 from etcd_compute.api.handlers import (
+    aggregates,
     availability_zones,
     extensions,
     flavors,
@@ -28,16 +29,21 @@ from etcd_compute.api.handlers import (
     hypervisors,
     images,
     instance_actions,
+    instance_usage_audit_log,
     keypairs,
+    migrations,
     networks,
     quota_classes,
     quota_sets,
     server_actions,
+    server_diagnostics,
+    server_external_events,
     server_groups,
     server_ips,
     server_metadata,
     servers,
     services,
+    simple_tenant_usage,
     versions,
 )
 from etcd_compute.api.policy import PolicyNotAuthorized
@@ -62,10 +68,11 @@ class ComputeApp:
     def __init__(self, backend: Backend):
         self.backend = backend
         self.router = Router()
-        for module in (servers, server_actions, server_metadata, server_ips, instance_actions,
-                       server_groups, flavors, keypairs, quota_sets, quota_classes,
-                       availability_zones, services, hypervisors, hosts, extensions, networks,
-                       images):
+        for module in (servers, server_actions, server_diagnostics, server_metadata, server_ips,
+                       instance_actions, server_groups, flavors, keypairs, quota_sets,
+                       quota_classes, availability_zones, services, hypervisors, hosts,
+                       extensions, networks, images, aggregates, simple_tenant_usage,
+                       instance_usage_audit_log, migrations, server_external_events):
             module.routes(self.router, backend)
 
     def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]

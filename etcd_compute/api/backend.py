@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from etcd_compute.api.objects.aggregates import Aggregates
 from etcd_compute.api.objects.builds import Builds
 from etcd_compute.api.objects.computes import Computes
 from etcd_compute.api.objects.flavors import Flavors
@@ -35,6 +36,7 @@ class Backend:
     server_groups: ServerGroups
     computes: Computes
     images: Images
+    aggregates: Aggregates
 
     @property
     def settings(self) -> dict[str, Any]:
@@ -48,12 +50,14 @@ class Backend:
         quotas = Quotas(store, placement, config["api"], config["scheduler"]["consumer_type"],
                         config["scheduler"]["wait_timeout_seconds"])
         images = Images(config)
+        aggregates = Aggregates(store, placement)
         return cls(config, store, placement, policy or Policy(config["api"]["policy_file"]),
                    Flavors(store), Keypairs(store), quotas, servers,
                    Builds(config, store, placement, quotas, servers),  # type: ignore[arg-type]
                    ServerActions(store, placement, quotas,
                                  config["scheduler"]["required_resources"], images, config),
-                   ServerGroups(store), Computes(store, placement, config["api"]), images)
+                   ServerGroups(store), Computes(store, placement, config["api"], aggregates),
+                   images, aggregates)
 
     def close(self) -> None:
         self.builds.close()

@@ -48,6 +48,17 @@ HOSTS = "os_compute_api:os-hosts:%s"
 EXTENSIONS = "os_compute_api:extensions"
 NETWORKS = "os_compute_api:os-networks:%s"
 MIGRATE_SERVER = "os_compute_api:os-migrate-server:%s"
+ADMIN_ACTIONS = "os_compute_api:os-admin-actions:%s"
+LOCK_SERVER = "os_compute_api:os-lock-server:%s"
+DEFERRED_DELETE = "os_compute_api:os-deferred-delete:%s"
+CREATE_BACKUP = "os_compute_api:os-create-backup"
+SERVER_DIAGNOSTICS = "os_compute_api:os-server-diagnostics"
+AGGREGATES = "os_compute_api:os-aggregates:%s"
+SIMPLE_TENANT_USAGE = "os_compute_api:os-simple-tenant-usage:%s"
+AUDIT_LOG = "os_compute_api:os-instance-usage-audit-log:%s"
+MIGRATIONS = "os_compute_api:os-migrations:index"
+EXTERNAL_EVENTS = "os_compute_api:os-server-external-events:create"
+SECURITY_GROUPS = "os_compute_api:os-security-groups:%s"
 
 BASE = [
     ("context_is_admin", "role:admin"),
@@ -128,7 +139,28 @@ RULES = [
     (HYPERVISORS % "search", ADMIN),
     (HYPERVISORS % "servers", ADMIN),
     (EXTENDED_ATTRIBUTES, ADMIN),
+    *((AGGREGATES % name, ADMIN) for name in (
+        "index", "create", "show", "update", "delete", "add_host", "remove_host",
+        "set_metadata")),
+    (SIMPLE_TENANT_USAGE % "list", ADMIN),
+    (SIMPLE_TENANT_USAGE % "show", PROJECT_READER_OR_ADMIN),
+    (AUDIT_LOG % "list", ADMIN),
+    (AUDIT_LOG % "show", ADMIN),
+    (MIGRATIONS, ADMIN),
+    (SECURITY_GROUPS % "add", PROJECT_MEMBER_OR_ADMIN),
+    (SECURITY_GROUPS % "remove", PROJECT_MEMBER_OR_ADMIN),
+    # Nova's default: the service role (Neutron, Cinder, Cyborg send these), not admins.
+    (EXTERNAL_EVENTS, "rule:service_api"),
     (MIGRATE_SERVER % "migrate_live", ADMIN),
+    (MIGRATE_SERVER % "migrate", ADMIN),
+    (ADMIN_ACTIONS % "reset_state", ADMIN),
+    (LOCK_SERVER % "lock", PROJECT_MEMBER_OR_ADMIN),
+    (LOCK_SERVER % "unlock", PROJECT_MEMBER_OR_ADMIN),
+    (LOCK_SERVER % "unlock:unlock_override", ADMIN),
+    (DEFERRED_DELETE % "restore", PROJECT_MEMBER_OR_ADMIN),
+    (DEFERRED_DELETE % "force", PROJECT_MEMBER_OR_ADMIN),
+    (CREATE_BACKUP, PROJECT_MEMBER_OR_ADMIN),
+    (SERVER_DIAGNOSTICS, ADMIN),
     (SERVER_TAGS % "index", PROJECT_READER_OR_ADMIN),
     (SERVER_TAGS % "show", PROJECT_READER_OR_ADMIN),
     (SERVER_TAGS % "update", PROJECT_MEMBER_OR_ADMIN),

@@ -2,8 +2,11 @@
 
 Published when an instance becomes ACTIVE, then every few seconds while it
 changes during its first minutes, so `schedule.py console UUID` shows the
-boot from any machine without asking the host. All tails are read in one
-worker job per tick; only the main process writes them to etcd.
+boot from any machine without asking the host. The guest's diagnostics (the
+compute API's `/servers/{id}/diagnostics`) go with it, republished at most
+every DIAGNOSTICS_REFRESH_SECONDS while the console is followed: figures as of
+the message's `updated_at`. All are read in one worker job per tick; only the
+main process writes them to etcd.
 """
 
 from __future__ import annotations
@@ -24,6 +27,8 @@ CONSOLE_MAX_BYTES = 65536
 CONSOLE_REFRESH_SECONDS = 5
 # How long after ACTIVE a console keeps being republished.
 CONSOLE_FOLLOW_SECONDS = 600
+# How often unchanged console text is written again for its diagnostics' sake.
+DIAGNOSTICS_REFRESH_SECONDS = 30
 
 
 @dataclass
@@ -33,6 +38,7 @@ class ConsoleFollow:
     host: str
     since: float = field(default_factory=lambda: time.monotonic())
     digest: int | None = None
+    written: float = 0.0  # monotonic time of the last write
 
 
 class Consoles:
@@ -71,14 +77,20 @@ class Consoles:
         """Write the tails a console job read (main process), those that changed."""
         if future.cancelled() or future.exception() is not None:
             return
-        for uuid, text in future.result().items():
+        now = time.monotonic()
+        for uuid, seen in future.result().items():
+            text, diagnostics = seen["text"], seen.get("diagnostics")
             follow = self.followed.get(uuid)
-            if follow is None or follow.digest == hash(text):
+            if follow is None or (follow.digest == hash(text) and (
+                    diagnostics is None or now - follow.written < DIAGNOSTICS_REFRESH_SECONDS)):
                 continue
             if records.read_record(self.store, follow.host, uuid).state != states.ACTIVE:
                 self.forget(uuid)
                 continue
+            message = {"uuid": uuid, "text": text, "updated_at": time.time(),
+                       "truncated": len(text.encode()) >= CONSOLE_MAX_BYTES}
+            if diagnostics is not None:
+                message["diagnostics"] = diagnostics
             self.store.put(messages.CONSOLE, self.store.keys.console(follow.host, uuid),
-                           {"uuid": uuid, "text": text, "updated_at": time.time(),
-                            "truncated": len(text.encode()) >= CONSOLE_MAX_BYTES})
-            follow.digest = hash(text)
+                           message)
+            follow.digest, follow.written = hash(text), now

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from etcd_compute import shards
 from etcd_compute.compute.identity import HostIdentity
 from etcd_compute.compute.inventory import build_inventory, cpu_traits, measure_totals
 from etcd_compute.placement import DISABLED_TRAIT, PlacementClient
@@ -38,7 +39,7 @@ class Registration:
         return build_inventory(totals, self.settings["inventory"])
 
     def register(self) -> None:
-        """Create or reuse our providers, reset inventory, traits and aggregates."""
+        """Create or reuse our providers, reset inventory and traits, add our aggregates."""
         inventory = self._measured_inventory()
         wanted = cpu_traits() | self.platform_traits | set(self.settings["traits"])
         custom = {t for t in self.platform_traits if t.startswith("CUSTOM_")}
@@ -51,11 +52,14 @@ class Registration:
             # Setting the full list also clears COMPUTE_STATUS_DISABLED from a stop, unless
             # an operator disabled the host.
             own = traits | {DISABLED_TRAIT} if self.disabled_by_operator(host.uuid) else traits
-            generation = self.placement.set_traits(host.uuid, own, generation)
-            # The configured zones, and the host's candidate shard (etcd_compute/shards.py).
-            self.placement.set_aggregates(
-                host.uuid, sorted({*self.settings["aggregates"], aggregate_of(host.uuid)}),
-                generation)
+            self.placement.set_traits(host.uuid, own, generation)
+            # The configured zones and the host's candidate shard (etcd_compute/shards.py)
+            # added; the aggregates an admin put it in through the compute API
+            # (os-aggregates) kept, as Nova's computes leave their aggregates alone.
+            shard = aggregate_of(host.uuid)
+            self.placement.change_aggregates(
+                host.uuid, add={*self.settings["aggregates"], shard},
+                remove=set(shards.AGGREGATES) - {shard})
             self.inventories[host.uuid] = inventory
 
         self.placement.ensure_custom_traits(traits)

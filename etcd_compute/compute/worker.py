@@ -12,6 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from etcd_compute.drivers import Driver, load_driver
+from etcd_compute.errors import EtcdComputeError
+from etcd_compute.glance import GlanceClient, rotate_backups
 from etcd_compute.instances import states
 
 _driver: Driver | None = None
@@ -78,7 +80,19 @@ def act(spec: dict[str, Any], task: dict[str, Any]) -> dict[str, Any]:
     if action == states.RESIZE:
         return driver().resize({**spec, "resources": task["resources"]}, power_on)
     if action == states.SNAPSHOT:
-        return driver().snapshot(spec, task["snapshot"]["image_id"], running=power_on)
+        done = driver().snapshot(spec, task["snapshot"]["image_id"], running=power_on)
+        rotation = task["snapshot"].get("rotation")
+        if rotation is not None:  # a backup: the oldest of its type go, once it is up
+            try:
+                gone = rotate_backups(GlanceClient(_config["glance"]), spec["uuid"],
+                                      rotation["backup_type"], int(rotation["keep"]))
+            except EtcdComputeError as exc:  # the backup stands; the next one rotates
+                logging.getLogger(__name__).warning(
+                    "instance %s: backup rotation failed: %s", spec["uuid"], exc)
+            else:
+                done = {**done, "detail": f"{done.get('detail', '')}; rotation deleted "
+                                          f"{len(gone)} older backup(s)".lstrip("; ")}
+        return done
     raise ValueError(f"unknown action {action!r}")
 
 
@@ -94,9 +108,11 @@ def power_on(uuid: str) -> bool:
     return driver().power_on(uuid)
 
 
-def consoles(uuids: list[str], max_bytes: int) -> dict[str, str]:
-    """Console tails of several instances in one job."""
-    return {uuid: driver().console(uuid, max_bytes) for uuid in uuids}
+def consoles(uuids: list[str], max_bytes: int) -> dict[str, dict[str, Any]]:
+    """Console tails and diagnostics of several instances in one job: {uuid: {"text",
+    "diagnostics"}} (diagnostics None when the driver has none)."""
+    return {uuid: {"text": driver().console(uuid, max_bytes),
+                   "diagnostics": driver().diagnostics(uuid)} for uuid in uuids}
 
 
 def check() -> str:

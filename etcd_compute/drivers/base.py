@@ -150,6 +150,11 @@ class Driver(abc.ABC):
         """The tail of the instance's serial console log."""
         return ""
 
+    def diagnostics(self, uuid: str) -> dict[str, Any] | None:
+        """The guest's figures in Nova's diagnostics shape (2.48: state, driver, uptime,
+        cpu/memory/disk/nic details); None when this driver has none or no such guest."""
+        return None
+
     def check(self) -> str:
         """Raise ServiceUnavailable if the hypervisor is unusable; else describe it."""
         return self.name

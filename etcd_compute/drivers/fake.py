@@ -58,6 +58,10 @@ class FakeMoves:
     _set_running: Callable[[str, bool], bool]
     _guest_event: Callable[[str, str, str], None]
 
+    def _address(self, uuid: str) -> str | None:
+        """The guest's address: none for a guest built without a network interface."""
+        return None if (self._load(uuid) or {}).get("network") is False else fake_ip(uuid)
+
     def _marker(self, uuid: str, kind: str, root: Path | None = None) -> Path:
         return (root or self.root) / f".{uuid}.{kind}"
 
@@ -168,7 +172,7 @@ class FakeMoves:
             _log_guest(self.root, uuid, spec["host"], "run")
         for kind in ("sent", "incoming"):
             self._marker(uuid, kind).unlink(missing_ok=True)
-        return {"ip": fake_ip(uuid)}
+        return {"ip": self._address(uuid)}
 
 
 class FakeDriver(FakeMoves, Driver):
@@ -233,10 +237,12 @@ class FakeDriver(FakeMoves, Driver):
             marker.write_text(str(os.getpid()))
             time.sleep(self.build_seconds)
             marker.unlink(missing_ok=True)
-        result = {"ip": fake_ip(uuid)}
+        networked = spec.get("network", True)  # false: no network interface, no address
+        result = {"ip": fake_ip(uuid) if networked else None}
         running = not spec.get("stopped")
         record = {"uuid": uuid, "host": spec["host"], "result": result, "built_at": time.time(),
                   "running": running, "resources": spec["resources"], "image": image,
+                  "network": networked,
                   # What its config drive would carry.
                   "user_data": spec.get("user_data"), "ssh_key": spec.get("ssh_key")}
         # Write aside, then link into place: the instance appears whole or not at all
@@ -291,13 +297,13 @@ class FakeDriver(FakeMoves, Driver):
     def start(self, uuid: str) -> dict[str, Any]:
         self._begin(uuid, "start")
         self._set_running(uuid, True)
-        return {"ip": fake_ip(uuid)}
+        return {"ip": self._address(uuid)}
 
     def reboot(self, uuid: str, hard: bool) -> dict[str, Any]:
         self._begin(uuid, "reboot")
         self._set_running(uuid, False)
         self._set_running(uuid, True)
-        return {"ip": fake_ip(uuid)}
+        return {"ip": self._address(uuid)}
 
     def rebuild(self, spec: dict[str, Any], power_on: bool) -> dict[str, Any]:
         uuid, image = spec["uuid"], spec.get("image", {}).get("url", "")
@@ -308,7 +314,7 @@ class FakeDriver(FakeMoves, Driver):
                           "user_data": spec.get("user_data"), "ssh_key": spec.get("ssh_key")})
         if power_on:
             self._set_running(uuid, True)
-        return {"ip": fake_ip(uuid)}
+        return {"ip": self._address(uuid)}
 
     def resize(self, spec: dict[str, Any], power_on: bool) -> dict[str, Any]:
         uuid = spec["uuid"]
@@ -317,7 +323,7 @@ class FakeDriver(FakeMoves, Driver):
         self._save(uuid, {**self._load(uuid), "resources": spec["resources"]})
         if power_on:
             self._set_running(uuid, True)
-        return {"ip": fake_ip(uuid)}
+        return {"ip": self._address(uuid)}
 
     def snapshot(self, spec: dict[str, Any], image_id: str, running: bool) -> dict[str, Any]:
         """No disk here: an empty 1 GiB qcow2 (qemu-img) is what is uploaded, through the
@@ -359,7 +365,46 @@ class FakeDriver(FakeMoves, Driver):
     def console(self, uuid: str, max_bytes: int = 65536) -> str:
         if not self._path(uuid).exists():
             return ""
-        return f"fake console of {uuid}: booted\n"
+        return boot_log(uuid)
+
+    def diagnostics(self, uuid: str) -> dict[str, Any] | None:
+        instance = self._load(uuid)
+        return fake_diagnostics(instance) if instance is not None else None
+
+
+def fake_diagnostics(instance: dict[str, Any]) -> dict[str, Any]:
+    """A fake guest's diagnostics from its state, in Nova's 2.48 shape: its size, whether it
+    runs, how long since it was built; counters are zero (it does nothing). `driver` is
+    "libvirt" as Nova's own fake driver says (Nova's field takes only real drivers' names);
+    `hypervisor` says what it is."""
+    resources = instance.get("resources") or {}
+    vcpus = int(resources.get("VCPU", 1))
+    running = instance.get("running", True)
+    nics = [{"mac_address": None, "rx_octets": 0, "rx_errors": 0, "rx_drop": 0,
+             "rx_packets": 0, "rx_rate": None, "tx_octets": 0, "tx_errors": 0,
+             "tx_drop": 0, "tx_packets": 0, "tx_rate": None}] \
+        if instance.get("network", True) else []
+    return {"state": "running" if running else "shutdown", "driver": "libvirt",
+            "hypervisor": "fake", "hypervisor_os": "fake", "config_drive": True,
+            "uptime": None,  # the compute API counts it from the launch, as Nova
+            "num_cpus": vcpus, "num_nics": len(nics), "num_disks": 1,
+            "memory_details": {"maximum": int(resources.get("MEMORY_MB", 0)), "used": 0},
+            "cpu_details": [{"id": n, "time": 0, "utilisation": None} for n in range(vcpus)],
+            "nic_details": nics,
+            "disk_details": [{"read_bytes": 0, "read_requests": 0, "write_bytes": 0,
+                              "write_requests": 0, "errors_count": 0}]}
+
+
+def boot_log(uuid: str) -> str:
+    """A fake guest's console: a short boot log of several lines, as a real guest's
+    serial console has (clients and Tempest read its tail), ending with the line that
+    names the instance."""
+    return (f"[    0.000000] Linux version 6.1.0-fake (fake driver)\n"
+            f"[    0.010000] Command line: console=ttyS0\n"
+            f"[    0.500000] Run /sbin/init as init process\n"
+            f"Starting fake guest {uuid}...\n"
+            f"fake login: \n"
+            f"fake console of {uuid}: booted\n")
 
 
 def _write_instance(root: Path, uuid: str, instance: dict[str, Any]) -> None:

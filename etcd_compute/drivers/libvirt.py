@@ -112,8 +112,11 @@ class LibvirtDriver(LibvirtColdMoves):
         )
         files.write_meta(meta)
 
-        network_name = self._ensure_network() if not test_driver else None
-        nic_filter = self._ensure_filters() if not test_driver else None
+        # No interface for the test driver, nor for a guest asked without one (networks
+        # none): it then gets no address (_wait_for_ip finds no MAC).
+        networked = not test_driver and spec.get("network", True)
+        network_name = self._ensure_network() if networked else None
+        nic_filter = self._ensure_filters() if networked else None
         domain_spec = DomainSpec(
             uuid=uuid,
             name=meta["name"],
@@ -124,7 +127,7 @@ class LibvirtDriver(LibvirtColdMoves):
             config_drive=files.config_drive,
             console_log=files.console_log,
             network=network_name,
-            bridge=self.settings["bridge"] if not test_driver else None,
+            bridge=self.settings["bridge"] if networked else None,
             nic_filter=nic_filter,
             dhcp_server=nwfilter.gateway_of(self.settings["network_cidr"]),
         )

@@ -102,15 +102,16 @@ class LibvirtColdMoves(LibvirtMigrations):
     def _domain_spec(self, spec: dict[str, Any], files: InstanceFiles,
                      macs: tuple[str, ...]) -> DomainSpec:
         meta, resources = instance_meta(spec), spec["resources"]
-        test_driver = self.is_test_driver
+        # As it was built: no interface for the test driver nor a guest without a network.
+        networked = not self.is_test_driver and spec.get("network", True)
         return DomainSpec(
             uuid=spec["uuid"], name=meta["name"], memory_mb=int(resources["MEMORY_MB"]),
             vcpus=int(resources["VCPU"]),
             domain_type=choose_domain_type(self.settings["domain_type"], self.connection),
             disk=files.disk, config_drive=files.config_drive, console_log=files.console_log,
-            network=None if test_driver else self._ensure_network(),
-            bridge=None if test_driver else self.settings["bridge"],
-            nic_filter=None if test_driver else self._ensure_filters(),
+            network=self._ensure_network() if networked else None,
+            bridge=self.settings["bridge"] if networked else None,
+            nic_filter=self._ensure_filters() if networked else None,
             dhcp_server=nwfilter.gateway_of(self.settings["network_cidr"]), macs=macs)
 
 

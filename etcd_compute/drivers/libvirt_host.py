@@ -24,7 +24,7 @@ import libvirt
 from etcd_compute.drivers.base import Driver
 from etcd_compute.errors import BuildError, RequestError, ServiceUnavailable
 from etcd_compute.glance import GlanceClient
-from etcd_compute.virt import disks, network, nwfilter
+from etcd_compute.virt import diagnostics, disks, network, nwfilter
 from etcd_compute.virt.domain import is_ours, mac_addresses, power_off, shut_down
 from etcd_compute.virt.images import ImageCache
 from etcd_compute.virt.instance_files import InstanceFiles, bases_in_use
@@ -142,6 +142,15 @@ class LibvirtHost(Driver):
 
     def console(self, uuid: str, max_bytes: int = 65536) -> str:
         return InstanceFiles.of(self.instances_dir, uuid).console_tail(max_bytes)
+
+    def diagnostics(self, uuid: str) -> dict[str, Any] | None:
+        domain = self._our_domain(uuid)
+        if domain is None:
+            return None
+        try:
+            return diagnostics.of_domain(domain)
+        except libvirt.libvirtError:
+            return None  # gone meanwhile
 
     # -- the guests' network -----------------------------------------------------------
 

@@ -21,7 +21,7 @@ from etcd_compute import events, messages
 from etcd_compute.etcd import Compare, Entry, KeyValueStore, Op, Put, Txn, put_message, unchanged
 from etcd_compute.instances.ownership import record_put, spec_put
 from etcd_compute.instances.records import RecordRead, moved
-from etcd_compute.instances.states import ACTIONS, DESTROY, ENDS, check_action
+from etcd_compute.instances.states import ACTIONS, DESTROY, ENDS, MIGRATE, check_action
 
 
 def event_action(action: str, request: dict[str, Any] | None) -> str:
@@ -99,9 +99,12 @@ def begin_action(store: KeyValueStore, spec: dict[str, Any], spec_revision: int,
     task = {**request, "action": action, "from": read.state}
     record = moved(read.record, ACTIONS[action][0], task=task, request_id=request["id"],
                    error=None)
-    log = events.append(events.read(store, host, uuid), events.event(
-        event_action(action, request), host, record.get("host_name"), by=request.get("by"),
-        request_id=request["id"], started_at=request["at"]))
+    entry = events.event(event_action(action, request), host, record.get("host_name"),
+                         by=request.get("by"), request_id=request["id"],
+                         started_at=request["at"])
+    if action == MIGRATE:  # live or cold: Nova names them apart (live-migration, migrate)
+        entry["live"] = bool(request.get("live"))
+    log = events.append(events.read(store, host, uuid), entry)
     return store.commit(Txn(
         [unchanged(keys.record(host, uuid), read.revision),
          Compare(keys.spec(host, uuid), "mod", "==", spec_revision)],

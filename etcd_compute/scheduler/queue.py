@@ -68,6 +68,7 @@ def request_message(request_spec: RequestSpec, client: str,
         "glance_image": request_spec.glance_image,
         "user_data": request_spec.user_data,
         "ssh_key": request_spec.ssh_key,
+        **({} if request_spec.network else {"network": False}),
         "group": request_spec.group_message(),
         # --zone is in the query already (member_of).
         "zone": None,
@@ -125,7 +126,8 @@ def _request_spec(message: dict[str, Any], settings: dict[str, Any],
         required_resources=settings["required_resources"],
         on_host_failure=message.get("on_host_failure"), project_id=message.get("project_id"),
         user_id=message.get("user_id"), uuids=message.get("uuids"),
-        server=message.get("server"), glance_image=message.get("glance_image"))
+        server=message.get("server"), glance_image=message.get("glance_image"),
+        network=message.get("network", True))
 
 
 @dataclass

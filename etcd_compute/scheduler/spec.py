@@ -66,6 +66,8 @@ class RequestSpec:
     # An anti-affinity group's members per host at most (Nova's max_server_per_host
     # rule); None: one.
     group_max: int | None = None
+    # False: the guests get no network interface (the compute API's networks none).
+    network: bool = True
 
     @classmethod
     def build(cls, query: str, count: int = 1, name: str | None = None,
@@ -77,7 +79,8 @@ class RequestSpec:
               user_id: str | None = None, uuids: list[str] | None = None,
               server: dict[str, Any] | None = None,
               group_max: int | None = None,
-              glance_image: dict[str, Any] | None = None) -> RequestSpec:
+              glance_image: dict[str, Any] | None = None,
+              network: bool = True) -> RequestSpec:
         """Parse and check everything locally; UsageError (one line) on any fault.
 
         `required_resources`: classes every instance must claim (schedule.py passes
@@ -133,8 +136,11 @@ class RequestSpec:
             raise UsageError(f"instance uuids: expected {count} distinct uuids")
         if server is not None and not isinstance(server, dict):
             raise UsageError("server: expected an object")
+        if not isinstance(network, bool):
+            raise UsageError("network: expected true or false")
         return cls(request, count, name, image_url, user_data, ssh_key, glance_image, group,
-                   zone, on_host_failure, project_id, user_id, uuids, server, group_max)
+                   zone, on_host_failure, project_id, user_id, uuids, server, group_max,
+                   network)
 
     def group_message(self) -> dict[str, Any] | None:
         """The group as specs and queued requests carry it."""

@@ -1,7 +1,8 @@
-"""os-migrateLive through the real API: openstacksdk as Keystone's admin, a second
-fake-driver compute and a controller (`schedule.py serve`) beside the module's cloud.
-The server moves running to the host named, Placement holding that host alone after it
-and no migration consumer left; a member of its project may not ask."""
+"""os-migrateLive and migrate through the real API: openstacksdk as Keystone's admin, a
+second fake-driver compute and a controller (`schedule.py serve`) beside the module's
+cloud. The server moves running (or stopped, cold) to the other host, Placement holding
+that host alone after it and no migration consumer left; a member of its project may
+not ask."""
 
 from __future__ import annotations
 
@@ -74,7 +75,41 @@ def test_an_admin_moves_a_server_live_to_the_host_named(cloud: Cloud,
         project = cloud.project_id("demo")
         assert not cloud.placement.project_usages(project, "MIGRATION").get("consumer_count")
         actions = [a.action for a in admin.compute.server_actions(server.id)]
-        assert "migrate" in actions
+        assert "live-migration" in actions and "migrate" not in actions  # as Nova names it
+    finally:
+        demo.compute.delete_server(server)
+        demo.compute.wait_for_delete(server, wait=60, interval=0.3)
+    assert cloud.usage("demo").get("consumer_count", 0) == 0
+
+
+def test_an_admin_moves_a_stopped_server_cold_and_it_stays_stopped_there(
+        cloud: Cloud, second_host: dict[str, Any]) -> None:
+    admin, demo = cloud.connect("admin"), cloud.connect("demo")
+    server = demo.compute.create_server(name="cold", flavor_id="1", image_id=IMAGE,
+                                        networks="auto")
+    server = demo.compute.wait_for_server(server, status="ACTIVE", wait=60, interval=0.3)
+    try:
+        demo.compute.stop_server(server)
+        demo.compute.wait_for_server(server, status="SHUTOFF", wait=60, interval=0.3)
+        source = records.find(cloud.store, server.id)[0]
+        with pytest.raises(openstack.exceptions.ForbiddenException):
+            demo.compute.migrate_server(server)
+        admin.compute.migrate_server(server)
+
+        def moved() -> bool:
+            found = records.find(cloud.store, server.id)
+            return found[0] not in (None, source) and found[1].state == "SHUTOFF"
+
+        wait_for(moved, timeout=60, what="the server stopped on the other host")
+        shown = admin.compute.get_server(server.id)
+        names = {h.id: h.name for h in admin.compute.hypervisors()}
+        target = next(rp for rp in names if rp != source)  # two hosts: the other one
+        assert (shown.status, shown.hypervisor_hostname) == ("SHUTOFF", names[target])
+        assert set(cloud.placement.get_allocations(server.id)["allocations"]) == {target}
+        project = cloud.project_id("demo")
+        assert not cloud.placement.project_usages(project, "MIGRATION").get("consumer_count")
+        actions = [a.action for a in admin.compute.server_actions(server.id)]
+        assert "migrate" in actions and "live-migration" not in actions
     finally:
         demo.compute.delete_server(server)
         demo.compute.wait_for_delete(server, wait=60, interval=0.3)

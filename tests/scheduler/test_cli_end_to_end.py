@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 
 from etcd_compute import messages
+from etcd_compute.drivers.fake import boot_log
 from tests.support import wait_for
 
 
@@ -37,7 +38,7 @@ def test_schedule_wait_show_destroy(compute_config, start_compute, store, placem
     console = wait_for(lambda: (lambda r: r if r.code == 0 else None)(
         run_schedule("console", uuid)), what="console published")
     # What the fake driver's guest printed, as the compute published it: nothing else.
-    assert console.stdout == f"fake console of {uuid}: booted\n"
+    assert console.stdout == boot_log(uuid)
 
     listed = run_schedule("list")
     assert uuid in listed.stdout and "ACTIVE" in listed.stdout

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from etcd_compute import messages
+from etcd_compute.drivers.fake import boot_log
 from etcd_compute.ops.console_follow import RESTARTED
 from tests.compute.helpers import claim_and_send, make_spec, wait_state, write_as_the_host
 from tests.support import REPO, wait_for
@@ -150,7 +151,7 @@ def test_follow_prints_what_is_new_escaped_until_the_instance_is_deleted(
     rp = alive(store, compute_config)
     spec = active_with_console(store, placement, rp)
     uuid = spec["uuid"]
-    first = f"fake console of {uuid}: booted\n"
+    first = boot_log(uuid)
     following = follow(uuid)
     following.shows(first)
 
@@ -193,7 +194,7 @@ def test_follow_waits_for_a_build_and_stops_on_sigterm(start_compute, compute_co
     wait_for(lambda: following.out, 30, what="the console once ACTIVE")
     line = json.loads(following.out.splitlines()[0])
     assert line == {"uuid": spec["uuid"], "restarted": False,
-                    "text": f"fake console of {spec['uuid']}: booted\n"}
+                    "text": boot_log(spec['uuid'])}
     following.process.send_signal(signal.SIGTERM)
     code, stderr = following.ends(timeout=5)
     assert code == 0

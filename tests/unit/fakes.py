@@ -301,7 +301,8 @@ class FakePlacement:
                 for p in self.providers.values()
                 if ("name" not in filters or p["name"] == filters["name"]) and
                 ("member_of" not in filters or
-                 filters["member_of"] in p.get("aggregates", ()))]
+                 set(filters["member_of"].removeprefix("in:").split(","))
+                 & set(p.get("aggregates", ())))]
 
     def delete_provider(self, uuid: str) -> None:
         self.providers.pop(uuid, None)
@@ -334,6 +335,18 @@ class FakePlacement:
                        generation: int | None = None) -> int:
         self.providers[uuid]["aggregates"] = sorted(aggregates)
         return self._bump(uuid)
+
+    def get_aggregates(self, uuid: str) -> list[str]:
+        if uuid not in self.providers:
+            raise NotFound(f"resource provider {uuid} does not exist")
+        return list(self.providers[uuid]["aggregates"])
+
+    def change_aggregates(self, uuid: str, add: Any = (), remove: Any = ()) -> list[str]:
+        wanted = sorted((set(self.get_aggregates(uuid)) | set(add)) - set(remove))
+        if wanted != self.providers[uuid]["aggregates"]:
+            self.providers[uuid]["aggregates"] = wanted
+            self._bump(uuid)
+        return wanted
 
     def known_traits(self, traits: set[str]) -> set[str]:
         return {t for t in traits if t.startswith(("HW_", "COMPUTE_", "MISC_", "CUSTOM_"))}

@@ -183,3 +183,47 @@ def test_an_id_that_is_no_uuid_is_never_sent():
     with pytest.raises(NotFound):
         glance.get("../../v2/images")
     assert glance.session.sent == [] and not glance_module.is_image_id("../x")
+
+
+class BackupGlance:
+    """The listing and deleting rotate_backups does, of an instance's images."""
+
+    def __init__(self, images: list[dict[str, Any]]):
+        self.images = images
+        self.asked: dict[str, str] = {}
+        self.deleted: list[str] = []
+
+    def list(self, **filters: str) -> list[dict[str, Any]]:
+        self.asked = filters
+        return sorted(self.images, key=lambda i: i["created_at"], reverse=True)
+
+    def delete(self, image_id: str) -> None:
+        if image_id == "gone":
+            raise NotFound(image_id)
+        self.deleted.append(image_id)
+
+
+def backup(image_id: str, created: str, backup_type: str = "daily",
+           instance: str = "i1") -> dict[str, Any]:
+    return {"id": image_id, "created_at": created, "image_type": "backup",
+            "backup_type": backup_type, "instance_uuid": instance}
+
+
+def test_backup_rotation_keeps_the_newest_of_the_instances_type_as_novas():
+    found = BackupGlance([backup("a", "2026-01-01T00:00:01Z"),
+                          backup("b", "2026-01-01T00:00:02Z"),
+                          backup("c", "2026-01-01T00:00:03Z"),
+                          backup("w", "2026-01-01T00:00:00Z", backup_type="weekly"),
+                          backup("x", "2026-01-01T00:00:00Z", instance="i2"),
+                          {**backup("s", "2026-01-01T00:00:00Z"), "image_type": "snapshot"}])
+    assert glance_module.rotate_backups(found, "i1", "daily", 2) == ["a"]  # type: ignore[arg-type]
+    assert found.asked["instance_uuid"] == "i1" and found.asked["backup_type"] == "daily"
+    assert found.asked["sort_dir"] == "desc"
+    found.deleted.clear()
+    assert glance_module.rotate_backups(found, "i1", "daily", 0) == ["c", "b", "a"]  # type: ignore[arg-type]
+
+
+def test_a_backup_deleted_meanwhile_is_no_failure():
+    found = BackupGlance([backup("gone", "2026-01-01T00:00:01Z"),
+                          backup("b", "2026-01-01T00:00:02Z")])
+    assert glance_module.rotate_backups(found, "i1", "daily", 0) == ["b"]  # type: ignore[arg-type]

@@ -168,6 +168,15 @@ def test_the_account_the_libvirt_address_and_build_failures_keep_each_other():
     assert len(stats["build_failures"]) == 1
 
 
+def test_the_machines_boot_time_from_the_kernel(tmp_path):
+    stat = tmp_path / "stat"
+    stat.write_text("cpu  1 2 3\nbtime 1700000000\nprocesses 5\n")
+    assert hosts.boot_time(str(stat)) == 1700000000.0
+    stat.write_text("cpu  1 2 3\n")
+    assert hosts.boot_time(str(stat)) is None
+    assert hosts.boot_time(str(tmp_path / "absent")) is None
+
+
 def test_an_operators_stats_keep_what_the_host_published_of_itself():
     """update_resource_stats (put_stats) writes build failures: the host's capacity account
     and its libvirt address stay (the address was erased: no fence through libvirt then)."""

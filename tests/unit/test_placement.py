@@ -309,6 +309,23 @@ def test_a_write_of_what_the_provider_holds_is_not_sent(client, wire):
     assert fake.calls() == [f"GET /resource_providers/{RP}/aggregates"]
 
 
+def test_changing_aggregates_keeps_the_others_and_rereads_on_a_conflict(client, wire):
+    fake = wire(held(5, aggregates=["keep", "old"]), error(409, CONCURRENT_UPDATE),
+                held(7, aggregates=["keep", "old", "theirs"]),
+                response(200, {"resource_provider_generation": 8}))
+    assert client.change_aggregates(RP, add=["new"], remove=["old"]) == [
+        "keep", "new", "theirs"]
+    assert fake.body(1) == {"resource_provider_generation": 5, "aggregates": ["keep", "new"]}
+    assert fake.body(3) == {"resource_provider_generation": 7,
+                            "aggregates": ["keep", "new", "theirs"]}
+
+
+def test_changing_nothing_sends_nothing(client, wire):
+    fake = wire(held(5, aggregates=["a"]))
+    assert client.change_aggregates(RP, add=["a"], remove=["b"]) == ["a"]
+    assert fake.calls() == [f"GET /resource_providers/{RP}/aggregates"]
+
+
 def test_a_write_with_a_known_generation_saves_the_read(client, wire):
     fake = wire(response(200, {"resource_provider_generation": 10}))
     assert client.set_aggregates(RP, ["b", "a"], generation=9) == 10

@@ -205,3 +205,34 @@ def test_unbootable_image_fails_and_leaves_nothing(
     assert time.monotonic() - started < 40
     assert_gone(driver, uuid)
     driver.close()
+
+
+def test_a_guest_without_a_network_boots_with_no_interface_and_reports_its_figures(
+    vm_config: dict[str, Any], test_guest_image: Path
+) -> None:
+    """The compute API's networks none: no NIC, no address; its diagnostics from libvirt."""
+    from etcd_compute import messages
+
+    uuid = new_uuid()
+    driver = LibvirtDriver(vm_config)
+    try:
+        assert driver.build({**guest_spec(uuid, f"file://{test_guest_image}"),
+                             "network": False}) == {"ip": None}
+        connection = libvirt.open(driver.settings["uri"])
+        try:
+            domain = connection.lookupByName(uuid)
+            assert domain.isActive()
+            assert ET.fromstring(domain.XMLDesc(0)).findall("devices/interface") == []
+        finally:
+            connection.close()
+        found = driver.diagnostics(uuid)
+        assert found is not None
+        assert (found["state"], found["num_nics"], found["nic_details"]) == ("running", 0, [])
+        assert found["num_disks"] >= 1 and found["cpu_details"][0]["time"] is not None
+        messages.check(messages.CONSOLE, {"uuid": uuid, "text": "", "updated_at": 1.0,
+                                          "diagnostics": found})
+        assert driver.reboot(uuid, hard=True) == {"ip": None}
+    finally:
+        driver.destroy(uuid)
+        driver.close()
+    assert_gone(driver, uuid)

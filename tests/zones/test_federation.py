@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 
+from etcd_compute.drivers.fake import boot_log
 from tests.support import wait_for
 
 QUERY = "resources=VCPU:1,MEMORY_MB:256,DISK_GB:1"
@@ -163,7 +164,7 @@ def test_a_real_compute_in_a_grandchild_builds_what_the_parent_placed(zones, com
     assert re.search(rf"^{first} ACTIVE on \S+ ip=\S+$", run.stdout, re.M), run.stdout
     console = wait_for(lambda: (lambda r: r if r.code == 0 else None)(
         zones.run("console", first)), what="console published")
-    assert console.stdout == f"fake console of {first}: booted\n"
+    assert console.stdout == boot_log(first)
     # Lifecycle actions go to d as destroy does: the resize claims in d's Placement.
     for words in (["stop", first], ["resize", "resources=VCPU:2,MEMORY_MB:512,DISK_GB:1", first],
                   ["start", first]):

@@ -79,11 +79,13 @@ class CuttableProxy:
             client.settimeout(None)
             with self._lock:
                 self._connections.update((client, upstream))
+            ended: list[int] = []  # the directions that reached their end of stream
             for source, sink, outbound in ((client, upstream, True), (upstream, client, False)):
-                threading.Thread(target=self._pump, args=(source, sink, outbound),
+                threading.Thread(target=self._pump, args=(source, sink, outbound, ended),
                                  daemon=True).start()
 
-    def _pump(self, source: socket.socket, sink: socket.socket, outbound: bool) -> None:
+    def _pump(self, source: socket.socket, sink: socket.socket, outbound: bool,
+              ended: list[int]) -> None:
         try:
             while chunk := source.recv(65536):
                 if outbound and self.request_delay:
@@ -91,11 +93,26 @@ class CuttableProxy:
                     if not self._open.is_set():
                         return  # cut meanwhile: what was held is lost, as on a cut cable
                 sink.sendall(chunk)
-        except OSError:
-            pass
-        finally:
+        except OSError:  # a peer reset, or a cut: the other side sees the path break
             for sock in (source, sink):
                 self._close(sock)
+            return
+        # End of stream: pass it on as a FIN after the bytes sent (an RST would throw away
+        # what the peer has not read yet: a response cut short, seen under load).
+        with self._lock:
+            if source not in self._connections or sink not in self._connections:
+                return  # not an end of stream: a cut woke this pump (and reset both)
+        with contextlib.suppress(OSError):
+            sink.shutdown(socket.SHUT_WR)
+        with self._lock:
+            ended.append(1)
+            done = len(ended) == 2
+            if done:
+                self._connections.difference_update((source, sink))
+        if done:
+            for sock in (source, sink):
+                with contextlib.suppress(OSError):
+                    sock.close()
 
     def _close(self, sock: socket.socket) -> None:
         with self._lock:
@@ -125,6 +142,10 @@ def _reset(sock: socket.socket) -> None:
     with contextlib.suppress(OSError):
         # SO_LINGER 0: an RST, not a FIN: the peer sees the path break.
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+    with contextlib.suppress(OSError):
+        # Wakes a pump blocked in recv on it (close alone would wait for that recv to
+        # return: an idle connection would outlive its cut); sends nothing to the peer.
+        sock.shutdown(socket.SHUT_RD)
     with contextlib.suppress(OSError):
         sock.close()
 

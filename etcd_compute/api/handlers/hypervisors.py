@@ -1,11 +1,13 @@
 """/os-hypervisors (Nova's hypervisors controller, admins only): each compute host's size
 and use from Placement (inventories and usages), its state from its heartbeat, its status
 from an operator's disable. As Nova up to 2.87: the statistics, the per-hypervisor sizes,
-uptime (not reported by our hosts: 501 as for Nova's drivers without it), and before 2.53
+uptime (since the machine started, as the host's heartbeat says; 501 as for Nova's drivers
+without it when a host does not say), and before 2.53
 the search and servers routes (from 2.53 query parameters)."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import webob
@@ -111,8 +113,11 @@ def show(api: Backend, req: ApiRequest, hypervisor_id: str) -> webob.Response:
 
 def uptime(api: Backend, req: ApiRequest, hypervisor_id: str) -> webob.Response:
     api.policy.authorize(req.context, policy.HYPERVISORS % "uptime", {})
-    _find(api, req, hypervisor_id)
-    raise Fault(501, "Virt driver does not implement uptime function.")
+    compute = _find(api, req, hypervisor_id)
+    if compute.booted_at is None:  # a host that does not say (down, or an old compute)
+        raise Fault(501, "Virt driver does not implement uptime function.")
+    return json_response({"hypervisor": {**view.hypervisor(req, compute, False),
+                                         "uptime": view.uptime(compute, time.time())}})
 
 
 def search(api: Backend, req: ApiRequest, pattern: str, servers: bool) -> webob.Response:

@@ -81,10 +81,14 @@ def _find(api: Backend, req: ApiRequest, image_id: str) -> dict[str, Any]:
         image = glance.get(image_id) if is_image_id(image_id) else None
     except NotFound:
         image = None
-    if image is None or not (req.context.is_admin or
-                             glance.can_see(image, req.context.project_id)):
+    if image is None or not _shown(glance, req, image):
         raise not_found("Image not found.")
     return image
+
+
+def _shown(glance: GlanceClient, req: ApiRequest, image: dict[str, Any]) -> bool:
+    """Whether the caller sees `image` (listed or shown): an admin sees every image."""
+    return req.context.is_admin or glance.can_see(image, req.context.project_id)
 
 
 def _owned(api: Backend, req: ApiRequest, image_id: str) -> dict[str, Any]:
@@ -101,9 +105,11 @@ def properties(image: dict[str, Any]) -> dict[str, str]:
 
 
 def _time(value: str | None) -> str | None:
-    if not value:
+    """Glance's timestamp in Nova's form; None for none or one that does not parse."""
+    try:
+        parsed = datetime.datetime.fromisoformat((value or "").replace("Z", "+00:00"))
+    except ValueError:
         return None
-    parsed = datetime.datetime.fromisoformat(value.replace("Z", "+00:00"))
     return parsed.astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
@@ -165,10 +171,9 @@ def _matches(image: dict[str, Any], params: dict[str, list[str]]) -> bool:
 def index(api: Backend, req: ApiRequest, detail: bool) -> webob.Response:
     glance = _glance(api, req)
     params = req.query()
-    project = req.context.project_id
     # Glance's order: the newest first.
     found = sorted((image for image in glance.list()
-                    if _matches(image, params) and glance.can_see(image, project)),
+                    if _matches(image, params) and _shown(glance, req, image)),
         key=lambda image: (image.get("created_at") or "", image["id"]), reverse=True)
     limit, marker = paging.limit_and_marker(req, api.settings["max_limit"])
 
@@ -229,8 +234,7 @@ def _write(api: Backend, req: ApiRequest, image: dict[str, Any], wanted: dict[st
     """Make the image's properties `wanted` (within the metadata_items quota)."""
     allowed = api.quotas.limits(req.context.project_id)["metadata_items"]
     if 0 <= allowed < len(wanted):
-        raise Fault(403, f"Quota exceeded for metadata_items: Requested {len(wanted)}, "
-                         f"but already used 0 of {allowed} metadata_items")
+        raise Fault(403, "Image metadata limit exceeded")  # Nova's words
     current = properties(image)
     glance = _glance(api, req)
     gone = [key for key in current if key not in wanted]

@@ -1,4 +1,8 @@
-"""/os-quota-sets and /limits (Nova's quota_sets and limits controllers)."""
+"""/os-quota-sets and /limits (Nova's quota_sets and limits controllers).
+
+Our limits are Nova's legacy (database driver) quotas, kept in etcd: a project's, and
+with `?user_id=` a user's within its project (show, update, delete), each at most the
+project's, counted from the user's part of Placement's usage at a create."""
 
 from __future__ import annotations
 
@@ -62,10 +66,25 @@ def _all(api: Backend, limits: dict[str, int], version: Version) -> dict[str, in
     return {name: limits.get(name, absent.get(name, -1)) for name in schema.quotas_at(version)}
 
 
-def _used(api: Backend, project_id: str) -> dict[str, int]:
-    """In use: instances, cores and ram from Placement, the project's server groups; what
-    Nova counts per user or per group (key pairs, members) or not at all is 0 here."""
-    return {**api.quotas.usage(project_id),
+def _user(params: dict[str, list[str]]) -> str | None:
+    """The `user_id` a call names (Nova's legacy per-user quotas), checked."""
+    user_id = validation.single(params, "user_id")
+    if user_id is not None and not PROJECT.match(user_id):
+        raise bad_request(f"Invalid user id {user_id[:100]}")
+    return user_id or None
+
+
+def _limits(api: Backend, project_id: str, user_id: str | None) -> dict[str, int]:
+    if user_id is None:
+        return api.quotas.limits(project_id)
+    return api.quotas.user_limits(project_id, user_id)
+
+
+def _used(api: Backend, project_id: str, user_id: str | None = None) -> dict[str, int]:
+    """In use: instances, cores and ram from Placement (the project's, or one user's
+    there), the project's server groups; what Nova counts per user or per group (key
+    pairs, members) or not at all is 0 here."""
+    return {**api.quotas.usage(project_id, user_id),
             "key_pairs": 0, "server_groups": len(api.server_groups.list(project_id)),
             "server_group_members": 0, "metadata_items": 0}
 
@@ -74,12 +93,13 @@ def show(api: Backend, req: ApiRequest, tenant_id: str, detail: bool = False) ->
     params = req.query()
     validation.query(schema.show_query_schema(req.version), params)
     project_id = _project(tenant_id)
+    user_id = _user(params)
     api.policy.authorize(req.context, policy.QUOTA_SETS % ("detail" if detail else "show"),
                          {"project_id": project_id})
-    limits = _all(api, api.quotas.limits(project_id), req.version)
+    limits = _all(api, _limits(api, project_id, user_id), req.version)
     body: dict[str, Any] = {"id": project_id}
     if detail:
-        used = _used(api, project_id)
+        used = _used(api, project_id, user_id)
         body.update({name: {"in_use": used.get(name, 0), "limit": limit, "reserved": 0}
                      for name, limit in limits.items()})
     else:
@@ -100,30 +120,45 @@ def update(api: Backend, req: ApiRequest, tenant_id: str) -> webob.Response:
     params = req.query()
     validation.query(schema.show_query_schema(req.version), params)
     project_id = _project(tenant_id)
+    user_id = _user(params)
     api.policy.authorize(req.context, policy.QUOTA_SETS % "update", {"project_id": project_id})
-    if params.get("user_id"):
-        raise bad_request("Per-user quotas are not supported here; set the project's.")
     body = req.json_body()
     validation.body(schema.update_schema(req.version), body)
     asked = dict(body["quota_set"])
     force = is_true(asked.pop("force", False))
     changes = {name: int(value) for name, value in asked.items()
                if name in api.quotas.defaults}
+    if user_id is not None:
+        # As Nova's legacy driver: a user's limit is within its project's.
+        project_limits = api.quotas.limits(project_id)
+        for name, value in changes.items():
+            maximum = project_limits.get(name, -1)
+            if maximum != -1 and (value == -1 or value > maximum):
+                raise bad_request(f"Quota limit {value} for {name} must be less than or "
+                                  f"equal to {maximum}.")
     if not force:
-        used = _used(api, project_id)
+        used = _used(api, project_id, user_id)
         for name, value in changes.items():
             if value != -1 and value < used.get(name, 0):
                 raise bad_request(f"Quota limit {value} for {name} must be greater than or "
                                   f"equal to already used and reserved {used[name]}.")
-    limits = api.quotas.update(project_id, changes)
+    if user_id is not None:
+        limits = api.quotas.update_user(project_id, user_id, changes)
+    else:
+        limits = api.quotas.update(project_id, changes)
     return json_response({"quota_set": _all(api, limits, req.version)})
 
 
 def delete(api: Backend, req: ApiRequest, tenant_id: str) -> webob.Response:
-    validation.query(schema.show_query_schema(req.version), req.query())
+    params = req.query()
+    validation.query(schema.show_query_schema(req.version), params)
     project_id = _project(tenant_id)
+    user_id = _user(params)
     api.policy.authorize(req.context, policy.QUOTA_SETS % "delete", {"project_id": project_id})
-    api.quotas.reset(project_id)
+    if user_id is not None:
+        api.quotas.reset_user(project_id, user_id)
+    else:
+        api.quotas.reset(project_id)
     return empty_response(202)
 
 

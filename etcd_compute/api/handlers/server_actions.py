@@ -1,6 +1,7 @@
 """POST /servers/{id}/action: os-start, os-stop, reboot, rebuild, resize, confirmResize,
-revertResize, createImage, os-getConsoleOutput, os-migrateLive (Nova's servers,
-console-output and migrate-server controllers).
+revertResize, createImage, createBackup, os-getConsoleOutput, os-migrateLive, migrate
+(Nova's servers, create-backup, console-output and migrate-server controllers); the
+actions that change only the API's view are `server_admin_actions.py`'s.
 
 As Nova: the body names one action (an unknown one is 400 "There is no such action"),
 its schema is checked first (400), then the server (404 for another project's), the
@@ -13,18 +14,20 @@ may still refuse what the host cannot do here (409, its reason).
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Collection
+from collections.abc import Callable
 from typing import Any
 
 import webob
 
 from etcd_compute.api import policy, validation
 from etcd_compute.api.backend import Backend
+from etcd_compute.api.handlers import action_checks as checks
+from etcd_compute.api.handlers import security_groups, server_admin_actions
 from etcd_compute.api.handlers import servers as server_handlers
-from etcd_compute.api.objects.quotas import OverQuota
 from etcd_compute.api.objects.servers import Server
 from etcd_compute.api.schemas import parameter_types as types
 from etcd_compute.api.schemas import server_actions as schema
+from etcd_compute.api.schemas import server_admin_actions as admin_schema
 from etcd_compute.api.views import servers as view
 from etcd_compute.api.wsgi import (
     ApiRequest,
@@ -34,10 +37,7 @@ from etcd_compute.api.wsgi import (
     empty_response,
     json_response,
 )
-from etcd_compute.errors import NotFound, NoValidHost, UsageError
-from etcd_compute.instances.states import ActionRefused
-from etcd_compute.ops.lifecycle import NoRoom
-from etcd_compute.scheduler.spec import api_caller
+from etcd_compute.errors import NotFound, NoValidHost
 
 # Nova's vm_states and task_states an action is allowed from (compute/api.py).
 ALLOW_REBOOT = {None, "rebooting", "reboot_pending", "reboot_started", "resuming",
@@ -64,74 +64,35 @@ def action(api: Backend, req: ApiRequest, server_id: str) -> webob.Response:
     return found(api, req, server_id, body)
 
 
-def caller(req: ApiRequest) -> str:
-    """Who asks, as the instance's events name them."""
-    return api_caller(req.context.user_id, req.context.project_id)
-
-
-def _server(api: Backend, req: ApiRequest, server_id: str, rule: str) -> Server:
-    server = server_handlers.lookup(api, req, server_id)
-    api.policy.authorize(req.context, rule,
-                         {"project_id": server.project_id, "user_id": server.doc["user_id"]})
-    return server
-
-
-def check_state(server: Server, action: str, vm_states: Collection[str],
-                task_states: Collection[str | None] | None = (None,)) -> None:
-    """Nova's `check_instance_state`: 409 with Nova's message unless the server's vm_state
-    and task_state allow `action`."""
-    vm_state, task_state, _ = view.nova_states(server)
-    if vm_state not in vm_states:
-        raise Fault(409, f"Cannot '{action}' instance {server.uuid} while it is in "
-                         f"vm_state {vm_state}")
-    if task_states is not None and task_state not in task_states:
-        raise Fault(409, f"Cannot '{action}' instance {server.uuid} while it is in "
-                         f"task_state {task_state}")
-
-
-def _asked(call: Callable[[], Any]) -> Any:
-    """What the instance's path refuses, as Nova's answers name it."""
-    try:
-        return call()
-    except ActionRefused as exc:
-        raise Fault(409, str(exc)) from None
-    except NoRoom as exc:
-        raise Fault(409, str(exc)) from None
-    except OverQuota as exc:
-        raise Fault(403, str(exc)) from None
-    except UsageError as exc:
-        raise bad_request(str(exc)) from None
-
-
 # --- power ---------------------------------------------------------------------------------
 
 
 def start(api: Backend, req: ApiRequest, server_id: str, body: Any) -> webob.Response:
     validation.body(schema.start, body)
-    server = _server(api, req, server_id, policy.SERVERS % "start")
-    check_state(server, "start", {"stopped"})
-    _asked(lambda: api.actions.start(server, caller(req)))
+    server = checks.server_for(api, req, server_id, policy.SERVERS % "start")
+    checks.check_state(server, "start", {"stopped"})
+    checks.asked(lambda: api.actions.start(server, checks.caller(req)))
     return empty_response(202)
 
 
 def stop(api: Backend, req: ApiRequest, server_id: str, body: Any) -> webob.Response:
     validation.body(schema.stop, body)
-    server = _server(api, req, server_id, policy.SERVERS % "stop")
-    check_state(server, "stop", {"active", "error"})
-    _asked(lambda: api.actions.stop(server, caller(req)))
+    server = checks.server_for(api, req, server_id, policy.SERVERS % "stop")
+    checks.check_state(server, "stop", {"active", "error"})
+    checks.asked(lambda: api.actions.stop(server, checks.caller(req)))
     return empty_response(202)
 
 
 def reboot(api: Backend, req: ApiRequest, server_id: str, body: Any) -> webob.Response:
     validation.body(schema.reboot, body)
     hard = body["reboot"]["type"].upper() == "HARD"
-    server = _server(api, req, server_id, policy.SERVERS % "reboot")
+    server = checks.server_for(api, req, server_id, policy.SERVERS % "reboot")
     if hard:
-        check_state(server, "reboot", {"active", "stopped", "paused", "suspended", "error"},
-                    ALLOW_REBOOT)
+        checks.check_state(server, "reboot",
+                           {"active", "stopped", "paused", "suspended", "error"}, ALLOW_REBOOT)
     else:
-        check_state(server, "reboot", {"active"})
-    _asked(lambda: api.actions.reboot(server, hard, caller(req)))
+        checks.check_state(server, "reboot", {"active"})
+    checks.asked(lambda: api.actions.reboot(server, hard, checks.caller(req)))
     return empty_response(202)
 
 
@@ -141,12 +102,12 @@ def reboot(api: Backend, req: ApiRequest, server_id: str, body: Any) -> webob.Re
 def rebuild(api: Backend, req: ApiRequest, server_id: str, body: Any) -> webob.Response:
     validation.body(schema.rebuild_schema(req.version), body)
     asked = body["rebuild"]
-    server = _server(api, req, server_id, policy.SERVERS % "rebuild")
+    server = checks.server_for(api, req, server_id, policy.SERVERS % "rebuild")
     if asked.get("trusted_image_certificates"):
         api.policy.authorize(req.context, policy.SERVERS % "rebuild:trusted_certs",
                              {"project_id": server.project_id})
         raise bad_request("Image signature certificate validation is not supported")
-    check_state(server, "rebuild", {"active", "stopped", "error"})
+    checks.check_state(server, "rebuild", {"active", "stopped", "error"})
     image = server_handlers.image_of(api, asked["imageRef"], server.project_id,
                                      (server.record or {}).get("resources") or {},
                                      not_found="Cannot find image for rebuild")
@@ -163,16 +124,16 @@ def rebuild(api: Backend, req: ApiRequest, server_id: str, body: Any) -> webob.R
         guest["ssh_key"], changes["key_name"] = _key(api, req, asked["key_name"])
     if req.version.at_least("2.57") and "user_data" in asked:
         guest["user_data"], changes["user_data"] = server_handlers.user_data_of(asked)
-    metadata = changes.get("metadata") or {}
-    allowed_items = api.quotas.limits(server.project_id)["metadata_items"]
-    if 0 <= allowed_items < len(metadata):
-        raise Fault(403, f"Quota exceeded for metadata_items: Requested {len(metadata)}, but "
-                         f"already used 0 of {allowed_items} metadata_items")
-    _asked(lambda: api.actions.rebuild(server, image, changes, guest, caller(req)))
+    _check_metadata_quota(api, server, changes.get("metadata") or {})
+    checks.asked(lambda: api.actions.rebuild(server, image, changes, guest,
+                                             checks.caller(req)))
     server = server_handlers.lookup(api, req, server_id)
     shown = server_handlers.render(api, req, server)
     if not req.version.at_least("2.75"):
         shown = server_handlers.before_275(shown, keep_key_name=req.version.at_least("2.54"))
+    # The user data is `user_data` here, not the admin's extended attribute (Nova's
+    # rebuild view, show_user_data=False).
+    shown.pop("OS-EXT-SRV-ATTR:user_data", None)
     if req.version.at_least("2.57"):
         shown["user_data"] = server.doc.get("user_data")
     response = json_response({"server": shown}, 202)
@@ -195,31 +156,31 @@ def _key(api: Backend, req: ApiRequest, name: str | None) -> tuple[str | None, s
 
 def resize(api: Backend, req: ApiRequest, server_id: str, body: Any) -> webob.Response:
     validation.body(schema.resize, body)
-    server = _server(api, req, server_id, policy.SERVERS % "resize")
-    check_state(server, "resize", {"active", "stopped"})
+    server = checks.server_for(api, req, server_id, policy.SERVERS % "resize")
+    checks.check_state(server, "resize", {"active", "stopped"})
     flavor_id = str(body["resize"]["flavorRef"]).rstrip("/").rsplit("/", 1)[-1]
     flavor = api.flavors.get(flavor_id)
     if flavor is None or (not flavor.is_public and not req.context.is_admin):
         raise bad_request(f"Flavor {flavor_id[:100]} could not be found.")
-    _asked(lambda: api.actions.resize(server, flavor, caller(req)))
+    checks.asked(lambda: api.actions.resize(server, flavor, checks.caller(req)))
     return empty_response(202)
 
 
 def confirm_resize(api: Backend, req: ApiRequest, server_id: str, body: Any
                    ) -> webob.Response:
     validation.body(schema.confirm_resize, body)
-    server = _server(api, req, server_id, policy.SERVERS % "confirm_resize")
-    check_state(server, "confirmResize", {"resized"})
-    _asked(lambda: api.actions.confirm_resize(server, caller(req)))
+    server = checks.server_for(api, req, server_id, policy.SERVERS % "confirm_resize")
+    checks.check_state(server, "confirmResize", {"resized"})
+    checks.asked(lambda: api.actions.confirm_resize(server, checks.caller(req)))
     return empty_response(204)
 
 
 def revert_resize(api: Backend, req: ApiRequest, server_id: str, body: Any
                   ) -> webob.Response:
     validation.body(schema.revert_resize, body)
-    server = _server(api, req, server_id, policy.SERVERS % "revert_resize")
-    check_state(server, "revertResize", {"resized"})
-    _asked(lambda: api.actions.revert_resize(server, caller(req)))
+    server = checks.server_for(api, req, server_id, policy.SERVERS % "revert_resize")
+    checks.check_state(server, "revertResize", {"resized"})
+    checks.asked(lambda: api.actions.revert_resize(server, checks.caller(req)))
     return empty_response(202)
 
 
@@ -236,16 +197,36 @@ def migrate_live(api: Backend, req: ApiRequest, server_id: str, body: Any) -> we
     its reason in its instance action."""
     validation.body(schema.migrate_live_schema(req.version), body)
     asked = body["os-migrateLive"]
-    server = _server(api, req, server_id, policy.MIGRATE_SERVER % "migrate_live")
-    check_state(server, "os-migrateLive", {"active", "paused"})
+    server = checks.server_for(api, req, server_id, policy.MIGRATE_SERVER % "migrate_live")
+    checks.check_state(server, "os-migrateLive", {"active", "paused"})
     block = asked["block_migration"]
     if block != "auto" and not types.is_true(block):
         raise bad_request(f"{server.uuid} is not on shared storage: Shared storage live-"
                           "migration requires either shared storage or boot-from-volume "
                           "with no local disks.")
-    host = asked.get("host")
+    _move(api, req, server, asked.get("host"), live=True)
+    return empty_response(202)
+
+
+def migrate(api: Backend, req: ApiRequest, server_id: str, body: Any) -> webob.Response:
+    """Nova's migrate (admins; a host from 2.56): `schedule.py migrate`'s cold move, to the
+    host named or where the scheduler puts it. Ours does not wait for a confirm: the
+    server is ACTIVE (or SHUTOFF) on the destination once moved, as Nova's is when its
+    resize_confirm_window confirms a migration at once (README)."""
+    validation.body(schema.migrate_schema(req.version), body)
+    asked = body["migrate"] if isinstance(body["migrate"], dict) else {}
+    server = checks.server_for(api, req, server_id, policy.MIGRATE_SERVER % "migrate")
+    checks.check_state(server, "migrate", {"active", "stopped"})
+    _move(api, req, server, asked.get("host") if req.version.at_least("2.56") else None,
+          live=False)
+    return empty_response(202)
+
+
+def _move(api: Backend, req: ApiRequest, server: Server, host: str | None,
+          live: bool) -> None:
     try:
-        _asked(lambda: api.actions.migrate_live(server, host, caller(req)))
+        checks.asked(lambda: api.actions.move(server, host, checks.caller(req),
+                                              live=live))
     except NotFound as exc:
         if host is None or str(exc).startswith("no instance"):
             raise Fault(404, f"Instance {server.uuid} could not be found.") from None
@@ -253,7 +234,6 @@ def migrate_live(api: Backend, req: ApiRequest, server_id: str, body: Any) -> we
     except NoValidHost as exc:
         raise bad_request(f"No valid host was found. {'; '.join(exc.reasons)}".strip()
                           ) from None
-    return empty_response(202)
 
 
 # --- createImage ---------------------------------------------------------------------------
@@ -263,21 +243,49 @@ def create_image(api: Backend, req: ApiRequest, server_id: str, body: Any) -> we
     """A snapshot into Glance (`schedule.py snapshot`'s path): 202 with the image's id
     from 2.45, its URL in Location before."""
     validation.body(schema.create_image, body)
-    server = _server(api, req, server_id, policy.SERVERS % "create_image")
-    check_state(server, "createImage", {"active", "stopped", "paused", "suspended"})
+    server = checks.server_for(api, req, server_id, policy.SERVERS % "create_image",
+                               locked_ok=True)
+    checks.check_state(server, "createImage", {"active", "stopped", "paused", "suspended"})
     asked = body["createImage"]
     metadata = dict(asked.get("metadata") or {})
-    allowed_items = api.quotas.limits(server.project_id)["metadata_items"]
-    if 0 <= allowed_items < len(metadata):
-        raise Fault(403, f"Quota exceeded for metadata_items: Requested {len(metadata)}, but "
-                         f"already used 0 of {allowed_items} metadata_items")
-    image_id = _asked(lambda: api.actions.create_image(server, asked["name"].strip(), metadata,
-                                                       caller(req)))
+    _check_metadata_quota(api, server, metadata)
+    image_id = checks.asked(lambda: api.actions.create_image(
+        server, asked["name"].strip(), metadata, checks.caller(req)))
     if req.version.at_least("2.45"):
         return json_response({"image_id": image_id}, 202)
     response = empty_response(202)
     response.headers["Location"] = api.images.url_of(image_id)
     return response
+
+
+def create_backup(api: Backend, req: ApiRequest, server_id: str, body: Any
+                  ) -> webob.Response:
+    """createImage's snapshot as a backup (`image_type` backup, its `backup_type`); once
+    uploaded, the host deletes the server's backups of that type beyond the newest
+    `rotation` (Nova's rotation, 0 included). 202 with the image's id from 2.45, before
+    its URL in Location when rotation is above 0 (Nova's)."""
+    validation.body(admin_schema.create_backup, body)
+    server = checks.server_for(api, req, server_id, policy.CREATE_BACKUP, locked_ok=True)
+    checks.check_state(server, "createBackup", {"active", "stopped", "paused", "suspended"})
+    asked = body["createBackup"]
+    metadata = dict(asked.get("metadata") or {})
+    _check_metadata_quota(api, server, metadata)
+    rotation = {"backup_type": asked["backup_type"], "keep": int(asked["rotation"])}
+    image_id = checks.asked(lambda: api.actions.create_image(
+        server, asked["name"].strip(), metadata, checks.caller(req), rotation=rotation))
+    if req.version.at_least("2.45"):
+        return json_response({"image_id": image_id}, 202)
+    response = empty_response(202)
+    if rotation["keep"] > 0:
+        response.headers["Location"] = api.images.url_of(image_id)
+    return response
+
+
+def _check_metadata_quota(api: Backend, server: Server, metadata: dict[str, Any]) -> None:
+    allowed_items = api.quotas.limits(server.project_id)["metadata_items"]
+    if 0 <= allowed_items < len(metadata):
+        raise Fault(403, f"Quota exceeded for metadata_items: Requested {len(metadata)}, but "
+                         f"already used 0 of {allowed_items} metadata_items")
 
 
 # --- console -------------------------------------------------------------------------------
@@ -286,7 +294,7 @@ def create_image(api: Backend, req: ApiRequest, server_id: str, body: Any) -> we
 def console_output(api: Backend, req: ApiRequest, server_id: str, body: Any
                    ) -> webob.Response:
     validation.body(schema.console_output, body)
-    server = _server(api, req, server_id, policy.CONSOLE_OUTPUT)
+    server = checks.server_for(api, req, server_id, policy.CONSOLE_OUTPUT, locked_ok=True)
     length = body["os-getConsoleOutput"].get("length")
     # -1 (or any negative a string may carry past the schema's minimum): all of it.
     length = None if length is None or int(length) < 0 else int(length)
@@ -303,8 +311,11 @@ def console_output(api: Backend, req: ApiRequest, server_id: str, body: Any
 
 
 ACTIONS: dict[str, Action] = {
+    **server_admin_actions.ACTIONS,
     "os-start": start, "os-stop": stop, "reboot": reboot, "rebuild": rebuild,
     "resize": resize, "confirmResize": confirm_resize, "revertResize": revert_resize,
     "os-getConsoleOutput": console_output, "createImage": create_image,
-    "os-migrateLive": migrate_live,
+    "createBackup": create_backup,
+    "os-migrateLive": migrate_live, "migrate": migrate,
+    "addSecurityGroup": security_groups.add, "removeSecurityGroup": security_groups.remove,
 }

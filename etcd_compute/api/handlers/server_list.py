@@ -62,7 +62,8 @@ def _value(server: Server, name: str) -> Any:
         "access_ip_v4": doc.get("access_ip_v4") or "",
         "access_ip_v6": doc.get("access_ip_v6") or "", "config_drive": "True",
         "kernel_id": "", "ramdisk_id": "", "root_device_name": "/dev/vda",
-        "auto_disk_config": "False", "locked": False, "locked_by": "",
+        "auto_disk_config": "False", "locked": bool(doc.get("lock")),
+        "locked_by": (doc.get("lock") or {}).get("by") or "",
         "progress": 100 if vm_state == "active" else 0, "ip": record.get("ip") or "",
         "launched_at": "", "terminated_at": "",
     }.get(name)
@@ -178,8 +179,8 @@ def search(api: Backend, req: ApiRequest, detail: bool) -> list[Server]:
     servers = api.servers.list(project)
     if deleted is not None and is_true(deleted):
         servers = []  # ended instances are forgotten: there are no deleted ones to show
-    if locked is not None and is_true(locked):
-        servers = []  # nothing is ever locked here
+    if locked is not None:
+        servers = [s for s in servers if bool(s.doc.get("lock")) == is_true(locked)]
     if status is not None:
         servers = [s for s in servers if status(s)]
     if since is not None:

@@ -12,8 +12,8 @@ import webob
 
 from etcd_compute.api import policy, validation
 from etcd_compute.api.backend import Backend
-from etcd_compute.api.handlers.server_actions import check_state
-from etcd_compute.api.handlers.servers import lookup
+from etcd_compute.api.handlers.action_checks import check_state
+from etcd_compute.api.handlers.servers import check_lock, lookup
 from etcd_compute.api.objects.servers import Server, ServerChanged
 from etcd_compute.api.schemas import server_metadata as schema
 from etcd_compute.api.wsgi import (
@@ -56,6 +56,7 @@ def _change(api: Backend, req: ApiRequest, server: Server, action: str,
     since it was read (else read again); 403 beyond metadata_items, 409 in a state Nova
     takes no change in."""
     for _ in range(TRIES):
+        check_lock(req, server)  # Nova's metadata changes check the lock too
         check_state(server, action, CHANGEABLE)
         metadata = change(dict(server.doc.get("metadata") or {}))
         allowed = api.quotas.limits(server.project_id)["metadata_items"]

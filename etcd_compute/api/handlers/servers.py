@@ -59,6 +59,13 @@ def lookup(api: Backend, req: ApiRequest, server_id: str) -> Server:
     return server
 
 
+def check_lock(req: ApiRequest, server: Server) -> None:
+    """Nova's `check_instance_lock`: a locked server refuses a non-admin's actions and
+    delete (409)."""
+    if server.doc.get("lock") and not req.context.is_admin:
+        raise Fault(409, f"Instance {server.uuid} is locked")
+
+
 def render(api: Backend, req: ApiRequest, server: Server) -> dict[str, Any]:
     shown = server_list.render_detail(api, req, [server])[0]
     if req.version.at_least("2.71"):
@@ -119,6 +126,7 @@ def delete(api: Backend, req: ApiRequest, server_id: str) -> webob.Response:
     server = lookup(api, req, server_id)
     api.policy.authorize(req.context, policy.SERVERS % "delete",
                          {"project_id": server.project_id})
+    check_lock(req, server)
     if server.record is None:  # a create that failed before its claim: only its view
         api.servers.remove_failed(server)
         return empty_response(204)
@@ -182,11 +190,11 @@ def _zone(api: Backend, req: ApiRequest, asked: dict[str, Any]) -> tuple[str | N
     zone, _, host = (asked.get("availability_zone") or "").partition(":")
     host = host.partition(":")[0] or asked.get("host") or asked.get("hypervisor_hostname")
     query = ""
-    zones = api.settings["availability_zones"]
     if zone and zone != api.settings["default_availability_zone"]:
+        zones = api.computes.zone_aggregates()
         if zone not in zones:
             raise bad_request("The requested availability zone is not available")
-        query += f"&member_of={zones[zone]}"
+        query += "&member_of=in:" + ",".join(zones[zone])
     if host:
         rule = (policy.SERVERS % "create:forced_host" if asked.get("availability_zone")
                 else "compute:servers:create:requested_destination")
@@ -222,12 +230,13 @@ def _group_hint(api: Backend, req: ApiRequest, hints: dict[str, Any]) -> ServerG
 def _refuse_unsupported(req: ApiRequest, asked: dict[str, Any], network_name: str) -> None:
     """What Nova takes and we cannot do: refused, never ignored."""
     networks = asked.get("networks")
-    # The one network every server is on, named by its id (os-networks), is what it gets.
+    # The one network every server is on, named by its id (os-networks), is what it gets;
+    # "none" (2.37) is a server without a network interface.
     ours = [{"uuid": network_id(network_name)}]
-    if isinstance(networks, list) and networks and networks != ours or networks == "none":
-        raise bad_request("Networks other than 'auto' (or the hosts' network, "
-                          f"{ours[0]['uuid']}) are not supported: every server gets an "
-                          "address on the hosts' network")
+    if isinstance(networks, list) and networks and networks != ours:
+        raise bad_request("Networks other than 'auto', 'none' (or the hosts' network, "
+                          f"{ours[0]['uuid']}) are not supported: there is no network "
+                          "service, the hosts' network is the one there is")
     if asked.get("personality"):
         raise bad_request("Personality files are not supported (use user_data)")
     if asked.get("block_device_mapping") or not _image_bdm(asked):
@@ -279,7 +288,8 @@ def create(api: Backend, req: ApiRequest) -> webob.Response:
     if min_count > max_count:
         raise bad_request("min_count must be <= max_count")
     metadata = asked.get("metadata") or {}
-    allowed_items = api.quotas.limits(context.project_id)["metadata_items"]
+    limits = api.quotas.limits(context.project_id)  # once per create: two etcd reads
+    allowed_items = limits["metadata_items"]
     if 0 <= allowed_items < len(metadata):
         raise Fault(403, f"Quota exceeded for metadata_items: Requested {len(metadata)}, but "
                          f"already used 0 of {allowed_items} metadata_items")
@@ -297,7 +307,8 @@ def create(api: Backend, req: ApiRequest) -> webob.Response:
         public_key=key.public_key if key else None, metadata=metadata,
         availability_zone=zone, extra_query=query, access_ipv4=asked.get("accessIPv4"),
         access_ipv6=asked.get("accessIPv6"), tags=asked.get("tags"), group=group,
-        group_members_limit=api.quotas.limits(context.project_id)["server_group_members"])
+        group_members_limit=limits["server_group_members"], limits=limits,
+        network=asked.get("networks") != "none")
     try:
         docs, reservation = api.builds.create(build)
     except OverQuota as exc:

@@ -138,5 +138,9 @@ def delete(api: Backend, req: ApiRequest, service_id: str) -> webob.Response:
     if compute.instances:
         raise Fault(409, "Unable to delete compute service that is hosting instances. "
                          "Migrate or delete the instances first.")
+    # As Nova: the host leaves its aggregates first (else they could never be emptied).
+    for aggregate in api.aggregates.list():
+        if compute.name in aggregate.hosts:
+            api.aggregates.remove_host(aggregate, compute.name, compute.uuid)
     api.computes.delete(compute)
     return empty_response(204)

@@ -60,6 +60,10 @@ class Build:
     # The server group it joins, and how many members that group may have (-1: any).
     group: ServerGroup | None = None
     group_members_limit: int = -1
+    # The project's quota limits as the handler read them (None: read them here).
+    limits: dict[str, int] | None = None
+    # False: no network interface (networks "none"); else the hosts' network (auto).
+    network: bool = True
 
 
 def hostname_of(display_name: str, count: int) -> str | None:
@@ -109,7 +113,7 @@ class Builds:
         template = self._template(build, now)
         flavor = build.flavor
         with self.quotas.reserve(build.project_id, build.user_id, uuids, flavor.vcpus,
-                                 flavor.ram, build.min_count) as reservation:
+                                 flavor.ram, build.min_count, build.limits) as reservation:
             chosen = reservation.consumers
             self._check_group(build, len(chosen))
             group = build.group
@@ -122,7 +126,8 @@ class Builds:
                 required_resources=self.settings["required_resources"],
                 project_id=build.project_id, user_id=build.user_id, uuids=chosen,
                 server=template, group=(group.id, group.policy) if group else None,
-                group_max=group.max_per_host if group else None)
+                group_max=group.max_per_host if group else None,
+                network=build.network)
             try:
                 destinations = self._schedule(request)
             except (NoValidHost, ConflictError) as exc:

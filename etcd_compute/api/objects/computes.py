@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from etcd_compute import hosts, messages
+from etcd_compute.api.objects.aggregates import Aggregates
 from etcd_compute.errors import NotFound
 from etcd_compute.etcd import KeyValueStore
 from etcd_compute.instances import records
@@ -41,6 +42,8 @@ class Compute:
     inventories: dict[str, dict[str, Any]] = field(default_factory=dict)
     usages: dict[str, int] = field(default_factory=dict)
     instances: int = 0
+    # When the host's machine started (its heartbeat says; None: not told).
+    booted_at: float | None = None
 
     @property
     def legacy_id(self) -> int:
@@ -62,17 +65,27 @@ class Compute:
 
 class Computes:
     def __init__(self, store: KeyValueStore, placement: PlacementClient,
-                 settings: dict[str, Any]):
+                 settings: dict[str, Any], aggregates: Aggregates):
         self.store = store
         self.placement = placement
         self.default_zone = str(settings["default_availability_zone"])
         self.zones = dict(settings["availability_zones"])
+        self.aggregates = aggregates
+
+    def zone_aggregates(self) -> dict[str, list[str]]:
+        """{zone: the Placement aggregates whose hosts are in it}: the configured zones'
+        (`api.availability_zones`) and those of the host aggregates that name one."""
+        found = {zone: [aggregate] for zone, aggregate in self.zones.items()}
+        for zone, uuids in self.aggregates.zones().items():
+            found.setdefault(zone, []).extend(uuids)
+        return found
 
     def zone_of(self) -> dict[str, str]:
         """The zone each provider is in (those of no zone's aggregate are not named)."""
         found: dict[str, str] = {}
-        for zone, aggregate in sorted(self.zones.items()):
-            for provider in self.placement.list_providers(member_of=aggregate):
+        for zone, aggregates in sorted(self.zone_aggregates().items()):
+            for provider in self.placement.list_providers(
+                    member_of="in:" + ",".join(aggregates)):
                 found.setdefault(provider["uuid"], zone)
         return found
 
@@ -94,7 +107,8 @@ class Computes:
                 uuid, provider["name"], zones.get(uuid, self.default_zone), beat is not None,
                 beat["since"] if beat else None, (beat or {}).get("driver"),
                 DISABLED_TRAIT in traits or uuid in disabled,
-                (notes.get(uuid) or {}).get("reason"), instances=counts.get(uuid, 0))
+                (notes.get(uuid) or {}).get("reason"), instances=counts.get(uuid, 0),
+                booted_at=(beat or {}).get("booted_at"))
             if with_resources:
                 compute.inventories = self.placement.get_inventories(uuid)
                 compute.usages = self.placement.get_usages(uuid)

@@ -16,6 +16,8 @@ one Nova action with one event, named as Nova names them:
     snapshot                 createImage      compute_snapshot_instance
     recover                  evacuate         compute_rebuild_instance
     evacuate (a drain)       migrate          compute_resize_instance
+    migrate, live            live-migration   compute_live_migration
+    migrate, cold            migrate          compute_prep_resize
     reschedule, build        reschedule, build (ours: no Nova action is like them)
     reject                   reject (ours)
 
@@ -88,6 +90,9 @@ def _owner(by: str | None) -> tuple[str | None, str | None]:
 def of_event(uuid: str, event: dict[str, Any]) -> Action:
     name = event["action"]
     action, event_name = NOVA.get(name, (name, name))
+    if name == "migrate":  # a move asked (API or schedule.py migrate): live or cold
+        action, event_name = ("live-migration", "compute_live_migration") if \
+            event.get("live") else ("migrate", "compute_prep_resize")
     rid = event.get("request_id") or str(uuidlib.uuid5(
         _DERIVED, f"{uuid}/{name}/{event['started_at']!r}"))
     user, project = _owner(event.get("by"))

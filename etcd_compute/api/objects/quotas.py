@@ -152,21 +152,47 @@ class Quotas:
         """Back to the defaults (os-quota-sets DELETE)."""
         self.store.delete(self.keys.quota(project_id))
 
+    # --- a user's limits in a project (Nova's legacy per-user quotas) -----------------------
+
+    def _own_user(self, project_id: str, user_id: str) -> dict[str, Any]:
+        try:
+            message, _ = self.store.read(messages.QUOTA_SET,
+                                         self.keys.quota_user(project_id, user_id))
+        except InvalidMessage:
+            message = None  # unreadable: the project's limits hold
+        return {k: v for k, v in (message or {}).items() if k in LIMITS}
+
+    def user_limits(self, project_id: str, user_id: str) -> dict[str, int]:
+        """The user's limits in the project: its own where set, else the project's."""
+        return {**self.limits(project_id), **self._own_user(project_id, user_id)}
+
+    def update_user(self, project_id: str, user_id: str,
+                    changes: dict[str, int]) -> dict[str, int]:
+        own = {**self._own_user(project_id, user_id), **changes}
+        self.store.put(messages.QUOTA_SET, self.keys.quota_user(project_id, user_id),
+                       {**own, "updated_at": time.time()})
+        return self.user_limits(project_id, user_id)
+
+    def reset_user(self, project_id: str, user_id: str) -> None:
+        self.store.delete(self.keys.quota_user(project_id, user_id))
+
     # --- usage -----------------------------------------------------------------------------
 
-    def usage(self, project_id: str) -> dict[str, int]:
-        """In use now, by Nova's quota names (instances, cores, ram)."""
-        count = self.count(project_id)
+    def usage(self, project_id: str, user_id: str | None = None) -> dict[str, int]:
+        """In use now, by Nova's quota names (instances, cores, ram): the project's, or
+        one of its users'."""
+        count = self.count(project_id, user_id=user_id)
         return {quota: count.total(quota) for quota in COUNTED}
 
     def count(self, project_id: str, leave_out: str | None = None,
-              exact: bool = True) -> Count:
+              exact: bool = True, user_id: str | None = None) -> Count:
         """Placement's usage plus the reservations of creates not claimed yet (but
         `leave_out`), read so that no create is counted twice or missed. `exact=False`:
         one read of each, every reservation counted (a claimed one twice): never less than
-        the truth, and enough while the project is far from its limits."""
+        the truth, and enough while the project is far from its limits. `user_id`: that
+        user's part only."""
         prefix = self.keys.quota_reservations(project_id)
-        used = self._placement_usage(project_id)
+        used = self._placement_usage(project_id, user_id)
         for _ in range(COUNT_TRIES):
             entries, revision = self.store.get_prefix(prefix)
             pending: dict[str, int] = {}
@@ -177,6 +203,8 @@ class Quotas:
                     held = messages.decode(messages.QUOTA_RESERVATION, entry.value)
                 except InvalidMessage:
                     continue
+                if user_id is not None and held["user_id"] != user_id:
+                    continue
                 # All of a request's instances are claimed in one atomic call.
                 if exact and \
                         self.placement.get_allocations(held["consumers"][0]).get("allocations"):
@@ -185,14 +213,14 @@ class Quotas:
                     pending[name] = pending.get(name, 0) + amount
             if not exact:
                 return Count(used, pending, revision)
-            again = self._placement_usage(project_id)
+            again = self._placement_usage(project_id, user_id)
             if again == used:
                 return Count(used, pending, revision)
             used = again  # a claim landed or went while we looked: look again
         return Count(used, pending, revision)
 
-    def _placement_usage(self, project_id: str) -> dict[str, int]:
-        return self.placement.project_usages(project_id, self.consumer_type)
+    def _placement_usage(self, project_id: str, user_id: str | None = None) -> dict[str, int]:
+        return self.placement.project_usages(project_id, self.consumer_type, user_id)
 
     # --- creates -----------------------------------------------------------------------------
 
@@ -226,12 +254,18 @@ class Quotas:
 
     @contextmanager
     def reserve(self, project_id: str, user_id: str, consumers: list[str],
-                vcpus: int, ram: int, min_count: int) -> Iterator[Reservation]:
+                vcpus: int, ram: int, min_count: int,
+                limits: dict[str, int] | None = None) -> Iterator[Reservation]:
         """Count the create (its `consumers`, each `vcpus` and `ram`) against the
         project's quota and hold its place until the block ends: OverQuota when fewer
-        than `min_count` of them fit. The reservation names as many consumers as fit."""
-        limits = self.limits(project_id)
-        if all(limits[q] < 0 for q in COUNTED):  # nothing to count, nothing to hold
+        than `min_count` of them fit. The reservation names as many consumers as fit.
+        `limits`: the project's, as the caller read them for this request."""
+        limits = limits or self.limits(project_id)
+        # A user's own limits (legacy per-user quotas) count the user's part as well.
+        user_limits = self._own_user(project_id, user_id)
+        user_limits = {**limits, **user_limits} if any(
+            q in user_limits for q in COUNTED) else None
+        if all(limits[q] < 0 for q in COUNTED) and user_limits is None:
             yield Reservation(project_id, str(uuidlib.uuid4()), list(consumers),
                               {"consumer_count": len(consumers)})
             return
@@ -248,6 +282,9 @@ class Quotas:
                 count = self.count(project_id)
                 fits = self.allowed(project_id, vcpus, ram, min_count, len(consumers), count,
                                     limits)
+            if user_limits is not None:
+                fits = self.allowed(project_id, vcpus, ram, min_count, fits,
+                                    self.count(project_id, user_id=user_id), user_limits)
             reservation = Reservation(
                 project_id, str(uuidlib.uuid4()), consumers[:fits],
                 {"consumer_count": fits, "VCPU": fits * vcpus, "MEMORY_MB": fits * ram},

@@ -197,26 +197,37 @@ class ServerActions:
 
     # --- live migration -------------------------------------------------------------------
 
-    def migrate_live(self, server: Server, host: str | None, by: str) -> None:
-        """Move the running server to another host (`schedule.py migrate --live`'s path,
-        ops/migrations.py): where the scheduler would put it now, or the host named
-        (a provider name or uuid) checked the same way; both hosts held in Placement
-        while it moves. NoValidHost, NotFound (no such host), ActionRefused."""
+    def move(self, server: Server, host: str | None, by: str,
+             live: bool = True) -> None:
+        """Move the server to another host (`schedule.py migrate [--live]`'s path,
+        ops/migrations.py), running (live) or stopped and started again (cold): where
+        the scheduler would put it now, or the host named (a provider name or uuid)
+        checked the same way; both hosts held in Placement while it moves. NoValidHost,
+        NotFound (no such host), ActionRefused."""
         if self.config is None:
-            raise UsageError("live migration needs the scheduler's config here")
+            raise UsageError("a move needs the scheduler's config here")
         scheduler = Scheduler(self.config, store=self.store,  # type: ignore[arg-type]
                               placement=self.placement)
         migrations.migrate(self.store, self.placement, scheduler.place, server.uuid,
-                           live=True, host=host, by=by)
+                           live=live, host=host, by=by)
 
     # --- createImage ----------------------------------------------------------------------
 
     def create_image(self, server: Server, name: str, metadata: dict[str, str],
-                     by: str) -> str:
+                     by: str, rotation: dict[str, Any] | None = None) -> str:
         """A snapshot of the server's disk into a new Glance image of its project (live if
         it runs, as `schedule.py snapshot`); the image's id. The image is deleted again
-        when the request is refused (nothing is left in Glance)."""
-        image_for, forget = self.images.snapshot(name, metadata)
+        when the request is refused (nothing is left in Glance). A backup (createBackup)
+        is one with `image_type` backup, its `backup_type`, and a `rotation` ({backup_type,
+        keep}) the host applies once it is uploaded, as Nova's compute manager does."""
+        if rotation is not None:
+            metadata = {**metadata, "image_type": "backup",
+                        "backup_type": rotation["backup_type"]}
+        snapshot_for, forget = self.images.snapshot(name, metadata)
+
+        def image_for(spec: dict[str, Any]) -> dict[str, Any]:
+            made = snapshot_for(spec)
+            return {**made, "rotation": rotation} if rotation is not None else made
         try:
             asked = lifecycle.request(self.store, self.placement, server.uuid, states.SNAPSHOT,
                                       asked=lifecycle.Asked(image_for=image_for),
@@ -227,6 +238,18 @@ class ServerActions:
         return str(asked.request["snapshot"]["image_id"])
 
     # --- console --------------------------------------------------------------------------
+
+    def diagnostics(self, server: Server) -> dict[str, Any] | None:
+        """The guest's diagnostics its host published with its console (as of then), or
+        None: none published (yet), or its driver has none."""
+        if not server.host:
+            return None
+        try:
+            message, _ = self.store.read(messages.CONSOLE,
+                                         self.keys.console(server.host, server.uuid))
+        except InvalidMessage:
+            return None
+        return (message or {}).get("diagnostics")
 
     def console_output(self, server: Server) -> str | None:
         """The tail of the guest's serial console its host published; None when it has

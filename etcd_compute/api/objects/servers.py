@@ -75,10 +75,11 @@ class Servers:
         found = self._join([entry], deleted=deleted)
         return found[0] if found else None
 
-    def list(self, project_id: str | None = None) -> list[Server]:
-        """Every live server (of `project_id` if given), oldest first."""
+    def list(self, project_id: str | None = None, deleted: bool = False) -> list[Server]:
+        """Every live server (of `project_id` if given), oldest first (`deleted`: with
+        those whose DELETED record still lives)."""
         entries, _ = self.store.get_prefix(self.keys.servers())
-        servers = self._join(entries, project_id)
+        servers = self._join(entries, project_id, deleted)
         return sorted(servers, key=lambda s: (s.doc["created_at"], s.uuid))
 
     def _join(self, entries: list[Entry], project_id: str | None = None,

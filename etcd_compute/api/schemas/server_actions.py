@@ -134,3 +134,17 @@ def migrate_live_schema(version: Version) -> dict[str, Any]:
                                               "required": required,
                                               "additionalProperties": False}},
             "required": ["os-migrateLive"], "additionalProperties": False}
+
+
+def migrate_schema(version: Version) -> dict[str, Any]:
+    """Nova's `migrate_server.migrate`: any value until 2.56, then null or an object with
+    an optional host."""
+    if not version.at_least("2.56"):
+        return _bare("migrate")
+    host = {**types.fqdn, "type": ["string", "null"]}
+    return {"type": "object",
+            "properties": {"migrate": {"type": ["object", "null"],
+                                       "properties": {"host": host},
+                                       "additionalProperties": False}},
+            "required": ["migrate"], "additionalProperties": False}
+

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from etcd_compute.api.objects.computes import DISK, RAM, VCPU, Compute
@@ -52,6 +53,18 @@ def hypervisor(req: ApiRequest, compute: Compute, detail: bool,
     elif with_servers and req.version.at_least("2.75"):
         shown["servers"] = []
     return shown
+
+
+def uptime(compute: Compute, now: float) -> str:
+    """The host's uptime as the `uptime` command begins it (what Nova's libvirt driver
+    returns): the time, then how long since its machine started."""
+    booted = now if compute.booted_at is None else float(compute.booted_at)
+    seconds = max(0, int(now - booted))
+    days, rest = divmod(seconds, 86400)
+    clock = time.strftime("%H:%M:%S", time.gmtime(now))
+    span = f"{rest // 3600:2d}:{rest % 3600 // 60:02d}"
+    return f" {clock} up {days} day{'' if days == 1 else 's'}, {span}" if days else \
+        f" {clock} up {span}"
 
 
 def statistics(computes: list[Compute]) -> dict[str, int]:

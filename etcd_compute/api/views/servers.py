@@ -21,6 +21,9 @@ Our states map to Nova's vm_state, task_state and power_state, and those to Nova
     DELETING                 active / deleting               ACTIVE
     ERROR                    error / -                       ERROR (with its fault)
 
+An admin's os-resetState (the view's `reset`) shows its vm_state (active or error, no
+task_state) until the instance moves on (README "The compute API").
+
 An action asked through the API that its host has not taken up yet (the view's `task`)
 shows as Nova's task_state at once: powering-off, powering-on, rebooting[_hard],
 rebuilding, resize_prep, resize_reverting (as Nova sets it before casting to the host).
@@ -78,9 +81,25 @@ def pending(server: Server) -> dict[str, Any] | None:
     return dict(task)
 
 
+def reset_state(server: Server) -> str | None:
+    """The vm_state an admin set with os-resetState, while the instance is as it was then
+    (same state, same last request): Nova's reset only rewrites its database, so what
+    the host does next (an action taken up, a power change) shows again."""
+    reset, record = server.doc.get("reset"), server.record
+    if not reset or record is None:
+        return None
+    if record["state"] != reset["state"] or record.get("request_id") != reset.get("request_id"):
+        return None
+    return str(reset["vm_state"])
+
+
 def nova_states(server: Server) -> tuple[str, str | None, int]:
     """(vm_state, task_state, power_state) of our state."""
     state = server.state
+    reset = reset_state(server) if pending(server) is None else None
+    if reset is not None and not server.doc.get("deleting"):
+        power = {states.ACTIVE: RUNNING, states.SHUTOFF: SHUTDOWN}.get(state, NOSTATE)
+        return reset, None, power
     if server.doc.get("deleting") and state not in (states.ERROR, states.DELETED):
         state = states.DELETING  # asked; the host has not taken it up yet
     record = server.record or {}
@@ -288,8 +307,9 @@ def show(req: ApiRequest, server: Server, *, network: str, show_extended: bool,
                 "OS-EXT-SRV-ATTR:reservation_id": doc.get("reservation_id", ""),
                 "OS-EXT-SRV-ATTR:root_device_name": "/dev/vda",
                 "OS-EXT-SRV-ATTR:user_data": doc.get("user_data")})
+    lock = doc.get("lock") or {}
     if version.at_least("2.9"):
-        shown["locked"] = False
+        shown["locked"] = bool(lock)
     if version.at_least("2.16") and host_status is not None:
         shown["host_status"] = host_status
     if version.at_least("2.19"):
@@ -299,5 +319,5 @@ def show(req: ApiRequest, server: Server, *, network: str, show_extended: bool,
     if version.at_least("2.63"):
         shown["trusted_image_certificates"] = None
     if version.at_least("2.73"):
-        shown["locked_reason"] = None
+        shown["locked_reason"] = lock.get("reason")
     return shown

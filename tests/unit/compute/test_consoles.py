@@ -89,7 +89,7 @@ def test_a_changed_console_is_written_again(fake_worker):
     host.consoles.follow(RP, uuid)
     host.run()
     future: concurrent.futures.Future = concurrent.futures.Future()
-    future.set_result({uuid: "login:"})
+    future.set_result({uuid: {"text": "login:", "diagnostics": None}})
     host.consoles.store_tails(future)
     assert host.console(uuid)["text"] == "login:"
 
@@ -202,7 +202,7 @@ def test_a_console_at_the_size_limit_is_marked_truncated(fake_worker):
     uuid = host.instance()
     host.consoles.followed[uuid] = consoles_module.ConsoleFollow(RP)
     future: concurrent.futures.Future = concurrent.futures.Future()
-    future.set_result({uuid: "x" * CONSOLE_MAX_BYTES})
+    future.set_result({uuid: {"text": "x" * CONSOLE_MAX_BYTES, "diagnostics": None}})
     host.consoles.store_tails(future)
     assert host.console(uuid)["truncated"] is True
 
@@ -211,6 +211,28 @@ def test_tails_of_instances_not_followed_are_ignored(fake_worker):
     host = Host()
     uuid = host.instance()
     future: concurrent.futures.Future = concurrent.futures.Future()
-    future.set_result({uuid: "text"})
+    future.set_result({uuid: {"text": "text", "diagnostics": None}})
     host.consoles.store_tails(future)
     assert host.console(uuid) is None
+
+
+def test_the_guests_diagnostics_go_with_its_console_refreshed_while_it_is_followed(
+        fake_worker, monkeypatch):
+    host = Host()
+    uuid = host.instance()
+    host.consoles.follow(RP, uuid)
+    host.run()
+    published = host.console(uuid)
+    assert published["diagnostics"]["state"] == "running"
+    assert published["diagnostics"]["num_cpus"] == 1
+    revision = host.console_revision(uuid)
+    # The text did not change: written again for the diagnostics only after a while.
+    host.consoles.refresh()
+    host.run()
+    assert host.console_revision(uuid) == revision
+    follow = host.consoles.followed[uuid]
+    follow.written -= consoles_module.DIAGNOSTICS_REFRESH_SECONDS
+    host.consoles.refresh()
+    host.run()
+    assert host.console_revision(uuid) > revision
+    assert host.console(uuid)["text"] == published["text"]

@@ -26,6 +26,7 @@ from etcd_compute.compute.identity import HostIdentity
 from etcd_compute.compute.machine import InstanceMachine
 from etcd_compute.compute.pool import BUILD, CHECK, CLEANUP
 from etcd_compute.config import COMPUTE_DEFAULTS, deep_merge
+from etcd_compute.drivers.fake import boot_log
 from etcd_compute.errors import PlacementUnavailable
 from etcd_compute.instances import actions as action_txn
 from etcd_compute.instances import host as host_txn
@@ -135,7 +136,7 @@ def test_spec_builds_to_active_with_ip_booted_key_and_console(host):
     assert record["state"] == "ACTIVE" and record["ip"].startswith("198.51.100.")
     assert host.store.get(host.keys.booted(host.rp, spec["uuid"])).value.decode() == record["ip"]
     console, _ = host.store.read(messages.CONSOLE, host.keys.console(host.rp, spec["uuid"]))
-    assert console["text"] == f"fake console of {spec['uuid']}: booted\n"
+    assert console["text"] == boot_log(spec['uuid'])
     assert host.driver_holds() == {spec["uuid"]}
 
 

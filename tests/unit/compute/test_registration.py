@@ -88,6 +88,19 @@ def test_register_sets_the_architecture_and_hypervisor_traits_images_are_matched
     assert placement.custom_created == {"CUSTOM_HYPERVISOR_QEMU"}  # made, not looked up
 
 
+def test_registering_again_keeps_the_apis_aggregates_and_moves_the_shard(machine):
+    from etcd_compute import shards
+
+    placement = RecordingPlacement()
+    Registration(placement, settings(), {HOST.uuid: HOST}).register()
+    by_admin = str(uuidlib.uuid4())  # os-aggregates add_host put the host in it
+    stale_shard = next(a for a in shards.AGGREGATES if a != aggregate_of(HOST.uuid))
+    placement.change_aggregates(HOST.uuid, add=[by_admin, stale_shard])
+    Registration(placement, settings(), {HOST.uuid: HOST}).register()
+    assert placement.get_provider(HOST.uuid)["aggregates"] == \
+        sorted([*AGGREGATES, aggregate_of(HOST.uuid), by_admin])
+
+
 def test_register_sets_the_aggregates_and_the_hosts_candidate_shard(machine):
     placement = RecordingPlacement()
     Registration(placement, settings(), {HOST.uuid: HOST}).register()

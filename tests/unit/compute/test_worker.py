@@ -155,8 +155,34 @@ def test_an_action_is_its_drivers_operation_powered_as_it_began(recorder):
         worker.act(spec, {"action": "pause", "from": "ACTIVE"})
 
 
-def test_consoles_of_several_instances_are_one_job_bounded_each(recorder):
-    assert worker.consoles(["a", "b"], 4096) == {"a": "console of a", "b": "console of b"}
+def test_a_backup_rotates_the_instances_older_backups_once_it_is_up(recorder, monkeypatch):
+    spec = make_spec("00000000-0000-0000-0000-0000000000aa")
+    rotated: list[tuple] = []
+    monkeypatch.setattr(worker, "_config", {"glance": {"keystone": {"auth_url": "x"}}})
+    monkeypatch.setattr(worker, "GlanceClient", lambda config: ("glance", config))
+    monkeypatch.setattr(worker, "rotate_backups",
+                        lambda *args: rotated.append(args) or ["old1", "old2"])
+    snapshot = {"image_id": "6f1c1a52-3d4e-4c3b-9a55-2b0c6d8e9f10", "name": "b3",
+                "rotation": {"backup_type": "daily", "keep": 2}}
+    done = worker.act(spec, {"action": "snapshot", "from": "ACTIVE", "snapshot": snapshot})
+    assert recorder.asked == [("snapshot", (snapshot["image_id"], True))]
+    assert rotated == [(("glance", {"keystone": {"auth_url": "x"}}), spec["uuid"], "daily", 2)]
+    assert done["detail"].endswith("rotation deleted 2 older backup(s)")
+
+    def unreachable(*_args):
+        from etcd_compute.errors import GlanceUnavailable
+        raise GlanceUnavailable("glance down")
+
+    monkeypatch.setattr(worker, "rotate_backups", unreachable)
+    # The backup stands: a rotation that fails is logged, the next backup rotates.
+    assert worker.act(spec, {"action": "snapshot", "from": "ACTIVE", "snapshot": snapshot}) \
+        == {"detail": f"image {snapshot['image_id']}"}
+
+
+def test_consoles_and_diagnostics_of_several_instances_are_one_job_bounded_each(recorder):
+    assert worker.consoles(["a", "b"], 4096) == {
+        "a": {"text": "console of a", "diagnostics": None},
+        "b": {"text": "console of b", "diagnostics": None}}
     assert recorder.asked == [("console", ("a", 4096)), ("console", ("b", 4096))]
     assert worker.consoles([], 4096) == {}
 

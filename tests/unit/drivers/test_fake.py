@@ -11,7 +11,7 @@ import pytest
 
 from etcd_compute.config import COMPUTE_DEFAULTS, deep_merge
 from etcd_compute.drivers import load_driver
-from etcd_compute.drivers.fake import FakeDriver, fake_ip
+from etcd_compute.drivers.fake import FakeDriver, boot_log, fake_ip
 from etcd_compute.errors import BuildError
 from tests.support import make_spec
 
@@ -97,13 +97,17 @@ def test_list_instances_sees_only_instance_files(tmp_path):
     assert driver.list_instances() == {spec["uuid"]}
 
 
-def test_console_text_names_a_built_instance_and_is_empty_otherwise(tmp_path):
+def test_console_is_a_boot_log_naming_a_built_instance_and_is_empty_otherwise(tmp_path):
     driver = driver_in(tmp_path)
     spec = make_spec(RP)
     unknown = str(uuidlib.uuid4())
     assert driver.console(spec["uuid"]) == ""
     driver.build(spec)
-    assert driver.console(spec["uuid"]) == f"fake console of {spec['uuid']}: booted\n"
+    text = driver.console(spec["uuid"])
+    assert text == boot_log(spec["uuid"])
+    # Several lines, as a real guest's serial console (Tempest reads more than 3 back).
+    assert len(text.splitlines()) > 3
+    assert text.endswith(f"fake console of {spec['uuid']}: booted\n")
     assert driver.console(unknown) == ""
     driver.destroy(spec["uuid"])
     assert driver.console(spec["uuid"]) == ""
@@ -278,3 +282,31 @@ def test_a_guest_already_here_is_not_prepared_for(tmp_path):
     a.build(spec)
     with pytest.raises(BuildError, match="already has a guest"):
         a.prepare_incoming(spec)
+
+
+def test_a_guest_built_without_a_network_has_no_address_whatever_it_does(tmp_path):
+    driver = driver_in(tmp_path)
+    spec = {**make_spec(RP), "network": False}
+    assert driver.build(spec) == {"ip": None}
+    assert driver.reboot(spec["uuid"], hard=True) == {"ip": None}
+    driver.stop(spec["uuid"])
+    assert driver.start(spec["uuid"]) == {"ip": None}
+    other = make_spec(RP)
+    assert driver.build(other) == {"ip": fake_ip(other["uuid"])}
+
+
+def test_diagnostics_are_the_fake_guests_size_and_power_in_novas_shape(tmp_path):
+    from etcd_compute import messages
+
+    driver = driver_in(tmp_path)
+    spec = make_spec(RP)
+    assert driver.diagnostics(spec["uuid"]) is None
+    driver.build(spec)
+    found = driver.diagnostics(spec["uuid"])
+    assert found["state"] == "running" and found["num_cpus"] == spec["resources"]["VCPU"]
+    assert found["memory_details"]["maximum"] == spec["resources"]["MEMORY_MB"]
+    assert found["num_nics"] == 1 and found["hypervisor"] == "fake"
+    messages.check(messages.CONSOLE, {"uuid": spec["uuid"], "text": "", "updated_at": 1.0,
+                                      "diagnostics": found})
+    driver.stop(spec["uuid"])
+    assert driver.diagnostics(spec["uuid"])["state"] == "shutdown"

@@ -107,6 +107,8 @@ def test_the_destination_answers_the_controller_relays_the_source_moves():
     last = events.read(store, RP, uuid)[-1]
     assert (last["action"], last["result"], last["detail"]) == (
         "migrate", "success", "7.5 s, downtime 250 ms, 128 MiB of memory")
+    # The event says which kind of move it was (the compute API names them apart).
+    assert last["live"] is source_spec["request"]["live"]
 
     migration, migration_entry = migrations.read(store, uuid)
     entry, source_spec = spec_of(store, RP, uuid)

@@ -57,6 +57,23 @@ def test_ids_and_routes_per_microversion(harness: Harness):
     assert [h["hypervisor_hostname"] for h in pattern] == ["hv2"]
     page = harness.admin("GET", "/v2.1/os-hypervisors?limit=1", version="2.53").json
     assert len(page["hypervisors"]) == 1 and page["hypervisors_links"][0]["rel"] == "next"
+    # A heartbeat without the machine's start (a compute of before): Nova's 501.
     uptime = harness.admin("GET", f"/v2.1/os-hypervisors/{harness.up}/uptime",
                            version="2.53")
     assert uptime.status_int == 501
+
+
+def test_uptime_is_since_the_hosts_machine_started(harness: Harness):
+    import time
+
+    from etcd_compute import hosts
+
+    hosts.beat(harness.store, None, harness.up, "hv1", "fake")
+    booted = hosts.heartbeat(harness.store, harness.up)["booted_at"]
+    shown = harness.admin("GET", f"/v2.1/os-hypervisors/{harness.up}/uptime",
+                          version="2.53").json["hypervisor"]
+    assert (shown["id"], shown["hypervisor_hostname"], shown["state"]) == (
+        harness.up, "hv1", "up")
+    days = int((time.time() - booted) // 86400)
+    assert f" up {days} day" in shown["uptime"] if days else " up " in shown["uptime"]
+    assert harness.call("GET", f"/v2.1/os-hypervisors/{harness.up}/uptime").status_int == 403

@@ -116,3 +116,23 @@ def test_metadata_is_the_images_properties(harness: Harness):
                         {"metadata": {"a": "1"}}).status_int == 403
     harness.backend.quotas.update("p1", {"metadata_items": 1})
     assert harness.call("POST", base, {"metadata": {"x": "1", "y": "2"}}).status_int == 403
+
+
+def test_an_admin_lists_the_images_it_can_show(harness: Harness):
+    listed = [i["id"] for i in harness.admin("GET", "/v2.1/images").json["images"]]
+    assert listed == [THEIRS, MINE, PUBLIC]
+    assert harness.admin("GET", f"/v2.1/images/{THEIRS}").status_int == 200
+
+
+def test_the_metadata_quota_is_refused_as_nova_refuses_it(harness: Harness):
+    harness.backend.quotas.update("p1", {"metadata_items": 1})
+    refused = harness.call("POST", f"/v2.1/images/{MINE}/metadata",
+                           {"metadata": {"x": "1", "y": "2"}})
+    assert refused.status_int == 403
+    assert refused.json["forbidden"]["message"] == "Image metadata limit exceeded"
+
+
+def test_a_malformed_glance_timestamp_is_shown_as_none_not_a_500(harness: Harness):
+    harness.glance.images[MINE]["created_at"] = "yesterday"
+    shown = harness.call("GET", f"/v2.1/images/{MINE}")
+    assert shown.status_int == 200 and shown.json["image"]["created"] is None

@@ -34,8 +34,36 @@ def test_show_update_detail_and_delete():
     assert harness.call("GET", "/v2.1/os-quota-sets/p1").json["quota_set"]["instances"] == 10
     assert harness.admin("PUT", "/v2.1/os-quota-sets/p1",
                          {"quota_set": {"wat": 1}}).status_int == 400
+
+
+def test_a_users_limits_within_its_project():
+    harness = Harness.new()
+    harness.add_host()
+    harness.add_flavor()
+    harness.boot(user="u1")
+    assert harness.admin("PUT", "/v2.1/os-quota-sets/p1?user_id=u2",
+                         {"quota_set": {"instances": 11}}).status_int == 400  # > project's
+    updated = harness.admin("PUT", "/v2.1/os-quota-sets/p1?user_id=u2",
+                            {"quota_set": {"instances": 1, "ram": "2048"}}).json["quota_set"]
+    assert (updated["instances"], updated["ram"], updated["cores"]) == (1, 2048, 20)
+    shown = harness.admin("GET", "/v2.1/os-quota-sets/p1?user_id=u2").json["quota_set"]
+    assert (shown["id"], shown["instances"], shown["ram"]) == ("p1", 1, 2048)
+    assert harness.admin("GET", "/v2.1/os-quota-sets/p1").json["quota_set"]["instances"] == 10
+    # u1 already has one: its limit cannot go below it (unless forced).
     assert harness.admin("PUT", "/v2.1/os-quota-sets/p1?user_id=u1",
-                         {"quota_set": {"instances": 1}}).status_int == 400
+                         {"quota_set": {"instances": 0}}).status_int == 400
+    detail = harness.admin("GET", "/v2.1/os-quota-sets/p1/detail?user_id=u2").json[
+        "quota_set"]
+    assert detail["instances"] == {"in_use": 0, "limit": 1, "reserved": 0}
+    # Enforced at a create: u2 may have one server, u1 (the project's limits) more.
+    harness.boot(user="u2")
+    refused = harness.call("POST", "/v2.1/servers", {"server": {
+        "name": "two", "flavorRef": "1", "imageRef": "file:///dev/null"}}, user="u2")
+    assert refused.status_int == 403 and "instances" in refused.text
+    harness.boot(user="u1", name="again")
+    assert harness.admin("DELETE", "/v2.1/os-quota-sets/p1?user_id=u2").status_int == 202
+    assert harness.admin("GET", "/v2.1/os-quota-sets/p1?user_id=u2").json[
+        "quota_set"]["instances"] == 10
 
 
 def test_limits_show_the_callers_project_and_hide_what_a_version_dropped():

@@ -192,6 +192,12 @@ def test_a_rebuild_answers_the_server_and_gives_the_guest_its_new_data(harness: 
     assert request["ssh_key"].startswith("ssh-rsa ")
     harness.host_does(uuid)
     assert harness.show(uuid)["status"] == "ACTIVE"
+    # An admin's rebuild answers user_data, never the extended attribute (Nova's view).
+    answer = harness.action(uuid, {"rebuild": {"imageRef": "file:///dev/zero"}},
+                            version="2.75", roles=ADMIN, project="admin", user="root")
+    assert answer.status_int == 202, answer.text
+    assert "OS-EXT-SRV-ATTR:user_data" not in answer.json["server"]
+    assert "OS-EXT-SRV-ATTR:host" in answer.json["server"]
 
 
 def test_a_rebuild_before_2_75_answers_less_and_refuses_an_image_we_do_not_serve(
@@ -315,6 +321,37 @@ def test_create_image_makes_the_projects_snapshot_and_nothing_when_refused(harne
     assert len(glance.images) == made  # refused before any image was made
 
 
+def test_create_backup_is_a_snapshot_with_novas_backup_properties_and_its_rotation(
+        harness: Harness):
+    from tests.unit.api.objects.test_images import FakeGlance
+
+    uuid = active(harness)
+    glance = harness.backend.images.glance = FakeGlance()
+    body = {"createBackup": {"name": "b1", "backup_type": "daily", "rotation": 2,
+                             "metadata": {"k": "v"}}}
+    answer = harness.action(uuid, body, version="2.45")
+    assert answer.status_int == 202, answer.text
+    image_id = answer.json["image_id"]
+    assert glance.updated[image_id] == {"k": "v", "image_type": "backup",
+                                        "backup_type": "daily"}
+    snapshot = spec_of(harness, uuid)["request"]["snapshot"]
+    assert (snapshot["image_id"], snapshot["rotation"]) == (
+        image_id, {"backup_type": "daily", "keep": 2})
+    harness.host_does(uuid)
+    # Before 2.45 the image's URL, unless rotation 0 (Nova's); refused bodies are 400.
+    answer = harness.action(uuid, {"createBackup": {**body["createBackup"], "rotation": 0}})
+    assert answer.status_int == 202 and "Location" not in answer.headers
+    harness.host_does(uuid)
+    answer = harness.action(uuid, body)
+    assert answer.headers["Location"].startswith(f"{glance.endpoint}/images/")
+    harness.host_does(uuid)
+    made = len(glance.images)
+    answer = harness.action(uuid, {"createBackup": {"name": "b", "backup_type": "daily"}})
+    assert answer.status_int == 400
+    assert harness.action(uuid, body, roles=("reader",)).status_int == 403
+    assert len(glance.images) == made
+
+
 # --- os-migrateLive ------------------------------------------------------------------------
 
 
@@ -390,3 +427,42 @@ def test_os_migrate_live_is_for_admins_on_running_servers_with_a_controller(harn
     answer = harness.action(other, live(), roles=ADMIN, project="admin", user="root",
                             version="2.68")
     assert answer.status_int == 400 and "needs the controller" in answer.text
+
+
+# --- migrate (cold) ------------------------------------------------------------------------
+
+
+def test_an_admin_moves_a_server_cold_to_the_host_named_from_2_56(harness: Harness):
+    uuid, source, target = movable(harness)
+    assert harness.action(uuid, {"migrate": None}).status_int == 403  # its member
+    answer = harness.action(uuid, {"migrate": {"host": "hv2"}}, roles=ADMIN, project="admin",
+                            user="root", version="2.56")
+    assert answer.status_int == 202 and answer.body == b""
+    spec = spec_of(harness, uuid)
+    assert spec["action"] == "migrate" and spec["request"]["live"] is False
+    assert spec["request"]["destination"] == target
+    assert set(harness.placement.get_allocations(uuid)["allocations"]) == {target}
+    hold = harness.placement.consumers[spec["request"]["migration"]]
+    assert set(hold["allocations"]) == {source} and hold["consumer_type"] == "MIGRATION"
+
+
+@pytest.mark.parametrize("version,body,status,says", [
+    ("2.55", {"migrate": {"host": "hv2"}}, 202, ""),  # before 2.56 any value, no host
+    ("2.56", {"migrate": {"host": "nohost"}}, 400, "Compute host nohost could not be found."),
+    ("2.56", {"migrate": {"force": True}}, 400, "Additional properties"),
+])
+def test_migrate_bodies_as_novas(harness: Harness, version, body, status, says):
+    uuid, _source, target = movable(harness)
+    answer = harness.action(uuid, body, roles=ADMIN, project="admin", user="root",
+                            version=version)
+    assert answer.status_int == status and says in answer.text, answer.text
+    if status == 202:
+        assert spec_of(harness, uuid)["request"]["destination"] == target
+
+
+def test_migrate_of_a_server_that_is_not_there_is_404(harness: Harness):
+    import uuid as uuidlib
+
+    answer = harness.action(str(uuidlib.uuid4()), {"migrate": None}, roles=ADMIN,
+                            project="admin", user="root")
+    assert answer.status_int == 404

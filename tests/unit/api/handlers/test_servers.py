@@ -160,14 +160,23 @@ def test_the_image_as_a_local_boot_device_is_the_image(harness: Harness):
         assert harness.show(answer.json["server"]["id"])["image"]["id"] == IMAGE
 
 
-def test_networks_are_required_from_2_37_and_only_auto_or_the_hosts_network(
+def test_networks_are_required_from_2_37_and_only_auto_none_or_the_hosts_network(
         harness: Harness):
     from etcd_compute.api.handlers.networks import network_id
 
     body = {"server": {"name": "x", "flavorRef": "1", "imageRef": IMAGE}}
     assert harness.call("POST", "/v2.1/servers", body, version="2.37").status_int == 400
     ours = network_id("etcd-compute")
-    for refused in ("none", [{"uuid": ours}, {"uuid": ours}],
+    # none: a server without a network interface (its host is told so).
+    body["server"]["networks"] = "none"
+    answer = harness.call("POST", "/v2.1/servers", body, version="2.37")
+    assert answer.status_int == 202, answer.text
+    uuid = answer.json["server"]["id"]
+    host = records.locate(harness.store, uuid)["host"]
+    spec = messages.decode(messages.INSTANCE_SPEC,
+                           harness.store.get(harness.store.keys.spec(host, uuid)).value)
+    assert spec["network"] is False
+    for refused in ([{"uuid": ours}, {"uuid": ours}],
                     [{"uuid": "6f1c0f6e-3b0a-4c1e-9d1e-2f8f3c6a9a02"}],
                     [{"uuid": ours, "fixed_ip": "10.0.0.9"}]):
         body["server"]["networks"] = refused
@@ -175,8 +184,13 @@ def test_networks_are_required_from_2_37_and_only_auto_or_the_hosts_network(
                             version="2.37").status_int == 400, refused
     for taken in ("auto", [{"uuid": ours}]):
         body["server"]["networks"] = taken
-        assert harness.call("POST", "/v2.1/servers", body,
-                            version="2.37").status_int == 202, taken
+        answer = harness.call("POST", "/v2.1/servers", body, version="2.37")
+        assert answer.status_int == 202, taken
+        uuid = answer.json["server"]["id"]
+        host = records.locate(harness.store, uuid)["host"]
+        spec = messages.decode(messages.INSTANCE_SPEC,
+                               harness.store.get(harness.store.keys.spec(host, uuid)).value)
+        assert "network" not in spec  # the hosts' network, as every spec before
 
 
 def test_metadata_over_its_quota_is_403(harness: Harness):

@@ -15,7 +15,8 @@ def test_a_host_is_its_provider_heartbeat_and_disable():
     harness.placement.set_aggregates(down, [AGGREGATE])
     computes = Computes(harness.store, harness.placement,
                         {"default_availability_zone": "nova",
-                         "availability_zones": {"rack2": AGGREGATE}})
+                         "availability_zones": {"rack2": AGGREGATE}},
+                        harness.backend.aggregates)
     one, two = computes.list()
     assert (one.uuid, one.alive, one.zone, one.total("VCPU"), one.free("VCPU")) == (
         up, True, "nova", 4, 4)

@@ -38,3 +38,11 @@ def test_an_event_without_a_request_gets_a_stable_id_and_a_refusal_is_an_error()
 def test_host_ids_are_novas():
     assert instance_actions.host_id("p1", None) == ""
     assert len(instance_actions.host_id("p1", RP)) == 56
+
+
+def test_a_move_is_novas_live_migration_or_migrate():
+    moved = events.event("migrate", RP, "hv1", result=events.SUCCESS)
+    live = instance_actions.of_event(UUID, {**moved, "live": True})
+    cold = instance_actions.of_event(UUID, {**moved, "live": False})
+    assert (live.action, live.event) == ("live-migration", "compute_live_migration")
+    assert (cold.action, cold.event) == ("migrate", "compute_prep_resize")

@@ -48,3 +48,15 @@ def test_malformed_bodies_are_refused(schema, body):
     with pytest.raises(Fault) as refused:
         validation.body(schema, body)
     assert refused.value.status == 400
+
+
+def test_migrate_takes_a_host_from_2_56():
+    from etcd_compute.api.microversion import Version
+
+    validation.body(server_actions.migrate_schema(Version.parse("2.55")),
+                    {"migrate": {"anything": 1}})
+    after = server_actions.migrate_schema(Version.parse("2.56"))
+    validation.body(after, {"migrate": None})
+    validation.body(after, {"migrate": {"host": "hv1"}})
+    with pytest.raises(Fault):
+        validation.body(after, {"migrate": {"host": "hv1", "more": 1}})

@@ -41,3 +41,13 @@ def test_zones_available_while_they_have_an_enabled_host():
     assert view.zones([UP, OFF], detail=False) == [
         {"zoneName": "nova", "zoneState": {"available": True}, "hosts": None},
         {"zoneName": "rack", "zoneState": {"available": False}, "hosts": None}]
+
+
+def test_uptime_reads_as_the_uptime_command():
+    from etcd_compute.api.objects.computes import Compute
+    from etcd_compute.api.views.computes import uptime
+
+    compute = Compute("u", "hv1", "nova", True, 0.0, "fake", False, None, booted_at=0.0)
+    assert uptime(compute, 3 * 86400 + 2 * 3600 + 5 * 60 + 7) == " 02:05:07 up 3 days,  2:05"
+    assert uptime(compute, 86400 + 60) == " 00:01:00 up 1 day,  0:01"
+    assert uptime(compute, 600) == " 00:10:00 up  0:10"
