@@ -30,6 +30,9 @@ def server(state: str, **record) -> Server:
     (states.SHUTOFF, None, ("stopped", None, 4, "SHUTOFF")),
     (states.STOPPING, None, ("active", "powering-off", 1, "ACTIVE")),
     (states.STARTING, None, ("stopped", "powering-on", 4, "SHUTOFF")),
+    (states.SUSPENDED, None, ("suspended", None, 4, "SUSPENDED")),
+    (states.SUSPENDING, {"from": "ACTIVE"}, ("active", "suspending", 1, "ACTIVE")),
+    (states.RESUMING, {"from": "SUSPENDED"}, ("suspended", "resuming", 4, "SUSPENDED")),
     (states.REBOOTING, {"hard": True}, ("active", "rebooting_hard", 1, "HARD_REBOOT")),
     (states.REBOOTING, {}, ("active", "rebooting", 1, "REBOOT")),
     (states.REBUILDING, {"from": "SHUTOFF"}, ("stopped", "rebuilding", 4, "REBUILD")),
@@ -97,6 +100,8 @@ def asked(action: str, at: float = 5.0, **extra) -> dict:
 @pytest.mark.parametrize(("state", "task", "expected"), [
     (states.ACTIVE, asked("stop"), ("active", "powering-off", 1, "ACTIVE")),
     (states.SHUTOFF, asked("start"), ("stopped", "powering-on", 4, "SHUTOFF")),
+    (states.ACTIVE, asked("suspend"), ("active", "suspending", 1, "ACTIVE")),
+    (states.SUSPENDED, asked("resume"), ("suspended", "resuming", 4, "SUSPENDED")),
     (states.ACTIVE, asked("reboot", hard=True), ("active", "rebooting_hard", 1,
                                                  "HARD_REBOOT")),
     (states.ACTIVE, asked("rebuild"), ("active", "rebuilding", 1, "REBUILD")),
