@@ -1,6 +1,7 @@
 """Server actions through the real API with openstacksdk, a fake-driver compute doing them:
 stop, start, suspend, resume, hard reboot, rebuild, a resize held in Placement until
-confirmed (and one reverted), the console output, the instance actions; nothing left in Placement after."""
+confirmed (and one reverted), the console output, the instance actions; nothing left in
+Placement after."""
 
 from __future__ import annotations
 
