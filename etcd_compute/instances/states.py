@@ -9,7 +9,8 @@
     ACTIVE  -reboot->  REBOOTING  -> ACTIVE
     ACTIVE  -suspend-> SUSPENDING -> SUSPENDED  SUSPENDED -resume-> RESUMING -> ACTIVE
     ACTIVE|SHUTOFF -rebuild-> REBUILDING -> as it was;  -resize-> RESIZING -> as it was
-    ACTIVE|SHUTOFF -snapshot-> SNAPSHOTTING -> as it was (a running guest keeps running)
+    ACTIVE|SHUTOFF|SUSPENDED -snapshot-> SNAPSHOTTING -> as it was (a running guest keeps
+        running)
     ACTIVE|SHUTOFF -migrate-> MIGRATING -> MIGRATED (the guest left: the controller hands
         the instance over to the destination's INCOMING record) | as it was (failed)
 
@@ -87,7 +88,8 @@ ACTIONS: dict[str, tuple[str, frozenset[str]]] = {
     REBOOT: (REBOOTING, frozenset({ACTIVE})),
     REBUILD: (REBUILDING, frozenset({ACTIVE, SHUTOFF})),
     RESIZE: (RESIZING, frozenset({ACTIVE, SHUTOFF})),
-    SNAPSHOT: (SNAPSHOTTING, frozenset({ACTIVE, SHUTOFF})),
+    # Nova snapshots a suspended server too: its disk, copied while the guest is saved.
+    SNAPSHOT: (SNAPSHOTTING, frozenset({ACTIVE, SHUTOFF, SUSPENDED})),
     MIGRATE: (MIGRATING, frozenset({ACTIVE, SHUTOFF})),
 }
 # Where a successful action ends; rebuild, resize and snapshot end as they started (a move
@@ -118,7 +120,8 @@ TRANSITIONS: dict[str | None, frozenset[str]] = {
                         REBUILDING, RESIZING, SNAPSHOTTING, MIGRATING}),
     # Resumed, or evacuated (its host died: built again elsewhere, powered off, its memory
     # lost with the host), or destroyed. The hypervisor's reports do not move it.
-    SUSPENDED: frozenset({SCHEDULED, RESCHEDULING, ERROR, DELETING, DELETED, RESUMING}),
+    SUSPENDED: frozenset({SCHEDULED, RESCHEDULING, ERROR, DELETING, DELETED, RESUMING,
+                          SNAPSHOTTING}),
     **_ENDS_OF_AN_ACTION,
     # The guest left: MIGRATED, the controller hands the instance over.
     MIGRATING: _ENDS_OF_AN_ACTION[MIGRATING] | {MIGRATED},
@@ -170,5 +173,5 @@ def wants_stopped(record: dict[str, Any] | None, spec: dict[str, Any]) -> bool:
     task = record.get("task")
     if record["state"] in TRANSIENT and task:
         return task["action"] in (STOP, SUSPEND) or \
-            (task["action"] not in (START, RESUME) and task["from"] == SHUTOFF)
+            (task["action"] not in (START, RESUME) and task["from"] in (SHUTOFF, SUSPENDED))
     return record["state"] in (SHUTOFF, SUSPENDED)

@@ -193,7 +193,7 @@ def test_a_suspended_guest_resumes_counting_where_it_stopped(
         assert placement.get_usages(rp) == START  # suspended, not gone: it keeps its claim
         refused = run_schedule("start", uuid, timeout=60)
         assert refused.code == 1 and "is SUSPENDED: start is not allowed now (allowed: " \
-            "resume, destroy)" in refused.stderr, refused.stderr
+            "resume, snapshot, destroy)" in refused.stderr, refused.stderr
         time.sleep(3)  # the guest's clock stops with it: no tick is lost, none is printed
 
         done = run_schedule("resume", uuid, "--wait", timeout=120)

@@ -128,8 +128,9 @@ def nova_states(server: Server) -> tuple[str, str | None, int]:
     if state == states.RESIZING and task.get("reverts"):
         return "resized", "resize_reverting", RUNNING if task.get("from") == states.ACTIVE \
             else SHUTDOWN
-    was = "stopped" if task.get("from") == states.SHUTOFF else "active"
-    was_power = SHUTDOWN if was == "stopped" else RUNNING
+    was = {states.SHUTOFF: "stopped", states.SUSPENDED: "suspended"}.get(
+        str(task.get("from")), "active")
+    was_power = RUNNING if was == "active" else SHUTDOWN
     if state in (states.MIGRATING, states.MIGRATED, states.INCOMING):
         # A move to another host (ops/migrations.py): Nova's live migration, or its cold
         # migrate (a resize to another host).

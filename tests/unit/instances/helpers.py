@@ -100,4 +100,5 @@ ALLOWED_ACTIONS = {("stop", "ACTIVE"), ("start", "SHUTOFF"), ("suspend", "ACTIVE
                    ("resume", "SUSPENDED"), ("reboot", "ACTIVE"),
            ("rebuild", "ACTIVE"), ("rebuild", "SHUTOFF"), ("resize", "ACTIVE"),
            ("resize", "SHUTOFF"), ("snapshot", "ACTIVE"), ("snapshot", "SHUTOFF"),
+           ("snapshot", "SUSPENDED"),
            ("migrate", "ACTIVE"), ("migrate", "SHUTOFF")}

@@ -23,13 +23,13 @@ ACTIVE         +   .   .   +   +   .   .   +   .   +   +   +   +   +   .   .   +
 SHUTOFF        +   .   +   .   .   +   .   .   .   .   +   +   +   +   .   .   +   +   +   +
 STOPPING       +   .   +   +   .   .   .   .   .   .   .   .   .   .   .   .   .   +   +   +
 STARTING       +   .   +   +   .   .   .   .   .   .   .   .   .   .   .   .   .   +   +   +
-SUSPENDED      +   .   .   .   .   .   .   .   +   .   .   .   .   .   .   .   +   +   +   +
+SUSPENDED      +   .   .   .   .   .   .   .   +   .   .   .   +   .   .   .   +   +   +   +
 SUSPENDING     +   .   +   .   .   .   +   .   .   .   .   .   .   .   .   .   .   +   +   +
 RESUMING       +   .   +   .   .   .   +   .   .   .   .   .   .   .   .   .   .   +   +   +
 REBOOTING      +   .   +   .   .   .   .   .   .   .   .   .   .   .   .   .   .   +   +   +
 REBUILDING     +   .   +   +   .   .   .   .   .   .   .   .   .   .   .   .   .   +   +   +
 RESIZING       +   .   +   +   .   .   .   .   .   .   .   .   .   .   .   .   .   +   +   +
-SNAPSHOTTING   +   .   +   +   .   .   .   .   .   .   .   .   .   .   .   .   .   +   +   +
+SNAPSHOTTING   +   .   +   +   .   .   +   .   .   .   .   .   .   .   .   .   .   +   +   +
 MIGRATING      +   .   +   +   .   .   .   .   .   .   .   .   .   .   +   .   .   +   +   +
 MIGRATED       +   .   .   +   .   .   .   .   .   .   .   .   .   .   .   .   .   +   +   +
 INCOMING       .   .   +   +   .   .   .   .   .   .   .   .   .   .   .   +   .   +   +   +
@@ -119,7 +119,8 @@ def test_destroy_is_allowed_in_every_state(state):
     ("MIGRATING", "migrate", "SHUTOFF", True), ("MIGRATING", "migrate", "ACTIVE", False),
     # A suspended guest's memory is lost with its host: built again, it is powered off.
     ("SUSPENDED", None, None, True), ("SUSPENDING", "suspend", "ACTIVE", True),
-    ("RESUMING", "resume", "SUSPENDED", False)])
+    ("RESUMING", "resume", "SUSPENDED", False),
+    ("SNAPSHOTTING", "snapshot", "SUSPENDED", True)])
 def test_wants_stopped_follows_the_state_and_the_action_under_way(state, action, start,
                                                                  stopped):
     record = {"state": state}

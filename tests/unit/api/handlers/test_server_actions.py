@@ -530,8 +530,8 @@ def test_a_suspended_server_is_deleted_and_its_hard_reboot_is_refused(harness: H
     before = harness.store.revision
     answer = harness.action(uuid, {"reboot": {"type": "HARD"}})
     assert answer.status_int == 409
-    assert "is SUSPENDED: reboot is not allowed now (allowed: resume, destroy)" in \
-        answer.json["conflictingRequest"]["message"]
+    assert "is SUSPENDED: reboot is not allowed now (allowed: resume, snapshot, destroy)" \
+        in answer.json["conflictingRequest"]["message"]
     assert harness.store.revision == before
     assert harness.call("DELETE", f"/v2.1/servers/{uuid}").status_int == 204
 
@@ -543,3 +543,18 @@ def test_suspend_and_resume_are_their_own_policies(harness: Harness):
     assert "os_compute_api:os-suspend-server:suspend" in answer.json["forbidden"]["message"]
     assert harness.action(uuid, {"suspend": None}, project="p2").status_int == 404
     assert harness.action(uuid, {"suspend": {"x": 1}}).status_int == 202  # Nova: any value
+
+
+def test_a_suspended_server_is_snapshotted_and_stays_suspended(harness: Harness):
+    from tests.unit.api.objects.test_images import FakeGlance
+
+    uuid = active(harness)
+    harness.action(uuid, {"suspend": None})
+    harness.host_does(uuid)
+    harness.backend.images.glance = FakeGlance()
+    answer = harness.action(uuid, {"createImage": {"name": "asleep"}}, version="2.45")
+    assert answer.status_int == 202, answer.text
+    assert states_of(harness.show(uuid)) == ("SUSPENDED", "suspended", "image_snapshot", 4)
+    assert spec_of(harness, uuid)["action"] == "snapshot"
+    harness.host_does(uuid)
+    assert states_of(harness.show(uuid)) == ("SUSPENDED", "suspended", None, 4)

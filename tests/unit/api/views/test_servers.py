@@ -33,6 +33,8 @@ def server(state: str, **record) -> Server:
     (states.SUSPENDED, None, ("suspended", None, 4, "SUSPENDED")),
     (states.SUSPENDING, {"from": "ACTIVE"}, ("active", "suspending", 1, "ACTIVE")),
     (states.RESUMING, {"from": "SUSPENDED"}, ("suspended", "resuming", 4, "SUSPENDED")),
+    (states.SNAPSHOTTING, {"from": "SUSPENDED"}, ("suspended", "image_uploading", 4,
+                                                  "SUSPENDED")),
     (states.REBOOTING, {"hard": True}, ("active", "rebooting_hard", 1, "HARD_REBOOT")),
     (states.REBOOTING, {}, ("active", "rebooting", 1, "REBOOT")),
     (states.REBUILDING, {"from": "SHUTOFF"}, ("stopped", "rebuilding", 4, "REBUILD")),
