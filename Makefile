@@ -45,7 +45,7 @@ status:
 test: lint install-tempest
 	@$(PY) -m pytest -q tests/unit
 	@$(PY) -m pytest --ignore=tests/unit -n $(TEST_WORKERS) --dist loadgroup \
-		--no-loadscope-reorder --durations=25 $(PYTEST_ARGS)
+		--no-loadscope-reorder --durations=25 --rerun-show-tracebacks $(PYTEST_ARGS)
 
 unit: install
 	@$(PY) -m pytest -q tests/unit $(PYTEST_ARGS)

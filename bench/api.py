@@ -35,46 +35,68 @@ FLAVOR_ID = "1"  # m1.tiny as the bench asks: VCPU 1, MEMORY_MB 256, DISK_GB 1
 IMAGE = "file:///dev/null"
 USER = "demo"
 PLACED_TIMEOUT = 60.0
+# API variants run on another gunicorn shape than the default (workers, threads): the RSS
+# target against the throughput target, in one run.
+SHAPED = {"api32-1x16": (1, 16)}
 
 
 class ApiCloud:
-    """Keystone and `schedule.py api` for one suite, started on first use."""
+    """Keystone and `schedule.py api` for one suite, started on first use; other
+    workers x threads shapes of the API (`ensure(config, shape=(1, 16))`) beside it, each
+    its own gunicorn, its RSS reported as "after WxT"."""
 
     def __init__(self, run_dir: Path):
         self.run_dir = run_dir / "api"
         self.keystone: KeystoneServer | None = None
         self.api: ComputeApiServer | None = None
+        self.shaped: dict[tuple[int, int], ComputeApiServer] = {}
         self.token = ""
         self.rss: dict[str, dict[str, float]] = {}
 
-    def ensure(self, config: dict[str, Any]) -> ComputeApiServer:
-        if self.api is not None:
+    def ensure(self, config: dict[str, Any],
+               shape: tuple[int, int] | None = None) -> ComputeApiServer:
+        if self.api is None:
+            self._start(config)
+        assert self.api is not None
+        if shape is None:
             return self.api
+        if shape not in self.shaped:
+            workers, threads = shape
+            self.shaped[shape] = ComputeApiServer.create(
+                self.run_dir / f"{workers}x{threads}").start(deep_merge(
+                    self._api_config(config),
+                    {"api": {"workers": workers, "threads": threads}}))
+        return self.shaped[shape]
+
+    def _start(self, config: dict[str, Any]) -> None:
         self.keystone = KeystoneServer.create(self.run_dir / "keystone")
         for user in ("admin", local_cloud.SERVICE_USER, USER):
             self.keystone.password(user)
         self.keystone.start()
         local_cloud.bootstrap(self.keystone)
         _seed_flavor(config)
-        api_config = deep_merge(config, {"api": {
+        self.api = ComputeApiServer.create(self.run_dir).start(self._api_config(config))
+        self.token = self.keystone.session(USER, None, USER).get_token()
+        time.sleep(1.0)
+        self.rss["started"] = self.rss_mb()
+
+    def _api_config(self, config: dict[str, Any]) -> dict[str, Any]:
+        assert self.keystone is not None
+        return deep_merge(config, {"api": {
             "image_url_prefixes": ["file:///dev/"],
             # Nova's default quota (10 instances) would refuse the run, not measure it.
             "quotas": {"instances": -1, "cores": -1, "ram": -1},
             "keystone_authtoken": {
                 **self.keystone.client_section(local_cloud.SERVICE_USER, None, "service"),
                 "auth_type": "password"}}})
-        self.api = ComputeApiServer.create(self.run_dir).start(api_config)
-        self.token = self.keystone.session(USER, None, USER).get_token()
-        time.sleep(1.0)
-        self.rss["started"] = self.rss_mb()
-        return self.api
 
-    def rss_mb(self) -> dict[str, float]:
+    def rss_mb(self, server: ComputeApiServer | None = None) -> dict[str, float]:
         """gunicorn's master alone, with its workers, and their PSS (shared pages counted
         once: what the API costs the machine)."""
-        if self.api is None or not self.api.pid:
+        server = server or self.api
+        if server is None or not server.pid:
             return {}
-        master = psutil.Process(self.api.pid)
+        master = psutil.Process(server.pid)
         own = total = master.memory_info().rss
         pss = master.memory_full_info().pss
         for child in master.children(recursive=True):
@@ -90,6 +112,9 @@ class ApiCloud:
         if self.api is not None:
             self.rss["after"] = self.rss_mb()
             self.api.stop()
+        for (workers, threads), server in self.shaped.items():
+            self.rss[f"after {workers}x{threads}"] = self.rss_mb(server)
+            server.stop()
         if self.keystone is not None:
             self.keystone.stop()
 
@@ -152,7 +177,7 @@ def targets(suite: dict[str, Any], backend: str) -> list[tuple[str, str, str, st
     """Issue 22's API targets: 32 clients against the batched-POST floor, one client's
     create -> BUILDING against the toy's (a) p50, the API's RSS."""
     v, floor, rows = suite["variants"], suite.get("floor", {}), []
-    for key in ("api32", "api32s"):
+    for key in ("api32", "api32s", *SHAPED):
         if key in v and "post_batched" in floor:
             ratio = v[key]["instances_per_second"] / floor["post_batched"]["instances_per_second"]
             rows.append((f"({key}) 32 API clients >= 0.6x Placement floor (batched POST)",
@@ -175,7 +200,7 @@ def targets(suite: dict[str, Any], backend: str) -> list[tuple[str, str, str, st
 
 def markdown_lines(suite: dict[str, Any]) -> list[str]:
     v, lines = suite["variants"], []
-    for key in ("api1", "api32", "api32s"):
+    for key in ("api1", "api32", "api32s", *SHAPED):
         building = v.get(key, {}).get("create_to_building_ms")
         if building:
             lines.append(f"({key}) create -> BUILDING (the client's clock before its POST to "

@@ -4,8 +4,9 @@ Order: etcd + Placement up; a one-host fake compute for idle RSS; the
 N-host fake compute; then the variants in interleaved rounds (each variant's
 share of a round, then the next variant's), each from the same empty state:
 run (timed) -> wait until every instance is ACTIVE (not timed) -> check
--> notification delays from etcd history -> wipe. Then Placement's floor
-with (c)'s placements. Services are stopped in `finally`.
+-> notification delays from etcd history -> wipe. In each round, right after
+(c), Placement's floors with (c)'s placements (the same load as the variants
+around them). Services are stopped in `finally`.
 """
 
 from __future__ import annotations
@@ -162,6 +163,7 @@ def run_suite(backend: str, run_dir: Path, hosts: int, count: int, batch: int,
                                           cli_instances, api_cloud)
                   if not only or v.key in only]
         rounds_run: dict[str, list[Round]] = {v.key: [] for v in chosen}
+        floors: dict[str, list[RunResult]] = {}
         with RssSampler(compute) as sampler:
             # Interleaved: every variant's share of each round before the next round, so that
             # the machine's load (other sessions on the same cores) drifts over all of them.
@@ -175,9 +177,18 @@ def run_suite(backend: str, run_dir: Path, hosts: int, count: int, batch: int,
                     rounds_run[variant.key].append(done)
                     say(f"{backend}: ({variant.key}) {done.rate:.1f}/s, 409s "
                         f"{done.result.conflicts}; checks ok")
+                    if variant.key == "c":
+                        # Placement's floor in the same round, on (c)'s placements: a floor
+                        # measured once after every variant saw another load than they did
+                        # (other sessions share the cores) and made the ratios noise.
+                        for name, size in floor_sizes(batch):
+                            floors.setdefault(name, []).append(
+                                placement_floor(config, done.result.placed, size, store,
+                                                placement, project))
+                            say(f"{backend}: Placement floor, {name} ({size} per request): "
+                                f"{_rate(floors[name][-1]):.1f}/s")
         for variant in chosen:
             out["variants"][variant.key] = merge_rounds(variant.title, rounds_run[variant.key])
-        batch_placed = [p for r in rounds_run.get("c", []) for p in r.result.placed] or None
         out["rss_peak_under_run"] = sampler.peak
 
         if not only or "n" in only:
@@ -211,14 +222,16 @@ def run_suite(backend: str, run_dir: Path, hosts: int, count: int, batch: int,
             out["floor"]["cli_processes"].update(
                 batch=1, instances_per_second=cli_instances / floor_result.wall_seconds)
 
-        if batch_placed:
-            out.setdefault("floor", {})
-            for name, size in (("post_batched", batch), ("put_sequential", 1)):
-                say(f"{backend}: Placement floor, {name} ({size} per request)")
-                result: RunResult = floor.claim_batches(config, batch_placed, size)
-                out["floor"][name] = stats.summarize(result)
-                out["floor"][name]["batch"] = size
-                verify.wipe(store, placement, [p.uuid for p in result.placed], project, None)
+        for name, results in floors.items():
+            merged = RunResult()
+            for result in results:
+                merged.merge(result)
+                merged.wall_seconds += result.wall_seconds
+            out.setdefault("floor", {})[name] = stats.summarize(merged)
+            out["floor"][name].update(
+                batch=dict(floor_sizes(batch))[name],
+                rounds=[{"instances": len(r.placed), "wall_seconds": r.wall_seconds,
+                         "instances_per_second": _rate(r)} for r in results])
         store.close()
     finally:
         api_cloud.stop()
@@ -228,6 +241,23 @@ def run_suite(backend: str, run_dir: Path, hosts: int, count: int, batch: int,
             compute.stop()
         stack.stop()
     return out
+
+
+def floor_sizes(batch: int) -> tuple[tuple[str, int], ...]:
+    """Placement's floors: their names and claims per request."""
+    return (("post_batched", batch), ("put_sequential", 1))
+
+
+def placement_floor(config: dict[str, Any], placed: list[Any], size: int, store: Store,
+                    placement: PlacementClient, project: str) -> RunResult:
+    """The same placements claimed straight into Placement, `size` per request; wiped."""
+    result = floor.claim_batches(config, placed, size)
+    verify.wipe(store, placement, [p.uuid for p in result.placed], project, None)
+    return result
+
+
+def _rate(result: RunResult) -> float:
+    return len(result.placed) / result.wall_seconds if result.wall_seconds else 0.0
 
 
 def _create_to_building(rounds: list[Round]) -> dict[str, Any]:

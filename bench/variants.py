@@ -9,7 +9,8 @@
     with the scheduler service (f8s, f32s): the whole command, as users run it
 (g) warm clients through the scheduler service's queue, 1, 8 or 32 at a time (g1, g8, g32)
 (api1), (api32), (api32s) creates through the compute API (bench/api.py): one client, 32
-    client processes, 32 with the scheduler service leading
+    client processes, 32 with the scheduler service leading; (api32-1x16) 32 clients of an
+    API with 1 worker x 16 threads (the default is 2 x 8)
 """
 
 from __future__ import annotations
@@ -81,10 +82,11 @@ def queue(processes: int) -> Callable[[dict[str, Any], int], RunResult]:
     return lambda config, count: clients.run_queue(config, count, QUERY, processes)
 
 
-def through_api(cloud: api.ApiCloud, clients_at_once: int
+def through_api(cloud: api.ApiCloud, clients_at_once: int,
+                shape: tuple[int, int] | None = None
                 ) -> Callable[[dict[str, Any], int], RunResult]:
     def run(config: dict[str, Any], count: int) -> RunResult:
-        server = cloud.ensure(config)
+        server = cloud.ensure(config, shape)
         if clients_at_once == 1:
             result = api.client(server.endpoint, cloud.token, count)
         else:
@@ -127,6 +129,9 @@ def all_variants(batch: int, processes: int, profile_dir: str | None, run_dir: P
         *([Variant("api1", "API, 1 client", through_api(api_cloud, 1), cli_instances),
            Variant("api32", "API, 32 clients", through_api(api_cloud, 32)),
            Variant("api32s", "API, 32 clients, service",
-                   serving(run_dir, through_api(api_cloud, 32)))]
+                   serving(run_dir, through_api(api_cloud, 32))),
+           *[Variant(key, f"API, 32 clients, {workers} worker(s) x {threads} threads",
+                     through_api(api_cloud, 32, (workers, threads)))
+             for key, (workers, threads) in api.SHAPED.items()]]
           if api_cloud is not None else []),
     ]

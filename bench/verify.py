@@ -160,8 +160,14 @@ def wipe(store: Store, placement: PlacementClient, consumers: list[str], project
         with store.errors():
             store.client.delete_prefix(store.keys.prefix + prefix)
     if fake_instances_dir is not None and fake_instances_dir.exists():
-        shutil.rmtree(fake_instances_dir)
-        fake_instances_dir.mkdir()
+        # File by file: the compute removes the same files as it sees the specs go (a file
+        # gone meanwhile is what we wanted), and a build it finishes meanwhile writes one
+        # (rmtree stopped at either: FileNotFoundError, "Directory not empty").
+        for path in fake_instances_dir.iterdir():
+            if path.is_dir():
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                path.unlink(missing_ok=True)
     usages = project_usages(placement, project_id)
     if any(usages.values()):
         raise CheckFailed(f"allocations left after the wipe: {usages}")

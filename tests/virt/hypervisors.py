@@ -90,6 +90,15 @@ def counter_spec(image: Path, script: str = COUNTER_SCRIPT, **extra: Any) -> dic
                      **extra)
 
 
+def not_booted_again(console: str, where: str) -> None:
+    """A guest moved live is the same boot: no boot line on its new host's console. If
+    there is one, the failure shows what the console said before it (a kernel panic's
+    "Rebooting in 5 seconds" and its cause, since the test guest boots with panic=5)."""
+    at = console.find("ETCD-COMPUTE-GUEST boot")
+    assert at < 0, (f"the guest booted again on {where}; its console up to that boot:\n"
+                    + "\n".join(console[:at].splitlines()[-60:]))
+
+
 def ticks(console: str) -> list[int]:
     return [int(line.split()[-1]) for line in console.splitlines()
             if line.startswith("ETCD-COMPUTE-GUEST tick ") and line.split()[-1].isdigit()]

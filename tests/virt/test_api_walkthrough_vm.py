@@ -7,7 +7,9 @@ confirm, rebuild, event list, quota show, limits show --absolute, keypair create
 group create --policy anti-affinity, delete --wait; `etcd-compute-alt` does not find the
 server; as `etcd-compute` (admin): hypervisor list, compute service list, compute service
 set --disable (and --enable); `schedule.py list` sees the same instance; Placement holds
-nothing of the project after.
+nothing of the project after. The compute and its guest are on a hypervisor host of their
+own (tools/local_services/hypervisors.py); the commands run in one long-lived `openstack`
+per cloud (tests/openstack_shell.py).
 """
 
 from __future__ import annotations
@@ -28,10 +30,15 @@ from etcd_compute.config import deep_merge
 from etcd_compute.etcd import Store
 from etcd_compute.pki import Pki
 from etcd_compute.placement import PlacementClient
+from tests.openstack_shell import OpenStackShells
 from tests.support import REPO, run_cli, unavailable, wait_for
+from tests.virt.hypervisors import hypervisors
 from tools.local_services import cloud
 from tools.local_services.compute_api import ComputeApiServer, seed_flavors
+from tools.local_services.glance import GlanceServer
+from tools.local_services.hypervisors import ComputeHosts, Hypervisor
 from tools.local_services.keystone import KeystoneServer
+from tools.local_services.netns import netns_usable
 
 pytestmark = pytest.mark.vm
 
@@ -41,19 +48,19 @@ STEP_TIMEOUT = 300
 
 @dataclass
 class Walk:
-    clouds: Path
+    shells: OpenStackShells
     image: str
     host: str
     host_name: str
     schedule_yaml: Path
     log: list[str]
+    hypervisor: Hypervisor
 
     def osc(self, cloud_name: str, *args: str, ok: bool = True) -> subprocess.CompletedProcess:
-        """`openstack --os-cloud CLOUD ARGS...` with the test's clouds.yaml."""
-        env = {**os.environ, "OS_CLIENT_CONFIG_FILE": str(self.clouds)}
+        """`openstack --os-cloud CLOUD ARGS...` with the test's clouds.yaml (one long-lived
+        `openstack` shell per cloud runs them: tests/openstack_shell.py)."""
         started = time.monotonic()
-        done = subprocess.run([str(OPENSTACK), "--os-cloud", cloud_name, *args], env=env,
-                              capture_output=True, text=True, timeout=STEP_TIMEOUT)
+        done = self.shells.run(cloud_name, *args, timeout=STEP_TIMEOUT)
         self.log.append(f"$ openstack --os-cloud {cloud_name} {' '.join(args)}  "
                         f"({done.returncode}, {time.monotonic() - started:.1f} s)")
         if ok:
@@ -65,61 +72,70 @@ class Walk:
                         name).stdout.strip()
 
     def wait_status(self, server: str, status: str, timeout: float = STEP_TIMEOUT) -> None:
-        wait_for(lambda: self.field(server, "status") == status and
-                 self.field(server, "OS-EXT-STS:task_state") in ("None", ""),
-                 timeout=timeout, interval=1, what=f"{server} {status}")
+        def settled() -> bool:
+            shown = json.loads(self.osc("etcd-compute-demo", "server", "show", server,
+                                        "-f", "json").stdout)
+            return shown["status"] == status and shown["OS-EXT-STS:task_state"] in (None, "")
+
+        wait_for(settled, timeout=timeout, interval=1, what=f"{server} {status}")
 
 
 @pytest.fixture
-def walk(tmp_path: Path, vm_config: dict[str, Any], test_guest_image: Path,
-         compute_config: dict[str, Any], glance_config: dict[str, Any], glance_images: Any,
-         keystone_server: KeystoneServer, schedule_config: dict[str, Any], start_compute: Any,
-         store: Store, placement: PlacementClient, cluster_pki: Pki) -> Iterator[Walk]:
+def walk(tmp_path: Path, test_guest_image: Path, host_config: Any, write_yaml: Any,
+         glance_config: dict[str, Any], glance_images: Any, keystone_server: KeystoneServer,
+         glance_server: GlanceServer, schedule_config: dict[str, Any], store: Store,
+         placement: PlacementClient, cluster_pki: Pki) -> Iterator[Walk]:
     if not OPENSTACK.exists():
         unavailable(f"{OPENSTACK} is missing (make install builds .venv-clients)")
-    # The guests' lock is held (vm_config): a run that held it before may have stopped the
-    # libvirtd it had started while this one waited; start it again, stopped after.
-    from tools.local_services.libvirt import ensure_libvirtd
-    from tools.local_services.process import stop_pid
-
-    libvirt_pids = ensure_libvirtd(tmp_path / "libvirt")
+    why = netns_usable()
+    if why:
+        pytest.fail(f"the walk-through's hypervisor host needs a network namespace: {why}")
     name = f"etcd-compute-test-guest-{uuidlib.uuid4().hex[:8]}"
     glance_images(test_guest_image, name, visibility="public", architecture="x86_64",
                   hypervisor_type="qemu")
-    config = deep_merge(compute_config, {
-        "compute": {**{key: vm_config["compute"][key] for key in ("state_dir",
-                                                                  "instances_dir")},
-                    "job_timeout_seconds": 240,
-                    "inventory": {"VCPU": {"total": 8}, "MEMORY_MB": {"total": 8192},
-                                  "DISK_GB": {"total": 100}}},
-        "driver": {"name": "libvirt", "libvirt": {**vm_config["driver"]["libvirt"],
-                                                  "shutdown_timeout_seconds": 5}},
-        "glance": glance_config,
-    })
-    rp = config["compute"]["uuid"]
-    compute = start_compute(config)
-    wait_for(lambda: store.get(store.keys.alive(rp)), 60, what="compute heartbeat")
-    seed_flavors(store)
-    operator = deep_merge(schedule_config, {"glance": glance_config})
-    api_config = deep_merge(operator, {"api": {"workers": 1, "threads": 8,
-                                               "keystone_authtoken": {
-        **cloud.service_credentials(keystone_server), "auth_type": "password",
-        "cafile": keystone_server.ca_file}}})
-    api = ComputeApiServer.create(tmp_path, pki=cluster_pki)
-    api.start(api_config)
-    keystone_server.add_service("compute", "nova", api.endpoint)
-    schedule_yaml = tmp_path / "schedule.yaml"
-    schedule_yaml.write_text(json.dumps(operator))
-    log: list[str] = []
-    try:
-        yield Walk(cloud.write_clouds_yaml(keystone_server, tmp_path / "clouds.yaml"), name,
-                   rp, config["compute"]["name"], schedule_yaml, log)
-    finally:
-        print("\n".join(log))
-        api.stop()
-        compute.stop()
-        for pid in reversed(libvirt_pids):  # libvirtd before virtlogd
-            stop_pid(pid)
+    # One hypervisor host of its own (a network namespace, its libvirtd, guest network and
+    # metadata server; tools/local_services/hypervisors.py): no name of the machine's, so
+    # the walk-through runs beside the other tests' guests. Its compute reaches Keystone
+    # and Glance as it reaches etcd and Placement.
+    with hypervisors(["a"]) as hosts:
+        computes = ComputeHosts(hosts, host_config, write_yaml, tmp_path,
+                                also_reach=(keystone_server.auth_url, glance_server.endpoint))
+        try:
+            computes.configs["a"] = deep_merge(computes.configs["a"], {
+                "compute": {"inventory": {"VCPU": {"total": 8}, "MEMORY_MB": {"total": 8192},
+                                          "DISK_GB": {"total": 100}}},
+                "driver": {"libvirt": {"shutdown_timeout_seconds": 5}},
+                "glance": glance_config,
+            })
+            rp = computes.rp("a")
+            computes.start("a")
+            wait_for(lambda: store.get(store.keys.alive(rp)), 60, what="compute heartbeat")
+            seed_flavors(store)
+            operator = deep_merge(schedule_config, {"glance": glance_config})
+            api_config = deep_merge(operator, {"api": {"workers": 1, "threads": 8,
+                                                       "keystone_authtoken": {
+                **cloud.service_credentials(keystone_server), "auth_type": "password",
+                "cafile": keystone_server.ca_file}}})
+            api = ComputeApiServer.create(tmp_path, pki=cluster_pki)
+            api.start(api_config)
+            try:
+                keystone_server.add_service("compute", "nova", api.endpoint)
+                schedule_yaml = tmp_path / "schedule.yaml"
+                schedule_yaml.write_text(json.dumps(operator))
+                log: list[str] = []
+                clouds = cloud.write_clouds_yaml(keystone_server, tmp_path / "clouds.yaml")
+                shells = OpenStackShells(OPENSTACK.parent / "python",
+                                         {**os.environ, "OS_CLIENT_CONFIG_FILE": str(clouds)})
+                try:
+                    yield Walk(shells, name, rp, computes.configs["a"]["compute"]["name"],
+                               schedule_yaml, log, hosts["a"])
+                finally:
+                    shells.close()
+                    print("\n".join(log))
+            finally:
+                api.stop()
+        finally:
+            computes.close()
 
 
 # The whole walk-through (a real guest booted, stopped, started, rebooted, resized, rebuilt)
@@ -141,9 +157,7 @@ def test_the_issues_walkthrough_with_a_real_guest(walk: Walk, store: Store,
         wait_for(lambda: "ETCD-COMPUTE-GUEST" in walk.osc(demo, "console", "log", "show",
                                                           server).stdout,
                  timeout=240, interval=2, what="the guest's console")
-        import libvirt
-
-        connection = libvirt.open("qemu:///system")
+        connection = walk.hypervisor.connection()
         walk.osc(demo, "server", "stop", server)
         walk.wait_status(server, "SHUTOFF")
         assert not connection.lookupByName(server).isActive()  # the guest, not just a state

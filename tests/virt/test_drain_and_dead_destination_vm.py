@@ -21,7 +21,13 @@ from etcd_compute import events
 from etcd_compute.config import deep_merge
 from etcd_compute.instances import migrations, records
 from tests.support import wait_for
-from tests.virt.hypervisors import ComputeHosts, hypervisors, qemu_pids, ticks
+from tests.virt.hypervisors import (
+    ComputeHosts,
+    hypervisors,
+    not_booted_again,
+    qemu_pids,
+    ticks,
+)
 from tests.virt.test_migrate_command_vm import counting_guest
 from tools.local_services.hypervisors import Hypervisors
 from tools.local_services.netns import netns_usable
@@ -65,7 +71,7 @@ def counts_on_with_its_disk(host, uuid: str, marker: str) -> None:
     wait_for(lambda: len(ticks(host.console(uuid))) >= 3, 60, interval=0.2,
              what=f"{uuid} counting on {host.name}")
     assert ticks(host.console(uuid))[0] == ticks(history)[-1] + 1
-    assert "ETCD-COMPUTE-GUEST boot" not in host.console(uuid)
+    not_booted_again(host.console(uuid), host.name)
     wait_for(lambda: f"marker read {marker}" in host.console(uuid), 30, interval=0.2,
              what=f"{uuid}'s marker read back on {host.name}")
 

@@ -101,6 +101,24 @@ class Hypervisor:
         path = self.instances_dir / uuid / "console.log"
         return path.read_text(errors="replace") if path.exists() else ""
 
+    def clear(self) -> None:
+        """Back to how `add` made it: every guest destroyed by the driver (its files and
+        DHCP reservation go with it), any reservation left on the guest network released,
+        its libvirtd running (restarted if a test killed it)."""
+        if self.libvirtd.libvirtd is None or self.libvirtd.libvirtd.poll() is not None:
+            self.libvirtd.restart()
+        connection = self.connection()
+        try:
+            names = [domain.name() for domain in connection.listAllDomains()]
+            driver = self.driver()
+            for name in names:
+                driver.destroy(name)
+            net = connection.networkLookupByName(GUEST_NETWORK)
+            for mac in network.reservations(net):
+                network.release(net, mac)
+        finally:
+            connection.close()
+
 
 @dataclass
 class Hypervisors:
@@ -190,10 +208,14 @@ class ComputeHosts:
     stay 127.0.0.1). `config(name)` is what compute.py gets there; `start(name)` runs it."""
 
     def __init__(self, hosts: Hypervisors, host_config: Callable[[str], dict[str, Any]],
-                 write_yaml: Callable[[str, dict[str, Any]], Path], logs: Path):
+                 write_yaml: Callable[[str, dict[str, Any]], Path], logs: Path,
+                 also_reach: tuple[str, ...] = ()):
         """`host_config(name)`: a compute config with its etcd and Placement (endpoints on
-        127.0.0.1) and credentials; `write_yaml(file name, config)`: where it is written."""
+        127.0.0.1) and credentials; `write_yaml(file name, config)`: where it is written;
+        `also_reach`: more endpoints on 127.0.0.1 the hosts reach the same way (Keystone,
+        Glance: "https://127.0.0.1:PORT/...")."""
         self.hosts, self.write_yaml, self.logs = hosts, write_yaml, logs
+        self.also_reach = also_reach
         self.configs: dict[str, dict[str, Any]] = {}
         self.daemons: dict[str, subprocess.Popen[bytes]] = {}
         self._forwarders: list[subprocess.Popen[bytes]] = []
@@ -204,10 +226,11 @@ class ComputeHosts:
     def _add(self, name: str, host_config: Callable[[str], dict[str, Any]]) -> None:
         host = self.hosts[name]
         config = host_config(f"host-{name}")
-        for service in ("etcd", "placement"):
-            endpoint = (config["etcd"]["endpoints"][0] if service == "etcd"
-                        else config["placement"]["endpoint"])
-            address, port = endpoint.split("://")[-1].rstrip("/").rsplit(":", 1)
+        endpoints = {"etcd": config["etcd"]["endpoints"][0],
+                     "placement": config["placement"]["endpoint"],
+                     **{endpoint: endpoint for endpoint in self.also_reach}}
+        for service, endpoint in endpoints.items():
+            address, port = endpoint.split("://")[-1].split("/")[0].rsplit(":", 1)
             if not any(p.port == int(port) for p in self._proxies):
                 self._proxies.append(CuttableProxy(address, int(port), int(port),
                                                    self.hosts.net.gateway).start())

@@ -288,7 +288,8 @@ def create(api: Backend, req: ApiRequest) -> webob.Response:
     if min_count > max_count:
         raise bad_request("min_count must be <= max_count")
     metadata = asked.get("metadata") or {}
-    allowed_items = api.quotas.limits(context.project_id)["metadata_items"]
+    limits = api.quotas.limits(context.project_id)  # once per create: two etcd reads
+    allowed_items = limits["metadata_items"]
     if 0 <= allowed_items < len(metadata):
         raise Fault(403, f"Quota exceeded for metadata_items: Requested {len(metadata)}, but "
                          f"already used 0 of {allowed_items} metadata_items")
@@ -306,7 +307,7 @@ def create(api: Backend, req: ApiRequest) -> webob.Response:
         public_key=key.public_key if key else None, metadata=metadata,
         availability_zone=zone, extra_query=query, access_ipv4=asked.get("accessIPv4"),
         access_ipv6=asked.get("accessIPv6"), tags=asked.get("tags"), group=group,
-        group_members_limit=api.quotas.limits(context.project_id)["server_group_members"],
+        group_members_limit=limits["server_group_members"], limits=limits,
         network=asked.get("networks") != "none")
     try:
         docs, reservation = api.builds.create(build)

@@ -60,6 +60,8 @@ class Build:
     # The server group it joins, and how many members that group may have (-1: any).
     group: ServerGroup | None = None
     group_members_limit: int = -1
+    # The project's quota limits as the handler read them (None: read them here).
+    limits: dict[str, int] | None = None
     # False: no network interface (networks "none"); else the hosts' network (auto).
     network: bool = True
 
@@ -111,7 +113,7 @@ class Builds:
         template = self._template(build, now)
         flavor = build.flavor
         with self.quotas.reserve(build.project_id, build.user_id, uuids, flavor.vcpus,
-                                 flavor.ram, build.min_count) as reservation:
+                                 flavor.ram, build.min_count, build.limits) as reservation:
             chosen = reservation.consumers
             self._check_group(build, len(chosen))
             group = build.group

@@ -254,11 +254,13 @@ class Quotas:
 
     @contextmanager
     def reserve(self, project_id: str, user_id: str, consumers: list[str],
-                vcpus: int, ram: int, min_count: int) -> Iterator[Reservation]:
+                vcpus: int, ram: int, min_count: int,
+                limits: dict[str, int] | None = None) -> Iterator[Reservation]:
         """Count the create (its `consumers`, each `vcpus` and `ram`) against the
         project's quota and hold its place until the block ends: OverQuota when fewer
-        than `min_count` of them fit. The reservation names as many consumers as fit."""
-        limits = self.limits(project_id)
+        than `min_count` of them fit. The reservation names as many consumers as fit.
+        `limits`: the project's, as the caller read them for this request."""
+        limits = limits or self.limits(project_id)
         # A user's own limits (legacy per-user quotas) count the user's part as well.
         user_limits = self._own_user(project_id, user_id)
         user_limits = {**limits, **user_limits} if any(

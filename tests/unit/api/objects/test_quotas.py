@@ -117,3 +117,20 @@ def test_unlimited_projects_hold_no_reservation_and_far_limits_need_no_exact_cou
         with kept.reserve("p1", "u1", [str(uuidlib.uuid4())], 1, 256, 1):
             kept.recheck(first)
     assert looked == []  # far from the limits: no claim was looked up
+
+
+def test_a_reservation_counts_against_the_limits_its_create_read():
+    """The handler reads the project's limits once per create and hands them on: the
+    reservation is admitted against those (and records them for the recheck)."""
+    kept, store, _ = quotas(instances=3)
+    reads = []
+    real = kept.limits
+    kept.limits = lambda project: reads.append(project) or real(project)  # type: ignore[method-assign]
+    limits = real("p1")
+    with kept.reserve("p1", "u1", [str(uuidlib.uuid4())], 1, 256, 1, limits) as reservation:
+        assert reservation.limits == limits
+    assert reads == []
+    with pytest.raises(OverQuota):
+        with kept.reserve("p1", "u1", [str(uuidlib.uuid4()) for _ in range(2)], 1, 256, 2,
+                          {**limits, "instances": 1}):
+            pass
