@@ -58,6 +58,7 @@ SIMPLE_TENANT_USAGE = "os_compute_api:os-simple-tenant-usage:%s"
 AUDIT_LOG = "os_compute_api:os-instance-usage-audit-log:%s"
 MIGRATIONS = "os_compute_api:os-migrations:index"
 EXTERNAL_EVENTS = "os_compute_api:os-server-external-events:create"
+SUSPEND_SERVER = "os_compute_api:os-suspend-server:%s"
 SECURITY_GROUPS = "os_compute_api:os-security-groups:%s"
 
 BASE = [
@@ -99,6 +100,8 @@ RULES = [
     (SERVERS % "create_image:allow_volume_backed", PROJECT_MEMBER_OR_ADMIN),
     (SERVERS % "start", PROJECT_MEMBER_OR_ADMIN),
     (SERVERS % "stop", PROJECT_MEMBER_OR_ADMIN),
+    (SUSPEND_SERVER % "suspend", PROJECT_MEMBER_OR_ADMIN),
+    (SUSPEND_SERVER % "resume", PROJECT_MEMBER_OR_ADMIN),
     (CONSOLE_OUTPUT, PROJECT_MEMBER_OR_ADMIN),
     (SERVER_METADATA % "index", PROJECT_READER_OR_ADMIN),
     (SERVER_METADATA % "show", PROJECT_READER_OR_ADMIN),

@@ -1,6 +1,6 @@
-"""schedule.py's actions on an instance: stop, start, reboot, rebuild, resize (and the
-confirm or revert of a resize the compute API holds); migrate (to another host, live or
-cold) and migrate-abort; its events.
+"""schedule.py's actions on an instance: stop, start, suspend, resume, reboot, rebuild,
+resize (and the confirm or revert of a resize the compute API holds); migrate (to another
+host, live or cold) and migrate-abort; its events.
 
 Each is refused before anything is written when the instance's state does not allow it
 (exit 1), else written into its host's spec; --wait follows it until its host has done
@@ -19,6 +19,9 @@ UUID_WORDS = "expected exactly one instance uuid"
 SUMMARIES = {
     "stop": "power an instance off (SHUTOFF); its disk, claim and IP are kept",
     "start": "power a stopped instance on again",
+    "suspend": "stop an instance keeping its memory on its host's disk (SUSPENDED); its "
+               "disk, claim and IP are kept",
+    "resume": "run a suspended instance again from the memory suspend kept",
     "reboot": "restart an instance's guest (asked first, or at once with --hard)",
     "rebuild": "a fresh disk from its image (or --image), same uuid, IP, claim and host",
     "resize": "a new size (resources=... only) on the same host, claimed first",
@@ -69,7 +72,7 @@ def add_commands(commands: Commands) -> None:
 
 
 def cmd_action(args: argparse.Namespace, config: dict[str, Any]) -> int:
-    """stop|start|reboot|rebuild UUID, resize QUERY UUID."""
+    """stop|start|suspend|resume|reboot|rebuild UUID, resize QUERY UUID."""
     from etcd_compute.ops import lifecycle, operations
 
     action = args.command

@@ -25,8 +25,10 @@ from etcd_compute.instances import states
 
 LOG = logging.getLogger("etcd_compute.compute")
 
-# What a drain may take away from this host (a stopped one is built again stopped).
-EVACUABLE = (states.SCHEDULED, states.BUILDING, states.ACTIVE, states.SHUTOFF)
+# What a drain may take away from this host (a stopped or suspended one is built again
+# stopped).
+EVACUABLE = (states.SCHEDULED, states.BUILDING, states.ACTIVE, states.SHUTOFF,
+             states.SUSPENDED)
 
 
 def instance_log(uuid: str) -> logging.LoggerAdapter:

@@ -67,6 +67,11 @@ def act(spec: dict[str, Any], task: dict[str, Any]) -> dict[str, Any]:
         return {}
     if action == states.START:
         return driver().start(uuid)
+    if action == states.SUSPEND:
+        driver().suspend(uuid)
+        return {}
+    if action == states.RESUME:
+        return driver().resume(uuid)
     if action == states.REBOOT:
         return driver().reboot(uuid, bool(task.get("hard")))
     # Rebuild and resize leave the guest powered as it was when the action began; a snapshot

@@ -80,6 +80,15 @@ class Driver(abc.ABC):
         """Power the guest on; `{"ip": ...}` as far as known now."""
 
     @abc.abstractmethod
+    def suspend(self, uuid: str) -> None:
+        """Stop the guest keeping its memory on this host's disk (Nova's suspend); done
+        already if it was suspended."""
+
+    @abc.abstractmethod
+    def resume(self, uuid: str) -> dict[str, Any]:
+        """Run the suspended guest again from the memory `suspend` kept; `{"ip": ...}`."""
+
+    @abc.abstractmethod
     def reboot(self, uuid: str, hard: bool) -> dict[str, Any]:
         """Restart the guest: soft (asked, then hard after the timeout) or hard at once."""
 

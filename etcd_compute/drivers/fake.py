@@ -299,6 +299,24 @@ class FakeDriver(FakeMoves, Driver):
         self._set_running(uuid, True)
         return {"ip": self._address(uuid)}
 
+    def suspend(self, uuid: str) -> None:
+        instance = self._begin(uuid, "suspend")
+        if instance.get("suspended"):
+            return  # done already (a job run again after a restart)
+        if not instance.get("running", True):
+            raise BuildError("suspend: the guest is not running")
+        self._set_running(uuid, False)
+        self._save(uuid, {**self._load(uuid), "suspended": True})
+
+    def resume(self, uuid: str) -> dict[str, Any]:
+        instance = self._begin(uuid, "resume")
+        # The flag says the memory was kept: resumed, not booted (tests read it).
+        self._save(uuid, {**instance, "suspended": False,
+                          "resumes": int(instance.get("resumes", 0)) + bool(
+                              instance.get("suspended"))})
+        self._set_running(uuid, True)
+        return {"ip": self._address(uuid)}
+
     def reboot(self, uuid: str, hard: bool) -> dict[str, Any]:
         self._begin(uuid, "reboot")
         self._set_running(uuid, False)

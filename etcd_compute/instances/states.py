@@ -7,8 +7,10 @@
 
     ACTIVE  -stop->    STOPPING   -> SHUTOFF      SHUTOFF -start-> STARTING -> ACTIVE
     ACTIVE  -reboot->  REBOOTING  -> ACTIVE
+    ACTIVE  -suspend-> SUSPENDING -> SUSPENDED  SUSPENDED -resume-> RESUMING -> ACTIVE
     ACTIVE|SHUTOFF -rebuild-> REBUILDING -> as it was;  -resize-> RESIZING -> as it was
-    ACTIVE|SHUTOFF -snapshot-> SNAPSHOTTING -> as it was (a running guest keeps running)
+    ACTIVE|SHUTOFF|SUSPENDED -snapshot-> SNAPSHOTTING -> as it was (a running guest keeps
+        running)
     ACTIVE|SHUTOFF -migrate-> MIGRATING -> MIGRATED (the guest left: the controller hands
         the instance over to the destination's INCOMING record) | as it was (failed)
 
@@ -37,6 +39,12 @@ RESCHEDULING = "RESCHEDULING"
 # An operator's action running on the host (the record's `task` says which).
 STOPPING = "STOPPING"
 STARTING = "STARTING"
+# Suspended (Nova's suspend, libvirt's managed save): the guest stopped with its memory kept
+# on the host's disk, restored by resume; its disk, claim and IP are kept, as SHUTOFF's. A
+# state of its own, not SHUTOFF: only resume (or destroy) may follow, never start.
+SUSPENDED = "SUSPENDED"
+SUSPENDING = "SUSPENDING"
+RESUMING = "RESUMING"
 REBOOTING = "REBOOTING"
 REBUILDING = "REBUILDING"
 RESIZING = "RESIZING"
@@ -53,35 +61,40 @@ MIGRATING = "MIGRATING"
 MIGRATED = "MIGRATED"
 INCOMING = "INCOMING"
 
-STATES = (SCHEDULED, BUILDING, ACTIVE, SHUTOFF, STOPPING, STARTING, REBOOTING, REBUILDING,
-          RESIZING, SNAPSHOTTING, MIGRATING, MIGRATED, INCOMING, RESCHEDULING, ERROR,
+STATES = (SCHEDULED, BUILDING, ACTIVE, SHUTOFF, STOPPING, STARTING, SUSPENDED, SUSPENDING,
+          RESUMING, REBOOTING, REBUILDING, RESIZING, SNAPSHOTTING, MIGRATING, MIGRATED,
+          INCOMING, RESCHEDULING, ERROR,
           DELETING, DELETED)
 # States `schedule.py --wait` stops at (ACTIVE can still change: destroy).
 FINAL = frozenset({ACTIVE, ERROR, DELETED})
 # An operator's action in progress.
-TRANSIENT = frozenset({STOPPING, STARTING, REBOOTING, REBUILDING, RESIZING, SNAPSHOTTING,
-                       MIGRATING})
+TRANSIENT = frozenset({STOPPING, STARTING, SUSPENDING, RESUMING, REBOOTING, REBUILDING,
+                       RESIZING, SNAPSHOTTING, MIGRATING})
 # States in which a driver may hold the instance (a cold move's source keeps its stopped
 # copy until the hand-over; a destination may run the guest before it).
-LIVE = frozenset({BUILDING, ACTIVE, SHUTOFF, DELETING, MIGRATED, INCOMING}) | TRANSIENT
+LIVE = frozenset({BUILDING, ACTIVE, SHUTOFF, SUSPENDED, DELETING, MIGRATED, INCOMING}) | TRANSIENT
 
 STOP, START, REBOOT, REBUILD, RESIZE, SNAPSHOT, MIGRATE, DESTROY = (
     "stop", "start", "reboot", "rebuild", "resize", "snapshot", "migrate", "destroy")
+SUSPEND, RESUME = "suspend", "resume"
 # The destination's side of a move (a spec action, never an operator's).
 INCOMING_ACTION = "incoming"
 # An operator's action: the state it passes through, the states it may start from.
 ACTIONS: dict[str, tuple[str, frozenset[str]]] = {
     STOP: (STOPPING, frozenset({ACTIVE})),
     START: (STARTING, frozenset({SHUTOFF})),
+    SUSPEND: (SUSPENDING, frozenset({ACTIVE})),
+    RESUME: (RESUMING, frozenset({SUSPENDED})),
     REBOOT: (REBOOTING, frozenset({ACTIVE})),
     REBUILD: (REBUILDING, frozenset({ACTIVE, SHUTOFF})),
     RESIZE: (RESIZING, frozenset({ACTIVE, SHUTOFF})),
-    SNAPSHOT: (SNAPSHOTTING, frozenset({ACTIVE, SHUTOFF})),
+    # Nova snapshots a suspended server too: its disk, copied while the guest is saved.
+    SNAPSHOT: (SNAPSHOTTING, frozenset({ACTIVE, SHUTOFF, SUSPENDED})),
     MIGRATE: (MIGRATING, frozenset({ACTIVE, SHUTOFF})),
 }
 # Where a successful action ends; rebuild, resize and snapshot end as they started (a move
 # ends MIGRATED, TRANSITIONS below).
-ENDS = {STOP: SHUTOFF, START: ACTIVE, REBOOT: ACTIVE}
+ENDS = {STOP: SHUTOFF, START: ACTIVE, SUSPEND: SUSPENDED, RESUME: ACTIVE, REBOOT: ACTIVE}
 
 # Allowed moves (README's "Instance states" has them pair by pair); None is "no record
 # yet" (a spec written without one, or unreadable). From an action's state: where the
@@ -102,9 +115,13 @@ TRANSITIONS: dict[str | None, frozenset[str]] = {
     RESCHEDULING: frozenset({SCHEDULED, ERROR, DELETING, DELETED}),
     # -> SHUTOFF / ACTIVE without an action: the hypervisor saw the guest stop or start.
     ACTIVE: frozenset({SCHEDULED, RESCHEDULING, ERROR, DELETING, DELETED, SHUTOFF, STOPPING,
-                       REBOOTING, REBUILDING, RESIZING, SNAPSHOTTING, MIGRATING}),
+                       SUSPENDING, REBOOTING, REBUILDING, RESIZING, SNAPSHOTTING, MIGRATING}),
     SHUTOFF: frozenset({SCHEDULED, RESCHEDULING, ERROR, DELETING, DELETED, ACTIVE, STARTING,
                         REBUILDING, RESIZING, SNAPSHOTTING, MIGRATING}),
+    # Resumed, or evacuated (its host died: built again elsewhere, powered off, its memory
+    # lost with the host), or destroyed. The hypervisor's reports do not move it.
+    SUSPENDED: frozenset({SCHEDULED, RESCHEDULING, ERROR, DELETING, DELETED, RESUMING,
+                          SNAPSHOTTING}),
     **_ENDS_OF_AN_ACTION,
     # The guest left: MIGRATED, the controller hands the instance over.
     MIGRATING: _ENDS_OF_AN_ACTION[MIGRATING] | {MIGRATED},
@@ -148,11 +165,13 @@ def check_action(state: str | None, action: str, uuid: str = "") -> None:
 
 
 def wants_stopped(record: dict[str, Any] | None, spec: dict[str, Any]) -> bool:
-    """Whether the instance should be powered off when built again (elsewhere): stopped,
-    being stopped, or in an action that started from SHUTOFF; a build keeps its spec's."""
+    """Whether the instance should be powered off when built again (elsewhere): stopped or
+    suspended (its memory is lost with its host), being stopped or suspended, or in an
+    action that started from SHUTOFF; a build keeps its spec's."""
     if record is None or record["state"] in (SCHEDULED, BUILDING, RESCHEDULING):
         return bool(spec.get("stopped"))
     task = record.get("task")
     if record["state"] in TRANSIENT and task:
-        return task["action"] == STOP or (task["action"] != START and task["from"] == SHUTOFF)
-    return record["state"] == SHUTOFF
+        return task["action"] in (STOP, SUSPEND) or \
+            (task["action"] not in (START, RESUME) and task["from"] in (SHUTOFF, SUSPENDED))
+    return record["state"] in (SHUTOFF, SUSPENDED)

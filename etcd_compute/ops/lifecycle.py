@@ -1,7 +1,8 @@
-"""The operator's lifecycle actions on the instance's host: stop, start, reboot, rebuild, resize,
-snapshot.
+"""The operator's lifecycle actions on the instance's host: stop, start, suspend, resume,
+reboot, rebuild, resize, snapshot.
 
     schedule.py stop UUID | start UUID | reboot [--hard] UUID | rebuild [--image URL] UUID
+    schedule.py suspend UUID | resume UUID
     schedule.py resize QUERY UUID
     schedule.py events UUID
 
@@ -55,8 +56,8 @@ from etcd_compute.scheduler.spec import IMAGE_URL, operator_name
 
 ATTEMPTS = 5
 # The actions asked here (a move to another host: ops/migrations.py).
-ACTIONS = (states.STOP, states.START, states.REBOOT, states.REBUILD, states.RESIZE,
-           states.SNAPSHOT)
+ACTIONS = (states.STOP, states.START, states.SUSPEND, states.RESUME, states.REBOOT,
+           states.REBUILD, states.RESIZE, states.SNAPSHOT)
 
 
 class NoRoom(EtcdComputeError):

@@ -134,7 +134,14 @@ def drain(store: KeyValueStore, placement: PlacementClient, host: str, timeout: 
                      "once its action is done)")
             continue
         if spec is None or record["state"] not in (states.SCHEDULED, states.BUILDING,
-                                                   states.ACTIVE, states.SHUTOFF):
+                                                   states.ACTIVE, states.SHUTOFF,
+                                                   states.SUSPENDED):
+            continue
+        if mode != REBUILD and record["state"] == states.SUSPENDED:
+            # Nova moves no suspended server: its memory is in this host's managed save.
+            summary["left"] += 1
+            progress(f"{uuid} left on {provider['name']} (SUSPENDED: resume it and drain "
+                     "again, or drain --mode rebuild, which builds it again stopped)")
             continue
         if mode != REBUILD and record["state"] in (states.ACTIVE, states.SHUTOFF):
             moves.append((uuid, mode == LIVE and record["state"] == states.ACTIVE))

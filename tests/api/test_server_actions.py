@@ -1,6 +1,7 @@
 """Server actions through the real API with openstacksdk, a fake-driver compute doing them:
-stop, start, hard reboot, rebuild, a resize held in Placement until confirmed (and one
-reverted), the console output, the instance actions; nothing left in Placement after."""
+stop, start, suspend, resume, hard reboot, rebuild, a resize held in Placement until
+confirmed (and one reverted), the console output, the instance actions; nothing left in
+Placement after."""
 
 from __future__ import annotations
 
@@ -57,6 +58,41 @@ def test_power_actions_and_rebuild_show_novas_states(cloud: Cloud) -> None:
     finally:
         conn.compute.delete_server(server)
         conn.compute.wait_for_delete(server, wait=60, interval=0.3)
+    wait_for(lambda: not cloud.usage("demo"), timeout=30, what="the claim freed")
+
+
+def test_suspend_keeps_the_guest_and_resume_runs_it_again_as_novas(cloud: Cloud) -> None:
+    import json
+
+    conn = cloud.connect("demo")
+    server = boot(conn, "sleeper")
+    # The fake hypervisor's file of the guest (compute's state_dir, beside compute.log).
+    guest = cloud.compute.log_path.parent / "state" / "fake-instances" / f"{server.id}.json"
+    try:
+        conn.compute.suspend_server(server)
+        suspended = settle(cloud, conn, server, "SUSPENDED")
+        assert (suspended.vm_state, suspended.power_state) == ("suspended", 4)
+        assert json.loads(guest.read_text())["suspended"] is True
+        # Nova's check_instance_state: only resume (or delete) from suspended.
+        for refused in (conn.compute.start_server, conn.compute.stop_server,
+                        conn.compute.suspend_server):
+            with pytest.raises(Exception, match="while it is in vm_state suspended"):
+                refused(server)
+        conn.compute.resume_server(server)
+        resumed = settle(cloud, conn, server, "ACTIVE")
+        assert (resumed.vm_state, resumed.power_state) == ("active", 1)
+        saved = json.loads(guest.read_text())
+        assert saved["suspended"] is False and saved["resumes"] == 1  # restored, not booted
+        with pytest.raises(Exception, match="while it is in vm_state active"):
+            conn.compute.resume_server(server)
+        actions = [a.action for a in conn.compute.server_actions(server)]
+        assert actions[:3] == ["resume", "suspend", "create"]
+        conn.compute.suspend_server(server)
+        settle(cloud, conn, server, "SUSPENDED")
+    finally:
+        conn.compute.delete_server(server)  # from SUSPENDED: its saved memory goes too
+        conn.compute.wait_for_delete(server, wait=60, interval=0.3)
+    assert not guest.exists()
     wait_for(lambda: not cloud.usage("demo"), timeout=30, what="the claim freed")
 
 

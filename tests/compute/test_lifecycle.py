@@ -9,6 +9,8 @@ from __future__ import annotations
 import threading
 from typing import Any
 
+import pytest
+
 from etcd_compute import messages
 from etcd_compute.config import deep_merge
 from etcd_compute.errors import EtcdComputeError
@@ -277,9 +279,11 @@ def test_a_kill9_during_an_action_is_resumed_and_a_stopped_instance_stays_stoppe
     assert [e["result"] for e in log_of(store, stopping)] == ["success", "success"]
 
 
+@pytest.mark.parametrize("action", ["stop", "suspend"])
 def test_a_stopped_instance_is_moved_stopped_by_a_drain_and_by_its_hosts_death(
         start_compute, start_controller, compute_config, host_config, schedule_config,
-        store, placement, run_schedule):
+        store, placement, run_schedule, action):
+    """A suspended one too: its memory stays with the host, so it is built again off."""
     from tests.compute.test_host_failure import fast_controller, rp_of
 
     a, b = compute_config, host_config("host-b")
@@ -291,7 +295,15 @@ def test_a_stopped_instance_is_moved_stopped_by_a_drain_and_by_its_hosts_death(
     wait_for(lambda: store.get(store.keys.leader()), 20, what="a controller to lead")
     uuid = schedule(schedule_config, store, query=QUERY)[0]
     first, second = (a, b) if record(store, uuid)["host"] == rp_of(a) else (b, a)
-    assert ask(store, placement, uuid, "stop").ok
+    assert ask(store, placement, uuid, action).ok
+    if action == "suspend":
+        assert record(store, uuid)["state"] == "SUSPENDED"
+        # A live drain (the default) moves no suspended instance: left, said why.
+        left = run_schedule("host", "drain", first["compute"]["name"])
+        assert "left on" in left.stdout + left.stderr and "SUSPENDED: resume it" in \
+            left.stdout + left.stderr, (left.stdout, left.stderr)
+        assert record(store, uuid)["state"] == "SUSPENDED"
+        assert run_schedule("host", "enable", first["compute"]["name"]).code == 0
     # Rebuilt elsewhere (a drain moves it cold by default: tests/compute/test_migration.py).
     drained = run_schedule("host", "drain", first["compute"]["name"], "--mode", "rebuild")
     assert drained.code == 0, drained.stderr
@@ -307,7 +319,7 @@ def test_a_stopped_instance_is_moved_stopped_by_a_drain_and_by_its_hosts_death(
     ran = [(u, e, h) for _at, u, e, h in timeline([a, b]) if u == uuid and e == "run"]
     assert ran == [(uuid, "run", rp_of(first))]  # only its first build ever ran
     assert [e["action"] for e in log_of(store, uuid)] == [
-        "create", "stop", "evacuate", "reschedule", "build", "recover", "build"]
+        "create", action, "evacuate", "reschedule", "build", "recover", "build"]
     assert claimed(placement, uuid) == {"VCPU": 1, "MEMORY_MB": 64, "DISK_GB": 1}
 
 

@@ -147,3 +147,76 @@ def test_one_guest_through_every_action(vm_config: dict[str, Any], test_guest_im
         if uuid in {d.name() for d in connection.listAllDomains()}:
             run_schedule("destroy", uuid, "--wait", timeout=60)
         connection.close()
+
+
+# A counter on the console, once a second, from the guest's user-data.
+COUNTING = """#!/bin/sh
+. /etc/guest-functions
+n=0
+while true; do n=$((n + 1)); say "tick $n"; sleep 1; done
+"""
+
+
+def ticks(console: str) -> list[int]:
+    return [int(line.split()[-1]) for line in console.splitlines()
+            if line.startswith("ETCD-COMPUTE-GUEST tick ") and line.split()[-1].isdigit()]
+
+
+def test_a_suspended_guest_resumes_counting_where_it_stopped(
+        vm_config: dict[str, Any], test_guest_image: Path, compute_config: dict[str, Any],
+        start_compute, run_schedule, store, placement, tmp_path: Path) -> None:
+    """suspend is libvirt's managed save: the guest's memory on the host's disk, the domain
+    shut off; resume restores it, so its counter goes on instead of starting again."""
+    config = libvirt_compute(vm_config, compute_config)
+    rp = config["compute"]["uuid"]
+    instances_dir = Path(config["compute"]["instances_dir"])
+    compute = start_compute(config)
+    wait_for(lambda: store.get(store.keys.alive(rp)), 60, what="compute heartbeat")
+    script = tmp_path / "user-data"
+    script.write_text(COUNTING)
+    placed = run_schedule("resources=VCPU:1,MEMORY_MB:128,DISK_GB:1", "--image",
+                          f"file://{test_guest_image}", "--user-data", str(script),
+                          timeout=120)
+    assert placed.code == 0, placed.stderr
+    uuid = placed.stdout.split()[-1]
+    connection = libvirt.open("qemu:///system")
+    try:
+        wait_state(store, uuid, "ACTIVE", timeout=180)
+        wait_for(lambda: len(ticks(guest_console(instances_dir, uuid))) >= 3, 120,
+                 interval=0.5, what="the guest counting")
+        done = run_schedule("suspend", uuid, "--wait", timeout=120)
+        assert done.code == 0, done.stderr
+        counted = max(ticks(guest_console(instances_dir, uuid)))
+        assert record(store, uuid)["state"] == "SUSPENDED"
+        domain = connection.lookupByName(uuid)
+        assert not domain.isActive() and domain.hasManagedSaveImage(0)
+        assert placement.get_usages(rp) == START  # suspended, not gone: it keeps its claim
+        refused = run_schedule("start", uuid, timeout=60)
+        assert refused.code == 1 and "is SUSPENDED: start is not allowed now (allowed: " \
+            "resume, snapshot, destroy)" in refused.stderr, refused.stderr
+        time.sleep(3)  # the guest's clock stops with it: no tick is lost, none is printed
+
+        done = run_schedule("resume", uuid, "--wait", timeout=120)
+        assert done.code == 0, done.stderr
+        assert record(store, uuid)["state"] == "ACTIVE" and domain.isActive()
+        assert not domain.hasManagedSaveImage(0)
+        # The console log starts again with the restored qemu: only what came after.
+        after = wait_for(lambda: (lambda seen: seen if seen and max(seen) > counted + 2
+                                  else None)(ticks(guest_console(instances_dir, uuid))),
+                         60, interval=0.5, what="the resumed guest counting on")
+        assert min(after) > counted, (counted, after)  # on from where it was, not from 1
+        assert "ETCD-COMPUTE-GUEST boot" not in guest_console(instances_dir, uuid)
+
+        run_schedule("suspend", uuid, "--wait", timeout=120)
+        assert connection.lookupByName(uuid).hasManagedSaveImage(0)
+        assert run_schedule("destroy", uuid, "--wait", timeout=60).code == 0
+        with pytest.raises(libvirt.libvirtError):
+            connection.lookupByName(uuid)  # its managed-save image removed with it
+        assert not Path(f"/var/lib/libvirt/qemu/save/{uuid}.save").exists()
+        assert [e["action"] for e in lifecycle.instance_events(store, uuid)] == [
+            "create", "suspend", "resume", "suspend", "destroy"]
+        assert "Traceback" not in compute.log()
+    finally:
+        if uuid in {d.name() for d in connection.listAllDomains()}:
+            run_schedule("destroy", uuid, "--wait", timeout=60)
+        connection.close()

@@ -24,7 +24,7 @@ COMPUTE_FEATURES: dict[str, tuple[bool, str]] = {
     "change_password": (False, "no admin password is set in a guest"),
     "enable_instance_password": (False, "no admin password is set, so none is returned"),
     "pause": (False, "no pause action"),
-    "suspend": (False, "no suspend action"),
+    "suspend": (True, "suspend and resume: libvirt's managed save (SUSPENDED)"),
     "shelve": (False, "no shelve action"),
     "shelve_migrate": (False, "no shelve action"),
     "rescue": (False, "no rescue action"),

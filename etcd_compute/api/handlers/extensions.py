@@ -74,6 +74,7 @@ SERVED = (
     ("os-server-start-stop", "ServerStartStop", "Start/Stop instance compute API support."),
     ("os-services", "Services", "Services support."),
     ("os-simple-tenant-usage", "SimpleTenantUsage", "Simple tenant usage extension."),
+    ("os-suspend-server", "SuspendServer", "Enable suspend/resume server actions."),
     ("os-used-limits", "UsedLimits", "Provide data on limited resources that are being used."),
     ("os-used-limits-for-admin", "UsedLimitsForAdmin",
      "Provide data to admin on limited resources used by other tenants."),

@@ -1,7 +1,7 @@
-"""POST /servers/{id}/action: os-start, os-stop, reboot, rebuild, resize, confirmResize,
-revertResize, createImage, createBackup, os-getConsoleOutput, os-migrateLive, migrate
-(Nova's servers, create-backup, console-output and migrate-server controllers); the
-actions that change only the API's view are `server_admin_actions.py`'s.
+"""POST /servers/{id}/action: os-start, os-stop, suspend, resume, reboot, rebuild, resize,
+confirmResize, revertResize, createImage, createBackup, os-getConsoleOutput, os-migrateLive,
+migrate (Nova's servers, suspend-server, create-backup, console-output and migrate-server
+controllers); the actions that change only the API's view are `server_admin_actions.py`'s.
 
 As Nova: the body names one action (an unknown one is 400 "There is no such action"),
 its schema is checked first (400), then the server (404 for another project's), the
@@ -80,6 +80,22 @@ def stop(api: Backend, req: ApiRequest, server_id: str, body: Any) -> webob.Resp
     server = checks.server_for(api, req, server_id, policy.SERVERS % "stop")
     checks.check_state(server, "stop", {"active", "error"})
     checks.asked(lambda: api.actions.stop(server, checks.caller(req)))
+    return empty_response(202)
+
+
+def suspend(api: Backend, req: ApiRequest, server_id: str, body: Any) -> webob.Response:
+    validation.body(schema.suspend, body)
+    server = checks.server_for(api, req, server_id, policy.SUSPEND_SERVER % "suspend")
+    checks.check_state(server, "suspend", {"active"})
+    checks.asked(lambda: api.actions.suspend(server, checks.caller(req)))
+    return empty_response(202)
+
+
+def resume(api: Backend, req: ApiRequest, server_id: str, body: Any) -> webob.Response:
+    validation.body(schema.resume, body)
+    server = checks.server_for(api, req, server_id, policy.SUSPEND_SERVER % "resume")
+    checks.check_state(server, "resume", {"suspended"})
+    checks.asked(lambda: api.actions.resume(server, checks.caller(req)))
     return empty_response(202)
 
 
@@ -312,7 +328,8 @@ def console_output(api: Backend, req: ApiRequest, server_id: str, body: Any
 
 ACTIONS: dict[str, Action] = {
     **server_admin_actions.ACTIONS,
-    "os-start": start, "os-stop": stop, "reboot": reboot, "rebuild": rebuild,
+    "os-start": start, "os-stop": stop, "suspend": suspend, "resume": resume,
+    "reboot": reboot, "rebuild": rebuild,
     "resize": resize, "confirmResize": confirm_resize, "revertResize": revert_resize,
     "os-getConsoleOutput": console_output, "createImage": create_image,
     "createBackup": create_backup,

@@ -86,6 +86,14 @@ class ServerActions:
         lifecycle.request(self.store, self.placement, server.uuid, states.STOP,
                           also=self._view(server, self._task("stop")), by=by)
 
+    def suspend(self, server: Server, by: str) -> None:
+        lifecycle.request(self.store, self.placement, server.uuid, states.SUSPEND,
+                          also=self._view(server, self._task("suspend")), by=by)
+
+    def resume(self, server: Server, by: str) -> None:
+        lifecycle.request(self.store, self.placement, server.uuid, states.RESUME,
+                          also=self._view(server, self._task("resume")), by=by)
+
     def reboot(self, server: Server, hard: bool, by: str) -> None:
         """A hard reboot of a stopped server powers it on, as Nova's does (our start)."""
         if hard and server.state == states.SHUTOFF:

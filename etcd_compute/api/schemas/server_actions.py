@@ -18,6 +18,8 @@ def _bare(name: str) -> dict[str, Any]:
 
 start = _bare("os-start")
 stop = _bare("os-stop")
+suspend = _bare("suspend")
+resume = _bare("resume")
 confirm_resize = _bare("confirmResize")
 revert_resize = _bare("revertResize")
 

@@ -9,6 +9,9 @@ Our states map to Nova's vm_state, task_state and power_state, and those to Nova
     SHUTOFF                  stopped / -       shutdown      SHUTOFF
     STOPPING                 active / powering-off           ACTIVE
     STARTING                 stopped / powering-on           SHUTOFF
+    SUSPENDED                suspended / -     shutdown      SUSPENDED
+    SUSPENDING               active / suspending             ACTIVE
+    RESUMING                 suspended / resuming            SUSPENDED
     REBOOTING                active / rebooting[_hard]       REBOOT, HARD_REBOOT
     REBUILDING               (as it was) / rebuilding        REBUILD
     RESIZING                 (as it was) / resize_migrating  RESIZE
@@ -26,7 +29,8 @@ task_state) until the instance moves on (README "The compute API").
 
 An action asked through the API that its host has not taken up yet (the view's `task`)
 shows as Nova's task_state at once: powering-off, powering-on, rebooting[_hard],
-rebuilding, resize_prep, resize_reverting (as Nova sets it before casting to the host).
+rebuilding, resize_prep, resize_reverting, suspending, resuming (as Nova sets it before
+casting to the host).
 """
 
 from __future__ import annotations
@@ -51,7 +55,8 @@ _STATUS = {
     ("stopped", "resize_prep"): "RESIZE", ("stopped", "resize_migrating"): "RESIZE",
     ("stopped", "rebuilding"): "REBUILD", ("error", None): "ERROR",
     ("error", "rebuilding"): "REBUILD", ("deleted", None): "DELETED",
-    ("resized", None): "VERIFY_RESIZE", ("resized", "resize_reverting"): "REVERT_RESIZE",
+    ("suspended", None): "SUSPENDED", ("resized", None): "VERIFY_RESIZE",
+    ("resized", "resize_reverting"): "REVERT_RESIZE",
 }
 # Nova's statuses (the `status` filter accepts these).
 STATUSES = ("ACTIVE", "BUILD", "DELETED", "ERROR", "HARD_REBOOT", "MIGRATING", "PASSWORD",
@@ -62,8 +67,11 @@ STATUSES = ("ACTIVE", "BUILD", "DELETED", "ERROR", "HARD_REBOOT", "MIGRATING", "
 _PROGRESS = ("ACTIVE", "BUILD", "REBUILD", "RESIZE", "VERIFY_RESIZE", "MIGRATING")
 
 
+# Our states an action starts from (an action asked shows on them at once).
+RESTING = (states.ACTIVE, states.SHUTOFF, states.SUSPENDED)
 # The task_state of an action asked and not taken up yet.
-_PENDING = {"stop": "powering-off", "start": "powering-on", "reboot": "rebooting",
+_PENDING = {"stop": "powering-off", "start": "powering-on", "suspend": "suspending",
+            "resume": "resuming", "reboot": "rebooting",
             "rebuild": "rebuilding", "resize": "resize_prep",
             "revert-resize": "resize_reverting", "snapshot": "image_snapshot"}
 
@@ -73,7 +81,7 @@ def pending(server: Server) -> dict[str, Any] | None:
     names another request and has not changed since it was asked (a request taken up,
     refused or overtaken by another moves the record)."""
     task, record = server.doc.get("task"), server.record
-    if not task or record is None or record["state"] not in (states.ACTIVE, states.SHUTOFF):
+    if not task or record is None or record["state"] not in RESTING:
         return None
     if record.get("request_id") == task["request_id"] or \
             float(record.get("updated_at") or 0) > float(task["at"]):
@@ -98,15 +106,17 @@ def nova_states(server: Server) -> tuple[str, str | None, int]:
     state = server.state
     reset = reset_state(server) if pending(server) is None else None
     if reset is not None and not server.doc.get("deleting"):
-        power = {states.ACTIVE: RUNNING, states.SHUTOFF: SHUTDOWN}.get(state, NOSTATE)
+        power = {states.ACTIVE: RUNNING, states.SHUTOFF: SHUTDOWN,
+                 states.SUSPENDED: SHUTDOWN}.get(state, NOSTATE)
         return reset, None, power
     if server.doc.get("deleting") and state not in (states.ERROR, states.DELETED):
         state = states.DELETING  # asked; the host has not taken it up yet
     record = server.record or {}
     task = record.get("task") or {}
     held = bool(record.get("resize_hold"))
-    if state in (states.ACTIVE, states.SHUTOFF):
-        vm_state = "resized" if held else "active" if state == states.ACTIVE else "stopped"
+    if state in RESTING:
+        vm_state = "resized" if held else {states.ACTIVE: "active", states.SHUTOFF: "stopped",
+                                           states.SUSPENDED: "suspended"}[state]
         power = RUNNING if state == states.ACTIVE else SHUTDOWN
         asked = pending(server)
         if asked is None:
@@ -118,8 +128,9 @@ def nova_states(server: Server) -> tuple[str, str | None, int]:
     if state == states.RESIZING and task.get("reverts"):
         return "resized", "resize_reverting", RUNNING if task.get("from") == states.ACTIVE \
             else SHUTDOWN
-    was = "stopped" if task.get("from") == states.SHUTOFF else "active"
-    was_power = SHUTDOWN if was == "stopped" else RUNNING
+    was = {states.SHUTOFF: "stopped", states.SUSPENDED: "suspended"}.get(
+        str(task.get("from")), "active")
+    was_power = RUNNING if was == "active" else SHUTDOWN
     if state in (states.MIGRATING, states.MIGRATED, states.INCOMING):
         # A move to another host (ops/migrations.py): Nova's live migration, or its cold
         # migrate (a resize to another host).
@@ -133,6 +144,10 @@ def nova_states(server: Server) -> tuple[str, str | None, int]:
         states.SHUTOFF: ("stopped", None, SHUTDOWN),
         states.STOPPING: ("active", "powering-off", RUNNING),
         states.STARTING: ("stopped", "powering-on", SHUTDOWN),
+        # A suspended guest is shut off, its memory kept (Nova's libvirt: power_state 4).
+        states.SUSPENDED: ("suspended", None, SHUTDOWN),
+        states.SUSPENDING: ("active", "suspending", RUNNING),
+        states.RESUMING: ("suspended", "resuming", SHUTDOWN),
         states.REBOOTING: ("active", "rebooting_hard" if task.get("hard") else "rebooting",
                               RUNNING),
         states.REBUILDING: (was, "rebuilding", was_power),

@@ -140,7 +140,7 @@ def test_a_guest_that_is_no_instance_of_ours_is_left_alone(host, sync):
     assert len(host.store.committed) == writes
 
 
-@pytest.mark.parametrize("state", ["DELETING", "ERROR", "SCHEDULED"])
+@pytest.mark.parametrize("state", ["DELETING", "ERROR", "SCHEDULED", "SUSPENDED"])
 def test_only_active_and_shutoff_records_follow_the_hypervisor(host, sync, state):
     spec = active(host)
     record = host.record(spec["uuid"])

@@ -65,6 +65,13 @@ class Recorder(Driver):
         self.asked.append(("start", uuid))
         return {"ip": "198.51.100.7"}
 
+    def suspend(self, uuid: str) -> None:
+        self.asked.append(("suspend", uuid))
+
+    def resume(self, uuid: str) -> dict[str, Any]:
+        self.asked.append(("resume", uuid))
+        return {"ip": "198.51.100.7"}
+
     def reboot(self, uuid: str, hard: bool) -> dict[str, Any]:
         self.asked.append(("reboot", (uuid, hard)))
         return {"ip": "198.51.100.7"}
@@ -137,6 +144,9 @@ def test_an_action_is_its_drivers_operation_powered_as_it_began(recorder):
     bigger = {"VCPU": 2, "MEMORY_MB": 128, "DISK_GB": 2}
     assert worker.act(spec, {"action": "stop", "from": "ACTIVE"}) == {}
     worker.act(spec, {"action": "start", "from": "SHUTOFF"})
+    assert worker.act(spec, {"action": "suspend", "from": "ACTIVE"}) == {}
+    assert worker.act(spec, {"action": "resume", "from": "SUSPENDED"}) == \
+        {"ip": "198.51.100.7"}
     worker.act(spec, {"action": "reboot", "from": "ACTIVE", "hard": True})
     worker.act(spec, {"action": "rebuild", "from": "SHUTOFF", "image": image})
     worker.act(spec, {"action": "rebuild", "from": "ACTIVE"})  # from the spec's own image
@@ -147,7 +157,8 @@ def test_an_action_is_its_drivers_operation_powered_as_it_began(recorder):
         == {"detail": f"image {snapshot['image_id']}"}
     worker.act(spec, {"action": "snapshot", "from": "SHUTOFF", "snapshot": snapshot})
     assert recorder.asked == [
-        ("stop", uuid), ("start", uuid), ("reboot", (uuid, True)),
+        ("stop", uuid), ("start", uuid), ("suspend", uuid), ("resume", uuid),
+        ("reboot", (uuid, True)),
         ("rebuild", ("file:///dev/zero", False)), ("rebuild", (spec["image"]["url"], True)),
         ("resize", (bigger, True)), ("snapshot", (snapshot["image_id"], True)),
         ("snapshot", (snapshot["image_id"], False))]

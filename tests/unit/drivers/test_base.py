@@ -54,6 +54,12 @@ class Hypervisor(Driver):
         self.guests[uuid] = True
         return {"ip": None}
 
+    def suspend(self, uuid: str) -> None:
+        self.stop(uuid)
+
+    def resume(self, uuid: str) -> dict[str, Any]:
+        return self.start(uuid)
+
     def reboot(self, uuid: str, hard: bool) -> dict[str, Any]:
         return self.start(uuid)
 

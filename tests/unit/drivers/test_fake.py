@@ -163,6 +163,30 @@ def test_stop_start_reboot_flip_the_guest_and_log_each_halt_and_run(tmp_path):
     assert guest_events(driver, spec["uuid"]) == ["run", "halt", "run", "halt", "run"]
 
 
+def test_suspend_keeps_the_guests_memory_and_resume_runs_it_from_there(tmp_path):
+    driver = driver_in(tmp_path)
+    spec = make_spec(RP)
+    uuid = spec["uuid"]
+    driver.build(spec)
+    driver.suspend(uuid)
+    driver.suspend(uuid)  # again (a job run again after a restart): nothing happens
+    assert uuid not in driver.running() and saved(driver, uuid)["suspended"] is True
+    assert driver.resume(uuid) == {"ip": fake_ip(uuid)}
+    assert uuid in driver.running()
+    assert saved(driver, uuid)["suspended"] is False and saved(driver, uuid)["resumes"] == 1
+    assert guest_events(driver, uuid) == ["run", "halt", "run"]
+
+
+def test_a_stopped_guest_cannot_be_suspended(tmp_path):
+    driver = driver_in(tmp_path)
+    spec = make_spec(RP)
+    driver.build(spec)
+    driver.stop(spec["uuid"])
+    with pytest.raises(BuildError, match="suspend: the guest is not running"):
+        driver.suspend(spec["uuid"])
+    assert "suspended" not in saved(driver, spec["uuid"])
+
+
 def test_resize_and_rebuild_change_the_instance_and_keep_it_powered_as_asked(tmp_path):
     driver = driver_in(tmp_path)
     spec = make_spec(RP)

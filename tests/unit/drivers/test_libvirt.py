@@ -177,9 +177,34 @@ def test_stop_start_and_reboot_soft_and_hard(built):
         assert active(driver, uuid)
 
 
+def test_suspend_is_a_managed_save_that_resume_restores_and_destroy_removes(built):
+    driver, spec = built
+    uuid = spec["uuid"]
+    driver.suspend(uuid)
+    found = driver.connection.lookupByName(uuid)
+    assert not found.isActive() and found.hasManagedSaveImage(0)
+    assert uuid not in driver.running()
+    driver.suspend(uuid)  # again (run after a restart): its image is there, nothing to do
+    assert driver.resume(uuid) == {"ip": None}
+    assert active(driver, uuid) and not found.hasManagedSaveImage(0)
+    driver.resume(uuid)  # again: running, nothing to do
+    driver.suspend(uuid)
+    driver.destroy(uuid)  # the managed-save image goes with the domain
+    assert uuid not in driver.list_instances()
+
+
+def test_a_stopped_guest_cannot_be_suspended(built):
+    driver, spec = built
+    driver.stop(spec["uuid"])
+    with pytest.raises(BuildError, match="^suspend: the guest is not running$"):
+        driver.suspend(spec["uuid"])
+    assert not driver.connection.lookupByName(spec["uuid"]).hasManagedSaveImage(0)
+
+
 def test_actions_on_an_instance_that_is_not_here_fail_in_one_line(driver):
     uuid = str(uuidlib.uuid4())
     for call in (lambda: driver.stop(uuid), lambda: driver.start(uuid),
+                 lambda: driver.suspend(uuid), lambda: driver.resume(uuid),
                  lambda: driver.reboot(uuid, False)):
         with pytest.raises(BuildError, match=f"instance {uuid} has no domain on this host"):
             call()

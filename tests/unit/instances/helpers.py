@@ -96,7 +96,9 @@ def log_of(store: FakeStore, uuid: str, host: str = RP) -> list[dict]:
 STATES = [None, *states.STATES]
 ACTIONS = list(states.ACTIONS)
 
-ALLOWED_ACTIONS = {("stop", "ACTIVE"), ("start", "SHUTOFF"), ("reboot", "ACTIVE"),
+ALLOWED_ACTIONS = {("stop", "ACTIVE"), ("start", "SHUTOFF"), ("suspend", "ACTIVE"),
+                   ("resume", "SUSPENDED"), ("reboot", "ACTIVE"),
            ("rebuild", "ACTIVE"), ("rebuild", "SHUTOFF"), ("resize", "ACTIVE"),
            ("resize", "SHUTOFF"), ("snapshot", "ACTIVE"), ("snapshot", "SHUTOFF"),
+           ("snapshot", "SUSPENDED"),
            ("migrate", "ACTIVE"), ("migrate", "SHUTOFF")}

@@ -1,4 +1,4 @@
-"""The states' table: every one of the 210 moves allowed or refused as the README documents
+"""The states' table: every one of the 420 moves allowed or refused as the README documents
 it, the operator's actions allowed and refused in every state, and whether an instance
 built again should be powered off."""
 
@@ -15,28 +15,32 @@ from tests.unit.instances.helpers import ACTIONS, ALLOWED_ACTIONS, STATES
 # may go. Not derived from `TRANSITIONS`: a test that read its expectation from the code
 # under test could not fail.
 MACHINE = """
-               SCH BLD ACT OFF STP STA RBT RBD RSZ SNP MGR MGD INC RSC ERR DLG DEL
-none           +   +   .   .   .   .   .   .   .   .   .   .   +   .   +   +   +
-SCHEDULED      +   +   .   .   .   .   .   .   .   .   .   .   .   +   +   +   +
-BUILDING       +   .   +   +   .   .   .   .   .   .   .   .   .   +   +   +   +
-ACTIVE         +   .   .   +   +   .   +   +   +   +   +   .   .   +   +   +   +
-SHUTOFF        +   .   +   .   .   +   .   +   +   +   +   .   .   +   +   +   +
-STOPPING       +   .   +   +   .   .   .   .   .   .   .   .   .   .   +   +   +
-STARTING       +   .   +   +   .   .   .   .   .   .   .   .   .   .   +   +   +
-REBOOTING      +   .   +   .   .   .   .   .   .   .   .   .   .   .   +   +   +
-REBUILDING     +   .   +   +   .   .   .   .   .   .   .   .   .   .   +   +   +
-RESIZING       +   .   +   +   .   .   .   .   .   .   .   .   .   .   +   +   +
-SNAPSHOTTING   +   .   +   +   .   .   .   .   .   .   .   .   .   .   +   +   +
-MIGRATING      +   .   +   +   .   .   .   .   .   .   .   +   .   .   +   +   +
-MIGRATED       +   .   .   +   .   .   .   .   .   .   .   .   .   .   +   +   +
-INCOMING       .   .   +   +   .   .   .   .   .   .   .   .   +   .   +   +   +
-RESCHEDULING   +   .   .   .   .   .   .   .   .   .   .   .   .   .   +   +   +
-ERROR          .   .   .   .   .   .   .   .   .   .   .   .   .   .   +   +   +
-DELETING       .   .   .   .   .   .   .   .   .   .   .   .   .   .   +   .   +
-DELETED        .   .   .   .   .   .   .   .   .   .   .   .   .   .   .   .   +
+               SCH BLD ACT OFF STP STA SUS SSP RSM RBT RBD RSZ SNP MGR MGD INC RSC ERR DLG DEL
+none           +   +   .   .   .   .   .   .   .   .   .   .   .   .   .   +   .   +   +   +
+SCHEDULED      +   +   .   .   .   .   .   .   .   .   .   .   .   .   .   .   +   +   +   +
+BUILDING       +   .   +   +   .   .   .   .   .   .   .   .   .   .   .   .   +   +   +   +
+ACTIVE         +   .   .   +   +   .   .   +   .   +   +   +   +   +   .   .   +   +   +   +
+SHUTOFF        +   .   +   .   .   +   .   .   .   .   +   +   +   +   .   .   +   +   +   +
+STOPPING       +   .   +   +   .   .   .   .   .   .   .   .   .   .   .   .   .   +   +   +
+STARTING       +   .   +   +   .   .   .   .   .   .   .   .   .   .   .   .   .   +   +   +
+SUSPENDED      +   .   .   .   .   .   .   .   +   .   .   .   +   .   .   .   +   +   +   +
+SUSPENDING     +   .   +   .   .   .   +   .   .   .   .   .   .   .   .   .   .   +   +   +
+RESUMING       +   .   +   .   .   .   +   .   .   .   .   .   .   .   .   .   .   +   +   +
+REBOOTING      +   .   +   .   .   .   .   .   .   .   .   .   .   .   .   .   .   +   +   +
+REBUILDING     +   .   +   +   .   .   .   .   .   .   .   .   .   .   .   .   .   +   +   +
+RESIZING       +   .   +   +   .   .   .   .   .   .   .   .   .   .   .   .   .   +   +   +
+SNAPSHOTTING   +   .   +   +   .   .   +   .   .   .   .   .   .   .   .   .   .   +   +   +
+MIGRATING      +   .   +   +   .   .   .   .   .   .   .   .   .   .   +   .   .   +   +   +
+MIGRATED       +   .   .   +   .   .   .   .   .   .   .   .   .   .   .   .   .   +   +   +
+INCOMING       .   .   +   +   .   .   .   .   .   .   .   .   .   .   .   +   .   +   +   +
+RESCHEDULING   +   .   .   .   .   .   .   .   .   .   .   .   .   .   .   .   .   +   +   +
+ERROR          .   .   .   .   .   .   .   .   .   .   .   .   .   .   .   .   .   +   +   +
+DELETING       .   .   .   .   .   .   .   .   .   .   .   .   .   .   .   .   .   +   .   +
+DELETED        .   .   .   .   .   .   .   .   .   .   .   .   .   .   .   .   .   .   .   +
 """
 COLUMNS = {"SCH": "SCHEDULED", "BLD": "BUILDING", "ACT": "ACTIVE", "OFF": "SHUTOFF",
-           "STP": "STOPPING", "STA": "STARTING", "RBT": "REBOOTING", "RBD": "REBUILDING",
+           "STP": "STOPPING", "STA": "STARTING", "SUS": "SUSPENDED", "SSP": "SUSPENDING",
+           "RSM": "RESUMING", "RBT": "REBOOTING", "RBD": "REBUILDING",
            "RSZ": "RESIZING", "SNP": "SNAPSHOTTING", "MGR": "MIGRATING", "MGD": "MIGRATED",
            "INC": "INCOMING", "RSC": "RESCHEDULING", "ERR": "ERROR", "DLG": "DELETING",
            "DEL": "DELETED"}
@@ -58,7 +62,7 @@ DOCUMENTED = parse(MACHINE)
 
 
 def test_the_documented_machine_names_every_pair_once():
-    assert len(DOCUMENTED) == 18 * 17 == 306
+    assert len(DOCUMENTED) == 21 * 20 == 420
     assert {source for source, _ in DOCUMENTED} == {None, *states.STATES}
     assert {target for _, target in DOCUMENTED} == set(states.STATES)
 
@@ -112,7 +116,11 @@ def test_destroy_is_allowed_in_every_state(state):
     ("STOPPING", "stop", "ACTIVE", True), ("STARTING", "start", "SHUTOFF", False),
     ("RESIZING", "resize", "SHUTOFF", True), ("REBUILDING", "rebuild", "ACTIVE", False),
     ("REBOOTING", "reboot", "ACTIVE", False), ("SNAPSHOTTING", "snapshot", "SHUTOFF", True),
-    ("MIGRATING", "migrate", "SHUTOFF", True), ("MIGRATING", "migrate", "ACTIVE", False)])
+    ("MIGRATING", "migrate", "SHUTOFF", True), ("MIGRATING", "migrate", "ACTIVE", False),
+    # A suspended guest's memory is lost with its host: built again, it is powered off.
+    ("SUSPENDED", None, None, True), ("SUSPENDING", "suspend", "ACTIVE", True),
+    ("RESUMING", "resume", "SUSPENDED", False),
+    ("SNAPSHOTTING", "snapshot", "SUSPENDED", True)])
 def test_wants_stopped_follows_the_state_and_the_action_under_way(state, action, start,
                                                                  stopped):
     record = {"state": state}

@@ -17,9 +17,11 @@ from tests.unit.fakes import FakePlacement, FakeStore
 from tests.unit.ops.test_operations import RP, UNKNOWN, alive, scheduled, set_state
 
 NEW = {"VCPU": 2, "MEMORY_MB": 128, "DISK_GB": 1}
-ALLOWED = {("stop", "ACTIVE"), ("start", "SHUTOFF"), ("reboot", "ACTIVE"),
+ALLOWED = {("stop", "ACTIVE"), ("start", "SHUTOFF"), ("suspend", "ACTIVE"),
+           ("resume", "SUSPENDED"), ("reboot", "ACTIVE"),
            ("rebuild", "ACTIVE"), ("rebuild", "SHUTOFF"), ("resize", "ACTIVE"),
-           ("resize", "SHUTOFF"), ("snapshot", "ACTIVE"), ("snapshot", "SHUTOFF")}
+           ("resize", "SHUTOFF"), ("snapshot", "ACTIVE"), ("snapshot", "SHUTOFF"),
+           ("snapshot", "SUSPENDED")}
 
 
 def room(placement: FakePlacement, vcpu: int = 4) -> None:

@@ -466,3 +466,95 @@ def test_migrate_of_a_server_that_is_not_there_is_404(harness: Harness):
     answer = harness.action(str(uuidlib.uuid4()), {"migrate": None}, roles=ADMIN,
                             project="admin", user="root")
     assert answer.status_int == 404
+
+
+def test_suspend_shows_suspending_at_once_and_suspended_once_done_then_resume(
+        harness: Harness):
+    uuid = active(harness)
+    answer = harness.action(uuid, {"suspend": None})
+    assert answer.status_int == 202 and answer.body == b""
+    assert spec_of(harness, uuid)["action"] == "suspend"
+    assert states_of(harness.show(uuid)) == ("ACTIVE", "active", "suspending", 1)
+    harness.host_does(uuid)
+    # Nova: vm_state suspended, the guest shut off with its memory kept (power_state 4).
+    assert states_of(harness.show(uuid)) == ("SUSPENDED", "suspended", None, 4)
+    assert harness.action(uuid, {"resume": None}).status_int == 202
+    assert spec_of(harness, uuid)["action"] == "resume"
+    assert states_of(harness.show(uuid)) == ("SUSPENDED", "suspended", "resuming", 4)
+    harness.host_does(uuid)
+    assert states_of(harness.show(uuid)) == ("ACTIVE", "active", None, 1)
+
+
+@pytest.mark.parametrize(("body", "action"), [
+    ({"os-start": None}, "start"), ({"os-stop": None}, "stop"),
+    ({"reboot": {"type": "SOFT"}}, "reboot"), ({"suspend": None}, "suspend"),
+    ({"resize": {"flavorRef": "2"}}, "resize"), ({"migrate": None}, "migrate"),
+    ({"rebuild": {"imageRef": "http://images.example/cirros.img"}}, "rebuild")])
+def test_a_suspended_server_refuses_what_nova_refuses_with_novas_409(harness: Harness,
+                                                                      body, action):
+    uuid = active(harness)
+    harness.action(uuid, {"suspend": None})
+    harness.host_does(uuid)
+    before = harness.store.revision
+    answer = harness.action(uuid, body, roles=ADMIN, project="admin", user="root") \
+        if action == "migrate" else harness.action(uuid, body)
+    assert answer.status_int == 409, answer.json
+    assert answer.json["conflictingRequest"]["message"] == \
+        f"Cannot '{action}' instance {uuid} while it is in vm_state suspended"
+    assert harness.store.revision == before
+
+
+def test_resume_of_a_server_that_is_not_suspended_is_novas_409(harness: Harness):
+    uuid = active(harness)
+    before = harness.store.revision
+    answer = harness.action(uuid, {"resume": None})
+    assert answer.status_int == 409
+    assert answer.json["conflictingRequest"]["message"] == \
+        f"Cannot 'resume' instance {uuid} while it is in vm_state active"
+    assert harness.store.revision == before
+    harness.action(uuid, {"os-stop": None})
+    harness.host_does(uuid)
+    before = harness.store.revision
+    answer = harness.action(uuid, {"suspend": None})
+    assert answer.json["conflictingRequest"]["message"] == \
+        f"Cannot 'suspend' instance {uuid} while it is in vm_state stopped"
+    assert harness.store.revision == before
+
+
+def test_a_suspended_server_is_deleted_and_its_hard_reboot_is_refused(harness: Harness):
+    uuid = active(harness)
+    harness.action(uuid, {"suspend": None})
+    harness.host_does(uuid)
+    # Nova's check lets a hard reboot through (its driver boots the guest afresh); our
+    # host allows only resume from SUSPENDED, and says so (README, "The compute API").
+    before = harness.store.revision
+    answer = harness.action(uuid, {"reboot": {"type": "HARD"}})
+    assert answer.status_int == 409
+    assert "is SUSPENDED: reboot is not allowed now (allowed: resume, snapshot, destroy)" \
+        in answer.json["conflictingRequest"]["message"]
+    assert harness.store.revision == before
+    assert harness.call("DELETE", f"/v2.1/servers/{uuid}").status_int == 204
+
+
+def test_suspend_and_resume_are_their_own_policies(harness: Harness):
+    uuid = active(harness)
+    answer = harness.action(uuid, {"suspend": None}, roles=("reader",))
+    assert answer.status_int == 403
+    assert "os_compute_api:os-suspend-server:suspend" in answer.json["forbidden"]["message"]
+    assert harness.action(uuid, {"suspend": None}, project="p2").status_int == 404
+    assert harness.action(uuid, {"suspend": {"x": 1}}).status_int == 202  # Nova: any value
+
+
+def test_a_suspended_server_is_snapshotted_and_stays_suspended(harness: Harness):
+    from tests.unit.api.objects.test_images import FakeGlance
+
+    uuid = active(harness)
+    harness.action(uuid, {"suspend": None})
+    harness.host_does(uuid)
+    harness.backend.images.glance = FakeGlance()
+    answer = harness.action(uuid, {"createImage": {"name": "asleep"}}, version="2.45")
+    assert answer.status_int == 202, answer.text
+    assert states_of(harness.show(uuid)) == ("SUSPENDED", "suspended", "image_snapshot", 4)
+    assert spec_of(harness, uuid)["action"] == "snapshot"
+    harness.host_does(uuid)
+    assert states_of(harness.show(uuid)) == ("SUSPENDED", "suspended", None, 4)
