@@ -65,8 +65,9 @@ def test_list_by_host_name_or_uuid_and_by_state(start_compute, compute_config, h
     assert unknown.code == 2 and unknown.stdout == ""
     assert unknown.stderr == ("schedule.py: error: --state 'running': no such state; one of "
                               "SCHEDULED, BUILDING, ACTIVE, SHUTOFF, STOPPING, STARTING, "
-                              "REBOOTING, REBUILDING, RESIZING, SNAPSHOTTING, MIGRATING, "
-                              "MIGRATED, INCOMING, RESCHEDULING, ERROR, DELETING, DELETED\n")
+                              "SUSPENDED, SUSPENDING, RESUMING, REBOOTING, REBUILDING, "
+                              "RESIZING, SNAPSHOTTING, MIGRATING, MIGRATED, INCOMING, "
+                              "RESCHEDULING, ERROR, DELETING, DELETED\n")
     nohost = run_schedule("list", "--host", "hv-typo")
     assert nohost.code == 1 and nohost.stderr.count("\n") == 1
     assert "no host 'hv-typo'" in nohost.stderr

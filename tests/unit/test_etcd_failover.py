@@ -144,6 +144,30 @@ def test_no_retry_once_the_timeout_ran_out():
     assert members.calls == 1
 
 
+def test_no_retry_after_a_member_let_most_of_the_timeout_pass(monkeypatch):
+    # The surviving member of a lost quorum answers only as the call's deadline passes,
+    # just inside the Store's: another try would wait a whole timeout again (a command
+    # took two timeouts in tests/cluster).
+    clock = [100.0]
+    monkeypatch.setattr("etcd_compute.etcd.time.monotonic", lambda: clock[0])
+
+    class SlowThenRefused(Members):
+        def _answer(self, value):
+            clock[0] += 1.99 if self.calls == 0 else 0.01
+            return super()._answer(value)
+
+    no_quorum = RpcError(grpc.StatusCode.UNKNOWN, "context deadline exceeded")
+    members = SlowThenRefused(no_quorum, pyetcd_error(grpc.StatusCode.UNAVAILABLE, REFUSED),
+                              no_quorum)
+    with pytest.raises(ServiceUnavailable):
+        store_over(members, timeout=2.0).get("/k")
+    assert members.calls == 1
+    # A refused connection is fast: the next member is asked, as before.
+    clock[0] = 100.0
+    fast = Members(pyetcd_error(grpc.StatusCode.UNAVAILABLE, REFUSED))
+    assert store_over(fast, timeout=2.0).get("/k").value == b"v" and fast.calls == 2
+
+
 def test_a_write_is_sent_again_only_if_it_never_left():
     txn = Txn([], [Put("/k", "v")])
     refused = Members(pyetcd_error(grpc.StatusCode.UNAVAILABLE, REFUSED))
