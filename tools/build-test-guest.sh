@@ -23,7 +23,9 @@
 #
 # The script may `. /etc/guest-functions` for `say` (a marker line) and
 # `metadata PATH` (the body of http://169.254.169.254/latest/PATH; fails on
-# no answer or a status other than 200).
+# no answer or a status other than 200, with status 2 when refused or unreachable: the
+# boot asks again only after other failures, so a host without a metadata server or a
+# guest without a network costs no retries).
 #
 # Needs root (apt-get). The result is cached in $ETCD_COMPUTE_GUEST_CACHE
 # (default ~/.cache/etcd-compute/test-guest) under a hash of this script and
@@ -126,8 +128,12 @@ else
     say "configdrive missing; block devices: $(cd /sys/class/block && echo *)"
 fi
 
+# Asked again while it may still come (no answer, an error status); not after a refusal
+# or no route (status 2): nothing listens there (the tests' hypervisor hosts answer
+# "closed" at once) or the guest has no network, and waiting will not change that.
 for _ in $(seq 10); do
-    id=$(metadata meta-data/instance-id) && break
+    id=$(metadata meta-data/instance-id)
+    case $? in 0|2) break ;; esac
     sleep 1
 done
 say "metadata instance-id=${id:-none}"
@@ -147,9 +153,15 @@ EOF
 say() { echo "ETCD-COMPUTE-GUEST $*"; }
 
 # busybox-static's wget crashes without glibc's NSS files; nc speaks plain HTTP/1.0.
+# Status 2: refused or unreachable (nc's error, shown, says which); 1: any other failure.
 metadata() {
+    mkdir -p /tmp
     response=$(printf 'GET /latest/%s HTTP/1.0\r\nHost: 169.254.169.254\r\n\r\n' "$1" \
-        | nc -w 3 169.254.169.254 80 | tr -d '\r') || return 1
+        | nc -w 3 169.254.169.254 80 2>/tmp/metadata-error | tr -d '\r') || return 1
+    if [ -s /tmp/metadata-error ]; then
+        cat /tmp/metadata-error >&2
+        grep -qE "refused|unreachable" /tmp/metadata-error && return 2
+    fi
     case "$response" in "HTTP/1."?" 200"*) ;; *) return 1 ;; esac
     printf '%s\n' "$response" | sed '1,/^$/d'
 }
@@ -234,9 +246,12 @@ main() {
     output=$CACHE_DIR/guest-$key.qcow2
     if [ ! -f "$output" ]; then
         build "$kver" "$output"
-        find "$CACHE_DIR" -maxdepth 1 -name 'guest-*.qcow2' ! -path "$output" -delete
         log "built $output"
     fi
+    # Each run marks its image used; others' go after a day unused (not at once: another
+    # checkout's tests, with another version of this script, may be booting theirs now).
+    touch "$output"
+    find "$CACHE_DIR" -maxdepth 1 -name 'guest-*.qcow2' ! -path "$output" -mmin +1440 -delete
     ln -sfn "$(basename "$output")" "$CACHE_DIR/test-guest.qcow2"
     echo "$output"
 }
