@@ -61,6 +61,8 @@ def pytest_configure(config: pytest.Config) -> None:
 WORKER_GROUPS = {
     # 169.254.169.254:80, the libvirt network etcd-compute-test and its nwfilters, under
     # host_lock("guests") for the session; the machine's libvirtd, started if not running.
+    # Guests on hypervisor hosts of their own (tests/virt/hypervisors.py: moves, fencing,
+    # host failure, the lifecycle) hold no fixed name and run on any worker beside it.
     "vm_config": "guests",
     "system_libvirt": "guests",
     # A 3-member etcd cluster and Placement on a bridge, per package.

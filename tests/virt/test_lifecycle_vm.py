@@ -4,15 +4,20 @@ stop -> start -> reboot -> resize up (vCPUs and memory in the domain) -> rebuild
 uuid, MAC, IP and config-drive identity, a new disk) -> `virsh destroy` behind our back
 (SHUTOFF within seconds, from libvirt's lifecycle events) -> a rebuild from an image the
 host's policy refuses (nothing changes) -> destroy; the record, the events and Placement's
-usage checked after each step.
+usage checked after each step. The compute and its guest are on a hypervisor host of their
+own (tools/local_services/hypervisors.py: a network namespace with its libvirtd, guest
+network and metadata server): no fixed name of the machine's, so these tests run beside the
+other workers' guests instead of in the serial "guests" group.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import re
 import subprocess
 import time
 import xml.etree.ElementTree as ET
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +27,9 @@ import pytest
 from etcd_compute.ops import lifecycle
 from tests.compute.helpers import record, wait_state
 from tests.support import wait_for
-from tests.virt.conftest import libvirt_compute
+from tests.virt.hypervisors import ComputeHosts, hypervisors
+from tools.local_services.hypervisors import GUEST_CIDR, Hypervisor
+from tools.local_services.netns import netns_usable
 
 pytestmark = pytest.mark.vm
 
@@ -37,16 +44,36 @@ def guest_console(instances_dir: Path, uuid: str) -> str:
         return ""
 
 
-def test_one_guest_through_every_action(vm_config: dict[str, Any], test_guest_image: Path,
-                                        compute_config: dict[str, Any], start_compute,
+class Compute:
+    """The test's compute daemon on its hypervisor host (shutdown_timeout_seconds 1 s
+    there: the test guest ignores ACPI, so a stop waits it out), running."""
+
+    def __init__(self, host: Hypervisor, computes: ComputeHosts, log: Path, store) -> None:
+        self.host, self.rp, self._log = host, computes.rp("a"), log
+        self.instances_dir = host.instances_dir
+        computes.start("a")
+        wait_for(lambda: store.get(store.keys.alive(self.rp)), 60, what="compute heartbeat")
+
+    def log(self) -> str:
+        return self._log.read_text(errors="replace") if self._log.exists() else ""
+
+
+@pytest.fixture
+def compute(placement, store, host_config, write_yaml, tmp_path: Path) -> Iterator[Compute]:
+    why = netns_usable()
+    if why:
+        pytest.fail(f"the lifecycle's hypervisor host needs a network namespace: {why}")
+    with hypervisors(["a"]) as hosts:
+        computes = ComputeHosts(hosts, host_config, write_yaml, tmp_path)
+        try:
+            yield Compute(hosts["a"], computes, tmp_path / "host-a.log", store)
+        finally:
+            computes.close()
+
+
+def test_one_guest_through_every_action(compute: Compute, test_guest_image: Path,
                                         run_schedule, store, placement) -> None:
-    libvirt_settings = {**vm_config["driver"]["libvirt"], "shutdown_timeout_seconds": 1}
-    config = libvirt_compute(vm_config, compute_config,
-                             driver={"libvirt": libvirt_settings})
-    rp = config["compute"]["uuid"]
-    instances_dir = Path(config["compute"]["instances_dir"])
-    compute = start_compute(config)
-    wait_for(lambda: store.get(store.keys.alive(rp)), 60, what="compute heartbeat")
+    rp, instances_dir = compute.rp, compute.instances_dir
     started = time.monotonic()
 
     placed = run_schedule("resources=VCPU:1,MEMORY_MB:128,DISK_GB:1", "--image",
@@ -54,8 +81,8 @@ def test_one_guest_through_every_action(vm_config: dict[str, Any], test_guest_im
     assert placed.code == 0, placed.stderr
     uuid = placed.stdout.split()[-1]
     ip = wait_state(store, uuid, "ACTIVE", timeout=180)["ip"]
-    assert ip and ip.startswith("192.168.124.")
-    connection = libvirt.open("qemu:///system")
+    assert ip and ipaddress.IPv4Address(ip) in ipaddress.IPv4Network(GUEST_CIDR)
+    connection = compute.host.connection()
 
     def guest() -> libvirt.virDomain:
         return connection.lookupByName(uuid)
@@ -108,7 +135,7 @@ def test_one_guest_through_every_action(vm_config: dict[str, Any], test_guest_im
         print(f"rebuilt guest up at {time.monotonic() - started:.1f} s")
 
         # Behind our back: the record follows within seconds, from libvirt's events.
-        subprocess.run(["virsh", "-q", "-c", "qemu:///system", "destroy", uuid],
+        subprocess.run(["virsh", "-q", "-c", compute.host.libvirtd.uri, "destroy", uuid],
                        check=True, capture_output=True)
         destroyed_at = time.monotonic()
         wait_for(lambda: record(store, uuid)["state"] == "SHUTOFF", 10, interval=0.1,
@@ -163,15 +190,11 @@ def ticks(console: str) -> list[int]:
 
 
 def test_a_suspended_guest_resumes_counting_where_it_stopped(
-        vm_config: dict[str, Any], test_guest_image: Path, compute_config: dict[str, Any],
-        start_compute, run_schedule, store, placement, tmp_path: Path) -> None:
+        compute: Compute, test_guest_image: Path, run_schedule, store, placement,
+        tmp_path: Path) -> None:
     """suspend is libvirt's managed save: the guest's memory on the host's disk, the domain
     shut off; resume restores it, so its counter goes on instead of starting again."""
-    config = libvirt_compute(vm_config, compute_config)
-    rp = config["compute"]["uuid"]
-    instances_dir = Path(config["compute"]["instances_dir"])
-    compute = start_compute(config)
-    wait_for(lambda: store.get(store.keys.alive(rp)), 60, what="compute heartbeat")
+    rp, instances_dir = compute.rp, compute.instances_dir
     script = tmp_path / "user-data"
     script.write_text(COUNTING)
     placed = run_schedule("resources=VCPU:1,MEMORY_MB:128,DISK_GB:1", "--image",
@@ -179,7 +202,7 @@ def test_a_suspended_guest_resumes_counting_where_it_stopped(
                           timeout=120)
     assert placed.code == 0, placed.stderr
     uuid = placed.stdout.split()[-1]
-    connection = libvirt.open("qemu:///system")
+    connection = compute.host.connection()
     try:
         wait_state(store, uuid, "ACTIVE", timeout=180)
         wait_for(lambda: len(ticks(guest_console(instances_dir, uuid))) >= 3, 120,
@@ -212,7 +235,8 @@ def test_a_suspended_guest_resumes_counting_where_it_stopped(
         assert run_schedule("destroy", uuid, "--wait", timeout=60).code == 0
         with pytest.raises(libvirt.libvirtError):
             connection.lookupByName(uuid)  # its managed-save image removed with it
-        assert not Path(f"/var/lib/libvirt/qemu/save/{uuid}.save").exists()
+        saved = compute.host.libvirtd.root / "var/lib/libvirt/qemu/save" / f"{uuid}.save"
+        assert saved.parent.is_dir() and not saved.exists()
         assert [e["action"] for e in lifecycle.instance_events(store, uuid)] == [
             "create", "suspend", "resume", "suspend", "destroy"]
         assert "Traceback" not in compute.log()
