@@ -28,7 +28,11 @@ from tests.virt.hypervisors import (
     qemu_pids,
     ticks,
 )
-from tests.virt.test_migrate_command_vm import counting_guest
+from tests.virt.test_migrate_command_vm import (
+    counting_guest,
+    counting_on_a,
+    send_counting_guest,
+)
 from tools.local_services.hypervisors import Hypervisors
 from tools.local_services.netns import netns_usable
 
@@ -81,8 +85,10 @@ def test_a_host_drains_live_and_each_guest_keeps_counting_with_its_disk(
         test_guest_image):
     a, b = hosts["a"], hosts["b"]
     start_all(computes, store, start_controller, schedule_config)
-    guests = [counting_guest(store, placement, computes, hosts, test_guest_image)
-              for _ in range(2)]
+    # Both sent before either is waited for: they boot together.
+    sent = [send_counting_guest(store, placement, computes, test_guest_image)
+            for _ in range(2)]
+    guests = [(uuid, counting_on_a(store, hosts, uuid)) for uuid in sent]
 
     drained = run_schedule("host", "drain", "host-a", timeout=900)
     assert drained.code == 0, drained.stdout + drained.stderr

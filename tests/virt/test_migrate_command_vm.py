@@ -52,20 +52,30 @@ def computes(placement, hosts, host_config, write_yaml, tmp_path) -> Iterator[Co
 
 
 def counting_guest(store, placement, computes, hosts, image) -> tuple[str, str]:
+    uuid = send_counting_guest(store, placement, computes, image)
+    return uuid, counting_on_a(store, hosts, uuid)
+
+
+def send_counting_guest(store, placement, computes, image) -> str:
+    """A counting guest claimed on host a and sent there (not waited for)."""
     rp_a = computes.rp("a")
     gateway = GUEST_CIDR.rsplit(".", 1)[0] + ".1"
     spec = make_spec(rp_a, image=f"file://{image}", resources=dict(RESOURCES),
                      allocations={rp_a: {"resources": RESOURCES}},
                      user_data=COUNTER_SCRIPT.replace("GATEWAY", gateway))
     claim_and_send(store, placement, spec)
-    uuid = spec["uuid"]
+    return spec["uuid"]
+
+
+def counting_on_a(store, hosts, uuid: str) -> str:
+    """Once the guest is ACTIVE on a, has written its marker and counts: the marker."""
     wait_state(store, uuid, "ACTIVE", timeout=300)
     found = wait_for(lambda: re.search(r"marker written (MARKER-\S+)",
                                        hosts["a"].console(uuid)), 180, interval=0.5,
                      what="the guest's marker written")
     wait_for(lambda: len(ticks(hosts["a"].console(uuid))) >= 5, 60, interval=0.2,
              what="the guest counting")
-    return uuid, found.group(1)
+    return found.group(1)
 
 
 def test_a_guest_moves_live_with_schedule_py_and_back_cold_keeping_its_disk(
