@@ -205,6 +205,9 @@ def _change(placement: PlacementClient, action: str, spec: dict[str, Any], host:
     if action == states.SECURITY_GROUPS:
         if asked.security_groups is None:
             raise UsageError("security-groups: the instance's new security groups are needed")
+        if spec.get("network") is False:
+            raise states.ActionRefused(f"instance {spec['uuid']} has no network interface: "
+                                       "it is in no security group and can join none")
         return Change({"security_groups": list(asked.security_groups)})
     if action == states.RESIZE and asked.revert:
         return _revert(placement, spec, host, record)
