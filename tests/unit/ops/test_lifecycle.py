@@ -479,3 +479,12 @@ def test_security_groups_without_the_new_groups_is_a_usage_error_writing_nothing
     with pytest.raises(UsageError, match="new security groups are needed"):
         lifecycle.request(store, placement, spec["uuid"], "security-groups")
     assert store.revision == before
+
+
+def test_an_instance_without_a_network_joins_no_security_group_nothing_written():
+    store, placement, spec = instance(network=False)
+    before = store.revision
+    with pytest.raises(states.ActionRefused, match="has no network interface"):
+        request(store, placement, spec, "security-groups",
+                asked=lifecycle.Asked(security_groups=["default"]))
+    assert store.revision == before
