@@ -58,8 +58,8 @@ def test_a_query_of_resources_alone_is_answered_by_the_view(query):
 @pytest.mark.parametrize("query", [
     "resources=VCPU:1&required=HW_CPU_X86_AVX2",
     "resources=VCPU:1&required=!CUSTOM_SLOW",
-    f"resources=VCPU:1&member_of={uuidlib.uuid4()}",
-    f"resources=VCPU:1&in_tree={uuidlib.uuid4()}",
+    "resources=VCPU:1&member_of=a287bc0a-0d55-46e4-9af2-f43dcdbb9bc8",
+    "resources=VCPU:1&in_tree=8cd7e945-5bfc-4aa0-80da-64b43a38ee45",
     "resources1=VCPU:1&resources2=MEMORY_MB:64&group_policy=isolate",
     "resources=VCPU:1&resources1=MEMORY_MB:64",
 ])

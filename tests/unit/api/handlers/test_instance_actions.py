@@ -3,17 +3,7 @@ who asked through the API, events (and their details for admins), paging from 2.
 
 from __future__ import annotations
 
-import pytest
-
 from tests.unit.api.harness import ADMIN, Harness
-
-
-@pytest.fixture
-def harness() -> Harness:
-    harness = Harness.new()
-    harness.add_host()
-    harness.add_flavor()
-    return harness
 
 
 def stopped(harness: Harness) -> str:

@@ -15,10 +15,8 @@ from tests.unit.api.harness import ADMIN, Harness
 
 
 @pytest.fixture
-def harness() -> Harness:
-    harness = Harness.new()
-    harness.add_host()
-    harness.add_flavor()
+def harness(harness: Harness) -> Harness:
+    """The usual world and the m1.small flavor to resize to."""
     harness.add_flavor("2", "m1.small", vcpus=2, ram=512, disk=2)
     return harness
 

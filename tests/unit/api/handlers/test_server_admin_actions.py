@@ -12,14 +12,6 @@ from etcd_compute.instances import records
 from tests.unit.api.harness import ADMIN, Harness
 
 
-@pytest.fixture
-def harness() -> Harness:
-    harness = Harness.new()
-    harness.add_host()
-    harness.add_flavor()
-    return harness
-
-
 def active(harness: Harness) -> str:
     uuid = harness.boot()
     harness.activate(uuid)

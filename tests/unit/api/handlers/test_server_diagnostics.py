@@ -7,20 +7,10 @@ from __future__ import annotations
 import time
 import uuid as uuidlib
 
-import pytest
-
 from etcd_compute import messages
 from etcd_compute.drivers.fake import fake_diagnostics
 from etcd_compute.instances import records
 from tests.unit.api.harness import Harness
-
-
-@pytest.fixture
-def harness() -> Harness:
-    harness = Harness.new()
-    harness.add_host()
-    harness.add_flavor()
-    return harness
 
 
 def published(harness: Harness) -> str:

@@ -7,14 +7,6 @@ import pytest
 from tests.unit.api.harness import Harness
 
 
-@pytest.fixture
-def harness() -> Harness:
-    harness = Harness.new()
-    harness.add_host()
-    harness.add_flavor()
-    return harness
-
-
 def test_metadata_is_listed_merged_replaced_shown_and_deleted(harness: Harness):
     uuid = harness.boot(metadata={"a": "1"})
     harness.activate(uuid)

@@ -14,14 +14,6 @@ from tests.unit.api.harness import ADMIN, Harness
 IMAGE = "file:///dev/null"
 
 
-@pytest.fixture
-def harness() -> Harness:
-    harness = Harness.new()
-    harness.add_host()
-    harness.add_flavor()
-    return harness
-
-
 def test_a_create_claims_for_the_callers_project_and_writes_the_view(harness: Harness):
     key = harness.call("POST", "/v2.1/os-keypairs", {"keypair": {"name": "k"}},
                        version="2.2").json["keypair"]
