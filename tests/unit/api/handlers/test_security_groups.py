@@ -11,14 +11,6 @@ from etcd_compute.instances import records
 from tests.unit.api.harness import Harness
 
 
-@pytest.fixture
-def harness() -> Harness:
-    harness = Harness.new()
-    harness.add_host()
-    harness.add_flavor()
-    return harness
-
-
 def active(harness: Harness, **fields) -> str:
     uuid = harness.boot(**fields)
     harness.activate(uuid)
