@@ -192,12 +192,14 @@ def wants_stopped(record: dict[str, Any] | None, spec: dict[str, Any]) -> bool:
 DEFAULT_GROUP = "default"
 
 
-def security_groups(spec_or_record: dict[str, Any], networked: bool = True) -> list[str]:
+def security_groups(spec_or_record: dict[str, Any]) -> list[str]:
     """The instance's security groups: as set (`security_groups`), else as built before
-    there were any to set: `default` on the hosts' network, none without a network."""
+    there were any to set: `default` on the hosts' network, none without a network (a
+    spec's `network` false; a record of before this field says nothing of it: default).
+    The hosts' drivers read an absent field the same way (`nwfilter.guest_filter_for`)."""
     groups = spec_or_record.get("security_groups")
     if groups is not None:
         return list(groups)
-    if spec_or_record.get("network") is False or not networked:
+    if spec_or_record.get("network") is False:
         return []
     return [DEFAULT_GROUP]
