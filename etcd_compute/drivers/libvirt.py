@@ -291,19 +291,34 @@ class LibvirtDriver(LibvirtColdMoves):
         its definition, for its next start. Done already (a job run again): nothing."""
         uuid = spec["uuid"]
 
+        def refilter(domain: libvirt.virDomain, affect: int, xml_flags: int,
+                     wanted: str) -> bool:
+            nics = nwfilter.refiltered_interfaces(domain.XMLDesc(xml_flags), wanted)
+            for nic in nics:
+                domain.updateDeviceFlags(nic, affect)
+            return bool(nics)
+
         def swap() -> None:
             domain = self._domain(uuid)
             wanted = nwfilter.guest_filter_for(groups)
             views = [(libvirt.VIR_DOMAIN_AFFECT_CONFIG, libvirt.VIR_DOMAIN_XML_INACTIVE)]
             if domain.isActive():
                 views.insert(0, (libvirt.VIR_DOMAIN_AFFECT_LIVE, 0))
-            ensured = False
-            for affect, xml_flags in views:
-                for nic in nwfilter.refiltered_interfaces(domain.XMLDesc(xml_flags), wanted):
-                    if not ensured:  # the filter it names must exist (a host of before)
-                        self._ensure_filters(groups)
-                        ensured = True
-                    domain.updateDeviceFlags(nic, affect)
+            if any(nwfilter.refiltered_interfaces(domain.XMLDesc(flags), wanted)
+                   for _, flags in views):
+                self._ensure_filters(groups)  # the filter it names must exist (a host of before)
+            changed: list[tuple[int, int]] = []
+            try:
+                for affect, xml_flags in views:
+                    if refilter(domain, affect, xml_flags, wanted):
+                        changed.append((affect, xml_flags))
+            except libvirt.libvirtError:
+                # All or nothing: the running guest and its definition stay alike, as the
+                # record says (the action fails and ends as it started).
+                before = nwfilter.guest_filter_for([] if groups else None)
+                for affect, xml_flags in changed:
+                    refilter(domain, affect, xml_flags, before)
+                raise
             log.info("instance %s: security groups %s (nwfilter %s)", uuid,
                      ", ".join(groups) or "none", wanted)
 

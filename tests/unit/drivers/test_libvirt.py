@@ -398,3 +398,26 @@ def test_a_swap_libvirt_refuses_is_one_line_and_a_guest_without_a_nic_needs_none
     spec = spec_for(image)  # the test driver builds no NIC: nothing to swap
     driver.build(spec)
     driver.set_security_groups(spec, [])
+
+
+@pytest.mark.parametrize(("groups", "before"), [([], "etcd-compute-guest"),
+                                                (["default"], "etcd-compute-guest-isolated")])
+def test_a_swap_refused_half_way_puts_the_running_guests_filter_back(driver, monkeypatch,
+                                                                     groups, before):
+    """The running guest changed, its definition refused: both as they were (the record
+    says the groups did not change)."""
+    guest = FilteredDomain(True, name=before)
+    update = guest.updateDeviceFlags
+
+    def refuse_the_definition(xml: str, flags: int) -> None:
+        if flags & libvirt.VIR_DOMAIN_AFFECT_CONFIG:
+            raise libvirt.libvirtError("cannot write the definition (test)")
+        update(xml, flags)
+
+    guest.updateDeviceFlags = refuse_the_definition  # type: ignore[method-assign]
+    monkeypatch.setattr(driver, "_domain", lambda uuid: guest)
+    monkeypatch.setattr(driver, "_ensure_filters", lambda groups=None: None)
+    with pytest.raises(BuildError, match="cannot write the definition"):
+        driver.set_security_groups({"uuid": "0b7e4f1e-9a0c-4a51-8f0e-5d2c3b4a6e7f"}, groups)
+    assert (guest.live, guest.config) == (before, before)
+    assert len(guest.updates) == 2  # the live swap, then the live one put back
