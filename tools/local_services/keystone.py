@@ -116,9 +116,13 @@ class KeystoneServer(Service):
         for command, process in running:
             output, _ = process.communicate()
             if process.returncode:
+                # The whole output kept: its last line may be a usage line that says nothing.
+                log = self.run_dir / f"keystone-manage-{command}.log"
+                log.write_text(output)
                 lines = output.strip().splitlines() or ["(no output)"]
-                raise ServiceUnavailable(f"keystone-manage {command} failed: "
-                                         f"{lines[-1][:200]}")
+                telling = [line for line in lines if "error" in line.lower()] or lines
+                raise ServiceUnavailable(f"keystone-manage {command} failed (exit "
+                                         f"{process.returncode}, {log}): {telling[-1][:200]}")
 
     def start(self, token_expiration: int = 3600) -> KeystoneServer:
         gunicorn = KEYSTONE_VENV / "bin" / "gunicorn"
