@@ -2,6 +2,10 @@
 PY := .venv/bin/python
 # Extra pytest arguments, e.g. make test PYTEST_ARGS="-k scheduler -x"
 PYTEST_ARGS ?=
+# Python writes its bytecode (a PYTHONDONTWRITEBYTECODE=1 in the caller's environment
+# would have every compute.py, schedule.py, API worker and pytest worker compile the
+# package again, and pytest rewrite every test module's asserts on every run).
+unexport PYTHONDONTWRITEBYTECODE
 # pytest-xdist workers for the functional tests (they mostly wait on services; measured on
 # a 2-core machine, see README "Tests and benchmarks"). TEST_WORKERS=0: one process.
 TEST_WORKERS ?= 4
