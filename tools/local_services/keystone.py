@@ -33,6 +33,7 @@ class KeystoneServer(Service):
     """
 
     pki: Pki | None = None
+    _admin: Any = None
 
     @classmethod
     def create(cls, run_dir: Path, port: int | None = None, pki: Pki | None = None,
@@ -159,9 +160,16 @@ class KeystoneServer(Service):
                            user_domain_name=DOMAIN, project_domain_name=DOMAIN)
         return session.Session(auth=auth, timeout=30, verify=self.verify)
 
+    def _admin_session(self) -> Any:
+        """The admin's session, made once: it keeps its token until that nears its expiry
+        (a session per call logged in again for each of the bootstrap's ~50 calls)."""
+        if self._admin is None:
+            self._admin = self.session()
+        return self._admin
+
     def _api(self, method: str, path: str, json: Any = None,
              auth: Any = None) -> dict[str, Any]:
-        response = (auth or self.session()).request(
+        response = (auth or self._admin_session()).request(
             self.auth_url + path, method, json=json, raise_exc=True)
         return response.json() if response.content else {}
 
