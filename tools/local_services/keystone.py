@@ -129,7 +129,9 @@ class KeystoneServer(Service):
         self._write_config(token_expiration)
         owner = ["--keystone-user", "root", "--keystone-group", "root"]
         self._manage(["db_sync"], ["fernet_setup", *owner], ["credential_setup", *owner])
-        self._manage(["bootstrap", "--bootstrap-password", self.admin_password,
+        # "--option=value": a random password may begin with "-" (1 start in 64), which
+        # keystone-manage would read as an option and answer with its usage.
+        self._manage(["bootstrap", f"--bootstrap-password={self.admin_password}",
                       "--bootstrap-admin-url", self.auth_url,
                       "--bootstrap-public-url", self.auth_url,
                       "--bootstrap-internal-url", self.auth_url,
