@@ -1,6 +1,6 @@
 """schedule.py's actions on an instance: stop, start, suspend, resume, reboot, rebuild,
-resize (and the confirm or revert of a resize the compute API holds); migrate (to another
-host, live or cold) and migrate-abort; its events.
+resize, security-groups (and the confirm or revert of a resize the compute API holds);
+migrate (to another host, live or cold) and migrate-abort; its events.
 
 Each is refused before anything is written when the instance's state does not allow it
 (exit 1), else written into its host's spec; --wait follows it until its host has done
@@ -27,14 +27,23 @@ SUMMARIES = {
     "resize": "a new size (resources=... only) on the same host, claimed first",
     "revert-resize": "back to the old size a resize through the compute API holds "
                      "(VERIFY_RESIZE)",
+    "security-groups": "put an instance in the default security group (the network as it "
+                       "is) or in none (its traffic dropped but DHCP)",
 }
+# The word for no security group at all.
+NO_GROUP = "none"
 
 
 def add_commands(commands: Commands) -> None:
     for action, summary in SUMMARIES.items():
-        parser = commands.add(action, summary,
-                              "expected QUERY UUID" if action == "resize" else UUID_WORDS,
-                              cmd_action)
+        words = {"resize": "expected QUERY UUID",
+                 "security-groups": "expected default|none UUID"}.get(action, UUID_WORDS)
+        parser = commands.add(action, summary, words, cmd_action)
+        if action == "security-groups":
+            parser.add_argument("groups", metavar="default|none", choices=("default", NO_GROUP),
+                                help="default: guests reach each other and NAT out; none: "
+                                     "nothing but its DHCP (anti-spoofing and the host guard "
+                                     "apply either way)")
         if action == "resize":
             parser.add_argument("query", metavar="QUERY",
                                 help="the new size: resources=RC:N,... (nothing else)")
@@ -72,7 +81,8 @@ def add_commands(commands: Commands) -> None:
 
 
 def cmd_action(args: argparse.Namespace, config: dict[str, Any]) -> int:
-    """stop|start|suspend|resume|reboot|rebuild UUID, resize QUERY UUID."""
+    """stop|start|suspend|resume|reboot|rebuild UUID, resize QUERY UUID, security-groups
+    default|none UUID."""
     from etcd_compute.ops import lifecycle, operations
 
     action = args.command
@@ -90,9 +100,12 @@ def cmd_action(args: argparse.Namespace, config: dict[str, Any]) -> int:
 
         def image_for(held: dict[str, int]) -> dict[str, Any]:
             return spec_image(images_cli.glance_image(config, glance_name, held))
+    groups = getattr(args, "groups", None)
     asked = lifecycle.Asked(hard=getattr(args, "hard", False), image_url=image,
                             resources=resources, revert=action == "revert-resize",
-                            image_for=image_for)
+                            image_for=image_for,
+                            security_groups=None if groups is None else
+                            [] if groups == NO_GROUP else [groups])
     # In the zone that holds it (this one, or a zone below through its index), as destroy.
     with zones_cli.instance_zone(config, uuid) as zone:
         store = zone.store

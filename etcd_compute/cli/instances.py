@@ -187,6 +187,7 @@ def _select(config: dict[str, Any], store: Any, request_spec: Any) -> tuple[list
 
 
 def cmd_show(args: argparse.Namespace, config: dict[str, Any]) -> int:
+    from etcd_compute.instances.states import security_groups
     from etcd_compute.ops import operations
 
     uuid = operations.check_uuid(args.uuid)
@@ -208,6 +209,7 @@ def cmd_show(args: argparse.Namespace, config: dict[str, Any]) -> int:
             ["state", state], ["host", host], ["ip", record.get("ip") or "-"],
             ["resources", output.resources_text(record.get("resources"))],
             ["image", record.get("image") or "-"], ["group", record.get("group") or "-"],
+            ["secgroups", ", ".join(security_groups(record)) or "none"],
             ["error", record.get("error") or "-"],
             ["created", output.when(record.get("created_at"))],
             ["updated", output.when(record.get("updated_at"))],

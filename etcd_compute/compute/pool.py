@@ -29,9 +29,11 @@ BUILD, DESTROY, CLEANUP = "build", "destroy", "cleanup"
 # Before a build: its claim checked (a thread of the main process) beside the image fetch.
 CHECK = "check"
 # An operator's actions run as jobs of the action's name.
-STOP, START, SUSPEND, RESUME, REBOOT, REBUILD, RESIZE, SNAPSHOT = (
-    "stop", "start", "suspend", "resume", "reboot", "rebuild", "resize", "snapshot")
-ACTION_KINDS = (STOP, START, SUSPEND, RESUME, REBOOT, REBUILD, RESIZE, SNAPSHOT)
+STOP, START, SUSPEND, RESUME, REBOOT, REBUILD, RESIZE, SNAPSHOT, SECURITY_GROUPS = (
+    "stop", "start", "suspend", "resume", "reboot", "rebuild", "resize", "snapshot",
+    "security-groups")
+ACTION_KINDS = (STOP, START, SUSPEND, RESUME, REBOOT, REBUILD, RESIZE, SNAPSHOT,
+                SECURITY_GROUPS)
 # A move's steps (compute/moves.py).
 MOVE_KINDS = worker.MOVE_KINDS
 

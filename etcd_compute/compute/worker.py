@@ -74,6 +74,10 @@ def act(spec: dict[str, Any], task: dict[str, Any]) -> dict[str, Any]:
         return driver().resume(uuid)
     if action == states.REBOOT:
         return driver().reboot(uuid, bool(task.get("hard")))
+    if action == states.SECURITY_GROUPS:
+        # The guest's network filter swapped, running or not (its definition too).
+        driver().set_security_groups(spec, task["security_groups"])
+        return {}
     # Rebuild and resize leave the guest powered as it was when the action began; a snapshot
     # of a running guest is taken live.
     power_on = task["from"] == states.ACTIVE

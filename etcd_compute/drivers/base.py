@@ -108,6 +108,11 @@ class Driver(abc.ABC):
         (live and crash-consistent when the guest runs; it keeps running). On failure the
         image is deleted and the guest is as it was. Returns {"detail": what was made}."""
 
+    @abc.abstractmethod
+    def set_security_groups(self, spec: dict[str, Any], groups: list[str]) -> None:
+        """The guest's network interface filtered for `groups` (its definition and, if it
+        runs, the running guest at once); nothing to do for a guest without a network."""
+
     # -- moving a guest to another host (README, "Moving guests"): BuildError on failure
 
     def prepare_incoming(self, spec: dict[str, Any]) -> dict[str, Any]:

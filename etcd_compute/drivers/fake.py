@@ -243,6 +243,7 @@ class FakeDriver(FakeMoves, Driver):
         record = {"uuid": uuid, "host": spec["host"], "result": result, "built_at": time.time(),
                   "running": running, "resources": spec["resources"], "image": image,
                   "network": networked,
+                  "security_groups": spec.get("security_groups"),  # its NIC's filter
                   # What its config drive would carry.
                   "user_data": spec.get("user_data"), "ssh_key": spec.get("ssh_key")}
         # Write aside, then link into place: the instance appears whole or not at all
@@ -342,6 +343,11 @@ class FakeDriver(FakeMoves, Driver):
         if power_on:
             self._set_running(uuid, True)
         return {"ip": self._address(uuid)}
+
+    def set_security_groups(self, spec: dict[str, Any], groups: list[str]) -> None:
+        """The flag only (no network here): tests read it from the instance's file."""
+        instance = self._begin(spec["uuid"], "security-groups")
+        self._save(spec["uuid"], {**instance, "security_groups": list(groups)})
 
     def snapshot(self, spec: dict[str, Any], image_id: str, running: bool) -> dict[str, Any]:
         """No disk here: an empty 1 GiB qcow2 (qemu-img) is what is uploaded, through the

@@ -116,7 +116,7 @@ class LibvirtDriver(LibvirtColdMoves):
         # none): it then gets no address (_wait_for_ip finds no MAC).
         networked = not test_driver and spec.get("network", True)
         network_name = self._ensure_network() if networked else None
-        nic_filter = self._ensure_filters() if networked else None
+        nic_filter = self._ensure_filters(spec.get("security_groups")) if networked else None
         domain_spec = DomainSpec(
             uuid=uuid,
             name=meta["name"],
@@ -284,6 +284,45 @@ class LibvirtDriver(LibvirtColdMoves):
                               f"{'live' if live else 'powered off'}, {took:.1f} s"}
 
         return self._action(uuid, "snapshot", take)
+
+    def set_security_groups(self, spec: dict[str, Any], groups: list[str]) -> None:
+        """Swap the filter on the guest's NIC (nwfilter.guest_filter_for): the running
+        guest's at once (qemu's driver instantiates the new filter on its tap device) and
+        its definition, for its next start. Done already (a job run again): nothing."""
+        uuid = spec["uuid"]
+
+        def refilter(domain: libvirt.virDomain, affect: int, xml_flags: int,
+                     wanted: str) -> bool:
+            nics = nwfilter.refiltered_interfaces(domain.XMLDesc(xml_flags), wanted)
+            for nic in nics:
+                domain.updateDeviceFlags(nic, affect)
+            return bool(nics)
+
+        def swap() -> None:
+            domain = self._domain(uuid)
+            wanted = nwfilter.guest_filter_for(groups)
+            views = [(libvirt.VIR_DOMAIN_AFFECT_CONFIG, libvirt.VIR_DOMAIN_XML_INACTIVE)]
+            if domain.isActive():
+                views.insert(0, (libvirt.VIR_DOMAIN_AFFECT_LIVE, 0))
+            if any(nwfilter.refiltered_interfaces(domain.XMLDesc(flags), wanted)
+                   for _, flags in views):
+                self._ensure_filters(groups)  # the filter it names must exist (a host of before)
+            changed: list[tuple[int, int]] = []
+            try:
+                for affect, xml_flags in views:
+                    if refilter(domain, affect, xml_flags, wanted):
+                        changed.append((affect, xml_flags))
+            except libvirt.libvirtError:
+                # All or nothing: the running guest and its definition stay alike, as the
+                # record says (the action fails and ends as it started).
+                before = nwfilter.guest_filter_for([] if groups else None)
+                for affect, xml_flags in changed:
+                    refilter(domain, affect, xml_flags, before)
+                raise
+            log.info("instance %s: security groups %s (nwfilter %s)", uuid,
+                     ", ".join(groups) or "none", wanted)
+
+        self._action(uuid, "security-groups", swap)
 
     # -- destroy -----------------------------------------------------------------------
 

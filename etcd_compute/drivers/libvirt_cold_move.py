@@ -111,7 +111,7 @@ class LibvirtColdMoves(LibvirtMigrations):
             disk=files.disk, config_drive=files.config_drive, console_log=files.console_log,
             network=self._ensure_network() if networked else None,
             bridge=self.settings["bridge"] if networked else None,
-            nic_filter=self._ensure_filters() if networked else None,
+            nic_filter=self._ensure_filters(spec.get("security_groups")) if networked else None,
             dhcp_server=nwfilter.gateway_of(self.settings["network_cidr"]), macs=macs)
 
 

@@ -166,11 +166,13 @@ class LibvirtHost(Driver):
                 log.warning("network %s: %s", name, exc)
         return name
 
-    def _ensure_filters(self) -> str:
-        """Our nwfilters, defined if missing or changed (one worker at a time)."""
+    def _ensure_filters(self, groups: list[str] | None = None) -> str:
+        """Our nwfilters, defined if missing or changed (one worker at a time); the one a
+        NIC of an instance in security `groups` carries (None: the default group)."""
         with filelock.FileLock(str(self.instances_dir / ".network.lock")):
-            return nwfilter.ensure_filters(
+            nwfilter.ensure_filters(
                 self.connection, int(self.settings["metadata_connections_per_guest"]))
+        return nwfilter.guest_filter_for(groups)
 
     def _wait_for_ip(self, domain: libvirt.virDomain) -> str | None:
         """The guest's address once it has a DHCP lease; BuildError if it never gets one."""

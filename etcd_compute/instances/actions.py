@@ -5,9 +5,9 @@ The operator writes an action into the host's spec with a request id
 `new_request`); the host takes it up (`begin_action`: the record keeps the
 request as its `task` while it runs), and ends it in one transaction
 (`end_action`), which on success also writes the action's changes (size,
-image, a rebuild's user data and key) into the spec; a resize that holds its old size
-leaves the hold on the record (`resize_hold`) until it is confirmed or reverted. A
-failed action ends where it started. A host that
+image, a rebuild's user data and key, security groups) into the spec; a resize that
+holds its old size leaves the hold on the record (`resize_hold`) until it is confirmed or
+reverted. A failed action ends where it started. A host that
 will not act on a request notes it as taken and says why (`refuse_action`).
 """
 
@@ -133,6 +133,8 @@ def end_action(store: KeyValueStore, read: RecordRead, spec_entry: Entry | None,
             fields["resize_hold"] = {**task["hold"], "request_id": task["id"]}
         if "reverts" in task:
             fields["resize_hold"] = None
+        if "security_groups" in task:
+            fields["security_groups"] = task["security_groups"]
     else:
         state = task["from"]
     if ip:
@@ -146,7 +148,7 @@ def end_action(store: KeyValueStore, read: RecordRead, spec_entry: Entry | None,
     success = [record_put(keys, moved(record, state, **fields)),
                events.put(keys, host, uuid, log)]
     changes = {k: task[k] for k in ("resources", "allocations", "image", "query", "user_data",
-                                    "ssh_key") if k in task}
+                                    "ssh_key", "security_groups") if k in task}
     if error is None and changes and spec_entry is not None:
         spec = messages.decode(messages.INSTANCE_SPEC, spec_entry.value)
         compare.append(Compare(spec_entry.key, "mod", "==", spec_entry.mod_revision))

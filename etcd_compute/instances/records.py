@@ -18,7 +18,14 @@ from etcd_compute import messages
 from etcd_compute.errors import InvalidMessage
 from etcd_compute.etcd import Entry, KeyValueStore
 from etcd_compute.instances.ownership import forget
-from etcd_compute.instances.states import DELETED, ERROR, INCOMING, TRANSIENT, check_transition
+from etcd_compute.instances.states import (
+    DELETED,
+    ERROR,
+    INCOMING,
+    TRANSIENT,
+    check_transition,
+    security_groups,
+)
 from etcd_compute.keys import RECORDS, SPECS
 
 
@@ -37,6 +44,7 @@ def new_record(spec: dict[str, Any], state: str, host_name: str | None = None) -
         "resources": spec["resources"],
         "image": spec.get("image", {}).get("url"),
         "group": (spec.get("group") or {}).get("name"),
+        "security_groups": security_groups(spec),
         "created_at": spec.get("requested_at", now),
         "updated_at": now,
         **{owner: spec[owner] for owner in ("project_id", "user_id") if owner in spec},

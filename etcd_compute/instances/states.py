@@ -11,6 +11,7 @@
     ACTIVE|SHUTOFF -rebuild-> REBUILDING -> as it was;  -resize-> RESIZING -> as it was
     ACTIVE|SHUTOFF|SUSPENDED -snapshot-> SNAPSHOTTING -> as it was (a running guest keeps
         running)
+    ACTIVE|SHUTOFF -security-groups-> FILTERING -> as it was
     ACTIVE|SHUTOFF -migrate-> MIGRATING -> MIGRATED (the guest left: the controller hands
         the instance over to the destination's INCOMING record) | as it was (failed)
 
@@ -60,16 +61,19 @@ SNAPSHOTTING = "SNAPSHOTTING"
 MIGRATING = "MIGRATING"
 MIGRATED = "MIGRATED"
 INCOMING = "INCOMING"
+# Its security groups changing (the compute API's add/removeSecurityGroup): the host swaps
+# the filter on the guest's network interface, running or not; it ends as it started.
+FILTERING = "FILTERING"
 
 STATES = (SCHEDULED, BUILDING, ACTIVE, SHUTOFF, STOPPING, STARTING, SUSPENDED, SUSPENDING,
-          RESUMING, REBOOTING, REBUILDING, RESIZING, SNAPSHOTTING, MIGRATING, MIGRATED,
-          INCOMING, RESCHEDULING, ERROR,
+          RESUMING, REBOOTING, REBUILDING, RESIZING, SNAPSHOTTING, FILTERING, MIGRATING,
+          MIGRATED, INCOMING, RESCHEDULING, ERROR,
           DELETING, DELETED)
 # States `schedule.py --wait` stops at (ACTIVE can still change: destroy).
 FINAL = frozenset({ACTIVE, ERROR, DELETED})
 # An operator's action in progress.
 TRANSIENT = frozenset({STOPPING, STARTING, SUSPENDING, RESUMING, REBOOTING, REBUILDING,
-                       RESIZING, SNAPSHOTTING, MIGRATING})
+                       RESIZING, SNAPSHOTTING, FILTERING, MIGRATING})
 # States in which a driver may hold the instance (a cold move's source keeps its stopped
 # copy until the hand-over; a destination may run the guest before it).
 LIVE = frozenset({BUILDING, ACTIVE, SHUTOFF, SUSPENDED, DELETING, MIGRATED, INCOMING}) | TRANSIENT
@@ -77,6 +81,8 @@ LIVE = frozenset({BUILDING, ACTIVE, SHUTOFF, SUSPENDED, DELETING, MIGRATED, INCO
 STOP, START, REBOOT, REBUILD, RESIZE, SNAPSHOT, MIGRATE, DESTROY = (
     "stop", "start", "reboot", "rebuild", "resize", "snapshot", "migrate", "destroy")
 SUSPEND, RESUME = "suspend", "resume"
+# An instance's security groups set (its spec's `security_groups`, the request's new ones).
+SECURITY_GROUPS = "security-groups"
 # The destination's side of a move (a spec action, never an operator's).
 INCOMING_ACTION = "incoming"
 # An operator's action: the state it passes through, the states it may start from.
@@ -90,6 +96,8 @@ ACTIONS: dict[str, tuple[str, frozenset[str]]] = {
     RESIZE: (RESIZING, frozenset({ACTIVE, SHUTOFF})),
     # Nova snapshots a suspended server too: its disk, copied while the guest is saved.
     SNAPSHOT: (SNAPSHOTTING, frozenset({ACTIVE, SHUTOFF, SUSPENDED})),
+    # Not SUSPENDED: the guest's saved memory keeps the definition it was saved with.
+    SECURITY_GROUPS: (FILTERING, frozenset({ACTIVE, SHUTOFF})),
     MIGRATE: (MIGRATING, frozenset({ACTIVE, SHUTOFF})),
 }
 # Where a successful action ends; rebuild, resize and snapshot end as they started (a move
@@ -115,9 +123,10 @@ TRANSITIONS: dict[str | None, frozenset[str]] = {
     RESCHEDULING: frozenset({SCHEDULED, ERROR, DELETING, DELETED}),
     # -> SHUTOFF / ACTIVE without an action: the hypervisor saw the guest stop or start.
     ACTIVE: frozenset({SCHEDULED, RESCHEDULING, ERROR, DELETING, DELETED, SHUTOFF, STOPPING,
-                       SUSPENDING, REBOOTING, REBUILDING, RESIZING, SNAPSHOTTING, MIGRATING}),
+                       SUSPENDING, REBOOTING, REBUILDING, RESIZING, SNAPSHOTTING, FILTERING,
+                       MIGRATING}),
     SHUTOFF: frozenset({SCHEDULED, RESCHEDULING, ERROR, DELETING, DELETED, ACTIVE, STARTING,
-                        REBUILDING, RESIZING, SNAPSHOTTING, MIGRATING}),
+                        REBUILDING, RESIZING, SNAPSHOTTING, FILTERING, MIGRATING}),
     # Resumed, or evacuated (its host died: built again elsewhere, powered off, its memory
     # lost with the host), or destroyed. The hypervisor's reports do not move it.
     SUSPENDED: frozenset({SCHEDULED, RESCHEDULING, ERROR, DELETING, DELETED, RESUMING,
@@ -175,3 +184,22 @@ def wants_stopped(record: dict[str, Any] | None, spec: dict[str, Any]) -> bool:
         return task["action"] in (STOP, SUSPEND) or \
             (task["action"] not in (START, RESUME) and task["from"] in (SHUTOFF, SUSPENDED))
     return record["state"] in (SHUTOFF, SUSPENDED)
+
+
+# The one security group there is (per project): the hosts' network as it is, guests
+# reaching each other and NAT out. Without it a guest's traffic is dropped both ways but
+# its DHCP (virt/nwfilter.py). The anti-spoofing and the host guard are no group's.
+DEFAULT_GROUP = "default"
+
+
+def security_groups(spec_or_record: dict[str, Any]) -> list[str]:
+    """The instance's security groups: as set (`security_groups`), else as built before
+    there were any to set: `default` on the hosts' network, none without a network (a
+    spec's `network` false; a record of before this field says nothing of it: default).
+    The hosts' drivers read an absent field the same way (`nwfilter.guest_filter_for`)."""
+    groups = spec_or_record.get("security_groups")
+    if groups is not None:
+        return list(groups)
+    if spec_or_record.get("network") is False:
+        return []
+    return [DEFAULT_GROUP]

@@ -1,5 +1,5 @@
 """The operator's lifecycle actions on the instance's host: stop, start, suspend, resume,
-reboot, rebuild, resize, snapshot.
+reboot, rebuild, resize, snapshot, security-groups (the compute API's add/removeSecurityGroup).
 
     schedule.py stop UUID | start UUID | reboot [--hard] UUID | rebuild [--image URL] UUID
     schedule.py suspend UUID | resume UUID
@@ -57,7 +57,7 @@ from etcd_compute.scheduler.spec import IMAGE_URL, operator_name
 ATTEMPTS = 5
 # The actions asked here (a move to another host: ops/migrations.py).
 ACTIONS = (states.STOP, states.START, states.SUSPEND, states.RESUME, states.REBOOT,
-           states.REBUILD, states.RESIZE, states.SNAPSHOT)
+           states.REBUILD, states.RESIZE, states.SNAPSHOT, states.SECURITY_GROUPS)
 
 
 class NoRoom(EtcdComputeError):
@@ -202,6 +202,13 @@ def _change(placement: PlacementClient, action: str, spec: dict[str, Any], host:
         assert asked.image_for is not None
         # The queued Glance image made for this snapshot ({image_id, name}).
         return Change({"snapshot": asked.image_for(spec)})
+    if action == states.SECURITY_GROUPS:
+        if asked.security_groups is None:
+            raise UsageError("security-groups: the instance's new security groups are needed")
+        if spec.get("network") is False:
+            raise states.ActionRefused(f"instance {spec['uuid']} has no network interface: "
+                                       "it is in no security group and can join none")
+        return Change({"security_groups": list(asked.security_groups)})
     if action == states.RESIZE and asked.revert:
         return _revert(placement, spec, host, record)
     if action == states.RESIZE:
@@ -216,7 +223,7 @@ class Asked:
     image in Glance) and the guest's new user data or key (`rebuild`: user_data, ssh_key,
     each None to remove); resize the new `resources`, the consumer that holds the old size
     until it is confirmed (`hold`, the compute API's resize), or `revert` of a held one;
-    snapshot its image (`image_for`)."""
+    snapshot its image (`image_for`); security-groups the instance's new `security_groups`."""
 
     hard: bool = False
     image_url: str | None = None
@@ -224,6 +231,7 @@ class Asked:
     resources: dict[str, int] | None = None
     hold: str | None = None
     revert: bool = False
+    security_groups: list[str] | None = None
     # A rebuild's image in Glance (given the instance's resources: the spec's `image`), or
     # a snapshot's queued image (given its spec): made when the request is written.
     image_for: Callable[[Any], dict[str, Any]] | None = None

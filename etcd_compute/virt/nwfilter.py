@@ -27,7 +27,19 @@ DHCPSERVER=the network's gateway:
   accepts the guest's routed packets in `libvirt-in-post`, before the network's own
   LIBVIRT_FWO source check: clean-traffic already holds the guest to its address.
 
-The compute defines both (if missing or changed) before it builds on the
+Security groups (the compute API's): there is one, `default`, and it is what the
+network does for every guest, GUEST_FILTER. A guest in no group carries
+ISOLATED_FILTER instead, as Neutron treats a port with port security and no groups:
+the same clean-traffic and host guard, and NO_GROUP_FILTER, which drops every IPv4
+packet from and to it but its DHCP (requests out to port 67, answers in from port
+67 to 68), so it keeps its address and reaches nothing else: not the other guests,
+not NAT, not the host, and not DNS nor the metadata server (Neutron's isolated port
+reaches neither: its DNS and metadata are services on the network like any other;
+the guest keeps its identity on the config drive). Which filter a NIC carries is
+`guest_filter_for(groups)`; `refiltered_interfaces` gives the interfaces of a domain
+to swap (the driver updates them, running or not).
+
+The compute defines them all (if missing or changed) before it builds on the
 network; `remove_filters` is for clean-up (demo, tests).
 """
 
@@ -50,6 +62,10 @@ GUEST_FILTER = "etcd-compute-guest"
 HOST_GUARD_FILTER = "etcd-compute-host-guard"
 # Before clean-traffic accepts outgoing IPv4 (-650) and after its spoofing check (-710).
 HOST_GUARD_CHAIN, HOST_GUARD_PRIORITY = "ipv4-host", "-705"
+ISOLATED_FILTER = "etcd-compute-guest-isolated"
+NO_GROUP_FILTER = "etcd-compute-no-group"
+# After the host guard, before clean-traffic's incoming (-700) and outgoing (-650) accepts.
+NO_GROUP_CHAIN, NO_GROUP_PRIORITY = "ipv4-iso", "-704"
 
 
 BRIDGE_NF_CALL_IPTABLES = Path("/proc/sys/net/bridge/bridge-nf-call-iptables")
@@ -143,6 +159,50 @@ def guest_filter_xml(connections_per_guest: int) -> str:
     return ET.tostring(guest, encoding="unicode")
 
 
+def no_group_xml() -> str:
+    """A guest in no security group: every IPv4 packet from or to it dropped but DHCP."""
+    iso = ET.Element("filter", name=NO_GROUP_FILTER, chain=NO_GROUP_CHAIN,
+                     priority=NO_GROUP_PRIORITY)
+    out = ET.SubElement(iso, "rule", action="return", direction="out", priority="100")
+    ET.SubElement(out, "ip", protocol="udp", srcportstart="68", dstportstart="67")
+    answer = ET.SubElement(iso, "rule", action="return", direction="in", priority="110")
+    ET.SubElement(answer, "ip", protocol="udp", srcportstart="67", dstportstart="68")
+    drop = ET.SubElement(iso, "rule", action="drop", direction="inout", priority="500")
+    ET.SubElement(drop, "ip")
+    return ET.tostring(iso, encoding="unicode")
+
+
+def isolated_filter_xml() -> str:
+    """clean-traffic, the host guard (they are no group's: they always apply), no group."""
+    guest = ET.Element("filter", name=ISOLATED_FILTER, chain="root")
+    for name in ("clean-traffic", HOST_GUARD_FILTER, NO_GROUP_FILTER):
+        ET.SubElement(guest, "filterref", filter=name)
+    return ET.tostring(guest, encoding="unicode")
+
+
+def guest_filter_for(groups: list[str] | None) -> str:
+    """The filter of a NIC whose instance is in `groups` (None: as built before there
+    were groups to change: the default one). The one group there is, `default`, is the
+    network as it is."""
+    return GUEST_FILTER if groups is None or groups else ISOLATED_FILTER
+
+
+def refiltered_interfaces(domain_xml: str, wanted: str) -> list[str]:
+    """The XML of each of the domain's interfaces that carries one of our guest filters
+    other than `wanted`, with `wanted` instead (parameters, MAC, everything else kept):
+    what `virDomainUpdateDeviceFlags` takes to swap it."""
+    ours = (GUEST_FILTER, ISOLATED_FILTER)
+    changed = []
+    for nic in ET.fromstring(domain_xml).iter("interface"):
+        filterref = nic.find("filterref")
+        if filterref is None or filterref.get("filter") not in ours or \
+                filterref.get("filter") == wanted:
+            continue
+        filterref.set("filter", wanted)
+        changed.append(ET.tostring(nic, encoding="unicode"))
+    return changed
+
+
 def _canonical(xml: str) -> tuple[object, ...]:
     """A filter's XML without what libvirt adds (uuid) or reorders (attributes, spaces)."""
     def walk(element: ET.Element) -> tuple[object, ...]:
@@ -189,6 +249,8 @@ def ensure_filters(connection: libvirt.virConnect, connections_per_guest: int) -
     addresses = [*host_addresses(), *host_broadcast_addresses()]
     _ensure(connection, HOST_GUARD_FILTER, host_guard_xml(addresses))
     _ensure(connection, GUEST_FILTER, guest_filter_xml(connections_per_guest))
+    _ensure(connection, NO_GROUP_FILTER, no_group_xml())
+    _ensure(connection, ISOLATED_FILTER, isolated_filter_xml())
     return GUEST_FILTER
 
 
@@ -196,7 +258,7 @@ def remove_filters(uri: str) -> None:
     """Undefine our filters (demo and test clean-up; refused while a guest uses them)."""
     connection = libvirt.open(uri)
     try:
-        for name in (GUEST_FILTER, HOST_GUARD_FILTER):
+        for name in (GUEST_FILTER, ISOLATED_FILTER, NO_GROUP_FILTER, HOST_GUARD_FILTER):
             try:
                 connection.nwfilterLookupByName(name).undefine()
             except libvirt.libvirtError as exc:

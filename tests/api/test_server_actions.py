@@ -1,7 +1,8 @@
 """Server actions through the real API with openstacksdk, a fake-driver compute doing them:
 stop, start, suspend, resume, hard reboot, rebuild, a resize held in Placement until
-confirmed (and one reverted), the console output, the instance actions; nothing left in
-Placement after."""
+confirmed (and one reverted), the console output, the instance actions, a server out of
+the default security group and back (shown at once, on the guest, kept across a compute
+restart); nothing left in Placement after."""
 
 from __future__ import annotations
 
@@ -171,3 +172,56 @@ def test_actions_are_refused_as_nova_refuses_them(cloud: Cloud) -> None:
     finally:
         conn.compute.delete_server(server)
         conn.compute.wait_for_delete(server, wait=60, interval=0.3)
+
+
+# --- security groups: the one there is, default ----------------------------------------
+
+
+def groups(conn: Any, server: Any) -> list[str] | None:
+    shown = conn.compute.get_server(server.id).security_groups
+    return None if shown is None else [group["name"] for group in shown]
+
+
+def test_default_removed_and_added_back_reaches_the_guest_and_survives_a_restart(
+        cloud: Cloud) -> None:
+    conn = cloud.connect("demo")
+    server = boot(conn, "guarded")
+    guest = cloud.compute.log_path.parent / "state" / "fake-instances" / f"{server.id}.json"
+
+    import json
+
+    def on_guest() -> list[str] | None:
+        return json.loads(guest.read_text()).get("security_groups")
+
+    try:
+        assert groups(conn, server) == ["default"]
+        assert on_guest() is None  # built as every guest: the default filter
+        server.remove_security_group(conn.compute, "default")
+        assert groups(conn, server) is None  # at once, as Nova's: no key at all
+        wait_for(lambda: on_guest() == [], timeout=30, interval=0.2,
+                 what="the guest's filter swapped")
+        wait_for(lambda: conn.compute.get_server(server.id).status == "ACTIVE" and
+                 groups(conn, server) is None, timeout=30, what="the swap ended")
+        detail = [s for s in conn.compute.servers(details=True) if s.id == server.id]
+        assert detail[0].security_groups is None
+        with pytest.raises(Exception, match="not associated with the instance"):
+            server.remove_security_group(conn.compute, "default")
+        with pytest.raises(Exception, match="Security group web is not found"):
+            server.add_security_group(conn.compute, "web")
+
+        cloud.compute.terminate()  # a compute restart: the instance keeps its groups
+        cloud.compute.start()
+        wait_for(lambda: cloud.store.get(cloud.store.keys.alive(cloud.host)) is not None,
+                 timeout=30, what="the compute back")
+        assert groups(conn, server) is None and on_guest() == []
+
+        server.add_security_group(conn.compute, "default")
+        assert groups(conn, server) == ["default"]
+        wait_for(lambda: on_guest() == ["default"], timeout=30, interval=0.2,
+                 what="the guest's filter back")
+        actions = [a.action for a in conn.compute.server_actions(server)]
+        assert actions[:2] == ["security-groups", "security-groups"]
+    finally:
+        conn.compute.delete_server(server)
+        conn.compute.wait_for_delete(server, wait=60, interval=0.3)
+    wait_for(lambda: not cloud.usage("demo"), timeout=30, what="the claim freed")

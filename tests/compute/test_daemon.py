@@ -450,9 +450,11 @@ def test_record_states_follow_the_documented_machine(start_compute, compute_conf
     del documented["migrate"]
     images = [f"record-states-{uuid[:8]}-{n}" for n in range(3)]
     sequence = [["stop", uuid], ["start", uuid], ["suspend", uuid], ["snapshot", uuid, images[2]],
-                ["resume", uuid], ["reboot", uuid], ["rebuild", uuid],
+                ["resume", uuid], ["reboot", uuid], ["security-groups", "none", uuid],
+                ["rebuild", uuid],
                 ["resize", "resources=VCPU:2,MEMORY_MB:128,DISK_GB:2", uuid],
-                ["snapshot", uuid, images[0]], ["stop", uuid], ["rebuild", uuid],
+                ["snapshot", uuid, images[0]], ["stop", uuid],
+                ["security-groups", "default", uuid], ["rebuild", uuid],
                 ["resize", "resources=VCPU:3,MEMORY_MB:192,DISK_GB:3", uuid],
                 ["snapshot", uuid, images[1]], ["start", uuid], ["destroy", uuid]]
     assert {words[0] for words in sequence} == set(documented), sorted(documented)

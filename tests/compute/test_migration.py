@@ -274,3 +274,32 @@ def test_a_destroy_after_a_live_move_switched_over_destroys_it_where_it_landed(
     assert overlaps([a, b]) == []
     moved = [e for e in events.read(store, rp_of(b), uuid) if e["action"] == "migrate"][-1]
     assert moved["result"] == "success"
+
+
+def test_an_instance_out_of_default_stays_out_through_a_live_move_and_a_cold_one(
+        two_hosts, store, placement, run_schedule):
+    """Its security groups are its own (spec and record) and go where it goes; the guest
+    there keeps the filter it had (the fake's flag travels with its guest's file)."""
+    from pathlib import Path
+
+    hosts = two_hosts
+    spec = active_on(store, placement, hosts["a"])
+    uuid = spec["uuid"]
+    out = run_schedule("security-groups", "none", uuid, "--wait", timeout=60)
+    assert out.code == 0, out.stderr
+
+    def groups_on(name: str) -> tuple:
+        host = rp_of(hosts[name])
+        guest = Path(hosts[name]["compute"]["state_dir"]) / "fake-instances" / f"{uuid}.json"
+        return (records.read_spec(store, host, uuid)[1]["security_groups"],
+                records.read_record(store, host, uuid).record["security_groups"],
+                json.loads(guest.read_text())["security_groups"])
+
+    assert groups_on("a") == ([], [], [])
+    for flags, there in ((["--live"], "b"), ([], "a")):
+        moved = run_schedule("migrate", uuid, *flags, "--wait", timeout=90)
+        assert moved.code == 0, moved.stderr
+        only_copy_on(hosts, there, uuid, placement, store)
+        assert groups_on(there) == ([], [], []), there
+    shown = run_schedule(uuid)
+    assert "secgroups  none\n" in shown.stdout

@@ -66,7 +66,8 @@ def test_list_by_host_name_or_uuid_and_by_state(start_compute, compute_config, h
     assert unknown.stderr == ("schedule.py: error: --state 'running': no such state; one of "
                               "SCHEDULED, BUILDING, ACTIVE, SHUTOFF, STOPPING, STARTING, "
                               "SUSPENDED, SUSPENDING, RESUMING, REBOOTING, REBUILDING, "
-                              "RESIZING, SNAPSHOTTING, MIGRATING, MIGRATED, INCOMING, "
+                              "RESIZING, SNAPSHOTTING, FILTERING, MIGRATING, MIGRATED, "
+                              "INCOMING, "
                               "RESCHEDULING, ERROR, DELETING, DELETED\n")
     nohost = run_schedule("list", "--host", "hv-typo")
     assert nohost.code == 1 and nohost.stderr.count("\n") == 1

@@ -137,7 +137,7 @@ def listener() -> Iterator[Listener]:
 class UnfilteredDriver(LibvirtDriver):
     """The control: defines its guests without our nwfilter (no filterref on the NIC)."""
 
-    def _ensure_filters(self) -> None:  # type: ignore[override]
+    def _ensure_filters(self, groups: list[str] | None = None) -> None:  # type: ignore[override]
         return None
 
 

@@ -1,9 +1,24 @@
-"""The servers' security group actions, addSecurityGroup and removeSecurityGroup (Nova's
-security groups controller), as Nova answers them in a cloud whose network service has no
-such group: there is no network service here, so no security group exists (a server's
-traffic is filtered by the hosts against spoofing only, libvirt's `clean-traffic`), and
-each is Nova's 404 "Security group X not found." once the body and the server are
-checked. Nova echoes a create's asked groups (`default`); it binds none here."""
+"""addSecurityGroup and removeSecurityGroup (Nova's security group action controller), over
+the one security group there is.
+
+Every project has one security group, `default`: the hosts' network as it is (guests reach
+each other and NAT out). A server on the network is in it from its create; removed from
+it, its traffic is dropped both ways but DHCP, as Neutron drops a port's with port
+security and no groups; added back, it is the network's again. The anti-spoofing and the
+host guard are no group's: they always apply (virt/nwfilter.py). The membership is the
+instance's (its spec and record, `security_groups`); the change goes to its host as the
+other actions do (`ops/lifecycle.py`, action `security-groups`), and the view shows the
+asked membership at once (Nova's shows the port's at once too).
+
+As Nova answers (nova/api/openstack/compute/security_groups.py, network/security_group_api.py):
+the body's schema (400), the server (404), the rule (403), an empty name (400); a group
+other than `default` 404 "Security group X is not found for project P"; a server without
+a network interface 404 (Nova: no port); removing a group it is not in 404 "Security group
+X not associated with the instance U"; adding one it is in changes nothing (202, as
+Neutron keeps a port's groups a set). Nova checks neither the lock nor the state; here the
+host must be up and the instance ACTIVE or SHUTOFF with no other request pending (409,
+the reason), since the host swaps the filter of a guest it holds.
+"""
 
 from __future__ import annotations
 
@@ -11,32 +26,48 @@ from typing import Any
 
 import webob
 
-from etcd_compute.api import policy
+from etcd_compute.api import policy, validation
 from etcd_compute.api.backend import Backend
-from etcd_compute.api.handlers import servers as server_handlers
-from etcd_compute.api.wsgi import ApiRequest, bad_request, not_found
+from etcd_compute.api.handlers import action_checks as checks
+from etcd_compute.api.schemas import server_actions as schema
+from etcd_compute.api.views import servers as view
+from etcd_compute.api.wsgi import ApiRequest, bad_request, empty_response, not_found
+from etcd_compute.instances.states import DEFAULT_GROUP
 
 
 def _group_name(body: dict[str, Any], action: str) -> str:
-    """Nova's `_parse`: the group's name, or its 400s."""
-    asked = body[action]
-    if not isinstance(asked, dict):
-        raise bad_request("Missing parameter dict")
-    if "name" not in asked:
-        raise bad_request("Security group not specified")
-    name = asked["name"]
-    if not isinstance(name, str) or not name.strip():
+    """Nova's `_parse` after its schema: a name of spaces is empty."""
+    name = body[action]["name"]
+    if not name.strip():
         raise bad_request("Security group name cannot be empty")
-    return name
+    return str(name)
 
 
-def _act(api: Backend, req: ApiRequest, server_id: str, body: dict[str, Any],
-         action: str, rule: str) -> webob.Response:
-    server = server_handlers.lookup(api, req, server_id)
-    api.policy.authorize(req.context, policy.SECURITY_GROUPS % rule,
-                         {"project_id": server.project_id})
+def _act(api: Backend, req: ApiRequest, server_id: str, body: Any, action: str,
+         rule: str) -> webob.Response:
+    validation.body(schema.add_security_group if action == "addSecurityGroup"
+                    else schema.remove_security_group, body)
+    server = checks.server_for(api, req, server_id, policy.SECURITY_GROUPS % rule,
+                               locked_ok=True)
     name = _group_name(body, action)
-    raise not_found(f"Security group {name[:255]} not found.")
+    if name != DEFAULT_GROUP:
+        raise not_found(f"Security group {name[:255]} is not found for project "
+                        f"{req.context.project_id}")
+    if not api.actions.networked(server):
+        raise not_found(f"instance_id {server.uuid} could not be found as device id on any "
+                        "ports")
+    groups = view.security_groups(server)
+    if action == "addSecurityGroup":
+        if name in groups:
+            return empty_response(202)
+        wanted = [*groups, name]
+    else:
+        if name not in groups:
+            raise not_found(f"Security group {name[:255]} not associated with the instance "
+                            f"{server.uuid}")
+        wanted = [group for group in groups if group != name]
+    checks.asked(lambda: api.actions.set_security_groups(server, wanted, checks.caller(req)))
+    return empty_response(202)
 
 
 def add(api: Backend, req: ApiRequest, server_id: str, body: Any) -> webob.Response:

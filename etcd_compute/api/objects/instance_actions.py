@@ -14,6 +14,7 @@ one Nova action with one event, named as Nova names them:
     confirm-resize           confirmResize    compute_confirm_resize
     revert-resize            revertResize     compute_revert_resize
     snapshot                 createImage      compute_snapshot_instance
+    security-groups          security-groups (ours: Nova records none for its group actions)
     recover                  evacuate         compute_rebuild_instance
     evacuate (a drain)       migrate          compute_resize_instance
     migrate, live            live-migration   compute_live_migration

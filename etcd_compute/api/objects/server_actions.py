@@ -29,7 +29,7 @@ from etcd_compute.api.objects.quotas import OverQuota, Quotas
 from etcd_compute.api.objects.servers import Server
 from etcd_compute.errors import InvalidMessage, NotFound, UsageError
 from etcd_compute.etcd import Compare, KeyValueStore, Op, put_message
-from etcd_compute.instances import states
+from etcd_compute.instances import records, states
 from etcd_compute.ops import lifecycle, migrations, operations
 from etcd_compute.placement import PlacementClient
 from etcd_compute.scheduler.scheduler import Scheduler
@@ -103,6 +103,24 @@ class ServerActions:
             return
         lifecycle.request(self.store, self.placement, server.uuid, states.REBOOT, hard=hard,
                           also=self._view(server, self._task("reboot", hard=hard)), by=by)
+
+    # --- security groups ------------------------------------------------------------------
+
+    def networked(self, server: Server) -> bool:
+        """Whether the server has a network interface (its spec: not `networks: none`); one
+        not placed on a host has none."""
+        if not server.host:
+            return False
+        _entry, spec = records.read_spec(self.store, server.host, server.uuid)
+        return spec is not None and spec.get("network", True) is not False
+
+    def set_security_groups(self, server: Server, groups: list[str], by: str) -> None:
+        """The instance's security groups become `groups`: its host swaps the filter; the
+        view shows them at once (its task, until the host takes the request up)."""
+        lifecycle.request(self.store, self.placement, server.uuid, states.SECURITY_GROUPS,
+                          asked=lifecycle.Asked(security_groups=list(groups)),
+                          also=self._view(server, self._task(
+                              "security-groups", security_groups=list(groups))), by=by)
 
     # --- rebuild --------------------------------------------------------------------------
 

@@ -150,3 +150,23 @@ def migrate_schema(version: Version) -> dict[str, Any]:
                                        "additionalProperties": False}},
             "required": ["migrate"], "additionalProperties": False}
 
+
+
+def _security_group(name: str) -> dict[str, Any]:
+    """addSecurityGroup, removeSecurityGroup: a group's name (Nova's schemas; other keys
+    beside the action are the dispatcher's 400)."""
+    return {
+        "type": "object",
+        "properties": {name: {
+            "type": "object",
+            "properties": {"name": {"type": "string", "minLength": 1}},
+            "required": ["name"],
+            "additionalProperties": False,
+        }},
+        "required": [name],
+        "additionalProperties": True,
+    }
+
+
+add_security_group = _security_group("addSecurityGroup")
+remove_security_group = _security_group("removeSecurityGroup")

@@ -16,6 +16,7 @@ Our states map to Nova's vm_state, task_state and power_state, and those to Nova
     REBUILDING               (as it was) / rebuilding        REBUILD
     RESIZING                 (as it was) / resize_migrating  RESIZE
     SNAPSHOTTING             (as it was) / image_uploading   (as it was)
+    FILTERING                (as it was) / -                 (as it was)
     MIGRATING, MIGRATED      live: active / migrating        MIGRATING
       (INCOMING)             cold: (as it was) / resize_migrating  RESIZE
       reverting a resize     resized / resize_reverting      REVERT_RESIZE
@@ -121,6 +122,8 @@ def nova_states(server: Server) -> tuple[str, str | None, int]:
         asked = pending(server)
         if asked is None:
             return vm_state, None, power
+        if asked["action"] == states.SECURITY_GROUPS:
+            return vm_state, None, power  # Nova sets no task_state for it
         task_state = _PENDING[asked["action"]]
         if asked["action"] == "reboot" and asked.get("hard"):
             task_state = "rebooting_hard"
@@ -153,10 +156,26 @@ def nova_states(server: Server) -> tuple[str, str | None, int]:
         states.REBUILDING: (was, "rebuilding", was_power),
         states.RESIZING: (was, "resize_migrating", was_power),
         states.SNAPSHOTTING: (was, "image_uploading", was_power),
+        states.FILTERING: (was, None, was_power),
         states.DELETING: ("active", "deleting", NOSTATE),
         states.ERROR: ("error", None, NOSTATE),
         states.DELETED: ("deleted", None, NOSTATE),
     }.get(state, ("error", None, NOSTATE))
+
+
+def security_groups(server: Server) -> list[str]:
+    """The server's security groups as Nova's view lists them: those asked of its host
+    while the request is pending or running, else those its record says the host applied;
+    none without an instance (a create that failed before any claim)."""
+    if server.record is None:
+        return []
+    asked = pending(server)
+    if asked is not None and asked["action"] == states.SECURITY_GROUPS:
+        return list(asked["security_groups"])
+    task = server.record.get("task") or {}
+    if server.record["state"] == states.FILTERING and "security_groups" in task:
+        return list(task["security_groups"])
+    return states.security_groups(server.record)
 
 
 def status(server: Server) -> str:
@@ -304,6 +323,9 @@ def show(req: ApiRequest, server: Server, *, network: str, show_extended: bool,
         "OS-EXT-STS:power_state": power_state,
         "os-extended-volumes:volumes_attached": [],
     }
+    groups = security_groups(server)
+    if groups:  # Nova leaves the key out for a server in none
+        shown["security_groups"] = [{"name": name} for name in groups]
     if shown["status"] in ("ERROR", "DELETED"):
         found = fault(server, is_admin)
         if found:

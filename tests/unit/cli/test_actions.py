@@ -25,6 +25,8 @@ QUERY = "resources=VCPU:2,MEMORY_MB:512,DISK_GB:1"
     (["stop", "--hard", UUID], "--hard goes with reboot"),
     (["stop", "--image", "file:///x", UUID], "--image goes with a query or rebuild"),
     (["rebuild", "--image", "ftp://host/x.img", UUID], "--image 'ftp://host/x.img'"),
+    (["security-groups", UUID], "security-groups: expected default|none UUID"),
+    (["security-groups", "web", UUID], "security-groups: expected default|none UUID"),
 ])
 def test_lifecycle_input_is_refused_before_any_connection(capsys, config, words, fault):
     schedule_usage_error(schedule(capsys, "--config", str(config), *words), fault)
@@ -63,6 +65,8 @@ def asked(monkeypatch):
     (["resize", QUERY, UUID], "resize",
      {"resources": {"VCPU": 2, "MEMORY_MB": 512, "DISK_GB": 1}}),
     (["revert-resize", UUID], "resize", {"revert": True}),
+    (["security-groups", "none", UUID], "security-groups", {"security_groups": []}),
+    (["security-groups", "default", UUID], "security-groups", {"security_groups": ["default"]}),
 ])
 def test_an_action_asks_with_its_own_options_and_says_so(capsys, config, asked, words, action,
                                                           params):

@@ -113,3 +113,21 @@ def test_show_names_the_action_running_and_who_asked(capsys, config, monkeypatch
     record["task"] = None
     code, out, _err = schedule(capsys, "--config", str(config), UUID)
     assert code == 0 and "state      REBOOTING\n" in out
+
+
+@pytest.mark.parametrize(("groups", "line"), [
+    (None, "secgroups  default\n"),  # a record of before: built in default
+    (["default"], "secgroups  default\n"), ([], "secgroups  none\n")])
+def test_show_says_the_instances_security_groups(capsys, config, monkeypatch, groups, line):
+    import contextlib
+    import types
+
+    from etcd_compute.ops import operations
+
+    record = {"uuid": UUID, "state": "ACTIVE", "host": None, "resources": None,
+              **({} if groups is None else {"security_groups": groups})}
+    monkeypatch.setattr(zones_cli, "instance_zone", lambda _config, _uuid:
+                        contextlib.nullcontext(types.SimpleNamespace(store=None, path="")))
+    monkeypatch.setattr(operations, "show", lambda _store, _uuid: record)
+    code, out, _err = schedule(capsys, "--config", str(config), UUID)
+    assert code == 0 and line in out

@@ -88,6 +88,9 @@ class Recorder(Driver):
         self.asked.append(("snapshot", (image_id, running)))
         return {"detail": f"image {image_id}"}
 
+    def set_security_groups(self, spec: dict[str, Any], groups: list[str]) -> None:
+        self.asked.append(("security-groups", (spec["uuid"], groups)))
+
 
 @pytest.fixture
 def recorder(monkeypatch: pytest.MonkeyPatch) -> Recorder:
@@ -156,12 +159,14 @@ def test_an_action_is_its_drivers_operation_powered_as_it_began(recorder):
     assert worker.act(spec, {"action": "snapshot", "from": "ACTIVE", "snapshot": snapshot}) \
         == {"detail": f"image {snapshot['image_id']}"}
     worker.act(spec, {"action": "snapshot", "from": "SHUTOFF", "snapshot": snapshot})
+    assert worker.act(spec, {"action": "security-groups", "from": "ACTIVE",
+                             "security_groups": []}) == {}
     assert recorder.asked == [
         ("stop", uuid), ("start", uuid), ("suspend", uuid), ("resume", uuid),
         ("reboot", (uuid, True)),
         ("rebuild", ("file:///dev/zero", False)), ("rebuild", (spec["image"]["url"], True)),
         ("resize", (bigger, True)), ("snapshot", (snapshot["image_id"], True)),
-        ("snapshot", (snapshot["image_id"], False))]
+        ("snapshot", (snapshot["image_id"], False)), ("security-groups", (uuid, []))]
     with pytest.raises(ValueError, match="unknown action 'pause'"):
         worker.act(spec, {"action": "pause", "from": "ACTIVE"})
 

@@ -73,6 +73,9 @@ class Hypervisor(Driver):
     def snapshot(self, spec: dict[str, Any], image_id: str, running: bool) -> dict[str, Any]:
         return {}
 
+    def set_security_groups(self, spec: dict[str, Any], groups: list[str]) -> None:
+        pass
+
 
 def test_a_driver_must_provide_every_operation():
     class Partial(Driver):

@@ -334,3 +334,24 @@ def test_diagnostics_are_the_fake_guests_size_and_power_in_novas_shape(tmp_path)
                                       "diagnostics": found})
     driver.stop(spec["uuid"])
     assert driver.diagnostics(spec["uuid"])["state"] == "shutdown"
+
+
+def test_security_groups_are_the_guests_flag_its_power_untouched(tmp_path):
+    driver = driver_in(tmp_path)
+    spec = make_spec(RP)
+    uuid = spec["uuid"]
+    driver.build(spec)
+    assert saved(driver, uuid)["security_groups"] is None  # built as every guest: default
+    driver.set_security_groups(spec, [])
+    assert saved(driver, uuid)["security_groups"] == [] and uuid in driver.running()
+    driver.set_security_groups(spec, ["default"])
+    assert saved(driver, uuid)["security_groups"] == ["default"]
+    assert guest_events(driver, uuid) == ["run"]  # never stopped for it
+    rebuilt = {**make_spec(RP), "security_groups": []}  # a build elsewhere keeps them
+    driver.build(rebuilt)
+    assert saved(driver, rebuilt["uuid"])["security_groups"] == []
+    failing = driver_in(tmp_path / "b", fail_actions=["security-groups"])
+    failing.build(spec)
+    with pytest.raises(BuildError, match="cannot security-groups"):
+        failing.set_security_groups(spec, [])
+    assert saved(failing, uuid)["security_groups"] is None

@@ -321,3 +321,103 @@ def test_prefetch_skips_what_a_build_would_not_fetch(driver, image, monkeypatch)
 def test_prefetch_with_the_test_driver_fetches_nothing(driver, image, monkeypatch):
     monkeypatch.setattr(driver.images, "fetch", lambda *a, **k: pytest.fail("fetched"))
     driver.prefetch(spec_for(image))
+
+
+# -- security groups: the NIC's filter swapped ----------------------------------------------
+
+NIC_XML = ("<domain><devices><interface type='network'><mac address='52:54:00:12:34:56'/>"
+           "<source network='etcd-compute'/>{target}<filterref filter='{name}'>"
+           "<parameter name='CTRL_IP_LEARNING' value='dhcp'/></filterref></interface>"
+           "</devices></domain>")
+
+
+class FilteredDomain:
+    """A domain with one filtered NIC, as libvirt shows it live (with its tap) and defined;
+    `updateDeviceFlags` records what was asked and changes the view it affects."""
+
+    def __init__(self, running: bool, name: str = "etcd-compute-guest"):
+        self.running, self.live, self.config = running, name, name
+        self.updates: list[tuple[str, int]] = []
+
+    def isActive(self) -> bool:  # noqa: N802 (libvirt's names)
+        return self.running
+
+    def XMLDesc(self, flags: int) -> str:  # noqa: N802
+        if flags & libvirt.VIR_DOMAIN_XML_INACTIVE or not self.running:
+            return NIC_XML.format(target="", name=self.config)
+        return NIC_XML.format(target="<target dev='vnet3'/>", name=self.live)
+
+    def updateDeviceFlags(self, xml: str, flags: int) -> None:  # noqa: N802
+        self.updates.append((xml, flags))
+        name = ET.fromstring(xml).find("filterref").get("filter")
+        if flags & libvirt.VIR_DOMAIN_AFFECT_LIVE:
+            self.live = name
+        if flags & libvirt.VIR_DOMAIN_AFFECT_CONFIG:
+            self.config = name
+
+
+@pytest.mark.parametrize("running", [True, False])
+def test_security_groups_swap_the_running_guests_filter_and_its_definition(
+        driver, monkeypatch, running):
+    guest = FilteredDomain(running)
+    monkeypatch.setattr(driver, "_domain", lambda uuid: guest)
+    ensured: list[Any] = []
+    monkeypatch.setattr(driver, "_ensure_filters", lambda groups=None: ensured.append(groups))
+    spec = {"uuid": "0b7e4f1e-9a0c-4a51-8f0e-5d2c3b4a6e7f"}
+    driver.set_security_groups(spec, [])
+    assert (guest.live, guest.config) == (
+        "etcd-compute-guest-isolated" if running else "etcd-compute-guest",
+        "etcd-compute-guest-isolated")
+    flags = [f for _, f in guest.updates]
+    assert flags == ([libvirt.VIR_DOMAIN_AFFECT_LIVE] if running else []) + \
+        [libvirt.VIR_DOMAIN_AFFECT_CONFIG]
+    live_xml = guest.updates[0][0]
+    assert ("vnet3" in live_xml) is running  # the live NIC as libvirt knows it
+    assert ensured == [[]]  # the filter it names exists before the swap
+    guest.updates.clear()
+    driver.set_security_groups(spec, [])  # again (a job run after a restart): nothing
+    assert guest.updates == []
+    driver.set_security_groups(spec, ["default"])
+    assert guest.config == "etcd-compute-guest"
+
+
+def test_a_swap_libvirt_refuses_is_one_line_and_a_guest_without_a_nic_needs_none(
+        driver, image, monkeypatch):
+    guest = FilteredDomain(True)
+
+    def refuse(xml: str, flags: int) -> None:
+        raise libvirt.libvirtError("Operation not supported: cannot modify network device\n"
+                                   "second line")
+
+    guest.updateDeviceFlags = refuse  # type: ignore[method-assign]
+    monkeypatch.setattr(driver, "_domain", lambda uuid: guest)
+    monkeypatch.setattr(driver, "_ensure_filters", lambda groups=None: None)
+    with pytest.raises(BuildError, match=r"^security-groups: .*cannot modify network device$"):
+        driver.set_security_groups({"uuid": "0b7e4f1e-9a0c-4a51-8f0e-5d2c3b4a6e7f"}, [])
+    monkeypatch.undo()
+    spec = spec_for(image)  # the test driver builds no NIC: nothing to swap
+    driver.build(spec)
+    driver.set_security_groups(spec, [])
+
+
+@pytest.mark.parametrize(("groups", "before"), [([], "etcd-compute-guest"),
+                                                (["default"], "etcd-compute-guest-isolated")])
+def test_a_swap_refused_half_way_puts_the_running_guests_filter_back(driver, monkeypatch,
+                                                                     groups, before):
+    """The running guest changed, its definition refused: both as they were (the record
+    says the groups did not change)."""
+    guest = FilteredDomain(True, name=before)
+    update = guest.updateDeviceFlags
+
+    def refuse_the_definition(xml: str, flags: int) -> None:
+        if flags & libvirt.VIR_DOMAIN_AFFECT_CONFIG:
+            raise libvirt.libvirtError("cannot write the definition (test)")
+        update(xml, flags)
+
+    guest.updateDeviceFlags = refuse_the_definition  # type: ignore[method-assign]
+    monkeypatch.setattr(driver, "_domain", lambda uuid: guest)
+    monkeypatch.setattr(driver, "_ensure_filters", lambda groups=None: None)
+    with pytest.raises(BuildError, match="cannot write the definition"):
+        driver.set_security_groups({"uuid": "0b7e4f1e-9a0c-4a51-8f0e-5d2c3b4a6e7f"}, groups)
+    assert (guest.live, guest.config) == (before, before)
+    assert len(guest.updates) == 2  # the live swap, then the live one put back

@@ -100,5 +100,6 @@ ALLOWED_ACTIONS = {("stop", "ACTIVE"), ("start", "SHUTOFF"), ("suspend", "ACTIVE
                    ("resume", "SUSPENDED"), ("reboot", "ACTIVE"),
            ("rebuild", "ACTIVE"), ("rebuild", "SHUTOFF"), ("resize", "ACTIVE"),
            ("resize", "SHUTOFF"), ("snapshot", "ACTIVE"), ("snapshot", "SHUTOFF"),
-           ("snapshot", "SUSPENDED"),
+           ("snapshot", "SUSPENDED"), ("security-groups", "ACTIVE"),
+           ("security-groups", "SHUTOFF"),
            ("migrate", "ACTIVE"), ("migrate", "SHUTOFF")}

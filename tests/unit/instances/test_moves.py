@@ -82,3 +82,25 @@ def test_a_stopped_instance_of_a_dead_host_is_built_again_stopped_with_its_event
     assert [(e["action"], e["result"]) for e in log] == [
         ("create", "success"), ("stop", "error"), ("recover", "success")]
     assert log[1]["error"] == f"its host {RP} gave it up"
+
+
+def test_an_instance_out_of_default_stays_out_when_its_dead_hosts_instance_is_rebuilt():
+    """Its groups are its own: the end of the action writes them into spec and record, and
+    a rebuild elsewhere builds from that spec (the new host's filter is the isolated one)."""
+    from etcd_compute.instances import actions as action_txn
+
+    store = FakeStore()
+    spec = active_one(store)
+    asked = ask(store, spec, "security-groups", security_groups=[])
+    take_up(store, asked)
+    assert action_txn.end_action(store, read(store, spec["uuid"]),
+                                 store.get(store.keys.spec(RP, spec["uuid"])))
+    done = read(store, spec["uuid"]).record
+    assert (done["state"], done["security_groups"]) == ("ACTIVE", [])
+    spec, _ = store.read(messages.INSTANCE_SPEC, store.keys.spec(RP, spec["uuid"]))
+    assert spec["security_groups"] == []
+    assert moves.evacuate(store, spec, read(store, spec["uuid"]), OTHER,
+                          {OTHER: {"resources": spec["resources"]}})
+    moved, _ = store.read(messages.INSTANCE_SPEC, store.keys.spec(OTHER, spec["uuid"]))
+    assert (moved["action"], moved["security_groups"]) == ("build", [])
+    assert records.read_record(store, OTHER, spec["uuid"]).record["security_groups"] == []

@@ -9,6 +9,7 @@ import uuid as uuidlib
 import pytest
 
 from etcd_compute import messages
+from etcd_compute.errors import InvalidMessage
 from etcd_compute.instances import host as host_txn
 from etcd_compute.instances import records, states
 from tests.support import make_spec
@@ -31,6 +32,24 @@ def test_new_record_is_a_valid_message_from_the_spec():
     messages.check(messages.INSTANCE_RECORD, record)
     assert (record["host"], record["group"], record["image"]) == (RP, "web", "file:///dev/null")
     assert record["created_at"] == spec["requested_at"]
+
+
+@pytest.mark.parametrize(("extra", "groups"), [
+    ({}, ["default"]),  # on the network: in the default group from its build
+    ({"network": False}, []),  # no network interface: in none
+    ({"security_groups": []}, []),  # rebuilt elsewhere after it left default: still out
+])
+def test_a_new_record_takes_the_security_groups_of_its_spec(extra, groups):
+    record = records.new_record(make_spec(RP, **extra), states.SCHEDULED, "host-a")
+    messages.check(messages.INSTANCE_RECORD, record)
+    assert record["security_groups"] == groups
+
+
+@pytest.mark.parametrize("hostile", [["web"], ["default", "default"], "default", [7],
+                                     ["default"] * 2000, None])
+def test_a_spec_with_hostile_security_groups_is_unreadable(hostile):
+    with pytest.raises(InvalidMessage):
+        messages.check(messages.INSTANCE_SPEC, {**make_spec(RP), "security_groups": hostile})
 
 
 def test_read_record_absent_valid_and_unreadable():

@@ -21,7 +21,8 @@ ALLOWED = {("stop", "ACTIVE"), ("start", "SHUTOFF"), ("suspend", "ACTIVE"),
            ("resume", "SUSPENDED"), ("reboot", "ACTIVE"),
            ("rebuild", "ACTIVE"), ("rebuild", "SHUTOFF"), ("resize", "ACTIVE"),
            ("resize", "SHUTOFF"), ("snapshot", "ACTIVE"), ("snapshot", "SHUTOFF"),
-           ("snapshot", "SUSPENDED")}
+           ("snapshot", "SUSPENDED"), ("security-groups", "ACTIVE"),
+           ("security-groups", "SHUTOFF")}
 
 
 def room(placement: FakePlacement, vcpu: int = 4) -> None:
@@ -52,6 +53,8 @@ def request(store, placement, spec, action, **params) -> lifecycle.Requested:
         params.setdefault("resources", NEW)
     if action == "snapshot":
         params.setdefault("image_for", lambda spec: SNAPSHOT)
+    if action == "security-groups":
+        params.setdefault("asked", lifecycle.Asked(security_groups=[]))
     return lifecycle.request(store, placement, spec["uuid"], action, **params)
 
 
@@ -73,6 +76,8 @@ def test_an_allowed_action_is_written_into_the_hosts_spec(action, state):
         assert placement.calls == []
     if action == "snapshot":
         assert asked.request["snapshot"] == SNAPSHOT
+    if action == "security-groups":
+        assert asked.request["security_groups"] == []
 
 
 @pytest.mark.parametrize(("action", "state"), [
@@ -466,3 +471,20 @@ def test_a_resize_whose_callers_writes_fail_puts_its_claim_back():
         lifecycle.request(store, placement, spec["uuid"], "resize",
                           asked=lifecycle.Asked(resources=NEW), also=broken)
     assert placement.get_allocations(spec["uuid"])["allocations"] == spec["allocations"]
+
+
+def test_security_groups_without_the_new_groups_is_a_usage_error_writing_nothing():
+    store, placement, spec = instance()
+    before = store.revision
+    with pytest.raises(UsageError, match="new security groups are needed"):
+        lifecycle.request(store, placement, spec["uuid"], "security-groups")
+    assert store.revision == before
+
+
+def test_an_instance_without_a_network_joins_no_security_group_nothing_written():
+    store, placement, spec = instance(network=False)
+    before = store.revision
+    with pytest.raises(states.ActionRefused, match="has no network interface"):
+        request(store, placement, spec, "security-groups",
+                asked=lifecycle.Asked(security_groups=["default"]))
+    assert store.revision == before

@@ -183,3 +183,54 @@ def test_a_host_where_the_cap_cannot_work_is_told_once(monkeypatch, caplog):
     nwfilter.ensure_filters(connection, 8)
     assert [r.getMessage() for r in caplog.records if r.levelname == "WARNING"] == [
         "no br_netfilter"]
+
+
+def test_a_guest_in_no_group_keeps_the_anti_spoofing_and_the_guard_and_only_dhcp():
+    root = ET.fromstring(nwfilter.isolated_filter_xml())
+    assert root.get("name") == "etcd-compute-guest-isolated" and root.get("chain") == "root"
+    assert [r.get("filter") for r in root.iterfind("filterref")] == [
+        "clean-traffic", "etcd-compute-host-guard", "etcd-compute-no-group"]
+    iso = ET.fromstring(nwfilter.no_group_xml())
+    # After the guard (-705), before clean-traffic accepts IPv4 in (-700) and out (-650).
+    assert iso.get("chain").startswith("ipv4-") and -705 < int(iso.get("priority")) < -700
+    rules = [(r.get("action"), r.get("direction"), int(r.get("priority")), r.find("ip").attrib)
+             for r in iso.iterfind("rule")]
+    assert rules == [
+        ("return", "out", 100, {"protocol": "udp", "srcportstart": "68", "dstportstart": "67"}),
+        ("return", "in", 110, {"protocol": "udp", "srcportstart": "67", "dstportstart": "68"}),
+        ("drop", "inout", 500, {}),  # every other IPv4 packet, both ways
+    ]
+
+
+def test_the_filter_follows_the_groups_absent_being_the_default_one():
+    assert nwfilter.guest_filter_for(None) == nwfilter.GUEST_FILTER  # built before groups
+    assert nwfilter.guest_filter_for(["default"]) == nwfilter.GUEST_FILTER
+    assert nwfilter.guest_filter_for([]) == nwfilter.ISOLATED_FILTER
+
+
+def test_the_swap_names_only_our_filtered_interfaces_keeping_the_rest():
+    spec = support.domain_spec("0b7e4f1e-9a0c-4a51-8f0e-5d2c3b4a6e7f",
+                               nic_filter="etcd-compute-guest", dhcp_server="192.168.123.1",
+                               macs=("52:54:00:12:34:56",))
+    xml = domain_xml(spec)
+    assert nwfilter.refiltered_interfaces(xml, nwfilter.GUEST_FILTER) == []  # has it already
+    (nic,) = nwfilter.refiltered_interfaces(xml, nwfilter.ISOLATED_FILTER)
+    swapped, before = ET.fromstring(nic), ET.fromstring(xml).find("devices/interface")
+    assert swapped.find("filterref").get("filter") == "etcd-compute-guest-isolated"
+    assert [p.attrib for p in swapped.iterfind("filterref/parameter")] == \
+        [p.attrib for p in before.iterfind("filterref/parameter")]
+    assert (swapped.find("mac").get("address"), swapped.find("source").attrib) == \
+        (before.find("mac").get("address"), before.find("source").attrib)
+    foreign = xml.replace("etcd-compute-guest", "someone-elses")
+    assert nwfilter.refiltered_interfaces(foreign, nwfilter.ISOLATED_FILTER) == []
+
+
+def test_every_filter_is_defined_and_removed_together(monkeypatch):
+    monkeypatch.setattr(nwfilter, "_bridge_netfilter_checked", True)
+    monkeypatch.setattr(nwfilter, "host_addresses", lambda: ["10.0.0.5"])
+    monkeypatch.setattr(nwfilter, "host_broadcast_addresses", lambda: [])
+    connection = FakeFilters()
+    nwfilter.ensure_filters(connection, 8)
+    assert sorted(connection.filters) == sorted([
+        "etcd-compute-host-guard", "etcd-compute-guest", "etcd-compute-no-group",
+        "etcd-compute-guest-isolated"])
