@@ -162,7 +162,7 @@ run etcd-compute-keystone --network "$NET" -p "$BIND:5000:5000" -v "$PKI:/pki:ro
     keystone-manage db_sync &&
     keystone-manage fernet_setup --keystone-user root --keystone-group root &&
     keystone-manage credential_setup --keystone-user root --keystone-group root &&
-    keystone-manage bootstrap --bootstrap-password "$ADMIN_PASSWORD" \
+    keystone-manage bootstrap --bootstrap-password="$ADMIN_PASSWORD" \
       --bootstrap-public-url "$KEYSTONE_URL" --bootstrap-internal-url "$KEYSTONE_URL" \
       --bootstrap-admin-url "$KEYSTONE_URL" --bootstrap-region-id RegionOne &&
     echo "wsgi_app = \"keystone.wsgi.api:application\"" > /tmp/gunicorn.py &&

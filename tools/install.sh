@@ -74,19 +74,58 @@ venv() {
     || die "pip install into $dir failed"
   echo "$want" > "$stamp"
 }
+# The services' virtualenvs (Placement, Keystone, Glance, the clients, Tempest) hold nothing
+# of this checkout: each is built once per requirements digest (and Python) under
+# $ETCD_COMPUTE_CACHE (default ~/.cache/etcd-compute) and linked here, so another clone
+# (a CI run's fresh one) links in a second instead of installing for minutes. A virtualenv is
+# not relocatable (its scripts name its path), so it is built where it stays. An up-to-date
+# directory here (or a link made by hand) is kept; ETCD_COMPUTE_CACHE= (empty) builds here.
+# .venv is not cached: it holds this checkout's editable install (the console scripts).
+CACHE=${ETCD_COMPUTE_CACHE-${XDG_CACHE_HOME:-$HOME/.cache}/etcd-compute}
+cached_venv() {
+  local dir=$1; shift
+  local want; want=$(cat "$@" pyproject.toml | sha256sum | cut -d' ' -f1)
+  if [ -z "$CACHE" ] || { [ -x "$dir/bin/python" ] && [ ! -L "$dir" ] \
+      && [ "$(cat "$dir/.requirements.sha256" 2>/dev/null)" = "$want" ]; }; then
+    venv "$dir" "$@"
+    return
+  fi
+  local python; python=$(readlink -f "$(command -v "$PYTHON")")
+  local key; key=$({ cat "$@"; echo "$python"; "$PYTHON" -VV; } | sha256sum | cut -c1-16)
+  local target="$CACHE/venvs/${dir#.}-$key"
+  if [ -L "$dir" ] && [ -f "$target/.complete" ] && [ "$(readlink "$dir")" = "$target" ]; then
+    return
+  fi
+  if [ -L "$dir" ] && [ -x "$dir/bin/python" ] \
+      && [ "$(cat "$dir/.requirements.sha256" 2>/dev/null)" = "$want" ]; then
+    return  # linked by hand to an up-to-date virtualenv (a worktree's to its main's)
+  fi
+  mkdir -p "$CACHE/venvs"
+  (
+    flock 9  # another checkout may be building the same one
+    if [ ! -f "$target/.complete" ]; then
+      rm -rf "$target"  # an interrupted build
+      venv "$target" "$@"
+      touch "$target/.complete"
+    fi
+  ) 9>"$target.lock"
+  rm -rf "$dir"  # an out-of-date directory or link (rm removes a link, not its target)
+  ln -s "$target" "$dir"
+  say "$dir -> $target"
+}
 venv .venv requirements-test.txt
 if [ ! -x .venv/bin/ecompute ] || [ ! -x .venv/bin/eschedule ]; then
   .venv/bin/pip install -q --disable-pip-version-check --no-deps -e . >/dev/null 2>&1 \
     || die "pip install -e . failed (the ecompute/eschedule console scripts)"
 fi
 # Placement is a separate service with many dependencies of its own.
-venv .venv-placement requirements-placement.txt
+cached_venv .venv-placement requirements-placement.txt
 # Keystone (identity) and Glance (images): the cloud's own services, each in its own
 # virtualenv; the `openstack` command line in a third (it pulls in many packages).
-venv .venv-keystone requirements-keystone.txt
-venv .venv-glance requirements-glance.txt
-venv .venv-clients requirements-clients.txt
+cached_venv .venv-keystone requirements-keystone.txt
+cached_venv .venv-glance requirements-glance.txt
+cached_venv .venv-clients requirements-clients.txt
 # Tempest (the compute API's judge) only when asked: it is large and only the tests use it.
 if [ "${1:-}" = tempest ]; then
-  venv .venv-tempest requirements-tempest.txt
+  cached_venv .venv-tempest requirements-tempest.txt
 fi

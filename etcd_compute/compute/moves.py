@@ -135,7 +135,9 @@ class InstanceMoves:
             return
         if read.record is None or read.record.get("request_id") == request.get("id"):
             return  # not ours, or done (or refused) already
-        reason = request.get("cancel")
+        # Called off before this host took it up: said as when called off after (which
+        # side of that race the cancel lands on is timing, not news for the caller).
+        reason = f"move called off: {request['cancel']}" if request.get("cancel") else None
         if reason is None:
             try:
                 states.check_action(read.state, states.MIGRATE, uuid)

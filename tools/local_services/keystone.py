@@ -33,6 +33,7 @@ class KeystoneServer(Service):
     """
 
     pki: Pki | None = None
+    _admin: Any = None
 
     @classmethod
     def create(cls, run_dir: Path, port: int | None = None, pki: Pki | None = None,
@@ -132,7 +133,9 @@ class KeystoneServer(Service):
         self._write_config(token_expiration)
         owner = ["--keystone-user", "root", "--keystone-group", "root"]
         self._manage(["db_sync"], ["fernet_setup", *owner], ["credential_setup", *owner])
-        self._manage(["bootstrap", "--bootstrap-password", self.admin_password,
+        # "--option=value": a random password may begin with "-" (1 start in 64), which
+        # keystone-manage would read as an option and answer with its usage.
+        self._manage(["bootstrap", f"--bootstrap-password={self.admin_password}",
                       "--bootstrap-admin-url", self.auth_url,
                       "--bootstrap-public-url", self.auth_url,
                       "--bootstrap-internal-url", self.auth_url,
@@ -163,9 +166,16 @@ class KeystoneServer(Service):
                            user_domain_name=DOMAIN, project_domain_name=DOMAIN)
         return session.Session(auth=auth, timeout=30, verify=self.verify)
 
+    def _admin_session(self) -> Any:
+        """The admin's session, made once: it keeps its token until that nears its expiry
+        (a session per call logged in again for each of the bootstrap's ~50 calls)."""
+        if self._admin is None:
+            self._admin = self.session()
+        return self._admin
+
     def _api(self, method: str, path: str, json: Any = None,
              auth: Any = None) -> dict[str, Any]:
-        response = (auth or self.session()).request(
+        response = (auth or self._admin_session()).request(
             self.auth_url + path, method, json=json, raise_exc=True)
         return response.json() if response.content else {}
 

@@ -197,6 +197,10 @@ class PlacementServer(Service):
             [
                 str(gunicorn),
                 "--workers", self.extra["workers"],
+                # Keeps the clients' connections (a sync worker closes each after one
+                # response: a TLS handshake per call, a quarter of a compute's main loop
+                # in the tests); one thread, as SQLite wants.
+                "--worker-class", "gthread", "--threads", "1", "--keep-alive", "60",
                 "--bind", f"{self.extra['ip']}:{self.port}",
                 "--no-control-socket",
                 "--timeout", "120",

@@ -16,6 +16,7 @@ from etcd_compute import messages
 from etcd_compute.api.app import make_app
 from etcd_compute.api.backend import Backend
 from etcd_compute.api.objects.flavors import Flavor
+from etcd_compute.api.policy import Policy
 from etcd_compute.instances import host as host_txns
 from etcd_compute.instances import records
 from tests.unit.fakes import FakePlacement, FakeStore
@@ -31,6 +32,17 @@ def api_config(**api: Any) -> dict[str, Any]:
         "api": {"image_url_prefixes": ["file:///dev/"], **api}})
 
 
+# The default rules, read-only once built: one Enforcer for every harness that takes them
+# (registering Nova's defaults costs ~10 ms, and hundreds of tests build a harness).
+DEFAULT_POLICY: list[Policy] = []
+
+
+def default_policy() -> Policy:
+    if not DEFAULT_POLICY:
+        DEFAULT_POLICY.append(Policy())
+    return DEFAULT_POLICY[0]
+
+
 @dataclass
 class Harness:
     store: FakeStore
@@ -41,7 +53,9 @@ class Harness:
     @classmethod
     def new(cls, **api: Any) -> Harness:
         store, placement = FakeStore(), FakePlacement()
-        backend = Backend.over(api_config(**api), store, placement)
+        config = api_config(**api)
+        policy = default_policy() if config["api"]["policy_file"] is None else None
+        backend = Backend.over(config, store, placement, policy)
         return cls(store, placement, backend, make_app(backend.config, backend, auth=False))
 
     def call(self, method: str, path: str, body: Any = None, *, project: str = "p1",

@@ -154,6 +154,22 @@ def test_the_source_does_not_move_the_guest_once_the_destination_s_claim_changed
         "but Placement holds VCPU:2 for it here")
 
 
+def test_a_move_called_off_before_the_source_took_it_up_says_so_as_after(moving):
+    """The destination refused at once and the controller called the move off before the
+    source took it up: the caller reads "move called off: ..." as when the source had
+    taken it (which side of that race the cancel lands on is timing)."""
+    store, placement, uuid, asked, machine, moves = moving
+    entry, spec = spec_at(store, RP, uuid)
+    spec = {**spec, "request": {**spec["request"], "cancel": "the destination: no room"}}
+    store.put(messages.INSTANCE_SPEC, entry.key, spec)
+    moves.on_migrate(spec, store.get(entry.key).mod_revision)
+    assert machine.submitted == []
+    assert records.read_record(store, RP, uuid).state == "ACTIVE"
+    last = store.read(messages.INSTANCE_EVENTS, store.keys.events(RP, uuid))[0]["events"][-1]
+    assert (last["action"], last["result"]) == ("migrate", "refused")
+    assert last["error"] == "move called off: the destination: no room"
+
+
 def test_a_move_called_off_is_discarded_and_its_keys_here_go(moving):
     store, placement, uuid, asked, machine, moves = moving
     entry, spec = spec_at(store, OTHER, uuid)
