@@ -15,6 +15,7 @@ A failing run prints its seed; CHAOS_SEED=<seed> replays the same choices.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import threading
@@ -215,4 +216,9 @@ def check_invariants(store: Any, placement: Any, hosts: list[Host], client: Clie
         # hypervisor runs exactly those guests: no stale copy survived a return.
         assert placement.get_usages(rp) == {
             rc: n * len(live_on[rp]) for rc, n in RESOURCES.items()}, (rp, where)
+        # A host heartbeats before its start's reconcile powers on what a power loss
+        # stopped, so "back" may come a moment before its guests run again: wait for it.
+        with contextlib.suppress(AssertionError):
+            wait_for(lambda h=host, r=rp: FakeDriver(h.config).running() == live_on[r], 30,
+                     what=f"{rp}'s guests running again")
         assert FakeDriver(host.config).running() == live_on[rp], (rp, where)
