@@ -240,24 +240,22 @@ class Store(KeyValueStore):
         """`call(client)`, with one-line errors.
 
         When the member asked is unreachable the client has moved on, and the call is tried
-        on the next member (each once) while etcd.timeout since the first try has not run
-        out: a dead member costs a refused connection, not a failed command. A call that is
-        not `repeatable` (a write) goes again only if it never left (no connection). A try
-        that took half the timeout or more waited on a member that could not answer (no
-        quorum, cut off): the next would wait a whole timeout again, so it is not made. So a
-        call fails within about one timeout when no member can answer (a lost quorum)."""
+        on the next member (each once): a dead member costs a refused connection, not a
+        failed command. A call that is not `repeatable` (a write) goes again only if it
+        never left (no connection). Once the tries so far took half of etcd.timeout or more
+        (a member that could not answer: no quorum, cut off; or refusals slowed by a loaded
+        machine), none is added: it may wait a whole timeout. So a call fails within 1.5
+        timeouts when no member can answer (a lost quorum)."""
         timeout = self.config.get("timeout", 5.0)
-        deadline = time.monotonic() + timeout
+        started = time.monotonic()
         tries = len(self.endpoints)
         with self.errors():
             while True:
                 tries -= 1
-                started = time.monotonic()
                 try:
                     return self._call_authenticated(call)
                 except ETCD_DOWN as exc:
-                    now = time.monotonic()
-                    if tries <= 0 or now >= deadline or now - started >= timeout / 2 \
+                    if tries <= 0 or time.monotonic() - started >= timeout / 2 \
                             or not unreachable(exc) or not (repeatable or never_sent(exc)):
                         raise
 

@@ -168,6 +168,25 @@ def test_no_retry_after_a_member_let_most_of_the_timeout_pass(monkeypatch):
     assert store_over(fast, timeout=2.0).get("/k").value == b"v" and fast.calls == 2
 
 
+def test_the_tries_together_stop_at_half_the_timeout(monkeypatch):
+    # On a loaded machine two dead members each took just under half the timeout to
+    # refuse; the third (no quorum) then waited a whole timeout: `show` took 4.7 s with a
+    # 2 s timeout in tests/cluster. Once the tries so far used half the timeout, no more.
+    clock = [100.0]
+    monkeypatch.setattr("etcd_compute.etcd.time.monotonic", lambda: clock[0])
+
+    class SlowRefusals(Members):
+        def _answer(self, value):
+            clock[0] += 0.9
+            return super()._answer(value)
+
+    refused = pyetcd_error(grpc.StatusCode.UNAVAILABLE, REFUSED)
+    members = SlowRefusals(refused, refused, refused)
+    with pytest.raises(ServiceUnavailable):
+        store_over(members, timeout=2.0).get("/k")
+    assert members.calls == 2
+
+
 def test_a_write_is_sent_again_only_if_it_never_left():
     txn = Txn([], [Put("/k", "v")])
     refused = Members(pyetcd_error(grpc.StatusCode.UNAVAILABLE, REFUSED))
