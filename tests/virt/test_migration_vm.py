@@ -205,8 +205,8 @@ def test_a_cancelled_or_cut_short_live_move_leaves_the_guest_running_on_the_sour
 
 # Its premise is a TCG guest that dirties memory faster than 16 MiB/s: a guest starved of
 # CPU by other workers' guests does not (the move converges unpaused), or the paused
-# copy misses twice the bound. Failed 1 of 5 fresh-clone runs twice in a row, passed on
-# the rerun in 3 others, since more VM tests run beside it: two more tries.
+# copy misses twice the bound. Failed twice in a row in 1 of 5 fresh-clone runs, passed on
+# the rerun in the 4 others, since more VM tests run beside it: two more tries.
 @pytest.mark.flaky(reruns=2)
 def test_a_guest_dirtying_memory_faster_than_it_crosses_moves_within_the_bound(
         hosts, test_guest_image):
