@@ -132,3 +132,17 @@ class Harness:
 
     def show(self, uuid: str, **kwargs: Any) -> dict[str, Any]:
         return dict(self.call("GET", f"/v2.1/servers/{uuid}", **kwargs).json["server"])
+
+
+def active(harness: Harness, **fields) -> str:
+    """A server booted and made ACTIVE by its host."""
+    uuid = harness.boot(**fields)
+    harness.activate(uuid)
+    return uuid
+
+
+def spec_of(harness: Harness, uuid: str) -> dict:
+    """The spec its host holds for `uuid`."""
+    host = records.locate(harness.store, uuid)["host"]
+    return messages.decode(messages.INSTANCE_SPEC,
+                           harness.store.get(harness.store.keys.spec(host, uuid)).value)

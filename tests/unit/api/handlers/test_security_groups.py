@@ -6,21 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from etcd_compute import messages
-from etcd_compute.instances import records
-from tests.unit.api.harness import Harness
-
-
-def active(harness: Harness, **fields) -> str:
-    uuid = harness.boot(**fields)
-    harness.activate(uuid)
-    return uuid
-
-
-def spec_of(harness: Harness, uuid: str) -> dict:
-    host = records.locate(harness.store, uuid)["host"]
-    return messages.decode(messages.INSTANCE_SPEC,
-                           harness.store.get(harness.store.keys.spec(host, uuid)).value)
+from tests.unit.api.harness import Harness, active, spec_of
 
 
 @pytest.mark.parametrize("body", [

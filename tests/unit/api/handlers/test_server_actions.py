@@ -11,7 +11,7 @@ import pytest
 
 from etcd_compute import events, messages
 from etcd_compute.instances import records
-from tests.unit.api.harness import ADMIN, Harness
+from tests.unit.api.harness import ADMIN, Harness, active, spec_of
 
 
 @pytest.fixture
@@ -19,18 +19,6 @@ def harness(harness: Harness) -> Harness:
     """The usual world and the m1.small flavor to resize to."""
     harness.add_flavor("2", "m1.small", vcpus=2, ram=512, disk=2)
     return harness
-
-
-def active(harness: Harness, **fields) -> str:
-    uuid = harness.boot(**fields)
-    harness.activate(uuid)
-    return uuid
-
-
-def spec_of(harness: Harness, uuid: str) -> dict:
-    host = records.locate(harness.store, uuid)["host"]
-    return messages.decode(messages.INSTANCE_SPEC,
-                           harness.store.get(harness.store.keys.spec(host, uuid)).value)
 
 
 def states_of(shown: dict) -> tuple:
