@@ -22,13 +22,17 @@ Placement unreachable.
 from __future__ import annotations
 
 import argparse
-import importlib
-from collections.abc import Iterable
 from typing import Any
 
 from etcd_compute import config as configuration
 from etcd_compute import logs
 from etcd_compute.cli import CommandParser, Commands, Parser, output
+from etcd_compute.cli import actions as actions_cli
+from etcd_compute.cli import console as console_cli
+from etcd_compute.cli import hosts as hosts_cli
+from etcd_compute.cli import images as images_cli
+from etcd_compute.cli import instances as instances_cli
+from etcd_compute.cli import zones as zones_cli
 from etcd_compute.errors import EtcdComputeError, UsageError
 from etcd_compute.keys import UUID
 
@@ -59,31 +63,8 @@ config, 3 etcd or Placement unreachable.
 """
 
 
-# Each command and the module of etcd_compute.cli that adds it (its `add_commands`; "schedule":
-# this one), in the order `--help` lists them. A command's run builds and imports its own
-# module's parsers only: argparse's ~40 parsers, their gettext lookups and every command
-# module cost a `schedule.py UUID` ~15 ms of its ~150 (tests/unit/cli/test_schedule.py
-# holds this table to what the modules add).
-COMMANDS = {
-    "place": "instances", "show": "instances", "destroy": "instances", "list": "instances",
-    "console": "console",
-    **dict.fromkeys(("stop", "start", "suspend", "resume", "reboot", "rebuild", "resize",
-                     "revert-resize", "security-groups", "confirm-resize", "migrate",
-                     "migrate-abort", "events"), "actions"),
-    "hosts": "hosts", "host": "hosts",
-    "serve": "schedule", "api": "schedule",
-    "zone": "zones",
-    "snapshot": "images", "image": "images",
-}
-# The options every command takes that take a value (`common` below).
-COMMON_VALUED = frozenset(("--config", "--log-level"))
-
-
-def build_parser(modules: Iterable[str] | None = None
-                 ) -> tuple[Parser, dict[str, CommandParser]]:
-    """schedule.py's parser, and every command's parser by its path ("stop", "zone add");
-    only the commands of `modules` (values of COMMANDS) if given."""
-    wanted = list(dict.fromkeys(COMMANDS.values())) if modules is None else set(modules)
+def build_parser() -> tuple[Parser, dict[str, CommandParser]]:
+    """schedule.py's parser, and every command's parser by its path ("stop", "zone add")."""
     # No defaults here (parse_args sets them once): a command under a command (`host
     # drain`) would otherwise reset what was given before its word.
     common = Parser(add_help=False, argument_default=argparse.SUPPRESS)
@@ -100,23 +81,19 @@ def build_parser(modules: Iterable[str] | None = None
                                        parser_class=CommandParser, title="commands")
     every: dict[str, CommandParser] = {}
     commands = Commands(subparsers, common, every)
-    for module in dict.fromkeys(COMMANDS.values()):
-        if module not in wanted:
-            continue
-        if module == "schedule":
-            _add_commands(commands)
-        else:
-            importlib.import_module(f"etcd_compute.cli.{module}").add_commands(commands)
-    return parser, every
-
-
-def _add_commands(commands: Commands) -> None:
+    instances_cli.add_commands(commands)
+    console_cli.add_commands(commands)
+    actions_cli.add_commands(commands)
+    hosts_cli.add_commands(commands)
     commands.add("serve", "the controller (leader-elected): reschedules failed builds, "
                           "recovers the instances of dead hosts, runs the scheduler service",
                  words="takes no arguments", handler=cmd_serve, json=False)
     commands.add("api", "the compute API (Nova's v2.1 behind Keystone, under gunicorn; "
                         "see etcd_compute/api/)",
                  words="takes no arguments", handler=cmd_api, json=False)
+    zones_cli.add_commands(commands)
+    images_cli.add_commands(commands)
+    return parser, every
 
 
 def cmd_serve(_args: argparse.Namespace, config: dict[str, Any]) -> int:
@@ -170,39 +147,29 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     import sys
 
     argv = list(sys.argv[1:] if argv is None else argv)
-    whole = None
-    at = _first_word(argv, COMMON_VALUED)
-    if at is None or any(_other_option(word) for word in argv[:at]):
-        # Another command's option before the first word: whether it takes a value decides
-        # where the word is, so ask every command (what the common options alone said holds
-        # otherwise: they take a value in every command).
-        whole = build_parser()
-        at = _first_word(argv, _valued(whole[1]))
+    parser, every = build_parser()
+    at = _first_word(argv, _valued(every))
     if at is None:
-        assert whole is not None
-        whole[0].parse_args(argv)  # --help, or an unknown option
+        parser.parse_args(argv)  # --help, or an unknown option
         raise UsageError("nothing to do: give a query (resources=...), an instance uuid, or "
-                         "a command (" + ", ".join(sorted(COMMANDS)) + "); see --help")
+                         "a command (" + ", ".join(sorted(_top(every))) + "); see --help")
     word = argv[at]
-    implicit = word not in COMMANDS
+    implicit = word not in _top(every)
     command = (QUERY_COMMAND if "=" in word else UUID_COMMAND) if implicit else word
     if implicit and command == UUID_COMMAND and not UUID.match(word):
         raise UsageError(f"{word!r} is not a query (resources=...), an instance uuid, or one "
-                         "of " + ", ".join(p for p in COMMANDS
+                         "of " + ", ".join(p for p in _top(every)
                                            if p not in (QUERY_COMMAND, UUID_COMMAND)))
     rest = argv[:at] + argv[at + (0 if implicit else 1):]
-    parser, _every = whole or build_parser([COMMANDS[command]])
     args, extras = parser.parse_known_args(
         [command, *rest], argparse.Namespace(implicit=implicit, config=None, log_level=None))
     if extras:
-        raise UsageError(_extras_fault(args, extras, (whole or build_parser())[1]))
+        raise UsageError(_extras_fault(args, extras, every))
     return args
 
 
-def _other_option(word: str) -> bool:
-    """Whether `word` is an option that not every command takes."""
-    return word.startswith("-") and word not in ("-", "--") \
-        and word.split("=", 1)[0] not in COMMON_VALUED
+def _top(every: dict[str, CommandParser]) -> list[str]:
+    return [path for path in every if " " not in path]
 
 
 def _extras_fault(args: argparse.Namespace, extras: list[str],

@@ -140,28 +140,3 @@ def test_the_help_names_every_command_and_the_first_words(capsys):
         and "api" in commands
     assert all(f"\n    {command} " in out for command in commands)
     assert "is a query if it contains '='" in out
-
-
-def test_the_command_table_names_what_each_module_adds_in_the_help_s_order():
-    _parser, every = schedule_cli.build_parser()
-    assert list(schedule_cli.COMMANDS) == [path for path in every if " " not in path]
-    for module in set(schedule_cli.COMMANDS.values()):
-        _parser, some = schedule_cli.build_parser([module])
-        assert [path for path in some if " " not in path] == [
-            command for command, home in schedule_cli.COMMANDS.items() if home == module]
-        # A module's commands parse as they do in the whole parser (the sub-actions too).
-        assert all(some[path].format_help() == every[path].format_help() for path in some)
-
-
-@pytest.mark.parametrize("argv", [
-    [UUID], ["--config", "c.yaml", UUID], ["--config=c.yaml", "--log-level", "INFO", UUID],
-    [SEED_QUERY, "--count", "2"], ["--count", "2", SEED_QUERY], ["--", UUID],
-    ["--config", "c.yaml", "--hard", "reboot", UUID], ["--json", "list"],
-    ["--name", "list", SEED_QUERY],
-])
-def test_a_command_parses_as_with_every_command_built(monkeypatch, argv):
-    lazily = schedule_cli.parse_args(argv)
-    whole = schedule_cli.build_parser()
-    monkeypatch.setattr(schedule_cli, "build_parser", lambda _modules=None: whole)
-    monkeypatch.setattr(schedule_cli, "COMMON_VALUED", frozenset())  # never the short cut
-    assert vars(schedule_cli.parse_args(argv)) == vars(lazily)
