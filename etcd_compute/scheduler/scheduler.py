@@ -80,7 +80,11 @@ class Scheduler:
     """Schedules through one Placement client and one etcd Store (reused across calls)."""
 
     def __init__(self, config: dict[str, Any], store: Store | None = None,
-                 placement: PlacementClient | None = None, rng: random.Random | None = None):
+                 placement: PlacementClient | None = None, rng: random.Random | None = None,
+                 decoded: hostview.Cache | None = None):
+        """`decoded`: a cache of validated heartbeat and stats messages to share with other
+        schedulers of this process (the API's threads: one copy of 1000 hosts' messages,
+        not one a thread); its entries are never changed, only replaced."""
         self.config = config
         self.settings = config["scheduler"]
         self.filters = enabled_filters(self.settings["filters"])
@@ -95,7 +99,7 @@ class Scheduler:
         # Sharded queries that found no room and were asked again of every host.
         self.unsharded = 0
         # Heartbeat and stats messages already validated, by (key, mod_revision).
-        self._decoded: dict[str, dict[tuple[str, int], dict[str, Any]]] = {}
+        self._decoded: hostview.Cache = {} if decoded is None else decoded
         self._executor: ThreadPoolExecutor | None = None
         # (when, how many) hosts were alive at the last request's read.
         self._alive_seen: tuple[float, int] | None = None

@@ -27,6 +27,7 @@ from etcd_compute.errors import ConflictError, EtcdComputeError, NoValidHost
 from etcd_compute.etcd import Store
 from etcd_compute.ops.queue_client import QueueClient
 from etcd_compute.placement import PlacementClient
+from etcd_compute.scheduler.hostview import Cache
 from etcd_compute.scheduler.scheduler import Scheduler
 from etcd_compute.scheduler.spec import Destination, RequestSpec
 
@@ -91,16 +92,20 @@ class Builds:
         self.placement = placement
         self.quotas = quotas
         self.servers = servers
-        # One Scheduler per thread of a worker (it keeps per-request state).
+        # One Scheduler per thread of a worker (it keeps per-request state), all sharing
+        # one cache of the hosts' validated messages (a copy a thread was ~5 MB at 1000
+        # hosts: 16 threads held 236 MB of RSS in the API's bench).
         self._local = threading.local()
         self._schedulers: list[Scheduler] = []
+        self._decoded: Cache = {}
 
     @property
     def scheduler(self) -> Scheduler:
         scheduler = getattr(self._local, "scheduler", None)
         if scheduler is None:
-            scheduler = self._local.scheduler = Scheduler(self.config, store=self.store,
-                                                          placement=self.placement)
+            scheduler = self._local.scheduler = Scheduler(
+                self.config, store=self.store, placement=self.placement,
+                decoded=self._decoded)
             self._schedulers.append(scheduler)
         return scheduler
 
