@@ -37,7 +37,7 @@ USER = "demo"
 PLACED_TIMEOUT = 60.0
 # API variants run on another gunicorn shape than the default (workers, threads): the RSS
 # target against the throughput target, in one run.
-SHAPED = {"api32-1x16": (1, 16)}
+SHAPED = {"api32-2x8": (2, 8)}
 
 
 class ApiCloud:

@@ -21,7 +21,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 ANALYSIS = Path(__file__).resolve().parent / "analysis.md"
 ORDER = ["a", "b", "c", "d", "e", "e'8", "e'32", "f8", "f8s", "f32", "f32s", "g1", "g8",
-         "g32", "api1", "api32", "api32s", "api32-1x16"]
+         "g32", "api1", "api32", "api32s", "api32-2x8", "api32-1x16"]
 
 
 def _fmt(value: float | None, digits: int = 1) -> str:

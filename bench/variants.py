@@ -9,8 +9,9 @@
     with the scheduler service (f8s, f32s): the whole command, as users run it
 (g) warm clients through the scheduler service's queue, 1, 8 or 32 at a time (g1, g8, g32)
 (api1), (api32), (api32s) creates through the compute API (bench/api.py): one client, 32
-    client processes, 32 with the scheduler service leading; (api32-1x16) 32 clients of an
-    API with 1 worker x 16 threads (the default is 2 x 8)
+    client processes, 32 with the scheduler service leading; (api32-2x8) 32 clients of an
+    API with 2 workers x 8 threads (the default is 1 x 16; runs before 2026-11-25 had
+    (api32-1x16) beside a 2 x 8 default)
 """
 
 from __future__ import annotations

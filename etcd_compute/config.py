@@ -183,8 +183,8 @@ COMPUTE_DEFAULTS: dict[str, Any] = {
 API_DEFAULTS: dict[str, Any] = {
     # HOST:PORT to listen on (an IP address; loopback unless a site says otherwise).
     "listen": "127.0.0.1:8774",
-    # gunicorn processes (the API keeps no state: run several) and threads in each.
-    "workers": 2, "threads": 8,
+    # gunicorn processes (stateless: run several) and threads: 1 x 16 ~120 MB, 2 x 8 ~200 (README).
+    "workers": 1, "threads": 16,
     # TLS: a cluster PKI server certificate and key; null: plain HTTP (behind a proxy).
     "cert": None, "key": None,
     "public_url": None,  # the URL clients reach it at (links); null: each request's

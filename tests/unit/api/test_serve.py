@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -43,3 +45,29 @@ def test_options_follow_the_config(tmp_path: Path):
 def test_a_bad_api_section_is_one_line(api, words):
     with pytest.raises(ConfigError, match=words):
         gunicorn_options(api_config(**api))
+
+
+def test_the_policy_file_is_checked_without_loading_oslo_policy_here(tmp_path: Path):
+    # In a process of its own: other unit tests import oslo.policy into this one.
+    bad, good = tmp_path / "bad.yaml", tmp_path / "good.yaml"
+    bad.write_text("{not: [yaml")
+    good.write_text('"os_compute_api:servers:index": "role:reader"\n')
+    script = (
+        "import sys\n"
+        "from etcd_compute.api.serve import check_policy\n"
+        "from etcd_compute.errors import ConfigError\n"
+        "check_policy(sys.argv[1]); check_policy(None)\n"
+        "for path in sys.argv[2:]:\n"
+        "    try:\n"
+        "        check_policy(path)\n"
+        "    except ConfigError as exc:\n"
+        "        print('refused:', repr(str(exc)))\n"
+        "print('oslo_policy' in sys.modules, 'oslo_config' in sys.modules)\n")
+    done = subprocess.run([sys.executable, "-c", script, str(good), str(bad),
+                           str(tmp_path / "missing.yaml")],
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith(f"refused: 'api.policy_file {bad}: ")
+    assert lines[1] == f"refused: 'api.policy_file {tmp_path / 'missing.yaml'}: no such file'"
+    assert lines[2:] == ["False False"]
