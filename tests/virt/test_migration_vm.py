@@ -145,10 +145,7 @@ def test_a_cancelled_or_cut_short_live_move_leaves_the_guest_running_on_the_sour
     a, b = hosts["a"], hosts["b"]
     spec, marker = boot_counter(hosts, "a", test_guest_image)
     uuid = spec["uuid"]
-    # Long enough to act half way: at 4 MiB/s a move under load once ended before the
-    # actor's kill of the destination's libvirtd landed (the test's premise, not the
-    # product, failed); the moves acted on end when acted on, so slower costs nothing.
-    slow = {"bandwidth_mib_per_second": 1}
+    slow = {"bandwidth_mib_per_second": 4}  # long enough to act half way
 
     def move_and_meanwhile(act) -> str:
         target = b.driver().prepare_incoming(spec)
