@@ -30,6 +30,7 @@ from etcd_compute.mdserver.supervisor import ensure_mdserver, stop_mdserver
 from etcd_compute.virt import nwfilter
 from tests.support import REPO, make_spec, timeout_paused, unavailable
 from tools.local_services import ensure_libvirtd, host_lock, stop_pid
+from tools.local_services.hypervisors import ComputeHosts
 
 # qemu runs as libvirt-qemu and must traverse to the disks: not under a 0700 pytest tmp dir.
 VM_TEST_ROOT = Path("/var/tmp/etcd-compute-vm-tests")
@@ -177,3 +178,15 @@ def _vm_config() -> Iterator[dict[str, Any]]:
     shutil.rmtree(root, ignore_errors=True)
     with contextlib.suppress(OSError):
         VM_TEST_ROOT.rmdir()  # only when no other run is using it
+
+
+@pytest.fixture
+def computes(placement: Any, hosts: Any, host_config: dict[str, Any], write_yaml: Any,
+             tmp_path: Path) -> Iterator[ComputeHosts]:
+    """compute.py on each of the module's `hosts` (hypervisor hosts of their own), started
+    by the test as it needs them and stopped after it (Placement outlives them)."""
+    running = ComputeHosts(hosts, host_config, write_yaml, tmp_path)
+    try:
+        yield running
+    finally:
+        running.close()

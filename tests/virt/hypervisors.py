@@ -16,9 +16,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.support import make_spec
 from tests.virt.conftest import GUEST_CACHE, VM_TEST_ROOT
 from tools.local_services.hypervisors import GUEST_CIDR, ComputeHosts, Hypervisors  # noqa: F401
+from tools.local_services.netns import netns_usable
 
 RESOURCES = {"VCPU": 1, "MEMORY_MB": 128, "DISK_GB": 1}
 
@@ -78,6 +81,11 @@ done
 
 @contextlib.contextmanager
 def hypervisors(names: list[str]) -> Iterator[Hypervisors]:
+    """Hypervisor hosts `names`, each in a network namespace of its own (fails, never skips,
+    where namespaces cannot be made)."""
+    why = netns_usable()
+    if why:
+        pytest.fail(f"hypervisor hosts {', '.join(names)} need network namespaces: {why}")
     with Hypervisors.create(names, VM_TEST_ROOT, [str(GUEST_CACHE)]) as hosts:
         yield hosts
 

@@ -38,7 +38,6 @@ from tools.local_services.compute_api import ComputeApiServer, seed_flavors
 from tools.local_services.glance import GlanceServer
 from tools.local_services.hypervisors import ComputeHosts, Hypervisor
 from tools.local_services.keystone import KeystoneServer
-from tools.local_services.netns import netns_usable
 
 pytestmark = pytest.mark.vm
 
@@ -87,9 +86,6 @@ def walk(tmp_path: Path, test_guest_image: Path, host_config: Any, write_yaml: A
          placement: PlacementClient, cluster_pki: Pki) -> Iterator[Walk]:
     if not OPENSTACK.exists():
         unavailable(f"{OPENSTACK} is missing (make install builds .venv-clients)")
-    why = netns_usable()
-    if why:
-        pytest.fail(f"the walk-through's hypervisor host needs a network namespace: {why}")
     name = f"etcd-compute-test-guest-{uuidlib.uuid4().hex[:8]}"
     glance_images(test_guest_image, name, visibility="public", architecture="x86_64",
                   hypervisor_type="qemu")

@@ -34,7 +34,6 @@ from tests.virt.test_migrate_command_vm import (
     send_counting_guest,
 )
 from tools.local_services.hypervisors import Hypervisors
-from tools.local_services.netns import netns_usable
 
 # Two hypervisors' libvirtds and TCG guests: 50-90 s each alone, several times that while
 # other workers boot guests (the suite's 300 s is for one step's hang).
@@ -43,20 +42,8 @@ pytestmark = [pytest.mark.vm, pytest.mark.timeout(600)]
 
 @pytest.fixture
 def hosts() -> Iterator[Hypervisors]:
-    why = netns_usable()
-    if why:
-        pytest.fail(f"two hypervisor hosts need network namespaces: {why}")
     with hypervisors(["a", "b"]) as made:
         yield made
-
-
-@pytest.fixture
-def computes(placement, hosts, host_config, write_yaml, tmp_path) -> Iterator[ComputeHosts]:
-    running = ComputeHosts(hosts, host_config, write_yaml, tmp_path)
-    try:
-        yield running
-    finally:
-        running.close()
 
 
 def start_all(computes: ComputeHosts, store, start_controller, schedule_config) -> None:

@@ -23,13 +23,11 @@ from tests.support import wait_for
 from tests.virt.hypervisors import (
     COUNTER_SCRIPT,
     RESOURCES,
-    ComputeHosts,
     LineClock,
     hypervisors,
     ticks,
 )
 from tools.local_services.hypervisors import GUEST_CIDR, Hypervisors
-from tools.local_services.netns import netns_usable
 
 # Two hypervisors' libvirtds and TCG guests: 50-90 s each alone, several times that while
 # other workers boot guests (the suite's 300 s is for one step's hang).
@@ -40,20 +38,8 @@ GRACE = 60  # long: a recovery sooner than TTL + GRACE came from the fence
 
 @pytest.fixture
 def hosts() -> Iterator[Hypervisors]:
-    why = netns_usable()
-    if why:
-        pytest.fail(f"two hypervisor hosts need network namespaces: {why}")
     with hypervisors(["a", "b"]) as made:
         yield made
-
-
-@pytest.fixture
-def computes(hosts, host_config, write_yaml, tmp_path) -> Iterator[ComputeHosts]:
-    running = ComputeHosts(hosts, host_config, write_yaml, tmp_path)
-    try:
-        yield running
-    finally:
-        running.close()
 
 
 def test_a_host_whose_compute_died_is_fenced_through_libvirt_before_its_guest_runs_again(

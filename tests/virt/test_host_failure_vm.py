@@ -21,9 +21,8 @@ from etcd_compute.virt.domain import mac_addresses
 from tests.compute.helpers import claim_and_send, make_spec, record, wait_state
 from tests.compute.test_host_failure import fast_controller
 from tests.support import wait_for
-from tests.virt.hypervisors import ComputeHosts, hypervisors
+from tests.virt.hypervisors import hypervisors
 from tools.local_services.hypervisors import GUEST_NETWORK, Hypervisor, Hypervisors
-from tools.local_services.netns import netns_usable
 
 # Two hypervisors' libvirtds and a TCG guest booted twice: the suite's 300 s is for one
 # step's hang.
@@ -34,20 +33,8 @@ RESOURCES = {"VCPU": 1, "MEMORY_MB": 128, "DISK_GB": 1}
 
 @pytest.fixture
 def hosts() -> Iterator[Hypervisors]:
-    why = netns_usable()
-    if why:
-        pytest.fail(f"two hypervisor hosts need network namespaces: {why}")
     with hypervisors(["a", "b"]) as made:
         yield made
-
-
-@pytest.fixture
-def computes(placement, hosts, host_config, write_yaml, tmp_path) -> Iterator[ComputeHosts]:
-    running = ComputeHosts(hosts, host_config, write_yaml, tmp_path)
-    try:
-        yield running
-    finally:
-        running.close()
 
 
 def leased(host: Hypervisor, uuid: str) -> str | None:

@@ -20,13 +20,11 @@ from tests.support import wait_for
 from tests.virt.hypervisors import (
     COUNTER_SCRIPT,
     RESOURCES,
-    ComputeHosts,
     hypervisors,
     not_booted_again,
     ticks,
 )
 from tools.local_services.hypervisors import GUEST_CIDR, Hypervisors
-from tools.local_services.netns import netns_usable
 
 # Two hypervisors' libvirtds and TCG guests: 50-90 s each alone, several times that while
 # other workers boot guests (the suite's 300 s is for one step's hang).
@@ -35,20 +33,8 @@ pytestmark = [pytest.mark.vm, pytest.mark.timeout(600)]
 
 @pytest.fixture
 def hosts() -> Iterator[Hypervisors]:
-    why = netns_usable()
-    if why:
-        pytest.fail(f"two hypervisor hosts need network namespaces: {why}")
     with hypervisors(["a", "b"]) as made:
         yield made
-
-
-@pytest.fixture
-def computes(placement, hosts, host_config, write_yaml, tmp_path) -> Iterator[ComputeHosts]:
-    running = ComputeHosts(hosts, host_config, write_yaml, tmp_path)
-    try:
-        yield running
-    finally:
-        running.close()
 
 
 def counting_guest(store, placement, computes, hosts, image) -> tuple[str, str]:

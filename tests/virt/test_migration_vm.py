@@ -27,7 +27,6 @@ from tests.virt.hypervisors import (
     ticks,
 )
 from tools.local_services.hypervisors import GUEST_NETWORK, Hypervisors
-from tools.local_services.netns import netns_usable
 
 # Two hypervisors' libvirtds and TCG guests: 50-90 s each alone, several times that while
 # other workers boot guests (the suite's 300 s is for one step's hang).
@@ -38,9 +37,6 @@ BOOT_SECONDS = 240
 
 @pytest.fixture(scope="module")
 def hosts() -> Iterator[Hypervisors]:
-    why = netns_usable()
-    if why:
-        pytest.fail(f"two hypervisor hosts need network namespaces: {why}")
     with hypervisors(["a", "b"]) as made:
         yield made
 

@@ -21,9 +21,8 @@ from etcd_compute.instances import actions as action_txn
 from etcd_compute.instances import records
 from tests.compute.helpers import claim_and_send, make_spec, record, wait_state
 from tests.support import wait_for
-from tests.virt.hypervisors import RESOURCES, ComputeHosts, hypervisors
+from tests.virt.hypervisors import RESOURCES, hypervisors
 from tools.local_services.hypervisors import GUEST_CIDR, Hypervisors
-from tools.local_services.netns import netns_usable
 
 pytestmark = [pytest.mark.vm, pytest.mark.timeout(600)]
 
@@ -46,20 +45,8 @@ done
 
 @pytest.fixture
 def hosts() -> Iterator[Hypervisors]:
-    why = netns_usable()
-    if why:
-        pytest.fail(f"a hypervisor host of its own needs network namespaces: {why}")
     with hypervisors(["sg"]) as made:
         yield made
-
-
-@pytest.fixture
-def computes(hosts, host_config, write_yaml, tmp_path) -> Iterator[ComputeHosts]:
-    running = ComputeHosts(hosts, host_config, write_yaml, tmp_path)
-    try:
-        yield running
-    finally:
-        running.close()
 
 
 def said(console: str, what: str, after: int = 0) -> list[str]:

@@ -19,10 +19,9 @@ from etcd_compute.config import deep_merge
 from etcd_compute.instances import migrations, records
 from etcd_compute.pki import Pki
 from tests.support import wait_for
-from tests.virt.hypervisors import ComputeHosts, hypervisors, ticks
+from tests.virt.hypervisors import hypervisors, ticks
 from tests.virt.test_migrate_command_vm import counting_guest
 from tools.local_services.hypervisors import QEMU_GROUP, Hypervisors
-from tools.local_services.netns import netns_usable
 
 # Two hypervisors' libvirtds and TCG guests: 50-90 s each alone, several times that while
 # other workers boot guests (the suite's 300 s is for one step's hang).
@@ -31,9 +30,6 @@ pytestmark = [pytest.mark.vm, pytest.mark.timeout(600)]
 
 @pytest.fixture
 def hosts() -> Iterator[Hypervisors]:
-    why = netns_usable()
-    if why:
-        pytest.fail(f"three hypervisor hosts need network namespaces: {why}")
     with hypervisors(["a"]) as made:
         gid = grp.getgrnam(QEMU_GROUP).gr_gid
         net = ipaddress.IPv4Network(made.net.subnet)
@@ -47,15 +43,6 @@ def hosts() -> Iterator[Hypervisors]:
                                          ips=[str(net.network_address + 4)], qemu_group=gid)
         assert made.add("c", pki_dir=foreign).address == str(net.network_address + 4)
         yield made
-
-
-@pytest.fixture
-def computes(placement, hosts, host_config, write_yaml, tmp_path) -> Iterator[ComputeHosts]:
-    running = ComputeHosts(hosts, host_config, write_yaml, tmp_path)
-    try:
-        yield running
-    finally:
-        running.close()
 
 
 def test_a_move_to_a_libvirtd_with_another_host_s_or_another_ca_s_certificate_is_refused(
