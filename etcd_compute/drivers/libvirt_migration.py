@@ -28,6 +28,7 @@ from typing import Any
 
 import libvirt
 
+from etcd_compute.drivers.libvirt_events import ensure_event_loop
 from etcd_compute.drivers.libvirt_host import LibvirtHost
 from etcd_compute.errors import BuildError
 from etcd_compute.virt import disks, network, nwfilter
@@ -47,6 +48,9 @@ from etcd_compute.virt.migration import (
 from etcd_compute.virt.remote_files import send_files
 
 log = logging.getLogger(__name__)
+
+# The supervisor's connection: libvirtd silent for 5 s x (3 + 1) closes it.
+KEEPALIVE_SECONDS, KEEPALIVE_COUNT = 5, 3
 
 
 def one_line(exc: BaseException) -> str:
@@ -160,15 +164,52 @@ class LibvirtMigrations(LibvirtHost):
         running = destination_xml(xml, files.directory, target, address and address[1])
         defined = destination_xml(xml, files.directory, target)
         limits = Limits.from_settings(self._migration_settings())
-        with Supervisor(domain, limits, progress, cancelled or (lambda: False)) as watch:
-            try:
-                domain.migrateToURI3(
-                    self._peer_uri(target),
-                    migration_params(target, running, local_disks(xml), limits, defined),
-                    LIVE_FLAGS)
-            except libvirt.libvirtError as exc:
-                return watch, exc
-        return watch, None
+        copied = local_disks(xml)
+        _allow_downtime(domain, limits)
+        watching, watched = self._watched(domain)
+        try:
+            with Supervisor(watched, limits, progress, cancelled or (lambda: False),
+                            data_total=_data_to_copy(domain, copied),
+                            last_resort=lambda: _end_incoming(peer, domain.UUIDString())
+                            ) as watch:
+                try:
+                    domain.migrateToURI3(
+                        self._peer_uri(target),
+                        migration_params(target, running, copied, limits, defined),
+                        LIVE_FLAGS)
+                except libvirt.libvirtError as exc:
+                    return watch, exc
+            return watch, None
+        finally:
+            if watching is not None:
+                close_quietly(watching)
+
+    def _watched(self, domain: libvirt.virDomain
+                 ) -> tuple[libvirt.virConnect | None, libvirt.virDomain]:
+        """The guest as the supervisor sees it: on a connection of its own, with a
+        keepalive. On the migration's connection libvirt's client (9.0) can leave the
+        supervisor's call unsent until migrateToURI3 returns (the wake-up of the thread
+        polling the socket for the migration's reply is lost): no progress, no bound, no
+        cancel. The keepalive (libvirt's event loop runs in a thread of ours) closes the
+        connection, failing its calls, when libvirtd stops answering, and its pings wake a
+        poll that lost its wake-up among the supervisor's own calls."""
+        ensure_event_loop()
+        uri = self.settings["uri"]
+        try:
+            connection = libvirt.open(uri)
+        except libvirt.libvirtError as exc:
+            raise BuildError(f"live migration: libvirt {uri}: {one_line(exc)}; the guest runs "
+                             "on here") from None
+        try:
+            connection.setKeepAlive(KEEPALIVE_SECONDS, KEEPALIVE_COUNT)
+        except libvirt.libvirtError as exc:
+            log.debug("no keepalive on %s: %s", uri, one_line(exc))  # the test driver
+        try:
+            return connection, connection.lookupByUUIDString(domain.UUIDString())
+        except libvirt.libvirtError as exc:
+            close_quietly(connection)
+            raise BuildError(f"live migration: {one_line(exc)}; the guest runs on "
+                             "here") from None
 
     def abort_migration(self, uuid: str) -> bool:
         """Cancel the guest's outgoing migration; False if none is running."""
@@ -314,6 +355,46 @@ class LibvirtMigrations(LibvirtHost):
                            {"console.history.log": history}, pool_name=uuid)
         except (libvirt.libvirtError, OSError) as exc:
             log.warning("instance %s: console history not sent: %s", uuid, one_line(exc))
+
+
+def _allow_downtime(domain: libvirt.virDomain, limits: Limits) -> None:
+    """The pause allowed at the switch, set before the migration starts (qemu keeps it for
+    the migration; libvirt sets no other): a call during the job waits for the domain's
+    job lock, and for qemu, with the bound's pause and abort behind it."""
+    try:
+        domain.migrateSetMaxDowntime(limits.max_downtime_ms, 0)
+    except libvirt.libvirtError as exc:
+        log.warning("instance %s: the downtime allowed not set (qemu's default holds): %s",
+                    domain.name(), one_line(exc))
+
+
+def _data_to_copy(domain: libvirt.virDomain, disks: list[str]) -> int:
+    """The guest's memory and its local disks' data, in bytes: what the bound is sized by
+    before libvirt's job tells (0, the bound's floor, if libvirt does not say)."""
+    try:
+        total = int(domain.info()[1]) * 1024  # KiB
+        for disk in disks:
+            total += int(domain.blockInfo(disk)[1])  # allocated
+    except libvirt.libvirtError as exc:
+        log.debug("instance %s: the data to copy unknown: %s", domain.name(), one_line(exc))
+        return 0
+    return total
+
+
+def _end_incoming(peer: libvirt.virConnect, uuid: str) -> None:
+    """The last resort for a move cancelled on the source that goes on: the destination's
+    copy is destroyed while it still waits for the guest (paused for the incoming
+    migration: the destination has not taken over), which fails the migration and leaves
+    the guest here, as libvirt does when a destination fails before its finish. A copy in
+    any other state may be the guest after the switch: left alone."""
+    there = peer.lookupByUUIDString(uuid)
+    state, reason = there.state()
+    if (state, reason) != (libvirt.VIR_DOMAIN_PAUSED, libvirt.VIR_DOMAIN_PAUSED_MIGRATION):
+        log.error("instance %s: the destination's copy is not waiting for the guest (state "
+                  "%s, reason %s): left alone", uuid, state, reason)
+        return
+    log.error("instance %s: destroying the destination's incoming copy", uuid)
+    there.destroy()
 
 
 def _active(domain: libvirt.virDomain) -> bool:

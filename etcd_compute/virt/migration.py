@@ -271,21 +271,66 @@ def progress_of(stats: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+class LibvirtCall:
+    """One libvirt call in a daemon thread of its own, so that whoever asked can stop
+    waiting for it. libvirtd holds a call while it waits for the domain's job (30 s) or for
+    qemu's answer (no limit); libvirt 9.0's client holds a call queued behind another
+    thread's long call on the same connection until that one returns (the wake-up of the
+    thread polling the socket can be lost)."""
+
+    def __init__(self, what: str, function: Callable[[], Any]) -> None:
+        self.what = what
+        self.result: Any = None
+        self.error: Exception | None = None
+        self.answered = threading.Event()
+        threading.Thread(target=self._run, args=(function,), name=f"libvirt-{what}",
+                         daemon=True).start()
+
+    def _run(self, function: Callable[[], Any]) -> None:
+        try:
+            self.result = function()
+        except Exception as exc:  # noqa: BLE001 (the asker reads it)
+            self.error = exc
+        finally:
+            self.answered.set()
+
+
 @dataclass
 class Supervisor:
     """Watches one outgoing migration from a thread of its own while the caller's thread
-    is in migrateToURI3: reports progress, sets the downtime allowed, applies the bound,
-    and cancels when `cancelled()` says so."""
+    is in migrateToURI3: reports progress, applies the bound, and cancels when
+    `cancelled()` says so, whatever one libvirt call does.
+
+    `domain` is best on a connection of its own (the driver opens one, with a keepalive):
+    on the migration's connection libvirt's client can hold the supervisor's calls until
+    the migration ends. Each look at the job and each action is a `LibvirtCall` the loop
+    waits for at most `answer_seconds`, and never asks twice at once: the bound runs on the
+    clock, from `data_total` (memory and disks to copy, known before the move) or libvirt's
+    figure once it answers. An abort that fails is asked again at the next look; if the
+    job still runs `last_resort_seconds` after the first, `last_resort` is called once
+    (the driver ends the move from the destination's side)."""
 
     domain: Any
     limits: Limits
     progress: Callable[[dict[str, Any]], None] | None = None
     cancelled: Callable[[], bool] = lambda: False
+    data_total: int = 0
+    last_resort: Callable[[], None] | None = None
     poll_seconds: float = 0.5
+    answer_seconds: float = 1.0
+    last_resort_seconds: float = 60.0
+    # At the end, how long a pause or abort still on its way is waited for (libvirtd gives
+    # up waiting for the domain's job after 30 s): one landing later would pause a guest
+    # that the caller has already found running, or cancel a retry.
+    settle_seconds: float = 35.0
     clock: Callable[[], float] = time.monotonic
     paused_at: float | None = None
     aborted: str | None = None
+    aborted_at: float | None = None
+    abort_taken: bool = False
+    gave_up: bool = False
     last: dict[str, Any] = field(default_factory=dict)
+    _calls: dict[str, LibvirtCall] = field(default_factory=dict)
     _done: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
 
@@ -300,47 +345,87 @@ class Supervisor:
         self._done.set()
         if self._thread is not None:
             self._thread.join()
+        self.settle()
 
     def _run(self) -> None:
-        downtime_set = False
         while not self._done.wait(self.poll_seconds):
-            try:
-                downtime_set = self.step(downtime_set)
-            except libvirt.libvirtError as exc:
-                # The job ended between two looks (the domain left, or failed): the
-                # caller's migrateToURI3 says how.
-                log.debug("migration supervisor: %s", exc.get_error_message())
+            self.step()
 
-    def step(self, downtime_set: bool) -> bool:
-        """One look at the job; True once the downtime limit is set."""
-        stats = self.domain.jobStats()
-        if stats.get("type", libvirt.VIR_DOMAIN_JOB_NONE) == libvirt.VIR_DOMAIN_JOB_NONE:
-            return downtime_set
-        if not downtime_set:
-            self.domain.migrateSetMaxDowntime(self.limits.max_downtime_ms, 0)
-            downtime_set = True
-        self.last = progress_of(stats)
-        if self.progress is not None:
-            self.progress(self.last)
+    def bound(self) -> float:
+        return self.limits.completion_timeout(
+            max(self.data_total, int(self.last.get("data_total") or 0)))
+
+    def step(self) -> None:
+        """One look at the job (progress, when libvirt answers in time), then the bound."""
+        answered, stats = self._ask("jobStats", self.domain.jobStats)
+        if answered:
+            if stats.get("type", libvirt.VIR_DOMAIN_JOB_NONE) == libvirt.VIR_DOMAIN_JOB_NONE:
+                return  # not begun, or over: migrateToURI3 says how
+            self.last = progress_of(stats)
+            if self.progress is not None:
+                self.progress(self.last)
         elapsed = self.clock() - self.started
-        bound = self.limits.completion_timeout(self.last["data_total"])
+        bound = self.bound()
         if self.cancelled():
-            self._abort("cancelled")
+            self._abort("cancelled", elapsed)
         elif elapsed > 2 * bound:
-            self._abort(f"not complete after {elapsed:.0f}s (twice the {bound:.0f}s bound)")
+            self._abort(f"not complete after {elapsed:.0f}s (twice the {bound:.0f}s bound)",
+                        elapsed)
+        elif elapsed > bound and self.limits.on_timeout == "abort":
+            self._abort(f"not complete within the {bound:.0f}s bound", elapsed)
         elif elapsed > bound and self.paused_at is None:
-            if self.limits.on_timeout == "abort":
-                self._abort(f"not complete within the {bound:.0f}s bound")
-            else:
-                # Nothing new is dirtied while paused: what is left crosses once.
-                self.domain.suspend()
-                self.paused_at = elapsed
-                log.warning("instance %s: migration not complete within %.0fs: paused to "
-                            "finish", self.domain.name(), bound)
-        return downtime_set
+            # Nothing new is dirtied while paused: what is left crosses once.
+            if self._ask("suspend", self.domain.suspend)[0]:
+                self._paused(elapsed, bound)
 
-    def _abort(self, why: str) -> None:
+    def settle(self) -> None:
+        """After the migration returned: a pause or abort asked and not answered yet is
+        waited for (a bounded time), so what the caller then finds stays so."""
+        for what in ("suspend", "abortJob", "last-resort"):
+            call = self._calls.get(what)
+            if call is None:
+                continue
+            if not call.answered.wait(self.settle_seconds):
+                log.error("instance %s: libvirt has not answered %s for %.0fs", self._name(),
+                          what, self.settle_seconds)
+            elif what == "suspend" and call.error is None and self.paused_at is None:
+                self._paused(self.clock() - self.started, self.bound())
+
+    def _paused(self, elapsed: float, bound: float) -> None:
+        self.paused_at = elapsed
+        log.warning("instance %s: migration not complete within %.0fs: paused to finish",
+                    self._name(), bound)
+
+    def _abort(self, why: str, elapsed: float) -> None:
         if self.aborted is None:
-            self.aborted = why
-            log.warning("instance %s: migration cancelled: %s", self.domain.name(), why)
-            self.domain.abortJob()
+            self.aborted, self.aborted_at = why, elapsed
+            log.warning("instance %s: migration cancelled: %s", self._name(), why)
+        if not self.abort_taken:  # asked again at each look until libvirt takes it
+            self.abort_taken = self._ask("abortJob", self.domain.abortJob)[0]
+        if self.last_resort is not None and not self.gave_up and \
+                elapsed - (self.aborted_at or 0.0) > self.last_resort_seconds:
+            self.gave_up = True
+            log.error("instance %s: migration still running %.0fs after it was cancelled: "
+                      "ending it from the destination's side", self._name(),
+                      elapsed - (self.aborted_at or 0.0))
+            self._calls["last-resort"] = LibvirtCall("last-resort", self.last_resort)
+
+    def _ask(self, what: str, function: Callable[[], Any]) -> tuple[bool, Any]:
+        """(True, its result) when libvirt answered `what` within `answer_seconds`; (False,
+        None) when it failed (logged) or is still on its way (asked once at a time)."""
+        call = self._calls.get(what)
+        if call is None:
+            call = self._calls[what] = LibvirtCall(what, function)
+        if not call.answered.wait(self.answer_seconds):
+            return False, None
+        del self._calls[what]
+        if call.error is not None:
+            log.debug("migration supervisor: %s: %s", what, call.error)
+            return False, None
+        return True, call.result
+
+    def _name(self) -> str:
+        try:
+            return str(self.domain.name())
+        except Exception:  # noqa: BLE001 (only for a log line)
+            return "?"

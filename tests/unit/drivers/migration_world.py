@@ -42,6 +42,18 @@ class Domain:
     def name(self) -> str:
         return self.uuid
 
+    def UUIDString(self) -> str:  # noqa: N802
+        return self.uuid
+
+    def info(self) -> list[int]:
+        return [self.state_now, 131072, 131072, 1, 0]  # 128 MiB
+
+    def blockInfo(self, disk: str) -> list[int]:  # noqa: N802
+        return [1 << 30, 5 << 20, 5 << 20]  # 5 MiB written
+
+    def migrateSetMaxDowntime(self, ms: int, flags: int) -> None:  # noqa: N802
+        self.calls.append(("downtime", ms))
+
     def isActive(self) -> bool:  # noqa: N802 (libvirt's names)
         return self.active
 
@@ -103,6 +115,7 @@ def moving(driver, test_driver_config, image, monkeypatch):
     monkeypatch.setattr(driver, "_our_domain",
                         lambda asked: state["domain"] if asked == uuid else None)
     monkeypatch.setattr(driver, "_open_peer", lambda _target: state["peer"])
+    monkeypatch.setattr(driver, "_watched", lambda domain: (None, domain))
     def send(peer: Any, directory: Path, files: dict[str, Path], pool_name: str) -> list[Sent]:
         sent.append(files)
         return [Sent(name, path.stat().st_size, "0" * 64) for name, path in files.items()]

@@ -14,10 +14,11 @@ from pathlib import Path
 import libvirt
 import pytest
 
+from etcd_compute.drivers import libvirt_migration
 from etcd_compute.drivers.libvirt import LibvirtDriver
 from etcd_compute.errors import BuildError, RequestError
 from tests.support import make_spec
-from tests.unit.drivers.migration_world import PEER, RP, Domain, target
+from tests.unit.drivers.migration_world import PEER, RP, Domain, Peer, target
 
 # -- the destination ---------------------------------------------------------------------
 
@@ -114,7 +115,8 @@ def test_a_live_move_sends_the_config_drive_migrates_and_leaves_nothing_here(
     assert result["downtime_ms"] == 42 and result["elapsed_ms"] == 900
     assert [list(files) for files in moving["sent"]] == [["config.iso"],
                                                          ["console.history.log"]]
-    (call,) = moving["domain"].calls
+    downtime, call = moving["domain"].calls
+    assert downtime == ("downtime", 500)  # allowed before the job: none held behind it
     assert call[1] == f"qemu+tls://{PEER}/system?pkipath={test_driver_config['driver']['libvirt']['migration']['pki_dir']}"
     assert call[2][libvirt.VIR_MIGRATE_PARAM_MIGRATE_DISKS] == ["vda"]
     assert f"/srv/{uuid}/disk.qcow2" in call[2][libvirt.VIR_MIGRATE_PARAM_DEST_XML]
@@ -163,3 +165,33 @@ def test_progress_is_none_without_a_job_and_libvirt_s_figures_with_one(driver, m
     moving["domain"].jobStats = lambda flags=0: {
         "type": libvirt.VIR_DOMAIN_JOB_UNBOUNDED, "data_total": 100, "data_remaining": 25}
     assert driver.migration_progress(moving["uuid"])["percent"] == 75.0
+
+
+def test_the_supervisor_watches_on_a_connection_of_its_own(driver, image):
+    spec = make_spec(RP, image)
+    driver.build(spec)
+    domain = driver.connection.lookupByName(spec["uuid"])
+    connection, watched = driver._watched(domain)
+    try:
+        assert connection is not driver.connection
+        assert watched.connect() is connection and watched.UUIDString() == domain.UUIDString()
+    finally:
+        connection.close()
+
+
+def test_the_data_to_copy_is_the_memory_and_the_written_disk(moving):
+    assert libvirt_migration._data_to_copy(moving["domain"], ["vda"]) == (128 + 5) << 20
+
+
+@pytest.mark.parametrize("state, reason, destroyed", [
+    (libvirt.VIR_DOMAIN_PAUSED, libvirt.VIR_DOMAIN_PAUSED_MIGRATION, True),  # still incoming
+    (libvirt.VIR_DOMAIN_PAUSED, libvirt.VIR_DOMAIN_PAUSED_USER, False),  # arrived paused
+    (libvirt.VIR_DOMAIN_RUNNING, libvirt.VIR_DOMAIN_RUNNING_MIGRATED, False),  # switched
+])
+def test_the_last_resort_destroys_only_a_copy_still_waiting_for_the_guest(state, reason,
+                                                                          destroyed):
+    there = Domain(str(uuidlib.uuid4()))
+    there.state = lambda: [state, reason]
+    there.destroy = lambda: setattr(there, "active", False)
+    libvirt_migration._end_incoming(Peer(there), there.uuid)
+    assert there.active is not destroyed
