@@ -2,9 +2,10 @@
 
     target = Target.from_dict(prepared)                 # what the destination made ready
     xml = destination_xml(domain.XMLDesc(MIGRATABLE), source_dir, target)
-    supervisor = Supervisor(domain, limits)             # a thread: progress, bound, cancel
-    domain.migrateToURI3(target.uri, migration_params(target, xml, local_disks(xml)),
-                         LIVE_FLAGS)
+    domain.migrateSetMaxDowntime(limits.max_downtime_ms, 0)   # before the job
+    with Supervisor(watched, limits, data_total=...):    # a thread: progress, bound, cancel
+        domain.migrateToURI3(target.uri, migration_params(target, xml, local_disks(xml)),
+                             LIVE_FLAGS)
 
 Peer to peer (the source's libvirtd drives the destination's over `qemu+tls://`),
 the memory stream and the disk copy (NBD) over TLS too (`VIR_MIGRATE_TLS`, with
@@ -20,7 +21,8 @@ memory faster than it crosses; the downtime allowed at the switch is
 floor plus seconds per GiB of memory and disk to copy), the guest is paused so
 the rest crosses without new writes (`pause`, the default) or the job is
 cancelled (`abort`); at twice that time it is cancelled whatever the action. A
-cancelled or failed job leaves the guest running on the source.
+cancelled or failed job leaves the guest running on the source. The supervisor's
+libvirt calls never hold the bound (`Supervisor`, `LibvirtCall`).
 """
 
 from __future__ import annotations

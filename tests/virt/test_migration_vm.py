@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -93,9 +94,20 @@ def test_a_running_guest_moves_live_with_its_disk_console_and_identity(hosts,
     address = leased(a, uuid)
     target = b.driver().prepare_incoming(spec)
     reports: list[dict] = []
+    allowed: list[int] = []
+
+    def report(progress: dict) -> None:
+        reports.append(progress)
+        if not allowed:  # the downtime allowed, set before the job, holds during it
+            connection = a.connection()
+            try:
+                allowed.append(connection.lookupByName(uuid).migrateGetMaxDowntime(0))
+            finally:
+                connection.close()
+
     source_log = a.instances_dir / uuid / "console.log"
     with ConsoleClock([source_log, b.instances_dir / uuid / "console.log"]) as clock:
-        result = a.driver().live_migrate(uuid, target, progress=reports.append)
+        result = a.driver().live_migrate(uuid, target, progress=report)
         wait_for(lambda: len(ticks(b.console(uuid))) >= 20, 60, interval=0.2,
                  what="the guest counting on b")
     # Exactly one copy, on b; nothing of it left on a.
@@ -127,6 +139,7 @@ def test_a_running_guest_moves_live_with_its_disk_console_and_identity(hosts,
     published = b.driver().console(uuid)
     assert f"marker written {marker}" in published and f"marker read {marker}" in published
     assert reports and reports[-1]["data_total"] > 0
+    assert allowed == [500]  # max_downtime_ms
     print(f"\nlive migration: {result['seconds']:.2f} s, libvirt's downtime "
           f"{result['downtime_ms']} ms, longest console silence {clock.longest_gap():.3f} s")
     assert result["downtime_ms"] is not None and result["downtime_ms"] < 2000
@@ -135,18 +148,21 @@ def test_a_running_guest_moves_live_with_its_disk_console_and_identity(hosts,
 
 def test_a_cancelled_or_cut_short_live_move_leaves_the_guest_running_on_the_source(
         hosts, test_guest_image):
-    """Cancelled half way, then the destination's libvirtd killed half way: each time the
-    guest counts on at the source with its files, the destination has no copy; then it
-    still moves."""
+    """Cancelled half way (from another process, and by the move's own cancel flag), the
+    destination's libvirtd killed half way, and cut short by the bound (paused at it,
+    cancelled at twice it): each time the guest counts on at the source with its files,
+    the destination has no copy; then it still moves. At 1 MiB/s against a guest dirtying
+    about that much a second, none of these moves ends by itself."""
     a, b = hosts["a"], hosts["b"]
     spec, marker = boot_counter(hosts, "a", test_guest_image)
     uuid = spec["uuid"]
-    slow = {"bandwidth_mib_per_second": 4}  # long enough to act half way
+    slow = {"bandwidth_mib_per_second": 1}
+    timings: list[str] = []
 
-    def move_and_meanwhile(act) -> str:
+    def move_and_meanwhile(act, **limits) -> str:
         target = b.driver().prepare_incoming(spec)
         started, ended = threading.Event(), threading.Event()
-        acted: list[bool] = []
+        acted: list[float] = []
 
         def report(progress: dict) -> None:
             if progress["data_processed"] > 0:
@@ -159,21 +175,30 @@ def test_a_cancelled_or_cut_short_live_move_leaves_the_guest_running_on_the_sour
                 pass
             if started.is_set() and not ended.is_set():
                 act()
-                acted.append(True)
+                acted.append(time.monotonic())
 
         actor = threading.Thread(target=when_started)
         actor.start()
+        began = time.monotonic()
         try:
             with pytest.raises(BuildError) as failed:
-                a.driver(**slow).live_migrate(uuid, target, progress=report)
+                a.driver(**slow, **limits).live_migrate(uuid, target, progress=report,
+                                                        cancelled=cancel.is_set)
         finally:
             ended.set()
             actor.join()
+        over = time.monotonic()
         assert acted, f"the move ended before it was acted on half way: {failed.value}"
+        timings.append(f"{over - began:.1f} s ({over - acted[0]:.1f} s after the act)")
         return str(failed.value)
 
     def still_on_a() -> None:
         assert a.domain_active(uuid) and not b.domain_active(uuid)
+        connection = a.connection()
+        try:  # running, not left paused by a bound that gave up
+            assert connection.lookupByName(uuid).state()[0] == libvirt.VIR_DOMAIN_RUNNING
+        finally:
+            connection.close()
         seen = max(ticks(a.console(uuid)))
         wait_for(lambda: max(ticks(a.console(uuid))) > seen + 10, 30, interval=0.2,
                  what="the guest counting on at the source")
@@ -181,8 +206,15 @@ def test_a_cancelled_or_cut_short_live_move_leaves_the_guest_running_on_the_sour
         b.driver().discard_incoming(uuid)
         assert not (b.instances_dir / uuid).exists()
 
+    cancel = threading.Event()
     why = move_and_meanwhile(lambda: a.driver().abort_migration(uuid))
     assert "the guest runs on here" in why and "cancel" in why.lower(), why
+    still_on_a()
+
+    # The compute's cancel (`schedule.py migrate-abort`): the move's own supervisor aborts.
+    why = move_and_meanwhile(cancel.set)
+    assert "cancelled; the guest runs on here" in why, why
+    cancel.clear()
     still_on_a()
 
     why = move_and_meanwhile(b.libvirtd.kill)
@@ -191,6 +223,15 @@ def test_a_cancelled_or_cut_short_live_move_leaves_the_guest_running_on_the_sour
     wait_for(lambda: not b.has_domain(uuid) and not qemu_pids(b.instances_dir / uuid), 30,
              what="the incoming guest and its qemu gone on b")
     still_on_a()
+
+    # The bound, 5 s: paused at it, cancelled at twice it (at 1 MiB/s the paused guest's
+    # memory does not cross in 5 s), running again here.
+    why = move_and_meanwhile(lambda: None, completion_min_seconds=5,
+                             completion_seconds_per_gib=1)
+    assert "(twice the 5s bound); the guest runs on here" in why, why
+    still_on_a()
+    print(f"\ncut short at 1 MiB/s (cancel, own cancel, dead destination, bound): "
+          f"{'; '.join(timings)}")
 
     a.driver().live_migrate(uuid, b.driver().prepare_incoming(spec))
     assert b.domain_active(uuid) and not a.has_domain(uuid)
