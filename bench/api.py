@@ -90,6 +90,21 @@ class ApiCloud:
                 **self.keystone.client_section(local_cloud.SERVICE_USER, None, "service"),
                 "auth_type": "password"}}})
 
+    def prepare(self, config: dict[str, Any], keys: set[str]) -> None:
+        """Start now what the variants `keys` will use: a server's start is no variant's
+        CPU (the meter reads the API and Keystone from before the first round)."""
+        if any(key.startswith("api") for key in keys):
+            self.ensure(config)
+        for key, shape in SHAPED.items():
+            if key in keys:
+                self.ensure(config, shape)
+
+    def cpu_roles(self) -> dict[str, list[int] | int | None]:
+        """The API's servers (each shape's gunicorn master) and Keystone, for `CpuMeter`."""
+        servers = [self.api, *self.shaped.values()]
+        return {"api": [server.pid for server in servers if server is not None and server.pid],
+                "keystone": self.keystone.pid if self.keystone is not None else None}
+
     def rss_mb(self, server: ComputeApiServer | None = None) -> dict[str, float]:
         """gunicorn's master alone, with its workers, and their PSS (shared pages counted
         once: what the API costs the machine)."""

@@ -18,13 +18,17 @@ from typing import Any
 
 import psutil
 
-Roles = Callable[[], dict[str, int | None]]
+# Each role's process trees: one pid, several (the API's servers of each shape), or none.
+Roles = Callable[[], dict[str, int | list[int] | None]]
 
 
-def tree_seconds(pid: int | None) -> float:
-    """User + system CPU seconds of `pid` and its live descendants (0 when gone)."""
+def tree_seconds(pid: int | list[int] | None) -> float:
+    """User + system CPU seconds of `pid` (or each of a list) and its live descendants
+    (0 when gone)."""
     if pid is None:
         return 0.0
+    if isinstance(pid, list):
+        return sum(tree_seconds(one) for one in pid)
     try:
         root = psutil.Process(pid)
         processes = [root, *root.children(recursive=True)]
@@ -61,7 +65,8 @@ class CpuMeter:
                 for role, pid in self.roles().items()}
 
 
-ROLES = ("placement", "postgresql", "etcd", "compute", "service", "clients")
+ROLES = ("placement", "postgresql", "etcd", "compute", "service", "api", "keystone",
+         "clients")
 
 
 def markdown_lines(suite: dict[str, Any], order: list[str]) -> list[str]:
@@ -81,7 +86,9 @@ def markdown_lines(suite: dict[str, Any], order: list[str]) -> list[str]:
         return []
     return ["", "CPU per instance during each variant's timed run, by process (ms; the "
             "kernel's accounting: Placement with its gunicorn workers, the compute with its "
-            "pool, the service from its first request, the clients' scheduling; what the "
+            "pool, the service from its first request, the API's servers with their "
+            "workers and the Keystone that validates their tokens (all started before the "
+            "first round), the clients' scheduling; what the "
             "compute does after the run, building the last instances, is not in it), and "
             "how many of the 2 cores all of it kept busy on average:", "",
             "| variant | " + " | ".join(ROLES) + " | all | cores busy |",

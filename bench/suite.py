@@ -158,10 +158,12 @@ def run_suite(backend: str, run_dir: Path, hosts: int, count: int, batch: int,
         meter = CpuMeter(lambda: {"placement": stack.placement.pid if stack.placement else None,
                                   "postgresql": stack.postgres.pid if stack.postgres else None,
                                   "etcd": stack.etcd.pid if stack.etcd else None,
-                                  "compute": compute.pid if compute else None})
+                                  "compute": compute.pid if compute else None,
+                                  **api_cloud.cpu_roles()})
         chosen = [v for v in all_variants(batch, processes, profile_dir, run_dir,
                                           cli_instances, api_cloud)
                   if not only or v.key in only]
+        api_cloud.prepare(config, {v.key for v in chosen})
         rounds_run: dict[str, list[Round]] = {v.key: [] for v in chosen}
         floors: dict[str, list[RunResult]] = {}
         with RssSampler(compute) as sampler:

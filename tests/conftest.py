@@ -102,8 +102,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.flaky(reruns=1))
     if hasattr(config, "workerinput"):
         # Every worker sorts alike (xdist checks that they collected the same list).
+        # Longest first: the groups, then the real guests' tests (each tens of seconds), then
+        # the rest, which fill the workers' tails evenly instead of four guests' tests
+        # booting side by side at the end.
         rank = {group: n for n, group in enumerate(GROUP_ORDER)}
-        items.sort(key=lambda item: rank.get(worker_group(item) or "", len(rank)))
+        items.sort(key=lambda item: (rank.get(worker_group(item) or "", len(rank)),
+                                     item.get_closest_marker("vm") is None))
 
 
 UNGROUPED = pytest.StashKey[str]()
