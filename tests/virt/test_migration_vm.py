@@ -5,7 +5,9 @@ is not the cluster's. What runs where is read from both libvirtds and both conso
 
 from __future__ import annotations
 
+import os
 import re
+import signal
 import threading
 import time
 from collections.abc import Iterator
@@ -17,6 +19,7 @@ import pytest
 from etcd_compute.errors import BuildError
 from etcd_compute.virt import network
 from etcd_compute.virt.domain import mac_addresses
+from etcd_compute.virt.migration import LibvirtCall
 from tests.support import wait_for
 from tests.virt.hypervisors import (
     BUSY_SCRIPT,
@@ -238,6 +241,33 @@ def test_a_cancelled_or_cut_short_live_move_leaves_the_guest_running_on_the_sour
     wait_for(lambda: f"marker read {marker}" in b.console(uuid), 30, interval=0.2,
              what="the marker read back on b")
     b.driver().destroy(uuid)
+
+
+def test_the_supervisor_s_calls_fail_when_libvirtd_stops_answering(hosts):
+    """The supervisor's connection has a keepalive: a libvirtd that stops answering
+    (SIGSTOP) fails its call within 5 s x (3 + 1) instead of holding it."""
+    a = hosts["a"]
+    connection = a.connection()
+    domain = connection.defineXML(
+        "<domain type='qemu'><name>keepalive-probe</name><memory>65536</memory>"
+        "<os><type>hvm</type></os></domain>")
+    try:
+        watching, watched = a.driver()._watched(domain)
+        pid = int((a.libvirtd.root / "libvirtd.pid").read_text())
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            began = time.monotonic()
+            call = LibvirtCall("jobStats", watched.jobStats)
+            assert call.answered.wait(40), "the call is held by a libvirtd that is stopped"
+            took = time.monotonic() - began
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        assert isinstance(call.error, libvirt.libvirtError) and "keepalive" in str(call.error)
+        assert took < 30, took
+        watching.close()
+    finally:
+        domain.undefine()
+        connection.close()
 
 
 # Its premise is a TCG guest that dirties memory faster than 16 MiB/s: a guest starved of
