@@ -8,6 +8,7 @@ import threading
 import time
 import uuid as uuidlib
 import xml.etree.ElementTree as ET
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -253,6 +254,12 @@ def step_within(watch: Supervisor, seconds: float = 5.0) -> None:
     assert not looked.is_alive(), "the supervisor's look is held by a libvirt call"
 
 
+def look_until(watch: Supervisor, done: Callable[[], bool], what: str) -> None:
+    """Looks at the same moment until `done` (an action's thread may answer after the
+    look that asked; the next look reads it, never asking twice)."""
+    support.wait_for(lambda: (step_within(watch), done())[1], 5, interval=0.01, what=what)
+
+
 def test_progress_is_reported_once_the_job_runs():
     job, clock, seen = FakeJob(running=False), Clock(), []
     watch = supervisor(job, clock, progress=seen.append)
@@ -314,10 +321,10 @@ def test_the_bound_holds_while_libvirt_holds_the_supervisor_s_calls():
         step_within(watch)
         assert job.calls == [] and watch.paused_at is None
         clock.now = 20.5
-        step_within(watch)
-        assert job.calls == [("suspend",)] and watch.paused_at == 20.5
+        look_until(watch, lambda: watch.paused_at == 20.5, "the pause")
+        assert job.calls == [("suspend",)]
         clock.now = 40.5
-        step_within(watch)
+        look_until(watch, lambda: watch.abort_taken, "the abort")
         assert job.calls == [("suspend",), ("abort",)]
         assert watch.aborted.startswith("not complete after 40s (twice the 20s bound)")
         assert job.entered.count("jobStats") == 1 and "downtime" not in job.entered
@@ -329,7 +336,7 @@ def test_a_cancel_is_not_held_by_a_look_libvirt_does_not_answer():
     job, clock, asked = HeldJob("jobStats"), Clock(), [True]
     watch = supervisor(job, clock, cancelled=lambda: bool(asked), answer_seconds=0.05)
     try:
-        step_within(watch)
+        look_until(watch, lambda: watch.abort_taken, "the abort")
         assert job.calls == [("abort",)] and watch.aborted == "cancelled"
     finally:
         job.release.set()
@@ -364,6 +371,7 @@ def test_a_move_the_abort_does_not_end_meets_the_last_resort_once():
         step_within(watch)
         support.wait_for(lambda: ended, 5, what="the last resort")
         assert ended == [True] and watch.gave_up
+        support.wait_for(lambda: "abort" in job.entered, 5, what="the abort asked")
         assert job.entered.count("abort") == 1  # still on its way: not asked twice
     finally:
         job.release.set()
@@ -375,7 +383,8 @@ def test_a_pause_that_lands_after_the_migration_returned_is_known():
     watch = supervisor(job, clock, data_total=GIB, answer_seconds=0.05, settle_seconds=5)
     clock.now = 10.5
     step_within(watch)
-    assert watch.paused_at is None and "suspend" in job.entered
+    support.wait_for(lambda: "suspend" in job.entered, 5, what="the pause asked")
+    assert watch.paused_at is None
     job.release.set()
     watch.settle()
     assert watch.paused_at == 10.5 and job.calls == [("suspend",)]
