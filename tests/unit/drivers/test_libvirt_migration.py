@@ -179,6 +179,23 @@ def test_the_supervisor_watches_on_a_connection_of_its_own(driver, image):
         connection.close()
 
 
+def test_the_move_is_watched_on_the_supervisor_s_connection_and_that_one_closed(
+        driver, moving, monkeypatch):
+    uuid = moving["uuid"]
+    moving["peer"].there = Domain(uuid, outcome="n/a")
+    watcher, watched = Peer(), Domain(uuid)
+    monkeypatch.setattr(driver, "_watched", lambda domain: (watcher, watched))
+    supervised = []
+    real = libvirt_migration.Supervisor
+    monkeypatch.setattr(libvirt_migration, "Supervisor",
+                        lambda domain, *args, **kwargs: supervised.append(domain) or
+                        real(domain, *args, **kwargs))
+    driver.live_migrate(uuid, target(f"/srv/{uuid}"))
+    # Never the migration's own domain: its connection can hold the supervisor's calls.
+    assert supervised == [watched] and watched is not moving["domain"]
+    assert watcher.closed
+
+
 def test_the_data_to_copy_is_the_memory_and_the_written_disk(moving):
     assert libvirt_migration._data_to_copy(moving["domain"], ["vda"]) == (128 + 5) << 20
 
