@@ -96,19 +96,15 @@ class EtcdServer(Service):
         self._wait_healthy(f"{self.scheme}://{self.endpoint}/health", timeout, verify, cert)
 
     def start(self, attempts: int = 3) -> EtcdServer:
-        for attempt in range(attempts):
+        def moved() -> None:
+            shutil.rmtree(self.run_dir / f"{self.name}-data", ignore_errors=True)
+            self.extra["peer_port"] = str(free_port())
+
+        def start_once() -> None:
             self.spawn()
-            try:
-                self.wait_healthy()
-                return self
-            except ServiceUnavailable:
-                # free_port() only says a port was free a moment ago: another worker's
-                # service may have bound it since (seen in make test). Other ports, again.
-                log = self.log_path.read_text(errors="replace")
-                if attempt == attempts - 1 or "address already in use" not in log:
-                    raise
-                shutil.rmtree(self.run_dir / f"{self.name}-data", ignore_errors=True)
-                self.port, self.extra["peer_port"] = free_port(), str(free_port())
+            self.wait_healthy()
+
+        self.start_on_a_free_port(start_once, attempts, moved)
         return self
 
     def client_config(self, prefix: str = "", user: str | None = None,

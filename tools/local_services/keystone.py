@@ -133,6 +133,22 @@ class KeystoneServer(Service):
         self._write_config(token_expiration)
         owner = ["--keystone-user", "root", "--keystone-group", "root"]
         self._manage(["db_sync"], ["fernet_setup", *owner], ["credential_setup", *owner])
+        tls = ""
+        if self.pki:
+            issued = self.pki.issue("keystone", SERVICE, ips=["127.0.0.1"], dns=["localhost"])
+            tls = f" --certfile {issued.cert} --keyfile {issued.key}"
+
+        def start_once() -> None:
+            self._spawn([str(gunicorn)], env={
+                "OS_KEYSTONE_CONFIG_FILES": str(self.conf),
+                "GUNICORN_CMD_ARGS": (f"--bind 127.0.0.1:{self.port} --workers 1 "
+                                      "--no-control-socket --timeout 120"
+                                      f"{tls} --config {self.run_dir / 'gunicorn.conf.py'}"),
+            })
+            self._wait_healthy(self.auth_url, 60, self.verify)  # /v3 answers unbootstrapped
+
+        self.start_on_a_free_port(start_once)
+        # Bootstrapped once it listens: the endpoints it registers name the port it got.
         # "--option=value": a random password may begin with "-" (1 start in 64), which
         # keystone-manage would read as an option and answer with its usage.
         self._manage(["bootstrap", f"--bootstrap-password={self.admin_password}",
@@ -140,17 +156,6 @@ class KeystoneServer(Service):
                       "--bootstrap-public-url", self.auth_url,
                       "--bootstrap-internal-url", self.auth_url,
                       "--bootstrap-region-id", "RegionOne"])
-        tls = ""
-        if self.pki:
-            issued = self.pki.issue("keystone", SERVICE, ips=["127.0.0.1"], dns=["localhost"])
-            tls = f" --certfile {issued.cert} --keyfile {issued.key}"
-        self._spawn([str(gunicorn)], env={
-            "OS_KEYSTONE_CONFIG_FILES": str(self.conf),
-            "GUNICORN_CMD_ARGS": (f"--bind 127.0.0.1:{self.port} --workers 1 "
-                                  "--no-control-socket --timeout 120"
-                                  f"{tls} --config {self.run_dir / 'gunicorn.conf.py'}"),
-        })
-        self._wait_healthy(self.auth_url, 60, self.verify)
         return self
 
     # --- identities, through the API as the bootstrapped admin --------------------

@@ -193,6 +193,11 @@ class PlacementServer(Service):
                    "--ca-certs", str(self.pki.ca_cert), "--cert-reqs", "2"]
             probe = self.pki.issue("operator", OPERATOR)
             verify, cert = str(self.pki.ca_cert), (str(probe.cert), str(probe.key))
+        self.start_on_a_free_port(lambda: self._spawn_and_wait(gunicorn, tls, verify, cert))
+        return self
+
+    def _spawn_and_wait(self, gunicorn: Path, tls: list[str], verify: str | bool,
+                        cert: tuple[str, str] | None) -> None:
         self._spawn(
             [
                 str(gunicorn),
@@ -210,4 +215,3 @@ class PlacementServer(Service):
             env={"OS_PLACEMENT_CONFIG_DIR": str(self.config_dir)},
         )
         self._wait_healthy(self.endpoint + "/", 60, verify, cert)
-        return self

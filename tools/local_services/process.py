@@ -104,6 +104,11 @@ def wait_until(check: Callable[[], bool], timeout: float, what: str) -> None:
     raise ServiceUnavailable(f"{what} did not become ready within {timeout:.0f} s")
 
 
+# What a server's log says when its port was bound by someone else first: etcd, gunicorn
+# (it tries 5 times, a second apart, then gives up).
+PORT_TAKEN = ("address already in use", "connection in use", "can't connect to")
+
+
 @dataclass
 class Service:
     """A child process we started; `pid` is what we stop it by."""
@@ -159,6 +164,27 @@ class Service:
             wait_until(healthy, timeout, self.name)
         except ServiceUnavailable as exc:
             raise self._fail(str(exc)) from None
+
+    def start_on_a_free_port(self, start_once: Callable[[], None], attempts: int = 3,
+                             moved: Callable[[], None] | None = None) -> None:
+        """`start_once()` (spawn, then wait until healthy), again on another port (after
+        `moved()`) while this attempt's log says its port was taken: free_port() only says a
+        port was free a moment ago, and another worker's service may have bound it since
+        (seen in make test: an etcd, a Keystone)."""
+        for attempt in range(attempts):
+            logged = self.log_path.stat().st_size if self.log_path.exists() else 0
+            try:
+                start_once()
+                return
+            except ServiceUnavailable:
+                with open(self.log_path, "rb") as log:
+                    log.seek(logged)
+                    said = log.read().decode(errors="replace").lower()
+                if attempt == attempts - 1 or not any(words in said for words in PORT_TAKEN):
+                    raise
+                self.port = free_port()
+                if moved is not None:
+                    moved()
 
     def stop(self) -> None:
         stop_pid(self.pid)

@@ -1,0 +1,63 @@
+"""The tests' services (tools/local_services) come up on other ports when the one they were
+given is taken meanwhile: free_port() only says a port was free a moment ago. One worker's
+etcd losing that race failed every test of its session once; a Keystone losing it failed
+the cloud's first test (gunicorn: "Connection in use", then "Can't connect to")."""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Iterator
+
+import pytest
+import requests
+
+from tests.support import unavailable
+from tools.local_services import KEYSTONE_VENV, KeystoneServer
+from tools.local_services.etcd import EtcdServer
+from tools.local_services.placement import PLACEMENT_VENV, PlacementServer
+
+
+@pytest.fixture
+def taken() -> Iterator[int]:
+    """A loopback port someone else listens on."""
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        yield holder.getsockname()[1]
+
+
+def test_an_etcd_whose_port_was_taken_comes_up_on_another(tmp_path, taken):
+    server = EtcdServer.create(tmp_path, port=taken)
+    try:
+        server.start()
+        assert server.port != taken and server.running()
+    finally:
+        server.stop()
+
+
+def test_a_placement_whose_port_was_taken_comes_up_on_another(tmp_path, taken):
+    if not (PLACEMENT_VENV / "bin" / "gunicorn").exists():
+        unavailable("Placement is not installed (make install)")
+    server = PlacementServer.create(tmp_path, port=taken)
+    try:
+        server.start()
+        assert server.port != taken and server.running()
+        assert requests.get(server.endpoint + "/", timeout=5).ok
+    finally:
+        server.stop()
+
+
+def test_a_keystone_whose_port_was_taken_comes_up_on_another_and_names_it(tmp_path, taken):
+    if not (KEYSTONE_VENV / "bin" / "gunicorn").exists():
+        unavailable("Keystone is not installed (make install)")
+    server = KeystoneServer.create(tmp_path, port=taken)
+    try:
+        server.start()
+        assert server.port != taken and server.running()
+        # Bootstrapped after it listened: its catalog names the port it got.
+        session = server.session()
+        catalog = session.auth.get_access(session).service_catalog.catalog
+        urls = {endpoint["url"] for service in catalog for endpoint in service["endpoints"]}
+        assert urls == {server.auth_url}
+    finally:
+        server.stop()
