@@ -7,6 +7,7 @@ so it outlives the compute: its guests still need it) unless it runs;
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import subprocess
@@ -122,7 +123,19 @@ def stop_mdserver(config: dict[str, Any], timeout: float = 10.0) -> None:
         return
     process = psutil.Process(pid)
     process.terminate()
+    deadline = time.monotonic() + timeout
+    while not exited(process):
+        if time.monotonic() > deadline:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                process.kill()
+            return
+        time.sleep(0.02)
+
+
+def exited(process: psutil.Process) -> bool:
+    """Gone, or a zombie: the server is detached, so its parent is init, which may reap it
+    late (this machine's init took 1.5-2 s; psutil's wait() waited for the reaping)."""
     try:
-        process.wait(timeout)
-    except psutil.TimeoutExpired:
-        process.kill()
+        return process.status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True

@@ -35,7 +35,7 @@ from etcd_compute.etcd import Store
 from etcd_compute.etcd_auth import ROOT, EtcdAuth
 from etcd_compute.pki import COMPUTE, Pki, compute_name
 from etcd_compute.placement import PlacementClient
-from tests.conftest import OPERATOR_USER, DaemonProcess, wipe_placement
+from tests.conftest import OPERATOR_USER, DaemonProcess, stop_daemons, wipe_placement
 from tests.support import REPO, Run, running, unavailable
 from tools.local_services import PlacementServer
 from tools.local_services.cluster import EtcdCluster
@@ -197,8 +197,7 @@ def start_daemon(tmp_path: Path, cluster_net: TestNetwork) -> Iterator[
         return daemon
 
     yield start
-    for daemon in started:
-        daemon.stop()
+    stop_daemons(started)
 
 
 @pytest.fixture

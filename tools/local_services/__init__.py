@@ -29,6 +29,7 @@ from tools.local_services.process import (
     pid_alive,
     port_open,
     stop_pid,
+    stop_pids,
     wait_until,
 )
 from tools.local_services.prometheus import PrometheusServer
@@ -38,4 +39,4 @@ __all__ = ["CLIENTS_VENV", "GLANCE_VENV", "KEYSTONE_VENV", "PLACEMENT_VENV", "RE
            "EtcdServer", "GlanceServer", "KeystoneServer", "LocalStack", "PlacementServer",
            "PostgresServer", "PrometheusServer", "Service", "cloud", "ensure_libvirtd",
            "free_port", "host_lock", "libvirtd_usable", "pid_alive", "port_open", "stop_pid",
-           "wait_until"]
+           "stop_pids", "wait_until"]

@@ -47,7 +47,7 @@ from etcd_compute.pki import Pki
 from etcd_compute.virt import network
 from tools.local_services.netns import Host, TestNetwork, ip
 from tools.local_services.private_libvirt import LibvirtTls, PrivateLibvirtd
-from tools.local_services.process import REPO, stop_pid, wait_until
+from tools.local_services.process import REPO, stop_pids, wait_until
 from tools.local_services.proxy import CuttableProxy
 
 GUEST_NETWORK = "etcd-compute-mig"
@@ -282,13 +282,11 @@ class ComputeHosts:
         process.wait()
 
     def close(self) -> None:
-        for process in self.daemons.values():
-            stop_pid(process.pid)
+        stop_pids(process.pid for process in self.daemons.values())
         for name in self.configs:
             with contextlib.suppress(Exception):
                 stop_mdserver(self.configs[name])
-        for process in self._forwarders:
-            stop_pid(process.pid)
+        stop_pids(process.pid for process in self._forwarders)
         for proxy in self._proxies:
             proxy.stop()
 

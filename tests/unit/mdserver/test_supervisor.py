@@ -8,6 +8,7 @@ from __future__ import annotations
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -126,3 +127,28 @@ def test_a_server_that_does_not_come_up_is_reported_with_its_log(tmp_path, monke
         ensure_mdserver(config)
     assert str(caught.value) == ("metadata server did not start; see "
                                  f"{tmp_path / 'no-such-dir' / 'mdserver.log'}")
+
+
+def test_a_stopped_server_left_unreaped_by_its_parent_counts_as_stopped(tmp_path):
+    """The server is detached: once it exits, reaping it is its adoptive parent's business
+    (an init that reaps late held every stop ~2 s). Here its parent is a `sleep`, which
+    never reaps: the stop returns once the server is a zombie, without waiting for that."""
+    parent = subprocess.Popen(
+        ["sh", "-c", f"'{sys.executable}' -c 'import time; time.sleep(60)' "
+                     "etcd_compute.mdserver & echo $!; exec sleep 30"],
+        stdout=subprocess.PIPE, text=True)
+    try:
+        assert parent.stdout is not None
+        pid = int(parent.stdout.readline())
+        while psutil.Process(parent.pid).cmdline()[0] != "sleep":  # sh reaps until then
+            time.sleep(0.01)
+        config = configs(tmp_path)
+        supervisor.pid_file_for(config).parent.mkdir(parents=True, exist_ok=True)
+        supervisor.pid_file_for(config).write_text(f"{pid}\n")
+        assert running_pid(supervisor.pid_file_for(config)) == pid
+        started = time.monotonic()
+        supervisor.stop_mdserver(config, timeout=5)
+        assert time.monotonic() - started < 1
+        assert psutil.Process(pid).status() == psutil.STATUS_ZOMBIE  # still not reaped
+    finally:
+        stop_pid(parent.pid)
