@@ -89,7 +89,7 @@ class Template:
             with contextlib.suppress(DamagedTemplate):
                 self._copy(directory, files)
                 return True
-            with host_lock(f"template-{self.kind}-{self.key}", timeout=600):
+            with host_lock(f"template-{self.kind}", timeout=600):
                 with contextlib.suppress(DamagedTemplate):  # another built it meanwhile
                     self._copy(directory, files)
                     return True
@@ -108,22 +108,22 @@ class Template:
             manifest = json.loads((directory / MANIFEST).read_text())["files"]
         except (OSError, ValueError, KeyError) as exc:
             raise DamagedTemplate(f"no readable manifest in {directory}") from exc
-        copied: list[Path] = []
+        made: list[Path] = []  # removed again unless all are copied
         try:
             for name, target in files.items():
                 if name not in manifest:
                     raise DamagedTemplate(f"{name} not in {directory}")
                 target.parent.mkdir(parents=True, exist_ok=True)
                 partial = target.with_name(f".{target.name}.partial")
+                made.append(partial)
                 shutil.copyfile(directory / name, partial)
                 shutil.copymode(directory / name, partial)
                 if _digest(partial) != manifest[name]:
-                    partial.unlink()
                     raise DamagedTemplate(f"{directory / name} differs from its manifest")
                 os.replace(partial, target)
-                copied.append(target)
+                made[-1] = target
         except BaseException:
-            for path in copied:
+            for path in made:
                 path.unlink(missing_ok=True)
             raise
 
