@@ -1,6 +1,8 @@
 """The local Keystone (tools/local_services/keystone.py) bootstraps whatever random admin
 password it drew: one beginning with "-" (1 start in 64) was read by keystone-manage as an
-option, and the start failed with its usage (a Tempest smoke run's cloud, once)."""
+option, and the start failed with its usage (a Tempest smoke run's cloud, once). A new run
+directory's Keystone starts from the template (templates.py) and gets its password through
+the API; one started again from its saved state (make up) is bootstrapped with it."""
 
 from __future__ import annotations
 
@@ -20,8 +22,11 @@ def test_an_admin_password_beginning_with_a_dash_bootstraps(tmp_path):
     (run_dir / "passwords.json").write_text(json.dumps({"admin": password}))
     server = KeystoneServer.create(run_dir)
     try:
-        server.start()
+        server.start()  # a new run directory: the template's admin, given it through the API
         assert server.admin_password == password
+        assert server.session().get_token()
+        server.stop()
+        server.start()  # started again from its saved state: keystone-manage bootstrap
         assert server.session().get_token()
     finally:
         server.stop()
