@@ -116,7 +116,10 @@ class Template:
                 target.parent.mkdir(parents=True, exist_ok=True)
                 partial = target.with_name(f".{target.name}.partial")
                 made.append(partial)
-                shutil.copyfile(directory / name, partial)
+                # Made 0600, then given the template file's mode: a secret is never open.
+                fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+                with os.fdopen(fd, "wb") as copy, open(directory / name, "rb") as source:
+                    shutil.copyfileobj(source, copy)
                 shutil.copymode(directory / name, partial)
                 if _digest(partial) != manifest[name]:
                     raise DamagedTemplate(f"{directory / name} differs from its manifest")
