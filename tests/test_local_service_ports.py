@@ -58,7 +58,8 @@ def test_a_keystone_whose_port_was_taken_comes_up_on_another_and_names_it(tmp_pa
     if not (KEYSTONE_VENV / "bin" / "gunicorn").exists():
         unavailable("Keystone is not installed (make install)")
     with started_elsewhere(KeystoneServer.create(tmp_path, port=taken), taken) as server:
-        # Bootstrapped after it listened: its catalog names the port it got.
+        # Its endpoints set once it listened (bootstrap, or the template's adopted): its
+        # catalog names the port it got.
         session = server.session()
         catalog = session.auth.get_access(session).service_catalog.catalog
         urls = {endpoint["url"] for service in catalog for endpoint in service["endpoints"]}

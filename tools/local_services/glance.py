@@ -4,7 +4,8 @@ As Glance's install guide sets it up, with every file under the run directory: a
 store, SQLite (`glance-manage db_sync`; PostgreSQL in the multi-host guide), the paste
 pipeline flavor `keystone` (keystonemiddleware's auth_token checks every token with the
 Keystone given), served by gunicorn from Glance's WSGI entry (`glance.wsgi.api`). With a
-`Pki` it serves TLS with a certificate of the cluster CA. Loopback only.
+`Pki` it serves TLS with a certificate of the cluster CA. Loopback only. A new SQLite
+database is a copy of the template's (templates.py: db_sync run once per virtualenv).
 
 Glance's policy is its own defaults (secure RBAC) but for one rule: `context_is_admin`
 holds for the `service` role too, so the service users (`etcd-compute`: the compute hosts
@@ -14,8 +15,10 @@ download any project's image, snapshots are uploaded owned by the instance's pro
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -23,10 +26,39 @@ from etcd_compute.errors import ServiceUnavailable
 from etcd_compute.pki import SERVICE, Pki
 from tools.local_services.keystone import DOMAIN, KeystoneServer
 from tools.local_services.process import GLANCE_VENV, Service, free_port
+from tools.local_services.templates import Template
 
 # Glance's own user in Keystone (it validates the clients' tokens as this user).
 GLANCE_USER = "glance"
 POLICY = '"context_is_admin": "role:admin or role:service"\n'
+SQLITE = "sqlite:///"
+
+
+def _database_config(db_url: str) -> str:
+    return f"[database]\nconnection = {db_url}\n"
+
+
+def _db_sync(conf: Path) -> None:
+    manage = GLANCE_VENV / "bin" / "glance-manage"
+    sync = subprocess.run([str(manage), "--config-file", str(conf), "db_sync"],
+                          capture_output=True, text=True, check=False)
+    if sync.returncode:
+        lines = (sync.stderr or sync.stdout).strip().splitlines() or ["(no output)"]
+        raise ServiceUnavailable(f"glance-manage db_sync failed: {lines[-1][:200]}")
+
+
+def _build_template(directory: Path) -> None:
+    """glance.sqlite as `glance-manage db_sync` leaves it (only the database section of the
+    config takes part)."""
+    with tempfile.TemporaryDirectory(prefix="glance-template-") as scratch:
+        conf = Path(scratch) / "glance-api.conf"
+        conf.write_text(_database_config(f"{SQLITE}{directory / 'glance.sqlite'}"))
+        _db_sync(conf)
+
+
+def template() -> Template:
+    recipe = json.dumps([_database_config(f"{SQLITE}/run-dir/glance.sqlite"), ["db_sync"]])
+    return Template("glance", GLANCE_VENV, recipe)
 
 
 class GlanceServer(Service):
@@ -78,8 +110,7 @@ class GlanceServer(Service):
             # user names (from this host's network), `copy-image` needs several stores.
             "enabled_import_methods = [glance-direct]\n"
             f"worker_self_reference_url = {self.endpoint}\n"
-            "[database]\n"
-            f"connection = {self.extra['db_url']}\n"
+            + _database_config(self.extra["db_url"]) +
             "[glance_store]\n"
             "default_backend = file\n"
             f"[file]\nfilesystem_store_datadir = {self.store_dir}\n"
@@ -117,11 +148,17 @@ class GlanceServer(Service):
             raise ServiceUnavailable(f"Glance is not installed in {GLANCE_VENV}; "
                                      "run: make install")
         conf = self._write_config()
-        sync = subprocess.run([str(manage), "--config-file", str(conf), "db_sync"],
-                              capture_output=True, text=True, check=False)
-        if sync.returncode:
-            lines = (sync.stderr or sync.stdout).strip().splitlines() or ["(no output)"]
-            raise ServiceUnavailable(f"glance-manage db_sync failed: {lines[-1][:200]}")
+        if not self._from_template():
+            _db_sync(conf)
+
+    def _from_template(self) -> bool:
+        """A new SQLite database copied from the template (False: none was)."""
+        db_url = self.extra["db_url"]
+        if not db_url.startswith(SQLITE):
+            return False
+        database = Path(db_url.removeprefix(SQLITE))
+        return not database.exists() and template().copy(
+            _build_template, {"glance.sqlite": database})
 
     def spawn(self) -> None:
         """Start gunicorn (after `prepare`); `wait` for it to answer."""

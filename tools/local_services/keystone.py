@@ -3,7 +3,10 @@
 
 Set up as its install guide does (`keystone-manage db_sync`, `fernet_setup`,
 `credential_setup`, `bootstrap`), with every file under the run directory; projects, users
-and the service catalog are then made through its API as the admin (`cloud.py`). With a
+and the service catalog are then made through its API as the admin (`cloud.py`). A new run
+directory's database is a copy of the template's (templates.py: db_sync and bootstrap, run
+once per virtualenv), its endpoints and admin password then set as bootstrap would set them;
+the key repositories are made as fernet_setup makes them, without keystone-manage. With a
 `Pki` it serves TLS with a certificate of the cluster CA (clients verify it with the CA;
 they authenticate with passwords, not certificates). Loopback only.
 """
@@ -13,15 +16,112 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import shutil
 import subprocess
+import tempfile
+import time
 from pathlib import Path
 from typing import Any
+
+from cryptography.fernet import Fernet
 
 from etcd_compute.errors import ServiceUnavailable
 from etcd_compute.pki import SERVICE, Pki
 from tools.local_services.process import KEYSTONE_VENV, Service, free_port
+from tools.local_services.templates import Template
 
 DOMAIN = "Default"
+# A template (templates.py) is bootstrapped with this URL and a random admin password of
+# its own, kept beside it; a Keystone started from it points its endpoints at its own URL
+# and sets its admin's password through the API (`KeystoneServer._adopt_template`).
+TEMPLATE_URL = "http://template.invalid/v3"
+TEMPLATE_PASSWORD = "template-admin-password"
+TOKEN_EXPIRATION = 3600
+
+
+def config_text(run_dir: Path, token_expiration: int = TOKEN_EXPIRATION) -> str:
+    """keystone.conf, every file under `run_dir`."""
+    keys = run_dir / "fernet-keys"
+    return (
+        "[DEFAULT]\n"
+        "debug = False\n"
+        "[database]\n"
+        f"connection = sqlite:///{run_dir / 'keystone.sqlite'}\n"
+        # Receipts default to /etc/keystone: fernet_setup would write there too.
+        f"[fernet_tokens]\nkey_repository = {keys}\n"
+        f"[fernet_receipts]\nkey_repository = {keys}\n"
+        f"[credential]\nkey_repository = {run_dir / 'credential-keys'}\n"
+        f"[token]\nexpiration = {token_expiration}\n"
+        # A local Keystone: cheap password hashes (bcrypt's default costs ~0.3 s a login).
+        "[identity]\npassword_hash_rounds = 4\n"
+    )
+
+
+def fernet_key_repository(path: Path) -> None:
+    """What `keystone-manage fernet_setup` and `credential_setup` make, without the ~2 s of
+    CPU each spends importing Keystone (keystone/common/fernet_utils.py): a 0700 directory
+    holding a staged key `0` and a primary key `1`, each a Fernet key (32 random bytes,
+    urlsafe base64) alone in a 0600 file. One that has a key 0 is left as it is (so does
+    Keystone)."""
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    if (path / "0").exists():
+        return
+    for name in ("1", "0"):  # the staged key last: its presence says "set up"
+        fd = os.open(path / name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(Fernet.generate_key())
+
+
+def _manage(conf: Path, log_dir: Path, *commands: list[str]) -> None:
+    """Run `keystone-manage` commands side by side (each spends seconds on imports)."""
+    manage = KEYSTONE_VENV / "bin" / "keystone-manage"
+    running = [(args[0], subprocess.Popen(
+        [str(manage), "--config-file", str(conf), *args], stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, text=True))
+        for args in commands]
+    for command, process in running:
+        output, _ = process.communicate()
+        if process.returncode:
+            # The whole output kept: its last line may be a usage line that says nothing.
+            log = log_dir / f"keystone-manage-{command}.log"
+            log.write_text(output)
+            lines = output.strip().splitlines() or ["(no output)"]
+            telling = [line for line in lines if "error" in line.lower()] or lines
+            raise ServiceUnavailable(f"keystone-manage {command} failed (exit "
+                                     f"{process.returncode}, {log}): {telling[-1][:200]}")
+
+
+def _bootstrap(password: str, url: str) -> list[str]:
+    # "--option=value": a random password may begin with "-" (1 start in 64), which
+    # keystone-manage would read as an option and answer with its usage.
+    return ["bootstrap", f"--bootstrap-password={password}",
+            "--bootstrap-admin-url", url, "--bootstrap-public-url", url,
+            "--bootstrap-internal-url", url, "--bootstrap-region-id", "RegionOne"]
+
+
+def _build_template(directory: Path) -> None:
+    """keystone.sqlite as db_sync and bootstrap leave it (admin password: random, kept in
+    `TEMPLATE_PASSWORD`, 0600; endpoints: `TEMPLATE_URL`), made in a scratch run directory."""
+    password = secrets.token_urlsafe(18)
+    with tempfile.TemporaryDirectory(prefix="keystone-template-") as scratch:
+        run_dir = Path(scratch)
+        conf = run_dir / "keystone.conf"
+        conf.write_text(config_text(run_dir))
+        fernet_key_repository(run_dir / "fernet-keys")  # bootstrap wants them there
+        fernet_key_repository(run_dir / "credential-keys")
+        _manage(conf, run_dir, ["db_sync"])
+        _manage(conf, run_dir, _bootstrap(password, TEMPLATE_URL))
+        shutil.move(run_dir / "keystone.sqlite", directory / "keystone.sqlite")
+    fd = os.open(directory / TEMPLATE_PASSWORD, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        handle.write(password)
+
+
+def template() -> Template:
+    """Keystone's template: this virtualenv's, made by this config and these commands."""
+    recipe = json.dumps([config_text(Path("/run-dir")), ["db_sync"],
+                         _bootstrap("(random)", TEMPLATE_URL)])
+    return Template("keystone", KEYSTONE_VENV, recipe)
 
 
 class KeystoneServer(Service):
@@ -87,52 +187,39 @@ class KeystoneServer(Service):
     # --- start ----------------------------------------------------------------------
 
     def _write_config(self, token_expiration: int) -> None:
-        keys = self.run_dir / "fernet-keys"
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        self.conf.write_text(
-            "[DEFAULT]\n"
-            "debug = False\n"
-            "[database]\n"
-            f"connection = sqlite:///{self.run_dir / 'keystone.sqlite'}\n"
-            # Receipts default to /etc/keystone: fernet_setup would write there too.
-            f"[fernet_tokens]\nkey_repository = {keys}\n"
-            f"[fernet_receipts]\nkey_repository = {keys}\n"
-            f"[credential]\nkey_repository = {self.run_dir / 'credential-keys'}\n"
-            f"[token]\nexpiration = {token_expiration}\n"
-            # A local Keystone: cheap password hashes (bcrypt's default costs ~0.3 s a login).
-            "[identity]\npassword_hash_rounds = 4\n"
-        )
+        self.conf.write_text(config_text(self.run_dir, token_expiration))
         # Keystone's config parser reads the process's argv: gunicorn's own options would be
         # refused as unknown, so gunicorn takes them from this file and the environment.
         (self.run_dir / "gunicorn.conf.py").write_text(
             'wsgi_app = "keystone.wsgi.api:application"\n')
 
-    def _manage(self, *commands: list[str]) -> None:
-        """Run `keystone-manage` commands side by side (each spends seconds on imports)."""
-        manage = KEYSTONE_VENV / "bin" / "keystone-manage"
-        running = [(args[0], subprocess.Popen(
-            [str(manage), "--config-file", str(self.conf), *args], stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, text=True))
-            for args in commands]
-        for command, process in running:
-            output, _ = process.communicate()
-            if process.returncode:
-                # The whole output kept: its last line may be a usage line that says nothing.
-                log = self.run_dir / f"keystone-manage-{command}.log"
-                log.write_text(output)
-                lines = output.strip().splitlines() or ["(no output)"]
-                telling = [line for line in lines if "error" in line.lower()] or lines
-                raise ServiceUnavailable(f"keystone-manage {command} failed (exit "
-                                         f"{process.returncode}, {log}): {telling[-1][:200]}")
+    def _from_template(self) -> str | None:
+        """A new run directory's database copied from the template; the template's admin
+        password (None: no template, or a database already here: run keystone-manage)."""
+        database, kept = self.run_dir / "keystone.sqlite", self.run_dir / TEMPLATE_PASSWORD
+        if database.exists():
+            return None  # a Keystone started again from its saved state (make up)
+        if not template().copy(_build_template,
+                               {"keystone.sqlite": database, TEMPLATE_PASSWORD: kept}):
+            return None
+        password = kept.read_text()
+        kept.unlink()
+        return password
 
-    def start(self, token_expiration: int = 3600) -> KeystoneServer:
+    def start(self, token_expiration: int = TOKEN_EXPIRATION) -> KeystoneServer:
         gunicorn = KEYSTONE_VENV / "bin" / "gunicorn"
         if not gunicorn.exists() or not (KEYSTONE_VENV / "bin" / "keystone-manage").exists():
             raise ServiceUnavailable(f"Keystone is not installed in {KEYSTONE_VENV}; "
                                      "run: make install")
         self._write_config(token_expiration)
-        owner = ["--keystone-user", "root", "--keystone-group", "root"]
-        self._manage(["db_sync"], ["fernet_setup", *owner], ["credential_setup", *owner])
+        template_password = self._from_template()
+        # Each Keystone's own keys, also when its database is the template's: a token of
+        # one test Keystone means nothing to another (their ids are the same).
+        fernet_key_repository(self.run_dir / "fernet-keys")
+        fernet_key_repository(self.run_dir / "credential-keys")
+        if template_password is None:
+            _manage(self.conf, self.run_dir, ["db_sync"])
         tls = ""
         if self.pki:
             issued = self.pki.issue("keystone", SERVICE, ips=["127.0.0.1"], dns=["localhost"])
@@ -148,15 +235,29 @@ class KeystoneServer(Service):
             self._wait_healthy(self.auth_url, 60, self.verify)  # /v3 answers unbootstrapped
 
         self.start_on_a_free_port(start_once)
-        # Bootstrapped once it listens: the endpoints it registers name the port it got.
-        # "--option=value": a random password may begin with "-" (1 start in 64), which
-        # keystone-manage would read as an option and answer with its usage.
-        self._manage(["bootstrap", f"--bootstrap-password={self.admin_password}",
-                      "--bootstrap-admin-url", self.auth_url,
-                      "--bootstrap-public-url", self.auth_url,
-                      "--bootstrap-internal-url", self.auth_url,
-                      "--bootstrap-region-id", "RegionOne"])
+        # Bootstrapped (or the template's bootstrap adopted) once it listens: the endpoints
+        # name the port it got.
+        if template_password is None:
+            _manage(self.conf, self.run_dir, _bootstrap(self.admin_password, self.auth_url))
+        else:
+            self._adopt_template(template_password)
         return self
+
+    def _adopt_template(self, template_password: str) -> None:
+        """What `bootstrap` here would change in the template's database, through the API
+        as its admin: the identity endpoints name this Keystone, the admin has this run
+        directory's password."""
+        admin = self.session(password=template_password)
+        for endpoint in self._api("GET", "/endpoints", auth=admin)["endpoints"]:
+            if endpoint["url"] == TEMPLATE_URL:
+                self._api("PATCH", f"/endpoints/{endpoint['id']}",
+                          {"endpoint": {"url": self.auth_url}}, auth=admin)
+        self._api("PATCH", f"/users/{admin.get_user_id()}",
+                  {"user": {"password": self.admin_password}}, auth=admin)
+        self._admin = None
+        # The new password revokes the admin's tokens issued up to this second (revocation
+        # events and Fernet tokens count whole seconds): the next one must be of a later one.
+        time.sleep(1.01 - time.time() % 1)
 
     # --- identities, through the API as the bootstrapped admin --------------------
 

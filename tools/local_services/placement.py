@@ -1,7 +1,11 @@
-"""Placement under gunicorn in its own virtualenv, on SQLite or a throwaway PostgreSQL."""
+"""Placement under gunicorn in its own virtualenv, on SQLite or a throwaway PostgreSQL.
+
+A new SQLite database is a copy of the template's (templates.py: `placement-manage db sync`
+run once per virtualenv); PostgreSQL, or a database already there, is synced per start."""
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import tempfile
@@ -12,8 +16,38 @@ from etcd_compute.errors import ServiceUnavailable
 from etcd_compute.pki import OPERATOR, PLACEMENT, ROOT, Pki
 from tools.local_services.keystone import KeystoneServer
 from tools.local_services.process import PLACEMENT_VENV, Service, free_port, port_open, wait_until
+from tools.local_services.templates import Template
 
 POSTGRES_BIN = Path("/usr/lib/postgresql/15/bin")
+SQLITE = "sqlite:///"
+
+
+def _database_config(db_url: str) -> str:
+    return f"[placement_database]\nconnection = {db_url}\n"
+
+
+def _db_sync(conf: Path) -> None:
+    manage = PLACEMENT_VENV / "bin" / "placement-manage"
+    sync = subprocess.run([str(manage), "--config-file", str(conf), "db", "sync"],
+                          capture_output=True, text=True, check=False)
+    if sync.returncode:
+        lines = (sync.stderr or sync.stdout).strip().splitlines() or ["(no output)"]
+        raise ServiceUnavailable(f"placement-manage db sync failed: {lines[-1][:200]}")
+
+
+def _build_template(directory: Path) -> None:
+    """placement.sqlite as `placement-manage db sync` leaves it (only the database section
+    of the config takes part)."""
+    with tempfile.TemporaryDirectory(prefix="placement-template-") as scratch:
+        conf = Path(scratch) / "placement.conf"
+        conf.write_text(_database_config(f"{SQLITE}{directory / 'placement.sqlite'}"))
+        _db_sync(conf)
+
+
+def template() -> Template:
+    recipe = json.dumps([_database_config(f"{SQLITE}/run-dir/placement.sqlite"),
+                         ["db", "sync"]])
+    return Template("placement", PLACEMENT_VENV, recipe)
 
 
 class PostgresServer(Service):
@@ -162,8 +196,7 @@ class PlacementServer(Service):
             "allocation_conflict_retry_count = 1\n"
             # Otherwise `limit` always returns the same first hosts to every scheduler.
             "randomize_allocation_candidates = True\n"
-            "[placement_database]\n"
-            f"connection = {self.extra['db_url']}\n"
+            + _database_config(self.extra["db_url"])
             + self._keystone_authtoken()
         )
         return conf
@@ -175,13 +208,8 @@ class PlacementServer(Service):
             raise ServiceUnavailable(f"Placement is not installed in {PLACEMENT_VENV}; "
                                      "run: make install")
         conf = self._write_config()
-        sync = subprocess.run(
-            [str(manage), "--config-file", str(conf), "db", "sync"],
-            capture_output=True, text=True, check=False,
-        )
-        if sync.returncode:
-            lines = (sync.stderr or sync.stdout).strip().splitlines() or ["(no output)"]
-            raise ServiceUnavailable(f"placement-manage db sync failed: {lines[-1][:200]}")
+        if not self._from_template():
+            _db_sync(conf)
         tls: list[str] = []
         verify: str | bool = True
         cert = None
@@ -195,6 +223,15 @@ class PlacementServer(Service):
             verify, cert = str(self.pki.ca_cert), (str(probe.cert), str(probe.key))
         self.start_on_a_free_port(lambda: self._spawn_and_wait(gunicorn, tls, verify, cert))
         return self
+
+    def _from_template(self) -> bool:
+        """A new SQLite database copied from the template (False: none was)."""
+        db_url = self.extra["db_url"]
+        if not db_url.startswith(SQLITE):
+            return False
+        database = Path(db_url.removeprefix(SQLITE))
+        return not database.exists() and template().copy(
+            _build_template, {"placement.sqlite": database})
 
     def _spawn_and_wait(self, gunicorn: Path, tls: list[str], verify: str | bool,
                         cert: tuple[str, str] | None) -> None:
