@@ -23,6 +23,10 @@ from etcd_compute.heartbeat_timing import ELECTION_SECONDS, ETCD_TIMEOUT, heartb
 from etcd_compute.schemas import is_valid
 from etcd_compute.schemas import validator as schema_validator
 
+# yaml.safe_load's rules, parsed by libyaml where PyYAML was built with it: a config file in
+# ~0.4 ms instead of ~3 ms of pure Python (every command and daemon reads one at start).
+SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
 ETCD_DEFAULTS: dict[str, Any] = {
     # host:port pairs; more than one means an etcd cluster.
     "endpoints": ["127.0.0.1:2379"],
@@ -366,7 +370,7 @@ def load(
         raise ConfigError(f"{candidate}: no such configuration file")
     if candidate.exists():
         try:
-            loaded = yaml.safe_load(candidate.read_text()) or {}
+            loaded = yaml.load(candidate.read_text(), Loader=SAFE_LOADER) or {}
         except (OSError, yaml.YAMLError) as exc:
             first = str(exc).splitlines()[0]
             raise ConfigError(f"{candidate}: cannot read YAML: {first}") from None
