@@ -36,6 +36,8 @@ ACTION_KINDS = (STOP, START, SUSPEND, RESUME, REBOOT, REBUILD, RESIZE, SNAPSHOT,
                 SECURITY_GROUPS)
 # A move's steps (compute/moves.py).
 MOVE_KINDS = worker.MOVE_KINDS
+# The module the forkserver imports before it forks the workers.
+PRELOAD = "etcd_compute.compute.preload"
 
 
 @dataclass
@@ -78,11 +80,9 @@ class WorkerPool:
 
     def _new(self) -> pebble.ProcessPool:
         context = multiprocessing.get_context("forkserver")
-        # The forkserver imports what every worker runs (pebble's worker loop, worker.py)
-        # once, before it forks them: each worker starts with it instead of importing it
-        # again (~25 ms of CPU a worker). No driver: it is chosen by config and may hold
-        # hypervisor state (libvirt's), imported by each worker as before.
-        context.set_forkserver_preload(["__main__", "pebble", worker.__name__])
+        # What every worker runs, loaded once in the forkserver (preload.py says why; by
+        # name: importing it here would freeze this process).
+        context.set_forkserver_preload(["__main__", PRELOAD])
         return pebble.ProcessPool(
             max_workers=self.config["compute"]["workers"],
             initializer=worker.init_worker,
