@@ -45,18 +45,24 @@ def spare_the_collector(start_seconds: float = START_SECONDS) -> None:
     """Keep Python's cyclic garbage collector from work that frees nothing.
 
     A process of ours spends its first fraction of a second importing modules and making
-    its clients: objects that live as long as it does. The collector's ~70 passes over them
-    then free nothing (~5-8 ms of a command's CPU), so it is off for the first
-    `start_seconds`, which most commands end within; on again after them (a timer thread),
-    and at once in a child forked meanwhile (gunicorn's workers). At exit the interpreter
-    collects over every object once more (~30 ms of a command's ~160) to free what the exit
-    frees anyway: frozen objects are left out of that (refcounts still free what they free;
-    atexit handlers registered later, logging's flush among them, run first)."""
-    gc.disable()
-    os.register_at_fork(after_in_child=gc.enable)
-    timer = threading.Timer(start_seconds, gc.enable)
-    timer.daemon = True
-    timer.start()
+    its clients: objects that live as long as it does. The collector's passes over them
+    then free nothing (~5-8 ms of a command's CPU; ~100 ms of a compute API worker's, which
+    imports the whole API after gunicorn forks it), so it is off for the first
+    `start_seconds`, which most commands end within, and on again after them (a timer
+    thread); the same in a child forked from us (gunicorn's workers), from the fork on.
+    At exit the interpreter collects over every object once more (~30 ms of a command's
+    ~160) to free what the exit frees anyway: frozen objects are left out of that
+    (refcounts still free what they free; atexit handlers registered later, logging's
+    flush among them, run first)."""
+
+    def pause() -> None:
+        gc.disable()
+        timer = threading.Timer(start_seconds, gc.enable)
+        timer.daemon = True
+        timer.start()
+
+    pause()
+    os.register_at_fork(after_in_child=pause)
     atexit.unregister(gc.freeze)
     atexit.register(gc.freeze)
 
