@@ -41,7 +41,6 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 import pebble
-import psutil
 from prometheus_client import Counter, Gauge, Histogram
 
 from etcd_compute import messages
@@ -373,6 +372,8 @@ def bridge_addresses(bridge: str | None) -> set[str]:
     """The IP addresses this host has on `bridge` (the libvirt driver's host bridge)."""
     if not bridge:
         return set()
+    import psutil  # here: only the libvirt driver has a bridge (a fake host never needs it)
+
     found = set()
     for address in psutil.net_if_addrs().get(bridge, []):
         if address.family in (socket.AF_INET, socket.AF_INET6):

@@ -36,6 +36,8 @@ ACTION_KINDS = (STOP, START, SUSPEND, RESUME, REBOOT, REBUILD, RESIZE, SNAPSHOT,
                 SECURITY_GROUPS)
 # A move's steps (compute/moves.py).
 MOVE_KINDS = worker.MOVE_KINDS
+# The module the forkserver imports before it forks the workers.
+PRELOAD = "etcd_compute.compute.preload"
 
 
 @dataclass
@@ -77,11 +79,15 @@ class WorkerPool:
         return self
 
     def _new(self) -> pebble.ProcessPool:
+        context = multiprocessing.get_context("forkserver")
+        # What every worker runs, loaded once in the forkserver (preload.py says why; by
+        # name: importing it here would freeze this process).
+        context.set_forkserver_preload(["__main__", PRELOAD])
         return pebble.ProcessPool(
             max_workers=self.config["compute"]["workers"],
             initializer=worker.init_worker,
             initargs=(self.config,),
-            context=multiprocessing.get_context("forkserver"),
+            context=context,
         )
 
     def schedule(self, function: Callable[..., Any], *args: Any,

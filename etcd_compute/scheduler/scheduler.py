@@ -23,8 +23,6 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
-import tenacity
-
 from etcd_compute import claims, shards
 from etcd_compute.errors import (
     ConflictError,
@@ -138,6 +136,10 @@ class Scheduler:
         Raises NoValidHost (with reasons) when they do not all fit, ConflictError
         when every retry lost a race, ServiceUnavailable, UsageError.
         """
+        # Imported here: the commands that hold a Scheduler for its zone's clients only
+        # (show, list, destroy) never plan (~4 ms of their CPU).
+        import tenacity
+
         spec_writer.check_txn_ops(request_spec, self.settings)
         retrying = tenacity.Retrying(
             retry=tenacity.retry_if_exception_type(RetryablePlan),

@@ -173,3 +173,18 @@ def test_every_simulated_host_is_registered(machine):
     machine.totals["VCPU"] = 16
     registration.refresh_inventory()
     assert all(placement.get_inventories(uuid)["VCPU"]["total"] == 16 for uuid in hosts)
+
+
+def test_a_host_whose_totals_are_all_configured_is_not_measured(machine, monkeypatch):
+    def measure(_dir: str) -> dict[str, int]:
+        raise AssertionError("measured, though every total is configured")
+
+    monkeypatch.setattr(registration_module, "measure_totals", measure)
+    placement = RecordingPlacement()
+    config = settings(inventory={"VCPU": {"total": 4}, "MEMORY_MB": {"total": 2048},
+                                 "DISK_GB": {"total": 20, "image_cache_gb": 5}})
+    Registration(placement, config, {HOST.uuid: HOST}).register()
+    inventory = placement.get_provider(HOST.uuid)["inventories"]
+    assert {rc: inventory[rc]["total"] for rc in inventory} == {
+        "VCPU": 4, "MEMORY_MB": 2048, "DISK_GB": 20}
+    assert inventory == build_inventory(TOTALS, config["inventory"])  # as if measured
