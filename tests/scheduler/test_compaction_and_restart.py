@@ -68,8 +68,10 @@ def controller_log(tmp_path: Path) -> str:
 
 
 def test_after_compaction_and_a_restart_a_dead_host_is_recovered_and_requests_answered(
-        start_compute, start_controller, compute_config, host_config, schedule_config, store,
-        placement, run_schedule, etcd_server, etcd_prefix, tmp_path):
+        etcd_server, start_compute, start_controller, compute_config, host_config,
+        schedule_config, store, placement, run_schedule, etcd_prefix, tmp_path):
+    # etcd_server first: set up first, stopped last (after it, a stopping compute waited
+    # 10 s for a job that could not write its record).
     a = deep_merge(compute_config, {"compute": {"heartbeat_ttl": TTL},
                                     "driver": {"fake": {"build_seconds": BUILD}}})
     # A lease longer than the restart: the leader leads on through it (as in the issue), so
