@@ -26,12 +26,11 @@ from etcd_compute.errors import ServiceUnavailable
 from etcd_compute.pki import SERVICE, Pki
 from tools.local_services.keystone import DOMAIN, KeystoneServer
 from tools.local_services.process import GLANCE_VENV, Service, free_port
-from tools.local_services.templates import Template
+from tools.local_services.templates import SQLITE, Template
 
 # Glance's own user in Keystone (it validates the clients' tokens as this user).
 GLANCE_USER = "glance"
 POLICY = '"context_is_admin": "role:admin or role:service"\n'
-SQLITE = "sqlite:///"
 
 
 def _database_config(db_url: str) -> str:
@@ -148,17 +147,8 @@ class GlanceServer(Service):
             raise ServiceUnavailable(f"Glance is not installed in {GLANCE_VENV}; "
                                      "run: make install")
         conf = self._write_config()
-        if not self._from_template():
+        if not template().copy_sqlite(_build_template, self.extra["db_url"], "glance.sqlite"):
             _db_sync(conf)
-
-    def _from_template(self) -> bool:
-        """A new SQLite database copied from the template (False: none was)."""
-        db_url = self.extra["db_url"]
-        if not db_url.startswith(SQLITE):
-            return False
-        database = Path(db_url.removeprefix(SQLITE))
-        return not database.exists() and template().copy(
-            _build_template, {"glance.sqlite": database})
 
     def spawn(self) -> None:
         """Start gunicorn (after `prepare`); `wait` for it to answer."""

@@ -16,10 +16,9 @@ from etcd_compute.errors import ServiceUnavailable
 from etcd_compute.pki import OPERATOR, PLACEMENT, ROOT, Pki
 from tools.local_services.keystone import KeystoneServer
 from tools.local_services.process import PLACEMENT_VENV, Service, free_port, port_open, wait_until
-from tools.local_services.templates import Template
+from tools.local_services.templates import SQLITE, Template
 
 POSTGRES_BIN = Path("/usr/lib/postgresql/15/bin")
-SQLITE = "sqlite:///"
 
 
 def _database_config(db_url: str) -> str:
@@ -208,7 +207,7 @@ class PlacementServer(Service):
             raise ServiceUnavailable(f"Placement is not installed in {PLACEMENT_VENV}; "
                                      "run: make install")
         conf = self._write_config()
-        if not self._from_template():
+        if not template().copy_sqlite(_build_template, self.extra["db_url"], "placement.sqlite"):
             _db_sync(conf)
         tls: list[str] = []
         verify: str | bool = True
@@ -223,15 +222,6 @@ class PlacementServer(Service):
             verify, cert = str(self.pki.ca_cert), (str(probe.cert), str(probe.key))
         self.start_on_a_free_port(lambda: self._spawn_and_wait(gunicorn, tls, verify, cert))
         return self
-
-    def _from_template(self) -> bool:
-        """A new SQLite database copied from the template (False: none was)."""
-        db_url = self.extra["db_url"]
-        if not db_url.startswith(SQLITE):
-            return False
-        database = Path(db_url.removeprefix(SQLITE))
-        return not database.exists() and template().copy(
-            _build_template, {"placement.sqlite": database})
 
     def _spawn_and_wait(self, gunicorn: Path, tls: list[str], verify: str | bool,
                         cert: tuple[str, str] | None) -> None:

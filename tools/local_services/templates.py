@@ -31,6 +31,7 @@ from tools.local_services.process import host_lock
 
 LOG = logging.getLogger(__name__)
 MANIFEST = "manifest.json"
+SQLITE = "sqlite:///"
 
 
 class DamagedTemplate(Exception):
@@ -100,6 +101,14 @@ class Template:
             LOG.warning("%s template %s not used (%s: %s); running the manage commands",
                         self.kind, directory, type(exc).__name__, exc)
             return False
+
+    def copy_sqlite(self, build: Callable[[Path], None], db_url: str, name: str) -> bool:
+        """A new SQLite database at `db_url` copied from the template's file `name` (False:
+        not SQLite, already there, or no template: the caller syncs it)."""
+        if not db_url.startswith(SQLITE):
+            return False
+        database = Path(db_url.removeprefix(SQLITE))
+        return not database.exists() and self.copy(build, {name: database})
 
     @staticmethod
     def _copy(directory: Path, files: dict[str, Path]) -> None:
