@@ -15,10 +15,7 @@ download any project's image, snapshots are uploaded owned by the instance's pro
 
 from __future__ import annotations
 
-import json
 import shutil
-import subprocess
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -26,38 +23,19 @@ from etcd_compute.errors import ServiceUnavailable
 from etcd_compute.pki import SERVICE, Pki
 from tools.local_services.keystone import DOMAIN, KeystoneServer
 from tools.local_services.process import GLANCE_VENV, Service, free_port
-from tools.local_services.templates import SQLITE, Template
+from tools.local_services.templates import SyncedDatabase, Template
 
 # Glance's own user in Keystone (it validates the clients' tokens as this user).
 GLANCE_USER = "glance"
 POLICY = '"context_is_admin": "role:admin or role:service"\n'
 
 
-def _database_config(db_url: str) -> str:
-    return f"[database]\nconnection = {db_url}\n"
-
-
-def _db_sync(conf: Path) -> None:
-    manage = GLANCE_VENV / "bin" / "glance-manage"
-    sync = subprocess.run([str(manage), "--config-file", str(conf), "db_sync"],
-                          capture_output=True, text=True, check=False)
-    if sync.returncode:
-        lines = (sync.stderr or sync.stdout).strip().splitlines() or ["(no output)"]
-        raise ServiceUnavailable(f"glance-manage db_sync failed: {lines[-1][:200]}")
-
-
-def _build_template(directory: Path) -> None:
-    """glance.sqlite as `glance-manage db_sync` leaves it (only the database section of the
-    config takes part)."""
-    with tempfile.TemporaryDirectory(prefix="glance-template-") as scratch:
-        conf = Path(scratch) / "glance-api.conf"
-        conf.write_text(_database_config(f"{SQLITE}{directory / 'glance.sqlite'}"))
-        _db_sync(conf)
+DATABASE = SyncedDatabase("glance", GLANCE_VENV, "database", ("glance-manage", "db_sync"),
+                          "glance.sqlite")
 
 
 def template() -> Template:
-    recipe = json.dumps([_database_config(f"{SQLITE}/run-dir/glance.sqlite"), ["db_sync"]])
-    return Template("glance", GLANCE_VENV, recipe)
+    return DATABASE.template()
 
 
 class GlanceServer(Service):
@@ -109,7 +87,7 @@ class GlanceServer(Service):
             # user names (from this host's network), `copy-image` needs several stores.
             "enabled_import_methods = [glance-direct]\n"
             f"worker_self_reference_url = {self.endpoint}\n"
-            + _database_config(self.extra["db_url"]) +
+            + DATABASE.config(self.extra["db_url"]) +
             "[glance_store]\n"
             "default_backend = file\n"
             f"[file]\nfilesystem_store_datadir = {self.store_dir}\n"
@@ -147,8 +125,7 @@ class GlanceServer(Service):
             raise ServiceUnavailable(f"Glance is not installed in {GLANCE_VENV}; "
                                      "run: make install")
         conf = self._write_config()
-        if not template().copy_sqlite(_build_template, self.extra["db_url"], "glance.sqlite"):
-            _db_sync(conf)
+        DATABASE.prepare(conf, self.extra["db_url"])
 
     def spawn(self) -> None:
         """Start gunicorn (after `prepare`); `wait` for it to answer."""

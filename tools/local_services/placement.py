@@ -5,7 +5,6 @@ run once per virtualenv); PostgreSQL, or a database already there, is synced per
 
 from __future__ import annotations
 
-import json
 import shutil
 import subprocess
 import tempfile
@@ -16,37 +15,17 @@ from etcd_compute.errors import ServiceUnavailable
 from etcd_compute.pki import OPERATOR, PLACEMENT, ROOT, Pki
 from tools.local_services.keystone import KeystoneServer
 from tools.local_services.process import PLACEMENT_VENV, Service, free_port, port_open, wait_until
-from tools.local_services.templates import SQLITE, Template
+from tools.local_services.templates import SyncedDatabase, Template
 
 POSTGRES_BIN = Path("/usr/lib/postgresql/15/bin")
 
 
-def _database_config(db_url: str) -> str:
-    return f"[placement_database]\nconnection = {db_url}\n"
-
-
-def _db_sync(conf: Path) -> None:
-    manage = PLACEMENT_VENV / "bin" / "placement-manage"
-    sync = subprocess.run([str(manage), "--config-file", str(conf), "db", "sync"],
-                          capture_output=True, text=True, check=False)
-    if sync.returncode:
-        lines = (sync.stderr or sync.stdout).strip().splitlines() or ["(no output)"]
-        raise ServiceUnavailable(f"placement-manage db sync failed: {lines[-1][:200]}")
-
-
-def _build_template(directory: Path) -> None:
-    """placement.sqlite as `placement-manage db sync` leaves it (only the database section
-    of the config takes part)."""
-    with tempfile.TemporaryDirectory(prefix="placement-template-") as scratch:
-        conf = Path(scratch) / "placement.conf"
-        conf.write_text(_database_config(f"{SQLITE}{directory / 'placement.sqlite'}"))
-        _db_sync(conf)
+DATABASE = SyncedDatabase("placement", PLACEMENT_VENV, "placement_database",
+                          ("placement-manage", "db", "sync"), "placement.sqlite")
 
 
 def template() -> Template:
-    recipe = json.dumps([_database_config(f"{SQLITE}/run-dir/placement.sqlite"),
-                         ["db", "sync"]])
-    return Template("placement", PLACEMENT_VENV, recipe)
+    return DATABASE.template()
 
 
 class PostgresServer(Service):
@@ -195,7 +174,7 @@ class PlacementServer(Service):
             "allocation_conflict_retry_count = 1\n"
             # Otherwise `limit` always returns the same first hosts to every scheduler.
             "randomize_allocation_candidates = True\n"
-            + _database_config(self.extra["db_url"])
+            + DATABASE.config(self.extra["db_url"])
             + self._keystone_authtoken()
         )
         return conf
@@ -207,8 +186,7 @@ class PlacementServer(Service):
             raise ServiceUnavailable(f"Placement is not installed in {PLACEMENT_VENV}; "
                                      "run: make install")
         conf = self._write_config()
-        if not template().copy_sqlite(_build_template, self.extra["db_url"], "placement.sqlite"):
-            _db_sync(conf)
+        DATABASE.prepare(conf, self.extra["db_url"])
         tls: list[str] = []
         verify: str | bool = True
         cert = None

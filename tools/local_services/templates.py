@@ -22,11 +22,13 @@ import json
 import logging
 import os
 import shutil
+import subprocess
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from etcd_compute.errors import ServiceUnavailable
 from tools.local_services.process import host_lock
 
 LOG = logging.getLogger(__name__)
@@ -163,3 +165,46 @@ class Template:
             shutil.rmtree(building, ignore_errors=True)
             raise
         LOG.info("built the %s template %s", self.kind, directory)
+
+
+@dataclass(frozen=True)
+class SyncedDatabase:
+    """A service's database as its manage command's sync leaves it (Placement's, Glance's):
+    the config section naming it, the sync, and a new SQLite one copied from a template."""
+
+    kind: str
+    venv: Path
+    section: str  # of the service's config file
+    sync_command: tuple[str, ...]  # the manage command (in the venv's bin) and its arguments
+    file_name: str  # the SQLite file in the template
+
+    def config(self, db_url: str) -> str:
+        return f"[{self.section}]\nconnection = {db_url}\n"
+
+    def sync(self, conf: Path) -> None:
+        manage, *args = self.sync_command
+        done = subprocess.run([str(self.venv / "bin" / manage), "--config-file", str(conf),
+                               *args], capture_output=True, text=True, check=False)
+        if done.returncode:
+            lines = (done.stderr or done.stdout).strip().splitlines() or ["(no output)"]
+            raise ServiceUnavailable(f"{' '.join(self.sync_command)} failed: "
+                                     f"{lines[-1][:200]}")
+
+    def template(self) -> Template:
+        recipe = json.dumps([self.config(f"{SQLITE}/run-dir/{self.file_name}"),
+                             list(self.sync_command[1:])])
+        return Template(self.kind, self.venv, recipe)
+
+    def _build(self, directory: Path) -> None:
+        """The SQLite file as the sync leaves it (only the database section of the config
+        takes part)."""
+        with tempfile.TemporaryDirectory(prefix=f"{self.kind}-template-") as scratch:
+            conf = Path(scratch) / f"{self.kind}.conf"
+            conf.write_text(self.config(f"{SQLITE}{directory / self.file_name}"))
+            self.sync(conf)
+
+    def prepare(self, conf: Path, db_url: str) -> None:
+        """The database `conf` names (`db_url`) ready: a new SQLite one copied from the
+        template, any other synced."""
+        if not self.template().copy_sqlite(self._build, db_url, self.file_name):
+            self.sync(conf)
