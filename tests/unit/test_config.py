@@ -224,3 +224,14 @@ def test_metrics_listen_is_checked_on_load_and_any_address_needs_saying_so(tmp_p
                     "driver:\n  libvirt: {network_cidr: 10.9.0.0/16}\n")
     with pytest.raises(ConfigError, match="guests' network 10.9.0.0/16"):
         configuration.load_compute(str(path))
+
+
+def test_a_config_with_a_python_tag_is_refused_and_runs_nothing(tmp_path):
+    """The file is parsed by libyaml where there (CSafeLoader): still safe_load's rules, a
+    tag that would build a Python object (here: run a command) is a YAML error."""
+    witness = tmp_path / "ran"
+    path = tmp_path / "compute.yaml"
+    path.write_text(f"compute: !!python/object/apply:os.system ['touch {witness}']\n")
+    with pytest.raises(ConfigError, match="cannot read YAML"):
+        configuration.load_compute(str(path))
+    assert not witness.exists()
