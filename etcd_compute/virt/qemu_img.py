@@ -12,6 +12,7 @@ it. Files qemu-img creates are private (umask 077).
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,11 @@ INFO_CPU_SECONDS = 30
 # 1 GiB of random data here. The job timeout bounds its wall time.
 CONVERT_CPU_SECONDS = 600
 FORMATS = ("raw", "qcow2")
+# glibc gives each thread its own malloc arena, reserving 64 MiB of address space apiece:
+# a convert's I/O threads on a loaded host reached the cap and qemu-img aborted (SIGABRT).
+# One arena keeps a convert's address space near what it uses (a quarter of the cap
+# holds 8 at once, tests/virt/test_overlays.py).
+CHILD_ENVIRONMENT = {"MALLOC_ARENA_MAX": "1"}
 
 
 def limited(command: list[str], cpu_seconds: int) -> list[str]:
@@ -44,6 +50,7 @@ def run(args: list[str], cpu_seconds: int = INFO_CPU_SECONDS) -> subprocess.Comp
     result = subprocess.run(
         limited(["qemu-img", *args], cpu_seconds),
         capture_output=True, text=True, check=False, umask=0o077,
+        env={**os.environ, **CHILD_ENVIRONMENT},
     )
     if result.returncode != 0:
         reason = (result.stderr.strip().splitlines() or [f"exit status {result.returncode}"])[-1]

@@ -14,7 +14,7 @@ from etcd_compute.errors import BuildError, RequestError
 from etcd_compute.virt import qemu_img
 
 FAKE_QEMU_IMG = r"""#!/bin/sh
-{ printf '%s\n' "$@"; echo "limits as=$(ulimit -v) cpu=$(ulimit -t) umask=$(umask)"; } \
+{ printf '%s\n' "$@"; echo "limits as=$(ulimit -v) cpu=$(ulimit -t) umask=$(umask) arenas=$MALLOC_ARENA_MAX"; } \
     > "$FAKE_QEMU_IMG_LOG"
 case "$FAKE_QEMU_IMG_MODE" in
   fail) echo "qemu-img: warning: something first" >&2
@@ -65,7 +65,7 @@ def test_info_reads_the_image_as_the_named_format_under_the_limits(fake):
                                                        "virtual-size": 1048576}
     assert fake.args() == ["info", "--output=json", "-f", "raw", "/images/a"]
     # 1 GiB of address space (in KiB), Nova's 30 s of CPU, files private to us.
-    assert fake.limits() == "limits as=1048576 cpu=30 umask=0077"
+    assert fake.limits() == "limits as=1048576 cpu=30 umask=0077 arenas=1"
 
 
 @pytest.mark.parametrize("image_format", ["vmdk", "qed", "", "qcow2 -f raw"])
