@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import stat
 import subprocess
-from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest

@@ -14,8 +14,9 @@ from etcd_compute.errors import BuildError, RequestError
 from etcd_compute.virt import qemu_img
 
 FAKE_QEMU_IMG = r"""#!/bin/sh
-{ printf '%s\n' "$@"; echo "limits as=$(ulimit -v) cpu=$(ulimit -t) umask=$(umask) arenas=$MALLOC_ARENA_MAX"; } \
-    > "$FAKE_QEMU_IMG_LOG"
+{ printf '%s\n' "$@"
+  echo "limits as=$(ulimit -v) cpu=$(ulimit -t) umask=$(umask) arenas=$MALLOC_ARENA_MAX"
+} > "$FAKE_QEMU_IMG_LOG"
 case "$FAKE_QEMU_IMG_MODE" in
   fail) echo "qemu-img: warning: something first" >&2
         echo "qemu-img: Could not open 'x': No such file or directory" >&2; exit 1 ;;
