@@ -49,6 +49,12 @@ def posing(tmp_path: Path):
     """A process whose command line names the metadata server (it only sleeps)."""
     process = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)",
                                 "etcd_compute.mdserver"])
+    # Popen returns once exec has begun; the kernel sets the new command line a moment
+    # later (/proc/PID/cmdline is empty meanwhile), which a loaded CI run once saw.
+    deadline = time.monotonic() + 10
+    while "etcd_compute.mdserver" not in psutil.Process(process.pid).cmdline():
+        assert time.monotonic() < deadline, "the posing process never showed its command line"
+        time.sleep(0.01)
     yield process.pid
     stop_pid(process.pid)
 
