@@ -157,7 +157,8 @@ def cmd_migrate(args: argparse.Namespace, config: dict[str, Any]) -> int:
                 print(f"{instance} {state}" + (f" (move {stage})" if stage else ""),
                       flush=True)
 
-        moved = migrations.wait(store, asked, config["scheduler"]["wait_timeout_seconds"], seen)
+        moved = migrations.wait(store, placement, asked,
+                                config["scheduler"]["wait_timeout_seconds"], seen)
     if args.json:
         output.emit_json({**vars(asked), "outcome": "done" if moved.ok else "failed",
                           "host": moved.host, "record": moved.record, "event": moved.event})

@@ -36,6 +36,8 @@ from etcd_compute.scheduler.planner import Pick
 from etcd_compute.scheduler.spec import operator_name
 
 ATTEMPTS = 3
+# What a wait shows between the hand-over and the source's claim freed.
+FREEING_THE_SOURCE = "freeing the source's claim"
 Place = Callable[[dict[str, Any], frozenset[str]], Pick]
 
 
@@ -209,23 +211,30 @@ def moved_where(store: KeyValueStore, asked: Asked
     return None, (asked.destination if read.record is not None else None), read
 
 
-def wait(store: KeyValueStore, asked: Asked, timeout: float,
+def wait(store: KeyValueStore, placement: PlacementClient, asked: Asked, timeout: float,
          on_change: Callable[[str, str | None, dict[str, Any] | None], None],
          interval: float = 0.2) -> Moved:
-    """Follow the move until the migration is gone (handed over or given up); `on_change`
-    (migration state, record) on every change seen."""
+    """Follow the move until the migration is gone (handed over or given up) and, when it
+    moved, the source's claim is freed too (as Nova's migration is completed only then:
+    the controller frees it just after the hand-over); `on_change` (migration state,
+    record) on every change seen."""
     deadline = time.monotonic() + timeout
     seen: tuple[Any, ...] = ()
     while True:
         migration, host, read = moved_where(store, asked)
-        now = ((migration or {}).get("state"), read.state)
-        if now != seen:
-            seen = now
-            on_change(asked.uuid, now[0], read.record)
+        stage, moved = (migration or {}).get("state"), None
         if migration is None and read.state not in (states.MIGRATING, states.MIGRATED):
             found = [e for e in events.read(store, host, asked.uuid)
                      if e.get("request_id") == asked.request["id"]] if host else []
-            return Moved(host, read.record, found[-1] if found else None)
+            moved = Moved(host, read.record, found[-1] if found else None)
+            if moved.ok and placement.get_allocations(asked.migration)["allocations"]:
+                stage, moved = FREEING_THE_SOURCE, None
+        now = (stage, read.state)
+        if now != seen:
+            seen = now
+            on_change(asked.uuid, stage, read.record)
+        if moved is not None:
+            return moved
         if time.monotonic() > deadline:
             raise WaitTimeout(f"instance {asked.uuid} still moving ({now[0]}, {now[1]}) "
                               f"after {timeout:g} s; it goes on without us")

@@ -9,7 +9,7 @@ import uuid as uuidlib
 
 import pytest
 
-from etcd_compute import messages
+from etcd_compute import events, messages
 from etcd_compute.errors import EtcdUnavailable, NotFound, NoValidHost, UsageError
 from etcd_compute.instances import migrations as move_txn
 from etcd_compute.instances import records, states
@@ -180,7 +180,7 @@ def test_waiting_follows_the_move_to_its_end():
             migration, entry = move_txn.read(store, uuid)
             store.delete(entry.key)
 
-    moved = migrations.wait(store, done, 5, hand_over_when_asked, interval=0.01)
+    moved = migrations.wait(store, placement, done, 5, hand_over_when_asked, interval=0.01)
     assert seen[0] == ("preparing", "ACTIVE") and moved.host == RP
     assert not moved.ok  # nothing moved: no success event
 
@@ -201,7 +201,7 @@ def test_waiting_follows_the_source_not_the_arrival_to_a_move_given_up():
         if len(seen) == 1:  # the controller gives the move up; RP still has its arrival
             store.delete(move_txn.read(store, uuid)[1].key)
 
-    moved = migrations.wait(store, done, 5, given_up_when_asked, interval=0.01)
+    moved = migrations.wait(store, placement, done, 5, given_up_when_asked, interval=0.01)
     assert seen[0] == ("preparing", "ACTIVE")
     assert records.read_record(store, RP, uuid).state == "INCOMING"
     assert (moved.host, moved.record["state"]) == (OTHER, "ACTIVE") and not moved.ok
@@ -221,8 +221,57 @@ def test_waiting_finds_the_instance_handed_over_at_the_destination():
             store.put(messages.INSTANCE_RECORD, store.keys.record(RP, uuid),
                       {**arrived, "state": "ACTIVE"})
 
-    moved = migrations.wait(store, done, 5, handed_over_when_asked, interval=0.01)
+    moved = migrations.wait(store, placement, done, 5, handed_over_when_asked, interval=0.01)
     assert (moved.host, moved.record["state"]) == (RP, "ACTIVE")
+
+
+def hand_over_as_the_controller_does(store, done) -> None:
+    """The controller's hand-over in etcd: the source's keys and the migration go, the
+    destination's record is ACTIVE with the move's success event (the source's claim is
+    freed after it, in Placement)."""
+    uuid = done.uuid
+    store.delete(move_txn.read(store, uuid)[1].key)
+    store.delete(store.keys.record(done.source, uuid))
+    arrived = records.read_record(store, done.destination, uuid).record
+    store.put(messages.INSTANCE_RECORD, store.keys.record(done.destination, uuid),
+              {**arrived, "state": "ACTIVE"})
+    moved = events.event("migrate", done.destination, request_id=done.request["id"],
+                         result=events.SUCCESS)
+    store.put(messages.INSTANCE_EVENTS, store.keys.events(done.destination, uuid),
+              {"uuid": uuid, "events": [moved]})
+
+
+def test_waiting_for_a_move_that_moved_ends_once_the_sources_claim_is_freed():
+    """The controller frees the source's claim just after its hand-over in etcd: a wait
+    that ended between the two said MOVED with the source still held (seen in CI)."""
+    store, placement, spec, place, _ = world(host=OTHER)
+    uuid = spec["uuid"]
+    store.delete(store.keys.location(uuid))
+    done = migrations.migrate(store, placement, place, uuid, live=True)
+    stages: list[str | None] = []
+
+    def controller(instance, stage, record) -> None:
+        stages.append(stage)
+        if stage == "preparing":
+            hand_over_as_the_controller_does(store, done)
+        elif stage == migrations.FREEING_THE_SOURCE:
+            assert placement.get_allocations(done.migration)["allocations"]
+            placement.delete_allocations(done.migration)
+
+    moved = migrations.wait(store, placement, done, 5, controller, interval=0.01)
+    assert moved.ok and (moved.host, moved.record["state"]) == (RP, "ACTIVE")
+    assert stages == ["preparing", migrations.FREEING_THE_SOURCE, None]
+    assert placement.get_allocations(done.migration)["allocations"] == {}
+
+
+def test_waiting_says_so_when_the_sources_claim_is_never_freed():
+    store, placement, spec, place, _ = world(host=OTHER)
+    uuid = spec["uuid"]
+    store.delete(store.keys.location(uuid))
+    done = migrations.migrate(store, placement, place, uuid, live=True)
+    hand_over_as_the_controller_does(store, done)
+    with pytest.raises(migrations.WaitTimeout, match="freeing the source's claim"):
+        migrations.wait(store, placement, done, 0.1, lambda *_: None, interval=0.01)
 
 
 def test_an_unknown_instance_is_not_found():
