@@ -222,10 +222,11 @@ def _move_all(store: KeyValueStore, placement: PlacementClient, place: Any,
                      f"{asked.destination_name}")
         for asked in list(in_flight):
             uuid = asked.uuid
-            migration, location, read = migrations.moved_where(store, asked)
-            if migration is not None or read.state in (states.MIGRATING, states.MIGRATED):
-                continue  # in flight, or the hand-over or the give-up is being written
+            _stage, read, moved = migrations.progress(store, placement, asked)
+            if moved is None:
+                continue
             in_flight.remove(asked)
+            location = moved.host
             if location is None:
                 summary["gone"] += 1
             elif location != rp and read.state in (states.ACTIVE, states.SHUTOFF):

@@ -211,24 +211,33 @@ def moved_where(store: KeyValueStore, asked: Asked
     return None, (asked.destination if read.record is not None else None), read
 
 
+def progress(store: KeyValueStore, placement: PlacementClient, asked: Asked
+             ) -> tuple[str | None, records.RecordRead, Moved | None]:
+    """(the move's stage, the instance's record where the move sees it, how it ended: None
+    while it goes on). A move that moved ends once the source's claim is freed too, as
+    Nova completes a migration only then: the controller frees it just after its
+    hand-over in etcd, and in between the stage is FREEING_THE_SOURCE."""
+    migration, host, read = moved_where(store, asked)
+    stage = (migration or {}).get("state")
+    if migration is not None or read.state in (states.MIGRATING, states.MIGRATED):
+        return stage, read, None  # in flight, or the hand-over or give-up being written
+    found = [e for e in events.read(store, host, asked.uuid)
+             if e.get("request_id") == asked.request["id"]] if host else []
+    moved = Moved(host, read.record, found[-1] if found else None)
+    if moved.ok and placement.get_allocations(asked.migration)["allocations"]:
+        return FREEING_THE_SOURCE, read, None
+    return stage, read, moved
+
+
 def wait(store: KeyValueStore, placement: PlacementClient, asked: Asked, timeout: float,
          on_change: Callable[[str, str | None, dict[str, Any] | None], None],
          interval: float = 0.2) -> Moved:
-    """Follow the move until the migration is gone (handed over or given up) and, when it
-    moved, the source's claim is freed too (as Nova's migration is completed only then:
-    the controller frees it just after the hand-over); `on_change` (migration state,
-    record) on every change seen."""
+    """Follow the move to its end (`progress`); `on_change` (stage, record) on every
+    change seen."""
     deadline = time.monotonic() + timeout
     seen: tuple[Any, ...] = ()
     while True:
-        migration, host, read = moved_where(store, asked)
-        stage, moved = (migration or {}).get("state"), None
-        if migration is None and read.state not in (states.MIGRATING, states.MIGRATED):
-            found = [e for e in events.read(store, host, asked.uuid)
-                     if e.get("request_id") == asked.request["id"]] if host else []
-            moved = Moved(host, read.record, found[-1] if found else None)
-            if moved.ok and placement.get_allocations(asked.migration)["allocations"]:
-                stage, moved = FREEING_THE_SOURCE, None
+        stage, read, moved = progress(store, placement, asked)
         now = (stage, read.state)
         if now != seen:
             seen = now

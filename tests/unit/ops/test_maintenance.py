@@ -167,3 +167,33 @@ def test_a_live_drain_leaves_what_no_other_host_would_take_and_one_at_a_time_if_
         maintenance.drain(store, placement, RP, 5, said.append)
     with pytest.raises(UsageError, match="--mode 'fast'"):
         maintenance.drain(store, placement, RP, 5, said.append, mode="fast")
+
+
+def test_a_drained_instance_counts_as_moved_once_its_sources_claim_is_freed():
+    """The controller frees the source's claim just after its hand-over: the drain counts
+    the move only then (as `migrate --wait` ends: `migrations.progress`)."""
+    import threading
+    import time
+
+    from etcd_compute.instances import migrations as move_txn
+    from etcd_compute.ops import migrations
+    from tests.unit.ops.test_migrations import hand_over_as_the_controller_does, world
+    from tests.unit.ops.test_operations import RP
+
+    store, placement, spec, place, _ = world()
+    uuid, holds = spec["uuid"], []
+
+    def said(line: str) -> None:
+        if "moving live" in line:  # the move asked: the hosts and the controller move it
+            migration = move_txn.read(store, uuid)[0]
+            holds.append(migration["id"])
+            hand_over_as_the_controller_does(store, migrations.Asked(
+                uuid, migration["source"], migration["destination"], "host-b", True,
+                {"id": migration["request_id"]}, migration["id"]))
+            threading.Timer(0.5, placement.delete_allocations, [migration["id"]]).start()
+
+    started = time.monotonic()
+    assert maintenance.drain(store, placement, RP, 10, said, place=place) == \
+        {"moved": 1, "error": 0, "left": 0, "gone": 0}
+    assert time.monotonic() - started >= 0.5
+    assert placement.get_allocations(holds[0])["allocations"] == {}
