@@ -43,18 +43,26 @@ def record(store: Store, uuid: str) -> dict[str, Any] | None:
 def record_entry(store: Store, uuid: str) -> Entry | None:
     """The record key of `uuid` on whichever host has it (tests write specs without the
     scheduler's location key, so look on every host)."""
-    location = records.locate(store, uuid)
-    while location is not None:
-        entry = store.get(store.keys.record(location["host"], uuid))
-        now = records.locate(store, uuid)
-        if entry is not None or now == location:
-            return entry
-        location = now  # it moved between the two reads: read it where it went
-    entries, _ = store.get_prefix(store.keys.hosts(), keys_only=True)
-    for entry in entries:
-        parsed = store.keys.parse_host_key(entry.key)
-        if parsed is not None and parsed.kind == RECORDS and parsed.uuid == uuid:
-            return store.get(entry.key)
+    for _ in range(10):  # it may move between any two reads: read it where it went
+        location = records.locate(store, uuid)
+        while location is not None:
+            entry = store.get(store.keys.record(location["host"], uuid))
+            now = records.locate(store, uuid)
+            if entry is not None or now == location:
+                return entry
+            location = now
+        entries, _ = store.get_prefix(store.keys.hosts(), keys_only=True)
+        listed = [entry.key for entry in entries
+                  if (parsed := store.keys.parse_host_key(entry.key)) is not None
+                  and parsed.kind == RECORDS and parsed.uuid == uuid]
+        if not listed:
+            return None
+        for key in listed:
+            entry = store.get(key)
+            if entry is not None:
+                return entry
+        # Listed on a host, gone when read (a dead host's instance rebuilt elsewhere
+        # between the two reads, as a CI run saw): look again.
     return None
 
 
