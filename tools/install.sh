@@ -56,30 +56,17 @@ if [ "$(cat /proc/sys/net/bridge/bridge-nf-call-iptables 2>/dev/null)" != 1 ]; t
        "the guest filter's metadata cap will have no effect" >&2
 fi
 
-# Debian's own python3 unless PYTHON names another: it is built with PGO and LTO, and ran
-# pure-Python work in ~17% less CPU than the unoptimised build a version manager put first
-# on PATH here (pyenv's 3.11.7), on a suite that is bound by its 2 cores' CPU.
-if [ -z "${PYTHON:-}" ]; then
-  PYTHON=python3
-  [ -x /usr/bin/python3 ] && PYTHON=/usr/bin/python3
-fi
-PYTHON_IDENTITY=$(readlink -f "$(command -v "$PYTHON")"; "$PYTHON" -VV)
-# venv DIR REQUIREMENTS...: create DIR and install, unless the requirements and the
-# interpreter are unchanged (another interpreter: made again from nothing).
+PYTHON=${PYTHON:-python3}
+# venv DIR REQUIREMENTS...: create DIR and install, unless the requirements are unchanged.
 venv() {
   local dir=$1; shift
   local stamp="$dir/.requirements.sha256"
   local want; want=$(cat "$@" pyproject.toml | sha256sum | cut -d' ' -f1)
-  if [ -x "$dir/bin/python" ] && [ "$(cat "$stamp" 2>/dev/null)" = "$want" ] \
-      && [ "$(cat "$dir/.python" 2>/dev/null)" = "$PYTHON_IDENTITY" ]; then
+  if [ -x "$dir/bin/python" ] && [ "$(cat "$stamp" 2>/dev/null)" = "$want" ]; then
     return
   fi
   say "installing Python packages into $dir"
-  if [ -d "$dir" ] && [ "$(cat "$dir/.python" 2>/dev/null)" != "$PYTHON_IDENTITY" ]; then
-    rm -rf "$dir"
-  fi
   [ -x "$dir/bin/python" ] || "$PYTHON" -m venv "$dir"
-  echo "$PYTHON_IDENTITY" > "$dir/.python"
   "$dir/bin/pip" install -q --disable-pip-version-check --upgrade pip >/dev/null
   local args=()
   for file in "$@"; do args+=(-r "$file"); done
@@ -103,7 +90,8 @@ cached_venv() {
     venv "$dir" "$@"
     return
   fi
-  local key; key=$({ cat "$@"; echo "$PYTHON_IDENTITY"; } | sha256sum | cut -c1-16)
+  local python; python=$(readlink -f "$(command -v "$PYTHON")")
+  local key; key=$({ cat "$@"; echo "$python"; "$PYTHON" -VV; } | sha256sum | cut -c1-16)
   local target="$CACHE/venvs/${dir#.}-$key"
   if [ -L "$dir" ] && [ -f "$target/.complete" ] && [ "$(readlink "$dir")" = "$target" ]; then
     return
