@@ -25,7 +25,14 @@ from functools import partial
 from typing import Any
 
 from etcd_compute import claims, events
-from etcd_compute.errors import ConflictError, NotFound, NoValidHost, UsageError
+from etcd_compute.errors import (
+    ConflictError,
+    NotFound,
+    NoValidHost,
+    PlacementError,
+    PlacementUnavailable,
+    UsageError,
+)
 from etcd_compute.etcd import KeyValueStore
 from etcd_compute.hosts import is_alive, under_maintenance
 from etcd_compute.instances import actions as action_txn
@@ -224,9 +231,18 @@ def progress(store: KeyValueStore, placement: PlacementClient, asked: Asked
     found = [e for e in events.read(store, host, asked.uuid)
              if e.get("request_id") == asked.request["id"]] if host else []
     moved = Moved(host, read.record, found[-1] if found else None)
-    if moved.ok and placement.get_allocations(asked.migration)["allocations"]:
+    if moved.ok and not _source_freed(placement, asked):
         return FREEING_THE_SOURCE, read, None
     return stage, read, moved
+
+
+def _source_freed(placement: PlacementClient, asked: Asked) -> bool:
+    """The move's migration consumer holds nothing (Placement unreachable or failing: not
+    known yet, asked again at the next look)."""
+    try:
+        return not placement.get_allocations(asked.migration)["allocations"]
+    except (PlacementUnavailable, PlacementError):
+        return False
 
 
 def wait(store: KeyValueStore, placement: PlacementClient, asked: Asked, timeout: float,

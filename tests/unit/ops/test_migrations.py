@@ -264,6 +264,33 @@ def test_waiting_for_a_move_that_moved_ends_once_the_sources_claim_is_freed():
     assert placement.get_allocations(done.migration)["allocations"] == {}
 
 
+def test_waiting_through_a_placement_failure_after_the_hand_over_asks_again(monkeypatch):
+    """Placement unreachable once the move is done: the wait looks again (the move is not
+    a failure, nor is a traceback its answer) and ends when the claim is seen freed."""
+    from etcd_compute.errors import PlacementUnavailable
+
+    store, placement, spec, place, _ = world(host=OTHER)
+    uuid = spec["uuid"]
+    store.delete(store.keys.location(uuid))
+    done = migrations.migrate(store, placement, place, uuid, live=True)
+    hand_over_as_the_controller_does(store, done)
+    placement.delete_allocations(done.migration)
+    answers = iter([PlacementUnavailable("placement: unreachable")])
+    real = placement.get_allocations
+
+    def flaky(consumer):
+        failure = next(answers, None)
+        if failure is not None:
+            raise failure
+        return real(consumer)
+
+    monkeypatch.setattr(placement, "get_allocations", flaky)
+    stages: list[str | None] = []
+    moved = migrations.wait(store, placement, done, 5, lambda _u, stage, _r: stages.append(stage),
+                            interval=0.01)
+    assert moved.ok and stages == [migrations.FREEING_THE_SOURCE, None]
+
+
 def test_waiting_says_so_when_the_sources_claim_is_never_freed():
     store, placement, spec, place, _ = world(host=OTHER)
     uuid = spec["uuid"]
