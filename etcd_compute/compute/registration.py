@@ -9,12 +9,7 @@ from typing import Any
 
 from etcd_compute import shards
 from etcd_compute.compute.identity import HostIdentity
-from etcd_compute.compute.inventory import (
-    MEASURED,
-    build_inventory,
-    cpu_traits,
-    measure_totals,
-)
+from etcd_compute.compute.inventory import build_inventory, cpu_traits, host_totals
 from etcd_compute.placement import DISABLED_TRAIT, PlacementClient
 from etcd_compute.shards import aggregate_of
 
@@ -41,11 +36,7 @@ class Registration:
 
     def _measured_inventory(self) -> dict[str, Any]:
         policy = self.settings["inventory"]
-        if all("total" in policy.get(rc, {}) for rc in MEASURED):
-            # Every total configured (simulated hosts, the tests'): they would replace
-            # whatever was measured, so nothing is.
-            return build_inventory({rc: policy[rc]["total"] for rc in MEASURED}, policy)
-        return build_inventory(measure_totals(self.settings["instances_dir"]), policy)
+        return build_inventory(host_totals(self.settings["instances_dir"], policy), policy)
 
     def register(self) -> None:
         """Create or reuse our providers, reset inventory and traits, add our aggregates."""

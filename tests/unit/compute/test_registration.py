@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from etcd_compute.compute import inventory as inventory_module
 from etcd_compute.compute import registration as registration_module
 from etcd_compute.compute.identity import HostIdentity, fake_identities
 from etcd_compute.compute.inventory import build_inventory
@@ -33,7 +34,7 @@ class Machine:
 @pytest.fixture
 def machine(monkeypatch: pytest.MonkeyPatch) -> Machine:
     measured = Machine()
-    monkeypatch.setattr(registration_module, "measure_totals", lambda _dir: dict(measured.totals))
+    monkeypatch.setattr(inventory_module, "measure_totals", lambda _dir: dict(measured.totals))
     monkeypatch.setattr(registration_module, "cpu_traits", lambda: set(CPU))
     return measured
 
@@ -179,7 +180,7 @@ def test_a_host_whose_totals_are_all_configured_is_not_measured(machine, monkeyp
     def measure(_dir: str) -> dict[str, int]:
         raise AssertionError("measured, though every total is configured")
 
-    monkeypatch.setattr(registration_module, "measure_totals", measure)
+    monkeypatch.setattr(inventory_module, "measure_totals", measure)
     placement = RecordingPlacement()
     config = settings(inventory={"VCPU": {"total": 4}, "MEMORY_MB": {"total": 2048},
                                  "DISK_GB": {"total": 20, "image_cache_gb": 5}})
