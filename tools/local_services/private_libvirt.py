@@ -13,6 +13,12 @@ there) and in a private mount namespace whose /run/libvirt, /var/lib/libvirt,
 `root` (a copy of /etc/libvirt). Clients anywhere reach it through its socket,
 `root/run/libvirt/libvirt-sock`, by `uri`. Both daemons are stopped by pid.
 
+A new libvirtd probes every qemu binary of the machine for its capabilities (7.5 s of
+waiting here) unless its cache has them: each private one starts with the capabilities
+the machine's cache (`templates.cache_dir`) holds and leaves there what it probed.
+libvirt checks a cached file against the binaries' and its own ctimes and probes again
+when they changed, so a stale file costs only the probe.
+
 With `tls=LibvirtTls(address, pki_dir)` it also listens as a hypervisor host does
 for its peers (README, "Moving guests"): TLS only, on its namespace's address,
 admitting only the cluster's libvirt client certificates (`tls_allowed_dn_list`),
@@ -24,6 +30,7 @@ peer's certificate, from `pki_dir/qemu`. `tls_uri` is how peers reach it.
 from __future__ import annotations
 
 import contextlib
+import os
 import shutil
 import subprocess
 from dataclasses import dataclass, field
@@ -34,9 +41,30 @@ import libvirt
 from etcd_compute.errors import ServiceUnavailable
 from etcd_compute.pki import LIBVIRT_ALLOWED_DN, LIBVIRT_LAYOUT
 from tools.local_services.process import pid_alive, stop_pid, wait_until
+from tools.local_services.templates import cache_dir
 
 PRIVATE_DIRS = ("run/libvirt", "var/lib/libvirt", "var/cache/libvirt", "var/log/libvirt",
                 "etc/libvirt")
+# Where libvirtd keeps what it probed of each qemu binary (under its root).
+CAPABILITIES = Path("var/cache/libvirt/qemu/capabilities")
+
+
+def share_capabilities(source: Path, destination: Path) -> None:
+    """Copies the capability files of `source` that `destination` lacks or holds
+    otherwise, each whole (another worker may read it meanwhile) and with its time (when
+    it was probed)."""
+    destination.mkdir(parents=True, exist_ok=True)
+    for probed in source.glob("*.xml"):
+        target = destination / probed.name
+        content = probed.read_bytes()
+        with contextlib.suppress(OSError):
+            if target.read_bytes() == content:
+                continue
+        partial = destination / f".{probed.name}.{os.getpid()}"
+        partial.write_bytes(content)
+        partial.chmod(0o600)
+        os.utime(partial, ns=(probed.stat().st_atime_ns, probed.stat().st_mtime_ns))
+        os.replace(partial, target)
 
 
 @dataclass(frozen=True)
@@ -103,6 +131,9 @@ class PrivateLibvirtd:
         shutil.rmtree(self.root / "etc/libvirt/qemu/networks", ignore_errors=True)
         for defined in (self.root / "etc/libvirt/qemu").glob("*.xml"):
             defined.unlink()
+        shared = cache_dir("libvirt-capabilities")
+        if shared is not None and shared.is_dir():
+            share_capabilities(shared, self.root / CAPABILITIES)
         if self.tls is not None:
             for name, text in (("libvirtd.conf", self.tls.libvirtd_conf()),
                                ("qemu.conf", self.tls.qemu_conf())):
@@ -161,6 +192,10 @@ class PrivateLibvirtd:
                             network.destroy()
                 connection.close()
             stop_pid(self.libvirtd.pid)
+        shared = cache_dir("libvirt-capabilities")
+        if shared is not None and (self.root / CAPABILITIES).is_dir():
+            with contextlib.suppress(OSError):
+                share_capabilities(self.root / CAPABILITIES, shared)
         # A guest whose libvirtd was killed (and not restarted) is stopped by its pid.
         for pid_file in (self.root / "run/libvirt/qemu").glob("*.pid"):
             with contextlib.suppress(OSError, ValueError):

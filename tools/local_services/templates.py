@@ -40,13 +40,19 @@ class DamagedTemplate(Exception):
     """A template's file does not match its manifest (or the manifest is missing)."""
 
 
-def cache_root() -> Path | None:
-    """Where templates live (as tools/install.sh's CACHE); None: templates are off."""
+def cache_dir(name: str) -> Path | None:
+    """`name` under the machine's cache (tools/install.sh's CACHE: `$ETCD_COMPUTE_CACHE`,
+    default ~/.cache/etcd-compute); None: an empty ETCD_COMPUTE_CACHE turns caching off."""
     configured = os.environ.get("ETCD_COMPUTE_CACHE")
     if configured is not None:
-        return Path(configured) / "templates" if configured else None
+        return Path(configured) / name if configured else None
     base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base) / "etcd-compute" / "templates"
+    return Path(base) / "etcd-compute" / name
+
+
+def cache_root() -> Path | None:
+    """Where templates live; None: templates are off."""
+    return cache_dir("templates")
 
 
 def venv_identity(venv: Path) -> list[str]:
