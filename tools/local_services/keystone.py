@@ -54,6 +54,10 @@ def config_text(run_dir: Path, token_expiration: int = TOKEN_EXPIRATION) -> str:
         f"[token]\nexpiration = {token_expiration}\n"
         # A local Keystone: cheap password hashes (bcrypt's default costs ~0.3 s a login).
         "[identity]\npassword_hash_rounds = 4\n"
+        # Keystone's own cache, in its one process (a write, a revocation among them,
+        # invalidates what it read): a token's validation took 34 ms of CPU here without
+        # it, 2.2 ms with it, and a login 45 ms, 9 ms.
+        "[cache]\nenabled = true\nbackend = oslo_cache.dict\nexpiration_time = 600\n"
     )
 
 
