@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import contextlib
 import json
+import multiprocessing
+import multiprocessing.context
 import os
 import signal
 import subprocess
@@ -34,6 +36,19 @@ def in_ci(environ: dict[str, str] | os._Environ[str] = os.environ) -> bool:
 
 
 IN_CI = in_ci()
+
+
+def racing_processes(module: str) -> multiprocessing.context.BaseContext:
+    """How a test starts processes that race each other: each forked from one server
+    (multiprocessing's forkserver, the pytest worker's child until it exits) that
+    imported pytest, the scheduler and `module` once. A spawned racer imported them again
+    (0.35 s of CPU each, 60 a run); a fork of the pytest worker itself would copy its
+    threads' locks."""
+    context = multiprocessing.get_context("forkserver")
+    # Only the first call's modules are preloaded (the server then runs); a later
+    # module is imported by each of its racers, with the rest already there.
+    context.set_forkserver_preload(["pytest", "etcd_compute.scheduler", module])
+    return context
 
 
 def unavailable(what: str) -> None:

@@ -8,7 +8,6 @@ placement elsewhere or NO ALLOCATIONS LEFT, never with more claimed than exists.
 
 from __future__ import annotations
 
-import multiprocessing
 import subprocess
 import sys
 import uuid as uuidlib
@@ -21,7 +20,7 @@ from etcd_compute import config as configuration
 from etcd_compute.errors import ConflictError, NoValidHost
 from etcd_compute.placement import PlacementClient
 from tests.scheduler.conftest import add_host
-from tests.support import REPO
+from tests.support import REPO, racing_processes
 
 pytestmark = pytest.mark.postgres
 
@@ -66,7 +65,7 @@ def racer(config: dict[str, Any], barrier: Any, results: Any,
 
 def race(config: dict[str, Any], racers: int,
          group: tuple[str, str] | None = None) -> list[tuple[str, str, int]]:
-    context = multiprocessing.get_context("spawn")
+    context = racing_processes(__name__)
     barrier, results = context.Barrier(racers), context.Queue()
     processes = [context.Process(target=racer, args=(config, barrier, results, group))
                  for _ in range(racers)]

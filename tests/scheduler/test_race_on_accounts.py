@@ -8,7 +8,6 @@ NO ALLOCATIONS LEFT (or a conflict after its retries), never in a half-claimed s
 
 from __future__ import annotations
 
-import multiprocessing
 import time
 import uuid as uuidlib
 from collections import Counter
@@ -22,6 +21,7 @@ from etcd_compute.errors import ConflictError, NoValidHost
 from etcd_compute.placement import PlacementClient
 from tests.conftest import wipe_placement
 from tests.scheduler.conftest import add_host
+from tests.support import racing_processes
 
 QUERY = "resources=VCPU:1,MEMORY_MB:128,DISK_GB:1"
 ONE = {"VCPU": 1, "MEMORY_MB": 128, "DISK_GB": 1}
@@ -78,7 +78,7 @@ def racer(config: dict[str, Any], requests: int, barrier: Any, results: Any) -> 
 
 
 def race(config: dict[str, Any], racers: int, requests: int) -> dict[str, Any]:
-    context = multiprocessing.get_context("spawn")
+    context = racing_processes(__name__)
     barrier, results = context.Barrier(racers), context.Queue()
     processes = [context.Process(target=racer, args=(config, requests, barrier, results))
                  for _ in range(racers)]
