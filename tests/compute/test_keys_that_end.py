@@ -11,11 +11,11 @@ nothing of a destroyed instance is left, even with the controller stopped by the
 
 from __future__ import annotations
 
+import json
 import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from etcd_compute import messages
 from etcd_compute.config import deep_merge
 from etcd_compute.etcd import Store
 from etcd_compute.instances import scheduling
@@ -39,8 +39,12 @@ def keys_of(store: Store, uuids: set[str]) -> list[str]:
 
 
 def states_of(store: Store, rp: str) -> dict[str, str]:
-    return {uuid: record["state"] for uuid, record in
-            store.read_prefix(messages.INSTANCE_RECORD, store.keys.records(rp)).items()}
+    """Each record's state, by uuid: only that field is read (the cycles poll it 4 times a
+    second over hundreds of records; checking each against its schema, as the product's
+    reads do, was most of this test's own CPU)."""
+    entries, _ = store.get_prefix(store.keys.records(rp))
+    return {entry.key.rsplit("/", 1)[-1]: json.loads(entry.value)["state"]
+            for entry in entries}
 
 
 def place(store: Store, placement: Any, rp: str, count: int, cycle: int) -> list[str]:
