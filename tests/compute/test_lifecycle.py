@@ -137,11 +137,13 @@ def fake_running(config: dict[str, Any]) -> set[str]:
 
 def test_actions_sent_during_other_actions(start_compute, compute_config, schedule_config,
                                            store, placement):
-    """The pairs, each on its own instance at once (the fake driver takes 1 s an action):
+    """The pairs, each on its own instance at once (the fake driver takes 4 s an action:
+    with 1 s, a racing resize that a loaded machine delayed by over a second found the first
+    one done and was rightly accepted after it):
     destroy during a rebuild and during a resize; a stop during a reboot and a resize during
     a stop (refused, nothing written); two resizes racing (one wins: claim, spec and record
     agree). Nothing leaks: no claim, fake guest or key of the destroyed ones."""
-    config = deep_merge(compute_config, {"driver": {"fake": {"action_seconds": 1.0}},
+    config = deep_merge(compute_config, {"driver": {"fake": {"action_seconds": 4.0}},
                                          "compute": {"workers": 4, "inventory": {
                                              "VCPU": {"total": 8}}}})
     start_compute(config)
