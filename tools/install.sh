@@ -82,24 +82,16 @@ venv() {
 # directory here (or a link made by hand) is kept; ETCD_COMPUTE_CACHE= (empty) builds here.
 # .venv is not cached: it holds this checkout's editable install (the console scripts).
 CACHE=${ETCD_COMPUTE_CACHE-${XDG_CACHE_HOME:-$HOME/.cache}/etcd-compute}
-cached_venv() {
+# cache_path DIR FILES...: where the cache keeps DIR's virtualenv for FILES and this Python.
+cache_path() {
   local dir=$1; shift
-  local want; want=$(cat "$@" pyproject.toml | sha256sum | cut -d' ' -f1)
-  if [ -z "$CACHE" ] || { [ -x "$dir/bin/python" ] && [ ! -L "$dir" ] \
-      && [ "$(cat "$dir/.requirements.sha256" 2>/dev/null)" = "$want" ]; }; then
-    venv "$dir" "$@"
-    return
-  fi
   local python; python=$(readlink -f "$(command -v "$PYTHON")")
   local key; key=$({ cat "$@"; echo "$python"; "$PYTHON" -VV; } | sha256sum | cut -c1-16)
-  local target="$CACHE/venvs/${dir#.}-$key"
-  if [ -L "$dir" ] && [ -f "$target/.complete" ] && [ "$(readlink "$dir")" = "$target" ]; then
-    return
-  fi
-  if [ -L "$dir" ] && [ -x "$dir/bin/python" ] \
-      && [ "$(cat "$dir/.requirements.sha256" 2>/dev/null)" = "$want" ]; then
-    return  # linked by hand to an up-to-date virtualenv (a worktree's to its main's)
-  fi
+  echo "$CACHE/venvs/${dir#.}-$key"
+}
+# build_once TARGET REQUIREMENTS...: the cached virtualenv TARGET, unless it is complete.
+build_once() {
+  local target=$1; shift
   mkdir -p "$CACHE/venvs"
   (
     flock 9  # another checkout may be building the same one
@@ -109,6 +101,24 @@ cached_venv() {
       touch "$target/.complete"
     fi
   ) 9>"$target.lock"
+}
+cached_venv() {
+  local dir=$1; shift
+  local want; want=$(cat "$@" pyproject.toml | sha256sum | cut -d' ' -f1)
+  if [ -z "$CACHE" ] || { [ -x "$dir/bin/python" ] && [ ! -L "$dir" ] \
+      && [ "$(cat "$dir/.requirements.sha256" 2>/dev/null)" = "$want" ]; }; then
+    venv "$dir" "$@"
+    return
+  fi
+  local target; target=$(cache_path "$dir" "$@")
+  if [ -L "$dir" ] && [ -f "$target/.complete" ] && [ "$(readlink "$dir")" = "$target" ]; then
+    return
+  fi
+  if [ -L "$dir" ] && [ -x "$dir/bin/python" ] \
+      && [ "$(cat "$dir/.requirements.sha256" 2>/dev/null)" = "$want" ]; then
+    return  # linked by hand to an up-to-date virtualenv (a worktree's to its main's)
+  fi
+  build_once "$target" "$@"
   rm -rf "$dir"  # an out-of-date directory or link (rm removes a link, not its target)
   ln -s "$target" "$dir"
   say "$dir -> $target"
@@ -124,19 +134,9 @@ copied_venv() {
     venv "$dir" "$@"
     return
   fi
-  local python; python=$(readlink -f "$(command -v "$PYTHON")")
-  local key; key=$({ cat "$@" pyproject.toml; echo "$python"; "$PYTHON" -VV; } \
-    | sha256sum | cut -c1-16)
-  local source="$CACHE/venvs/${dir#.}-$key"
-  mkdir -p "$CACHE/venvs"
-  (
-    flock 9
-    if [ ! -f "$source/.complete" ]; then
-      rm -rf "$source"
-      venv "$source" "$@"
-      touch "$source/.complete"
-    fi
-  ) 9>"$source.lock"
+  # pyproject.toml too: it is in the stamp the copy is checked by (`want`).
+  local source; source=$(cache_path "$dir" "$@" pyproject.toml)
+  build_once "$source" "$@"
   local here; here="$(pwd)/$dir"
   rm -rf "$dir" "$dir.partial"
   cp -a "$source" "$dir.partial"

@@ -63,7 +63,8 @@ def share_capabilities(source: Path, destination: Path) -> None:
         partial = destination / f".{probed.name}.{os.getpid()}"
         partial.write_bytes(content)
         partial.chmod(0o600)
-        os.utime(partial, ns=(probed.stat().st_atime_ns, probed.stat().st_mtime_ns))
+        times = probed.stat()
+        os.utime(partial, ns=(times.st_atime_ns, times.st_mtime_ns))
         os.replace(partial, target)
 
 
@@ -94,6 +95,8 @@ class PrivateLibvirtd:
     def __init__(self, root: Path, netns: str, tls: LibvirtTls | None = None):
         self.root, self.netns, self.tls = root, netns, tls
         self.libvirtd: subprocess.Popen[bytes] | None = None
+        # The machine's probed capabilities (None: caching is off).
+        self.shared_capabilities = cache_dir("libvirt-capabilities")
 
     @property
     def socket(self) -> Path:
@@ -131,7 +134,7 @@ class PrivateLibvirtd:
         shutil.rmtree(self.root / "etc/libvirt/qemu/networks", ignore_errors=True)
         for defined in (self.root / "etc/libvirt/qemu").glob("*.xml"):
             defined.unlink()
-        shared = cache_dir("libvirt-capabilities")
+        shared = self.shared_capabilities
         if shared is not None and shared.is_dir():
             share_capabilities(shared, self.root / CAPABILITIES)
         if self.tls is not None:
@@ -192,7 +195,7 @@ class PrivateLibvirtd:
                             network.destroy()
                 connection.close()
             stop_pid(self.libvirtd.pid)
-        shared = cache_dir("libvirt-capabilities")
+        shared = self.shared_capabilities
         if shared is not None and (self.root / CAPABILITIES).is_dir():
             with contextlib.suppress(OSError):
                 share_capabilities(self.root / CAPABILITIES, shared)
