@@ -14,7 +14,7 @@ UNIT_WORKERS ?= 2
 # a 2-core machine, see README "Tests and benchmarks"). TEST_WORKERS=0: one process.
 TEST_WORKERS ?= 4
 
-.PHONY: help install install-tempest demo up down status test unit mutations lint tempest \
+.PHONY: help install install-tempest demo up down status test unit mutations lint docs tempest \
 	bench bench-full bench-deps clean
 
 help:
@@ -23,6 +23,8 @@ help:
 	@echo "make test      lint, import contracts, unit tests, then the functional tests against"
 	@echo "               real etcd, Placement and libvirt"
 	@echo "make unit      the unit layer alone (seconds, no services)"
+	@echo "make docs      build the documentation site into site/ (strict: a broken link, a page"
+	@echo "               out of the navigation or a reference page out of date fails it)"
 	@echo "make tempest   Tempest's compute API tests against a cloud of its own (SMOKE=1: the"
 	@echo "               smoke-tagged ones, as make test runs them); report in run/"
 	@echo "make mutations the unit tests must kill the mutations in tools/mutations.py"
@@ -50,7 +52,7 @@ down:
 status:
 	@$(PY) -m tools.local_services status
 
-test: lint install-tempest
+test: lint docs install-tempest
 	@$(PY) -m pytest -q -n $(UNIT_WORKERS) tests/unit
 	@$(PY) -m pytest --ignore=tests/unit -n $(TEST_WORKERS) --dist loadgroup \
 		--no-loadscope-reorder --durations=25 --rerun-show-tracebacks $(PYTEST_ARGS)
@@ -68,6 +70,14 @@ lint: install
 	@$(PY) -m ruff check etcd_compute tests tools bench compute.py schedule.py cluster.py
 	@.venv/bin/lint-imports --no-cache
 
+# The reference pages generated from the code must match it (python -m tools.docs_reference
+# writes them), README's links must lead somewhere, then MkDocs in strict mode: any warning
+# (a broken link or anchor, a page left out of nav) fails the build.
+docs: install
+	@$(PY) -m tools.docs_reference --check
+	@$(PY) -m tools.docs_links README.md
+	@NO_MKDOCS_2_WARNING=1 .venv-docs/bin/mkdocs build --strict
+
 bench: install bench-deps
 	@$(PY) bench/run.py --quick
 
@@ -78,4 +88,4 @@ bench-deps:
 	@.venv/bin/pip install -q --disable-pip-version-check -r requirements-bench.txt
 
 clean: down
-	rm -rf run .pytest_cache
+	rm -rf run .pytest_cache site

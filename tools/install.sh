@@ -159,6 +159,8 @@ cached_venv .venv-placement requirements-placement.txt
 cached_venv .venv-keystone requirements-keystone.txt
 cached_venv .venv-glance requirements-glance.txt
 cached_venv .venv-clients requirements-clients.txt
+# The documentation site's builder (make docs, which make test runs).
+cached_venv .venv-docs requirements-docs.txt
 # Tempest (the compute API's judge) only when asked: it is large and only the tests use it.
 if [ "${1:-}" = tempest ]; then
   cached_venv .venv-tempest requirements-tempest.txt

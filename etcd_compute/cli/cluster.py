@@ -6,7 +6,8 @@
     cluster.py pki issue operator NAME                   an operator's (CN = etcd user)
     cluster.py pki issue-libvirt HOST --ip IP [--dir D]  a hypervisor's libvirtd: server
                                                          and client, libvirt's and qemu's
-                                                         layouts (README, "Moving guests")
+                                                         layouts (docs/how-to/operators/
+                                                         moving-guests.md)
     cluster.py pki list                                  what was issued, and until when
     cluster.py etcd setup [--operator NAME ...]          root, the operator role, auth on
     cluster.py host add NAME [--uuid UUID]               a compute host: certificate
@@ -37,7 +38,8 @@ DEFAULT_PKI = "/etc/etcd-compute/pki"
 QEMU_GROUP = "libvirt-qemu"
 
 
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
+def build_parser() -> Parser:
+    """cluster.py's parser (docs/reference/cli.md is generated from it)."""
     parser = Parser(prog="cluster.py", description=__doc__.splitlines()[0],
                     epilog="\n".join(__doc__.splitlines()[2:15]),
                     formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -46,16 +48,18 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="schedule.yaml with etcd's endpoints and prefix")
     commands = parser.add_subparsers(dest="command", required=True)
 
-    pki = commands.add_parser("pki").add_subparsers(dest="action", required=True)
-    pki.add_parser("init")
-    issue = pki.add_parser("issue")
+    pki = commands.add_parser("pki", help="the cluster CA and its certificates").add_subparsers(
+        dest="action", required=True)
+    pki.add_parser("init", help="the cluster CA (kept if it exists)")
+    issue = pki.add_parser("issue", help="issue a certificate signed by the cluster CA")
     issue.add_argument("kind", choices=["etcd-member", "placement", "service", "operator", "root"])
     issue.add_argument("name")
     issue.add_argument("--ip", action="append", default=[], help="an address it serves on")
     issue.add_argument("--dns", action="append", default=[], help="a name it serves as")
     issue.add_argument("--days", type=int, default=365)
     issue.add_argument("--renew", action="store_true", help="issue again even if still good")
-    libvirt = pki.add_parser("issue-libvirt")
+    libvirt = pki.add_parser("issue-libvirt",
+                             help="a hypervisor's libvirtd certificates (TLS between peers)")
     libvirt.add_argument("host", help="the hypervisor's name (and its certificates')")
     libvirt.add_argument("--ip", action="append", default=[],
                          help="the address its peers reach its libvirtd at")
@@ -69,19 +73,27 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                          help=f"the group qemu runs as, given read access to qemu's keys "
                               f"(default {QEMU_GROUP}; 'none': keep them root's only)")
     libvirt.add_argument("--renew", action="store_true", help="issue again even if still good")
-    pki.add_parser("list")
+    pki.add_parser("list", help="what was issued, and until when")
 
-    etcd = commands.add_parser("etcd").add_subparsers(dest="action", required=True)
-    setup = etcd.add_parser("setup")
-    setup.add_argument("--operator", action="append", default=[], metavar="NAME")
+    etcd = commands.add_parser("etcd", help="etcd's users and roles").add_subparsers(
+        dest="action", required=True)
+    setup = etcd.add_parser("setup", help="root, the operator role, auth on")
+    setup.add_argument("--operator", action="append", default=[], metavar="NAME",
+                       help="an operator to issue a certificate for and give the operator role")
 
-    host = commands.add_parser("host").add_subparsers(dest="action", required=True)
-    add = host.add_parser("add")
+    host = commands.add_parser("host", help="a compute host's etcd user and role").add_subparsers(
+        dest="action", required=True)
+    add = host.add_parser("add",
+                          help="a compute host: certificate (CN compute-<uuid>) and etcd role")
     add.add_argument("name", help="the host's name (informative; the uuid is its identity)")
     add.add_argument("--uuid", help="its resource provider uuid (default: a new one)")
-    remove = host.add_parser("remove")
-    remove.add_argument("uuid")
-    return parser.parse_args(argv)
+    remove = host.add_parser("remove", help="its etcd user and role go")
+    remove.add_argument("uuid", help="the host's resource provider uuid")
+    return parser
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    return build_parser().parse_args(argv)
 
 
 def _pki_dir(args: argparse.Namespace, config: dict[str, Any] | None) -> Path:

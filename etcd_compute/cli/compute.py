@@ -11,7 +11,8 @@ from etcd_compute.cli import Parser, terminal_line
 from etcd_compute.errors import EtcdComputeError
 
 
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
+def build_parser() -> Parser:
+    """compute.py's parser (docs/reference/cli.md is generated from it)."""
     parser = Parser(
         prog="compute.py",
         description="Register this host in Placement, watch etcd, build and destroy instances.",
@@ -24,7 +25,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--fake-hosts", type=int, metavar="N", default=0,
                         help="simulate N hosts in this process (fake driver; for benchmarks)")
     parser.add_argument("--log-level", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
-    return parser.parse_args(argv)
+    return parser
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    return build_parser().parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -202,11 +202,16 @@ def serve(config: MdserverConfig, pid_file: Path | None = None) -> None:
         log.info("stopped")
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
+    """The metadata server's parser (docs/reference/cli.md is generated from it)."""
     parser = argparse.ArgumentParser(prog="python -m etcd_compute.mdserver", description=__doc__)
     parser.add_argument("--config", default="mdserver.conf", help="INI file (see mdserver.conf)")
     parser.add_argument("--pid-file", type=Path, help="written once listening, removed at exit")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     try:
         config = load_config(args.config)
         raise_open_files_limit(config)
