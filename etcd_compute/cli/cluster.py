@@ -41,7 +41,7 @@ QEMU_GROUP = "libvirt-qemu"
 def build_parser() -> Parser:
     """cluster.py's parser (docs/reference/cli.md is generated from it)."""
     parser = Parser(prog="cluster.py", description=__doc__.splitlines()[0],
-                    epilog="\n".join(__doc__.splitlines()[2:15]),
+                    epilog=__doc__.split("\n\n")[1],
                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--pki", metavar="DIR", help=f"certificates (default {DEFAULT_PKI})")
     parser.add_argument("--config", metavar="PATH",
