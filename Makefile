@@ -11,7 +11,7 @@ unexport PYTHONDONTWRITEBYTECODE
 # on a machine loaded by other work one process may do better). UNIT_WORKERS=0: one process.
 UNIT_WORKERS ?= 2
 # pytest-xdist workers for the functional tests (they mostly wait on services; measured on
-# a 2-core machine, see README "Tests and benchmarks"). TEST_WORKERS=0: one process.
+# a 2-core machine, see docs/explanation/testing.md). TEST_WORKERS=0: one process.
 TEST_WORKERS ?= 4
 
 .PHONY: help install install-tempest demo up down status test unit mutations lint docs tempest \

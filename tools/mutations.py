@@ -21,8 +21,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-# What the tests need of the tree (the unit layer imports tools/ through tests/conftest.py).
-COPIED = ("etcd_compute", "tests", "tools", "pyproject.toml", "README.md")
+# What the tests need of the tree (the unit layer imports tools/ through tests/conftest.py;
+# tests/unit/instances/test_states.py reads docs/reference/instance-states.md).
+COPIED = ("etcd_compute", "tests", "tools", "pyproject.toml", "docs")
 
 
 @dataclass(frozen=True)

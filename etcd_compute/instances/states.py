@@ -104,7 +104,7 @@ ACTIONS: dict[str, tuple[str, frozenset[str]]] = {
 # ends MIGRATED, TRANSITIONS below).
 ENDS = {STOP: SHUTOFF, START: ACTIVE, SUSPEND: SUSPENDED, RESUME: ACTIVE, REBOOT: ACTIVE}
 
-# Allowed moves (README's "Instance states" has them pair by pair); None is "no record
+# Allowed moves (docs/reference/instance-states.md has them pair by pair); None is "no record
 # yet" (a spec written without one, or unreadable). From an action's state: where the
 # action ends, where it started (a failure ends there), a destroy, ERROR, or SCHEDULED on
 # another host (its host died mid-action).

@@ -388,9 +388,9 @@ def test_orphan_guests_are_destroyed_at_start(start_compute, compute_config, sto
 
 
 def documented_actions() -> dict[str, tuple[str, str | None]]:
-    """README's table of the operator's actions: {action: (the state it passes through, the
-    state it ends in; None for "as it started")}."""
-    lines = iter((REPO / "README.md").read_text().splitlines())
+    """The table of the operator's actions (docs/reference/instance-states.md): {action: (the
+    state it passes through, the state it ends in; None for "as it started")}."""
+    lines = iter((REPO / "docs" / "reference" / "instance-states.md").read_text().splitlines())
     header = ["action", "allowed in", "passes through", "ends", "a failure ends"]
     for line in lines:
         if [cell.strip() for cell in line.strip("|").split("|")] == header:
@@ -410,8 +410,8 @@ def test_record_states_follow_the_documented_machine(start_compute, compute_conf
                                                     placement, run_schedule, schedule_config,
                                                     glance_config, glance_images, write_yaml):
     """Every state a record was written with (etcd's history of its key, not polling),
-    against README: a build, a failed build, and each operator's action as its table says
-    (a snapshot goes into the session's real Glance)."""
+    against docs/reference/instance-states.md: a build, a failed build, and each operator's
+    action as its table says (a snapshot goes into the session's real Glance)."""
     config = deep_merge(compute_config, {"driver": {"fake": {"build_seconds": 0.5}},
                                          "glance": glance_config})
     start_compute(config)
@@ -437,7 +437,7 @@ def test_record_states_follow_the_documented_machine(start_compute, compute_conf
     wait_state(store, failing["uuid"], "ERROR")
     assert record_history(store, rp, failing["uuid"], start + 1) == ["BUILDING", "ERROR"]
 
-    # Placed by schedule.py (SCHEDULED first), then each action of README's table in turn,
+    # Placed by schedule.py (SCHEDULED first), then each action of the actions table in turn,
     # from each state it is allowed in.
     start = revision()
     placed = run_schedule("resources=VCPU:1,MEMORY_MB:64,DISK_GB:1", "--wait", "--json",

@@ -82,9 +82,10 @@ def revision(store) -> int:
 
 
 def moved_as_documented(store, source: str, destination: str, uuid: str, start: int) -> None:
-    """README's table, row migrate: MIGRATING, MIGRATED on the source; as it started (here
-    ACTIVE) on the destination, which waits INCOMING (tests/compute/test_daemon.py's walk
-    through the table has one host: the move's row is followed here)."""
+    """The actions table (docs/reference/instance-states.md), row migrate: MIGRATING,
+    MIGRATED on the source; as it started (here ACTIVE) on the destination, which waits
+    INCOMING (tests/compute/test_daemon.py's walk through the table has one host: the
+    move's row is followed here)."""
     assert record_history(store, source, uuid, start + 1) == ["MIGRATING", "MIGRATED"]
     arrived = record_history(store, destination, uuid, start + 1)
     assert arrived[-1] == "ACTIVE" and set(arrived[:-1]) == {"INCOMING"}, arrived

@@ -19,7 +19,8 @@ from etcd_compute.instances import records
 from tests.unit.compute.test_machine import Host
 
 NEW_SIZE = {"VCPU": 2, "MEMORY_MB": 128, "DISK_GB": 2}
-# The state each action passes through (README's actions table, not `states.ACTIONS`).
+# The state each action passes through (the actions table of
+# docs/reference/instance-states.md, not `states.ACTIONS`).
 PASSES = {"stop": "STOPPING", "start": "STARTING", "reboot": "REBOOTING",
           "rebuild": "REBUILDING", "resize": "RESIZING"}
 ALLOWED = [("stop", "ACTIVE", "SHUTOFF"), ("start", "SHUTOFF", "ACTIVE"),

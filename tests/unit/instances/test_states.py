@@ -1,6 +1,6 @@
-"""The states' table: every one of the 462 moves allowed or refused as the README documents
-it, the operator's actions allowed and refused in every state, and whether an instance
-built again should be powered off."""
+"""The states' table: every one of the 462 moves allowed or refused as
+docs/reference/instance-states.md documents it, the operator's actions allowed and refused
+in every state, and whether an instance built again should be powered off."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from etcd_compute.instances import states
 from tests.support import REPO
 from tests.unit.instances.helpers import ACTIONS, ALLOWED_ACTIONS, STATES
 
-# The documented machine (README, "Instance states"), written down here on its own: a row
+# The documented machine (docs/reference/instance-states.md), written down here on its own: a row
 # is where an instance is (none: no record yet, or an unreadable one), a column where it
 # may go. Not derived from `TRANSITIONS`: a test that read its expectation from the code
 # under test could not fail.
@@ -61,6 +61,7 @@ def parse(grid: str) -> dict[tuple[str | None, str], bool]:
 
 
 DOCUMENTED = parse(MACHINE)
+STATES_PAGE = "docs/reference/instance-states.md"
 
 
 def test_the_documented_machine_names_every_pair_once():
@@ -69,9 +70,9 @@ def test_the_documented_machine_names_every_pair_once():
     assert {target for _, target in DOCUMENTED} == set(states.STATES)
 
 
-def test_the_readme_shows_this_machine():
-    readme = (REPO / "README.md").read_text()
-    grid = readme[readme.index("              SCH BLD"):]
+def test_the_states_page_shows_this_machine():
+    page = (REPO / STATES_PAGE).read_text()
+    grid = page[page.index("              SCH BLD"):]
     assert parse(grid[:grid.index("```")]) == DOCUMENTED
 
 
