@@ -1,7 +1,8 @@
 """The compute daemon of a host with a running guest killed (SIGKILL: its guest runs on, its
 libvirtd answers) while the controller runs: the controller fences the host through its
 libvirtd over TLS, the guest there is destroyed before its copy starts on the other host,
-and the recovery comes sooner than TTL + grace.
+and the recovery comes once the lease is gone and the fence done (TTL + the fence + the
+controller's steps), not after TTL + grace.
 
 Two hypervisor hosts on this machine, each in its network namespace with its own
 libvirtd on TLS (tests/virt/hypervisors.py) and its compute daemon there; the controller
