@@ -26,7 +26,8 @@ from typing import Any
 
 import pytest
 
-from etcd_compute.config import deep_merge
+from etcd_compute import messages
+from etcd_compute.config import API_DEFAULTS, deep_merge
 from etcd_compute.etcd import Store
 from etcd_compute.pki import Pki
 from etcd_compute.placement import PlacementClient
@@ -174,8 +175,11 @@ def test_the_issues_walkthrough_with_a_real_guest(walk: Walk, store: Store,
                                      "json").stdout)
         assert [e["Action"] for e in events] == [
             "rebuild", "confirmResize", "resize", "reboot", "start", "stop", "create"]
-        quota = walk.osc(demo, "quota", "show", "-f", "json").stdout
-        assert "instances" in quota
+        # The project's limits are the API's defaults (nobody set its own).
+        quota = {row["Resource"]: row["Limit"] for row in json.loads(
+            walk.osc(demo, "quota", "show", "-f", "json").stdout)}
+        assert {name: quota.get(name) for name in ("instances", "cores", "ram")} == {
+            name: API_DEFAULTS["quotas"][name] for name in ("instances", "cores", "ram")}
         limits = json.loads(walk.osc(demo, "limits", "show", "--absolute", "-f",
                                      "json").stdout)
         used = {row["Name"]: row["Value"] for row in limits}
@@ -183,13 +187,29 @@ def test_the_issues_walkthrough_with_a_real_guest(walk: Walk, store: Store,
         walk.osc(demo, "keypair", "create", "walk-key")
         group = json.loads(walk.osc(demo, "server", "group", "create", "--policy",
                                     "anti-affinity", "walk-group", "-f", "json").stdout)
-        assert group["policy"] == "anti-affinity"
+        # What the API kept of it (etcd), and shows again: the policy asked, the server's
+        # project, no members.
+        kept, _ = store.read(messages.SERVER_GROUP, store.keys.server_group(group["id"]))
+        assert kept is not None, group
+        assert (kept["name"], kept["policy"], kept["project_id"]) == (
+            "walk-group", "anti-affinity", shown["project_id"])
+        again = json.loads(walk.osc(demo, "server", "group", "show", group["id"], "-f",
+                                    "json").stdout)
+        assert (again["name"], again["policy"], again["members"]) == (
+            "walk-group", kept["policy"], [])
         # Another project does not find it.
         other = walk.osc("etcd-compute-alt", "server", "show", server, ok=False)
         assert other.returncode != 0 and "No Server found" in other.stderr
         # The admin's views of the hosts.
-        hypervisors = walk.osc("etcd-compute", "hypervisor", "list", "-f", "json").stdout
-        assert walk.host_name in hypervisors
+        # Our host as Placement names it and etcd sees it alive; its libvirt driver: QEMU.
+        hypervisors = json.loads(walk.osc("etcd-compute", "hypervisor", "list", "-f",
+                                          "json").stdout)
+        (seen,) = [h for h in hypervisors if h["ID"] == walk.host]
+        provider = placement.get(f"/resource_providers/{walk.host}")
+        assert provider["name"] == walk.host_name
+        assert store.get(store.keys.alive(walk.host)) is not None
+        assert (seen["Hypervisor Hostname"], seen["Hypervisor Type"], seen["State"]) == (
+            provider["name"], "QEMU", "up")
         services = json.loads(walk.osc("etcd-compute", "compute", "service", "list", "-f",
                                        "json").stdout)
         (ours,) = [s for s in services if s["Host"] == walk.host_name]

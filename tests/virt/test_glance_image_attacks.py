@@ -9,7 +9,6 @@ image in the cache, no qemu-img."""
 
 from __future__ import annotations
 
-import json
 import re
 import sqlite3
 import uuid as uuidlib
@@ -19,6 +18,7 @@ from typing import Any
 import libvirt
 import pytest
 
+from etcd_compute import hosts
 from etcd_compute.config import deep_merge
 from etcd_compute.errors import GlanceError
 from tests.compute.helpers import wait_state
@@ -54,9 +54,15 @@ def attack(vm_config, compute_config, glance_config, glance_images, start_comput
         for fragment in fragments:
             assert fragment in record["error"], record["error"]
         assert "\n" not in record["error"]
-        # The request's fault: not counted against the host.
-        stats = store.get(store.keys.stats(rp))
-        assert not stats or not json.loads(stats.value).get("build_failures"), stats.value
+        # The request's fault: not counted against the host. The compute counts a failure
+        # (if it does) right after it writes ERROR, on its main loop; its capacity account
+        # seen as of that write (the spec went with it) is published after, and keeps the
+        # failures: once it is there, a failure counted would be too.
+        failed_at = store.get(store.keys.record(rp, uuid)).mod_revision
+        stats = wait_for(lambda: (s := hosts.stats(store, rp)) and s.get(
+            "capacity", {}).get("as_of", 0) >= failed_at and s, 30,
+            what="the compute's stats as of the ERROR")
+        assert not stats.get("build_failures"), stats
         # Nothing left: claim, domain, instance files, cached image, qemu-img.
         wait_for(lambda: placement.get_allocations(uuid)["allocations"] == {}, 10,
                  what="the claim to be freed")

@@ -1,7 +1,8 @@
 """The controller's steps of a move (controller/migrations.py) in the in-memory store and
 Placement, each end played by the host-side transactions the computes use: the target
-relayed, a refusal called off, a live move handed over with the source freed, a cold
-move finished then handed over, a failed move given up with the claim back."""
+relayed, a refusal called off, a live move handed over with the source freed (and not
+freed when the hand-over's transaction fails), a cold move finished then handed over, a
+failed move given up with the claim back."""
 
 from __future__ import annotations
 
@@ -69,6 +70,39 @@ def test_a_live_move_done_is_handed_over_and_the_source_freed(moving):
     assert set(placement.consumers) == {uuid}  # the migration consumer gone
     assert set(placement.get_allocations(uuid)["allocations"]) == {OTHER}
     assert move_txn.read(store, uuid) == (None, None)
+
+
+def test_a_hand_over_that_loses_its_compare_keeps_the_source_s_hold(moving, monkeypatch):
+    """A destroy asked between the step's reads and its hand-over transaction: the
+    transaction fails, the instance stays on the source, so the migration's hold on the
+    source must stay too (freed first, the source would run a guest Placement no longer
+    counts there). The next step hands over with the destroy, and frees it then."""
+    store, placement, uuid, asked, steps = moving
+    move_txn.answer(store, records.read_record(store, OTHER, uuid), target=TARGET)
+    steps.step(uuid)
+    begin(store, uuid)
+    move_txn.migrated(store, records.read_record(store, RP, uuid), {"seconds": 4.0})
+    commit, raced = store.commit, []
+
+    def destroy_first(txn):
+        # The hand-over is the transaction that deletes the migration's key.
+        if not raced and any(getattr(op, "key", None) == store.keys.migration(uuid)
+                             for op in txn.success):
+            raced.append(txn)
+            entry, spec = source_spec(store, uuid)
+            assert action_txn.request_destroy(store, entry, spec, "bob") is not None
+        return commit(txn)
+
+    monkeypatch.setattr(store, "commit", destroy_first)
+    assert steps.step(uuid) is None and raced
+    assert records.find(store, uuid)[0] == RP
+    held = placement.get_allocations(asked.migration)["allocations"]
+    assert set(held) == {RP}, "the source's hold went with the hand-over not made"
+    assert steps.step(uuid) == "handed over"
+    assert asked.migration not in placement.consumers
+    there = messages.decode(messages.INSTANCE_SPEC,
+                            store.get(store.keys.spec(OTHER, uuid)).value)
+    assert there["action"] == "destroy"
 
 
 def test_a_cold_move_sent_is_finished_there_then_handed_over():
