@@ -53,7 +53,7 @@ class GlanceClient:
     def __init__(self, glance_config: dict[str, Any]):
         if not glance_config.get("keystone"):
             raise ConfigError("glance.keystone is not set: images by name or id need Glance "
-                              "and a service credential (see README, 'Images in Glance')")
+                              "and a service credential (see docs/how-to/operators/compute-api.md)")
         ca = glance_config.get("ca_cert")
         if ca and not Path(ca).is_file():
             raise ConfigError(f"glance.ca_cert {ca}: no such file")

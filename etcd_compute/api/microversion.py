@@ -7,7 +7,7 @@ message. Every answer under /v2.1 names the version it was made at in both
 headers, and `Vary`s on them.
 
 MAX is the highest version whose every step we implement as Nova does for the
-resources we serve (see README "The compute API" for the steps and what they
+resources we serve (see docs/reference/compute-api.md for the steps and what they
 change here).
 """
 

@@ -5,7 +5,7 @@ up` starts, on free ports in a temporary directory: etcd, Placement, Keystone, G
 the API, a controller and a fake-driver compute), writes the tempest.conf that says what
 we have, runs Tempest (from `.venv-tempest`, which `make test` installs) and stops it all.
 Every smoke test must pass or be skipped by Tempest for a feature we truly lack; the
-whole set (`make tempest`) is the README's report.
+whole set (`make tempest`) is docs/how-to/contributors/tempest.md's report.
 """
 
 from __future__ import annotations

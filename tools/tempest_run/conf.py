@@ -1,6 +1,6 @@
 """The tempest.conf of our cloud: where it is, who the admin is, and what it has.
 
-Every feature flag says what the compute API does (README "The compute API"): Tempest then
+Every feature flag says what the compute API does (docs/reference/compute-api.md): Tempest then
 skips, with its own reason, the tests of what we do not have, and runs all the others.
 There is no skip list of ours. A flag is set here only when we truly lack the feature
 (or truly have one Tempest assumes absent); each says why.

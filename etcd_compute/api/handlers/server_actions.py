@@ -228,7 +228,7 @@ def migrate(api: Backend, req: ApiRequest, server_id: str, body: Any) -> webob.R
     """Nova's migrate (admins; a host from 2.56): `schedule.py migrate`'s cold move, to the
     host named or where the scheduler puts it. Ours does not wait for a confirm: the
     server is ACTIVE (or SHUTOFF) on the destination once moved, as Nova's is when its
-    resize_confirm_window confirms a migration at once (README)."""
+    resize_confirm_window confirms a migration at once (docs/reference/compute-api.md)."""
     validation.body(schema.migrate_schema(req.version), body)
     asked = body["migrate"] if isinstance(body["migrate"], dict) else {}
     server = checks.server_for(api, req, server_id, policy.MIGRATE_SERVER % "migrate")

@@ -1,7 +1,7 @@
 """GET /servers/{id}/diagnostics (admins; Nova's server-diagnostics controller).
 
 The guest's figures as its host last published them with its console (at ACTIVE, then
-while the console is followed: README "The compute API"), in Nova's 2.48 shape; uptime
+while the console is followed: docs/reference/compute-api.md), in Nova's 2.48 shape; uptime
 counted from the instance's launch as Nova counts it. Before 2.48 Nova's answer is the
 driver's own flat dictionary: ours names the same figures (`cpu0_time`, `memory`,
 `disk0_read`...). A server that does not run is 409, as Nova's; one whose host has

@@ -5,7 +5,7 @@ Limits: `api.quotas` for every project (as an admin changed them for all:
 (`/quotas/<project_id>`, os-quota-sets). We keep them in etcd rather than in Keystone's
 unified limits: `openstack quota set` then works as it does against Nova's database
 driver (unified limits make Nova's os-quota-sets read-only), and the API needs no
-Keystone admin rights of its own. See README "The compute API: quotas".
+Keystone admin rights of its own. See docs/reference/compute-api.md, "Quotas".
 
 Usage is counted as Nova counts it from Placement (`GET /usages?project_id=`, consumers of
 type INSTANCE): instances are the consumers, cores their VCPU, ram their MEMORY_MB.

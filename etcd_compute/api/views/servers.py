@@ -26,7 +26,7 @@ Our states map to Nova's vm_state, task_state and power_state, and those to Nova
     ERROR                    error / -                       ERROR (with its fault)
 
 An admin's os-resetState (the view's `reset`) shows its vm_state (active or error, no
-task_state) until the instance moves on (README "The compute API").
+task_state) until the instance moves on (docs/reference/compute-api.md).
 
 An action asked through the API that its host has not taken up yet (the view's `task`)
 shows as Nova's task_state at once: powering-off, powering-on, rebooting[_hard],

@@ -512,7 +512,7 @@ def test_a_suspended_server_is_deleted_and_its_hard_reboot_is_refused(harness: H
     harness.action(uuid, {"suspend": None})
     harness.host_does(uuid)
     # Nova's check lets a hard reboot through (its driver boots the guest afresh); our
-    # host allows only resume from SUSPENDED, and says so (README, "The compute API").
+    # host allows only resume from SUSPENDED, and says so (docs/reference/compute-api.md).
     before = harness.store.revision
     answer = harness.action(uuid, {"reboot": {"type": "HARD"}})
     assert answer.status_int == 409
