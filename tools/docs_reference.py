@@ -164,7 +164,9 @@ def _keys(node: dict[str, Any], base: str, defaults: Any, path: list[str],
     node, base = branch
     lookup = lookup if lookup is not None else [[part] for part in path]
     children = [(name, child, [name]) for name, child in node.get("properties", {}).items()]
-    children += [(f"<{_pattern_name(pattern)}>", child, _pattern_name(pattern).split("|"))
+    # `<VCPU,MEMORY_MB>`: a `|` would end the table's cell, escaped or not.
+    children += [("<" + _pattern_name(pattern).replace("|", ",") + ">", child,
+                  _pattern_name(pattern).split("|"))
                  for pattern, child in node.get("patternProperties", {}).items()]
     for shown, child, names in children:
         child_path = [*path, shown]
