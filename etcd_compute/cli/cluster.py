@@ -5,8 +5,8 @@
     cluster.py pki issue placement NAME --ip IP ...      Placement's certificate
     cluster.py pki issue operator NAME                   an operator's (CN = etcd user)
     cluster.py pki issue-libvirt HOST --ip IP [--dir D]  a hypervisor's libvirtd: server
-                                                         and client, libvirt's and qemu's
-                                                         layouts (README, "Moving guests")
+                                                         and client, libvirt's and qemu's layouts
+                                                         (docs/how-to/operators/certificates.md)
     cluster.py pki list                                  what was issued, and until when
     cluster.py etcd setup [--operator NAME ...]          root, the operator role, auth on
     cluster.py host add NAME [--uuid UUID]               a compute host: certificate
