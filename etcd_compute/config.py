@@ -146,11 +146,11 @@ COMPUTE_DEFAULTS: dict[str, Any] = {
             # The guest filter drops a guest's connections to the metadata server past
             # this many; mdserver.conf's connections_per_guest must be the same.
             "metadata_connections_per_guest": 8,
-            # Moving guests between hosts (README, "Moving guests"): libvirtd listens with
-            # TLS on `address` for its peers (null: this host neither sends nor takes
-            # guests), with the certificates `cluster.py pki issue-libvirt` wrote to
-            # pki_dir. A live migration may pause the guest for max_downtime_ms at the
-            # switch; one not complete after completion_seconds_per_gib per GiB to copy
+            # Moving guests between hosts (docs/how-to/operators/moving-guests.md):
+            # libvirtd listens with TLS on `address` for its peers (null: this host neither
+            # sends nor takes guests), with the certificates `cluster.py pki issue-libvirt`
+            # wrote to pki_dir. A live migration may pause the guest for max_downtime_ms at
+            # the switch; one not complete after completion_seconds_per_gib per GiB to copy
             # (at least completion_min_seconds) is paused to finish, or cancelled
             # (on_timeout: pause | abort); at twice that it is cancelled. Its streams may
             # take bandwidth_mib_per_second (0: no limit).
@@ -264,10 +264,10 @@ SCHEDULE_DEFAULTS: dict[str, Any] = {
         # instances. The host itself powers its guests off before its lease can expire
         # (compute.fence_margin_seconds); this is extra margin on top.
         "host_failure_grace_seconds": 10,
-        # Before recovering a dead host's instances, fence it (README, "When a host dies"):
-        # through its libvirtd over TLS, with the controller's libvirt client certificates
-        # in libvirt_pki_dir (`cluster.py pki issue-libvirt NAME --client-only`; null:
-        # not this way), or else with a fence agent's command line (an argv list; {host},
+        # Fence a dead host before recovering its instances (docs/how-to/operators/
+        # host-failure.md): through its libvirtd over TLS, with the controller's libvirt
+        # client certificates in libvirt_pki_dir (`cluster.py pki issue-libvirt NAME
+        # --client-only`; null: not this way), or else with a fence agent's argv ({host},
         # {name}, {address} replaced; exit 0 means the host is off). A host fenced is
         # recovered at once; one not fenced after TTL + grace, as without fencing.
         "fencing": {

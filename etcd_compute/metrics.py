@@ -3,7 +3,7 @@
 Low in the layers (the store and the Placement client count their errors
 here) and free of prometheus_client until a daemon serves metrics: the
 command-line programs never import it. The daemons' own metrics are in
-`compute/metrics.py` and `controller/metrics.py`; README "Metrics" lists them.
+`compute/metrics.py` and `controller/metrics.py`; docs/reference/metrics.md lists them.
 
 The listen address is the operator's decision and is off by default
 (`compute.metrics_listen`, `scheduler.metrics_listen`: null). It must be an IP

@@ -7,7 +7,7 @@
     cluster.py pki issue-libvirt HOST --ip IP [--dir D]  a hypervisor's libvirtd: server
                                                          and client, libvirt's and qemu's
                                                          layouts (docs/how-to/operators/
-                                                         moving-guests.md)
+                                                         certificates.md)
     cluster.py pki list                                  what was issued, and until when
     cluster.py etcd setup [--operator NAME ...]          root, the operator role, auth on
     cluster.py host add NAME [--uuid UUID]               a compute host: certificate

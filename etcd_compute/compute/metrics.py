@@ -1,4 +1,4 @@
-"""The compute daemon's Prometheus metrics (README "Metrics" lists them).
+"""The compute daemon's Prometheus metrics (docs/reference/metrics.md lists them).
 
 Kept out of the daemon's own modules: `service.py`, `machine.py` and
 `heartbeat.py` call the hooks below, one line each, and `start` (from

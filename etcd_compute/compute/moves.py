@@ -1,4 +1,4 @@
-"""An instance moving between hosts, on either end (README, "Moving guests").
+"""An instance moving between hosts, on either end (docs/explanation/moves.md).
 
 In the daemon's main loop, like the rest of `machine.py`; each step is a transaction of
 `instances/migrations.py`, each driver call a job in the worker pool:

@@ -1,4 +1,4 @@
-"""Fencing a dead host before its instances are recovered elsewhere (README, "When a host dies").
+"""Fencing a dead host before recovering its instances (docs/explanation/host-failure.md).
 
     fencing = Fencing(settings["fencing"])
     fencing.begin(host, name, address, uuids)   # when its heartbeat is gone

@@ -1,4 +1,4 @@
-"""The controller's Prometheus metrics (`schedule.py serve`; README "Metrics" lists them).
+"""The controller's Prometheus metrics (`schedule.py serve`; docs/reference/metrics.md lists them).
 
 `serve.py`, `decisions.py` and `queue_service.py` call the hooks below, one line each;
 `start` (from `ControllerService.run`) serves them when `scheduler.metrics_listen`

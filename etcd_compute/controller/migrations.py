@@ -1,4 +1,4 @@
-"""The controller's part in a move between hosts (README, "Moving guests").
+"""The controller's part in a move between hosts (docs/explanation/moves.md).
 
 A host may write only its own keys, so the controller carries a move between its two
 ends, with the operator's rights, from `/migrations/<uuid>` and both ends' records and

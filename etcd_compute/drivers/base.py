@@ -113,7 +113,7 @@ class Driver(abc.ABC):
         """The guest's network interface filtered for `groups` (its definition and, if it
         runs, the running guest at once); nothing to do for a guest without a network."""
 
-    # -- moving a guest to another host (README, "Moving guests"): BuildError on failure
+    # -- moving a guest to another host (docs/explanation/moves.md): BuildError on failure
 
     def prepare_incoming(self, spec: dict[str, Any]) -> dict[str, Any]:
         """Make room here for the guest of `spec` coming from another host; what its

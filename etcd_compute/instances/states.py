@@ -55,7 +55,7 @@ RESIZING = "RESIZING"
 # what one action at a time, a host's death mid-action and our own power changes rely on
 # then holds for it unchanged.
 SNAPSHOTTING = "SNAPSHOTTING"
-# Moving to another host (README, "Moving guests"): on the source, the move running; the
+# Moving to another host (docs/explanation/moves.md): on the source, the move running; the
 # guest gone there (the controller hands the instance over). On the destination, the
 # record the instance arrives in (made ready, then ACTIVE or SHUTOFF at the hand-over).
 MIGRATING = "MIGRATING"

@@ -1,4 +1,4 @@
-"""The operator's moves: an instance to another host, live or cold (README, "Moving guests").
+"""The operator's moves: an instance to another host, live or cold (docs/explanation/moves.md).
 
     schedule.py migrate UUID [--live] [--host HOST] [--wait]
     schedule.py migrate-abort UUID

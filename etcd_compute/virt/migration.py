@@ -15,7 +15,7 @@ the destination has made an empty overlay on the same base image (same sha256),
 and only the overlay's data crosses. The read-only config drive is not copied by
 libvirt: the driver sends it first, byte for byte (`remote_files`).
 
-The bound (README, "Moving guests"): auto-converge throttles a guest that dirties
+The bound (docs/explanation/moves.md): auto-converge throttles a guest that dirties
 memory faster than it crosses; the downtime allowed at the switch is
 `max_downtime_ms`; if the job has not completed after `completion_timeout` (a
 floor plus seconds per GiB of memory and disk to copy), the guest is paused so

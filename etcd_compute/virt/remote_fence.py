@@ -4,7 +4,7 @@ confirmed gone, before those instances start anywhere else.
     python -m etcd_compute.virt.remote_fence --address ADDR --pki-dir DIR --name HOST UUID...
 
 A compute daemon killed on a machine that keeps running leaves its guests running
-(README, "When a host dies"); its libvirtd still answers, over TLS with the
+(docs/explanation/host-failure.md); its libvirtd still answers, over TLS with the
 cluster's libvirt certificates. This is the child process the controller runs for
 it, as a fence agent (`controller/fencing.py`, the one way to run it: killed with
 its process group at the timeout, since a libvirtd behind a pulled cable leaves a

@@ -5,7 +5,7 @@ Zones talk to each other through plain Python calls: the scheduler here holds
 client credentials for each child and runs a `Scheduler` (this zone's
 scheduler settings) against the child's own etcd and Placement; a child's
 children are read from the child's etcd, and so on down. No daemon sits
-between zones (README "Zones" says why). A zone that cannot be reached (its
+between zones (docs/explanation/zones.md says why). A zone that cannot be reached (its
 etcd or Placement down, its credentials refused or unusable, a loop back to
 a zone above it) is skipped with the reason, never waited on beyond its own
 timeouts.

@@ -2,9 +2,10 @@
 
 A 3-member cluster, a controller (`schedule.py serve`, the scheduler service) and
 three hosts: one with the default heartbeat (TTL 10 s, margin 3 s), one with the
-README's shorter one (TTL 6 s, margin 1 s), one with the test clusters' (6 s,
-0.5 s). Clients run `schedule.py QUERY` all along. The etcd leader is killed
-(SIGKILL) three times, then two members at once (no quorum), then they come back.
+shorter one of docs/how-to/operators/host-failure.md (TTL 6 s, margin 1 s), one with
+the test clusters' (6 s, 0.5 s). Clients run `schedule.py QUERY` all along. The etcd
+leader is killed (SIGKILL) three times, then two members at once (no quorum), then they
+come back.
 
 - No host fences on a leader kill (counted per kill from the hosts' logs).
 - Every call that exited non-zero left nothing placed: once everything settled,

@@ -107,7 +107,7 @@ def test_a_fence_margin_that_cannot_outlast_an_etcd_election_is_refused(tmp_path
 
 @pytest.mark.parametrize("settings", [
     "",  # the defaults
-    "compute: {heartbeat_ttl: 6, fence_margin_seconds: 1}",  # the README's
+    "compute: {heartbeat_ttl: 6, fence_margin_seconds: 1}",  # the docs' (host-failure)
     "compute: {heartbeat_ttl: 3, fence_margin_seconds: 1}\netcd: {election_seconds: 0}",
 ])
 def test_settings_that_renew_through_an_election_are_accepted(tmp_path, settings):

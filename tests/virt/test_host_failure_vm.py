@@ -5,8 +5,8 @@ Two hypervisor hosts on this machine, each in its network namespace with its own
 NAT network and metadata server, and its compute daemon there reaching etcd and Placement
 through forwarders (tests/virt/hypervisors.py): no fixed name of the machine's, so this
 runs beside the other workers' guests instead of in the serial "guests" group. A
-SIGKILLed daemon cannot fence: libvirt keeps its guest running (README, "When a host
-dies"), so until A's compute returns two copies run; it then destroys its own.
+SIGKILLed daemon cannot fence: libvirt keeps its guest running (docs/explanation/
+host-failure.md), so until A's compute returns two copies run; it then destroys its own.
 """
 
 from __future__ import annotations

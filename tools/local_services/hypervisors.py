@@ -1,5 +1,6 @@
 """Hypervisor hosts on this machine, each with its own libvirtd listening on TLS for its
-peers, as the multi-host guide sets them up (README, "Moving guests").
+peers, as the multi-host guide sets them up (docs/how-to/operators/several-hosts.md,
+step 10).
 
     with Hypervisors.create(["a", "b"], root, image_dirs=[...]) as hosts:
         a, b = hosts["a"], hosts["b"]

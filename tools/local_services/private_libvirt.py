@@ -20,9 +20,10 @@ libvirt checks a cached file against the binaries' and its own ctimes and probes
 when they changed, so a stale file costs only the probe.
 
 With `tls=LibvirtTls(address, pki_dir)` it also listens as a hypervisor host does
-for its peers (README, "Moving guests"): TLS only, on its namespace's address,
-admitting only the cluster's libvirt client certificates (`tls_allowed_dn_list`),
-its server certificate and key from `pki_dir` (written by `Pki.issue_libvirt`);
+for its peers (docs/how-to/operators/several-hosts.md, step 10): TLS only, on its
+namespace's address, admitting only the cluster's libvirt client certificates
+(`tls_allowed_dn_list`), its server certificate and key from `pki_dir` (written by
+`Pki.issue_libvirt`);
 its qemu takes migrations over TLS only (`migrate_tls_force`), verifying the
 peer's certificate, from `pki_dir/qemu`. `tls_uri` is how peers reach it.
 """
