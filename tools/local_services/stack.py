@@ -40,7 +40,7 @@ from etcd_compute.etcd import Store
 from etcd_compute.etcd_auth import ROOT, EtcdAuth
 from etcd_compute.pki import COMPUTE, Pki, compute_name
 from tools.local_services import cloud
-from tools.local_services.etcd import EtcdServer
+from tools.local_services.etcd import MAX_TXN_OPS, EtcdServer
 from tools.local_services.glance import GlanceServer
 from tools.local_services.keystone import KeystoneServer
 from tools.local_services.libvirt import ensure_libvirtd
@@ -165,7 +165,14 @@ class LocalStack:
         authtoken = {**cloud.service_credentials(self._keystone()), "auth_type": "password"}
         if not self.plain:
             authtoken["cafile"] = str(self.pki.ca_cert)
-        return {**self.operator_config(), "api": {"keystone_authtoken": authtoken}}
+        return {**self.operator_config(), "scheduler": self.scheduler_section(),
+                "api": {"keystone_authtoken": authtoken}}
+
+    @staticmethod
+    def scheduler_section() -> dict[str, Any]:
+        """What the local etcd lets one transaction hold (its --max-txn-ops): without it
+        the scheduler assumes etcd's default 128 and caps --count at 42."""
+        return {"etcd_max_txn_ops": MAX_TXN_OPS}
 
     def _up_api(self, api_port: int, say: Say) -> None:
         """`schedule.py api` on `api_port`, in the catalog as `compute`; the usual flavors."""
@@ -279,7 +286,8 @@ class LocalStack:
     def write_schedule_config(self, say: Say) -> Path:
         """run/schedule.yaml: the operator's."""
         schedule = self.run_dir / "schedule.yaml"
-        schedule.write_text(yaml.safe_dump(self.operator_config()))
+        schedule.write_text(yaml.safe_dump({**self.operator_config(),
+                                            "scheduler": self.scheduler_section()}))
         schedule.chmod(0o600)  # the operator's credentials, the service password
         say(f"configs: {schedule} (operator)")
         return schedule
