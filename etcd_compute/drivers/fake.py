@@ -4,8 +4,9 @@ It keeps the contract of a real driver (idempotent, keyed by uuid, survives
 daemon restarts because its state is on disk) so the daemon's exactly-once
 logic is tested for real. `builds.log` gets a line for every build *attempt*
 ("start") and its outcome ("built", or "exists" when the instance was there
-already), with the worker's parent (the daemon's forkserver: one per daemon
-run) and the time: how tests prove that no instance was built twice, nor
+already: a halted guest is then started unless the spec asks it stopped, as a
+libvirt domain is), with the worker's parent (the daemon's forkserver: one per
+daemon run) and the time: how tests prove that no instance was built twice, nor
 asked for again once done. `guests.log` gets a line whenever a guest starts
 or stops running ("run", "halt"), with its host and the time: how tests prove
 that no instance ever runs on two hosts at once. One FakeDriver serves any
@@ -225,8 +226,7 @@ class FakeDriver(FakeMoves, Driver):
         path = self._path(uuid)
         self._log(uuid, "start")
         if path.exists():
-            self._log(uuid, "exists")
-            return json.loads(path.read_text())["result"]
+            return self._built_already(spec)
         if self.fail_builds:
             raise BuildError("fake hypervisor is broken (driver.fake.fail_builds)")
         image = spec.get("image", {}).get("url", "")
@@ -258,12 +258,20 @@ class FakeDriver(FakeMoves, Driver):
         try:
             os.link(staging, path)
         except FileExistsError:
-            self._log(uuid, "exists")
-            return json.loads(path.read_text())["result"]
+            return self._built_already(spec)
         finally:
             staging.unlink()
         self._log(uuid, "built")
         return result
+
+    def _built_already(self, spec: dict[str, Any]) -> dict[str, Any]:
+        """A build run again (a restart, a fence cut it after the guest was made): started if
+        it is halted and not asked stopped, as the libvirt driver starts a defined domain."""
+        uuid = spec["uuid"]
+        self._log(uuid, "exists")
+        if not spec.get("stopped"):
+            self._set_running(uuid, True)
+        return json.loads(self._path(uuid).read_text())["result"]
 
     def destroy(self, uuid: str) -> None:
         self._set_running(uuid, False)
