@@ -140,6 +140,28 @@ def test_other_events_under_the_prefix_change_nothing(tmp_path, monkeypatch):
     assert daemon.placement.consumers == claims
 
 
+def test_a_spec_without_allocations_is_judged_and_the_next_reconcile_meets_it_too(daemon):
+    """The schema leaves `allocations` optional: the capacity account read it before the spec
+    was judged (KeyError: neither refused nor built) and every start's reconcile died on it."""
+    unclaimed, claimed = make_spec(daemon.rp), make_spec(daemon.rp)
+    daemon.placement.claim(claimed["uuid"], claimed["allocations"], "p", "u")
+    for spec in (unclaimed, claimed):
+        del spec["allocations"]
+        daemon.store.put(messages.INSTANCE_SPEC, daemon.keys.spec(daemon.rp, spec["uuid"]),
+                         spec)
+        entry = daemon.store.get(daemon.keys.spec(daemon.rp, spec["uuid"]))
+        daemon.service.on_watch_event(put_event(entry.key, entry.value, entry.mod_revision))
+    daemon.settle()
+    refused = records.read_record(daemon.store, daemon.rp, unclaimed["uuid"]).record
+    assert refused["state"] == states.ERROR
+    assert refused["error"] == "refused: Placement holds no claim for this instance"
+    assert daemon.state(claimed["uuid"]) == states.ACTIVE  # its claim holds: built
+    daemon.service.reconcile()  # as the next start does
+    daemon.settle()
+    # The refused one's spec is gone; the built one holds what its claim was judged on.
+    assert daemon.service.capacity.held == {daemon.rp: {claimed["uuid"]: claimed["resources"]}}
+
+
 def test_an_event_that_met_an_unreachable_service_is_tried_again_a_second_later(daemon):
     def unreachable(*_args: Any) -> None:
         raise PlacementUnavailable("Placement at http://p is unreachable")
