@@ -6,8 +6,9 @@ Placement's work for a request; Placement's claim still decides (a 409 sends it 
 the next host). So the account need not be exact, only close and soon current:
 
 - inventory and traits: what `registration.py` set in Placement;
-- used: the claims of the instances whose specs this host holds (what each spec's
-  `allocations` puts on this provider), from the watch and every reconcile;
+- used: the claims of the instances whose specs this host holds (each spec's
+  `resources`, what the claim check judges here alone), from the watch and every
+  reconcile;
 - as_of: the etcd revision up to which the host had seen its specs (a scheduler
   adds its own claims written after it: `hostview.OwnClaims`).
 
@@ -30,10 +31,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from etcd_compute import messages
 from etcd_compute.errors import InvalidMessage
 from etcd_compute.etcd import KeyValueStore, Range, Txn
 from etcd_compute.hosts import decode_stats, stats_put
+from etcd_compute.instances import records
 
 LOG = logging.getLogger("etcd_compute.compute")
 
@@ -65,7 +66,7 @@ class CapacityAccount:
         held = self.held.get(rp)
         if held is None:
             return
-        resources = _resources_here(rp, raw) if raw is not None else None
+        resources = _resources_here(rp, uuid, raw) if raw is not None else None
         if resources is None:
             changed = held.pop(uuid, None) is not None
         else:
@@ -79,7 +80,7 @@ class CapacityAccount:
         """Every spec of ours as a reconcile read them ({rp: {uuid: raw}}) at `revision`."""
         for rp in self.hosts:
             self.held[rp] = {uuid: resources for uuid, raw in specs.get(rp, {}).items()
-                             if (resources := _resources_here(rp, raw)) is not None}
+                             if (resources := _resources_here(rp, uuid, raw)) is not None}
         self.seen(revision)
         self.mark(*self.hosts)
 
@@ -167,11 +168,12 @@ class CapacityAccount:
                     else (None, 0)
 
 
-def _resources_here(rp: str, raw: bytes) -> dict[str, int] | None:
-    """What a spec claims on `rp`, or None for a spec we cannot read (it holds nothing: the
-    host rejects it and frees its claim)."""
+def _resources_here(rp: str, uuid: str, raw: bytes) -> dict[str, int] | None:
+    """What a spec claims on `rp`: its resources, what the claim check judges on its host
+    before a guest is defined (not `allocations`, which a spec need not carry); None for a
+    spec the host refuses (unreadable, or not for its key): it holds nothing, its claim is
+    freed."""
     try:
-        spec = messages.decode(messages.INSTANCE_SPEC, raw)
+        return dict(records.spec_at(rp, uuid, raw)["resources"])
     except InvalidMessage:
         return None
-    return dict(spec["allocations"].get(rp, {}).get("resources", {}))

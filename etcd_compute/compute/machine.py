@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from etcd_compute import claims, messages
+from etcd_compute import claims
 from etcd_compute.compute import checks, worker
 from etcd_compute.compute import metrics as compute_metrics
 from etcd_compute.compute.actions import LifecycleActions
@@ -120,12 +120,7 @@ class InstanceMachine:
         if self.gate.closed:
             return  # fenced: the reconcile after the fence lifts acts on it
         try:
-            spec = messages.decode(messages.INSTANCE_SPEC, raw)
-            if spec["uuid"] != uuid or spec["host"] != rp_uuid:
-                raise InvalidMessage(
-                    f"instance_spec: uuid/host {spec['uuid']}/{spec['host']} do not match "
-                    f"key {rp_uuid}/{uuid}"
-                )
+            spec = records.spec_at(rp_uuid, uuid, raw)
         except InvalidMessage as exc:
             self.reject(rp_uuid, uuid, spec_revision, str(exc))
             return

@@ -15,6 +15,11 @@ other threads only put events on `self.events`:
 What an event does to an instance is `machine.py`'s business; the heartbeat
 lease is `heartbeat.py`'s; Placement registration is `registration.py`'s.
 
+The start: registration in Placement first (unreachable then, `run` ends: exit 3);
+every step after it (`start_steps`: pool, heartbeat, reconcile, watch...) is an event
+of the main loop, so an etcd or Placement outage during the start is waited out as
+one while running is, the step tried again each second.
+
 Exactly once: a build starts only through a transaction that moves the
 instance record to BUILDING at the revision we read, and drivers are
 idempotent per instance uuid, so re-delivered events and restarts never
@@ -76,6 +81,8 @@ class ComputeService:
         self.placement = PlacementClient(config["placement"])
         self.events: queue.Queue[Event] = queue.Queue()
         self.stopping = threading.Event()
+        # Why a step of the start failed, other than an outage (`run` raises it).
+        self._start_failure: Exception | None = None
         # Next revision the watch must deliver (before it runs; then the watch's own).
         self._next_revision = 0
         self.watch: PrefixWatch | None = None
@@ -126,20 +133,47 @@ class ComputeService:
             signal.signal(signal.SIGTERM, self._on_signal)
             signal.signal(signal.SIGINT, self._on_signal)
         compute_metrics.start(self.config, self.machine.jobs, self._metrics_refresher)
+        # The first contact with Placement and etcd: unreachable here, the error leaves
+        # `run` (exit 3, one line), so a wrong endpoint or certificate shows at once.
         self.registration.register()
-        self.publish_libvirt_address()
-        self.heartbeat.start()
-        self.ensure_mdserver()
-        self.pool.start()
-        self.reconcile()
-        self.start_threads()
-        self.power.start(load_power_watch(self.config), self.post)
+        # From here on the start is events of the main loop, so an outage met by any step
+        # is waited out where the running daemon waits out its own (`dispatch`).
+        self.post(self.start, (0,))
+        self.main_loop()
+        self.shutdown()
+        if self._start_failure is not None:
+            raise self._start_failure
+        return 0
+
+    def start_steps(self) -> list[Callable[[], Any]]:
+        """The start after registration, in order. The pool first: a fence (the heartbeat's)
+        stops it, and only the fence's lift may start it again."""
+        return [self.pool.start, self.publish_libvirt_address, self.heartbeat.start,
+                self.ensure_mdserver, self.reconcile, self.start_threads,
+                lambda: self.power.start(load_power_watch(self.config), self.post),
+                self._ready]
+
+    def start(self, step: int) -> None:
+        """Step `step` of the start, then the next one queued. etcd or Placement unreachable
+        raises out to `dispatch`, which runs this same step again a second later; any other
+        failure stops the daemon, and `run` raises it once shut down."""
+        steps = self.start_steps()
+        try:
+            steps[step]()
+        except ServiceUnavailable:
+            raise
+        except Exception as exc:  # noqa: BLE001 (raised again by `run`, after the shutdown)
+            LOG.error("start failed: %s: %s", exc.__class__.__name__, exc)
+            self._start_failure = exc
+            self.stop()
+            return
+        if step + 1 < len(steps):
+            self.post(self.start, (step + 1,))
+
+    def _ready(self) -> None:
         LOG.info("compute ready: %d host(s), driver %s, watching %s from revision %d",
                  len(self.hosts), self.config["driver"]["name"], self.watch_prefix,
                  self.next_revision)
-        self.main_loop()
-        self.shutdown()
-        return 0
 
     def _metrics_refresher(self) -> compute_metrics.Refresher:
         """What keeps the instance counts and capacity metrics (when they are served)."""

@@ -1,18 +1,18 @@
 """A driver without VMs: each instance is a small JSON file.
 
-It keeps the contract of a real driver (idempotent, keyed by uuid, survives
-daemon restarts because its state is on disk) so the daemon's exactly-once
-logic is tested for real. `builds.log` gets a line for every build *attempt*
-("start") and its outcome ("built", or "exists" when the instance was there
-already), with the worker's parent (the daemon's forkserver: one per daemon
-run) and the time: how tests prove that no instance was built twice, nor
-asked for again once done. `guests.log` gets a line whenever a guest starts
-or stops running ("run", "halt"), with its host and the time: how tests prove
-that no instance ever runs on two hosts at once. One FakeDriver serves any
-number of simulated hosts (`ecompute --fake-hosts N`). Stop, start, reboot,
-rebuild and resize change the file (running, resources, image) and log the
-guest's halts and runs; `driver.fake.action_seconds` makes them take time and
-`driver.fake.fail_actions` makes them fail, leaving the instance as it was.
+It keeps the contract of a real driver (idempotent, keyed by uuid, survives daemon
+restarts because its state is on disk) so the daemon's exactly-once logic is tested
+for real. `builds.log` gets a line for every build *attempt* ("start") and its
+outcome ("built", or "exists" when the instance was there already: then started if
+halted, unless asked stopped), with the worker's parent (the daemon's forkserver:
+one per daemon run) and the time: how tests prove that no instance was built twice,
+nor asked for again once done. `guests.log` gets a line whenever a guest starts or
+stops running ("run", "halt"), with its host and the time: how tests prove that no
+instance ever runs on two hosts at once. One FakeDriver serves any number of
+simulated hosts (`ecompute --fake-hosts N`). Stop, start, reboot, rebuild and resize
+change the file (running, resources, image) and log the guest's halts and runs;
+`driver.fake.action_seconds` makes them take time and `driver.fake.fail_actions`
+makes them fail, leaving the instance as it was.
 
 A guest moves to another fake host's state directory on this machine (the
 "target" of `prepare_incoming` names it): live, its file moves there and its
@@ -56,7 +56,6 @@ class FakeMoves:
     _path: Callable[[str], Path]
     _load: Callable[[str], dict[str, Any] | None]
     _set_running: Callable[[str, bool], bool]
-    _guest_event: Callable[[str, str, str], None]
 
     def _address(self, uuid: str) -> str | None:
         """The guest's address: none for a guest built without a network interface."""
@@ -113,7 +112,7 @@ class FakeMoves:
                                  "made no room; the guest runs on here")
             host = json.loads(incoming.read_text())["host"]
             # The switch: halted here, then running there.
-            self._guest_event(uuid, instance["host"], "halt")
+            _log_guest(self.root, uuid, instance["host"], "halt")
             _write_instance(there, uuid, {**instance, "host": host, "moved_at": time.time()})
             _log_guest(there, uuid, host, "run")
             incoming.unlink(missing_ok=True)
@@ -195,10 +194,6 @@ class FakeDriver(FakeMoves, Driver):
         with open(self.root / "builds.log", "a") as log:
             log.write(f"{uuid} {event} {os.getppid()} {time.time():.6f}\n")
 
-    def _guest_event(self, uuid: str, host: str, event: str) -> None:
-        with open(self.root / "guests.log", "a") as log:
-            log.write(f"{uuid} {event} {host} {time.time():.6f}\n")
-
     def _load(self, uuid: str) -> dict[str, Any] | None:
         try:
             return json.loads(self._path(uuid).read_text())
@@ -206,10 +201,7 @@ class FakeDriver(FakeMoves, Driver):
             return None
 
     def _save(self, uuid: str, instance: dict[str, Any]) -> None:
-        """Write the instance file (atomically: a killed job leaves the old one whole)."""
-        staging = self.root / f".{uuid}.{os.getpid()}.state"
-        staging.write_text(json.dumps(instance))
-        staging.replace(self._path(uuid))
+        _write_instance(self.root, uuid, instance)
 
     def _set_running(self, uuid: str, running: bool) -> bool:
         """Flip the guest's running flag (atomically); False if it was so already."""
@@ -217,7 +209,7 @@ class FakeDriver(FakeMoves, Driver):
         if instance is None or instance.get("running", True) == running:
             return False
         self._save(uuid, {**instance, "running": running})
-        self._guest_event(uuid, instance.get("host", "-"), "run" if running else "halt")
+        _log_guest(self.root, uuid, instance.get("host", "-"), "run" if running else "halt")
         return True
 
     def build(self, spec: dict[str, Any]) -> dict[str, Any]:
@@ -225,8 +217,7 @@ class FakeDriver(FakeMoves, Driver):
         path = self._path(uuid)
         self._log(uuid, "start")
         if path.exists():
-            self._log(uuid, "exists")
-            return json.loads(path.read_text())["result"]
+            return self._built_already(spec)
         if self.fail_builds:
             raise BuildError("fake hypervisor is broken (driver.fake.fail_builds)")
         image = spec.get("image", {}).get("url", "")
@@ -254,16 +245,23 @@ class FakeDriver(FakeMoves, Driver):
         # Logged before the guest exists: a kill in between leaves a "run" too many (a
         # test may see a guest run longer than it did), never one too few.
         if running:
-            self._guest_event(uuid, spec["host"], "run")
+            _log_guest(self.root, uuid, spec["host"], "run")
         try:
             os.link(staging, path)
         except FileExistsError:
-            self._log(uuid, "exists")
-            return json.loads(path.read_text())["result"]
+            return self._built_already(spec)
         finally:
             staging.unlink()
         self._log(uuid, "built")
         return result
+
+    def _built_already(self, spec: dict[str, Any]) -> dict[str, Any]:
+        """A build run again (a restart; a fence cut it once the guest was made): a halted
+        guest is started unless asked stopped, as the libvirt driver starts its domain."""
+        self._log(spec["uuid"], "exists")
+        if not spec.get("stopped"):
+            self._set_running(spec["uuid"], True)
+        return json.loads(self._path(spec["uuid"]).read_text())["result"]
 
     def destroy(self, uuid: str) -> None:
         self._set_running(uuid, False)
@@ -432,6 +430,7 @@ def boot_log(uuid: str) -> str:
 
 
 def _write_instance(root: Path, uuid: str, instance: dict[str, Any]) -> None:
+    """Write the instance file (atomically: a killed job leaves the old one whole)."""
     staging = root / f".{uuid}.{os.getpid()}.state"
     staging.write_text(json.dumps(instance))
     staging.replace(root / f"{uuid}.json")

@@ -107,6 +107,17 @@ def read_spec(store: KeyValueStore, host: str,
         return entry, None
 
 
+def spec_at(host: str, uuid: str, raw: bytes) -> dict[str, Any]:
+    """The spec written at /hosts/<host>/specs/<uuid>, decoded: InvalidMessage if it does not
+    match its schema or names another instance or host than its key (a host acts on such a
+    spec by refusing it, and counts nothing for it)."""
+    spec = messages.decode(messages.INSTANCE_SPEC, raw)
+    if spec["uuid"] != uuid or spec["host"] != host:
+        raise InvalidMessage(f"instance_spec: uuid/host {spec['uuid']}/{spec['host']} do not "
+                             f"match key {host}/{uuid}")
+    return spec
+
+
 def locate(store: KeyValueStore, uuid: str) -> dict[str, Any] | None:
     """Where `uuid` is ({"host": rp, "group": ...}), or None if it is known nowhere."""
     try:

@@ -28,7 +28,8 @@ from waitress.channel import HTTPChannel
 
 log = logging.getLogger("etcd_compute.mdserver")
 
-# A source that keeps knocking at its cap is logged once, then at most this often.
+# A source that keeps knocking at its cap is logged once, then at most this often, and what
+# was not logged yet when it holds no connection any more.
 REFUSAL_LOG_SECONDS = 10.0
 
 
@@ -42,8 +43,8 @@ class SourceCounts:
         self._clock = clock
         self._lock = threading.Lock()
         self._open: dict[str, int] = {}
-        # source -> (when its refusals were last logged, refusals since)
-        self._refusals: dict[str, tuple[float, int]] = {}
+        # source -> (when its refusals were last logged, refusals since, refusals in all)
+        self._refusals: dict[str, tuple[float, int, int]] = {}
 
     def held(self, source: str) -> int:
         with self._lock:
@@ -70,7 +71,7 @@ class SourceCounts:
                 self._open[source] = held
             else:  # only sources holding connections are remembered
                 self._open.pop(source, None)
-                self._refusals.pop(source, None)
+                self._last_refusals(source)
 
     def sources(self) -> dict[str, int]:
         with self._lock:
@@ -78,14 +79,23 @@ class SourceCounts:
 
     def _note_refusal(self, source: str) -> None:
         now = self._clock()
-        logged, since = self._refusals.get(source, (None, 0))
-        since += 1
+        logged, since, total = self._refusals.get(source, (None, 0, 0))
+        since, total = since + 1, total + 1
         if logged is None or now - logged >= REFUSAL_LOG_SECONDS:
             log.warning("%s holds %d connections, its cap (connections_per_guest): "
                         "closed %d more at once", source, self.per_source, since)
-            self._refusals[source] = (now, 0)
+            self._refusals[source] = (now, 0, total)
         else:
-            self._refusals[source] = (logged, since)
+            self._refusals[source] = (logged, since, total)
+
+    def _last_refusals(self, source: str) -> None:
+        """The source let go of its last connection: its refusals not logged yet are, before
+        it is forgotten (every refusal is counted in exactly one warning)."""
+        _logged, since, total = self._refusals.pop(source, (None, 0, 0))
+        if since:
+            log.warning("%s holds no connection now: closed %d more at once since the last "
+                        "warning, %d in all while at its cap (connections_per_guest)",
+                        source, since, total)
 
 
 class _CountedChannel(HTTPChannel):

@@ -14,6 +14,7 @@ import pytest
 
 from etcd_compute import messages
 from etcd_compute.config import deep_merge
+from etcd_compute.etcd import Store
 from tests.compute.helpers import (
     assert_nothing_left,
     build_events,
@@ -146,6 +147,40 @@ def test_hostile_values_at_every_key_the_daemon_reads(start_compute, compute_con
     claim_and_send(store, placement, good)
     wait_state(store, good["uuid"], "ACTIVE")
     assert "Traceback" not in compute.log() and compute.alive()
+
+
+def test_a_spec_without_allocations_is_judged_and_the_host_starts_again_with_one(
+        start_compute, compute_config, store, placement):
+    """The schema leaves `allocations` optional: the host's capacity account read it before
+    the spec was judged (KeyError: neither refused nor built), and the next start died in its
+    reconcile (exit 1): one such key kept the host down. Written with the host's own
+    certificate, as anyone holding it could."""
+    rp = rp_of(compute_config)
+    compute = started(start_compute, store, compute_config)
+
+    def bare_spec(claimed: bool) -> dict[str, Any]:
+        spec = make_spec(rp)
+        if claimed:
+            placement.claim(spec["uuid"], spec["allocations"], "p", "u")
+        del spec["allocations"]
+        with Store(compute_config["etcd"]) as as_host:
+            as_host.put(messages.INSTANCE_SPEC, as_host.keys.spec(rp, spec["uuid"]), spec)
+        return spec
+
+    unclaimed = bare_spec(claimed=False)
+    failed = wait_state(store, unclaimed["uuid"], "ERROR")
+    assert failed["error"] == "refused: Placement holds no claim for this instance"
+    assert compute.terminate() == 0
+    # Written while the host is down: its start's reconcile meets them first.
+    waiting = [bare_spec(claimed=False), bare_spec(claimed=True)]
+    again = started(start_compute, store, compute_config, name="again")
+    assert wait_state(store, waiting[0]["uuid"], "ERROR")["error"] == \
+        "refused: Placement holds no claim for this instance"
+    wait_state(store, waiting[1]["uuid"], "ACTIVE")  # its claim holds: built
+    # The account holds what the built one's claim was judged on (the refused are gone).
+    wait_for(lambda: (store.read(messages.HOST_STATS, store.keys.stats(rp))[0] or {}).get(
+        "capacity", {}).get("used") == waiting[1]["resources"], 10, what="the host's account")
+    assert again.alive() and "Traceback" not in again.log() + compute.log()
 
 
 def test_hostile_values_everywhere_the_cli_reads(start_compute, compute_config, store,

@@ -23,7 +23,7 @@ from urllib.parse import parse_qsl
 import grpc
 import pyetcd.events
 
-from etcd_compute.errors import ConflictError, NotFound
+from etcd_compute.errors import ConflictError, EtcdUnavailable, NotFound
 from etcd_compute.etcd import Compare, Delete, Entry, KeyValueStore, Put, Txn
 from etcd_compute.keys import Keys
 
@@ -224,11 +224,38 @@ class WatchedStore(FakeStore):
     def __init__(self, prefix: str = "") -> None:
         super().__init__(prefix)
         self.closed = False
+        # False: etcd is down; every read, write and lease raises what Store's then do.
+        self.reachable = True
         self.scripts: dict[str, queue.Queue[tuple[list[list[Any]], Exception | None]]] = \
             collections.defaultdict(queue.Queue)
         self.watched_from: list[tuple[str, int]] = []
         self._all_cancelled = threading.Event()
         self.client = SimpleNamespace(watch_prefix_response=self._watch)
+
+    def _answers(self) -> None:
+        if not self.reachable:
+            raise EtcdUnavailable("etcd at 127.0.0.1:2379 is unreachable (UNAVAILABLE); check "
+                                  "that etcd runs and etcd.endpoints in the config")
+
+    def get(self, key: str) -> Entry | None:
+        self._answers()
+        return super().get(key)
+
+    def get_prefix(self, prefix: str, keys_only: bool = False) -> tuple[list[Entry], int]:
+        self._answers()
+        return super().get_prefix(prefix, keys_only)
+
+    def commit(self, txn: Txn) -> int | None:
+        self._answers()
+        return super().commit(txn)
+
+    def grant(self, ttl: int) -> int:
+        self._answers()
+        return super().grant(ttl)
+
+    def keep_alive(self, lease_id: int, timeout: float) -> int:
+        self._answers()
+        return super().keep_alive(lease_id, timeout)
 
     def script_watch(self, prefix: str, *responses: list[Any],
                      fault: Exception | None = None) -> None:

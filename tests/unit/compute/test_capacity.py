@@ -44,8 +44,8 @@ class Account:
 
     def spec(self, rp: str, **resources: int) -> tuple[str, bytes]:
         spec = make_spec(rp)
-        if resources:
-            spec["allocations"] = {rp: {"resources": resources}}
+        if resources:  # as the scheduler writes it: its claim, on its host alone
+            spec.update(resources=resources, allocations={rp: {"resources": resources}})
         return spec["uuid"], messages.encode(messages.INSTANCE_SPEC, spec).encode()
 
     def published(self, rp: str) -> dict[str, Any]:
@@ -97,6 +97,25 @@ def test_an_unreadable_spec_holds_nothing_and_another_hosts_spec_is_not_ours():
     a.run_posted()
     assert a.published(rp)["capacity"]["used"] == {}
     assert a.published(rp)["capacity"]["instances"] == 0
+
+
+def test_a_spec_holds_what_its_claim_is_judged_on_whatever_else_it_carries():
+    """Its resources, on the host it names (what the claim check judges before a guest is
+    defined): `allocations` is optional, and reading it once raised KeyError out of the
+    watch event (the spec neither refused nor built) and out of every reconcile after."""
+    a = Account()
+    rp = a.hosts[0]
+    bare = make_spec(rp, resources={"VCPU": 2, "MEMORY_MB": 128, "DISK_GB": 3})
+    del bare["allocations"]
+    a.account.spec(rp, bare["uuid"], messages.encode(messages.INSTANCE_SPEC, bare).encode(), 3)
+    elsewhere = make_spec(str(uuidlib.uuid4()))  # under our key, naming another host
+    raw = messages.encode(messages.INSTANCE_SPEC, elsewhere).encode()
+    a.account.spec(rp, elsewhere["uuid"], raw, 4)
+    a.account.reset({rp: {bare["uuid"]: messages.encode(messages.INSTANCE_SPEC, bare).encode(),
+                          elsewhere["uuid"]: raw}}, 5)
+    a.run_posted()
+    assert a.published(rp)["capacity"]["used"] == {"VCPU": 2, "MEMORY_MB": 128, "DISK_GB": 3}
+    assert a.published(rp)["capacity"]["instances"] == 1
 
 
 def test_a_reconcile_replaces_the_whole_account_with_what_it_read():

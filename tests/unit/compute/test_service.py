@@ -140,6 +140,28 @@ def test_other_events_under_the_prefix_change_nothing(tmp_path, monkeypatch):
     assert daemon.placement.consumers == claims
 
 
+def test_a_spec_without_allocations_is_judged_and_the_next_reconcile_meets_it_too(daemon):
+    """The schema leaves `allocations` optional: the capacity account read it before the spec
+    was judged (KeyError: neither refused nor built) and every start's reconcile died on it."""
+    unclaimed, claimed = make_spec(daemon.rp), make_spec(daemon.rp)
+    daemon.placement.claim(claimed["uuid"], claimed["allocations"], "p", "u")
+    for spec in (unclaimed, claimed):
+        del spec["allocations"]
+        daemon.store.put(messages.INSTANCE_SPEC, daemon.keys.spec(daemon.rp, spec["uuid"]),
+                         spec)
+        entry = daemon.store.get(daemon.keys.spec(daemon.rp, spec["uuid"]))
+        daemon.service.on_watch_event(put_event(entry.key, entry.value, entry.mod_revision))
+    daemon.settle()
+    refused = records.read_record(daemon.store, daemon.rp, unclaimed["uuid"]).record
+    assert refused["state"] == states.ERROR
+    assert refused["error"] == "refused: Placement holds no claim for this instance"
+    assert daemon.state(claimed["uuid"]) == states.ACTIVE  # its claim holds: built
+    daemon.service.reconcile()  # as the next start does
+    daemon.settle()
+    # The refused one's spec is gone; the built one holds what its claim was judged on.
+    assert daemon.service.capacity.held == {daemon.rp: {claimed["uuid"]: claimed["resources"]}}
+
+
 def test_an_event_that_met_an_unreachable_service_is_tried_again_a_second_later(daemon):
     def unreachable(*_args: Any) -> None:
         raise PlacementUnavailable("Placement at http://p is unreachable")
@@ -222,6 +244,89 @@ def test_history_etcd_compacted_is_made_up_by_a_reconcile_before_watching_again(
     stop_watch(daemon, thread)
     assert daemon.state(spec["uuid"]) == states.BUILDING
     assert daemon.store.watched_from[1][1] == revision + 1  # after what the reconcile read
+
+
+# -- the start ------------------------------------------------------------------------------
+
+# Each step of the start after registration: (the service's attribute that owns it, its name).
+START_STEPS = {
+    "the worker pool": ("pool", "start"),
+    "the libvirt address": (None, "publish_libvirt_address"),
+    "the heartbeat": ("heartbeat", "start"),
+    "the metadata server": (None, "ensure_mdserver"),
+    "the reconcile": (None, "reconcile"),
+    "the watch and timers": (None, "start_threads"),
+    "the power watch": ("power", "start"),
+}
+
+
+def run_in_thread(daemon: Daemon) -> tuple[threading.Thread, list[int]]:
+    """`run` as compute.py calls it, in a thread; what it returned, once it did."""
+    returned: list[int] = []
+    runner = threading.Thread(target=lambda: returned.append(
+        daemon.service.run(install_signal_handlers=False)), daemon=True)
+    runner.start()
+    return runner, returned
+
+
+@pytest.mark.parametrize("step", START_STEPS)
+def test_etcd_lost_at_any_step_of_the_start_is_waited_out_as_when_running(
+        daemon, monkeypatch, caplog, step):
+    """Registered, the daemon goes on starting even if etcd goes away: the step that needs it
+    is tried again a second later, as any event of the running daemon is. Once the first
+    such error left `run` (compute.py exited 3): without a supervisor the host stayed
+    down."""
+    spec = daemon.schedule()
+    owner_name, name = START_STEPS[step]
+    owner = getattr(daemon.service, owner_name) if owner_name else daemon.service
+    real = getattr(owner, name)
+
+    def etcd_lost_here(*args: Any) -> Any:
+        daemon.store.reachable = False
+        monkeypatch.setattr(owner, name, real)  # once
+        return real(*args)
+
+    monkeypatch.setattr(owner, name, etcd_lost_here)
+    caplog.set_level("INFO", logger="etcd_compute.compute")
+    runner, returned = run_in_thread(daemon)
+    wait_for(lambda: not runner.is_alive() or "retrying in 1 s" in caplog.text
+             or "compute ready" in caplog.text, 10, what=f"etcd lost at {step}")
+    daemon.clock.advance(3.0)  # three tries of the step, each a second after the last
+    assert runner.is_alive(), f"run returned {returned} with etcd lost at {step}"
+    daemon.store.reachable = True
+    daemon.clock.advance(1.0)
+    wait_for(lambda: "compute ready" in caplog.text, 10, what="the start to end")
+
+    def built() -> bool:
+        daemon.pool.run_next()
+        return daemon.state(spec["uuid"]) == states.ACTIVE
+
+    wait_for(built, 10, what="the spec written before the start to be built")
+    daemon.service.stop()
+    runner.join(10)
+    assert returned == [0]
+
+
+def test_etcd_unreachable_at_the_first_contact_ends_the_start(daemon):
+    """Registration is the daemon's first contact with Placement and etcd: unreachable then,
+    `run` ends with the error (compute.py: exit 3, one line), so that a wrong endpoint or
+    certificate shows at once; a supervisor starts it again."""
+    daemon.store.reachable = False
+    with pytest.raises(EtcdUnavailable, match="unreachable"):
+        daemon.service.run(install_signal_handlers=False)
+
+
+def test_a_start_step_that_fails_otherwise_shuts_the_daemon_down_and_says_why(daemon,
+                                                                          monkeypatch):
+    def broken() -> None:
+        raise OSError("no forkserver")
+
+    monkeypatch.setattr(daemon.service.pool, "start", broken)
+    with pytest.raises(OSError, match="no forkserver"):
+        daemon.service.run(install_signal_handlers=False)
+    # Shut down first: the hosts unschedulable, the connection closed.
+    assert "COMPUTE_STATUS_DISABLED" in daemon.placement.get_traits(daemon.rp)
+    assert daemon.store.closed
 
 
 # -- the fence --------------------------------------------------------------------------------

@@ -1,13 +1,21 @@
 """drivers/base.py: the interface every driver keeps, and what it does for all of them: a
-fence powers off every running guest of ours and says which it stopped."""
+fence powers off every running guest of ours and says which it stopped. The contract a job
+run again relies on (every call finishes what a first one cut short began, or finds it done)
+is checked on the fake driver and on the libvirt driver over libvirt's test driver alike."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from etcd_compute.config import COMPUTE_DEFAULTS, deep_merge
 from etcd_compute.drivers.base import Driver
+from etcd_compute.drivers.fake import FakeDriver
+from tests.support import make_spec
+
+RP = "00000000-0000-0000-0000-0000000000aa"
 
 
 class Hypervisor(Driver):
@@ -118,3 +126,79 @@ def test_a_driver_that_cannot_move_guests_says_so_in_one_line():
         with pytest.raises(BuildError, match="^the dict driver cannot move guests$"):
             call()
     assert driver.abort_migration("a") is False and driver.migration_progress("a") is None
+
+
+# -- the contract a resumed job relies on, kept by every driver ----------------------------
+
+# Every driver call a job can make again after a restart, a fence or a lost worker cut the
+# first one short (compute/worker.py: build, destroy, an action, a reconcile's power_on, a
+# move's leave and discard), met with the guest as the first one left it: (how the first left
+# it, the call made again, whether the guest runs after it; None: it is gone).
+NEW_SIZE = {"VCPU": 2, "MEMORY_MB": 128, "DISK_GB": 2}
+RESUMED: dict[str, tuple[str, Any, bool | None]] = {
+    # The build was done in the driver as etcd lost quorum; the fence stopped the guest.
+    "build of a guest defined and stopped": ("stopped", lambda d, s: d.build(s), True),
+    "build of a guest running": ("running", lambda d, s: d.build(s), True),
+    "build asked stopped of a guest defined": (
+        "stopped", lambda d, s: d.build({**s, "stopped": True}), False),
+    "destroy of a guest gone": ("gone", lambda d, s: d.destroy(s["uuid"]), None),
+    "destroy of a stopped guest": ("stopped", lambda d, s: d.destroy(s["uuid"]), None),
+    "stop of a stopped guest": ("stopped", lambda d, s: d.stop(s["uuid"]), False),
+    "start of a running guest": ("running", lambda d, s: d.start(s["uuid"]), True),
+    "suspend of a suspended guest": ("suspended", lambda d, s: d.suspend(s["uuid"]), False),
+    "resume of a guest resumed": ("running", lambda d, s: d.resume(s["uuid"]), True),
+    "soft reboot of a guest it shut down": ("stopped", lambda d, s: d.reboot(s["uuid"], False),
+                                            True),
+    "hard reboot of a guest it powered off": ("stopped", lambda d, s: d.reboot(s["uuid"], True),
+                                              True),
+    "rebuild of a guest it powered off": ("stopped", lambda d, s: d.rebuild(s, True), True),
+    "rebuild of a stopped guest": ("stopped", lambda d, s: d.rebuild(s, False), False),
+    "resize of a guest it powered off": (
+        "stopped", lambda d, s: d.resize({**s, "resources": NEW_SIZE}, True), True),
+    "resize of a stopped guest": (
+        "stopped", lambda d, s: d.resize({**s, "resources": NEW_SIZE}, False), False),
+    "security groups set again": (
+        "running", lambda d, s: d.set_security_groups(s, ["default"]), True),
+    "power on of a running guest": ("running", lambda d, s: d.power_on(s["uuid"]), True),
+    "power off of a stopped guest": ("stopped", lambda d, s: d.power_off(s["uuid"]), False),
+    "a move's discard of nothing made": (
+        "gone", lambda d, s: d.discard_incoming(s["uuid"]), None),
+}
+# What each call answers besides (the same for every driver).
+ANSWERS = {"power on of a running guest": False, "power off of a stopped guest": False}
+
+
+@pytest.fixture(params=["fake", "libvirt"])
+def any_driver(request: pytest.FixtureRequest, tmp_path: Path) -> Driver:
+    """The fake driver (the simulated hosts of the chaos tests and benchmarks) and the
+    libvirt driver on libvirt's test driver: one contract for both."""
+    if request.param == "fake":
+        return FakeDriver(deep_merge(COMPUTE_DEFAULTS, {
+            "compute": {"state_dir": str(tmp_path / "state")}, "driver": {"name": "fake"}}))
+    return request.getfixturevalue("driver")  # conftest.py: test:///default, cleaned up
+
+
+def left(driver: Driver, spec: dict[str, Any], how: str) -> None:
+    """The guest of `spec` as a first job left it."""
+    if how == "gone":
+        return
+    driver.build(spec)
+    if how == "stopped":
+        driver.stop(spec["uuid"])
+    elif how == "suspended":
+        driver.suspend(spec["uuid"])
+
+
+@pytest.mark.parametrize("case", RESUMED)
+def test_a_call_made_again_finishes_what_the_first_began(any_driver: Driver, image: str,
+                                                        case: str) -> None:
+    how, call, runs = RESUMED[case]
+    spec = make_spec(RP, image)
+    left(any_driver, spec, how)
+    answer = call(any_driver, spec)
+    if case in ANSWERS:
+        assert answer is ANSWERS[case]
+    else:  # the guest's address where the call starts it (None: unknown, or no network)
+        assert answer is None or set(answer) == {"ip"}
+    assert (spec["uuid"] in any_driver.list_instances()) is (runs is not None)
+    assert (spec["uuid"] in any_driver.running()) is bool(runs)

@@ -81,6 +81,19 @@ def test_read_spec_absent_valid_and_unreadable():
     assert records.read_spec(store, OTHER, scheduled["uuid"]) == (None, None)
 
 
+def test_a_spec_at_its_key_is_valid_and_names_that_instance_and_host():
+    spec = make_spec(RP)
+    del spec["allocations"]  # optional: a host judges a spec by its resources
+    raw = messages.encode(messages.INSTANCE_SPEC, spec).encode()
+    assert records.spec_at(RP, spec["uuid"], raw) == spec
+    for host, uuid in ((OTHER, spec["uuid"]), (RP, str(uuidlib.uuid4()))):
+        with pytest.raises(InvalidMessage, match="^instance_spec: uuid/host .* do not match "
+                                                 f"key {host}/{uuid}$"):
+            records.spec_at(host, uuid, raw)
+    with pytest.raises(InvalidMessage):
+        records.spec_at(RP, spec["uuid"], b"{broken")
+
+
 def test_locate_and_find():
     store = FakeStore()
     unknown = str(uuidlib.uuid4())

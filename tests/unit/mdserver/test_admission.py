@@ -70,6 +70,28 @@ def test_refusals_are_logged_once_then_at_most_every_interval(caplog):
     ]
 
 
+def test_refusals_not_yet_logged_are_logged_when_the_sources_last_connection_closes(caplog):
+    """92 refused in a burst, then the source let go: once only the first was ever logged,
+    the other 91 forgotten with the source."""
+    now = [100.0]
+    counts = SourceCounts(1, clock=lambda: now[0])
+    counts.opened(A)
+    with caplog.at_level(logging.WARNING, logger="etcd_compute.mdserver"):
+        for _ in range(92):
+            assert not counts.admits(A)
+        now[0] += 1.0  # well within REFUSAL_LOG_SECONDS
+        counts.closed(A)
+        counts.opened(A)  # a new episode starts from nothing
+        counts.closed(A)
+    lines = [record.getMessage() for record in caplog.records]
+    assert lines == [
+        f"{A} holds 1 connections, its cap (connections_per_guest): closed 1 more at once",
+        f"{A} holds no connection now: closed 91 more at once since the last warning, 92 in "
+        "all while at its cap (connections_per_guest)",
+    ]
+    assert counts.sources() == {}
+
+
 # -- a real waitress server keeping to it ---------------------------------------------------
 
 
