@@ -1,5 +1,11 @@
 """Nova's rules and defaults: readers read, members write their project's, admins all;
-keypairs are their user's; a policy file overrides; a bad one is a config error."""
+keypairs are their user's; a policy file overrides; a bad one is a config error.
+
+Rule by rule: every registered rule has its default written here and is tried with each
+kind of caller; every rule is met by a request through the handlers (refused by it when it
+refuses everyone, and by its default to whom it refuses), shapes a view, or is listed as
+asked nowhere with why; another project's member meets Nova's answer for each thing with
+an owner. A rule added without its line here fails."""
 
 from __future__ import annotations
 
