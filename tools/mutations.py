@@ -44,6 +44,9 @@ CLAIMS = "tests/unit/test_claims.py::"
 MIGRATION = "tests/unit/virt/test_migration.py::"
 LIBVIRT_MIGRATION = "tests/unit/drivers/test_libvirt_migration.py::"
 CONTROLLER_MOVES = "tests/unit/controller/test_migrations.py::"
+WSGI = "tests/unit/api/test_wsgi.py::"
+POLICY = "tests/unit/api/test_policy.py::"
+SERVER_GROUPS = "tests/unit/api/handlers/test_server_groups.py::"
 
 MUTATIONS = (
     Mutation("fence only after the lease expired", "etcd_compute/compute/heartbeat.py",
@@ -136,6 +139,39 @@ MUTATIONS = (
              "with Supervisor(watched, limits,", "with Supervisor(domain, limits,",
              (LIBVIRT_MIGRATION + "test_the_move_is_watched_on_the_supervisor_s_connection_"
                                   "and_that_one_closed",)),
+    # The API's request bodies (an earlier test built its body from the constant itself).
+    Mutation("the body limit raised tenfold", "etcd_compute/api/wsgi.py",
+             "MAX_BODY_BYTES = 114688", "MAX_BODY_BYTES = 1146880",
+             (WSGI + "test_a_body_of_novas_limit_is_read_and_one_byte_more_is_413",)),
+    # The policy's rules, each once let through by every test (the rule-by-rule table).
+    Mutation("a reader renames a server", "etcd_compute/api/policy.py",
+             '    (SERVERS % "update", PROJECT_MEMBER_OR_ADMIN),',
+             '    (SERVERS % "update", PROJECT_READER_OR_ADMIN),',
+             (POLICY + "test_each_rule_lets_act_whom_its_default_names"
+                       "[os_compute_api:servers:update]",
+              POLICY + "test_whom_the_default_refuses_is_refused_and_nothing_changes"
+                       "[os_compute_api:servers:update]")),
+    Mutation("a reader deletes a server group", "etcd_compute/api/policy.py",
+             '    (SERVER_GROUPS % "delete", PROJECT_MEMBER_OR_ADMIN),',
+             '    (SERVER_GROUPS % "delete", PROJECT_READER_OR_ADMIN),',
+             (POLICY + "test_each_rule_lets_act_whom_its_default_names"
+                       "[os_compute_api:os-server-groups:delete]",
+              POLICY + "test_whom_the_default_refuses_is_refused_and_nothing_changes"
+                       "[os_compute_api:os-server-groups:delete]")),
+    Mutation("a member's rule without its project", "etcd_compute/api/policy.py",
+             '("project_member_api", "role:member and project_id:%(project_id)s")',
+             '("project_member_api", "role:member")',
+             (POLICY + "test_each_rule_lets_act_whom_its_default_names"
+                       "[os_compute_api:os-server-groups:delete]",
+              POLICY + "test_another_projects_member_meets_novas_answer"
+                       "[os_compute_api:os-server-tags:update]")),
+    Mutation("another project's server group found by its id",
+             "etcd_compute/api/handlers/server_groups.py",
+             "    if group is None or (group.project_id != req.context.project_id and\n"
+             "                         not req.context.is_admin):\n",
+             "    if group is None:\n",
+             (SERVER_GROUPS + "test_another_projects_group_is_not_found_as_one_that_does_not_"
+                              "exist",)),
 )
 
 

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from etcd_compute.instances import records
 from tests.api.conftest import IMAGE, Cloud
 from tests.api.test_server_actions import boot, settle
 from tests.support import wait_for
@@ -21,6 +22,18 @@ def action(cloud: Cloud, user: str, server_id: str, body: Any,
         f"{cloud.api.endpoint}/servers/{server_id}/action", data=json.dumps(body),
         headers={"Content-Type": "application/json",
                  "OpenStack-API-Version": f"compute {version}"}, raise_exc=False)
+
+
+def spec_revision(cloud: Cloud, server_id: str) -> int:
+    """The revision of what the server's host is asked to hold (changed by any action)."""
+    host = records.locate(cloud.store, server_id)["host"]
+    return int(cloud.store.get(cloud.store.keys.spec(host, server_id)).mod_revision)
+
+
+def guest(cloud: Cloud, server_id: str) -> dict[str, Any]:
+    """The fake hypervisor's file of the guest (compute's state_dir, beside compute.log)."""
+    path = cloud.compute.log_path.parent / "state" / "fake-instances" / f"{server_id}.json"
+    return dict(json.loads(path.read_text()))
 
 
 def delete(conn: Any, server: Any) -> None:
@@ -58,12 +71,16 @@ def test_reset_state_shows_error_and_a_rebuild_brings_it_back(cloud: Cloud) -> N
     admin, demo = cloud.connect("admin"), cloud.connect("demo")
     server = boot(demo, "reset")
     try:
+        spec = spec_revision(cloud, server.id)
         admin.compute.reset_server_state(server, "error")
         shown = demo.compute.get_server(server.id)
         assert (shown.status, shown.vm_state, shown.task_state) == ("ERROR", "error", None)
-        # Only the API's view changed: the guest still runs on its host.
         assert action(cloud, "demo", server.id,
                       {"os-resetState": {"state": "active"}}).status_code == 403
+        # Only the API's view changed: nothing was asked of the host (its spec is as it
+        # was), and the guest still runs there.
+        assert spec_revision(cloud, server.id) == spec
+        assert guest(cloud, server.id)["running"] is True
         demo.compute.rebuild_server(server, image=IMAGE)
         settle(cloud, demo, server, "ACTIVE")
         for name in ("restore", "forceDelete"):
@@ -94,7 +111,10 @@ def test_diagnostics_and_a_console_of_several_lines_of_a_running_server(cloud: C
         assert found["memory_details"]["maximum"] == 256 and found["uptime"] >= 0
         with pytest.raises(openstack.exceptions.ForbiddenException):
             demo.compute.get_server_diagnostics(server)
-        assert admin.compute.get_server_diagnostics(server) is not None
+        # openstacksdk reads the same diagnostics (it answers an object even for an empty body).
+        diagnostics = admin.compute.get_server_diagnostics(server)
+        assert (diagnostics.state, diagnostics.num_cpus, diagnostics.memory_details) == (
+            "running", 1, found["memory_details"])
         output = demo.compute.get_server_console_output(server)["output"]
         assert len(output.splitlines()) > 3 and server.id in output
     finally:

@@ -6,6 +6,8 @@ restart); nothing left in Placement after."""
 
 from __future__ import annotations
 
+import os
+import signal
 from typing import Any
 
 import pytest
@@ -40,9 +42,16 @@ def test_power_actions_and_rebuild_show_novas_states(cloud: Cloud) -> None:
     conn = cloud.connect("demo")
     server = boot(conn, "power")
     try:
-        conn.compute.stop_server(server)
-        # The task shows at once, before the host has taken it up.
-        assert conn.compute.get_server(server.id).task_state in ("powering-off", None)
+        # The task shows at once, before the host has taken it up: the host is held from
+        # the request to the look (a look after its work would show no task either).
+        os.kill(cloud.compute.pid, signal.SIGSTOP)
+        try:
+            conn.compute.stop_server(server)
+            asked = conn.compute.get_server(server.id)
+        finally:
+            os.kill(cloud.compute.pid, signal.SIGCONT)
+        assert (asked.status, asked.vm_state, asked.task_state) == (
+            "ACTIVE", "active", "powering-off")
         settle(cloud, conn, server, "SHUTOFF")
         conn.compute.start_server(server)
         settle(cloud, conn, server, "ACTIVE")

@@ -33,3 +33,18 @@ def test_an_anti_affinity_group_takes_one_member_per_host(cloud: Cloud) -> None:
             conn.compute.wait_for_delete(server, wait=60, interval=0.3)
         conn.compute.delete_server_group(group)
     wait_for(lambda: not cloud.usage("demo"), timeout=30, what="the claims freed")
+
+
+def test_another_projects_group_is_not_found_by_id(cloud: Cloud) -> None:
+    """A member of alt naming demo's group gets what a missing group gets (Nova's lookup is
+    the caller's project's): 404, and the group is still there."""
+    group = cloud.connect("demo").compute.create_server_group(name="mine", policy="affinity")
+    try:
+        url = f"{cloud.api.endpoint}/os-server-groups/{group.id}"
+        for method in ("GET", "DELETE"):
+            answer = cloud.session("alt").request(url, method, raise_exc=False)
+            assert (answer.status_code, answer.json()) == (404, {"itemNotFound": {
+                "code": 404, "message": f"Instance group {group.id} could not be found."}})
+        assert cloud.session("demo").get(url).json()["server_group"]["id"] == group.id
+    finally:
+        cloud.connect("demo").compute.delete_server_group(group)

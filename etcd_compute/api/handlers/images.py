@@ -5,8 +5,9 @@ list and detail (Nova's filters: name, status, server, type, changes-since, minR
 minDisk; limit and marker), show, delete, and the image's metadata (its properties).
 The API reads Glance with its service credential, so Glance's own rules are applied
 here: a project sees public and community images, its own and those shared with it
-(another's private image is 404); only the owner (or an admin) changes or deletes one
-(403 otherwise, as Glance answers Nova for the caller).
+(another's private image is 404); only a member of the owner's project (or an admin)
+changes or deletes one, as Glance's modify_image and delete_image defaults (a reader, or
+another project's member, is 403 as Nova answers Glance's refusal).
 """
 
 from __future__ import annotations
@@ -91,11 +92,16 @@ def _shown(glance: GlanceClient, req: ApiRequest, image: dict[str, Any]) -> bool
     return req.context.is_admin or glance.can_see(image, req.context.project_id)
 
 
-def _owned(api: Backend, req: ApiRequest, image_id: str) -> dict[str, Any]:
-    """The image, if the caller may change it (its owner, or an admin): 403 otherwise."""
+def _owned(api: Backend, req: ApiRequest, image_id: str, refusal: str | None = None
+           ) -> dict[str, Any]:
+    """The image, if the caller may change it: 403 (`refusal`, or Nova's ImageNotAuthorized)
+    otherwise."""
     image = _find(api, req, image_id)
-    if not req.context.is_admin and image.get("owner") != req.context.project_id:
-        raise Fault(403, f"Not authorized for image {image['id']}.")
+    # Glance's modify_image/delete_image default is this base rule (admin, or the member
+    # role in the image owner's project): a reader of the owner's project may not.
+    if not api.policy.allows(req.context, "project_member_or_admin",
+                             {"project_id": image.get("owner")}):
+        raise Fault(403, refusal or f"Not authorized for image {image['id']}.")
     return image
 
 
@@ -194,7 +200,7 @@ def show(api: Backend, req: ApiRequest, image_id: str) -> webob.Response:
 
 
 def delete(api: Backend, req: ApiRequest, image_id: str) -> webob.Response:
-    image = _owned(api, req, image_id)
+    image = _owned(api, req, image_id, "You are not allowed to delete the image.")
     if image.get("protected"):
         raise Fault(409, f"Image {image['id']} is protected and cannot be deleted.")
     try:

@@ -169,7 +169,7 @@ def limits(api: Backend, req: ApiRequest) -> webob.Response:
     api.policy.authorize(req.context, policy.LIMITS)
     project_id = req.context.project_id
     asked = validation.single(params, "tenant_id")
-    if asked and asked != project_id:
+    if asked is not None:  # Nova's: any tenant_id given, the caller's own too, is the rule's
         api.policy.authorize(req.context, policy.LIMITS_OTHER_PROJECT, {"project_id": asked})
         project_id = _project(asked)
     quota = _all(api, api.quotas.limits(project_id), Version(2, 1))

@@ -1,9 +1,10 @@
 """/os-server-groups (Nova's server groups controller): create, list, show, delete.
 
-As Nova: a group is shown to those the policy lets read its project (another project's
-is 403 by the rule, as Nova's lookup is by id alone); members are the live servers in
-it; before 2.64 the policy is a list of one and an empty `metadata` is shown, from 2.64
-`policy` and `rules` (`max_server_per_host`, anti-affinity only); 2.13 names the owner.
+As Nova: a group is found in the caller's project only (admins: any), so another
+project's is 404 as a missing one is (its existence is not told), then the policy rules
+on its project; members are the live servers in it; before 2.64 the policy is a list of
+one and an empty `metadata` is shown, from 2.64 `policy` and `rules`
+(`max_server_per_host`, anti-affinity only); 2.13 names the owner.
 """
 
 from __future__ import annotations
@@ -53,7 +54,9 @@ def render(req: ApiRequest, group: ServerGroup, members: list[str]) -> dict[str,
 
 def _group(api: Backend, req: ApiRequest, group_id: str, rule: str) -> ServerGroup:
     group = api.server_groups.get(group_id)
-    if group is None:
+    # Nova's lookup filters by the caller's project unless is_admin (InstanceGroup's query).
+    if group is None or (group.project_id != req.context.project_id and
+                         not req.context.is_admin):
         raise not_found(f"Instance group {group_id[:100]} could not be found.")
     api.policy.authorize(req.context, policy.SERVER_GROUPS % rule,
                          {"project_id": group.project_id})

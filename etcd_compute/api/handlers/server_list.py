@@ -138,6 +138,8 @@ def search(api: Backend, req: ApiRequest, detail: bool) -> list[Server]:
     """The servers the request asks for, filtered and sorted (not paged)."""
     params = req.query()
     validation.query(schema.index_query_schema(req.version), params)
+    # Nova's index and detail ask their rule after the query's schema, of the caller's project.
+    api.policy.authorize(req.context, policy.SERVERS % ("detail" if detail else "index"))
     options = {name: values[-1] for name, values in params.items()}
     if not api.policy.allows(req.context, policy.SERVERS % "allow_all_filters"):
         options = {k: v for k, v in options.items() if k in member_filters(req)}

@@ -1,10 +1,13 @@
 """/servers/{id}/tags (Nova's server_tags controller, from 2.26): a server's tags, kept
 in its view. Changed only while the server is ACTIVE or SHUTOFF (Nova: active, paused,
-suspended, stopped), else 409."""
+suspended, stopped), else 409.
+
+As Nova, the server is found in any project (Nova reads its cell mapping, which is not
+the project's) and the rule decides on its project: another project's member is refused
+(403), where the servers' other calls answer 404; an unknown server is Nova's 404 "has no
+mapping to a cell"."""
 
 from __future__ import annotations
-
-from collections.abc import Callable
 
 import jsonschema
 import webob
@@ -25,22 +28,20 @@ from etcd_compute.api.wsgi import (
     not_found,
 )
 
-Lookup = Callable[[ApiRequest, str], Server]
 
-
-def routes(router: Router, api: Backend, lookup: Lookup) -> None:
+def routes(router: Router, api: Backend) -> None:
     router.add("GET", "/servers/{server_id}/tags",
-               lambda req, server_id: index(api, req, lookup(req, server_id)))
+               lambda req, server_id: index(api, req, server_id))
     router.add("PUT", "/servers/{server_id}/tags",
-               lambda req, server_id: update_all(api, req, lookup(req, server_id)))
+               lambda req, server_id: update_all(api, req, server_id))
     router.add("DELETE", "/servers/{server_id}/tags",
-               lambda req, server_id: delete_all(api, req, lookup(req, server_id)))
+               lambda req, server_id: delete_all(api, req, server_id))
     router.add("GET", "/servers/{server_id}/tags/{tag}",
-               lambda req, server_id, tag: show(api, req, lookup(req, server_id), tag))
+               lambda req, server_id, tag: show(api, req, server_id, tag))
     router.add("PUT", "/servers/{server_id}/tags/{tag}",
-               lambda req, server_id, tag: update(api, req, lookup(req, server_id), tag))
+               lambda req, server_id, tag: update(api, req, server_id, tag))
     router.add("DELETE", "/servers/{server_id}/tags/{tag}",
-               lambda req, server_id, tag: delete(api, req, lookup(req, server_id), tag))
+               lambda req, server_id, tag: delete(api, req, server_id, tag))
 
 
 def _available(req: ApiRequest) -> None:
@@ -48,10 +49,16 @@ def _available(req: ApiRequest) -> None:
         raise not_found("The resource could not be found.")
 
 
-def _authorized(api: Backend, req: ApiRequest, server: Server, action: str) -> None:
+def _authorized(api: Backend, req: ApiRequest, server_id: str, action: str) -> Server:
+    """The server, of any project (Nova's cell mapping lookup), if the rule lets the caller
+    act on its project."""
     _available(req)
+    server = api.servers.get(server_id)
+    if server is None:
+        raise not_found(f"Instance {server_id[:100]} has no mapping to a cell.")
     api.policy.authorize(req.context, policy.SERVER_TAGS % action,
                          {"project_id": server.project_id})
+    return server
 
 
 def _changeable(server: Server, action: str) -> None:
@@ -72,20 +79,20 @@ def _write(api: Backend, server: Server, tags: list[str]) -> None:
         raise Fault(409, f"Instance {server.uuid} changed meanwhile; try again.") from None
 
 
-def index(api: Backend, req: ApiRequest, server: Server) -> webob.Response:
-    _authorized(api, req, server, "index")
+def index(api: Backend, req: ApiRequest, server_id: str) -> webob.Response:
+    server = _authorized(api, req, server_id, "index")
     return json_response({"tags": _tags(server)})
 
 
-def show(api: Backend, req: ApiRequest, server: Server, tag: str) -> webob.Response:
-    _authorized(api, req, server, "show")
+def show(api: Backend, req: ApiRequest, server_id: str, tag: str) -> webob.Response:
+    server = _authorized(api, req, server_id, "show")
     if tag not in _tags(server):
         raise not_found(f"Server {server.uuid} has no tag '{tag[:60]}'")
     return empty_response(204)
 
 
-def update_all(api: Backend, req: ApiRequest, server: Server) -> webob.Response:
-    _authorized(api, req, server, "update_all")
+def update_all(api: Backend, req: ApiRequest, server_id: str) -> webob.Response:
+    server = _authorized(api, req, server_id, "update_all")
     body = req.json_body()
     validation.body(schema.tags_update, body)
     _changeable(server, "update tags")
@@ -94,15 +101,15 @@ def update_all(api: Backend, req: ApiRequest, server: Server) -> webob.Response:
     return json_response({"tags": tags})
 
 
-def delete_all(api: Backend, req: ApiRequest, server: Server) -> webob.Response:
-    _authorized(api, req, server, "delete_all")
+def delete_all(api: Backend, req: ApiRequest, server_id: str) -> webob.Response:
+    server = _authorized(api, req, server_id, "delete_all")
     _changeable(server, "delete tags")
     _write(api, server, [])
     return empty_response(204)
 
 
-def update(api: Backend, req: ApiRequest, server: Server, tag: str) -> webob.Response:
-    _authorized(api, req, server, "update")
+def update(api: Backend, req: ApiRequest, server_id: str, tag: str) -> webob.Response:
+    server = _authorized(api, req, server_id, "update")
     _changeable(server, "update tag")
     try:
         jsonschema.validate(tag, types.tag)
@@ -123,8 +130,8 @@ def update(api: Backend, req: ApiRequest, server: Server, tag: str) -> webob.Res
     return response
 
 
-def delete(api: Backend, req: ApiRequest, server: Server, tag: str) -> webob.Response:
-    _authorized(api, req, server, "delete")
+def delete(api: Backend, req: ApiRequest, server_id: str, tag: str) -> webob.Response:
+    server = _authorized(api, req, server_id, "delete")
     _changeable(server, "delete tag")
     tags = _tags(server)
     if tag not in tags:

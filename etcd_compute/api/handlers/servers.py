@@ -47,7 +47,7 @@ def routes(router: Router, api: Backend) -> None:
                lambda req, server_id: update(api, req, server_id))
     router.add("DELETE", "/servers/{server_id}",
                lambda req, server_id: delete(api, req, server_id))
-    server_tags.routes(router, api, lambda req, server_id: lookup(api, req, server_id))
+    server_tags.routes(router, api)
 
 
 def lookup(api: Backend, req: ApiRequest, server_id: str) -> Server:

@@ -136,3 +136,47 @@ def test_a_malformed_glance_timestamp_is_shown_as_none_not_a_500(harness: Harnes
     harness.glance.images[MINE]["created_at"] = "yesterday"
     shown = harness.call("GET", f"/v2.1/images/{MINE}")
     assert shown.status_int == 200 and shown.json["image"]["created"] is None
+
+
+# Who may change an image through the proxy is Glance's (modify_image, delete_image: an
+# admin, or a member of the owner's project), as Nova answers Glance's refusal: a reader
+# of the owner's project and another project's member are refused; another's private image
+# is not found. Each request, and Nova's 403 message for it.
+WRITES = {
+    "delete": ("DELETE", "", None, "You are not allowed to delete the image."),
+    "merge metadata": ("POST", "/metadata", {"metadata": {"a": "1"}},
+                       "Not authorized for image {image}."),
+    "replace metadata": ("PUT", "/metadata", {"metadata": {"a": "1"}},
+                         "Not authorized for image {image}."),
+    "set a key": ("PUT", "/metadata/a", {"meta": {"a": "1"}},
+                  "Not authorized for image {image}."),
+    "delete a key": ("DELETE", "/metadata/os_distro", None,
+                     "Not authorized for image {image}."),
+}
+READER = {"roles": ("reader",)}
+OTHER = {"roles": ("member", "reader"), "project": "p2", "user": "u2"}
+
+
+@pytest.mark.parametrize("write", sorted(WRITES))
+@pytest.mark.parametrize(("image", "who", "answer"), [
+    pytest.param(MINE, READER, 403, id="the owner's reader"),
+    pytest.param(PUBLIC, {}, 403, id="a member of another project than the owner's"),
+    pytest.param(MINE, OTHER, 404, id="another project's private image"),
+    pytest.param(MINE, {}, None, id="the owner's member"),
+])
+def test_who_changes_an_image_is_glances_rule_answered_as_nova(harness: Harness, write,
+                                                               image, who, answer):
+    method, path, body, message = WRITES[write]
+    harness.glance.images[PUBLIC]["os_distro"] = "y"
+    before = {key: dict(value) for key, value in harness.glance.images.items()}
+    done = harness.call(method, f"/v2.1/images/{image}{path}", body, **who)
+    if answer is None:
+        assert done.status_int in (200, 204), done.text
+        return
+    expected = {403: {"forbidden": {"code": 403, "message": message.format(image=image)}},
+                404: {"itemNotFound": {"code": 404, "message": "Image not found."}}}[answer]
+    assert (done.status_int, done.json) == (answer, expected)
+    assert harness.glance.images == before
+    # Reading stays the reader's (Glance's get_image), not another project's private one.
+    shown = harness.call("GET", f"/v2.1/images/{image}/metadata", **who)
+    assert shown.status_int == (404 if answer == 404 else 200)

@@ -106,13 +106,27 @@ def test_another_projects_group_is_no_hint_and_not_shown(harness: Harness):
     assert answer.status_int == 400
     assert answer.json["badRequest"]["message"] == \
         f"Instance group {group['id']} could not be found."
-    assert harness.call("GET", f"/v2.1/os-server-groups/{group['id']}",
-                        project="p2").status_int == 403
-    assert harness.call("GET", "/v2.1/os-server-groups/0b5d6c43-43f6-4c1e-9f8b-6c5a8a6f2a11"
-                        ).status_int == 404
     assert harness.call("GET", "/v2.1/os-server-groups?all_projects=1", roles=ADMIN,
                         project="admin", user="root").json["server_groups"][0]["id"] == \
         group["id"]
+
+
+def test_another_projects_group_is_not_found_as_one_that_does_not_exist(harness: Harness):
+    """Nova looks a group up in the caller's project only (admins: all), so another
+    project's is 404 as a missing one is: its existence is not told, nothing changes."""
+    group = make(harness)
+    missing = "0b5d6c43-43f6-4c1e-9f8b-6c5a8a6f2a11"
+    for method in ("GET", "DELETE"):
+        for gid, project in ((group["id"], "p2"), (missing, "p1")):
+            answer = harness.call(method, f"/v2.1/os-server-groups/{gid}", project=project,
+                                  user="u2")
+            assert (answer.status_int, answer.json) == (404, {"itemNotFound": {
+                "code": 404, "message": f"Instance group {gid} could not be found."}})
+    assert [g.id for g in harness.backend.server_groups.list()] == [group["id"]]
+    shown = harness.admin("GET", f"/v2.1/os-server-groups/{group['id']}")
+    assert shown.json["server_group"]["id"] == group["id"]
+    assert harness.admin("DELETE", f"/v2.1/os-server-groups/{group['id']}").status_int == 204
+    assert harness.backend.server_groups.list() == []
 
 
 def test_other_hints_are_refused_not_ignored(harness: Harness):

@@ -1,5 +1,6 @@
 """Server tags (2.26): listed, added one by one or all at once, removed; 404 before
-2.26, 409 while the server is not ACTIVE or SHUTOFF."""
+2.26, 409 while the server is not ACTIVE or SHUTOFF; another project's is refused by the
+rule, as Nova's."""
 
 from __future__ import annotations
 
@@ -30,5 +31,12 @@ def test_tags_from_2_26():
     assert harness.call("DELETE", url, version="2.26").status_int == 204
     shown = harness.call("GET", f"/v2.1/servers/{uuid}", version="2.26").json["server"]
     assert shown["tags"] == []
-    assert harness.call("GET", url, version="2.26", project="p2").status_int == 404
+    # Nova finds the server in any project, then its rule refuses another project's member.
+    refused = harness.call("GET", url, version="2.26", project="p2")
+    assert (refused.status_int, refused.json["forbidden"]["message"]) == (
+        403, "Policy doesn't allow os_compute_api:os-server-tags:index to be performed.")
+    missing = "0b5d6c43-43f6-4c1e-9f8b-6c5a8a6f2a11"
+    unknown = harness.call("GET", f"/v2.1/servers/{missing}/tags", version="2.26")
+    assert (unknown.status_int, unknown.json["itemNotFound"]["message"]) == (
+        404, f"Instance {missing} has no mapping to a cell.")
     assert harness.call("PUT", url, {"tags": ["y"] * 51}, version="2.26").status_int == 400
