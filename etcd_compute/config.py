@@ -124,7 +124,7 @@ COMPUTE_DEFAULTS: dict[str, Any] = {
             "domain_type": "auto",
             "network": "etcd-compute",
             "network_cidr": "192.168.123.0/24",
-            # An existing host bridge to attach as a second NIC (see README).
+            # An existing host bridge to attach as a second NIC.
             "bridge": None,
             "image_cache_dir": "/var/lib/etcd-compute/images",
             "image_cache_max_gb": 20,
@@ -183,7 +183,7 @@ COMPUTE_DEFAULTS: dict[str, Any] = {
 API_DEFAULTS: dict[str, Any] = {
     # HOST:PORT to listen on (an IP address; loopback unless a site says otherwise).
     "listen": "127.0.0.1:8774",
-    # gunicorn processes (stateless: run several) and threads: 1 x 16 ~120 MB, 2 x 8 ~200 (README).
+    # gunicorn processes (stateless: run several) and threads in each (memory: api.threads).
     "workers": 1, "threads": 16,
     # TLS: a cluster PKI server certificate and key; null: plain HTTP (behind a proxy).
     "cert": None, "key": None,

@@ -103,7 +103,7 @@ def test_a_host_whose_compute_died_is_fenced_through_libvirt_before_its_guest_ru
     recovered = [e for e in events.read(store, rp_b, uuid) if e["action"] == "recover"][-1]
     assert "its host fenced (1 guest(s) destroyed through its libvirtd)" in \
         recovered["detail"], recovered
-    # "A host fenced either way is recovered at once" (README, "When a host dies"): its
+    # "A host fenced either way is recovered at once" (docs/explanation/host-failure.md): its
     # lease gone (at most TTL after the kill: the last renewal came before it), the fence
     # (bounded by its timeout), then the controller's steps; nothing waits for the grace.
     fenced_in = float(re.search(r"after ([0-9.]+) s", recovered["detail"]).group(1))
