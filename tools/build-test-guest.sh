@@ -9,14 +9,32 @@
 # booted by syslinux (installed through mtools: no mounts, no loop devices).
 # Its init brings up eth0 with DHCP, prints the NoCloud config drive's
 # instance-id and user-data and the metadata server's answers on marker lines
-# to the serial console, then stays up:
+# to the serial console, starts an SSH server, then stays up:
 #
 #   ETCD-COMPUTE-GUEST ip=<address>
 #   ETCD-COMPUTE-GUEST configdrive instance-id=<id>
 #   ETCD-COMPUTE-GUEST configdrive user-data=<first line>
 #   ETCD-COMPUTE-GUEST metadata instance-id=<id>
 #   ETCD-COMPUTE-GUEST metadata user-data=<first line>
+#   ETCD-COMPUTE-GUEST sshd host-key=ssh-ed25519 <base64>
+#   ETCD-COMPUTE-GUEST sshd ready keys=<n>
 #   ETCD-COMPUTE-GUEST ready
+#
+# ("sshd failed" in place of the two sshd lines if it did not start). SSH: Debian's
+# dropbear (dropbear-bin, its shared libraries and the dynamic loader, as ldd lists them)
+# on port 22, public-key login only, for the user root. Root, because this guest has no
+# other: its programs (mounting the drives, ip, the tests' scripts) need root, and a
+# busybox guest has no sudo to lend it to another user (CirrOS's `cirros` user has
+# sudo). So Tempest's `image_ssh_user` is root. Its authorized_keys holds the config
+# drive's public-keys (meta-data) or, where the drive has none, the metadata server's
+# public-keys/0/openssh-key: the instance's key pair. A guest booted without one has no
+# authorized key, and its SSH server admits no one. Its ed25519 host key is made at each
+# boot, while DHCP is awaited (0.05 s under TCG once the kernel's random pool is ready,
+# at once with the virtio-rng device the compute gives each guest; without one the
+# kernel makes it from timing jitter, about 1 s of CPU under TCG), and printed on the
+# console, where the user checks the key ssh shows the first time. `metadata PATH` is a
+# command there too (`ssh root@<ip> metadata meta-data/instance-id`), and dbclient
+# (dropbear's ssh client) reaches the other guests.
 #
 # A user-data whose first line starts with "#!" is then run as a busybox sh
 # script, its output on the console, followed by
@@ -36,8 +54,13 @@ set -euo pipefail
 
 CACHE_DIR=${ETCD_COMPUTE_GUEST_CACHE:-$HOME/.cache/etcd-compute/test-guest}
 PACKAGES="busybox-static syslinux syslinux-common mtools dosfstools qemu-utils cpio kmod fdisk"
+# SSH: Debian's dropbear packages, unpacked into the image (not installed here):
+# dropbear-bin and the libraries of its that a Debian machine may lack (ldd finds the
+# rest here). The server, its key maker, and its client (ssh from guest to guest).
+SSH_PACKAGES="dropbear-bin libtomcrypt1 libtommath1"
+SSH_PROGRAMS="usr/sbin/dropbear usr/bin/dropbearkey usr/bin/dbclient"
 # The kernel modules the guest loads (everything else it needs is built in).
-MODULES="virtio_pci virtio_net virtio_blk ata_piix sr_mod isofs vfat nls_cp437 nls_ascii"
+MODULES="virtio_pci virtio_net virtio_blk virtio_rng ata_piix sr_mod isofs vfat nls_cp437 nls_ascii"
 
 log() { echo "build-test-guest: $*" >&2; }
 
@@ -91,6 +114,38 @@ module_load_order() {
     for module in "$@"; do visit "$module"; done
 }
 
+# download DIR PACKAGE...: the packages' .debs into DIR (the package lists updated and
+# asked again if a version they name is gone from the mirror).
+download() {
+    local dir=$1; shift
+    (cd "$dir" && apt-get download -qq "$@" 2>/dev/null) && return
+    apt-get update -qq
+    (cd "$dir" && apt-get download -qq "$@" 2>/dev/null)
+}
+
+# install_programs ROOT UNPACKED PATH...: the programs at UNPACKED/PATH into ROOT/bin,
+# with every shared library they load (from UNPACKED first, else this machine's, which
+# is the same Debian release) at its path and the dynamic loader, as ldd lists them.
+install_programs() {
+    local root=$1 unpacked=$2 program listed library
+    shift 2
+    for program in "$@"; do
+        cp "$unpacked/$program" "$root/bin/"
+        listed=$(LD_LIBRARY_PATH="$unpacked/usr/lib/x86_64-linux-gnu" ldd "$unpacked/$program")
+        if grep -q "not found" <<<"$listed"; then
+            log "$program: a library is missing: $listed"; exit 1
+        fi
+        # "libz.so.1 => /lib/x86_64-linux-gnu/libz.so.1 (0x...)" and the loader,
+        # "/lib64/ld-linux-x86-64.so.2 (0x...)"
+        for library in $(sed -n -e 's/.*=> \(\/[^ ]*\) (0x.*/\1/p' \
+                                -e 's/^[[:space:]]*\(\/[^ ]*\) (0x.*/\1/p' <<<"$listed"); do
+            local target=${library#"$unpacked"}
+            mkdir -p "$root$(dirname "$target")"
+            cp -L "$library" "$root$target"
+        done
+    done
+}
+
 write_init() {
     cat >"$1/init" <<'EOF'
 #!/bin/sh
@@ -98,6 +153,8 @@ export PATH=/bin
 mount -t proc proc /proc
 mount -t sysfs sysfs /sys
 mount -t devtmpfs devtmpfs /dev
+mkdir -p /dev/pts
+mount -t devpts devpts /dev/pts
 exec >/dev/console 2>&1 </dev/null
 . /etc/guest-functions
 say boot
@@ -105,6 +162,9 @@ while read -r module; do insmod "/lib/modules/$module"; done </etc/module-order
 
 # DHCP in the background so the lease is renewed while the guest stays up.
 udhcpc -f -i eth0 -s /etc/udhcpc.script -t 60 -T 1 -A 1 -x hostname:etcd-compute-guest &
+# The SSH host key, made while the lease is awaited.
+dropbearkey -t ed25519 -f /etc/dropbear/host_key_ed25519 >/etc/dropbear/host_key.out 2>&1 &
+host_key_job=$!
 for _ in $(seq 120); do
     address=$(ip -4 -o addr show dev eth0 2>/dev/null | sed -n 's/.* inet \([0-9.]*\).*/\1/p')
     [ -n "$address" ] && break
@@ -140,6 +200,34 @@ for _ in $(seq 10); do
 done
 say "metadata instance-id=${id:-none}"
 say "metadata user-data=$(metadata user-data | head -n1)"
+
+# SSH for root with the instance's key: the config drive's, else the metadata server's
+# (asked only if it answered above). No key, no authorized key: no one logs in.
+keys=$(configdrive_keys /cidata/meta-data 2>/dev/null)
+if [ -z "$keys" ] && [ -n "$id" ]; then
+    keys=$(metadata meta-data/public-keys/0/openssh-key 2>/dev/null)
+fi
+mkdir -p -m 700 /root/.ssh
+[ -z "$keys" ] || printf '%s\n' "$keys" >/root/.ssh/authorized_keys
+if wait "$host_key_job"; then
+    # -F: in the background here, not daemonized (its port is looked for below); -s: no
+    # password logins.
+    dropbear -F -s -p 22 -r /etc/dropbear/host_key_ed25519 -P /run/dropbear.pid &
+    sshd=$!
+    for _ in $(seq 100); do
+        # /proc/net/tcp: 0.0.0.0:22 (hex 0016) in state LISTEN (0A).
+        grep -q ' 00000000:0016 00000000:0000 0A ' /proc/net/tcp && break
+        kill -0 "$sshd" 2>/dev/null || break
+        usleep 20000
+    done
+fi
+if grep -q ' 00000000:0016 00000000:0000 0A ' /proc/net/tcp; then
+    say "sshd host-key=$(grep -o '^ssh-ed25519 [^ ]*' /etc/dropbear/host_key.out)"
+    say "sshd ready keys=$(printf '%s' "$keys" | grep -c .)"
+else
+    cat /etc/dropbear/host_key.out  # dropbear's own complaint, if any, is above
+    say "sshd failed"
+fi
 say ready
 
 # A user-data script ("#!" on its first line) runs now, after the markers above.
@@ -167,7 +255,34 @@ metadata() {
     case "$response" in "HTTP/1."?" 200"*) ;; *) return 1 ;; esac
     printf '%s\n' "$response" | sed '1,/^$/d'
 }
+
+# The public keys in a NoCloud meta-data file, one a line: the items of its
+# `public-keys:` block list, as PyYAML writes them (etcd_compute/virt/configdrive.py):
+# plain or single-quoted, a long one folded onto lines indented deeper.
+configdrive_keys() {
+    awk '
+        /^public-keys:/ { inside = 1; next }
+        inside && /^- / { if (key != "") print key; key = substr($0, 3); next }
+        inside && /^ +[^ ]/ && key != "" { sub(/^ +/, ""); key = key " " $0; next }
+        { inside = 0 }
+        END { if (key != "") print key }
+    ' "$1" | sed "s/^'\(.*\)'\$/\1/; s/''/'/g"
+}
 EOF
+
+    cat >"$1/bin/metadata" <<'EOF'
+#!/bin/sh
+# metadata PATH: the body of http://169.254.169.254/latest/PATH (/etc/guest-functions).
+. /etc/guest-functions
+metadata "$@"
+EOF
+    chmod 755 "$1/bin/metadata"
+
+    # root, the one user (see the header), with no password ("*"): public-key logins only.
+    echo 'root:*:0:0:root:/root:/bin/sh' >"$1/etc/passwd"
+    echo 'root:x:0:' >"$1/etc/group"
+    mkdir -p -m 700 "$1/root"
+    mkdir -p "$1/etc/dropbear" "$1/run"
 
     cat >"$1/etc/udhcpc.script" <<'EOF'
 #!/bin/sh
@@ -188,7 +303,7 @@ build() {
     WORK_DIR=$work
 
     log "fetching linux-image-$kver"
-    (cd "$work" && apt-get download -qq "linux-image-$kver" 2>/dev/null)
+    download "$work" "linux-image-$kver"
     dpkg-deb -x "$work"/linux-image-"$kver"_*.deb "$work/kernel"
     local modules_dir=$work/kernel/lib/modules/$kver
     depmod -b "$work/kernel" "$kver"
@@ -205,6 +320,11 @@ build() {
         mkdir -p "$root/lib/modules/$(dirname "$module")"
         cp "$modules_dir/$module" "$root/lib/modules/$module"
     done <"$root/etc/module-order"
+    log "fetching $SSH_PACKAGES"
+    mkdir -p "$work/ssh"
+    download "$work/ssh" $SSH_PACKAGES
+    for deb in "$work"/ssh/*.deb; do dpkg-deb -x "$deb" "$work/ssh/unpacked"; done
+    install_programs "$root" "$work/ssh/unpacked" $SSH_PROGRAMS
     write_init "$root"
     (cd "$root" && find . | cpio -o -H newc --quiet | gzip -9) >"$work/initrd.gz"
 
@@ -260,4 +380,5 @@ main() {
     echo "$output"
 }
 
-main "$@"
+# Sourced (tests: `write_init DIR` alone), it defines its functions and does nothing.
+[ "${BASH_SOURCE[0]}" != "$0" ] || main "$@"

@@ -15,10 +15,10 @@ die() { echo "error: $*" >&2; exit 1; }
 
 # etcd and libvirt are the motors; postgresql backs the multi-worker Placement tests
 # and benchmarks; dnsmasq/iptables serve libvirt's NAT network; mtools, syslinux,
-# dosfstools and busybox build the offline test guest.
+# dosfstools and busybox build the offline test guest; openssh-client logs in to it.
 PACKAGES="etcd-server etcd-client libvirt-daemon-system qemu-system-x86 qemu-utils
   libvirt-dev pkg-config postgresql dnsmasq-base iptables iproute2 mtools syslinux
-  syslinux-common dosfstools busybox-static python3-venv python3-dev gcc"
+  syslinux-common dosfstools busybox-static openssh-client python3-venv python3-dev gcc"
 missing=""
 for package in $PACKAGES; do
   dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" \

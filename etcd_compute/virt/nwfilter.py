@@ -14,6 +14,14 @@ DHCPSERVER=the network's gateway:
   0.0.0.0 hear 224.0.0.1 and the broadcast addresses of its networks; a guest
   may send them in frames to any MAC). Guests keep the NAT route to
   elsewhere, and unicast to each other.
+- the host's SSH connections to its guests (a user logging in from the host,
+  Tempest's validation): a guest answers them from its port 22 to the gateway,
+  which the guard lets through (ebtables keeps no connection state), and the
+  guest filter's iptables rule then drops every such packet that is not of a
+  connection the host opened (conntrack's ESTABLISHED): the guest still opens
+  none to the host, from port 22 or any other. Only where iptables sees bridged
+  packets (as for the cap below): elsewhere the guard stays shut, and the host
+  cannot log in to its guests.
 - the metadata cap: a guest's TCP connections to 169.254.169.254:80 past
   `connections_per_guest` are dropped (iptables `connlimit`, counted by the
   kernel's connection tracking; libvirt applies it to traffic from the guest only).
@@ -59,6 +67,7 @@ from etcd_compute.virt.network import METADATA_ADDRESS
 log = logging.getLogger(__name__)
 
 GUEST_FILTER = "etcd-compute-guest"
+SSH_PORT = "22"
 HOST_GUARD_FILTER = "etcd-compute-host-guard"
 # Before clean-traffic accepts outgoing IPv4 (-650) and after its spoofing check (-710).
 HOST_GUARD_CHAIN, HOST_GUARD_PRIORITY = "ipv4-host", "-705"
@@ -79,11 +88,12 @@ def bridge_netfilter_missing(setting: Path = BRIDGE_NF_CALL_IPTABLES) -> str | N
     except OSError:
         return ("br_netfilter is not loaded: the guest filter's cap on metadata connections "
                 "has no effect (modprobe br_netfilter; the metadata server still caps each "
-                "guest)")
+                "guest), and the guests do not answer the host's SSH connections")
     if value != "1":
         return (f"{setting} is {value}: the guest filter's cap on metadata connections has no "
                 "effect (sysctl net.bridge.bridge-nf-call-iptables=1; the metadata server "
-                "still caps each guest)")
+                "still caps each guest), and the guests do not answer the host's SSH "
+                "connections")
     return None
 
 
@@ -125,8 +135,10 @@ def _rule(filter_element: ET.Element, action: str, priority: int, **ip: str) -> 
     ET.SubElement(rule, "ip", ip)
 
 
-def host_guard_xml(addresses: Iterable[str]) -> str:
-    """What a guest may send to the host: DHCP, DNS to the gateway, the metadata server.
+def host_guard_xml(addresses: Iterable[str], host_ssh: bool = False) -> str:
+    """What a guest may send to the host: DHCP, DNS to the gateway, the metadata server;
+    with `host_ssh`, TCP from its port 22 to the gateway too (its answers to the host's
+    SSH connections: `guest_filter_xml` with `host_ssh` keeps those and drops the rest).
 
     `addresses`: the host's addresses and broadcast addresses, each dropped.
     """
@@ -136,6 +148,9 @@ def host_guard_xml(addresses: Iterable[str]) -> str:
     _rule(guard, "return", 110, dstipaddr="$DHCPSERVER", protocol="udp", dstportstart="53")
     _rule(guard, "return", 120, dstipaddr="$DHCPSERVER", protocol="tcp", dstportstart="53")
     _rule(guard, "return", 130, dstipaddr=METADATA_ADDRESS, protocol="tcp", dstportstart="80")
+    if host_ssh:
+        _rule(guard, "return", 140, dstipaddr="$DHCPSERVER", protocol="tcp",
+              srcportstart=SSH_PORT)
     _rule(guard, "drop", 500, dstipaddr="$DHCPSERVER")
     _rule(guard, "drop", 510, dstipaddr=METADATA_ADDRESS)
     _rule(guard, "drop", 511, dstipaddr="224.0.0.0", dstipmask="4")  # multicast
@@ -148,14 +163,20 @@ def host_guard_xml(addresses: Iterable[str]) -> str:
     return ET.tostring(guard, encoding="unicode")
 
 
-def guest_filter_xml(connections_per_guest: int) -> str:
-    """clean-traffic, the host guard, and the cap on a guest's metadata connections."""
+def guest_filter_xml(connections_per_guest: int, host_ssh: bool = False) -> str:
+    """clean-traffic, the host guard, and the cap on a guest's metadata connections; with
+    `host_ssh`, what the guard lets through from the guest's port 22 to the gateway is
+    dropped unless it belongs to a connection the host opened (iptables, conntrack)."""
     guest = ET.Element("filter", name=GUEST_FILTER, chain="root")
     ET.SubElement(guest, "filterref", filter="clean-traffic")
     ET.SubElement(guest, "filterref", filter=HOST_GUARD_FILTER)
     cap = ET.SubElement(guest, "rule", action="drop", direction="out", priority="100")
     ET.SubElement(cap, "tcp", {"dstipaddr": METADATA_ADDRESS, "dstportstart": "80",
                                "connlimit-above": str(connections_per_guest)})
+    if host_ssh:
+        answers = ET.SubElement(guest, "rule", action="drop", direction="out", priority="110")
+        ET.SubElement(answers, "tcp", {"dstipaddr": "$DHCPSERVER", "srcportstart": SSH_PORT,
+                                       "state": "NEW,INVALID"})
     return ET.tostring(guest, encoding="unicode")
 
 
@@ -241,14 +262,17 @@ def ensure_filters(connection: libvirt.virConnect, connections_per_guest: int) -
     """Define our filters if missing or changed (callers hold a lock); the guest filter's name.
     A change reaches the running guests too (libvirt re-instantiates their filters)."""
     global _bridge_netfilter_checked
+    why = bridge_netfilter_missing()
     if not _bridge_netfilter_checked:
         _bridge_netfilter_checked = True
-        why = bridge_netfilter_missing()
         if why:
             log.warning("%s", why)
+    # The host's SSH connections are answered only where the guest filter's iptables rule
+    # can tell them from the guest's own (a setting changed later shows at the next build).
+    host_ssh = why is None
     addresses = [*host_addresses(), *host_broadcast_addresses()]
-    _ensure(connection, HOST_GUARD_FILTER, host_guard_xml(addresses))
-    _ensure(connection, GUEST_FILTER, guest_filter_xml(connections_per_guest))
+    _ensure(connection, HOST_GUARD_FILTER, host_guard_xml(addresses, host_ssh))
+    _ensure(connection, GUEST_FILTER, guest_filter_xml(connections_per_guest, host_ssh))
     _ensure(connection, NO_GROUP_FILTER, no_group_xml())
     _ensure(connection, ISOLATED_FILTER, isolated_filter_xml())
     return GUEST_FILTER

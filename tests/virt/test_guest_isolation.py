@@ -7,7 +7,9 @@ asks the metadata server as A: (i) from A's IP (announced by gratuitous ARP),
 takes back its own identity and reads its own instance-id again (its network
 still works), and (iii) tries TCP to a listener on the host (bound to 0.0.0.0,
 standing in for etcd/Placement on a routable address) at the gateway and the
-host's routable address, and sends UDP to the same port there and to 224.0.0.1.
+host's routable address, also from its port 22 (where its answers to the host's SSH
+connections come from, which the filter lets through), and sends UDP to the same port
+there and to 224.0.0.1.
 The control, guest C, runs the same script on the same bridge but is defined
 without our nwfilter: its connections and datagrams arrive and both its
 spoofed rounds get A's data. So the filter is what stops B.
@@ -79,6 +81,15 @@ for target in $TARGETS; do
     (echo probe | nc -w 3 "$target" "$PORT" >/dev/null 2>&1 && result=connected || result=failed
      say "connect $target:$PORT $result") &
 done
+wait
+# From port 22 (its SSH server's, stopped), one at a time: the SSH client binds it
+# (busybox nc does not); the listener does not speak SSH, so only it tells whether the
+# connection was made.
+kill $(pidof dropbear)
+for target in $TARGETS; do
+    timeout 5 dbclient -y -y -b :22 -p "$PORT" "$target" true </dev/null >/dev/null 2>&1
+    say "connect from 22 $target:$PORT tried"
+done
 # UDP to the host: its addresses, and multicast (all hosts, the host's bridge among them).
 for target in $TARGETS 224.0.0.1; do
     (timeout 3 tftp -g -r probe -l /dev/null "$target" "$PORT" >/dev/null 2>&1
@@ -98,6 +109,7 @@ class Listener:
         self.udp.setsockopt(socket.IPPROTO_IP, IP_PKTINFO, 1)  # tells each one's destination
         self.udp.bind(("0.0.0.0", self.port))
         self.peers: list[str] = []  # TCP
+        self.peer_ports: list[tuple[str, int]] = []
         self.datagrams: list[tuple[str, str]] = []  # UDP: (source, destination)
         self.stopping = threading.Event()
         self.thread = threading.Thread(target=self._serve, name="listener", daemon=True)
@@ -113,9 +125,10 @@ class Listener:
                 destination = socket.inet_ntoa(ancillary[0][2][8:12])
                 self.datagrams.append((source, destination))
             if self.tcp in ready:
-                connection, (address, _port) = self.tcp.accept()
+                connection, (address, port) = self.tcp.accept()
                 with connection:
                     self.peers.append(address)
+                    self.peer_ports.append((address, port))
                     connection.sendall(BANNER)
 
     def close(self) -> None:
@@ -235,6 +248,7 @@ def test_a_guest_cannot_pass_for_its_neighbour_nor_reach_the_host(
         # ... and it reached the host on no address, by TCP or UDP.
         for target in targets:
             assert f"connect {target}:{listener.port} failed" in lines[b], consoles[b]
+            assert f"connect from 22 {target}:{listener.port} tried" in lines[b], consoles[b]
         for target in [*targets, "224.0.0.1"]:
             assert f"udp {target}:{listener.port} sent" in lines[b], consoles[b]
 
@@ -243,6 +257,8 @@ def test_a_guest_cannot_pass_for_its_neighbour_nor_reach_the_host(
             assert f"{step} instance-id=200 {a}" in lines[c], consoles[c]
         for target in targets:
             assert f"connect {target}:{listener.port} connected" in lines[c], consoles[c]
+        # ... also from port 22, once to each address (B's never came: below).
+        assert listener.peer_ports.count((c_ip, 22)) == len(targets), listener.peer_ports
         assert "user-data script exit=0" in lines[b] and "user-data script exit=0" in lines[c]
         # The listener heard no guest but the control, which reached it everywhere.
         subnet = ipaddress.IPv4Network(vm_config["driver"]["libvirt"]["network_cidr"])

@@ -60,6 +60,13 @@ def test_disks_config_drive_and_console_log_point_into_the_instance_directory():
     assert root.find("devices/console/target").get("type") == "serial"
 
 
+def test_the_guest_gets_randomness_from_the_hosts_urandom():
+    (rng,) = parsed().iterfind("devices/rng")
+    assert rng.get("model") == "virtio"
+    assert (rng.find("backend").attrib, rng.findtext("backend")) == (
+        {"model": "random"}, "/dev/urandom")
+
+
 @pytest.mark.parametrize(
     ("network", "bridge", "nics"),
     [("etcd-compute", None, [("network", "network", "etcd-compute")]),

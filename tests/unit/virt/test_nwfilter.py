@@ -62,6 +62,47 @@ def test_the_host_guard_lets_through_dhcp_dns_and_metadata_only():
     assert all(p > last_allowed for action, p, _ in rules if action == "drop")
 
 
+def test_the_host_guard_lets_a_guest_answer_the_hosts_ssh_connections_only():
+    """Its answers from port 22 to the gateway pass the guard (ebtables, stateless), and
+    the guest filter drops those that are not of a connection the host opened (libvirt
+    makes it an iptables rule on the guest's packets to the host, matching conntrack's
+    NEW and INVALID). tests/virt/test_guest_isolation.py shows a guest's own connection
+    from port 22 stopped."""
+    def guard_rules(xml: str) -> list[tuple[str, int, dict[str, str]]]:
+        return [(r.get("action"), int(r.get("priority")), r.find("ip").attrib)
+                for r in ET.fromstring(xml).iterfind("rule")]
+
+    rules = guard_rules(nwfilter.host_guard_xml(["192.168.124.1"], host_ssh=True))
+    ssh = {"dstipaddr": "$DHCPSERVER", "protocol": "tcp", "srcportstart": "22"}
+    (priority,) = [p for action, p, ip in rules if action == "return" and ip == ssh]
+    assert all(p > priority for action, p, _ in rules if action == "drop")
+    # Nothing else of the guard changes.
+    assert [r for r in rules if r[2] != ssh] == guard_rules(
+        nwfilter.host_guard_xml(["192.168.124.1"]))
+    guest = ET.fromstring(nwfilter.guest_filter_xml(8, host_ssh=True))
+    assert [(r.get("action"), r.get("direction"), r.find("tcp").attrib)
+            for r in guest.iterfind("rule")][1:] == [
+        ("drop", "out", {"dstipaddr": "$DHCPSERVER", "srcportstart": "22",
+                         "state": "NEW,INVALID"})]
+    assert ET.fromstring(nwfilter.guest_filter_xml(8)).findall("rule")[1:] == []
+
+
+@pytest.mark.parametrize("missing", [None, "no br_netfilter"])
+def test_ssh_answers_pass_only_where_iptables_sees_bridged_packets(monkeypatch, missing):
+    """Without br_netfilter the guest filter's conntrack rule would match nothing: the
+    guard then lets nothing from port 22 through."""
+    monkeypatch.setattr(nwfilter, "bridge_netfilter_missing", lambda: missing)
+    monkeypatch.setattr(nwfilter, "host_addresses", lambda: ["192.168.124.1"])
+    monkeypatch.setattr(nwfilter, "host_broadcast_addresses", lambda: [])
+    connection = FakeFilters()
+    nwfilter.ensure_filters(connection, 8)
+    guard = connection.filters["etcd-compute-host-guard"][1]
+    guest = connection.filters["etcd-compute-guest"][1]
+    from_22 = [ip for ip in ET.fromstring(guard).iter("ip") if ip.get("srcportstart") == "22"]
+    conntrack = [tcp for tcp in ET.fromstring(guest).iter("tcp") if tcp.get("state")]
+    assert (len(from_22), len(conntrack)) == ((1, 1) if missing is None else (0, 0))
+
+
 def test_the_comparison_ignores_what_libvirt_adds_or_reorders():
     ours = nwfilter.guest_filter_xml(8)
     libvirts = ("<filter chain='root' name='etcd-compute-guest'>\n  <uuid>x</uuid>\n"
