@@ -73,7 +73,9 @@ install_packages() {
     [ ${#missing[@]} -eq 0 ] && return
     log "installing ${missing[*]}"
     apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+    # Another apt holding dpkg's lock is waited for (a CI run once failed on it).
+    DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -qq \
+        "${missing[@]}" >/dev/null
 }
 
 # The version linux-image-cloud-amd64 currently depends on, e.g. 6.1.0-56-cloud-amd64.

@@ -15,10 +15,15 @@ die() { echo "error: $*" >&2; exit 1; }
 
 # etcd and libvirt are the motors; postgresql backs the multi-worker Placement tests
 # and benchmarks; dnsmasq/iptables serve libvirt's NAT network; mtools, syslinux,
-# dosfstools and busybox build the offline test guest; openssh-client logs in to it.
+# dosfstools, busybox, cpio, kmod and fdisk build the offline test guest (installed here,
+# not by the guest's build in the middle of a test run); openssh-client logs in to it.
 PACKAGES="etcd-server etcd-client libvirt-daemon-system qemu-system-x86 qemu-utils
   libvirt-dev pkg-config postgresql dnsmasq-base iptables iproute2 mtools syslinux
-  syslinux-common dosfstools busybox-static openssh-client python3-venv python3-dev gcc"
+  syslinux-common dosfstools busybox-static cpio kmod fdisk openssh-client python3-venv
+  python3-dev gcc"
+# Another apt (an unattended upgrade, a second make) holding dpkg's lock is waited for,
+# not a failure.
+APT_LOCK_WAIT="-o DPkg::Lock::Timeout=600"
 missing=""
 for package in $PACKAGES; do
   dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" \
@@ -27,7 +32,7 @@ done
 if [ -n "$missing" ]; then
   say "installing Debian packages:$missing"
   apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $missing >/tmp/etcd-compute-apt.log 2>&1 \
+  DEBIAN_FRONTEND=noninteractive apt-get $APT_LOCK_WAIT install -y -qq $missing >/tmp/etcd-compute-apt.log 2>&1 \
     || die "apt-get install failed; see /tmp/etcd-compute-apt.log"
 fi
 
@@ -39,7 +44,7 @@ fi
 if ! dpkg-query -W -f='${Status}' prometheus 2>/dev/null | grep -q "install ok installed"; then
   say "installing Debian package: prometheus (for the tests; its service stays off)"
   [ -n "$missing" ] || apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus \
+  DEBIAN_FRONTEND=noninteractive apt-get $APT_LOCK_WAIT install -y -qq --no-install-recommends prometheus \
     >>/tmp/etcd-compute-apt.log 2>&1 || die "apt-get install failed; see /tmp/etcd-compute-apt.log"
   if [ -d /run/systemd/system ]; then
     systemctl disable --now prometheus.service >/dev/null 2>&1 || true

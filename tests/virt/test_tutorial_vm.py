@@ -123,7 +123,7 @@ def test_the_tutorial_runs_as_written(walk: Walk, tmp_path: Path,  # noqa: F811
     (server,) = {match for match in UUID.findall(created)
                  if re.search(rf"\|\s*id\s*\|\s*{match}", created)}
     lines = logged_in.strip().splitlines()
-    assert lines[0].startswith("logged in to ")
+    assert lines[0] == "root"  # the guest's user, over SSH with the tutorial's key
     assert lines[-1] == server  # the metadata service's answer to the guest, over SSH
     assert server in looked  # schedule.py list: the operator's view of the same instance
     # Clean up as the tutorial says: nothing of the server is left in Placement.
