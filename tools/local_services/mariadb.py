@@ -33,7 +33,12 @@ OPTIONS = [
     # As Debian's own config (50-server.cnf) has it: the compiled-in default is latin1.
     "--character-set-server=utf8mb4",
     "--collation-server=utf8mb4_general_ci",
-    "--innodb-buffer-pool-size=32M",
+    # Small caches: Neutron's database is a few hundred KB. Aria's page cache and MyISAM's
+    # key buffer (128 MB each by default; only the system tables use those engines) and a
+    # 16 MB buffer pool: 65 MB of RSS instead of 106 MB, loaded with Neutron's schema.
+    "--innodb-buffer-pool-size=16M",
+    "--aria-pagecache-buffer-size=1M",
+    "--key-buffer-size=1M",
     "--innodb-log-file-size=8M",
     "--innodb-flush-log-at-trx-commit=0",
     "--innodb-flush-method=nosync",
