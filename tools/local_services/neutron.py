@@ -71,6 +71,7 @@ def ml2_config(ovn: OvnCentral) -> str:
     return (
         "[ml2]\n"
         "type_drivers = geneve,flat\n"
+        # (tenant_network_types before: deprecated, it says so in the log)
         "project_network_types = geneve\n"
         "mechanism_drivers = ovn\n"
         "extension_drivers = port_security\n"
