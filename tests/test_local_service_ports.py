@@ -16,6 +16,7 @@ import requests
 from tests.support import unavailable
 from tools.local_services import KEYSTONE_VENV, KeystoneServer
 from tools.local_services.etcd import EtcdServer
+from tools.local_services.mariadb import MARIADBD, MariaDBServer
 from tools.local_services.placement import PLACEMENT_VENV, PlacementServer
 from tools.local_services.process import Service
 
@@ -64,3 +65,11 @@ def test_a_keystone_whose_port_was_taken_comes_up_on_another_and_names_it(tmp_pa
         catalog = session.auth.get_access(session).service_catalog.catalog
         urls = {endpoint["url"] for service in catalog for endpoint in service["endpoints"]}
         assert urls == {server.auth_url}
+
+
+def test_a_mariadb_whose_port_was_taken_comes_up_on_another(tmp_path, taken):
+    if not MARIADBD.exists():
+        unavailable("MariaDB is not installed (make install)")
+    with started_elsewhere(MariaDBServer.create(tmp_path, port=taken), taken) as server:
+        assert server.ensure_database("probe", "probe", "secret")
+        assert server.tables("probe") == []

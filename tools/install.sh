@@ -51,6 +51,50 @@ if ! dpkg-query -W -f='${Status}' prometheus 2>/dev/null | grep -q "install ok i
   fi
 fi
 
+# Neutron with ML2/OVN (the guests' networks): OVN's northbound and southbound databases
+# and ovn-northd (ovn-central), Open vSwitch and ovn-controller for the hosts (ovn-host),
+# MariaDB for Neutron's database (its migrations run on MySQL/MariaDB only), haproxy (OVN's
+# metadata agent). The tests run their own instances of each (run dirs, sockets and
+# loopback ports of their own, stopped by pid: tools/local_services/). Debian's packages
+# would also start their system services (a MariaDB on port 3306, OVN's databases and
+# ovn-northd, an ovsdb-server and ovs-vswitchd, ovn-controller, haproxy), which nothing here
+# uses and which would hold the machine's names (/var/run/ovn, /var/run/openvswitch, the
+# kernel datapath): installed without their recommends, their services stopped and disabled
+# at once. A package that was there before is left as it is, with its services.
+NETWORK_PACKAGES="openvswitch-switch ovn-central ovn-host mariadb-server haproxy"
+# services_of PACKAGE: the system services PACKAGE installs (systemd units; sysvinit scripts).
+services_of() {
+  case $1 in
+    openvswitch-switch) echo "openvswitch-switch ovs-vswitchd ovsdb-server" ;;
+    ovn-central) echo "ovn-central ovn-northd ovn-ovsdb-server-nb ovn-ovsdb-server-sb" ;;
+    ovn-host) echo "ovn-host ovn-controller" ;;
+    mariadb-server) echo "mariadb" ;;
+    haproxy) echo "haproxy" ;;
+  esac
+}
+network_missing=""
+for package in $NETWORK_PACKAGES; do
+  dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" \
+    || network_missing="$network_missing $package"
+done
+if [ -n "$network_missing" ]; then
+  say "installing Debian packages:$network_missing (for Neutron on OVN; their services stay off)"
+  [ -n "$missing" ] || apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $network_missing \
+    >>/tmp/etcd-compute-apt.log 2>&1 || die "apt-get install failed; see /tmp/etcd-compute-apt.log"
+  # ovn-host's first: ovn-controller talks to Open vSwitch's ovsdb-server.
+  for package in $(echo $network_missing | tr ' ' '\n' | sort -r); do
+    for service in $(services_of "$package"); do
+      if [ -d /run/systemd/system ]; then
+        systemctl disable --now "$service.service" >/dev/null 2>&1 || true
+      elif [ -x "/etc/init.d/$service" ]; then
+        "/etc/init.d/$service" stop >/dev/null 2>&1 || true
+        update-rc.d "$service" disable >/dev/null 2>&1 || true
+      fi
+    done
+  done
+fi
+
 # The guest filter's cap on metadata connections is an iptables rule on the guest's
 # bridge port: iptables sees bridged packets only with br_netfilter and this sysctl.
 modprobe br_netfilter 2>/dev/null || true
@@ -164,6 +208,8 @@ cached_venv .venv-placement requirements-placement.txt
 cached_venv .venv-keystone requirements-keystone.txt
 cached_venv .venv-glance requirements-glance.txt
 cached_venv .venv-clients requirements-clients.txt
+# Neutron's API server with ML2/OVN (the guests' networks), on MariaDB.
+cached_venv .venv-neutron requirements-neutron.txt
 # The documentation site's builder (make docs, which make test runs).
 cached_venv .venv-docs requirements-docs.txt
 # Tempest (the compute API's judge) only when asked: it is large and only the tests use it.

@@ -7,7 +7,9 @@ What `make up`, `make demo` and the tests' session bootstrap in the local Keysto
 - users `admin` (the bootstrap's), `glance` (Glance's own: it validates tokens),
   `etcd-compute` (what the compute hosts and the compute API use to reach Glance and
   Placement as a service), `demo` (member of demo), `alt` (member of alt);
-- the catalog: `identity`, `image` and `placement` (the compute API adds `compute`).
+- the catalog: `identity`, `image` and `placement` (the compute API adds `compute`, and
+  Neutron's callers `network`: tools/local_services/networking.py; Neutron's own service
+  user `neutron` is made by `NeutronServer`).
 
 Passwords are random, kept by the Keystone's run directory (`KeystoneServer.password`).
 """

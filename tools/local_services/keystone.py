@@ -332,6 +332,15 @@ class KeystoneServer(Service):
                     "service_id": service_id, "interface": interface, "url": url,
                     "region_id": "RegionOne"}})
 
+    def remove_service(self, name: str) -> None:
+        """The catalog entry of service `name` and its endpoints removed (none: nothing)."""
+        service_id = self._find("services", name)
+        if service_id is None:
+            return
+        for endpoint in self._api("GET", f"/endpoints?service_id={service_id}")["endpoints"]:
+            self._api("DELETE", f"/endpoints/{endpoint['id']}")
+        self._api("DELETE", f"/services/{service_id}")
+
     def add_application_credential(self, user: str, password: str,
                                    project: str) -> tuple[str, str]:
         """An application credential of `user` on `project`: (id, secret)."""

@@ -21,6 +21,7 @@ REPO = Path(__file__).resolve().parents[2]
 PLACEMENT_VENV = Path(os.environ.get("PLACEMENT_VENV", REPO / ".venv-placement"))
 KEYSTONE_VENV = Path(os.environ.get("KEYSTONE_VENV", REPO / ".venv-keystone"))
 GLANCE_VENV = Path(os.environ.get("GLANCE_VENV", REPO / ".venv-glance"))
+NEUTRON_VENV = Path(os.environ.get("NEUTRON_VENV", REPO / ".venv-neutron"))
 # The `openstack` command line (python-openstackclient), in a virtualenv of its own.
 CLIENTS_VENV = Path(os.environ.get("CLIENTS_VENV", REPO / ".venv-clients"))
 
