@@ -80,7 +80,7 @@ done
 if [ -n "$network_missing" ]; then
   say "installing Debian packages:$network_missing (for Neutron on OVN; their services stay off)"
   [ -n "$missing" ] || apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $network_missing \
+  DEBIAN_FRONTEND=noninteractive apt-get $APT_LOCK_WAIT install -y -qq --no-install-recommends $network_missing \
     >>/tmp/etcd-compute-apt.log 2>&1 || die "apt-get install failed; see /tmp/etcd-compute-apt.log"
   # ovn-host's first: ovn-controller talks to Open vSwitch's ovsdb-server.
   for package in $(echo $network_missing | tr ' ' '\n' | sort -r); do
