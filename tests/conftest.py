@@ -12,6 +12,7 @@ With CI=true, a missing service fails the run; it never skips.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -154,7 +155,16 @@ def etcd_server(tmp_path_factory: pytest.TempPathFactory,
     """etcd over TLS with client certificates and RBAC on (root, the operator role)."""
     if shutil.which("etcd") is None:
         unavailable("etcd is not installed (make install)")
-    server = EtcdServer.create(tmp_path_factory.mktemp("etcd"), pki=cluster_pki)
+    with secured_etcd(tmp_path_factory.mktemp("etcd"), cluster_pki) as server:
+        yield server
+
+
+@contextlib.contextmanager
+def secured_etcd(run_dir: Path, pki: Pki) -> Iterator[EtcdServer]:
+    """An etcd as the session's (TLS, client certificates, RBAC with root and the operator
+    role), stopped by pid at the end even when its start fails half-way: the session's, and
+    a test's own (one it stops, restarts or cuts) in its place."""
+    server = EtcdServer.create(run_dir, pki=pki)
     with running(server, lambda: server.start().enable_auth([OPERATOR_USER])):
         yield server
 

@@ -24,11 +24,15 @@ PACKAGES="etcd-server etcd-client libvirt-daemon-system qemu-system-x86 qemu-uti
 # Another apt (an unattended upgrade, a second make) holding dpkg's lock is waited for,
 # not a failure.
 APT_LOCK_WAIT="-o DPkg::Lock::Timeout=600"
-missing=""
-for package in $PACKAGES; do
-  dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" \
-    || missing="$missing $package"
-done
+# missing_of PACKAGE...: those of them not installed, each after a space.
+missing_of() {
+  local package
+  for package in "$@"; do
+    dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" \
+      || printf ' %s' "$package"
+  done
+}
+missing=$(missing_of $PACKAGES)
 if [ -n "$missing" ]; then
   say "installing Debian packages:$missing"
   apt-get update -qq
@@ -72,11 +76,7 @@ services_of() {
     haproxy) echo "haproxy" ;;
   esac
 }
-network_missing=""
-for package in $NETWORK_PACKAGES; do
-  dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" \
-    || network_missing="$network_missing $package"
-done
+network_missing=$(missing_of $NETWORK_PACKAGES)
 if [ -n "$network_missing" ]; then
   say "installing Debian packages:$network_missing (for Neutron on OVN; their services stay off)"
   [ -n "$missing" ] || apt-get update -qq

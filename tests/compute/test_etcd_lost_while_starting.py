@@ -20,8 +20,8 @@ from etcd_compute.config import deep_merge
 from etcd_compute.etcd import Store
 from etcd_compute.pki import Pki
 from tests.compute.helpers import claim_and_send, make_spec, wait_state
-from tests.conftest import OPERATOR_USER
-from tests.support import running, wait_for
+from tests.conftest import secured_etcd
+from tests.support import wait_for
 from tools.local_services import EtcdServer
 from tools.local_services.proxy import CuttableProxy
 
@@ -35,8 +35,7 @@ OUTAGE = 4.0
 def etcd_server(tmp_path_factory: pytest.TempPathFactory, cluster_pki: Pki
                 ) -> Iterator[EtcdServer]:
     """This test's own etcd (it stops and starts it), in place of the session's."""
-    server = EtcdServer.create(tmp_path_factory.mktemp("own-etcd"), pki=cluster_pki)
-    with running(server, lambda: server.start().enable_auth([OPERATOR_USER])):
+    with secured_etcd(tmp_path_factory.mktemp("own-etcd"), cluster_pki) as server:
         yield server
 
 

@@ -26,8 +26,8 @@ from etcd_compute.etcd_auth import ROOT
 from etcd_compute.pki import Pki
 from tests.compute.guests import power_loss
 from tests.compute.helpers import claim_and_send, make_spec, record, wait_state
-from tests.conftest import OPERATOR_USER
-from tests.support import running, wait_for
+from tests.conftest import secured_etcd
+from tests.support import wait_for
 from tools.local_services import EtcdServer
 
 TTL, GRACE, BUILD = 3, 2, 0.2
@@ -38,8 +38,7 @@ QUERY = "resources=VCPU:1,MEMORY_MB:64,DISK_GB:1"
 def etcd_server(tmp_path_factory: pytest.TempPathFactory, cluster_pki: Pki
                 ) -> Iterator[EtcdServer]:
     """This test's own etcd (it restarts it), in place of the session's."""
-    server = EtcdServer.create(tmp_path_factory.mktemp("own-etcd"), pki=cluster_pki)
-    with running(server, lambda: server.start().enable_auth([OPERATOR_USER])):
+    with secured_etcd(tmp_path_factory.mktemp("own-etcd"), cluster_pki) as server:
         yield server
 
 
