@@ -16,7 +16,6 @@ the namespaces and bridge removed by `close`.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -78,16 +77,24 @@ class OvnHosts:
         return self.hosts[name]
 
     @classmethod
-    @contextlib.contextmanager
-    def create(cls, names: list[str], run_dir: Path, ovn: OvnCentral) -> Iterator[OvnHosts]:
+    def create(cls, names: list[str], run_dir: Path, ovn: OvnCentral) -> OvnHosts:
+        """Hosts `names` started, their files under `run_dir` (everything stopped and
+        removed if one fails to start); a context manager that closes them."""
         hosts = cls(TestNetwork.create(), ovn, run_dir)
         try:
             hosts.southbound = ovn.sb.listen_on(hosts.net.gateway)
             for name in names:
                 hosts.add(name)
-            yield hosts
-        finally:
+        except BaseException:
             hosts.close()
+            raise
+        return hosts
+
+    def __enter__(self) -> OvnHosts:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     def add(self, name: str) -> OvnHost:
         space = self.net.add_host(name)
