@@ -7,10 +7,11 @@ As demo, a network and subnet; as admin, a port bound to a host (`--host`, a com
 device owner), plugged there as a compute driver will (an OVS internal port on br-int,
 `external_ids:iface-id` the port's id) and moved into a namespace of its own (the guest's
 stand-in) with its fixed IP: Neutron shows it ACTIVE, OVN's southbound database binds it to
-that host's chassis, and the two ports ping each other across the Geneve tunnel between the
-hosts; a port of another network with the same CIDR reaches neither. Stopped, the hosts
-leave no process, namespace, bridge or socket. The time from plug to ACTIVE, the ping's
-latency and each host's idle memory and CPU are printed (pytest -s).
+that host's chassis, and the two ports ping each other and carry TCP across the Geneve
+tunnel between the hosts; a port of another network with the same CIDR reaches neither.
+Stopped, the hosts leave no process, namespace, bridge or socket. The time from plug to
+ACTIVE, the ping's latency, the TCP transfer's rate and each host's idle memory and CPU are
+printed (pytest -s).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import contextlib
 import re
 import shutil
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -30,7 +32,7 @@ import pytest
 from etcd_compute.errors import ServiceUnavailable
 from tests.network.neutron import DEMO, Cli
 from tests.support import unavailable
-from tools.local_services import pid_alive
+from tools.local_services import pid_alive, stop_pid
 from tools.local_services.netns import Host, ip, netns_usable
 from tools.local_services.networking import NetworkStack
 from tools.local_services.ovn_hosts import OvnHost, OvnHosts
@@ -120,6 +122,44 @@ def ping(space: Host, address: str, count: int = 5) -> subprocess.CompletedProce
                           capture_output=True, text=True, check=False, timeout=60)
 
 
+# Counts what one connection to ADDRESS:PORT sends until it closes; says when it listens.
+RECEIVER = """
+import socket, sys
+with socket.create_server((sys.argv[1], int(sys.argv[2]))) as server:
+    print("listening", flush=True)
+    connection, _ = server.accept()
+    received = 0
+    while chunk := connection.recv(1 << 16):
+        received += len(chunk)
+    print(received, flush=True)
+"""
+SENDER = """
+import socket, sys, time
+began = time.monotonic()
+with socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=10) as sock:
+    sock.sendall(bytes(int(sys.argv[3])))
+print(time.monotonic() - began)
+"""
+
+
+def tcp_transfer(source: Host, destination: Host, address: str, size: int) -> float:
+    """Seconds to send `size` bytes over TCP from `source` to `address` in `destination`
+    (the receiver must count them all)."""
+    receiver = subprocess.Popen(["ip", "netns", "exec", destination.netns, sys.executable,
+                                 "-c", RECEIVER, address, "5001"],
+                                stdout=subprocess.PIPE, text=True)
+    try:
+        assert receiver.stdout is not None and receiver.stdout.readline() == "listening\n"
+        sent = subprocess.run(["ip", "netns", "exec", source.netns, sys.executable, "-c",
+                               SENDER, address, "5001", str(size)],
+                              capture_output=True, text=True, timeout=60, check=False)
+        assert sent.returncode == 0, sent.stderr[-1000:]
+        assert receiver.stdout.readline().strip() == str(size)
+        return float(sent.stdout)
+    finally:
+        stop_pid(receiver.pid)
+
+
 def round_trip(answer: str) -> str:
     """busybox ping's "round-trip min/avg/max = ..." summary."""
     found = re.search(r"round-trip min/avg/max = (\S+) ms", answer)
@@ -169,6 +209,9 @@ def test_ports_plugged_on_two_hosts_go_active_and_ping_over_geneve_not_across_ne
     assert pinged.returncode == 0, pinged.stdout + pinged.stderr
     back = ping(blue2, "10.0.0.11")
     assert back.returncode == 0, back.stdout + back.stderr
+    # TCP too: through the ports' taps, both userspace datapaths and the Geneve tunnel.
+    size = 16 * 2**20
+    seconds = tcp_transfer(blue1, blue2, "10.0.0.12", size)
     # The red port's switch has no 10.0.0.11 or .12: not reached, ARP unanswered.
     for address in ("10.0.0.11", "10.0.0.12"):
         across = ping(red1, address, count=2)
@@ -177,6 +220,8 @@ def test_ports_plugged_on_two_hosts_go_active_and_ping_over_geneve_not_across_ne
     print(f"\nplug to ACTIVE: {', '.join(f'{s:.2f} s' for s in to_active)}"
           f"\nping over Geneve (min/avg/max): hv1 -> hv2 {round_trip(pinged.stdout)}, "
           f"hv2 -> hv1 {round_trip(back.stdout)}\n"
+          f"TCP hv1 -> hv2: {size / 2**20:.0f} MiB in {seconds:.2f} s "
+          f"({size * 8 / seconds / 1e6:.0f} Mbit/s)\n"
           + "\n".join(idle(host) for host in hosts.hosts.values()))
 
     for port in ports:

@@ -33,6 +33,7 @@ import subprocess
 from pathlib import Path
 
 from etcd_compute.errors import ServiceUnavailable
+from tools.local_services import offloads
 from tools.local_services.netns import Host, ip
 from tools.local_services.process import Service, stop_pids, wait_until
 
@@ -185,15 +186,13 @@ class OpenVSwitch:
         self.db.wait_started(timeout)
         wait_until(self.socket.exists, timeout, f"{self.socket}")
         self.vsctl("init", wait=False)
-        self.vsctl("set", "Open_vSwitch", ".",
-                   # TCP through the userspace datapath: the kernel hands its taps and
-                   # AF_PACKET sockets segmentation-offloaded packets (up to 64 KiB, the
-                   # checksum left to the device). Without TSO support OVS drops those
-                   # larger than the MTU and sends the others with the checksum unfilled,
-                   # so a TCP connection across it stalls (ovn-controller's to the
-                   # southbound database, over br-phy).
-                   "other_config:userspace-tso-enable=true",
-                   *(f"{key}={value}" for key, value in settings.items()), wait=False)
+        # No userspace TSO (other_config:userspace-tso-enable): with it, the host's own TCP
+        # over br-phy works without the cable's fix below, but OVS 3.1 drops every packet
+        # with offload flags at a tunnel ("Tunneling packets with HW offload flags is not
+        # supported: packet dropped"), so no TCP crossed Geneve between two ports.
+        if settings:
+            self.vsctl("set", "Open_vSwitch", ".",
+                       *(f"{key}={value}" for key, value in settings.items()), wait=False)
         self.vswitchd.spawn("ovs-vswitchd", self.connection, "--monitor")
         self.vswitchd.wait_started(timeout)
         self.vsctl("--may-exist", "add-br", INTEGRATION_BRIDGE, "--",
@@ -202,7 +201,14 @@ class OpenVSwitch:
         self._underlay()
 
     def _underlay(self) -> None:
-        """`br-phy` with the host's cable as its port and its address (see above)."""
+        """`br-phy` with the host's cable as its port and its address (see above). The
+        cable's end on the test network's bridge fills TCP checksums and segments (offloads.py):
+        packets from the root namespace reach the userspace datapath through an AF_PACKET
+        socket on `eth0`, as they were handed to the veth. Left as they were (checksums
+        unfilled, segments up to 64 KiB), ovn-controller's TCP connection to the southbound
+        database never came up."""
+        if self.host.veth:
+            offloads.set_tx_checksumming(self.host.veth, False)
         self.vsctl("--may-exist", "add-br", UNDERLAY_BRIDGE, "--",
                    "set", "Bridge", UNDERLAY_BRIDGE, "datapath_type=netdev", "--",
                    "--may-exist", "add-port", UNDERLAY_BRIDGE, "eth0")
