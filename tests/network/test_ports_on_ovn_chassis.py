@@ -17,8 +17,10 @@ printed (pytest -s).
 from __future__ import annotations
 
 import contextlib
+import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -32,7 +34,7 @@ import pytest
 from etcd_compute.errors import ServiceUnavailable
 from tests.network.neutron import DEMO, Cli
 from tests.support import unavailable
-from tools.local_services import pid_alive, stop_pid
+from tools.local_services import pid_alive, stop_pid, wait_until
 from tools.local_services.netns import Host, ip, netns_usable
 from tools.local_services.networking import NetworkStack
 from tools.local_services.ovn_hosts import OvnHost, OvnHosts
@@ -180,6 +182,24 @@ def idle(host: OvnHost, window: float = 3.0) -> str:
             + ", ".join(parts) + ")")
 
 
+def plugged(network: NetworkStack, openstack: Cli, hosts: OvnHosts, name: str,
+            net: dict[str, Any], address: str, space_name: str) -> tuple[Any, Host, float]:
+    """A port of `net` at `address` bound to host `name`, plugged there and moved into a new
+    namespace `space_name`: the port, the namespace, the seconds from plug to ACTIVE."""
+    port = bound_port(openstack, net, name, address)
+    # ML2/OVN bound it to the host's chassis (a host it does not know: binding_failed).
+    assert port["binding_vif_type"] == "ovs", port
+    assert port["status"] == "DOWN"
+    host = hosts[name]
+    began = time.monotonic()
+    device = host.plug(port["id"], port["mac_address"])
+    space = hosts.net.add_space(space_name)
+    host.move(device, space, address, net["mtu"])
+    seconds = time.monotonic() - began + wait_active(openstack, port["id"])
+    assert bound_chassis(network, port["id"]) == name
+    return port, space, seconds
+
+
 def test_ports_plugged_on_two_hosts_go_active_and_ping_over_geneve_not_across_networks(
         network: NetworkStack, openstack: Cli, hosts: OvnHosts,
         two_networks: list[dict[str, Any]]) -> None:
@@ -190,19 +210,10 @@ def test_ports_plugged_on_two_hosts_go_active_and_ping_over_geneve_not_across_ne
               ("hv2", red, "10.0.0.13")]
     ports, spaces, to_active = [], [], []
     for n, (name, net, address) in enumerate(wanted):
-        port = bound_port(openstack, net, name, address)
-        # ML2/OVN bound it to the host's chassis (a host it does not know: binding_failed).
-        assert port["binding_vif_type"] == "ovs", port
-        assert port["status"] == "DOWN"
-        host = hosts[name]
-        began = time.monotonic()
-        device = host.plug(port["id"], port["mac_address"])
-        space = hosts.net.add_space(f"vm{n}")
-        host.move(device, space, address, net["mtu"])
-        to_active.append(time.monotonic() - began + wait_active(openstack, port["id"]))
-        assert bound_chassis(network, port["id"]) == name
+        port, space, seconds = plugged(network, openstack, hosts, name, net, address, f"vm{n}")
         ports.append(port)
         spaces.append(space)
+        to_active.append(seconds)
     blue1, blue2, red1 = spaces
 
     pinged = ping(blue1, "10.0.0.12")
@@ -225,6 +236,42 @@ def test_ports_plugged_on_two_hosts_go_active_and_ping_over_geneve_not_across_ne
           + "\n".join(idle(host) for host in hosts.hosts.values()))
 
     for port in ports:
+        openstack.ok(ADMIN, "port", "delete", port["id"])
+
+
+def test_a_crashed_ovs_vswitchd_is_restarted_by_its_monitor(
+        network: NetworkStack, openstack: Cli, hosts: OvnHosts,
+        two_networks: list[dict[str, Any]]) -> None:
+    """ovs-vswitchd aborted (as on the userspace conntrack assertion): its monitor starts it
+    again, which makes br-int, br-phy (the host's address with it: a persistent tap) and
+    the internal ports still in the host's namespace again; ovn-controller stays connected.
+    A port moved into another namespace is left behind (its tap, detached, stays there; the
+    new daemon makes another in the host's namespace): moved there again, it carries
+    traffic again."""
+    blue = two_networks[0]
+    first, one, _ = plugged(network, openstack, hosts, "hv1", blue, "10.0.0.21", "crash1")
+    second, two, _ = plugged(network, openstack, hosts, "hv2", blue, "10.0.0.22", "crash2")
+    assert ping(one, "10.0.0.22", count=2).returncode == 0
+    vswitchd = hosts["hv2"].switch.vswitchd
+    monitor, crashed = vswitchd.pid, vswitchd.daemon_pid
+    assert monitor and crashed and monitor != crashed
+    began = time.monotonic()
+    os.kill(crashed, signal.SIGABRT)
+    wait_until(lambda: vswitchd.daemon_pid not in (None, crashed), 30, "a new ovs-vswitchd")
+    restarted = time.monotonic() - began
+    assert vswitchd.running() and vswitchd.pid == monitor and not pid_alive(crashed)
+    switch = hosts["hv2"].switch
+    assert switch.vsctl("list-br").split() == ["br-int", "br-phy"]
+    assert hosts["hv2"].controller.status() == "connected"
+    device = f"tap{second['id'][:11]}"
+    assert ping(one, "10.0.0.22", count=2).returncode != 0  # the moved tap is left behind
+    ip("-n", two.netns, "link", "del", device)
+    hosts["hv2"].move(device, two, "10.0.0.22", blue["mtu"])
+    again = ping(one, "10.0.0.22")
+    assert again.returncode == 0, again.stdout
+    print(f"\novs-vswitchd restarted {restarted:.2f} s after its abort; "
+          f"ping after: {round_trip(again.stdout)}")
+    for port in (first, second):
         openstack.ok(ADMIN, "port", "delete", port["id"])
 
 

@@ -59,7 +59,7 @@ class OvnController(OvsDaemon):
     def spawn(self, program: str, *args: str) -> None:
         self._spawn(in_namespace(self.host, [
             program, *args, f"--pidfile={self.pidfile}", *self.options]),
-            env=environment(self.run_dir))
+            env=environment(self.run_dir), cwd=self.run_dir)
 
     def status(self) -> str:
         """`connection-status`: "connected" once it follows the southbound database."""

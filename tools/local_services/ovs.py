@@ -21,7 +21,11 @@ userspace datapath.
 
 `ovs-vswitchd` runs under `--monitor`: its first process (our child, `pid`) restarts the
 daemon after a crash (ovs-vswitchd 3.1's userspace conntrack hit an assertion once in three
-runs of Neutron's ports here); `daemon_pid` is the daemon's own, from its pidfile.
+runs of Neutron's ports here); `daemon_pid` is the daemon's own, from its pidfile. The
+daemons run in the run directory (a crash's core file, where the machine keeps any, lands
+there). A restarted ovs-vswitchd makes its taps again: the bridges and the internal ports
+still in the host's namespace, not those a test moved into another namespace (a tap dies
+with the process that made it).
 """
 
 from __future__ import annotations
@@ -80,7 +84,7 @@ class OvsDaemon(Service):
     def spawn(self, program: str, *args: str) -> None:
         self._spawn(in_namespace(self.host, [
             program, *args, f"--pidfile={self.pidfile}", f"--unixctl={self.control}",
-            *self.options]), env=environment(self.run_dir))
+            *self.options]), env=environment(self.run_dir), cwd=self.run_dir)
 
     @property
     def options(self) -> list[str]:
