@@ -287,6 +287,8 @@ def test_stopped_hosts_leave_no_process_namespace_bridge_or_socket(
         bridge = hosts.net.bridge
         southbound = hosts.southbound
     assert not [pid for pid in pids if pid_alive(pid)]
+    # Each ovn-controller took its chassis out of the southbound database as it left.
+    assert not [name for name in HOSTS if bound_chassis_row(network, name)]
     listed = ip("netns", "list").stdout
     assert not [space for space in namespaces if space in listed]
     assert ip("link", "show", bridge, check=False).returncode != 0

@@ -67,6 +67,18 @@ class OvnController(OvsDaemon):
                               capture_output=True, text=True, check=False, timeout=10)
         return done.stdout.strip()
 
+    def leave(self) -> None:
+        """Asks it to exit as a host leaving the cloud does (`exit`): it removes its chassis
+        from the southbound database first (a SIGTERM leaves the chassis there, and ML2/OVN
+        would go on binding ports to it). Stop it by pid after, to be sure."""
+        if self.running():
+            subprocess.run(["ovn-appctl", "-t", str(self.control), "exit"],
+                           capture_output=True, check=False, timeout=10)
+
+    def stop(self) -> None:
+        self.leave()
+        super().stop()
+
     def start(self, timeout: float = 60) -> OvnController:
         """Started and connected to the southbound database; stopped if it never is."""
         if shutil.which("ovn-controller") is None:

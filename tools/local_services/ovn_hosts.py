@@ -16,6 +16,7 @@ the namespaces and bridge removed by `close`.
 from __future__ import annotations
 
 import contextlib
+import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -110,8 +111,12 @@ class OvnHosts:
         return [pid for host in self.hosts.values() for pid in host.pids]
 
     def close(self) -> None:
-        """Every host's ovn-controller, then its switch (all side by side), the southbound
-        database's remote on the bridge, the namespaces and the bridge."""
+        """Every host's ovn-controller (its chassis out of the southbound database), then its
+        switch (all side by side), the southbound database's remote on the bridge, the
+        namespaces and the bridge."""
+        for host in self.hosts.values():
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                host.controller.leave()
         stop_pids([pid for host in self.hosts.values() for pid in host.controller.pids])
         stop_pids([pid for host in self.hosts.values() for pid in host.switch.pids])
         for host in self.hosts.values():
