@@ -13,8 +13,6 @@ or database behind. What the stack costs (start, memory, idle CPU) is printed (p
 
 from __future__ import annotations
 
-import json
-import os
 import subprocess
 import time
 from collections.abc import Iterator
@@ -25,69 +23,10 @@ import psutil
 import pytest
 
 from etcd_compute.errors import ServiceUnavailable
-from etcd_compute.pki import Pki
-from tests.openstack_shell import OpenStackShells
+from tests.network.neutron import ALT, DEMO, Cli, started
 from tests.support import unavailable
-from tools.local_services import CLIENTS_VENV, KeystoneServer, cloud, pid_alive, port_open
+from tools.local_services import KeystoneServer, pid_alive, port_open
 from tools.local_services.networking import NetworkStack
-
-OPENSTACK = CLIENTS_VENV / "bin" / "openstack"
-DEMO, ALT = "etcd-compute-demo", "etcd-compute-alt"
-
-
-def started(run_dir: Path, keystone: KeystoneServer, pki: Pki | None) -> NetworkStack:
-    """A stack started (unavailable: skipped, or failed under CI=true)."""
-    if not OPENSTACK.exists():
-        unavailable(f"{OPENSTACK} is missing (make install builds .venv-clients)")
-    stack = NetworkStack.create(run_dir, keystone, pki=pki)
-    try:
-        stack.start()
-    except ServiceUnavailable as exc:
-        unavailable(str(exc))
-    return stack
-
-
-class Cli:
-    """`openstack --os-cloud CLOUD ARGS...` with clouds.yaml of the session's Keystone."""
-
-    def __init__(self, shells: OpenStackShells):
-        self.shells = shells
-
-    def run(self, cloud_name: str, *args: str) -> subprocess.CompletedProcess[str]:
-        return self.shells.run(cloud_name, *args, timeout=120)
-
-    def ok(self, cloud_name: str, *args: str) -> str:
-        """The command's output; it must succeed."""
-        done = self.run(cloud_name, *args)
-        assert done.returncode == 0, f"openstack {' '.join(args)}: {done.stderr[-2000:]}"
-        return done.stdout
-
-    def __call__(self, cloud_name: str, *args: str) -> Any:
-        """The command's JSON answer; it must succeed."""
-        return json.loads(self.ok(cloud_name, *args, "-f", "json"))
-
-
-@pytest.fixture(scope="module")
-def network(tmp_path_factory: pytest.TempPathFactory, keystone_server: KeystoneServer,
-            cluster_pki: Pki) -> Iterator[NetworkStack]:
-    stack = started(tmp_path_factory.mktemp("network"), keystone_server, cluster_pki)
-    try:
-        yield stack
-    finally:
-        stack.stop()
-
-
-@pytest.fixture(scope="module")
-def openstack(tmp_path_factory: pytest.TempPathFactory, keystone_server: KeystoneServer,
-              network: NetworkStack) -> Iterator[Cli]:
-    clouds = cloud.write_clouds_yaml(keystone_server,
-                                     tmp_path_factory.mktemp("clouds") / "clouds.yaml")
-    shells = OpenStackShells(OPENSTACK.parent / "python",
-                             {**os.environ, "OS_CLIENT_CONFIG_FILE": str(clouds)})
-    try:
-        yield Cli(shells)
-    finally:
-        shells.close()
 
 
 @pytest.fixture

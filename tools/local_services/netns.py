@@ -106,8 +106,9 @@ class TestNetwork:
         """A namespace with lo up and eth0 on the bridge, at the next free address."""
         if name in self.hosts:
             raise ValueError(f"host {name} exists")
+        cabled = [h for h in self.hosts.values() if h.veth]
         host = Host(name, f"ec{self.id}-{name}",
-                    str(self.subnet.network_address + 2 + len(self.hosts)),
+                    str(self.subnet.network_address + 2 + len(cabled)),
                     f"ecv{self.id}{len(self.hosts):02d}")
         self.hosts[name] = host
         self._register()
@@ -120,11 +121,24 @@ class TestNetwork:
         ip("-n", host.netns, "link", "set", "eth0", "up")
         return host
 
+    def add_space(self, name: str) -> Host:
+        """A namespace with only lo (up), off the bridge: for what a test plugs into it (a
+        port of a switch in another namespace, moved here)."""
+        if name in self.hosts:
+            raise ValueError(f"host {name} exists")
+        host = Host(name, f"ec{self.id}-{name}", "", "")
+        self.hosts[name] = host
+        self._register()
+        ip("netns", "add", host.netns)
+        ip("-n", host.netns, "link", "set", "lo", "up")
+        return host
+
     def delete(self) -> None:
         """Remove every namespace, veth and the bridge (what exists of them); idempotent.
         Processes still inside a namespace keep it alive: stop them (by pid) first."""
         for host in self.hosts.values():
-            ip("link", "del", host.veth, check=False)
+            if host.veth:
+                ip("link", "del", host.veth, check=False)
             ip("netns", "del", host.netns, check=False)
         ip("link", "del", self.bridge, check=False)
         with contextlib.suppress(OSError):

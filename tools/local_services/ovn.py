@@ -27,6 +27,11 @@ SCHEMAS = Path("/usr/share/ovn")
 LISTENING = re.compile(r"0:127\.0\.0\.1: listening on port (\d+)")
 
 
+def listening_on(address: str) -> re.Pattern[str]:
+    """What ovsdb-server logs once a `ptcp:0:ADDRESS` remote listens: the port it got."""
+    return re.compile(rf"0:{re.escape(address)}: listening on port (\d+)")
+
+
 def _environment(run_dir: Path) -> dict[str, str]:
     return {"OVS_RUNDIR": str(run_dir), "OVN_RUNDIR": str(run_dir),
             "OVS_LOGDIR": str(run_dir), "OVN_LOGDIR": str(run_dir)}
@@ -93,7 +98,7 @@ class OvsdbServer(Service):
         logged = self.log_path.stat().st_size if self.log_path.exists() else 0
         self._spawn(["ovsdb-server", str(self.file),
                      f"--remote=punix:{self.socket}", "--remote=ptcp:0:127.0.0.1",
-                     f"--unixctl={self.run_dir / f'ovsdb-{self.database}.ctl'}",
+                     f"--unixctl={self.control}",
                      "-vsyslog:off", "-vconsole:info"],
                     env=_environment(self.run_dir))
 
@@ -110,6 +115,37 @@ class OvsdbServer(Service):
         except ServiceUnavailable as exc:
             raise self._fail(str(exc)) from None
         return self
+
+    def listen_on(self, address: str, timeout: float = 10) -> str:
+        """One more TCP remote, on `address` (a test network's bridge, for the chassis in its
+        namespaces: they do not reach this namespace's loopback), on a port the kernel picks:
+        its connection (`tcp:ADDRESS:PORT`). Gone with the server, or by `stop_listening`."""
+        logged = self.log_path.stat().st_size if self.log_path.exists() else 0
+        self.appctl("ovsdb-server/add-remote", f"ptcp:0:{address}")
+        found: list[str] = []
+
+        def listening() -> bool:
+            port = listening_on(address).search(_logged_since(self, logged))
+            if port:
+                found.append(port.group(1))
+            return bool(port)
+
+        wait_until(listening, timeout, f"OVN's {self.database} ovsdb-server on {address}")
+        return f"tcp:{address}:{found[0]}"
+
+    def stop_listening(self, address: str) -> None:
+        self.appctl("ovsdb-server/remove-remote", f"ptcp:0:{address}")
+
+    def appctl(self, *args: str) -> str:
+        done = subprocess.run(["ovs-appctl", "-t", str(self.control), *args],
+                              capture_output=True, text=True, check=False, timeout=10)
+        if done.returncode:
+            raise RuntimeError(f"ovs-appctl {' '.join(args)}: {done.stderr.strip()}")
+        return done.stdout
+
+    @property
+    def control(self) -> Path:
+        return self.run_dir / f"ovsdb-{self.database}.ctl"
 
 
 class OvnNorthd(Service):

@@ -132,7 +132,8 @@ class Service:
     def log_path(self) -> Path:
         return self.run_dir / f"{self.name}.log"
 
-    def _spawn(self, argv: list[str], env: dict[str, str] | None = None) -> None:
+    def _spawn(self, argv: list[str], env: dict[str, str] | None = None,
+               cwd: Path | None = None) -> None:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "ab") as log:
             process = subprocess.Popen(
@@ -141,6 +142,7 @@ class Service:
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
                 env={**os.environ, **(env or {})},
+                cwd=cwd,
                 # Own session: a Ctrl-C in the terminal reaches us, not the services.
                 start_new_session=True,
             )

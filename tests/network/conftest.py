@@ -1,0 +1,38 @@
+"""The network tests' fixtures: per module, a Neutron stack on the session's Keystone and the
+`openstack` command line's shells."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+import pytest
+
+from etcd_compute.pki import Pki
+from tests.network.neutron import OPENSTACK, Cli, started
+from tests.openstack_shell import OpenStackShells
+from tools.local_services import KeystoneServer, cloud
+from tools.local_services.networking import NetworkStack
+
+
+@pytest.fixture(scope="module")
+def network(tmp_path_factory: pytest.TempPathFactory, keystone_server: KeystoneServer,
+            cluster_pki: Pki) -> Iterator[NetworkStack]:
+    stack = started(tmp_path_factory.mktemp("network"), keystone_server, cluster_pki)
+    try:
+        yield stack
+    finally:
+        stack.stop()
+
+
+@pytest.fixture(scope="module")
+def openstack(tmp_path_factory: pytest.TempPathFactory, keystone_server: KeystoneServer,
+              network: NetworkStack) -> Iterator[Cli]:
+    clouds = cloud.write_clouds_yaml(keystone_server,
+                                     tmp_path_factory.mktemp("clouds") / "clouds.yaml")
+    shells = OpenStackShells(OPENSTACK.parent / "python",
+                             {**os.environ, "OS_CLIENT_CONFIG_FILE": str(clouds)})
+    try:
+        yield Cli(shells)
+    finally:
+        shells.close()

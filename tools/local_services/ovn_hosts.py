@@ -1,0 +1,127 @@
+"""Hypervisor hosts as OVN chassis: each a network namespace on a private bridge (netns.py)
+with its own Open vSwitch (ovs.py) and ovn-controller (ovn_controller.py), following the
+southbound database of an `OvnCentral` (ovn.py) through the bridge.
+
+    with OvnHosts.create(["a", "b"], run_dir, ovn) as hosts:
+        device = hosts["a"].plug(port_id, mac)      # an OVS internal port on a's br-int
+        hosts.net.add_space("vm1"); hosts["a"].move(device, space) ...
+
+`plug` does what a compute host's driver does for a Neutron port of ML2/OVN (os-vif's
+`ovs` plugin): an interface on `br-int` whose `external_ids:iface-id` is the port's id;
+ovn-controller claims the port's southbound Port_Binding for its chassis, ovn-northd marks
+the northbound port up, and Neutron sets the port ACTIVE. Everything is stopped by pid and
+the namespaces and bridge removed by `close`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tools.local_services.netns import Host, TestNetwork, ip
+from tools.local_services.ovn import OvnCentral
+from tools.local_services.ovn_controller import OvnController, settings
+from tools.local_services.ovs import INTEGRATION_BRIDGE, OpenVSwitch
+from tools.local_services.process import stop_pids
+
+
+@dataclass
+class OvnHost:
+    name: str
+    space: Host
+    switch: OpenVSwitch
+    controller: OvnController
+
+    @property
+    def address(self) -> str:
+        return self.space.ip
+
+    @property
+    def pids(self) -> list[int]:
+        return [*self.controller.pids, *self.switch.pids]
+
+    def plug(self, port_id: str, mac: str, device: str | None = None) -> str:
+        """An OVS internal port on br-int for Neutron port `port_id` (its MAC `mac`), as a
+        compute driver plugs a guest's: its device name (`tap` and the port id's start, as
+        Nova names them)."""
+        device = device or f"tap{port_id[:11]}"
+        self.switch.vsctl(
+            "--may-exist", "add-port", INTEGRATION_BRIDGE, device, "--",
+            "set", "Interface", device, "type=internal", f'mac="{mac}"',
+            f"external_ids:iface-id={port_id}", f'external_ids:attached-mac="{mac}"',
+            "external_ids:iface-status=active")
+        return device
+
+    def unplug(self, device: str) -> None:
+        self.switch.vsctl("--if-exists", "del-port", INTEGRATION_BRIDGE, device)
+
+    def move(self, device: str, space: Host, address: str, mtu: int) -> None:
+        """The plugged device into `space` (a guest's stand-in), with its fixed IP (a /24)
+        and the network's MTU, up."""
+        ip("-n", self.space.netns, "link", "set", device, "netns", space.netns)
+        ip("-n", space.netns, "link", "set", device, "mtu", str(mtu))
+        ip("-n", space.netns, "addr", "add", f"{address}/24", "dev", device)
+        ip("-n", space.netns, "link", "set", device, "up")
+
+
+@dataclass
+class OvnHosts:
+    net: TestNetwork
+    ovn: OvnCentral
+    run_dir: Path
+    southbound: str = ""
+    hosts: dict[str, OvnHost] = field(default_factory=dict)
+
+    def __getitem__(self, name: str) -> OvnHost:
+        return self.hosts[name]
+
+    @classmethod
+    def create(cls, names: list[str], run_dir: Path, ovn: OvnCentral) -> OvnHosts:
+        """Hosts `names` started, their files under `run_dir` (everything stopped and
+        removed if one fails to start); a context manager that closes them."""
+        hosts = cls(TestNetwork.create(), ovn, run_dir)
+        try:
+            hosts.southbound = ovn.sb.listen_on(hosts.net.gateway)
+            for name in names:
+                hosts.add(name)
+        except BaseException:
+            hosts.close()
+            raise
+        return hosts
+
+    def __enter__(self) -> OvnHosts:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def add(self, name: str) -> OvnHost:
+        space = self.net.add_host(name)
+        switch = OpenVSwitch.create(self.run_dir / name, space)
+        controller = OvnController.create(switch)
+        self.hosts[name] = host = OvnHost(name, space, switch, controller)
+        switch.start(settings(name, self.southbound, space.ip))
+        controller.start()
+        return host
+
+    @property
+    def pids(self) -> list[int]:
+        return [pid for host in self.hosts.values() for pid in host.pids]
+
+    def close(self) -> None:
+        """Every host's ovn-controller (its chassis out of the southbound database), then its
+        switch (all side by side), the southbound database's remote on the bridge, the
+        namespaces and the bridge."""
+        for host in self.hosts.values():
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                host.controller.leave()
+        stop_pids([pid for host in self.hosts.values() for pid in host.controller.pids])
+        stop_pids([pid for host in self.hosts.values() for pid in host.switch.pids])
+        for host in self.hosts.values():
+            host.controller.pid = host.switch.vswitchd.pid = host.switch.db.pid = None
+        if self.southbound and self.ovn.sb.running():
+            with contextlib.suppress(RuntimeError):
+                self.ovn.sb.stop_listening(self.net.gateway)
+        self.net.delete()
