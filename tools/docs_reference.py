@@ -171,7 +171,7 @@ def _keys(node: dict[str, Any], base: str, defaults: Any, path: list[str],
     for shown, child, names in children:
         child_path = [*path, shown]
         child_lookup = [*lookup, names]
-        resolved, child_base = _resolve(child, base)
+        resolved, _ = _resolve(child, base)
         sub = _object_branch(child, base)
         nullable_object = sub is not None and "anyOf" in resolved
         if sub is None or nullable_object:
