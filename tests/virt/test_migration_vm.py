@@ -211,7 +211,11 @@ def test_a_cancelled_or_cut_short_live_move_leaves_the_guest_running_on_the_sour
 
     cancel = threading.Event()
     why = move_and_meanwhile(lambda: a.driver().abort_migration(uuid))
-    assert "the guest runs on here" in why and "cancel" in why.lower(), why
+    # libvirt's words for an abort mid-copy: "canceled by client", or, when the abort
+    # lands in the disk's copy, that copy's "migration of disk vda failed: Input/output
+    # error" (a CI run saw the second); either way the move ended after the abort.
+    assert "the guest runs on here" in why, why
+    assert "cancel" in why.lower() or "migration of disk" in why, why
     still_on_a()
 
     # The compute's cancel (`schedule.py migrate-abort`): the move's own supervisor aborts.
