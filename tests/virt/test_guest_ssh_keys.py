@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from etcd_compute.virt.configdrive import meta_data
-from tests.support import REPO
+from tests.support import REPO, unavailable
 
 ED25519 = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGm1ZtN3mVg9Hn7E6y6l0PqO5c9b7cX0p0Q1r2s3t4u5"
 # 4096-bit RSA: one long word, no fold inside it.
@@ -23,7 +23,7 @@ RSA = "ssh-rsa AAAAB3NzaC1yc2EAAAADAQABAAACAQ" + "Ce3uWyitSc7a0teGhi71XIIoQ5Mtke
 def guest_functions(tmp_path_factory: pytest.TempPathFactory) -> Path:
     busybox = shutil.which("busybox")
     if busybox is None:
-        pytest.skip("busybox is not installed (tools/install.sh installs busybox-static)")
+        unavailable("busybox is not installed (tools/install.sh installs busybox-static)")
     root = tmp_path_factory.mktemp("guest-root")
     (root / "etc").mkdir()
     (root / "bin").mkdir()
