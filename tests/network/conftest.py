@@ -9,8 +9,9 @@ from collections.abc import Iterator
 import pytest
 
 from etcd_compute.pki import Pki
-from tests.network.neutron import OPENSTACK, Cli, started
+from tests.network.neutron import OPENSTACK, Cli, network_stack
 from tests.openstack_shell import OpenStackShells
+from tests.support import running
 from tools.local_services import KeystoneServer, cloud
 from tools.local_services.networking import NetworkStack
 
@@ -18,11 +19,9 @@ from tools.local_services.networking import NetworkStack
 @pytest.fixture(scope="module")
 def network(tmp_path_factory: pytest.TempPathFactory, keystone_server: KeystoneServer,
             cluster_pki: Pki) -> Iterator[NetworkStack]:
-    stack = started(tmp_path_factory.mktemp("network"), keystone_server, cluster_pki)
-    try:
+    with running(network_stack(tmp_path_factory.mktemp("network"), keystone_server,
+                               cluster_pki)) as stack:
         yield stack
-    finally:
-        stack.stop()
 
 
 @pytest.fixture(scope="module")

@@ -1,5 +1,6 @@
-"""What the network tests share: a Neutron stack started (or the test skipped, failed under
-CI=true) and the `openstack` command line as each cloud's user."""
+"""What the network tests share: a Neutron stack to start (`tests.support.running`: skipped,
+or failed under CI=true, when a piece is missing) and the `openstack` command line as each
+cloud's user."""
 
 from __future__ import annotations
 
@@ -8,7 +9,6 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from etcd_compute.errors import ServiceUnavailable
 from etcd_compute.pki import Pki
 from tests.openstack_shell import OpenStackShells
 from tests.support import unavailable
@@ -19,16 +19,12 @@ OPENSTACK = CLIENTS_VENV / "bin" / "openstack"
 DEMO, ALT = "etcd-compute-demo", "etcd-compute-alt"
 
 
-def started(run_dir: Path, keystone: KeystoneServer, pki: Pki | None) -> NetworkStack:
-    """A stack started (unavailable: skipped, or failed under CI=true)."""
+def network_stack(run_dir: Path, keystone: KeystoneServer, pki: Pki | None) -> NetworkStack:
+    """A stack to start with `running`, once the `openstack` command line the tests drive
+    it with is there."""
     if not OPENSTACK.exists():
         unavailable(f"{OPENSTACK} is missing (make install builds .venv-clients)")
-    stack = NetworkStack.create(run_dir, keystone, pki=pki)
-    try:
-        stack.start()
-    except ServiceUnavailable as exc:
-        unavailable(str(exc))
-    return stack
+    return NetworkStack.create(run_dir, keystone, pki=pki)
 
 
 class Cli:

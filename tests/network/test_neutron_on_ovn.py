@@ -22,9 +22,8 @@ from typing import Any
 import psutil
 import pytest
 
-from etcd_compute.errors import ServiceUnavailable
-from tests.network.neutron import ALT, DEMO, Cli, started
-from tests.support import unavailable
+from tests.network.neutron import ALT, DEMO, Cli, network_stack
+from tests.support import running
 from tools.local_services import KeystoneServer, pid_alive, port_open
 from tools.local_services.networking import NetworkStack
 
@@ -144,15 +143,15 @@ def processes(stack: NetworkStack) -> list[psutil.Process]:
 
 def test_the_idle_stack_is_small_and_quiet(network: NetworkStack, openstack: Cli) -> None:
     """Printed with pytest -s; bounds far above what was measured (a shared machine)."""
-    running = processes(network)
-    rss = {p.pid: p.memory_info().rss for p in running}
-    before = {p.pid: sum(p.cpu_times()[:2]) for p in running}
+    alive = processes(network)
+    rss = {p.pid: p.memory_info().rss for p in alive}
+    before = {p.pid: sum(p.cpu_times()[:2]) for p in alive}
     window = 5.0
     time.sleep(window)
-    after = {p.pid: sum(p.cpu_times()[:2]) for p in running}
+    after = {p.pid: sum(p.cpu_times()[:2]) for p in alive}
     idle = {pid: (after[pid] - before[pid]) / window * 100 for pid in after}
     lines = [f"{p.name():>14} {p.pid:>7}: RSS {rss[p.pid] / 2**20:6.1f} MiB, CPU "
-             f"{after[p.pid]:5.2f} s since its start, idle {idle[p.pid]:4.1f}%" for p in running]
+             f"{after[p.pid]:5.2f} s since its start, idle {idle[p.pid]:4.1f}%" for p in alive]
     total_rss, total_idle = sum(rss.values()) / 2**20, sum(idle.values())
     timings = ", ".join(f"{name} {seconds:.2f} s" for name, seconds in network.timings.items())
     print(f"\nthe network stack started in: {timings}\n" + "\n".join(lines)
@@ -163,30 +162,20 @@ def test_the_idle_stack_is_small_and_quiet(network: NetworkStack, openstack: Cli
 
 def test_a_stopped_stack_leaves_no_process_socket_port_or_database(tmp_path: Path) -> None:
     """On a Keystone of its own (the session's catalog keeps the module's stack)."""
-    keystone = KeystoneServer.create(tmp_path / "keystone")
-    try:
-        try:
-            keystone.start()
-        except ServiceUnavailable as exc:
-            unavailable(str(exc))
-        stack = started(tmp_path / "network", keystone, None)
-        try:
-            running = processes(stack)
-            assert len(running) == 6  # mariadbd, 2 ovsdb-servers, ovn-northd, gunicorn, worker
+    with running(KeystoneServer.create(tmp_path / "keystone")) as keystone:
+        with running(network_stack(tmp_path / "network", keystone, None)) as stack:
+            alive = processes(stack)
+            assert len(alive) == 6  # mariadbd, 2 ovsdb-servers, ovn-northd, gunicorn, worker
             ports = [stack.mariadb.port, stack.ovn.nb.port, stack.ovn.sb.port,
                      stack.neutron.port]
             home = stack.mariadb.home
             assert home.is_dir() and all(port_open(port) for port in ports)
             assert "network" in catalog(keystone)
-        finally:
-            stack.stop()
-        assert not [p.pid for p in running if pid_alive(p.pid)]
+        assert not [p.pid for p in alive if pid_alive(p.pid)]
         assert not [port for port in ports if port_open(port)]
         assert not home.exists()
         assert not [p for p in tmp_path.rglob("*") if p.is_socket()]
         assert "network" not in catalog(keystone)
-    finally:
-        keystone.stop()
 
 
 def catalog(keystone: KeystoneServer) -> set[str]:

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from tests.support import unavailable, wait_for
-from tests.virt.test_api_walkthrough_vm import Walk, walk  # noqa: F401 (the fixture)
+from tests.virt.cloud_walk import Walk, walk  # noqa: F401 (walk: the fixture)
 
 pytestmark = pytest.mark.vm
 

@@ -22,7 +22,7 @@ import pytest
 
 from etcd_compute.placement import PlacementClient
 from tests.support import REPO
-from tests.virt.test_api_walkthrough_vm import Walk, walk  # noqa: F401 (the fixture)
+from tests.virt.cloud_walk import Walk, walk  # noqa: F401 (walk: the fixture)
 
 pytestmark = pytest.mark.vm
 

@@ -12,14 +12,13 @@ nothing lands in /var/run.
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
 from etcd_compute.errors import ServiceUnavailable
+from tools.local_services.ovs_tools import appctl, create_database, environment, run
 from tools.local_services.process import Service, stop_pids, wait_until
 
 SCHEMAS = Path("/usr/share/ovn")
@@ -30,11 +29,6 @@ LISTENING = re.compile(r"0:127\.0\.0\.1: listening on port (\d+)")
 def listening_on(address: str) -> re.Pattern[str]:
     """What ovsdb-server logs once a `ptcp:0:ADDRESS` remote listens: the port it got."""
     return re.compile(rf"0:{re.escape(address)}: listening on port (\d+)")
-
-
-def _environment(run_dir: Path) -> dict[str, str]:
-    return {"OVS_RUNDIR": str(run_dir), "OVN_RUNDIR": str(run_dir),
-            "OVS_LOGDIR": str(run_dir), "OVN_LOGDIR": str(run_dir)}
 
 
 def _logged_since(service: Service, offset: int) -> str:
@@ -89,18 +83,13 @@ class OvsdbServer(Service):
             raise ServiceUnavailable(f"{self.schema} is missing (ovn-common); "
                                      "run: make install")
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        if not self.file.exists():
-            done = subprocess.run(["ovsdb-tool", "create", str(self.file), str(self.schema)],
-                                  capture_output=True, text=True, check=False)
-            if done.returncode:
-                raise ServiceUnavailable(f"ovsdb-tool create {self.file}: "
-                                         f"{done.stderr.strip()[-200:]}")
+        create_database(self.file, self.schema)
         logged = self.log_path.stat().st_size if self.log_path.exists() else 0
         self._spawn(["ovsdb-server", str(self.file),
                      f"--remote=punix:{self.socket}", "--remote=ptcp:0:127.0.0.1",
                      f"--unixctl={self.control}",
                      "-vsyslog:off", "-vconsole:info"],
-                    env=_environment(self.run_dir))
+                    env=environment(self.run_dir))
 
         def listening() -> bool:
             if not self.running():
@@ -137,11 +126,7 @@ class OvsdbServer(Service):
         self.appctl("ovsdb-server/remove-remote", f"ptcp:0:{address}")
 
     def appctl(self, *args: str) -> str:
-        done = subprocess.run(["ovs-appctl", "-t", str(self.control), *args],
-                              capture_output=True, text=True, check=False, timeout=10)
-        if done.returncode:
-            raise RuntimeError(f"ovs-appctl {' '.join(args)}: {done.stderr.strip()}")
-        return done.stdout
+        return appctl(self.control, *args, timeout=10)
 
     @property
     def control(self) -> Path:
@@ -166,9 +151,8 @@ class OvnNorthd(Service):
 
     def status(self) -> str:
         """`ovn-appctl status`: "Status: active" once it holds the southbound lock."""
-        done = subprocess.run(["ovn-appctl", "-t", str(self.control), "status"],
-                              capture_output=True, text=True, check=False, timeout=10)
-        return done.stdout.strip()
+        return appctl(self.control, "status", program="ovn-appctl", timeout=10,
+                      check=False).strip()
 
     def start(self, timeout: float = 30) -> OvnNorthd:
         if shutil.which("ovn-northd") is None:
@@ -177,7 +161,7 @@ class OvnNorthd(Service):
         self._spawn(["ovn-northd", f"--ovnnb-db={self.nb.unix_connection}",
                      f"--ovnsb-db={self.sb.unix_connection}", f"--unixctl={self.control}",
                      "-vsyslog:off", "-vconsole:info"],
-                    env=_environment(self.run_dir))
+                    env=environment(self.run_dir))
 
         def active() -> bool:
             if not self.running():
@@ -225,12 +209,7 @@ class OvnCentral:
 
     def nbctl(self, *args: str) -> str:
         """`ovn-nbctl --db=<the northbound socket> ARGS...`: its output."""
-        done = subprocess.run(["ovn-nbctl", f"--db={self.nb.unix_connection}", *args],
-                              capture_output=True, text=True, check=False, timeout=30,
-                              env={**os.environ, **_environment(self.run_dir)})
-        if done.returncode:
-            raise RuntimeError(f"ovn-nbctl {' '.join(args)}: {done.stderr.strip()}")
-        return done.stdout
+        return run(["ovn-nbctl", f"--db={self.nb.unix_connection}", *args], self.run_dir)
 
     def stop(self) -> None:
         """ovn-northd and both databases, side by side (their sockets go with them)."""

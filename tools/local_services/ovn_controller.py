@@ -15,17 +15,11 @@ Its pidfile, log and control socket are in the run directory (never /var/run/ovn
 from __future__ import annotations
 
 import shutil
-import subprocess
 from pathlib import Path
 
 from etcd_compute.errors import ServiceUnavailable
-from tools.local_services.ovs import (
-    INTEGRATION_BRIDGE,
-    OpenVSwitch,
-    OvsDaemon,
-    environment,
-    in_namespace,
-)
+from tools.local_services.ovs import INTEGRATION_BRIDGE, OpenVSwitch, OvsDaemon, in_namespace
+from tools.local_services.ovs_tools import appctl, environment
 from tools.local_services.process import wait_until
 
 
@@ -63,17 +57,15 @@ class OvnController(OvsDaemon):
 
     def status(self) -> str:
         """`connection-status`: "connected" once it follows the southbound database."""
-        done = subprocess.run(["ovn-appctl", "-t", str(self.control), "connection-status"],
-                              capture_output=True, text=True, check=False, timeout=10)
-        return done.stdout.strip()
+        return appctl(self.control, "connection-status", program="ovn-appctl", timeout=10,
+                      check=False).strip()
 
     def leave(self) -> None:
         """Asks it to exit as a host leaving the cloud does (`exit`): it removes its chassis
         from the southbound database first (a SIGTERM leaves the chassis there, and ML2/OVN
         would go on binding ports to it). Stop it by pid after, to be sure."""
         if self.running():
-            subprocess.run(["ovn-appctl", "-t", str(self.control), "exit"],
-                           capture_output=True, check=False, timeout=10)
+            appctl(self.control, "exit", program="ovn-appctl", timeout=10, check=False)
 
     def stop(self) -> None:
         self.leave()

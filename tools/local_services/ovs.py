@@ -31,26 +31,18 @@ with the process that made it).
 from __future__ import annotations
 
 import contextlib
-import os
 import shutil
-import subprocess
 from pathlib import Path
 
 from etcd_compute.errors import ServiceUnavailable
 from tools.local_services import offloads
 from tools.local_services.netns import Host, ip
+from tools.local_services.ovs_tools import appctl, create_database, environment, run
 from tools.local_services.process import Service, stop_pids, wait_until
 
 SCHEMA = Path("/usr/share/openvswitch/vswitch.ovsschema")
 INTEGRATION_BRIDGE = "br-int"
 UNDERLAY_BRIDGE = "br-phy"
-
-
-def environment(run_dir: Path) -> dict[str, str]:
-    """Where OVS's and OVN's tools put and look for their sockets, pidfiles and logs."""
-    return {"OVS_RUNDIR": str(run_dir), "OVN_RUNDIR": str(run_dir),
-            "OVS_LOGDIR": str(run_dir), "OVN_LOGDIR": str(run_dir),
-            "OVS_DBDIR": str(run_dir)}
 
 
 def in_namespace(host: Host, argv: list[str]) -> list[str]:
@@ -102,11 +94,7 @@ class OvsDaemon(Service):
             raise self._fail(str(exc)) from None
 
     def appctl(self, *args: str) -> str:
-        done = subprocess.run(["ovs-appctl", "-t", str(self.control), *args],
-                              capture_output=True, text=True, check=False, timeout=30)
-        if done.returncode:
-            raise RuntimeError(f"ovs-appctl {' '.join(args)}: {done.stderr.strip()}")
-        return done.stdout
+        return appctl(self.control, *args)
 
     @property
     def pids(self) -> list[int]:
@@ -151,13 +139,8 @@ class OpenVSwitch:
     def vsctl(self, *args: str, wait: bool = True) -> str:
         """`ovs-vsctl --db=<its socket> ARGS...` (waiting for ovs-vswitchd to apply them,
         unless `wait` is False): its output."""
-        done = subprocess.run(["ovs-vsctl", f"--db={self.connection}", "--timeout=30",
-                               *([] if wait else ["--no-wait"]), *args],
-                              capture_output=True, text=True, check=False, timeout=60,
-                              env={**os.environ, **environment(self.run_dir)})
-        if done.returncode:
-            raise RuntimeError(f"ovs-vsctl {' '.join(args)}: {done.stderr.strip()}")
-        return done.stdout
+        return run(["ovs-vsctl", f"--db={self.connection}", "--timeout=30",
+                    *([] if wait else ["--no-wait"]), *args], self.run_dir, timeout=60)
 
     def start(self, settings: dict[str, str] | None = None, timeout: float = 30
               ) -> OpenVSwitch:
@@ -180,12 +163,7 @@ class OpenVSwitch:
         return self
 
     def _start(self, settings: dict[str, str], timeout: float) -> None:
-        if not self.file.exists():
-            done = subprocess.run(["ovsdb-tool", "create", str(self.file), str(SCHEMA)],
-                                  capture_output=True, text=True, check=False)
-            if done.returncode:
-                raise ServiceUnavailable(f"ovsdb-tool create {self.file}: "
-                                         f"{done.stderr.strip()[-200:]}")
+        create_database(self.file, SCHEMA)
         self.db.spawn("ovsdb-server", str(self.file), f"--remote=punix:{self.socket}")
         self.db.wait_started(timeout)
         wait_until(self.socket.exists, timeout, f"{self.socket}")
