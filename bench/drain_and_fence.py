@@ -40,7 +40,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.services import ServeProcess, Stack, save_results, say  # noqa: E402
 from etcd_compute import events, messages  # noqa: E402
-from etcd_compute.config import COMPUTE_DEFAULTS, deep_merge  # noqa: E402
+from etcd_compute.config import deep_merge  # noqa: E402
+from etcd_compute.defaults import COMPUTE_DEFAULTS
 from etcd_compute.etcd import Store  # noqa: E402
 from etcd_compute.instances import records  # noqa: E402
 from etcd_compute.placement import PlacementClient  # noqa: E402

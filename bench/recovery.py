@@ -32,7 +32,8 @@ import yaml
 
 from bench.services import ComputeProcess, Stack, fake_compute_config, say, stop_pid_tree
 from bench.stats import percentile
-from etcd_compute.config import COMPUTE_DEFAULTS, deep_merge
+from etcd_compute.config import deep_merge
+from etcd_compute.defaults import COMPUTE_DEFAULTS
 from etcd_compute.drivers.fake import FakeDriver
 from etcd_compute.etcd import Store
 from etcd_compute.instances import records, states

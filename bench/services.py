@@ -21,7 +21,8 @@ from typing import Any
 import psutil
 import yaml
 
-from etcd_compute.config import SCHEDULE_DEFAULTS, deep_merge
+from etcd_compute.config import deep_merge
+from etcd_compute.defaults import SCHEDULE_DEFAULTS
 from etcd_compute.pki import Pki
 from tools.local_services import (
     REPO,

@@ -44,6 +44,7 @@ import yaml
 
 from bench import cpu
 from etcd_compute import config as configuration
+from etcd_compute import defaults
 from etcd_compute.etcd import Store
 from etcd_compute.etcd_auth import ROOT, EtcdAuth
 from etcd_compute.pki import COMPUTE, PLACEMENT, Pki, compute_name
@@ -127,7 +128,7 @@ class Bench:
         return path
 
     def schedule_config(self, prefix: str) -> dict[str, Any]:
-        return configuration.deep_merge(configuration.SCHEDULE_DEFAULTS, {
+        return configuration.deep_merge(defaults.SCHEDULE_DEFAULTS, {
             "etcd": self.etcd.client_config(prefix, OPERATOR),
             "placement": self.placement_server.client_config(OPERATOR),
             "scheduler": {"default_image": "file:///dev/null", "etcd_max_txn_ops": 4096,
@@ -142,7 +143,7 @@ class Bench:
         tls = {"ca_cert": str(self.pki.ca_cert), "cert": str(issued.cert),
                "key": str(issued.key)}
         state = self.tmp / f"state-{rp_uuid}"
-        return configuration.deep_merge(configuration.COMPUTE_DEFAULTS, {
+        return configuration.deep_merge(defaults.COMPUTE_DEFAULTS, {
             "etcd": {**self.etcd.client_config(prefix), **tls},
             "placement": {**self.placement_server.client_config(), **tls},
             "compute": {"uuid": rp_uuid, "name": f"host-{rp_uuid[:8]}",

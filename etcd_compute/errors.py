@@ -50,6 +50,20 @@ class GlanceError(EtcdComputeError):
         self.status = status
 
 
+class NeutronUnavailable(ServiceUnavailable):
+    """Neutron (or Keystone in front of it) cannot be reached or refuses our credentials."""
+
+
+class NeutronError(EtcdComputeError):
+    """Neutron refused a request: its status and its error type (`PortNotFound`,
+    `IpAddressAlreadyAllocated`, `OverQuota`, ...), as its `NeutronError` body names it."""
+
+    def __init__(self, message: str, status: int | None = None, kind: str = ""):
+        super().__init__(message)
+        self.status = status
+        self.kind = kind
+
+
 class PlacementError(EtcdComputeError):
     """Placement answered with an error we cannot handle here."""
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-# etcd's defaults these are derived with (config.ETCD_DEFAULTS holds them).
+# etcd's defaults these are derived with (defaults.ETCD_DEFAULTS holds them).
 ETCD_TIMEOUT = 5.0
 ELECTION_SECONDS = 4.0
 

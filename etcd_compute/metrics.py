@@ -29,6 +29,7 @@ from etcd_compute.errors import (
     ConfigError,
     EtcdUnavailable,
     GlanceUnavailable,
+    NeutronUnavailable,
     PlacementUnavailable,
     ServiceUnavailable,
 )
@@ -82,7 +83,8 @@ BACKEND_RETRIES = Tally(
 
 
 def backend_error(service: str) -> None:
-    """A request to `service` (etcd, placement) failed; called where the error is raised."""
+    """A request to `service` (etcd, placement, glance, neutron) failed; called where the
+    error is raised."""
     BACKEND_ERRORS.add(service)
 
 
@@ -95,6 +97,8 @@ def service_of(exc: BaseException) -> str:
         return "placement"
     if isinstance(exc, GlanceUnavailable):
         return "glance"
+    if isinstance(exc, NeutronUnavailable):
+        return "neutron"
     if isinstance(exc, ServiceUnavailable):
         return "other"
     return "etcd"

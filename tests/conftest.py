@@ -27,6 +27,7 @@ import pytest
 import yaml
 
 from etcd_compute import config as configuration
+from etcd_compute import defaults
 from etcd_compute.errors import ServiceUnavailable
 from etcd_compute.etcd import Store
 from etcd_compute.etcd_auth import ROOT, EtcdAuth
@@ -335,7 +336,7 @@ def compute_config(tmp_path: Path, host_credentials: Callable[[str], dict[str, A
         },
         "driver": {"name": "fake"},
     }
-    config = configuration.deep_merge(configuration.COMPUTE_DEFAULTS, overrides)
+    config = configuration.deep_merge(defaults.COMPUTE_DEFAULTS, overrides)
     configuration.validate(config, "compute_config", "test compute config")
     return config
 
@@ -376,7 +377,7 @@ def schedule_config(etcd_config: dict[str, Any],
         # The test etcd runs with --max-txn-ops 4096 (tools/local_services.py).
         "scheduler": {"default_image": "file:///dev/null", "etcd_max_txn_ops": 4096},
     }
-    config = configuration.deep_merge(configuration.SCHEDULE_DEFAULTS, overrides)
+    config = configuration.deep_merge(defaults.SCHEDULE_DEFAULTS, overrides)
     configuration.validate(config, "schedule_config", "test schedule config")
     return config
 

@@ -80,6 +80,7 @@ def test_the_compute_apis_config_is_the_operators_with_the_service_user(tmp_path
     import yaml
 
     from etcd_compute import config as configuration
+    from etcd_compute import defaults
     from etcd_compute.pki import Pki
     from tools.local_services.cloud import write_api_config
     from tools.local_services.keystone import KeystoneServer
@@ -98,5 +99,5 @@ def test_the_compute_apis_config_is_the_operators_with_the_service_user(tmp_path
     assert authtoken["password"] == keystone.password("etcd-compute")
     assert authtoken["cafile"].endswith("ca.crt") and config["api"]["cert"].endswith(
         "compute-api.crt")
-    merged = configuration.deep_merge(configuration.SCHEDULE_DEFAULTS, {"api": config["api"]})
+    merged = configuration.deep_merge(defaults.SCHEDULE_DEFAULTS, {"api": config["api"]})
     configuration.validate(merged, "schedule_config", "docker-api.yaml")

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from etcd_compute import config as configuration
+from etcd_compute import defaults
 from etcd_compute.cli import schedule as schedule_cli
 from tests.support import REPO, unavailable
 from tools import docs_links, docs_reference
@@ -27,8 +27,8 @@ def test_the_generated_pages_are_up_to_date_with_the_code() -> None:
 
 def test_a_changed_default_makes_the_configuration_page_stale(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    compute = dict(configuration.COMPUTE_DEFAULTS["compute"], heartbeat_ttl=11)
-    monkeypatch.setitem(configuration.COMPUTE_DEFAULTS, "compute", compute)
+    compute = dict(defaults.COMPUTE_DEFAULTS["compute"], heartbeat_ttl=11)
+    monkeypatch.setitem(defaults.COMPUTE_DEFAULTS, "compute", compute)
     page = docs_reference.configuration_page()
     assert "| `compute.heartbeat_ttl` | integer (>= 2) | `11` |" in page
     assert docs_reference.stale({docs_reference.CONFIG_PAGE: page}) == [

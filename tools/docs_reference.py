@@ -28,7 +28,7 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from etcd_compute import config as configuration  # noqa: E402
+from etcd_compute import defaults  # noqa: E402
 from etcd_compute.schemas import load_schema  # noqa: E402
 
 CONFIG_PAGE = REPO / "docs" / "reference" / "configuration.md"
@@ -196,9 +196,9 @@ class ConfigFile:
 
 
 FILES = (
-    ConfigFile("compute.yaml", "compute_config", configuration.COMPUTE_DEFAULTS,
+    ConfigFile("compute.yaml", "compute_config", defaults.COMPUTE_DEFAULTS,
                "compute.yaml"),
-    ConfigFile("schedule.yaml", "schedule_config", configuration.SCHEDULE_DEFAULTS,
+    ConfigFile("schedule.yaml", "schedule_config", defaults.SCHEDULE_DEFAULTS,
                "schedule.yaml"),
 )
 

@@ -44,11 +44,11 @@ from functools import partial
 from typing import Any
 
 from etcd_compute import claims, events, hosts, messages
-from etcd_compute.config import DELETED_RECORD_TTL
 from etcd_compute.controller import metrics as controller_metrics
 from etcd_compute.controller import moved_claims
 from etcd_compute.controller.fencing import Fencing, Verdict
 from etcd_compute.controller.migrations import MoveSteps
+from etcd_compute.defaults import DELETED_RECORD_TTL
 from etcd_compute.errors import ConflictError, EtcdComputeError, NoValidHost
 from etcd_compute.etcd import KeyValueStore, Txn
 from etcd_compute.instances import host as host_txn

@@ -9,7 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from etcd_compute import claims, messages
-from etcd_compute.config import DELETED_RECORD_TTL
+from etcd_compute.defaults import DELETED_RECORD_TTL
 from etcd_compute.errors import EtcdComputeError, InvalidMessage, NotFound, UsageError
 from etcd_compute.etcd import Store
 from etcd_compute.hosts import heartbeats, is_alive

@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from etcd_compute import messages
-from etcd_compute.config import ETCD_DEFAULTS, PLACEMENT_DEFAULTS, deep_merge
+from etcd_compute.config import deep_merge
+from etcd_compute.defaults import ETCD_DEFAULTS, PLACEMENT_DEFAULTS
 from etcd_compute.errors import ConfigError, EtcdComputeError, InvalidMessage, UsageError
 from etcd_compute.etcd import Delete, KeyValueStore, Txn, absent, put_message
 

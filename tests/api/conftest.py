@@ -18,6 +18,7 @@ import pytest
 import yaml
 
 from etcd_compute import config as configuration
+from etcd_compute import defaults
 from etcd_compute.api.objects.flavors import Flavor, Flavors
 from etcd_compute.errors import ServiceUnavailable
 from etcd_compute.etcd import Store
@@ -110,7 +111,7 @@ def _host_config(tmp: Path, etcd_server: EtcdServer, placement_server: Placement
     with Store(etcd_server.client_config(prefix, ROOT)) as root:
         EtcdAuth(root).add_host(rp_uuid)
     tls = {"ca_cert": str(pki.ca_cert), "cert": str(issued.cert), "key": str(issued.key)}
-    return configuration.deep_merge(configuration.COMPUTE_DEFAULTS, {
+    return configuration.deep_merge(defaults.COMPUTE_DEFAULTS, {
         "etcd": {**etcd_server.client_config(prefix), **tls},
         "placement": {**placement_server.client_config(), **tls},
         "logging": {"level": "DEBUG"},
@@ -134,7 +135,7 @@ def cloud(tmp_path_factory: pytest.TempPathFactory, etcd_server: EtcdServer,
     prefix = f"/api-{uuidlib.uuid4().hex[:12]}"
     placement = PlacementClient(placement_server.client_config(OPERATOR_USER))
     wipe_placement(placement)
-    config = configuration.deep_merge(configuration.SCHEDULE_DEFAULTS, {
+    config = configuration.deep_merge(defaults.SCHEDULE_DEFAULTS, {
         "etcd": etcd_server.client_config(prefix, OPERATOR_USER),
         "placement": placement_server.client_config(OPERATOR_USER),
         "logging": {"level": "INFO"},

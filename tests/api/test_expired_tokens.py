@@ -11,6 +11,7 @@ import pytest
 import requests
 
 from etcd_compute import config as configuration
+from etcd_compute import defaults
 from etcd_compute.pki import Pki
 from tests.conftest import OPERATOR_USER
 from tests.support import running
@@ -34,7 +35,7 @@ def api(tmp_path_factory: pytest.TempPathFactory, etcd_server: EtcdServer,
         placement_server: PlacementServer, cluster_pki: Pki,
         short_keystone: KeystoneServer) -> Iterator[ComputeApiServer]:
     prefix = f"/api-{uuidlib.uuid4().hex[:12]}"
-    config = configuration.deep_merge(configuration.SCHEDULE_DEFAULTS, {
+    config = configuration.deep_merge(defaults.SCHEDULE_DEFAULTS, {
         "etcd": etcd_server.client_config(prefix, OPERATOR_USER),
         "placement": placement_server.client_config(OPERATOR_USER),
         "api": {"workers": 1, "threads": 2, "keystone_authtoken": {

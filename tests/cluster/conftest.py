@@ -31,6 +31,7 @@ import pytest
 import yaml
 
 from etcd_compute import config as configuration
+from etcd_compute import defaults
 from etcd_compute.etcd import Store
 from etcd_compute.etcd_auth import ROOT, EtcdAuth
 from etcd_compute.pki import COMPUTE, Pki, compute_name
@@ -156,7 +157,7 @@ def make_host(tmp_path: Path, cluster: EtcdCluster, bridge_placement: PlacementS
             },
             "driver": {"name": "fake", "fake": {"build_seconds": build_seconds}},
         }
-        config = configuration.deep_merge(configuration.COMPUTE_DEFAULTS, overrides)
+        config = configuration.deep_merge(defaults.COMPUTE_DEFAULTS, overrides)
         configuration.validate(config, "compute_config", "cluster test compute config")
         return config
 
@@ -206,7 +207,7 @@ def schedule_cli(tmp_path: Path, ops_etcd: dict[str, Any],
     """Run the real schedule.py as the operator; returns what it did and how long it took.
     host_subset_size 1: the best host always wins, so where requests land says what the
     filters let through (with 3 hosts, 3 would mean "any of them")."""
-    config = configuration.deep_merge(configuration.SCHEDULE_DEFAULTS, {
+    config = configuration.deep_merge(defaults.SCHEDULE_DEFAULTS, {
         "etcd": ops_etcd, "placement": bridge_placement.client_config(OPERATOR_USER),
         "scheduler": {"default_image": "file:///dev/null", "etcd_max_txn_ops": 4096,
                       "host_subset_size": 1}})

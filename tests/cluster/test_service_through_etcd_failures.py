@@ -29,6 +29,7 @@ import pytest
 import yaml
 
 from etcd_compute import config as configuration
+from etcd_compute import defaults
 from etcd_compute.config import deep_merge
 from etcd_compute.errors import EtcdComputeError
 from etcd_compute.ops.queue_client import QueueClient
@@ -135,7 +136,7 @@ def test_clients_through_leader_kills_and_a_lost_quorum_leave_nothing_behind(
     for config in hosts.values():
         wait_alive(ops_store, rp_of(config))
 
-    schedule = deep_merge(configuration.SCHEDULE_DEFAULTS, {
+    schedule = deep_merge(defaults.SCHEDULE_DEFAULTS, {
         "etcd": ops_etcd, "placement": bridge_placement.client_config(OPERATOR_USER),
         "logging": {"level": "INFO"},
         "scheduler": {"default_image": "file:///dev/null", "etcd_max_txn_ops": 4096,

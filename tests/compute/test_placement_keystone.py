@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from etcd_compute import config as configuration
+from etcd_compute import defaults
 from etcd_compute.placement import PlacementClient
 from tests.compute.helpers import wait_state
 from tests.support import run_cli, running, wait_for
@@ -51,7 +52,7 @@ def with_keystone(placement_server_keystone: PlacementServer
     (no certificate, and a noauth token Placement would refuse)."""
 
     def section(credentials: dict[str, Any]) -> dict[str, Any]:
-        return {**configuration.PLACEMENT_DEFAULTS, "endpoint": placement_server_keystone.endpoint,
+        return {**defaults.PLACEMENT_DEFAULTS, "endpoint": placement_server_keystone.endpoint,
                 "token": "not-a-keystone-token", "keystone": credentials,
                 # Verifies Keystone (TLS with the cluster CA); this Placement is plain HTTP.
                 "ca_cert": placement_server_keystone.keystone.ca_file}

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from etcd_compute import config as configuration
+from etcd_compute import defaults
 from etcd_compute.errors import ConflictError, NoValidHost
 from etcd_compute.placement import PlacementClient
 from tests.scheduler.conftest import add_host
@@ -37,7 +38,7 @@ def race_config(pg_placement, etcd_config) -> dict[str, Any]:
         # for VCPU on fake hosts: no libvirt driver needs the other classes here.
         "scheduler": {"host_subset_size": 1, "claim_retries": 8, "required_resources": []},
     }
-    config = configuration.deep_merge(configuration.SCHEDULE_DEFAULTS, overrides)
+    config = configuration.deep_merge(defaults.SCHEDULE_DEFAULTS, overrides)
     configuration.validate(config, "schedule_config", "race config")
     return config
 

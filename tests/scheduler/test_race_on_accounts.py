@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from etcd_compute import config as configuration
-from etcd_compute import hosts, messages
+from etcd_compute import defaults, hosts, messages
 from etcd_compute.errors import ConflictError, NoValidHost
 from etcd_compute.placement import PlacementClient
 from tests.conftest import wipe_placement
@@ -40,7 +40,7 @@ def backend(request: pytest.FixtureRequest) -> dict[str, Any]:
 
 @pytest.fixture
 def race_config(backend: dict[str, Any], etcd_config: dict[str, Any]) -> dict[str, Any]:
-    config = configuration.deep_merge(configuration.SCHEDULE_DEFAULTS, {
+    config = configuration.deep_merge(defaults.SCHEDULE_DEFAULTS, {
         "etcd": etcd_config, "placement": backend,
         # Everyone picks the best host: the worst case for collisions.
         "scheduler": {"host_subset_size": 1, "claim_retries": 8,

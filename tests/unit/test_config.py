@@ -7,39 +7,40 @@ import socket
 import pytest
 
 from etcd_compute import config as configuration
+from etcd_compute import defaults
 from etcd_compute.errors import ConfigError
 from etcd_compute.heartbeat_timing import heartbeat_timing
 from tests.support import REPO
 
 
 def test_deep_merge_keeps_sibling_keys():
-    merged = configuration.deep_merge(configuration.COMPUTE_DEFAULTS,
+    merged = configuration.deep_merge(defaults.COMPUTE_DEFAULTS,
                                       {"compute": {"inventory": {"VCPU": {"reserved": 2}}}})
     assert merged["compute"]["inventory"]["VCPU"] == {"reserved": 2, "allocation_ratio": 4.0}
     assert merged["compute"]["inventory"]["MEMORY_MB"]["reserved"] == 1024
     assert merged["compute"]["workers"] == 4
     # and the defaults themselves were not modified
-    assert configuration.COMPUTE_DEFAULTS["compute"]["inventory"]["VCPU"]["reserved"] == 0
+    assert defaults.COMPUTE_DEFAULTS["compute"]["inventory"]["VCPU"]["reserved"] == 0
 
 
 def test_deep_merge_replaces_lists_and_scalars_whole():
-    merged = configuration.deep_merge(configuration.SCHEDULE_DEFAULTS,
+    merged = configuration.deep_merge(defaults.SCHEDULE_DEFAULTS,
                                       {"scheduler": {"filters": ["AliveFilter"]},
                                        "etcd": {"endpoints": ["a:1", "b:2"]}})
     assert merged["scheduler"]["filters"] == ["AliveFilter"]
-    assert merged["etcd"] == {**configuration.ETCD_DEFAULTS, "endpoints": ["a:1", "b:2"]}
+    assert merged["etcd"] == {**defaults.ETCD_DEFAULTS, "endpoints": ["a:1", "b:2"]}
     assert merged["etcd"]["prefix"] == "" and merged["etcd"]["timeout"] == 5.0
 
 
 def test_deep_merge_copies_so_the_result_shares_nothing_with_its_inputs():
     override = {"compute": {"traits": ["CUSTOM_A"]}}
-    merged = configuration.deep_merge(configuration.COMPUTE_DEFAULTS, override)
+    merged = configuration.deep_merge(defaults.COMPUTE_DEFAULTS, override)
     merged["compute"]["traits"].append("CUSTOM_B")
     merged["etcd"]["endpoints"].append("x:1")
     assert override["compute"]["traits"] == ["CUSTOM_A"]
-    assert configuration.COMPUTE_DEFAULTS["etcd"]["endpoints"] == ["127.0.0.1:2379"]
+    assert defaults.COMPUTE_DEFAULTS["etcd"]["endpoints"] == ["127.0.0.1:2379"]
     # The two defaults share their etcd section: neither may be changed through a merge.
-    assert configuration.SCHEDULE_DEFAULTS["etcd"]["endpoints"] == ["127.0.0.1:2379"]
+    assert defaults.SCHEDULE_DEFAULTS["etcd"]["endpoints"] == ["127.0.0.1:2379"]
 
 
 def test_a_scalar_can_replace_a_section_and_then_validation_says_so(tmp_path):
@@ -157,7 +158,7 @@ def test_schedule_config_keeps_defaults_for_what_it_does_not_set(tmp_path):
     assert config["scheduler"]["max_attempts"] == 5
     assert config["scheduler"]["weighers"]["RAMWeigher"] == -1
     assert config["scheduler"]["weighers"]["BuildFailureWeigher"] == 10.0  # merged, not lost
-    assert config["scheduler"]["filters"] == configuration.SCHEDULE_DEFAULTS["scheduler"][
+    assert config["scheduler"]["filters"] == defaults.SCHEDULE_DEFAULTS["scheduler"][
         "filters"]
 
 
@@ -166,9 +167,9 @@ def test_the_deleted_record_ttl_has_one_default_and_one_rule_on_both_sides(tmp_p
     path = tmp_path / "schedule.yaml"
     path.write_text("scheduler:\n  deleted_record_ttl: 5\n")
     assert configuration.load_schedule(str(path))["scheduler"]["deleted_record_ttl"] == 5
-    assert configuration.SCHEDULE_DEFAULTS["scheduler"]["deleted_record_ttl"] == \
-        configuration.COMPUTE_DEFAULTS["compute"]["deleted_record_ttl"] == \
-        configuration.DELETED_RECORD_TTL
+    assert defaults.SCHEDULE_DEFAULTS["scheduler"]["deleted_record_ttl"] == \
+        defaults.COMPUTE_DEFAULTS["compute"]["deleted_record_ttl"] == \
+        defaults.DELETED_RECORD_TTL
     compute = tmp_path / "compute.yaml"
     compute.write_text("compute:\n  deleted_record_ttl: 604801\n")
     with pytest.raises(ConfigError) as error:
@@ -177,14 +178,14 @@ def test_the_deleted_record_ttl_has_one_default_and_one_rule_on_both_sides(tmp_p
 
 
 def test_the_defaults_are_valid_on_their_own():
-    configuration.validate(configuration.COMPUTE_DEFAULTS, "compute_config", "defaults")
-    configuration.validate(configuration.SCHEDULE_DEFAULTS, "schedule_config", "defaults")
+    configuration.validate(defaults.COMPUTE_DEFAULTS, "compute_config", "defaults")
+    configuration.validate(defaults.SCHEDULE_DEFAULTS, "schedule_config", "defaults")
 
 
 def test_an_empty_file_means_the_defaults(tmp_path):
     path = tmp_path / "schedule.yaml"
     path.write_text("# nothing set\n")
-    assert configuration.load_schedule(str(path)) == configuration.SCHEDULE_DEFAULTS
+    assert configuration.load_schedule(str(path)) == defaults.SCHEDULE_DEFAULTS
 
 
 def test_a_named_file_that_does_not_exist_is_an_error(tmp_path):
@@ -194,7 +195,7 @@ def test_a_named_file_that_does_not_exist_is_an_error(tmp_path):
 
 def test_without_a_path_the_file_in_the_current_directory_is_used(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    assert configuration.load_schedule() == configuration.SCHEDULE_DEFAULTS
+    assert configuration.load_schedule() == defaults.SCHEDULE_DEFAULTS
     (tmp_path / "schedule.yaml").write_text("scheduler:\n  max_attempts: 7\n")
     assert configuration.load_schedule()["scheduler"]["max_attempts"] == 7
 

@@ -19,6 +19,8 @@ from etcd_compute.errors import (
     GlanceError,
     GlanceUnavailable,
     InvalidMessage,
+    NeutronError,
+    NeutronUnavailable,
     NotFound,
     NoValidHost,
     PlacementError,
@@ -30,9 +32,10 @@ from etcd_compute.errors import (
 
 EXIT_STATUS = {
     EtcdComputeError: 1, NoValidHost: 1, NotFound: 1, InvalidMessage: 1, BuildError: 1,
-    RequestError: 1, PlacementError: 1, ConflictError: 1, GlanceError: 1,
+    RequestError: 1, PlacementError: 1, ConflictError: 1, GlanceError: 1, NeutronError: 1,
     UsageError: 2, ConfigError: 2,
     ServiceUnavailable: 3, EtcdUnavailable: 3, PlacementUnavailable: 3, GlanceUnavailable: 3,
+    NeutronUnavailable: 3,
 }
 
 

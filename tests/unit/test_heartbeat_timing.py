@@ -5,7 +5,7 @@ these timings is tests/unit/compute/test_heartbeat.py's."""
 
 from __future__ import annotations
 
-from etcd_compute import config as configuration
+from etcd_compute import defaults
 from etcd_compute.heartbeat_timing import (
     ELECTION_SECONDS,
     ETCD_TIMEOUT,
@@ -30,8 +30,8 @@ def test_a_single_member_gives_one_try_all_the_room():
 
 
 def test_etcds_defaults_are_the_configs():
-    assert configuration.ETCD_DEFAULTS["timeout"] == ETCD_TIMEOUT
-    assert configuration.ETCD_DEFAULTS["election_seconds"] == ELECTION_SECONDS
+    assert defaults.ETCD_DEFAULTS["timeout"] == ETCD_TIMEOUT
+    assert defaults.ETCD_DEFAULTS["election_seconds"] == ELECTION_SECONDS
     assert heartbeat_timing({"heartbeat_ttl": 10, "fence_margin_seconds": 3}, {}) == \
         heartbeat_timing({"heartbeat_ttl": 10, "fence_margin_seconds": 3},
                          {"timeout": ETCD_TIMEOUT, "election_seconds": ELECTION_SECONDS})

@@ -9,7 +9,7 @@ import urllib.request
 import pytest
 
 from etcd_compute import config as configuration
-from etcd_compute import metrics
+from etcd_compute import defaults, metrics
 from etcd_compute.errors import (
     ConfigError,
     EtcdUnavailable,
@@ -91,23 +91,23 @@ def test_an_address_in_the_guests_network_is_refused():
 
 
 def test_listen_of_reads_each_daemons_section_and_the_computes_guest_network():
-    compute = configuration.deep_merge(configuration.COMPUTE_DEFAULTS, {
+    compute = configuration.deep_merge(defaults.COMPUTE_DEFAULTS, {
         "compute": {"metrics_listen": "10.1.2.3:9180"},
         "driver": {"libvirt": {"network_cidr": "10.1.2.0/24"}}})
     with pytest.raises(ConfigError, match=r"compute\.metrics_listen '10\.1\.2\.3:9180'"):
         metrics.listen_of(compute, "compute")
-    schedule = configuration.deep_merge(configuration.SCHEDULE_DEFAULTS, {
+    schedule = configuration.deep_merge(defaults.SCHEDULE_DEFAULTS, {
         "scheduler": {"metrics_listen": "10.1.2.3:9181"}})
     assert metrics.listen_of(schedule, "scheduler") == metrics.Listen("10.1.2.3", 9181)
     with pytest.raises(ConfigError, match="set scheduler.metrics_allow_any_address: true"):
         metrics.listen_of(configuration.deep_merge(schedule, {
             "scheduler": {"metrics_listen": "0.0.0.0:9181"}}), "scheduler")
-    assert metrics.listen_of(configuration.SCHEDULE_DEFAULTS, "scheduler") is None
+    assert metrics.listen_of(defaults.SCHEDULE_DEFAULTS, "scheduler") is None
 
 
 def test_the_default_is_off_for_both_daemons():
-    assert configuration.COMPUTE_DEFAULTS["compute"]["metrics_listen"] is None
-    assert configuration.SCHEDULE_DEFAULTS["scheduler"]["metrics_listen"] is None
+    assert defaults.COMPUTE_DEFAULTS["compute"]["metrics_listen"] is None
+    assert defaults.SCHEDULE_DEFAULTS["scheduler"]["metrics_listen"] is None
 
 
 # --- tallies --------------------------------------------------------------------------------

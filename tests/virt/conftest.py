@@ -24,7 +24,8 @@ from typing import Any
 import libvirt
 import pytest
 
-from etcd_compute.config import COMPUTE_DEFAULTS, deep_merge
+from etcd_compute.config import deep_merge
+from etcd_compute.defaults import COMPUTE_DEFAULTS
 from etcd_compute.errors import ServiceUnavailable
 from etcd_compute.mdserver.supervisor import ensure_mdserver, stop_mdserver
 from etcd_compute.virt import nwfilter

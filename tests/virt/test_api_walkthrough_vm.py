@@ -19,7 +19,7 @@ import json
 import pytest
 
 from etcd_compute import messages
-from etcd_compute.config import API_DEFAULTS
+from etcd_compute.defaults import API_DEFAULTS
 from etcd_compute.etcd import Store
 from etcd_compute.placement import PlacementClient
 from tests.support import run_cli, wait_for

@@ -10,7 +10,8 @@ from pathlib import Path
 import libvirt
 import psutil
 
-from etcd_compute.config import COMPUTE_DEFAULTS, deep_merge
+from etcd_compute.config import deep_merge
+from etcd_compute.defaults import COMPUTE_DEFAULTS
 from etcd_compute.mdserver.supervisor import (
     ensure_mdserver,
     pid_file_for,

@@ -25,6 +25,7 @@ from typing import Any
 import pytest
 
 from etcd_compute import config as configuration
+from etcd_compute import defaults
 from etcd_compute.errors import ServiceUnavailable
 from etcd_compute.etcd import Store
 from etcd_compute.pki import Pki
@@ -187,7 +188,7 @@ class Zones:
 
 def schedule_config(etcd: dict[str, Any], placement: dict[str, Any],
                     **zones: Any) -> dict[str, Any]:
-    config = configuration.deep_merge(configuration.SCHEDULE_DEFAULTS, {
+    config = configuration.deep_merge(defaults.SCHEDULE_DEFAULTS, {
         "etcd": etcd, "placement": placement,
         "scheduler": {"default_image": "file:///dev/null", "etcd_max_txn_ops": 4096,
                       # The best host every time: spreads are then exact.

@@ -41,7 +41,8 @@ from typing import Any
 
 import libvirt
 
-from etcd_compute.config import COMPUTE_DEFAULTS, deep_merge
+from etcd_compute.config import deep_merge
+from etcd_compute.defaults import COMPUTE_DEFAULTS
 from etcd_compute.drivers.libvirt import LibvirtDriver
 from etcd_compute.mdserver.supervisor import stop_mdserver
 from etcd_compute.pki import Pki

@@ -12,7 +12,7 @@ from typing import Any
 import webob
 
 from etcd_compute import config as configuration
-from etcd_compute import messages
+from etcd_compute import defaults, messages
 from etcd_compute.api.app import make_app
 from etcd_compute.api.backend import Backend
 from etcd_compute.api.objects.flavors import Flavor
@@ -26,7 +26,7 @@ ADMIN = ("admin", "member", "reader")
 
 
 def api_config(**api: Any) -> dict[str, Any]:
-    return configuration.deep_merge(configuration.SCHEDULE_DEFAULTS, {
+    return configuration.deep_merge(defaults.SCHEDULE_DEFAULTS, {
         "scheduler": {"use_service": False, "default_image": "file:///dev/null",
                       "etcd_max_txn_ops": 4096},
         "api": {"image_url_prefixes": ["file:///dev/"], **api}})

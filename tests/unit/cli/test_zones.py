@@ -7,7 +7,8 @@ import pytest
 
 from etcd_compute.cli import schedule
 from etcd_compute.cli import zones as zones_cli
-from etcd_compute.config import SCHEDULE_DEFAULTS, deep_merge
+from etcd_compute.config import deep_merge
+from etcd_compute.defaults import SCHEDULE_DEFAULTS
 from etcd_compute.errors import UsageError
 
 CONFIG = deep_merge(SCHEDULE_DEFAULTS, {"zones": {"name": "hq"}})

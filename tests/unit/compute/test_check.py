@@ -14,7 +14,8 @@ from typing import Any
 import pytest
 
 from etcd_compute.compute import check
-from etcd_compute.config import COMPUTE_DEFAULTS, deep_merge
+from etcd_compute.config import deep_merge
+from etcd_compute.defaults import COMPUTE_DEFAULTS
 from etcd_compute.errors import ConfigError, EtcdUnavailable, ServiceUnavailable
 from etcd_compute.pki import COMPUTE, Pki, compute_name
 

@@ -14,7 +14,8 @@ from etcd_compute import messages
 from etcd_compute.compute import consoles as consoles_module
 from etcd_compute.compute import worker
 from etcd_compute.compute.consoles import CONSOLE_FOLLOW_SECONDS, CONSOLE_MAX_BYTES, Consoles
-from etcd_compute.config import COMPUTE_DEFAULTS, deep_merge
+from etcd_compute.config import deep_merge
+from etcd_compute.defaults import COMPUTE_DEFAULTS
 from etcd_compute.instances import records, states
 from tests.support import make_spec
 from tests.unit.fakes import EventLoop, FakePool, FakeStore

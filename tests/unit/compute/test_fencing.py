@@ -6,7 +6,8 @@ from pathlib import Path
 from typing import Any
 
 from etcd_compute.compute.fencing import Fencer, Gate
-from etcd_compute.config import COMPUTE_DEFAULTS, deep_merge
+from etcd_compute.config import deep_merge
+from etcd_compute.defaults import COMPUTE_DEFAULTS
 from etcd_compute.drivers.fake import FakeDriver
 from tests.support import make_spec
 from tests.unit.fakes import FakePool

@@ -6,7 +6,8 @@ import json
 import uuid as uuidlib
 
 from etcd_compute.compute.identity import HostIdentity, fake_identities, load_identity
-from etcd_compute.config import COMPUTE_DEFAULTS, deep_merge
+from etcd_compute.config import deep_merge
+from etcd_compute.defaults import COMPUTE_DEFAULTS
 from etcd_compute.keys import UUID
 
 

@@ -25,7 +25,8 @@ from etcd_compute.compute.consoles import Consoles
 from etcd_compute.compute.identity import HostIdentity
 from etcd_compute.compute.machine import InstanceMachine
 from etcd_compute.compute.pool import BUILD, CHECK, CLEANUP
-from etcd_compute.config import COMPUTE_DEFAULTS, deep_merge
+from etcd_compute.config import deep_merge
+from etcd_compute.defaults import COMPUTE_DEFAULTS
 from etcd_compute.drivers.fake import boot_log
 from etcd_compute.errors import PlacementUnavailable
 from etcd_compute.instances import actions as action_txn

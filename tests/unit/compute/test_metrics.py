@@ -21,7 +21,8 @@ from prometheus_client import REGISTRY
 from etcd_compute.compute import metrics as cm
 from etcd_compute.compute.identity import HostIdentity
 from etcd_compute.compute.pool import BUILD, CHECK, CLEANUP, DESTROY, Job
-from etcd_compute.config import COMPUTE_DEFAULTS, deep_merge
+from etcd_compute.config import deep_merge
+from etcd_compute.defaults import COMPUTE_DEFAULTS
 from etcd_compute.errors import BuildError, ConfigError, EtcdUnavailable, RequestError
 from etcd_compute.instances import records, states
 from tests.support import make_spec, stop_server

@@ -13,7 +13,8 @@ from etcd_compute.compute import registration as registration_module
 from etcd_compute.compute.identity import HostIdentity, fake_identities
 from etcd_compute.compute.inventory import build_inventory
 from etcd_compute.compute.registration import Registration
-from etcd_compute.config import COMPUTE_DEFAULTS, deep_merge
+from etcd_compute.config import deep_merge
+from etcd_compute.defaults import COMPUTE_DEFAULTS
 from etcd_compute.placement import DISABLED_TRAIT
 from etcd_compute.shards import aggregate_of
 from tests.unit.fakes import FakePlacement

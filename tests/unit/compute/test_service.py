@@ -23,7 +23,8 @@ from etcd_compute.compute import worker
 from etcd_compute.compute.identity import HostIdentity
 from etcd_compute.compute.pool import BUILD, CHECK
 from etcd_compute.compute.service import ComputeService
-from etcd_compute.config import COMPUTE_DEFAULTS, deep_merge
+from etcd_compute.config import deep_merge
+from etcd_compute.defaults import COMPUTE_DEFAULTS
 from etcd_compute.errors import EtcdUnavailable, PlacementUnavailable
 from etcd_compute.instances import records, scheduling, states
 from tests.support import make_spec, wait_for

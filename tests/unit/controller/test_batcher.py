@@ -13,9 +13,10 @@ from collections import Counter
 import pytest
 
 from etcd_compute import messages
-from etcd_compute.config import SCHEDULE_DEFAULTS, deep_merge, validate
+from etcd_compute.config import deep_merge, validate
 from etcd_compute.controller.batcher import Batcher, LostLeadership
 from etcd_compute.controller.hostcache import HostCache
+from etcd_compute.defaults import SCHEDULE_DEFAULTS
 from etcd_compute.errors import ConflictError
 from etcd_compute.etcd import Compare, Delete, Txn, put_message
 from etcd_compute.scheduler import Scheduler

@@ -11,10 +11,11 @@ from typing import Any
 import pytest
 from prometheus_client import REGISTRY
 
-from etcd_compute.config import SCHEDULE_DEFAULTS, deep_merge
+from etcd_compute.config import deep_merge
 from etcd_compute.controller import metrics as sm
 from etcd_compute.controller.decisions import Controller
 from etcd_compute.controller.serve import ControllerService
+from etcd_compute.defaults import SCHEDULE_DEFAULTS
 from etcd_compute.errors import PlacementUnavailable
 from tests.support import stop_server
 from tests.unit.controller.test_decisions import Cluster

@@ -7,9 +7,10 @@ from __future__ import annotations
 import random
 import uuid as uuidlib
 
-from etcd_compute.config import SCHEDULE_DEFAULTS, deep_merge
+from etcd_compute.config import deep_merge
 from etcd_compute.controller.hostcache import HostCache
 from etcd_compute.controller.offers import Offers
+from etcd_compute.defaults import SCHEDULE_DEFAULTS
 from etcd_compute.scheduler.hoststate import ProviderUsage
 from etcd_compute.scheduler.request import parse_query
 from tests.unit.fakes import FakePlacement, FakeStore

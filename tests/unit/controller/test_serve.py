@@ -15,9 +15,10 @@ from typing import Any
 import pyetcd.exceptions
 import pytest
 
-from etcd_compute.config import SCHEDULE_DEFAULTS, deep_merge
+from etcd_compute.config import deep_merge
 from etcd_compute.controller import serve
 from etcd_compute.controller.serve import ControllerService
+from etcd_compute.defaults import SCHEDULE_DEFAULTS
 from etcd_compute.errors import EtcdUnavailable, PlacementUnavailable
 from tests.support import wait_for
 from tests.unit.fake_clock import FakeClock

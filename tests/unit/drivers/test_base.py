@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 
-from etcd_compute.config import COMPUTE_DEFAULTS, deep_merge
+from etcd_compute.config import deep_merge
+from etcd_compute.defaults import COMPUTE_DEFAULTS
 from etcd_compute.drivers.base import Driver
 from etcd_compute.drivers.fake import FakeDriver
 from tests.support import make_spec

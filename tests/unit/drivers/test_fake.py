@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from etcd_compute.config import COMPUTE_DEFAULTS, deep_merge
+from etcd_compute.config import deep_merge
+from etcd_compute.defaults import COMPUTE_DEFAULTS
 from etcd_compute.drivers import load_driver
 from etcd_compute.drivers.fake import FakeDriver, boot_log, fake_ip
 from etcd_compute.errors import BuildError

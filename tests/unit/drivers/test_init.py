@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 
 import etcd_compute.drivers
-from etcd_compute.config import COMPUTE_DEFAULTS, deep_merge
+from etcd_compute.config import deep_merge
+from etcd_compute.defaults import COMPUTE_DEFAULTS
 from etcd_compute.drivers import Driver, load_driver
 from etcd_compute.drivers.fake import FakeDriver
 from etcd_compute.drivers.libvirt import LibvirtDriver

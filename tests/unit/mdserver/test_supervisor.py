@@ -15,7 +15,8 @@ from typing import Any
 import psutil
 import pytest
 
-from etcd_compute.config import COMPUTE_DEFAULTS, deep_merge
+from etcd_compute.config import deep_merge
+from etcd_compute.defaults import COMPUTE_DEFAULTS
 from etcd_compute.errors import ConfigError, ServiceUnavailable
 from etcd_compute.mdserver import supervisor
 from etcd_compute.mdserver.supervisor import ensure_mdserver, running_pid

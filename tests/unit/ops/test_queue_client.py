@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 
 from etcd_compute import messages
-from etcd_compute.config import SCHEDULE_DEFAULTS, deep_merge
+from etcd_compute.config import deep_merge
+from etcd_compute.defaults import SCHEDULE_DEFAULTS
 from etcd_compute.errors import NoValidHost, ServiceUnavailable
 from etcd_compute.etcd import Delete, Put, Txn, put_message
 from etcd_compute.ops import queue_client

@@ -9,7 +9,7 @@ import uuid as uuidlib
 import pytest
 
 from etcd_compute import messages
-from etcd_compute.config import SCHEDULE_DEFAULTS
+from etcd_compute.defaults import SCHEDULE_DEFAULTS
 from etcd_compute.errors import (
     ConflictError,
     EtcdComputeError,

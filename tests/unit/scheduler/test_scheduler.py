@@ -10,7 +10,8 @@ import uuid as uuidlib
 import pytest
 
 from etcd_compute import messages
-from etcd_compute.config import SCHEDULE_DEFAULTS, deep_merge, validate
+from etcd_compute.config import deep_merge, validate
+from etcd_compute.defaults import SCHEDULE_DEFAULTS
 from etcd_compute.errors import (
     ConflictError,
     NoValidHost,

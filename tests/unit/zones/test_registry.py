@@ -8,7 +8,7 @@ import os
 import pytest
 
 from etcd_compute import messages
-from etcd_compute.config import SCHEDULE_DEFAULTS
+from etcd_compute.defaults import SCHEDULE_DEFAULTS
 from etcd_compute.errors import ConfigError, UsageError
 from etcd_compute.pki import OPERATOR, Pki
 from etcd_compute.zones import registry

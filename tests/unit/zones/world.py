@@ -11,7 +11,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from etcd_compute import messages
-from etcd_compute.config import SCHEDULE_DEFAULTS, deep_merge, validate
+from etcd_compute.config import deep_merge, validate
+from etcd_compute.defaults import SCHEDULE_DEFAULTS
 from etcd_compute.errors import EtcdUnavailable, PlacementUnavailable
 from etcd_compute.scheduler import Scheduler
 from etcd_compute.zones import registry

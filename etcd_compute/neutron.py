@@ -1,0 +1,162 @@
+"""A small client for OpenStack Neutron's API v2.0, as a service user of Keystone.
+
+Reads like the task: `neutron.network(network_id)`, `neutron.ports(device_id=server)`,
+`neutron.create_port({...})`, `neutron.update_port(port_id, {...})`,
+`neutron.delete_port(port_id)`. The credential is `network.neutron.keystone` (the
+`etcd-compute` service user; Neutron's policy lets the `service` role create ports for
+any project and set their binding, as Nova's service user does); the endpoint is
+`network.neutron.endpoint`, or the catalog's `network` service.
+
+Errors come back as one line: NeutronUnavailable (a ServiceUnavailable) when Neutron or
+Keystone cannot be reached or refuse us, NotFound for a 404, NeutronError (with Neutron's
+status and error type) for anything else it refused.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+from etcd_compute import keystone, metrics
+from etcd_compute.errors import ConfigError, NeutronError, NeutronUnavailable, NotFound
+
+# Filters in one list request go into its query string: ask for this many ids at a time.
+IDS_PER_QUERY = 50
+
+
+def _one_line(text: str) -> str:
+    lines = [line.strip() for line in re.sub(r"<[^>]+>", " ", text).splitlines()
+             if line.strip()]
+    return " ".join(lines)[:300]
+
+
+def _neutron_error(response: Any) -> tuple[str, str]:
+    """(error type, message) of Neutron's error body, or ("", the body in one line)."""
+    try:
+        body = response.json()
+    except ValueError:
+        return "", _one_line(response.text)
+    error = body.get("NeutronError") if isinstance(body, dict) else None
+    if isinstance(error, dict):
+        return str(error.get("type") or ""), _one_line(str(error.get("message") or ""))
+    return "", _one_line(response.text)
+
+
+class NeutronClient:
+    def __init__(self, neutron_config: dict[str, Any]):
+        if not neutron_config.get("keystone"):
+            raise ConfigError("network.neutron.keystone is not set: the neutron backend needs "
+                              "a service credential (see docs/explanation/networking.md)")
+        ca = neutron_config.get("ca_cert")
+        if ca and not Path(ca).is_file():
+            raise ConfigError(f"network.neutron.ca_cert {ca}: no such file")
+        self.verify: str | bool = ca or True
+        self.timeout = neutron_config.get("timeout", 30.0)
+        self.session = keystone.session(neutron_config["keystone"], self.verify, self.timeout)
+        self._endpoint = (neutron_config.get("endpoint") or "").rstrip("/") or None
+
+    # --- transport -----------------------------------------------------------
+
+    @property
+    def endpoint(self) -> str:
+        """Neutron's URL: configured, or the catalog's `network` service (public)."""
+        if self._endpoint is None:
+            from keystoneauth1 import exceptions as ks_exceptions
+
+            try:
+                found = self.session.get_endpoint(service_type="network", interface="public")
+            except ks_exceptions.ClientException as exc:
+                raise self._unavailable(f"Keystone: {_one_line(str(exc))}") from None
+            if not found:
+                raise NeutronUnavailable("no network service in Keystone's catalog; set "
+                                         "network.neutron.endpoint")
+            self._endpoint = found.rstrip("/")
+        return self._endpoint
+
+    def _unavailable(self, why: str) -> NeutronUnavailable:
+        metrics.backend_error("neutron")
+        return NeutronUnavailable(f"Neutron: {why}")
+
+    def request(self, method: str, path: str, expect: tuple[int, ...] = (200,),
+                **kwargs: Any) -> Any:
+        from keystoneauth1 import exceptions as ks_exceptions
+
+        url = f"{self.endpoint}/v2.0{path}"
+        try:
+            response = self.session.request(url, method, raise_exc=False, **kwargs)
+        except ks_exceptions.Unauthorized:
+            raise self._unavailable("Keystone refused our credentials "
+                                    "(network.neutron.keystone)") from None
+        except ks_exceptions.SSLError as exc:
+            raise self._unavailable(f"TLS handshake failed at {url} ({_one_line(str(exc))}); "
+                                    "check network.neutron.ca_cert") from None
+        except ks_exceptions.ClientException as exc:
+            raise self._unavailable(f"{self.endpoint} is unreachable "
+                                    f"({exc.__class__.__name__}); check that it runs and "
+                                    "network.neutron.endpoint") from None
+        if response.status_code in expect:
+            return response
+        kind, detail = _neutron_error(response)
+        where = path.split("?")[0]
+        if response.status_code == 404:
+            raise NotFound(f"Neutron {method} {where}: {detail or '404 not found'}")
+        if response.status_code == 401 or response.status_code >= 500:
+            raise self._unavailable(f"{method} {where}: {response.status_code} {detail}")
+        raise NeutronError(f"Neutron {method} {where}: {response.status_code} {detail}",
+                           response.status_code, kind)
+
+    def _list(self, collection: str, filters: dict[str, Any]) -> list[dict[str, Any]]:
+        """Every item of `collection` matching `filters` (a list value: any of them)."""
+        return self.request("GET", f"/{collection}", params=filters).json()[collection]
+
+    def _one(self, collection: str, item_id: str) -> dict[str, Any]:
+        if not re.fullmatch(r"[0-9a-fA-F-]{1,64}", item_id or ""):
+            raise NotFound(f"{collection[:-1]} {item_id!r}: not an id")
+        singular = collection[:-1]
+        return self.request("GET", f"/{collection}/{item_id}").json()[singular]
+
+    # --- networks, subnets, security groups -----------------------------------
+
+    def network(self, network_id: str) -> dict[str, Any]:
+        return self._one("networks", network_id)
+
+    def networks(self, **filters: Any) -> list[dict[str, Any]]:
+        return self._list("networks", filters)
+
+    def subnets(self, **filters: Any) -> list[dict[str, Any]]:
+        return self._list("subnets", filters)
+
+    def security_groups(self, **filters: Any) -> list[dict[str, Any]]:
+        return self._list("security_groups", filters)
+
+    # --- ports ----------------------------------------------------------------
+
+    def port(self, port_id: str) -> dict[str, Any]:
+        return self._one("ports", port_id)
+
+    def ports(self, **filters: Any) -> list[dict[str, Any]]:
+        """Ports matching `filters`; a `device_id` list is asked for in slices (a long
+        query string is refused by some proxies)."""
+        device_ids = filters.get("device_id")
+        if isinstance(device_ids, list) and len(device_ids) > IDS_PER_QUERY:
+            found: list[dict[str, Any]] = []
+            for start in range(0, len(device_ids), IDS_PER_QUERY):
+                found += self._list("ports", {**filters,
+                                              "device_id": device_ids[start:start + IDS_PER_QUERY]})
+            return found
+        return self._list("ports", filters)
+
+    def create_port(self, port: dict[str, Any]) -> dict[str, Any]:
+        return self.request("POST", "/ports", expect=(201,), json={"port": port}).json()["port"]
+
+    def update_port(self, port_id: str, changes: dict[str, Any]) -> dict[str, Any]:
+        return self.request("PUT", f"/ports/{port_id}", json={"port": changes}).json()["port"]
+
+    def delete_port(self, port_id: str) -> bool:
+        """Delete the port; False if it was gone already."""
+        try:
+            self.request("DELETE", f"/ports/{port_id}", expect=(204,))
+        except NotFound:
+            return False
+        return True

@@ -1,0 +1,119 @@
+"""The Neutron client over canned answers: its requests, and how Neutron's answers become
+one-line errors."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+import requests
+
+from etcd_compute.errors import ConfigError, NeutronError, NeutronUnavailable, NotFound
+from etcd_compute.neutron import IDS_PER_QUERY, NeutronClient
+
+ENDPOINT = "http://neutron.invalid:9696"
+PORT_ID = "0b5c7d2e-1f3a-4b6c-8d9e-0a1b2c3d4e5f"
+KEYSTONE = {"auth_url": "https://keystone.invalid/v3", "username": "etcd-compute",
+            "password": "x", "project_name": "service"}
+
+
+def response(status: int, body: Any = None, text: str = "") -> requests.Response:
+    answer = requests.Response()
+    answer.status_code = status
+    answer._content = json.dumps(body).encode() if body is not None else text.encode()
+    answer.encoding = "utf-8"
+    return answer
+
+
+class Session:
+    """Stands in for the keystoneauth1 session: records what was sent, answers from a
+    script of "METHOD path" -> response (or a callable of the request's keywords)."""
+
+    def __init__(self, answers: dict[str, Any]):
+        self.answers = answers
+        self.sent: list[tuple[str, str, dict[str, Any]]] = []
+
+    def request(self, url: str, method: str, **kwargs: Any) -> requests.Response:
+        path = url.removeprefix(ENDPOINT)
+        self.sent.append((method, path, kwargs))
+        answer = self.answers.get(f"{method} {path}")
+        if answer is None:
+            return response(404, {"NeutronError": {"type": "HTTPNotFound",
+                                                   "message": "The resource could not be "
+                                                              "found.", "detail": ""}})
+        if isinstance(answer, Exception):
+            raise answer
+        return answer(kwargs) if callable(answer) else answer
+
+
+def client(answers: dict[str, Any]) -> tuple[NeutronClient, Session]:
+    neutron = NeutronClient({"endpoint": ENDPOINT, "keystone": KEYSTONE, "timeout": 5.0})
+    session = Session(answers)
+    neutron.session = session
+    return neutron, session
+
+
+def test_without_a_credential_the_backend_is_refused_in_one_line() -> None:
+    with pytest.raises(ConfigError, match="network.neutron.keystone is not set"):
+        NeutronClient({"endpoint": ENDPOINT, "keystone": None})
+
+
+def test_a_port_is_created_in_neutrons_envelope() -> None:
+    neutron, session = client({"POST /v2.0/ports": response(201, {"port": {"id": PORT_ID}})})
+    assert neutron.create_port({"network_id": "n", "device_id": "d"}) == {"id": PORT_ID}
+    assert session.sent[0][2]["json"] == {"port": {"network_id": "n", "device_id": "d"}}
+
+
+def test_neutrons_refusal_keeps_its_status_and_type() -> None:
+    body = {"NeutronError": {"type": "IpAddressAlreadyAllocated",
+                             "message": "IP address 10.0.0.5 already allocated\nin subnet s",
+                             "detail": ""}}
+    neutron, _ = client({"POST /v2.0/ports": response(409, body)})
+    with pytest.raises(NeutronError) as refused:
+        neutron.create_port({"network_id": "n"})
+    assert refused.value.status == 409
+    assert refused.value.kind == "IpAddressAlreadyAllocated"
+    assert "\n" not in str(refused.value) and "10.0.0.5 already allocated in subnet" in str(
+        refused.value)
+
+
+def test_a_missing_port_is_not_found_and_deleting_it_again_is_no_error() -> None:
+    neutron, _ = client({})
+    with pytest.raises(NotFound):
+        neutron.port(PORT_ID)
+    assert neutron.delete_port(PORT_ID) is False
+
+
+def test_a_hostile_id_never_reaches_a_path() -> None:
+    neutron, session = client({})
+    with pytest.raises(NotFound, match="not an id"):
+        neutron.port("../networks?x=1")
+    assert session.sent == []
+
+
+@pytest.mark.parametrize("status", [401, 500, 503])
+def test_a_broken_or_refusing_neutron_is_unavailable(status: int) -> None:
+    neutron, _ = client({f"GET /v2.0/ports/{PORT_ID}": response(status, text="<h1>down</h1>")})
+    with pytest.raises(NeutronUnavailable, match=f"Neutron: GET /ports/{PORT_ID}: {status}"):
+        neutron.port(PORT_ID)
+
+
+def test_an_unreachable_neutron_is_unavailable() -> None:
+    from keystoneauth1 import exceptions as ks_exceptions
+
+    neutron, _ = client({"GET /v2.0/networks": ks_exceptions.ConnectFailure("refused")})
+    with pytest.raises(NeutronUnavailable, match="unreachable"):
+        neutron.networks()
+
+
+def test_many_devices_are_asked_for_in_slices() -> None:
+    devices = [f"d{n}" for n in range(IDS_PER_QUERY * 2 + 1)]
+
+    def answer(kwargs: dict[str, Any]) -> requests.Response:
+        return response(200, {"ports": [{"device_id": d} for d in kwargs["params"]["device_id"]]})
+
+    neutron, session = client({"GET /v2.0/ports": answer})
+    found = neutron.ports(device_id=devices)
+    assert [port["device_id"] for port in found] == devices
+    assert len(session.sent) == 3
