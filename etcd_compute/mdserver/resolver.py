@@ -36,6 +36,10 @@ class InstanceResolver:
                 self._connection = libvirt.open(self.config.libvirt_uri)
             return self._connection
 
+    def meta_for_request(self, environ: dict[str, Any]) -> dict[str, Any] | None:
+        """The meta.json of the guest whose address the request comes from."""
+        return self.meta_for(environ.get("REMOTE_ADDR", ""))
+
     def meta_for(self, ip: str) -> dict[str, Any] | None:
         try:
             net = self.connection.networkLookupByName(self.config.network)

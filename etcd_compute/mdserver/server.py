@@ -2,7 +2,11 @@
 
 It serves EC2-style paths (/latest/meta-data/..., /latest/user-data) and
 OpenStack's /openstack/latest/meta_data.json (`content.py`). Each guest gets
-only its own data (`resolver.py`); any other source gets 404.
+only its own data; any other source gets 404. Who is asking is known one of two
+ways (mdserver.conf `mode`): `lease`, a guest on the libvirt NAT network by its
+source address (`resolver.py`); `signed`, Neutron's metadata agent asking for a
+guest, by the instance id it signs with the shared secret (`signed.py`: a request
+without a good signature gets 403).
 
 Guests are untrusted clients, so the HTTP server is waitress, not http.server:
 a fixed number of worker threads (`threads`), an idle connection closed after
@@ -43,6 +47,7 @@ from etcd_compute.mdserver.admission import PerSourceAdmission, SourceCounts
 from etcd_compute.mdserver.content import render
 from etcd_compute.mdserver.resolver import InstanceResolver
 from etcd_compute.mdserver.settings import MdserverConfig, load_config
+from etcd_compute.mdserver.signed import Forbidden, SignedResolver, read_secret
 from etcd_compute.virt import network
 
 log = logging.getLogger("etcd_compute.mdserver")
@@ -56,9 +61,10 @@ StartResponse = Callable[[str, list[tuple[str, str]]], Any]
 
 
 class MetadataApp:
-    """The WSGI application: the asking guest's own data, or 404."""
+    """The WSGI application: the asking guest's own data, or 404 (403 for a signed request
+    without a good signature)."""
 
-    def __init__(self, resolver: InstanceResolver):
+    def __init__(self, resolver: InstanceResolver | SignedResolver):
         self.resolver = resolver
 
     def __call__(self, environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
@@ -67,13 +73,21 @@ class MetadataApp:
         if environ.get("REQUEST_METHOD") not in ("GET", "HEAD"):
             status, content_type, body = "405 Method Not Allowed", "text/plain", b""
         else:
-            meta = self.resolver.meta_for(source)
-            answer = render(path, meta) if meta else None
+            try:
+                meta = self.resolver.meta_for_request(environ)
+                answer = render(path, meta) if meta else None
+            except Forbidden:
+                status, answer = Forbidden.status, None
+            else:
+                status = "404 Not Found"
             if answer is None:
-                status, content_type, body = "404 Not Found", "text/plain", b""
+                content_type, body = "text/plain", b""
             else:
                 status = "200 OK"
                 content_type, body = answer
+        if isinstance(self.resolver, SignedResolver) and "HTTP_X_FORWARDED_FOR" in environ:
+            # the guest the agent asks for, as the agent says
+            source += f" for {environ['HTTP_X_FORWARDED_FOR'][:64]!r}"
         log.info("%s %s %r %s", source, environ.get("REQUEST_METHOD"), path[:200], status[:3])
         start_response(status, [("Content-Type", content_type),
                                 ("Content-Length", str(len(body)))])
@@ -89,11 +103,20 @@ def listening_socket(config: MdserverConfig) -> socket.socket:
     return sock
 
 
-def create_server(config: MdserverConfig, sock: socket.socket) -> Any:
-    """A waitress server for `sock` with mdserver.conf's limits, each guest held to its
-    share of them."""
+def resolver_for(config: MdserverConfig) -> InstanceResolver | SignedResolver:
+    """Who is asking, in the config's mode (ConfigError for an unusable secret file)."""
+    if config.mode == "signed":
+        return SignedResolver(config, read_secret(config.shared_secret_file))
+    return InstanceResolver(config)
+
+
+def create_server(config: MdserverConfig, sock: socket.socket,
+                  resolver: InstanceResolver | SignedResolver | None = None) -> Any:
+    """A waitress server for `sock` with mdserver.conf's limits; in lease mode each guest
+    held to its share of them (in signed mode every connection is the agent's, and each
+    network's haproxy bounds its guests)."""
     server = waitress.create_server(
-        MetadataApp(InstanceResolver(config)),
+        MetadataApp(resolver or resolver_for(config)),
         sockets=[sock],
         threads=config.threads,
         connection_limit=config.connection_limit,
@@ -107,7 +130,8 @@ def create_server(config: MdserverConfig, sock: socket.socket) -> Any:
         ident="etcd-compute-mdserver",
         expose_tracebacks=False,
     )
-    PerSourceAdmission(SourceCounts(config.connections_per_guest)).install(server)
+    if config.mode == "lease":
+        PerSourceAdmission(SourceCounts(config.connections_per_guest)).install(server)
     return server
 
 
@@ -168,10 +192,11 @@ class MetadataAddressKeeper(threading.Thread):
             network.remove_metadata_address(self.bridge)
 
 
-def serve(config: MdserverConfig, pid_file: Path | None = None) -> None:
+def serve(config: MdserverConfig, pid_file: Path | None = None,
+          resolver: InstanceResolver | SignedResolver | None = None) -> None:
     """Run until SIGTERM or SIGINT."""
     sock = listening_socket(config)
-    server = create_server(config, sock)
+    server = create_server(config, sock, resolver)
     keeper = None
     if config.bind_address == network.METADATA_ADDRESS:
         keeper = MetadataAddressKeeper(config)
@@ -185,8 +210,9 @@ def serve(config: MdserverConfig, pid_file: Path | None = None) -> None:
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
-    log.info("listening on %s:%d (%d threads, at most %d connections per guest and %d in "
-             "all, idle timeout %d s)", config.bind_address, config.port, config.threads,
+    log.info("listening on %s:%d in %s mode (%d threads, at most %d connections per guest "
+             "and %d in all, idle timeout %d s)", config.bind_address, config.port,
+             config.mode, config.threads,
              config.connections_per_guest, config.connection_limit,
              config.idle_timeout_seconds)
     try:
@@ -215,6 +241,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         config = load_config(args.config)
         raise_open_files_limit(config)
+        resolver = resolver_for(config)  # the secret read once, before listening
     except ConfigError as exc:
         print(exc, file=sys.stderr)
         return exc.exit_code
@@ -227,7 +254,7 @@ def main(argv: list[str] | None = None) -> int:
         format="%(asctime)s mdserver[%(process)d] %(levelname)s %(message)s",
     )
     try:
-        serve(config, args.pid_file)
+        serve(config, args.pid_file, resolver)
     except OSError as exc:
         log.error("cannot serve on %s:%d: %s", config.bind_address, config.port, exc)
         return 3

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import configparser
 import dataclasses
+import ipaddress
 import os
 from dataclasses import dataclass
 from typing import Any
@@ -20,6 +21,11 @@ class MdserverConfig:
     libvirt_uri: str = "qemu:///system"
     network: str = "etcd-compute"
     log_file: str = ""
+    # Who is asking: `lease`, a guest on the libvirt NAT network by its source address
+    # (resolver.py); `signed`, Neutron's metadata agent for a guest, by the instance id it
+    # signs with the secret in shared_secret_file (signed.py; network.backend neutron).
+    mode: str = "lease"
+    shared_secret_file: str = ""
     # Guests are untrusted clients: requests are served by this many threads; each guest
     # (source address) holds at most connections_per_guest connections (more are closed at
     # once) and all guests together at most connection_limit; an idle connection is closed
@@ -70,8 +76,35 @@ def load_config(path: str | os.PathLike[str]) -> MdserverConfig:
         if not low <= values[key] <= high:
             raise ConfigError(f"{path}: mdserver.{key}: {values[key]} is not in {low}..{high}")
     config = MdserverConfig(**values)
+    check_mode(path, config)
     if config.connections_per_guest > config.connection_limit:
         raise ConfigError(f"{path}: mdserver.connections_per_guest "
                           f"({config.connections_per_guest}) is more than mdserver."
                           f"connection_limit ({config.connection_limit})")
     return config
+
+
+MODES = ("lease", "signed")
+
+
+def check_mode(path: str | os.PathLike[str], config: MdserverConfig) -> None:
+    """ConfigError unless the mode is known and, in signed mode, a secret file is named and
+    the server listens on one address of this host that is not the guests' (the agent holds
+    169.254.169.254 in its namespaces; never all addresses)."""
+    if config.mode not in MODES:
+        raise ConfigError(f"{path}: mdserver.mode: {config.mode!r} is not one of "
+                          f"{', '.join(MODES)}")
+    if config.mode != "signed":
+        return
+    if not config.shared_secret_file:
+        raise ConfigError(f"{path}: mdserver.shared_secret_file: needed in signed mode")
+    try:
+        address = ipaddress.ip_address(config.bind_address)
+    except ValueError:
+        raise ConfigError(f"{path}: mdserver.bind_address: {config.bind_address!r} is not an "
+                          "IP address") from None
+    if address.version != 4:
+        raise ConfigError(f"{path}: mdserver.bind_address: {address}: IPv4 only")
+    if address.is_unspecified or address.is_link_local or address.is_multicast:
+        raise ConfigError(f"{path}: mdserver.bind_address: {address} in signed mode: use "
+                          "loopback or this host's own address, where the agent reaches it")

@@ -16,6 +16,7 @@ from etcd_compute.errors import ConfigError
 from etcd_compute.mdserver import server
 from etcd_compute.mdserver.server import MetadataAddressKeeper, MetadataApp
 from etcd_compute.mdserver.settings import MdserverConfig
+from etcd_compute.mdserver.signed import SignedResolver
 from etcd_compute.virt import network
 
 GUEST = "192.168.123.50"
@@ -29,9 +30,9 @@ class Resolver:
     def __init__(self) -> None:
         self.asked: list[str] = []
 
-    def meta_for(self, ip: str) -> dict[str, Any] | None:
-        self.asked.append(ip)
-        return META if ip == GUEST else None
+    def meta_for_request(self, environ: dict[str, Any]) -> dict[str, Any] | None:
+        self.asked.append(environ["REMOTE_ADDR"])
+        return META if environ["REMOTE_ADDR"] == GUEST else None
 
 
 def call(app: MetadataApp, path: str, method: str = "GET",
@@ -111,6 +112,35 @@ def test_waitress_gets_the_limits_of_mdserver_conf(idle, cleanup):
     finally:
         waitress.close()
         sock.close()
+
+
+def test_in_signed_mode_the_secret_is_read_and_no_per_source_cap_holds_the_agent(tmp_path):
+    secret = tmp_path / "secret"
+    secret.write_text("abc\n")
+    secret.chmod(0o600)
+    config = MdserverConfig(bind_address="127.0.0.1", port=0, mode="signed",
+                            shared_secret_file=str(secret))
+    resolver = server.resolver_for(config)
+    assert isinstance(resolver, SignedResolver) and resolver.secret == b"abc"
+    sock = server.listening_socket(config)
+    waitress = server.create_server(config, sock, resolver)
+    try:
+        # Every connection is the agent's: a per-source cap would cap all guests together.
+        assert not hasattr(waitress.channel_class, "counts")
+    finally:
+        waitress.close()
+        sock.close()
+
+
+def test_a_secret_others_may_read_is_exit_2_before_listening(tmp_path, capsys):
+    secret = tmp_path / "secret"
+    secret.write_text("abc\n")
+    secret.chmod(0o644)
+    conf = tmp_path / "mdserver.conf"
+    conf.write_text(f"[mdserver]\nmode = signed\nshared_secret_file = {secret}\n"
+                    "bind_address = 127.0.0.1\nport = 1\n")
+    assert server.main(["--config", str(conf)]) == 2
+    assert "readable by others than its owner" in capsys.readouterr().err
 
 
 @pytest.fixture

@@ -92,3 +92,34 @@ def test_limits_out_of_range_are_one_line_errors(tmp_path: Path, line: str, mess
     conf.write_text(f"[mdserver]\n{line}\n")
     with pytest.raises(ConfigError, match=message):
         load_config(conf)
+
+
+def test_signed_mode_is_read_with_its_secret_file(tmp_path: Path) -> None:
+    conf = tmp_path / "mdserver.conf"
+    conf.write_text("[mdserver]\nmode = signed\nshared_secret_file = /etc/secret\n"
+                    "bind_address = 127.0.0.1\nport = 8775\n")
+    config = load_config(conf)
+    assert (config.mode, config.shared_secret_file) == ("signed", "/etc/secret")
+    assert MdserverConfig().mode == "lease"
+
+
+@pytest.mark.parametrize(("lines", "message"), [
+    ("mode = trusting\n", "mdserver.mode: 'trusting' is not one of lease, signed"),
+    ("mode = signed\nbind_address = 127.0.0.1\n",
+     "mdserver.shared_secret_file: needed in signed mode"),
+    # Never every address, nor the guests' own: the agent holds that in its namespaces.
+    ("mode = signed\nshared_secret_file = /s\nbind_address = 0.0.0.0\n",
+     "0.0.0.0 in signed mode: use loopback or this host's own address"),
+    ("mode = signed\nshared_secret_file = /s\n",
+     "169.254.169.254 in signed mode: use loopback"),
+    ("mode = signed\nshared_secret_file = /s\nbind_address = ::1\n", "::1: IPv4 only"),
+    ("mode = signed\nshared_secret_file = /s\nbind_address = localhost\n",
+     "'localhost' is not an IP address"),
+])
+def test_a_signed_mode_without_a_secret_or_on_every_address_is_refused(
+        tmp_path: Path, lines: str, message: str) -> None:
+    conf = tmp_path / "mdserver.conf"
+    conf.write_text("[mdserver]\n" + lines)
+    with pytest.raises(ConfigError) as caught:
+        load_config(conf)
+    assert message in str(caught.value) and "\n" not in str(caught.value)
