@@ -82,6 +82,8 @@ def ml2_config(ovn: OvnCentral) -> str:
         "max_header_size = 38\n"
         "[ovn]\n"
         f"ovn_nb_connection = {ovn.nb.connection}\n"
+        # Each network's OVN metadata port (a localport), for the hosts' metadata agents.
+        "ovn_metadata_enabled = True\n"
         f"ovn_sb_connection = {ovn.sb.connection}\n"
     )
 

@@ -11,6 +11,10 @@ southbound database of an `OvnCentral` (ovn.py) through the bridge.
 ovn-controller claims the port's southbound Port_Binding for its chassis, ovn-northd marks
 the northbound port up, and Neutron sets the port ACTIVE. Everything is stopped by pid and
 the namespaces and bridge removed by `close`.
+
+With `metadata_port`, each host also runs Neutron's OVN metadata agent (ovn_metadata.py),
+asking the host's metadata API at 127.0.0.1:`metadata_port` in the host's namespace (the
+test starts that API, e.g. host_mdserver.py, with `host.metadata.secret_file`).
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from pathlib import Path
 from tools.local_services.netns import Host, TestNetwork, ip
 from tools.local_services.ovn import OvnCentral
 from tools.local_services.ovn_controller import OvnController, settings
+from tools.local_services.ovn_metadata import PROGRAMS, OvnMetadataAgent
 from tools.local_services.ovs import INTEGRATION_BRIDGE, OpenVSwitch
 from tools.local_services.process import stop_pids
 
@@ -33,6 +38,7 @@ class OvnHost:
     space: Host
     switch: OpenVSwitch
     controller: OvnController
+    metadata: OvnMetadataAgent | None = None
 
     @property
     def address(self) -> str:
@@ -40,7 +46,8 @@ class OvnHost:
 
     @property
     def pids(self) -> list[int]:
-        return [*self.controller.pids, *self.switch.pids]
+        return [*(self.metadata.pids if self.metadata else []), *self.controller.pids,
+                *self.switch.pids]
 
     def plug(self, port_id: str, mac: str, device: str | None = None) -> str:
         """An OVS internal port on br-int for Neutron port `port_id` (its MAC `mac`), as a
@@ -73,15 +80,22 @@ class OvnHosts:
     run_dir: Path
     southbound: str = ""
     hosts: dict[str, OvnHost] = field(default_factory=dict)
+    # The metadata API's port in each host's namespace: with it, a metadata agent per host.
+    metadata_port: int | None = None
+    metadata_program: str = PROGRAMS[0]
 
     def __getitem__(self, name: str) -> OvnHost:
         return self.hosts[name]
 
     @classmethod
-    def create(cls, names: list[str], run_dir: Path, ovn: OvnCentral) -> OvnHosts:
+    def create(cls, names: list[str], run_dir: Path, ovn: OvnCentral,
+               metadata_port: int | None = None,
+               metadata_program: str = PROGRAMS[0]) -> OvnHosts:
         """Hosts `names` started, their files under `run_dir` (everything stopped and
-        removed if one fails to start); a context manager that closes them."""
-        hosts = cls(TestNetwork.create(), ovn, run_dir)
+        removed if one fails to start), each with a metadata agent asking
+        127.0.0.1:`metadata_port` when it is given; a context manager that closes them."""
+        hosts = cls(TestNetwork.create(), ovn, run_dir, metadata_port=metadata_port,
+                    metadata_program=metadata_program)
         try:
             hosts.southbound = ovn.sb.listen_on(hosts.net.gateway)
             for name in names:
@@ -104,6 +118,11 @@ class OvnHosts:
         self.hosts[name] = host = OvnHost(name, space, switch, controller)
         switch.start(settings(name, self.southbound, space.ip))
         controller.start()
+        if self.metadata_port:
+            host.metadata = OvnMetadataAgent.create(
+                self.run_dir / name / "metadata", space, switch, self.southbound,
+                self.metadata_port, program=self.metadata_program)
+            host.metadata.start()
         return host
 
     @property
@@ -111,9 +130,12 @@ class OvnHosts:
         return [pid for host in self.hosts.values() for pid in host.pids]
 
     def close(self) -> None:
-        """Every host's ovn-controller (its chassis out of the southbound database), then its
-        switch (all side by side), the southbound database's remote on the bridge, the
-        namespaces and the bridge."""
+        """Every host's metadata agent (its processes and namespaces), ovn-controller (its
+        chassis out of the southbound database), then its switch (all side by side), the
+        southbound database's remote on the bridge, the namespaces and the bridge."""
+        for host in self.hosts.values():
+            if host.metadata:
+                host.metadata.stop()
         for host in self.hosts.values():
             with contextlib.suppress(subprocess.TimeoutExpired):
                 host.controller.leave()

@@ -1,0 +1,202 @@
+"""A guest's metadata through Neutron, as Nova serves it with ML2/OVN: the guest asks
+169.254.169.254 on its network; OVN takes it to the network's metadata port on the guest's
+own host, in the `ovnmeta-<network>` namespace of Neutron's OVN metadata agent
+(tools/local_services/ovn_metadata.py); the agent's haproxy and proxy ask the host's
+metadata API, our mdserver in signed mode (tools/local_services/host_mdserver.py), with
+X-Instance-ID = the port's device_id, signed with the secret they share.
+
+One host as an OVN chassis (ovn_hosts.py) with the agent and our mdserver in its
+namespace; as demo a network and subnet; as admin a port bound to the host with device_id
+an instance's uuid, plugged there and moved into a namespace of its own (the guest's
+stand-in) with its fixed IP. The guest's stand-in gets that instance's meta_data.json; a
+request straight to the mdserver naming the instance without its signature, or with a
+wrong one, gets 403. The agent's start, its memory (RSS and PSS of it, its privsep
+daemons and haproxy) and the time from ACTIVE to the first answer are printed (pytest -s;
+METADATA_AGENT=neutron-ovn-agent runs the same with the other agent, for comparison).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import os
+import time
+import uuid as uuidlib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+
+from etcd_compute.errors import ServiceUnavailable
+from etcd_compute.virt.domain import NAMESPACE, NAMESPACE_PREFIX
+from etcd_compute.virt.instance_files import InstanceFiles, instance_meta
+from tests.network.neutron import DEMO, Cli
+from tests.support import unavailable
+from tools.local_services import free_port, pid_alive
+from tools.local_services.host_mdserver import HostMdserver, http_get
+from tools.local_services.netns import ip, netns_usable
+from tools.local_services.networking import NetworkStack
+from tools.local_services.ovn_hosts import OvnHosts
+from tools.local_services.ovn_metadata import NAMESPACE_PREFIX as OVNMETA
+from tools.local_services.ovn_metadata import PROGRAMS
+
+ADMIN = "etcd-compute"
+HOST = "hv1"
+CIDR = "10.0.0.0/24"
+GUEST_ADDRESS = "10.0.0.31"
+METADATA = "http://169.254.169.254"
+PROGRAM = os.environ.get("METADATA_AGENT", PROGRAMS[0])
+
+
+def libvirt_node(path: Path, uuid: str) -> str:
+    """A libvirt URI whose hypervisor runs one domain of ours named `uuid`: libvirt's own
+    test driver, from a node file. It stands in for the host's libvirtd and the guest's
+    domain (this test boots no guest): the mdserver's "is it ours, running, here" is asked
+    of it through libvirt as of a real one."""
+    path.write_text(
+        "<node><domain type='test'>"
+        f"<name>{uuid}</name><uuid>{uuid}</uuid><memory>65536</memory>"
+        "<os><type>hvm</type></os>"
+        f"<metadata><{NAMESPACE_PREFIX}:instance xmlns:{NAMESPACE_PREFIX}='{NAMESPACE}'>"
+        f"<{NAMESPACE_PREFIX}:name>guest</{NAMESPACE_PREFIX}:name>"
+        f"</{NAMESPACE_PREFIX}:instance></metadata>"
+        "</domain></node>")
+    return f"test://{path}"
+
+
+def memory(pids: list[int]) -> tuple[float, float, list[str]]:
+    """RSS and PSS (MiB) summed over `pids`, and each process's line."""
+    rss = pss = 0.0
+    lines = []
+    for pid in pids:
+        with_pss = psutil.Process(pid).memory_full_info()
+        rss += with_pss.rss / 2**20
+        pss += with_pss.pss / 2**20
+        lines.append(f"{psutil.Process(pid).name()} {with_pss.rss / 2**20:.1f}/"
+                     f"{with_pss.pss / 2**20:.1f}")
+    return rss, pss, lines
+
+
+@pytest.fixture
+def host_with_agent(tmp_path: Path, network: NetworkStack) -> Iterator[OvnHosts]:
+    why = netns_usable()
+    if why:
+        unavailable(why)
+    try:
+        # The metadata API's port in the host's own namespace, where nothing else listens.
+        hosts = OvnHosts.create([HOST], tmp_path / "hosts", network.ovn,
+                                metadata_port=free_port(), metadata_program=PROGRAM)
+    except ServiceUnavailable as exc:
+        unavailable(str(exc))
+    with hosts:
+        yield hosts
+
+
+@pytest.fixture
+def demo_net(openstack: Cli) -> Iterator[dict[str, Any]]:
+    net = openstack(DEMO, "network", "create", "metadata-net")
+    try:
+        net["subnet"] = openstack(DEMO, "subnet", "create", "--network", net["id"],
+                                  "--subnet-range", CIDR, "metadata-subnet")
+        yield net
+    finally:
+        openstack.run(DEMO, "network", "delete", net["id"])
+
+
+def wait_for(check: Any, timeout: float, what: str) -> Any:
+    began = time.monotonic()
+    while time.monotonic() - began < timeout:
+        found = check()
+        if found:
+            return found
+        time.sleep(0.2)
+    raise AssertionError(f"{what} within {timeout:.0f} s")
+
+
+def test_a_guest_gets_its_own_metadata_through_neutrons_agent_and_a_forged_id_gets_403(
+        tmp_path: Path, network: NetworkStack, openstack: Cli,
+        host_with_agent: OvnHosts, demo_net: dict[str, Any]) -> None:
+    hosts = host_with_agent
+    host = hosts[HOST]
+    agent = host.metadata
+    assert agent is not None and agent.running()
+    started_in = agent.started_in or 0.0
+    # What the compute writes when it builds a guest, written here for the guest's stand-in.
+    uuid = str(uuidlib.uuid4())
+    instances_dir = tmp_path / "instances"
+    files = InstanceFiles.of(instances_dir, uuid)
+    files.create()
+    files.write_meta(instance_meta({"uuid": uuid, "name": "through-neutron"}))
+    api = HostMdserver.create(tmp_path / "mdserver", host.space, hosts.metadata_port or 0,
+                              instances_dir, libvirt_node(tmp_path / "node.xml", uuid),
+                              agent.secret_file).start()
+    try:
+        port = openstack(ADMIN, "port", "create", "--network", demo_net["id"], "--host", HOST,
+                         "--device-owner", "compute:nova", "--device", uuid,
+                         "--fixed-ip", f"subnet={demo_net['subnet']['id']},"
+                         f"ip-address={GUEST_ADDRESS}", "guest-port")
+        # The network's OVN metadata port (Neutron made it with the subnet): the guest's
+        # route to 169.254.169.254, as OVN's DHCP would give it.
+        metadata_ports = openstack(ADMIN, "port", "list", "--network", demo_net["id"],
+                                   "--device-owner", "network:distributed", "--long")
+        assert len(metadata_ports) == 1, metadata_ports
+        via = metadata_ports[0]["Fixed IP Addresses"][0]["ip_address"]
+
+        device = host.plug(port["id"], port["mac_address"])
+        guest = hosts.net.add_space("guest")
+        host.move(device, guest, GUEST_ADDRESS, demo_net["mtu"])
+        ip("-n", guest.netns, "route", "add", "169.254.169.254/32", "via", via)
+        wait_for(lambda: openstack.ok(ADMIN, "port", "show", port["id"], "-c", "status",
+                                      "-f", "value").strip() == "ACTIVE", 60, "port ACTIVE")
+        active = time.monotonic()
+
+        def answered() -> tuple[int, bytes] | None:
+            got = http_get(guest, f"{METADATA}/openstack/latest/meta_data.json", timeout=15)
+            return got if got[0] == 200 else None
+
+        status, body = wait_for(answered, 90, "an answer to the guest through the agent")
+        first_answer = time.monotonic() - active
+        document = json.loads(body)
+        assert document["uuid"] == uuid and document["name"] == "through-neutron"
+        assert http_get(guest, f"{METADATA}/latest/meta-data/instance-id")[1] == \
+            uuid.encode()
+        space = OVNMETA + demo_net["id"]
+        assert agent.namespaces() == [space]
+
+        # Straight to the mdserver, past the agent: naming the instance is not enough.
+        secret = agent.secret_file.read_bytes().strip()
+        good = hmac.new(secret, uuid.encode(), hashlib.sha256).hexdigest()
+        path = "/openstack/latest/meta_data.json"
+        assert api.get(path, {"X-Instance-ID": uuid})[0] == 403
+        assert api.get(path, {"X-Instance-ID": uuid, "X-Instance-ID-Signature": "0" * 64}
+                       )[0] == 403
+        other = hmac.new(b"not the secret", uuid.encode(), hashlib.sha256).hexdigest()
+        assert api.get(path, {"X-Instance-ID": uuid, "X-Instance-ID-Signature": other}
+                       )[0] == 403
+        # ... with its signature it is (what the agent sends), and only for ours.
+        assert api.get(path, {"X-Instance-ID": uuid, "X-Instance-ID-Signature": good}) == \
+            (200, body)
+        stranger = str(uuidlib.uuid4())
+        signed = hmac.new(secret, stranger.encode(), hashlib.sha256).hexdigest()
+        assert api.get(path, {"X-Instance-ID": stranger,
+                              "X-Instance-ID-Signature": signed})[0] == 404
+
+        pids = agent.pids
+        rss, pss, lines = memory(pids)
+        print(f"\n{PROGRAM}: started in {started_in:.2f} s; first answer "
+              f"{first_answer:.2f} s after ACTIVE; {len(pids)} processes, RSS {rss:.1f} MiB, "
+              f"PSS {pss:.1f} MiB (RSS/PSS MiB: {', '.join(lines)})")
+        openstack.ok(ADMIN, "port", "delete", port["id"])
+    finally:
+        api.stop()
+    # Stopped, the agent leaves no process (privsep daemons and haproxy included) and no
+    # namespace.
+    spaces = agent.namespaces()
+    agent.stop()
+    assert not [pid for pid in pids if pid_alive(pid)]
+    listed = ip("netns", "list").stdout
+    assert not [name for name in spaces if name in listed]
+    assert space not in listed

@@ -1,0 +1,243 @@
+"""A hypervisor host's Neutron OVN metadata agent: what brings a guest's request for
+169.254.169.254 to the host's metadata API, as on a compute node of Nova with ML2/OVN.
+
+    agent = OvnMetadataAgent.create(run_dir, host, switch, southbound, api_port=8775)
+    agent.start()      # its secret in agent.secret_file (0600), for the metadata API
+    agent.stop()       # the agent, its privsep daemons and haproxys, its namespaces
+
+For each network with a port bound to the host's chassis the agent makes a namespace
+`ovnmeta-<network>`, a veth from it into `br-int` as the network's OVN metadata port
+(a localport: each chassis answers its own guests), 169.254.169.254 on it, and an haproxy
+there that hands the guests' requests to the agent's proxy (a unix socket in the state
+directory), which asks the metadata API with X-Instance-ID (the port's device_id) and its
+signature (HMAC-SHA256 with `metadata_proxy_shared_secret`, made per run here).
+
+The program is Neutron 29's `neutron-ovn-metadata-agent` (the lighter of the two that do
+this, docs/explanation/networking.md#metadata) or, for comparison, `neutron-ovn-agent`
+with its `metadata` extension; same configuration. It runs in the host's network
+namespace (nsenter: the network namespace only, so the namespaces it makes are the
+machine's, as `ip netns` shows them), against the host's own Open vSwitch database (its
+socket) and the southbound database, its state and lock directories in the run directory;
+as root, so no sudo and no rootwrap: `root_helper = env` (a command run as it is), and
+privsep's helpers started so (`privsep-helper` of Neutron's virtualenv, on its PATH).
+
+Stopped by pid: the agent is started as a child subreaper, so the privsep daemons (which
+fork away from the helper the agent started) and the haproxys (which daemonize) stay its
+descendants and are found from its pid, never by name; the haproxys are also found by the
+pidfiles the agent wrote in our state directory. The namespaces it made (those of our
+haproxys' pidfiles, the peers of the host's veths, and any ovnmeta- namespace one of our
+processes is in) are removed at stop. Namespaces are the machine's: two hosts' agents on
+one machine with ports of the same network would both want `ovnmeta-<network>` (one host
+per network here).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import secrets
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import psutil
+
+from etcd_compute.errors import ServiceUnavailable
+from tools.local_services.netns import Host, ip
+from tools.local_services.ovs import OpenVSwitch
+from tools.local_services.process import NEUTRON_VENV, Service, stop_pids, wait_until
+
+PROGRAMS = ("neutron-ovn-metadata-agent", "neutron-ovn-agent")
+NAMESPACE_PREFIX = "ovnmeta-"
+MAX_SOCKET_PATH = 97  # haproxy's limit on a unix socket's path
+# Makes the process a child subreaper (PR_SET_CHILD_SUBREAPER, kept across execve), then
+# execs the agent: its descendants' orphans are reparented to it, not to init.
+SUBREAPER_EXEC = (
+    "import ctypes, os, sys\n"
+    "if ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0) != 0:\n"
+    "    sys.exit('prctl(PR_SET_CHILD_SUBREAPER): ' + os.strerror(ctypes.get_errno()))\n"
+    "os.execv(sys.argv[1], sys.argv[1:])\n"
+)
+
+
+def write_private(path: Path, text: str) -> None:
+    """`text` in a new file only its owner may read (0600 from its creation)."""
+    path.unlink(missing_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        handle.write(text)
+
+
+class OvnMetadataAgent(Service):
+    """The metadata agent of one host, asking the metadata API at `api_host`:`api_port`
+    (an address in the host's namespace)."""
+
+    host: Host
+    switch: OpenVSwitch
+    southbound: str
+    program: str
+    api_host: str
+    api_port: int
+    started_in: float | None = None
+    socket_dir: Path | None = None
+
+    @classmethod
+    def create(cls, run_dir: Path, host: Host, switch: OpenVSwitch, southbound: str,
+               api_port: int, api_host: str = "127.0.0.1",
+               program: str = PROGRAMS[0]) -> OvnMetadataAgent:
+        if program not in PROGRAMS:
+            raise ValueError(f"{program}: not one of {', '.join(PROGRAMS)}")
+        agent = cls(program, run_dir, 0)
+        agent.host, agent.switch, agent.southbound = host, switch, southbound
+        agent.program, agent.api_host, agent.api_port = program, api_host, api_port
+        return agent
+
+    # -- its files ------------------------------------------------------------------------
+
+    @property
+    def state_dir(self) -> Path:
+        return self.run_dir / "state"
+
+    @property
+    def proxy_socket(self) -> Path:
+        """Where haproxy hands the guests' requests to the agent: in the state directory
+        when its path is short enough for haproxy (at most 97 characters), else in a
+        directory of its own under /tmp (a test's run directory is longer), removed at
+        stop."""
+        inside = self.state_dir / "metadata_proxy"
+        if len(str(inside)) <= MAX_SOCKET_PATH:
+            return inside
+        if self.socket_dir is None:
+            self.socket_dir = Path(tempfile.mkdtemp(prefix="ovnmeta-proxy-"))
+        return self.socket_dir / "proxy"
+
+    @property
+    def pids_dir(self) -> Path:
+        return self.state_dir / "external" / "pids"
+
+    @property
+    def config_file(self) -> Path:
+        return self.run_dir / "agent.ini"
+
+    @property
+    def secret_file(self) -> Path:
+        """The shared secret alone (0600), for the metadata API's `shared_secret_file`."""
+        return self.run_dir / "metadata-secret"
+
+    def _write_config(self) -> None:
+        """The agent's configuration (0600: it holds the secret) and the secret's file."""
+        for name in ("state", "lock"):
+            (self.run_dir / name).mkdir(parents=True, exist_ok=True)
+        secret = secrets.token_hex(32)
+        write_private(self.secret_file, secret + "\n")
+        write_private(self.config_file, (
+            "[DEFAULT]\n"
+            "debug = False\n"
+            "use_stderr = True\n"
+            f"state_path = {self.state_dir}\n"
+            f"metadata_proxy_socket = {self.proxy_socket}\n"
+            f"metadata_proxy_shared_secret = {secret}\n"
+            f"nova_metadata_host = {self.api_host}\n"
+            f"nova_metadata_port = {self.api_port}\n"
+            "nova_metadata_protocol = http\n"
+            # Requests are proxied in the agent's own process (no worker processes).
+            "metadata_workers = 0\n"
+            "[agent]\n"
+            # As root: no sudo, no rootwrap. `env` runs the command as it is (an empty
+            # root_helper would leave privsep's helpers to its default, sudo).
+            "root_helper = env\n"
+            # neutron-ovn-agent's: the metadata extension alone.
+            "extensions = metadata\n"
+            f"[oslo_concurrency]\nlock_path = {self.run_dir / 'lock'}\n"
+            f"[ovs]\novsdb_connection = {self.switch.connection}\n"
+            f"[ovn]\novn_sb_connection = {self.southbound}\n"
+        ))
+
+    # -- life -----------------------------------------------------------------------------
+
+    def start(self, timeout: float = 60) -> OvnMetadataAgent:
+        """Started, its proxy listening (stopped if it never does)."""
+        program = NEUTRON_VENV / "bin" / self.program
+        if not program.exists():
+            raise ServiceUnavailable(f"{program} is missing (make install builds "
+                                     ".venv-neutron)")
+        for tool in ("haproxy", "nsenter"):
+            if shutil.which(tool) is None:
+                raise ServiceUnavailable(f"{tool} is not installed; run: make install")
+        self._write_config()
+        began = time.monotonic()
+        path = f"{NEUTRON_VENV / 'bin'}:{os.environ.get('PATH', '/usr/sbin:/usr/bin')}"
+        self._spawn(["nsenter", f"--net=/run/netns/{self.host.netns}", "--",
+                     sys.executable, "-c", SUBREAPER_EXEC, str(program),
+                     "--config-file", str(self.config_file)],
+                    env={"PATH": path}, cwd=self.run_dir)
+
+        def listening() -> bool:
+            if not self.running():
+                raise self._fail(f"{self.program} of {self.host.name} exited at start")
+            return self.proxy_socket.is_socket()
+
+        try:
+            wait_until(listening, timeout, f"{self.program} of {self.host.name}")
+        except ServiceUnavailable as exc:
+            raise self._fail(str(exc)) from None
+        self.started_in = time.monotonic() - began
+        return self
+
+    @property
+    def pids(self) -> list[int]:
+        """The agent and its descendants (privsep daemons, haproxys; reparented to it, its
+        own subreaper), and the haproxys of our pidfiles."""
+        if not self.pid or not self.running():
+            return self.haproxy_pids()
+        try:
+            descendants = [p.pid for p in psutil.Process(self.pid).children(recursive=True)]
+        except psutil.NoSuchProcess:
+            descendants = []
+        return sorted({self.pid, *descendants, *self.haproxy_pids()})
+
+    def haproxy_pids(self) -> list[int]:
+        """The live haproxys of the pidfiles in our state directory (each checked to be
+        haproxy with our configuration: a pidfile's number may have been reused)."""
+        found = []
+        for pidfile in self.pids_dir.glob("*.pid") if self.pids_dir.is_dir() else []:
+            with contextlib.suppress(ValueError, OSError, psutil.Error):
+                process = psutil.Process(int(pidfile.read_text().strip()))
+                if str(self.state_dir) in " ".join(process.cmdline()):
+                    found.append(process.pid)
+        return found
+
+    def namespaces(self) -> list[str]:
+        """The ovnmeta- namespaces it made: those of our haproxys' pidfiles, those peered
+        with the host's veths, and any one of our processes is in."""
+        named = {NAMESPACE_PREFIX + pidfile.stem
+                 for pidfile in (self.pids_dir.glob("*.pid") if self.pids_dir.is_dir() else [])}
+        ours = set()
+        for pid in self.pids:
+            with contextlib.suppress(OSError):
+                ours.add(os.stat(f"/proc/{pid}/ns/net").st_ino)
+        # The peers of the host's veths (a namespace made before its haproxy failed to
+        # start holds no process of ours): the host's namespace is ours alone.
+        links = ip("-n", self.host.netns, "-o", "link", "show", "type", "veth", check=False)
+        named.update(re.findall(r"link-netns (" + NAMESPACE_PREFIX + r"\S+)", links.stdout))
+        netns = Path("/run/netns")
+        for space in netns.glob(NAMESPACE_PREFIX + "*") if netns.is_dir() else []:
+            with contextlib.suppress(OSError):
+                if space.stat().st_ino in ours:
+                    named.add(space.name)
+        return sorted(name for name in named if (netns / name).exists())
+
+    def stop(self) -> None:
+        """Its processes (found from its pid and pidfiles) side by side, then its
+        namespaces."""
+        spaces = self.namespaces()
+        stop_pids(self.pids)
+        self.pid = None
+        for space in spaces:
+            ip("netns", "del", space, check=False)
+        if self.socket_dir is not None:
+            shutil.rmtree(self.socket_dir, ignore_errors=True)
+            self.socket_dir = None
