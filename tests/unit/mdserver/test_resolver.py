@@ -208,3 +208,17 @@ def test_a_guest_moved_here_is_known_by_its_reserved_address_before_it_renews(in
     connection.domains.append(other)
     connection.network.leases.append(lease("52:54:00:00:00:08"))
     assert resolver(instances_dir, connection).meta_for(IP)["uuid"] == other.name()
+
+
+def test_a_request_is_resolved_by_its_source_address_alone(instances_dir):
+    # In lease mode the headers Neutron's agent would send mean nothing: a guest naming
+    # another instance in X-Instance-ID still gets only its own.
+    mine = guest(instances_dir, {"network": "52:54:00:00:00:01"})
+    other = guest(instances_dir, {"network": "52:54:00:00:00:02"})
+    connection = FakeConnection([lease("52:54:00:00:00:01"),
+                                 lease("52:54:00:00:00:02", "192.168.123.51")], [mine, other])
+    environ = {"REMOTE_ADDR": IP, "HTTP_X_INSTANCE_ID": other.name(),
+               "HTTP_X_INSTANCE_ID_SIGNATURE": "0" * 64, "HTTP_X_FORWARDED_FOR": "192.168.123.51"}
+    assert resolver(instances_dir, connection).meta_for_request(environ)["uuid"] == mine.name()
+    assert resolver(instances_dir, connection).meta_for_request(
+        {"HTTP_X_INSTANCE_ID": other.name()}) is None
