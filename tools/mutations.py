@@ -47,6 +47,7 @@ CONTROLLER_MOVES = "tests/unit/controller/test_migrations.py::"
 WSGI = "tests/unit/api/test_wsgi.py::"
 POLICY = "tests/unit/api/test_policy.py::"
 SERVER_GROUPS = "tests/unit/api/handlers/test_server_groups.py::"
+SIGNED = "tests/unit/mdserver/test_signed.py::"
 
 MUTATIONS = (
     Mutation("fence only after the lease expired", "etcd_compute/compute/heartbeat.py",
@@ -172,6 +173,16 @@ MUTATIONS = (
              "    if group is None:\n",
              (SERVER_GROUPS + "test_another_projects_group_is_not_found_as_one_that_does_not_"
                               "exist",)),
+    Mutation("a request signed for another instance is served (metadata through Neutron)",
+             "etcd_compute/mdserver/signed.py",
+             "        raise Forbidden(\"X-Instance-ID-Signature is not X-Instance-ID's\")",
+             "        pass",
+             (SIGNED + "test_the_signature_of_another_instance_does_not_open_this_one",
+              SIGNED + "test_a_signature_in_upper_case_hex_is_not_the_signature")),
+    Mutation("a shared secret its group may read is taken", "etcd_compute/mdserver/signed.py",
+             "if status.st_mode & 0o077:", "if status.st_mode & 0o007:",
+             (SIGNED + "test_a_secret_others_may_read_or_an_empty_one_is_a_config_error"
+                       "[416-abc\\n-readable by others than its owner]",)),
 )
 
 
