@@ -24,7 +24,9 @@ privsep's helpers started so (`privsep-helper` of Neutron's virtualenv, on its P
 Stopped by pid: the agent is started as a child subreaper, so the privsep daemons (which
 fork away from the helper the agent started) and the haproxys (which daemonize) stay its
 descendants and are found from its pid, never by name; the haproxys are also found by the
-pidfiles the agent wrote in our state directory. The namespaces it made (those of our
+pidfiles the agent wrote in our state directory. (Being their subreaper, the agent also
+holds any that exit before it as zombies, a pid each, until it exits: for tests; a host's
+service manager runs the agent in production.) The namespaces it made (those of our
 haproxys' pidfiles, the peers of the host's veths, and any ovnmeta- namespace one of our
 processes is in) are removed at stop. Namespaces are the machine's: two hosts' agents on
 one machine with ports of the same network would both want `ovnmeta-<network>` (one host
