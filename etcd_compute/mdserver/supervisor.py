@@ -21,6 +21,7 @@ import psutil
 
 from etcd_compute.errors import ConfigError, ServiceUnavailable
 from etcd_compute.mdserver.settings import load_config
+from etcd_compute.network_backend import backend_of, uses_neutron
 
 log = logging.getLogger("etcd_compute.mdserver")
 
@@ -48,6 +49,12 @@ def _package_root() -> str:
     return f"{root}{os.pathsep}{existing}" if existing else root
 
 
+def mode_for(config: dict[str, Any]) -> str:
+    """The server's mode for this compute's network backend: `signed` under Neutron (its
+    metadata agent asks for the guests), `lease` on the libvirt NAT network."""
+    return "signed" if uses_neutron(config) else "lease"
+
+
 def ensure_mdserver(config: dict[str, Any]) -> int | None:
     """Start the metadata server for this compute configuration unless it runs.
 
@@ -62,14 +69,20 @@ def ensure_mdserver(config: dict[str, Any]) -> int | None:
     md = load_config(conf_path)
     # mdserver.conf key -> (compute.yaml's value, its key there)
     expected = {
+        # Guests on Neutron reach the server only through Neutron's metadata agent, which
+        # signs; guests on the NAT network ask it themselves, known by their leases.
+        "mode": (mode_for(config), "network.backend " + backend_of(config)),
         "instances_dir": (os.path.abspath(config["compute"]["instances_dir"]),
                           "compute.instances_dir"),
         "libvirt_uri": (settings["uri"], "driver.libvirt.uri"),
-        "network": (settings["network"], "driver.libvirt.network"),
-        # The server's cap per guest and the guest filter's: one number, kept in both.
-        "connections_per_guest": (settings["metadata_connections_per_guest"],
-                                  "driver.libvirt.metadata_connections_per_guest"),
     }
+    if mode_for(config) == "lease":
+        expected.update({
+            "network": (settings["network"], "driver.libvirt.network"),
+            # The server's cap per guest and the guest filter's: one number, kept in both.
+            "connections_per_guest": (settings["metadata_connections_per_guest"],
+                                      "driver.libvirt.metadata_connections_per_guest"),
+        })
     actual = {**vars(md), "instances_dir": os.path.abspath(md.instances_dir)}
     for key, (value, name) in expected.items():
         if actual[key] != value:

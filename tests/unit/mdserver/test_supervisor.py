@@ -84,6 +84,32 @@ def test_a_mdserver_conf_that_disagrees_with_compute_yaml_is_refused(tmp_path, k
                                  f"but compute.yaml has {compute!r} ({name})")
 
 
+def test_a_mode_other_than_the_network_backends_is_refused(tmp_path):
+    config = configs(tmp_path, mode="signed", shared_secret_file=str(tmp_path / "secret"))
+    with pytest.raises(ConfigError) as caught:
+        ensure_mdserver(config)
+    assert str(caught.value) == (f"{tmp_path / 'mdserver.conf'}: mdserver.mode is 'signed' "
+                                 "but compute.yaml has 'lease' (network.backend libvirt)")
+    neutron = deep_merge(configs(tmp_path), {"network": {"backend": "neutron"}})
+    with pytest.raises(ConfigError) as caught:
+        ensure_mdserver(neutron)
+    assert str(caught.value) == (f"{tmp_path / 'mdserver.conf'}: mdserver.mode is 'lease' "
+                                 "but compute.yaml has 'signed' (network.backend neutron)")
+
+
+def test_under_neutron_the_nat_networks_settings_are_not_compared(tmp_path, posing):
+    # Signed mode serves no guest of the NAT network: its name and the guest filter's cap
+    # are not the server's business.
+    config = deep_merge(
+        configs(tmp_path, mode="signed", shared_secret_file=str(tmp_path / "secret"),
+                network="unused", connections_per_guest="16"),
+        {"network": {"backend": "neutron"}})
+    assert supervisor.mode_for(config) == "signed"
+    supervisor.pid_file_for(config).parent.mkdir(parents=True)
+    supervisor.pid_file_for(config).write_text(f"{posing}\n")
+    assert ensure_mdserver(config) == posing
+
+
 def test_instance_dirs_are_compared_as_absolute_paths(tmp_path, monkeypatch, posing):
     monkeypatch.chdir(tmp_path)
     config = configs(tmp_path, instances_dir="instances")
