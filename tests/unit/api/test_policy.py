@@ -29,6 +29,7 @@ from tests.support import REPO
 from tests.unit.api.harness import ADMIN as ADMIN_ROLES
 from tests.unit.api.harness import MEMBER, Harness, active
 from tests.unit.api.objects.test_keypairs import SSH_KEY
+from tests.unit.fake_neutron import FakeNeutron
 
 
 def caller(*roles: str, project: str = "p1", user: str = "u1") -> Context:
@@ -263,6 +264,8 @@ class Call:
     owner: str | None = None
     # The rule the request meets first, when this one is asked only after it.
     after: str | None = None
+    # Asked of a cloud on the neutron backend (a fake Neutron: p1's network {network}).
+    neutron: bool = False
 
 
 SERVER_ACTION = "/servers/{server}/action"
@@ -287,6 +290,9 @@ CALLS = {
         "name": "new", "flavorRef": "1", "imageRef": "file:///dev/null", "host": "hv1",
         "networks": "auto"}},
         version="2.74"),
+    SERVERS + "create:attach_network": Call("POST", "/servers", {"server": {
+        "name": "new", "flavorRef": "1", "imageRef": "file:///dev/null",
+        "networks": [{"uuid": "{network}"}]}}, neutron=True, after=SERVERS + "create"),
     SERVERS + "create:zero_disk_flavor": Call("POST", "/servers", {"server": {
         "name": "new", "flavorRef": "0", "imageRef": "file:///dev/null"}}),
     SERVERS + "delete": Call("DELETE", "/servers/{server}", owner=SERVER),
@@ -498,8 +504,6 @@ VIEWS: dict[str, tuple[Call, Callable[[Any], Any]]] = {
 
 # Rules registered (so a policy file may name them) that no request here asks, and why.
 UNCHECKED = {
-    SERVERS + "create:attach_network": "a server's network is `auto` or `none` here: no "
-                                       "network or port is ever named to attach",
     SERVERS + "create_image:allow_volume_backed": "no server is volume-backed (no volume "
                                                   "service)",
     SERVERS + "show:host_status:unknown-only": "host_status is shown whole to whom "
@@ -549,16 +553,19 @@ class World:
         path = call.path.format(**names).removesuffix("?locked")
         body = None if call.body is None else json.loads(
             json.dumps(call.body).replace("{server}", names["server"])
-            .replace("{user}", user))
+            .replace("{user}", user).replace("{network}", names.get("network", "")))
         return self.harness.call(call.method, "/v2.1" + path, body, version=call.version,
                                  **AS[who])
 
 
-def world() -> World:
+def world(neutron: bool = False) -> World:
     """p1's ACTIVE server (with metadata k, tag t), u1's key k, p1's group, an aggregate,
     flavors 1 (an extra spec), 2, 0 (no disk) and p (private, open to p1): all refused
-    requests must meet something to refuse."""
-    harness = Harness.new()
+    requests must meet something to refuse. `neutron`: on the neutron backend, p1's
+    network {network} in a fake Neutron."""
+    fake = FakeNeutron() if neutron else None
+    network = fake.add_network("p1")["id"] if fake else ""
+    harness = Harness.new(neutron=fake)
     harness.backend.policy = RULES
     hypervisor = harness.add_host("hv1")
     harness.add_flavor("1", extra_specs={"hw:numa_nodes": "1"})
@@ -579,7 +586,7 @@ def world() -> World:
     action = harness.call("GET", f"/v2.1/servers/{server}/os-instance-actions").json[
         "instanceActions"][0]["request_id"]
     return World(harness, {"server": server, "group": group, "aggregate": str(aggregate),
-                           "hypervisor": hypervisor, "action": action})
+                           "hypervisor": hypervisor, "action": action, "network": network})
 
 
 @contextlib.contextmanager
@@ -613,9 +620,9 @@ def test_the_request_meets_its_rule(rule):
     """Whom the default lets is not refused; with the rule refusing everyone, the same
     request is refused by it (so it is this rule the handler asks, of this request)."""
     call, who = CALLS[rule], LET[DEFAULTS[rule]]
-    answer = world().ask(call, who)
+    answer = world(call.neutron).ask(call, who)
     assert answer.status_int != 403, answer.text
-    there = world()
+    there = world(call.neutron)
     with refusing(rule):
         answer = there.ask(call, who)
     assert (answer.status_int, answer.json) == (403, refusal(rule))
@@ -628,7 +635,7 @@ def test_whom_the_default_refuses_is_refused_and_nothing_changes(rule):
     on a read, an admin on the service's, a member naming another user's keys: 403 by the
     rule (or the one the request meets first)."""
     call, kind = CALLS[rule], DEFAULTS[rule]
-    there = world()
+    there = world(call.neutron)
     there.prepare(call, REFUSED[kind])
     before = written(there)
     answer = there.send(call, REFUSED[kind], user="u2" if kind == KEY_OWNER else "u1")
@@ -639,7 +646,7 @@ def test_whom_the_default_refuses_is_refused_and_nothing_changes(rule):
 @pytest.mark.parametrize("rule", sorted(rule for rule in CALLS if CALLS[rule].owner))
 def test_another_projects_member_meets_novas_answer(rule):
     call = CALLS[rule]
-    there = world()
+    there = world(call.neutron)
     answer = there.ask(call, "member of another project")
     server, group = there.names["server"], there.names["group"]
     expected = {
