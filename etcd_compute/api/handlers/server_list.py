@@ -15,9 +15,11 @@ import webob
 
 from etcd_compute.api import paging, policy, validation
 from etcd_compute.api.backend import Backend
+from etcd_compute.api.objects.server_ports import ServerPorts
 from etcd_compute.api.objects.servers import Server
 from etcd_compute.api.schemas import servers as schema
 from etcd_compute.api.schemas.parameter_types import TRUE_STRINGS, is_true
+from etcd_compute.api.views import ports as port_view
 from etcd_compute.api.views import servers as view
 from etcd_compute.api.wsgi import ApiRequest, Fault, bad_request, json_response
 
@@ -220,10 +222,15 @@ def render_detail(api: Backend, req: ApiRequest, servers: list[Server]) -> list[
         api.policy.allows(context, policy.SERVERS % "show:host_status")
     statuses = api.servers.host_status({s.host for s in servers if s.host}) if shows_host \
         else {}
+    ports = ServerPorts.of(api.neutron(context), [s.uuid for s in servers]) \
+        if api.neutron is not None else None
     return [view.show(req, s, network=api.settings["network_name"], show_extended=extended,
                       show_extra_specs=extra_specs, is_admin=context.is_admin,
                       host_status=statuses.get(s.host or "", "") if shows_host else None,
-                      availability_zone=availability_zone(api, s)) for s in servers]
+                      availability_zone=availability_zone(api, s),
+                      addresses=None if ports is None else
+                      port_view.addresses(ports.of_server(s.uuid), ports.network_name))
+            for s in servers]
 
 
 def availability_zone(api: Backend, server: Server) -> str:

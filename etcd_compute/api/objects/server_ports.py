@@ -1,0 +1,33 @@
+"""Servers' Neutron ports (the neutron backend): those whose `device_id` is the server, as
+the caller's Neutron shows them, read once for a whole page of servers (one request for the
+ports, one for their networks' names), as Nova's network info reads them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class ServerPorts:
+    ports: list[dict[str, Any]] = field(default_factory=list)
+    # The ports' networks by id (what the caller sees of them).
+    networks: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, neutron: Any, server_uuids: list[str], names: bool = True) -> ServerPorts:
+        """The ports of `server_uuids` (and, with `names`, their networks)."""
+        if not server_uuids:
+            return cls()
+        ports = neutron.ports(device_id=list(dict.fromkeys(server_uuids)))
+        net_ids = sorted({port["network_id"] for port in ports})
+        networks = {net["id"]: net for net in neutron.networks(id=net_ids)} \
+            if names and net_ids else {}
+        return cls(ports, networks)
+
+    def of_server(self, server_uuid: str) -> list[dict[str, Any]]:
+        return [port for port in self.ports if port.get("device_id") == server_uuid]
+
+    def network_name(self, network_id: str) -> str:
+        """The network's name (Nova's label), its id when it has none or is not seen."""
+        return str((self.networks.get(network_id) or {}).get("name") or network_id)
