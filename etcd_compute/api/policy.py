@@ -150,6 +150,7 @@ RULES = [
     (AUDIT_LOG % "list", ADMIN),
     (AUDIT_LOG % "show", ADMIN),
     (MIGRATIONS, ADMIN),
+    (SECURITY_GROUPS % "list", PROJECT_READER_OR_ADMIN),
     (SECURITY_GROUPS % "add", PROJECT_MEMBER_OR_ADMIN),
     (SECURITY_GROUPS % "remove", PROJECT_MEMBER_OR_ADMIN),
     # Nova's default: the service role (Neutron, Cinder, Cyborg send these), not admins.

@@ -15,6 +15,7 @@ import webob
 
 from etcd_compute.api import paging, policy, validation
 from etcd_compute.api.backend import Backend
+from etcd_compute.api.objects import server_security_groups as server_groups
 from etcd_compute.api.objects.server_ports import ServerPorts
 from etcd_compute.api.objects.servers import Server
 from etcd_compute.api.schemas import servers as schema
@@ -222,14 +223,18 @@ def render_detail(api: Backend, req: ApiRequest, servers: list[Server]) -> list[
         api.policy.allows(context, policy.SERVERS % "show:host_status")
     statuses = api.servers.host_status({s.host for s in servers if s.host}) if shows_host \
         else {}
-    ports = ServerPorts.of(api.neutron(context), [s.uuid for s in servers]) \
-        if api.neutron is not None else None
+    ports, groups = None, {}
+    if api.neutron is not None:  # the ports of the page, their networks and groups
+        neutron = api.neutron(context)
+        ports = ServerPorts.of(neutron, [s.uuid for s in servers])
+        groups = server_groups.names(neutron, ports)
     return [view.show(req, s, network=api.settings["network_name"], show_extended=extended,
                       show_extra_specs=extra_specs, is_admin=context.is_admin,
                       host_status=statuses.get(s.host or "", "") if shows_host else None,
                       availability_zone=availability_zone(api, s),
                       addresses=None if ports is None else
-                      port_view.addresses(ports.of_server(s.uuid), ports.network_name))
+                      port_view.addresses(ports.of_server(s.uuid), ports.network_name),
+                      groups=None if ports is None else groups.get(s.uuid, []))
             for s in servers]
 
 

@@ -171,6 +171,7 @@ DEFAULTS = {
     "os_compute_api:os-instance-usage-audit-log:list": ADMIN,
     "os_compute_api:os-instance-usage-audit-log:show": ADMIN,
     "os_compute_api:os-migrations:index": ADMIN,
+    "os_compute_api:os-security-groups:list": READ,
     "os_compute_api:os-security-groups:add": WRITE,
     "os_compute_api:os-security-groups:remove": WRITE,
     "os_compute_api:os-server-external-events:create": SERVICE,
@@ -395,6 +396,8 @@ CALLS = {
     "os_compute_api:os-instance-usage-audit-log:show": Call(
         "GET", "/os-instance_usage_audit_log/2026-01-01%2000:00:00"),
     "os_compute_api:os-migrations:index": Call("GET", "/os-migrations"),
+    "os_compute_api:os-security-groups:list": Call(
+        "GET", "/servers/{server}/os-security-groups", owner=SERVER, neutron=True),
     "os_compute_api:os-security-groups:add": Call("POST", SERVER_ACTION, {
         "addSecurityGroup": {"name": "default"}}, owner=SERVER),
     "os_compute_api:os-security-groups:remove": Call("POST", SERVER_ACTION, {
