@@ -60,6 +60,7 @@ MIGRATIONS = "os_compute_api:os-migrations:index"
 EXTERNAL_EVENTS = "os_compute_api:os-server-external-events:create"
 SUSPEND_SERVER = "os_compute_api:os-suspend-server:%s"
 SECURITY_GROUPS = "os_compute_api:os-security-groups:%s"
+ATTACH_INTERFACES = "os_compute_api:os-attach-interfaces:%s"
 
 BASE = [
     ("context_is_admin", "role:admin"),
@@ -150,6 +151,10 @@ RULES = [
     (AUDIT_LOG % "list", ADMIN),
     (AUDIT_LOG % "show", ADMIN),
     (MIGRATIONS, ADMIN),
+    (ATTACH_INTERFACES % "list", PROJECT_READER_OR_ADMIN),
+    (ATTACH_INTERFACES % "show", PROJECT_READER_OR_ADMIN),
+    (ATTACH_INTERFACES % "create", PROJECT_MEMBER_OR_ADMIN),
+    (ATTACH_INTERFACES % "delete", PROJECT_MEMBER_OR_ADMIN),
     (SECURITY_GROUPS % "list", PROJECT_READER_OR_ADMIN),
     (SECURITY_GROUPS % "add", PROJECT_MEMBER_OR_ADMIN),
     (SECURITY_GROUPS % "remove", PROJECT_MEMBER_OR_ADMIN),

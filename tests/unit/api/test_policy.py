@@ -172,6 +172,10 @@ DEFAULTS = {
     "os_compute_api:os-instance-usage-audit-log:show": ADMIN,
     "os_compute_api:os-migrations:index": ADMIN,
     "os_compute_api:os-security-groups:list": READ,
+    "os_compute_api:os-attach-interfaces:list": READ,
+    "os_compute_api:os-attach-interfaces:show": READ,
+    "os_compute_api:os-attach-interfaces:create": WRITE,
+    "os_compute_api:os-attach-interfaces:delete": WRITE,
     "os_compute_api:os-security-groups:add": WRITE,
     "os_compute_api:os-security-groups:remove": WRITE,
     "os_compute_api:os-server-external-events:create": SERVICE,
@@ -398,6 +402,15 @@ CALLS = {
     "os_compute_api:os-migrations:index": Call("GET", "/os-migrations"),
     "os_compute_api:os-security-groups:list": Call(
         "GET", "/servers/{server}/os-security-groups", owner=SERVER, neutron=True),
+    "os_compute_api:os-attach-interfaces:list": Call(
+        "GET", "/servers/{server}/os-interface", owner=SERVER, neutron=True),
+    "os_compute_api:os-attach-interfaces:show": Call(
+        "GET", "/servers/{server}/os-interface/{network}", owner=SERVER, neutron=True),
+    "os_compute_api:os-attach-interfaces:create": Call(
+        "POST", "/servers/{server}/os-interface", {"interfaceAttachment": {}},
+        owner=SERVER, neutron=True),
+    "os_compute_api:os-attach-interfaces:delete": Call(
+        "DELETE", "/servers/{server}/os-interface/{network}", owner=SERVER, neutron=True),
     "os_compute_api:os-security-groups:add": Call("POST", SERVER_ACTION, {
         "addSecurityGroup": {"name": "default"}}, owner=SERVER),
     "os_compute_api:os-security-groups:remove": Call("POST", SERVER_ACTION, {
