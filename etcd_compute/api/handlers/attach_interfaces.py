@@ -6,15 +6,14 @@ Listing and showing are served. Attaching and detaching are checked as Nova chec
 (the body's schema, the rule, the server, a network and a port not both, a fixed IP only
 with a network, the lock, the state) and then answered 400: the compute cannot plug or
 unplug a port into a running guest yet (Nova's AttachInterfaceNotSupported, and its like
-for a detach), never accepted and ignored. Under the libvirt backend every call is
-refused in one line (network_backend).
+for a detach), never accepted and ignored. Under the libvirt backend os-interface is not
+served (404).
 """
 
 from __future__ import annotations
 
 import webob
 
-from etcd_compute import network_backend
 from etcd_compute.api import policy, validation
 from etcd_compute.api.backend import Backend
 from etcd_compute.api.handlers import action_checks as checks
@@ -41,8 +40,8 @@ def routes(router: Router, api: Backend) -> None:
 def _server(api: Backend, req: ApiRequest, server_id: str, rule: str) -> Server:
     server = lookup(api, req, server_id)
     api.policy.authorize(req.context, ATTACH % rule, {"project_id": server.project_id})
-    if api.neutron is None:
-        network_backend.refuse_unless_neutron(api.config, "os-interface")
+    if api.neutron is None:  # every guest is on its host's network: no ports to show
+        raise not_found("The resource could not be found.")
     return server
 
 

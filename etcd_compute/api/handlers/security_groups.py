@@ -9,8 +9,8 @@ none of that name ("Security group X is not found for project P") or the server 
 removing one no port has ("Security group X not associated with the instance U"). The list
 is Nova's proxy view (`views/security_groups.py`).
 
-The libvirt backend: the one security group there is (below); the list is refused in one
-line (network_backend).
+The libvirt backend: the one security group there is (below); the list is not served
+(404, as before: ours is not a set of rules that could be listed truthfully).
 
 Every project has one security group, `default`: the hosts' network as it is (guests reach
 each other and NAT out). A server on the network is in it from its create; removed from
@@ -37,7 +37,6 @@ from typing import Any
 
 import webob
 
-from etcd_compute import network_backend
 from etcd_compute.api import policy, validation
 from etcd_compute.api.backend import Backend
 from etcd_compute.api.handlers import action_checks as checks
@@ -75,8 +74,8 @@ def index(api: Backend, req: ApiRequest, server_id: str) -> webob.Response:
     server = lookup(api, req, server_id)
     api.policy.authorize(req.context, policy.SECURITY_GROUPS % "list",
                          {"project_id": server.project_id})
-    if api.neutron is None:
-        network_backend.refuse_unless_neutron(api.config, "a server's security group list")
+    if api.neutron is None:  # not served: see the module's docstring
+        raise not_found("The resource could not be found.")
     found, known = server_groups.detailed(api.neutron(req.context), server.uuid)
     return json_response({"security_groups": group_view.groups(found, known)})
 
