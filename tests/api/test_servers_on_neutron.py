@@ -207,3 +207,22 @@ def test_the_servers_security_groups_are_its_ports(cloud: Cloud, neutron: dict[s
     # alt neither finds demo's group nor demo's server.
     alt = cloud.session("alt")
     assert alt.get(f"{url}/os-security-groups", raise_exc=False).status_code == 404
+
+
+def test_the_servers_interfaces_are_its_ports(cloud: Cloud, neutron: dict[str, Any],
+                                              server: tuple[Any, Any]) -> None:
+    import openstack.exceptions
+
+    made, port = server
+    demo = cloud.connect("demo")
+    [interface] = list(demo.compute.server_interfaces(made))
+    assert (interface.port_id, interface.net_id, interface.mac_addr,
+            interface.fixed_ips) == (port.id, neutron["net"].id, port.mac_address,
+                                     port.fixed_ips)
+    assert demo.compute.get_server_interface(port.id, server=made).port_id == port.id
+    # The compute cannot plug a port into a running guest yet: refused, nothing made.
+    with pytest.raises(openstack.exceptions.BadRequestException) as caught:
+        demo.compute.create_server_interface(made, net_id=neutron["net"].id)
+    assert f"Attaching interfaces is not supported for instance {made.id}." in \
+        str(caught.value)
+    assert [p.id for p in demo.network.ports(device_id=made.id)] == [port.id]
