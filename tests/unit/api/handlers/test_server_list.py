@@ -136,3 +136,27 @@ def test_under_neutron_another_projects_ports_are_not_shown():
     # A port of another project's claiming p1's server as its device: p1 does not see it.
     neutron.add_port(neutron.add_network("p2"), device_id=uuid)
     assert harness.show(uuid)["addresses"] == {}
+
+
+def test_under_neutron_ip_and_ip6_filter_by_the_ports_addresses():
+    neutron = FakeNeutron()
+    harness = Harness.new(neutron=neutron)
+    harness.add_host()
+    harness.add_flavor()
+    v4, v6 = neutron.add_network("p1", cidr="10.0.0.0/24"), neutron.add_network(
+        "p1", "v6", cidr="fd00::/64")
+    a, b = (harness.boot(name=n, networks=[{"uuid": v4["id"]}]) for n in ("a", "b"))
+    # The hosts' part (making the ports) stood in for by the fake.
+    neutron.add_port(v4, device_id=a, ip="10.0.0.15")
+    neutron.add_port(v4, device_id=b, ip="10.0.0.150")
+    neutron.add_port(v6, device_id=b, ip="fd00::15")
+
+    def names(query: str) -> list[str]:
+        answer = harness.call("GET", f"/v2.1/servers?{query}", version="2.5")
+        return sorted(s["name"] for s in answer.json["servers"])
+
+    assert names("ip=10.0.0.15") == ["a", "b"]  # Nova's: a match from the start
+    assert names("ip=10.0.0.15$") == ["a"]
+    assert names("ip=0.0.15") == []
+    assert names("ip6=fd00::15") == ["b"]
+    assert names("ip=10.9&ip6=fd00") == ["b"]  # either
