@@ -87,7 +87,10 @@ def requested(api: Backend, req: ApiRequest, asked: dict[str, Any], count: int) 
     neutron = api.neutron(req.context)
     project = req.context.project_id
     try:
-        wanted = requested_networks.networks(neutron, project, networks, count)
+        wanted = requested_networks.networks(
+            neutron, project, networks, count,
+            external_ok=api.policy.allows(req.context, policy.ATTACH_EXTERNAL_NETWORK,
+                                          {"project_id": project}))
         # `default` alone is what Neutron gives a port made without groups (Nova's too).
         groups = None if names in ([], ["default"]) else \
             requested_networks.security_group_ids(neutron, project, names)

@@ -21,6 +21,11 @@ class NetworkRequestRefused(Exception):
 
     code = 400
 
+    def __init__(self, message: str, code: int | None = None):
+        super().__init__(message)
+        if code is not None:
+            self.code = code
+
 
 class NetworkNotFound(NetworkRequestRefused):
     def __init__(self, network_id: str):
@@ -60,10 +65,12 @@ def _available(neutron: Any, project_id: str) -> list[dict[str, Any]]:
             neutron.networks(shared=True))
 
 
-def networks(neutron: Any, project_id: str, asked: Any, count: int = 1
-             ) -> list[dict[str, Any]] | None:
+def networks(neutron: Any, project_id: str, asked: Any, count: int = 1,
+             external_ok: bool = False) -> list[dict[str, Any]] | None:
     """The spec's `networks` for `asked` (absent, "auto", "none" or Nova's list), as
-    `neutron` (the caller's client) shows it; None: no network interface."""
+    `neutron` (the caller's client) shows it; None: no network interface. `external_ok`:
+    the caller may attach to an external network that is not shared (Nova's
+    `network:attach_external_network`, admins by default): else 403, as Nova answers."""
     if asked == "none":
         return None
     if asked is None or asked == "auto" or asked == []:
@@ -71,17 +78,23 @@ def networks(neutron: Any, project_id: str, asked: Any, count: int = 1
     _check_many(asked, count)
     wanted: list[dict[str, Any]] = []
     net_ids: list[str] = []
+    port_nets: list[str] = []
     for item in asked:
         if item.get("port"):
             port = _port(neutron, item["port"])
             wanted.append({"port": port["id"]})
+            port_nets.append(port["network_id"])
             continue
         net_ids.append(item["uuid"])
         wanted.append({"uuid": item["uuid"], **({"fixed_ip": item["fixed_ip"]}
                                                if item.get("fixed_ip") else {})})
-    found = {net["id"]: net for net in neutron.networks(id=sorted(set(net_ids)))} \
-        if net_ids else {}
+    every = sorted(set(net_ids + port_nets))
+    found = {net["id"]: net for net in neutron.networks(id=every)} if every else {}
     for net in found.values():
+        if net.get("router:external") and not net.get("shared") and not external_ok:
+            raise NetworkRequestRefused("It is not allowed to create an interface on "
+                                        f"external network {net['id']}", 403)
+    for net in (found[net_id] for net_id in dict.fromkeys(net_ids) if net_id in found):
         if not net.get("subnets"):
             raise NetworkRequestRefused(f"Network {net['id']} requires a subnet in order to "
                                         "boot instances on.")

@@ -103,6 +103,7 @@ DEFAULTS = {
     SERVERS + "create:forced_host": ADMIN,
     "compute:servers:create:requested_destination": ADMIN,
     SERVERS + "create:attach_network": WRITE,
+    "network:attach_external_network": ADMIN,
     SERVERS + "create:zero_disk_flavor": ADMIN,
     SERVERS + "delete": WRITE,
     SERVERS + "update": WRITE,
@@ -518,6 +519,17 @@ VIEWS: dict[str, tuple[Call, Callable[[Any], Any]]] = {
         lambda body: "details" in body["instanceAction"]["events"][0]),
 }
 
+# Rules whose refusal is an answer of its own, not the rule's 403 (Nova asks them with
+# fatal=False), with the request that meets each and the refusal's test.
+OWN_ANSWER: dict[str, tuple[Call, Callable[[Any], bool]]] = {
+    "network:attach_external_network": (
+        Call("POST", "/servers", {"server": {
+            "name": "new", "flavorRef": "1", "imageRef": "file:///dev/null",
+            "networks": [{"uuid": "{external}"}]}}, neutron=True),
+        lambda answer: answer.status_int == 403 and answer.json["forbidden"]["message"]
+        .startswith("It is not allowed to create an interface on external network ")),
+}
+
 # Rules registered (so a policy file may name them) that no request here asks, and why.
 UNCHECKED = {
     SERVERS + "create_image:allow_volume_backed": "no server is volume-backed (no volume "
@@ -567,9 +579,10 @@ class World:
     def send(self, call: Call, who: str, user: str = "u1") -> webob.Response:
         names = {**self.names, "user": user}
         path = call.path.format(**names).removesuffix("?locked")
-        body = None if call.body is None else json.loads(
-            json.dumps(call.body).replace("{server}", names["server"])
-            .replace("{user}", user).replace("{network}", names.get("network", "")))
+        text = json.dumps(call.body)
+        for name, value in names.items():
+            text = text.replace("{" + name + "}", value)
+        body = None if call.body is None else json.loads(text)
         return self.harness.call(call.method, "/v2.1" + path, body, version=call.version,
                                  **AS[who])
 
@@ -581,6 +594,7 @@ def world(neutron: bool = False) -> World:
     network {network} in a fake Neutron."""
     fake = FakeNeutron() if neutron else None
     network = fake.add_network("p1")["id"] if fake else ""
+    external = fake.add_network("ops", external=True)["id"] if fake else ""
     harness = Harness.new(neutron=fake)
     harness.backend.policy = RULES
     hypervisor = harness.add_host("hv1")
@@ -602,7 +616,8 @@ def world(neutron: bool = False) -> World:
     action = harness.call("GET", f"/v2.1/servers/{server}/os-instance-actions").json[
         "instanceActions"][0]["request_id"]
     return World(harness, {"server": server, "group": group, "aggregate": str(aggregate),
-                           "hypervisor": hypervisor, "action": action, "network": network})
+                           "hypervisor": hypervisor, "action": action, "network": network,
+                           "external": external})
 
 
 @contextlib.contextmanager
@@ -628,7 +643,25 @@ def refusal(rule: str) -> dict[str, Any]:
 
 def test_every_rule_is_met_by_a_request_or_shapes_a_view_or_is_said_unchecked():
     assert not set(CALLS) & set(UNCHECKED) and not set(VIEWS) & set(UNCHECKED)
-    assert set(CALLS) | set(VIEWS) | set(UNCHECKED) == set(DEFAULTS)
+    assert not set(OWN_ANSWER) & (set(CALLS) | set(VIEWS) | set(UNCHECKED))
+    assert set(CALLS) | set(VIEWS) | set(OWN_ANSWER) | set(UNCHECKED) == set(DEFAULTS)
+
+
+@pytest.mark.parametrize("rule", sorted(OWN_ANSWER))
+def test_a_rule_with_an_answer_of_its_own_gives_it(rule):
+    """Whom the default lets passes; whom it refuses, and anyone while it refuses everyone,
+    meets the rule's own answer, and nothing is written."""
+    call, refused = OWN_ANSWER[rule]
+    kind = DEFAULTS[rule]
+    answer = world(call.neutron).ask(call, LET[kind])
+    assert answer.status_int < 300 and not refused(answer), answer.text
+    for who, refusing_all in ((REFUSED[kind], False), (LET[kind], True)):
+        there = world(call.neutron)
+        before = written(there)
+        with refusing(rule) if refusing_all else contextlib.nullcontext():
+            answer = there.ask(call, who)
+        assert refused(answer), answer.text
+        assert written(there) == before
 
 
 @pytest.mark.parametrize("rule", sorted(CALLS))

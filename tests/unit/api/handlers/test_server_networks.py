@@ -215,3 +215,19 @@ def test_under_libvirt_a_network_port_or_fixed_ip_is_refused_in_one_line(
     assert create(harness, version="2.37", networks="none").status_int == 202
     refused(create(harness, security_groups=[{"name": "web"}]), 400,
             "Security group web not found.")
+
+
+def test_an_external_network_not_shared_is_the_admins(cloud: Harness,
+                                                      neutron: FakeNeutron) -> None:
+    external = neutron.add_network("ops", "public", external=True, cidr="203.0.113.0/24")
+    port = neutron.add_port(external, project="p1")
+    message = f"It is not allowed to create an interface on external network {external['id']}"
+    refused(create(cloud, networks=[{"uuid": external["id"]}]), 403, message)
+    refused(create(cloud, networks=[{"port": port["id"]}]), 403, message)
+    nothing_claimed(cloud)
+    answer = cloud.admin("POST", "/v2.1/servers", {"server": {
+        "name": "edge", "flavorRef": "1", "imageRef": "file:///dev/null",
+        "networks": [{"uuid": external["id"]}]}})
+    assert answer.status_int == 202, answer.text
+    shared = neutron.add_network("ops", "shared-public", external=True, shared=True)
+    assert create(cloud, networks=[{"uuid": shared["id"]}]).status_int == 202

@@ -38,12 +38,16 @@ def test_an_admin_sees_any_projects_network_and_port() -> None:
         {"uuid": net["id"]}, {"port": port["id"]}]
 
 
-def test_a_shared_or_external_network_is_anyones() -> None:
+def test_a_shared_or_external_network_is_seen_by_anyone() -> None:
     neutron = FakeNeutron()
     shared = neutron.add_network("ops", shared=True)
     external = neutron.add_network("ops", external=True, cidr="203.0.113.0/24")
     asked = [{"uuid": shared["id"]}, {"uuid": external["id"]}]
-    assert requested.networks(neutron.as_caller("p1"), "p1", asked) == asked
+    assert requested.networks(neutron.as_caller("p1"), "p1", asked,
+                              external_ok=True) == asked
+    with pytest.raises(requested.NetworkRequestRefused) as caught:
+        requested.networks(neutron.as_caller("p1"), "p1", asked)
+    assert caught.value.code == 403
 
 
 def test_a_port_without_an_address_is_refused() -> None:
