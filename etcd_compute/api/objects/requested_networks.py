@@ -11,6 +11,7 @@ message (its exception of that name).
 from __future__ import annotations
 
 import ipaddress
+import uuid as uuidlib
 from typing import Any
 
 from etcd_compute.errors import NotFound
@@ -85,9 +86,10 @@ def networks(neutron: Any, project_id: str, asked: Any, count: int = 1,
             wanted.append({"port": port["id"]})
             port_nets.append(port["network_id"])
             continue
-        net_ids.append(item["uuid"])
-        wanted.append({"uuid": item["uuid"], **({"fixed_ip": item["fixed_ip"]}
-                                               if item.get("fixed_ip") else {})})
+        net_id = str(uuidlib.UUID(item["uuid"]))  # Neutron's form (checked by the handler)
+        net_ids.append(net_id)
+        wanted.append({"uuid": net_id, **({"fixed_ip": _address(item["fixed_ip"])}
+                                          if item.get("fixed_ip") else {})})
     every = sorted(set(net_ids + port_nets))
     found = {net["id"]: net for net in neutron.networks(id=every)} if every else {}
     for net in found.values():
@@ -146,6 +148,18 @@ def _port(neutron: Any, port_id: str) -> dict[str, Any]:
     if not port.get("fixed_ips") and port.get("ip_allocation") not in ("deferred", "none"):
         raise NetworkRequestRefused(f"Port {port_id} requires a FixedIP in order to be used.")
     return port
+
+
+def _address(address: str) -> str:
+    """An IP address in its canonical form; 400 for a scoped one (`fe80::1%eth0`) or
+    anything else the schema let through."""
+    try:
+        ip = ipaddress.ip_address(address)
+    except ValueError:
+        ip = None
+    if ip is None or getattr(ip, "scope_id", None):
+        raise NetworkRequestRefused(f"{address} is not a valid IP v4/6 address.")
+    return str(ip)
 
 
 def _check_fixed_ip(neutron: Any, network_id: str, address: str) -> None:

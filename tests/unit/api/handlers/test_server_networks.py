@@ -231,3 +231,16 @@ def test_an_external_network_not_shared_is_the_admins(cloud: Harness,
     assert answer.status_int == 202, answer.text
     shared = neutron.add_network("ops", "shared-public", external=True, shared=True)
     assert create(cloud, networks=[{"uuid": shared["id"]}]).status_int == 202
+
+
+def test_a_scoped_fixed_ip_is_refused_and_ids_and_ips_reach_the_spec_canonical(
+        cloud: Harness, neutron: FakeNeutron) -> None:
+    net = neutron.add_network("p1", cidr="fe80::/64")
+    refused(create(cloud, networks=[{"uuid": net["id"], "fixed_ip": "fe80::5%eth0"}]),
+            400, "fe80::5%eth0 is not a valid IP v4/6 address.")
+    nothing_claimed(cloud)
+    answer = create(cloud, networks=[{"uuid": net["id"].upper().replace("-", ""),
+                                      "fixed_ip": "FE80:0::6"}])
+    assert answer.status_int == 202, answer.text
+    assert spec_of(cloud, answer.json["server"]["id"])["networks"] == [
+        {"uuid": net["id"], "fixed_ip": "fe80::6"}]
