@@ -23,6 +23,8 @@ from etcd_compute.api.handlers.networks import network_id
 from etcd_compute.api.objects import requested_networks
 from etcd_compute.api.wsgi import ApiRequest, Fault, bad_request
 
+# What an instance spec carries at most (its schema's maxItems).
+MAX_NICS = MAX_GROUPS = 16
 _UUID = re.compile(r"\A[0-9a-fA-F]{8}-?([0-9a-fA-F]{4}-?){3}[0-9a-fA-F]{12}\Z")
 
 
@@ -41,6 +43,8 @@ def _check_format(networks: Any) -> None:
     uuid; device tags are not served here (refused, never ignored)."""
     if not isinstance(networks, list):
         return
+    if len(networks) > MAX_NICS:
+        raise bad_request(f"At most {MAX_NICS} networks or ports per server here")
     ports: set[str] = set()
     for item in networks:
         port = item.get("port")
@@ -83,7 +87,10 @@ def requested(api: Backend, req: ApiRequest, asked: dict[str, Any], count: int) 
     if networks not in (None, "none", []):
         api.policy.authorize(req.context, policy.SERVERS % "create:attach_network",
                              {"project_id": req.context.project_id})
-    names = [str(group.get("name")) for group in asked.get("security_groups") or []]
+    names = list(dict.fromkeys(str(group.get("name"))
+                               for group in asked.get("security_groups") or []))
+    if len(names) > MAX_GROUPS:
+        raise bad_request(f"At most {MAX_GROUPS} security groups per server here")
     neutron = api.neutron(req.context)
     project = req.context.project_id
     try:

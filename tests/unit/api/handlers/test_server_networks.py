@@ -244,3 +244,14 @@ def test_a_scoped_fixed_ip_is_refused_and_ids_and_ips_reach_the_spec_canonical(
     assert answer.status_int == 202, answer.text
     assert spec_of(cloud, answer.json["server"]["id"])["networks"] == [
         {"uuid": net["id"], "fixed_ip": "fe80::6"}]
+
+
+def test_more_nics_or_groups_than_a_spec_carries_are_refused_before_neutron(
+        cloud: Harness, neutron: FakeNeutron) -> None:
+    net = neutron.add_network("p1")
+    neutron.calls.clear()
+    refused(create(cloud, networks=[{"uuid": net["id"]}] * 17), 400,
+            "At most 16 networks or ports per server here")
+    refused(create(cloud, security_groups=[{"name": f"g{i}"} for i in range(17)]), 400,
+            "At most 16 security groups per server here")
+    assert neutron.calls == []
