@@ -150,6 +150,23 @@ def test_the_spec_carries_the_networks_and_groups_the_api_checked(
     assert spec["security_groups"] == [neutron["web"].id]
 
 
+def test_auto_is_the_projects_one_network(network: NetworkStack, cloud: Cloud,
+                                          neutron: dict[str, Any]) -> None:
+    demo = cloud.connect("demo")
+    made = demo.compute.create_server(name="auto", flavor_id="1", image_id=IMAGE,
+                                      networks="auto")
+    try:
+        spec = messages.decode(messages.INSTANCE_SPEC, cloud.store.get(
+            cloud.store.keys.spec(cloud.host, made.id)).value)
+        assert spec["networks"] == [{"uuid": neutron["net"].id}]
+        assert "security_groups" not in spec  # Neutron's default group of the project
+    finally:
+        demo.compute.delete_server(made)
+        demo.compute.wait_for_delete(made, wait=60, interval=0.5)
+        wait_for(lambda: not cloud.usage("demo").get("consumer_count"), timeout=30,
+                 what="the claim freed")
+
+
 def test_the_servers_addresses_are_its_ports(cloud: Cloud, neutron: dict[str, Any],
                                              server: tuple[Any, Any],
                                              tmp_path: Path) -> None:

@@ -7,6 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from etcd_compute.neutron import IDS_PER_QUERY
+
 
 @dataclass
 class ServerPorts:
@@ -20,9 +22,11 @@ class ServerPorts:
         if not server_uuids:
             return cls()
         ports = neutron.ports(device_id=list(dict.fromkeys(server_uuids)))
-        net_ids = sorted({port["network_id"] for port in ports})
-        networks = {net["id"]: net for net in neutron.networks(id=net_ids)} \
-            if names and net_ids else {}
+        net_ids = sorted({port["network_id"] for port in ports}) if names else []
+        networks: dict[str, dict[str, Any]] = {}
+        for start in range(0, len(net_ids), IDS_PER_QUERY):  # a query string stays short
+            networks.update({net["id"]: net for net in
+                             neutron.networks(id=net_ids[start:start + IDS_PER_QUERY])})
         return cls(ports, networks)
 
     def of_server(self, server_uuid: str) -> list[dict[str, Any]]:

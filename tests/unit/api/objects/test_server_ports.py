@@ -26,3 +26,14 @@ def test_a_network_the_caller_does_not_see_is_named_by_its_id() -> None:
     found = ServerPorts.of(neutron.as_caller("p1"), ["a"])
     assert found.network_name(theirs["id"]) == theirs["id"]
     assert ServerPorts.of(neutron.as_caller("p1"), ["a"], names=False).networks == {}
+
+
+def test_many_networks_are_asked_for_in_slices() -> None:
+    neutron = FakeNeutron()
+    servers = [f"s{i}" for i in range(60)]
+    for server in servers:
+        neutron.add_port(neutron.add_network("p1", server, cidr=None), device_id=server)
+    found = ServerPorts.of(neutron.as_caller("p1"), servers)
+    asked = [c[2]["id"] for c in neutron.calls if c[1] == "networks"]
+    assert [len(ids) for ids in asked] == [50, 10]
+    assert found.network_name(found.of_server("s59")[0]["network_id"]) == "s59"
