@@ -12,7 +12,7 @@ from typing import Any
 
 from etcd_compute.errors import NeutronError, NotFound
 
-_COLLECTIONS = ("networks", "subnets", "ports", "security_groups")
+_COLLECTIONS = ("networks", "subnets", "ports", "security_groups", "floatingips")
 
 
 class FakeNeutron:
@@ -73,6 +73,13 @@ class FakeNeutron:
         self.items["ports"][port["id"]] = port
         return port
 
+    def add_floating_ip(self, port: dict[str, Any], address: str) -> dict[str, Any]:
+        found = {"id": str(uuidlib.uuid4()), "floating_ip_address": address,
+                 "port_id": port["id"], "fixed_ip_address": port["fixed_ips"][0]["ip_address"],
+                 "project_id": port["project_id"], "tenant_id": port["project_id"]}
+        self.items["floatingips"][found["id"]] = found
+        return found
+
     def as_caller(self, project_id: str, is_admin: bool = False) -> FakeNeutronClient:
         return FakeNeutronClient(self, project_id, is_admin)
 
@@ -130,6 +137,9 @@ class FakeNeutronClient:
 
     def security_groups(self, **filters: Any) -> list[dict[str, Any]]:
         return self._list("security_groups", filters)
+
+    def floating_ips(self, **filters: Any) -> list[dict[str, Any]]:
+        return self._list("floatingips", filters)
 
     def port(self, port_id: str) -> dict[str, Any]:
         return self._one("ports", port_id)

@@ -30,7 +30,7 @@ def _ips(api: Backend, req: ApiRequest, server: Server) -> dict[str, Any]:
         return view.ips(server, api.settings["network_name"])
     ports = ServerPorts.of(api.neutron(req.context), [server.uuid])
     return port_view.ips(port_view.addresses(ports.of_server(server.uuid),
-                                             ports.network_name))
+                                             ports.network_name, ports.floating))
 
 
 def index(api: Backend, req: ApiRequest, server_id: str) -> webob.Response:

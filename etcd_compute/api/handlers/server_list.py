@@ -256,7 +256,8 @@ def render_detail(api: Backend, req: ApiRequest, servers: list[Server]) -> list[
                       host_status=statuses.get(s.host or "", "") if shows_host else None,
                       availability_zone=availability_zone(api, s),
                       addresses=None if ports is None else
-                      port_view.addresses(ports.of_server(s.uuid), ports.network_name),
+                      port_view.addresses(ports.of_server(s.uuid), ports.network_name,
+                                          ports.floating),
                       groups=None if ports is None else groups.get(s.uuid, []))
             for s in servers]
 

@@ -1,6 +1,6 @@
 """A server's Neutron ports as Nova shows them (the neutron backend): its `addresses` (Nova's
-views/ips.py over its network info: the network's name as the label, each fixed IP with its
-version, type and the port's MAC) and an os-interface attachment (Nova's
+views/ips.py over its network info: the network's name as the label, each fixed IP then
+floating IP with its version, type and the port's MAC) and an os-interface attachment (Nova's
 attach_interfaces.py `_translate_interface_attachment_view`)."""
 
 from __future__ import annotations
@@ -10,16 +10,18 @@ from collections.abc import Callable
 from typing import Any
 
 
-def addresses(ports: list[dict[str, Any]], label: Callable[[str], str]
+def addresses(ports: list[dict[str, Any]], label: Callable[[str], str],
+              floating: dict[str, list[str]] | None = None
               ) -> dict[str, list[dict[str, Any]]]:
-    """{network name: [address, ...]} of the ports, in the ports' order."""
+    """{network name: [address, ...]} of the ports, in the ports' order: each port's fixed
+    IPs, then its floating IPs (`floating`: by port id)."""
     shown: dict[str, list[dict[str, Any]]] = {}
     for port in ports:
         found = shown.setdefault(label(port["network_id"]), [])
-        for fixed in port.get("fixed_ips") or []:
-            address = fixed["ip_address"]
+        for kind, address in [*(("fixed", f["ip_address"]) for f in port.get("fixed_ips") or []),
+                              *(("floating", a) for a in (floating or {}).get(port["id"], []))]:
             found.append({"version": ipaddress.ip_address(address).version, "addr": address,
-                          "OS-EXT-IPS:type": "fixed",
+                          "OS-EXT-IPS:type": kind,
                           "OS-EXT-IPS-MAC:mac_addr": port.get("mac_address")})
     return shown
 

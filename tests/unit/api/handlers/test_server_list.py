@@ -109,7 +109,7 @@ def test_under_neutron_a_page_asks_for_its_ports_once():
     extra = neutron.add_port(v6, device_id=servers[0], ip="fd00::5")
     neutron.calls.clear()
     listed = harness.call("GET", "/v2.1/servers/detail").json["servers"]
-    assert [c[1] for c in neutron.calls] == ["ports", "networks"]
+    assert [c[1] for c in neutron.calls] == ["ports", "networks", "floatingips"]
     assert neutron.calls[0][2] == {"device_id": [s["id"] for s in listed]}
     by_id = {s["id"]: s["addresses"] for s in listed}
     assert by_id[servers[1]] == {"private": [{
@@ -120,6 +120,13 @@ def test_under_neutron_a_page_asks_for_its_ports_once():
         "OS-EXT-IPS-MAC:mac_addr": extra["mac_address"]}]
     shown = harness.show(servers[2])
     assert shown["addresses"] == by_id[servers[2]]
+    # A floating IP follows its port's fixed ones (Nova's order), typed floating.
+    neutron.add_floating_ip(ports[1], "203.0.113.7")
+    assert harness.show(servers[1])["addresses"]["private"][1] == {
+        "version": 4, "addr": "203.0.113.7", "OS-EXT-IPS:type": "floating",
+        "OS-EXT-IPS-MAC:mac_addr": ports[1]["mac_address"]}
+    assert harness.call("GET", f"/v2.1/servers/{servers[1]}/ips").json["addresses"][
+        "private"][1] == {"version": 4, "addr": "203.0.113.7"}
     # Before 2.75 an update answers the addresses without their extended attributes.
     renamed = harness.call("PUT", f"/v2.1/servers/{servers[2]}", {"server": {"name": "r"}})
     assert renamed.json["server"]["addresses"] == {"private": [

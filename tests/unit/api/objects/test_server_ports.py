@@ -6,12 +6,14 @@ from etcd_compute.api.objects.server_ports import ServerPorts
 from tests.unit.fake_neutron import FakeNeutron
 
 
-def test_a_page_is_two_requests_and_no_server_is_none() -> None:
+def test_a_page_is_three_requests_and_no_server_is_none() -> None:
     neutron = FakeNeutron()
     net = neutron.add_network("p1", "private")
     a, b = neutron.add_port(net, device_id="a"), neutron.add_port(net, device_id="b")
+    neutron.add_floating_ip(b, "203.0.113.9")
     found = ServerPorts.of(neutron.as_caller("p1"), ["a", "b", "a"])
-    assert [c[1] for c in neutron.calls] == ["ports", "networks"]
+    assert [c[1] for c in neutron.calls] == ["ports", "networks", "floatingips"]
+    assert found.floating == {b["id"]: ["203.0.113.9"]}
     assert neutron.calls[0][2] == {"device_id": ["a", "b"]}
     assert found.of_server("a") == [a] and found.of_server("b") == [b]
     assert found.network_name(net["id"]) == "private"

@@ -23,3 +23,9 @@ def test_an_interface_attachment_is_novas_view() -> None:
         "net_id": "net-1", "port_id": "port-1", "mac_addr": "fa:16:3e:00:00:01",
         "port_state": "ACTIVE", "fixed_ips": PORT["fixed_ips"]}
     assert view.interface(PORT, show_tag=True)["tag"] is None
+
+
+def test_a_ports_floating_ips_follow_its_fixed_ones() -> None:
+    shown = view.addresses([PORT], {"net-1": "private"}.get, {"port-1": ["203.0.113.4"]})
+    assert [(a["addr"], a["OS-EXT-IPS:type"]) for a in shown["private"]] == [
+        ("10.0.0.5", "fixed"), ("fd00::5", "fixed"), ("203.0.113.4", "floating")]
