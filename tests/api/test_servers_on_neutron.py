@@ -243,3 +243,29 @@ def test_the_servers_interfaces_are_its_ports(cloud: Cloud, neutron: dict[str, A
     assert f"Attaching interfaces is not supported for instance {made.id}." in \
         str(caught.value)
     assert [p.id for p in demo.network.ports(device_id=made.id)] == [port.id]
+
+
+def test_a_floating_ip_on_the_servers_port_is_among_its_addresses(
+        cloud: Cloud, neutron: dict[str, Any], server: tuple[Any, Any]) -> None:
+    made, port = server
+    demo, admin = cloud.connect("demo"), cloud.connect("admin")
+    public = admin.network.create_network(name="public", is_router_external=True)
+    router = fip = None
+    try:
+        admin.network.create_subnet(network_id=public.id, ip_version=4,
+                                    cidr="198.51.100.0/24", is_dhcp_enabled=False)
+        router = demo.network.create_router(
+            name="demo-router", external_gateway_info={"network_id": public.id})
+        [subnet] = list(demo.network.subnets(network_id=neutron["net"].id))
+        demo.network.add_interface_to_router(router, subnet_id=subnet.id)
+        fip = demo.network.create_ip(floating_network_id=public.id, port_id=port.id)
+        shown = demo.compute.get_server(made.id).addresses["demo-net"]
+        assert [(a["addr"], a["OS-EXT-IPS:type"]) for a in shown] == [
+            (port.fixed_ips[0]["ip_address"], "fixed"), (fip.floating_ip_address, "floating")]
+    finally:
+        if fip is not None:
+            demo.network.delete_ip(fip)
+        if router is not None:
+            demo.network.remove_interface_from_router(router, subnet_id=subnet.id)
+            demo.network.delete_router(router)
+        admin.network.delete_network(public)
