@@ -167,3 +167,24 @@ def test_under_neutron_ip_and_ip6_filter_by_the_ports_addresses():
     assert names("ip=0.0.15") == []
     assert names("ip6=fd00::15") == ["b"]
     assert names("ip=10.9&ip6=fd00") == ["b"]  # either
+
+
+def test_under_neutron_an_unreachable_neutron_is_503_and_a_plain_list_does_not_ask():
+    from etcd_compute.errors import NeutronUnavailable
+
+    neutron = FakeNeutron()
+    harness = Harness.new(neutron=neutron)
+    harness.add_host()
+    harness.add_flavor()
+    neutron.add_network("p1")
+    uuid = harness.boot()
+
+    def unreachable(_context):
+        raise NeutronUnavailable("Neutron: https://neutron.example is unreachable")
+
+    harness.backend.neutron = unreachable
+    for path in (f"/v2.1/servers/{uuid}", "/v2.1/servers/detail",
+                 f"/v2.1/servers/{uuid}/ips"):
+        answer = harness.call("GET", path)
+        assert answer.status_int == 503 and "Neutron" in answer.text, answer.text
+    assert harness.call("GET", "/v2.1/servers").json["servers"][0]["id"] == uuid
