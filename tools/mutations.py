@@ -47,6 +47,7 @@ CONTROLLER_MOVES = "tests/unit/controller/test_migrations.py::"
 WSGI = "tests/unit/api/test_wsgi.py::"
 POLICY = "tests/unit/api/test_policy.py::"
 SERVER_GROUPS = "tests/unit/api/handlers/test_server_groups.py::"
+SERVER_NETWORKS = "tests/unit/api/handlers/test_server_networks.py::"
 
 MUTATIONS = (
     Mutation("fence only after the lease expired", "etcd_compute/compute/heartbeat.py",
@@ -172,6 +173,20 @@ MUTATIONS = (
              "    if group is None:\n",
              (SERVER_GROUPS + "test_another_projects_group_is_not_found_as_one_that_does_not_"
                               "exist",)),
+    # What a create may use of Neutron (the neutron backend): Nova's validate_networks.
+    Mutation("a network the project does not see is taken",
+             "etcd_compute/api/objects/requested_networks.py",
+             "    if lost:\n        raise NetworkNotFound",
+             "    if False:\n        raise NetworkNotFound",
+             (SERVER_NETWORKS + "test_another_projects_network_is_not_found",)),
+    Mutation("a port some server has is taken",
+             "etcd_compute/api/objects/requested_networks.py",
+             '    if port.get("device_id"):\n', "    if False:\n",
+             (SERVER_NETWORKS + "test_a_port_in_use_is_a_conflict",)),
+    Mutation("a member attaches to an external network",
+             "etcd_compute/api/objects/requested_networks.py",
+             'not net.get("shared") and not external_ok:', 'not net.get("shared") and False:',
+             (SERVER_NETWORKS + "test_an_external_network_not_shared_is_the_admins",)),
 )
 
 
