@@ -37,11 +37,15 @@ def routes(router: Router, api: Backend) -> None:
                lambda req, server_id, port_id: delete(api, req, server_id, port_id))
 
 
-def _server(api: Backend, req: ApiRequest, server_id: str, rule: str) -> Server:
-    server = lookup(api, req, server_id)
-    api.policy.authorize(req.context, ATTACH % rule, {"project_id": server.project_id})
+def _served(api: Backend) -> None:
     if api.neutron is None:  # every guest is on its host's network: no ports to show
         raise not_found("The resource could not be found.")
+
+
+def _server(api: Backend, req: ApiRequest, server_id: str, rule: str) -> Server:
+    _served(api)
+    server = lookup(api, req, server_id)
+    api.policy.authorize(req.context, ATTACH % rule, {"project_id": server.project_id})
     return server
 
 
@@ -71,6 +75,7 @@ def _plugging(req: ApiRequest, server: Server, action: str) -> None:
 
 
 def create(api: Backend, req: ApiRequest, server_id: str) -> webob.Response:
+    _served(api)
     body = req.json_body()
     validation.body(schema.create_schema(req.version), body)
     server = _server(api, req, server_id, "create")

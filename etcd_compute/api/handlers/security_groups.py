@@ -71,11 +71,11 @@ def routes(router: Router, api: Backend) -> None:
 
 
 def index(api: Backend, req: ApiRequest, server_id: str) -> webob.Response:
+    if api.neutron is None:  # not served: see the module's docstring
+        raise not_found("The resource could not be found.")
     server = lookup(api, req, server_id)
     api.policy.authorize(req.context, policy.SECURITY_GROUPS % "list",
                          {"project_id": server.project_id})
-    if api.neutron is None:  # not served: see the module's docstring
-        raise not_found("The resource could not be found.")
     found, known = server_groups.detailed(api.neutron(req.context), server.uuid)
     return json_response({"security_groups": group_view.groups(found, known)})
 

@@ -102,7 +102,9 @@ def test_a_detach_is_checked_then_refused_truthfully(cloud: Harness, neutron: Fa
 
 def test_under_libvirt_os_interface_is_not_served(harness: Harness):
     uuid = active(harness)
-    for method in ("GET", "POST"):
-        answer = harness.call(method, f"/v2.1/servers/{uuid}/os-interface",
-                              {"interfaceAttachment": {}} if method == "POST" else None)
-        assert answer.status_int == 404, answer.text
+    for method, body in (("GET", None), ("POST", {"interfaceAttachment": {}}),
+                         ("POST", {"not": "a body of os-interface"})):
+        answer = harness.call(method, f"/v2.1/servers/{uuid}/os-interface", body,
+                              roles=("observer",))
+        assert (answer.status_int, answer.json["itemNotFound"]["message"]) == (
+            404, "The resource could not be found."), answer.text

@@ -225,5 +225,7 @@ def test_novas_refusals_of_a_group_change(cloud: Harness, neutron: FakeNeutron):
 
 def test_under_libvirt_the_list_is_not_served(harness: Harness):
     uuid = active(harness)
-    answer = harness.call("GET", f"/v2.1/servers/{uuid}/os-security-groups")
-    assert answer.status_int == 404
+    answer = harness.call("GET", f"/v2.1/servers/{uuid}/os-security-groups",
+                          roles=("observer",))
+    assert (answer.status_int, answer.json["itemNotFound"]["message"]) == (
+        404, "The resource could not be found.")
