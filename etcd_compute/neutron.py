@@ -130,6 +130,9 @@ class NeutronClient:
     def security_groups(self, **filters: Any) -> list[dict[str, Any]]:
         return self._list("security_groups", filters)
 
+    def floating_ips(self, **filters: Any) -> list[dict[str, Any]]:
+        return self._list("floatingips", filters)
+
     # --- ports ----------------------------------------------------------------
 
     def port(self, port_id: str) -> dict[str, Any]:

@@ -48,6 +48,7 @@ WSGI = "tests/unit/api/test_wsgi.py::"
 POLICY = "tests/unit/api/test_policy.py::"
 SERVER_GROUPS = "tests/unit/api/handlers/test_server_groups.py::"
 SIGNED = "tests/unit/mdserver/test_signed.py::"
+SERVER_NETWORKS = "tests/unit/api/handlers/test_server_networks.py::"
 
 MUTATIONS = (
     Mutation("fence only after the lease expired", "etcd_compute/compute/heartbeat.py",
@@ -183,6 +184,20 @@ MUTATIONS = (
              "if status.st_mode & 0o077:", "if status.st_mode & 0o007:",
              (SIGNED + "test_a_secret_others_may_read_or_an_empty_one_is_a_config_error"
                        "[416-abc\\n-readable by others than its owner]",)),
+    # What a create may use of Neutron (the neutron backend): Nova's validate_networks.
+    Mutation("a network the project does not see is taken",
+             "etcd_compute/api/objects/requested_networks.py",
+             "    if lost:\n        raise NetworkNotFound",
+             "    if False:\n        raise NetworkNotFound",
+             (SERVER_NETWORKS + "test_another_projects_network_is_not_found",)),
+    Mutation("a port some server has is taken",
+             "etcd_compute/api/objects/requested_networks.py",
+             '    if port.get("device_id"):\n', "    if False:\n",
+             (SERVER_NETWORKS + "test_a_port_in_use_is_a_conflict",)),
+    Mutation("a member attaches to an external network",
+             "etcd_compute/api/objects/requested_networks.py",
+             'not net.get("shared") and not external_ok:', 'not net.get("shared") and False:',
+             (SERVER_NETWORKS + "test_an_external_network_not_shared_is_the_admins",)),
 )
 
 

@@ -22,6 +22,7 @@ from etcd_compute.api.backend import Backend
 from etcd_compute.api.context import Context, NotProjectScoped, new_request_id
 from etcd_compute.api.handlers import (
     aggregates,
+    attach_interfaces,
     availability_zones,
     extensions,
     flavors,
@@ -35,6 +36,7 @@ from etcd_compute.api.handlers import (
     networks,
     quota_classes,
     quota_sets,
+    security_groups,
     server_actions,
     server_diagnostics,
     server_external_events,
@@ -72,7 +74,8 @@ class ComputeApp:
                        instance_actions, server_groups, flavors, keypairs, quota_sets,
                        quota_classes, availability_zones, services, hypervisors, hosts,
                        extensions, networks, images, aggregates, simple_tenant_usage,
-                       instance_usage_audit_log, migrations, server_external_events):
+                       instance_usage_audit_log, migrations, server_external_events,
+                       security_groups, attach_interfaces):
             module.routes(self.router, backend)
 
     def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]

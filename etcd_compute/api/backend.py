@@ -1,17 +1,22 @@
 """What the handlers of one API process work with: its config, its etcd and Placement
-clients (the operator's credentials) and the objects over them."""
+clients (the operator's credentials), the objects over them, and under the neutron backend
+Neutron as the caller sees it."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from etcd_compute import network_backend
+from etcd_compute.api.context import Context
 from etcd_compute.api.objects.aggregates import Aggregates
 from etcd_compute.api.objects.builds import Builds
 from etcd_compute.api.objects.computes import Computes
 from etcd_compute.api.objects.flavors import Flavors
 from etcd_compute.api.objects.images import Images
 from etcd_compute.api.objects.keypairs import Keypairs
+from etcd_compute.api.objects.neutron_access import CallerNeutron
 from etcd_compute.api.objects.quotas import Quotas
 from etcd_compute.api.objects.server_actions import ServerActions
 from etcd_compute.api.objects.server_groups import ServerGroups
@@ -37,6 +42,9 @@ class Backend:
     computes: Computes
     images: Images
     aggregates: Aggregates
+    # The neutron backend: Neutron as a caller sees it (`neutron(context)`); None under the
+    # libvirt backend.
+    neutron: Callable[[Context], Any] | None = None
 
     @property
     def settings(self) -> dict[str, Any]:
@@ -45,7 +53,10 @@ class Backend:
 
     @classmethod
     def over(cls, config: dict[str, Any], store: KeyValueStore, placement: PlacementClient,
-             policy: Policy | None = None) -> Backend:
+             policy: Policy | None = None,
+             neutron: Callable[[Context], Any] | None = None) -> Backend:
+        """`neutron`: the callers' Neutron (a test's); under the neutron backend, by default
+        Neutron with the caller's token."""
         servers = Servers(store)
         quotas = Quotas(store, placement, config["api"], config["scheduler"]["consumer_type"],
                         config["scheduler"]["wait_timeout_seconds"])
@@ -57,7 +68,9 @@ class Backend:
                    ServerActions(store, placement, quotas,
                                  config["scheduler"]["required_resources"], images, config),
                    ServerGroups(store), Computes(store, placement, config["api"], aggregates),
-                   images, aggregates)
+                   images, aggregates,
+                   (neutron or CallerNeutron(config["network"]["neutron"]))
+                   if network_backend.uses_neutron(config) else None)
 
     def close(self) -> None:
         self.builds.close()

@@ -60,6 +60,8 @@ MIGRATIONS = "os_compute_api:os-migrations:index"
 EXTERNAL_EVENTS = "os_compute_api:os-server-external-events:create"
 SUSPEND_SERVER = "os_compute_api:os-suspend-server:%s"
 SECURITY_GROUPS = "os_compute_api:os-security-groups:%s"
+ATTACH_INTERFACES = "os_compute_api:os-attach-interfaces:%s"
+ATTACH_EXTERNAL_NETWORK = "network:attach_external_network"
 
 BASE = [
     ("context_is_admin", "role:admin"),
@@ -87,6 +89,7 @@ RULES = [
     (SERVERS % "create:forced_host", ADMIN),
     ("compute:servers:create:requested_destination", ADMIN),
     (SERVERS % "create:attach_network", PROJECT_MEMBER_OR_ADMIN),
+    (ATTACH_EXTERNAL_NETWORK, ADMIN),
     (SERVERS % "create:zero_disk_flavor", ADMIN),
     (SERVERS % "delete", PROJECT_MEMBER_OR_ADMIN),
     (SERVERS % "update", PROJECT_MEMBER_OR_ADMIN),
@@ -150,6 +153,11 @@ RULES = [
     (AUDIT_LOG % "list", ADMIN),
     (AUDIT_LOG % "show", ADMIN),
     (MIGRATIONS, ADMIN),
+    (ATTACH_INTERFACES % "list", PROJECT_READER_OR_ADMIN),
+    (ATTACH_INTERFACES % "show", PROJECT_READER_OR_ADMIN),
+    (ATTACH_INTERFACES % "create", PROJECT_MEMBER_OR_ADMIN),
+    (ATTACH_INTERFACES % "delete", PROJECT_MEMBER_OR_ADMIN),
+    (SECURITY_GROUPS % "list", PROJECT_READER_OR_ADMIN),
     (SECURITY_GROUPS % "add", PROJECT_MEMBER_OR_ADMIN),
     (SECURITY_GROUPS % "remove", PROJECT_MEMBER_OR_ADMIN),
     # Nova's default: the service role (Neutron, Cinder, Cyborg send these), not admins.

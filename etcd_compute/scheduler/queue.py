@@ -69,6 +69,9 @@ def request_message(request_spec: RequestSpec, client: str,
         "user_data": request_spec.user_data,
         "ssh_key": request_spec.ssh_key,
         **({} if request_spec.network else {"network": False}),
+        **({} if request_spec.networks is None else {"networks": request_spec.networks}),
+        **({} if request_spec.security_groups is None
+           else {"security_groups": request_spec.security_groups}),
         "group": request_spec.group_message(),
         # --zone is in the query already (member_of).
         "zone": None,
@@ -127,7 +130,8 @@ def _request_spec(message: dict[str, Any], settings: dict[str, Any],
         on_host_failure=message.get("on_host_failure"), project_id=message.get("project_id"),
         user_id=message.get("user_id"), uuids=message.get("uuids"),
         server=message.get("server"), glance_image=message.get("glance_image"),
-        network=message.get("network", True))
+        network=message.get("network", True), networks=message.get("networks"),
+        security_groups=message.get("security_groups"))
 
 
 @dataclass

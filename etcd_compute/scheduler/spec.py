@@ -68,6 +68,12 @@ class RequestSpec:
     group_max: int | None = None
     # False: the guests get no network interface (the compute API's networks none).
     network: bool = True
+    # The neutron backend: the networks and ports each guest is on, as the compute API
+    # checked them ({"uuid"} | {"port"} | {"uuid", "fixed_ip"}); None: auto.
+    networks: list[dict[str, str]] | None = None
+    # The neutron backend: the Neutron security group ids its ports are made with; None:
+    # Neutron's default group of the project.
+    security_groups: list[str] | None = None
 
     @classmethod
     def build(cls, query: str, count: int = 1, name: str | None = None,
@@ -80,7 +86,8 @@ class RequestSpec:
               server: dict[str, Any] | None = None,
               group_max: int | None = None,
               glance_image: dict[str, Any] | None = None,
-              network: bool = True) -> RequestSpec:
+              network: bool = True, networks: list[dict[str, str]] | None = None,
+              security_groups: list[str] | None = None) -> RequestSpec:
         """Parse and check everything locally; UsageError (one line) on any fault.
 
         `required_resources`: classes every instance must claim (schedule.py passes
@@ -138,9 +145,10 @@ class RequestSpec:
             raise UsageError("server: expected an object")
         if not isinstance(network, bool):
             raise UsageError("network: expected true or false")
+        _check_networks(networks, security_groups)
         return cls(request, count, name, image_url, user_data, ssh_key, glance_image, group,
                    zone, on_host_failure, project_id, user_id, uuids, server, group_max,
-                   network)
+                   network, networks, security_groups)
 
     def group_message(self) -> dict[str, Any] | None:
         """The group as specs and queued requests carry it."""
@@ -172,6 +180,20 @@ class RequestSpec:
         if self.name is None:
             return f"instance-{uuid[:8]}"
         return self.name if self.count == 1 else f"{self.name}-{index + 1}"
+
+
+def _check_networks(networks: Any, security_groups: Any) -> None:
+    """The shapes the instance spec takes (its schema checks them again when written)."""
+    if networks is not None and not (
+            isinstance(networks, list) and len(networks) <= 16 and all(
+                isinstance(item, dict) and item and set(item) <= {"uuid", "port", "fixed_ip"}
+                and all(isinstance(v, str) for v in item.values()) for item in networks)):
+        raise UsageError("networks: expected at most 16 of {uuid}, {port} or "
+                         "{uuid, fixed_ip}")
+    if security_groups is not None and not (
+            isinstance(security_groups, list) and len(security_groups) <= 16 and
+            all(isinstance(g, str) and UUID.match(g) for g in security_groups)):
+        raise UsageError("security_groups: expected at most 16 security group ids")
 
 
 def for_instance(spec: dict[str, Any]) -> RequestSpec:

@@ -128,9 +128,11 @@ def _host_config(tmp: Path, etcd_server: EtcdServer, placement_server: Placement
 
 
 @pytest.fixture(scope="module")
-def cloud(tmp_path_factory: pytest.TempPathFactory, etcd_server: EtcdServer,
-          placement_server: PlacementServer, cluster_pki: Pki,
+def cloud(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory,
+          etcd_server: EtcdServer, placement_server: PlacementServer, cluster_pki: Pki,
           keystone: KeystoneServer, glance_section: dict[str, Any]) -> Iterator[Cloud]:
+    """The module's cloud; a module's `cloud_config(keystone, pki)` adds to the API's
+    config (its `network` section to the host's too)."""
     tmp = tmp_path_factory.mktemp("api-cloud")
     prefix = f"/api-{uuidlib.uuid4().hex[:12]}"
     placement = PlacementClient(placement_server.client_config(OPERATOR_USER))
@@ -147,12 +149,17 @@ def cloud(tmp_path_factory: pytest.TempPathFactory, etcd_server: EtcdServer,
             "cafile": keystone.ca_file,
             "auth_type": "password"}},
     })
+    more = getattr(request.module, "cloud_config", None)
+    more = more(keystone, cluster_pki) if more else {}
+    config = configuration.deep_merge(config, more)
     configuration.validate(config, "schedule_config", "test api config")
     store = Store(config["etcd"])
     for flavor in FLAVORS:
         Flavors(store).create(Flavor(**{**flavor.__dict__}))
     host = {**_host_config(tmp, etcd_server, placement_server, cluster_pki, prefix),
             "glance": glance_section}
+    if "network" in more:
+        host["network"] = configuration.deep_merge(host["network"], more["network"])
     host_yaml = tmp / "compute.yaml"
     host_yaml.write_text(yaml.safe_dump(host))
     compute = DaemonProcess([str(REPO / "compute.py"), "--config", str(host_yaml)],

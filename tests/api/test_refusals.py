@@ -50,7 +50,7 @@ def _nothing_left(cloud: Cloud) -> None:
     (_server(key_name="nokey"), None, "Invalid key_name provided."),
     (_server(availability_zone="moon"), None, "availability zone is not available"),
     (_server(networks=[{"uuid": "b9f3f5f0-6f1c-4f4e-9d6e-6a6a0e7e2b11"}]), None,
-     "Networks other than 'auto'"),
+     "needs network.backend neutron"),
 ])
 def test_a_malformed_or_over_limit_body_is_400_with_novas_error_shape(
         cloud: Cloud, body: object, raw: bytes | None, words: str) -> None:

@@ -117,3 +117,11 @@ def test_many_devices_are_asked_for_in_slices() -> None:
     found = neutron.ports(device_id=devices)
     assert [port["device_id"] for port in found] == devices
     assert len(session.sent) == 3
+
+
+def test_floating_ips_are_listed_by_their_filters() -> None:
+    neutron, session = client({"GET /v2.0/floatingips": response(200, {"floatingips": [
+        {"floating_ip_address": "203.0.113.5", "port_id": "p"}]})})
+    assert neutron.floating_ips(port_id=["p"]) == [
+        {"floating_ip_address": "203.0.113.5", "port_id": "p"}]
+    assert session.sent[0][2]["params"] == {"port_id": ["p"]}

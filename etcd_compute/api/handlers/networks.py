@@ -1,5 +1,6 @@
 """/os-networks (Nova's deprecated network proxy, microversions 2.1 to 2.35; 404 from
-2.36 as in Nova): the one network every server is on (`api.network_name`), read only.
+2.36 as in Nova): the one network every server is on (`api.network_name`), read only; under
+the neutron backend the Neutron networks the caller sees (Nova's proxy: id and label).
 
 Its id is stable (a uuid5 of its name); what Nova shows of a network that this API does
 not know (addresses, bridge, VLAN) is null, as Nova shows a Neutron network's. Creating,
@@ -15,6 +16,7 @@ import webob
 from etcd_compute.api import policy
 from etcd_compute.api.backend import Backend
 from etcd_compute.api.wsgi import ApiRequest, Router, json_response, not_found
+from etcd_compute.errors import NotFound
 
 _NAMESPACE = uuidlib.UUID("6f1c0f6e-3b0a-4c1e-9d1e-2f8f3c6a9a01")
 FIELDS = ("cidr", "netmask", "gateway", "broadcast", "dns1", "dns2", "cidr_v6",
@@ -35,8 +37,8 @@ def network_id(name: str) -> str:
     return str(uuidlib.uuid5(_NAMESPACE, name))
 
 
-def _view(req: ApiRequest, name: str) -> dict[str, Any]:
-    shown: dict[str, Any] = {"id": network_id(name), "label": name}
+def _view(req: ApiRequest, name: str, id_: str | None = None) -> dict[str, Any]:
+    shown: dict[str, Any] = {"id": id_ or network_id(name), "label": name}
     shown.update(dict.fromkeys(FIELDS))
     if req.context.is_admin:
         shown.update(dict.fromkeys(ADMIN_FIELDS))
@@ -51,12 +53,22 @@ def _served(req: ApiRequest) -> None:
 def index(api: Backend, req: ApiRequest) -> webob.Response:
     _served(req)
     api.policy.authorize(req.context, policy.NETWORKS % "list", {})
+    if api.neutron is not None:
+        return json_response({"networks": [
+            _view(req, str(net.get("name") or ""), net["id"])
+            for net in api.neutron(req.context).networks()]})
     return json_response({"networks": [_view(req, api.settings["network_name"])]})
 
 
 def show(api: Backend, req: ApiRequest, network_id_: str) -> webob.Response:
     _served(req)
     api.policy.authorize(req.context, policy.NETWORKS % "view", {})
+    if api.neutron is not None:
+        try:
+            net = api.neutron(req.context).network(network_id_)
+        except NotFound:
+            raise not_found("Network not found") from None
+        return json_response({"network": _view(req, str(net.get("name") or ""), net["id"])})
     name = api.settings["network_name"]
     if network_id_ != network_id(name):
         raise not_found(f"Network {network_id_[:64]} could not be found.")

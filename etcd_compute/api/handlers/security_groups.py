@@ -1,5 +1,16 @@
-"""addSecurityGroup and removeSecurityGroup (Nova's security group action controller), over
-the one security group there is.
+"""addSecurityGroup and removeSecurityGroup (Nova's security group action controller) and
+GET /servers/{id}/os-security-groups (its server security group controller).
+
+The neutron backend: Neutron's groups on the server's ports, with the caller's Neutron, as
+Nova's network/security_group_api.py reads and changes them
+(`objects/server_security_groups.py`): a group named or by id, 404 when the project has
+none of that name ("Security group X is not found for project P") or the server no port,
+409 for a name two groups have, 400 for a port without port security or an address, 404
+removing one no port has ("Security group X not associated with the instance U"). The list
+is Nova's proxy view (`views/security_groups.py`).
+
+The libvirt backend: the one security group there is (below); the list is not served
+(404, as before: ours is not a set of rules that could be listed truthfully).
 
 Every project has one security group, `default`: the hosts' network as it is (guests reach
 each other and NAT out). A server on the network is in it from its create; removed from
@@ -29,9 +40,20 @@ import webob
 from etcd_compute.api import policy, validation
 from etcd_compute.api.backend import Backend
 from etcd_compute.api.handlers import action_checks as checks
+from etcd_compute.api.handlers.servers import lookup
+from etcd_compute.api.objects import server_security_groups as server_groups
 from etcd_compute.api.schemas import server_actions as schema
+from etcd_compute.api.views import security_groups as group_view
 from etcd_compute.api.views import servers as view
-from etcd_compute.api.wsgi import ApiRequest, bad_request, empty_response, not_found
+from etcd_compute.api.wsgi import (
+    ApiRequest,
+    Fault,
+    Router,
+    bad_request,
+    empty_response,
+    json_response,
+    not_found,
+)
 from etcd_compute.instances.states import DEFAULT_GROUP
 
 
@@ -43,6 +65,31 @@ def _group_name(body: dict[str, Any], action: str) -> str:
     return str(name)
 
 
+def routes(router: Router, api: Backend) -> None:
+    router.add("GET", "/servers/{server_id}/os-security-groups",
+               lambda req, server_id: index(api, req, server_id))
+
+
+def index(api: Backend, req: ApiRequest, server_id: str) -> webob.Response:
+    if api.neutron is None:  # not served: see the module's docstring
+        raise not_found("The resource could not be found.")
+    server = lookup(api, req, server_id)
+    api.policy.authorize(req.context, policy.SECURITY_GROUPS % "list",
+                         {"project_id": server.project_id})
+    found, known = server_groups.detailed(api.neutron(req.context), server.uuid)
+    return json_response({"security_groups": group_view.groups(found, known)})
+
+
+def _neutron(api: Backend, req: ApiRequest, server_id: str, action: str,
+             name: str) -> webob.Response:
+    change = server_groups.add if action == "addSecurityGroup" else server_groups.remove
+    try:
+        change(api.neutron(req.context), req.context.project_id, server_id, name)
+    except server_groups.GroupRefused as exc:
+        raise Fault(exc.code, str(exc)) from None
+    return empty_response(202)
+
+
 def _act(api: Backend, req: ApiRequest, server_id: str, body: Any, action: str,
          rule: str) -> webob.Response:
     validation.body(schema.add_security_group if action == "addSecurityGroup"
@@ -50,6 +97,8 @@ def _act(api: Backend, req: ApiRequest, server_id: str, body: Any, action: str,
     server = checks.server_for(api, req, server_id, policy.SECURITY_GROUPS % rule,
                                locked_ok=True)
     name = _group_name(body, action)
+    if api.neutron is not None:
+        return _neutron(api, req, server.uuid, action, name)
     if name != DEFAULT_GROUP:
         raise not_found(f"Security group {name[:255]} is not found for project "
                         f"{req.context.project_id}")

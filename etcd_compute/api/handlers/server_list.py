@@ -15,9 +15,12 @@ import webob
 
 from etcd_compute.api import paging, policy, validation
 from etcd_compute.api.backend import Backend
+from etcd_compute.api.objects import server_security_groups as server_groups
+from etcd_compute.api.objects.server_ports import ServerPorts
 from etcd_compute.api.objects.servers import Server
 from etcd_compute.api.schemas import servers as schema
 from etcd_compute.api.schemas.parameter_types import TRUE_STRINGS, is_true
+from etcd_compute.api.views import ports as port_view
 from etcd_compute.api.views import servers as view
 from etcd_compute.api.wsgi import ApiRequest, Fault, bad_request, json_response
 
@@ -178,6 +181,8 @@ def search(api: Backend, req: ApiRequest, detail: bool) -> list[Server]:
     locked = options.pop("locked", None)
     for name in ("limit", "marker", "sort_key", "sort_dir"):
         options.pop(name, None)
+    by_port = {name: options.pop(name) for name in ("ip", "ip6") if name in options} \
+        if api.neutron is not None else {}
     servers = api.servers.list(project)
     if deleted is not None and is_true(deleted):
         servers = []  # ended instances are forgotten: there are no deleted ones to show
@@ -191,7 +196,28 @@ def search(api: Backend, req: ApiRequest, detail: bool) -> list[Server]:
         servers = [s for s in servers if s.updated_at <= before]
     for name, wanted in options.items():
         servers = [s for s in servers if _matches(s, name, wanted)]
+    if by_port and servers:
+        servers = _by_port_address(api, req, servers, by_port)
     return _sort(servers, req)
+
+
+def _by_port_address(api: Backend, req: ApiRequest, servers: list[Server],
+                     wanted: dict[str, str]) -> list[Server]:
+    """The neutron backend's ip and ip6 filters, as Nova's `_ip_filter`: a server with a
+    port's fixed IPv4 address matching `ip` or an IPv6 one matching `ip6` (one request for
+    the ports of every server left)."""
+    patterns = {4: re.compile(wanted["ip"]) if "ip" in wanted else None,
+                6: re.compile(wanted["ip6"]) if "ip6" in wanted else None}
+    ports = ServerPorts.of(api.neutron(req.context), [s.uuid for s in servers],
+                           names=False)
+    matching = set()
+    for port in ports.ports:
+        for fixed in port.get("fixed_ips") or []:
+            address = fixed["ip_address"]
+            pattern = patterns[6 if ":" in address else 4]
+            if pattern is not None and pattern.match(address):
+                matching.add(port["device_id"])
+    return [s for s in servers if s.uuid in matching]
 
 
 def index(api: Backend, req: ApiRequest, detail: bool) -> webob.Response:
@@ -220,10 +246,20 @@ def render_detail(api: Backend, req: ApiRequest, servers: list[Server]) -> list[
         api.policy.allows(context, policy.SERVERS % "show:host_status")
     statuses = api.servers.host_status({s.host for s in servers if s.host}) if shows_host \
         else {}
+    ports, groups = None, {}
+    if api.neutron is not None:  # the ports of the page, their networks and groups
+        neutron = api.neutron(context)
+        ports = ServerPorts.of(neutron, [s.uuid for s in servers])
+        groups = server_groups.names(neutron, ports)
     return [view.show(req, s, network=api.settings["network_name"], show_extended=extended,
                       show_extra_specs=extra_specs, is_admin=context.is_admin,
                       host_status=statuses.get(s.host or "", "") if shows_host else None,
-                      availability_zone=availability_zone(api, s)) for s in servers]
+                      availability_zone=availability_zone(api, s),
+                      addresses=None if ports is None else
+                      port_view.addresses(ports.of_server(s.uuid), ports.network_name,
+                                          ports.floating),
+                      groups=None if ports is None else groups.get(s.uuid, []))
+            for s in servers]
 
 
 def availability_zone(api: Backend, server: Server) -> str:

@@ -14,8 +14,7 @@ import webob
 
 from etcd_compute.api import policy, validation
 from etcd_compute.api.backend import Backend
-from etcd_compute.api.handlers import server_list, server_tags
-from etcd_compute.api.handlers.networks import network_id
+from etcd_compute.api.handlers import server_list, server_networks, server_tags
 from etcd_compute.api.objects.builds import Build
 from etcd_compute.api.objects.flavors import Flavor
 from etcd_compute.api.objects.images import Image, ImageNotFound
@@ -227,16 +226,9 @@ def _group_hint(api: Backend, req: ApiRequest, hints: dict[str, Any]) -> ServerG
     return group
 
 
-def _refuse_unsupported(req: ApiRequest, asked: dict[str, Any], network_name: str) -> None:
-    """What Nova takes and we cannot do: refused, never ignored."""
-    networks = asked.get("networks")
-    # The one network every server is on, named by its id (os-networks), is what it gets;
-    # "none" (2.37) is a server without a network interface.
-    ours = [{"uuid": network_id(network_name)}]
-    if isinstance(networks, list) and networks and networks != ours:
-        raise bad_request("Networks other than 'auto', 'none' (or the hosts' network, "
-                          f"{ours[0]['uuid']}) are not supported: there is no network "
-                          "service, the hosts' network is the one there is")
+def _refuse_unsupported(asked: dict[str, Any]) -> None:
+    """What Nova takes and we cannot do: refused, never ignored (networks and security
+    groups: `server_networks.py`)."""
     if asked.get("personality"):
         raise bad_request("Personality files are not supported (use user_data)")
     if asked.get("block_device_mapping") or not _image_bdm(asked):
@@ -244,9 +236,6 @@ def _refuse_unsupported(req: ApiRequest, asked: dict[str, Any], network_name: st
                           "service")
     if asked.get("trusted_image_certificates"):
         raise bad_request("Image signature certificate validation is not supported")
-    for group in asked.get("security_groups") or []:
-        if group.get("name") != "default":
-            raise bad_request(f"Security group {str(group.get('name'))[:255]} not found.")
 
 
 def _image_bdm(asked: dict[str, Any]) -> bool:
@@ -276,7 +265,7 @@ def create(api: Backend, req: ApiRequest) -> webob.Response:
     asked = body["server"]
     group = _group_hint(api, req, body.get("os:scheduler_hints") or
                         body.get("OS-SCH-HNT:scheduler_hints") or {})
-    _refuse_unsupported(req, asked, api.settings["network_name"])
+    _refuse_unsupported(asked)
     flavor = _flavor(api, req, asked["flavorRef"])
     mapped = (asked.get("block_device_mapping_v2") or [{}])[0].get("uuid")
     image = image_of(api, asked.get("imageRef") or mapped, context.project_id,
@@ -287,6 +276,7 @@ def create(api: Backend, req: ApiRequest) -> webob.Response:
         max_count = min_count
     if min_count > max_count:
         raise bad_request("min_count must be <= max_count")
+    network = server_networks.requested(api, req, asked, max_count)
     metadata = asked.get("metadata") or {}
     limits = api.quotas.limits(context.project_id)  # once per create: two etcd reads
     allowed_items = limits["metadata_items"]
@@ -308,7 +298,8 @@ def create(api: Backend, req: ApiRequest) -> webob.Response:
         availability_zone=zone, extra_query=query, access_ipv4=asked.get("accessIPv4"),
         access_ipv6=asked.get("accessIPv6"), tags=asked.get("tags"), group=group,
         group_members_limit=limits["server_group_members"], limits=limits,
-        network=asked.get("networks") != "none")
+        network=network.network, networks=network.networks,
+        security_groups=network.security_groups)
     try:
         docs, reservation = api.builds.create(build)
     except OverQuota as exc:

@@ -65,6 +65,10 @@ class Build:
     limits: dict[str, int] | None = None
     # False: no network interface (networks "none"); else the hosts' network (auto).
     network: bool = True
+    # The neutron backend: the networks and ports checked with Neutron (None: auto), and
+    # the security group ids its ports are made with (None: the project's default).
+    networks: list[dict[str, str]] | None = None
+    security_groups: list[str] | None = None
 
 
 def hostname_of(display_name: str, count: int) -> str | None:
@@ -132,7 +136,8 @@ class Builds:
                 project_id=build.project_id, user_id=build.user_id, uuids=chosen,
                 server=template, group=(group.id, group.policy) if group else None,
                 group_max=group.max_per_host if group else None,
-                network=build.network)
+                network=build.network, networks=build.networks,
+                security_groups=build.security_groups)
             try:
                 destinations = self._schedule(request)
             except (NoValidHost, ConflictError) as exc:

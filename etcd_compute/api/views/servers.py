@@ -299,8 +299,12 @@ def _usage_time(timestamp: float | None) -> str | None:
 
 def show(req: ApiRequest, server: Server, *, network: str, show_extended: bool,
          show_extra_specs: bool, is_admin: bool,
-         host_status: str | None = None, availability_zone: str = "") -> dict[str, Any]:
-    """The detailed view (GET /servers/{id}, /servers/detail)."""
+         host_status: str | None = None, availability_zone: str = "",
+         addresses: dict[str, list[dict[str, Any]]] | None = None,
+         groups: list[str] | None = None) -> dict[str, Any]:
+    """The detailed view (GET /servers/{id}, /servers/detail); `addresses` and `groups`:
+    the neutron backend's (its ports'), else the address on `network` and the security
+    groups its record has."""
     version: Version = req.version
     doc, record = server.doc, server.record or {}
     vm_state, task_state, power_state = nova_states(server)
@@ -310,7 +314,7 @@ def show(req: ApiRequest, server: Server, *, network: str, show_extended: bool,
         "metadata": dict(doc.get("metadata") or {}), "hostId": _host_id(server),
         "image": _image(req, server), "flavor": _flavor(req, server, show_extra_specs),
         "created": isotime(doc["created_at"]), "updated": isotime(server.updated_at),
-        "addresses": _addresses(server, network),
+        "addresses": _addresses(server, network) if addresses is None else addresses,
         "accessIPv4": _access_ip(doc.get("access_ipv4")),
         "accessIPv6": _access_ip(doc.get("access_ipv6")),
         "links": links(req, "servers", server.uuid), "OS-DCF:diskConfig": "MANUAL",
@@ -323,7 +327,7 @@ def show(req: ApiRequest, server: Server, *, network: str, show_extended: bool,
         "OS-EXT-STS:power_state": power_state,
         "os-extended-volumes:volumes_attached": [],
     }
-    groups = security_groups(server)
+    groups = security_groups(server) if groups is None else groups
     if groups:  # Nova leaves the key out for a server in none
         shown["security_groups"] = [{"name": name} for name in groups]
     if shown["status"] in ("ERROR", "DELETED"):

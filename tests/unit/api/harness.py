@@ -19,6 +19,7 @@ from etcd_compute.api.objects.flavors import Flavor
 from etcd_compute.api.policy import Policy
 from etcd_compute.instances import host as host_txns
 from etcd_compute.instances import records
+from tests.unit.fake_neutron import FakeNeutron
 from tests.unit.fakes import FakePlacement, FakeStore
 
 MEMBER = ("member", "reader")
@@ -50,13 +51,23 @@ class Harness:
     backend: Backend
     app: Any
 
+    neutron: FakeNeutron | None = None
+
     @classmethod
-    def new(cls, **api: Any) -> Harness:
+    def new(cls, neutron: FakeNeutron | None = None, **api: Any) -> Harness:
+        """`neutron`: the neutron backend, over that fake Neutron (each caller sees it as
+        Neutron's policy shows it); else the libvirt backend."""
         store, placement = FakeStore(), FakePlacement()
         config = api_config(**api)
+        callers = None
+        if neutron is not None:
+            config["network"] = {**config["network"], "backend": "neutron"}
+            callers = lambda context: neutron.as_caller(  # noqa: E731
+                context.project_id, context.is_admin)
         policy = default_policy() if config["api"]["policy_file"] is None else None
-        backend = Backend.over(config, store, placement, policy)
-        return cls(store, placement, backend, make_app(backend.config, backend, auth=False))
+        backend = Backend.over(config, store, placement, policy, callers)
+        return cls(store, placement, backend, make_app(backend.config, backend, auth=False),
+                   neutron)
 
     def call(self, method: str, path: str, body: Any = None, *, project: str = "p1",
              user: str = "u1", roles: tuple[str, ...] = MEMBER, version: str | None = None,

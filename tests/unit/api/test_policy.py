@@ -29,6 +29,7 @@ from tests.support import REPO
 from tests.unit.api.harness import ADMIN as ADMIN_ROLES
 from tests.unit.api.harness import MEMBER, Harness, active
 from tests.unit.api.objects.test_keypairs import SSH_KEY
+from tests.unit.fake_neutron import FakeNeutron
 
 
 def caller(*roles: str, project: str = "p1", user: str = "u1") -> Context:
@@ -102,6 +103,7 @@ DEFAULTS = {
     SERVERS + "create:forced_host": ADMIN,
     "compute:servers:create:requested_destination": ADMIN,
     SERVERS + "create:attach_network": WRITE,
+    "network:attach_external_network": ADMIN,
     SERVERS + "create:zero_disk_flavor": ADMIN,
     SERVERS + "delete": WRITE,
     SERVERS + "update": WRITE,
@@ -170,6 +172,11 @@ DEFAULTS = {
     "os_compute_api:os-instance-usage-audit-log:list": ADMIN,
     "os_compute_api:os-instance-usage-audit-log:show": ADMIN,
     "os_compute_api:os-migrations:index": ADMIN,
+    "os_compute_api:os-security-groups:list": READ,
+    "os_compute_api:os-attach-interfaces:list": READ,
+    "os_compute_api:os-attach-interfaces:show": READ,
+    "os_compute_api:os-attach-interfaces:create": WRITE,
+    "os_compute_api:os-attach-interfaces:delete": WRITE,
     "os_compute_api:os-security-groups:add": WRITE,
     "os_compute_api:os-security-groups:remove": WRITE,
     "os_compute_api:os-server-external-events:create": SERVICE,
@@ -263,6 +270,8 @@ class Call:
     owner: str | None = None
     # The rule the request meets first, when this one is asked only after it.
     after: str | None = None
+    # Asked of a cloud on the neutron backend (a fake Neutron: p1's network {network}).
+    neutron: bool = False
 
 
 SERVER_ACTION = "/servers/{server}/action"
@@ -287,6 +296,9 @@ CALLS = {
         "name": "new", "flavorRef": "1", "imageRef": "file:///dev/null", "host": "hv1",
         "networks": "auto"}},
         version="2.74"),
+    SERVERS + "create:attach_network": Call("POST", "/servers", {"server": {
+        "name": "new", "flavorRef": "1", "imageRef": "file:///dev/null",
+        "networks": [{"uuid": "{network}"}]}}, neutron=True, after=SERVERS + "create"),
     SERVERS + "create:zero_disk_flavor": Call("POST", "/servers", {"server": {
         "name": "new", "flavorRef": "0", "imageRef": "file:///dev/null"}}),
     SERVERS + "delete": Call("DELETE", "/servers/{server}", owner=SERVER),
@@ -389,6 +401,17 @@ CALLS = {
     "os_compute_api:os-instance-usage-audit-log:show": Call(
         "GET", "/os-instance_usage_audit_log/2026-01-01%2000:00:00"),
     "os_compute_api:os-migrations:index": Call("GET", "/os-migrations"),
+    "os_compute_api:os-security-groups:list": Call(
+        "GET", "/servers/{server}/os-security-groups", owner=SERVER, neutron=True),
+    "os_compute_api:os-attach-interfaces:list": Call(
+        "GET", "/servers/{server}/os-interface", owner=SERVER, neutron=True),
+    "os_compute_api:os-attach-interfaces:show": Call(
+        "GET", "/servers/{server}/os-interface/{network}", owner=SERVER, neutron=True),
+    "os_compute_api:os-attach-interfaces:create": Call(
+        "POST", "/servers/{server}/os-interface", {"interfaceAttachment": {}},
+        owner=SERVER, neutron=True),
+    "os_compute_api:os-attach-interfaces:delete": Call(
+        "DELETE", "/servers/{server}/os-interface/{network}", owner=SERVER, neutron=True),
     "os_compute_api:os-security-groups:add": Call("POST", SERVER_ACTION, {
         "addSecurityGroup": {"name": "default"}}, owner=SERVER),
     "os_compute_api:os-security-groups:remove": Call("POST", SERVER_ACTION, {
@@ -496,10 +519,19 @@ VIEWS: dict[str, tuple[Call, Callable[[Any], Any]]] = {
         lambda body: "details" in body["instanceAction"]["events"][0]),
 }
 
+# Rules whose refusal is an answer of its own, not the rule's 403 (Nova asks them with
+# fatal=False), with the request that meets each and the refusal's test.
+OWN_ANSWER: dict[str, tuple[Call, Callable[[Any], bool]]] = {
+    "network:attach_external_network": (
+        Call("POST", "/servers", {"server": {
+            "name": "new", "flavorRef": "1", "imageRef": "file:///dev/null",
+            "networks": [{"uuid": "{external}"}]}}, neutron=True),
+        lambda answer: answer.status_int == 403 and answer.json["forbidden"]["message"]
+        .startswith("It is not allowed to create an interface on external network ")),
+}
+
 # Rules registered (so a policy file may name them) that no request here asks, and why.
 UNCHECKED = {
-    SERVERS + "create:attach_network": "a server's network is `auto` or `none` here: no "
-                                       "network or port is ever named to attach",
     SERVERS + "create_image:allow_volume_backed": "no server is volume-backed (no volume "
                                                   "service)",
     SERVERS + "show:host_status:unknown-only": "host_status is shown whole to whom "
@@ -547,18 +579,23 @@ class World:
     def send(self, call: Call, who: str, user: str = "u1") -> webob.Response:
         names = {**self.names, "user": user}
         path = call.path.format(**names).removesuffix("?locked")
-        body = None if call.body is None else json.loads(
-            json.dumps(call.body).replace("{server}", names["server"])
-            .replace("{user}", user))
+        text = json.dumps(call.body)
+        for name, value in names.items():
+            text = text.replace("{" + name + "}", value)
+        body = None if call.body is None else json.loads(text)
         return self.harness.call(call.method, "/v2.1" + path, body, version=call.version,
                                  **AS[who])
 
 
-def world() -> World:
+def world(neutron: bool = False) -> World:
     """p1's ACTIVE server (with metadata k, tag t), u1's key k, p1's group, an aggregate,
     flavors 1 (an extra spec), 2, 0 (no disk) and p (private, open to p1): all refused
-    requests must meet something to refuse."""
-    harness = Harness.new()
+    requests must meet something to refuse. `neutron`: on the neutron backend, p1's
+    network {network} in a fake Neutron."""
+    fake = FakeNeutron() if neutron else None
+    network = fake.add_network("p1")["id"] if fake else ""
+    external = fake.add_network("ops", external=True)["id"] if fake else ""
+    harness = Harness.new(neutron=fake)
     harness.backend.policy = RULES
     hypervisor = harness.add_host("hv1")
     harness.add_flavor("1", extra_specs={"hw:numa_nodes": "1"})
@@ -579,7 +616,8 @@ def world() -> World:
     action = harness.call("GET", f"/v2.1/servers/{server}/os-instance-actions").json[
         "instanceActions"][0]["request_id"]
     return World(harness, {"server": server, "group": group, "aggregate": str(aggregate),
-                           "hypervisor": hypervisor, "action": action})
+                           "hypervisor": hypervisor, "action": action, "network": network,
+                           "external": external})
 
 
 @contextlib.contextmanager
@@ -605,7 +643,25 @@ def refusal(rule: str) -> dict[str, Any]:
 
 def test_every_rule_is_met_by_a_request_or_shapes_a_view_or_is_said_unchecked():
     assert not set(CALLS) & set(UNCHECKED) and not set(VIEWS) & set(UNCHECKED)
-    assert set(CALLS) | set(VIEWS) | set(UNCHECKED) == set(DEFAULTS)
+    assert not set(OWN_ANSWER) & (set(CALLS) | set(VIEWS) | set(UNCHECKED))
+    assert set(CALLS) | set(VIEWS) | set(OWN_ANSWER) | set(UNCHECKED) == set(DEFAULTS)
+
+
+@pytest.mark.parametrize("rule", sorted(OWN_ANSWER))
+def test_a_rule_with_an_answer_of_its_own_gives_it(rule):
+    """Whom the default lets passes; whom it refuses, and anyone while it refuses everyone,
+    meets the rule's own answer, and nothing is written."""
+    call, refused = OWN_ANSWER[rule]
+    kind = DEFAULTS[rule]
+    answer = world(call.neutron).ask(call, LET[kind])
+    assert answer.status_int < 300 and not refused(answer), answer.text
+    for who, refusing_all in ((REFUSED[kind], False), (LET[kind], True)):
+        there = world(call.neutron)
+        before = written(there)
+        with refusing(rule) if refusing_all else contextlib.nullcontext():
+            answer = there.ask(call, who)
+        assert refused(answer), answer.text
+        assert written(there) == before
 
 
 @pytest.mark.parametrize("rule", sorted(CALLS))
@@ -613,9 +669,9 @@ def test_the_request_meets_its_rule(rule):
     """Whom the default lets is not refused; with the rule refusing everyone, the same
     request is refused by it (so it is this rule the handler asks, of this request)."""
     call, who = CALLS[rule], LET[DEFAULTS[rule]]
-    answer = world().ask(call, who)
+    answer = world(call.neutron).ask(call, who)
     assert answer.status_int != 403, answer.text
-    there = world()
+    there = world(call.neutron)
     with refusing(rule):
         answer = there.ask(call, who)
     assert (answer.status_int, answer.json) == (403, refusal(rule))
@@ -628,7 +684,7 @@ def test_whom_the_default_refuses_is_refused_and_nothing_changes(rule):
     on a read, an admin on the service's, a member naming another user's keys: 403 by the
     rule (or the one the request meets first)."""
     call, kind = CALLS[rule], DEFAULTS[rule]
-    there = world()
+    there = world(call.neutron)
     there.prepare(call, REFUSED[kind])
     before = written(there)
     answer = there.send(call, REFUSED[kind], user="u2" if kind == KEY_OWNER else "u1")
@@ -639,7 +695,7 @@ def test_whom_the_default_refuses_is_refused_and_nothing_changes(rule):
 @pytest.mark.parametrize("rule", sorted(rule for rule in CALLS if CALLS[rule].owner))
 def test_another_projects_member_meets_novas_answer(rule):
     call = CALLS[rule]
-    there = world()
+    there = world(call.neutron)
     answer = there.ask(call, "member of another project")
     server, group = there.names["server"], there.names["group"]
     expected = {

@@ -179,3 +179,16 @@ def test_an_api_request_keeps_its_owner_uuids_and_view_and_a_bad_view_is_refused
         request_spec_of({**message, "server": {**server, "name": "\x1b[2J"}}, SETTINGS)
     with pytest.raises(UsageError, match="uuids"):
         request_spec_of({**message, "uuids": uuids[:1]}, SETTINGS)
+
+
+def test_the_neutron_backends_networks_and_groups_cross_the_queue():
+    networks = [{"uuid": str(uuidlib.UUID(int=7))},
+                {"uuid": str(uuidlib.UUID(int=7)), "fixed_ip": "10.0.0.9"},
+                {"port": str(uuidlib.UUID(int=8))}]
+    groups = [str(uuidlib.UUID(int=9))]
+    spec = RequestSpec.build(QUERY, networks=networks, security_groups=groups)
+    message = request_message(spec, "api")
+    messages.check(messages.SCHEDULE_REQUEST, message)
+    again = request_spec_of(message, SETTINGS)
+    assert (again.networks, again.security_groups) == (networks, groups)
+    assert "networks" not in request_message(RequestSpec.build(QUERY), "api")

@@ -161,3 +161,12 @@ def test_owner_is_the_requests_else_the_configured_and_ids_are_checked():
         RequestSpec.build(QUERY, project_id="de mo")
     with pytest.raises(UsageError, match="uuids"):
         RequestSpec.build(QUERY, count=2, uuids=[str(uuidlib.uuid4())] * 2)
+
+
+@pytest.mark.parametrize("networks,groups", [
+    ("auto", None), ([{"uuid": 7}], None), ([{}], None), ([{"network": "x"}], None),
+    ([{"uuid": "x"}] * 17, None), (None, ["web"]), (None, "default"),
+])
+def test_networks_and_groups_of_another_shape_are_refused(networks, groups):
+    with pytest.raises(UsageError):
+        RequestSpec.build("resources=VCPU:1", networks=networks, security_groups=groups)

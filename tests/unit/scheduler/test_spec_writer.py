@@ -134,3 +134,11 @@ def test_the_api_view_of_each_instance_is_written_with_it():
     assert (record["project_id"], record["user_id"]) == ("demo", "ann")
     # The view exists already (a fault written for an earlier try): nothing is written.
     assert store.commit(transaction(store.keys, targets, request, SETTINGS, None)) is None
+
+
+def test_the_neutron_backends_networks_and_groups_go_to_the_host():
+    networks = [{"uuid": OTHER, "fixed_ip": "10.0.0.9"}, {"port": HOST}]
+    request = RequestSpec.build("resources=VCPU:1", networks=networks, security_groups=[OTHER])
+    spec = instance_spec(destination(), request, SETTINGS, 1.0)
+    assert (spec["networks"], spec["security_groups"]) == (networks, [OTHER])
+    messages.check(messages.INSTANCE_SPEC, spec)

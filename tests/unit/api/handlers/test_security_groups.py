@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from tests.unit.api.harness import Harness, active, spec_of
+from tests.unit.fake_neutron import FakeNeutron
 
 
 @pytest.mark.parametrize("body", [
@@ -116,3 +117,115 @@ def test_a_server_without_a_network_has_no_group_nor_port(harness: Harness):
         assert answer.status_int == 404
         assert answer.json["itemNotFound"]["message"] == \
             f"instance_id {uuid} could not be found as device id on any ports"
+
+
+# --- the neutron backend: Neutron's groups on the server's ports --------------------------
+
+
+@pytest.fixture
+def neutron() -> FakeNeutron:
+    return FakeNeutron()
+
+
+@pytest.fixture
+def cloud(neutron: FakeNeutron) -> Harness:
+    harness = Harness.new(neutron=neutron)
+    harness.add_host()
+    harness.add_flavor()
+    return harness
+
+
+def server_with_port(cloud: Harness, neutron: FakeNeutron, *groups: str,
+                     ports: int = 1) -> tuple[str, list[dict]]:
+    """p1's server and its ports in `groups` (the host's part, making the ports, stood in
+    for by the fake)."""
+    net = neutron.add_network("p1", "private")
+    uuid = active(cloud, networks=[{"uuid": net["id"]}])
+    return uuid, [neutron.add_port(net, device_id=uuid, security_groups=list(groups))
+                  for _ in range(ports)]
+
+
+def port_groups(neutron: FakeNeutron, port: dict) -> list[str]:
+    return neutron.items["ports"][port["id"]]["security_groups"]
+
+
+def test_the_servers_groups_in_novas_proxy_view(cloud: Harness, neutron: FakeNeutron):
+    web = neutron.add_group("p1", "web", rules=[
+        {"protocol": "tcp", "port_range_min": 22, "port_range_max": 22,
+         "remote_ip_prefix": "192.0.2.0/24"},
+        {"protocol": "icmp"}, {"direction": "egress", "protocol": "tcp"}])
+    default = neutron.add_group("p1", "default")
+    neutron.items["security_groups"][default["id"]]["security_group_rules"].append({
+        "id": "r-remote", "security_group_id": default["id"], "direction": "ingress",
+        "ethertype": "IPv4", "protocol": None, "port_range_min": None,
+        "port_range_max": None, "remote_group_id": web["id"], "remote_ip_prefix": None})
+    uuid, _ = server_with_port(cloud, neutron, web["id"], default["id"])
+    answer = cloud.call("GET", f"/v2.1/servers/{uuid}/os-security-groups", roles=("reader",))
+    assert answer.status_int == 200, answer.text
+    shown = answer.json["security_groups"]
+    assert [g["name"] for g in shown] == ["default", "web"]
+    assert shown[0]["rules"] == [{
+        "id": "r-remote", "parent_group_id": default["id"], "ip_protocol": None,
+        "from_port": None, "to_port": None, "group": {"name": "web", "tenant_id": "p1"},
+        "ip_range": {}}]
+    ssh, icmp = shown[1]["rules"]
+    assert (ssh["ip_protocol"], ssh["from_port"], ssh["to_port"], ssh["ip_range"]) == \
+        ("tcp", 22, 22, {"cidr": "192.0.2.0/24"})
+    assert (icmp["from_port"], icmp["to_port"], icmp["ip_range"]) == \
+        (-1, -1, {"cidr": "0.0.0.0/0"})
+    assert {k: shown[1][k] for k in ("id", "description", "tenant_id")} == {
+        "id": web["id"], "description": "web group", "tenant_id": "p1"}
+    assert cloud.show(uuid)["security_groups"] == [{"name": "web"}, {"name": "default"}]
+
+
+def test_another_projects_member_does_not_find_the_server(cloud: Harness,
+                                                          neutron: FakeNeutron):
+    uuid, _ = server_with_port(cloud, neutron)
+    answer = cloud.call("GET", f"/v2.1/servers/{uuid}/os-security-groups", project="p2")
+    assert answer.status_int == 404
+
+
+def test_add_and_remove_change_every_port(cloud: Harness, neutron: FakeNeutron):
+    default, web = neutron.add_group("p1", "default"), neutron.add_group("p1", "web")
+    uuid, ports = server_with_port(cloud, neutron, default["id"], ports=2)
+    assert cloud.action(uuid, {"addSecurityGroup": {"name": "web"}}).status_int == 202
+    assert all(port_groups(neutron, p) == [default["id"], web["id"]] for p in ports)
+    assert cloud.action(uuid, {"addSecurityGroup": {"name": web["id"]}}).status_int == 202
+    assert all(port_groups(neutron, p) == [default["id"], web["id"]] for p in ports)
+    assert cloud.action(uuid, {"removeSecurityGroup": {"name": "default"}}).status_int == 202
+    assert all(port_groups(neutron, p) == [web["id"]] for p in ports)
+    answer = cloud.action(uuid, {"removeSecurityGroup": {"name": "default"}})
+    assert (answer.status_int, answer.json["itemNotFound"]["message"]) == (
+        404, f"Security group default not associated with the instance {uuid}")
+
+
+def test_novas_refusals_of_a_group_change(cloud: Harness, neutron: FakeNeutron):
+    uuid, ports = server_with_port(cloud, neutron)
+    theirs = neutron.add_group("p2", "theirs")
+    for name in ("theirs", theirs["id"], "x" * 100000):
+        answer = cloud.action(uuid, {"addSecurityGroup": {"name": name}})
+        assert (answer.status_int, answer.json["itemNotFound"]["message"]) == (
+            404, f"Security group {name[:255]} is not found for project p1")
+    neutron.add_group("p1", "twin")
+    neutron.add_group("p1", "twin")
+    answer = cloud.action(uuid, {"addSecurityGroup": {"name": "twin"}})
+    assert answer.status_int == 409
+    neutron.add_group("p1", "web")
+    neutron.items["ports"][ports[0]["id"]]["port_security_enabled"] = False
+    answer = cloud.action(uuid, {"addSecurityGroup": {"name": "web"}})
+    assert (answer.status_int, answer.json["badRequest"]["message"]) == (
+        400, "Network requires port_security_enabled and subnet associated in order to "
+             "apply security groups.")
+    portless = active(cloud, networks=[{"uuid": ports[0]["network_id"]}])
+    answer = cloud.action(portless, {"addSecurityGroup": {"name": "web"}})
+    assert (answer.status_int, answer.json["itemNotFound"]["message"]) == (
+        404, f"instance_id {portless} could not be found as device id on any ports")
+    assert port_groups(neutron, ports[0]) == []
+
+
+def test_under_libvirt_the_list_is_not_served(harness: Harness):
+    uuid = active(harness)
+    answer = harness.call("GET", f"/v2.1/servers/{uuid}/os-security-groups",
+                          roles=("observer",))
+    assert (answer.status_int, answer.json["itemNotFound"]["message"]) == (
+        404, "The resource could not be found.")
