@@ -59,6 +59,7 @@ from etcd_compute.heartbeat_timing import heartbeat_timing
 from etcd_compute.hosts import publish_libvirt_address, under_maintenance
 from etcd_compute.instances import ownership, records, states
 from etcd_compute.keys import UUID
+from etcd_compute.network_backend import backend_of, trait_of
 from etcd_compute.placement import PlacementClient
 from etcd_compute.watching import PrefixWatch, on_owner_thread
 
@@ -92,7 +93,7 @@ class ComputeService:
         self.registration = Registration(
             self.placement, self.settings, self.hosts,
             lambda rp: under_maintenance(self.store, rp),
-            {arch_trait()} | hypervisor_traits(config["driver"]))
+            {arch_trait(), trait_of(backend_of(config))} | hypervisor_traits(config["driver"]))
         self.heartbeat = Heartbeat(
             self.store, self.hosts, self.settings["heartbeat_ttl"], config["driver"]["name"],
             self.stopping, self.settings["fence_margin_seconds"], on_fence=self.fencer.fence,
