@@ -521,3 +521,27 @@ def test_a_host_advertises_its_network_backends_trait_and_publishes_it(tmp_path,
     assert trait_of(backend) in traits and trait_of(other) not in traits
     # in its account too: a scheduler planning on the accounts sees it (hostview.py)
     assert trait_of(backend) in daemon.service.capacity.traits()
+
+
+def test_neutrons_events_for_a_waiting_build_reach_it_and_nothing_else(tmp_path, monkeypatch):
+    from etcd_compute.instances import external_events
+
+    port = "11111111-1111-4111-8111-111111111111"
+    real = worker.build
+    monkeypatch.setattr(worker, "build", lambda spec: {**real(spec), "ports": [port]})
+    daemon = Daemon(tmp_path, monkeypatch, network={"backend": NEUTRON})
+    assert daemon.service.machine.plugging.timeout == 300  # network.neutron's default
+    spec = daemon.schedule()
+    daemon.service.machine.on_spec(daemon.rp, spec["uuid"], daemon.store.get(
+        daemon.keys.spec(daemon.rp, spec["uuid"])).value, 0)
+    daemon.settle()
+    assert daemon.state(spec["uuid"]) == states.BUILDING  # waiting for its port
+    assert external_events.hand_to_host(daemon.store, daemon.rp, spec["uuid"], [
+        {"name": "network-vif-plugged", "status": "completed", "tag": port, "at": 1.0}],
+        daemon.store.grant(60))
+    entry = daemon.store.get(daemon.keys.external_events(daemon.rp, spec["uuid"]))
+    daemon.service.on_watch_event(put_event(entry.key, entry.value, entry.mod_revision))
+    daemon.settle()
+    assert daemon.state(spec["uuid"]) == states.ACTIVE
+    # Not a spec: the capacity account is not said to be as of it.
+    assert daemon.service.capacity.as_of < entry.mod_revision
