@@ -29,6 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from etcd_compute.compute import metrics as compute_metrics
 from etcd_compute.compute.pool import BUILD, Job
 from etcd_compute.errors import BuildError
 from etcd_compute.etcd import KeyValueStore
@@ -82,7 +83,7 @@ class PlugWaits:
         future: concurrent.futures.Future = concurrent.futures.Future()
         waiting = Job(BUILD, job.uuid, job.spec, future, job.record_revision,
                       blame_host=job.blame_host, started=job.started)
-        waiting.__dict__["_metered"] = True  # the build was counted when its worker returned
+        compute_metrics.counted_already(waiting)  # when its worker returned
         wait = self.waits[job.uuid] = Wait(waiting, job.spec["host"], ports, result)
         self.jobs[job.uuid] = waiting
         future.add_done_callback(lambda _f: self.post(self._done, (wait,)))
