@@ -107,3 +107,10 @@ def test_a_flood_of_events_keeps_only_the_last_few_of_each_server():
     assert message["events"][-1]["tag"] == f"{19:08d}-0000-4000-8000-{4:012d}"
     # One lease serves them all: a flood does not make a lease per event.
     assert len(harness.store.leases) <= 2
+
+
+def test_a_tag_with_control_characters_is_refused_not_a_server_error():
+    harness, uuid = booted()
+    answer = send(harness, {**plugged(uuid), "tag": "port\x00\n\x1b[2J"})
+    assert answer.status_int == 400
+    assert handed(harness, uuid) is None
