@@ -249,7 +249,11 @@ class ComputeService:
             if watch is not None:
                 watch.cancel()
         deadline = self.clock.now() + self.settings["shutdown_timeout_seconds"]
-        while self.machine.jobs and self.clock.now() < deadline:
+
+        def running() -> list[str]:  # (a build waiting for its ports: no event comes now)
+            return [uuid for uuid in self.machine.jobs if uuid not in self.machine.plugging.waits]
+
+        while running() and self.clock.now() < deadline:
             try:
                 handler, args = self.clock.get(self.events, deadline - self.clock.now())
             except queue.Empty:

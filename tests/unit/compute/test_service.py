@@ -545,3 +545,21 @@ def test_neutrons_events_for_a_waiting_build_reach_it_and_nothing_else(tmp_path,
     assert daemon.state(spec["uuid"]) == states.ACTIVE
     # Not a spec: the capacity account is not said to be as of it.
     assert daemon.service.capacity.as_of < entry.mod_revision
+
+
+def test_a_build_waiting_for_its_ports_does_not_hold_the_shutdown(tmp_path, monkeypatch):
+    real = worker.build
+    monkeypatch.setattr(worker, "build", lambda spec: {
+        **real(spec), "ports": ["11111111-1111-4111-8111-111111111111"]})
+    daemon = Daemon(tmp_path, monkeypatch, network={"backend": NEUTRON})
+    spec = daemon.schedule()
+    daemon.service.reconcile()
+    daemon.settle()
+    assert daemon.state(spec["uuid"]) == states.BUILDING and daemon.service.machine.jobs
+    stopping = threading.Thread(target=daemon.service.shutdown)
+    stopping.start()
+    stopping.join(5)  # no time passes: nothing waits for Neutron's event
+    held = stopping.is_alive()
+    daemon.clock.advance(daemon.config["compute"]["shutdown_timeout_seconds"])  # (frees it)
+    stopping.join(5)
+    assert not held and daemon.pool.stopped
