@@ -35,6 +35,7 @@ from bench.stats import percentile  # noqa: E402
 from etcd_compute import messages  # noqa: E402
 from etcd_compute.config import deep_merge  # noqa: E402
 from etcd_compute.etcd import Store  # noqa: E402
+from etcd_compute.network_backend import LIBVIRT, trait_of  # noqa: E402
 from etcd_compute.placement import PlacementClient  # noqa: E402
 from etcd_compute.scheduler import RequestSpec, Scheduler  # noqa: E402
 from etcd_compute.zones import registry  # noqa: E402
@@ -47,11 +48,13 @@ RESULTS = REPO / "bench" / "results" / "zones.json"
 
 def add_hosts(stack: Stack, name: str, count: int) -> None:
     placement = PlacementClient(stack.placement_config)
+    placement.ensure_custom_traits({trait_of(LIBVIRT)})
     with Store(stack.etcd_config) as store:
         for i in range(count):
             uuid = str(uuidlib.uuid4())
             placement.ensure_provider(uuid, f"{name}-{i}")
             placement.set_inventory(uuid, FAKE_HOST_INVENTORY)
+            placement.set_traits(uuid, {trait_of(LIBVIRT)})  # as a compute registers
             store.put(messages.ALIVE, store.keys.alive(uuid),
                       {"host": uuid, "name": f"{name}-{i}", "since": time.time()})
 

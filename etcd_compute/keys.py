@@ -8,6 +8,9 @@ permissions can give each host exactly its keys (see `etcd_auth.py`):
     /hosts/<rp_uuid>/booted/<instance_uuid>     the guest IP (kept from the original toy)
     /hosts/<rp_uuid>/console/<instance_uuid>    tail of the serial log
     /hosts/<rp_uuid>/events/<instance_uuid>     instance_events: the last actions on it
+    /hosts/<rp_uuid>/external-events/<instance_uuid>
+                                                external_events: what Neutron told the
+                                                compute API of it (written by the API)
     /alive/<rp_uuid>                            heartbeat, bound to the host's lease
     /stats/<rp_uuid>                            host_stats: recent build failures ...
 
@@ -63,7 +66,8 @@ UUID = re.compile(r"\A[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{1
 
 # Per-instance key kinds under /hosts/<rp>/.
 SPECS, RECORDS, BOOTED, CONSOLE, EVENTS = "specs", "instances", "booted", "console", "events"
-HOST_KINDS = (SPECS, RECORDS, BOOTED, CONSOLE, EVENTS)
+EXTERNAL_EVENTS = "external-events"
+HOST_KINDS = (SPECS, RECORDS, BOOTED, CONSOLE, EVENTS, EXTERNAL_EVENTS)
 
 
 @dataclass(frozen=True)
@@ -112,6 +116,14 @@ class Keys:
 
     def events(self, rp_uuid: str, instance_uuid: str) -> str:
         return f"{self.host(rp_uuid)}{EVENTS}/{instance_uuid}"
+
+    def external_events_prefix(self, rp_uuid: str) -> str:
+        return f"{self.host(rp_uuid)}{EXTERNAL_EVENTS}/"
+
+    def external_events(self, rp_uuid: str, instance_uuid: str) -> str:
+        """What other services (Neutron) said of the instance: the compute API writes it
+        (operator's credentials) under the host's prefix, for the host to read."""
+        return f"{self.external_events_prefix(rp_uuid)}{instance_uuid}"
 
     def alive_prefix(self) -> str:
         return f"{self.prefix}/alive/"

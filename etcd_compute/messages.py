@@ -36,6 +36,7 @@ ZONE = "zone"
 ZONE_INSTANCE = "zone_instance"
 ZONE_INTENT = "zone_intent"
 MIGRATION = "migration"
+EXTERNAL_EVENTS = "external_events"
 # The compute API's (etcd_compute/api/).
 SERVER = "server"
 FLAVOR = "flavor"

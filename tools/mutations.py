@@ -49,6 +49,10 @@ POLICY = "tests/unit/api/test_policy.py::"
 SERVER_GROUPS = "tests/unit/api/handlers/test_server_groups.py::"
 SIGNED = "tests/unit/mdserver/test_signed.py::"
 SERVER_NETWORKS = "tests/unit/api/handlers/test_server_networks.py::"
+PLUGGING = "tests/unit/compute/test_plugging.py::"
+EXTERNAL_EVENTS = "tests/unit/api/handlers/test_server_external_events.py::"
+INSTANCE_EVENTS = "tests/unit/instances/test_external_events.py::"
+SCHEDULER = "tests/unit/scheduler/test_scheduler.py::"
 
 MUTATIONS = (
     Mutation("fence only after the lease expired", "etcd_compute/compute/heartbeat.py",
@@ -198,6 +202,34 @@ MUTATIONS = (
              "etcd_compute/api/objects/requested_networks.py",
              'not net.get("shared") and not external_ok:', 'not net.get("shared") and False:',
              (SERVER_NETWORKS + "test_an_external_network_not_shared_is_the_admins",)),
+    # Neutron's events and the network backend (issue 32).
+    Mutation("a project's member hands a server an event", "etcd_compute/api/policy.py",
+             '    (EXTERNAL_EVENTS, "rule:service_or_admin"),',
+             '    (EXTERNAL_EVENTS, "rule:service_or_admin or role:member"),',
+             (EXTERNAL_EVENTS + "test_a_member_or_reader_cannot_hand_a_server_an_event_an_"
+                                "admin_can",)),
+    Mutation("a flood of events kept whole", "etcd_compute/instances/external_events.py",
+             '"events": (kept + events)[-MAX_EVENTS:]}', '"events": kept + events}',
+             (INSTANCE_EVENTS + "test_only_the_last_events_are_kept",)),
+    Mutation("an event written for an instance whose record is not there",
+             "etcd_compute/instances/external_events.py",
+             '[*compare, Compare(record, "version", ">", 0)]', "compare",
+             (INSTANCE_EVENTS + "test_no_key_for_an_instance_whose_record_is_not_on_that_"
+                                "host",)),
+    Mutation("a failed port taken as plugged", "etcd_compute/compute/plugging.py",
+             "        if failed and self.fatal:", "        if failed and not self.fatal:",
+             (PLUGGING + "test_a_failed_port_fails_the_build_leaving_nothing",)),
+    Mutation("ACTIVE before every port is plugged", "etcd_compute/compute/plugging.py",
+             "        elif plugged | failed >= set(wait.ports):",
+             "        elif plugged | failed:",
+             (PLUGGING + "test_active_only_once_neutron_says_every_port_is_plugged",)),
+    Mutation("the scheduler asks for any backend's hosts", "etcd_compute/scheduler/scheduler.py",
+             "self.host_traits = frozenset({trait_of(backend_of(config))})",
+             "self.host_traits = frozenset()",
+             (SCHEDULER + "test_a_request_goes_only_to_a_host_of_the_schedulers_own_network_"
+                          "backend[libvirt-False]",
+              SCHEDULER + "test_a_request_goes_only_to_a_host_of_the_schedulers_own_network_"
+                          "backend[neutron-True]")),
 )
 
 

@@ -161,7 +161,7 @@ RULES = [
     (SECURITY_GROUPS % "add", PROJECT_MEMBER_OR_ADMIN),
     (SECURITY_GROUPS % "remove", PROJECT_MEMBER_OR_ADMIN),
     # Nova's default: the service role (Neutron, Cinder, Cyborg send these), not admins.
-    (EXTERNAL_EVENTS, "rule:service_api"),
+    (EXTERNAL_EVENTS, "rule:service_or_admin"),
     (MIGRATE_SERVER % "migrate_live", ADMIN),
     (MIGRATE_SERVER % "migrate", ADMIN),
     (ADMIN_ACTIONS % "reset_state", ADMIN),

@@ -29,6 +29,7 @@ from etcd_compute.compute.ends import EVACUABLE, InstanceEnds
 from etcd_compute.compute.fencing import Gate
 from etcd_compute.compute.identity import HostIdentity
 from etcd_compute.compute.moves import InstanceMoves
+from etcd_compute.compute.plugging import PlugWaits
 from etcd_compute.compute.pool import (
     ACTION_KINDS,
     BUILD,
@@ -82,7 +83,8 @@ class InstanceMachine:
     def __init__(self, store: KeyValueStore, placement: PlacementClient, pool: WorkerPool,
                  consoles: Consoles, hosts: dict[str, HostIdentity], settings: dict[str, Any],
                  post: Post, stopping: threading.Event, gate: Gate | None = None,
-                 later: Later | None = None, claim_checks: checks.ClaimChecks | None = None):
+                 later: Later | None = None, claim_checks: checks.ClaimChecks | None = None,
+                 vif_plugging: dict[str, Any] | None = None):
         self.store = store
         self.keys = store.keys
         self.placement = placement
@@ -112,6 +114,9 @@ class InstanceMachine:
         self.actions = LifecycleActions(self)
         self.ends = InstanceEnds(self)
         self.moves = InstanceMoves(self)
+        # Builds on Neutron ports waiting for network-vif-plugged (`network.neutron`).
+        self.plugging = PlugWaits(store, self.jobs, post, self.later, self.on_job_done,
+                                  vif_plugging)
 
     # ---------------------------------------------------------------- specs
 
@@ -417,7 +422,8 @@ class InstanceMachine:
                 self.submit(DESTROY, job.spec, self.read(job.spec["host"], job.uuid).revision,
                             hand_over=job.hand_over)
             elif error is None:
-                self.ends.finish_build(job, job.future.result())
+                if not self.plugging.wait_for(job):  # its ports up (or none): it ends now
+                    self.ends.finish_build(job, job.future.result())
             else:
                 # The request's own fault (its image, URL, size...) is not the host's: no
                 # hand-over to another host, nothing counted against this one.

@@ -213,6 +213,12 @@ def job_finished(job: Job) -> None:
             ACTION_SECONDS.labels(job.kind, result).observe(elapsed)
 
 
+def counted_already(job: Job) -> None:
+    """`job` goes on from one counted (a build's wait for its ports, plugging.py): its end
+    is not counted again."""
+    job.__dict__["_metered"] = True
+
+
 def action_refused(action: str) -> None:
     """An operator's action was refused here (compute/actions.py)."""
     if action in ACTION_KINDS:

@@ -58,7 +58,8 @@ from etcd_compute.etcd import Store
 from etcd_compute.heartbeat_timing import heartbeat_timing
 from etcd_compute.hosts import publish_libvirt_address, under_maintenance
 from etcd_compute.instances import ownership, records, states
-from etcd_compute.keys import UUID
+from etcd_compute.keys import EXTERNAL_EVENTS, UUID
+from etcd_compute.network_backend import backend_of, trait_of, uses_neutron
 from etcd_compute.placement import PlacementClient
 from etcd_compute.watching import PrefixWatch, on_owner_thread
 
@@ -86,13 +87,16 @@ class ComputeService:
         # Next revision the watch must deliver (before it runs; then the watch's own).
         self._next_revision = 0
         self.watch: PrefixWatch | None = None
+        # Neutron's events for our builds (plugging.py): their own watch, when one host's
+        # specs are all the main watch follows.
+        self.events_watch: PrefixWatch | None = None
         self.pool = WorkerPool(config)
         self.gate = Gate()
         self.fencer = Fencer(config, self.pool, self.gate)
         self.registration = Registration(
             self.placement, self.settings, self.hosts,
             lambda rp: under_maintenance(self.store, rp),
-            {arch_trait()} | hypervisor_traits(config["driver"]))
+            {arch_trait(), trait_of(backend_of(config))} | hypervisor_traits(config["driver"]))
         self.heartbeat = Heartbeat(
             self.store, self.hosts, self.settings["heartbeat_ttl"], config["driver"]["name"],
             self.stopping, self.settings["fence_margin_seconds"], on_fence=self.fencer.fence,
@@ -104,7 +108,9 @@ class ComputeService:
         self.claim_checks = ClaimChecks(PlacementClient(config["placement"]), ThreadRunner())
         self.machine = InstanceMachine(self.store, self.placement, self.pool, self.consoles,
                                        self.hosts, self.settings, self.post, self.stopping,
-                                       self.gate, claim_checks=self.claim_checks)
+                                       self.gate, claim_checks=self.claim_checks,
+                                       vif_plugging=config["network"]["neutron"]
+                                       if uses_neutron(config) else None)
         self.power = PowerSync(self.store, self.hosts, self.consoles, self.gate,
                                busy=lambda uuid: uuid in self.machine.jobs,
                                settled_at=lambda uuid: self.machine.settled.get(uuid, 0.0))
@@ -185,6 +191,14 @@ class ComputeService:
     def start_threads(self) -> None:
         self.watch = self.make_watch()
         threading.Thread(target=self.watch.run, name="watch", daemon=True).start()
+        if uses_neutron(self.config) and len(self.hosts) == 1:
+            prefix = self.keys.external_events_prefix(next(iter(self.hosts)))
+            self.events_watch = PrefixWatch(
+                self.store, prefix, on_event=self._watch_event,
+                resync=on_owner_thread(self.post, lambda: self.machine.plugging.resync(prefix),
+                                       self.stopping.is_set), name="events-watch", log=LOG)
+            threading.Thread(target=self.events_watch.run, name="events-watch",
+                             daemon=True).start()
         threading.Thread(target=self._timer_loop, name="timer", daemon=True).start()
 
     @property
@@ -205,8 +219,9 @@ class ComputeService:
 
     def stop(self) -> None:
         self.stopping.set()
-        if self.watch is not None:
-            self.watch.cancel()  # nothing more to hand over (the connection closes next)
+        for watch in (self.watch, self.events_watch):
+            if watch is not None:
+                watch.cancel()  # nothing more to hand over (the connection closes next)
         self.post(lambda: None)
 
     def main_loop(self) -> None:
@@ -230,10 +245,15 @@ class ComputeService:
 
     def shutdown(self) -> None:
         """Let in-flight jobs finish (bounded), make hosts unschedulable, drop the lease."""
-        if self.watch is not None:
-            self.watch.cancel()
+        for watch in (self.watch, self.events_watch):
+            if watch is not None:
+                watch.cancel()
         deadline = self.clock.now() + self.settings["shutdown_timeout_seconds"]
-        while self.machine.jobs and self.clock.now() < deadline:
+
+        def running() -> list[str]:  # (a build waiting for its ports: no event comes now)
+            return [uuid for uuid in self.machine.jobs if uuid not in self.machine.plugging.waits]
+
+        while running() and self.clock.now() < deadline:
             try:
                 handler, args = self.clock.get(self.events, deadline - self.clock.now())
             except queue.Empty:
@@ -321,11 +341,15 @@ class ComputeService:
 
     def on_watch_event(self, event: Any) -> None:
         compute_metrics.event_handled(event)
+        deleted = isinstance(event, pyetcd.events.DeleteEvent)
+        key = self.keys.parse_host_key(event.key.decode())
+        if key is not None and key.kind == EXTERNAL_EVENTS and key.host in self.hosts:
+            self.machine.plugging.on_events(key.host, key.uuid, None if deleted else event.value)
+            return
         parsed = self.keys.parse_spec(event.key.decode())
         if parsed is None or parsed[0] not in self.hosts:
             self.capacity.seen(event.mod_revision)
             return
-        deleted = isinstance(event, pyetcd.events.DeleteEvent)
         self.capacity.spec(parsed[0], parsed[1], None if deleted else event.value,
                            event.mod_revision)
         if deleted:

@@ -104,7 +104,8 @@ class Batcher:
         self.cache = cache
         self.fence, self.is_leader, self.answer_lease = fence, is_leader, answer_lease
         self.rng = rng or random.Random()
-        self.offers = Offers(placement, self.settings, cache, scheduler.shards_for, self.rng)
+        self.offers = Offers(placement, self.settings, cache, scheduler.shards_for, self.rng,
+                             scheduler.host_traits)
         # Requests tried and left for the next pass: how often, and not before when.
         self.attempts: Counter[str] = Counter()
         self.not_before: dict[str, float] = {}

@@ -38,9 +38,12 @@ Shards = Callable[[ResourceRequest, int, Callable[[], int]], list[str] | None]
 
 class Offers:
     def __init__(self, placement: PlacementClient, settings: dict[str, Any], cache: HostCache,
-                 shards_for: Shards, rng: random.Random):
+                 shards_for: Shards, rng: random.Random, host_traits: frozenset[str] = frozenset()):
         self.settings, self.cache, self.shards_for, self.rng = settings, cache, shards_for, rng
-        self.candidates = CandidateCache(placement, settings["service_candidates_max_age"])
+        # The traits every host must have (the network backend's: `Scheduler.host_traits`).
+        self.host_traits = host_traits
+        self.candidates = CandidateCache(placement, settings["service_candidates_max_age"],
+                                         root_required=host_traits)
         self.own = hostview.OwnClaims()
         # Shapes planned on the accounts and on Placement's candidates (for the pass log).
         self.on_accounts = self.on_candidates = 0
@@ -62,7 +65,8 @@ class Offers:
             if self._view.usable:
                 self.on_accounts += 1
                 return self._view.host_states(resources, limit, self.rng,
-                                              self.own.unseen(self._view.as_of()), usage)
+                                              self.own.unseen(self._view.as_of()),
+                                              self.host_traits, usage)
         self.on_candidates += 1
         aggregates = self.shards_for(request, instances, lambda: len(cluster.alive))
         answer = self.candidates.get(request, limit, aggregates)

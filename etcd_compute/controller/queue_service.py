@@ -26,7 +26,7 @@ from etcd_compute.controller.batcher import Batcher, LostLeadership
 from etcd_compute.controller.election import Election
 from etcd_compute.controller.hostcache import HostCache
 from etcd_compute.errors import ServiceUnavailable
-from etcd_compute.etcd import Delete, KeyValueStore, Txn, put_message
+from etcd_compute.etcd import Delete, KeyValueStore, SharedLease, Txn, put_message
 from etcd_compute.placement import PlacementClient
 from etcd_compute.scheduler.queue import read_pending
 from etcd_compute.scheduler.scheduler import Scheduler
@@ -43,22 +43,6 @@ PAUSED_SECONDS = 0.1
 GATHER_SECONDS = 0.05
 
 
-class AnswerLease:
-    """One lease for many answers: renewed every `ttl / 4`, so each answer lives at least
-    3/4 of `ttl` (one lease grant per batch would be one more round trip)."""
-
-    def __init__(self, store: KeyValueStore, ttl: int, clock: Clock = SYSTEM):
-        self.store, self.ttl, self.clock = store, ttl, clock
-        self._lease: int | None = None
-        self._granted = 0.0
-
-    def __call__(self) -> int:
-        if self._lease is None or self.clock.now() - self._granted > self.ttl / 4:
-            self._lease = self.store.grant(self.ttl)
-            self._granted = self.clock.now()
-        return self._lease
-
-
 class QueueService:
     def __init__(self, store: KeyValueStore, placement: PlacementClient, scheduler: Scheduler,
                  election: Election, cache: HostCache, settings: dict[str, Any],
@@ -68,7 +52,7 @@ class QueueService:
         self.election = election
         self.batcher = Batcher(store, placement, scheduler, cache, election.fence,
                                lambda: election.is_leader,
-                               AnswerLease(store, settings["service_answer_ttl"], clock))
+                               SharedLease(store, settings["service_answer_ttl"], clock))
         self._wakeup = threading.Event()
         self._arrived = threading.Condition()
         self._arrivals = 0

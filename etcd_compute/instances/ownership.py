@@ -1,7 +1,7 @@
 """The keys an instance owns, the operations that write them, and how they are let go.
 
-On its host, the instance's spec, record, /booted/, /console/ and /events/
-keys, all under /hosts/<rp>/, which the host may write; on the operator's
+On its host, the instance's spec, record, /booted/, /console/, /events/ and
+/external-events/ keys, all under /hosts/<rp>/, which the host may write; on the operator's
 side, its location `/instances/<uuid>` (which host holds it) and, in a
 server group, `/groups/<name>/<uuid>`, which a host may not touch (see
 `keys.py`). The operator's keys of an instance destroyed are bound to its
@@ -25,8 +25,10 @@ from etcd_compute.keys import Keys
 
 def host_keys(keys: Keys, host: str, uuid: str) -> list[str]:
     """The instance's keys on its host besides its record and events: what the host removes
-    at the end (the events stay as long as the record)."""
-    return [keys.spec(host, uuid), keys.booted(host, uuid), keys.console(host, uuid)]
+    at the end (the events stay as long as the record), what other services told of it
+    (`external_events.py`, written by the compute API) with them."""
+    return [keys.spec(host, uuid), keys.booted(host, uuid), keys.console(host, uuid),
+            keys.external_events(host, uuid)]
 
 
 def operator_keys(keys: Keys, uuid: str, group: str | None) -> list[str]:

@@ -13,7 +13,7 @@ capacity exact: a 409 drops every kept answer, and the next pass asks afresh.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,6 +24,17 @@ from etcd_compute.scheduler.hoststate import Allocations
 from etcd_compute.scheduler.request import ResourceRequest
 
 EMPTY: dict[str, Any] = {"allocation_requests": [], "provider_summaries": {}}
+
+
+def extra_params(root_required: Collection[str],
+                 aggregates: list[str] | None = None) -> list[tuple[str, str]]:
+    """What every candidates query of a scheduler adds to the request's own: the traits a
+    host (its root provider) must have whatever the request (the network backend's,
+    `Scheduler.host_traits`), and the shard aggregates asked about, if any."""
+    extra = [("root_required", ",".join(sorted(root_required)))] if root_required else []
+    if aggregates:
+        extra.append(("member_of", "in:" + ",".join(aggregates)))
+    return extra
 
 
 @dataclass
@@ -38,8 +49,10 @@ class CandidateCache:
     with `scheduler.Candidates`, one request's hosts as the direct path plans them)."""
 
     def __init__(self, placement: PlacementClient, max_age: float,
-                 clock: Callable[[], float] = time.monotonic):
+                 clock: Callable[[], float] = time.monotonic,
+                 root_required: Collection[str] = ()):
         self.placement, self.max_age, self.clock = placement, max_age, clock
+        self.root_required = root_required
         self._answers: dict[str, Answer] = {}
         # What we claimed, and when: taken off answers asked before it.
         self._claims: list[tuple[float, Allocations]] = []
@@ -58,7 +71,7 @@ class CandidateCache:
             return kept
         self.queries += 1
         try:
-            extra = [("member_of", "in:" + ",".join(aggregates))] if aggregates else None
+            extra = extra_params(self.root_required, aggregates)
             candidates = self.placement.allocation_candidates(
                 request.to_query(limit=limit, extra=extra))
         except PlacementError as exc:

@@ -19,6 +19,7 @@ from typing import Any
 from etcd_compute.errors import NoValidHost, PlacementError
 from etcd_compute.instances import records
 from etcd_compute.scheduler import explain
+from etcd_compute.scheduler.candidates import extra_params
 from etcd_compute.scheduler.context import PlanContext
 from etcd_compute.scheduler.hoststate import Cluster, ProviderUsage, host_states
 from etcd_compute.scheduler.planner import NoRoom, Pick, Planner
@@ -63,7 +64,8 @@ def place_many(scheduler: Scheduler, specs: list[dict[str, Any]],
 def _hosts(scheduler: Scheduler, request_spec: RequestSpec, count: int, cluster: Cluster,
            usage: ProviderUsage, exclude: frozenset[str]) -> list[Any]:
     """The candidate hosts of one shape (one Placement query for its `count` instances)."""
-    query = request_spec.request.to_query(limit=scheduler.settings["candidate_limit"] + count)
+    query = request_spec.request.to_query(limit=scheduler.settings["candidate_limit"] + count,
+                                          extra=extra_params(scheduler.host_traits))
     asked_at = time.monotonic()
     try:
         candidates = scheduler.placement.allocation_candidates(query)

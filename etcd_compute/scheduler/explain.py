@@ -45,6 +45,9 @@ def _largest_free(placement: PlacementClient, rc: str) -> tuple[int, int] | None
 
 def _describe(key: str, value: str) -> str:
     """What a constraint asks, in words, for "<...> excludes every provider"."""
+    if key == "root_required":
+        return f"{key}={value}: no host with enough free resources has trait {value} " \
+               "(the scheduler's network.backend: no compute of that backend has room)"
     if key.startswith("required"):
         if value.startswith("in:"):
             return f"{key}={value}: no provider with enough free resources has any of " \
@@ -82,11 +85,13 @@ def resource_reasons(placement: PlacementClient, request: ResourceRequest) -> li
     return reasons
 
 
-def placement_reasons(placement: PlacementClient, request: ResourceRequest) -> list[str]:
-    """Why Placement returned no allocation candidates for `request`."""
+def placement_reasons(placement: PlacementClient, request: ResourceRequest,
+                      extra: list[tuple[str, str]] | None = None) -> list[str]:
+    """Why Placement returned no allocation candidates for `request` (with the scheduler's
+    `extra` constraints: the traits every host must have)."""
     if not _has_candidates(placement, request.to_query(limit=1, constraints=[])):
         return resource_reasons(placement, request)
-    constraints = request.constraint_params()
+    constraints = request.constraint_params() + (extra or [])
     reasons = [_describe(key, value) for key, value in constraints
                if not _has_candidates(placement, request.to_query(limit=1,
                                                                    constraints=[(key, value)]))]
@@ -123,10 +128,11 @@ def filter_reasons(report: FilterReport, limit_reached: bool) -> list[str]:
 
 
 def explain(placement: PlacementClient, request: ResourceRequest,
-            report: FilterReport | None, limit_reached: bool = False) -> list[str]:
+            report: FilterReport | None, limit_reached: bool = False,
+            extra: list[tuple[str, str]] | None = None) -> list[str]:
     """The reasons, one line each (NO ALLOCATIONS LEFT itself is the error's message)."""
     if report is None:
-        return placement_reasons(placement, request)
+        return placement_reasons(placement, request, extra)
     return filter_reasons(_with_provider_names(placement, report), limit_reached)
 
 

@@ -27,7 +27,7 @@ import logging
 import math
 import random
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -146,10 +146,12 @@ class HostView:
 
     def host_states(self, resources: dict[str, int], limit: int, rng: random.Random,
                     own: Iterable[tuple[str, dict[str, int]]] = (),
+                    required: Collection[str] = (),
                     usage: ProviderUsage | None = None) -> list[HostState]:
         """The live hosts that can take one instance of `resources` now (after `own` claims
         not in their accounts yet), at most `limit` of them at random, as the planner sees
-        hosts (Placement answers a limited query with a random few too). Their free
+        hosts (Placement answers a limited query with a random few too); of those whose
+        account has every trait `required` (the scheduler's network backend's). Their free
         capacity in `usage` (the scheduler service's, shared with its other request shapes:
         a host known to it already keeps what it has there) or a usage of their own."""
         pending: dict[str, list[dict[str, int]]] = {}
@@ -158,7 +160,8 @@ class HostView:
         summaries, counts = {}, {}
         for rp, account in self.accounts.items():
             inventory = account["inventory"]
-            if not accepts(inventory, resources):
+            if not accepts(inventory, resources) or \
+                    not set(required) <= set(account.get("traits", ())):
                 continue
             used = dict(account["used"])
             for claimed in pending.get(rp, ()):

@@ -34,8 +34,10 @@ from etcd_compute.errors import (
 from etcd_compute.etcd import Store, Txn
 from etcd_compute.hosts import count_alive, put_stats
 from etcd_compute.instances import records
+from etcd_compute.network_backend import backend_of, trait_of
 from etcd_compute.placement import PlacementClient
 from etcd_compute.scheduler import explain, hostview, images, spec_writer
+from etcd_compute.scheduler.candidates import extra_params
 from etcd_compute.scheduler.context import PlanContext
 from etcd_compute.scheduler.filters import AliveFilter, enabled_filters
 from etcd_compute.scheduler.hoststate import (
@@ -85,6 +87,7 @@ class Scheduler:
         not one a thread); its entries are never changed, only replaced."""
         self.config = config
         self.settings = config["scheduler"]
+        self.host_traits = frozenset({trait_of(backend_of(config))})  # every request's
         self.filters = enabled_filters(self.settings["filters"])
         self.weighers = enabled_weighers(self.settings["weighers"])
         self._store = store
@@ -226,8 +229,8 @@ class Scheduler:
         asked about), and the group. Nothing is read after Placement answers.
         """
         limit, max_ops = self.settings["candidate_limit"], self.settings["etcd_max_txn_ops"]
-        extra = [("member_of", "in:" + ",".join(aggregates))] if aggregates else None
-        query = request_spec.request.to_query(limit=limit, extra=extra)
+        query = request_spec.request.to_query(
+            limit=limit, extra=extra_params(self.host_traits, aggregates))
         etcd_view = self._background.submit(
             lambda: (LiveHosts.read(self.store, exclude, aggregates, max_ops),
                      self._group_state(request_spec, member)))
@@ -258,7 +261,8 @@ class Scheduler:
                 limited: bool = False) -> list[str]:
         """Why nothing (more) fits: `report` from the planner, None when Placement offered
         nothing."""
-        return explain.explain(self.placement, request_spec.request, report, limited)
+        return explain.explain(self.placement, request_spec.request, report, limited,
+                               extra_params(self.host_traits))
 
     def _plan(self, request_spec: RequestSpec, exclude: frozenset[str], member: str | None,
               aggregates: list[str] | None) -> tuple[list[Pick], int | None]:
@@ -329,7 +333,7 @@ class Scheduler:
         limit = min(self.settings["candidate_limit"],
                     request_spec.request.limit or self.settings["candidate_limit"])
         hosts = view.host_states(resources, limit, self.rng,
-                                 self.own_claims.unseen(view.as_of()))
+                                 self.own_claims.unseen(view.as_of()), self.host_traits)
         try:
             picks = plan(hosts, request_spec.count, self.filters, self.weighers,
                          self._context(request_spec, group_hosts),

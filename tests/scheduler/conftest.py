@@ -13,6 +13,7 @@ import pytest
 from etcd_compute import messages
 from etcd_compute.errors import ServiceUnavailable
 from etcd_compute.etcd import Store
+from etcd_compute.network_backend import LIBVIRT, trait_of
 from etcd_compute.placement import PlacementClient
 from tests.conftest import unavailable
 from tools.local_services import PlacementServer, PostgresServer
@@ -28,12 +29,15 @@ def inventory(totals: dict[str, int]) -> dict[str, dict[str, Any]]:
 def add_host(placement: PlacementClient, store: Store | None, name: str,
              totals: dict[str, int] | None = None, traits: set[str] | None = None,
              aggregates: list[str] | None = None, alive: bool = True) -> str:
-    """A simulated compute host: a provider with inventory, and (if alive) a heartbeat key."""
+    """A simulated compute host: a provider with inventory and traits (a libvirt host's), and
+    (if alive) a heartbeat key."""
     uuid = str(uuidlib.uuid4())
     placement.ensure_provider(uuid, name)
     placement.set_inventory(uuid, inventory(totals or SMALL))
-    if traits:
-        placement.set_traits(uuid, traits)
+    # As a compute registers: its network backend's trait (the schedulers' is the default's).
+    own = {trait_of(LIBVIRT)} | (traits or set())
+    placement.ensure_custom_traits({t for t in own if t.startswith("CUSTOM_")})
+    placement.set_traits(uuid, own)
     if aggregates:
         placement.set_aggregates(uuid, aggregates)
     if alive and store is not None:

@@ -106,7 +106,8 @@ def stale_account(store: Any, client: PlacementClient, rp: str) -> None:
                       "allocation_ratio": inv["allocation_ratio"]}
                  for rc, inv in client.get_inventories(rp).items()}
     hosts.put_stats(store, rp, {"capacity": {"inventory": inventory, "used": {},
-                                             "instances": 0, "traits": [], "as_of": 0}})
+                                             "instances": 0, "as_of": 0,
+                                             "traits": sorted(client.get_traits(rp))}})
 
 
 def check_exact(client: PlacementClient, store: Any, hosts_: list[str], slots: int,

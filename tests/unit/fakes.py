@@ -531,7 +531,7 @@ class FakePlacement:
                     resources[rc] = int(amount)
             elif key == "required" and value.startswith("in:"):
                 any_of.append(set(value[3:].split(",")))
-            elif key == "required":
+            elif key in ("required", "root_required"):  # (every provider is a root here)
                 for trait in value.split(","):
                     (forbidden if trait.startswith("!") else required).add(trait.lstrip("!"))
             elif key == "member_of" and value.startswith("!"):

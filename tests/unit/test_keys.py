@@ -79,7 +79,8 @@ def test_listing_prefixes_of_kinds_do_not_overlap():
 def test_every_host_key_parses_back_to_its_provider_kind_and_instance(kind):
     k = Keys("/p")
     key = {keys.SPECS: k.spec, keys.RECORDS: k.record, keys.BOOTED: k.booted,
-           keys.CONSOLE: k.console, keys.EVENTS: k.events}[kind](RP, INSTANCE)
+           keys.CONSOLE: k.console, keys.EVENTS: k.events,
+           keys.EXTERNAL_EVENTS: k.external_events}[kind](RP, INSTANCE)
     assert k.parse_host_key(key) == HostKey(RP, kind, INSTANCE)
 
 

@@ -159,6 +159,27 @@ class NeutronServer(Service):
             "token_cache_time = -1\n"
         )
 
+    def _nova(self) -> str:
+        """Whom Neutron tells of a server's ports, as whom: the compute API found in the
+        catalog (type `compute`, RegionOne, its public endpoint), as Neutron's own service
+        user (role `service`: Nova's rule for os-server-external-events), verifying its TLS
+        with the cluster CA."""
+        keystone = self.keystone
+        cafile = self.pki.ca_cert if self.pki else keystone.ca_file
+        return (
+            "[nova]\n"
+            "auth_type = password\n"
+            f"auth_url = {keystone.auth_url}\n"
+            f"username = {NEUTRON_USER}\n"
+            f"password = {keystone.password(NEUTRON_USER)}\n"
+            "project_name = service\n"
+            f"user_domain_name = {DOMAIN}\n"
+            f"project_domain_name = {DOMAIN}\n"
+            "region_name = RegionOne\n"
+            "endpoint_type = public\n"
+            + (f"cafile = {cafile}\n" if cafile else "")
+        )
+
     def _write_config(self) -> Path:
         self.config_dir.mkdir(parents=True, exist_ok=True)
         for name in ("state", "lock", "tmp"):
@@ -181,14 +202,18 @@ class NeutronServer(Service):
             # oslo.messaging's in-process fake driver delivers a fanout to the listeners
             # this process has (none): nothing is sent anywhere, nothing queues up.
             "transport_url = fake:/\n"
-            # Nova's os-server-external-events (a port went up or changed): the compute
-            # API does not take them from Neutron yet (the rest of issue 32).
-            "notify_nova_on_port_status_changes = False\n"
-            "notify_nova_on_port_data_changes = False\n"
+            # Nova's os-server-external-events: a port of a server (device_owner compute:*)
+            # that goes up is `network-vif-plugged`, one whose addresses change
+            # `network-changed`, POSTed to the `compute` service of the catalog (our compute
+            # API, when one runs) as [nova]'s user; gathered for send_events_interval.
+            "notify_nova_on_port_status_changes = True\n"
+            "notify_nova_on_port_data_changes = True\n"
+            "send_events_interval = 1\n"
             f"[database]\nconnection = {self.db_url}\n"
             f"[oslo_concurrency]\nlock_path = {self.run_dir / 'lock'}\n"
             + ml2_config(self.ovn)
             + self._keystone_authtoken()
+            + self._nova()
         )
         # Neutron's config parser reads the process's argv: gunicorn's own options would be
         # refused as unknown, so gunicorn takes them from this file and the environment.

@@ -1,18 +1,22 @@
-"""POST /os-server-external-events (Nova's controller; the service role: Neutron, Cinder
-and Cyborg tell Nova what happened to a server's ports, volumes, accelerators). We run
-none of those services, so nothing here waits for such an event: each event for a server
-we have is accepted and, as Nova does with an event no one waits for, ignored (code 200,
-its status as sent); one for a server we do not have is 404 (status failed); one for a
-server with no host yet is 422. All refused: 404; some: 207 (Nova's)."""
+"""POST /os-server-external-events (Nova's controller; the service role or an admin:
+Neutron, Cinder and Cyborg tell Nova what happened to a server's ports, volumes,
+accelerators). Each event for a server we have is handed to its host, as Nova's API casts
+it to the server's compute: appended to the instance's key under the host's prefix
+(`instances/external_events.py`), where a build waiting for its ports' `network-vif-plugged`
+finds it (`compute/plugging.py`); code 200, its status as sent. One for a server we do not
+have is 404 (status failed); one for a server with no host yet 422. All refused: 404;
+some: 207 (Nova's)."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import webob
 
 from etcd_compute.api import policy, validation
 from etcd_compute.api.backend import Backend
+from etcd_compute.api.objects.servers import Server
 from etcd_compute.api.schemas import server_external_events as schema
 from etcd_compute.api.wsgi import ApiRequest, Router, json_response, not_found
 
@@ -26,19 +30,30 @@ def create(api: Backend, req: ApiRequest) -> webob.Response:
     validation.body(schema.create_schema(req.version), body)
     api.policy.authorize(req.context, policy.EXTERNAL_EVENTS, {})
     answered: list[dict[str, Any]] = []
+    # Per server: the server, and its events as its host keeps them (one write a server).
+    handing: dict[str, tuple[Server, list[dict[str, Any]], list[dict[str, Any]]]] = {}
     for event in body["events"]:
         shown: dict[str, Any] = {"name": event["name"], "server_uuid": event["server_uuid"],
                                  "status": event.get("status", "completed")}
         if "tag" in event:
             shown["tag"] = event["tag"]
-        server = api.servers.get(event["server_uuid"].lower())
+        uuid = event["server_uuid"].lower()
+        server = handing[uuid][0] if uuid in handing else api.servers.get(uuid)
         if server is None:
             shown.update(code=404, status="failed")
         elif server.host is None:
             shown.update(code=422, status="failed")
         else:
             shown["code"] = 200
+            _, kept, answers = handing.setdefault(uuid, (server, [], []))
+            kept.append({"name": shown["name"], "status": shown["status"], "at": time.time(),
+                         **({"tag": shown["tag"]} if "tag" in shown else {})})
+            answers.append(shown)
         answered.append(shown)
+    for server, kept, answers in handing.values():
+        if not api.servers.hand_events(server, kept):  # its record went meanwhile
+            for shown in answers:
+                shown.update(code=404, status="failed")
     accepted = sum(1 for e in answered if e["code"] == 200)
     if not accepted:
         raise not_found("No instances found for any event")

@@ -18,8 +18,17 @@ from typing import Any
 from etcd_compute import hosts as hosts_state
 from etcd_compute import messages
 from etcd_compute.errors import InvalidMessage
-from etcd_compute.etcd import Compare, Delete, Entry, KeyValueStore, Range, Txn, put_message
-from etcd_compute.instances import ownership, states
+from etcd_compute.etcd import (
+    Compare,
+    Delete,
+    Entry,
+    KeyValueStore,
+    Range,
+    SharedLease,
+    Txn,
+    put_message,
+)
+from etcd_compute.instances import external_events, ownership, states
 from etcd_compute.keys import UUID
 
 
@@ -63,6 +72,8 @@ class Servers:
     def __init__(self, store: KeyValueStore):
         self.store = store
         self.keys = store.keys
+        # What other services said of servers, handed to their hosts with one lease.
+        self._events_lease = SharedLease(store, external_events.TTL_SECONDS)
 
     def get(self, uuid: str, deleted: bool = False) -> Server | None:
         """The server `uuid`, or None: not one the API made, or ended (`deleted`: one whose
@@ -74,6 +85,13 @@ class Servers:
             return None
         found = self._join([entry], deleted=deleted)
         return found[0] if found else None
+
+    def hand_events(self, server: Server, events: list[dict[str, Any]]) -> bool:
+        """Give the server's host what another service (Neutron) said of it: appended to
+        its key there (`instances/external_events.py`). False: its record is not there."""
+        assert server.host is not None
+        return external_events.hand_to_host(self.store, server.host, server.uuid, events,
+                                            self._events_lease())
 
     def list(self, project_id: str | None = None, deleted: bool = False) -> list[Server]:
         """Every live server (of `project_id` if given), oldest first (`deleted`: with

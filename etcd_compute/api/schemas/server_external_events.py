@@ -26,7 +26,10 @@ def create_schema(version: Version) -> dict[str, Any]:
              "properties": {"server_uuid": {"type": "string", "format": "uuid"},
                             "name": {"type": "string", "enum": names},
                             "status": {"type": "string", "enum": list(STATUSES)},
-                            "tag": {"type": "string", "maxLength": 255}},
+                            # Nova's takes any string; printable here: it
+                            # is handed to the host as it came (etcd's schema).
+                            "tag": {"type": "string", "maxLength": 255,
+                                    "format": "printable"}},
              "required": ["server_uuid", "name"], "additionalProperties": False}
     return {"type": "object",
             "properties": {"events": {"type": "array", "minItems": 1, "items": event}},

@@ -19,6 +19,7 @@ from etcd_compute.api.objects.flavors import Flavor
 from etcd_compute.api.policy import Policy
 from etcd_compute.instances import host as host_txns
 from etcd_compute.instances import records
+from etcd_compute.network_backend import LIBVIRT, trait_of
 from tests.unit.fake_neutron import FakeNeutron
 from tests.unit.fakes import FakePlacement, FakeStore
 
@@ -92,6 +93,7 @@ class Harness:
                  disk: int = 500, alive: bool = True) -> str:
         rp = str(uuidlib.uuid4())
         self.placement.ensure_provider(rp, name)
+        self.placement.set_traits(rp, {trait_of(LIBVIRT)})  # as a compute registers
         self.placement.set_inventory(rp, {"VCPU": {"total": vcpus},
                                           "MEMORY_MB": {"total": ram},
                                           "DISK_GB": {"total": disk}})

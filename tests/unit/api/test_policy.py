@@ -87,7 +87,7 @@ def test_a_policy_file_overrides_and_a_missing_or_bad_one_is_a_config_error(tmp_
 # there, or a rule added without a line here, fails). Nova's defaults (nova/policies/).
 READ, WRITE, ADMIN, ANYONE, KEY_OWNER, SERVICE = (
     "the project's readers", "the project's members", "admins", "anyone",
-    "the key's user", "the service role")
+    "the key's user", "the service role or admins")
 SERVERS = "os_compute_api:servers:"
 DEFAULTS = {
     SERVERS + "index": READ,
@@ -238,7 +238,7 @@ ALLOWED = {
     ADMIN: {"admin of another project"},
     ANYONE: set(CALLERS),
     KEY_OWNER: {"reader", "member", "admin of another project"},
-    SERVICE: {"service"},
+    SERVICE: {"service", "admin of another project"},  # Nova's rule:service_or_admin
 }
 
 
@@ -555,7 +555,7 @@ AS = {
 }
 LET = {READ: "reader", WRITE: "member", ADMIN: "admin", ANYONE: "no role",
        KEY_OWNER: "member", SERVICE: "service"}
-REFUSED = {READ: "no role", WRITE: "reader", ADMIN: "member", SERVICE: "admin",
+REFUSED = {READ: "no role", WRITE: "reader", ADMIN: "member", SERVICE: "member",
            KEY_OWNER: "member"}  # naming another user's keys (2.10)
 
 

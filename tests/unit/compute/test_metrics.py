@@ -369,3 +369,11 @@ def test_bridge_addresses_reads_the_interfaces_addresses():
     assert "127.0.0.1" in cm.bridge_addresses("lo")
     assert cm.bridge_addresses(None) == set()
     assert cm.bridge_addresses("no-such-interface0") == set()
+
+
+def test_a_job_that_goes_on_from_a_counted_one_is_not_counted_again():
+    before = builds("success")
+    waiting = job(result={"ip": "x", "ports": ["p"]})  # a build's wait for its ports
+    cm.counted_already(waiting)
+    cm.job_finished(waiting)
+    assert builds("success") == before

@@ -27,6 +27,7 @@ from etcd_compute.config import deep_merge
 from etcd_compute.defaults import COMPUTE_DEFAULTS
 from etcd_compute.errors import EtcdUnavailable, PlacementUnavailable
 from etcd_compute.instances import records, scheduling, states
+from etcd_compute.network_backend import LIBVIRT, NEUTRON, trait_of
 from tests.support import make_spec, wait_for
 from tests.unit.fake_clock import FakeClock
 from tests.unit.fakes import FakePlacement, FakePool, WatchedStore, delete_event, put_event
@@ -37,16 +38,17 @@ INVENTORY = {"VCPU": {"total": 8}, "MEMORY_MB": {"total": 4096}, "DISK_GB": {"to
 class Daemon:
     """A ComputeService over the fakes, for `hosts` simulated hosts, and steps of its loop."""
 
-    def __init__(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, hosts: int = 1):
+    def __init__(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, hosts: int = 1,
+                 **config: Any):
         self.hosts = [HostIdentity(str(uuidlib.uuid4()), f"host-{i}") for i in range(hosts)]
         self.rp = self.hosts[0].uuid
-        self.config = deep_merge(COMPUTE_DEFAULTS, {
+        self.config = deep_merge(deep_merge(COMPUTE_DEFAULTS, {
             "etcd": {"prefix": "/t"},
             "compute": {"uuid": self.rp, "name": "host-0", "state_dir": str(tmp_path),
                         "instances_dir": str(tmp_path / "instances"),
                         "shutdown_timeout_seconds": 0.5},
             "driver": {"name": "fake"},
-        })
+        }), config)
         monkeypatch.setattr(worker, "_driver", None)
         worker.init_worker(self.config)  # the fake pool runs jobs here, on the fake driver
         self.store, self.placement, self.pool = WatchedStore("/t"), FakePlacement(), FakePool()
@@ -507,3 +509,57 @@ def test_a_libvirt_host_publishes_where_its_peers_reach_its_libvirtd(daemon):
     daemon.config["driver"]["libvirt"]["migration"]["address"] = None
     daemon.service.publish_libvirt_address()  # no longer: said so
     assert hosts.libvirt_address(daemon.store, daemon.rp) is None
+
+
+@pytest.mark.parametrize("backend", [LIBVIRT, NEUTRON])
+def test_a_host_advertises_its_network_backends_trait_and_publishes_it(tmp_path, monkeypatch,
+                                                                      backend):
+    daemon = Daemon(tmp_path, monkeypatch, network={"backend": backend})
+    daemon.service.registration.register()
+    other = NEUTRON if backend == LIBVIRT else LIBVIRT
+    traits = daemon.placement.get_traits(daemon.rp)
+    assert trait_of(backend) in traits and trait_of(other) not in traits
+    # in its account too: a scheduler planning on the accounts sees it (hostview.py)
+    assert trait_of(backend) in daemon.service.capacity.traits()
+
+
+def test_neutrons_events_for_a_waiting_build_reach_it_and_nothing_else(tmp_path, monkeypatch):
+    from etcd_compute.instances import external_events
+
+    port = "11111111-1111-4111-8111-111111111111"
+    real = worker.build
+    monkeypatch.setattr(worker, "build", lambda spec: {**real(spec), "ports": [port]})
+    daemon = Daemon(tmp_path, monkeypatch, network={"backend": NEUTRON})
+    assert daemon.service.machine.plugging.timeout == 300  # network.neutron's default
+    spec = daemon.schedule()
+    daemon.service.machine.on_spec(daemon.rp, spec["uuid"], daemon.store.get(
+        daemon.keys.spec(daemon.rp, spec["uuid"])).value, 0)
+    daemon.settle()
+    assert daemon.state(spec["uuid"]) == states.BUILDING  # waiting for its port
+    assert external_events.hand_to_host(daemon.store, daemon.rp, spec["uuid"], [
+        {"name": "network-vif-plugged", "status": "completed", "tag": port, "at": 1.0}],
+        daemon.store.grant(60))
+    entry = daemon.store.get(daemon.keys.external_events(daemon.rp, spec["uuid"]))
+    daemon.service.on_watch_event(put_event(entry.key, entry.value, entry.mod_revision))
+    daemon.settle()
+    assert daemon.state(spec["uuid"]) == states.ACTIVE
+    # Not a spec: the capacity account is not said to be as of it.
+    assert daemon.service.capacity.as_of < entry.mod_revision
+
+
+def test_a_build_waiting_for_its_ports_does_not_hold_the_shutdown(tmp_path, monkeypatch):
+    real = worker.build
+    monkeypatch.setattr(worker, "build", lambda spec: {
+        **real(spec), "ports": ["11111111-1111-4111-8111-111111111111"]})
+    daemon = Daemon(tmp_path, monkeypatch, network={"backend": NEUTRON})
+    spec = daemon.schedule()
+    daemon.service.reconcile()
+    daemon.settle()
+    assert daemon.state(spec["uuid"]) == states.BUILDING and daemon.service.machine.jobs
+    stopping = threading.Thread(target=daemon.service.shutdown)
+    stopping.start()
+    stopping.join(5)  # no time passes: nothing waits for Neutron's event
+    held = stopping.is_alive()
+    daemon.clock.advance(daemon.config["compute"]["shutdown_timeout_seconds"])  # (frees it)
+    stopping.join(5)
+    assert not held and daemon.pool.stopped

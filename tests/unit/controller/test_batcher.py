@@ -19,6 +19,7 @@ from etcd_compute.controller.hostcache import HostCache
 from etcd_compute.defaults import SCHEDULE_DEFAULTS
 from etcd_compute.errors import ConflictError
 from etcd_compute.etcd import Compare, Delete, Txn, put_message
+from etcd_compute.network_backend import LIBVIRT, NEUTRON, trait_of
 from etcd_compute.scheduler import Scheduler
 from etcd_compute.scheduler.queue import instance_uuids, read_pending, request_message
 from etcd_compute.scheduler.spec import RequestSpec
@@ -32,11 +33,11 @@ BIG = "resources=VCPU:2,MEMORY_MB:512,DISK_GB:2"
 class Service:
     """A leader's batcher over fakes; `leading` and the leader key can be taken away."""
 
-    def __init__(self, hosts: int = 3, vcpu: int = 4, **settings):
+    def __init__(self, hosts: int = 3, vcpu: int = 4, backend: str = LIBVIRT, **settings):
         self.store, self.placement = FakeStore("/t"), FakePlacement()
         self.hosts = [add_host(self.placement, self.store, f"host-{i}", vcpu=vcpu)
                       for i in range(hosts)]
-        config = deep_merge(SCHEDULE_DEFAULTS, {"scheduler": {
+        config = deep_merge(SCHEDULE_DEFAULTS, {"network": {"backend": backend}, "scheduler": {
             "default_image": "file:///dev/null", "claim_retries": 2, **settings}})
         validate(config, "schedule_config", "unit test")
         self.settings = config["scheduler"]
@@ -429,3 +430,17 @@ def test_a_claim_refused_on_the_accounts_sends_the_pass_to_placements_candidates
     assert service.placement.conflicts >= 1 and service.batcher.offers.on_candidates >= 1
     assert all(d["host"] != full for name in names for d in placed(service, name))
     service.check_no_overcommit()
+
+
+@pytest.mark.parametrize("host_view", [True, False])
+def test_the_service_places_only_on_hosts_of_its_own_network_backend(host_view):
+    from tests.unit.scheduler.test_scheduler import account
+
+    service = Service(backend=NEUTRON, host_view=host_view)
+    neutron = service.hosts[1]
+    service.placement.set_traits(neutron, {trait_of(NEUTRON)})
+    for rp in service.hosts:
+        account(service.placement, service.store, rp)
+    names = [service.ask() for _ in range(3)]
+    service.run()
+    assert {d["host"] for name in names for d in placed(service, name)} == {neutron}

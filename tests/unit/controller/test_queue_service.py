@@ -10,9 +10,9 @@ from etcd_compute.controller.election import Election
 from etcd_compute.controller.queue_service import (
     IDLE_SECONDS,
     PAUSED_SECONDS,
-    AnswerLease,
     QueueService,
 )
+from etcd_compute.etcd import SharedLease
 from etcd_compute.scheduler.queue import request_message
 from etcd_compute.scheduler.spec import RequestSpec
 from tests.unit.controller.test_batcher import QUERY, Service
@@ -81,7 +81,7 @@ def test_the_loop_survives_a_failing_pass_and_answers_afterwards(monkeypatch):
 
 def test_one_answer_lease_serves_many_answers_until_a_quarter_of_its_ttl():
     service, queue = leading_service()
-    lease = AnswerLease(service.store, 3600, queue.clock)
+    lease = SharedLease(service.store, 3600, queue.clock)
     first = lease()
     queue.clock.advance(900)
     assert lease() == first

@@ -3,7 +3,7 @@ off, everything dropped after a refused claim."""
 
 from __future__ import annotations
 
-from etcd_compute.scheduler.candidates import CandidateCache
+from etcd_compute.scheduler.candidates import CandidateCache, extra_params
 from etcd_compute.scheduler.hoststate import ProviderUsage
 from etcd_compute.scheduler.request import parse_query
 from tests.unit.fakes import FakePlacement
@@ -78,3 +78,19 @@ def test_max_age_zero_asks_every_time():
     clock.now += 0.001
     candidates.get(REQUEST, 10)
     assert candidates.queries == 2
+
+
+def test_the_schedulers_host_traits_go_to_every_query_as_root_required():
+    placement = placement_with_one_host()
+    asked = []
+    real = placement.allocation_candidates
+    placement.allocation_candidates = lambda q: asked.append(q) or real(q)
+    candidates = CandidateCache(placement, max_age=0.0, root_required={"CUSTOM_B", "CUSTOM_A"})
+    assert candidates.get(REQUEST, 1).candidates["allocation_requests"] == []  # rp lacks them
+    candidates.get(REQUEST, 1, aggregates=["agg"])
+    assert [q.split("&")[1:-1] for q in asked] == [
+        ["root_required=CUSTOM_A,CUSTOM_B"],
+        ["root_required=CUSTOM_A,CUSTOM_B", "member_of=in:agg"]]
+    placement.set_traits("rp", {"CUSTOM_A", "CUSTOM_B"})
+    assert candidates.get(REQUEST, 1).candidates["allocation_requests"]
+    assert extra_params(()) == [] and extra_params((), ["a", "b"]) == [("member_of", "in:a,b")]

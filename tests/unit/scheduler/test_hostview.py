@@ -188,3 +188,15 @@ def test_refused_everywhere_or_several_at_once_nothing_is_held():
     claim, tried = refusing("h0")
     assert hostview.claim_somewhere(claim, destinations, picks) is None
     assert tried == ["h0,h0"]  # all or nothing: Placement's candidates decide
+
+
+def test_a_host_whose_account_lacks_a_required_trait_is_not_offered():
+    store = FakeStore("/t")
+    plain = add_host(store, "plain")
+    backend = add_host(store, "backend")
+    view = hostview.HostView.read(store)
+    view.accounts[backend]["traits"].append("CUSTOM_BACKEND")
+    offered = {h.uuid for h in view.host_states(ONE, 10, random.Random(1),
+                                               required={"CUSTOM_BACKEND"})}
+    assert offered == {backend}
+    assert {h.uuid for h in view.host_states(ONE, 10, random.Random(1))} == {plain, backend}

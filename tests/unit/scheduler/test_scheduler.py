@@ -24,6 +24,7 @@ from etcd_compute.hosts import put_stats
 from etcd_compute.instances import host as host_txn
 from etcd_compute.instances import records, scheduling
 from etcd_compute.keys import SPECS
+from etcd_compute.network_backend import LIBVIRT, NEUTRON, trait_of
 from etcd_compute.scheduler import RequestSpec, Scheduler
 from tests.support import make_spec
 from tests.unit.fakes import FakePlacement, FakeStore
@@ -39,6 +40,7 @@ def add_host(placement: FakePlacement, store: FakeStore, name: str, vcpu: int = 
              alive: bool = True, uuid: str | None = None) -> str:
     uuid = uuid or str(uuidlib.uuid4())
     placement.ensure_provider(uuid, name)
+    placement.set_traits(uuid, {trait_of(LIBVIRT)})  # as a compute registers
     placement.set_inventory(uuid, {"VCPU": {"total": vcpu},
                                    "MEMORY_MB": {"total": 256 * vcpu},
                                    "DISK_GB": {"total": 10 * vcpu}})
@@ -548,7 +550,8 @@ def account(placement: FakePlacement, store: FakeStore, rp: str,
     inventory = {rc: {"min_unit": 1, "max_unit": inv["total"], "step_size": 1, **inv}
                  for rc, inv in placement.get_inventories(rp).items()}
     put_stats(store, rp, {"capacity": {"inventory": inventory, "used": used or {},
-                                       "instances": 0, "traits": [], "as_of": 0}})
+                                       "instances": 0, "as_of": 0,
+                                       "traits": sorted(placement.get_traits(rp))}})
 
 
 def accounted(placement: FakePlacement, store: FakeStore, count: int,
@@ -642,7 +645,7 @@ def test_a_live_host_without_an_account_sends_requests_to_placement_for_a_while(
 def test_a_query_with_traits_never_reads_the_accounts():
     store, placement = FakeStore("/t"), FakePlacement()
     for rp in accounted(placement, store, 2):
-        placement.set_traits(rp, {"CUSTOM_SSD"})
+        placement.set_traits(rp, placement.get_traits(rp) | {"CUSTOM_SSD"})
     scheduler = make_scheduler(store, placement, host_view=True)
     events = timeline(store, placement, scheduler)
     scheduler.select_destinations(RequestSpec.build(QUERY + "&required=CUSTOM_SSD"))
@@ -672,3 +675,40 @@ def test_anti_affinity_is_honoured_on_the_accounts_too():
     assert scheduler.planned_on_view == 2
     with pytest.raises(NoValidHost):
         scheduler.select_destinations(RequestSpec.build(QUERY, group=("web", "anti-affinity")))
+
+
+# ------------------------------------------------------- the network backend's trait
+
+
+def backend_hosts(placement: FakePlacement, store: FakeStore) -> tuple[str, str]:
+    """A host of each backend, both with an account: (libvirt's, neutron's)."""
+    libvirt, neutron = accounted(placement, store, 2)
+    placement.set_traits(neutron, {trait_of(NEUTRON)})
+    account(placement, store, neutron)
+    return libvirt, neutron
+
+
+@pytest.mark.parametrize("host_view", [True, False])
+@pytest.mark.parametrize("backend", [LIBVIRT, NEUTRON])
+def test_a_request_goes_only_to_a_host_of_the_schedulers_own_network_backend(backend,
+                                                                               host_view):
+    store, placement = FakeStore("/t"), FakePlacement()
+    hosts = dict(zip((LIBVIRT, NEUTRON), backend_hosts(placement, store), strict=True))
+    config = deep_merge(CONFIG, {"network": {"backend": backend},
+                                 "scheduler": {"host_view": host_view}})
+    scheduler = Scheduler(config, store=store, placement=placement, rng=random.Random(1))
+    placed = {scheduler.select_destinations(RequestSpec.build(QUERY))[0].host
+              for _ in range(4)}
+    assert placed == {hosts[backend]}
+    assert scheduler.planned_on_view == (4 if host_view else 0)
+
+
+def test_no_host_of_the_backend_is_told_as_such():
+    store, placement = FakeStore("/t"), FakePlacement()
+    accounted(placement, store, 2)  # libvirt's only
+    config = deep_merge(CONFIG, {"network": {"backend": NEUTRON}})
+    scheduler = Scheduler(config, store=store, placement=placement, rng=random.Random(1))
+    with pytest.raises(NoValidHost) as raised:
+        scheduler.select_destinations(RequestSpec.build(QUERY))
+    assert any(f"root_required={trait_of(NEUTRON)}: no host" in reason
+               for reason in raised.value.reasons)

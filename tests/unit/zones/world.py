@@ -14,6 +14,7 @@ from etcd_compute import messages
 from etcd_compute.config import deep_merge, validate
 from etcd_compute.defaults import SCHEDULE_DEFAULTS
 from etcd_compute.errors import EtcdUnavailable, PlacementUnavailable
+from etcd_compute.network_backend import LIBVIRT, trait_of
 from etcd_compute.scheduler import Scheduler
 from etcd_compute.zones import registry
 from etcd_compute.zones.tree import ZoneTree
@@ -72,6 +73,7 @@ class FakeZone:
     def add_host(self, name: str, vcpu: int = 4) -> str:
         uuid = str(uuidlib.uuid4())
         self.placement.ensure_provider(uuid, f"{self.name}-{name}")
+        self.placement.set_traits(uuid, {trait_of(LIBVIRT)})  # as a compute registers
         self.placement.set_inventory(uuid, {"VCPU": {"total": vcpu},
                                             "MEMORY_MB": {"total": 256 * vcpu},
                                             "DISK_GB": {"total": 10 * vcpu}})
