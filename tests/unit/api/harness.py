@@ -19,7 +19,7 @@ from etcd_compute.api.objects.flavors import Flavor
 from etcd_compute.api.policy import Policy
 from etcd_compute.instances import host as host_txns
 from etcd_compute.instances import records
-from etcd_compute.network_backend import LIBVIRT, trait_of
+from etcd_compute.network_backend import backend_of, trait_of
 from tests.unit.fake_neutron import FakeNeutron
 from tests.unit.fakes import FakePlacement, FakeStore
 
@@ -93,7 +93,8 @@ class Harness:
                  disk: int = 500, alive: bool = True) -> str:
         rp = str(uuidlib.uuid4())
         self.placement.ensure_provider(rp, name)
-        self.placement.set_traits(rp, {trait_of(LIBVIRT)})  # as a compute registers
+        # As a compute of the API's own backend registers.
+        self.placement.set_traits(rp, {trait_of(backend_of(self.backend.config))})
         self.placement.set_inventory(rp, {"VCPU": {"total": vcpus},
                                           "MEMORY_MB": {"total": ram},
                                           "DISK_GB": {"total": disk}})
