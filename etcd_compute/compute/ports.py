@@ -155,9 +155,12 @@ def allocate(neutron: NeutronClient, spec: dict[str, Any], host: str, state_dir:
                                               "bound": []}
     _write_ledger(state_dir, uuid, ledger)  # before anything is made in Neutron
     binding = {"device_id": uuid, "device_owner": DEVICE_OWNER, BINDING_HOST: host}
+    made: list[dict[str, Any]] = []
     try:
-        return [_one(neutron, item, spec, binding, ledger, state_dir, bridge)
-                for item in (spec.get("networks") or [None])]
+        for item in spec.get("networks") or [None]:
+            made.append(_one(neutron, item, spec, binding, ledger, state_dir, bridge,
+                             {vif["port_id"] for vif in made}))
+        return made
     except BaseException:
         try:
             release(neutron, uuid, state_dir)
@@ -168,7 +171,7 @@ def allocate(neutron: NeutronClient, spec: dict[str, Any], host: str, state_dir:
 
 def _one(neutron: NeutronClient, item: dict[str, Any] | None, spec: dict[str, Any],
          binding: dict[str, Any], ledger: dict[str, Any],
-         state_dir: str | Path, bridge: str) -> dict[str, Any]:
+         state_dir: str | Path, bridge: str, taken: set[str]) -> dict[str, Any]:
     uuid, project_id = spec["uuid"], spec["project_id"]
     if item is not None and "port" in item:
         ledger["bound"].append(item["port"])
@@ -180,8 +183,8 @@ def _one(neutron: NeutronClient, item: dict[str, Any] | None, spec: dict[str, An
                    else _network(neutron, item["uuid"], project_id))
         existing = [p for p in neutron.ports(device_id=uuid, network_id=network["id"],
                                              project_id=project_id)
-                    if p["id"] in ledger["created"]]
-        if existing:  # a build run again: the port it made then
+                    if p["id"] in ledger["created"] and p["id"] not in taken]
+        if existing:  # a build run again: a port it made then
             port = existing[0]
         else:
             body: dict[str, Any] = {"network_id": network["id"], "project_id": project_id,
