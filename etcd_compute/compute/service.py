@@ -38,6 +38,7 @@ from typing import Any
 
 import pyetcd.events
 
+from etcd_compute import network_backend
 from etcd_compute.clock import SYSTEM, Clock
 from etcd_compute.compute import metrics as compute_metrics
 from etcd_compute.compute import worker
@@ -266,8 +267,10 @@ class ComputeService:
             publish_libvirt_address(self.store, rp, address)
 
     def ensure_mdserver(self) -> None:
-        """Start the metadata server for our guests if it is not running (libvirt only)."""
-        if self.config["driver"]["name"] != "libvirt":
+        """Start the metadata server for our guests if it is not running (libvirt only; it
+        serves the libvirt network's guests, not Neutron's)."""
+        if self.config["driver"]["name"] != "libvirt" or \
+                network_backend.uses_neutron(self.config):
             return
         from etcd_compute.mdserver.supervisor import ensure_mdserver
 

@@ -36,6 +36,8 @@ from etcd_compute.config import deep_merge
 from etcd_compute.errors import RequestError, ServiceUnavailable
 from etcd_compute.neutron import NeutronClient
 from etcd_compute.virt import network as libvirt_network
+from tests.compute.helpers import wait_state
+from tests.conftest import DaemonProcess
 from tests.network.neutron import ALT, DEMO, Cli
 from tests.support import make_spec, unavailable, wait_for
 from tests.virt.conftest import GUEST_CACHE, VM_TEST_ROOT
@@ -83,7 +85,7 @@ def hosts(network: NetworkStack, neutron_settings: dict[str, Any]) -> Iterator[O
     image = build_test_guest()
     try:
         with OvnHypervisors.create(HOSTS, VM_TEST_ROOT, network.ovn,
-                                   [str(GUEST_CACHE), str(image.parent)],
+                                   sorted({str(GUEST_CACHE), str(image.parent)}),
                                    neutron_settings) as made:
             yield made
     except ServiceUnavailable as exc:
@@ -337,3 +339,50 @@ def test_a_build_on_another_projects_network_fails_and_leaves_no_port(
         workers["hv1"].destroy(spec["uuid"])  # the cleanup after a failed build: nothing
     finally:
         openstack.run(ALT, "network", "delete", theirs["id"])
+
+
+@pytest.mark.timeout(600)
+def test_compute_py_builds_a_guest_on_the_projects_network_and_destroy_deletes_its_port(
+        hosts: OvnHypervisors, tenant: dict[str, Any], neutron: NeutronClient,
+        guest_image: str, store: Any, placement: Any, host_config: Any, write_yaml: Any,
+        schedule_config: dict[str, Any], run_schedule: Any, tmp_path: Path) -> None:
+    """The real path: schedule.py places a guest for demo's project (no network named:
+    the one demo sees) and compute.py, on hv1 (network.backend neutron), builds it on a
+    port of that network; ACTIVE with the port's address; a destroy deletes the port."""
+    host = hosts["hv1"]
+    config = host_config("hv1", compute={
+        key: host.config["compute"][key] for key in ("state_dir", "instances_dir")}
+        | {"job_timeout_seconds": 240},
+        driver=host.config["driver"], network=host.config["network"])
+    daemon = DaemonProcess(["compute.py", "--config", str(write_yaml("hv1.yaml", config))],
+                           tmp_path / "compute.log").start()
+    try:
+        rp = config["compute"]["uuid"]
+        wait_for(lambda: store.get(store.keys.alive(rp)) or not daemon.alive() and
+                 pytest.fail(f"compute.py exited: {daemon.log()[-2000:]}"), 60,
+                 what="compute heartbeat")
+        as_demo = write_yaml("schedule-demo.yaml", deep_merge(schedule_config, {
+            "scheduler": {"project_id": tenant["project_id"]}}))
+        began = time.monotonic()
+        placed = run_schedule("resources=VCPU:1,MEMORY_MB:128,DISK_GB:1", "--image",
+                              guest_image, config=as_demo, timeout=120)
+        assert placed.code == 0, placed.stderr
+        uuid = placed.stdout.split()[-1]
+        record = wait_state(store, uuid, "ACTIVE", "ERROR", timeout=300)
+        assert record["state"] == "ACTIVE", (record, daemon.log()[-3000:])
+        active = time.monotonic() - began
+        ready(host, uuid)
+        to_ready = time.monotonic() - began
+        (port,) = neutron.ports(device_id=uuid)
+        assert port["network_id"] == tenant["id"] and port["binding:host_id"] == "hv1"
+        assert port["status"] == "ACTIVE"
+        assert record["ip"] == port["fixed_ips"][0]["ip_address"]
+        assert f"Neutron ports {port['id']}" in daemon.log()
+        done = run_schedule("destroy", uuid, "--wait", config=as_demo, timeout=120)
+        assert done.code == 0, done.stderr
+        assert neutron.ports(device_id=uuid) == []
+        assert not [p for p in host.br_int_ports() if p.startswith("tap")]
+        print(f"\ncompute.py: schedule.py to ACTIVE {active:.1f} s, to ready {to_ready:.1f} s"
+              " (a Neutron port)")
+    finally:
+        daemon.stop()
