@@ -151,9 +151,10 @@ def allocate(neutron: NeutronClient, spec: dict[str, Any], host: str, state_dir:
     named = [item["port"] for item in spec.get("networks") or [] if "port" in item]
     if len(set(named)) != len(named):
         raise RequestError("a port is named twice in networks")
+    # Written before anything is made in Neutron (`_one`), not before: a refusal or an
+    # outage before that leaves nothing to release, and no ledger.
     ledger = read_ledger(state_dir, uuid) or {"project_id": project_id, "created": [],
                                               "bound": []}
-    _write_ledger(state_dir, uuid, ledger)  # before anything is made in Neutron
     binding = {"device_id": uuid, "device_owner": DEVICE_OWNER, BINDING_HOST: host}
     made: list[dict[str, Any]] = []
     try:
@@ -194,7 +195,8 @@ def _one(neutron: NeutronClient, item: dict[str, Any] | None, spec: dict[str, An
             groups = _security_group_ids(neutron, spec)
             if groups is not None:
                 body["security_groups"] = groups
-            try:
+            _write_ledger(state_dir, uuid, ledger)  # a port made but not written: found
+            try:                                    # by its device at release
                 port = neutron.create_port(body)
             except NeutronError as exc:
                 raise _refused(exc, f"no port on network {network['id']}") from None

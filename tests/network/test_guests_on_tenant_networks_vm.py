@@ -185,6 +185,21 @@ def probe(openstack: Cli, hosts: OvnHypervisors, net: dict[str, Any]) -> tuple[A
     return port, space
 
 
+@pytest.fixture(scope="module")
+def prober(openstack: Cli, hosts: OvnHypervisors, tenant: dict[str, Any],
+           neutron_settings: dict[str, Any]) -> Iterator[Host]:
+    """The probe (`probe`), up before any guest boots; removed after the module."""
+    port, space = probe(openstack, hosts, tenant)
+    try:
+        client = NeutronClient(neutron_settings)
+        wait_for(lambda: client.port(port["id"])["status"] == "ACTIVE" or None,
+                 timeout=60, interval=0.2, what="the probe's port ACTIVE")
+        yield space
+    finally:
+        hosts["hv1"].chassis.unplug(f"tap{port['id'][:11]}")
+        openstack.run(ADMIN, "port", "delete", port["id"])
+
+
 def ssh(space: Host, key: Path, known_hosts: Path, address: str,
         command: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
@@ -224,9 +239,9 @@ def libvirt_network_on(host: OvnHypervisor, name: str, cidr: str, bridge: str) -
 # libvirt network for the comparison.
 @pytest.mark.timeout(900)
 def test_guests_on_two_hosts_reach_each_other_over_geneve_and_leave_no_port(
-        network: NetworkStack, openstack: Cli, hosts: OvnHypervisors,
-        workers: dict[str, Worker], tenant: dict[str, Any], neutron: NeutronClient,
-        guest_image: str, tmp_path: Path) -> None:
+        network: NetworkStack, hosts: OvnHypervisors, workers: dict[str, Worker],
+        tenant: dict[str, Any], neutron: NeutronClient, guest_image: str, prober: Host,
+        tmp_path: Path) -> None:
     if shutil.which("ssh") is None or shutil.which("ssh-keygen") is None:
         unavailable("ssh and ssh-keygen are missing (tools/install.sh installs openssh-client)")
     key = keypair(tmp_path / "id_guest")
@@ -235,9 +250,6 @@ def test_guests_on_two_hosts_reach_each_other_over_geneve_and_leave_no_port(
                             networks=[{"uuid": tenant["id"]}],
                             ssh_key=(tmp_path / "id_guest.pub").read_text().strip())
              for name in HOSTS}
-    probe_port, space = probe(openstack, hosts, tenant)
-    wait_for(lambda: neutron.port(probe_port["id"])["status"] == "ACTIVE" or None,
-             timeout=60, interval=0.2, what="the probe's port ACTIVE")
     began = time.monotonic()
     building = {name: workers[name].build(spec) for name, spec in specs.items()}
     results = {name: future.result(timeout=400) for name, future in building.items()}
@@ -262,7 +274,7 @@ def test_guests_on_two_hosts_reach_each_other_over_geneve_and_leave_no_port(
             assert addresses[name] == port["fixed_ips"][0]["ip_address"]
             assert f"ip={addresses[name]}" in hosts[name].console(spec["uuid"])
 
-        pinged = ssh(space, key, tmp_path / "known_hosts", addresses["hv1"],
+        pinged = ssh(prober, key, tmp_path / "known_hosts", addresses["hv1"],
                      f"ping -c 3 -W 2 {addresses['hv2']}")
         assert pinged.returncode == 0, (pinged.stdout, pinged.stderr,
                                         hosts["hv1"].console(specs["hv1"]["uuid"])[-2000:])
@@ -270,8 +282,6 @@ def test_guests_on_two_hosts_reach_each_other_over_geneve_and_leave_no_port(
     finally:
         for name, spec in specs.items():
             workers[name].destroy(spec["uuid"])
-        hosts["hv1"].chassis.unplug(f"tap{probe_port['id'][:11]}")
-        openstack.ok(ADMIN, "port", "delete", probe_port["id"])
     for name, spec in specs.items():
         assert neutron.ports(device_id=spec["uuid"]) == []
         assert not [p for p in hosts[name].br_int_ports() if p.startswith("tap")]
@@ -344,8 +354,9 @@ def test_a_build_on_another_projects_network_fails_and_leaves_no_port(
 @pytest.mark.timeout(600)
 def test_compute_py_builds_a_guest_on_the_projects_network_and_destroy_deletes_its_port(
         hosts: OvnHypervisors, tenant: dict[str, Any], neutron: NeutronClient,
-        guest_image: str, store: Any, placement: Any, host_config: Any, write_yaml: Any,
-        schedule_config: dict[str, Any], run_schedule: Any, tmp_path: Path) -> None:
+        guest_image: str, prober: Host, store: Any, placement: Any, host_config: Any,
+        write_yaml: Any, schedule_config: dict[str, Any], run_schedule: Any,
+        tmp_path: Path) -> None:
     """The real path: schedule.py places a guest for demo's project (no network named:
     the one demo sees) and compute.py, on hv1 (network.backend neutron), builds it on a
     port of that network; ACTIVE with the port's address; a destroy deletes the port."""

@@ -223,3 +223,15 @@ def test_a_port_still_down_at_the_timeout_fails_the_build_only_if_fatal(
     else:
         assert wait() == 5
     assert ports.wait_until_up(neutron, "u", [port["id"]], 0, True) == 0  # type: ignore[arg-type]
+
+
+def test_neutron_down_from_the_start_leaves_no_ledger_and_nothing_to_release(
+        neutron: FakeNeutron, tmp_path: Path) -> None:
+    neutron.add_network()
+    neutron.down = True
+    wanted = spec()
+    with pytest.raises(NeutronUnavailable):
+        allocate(neutron, tmp_path, wanted)
+    assert ports.read_ledger(tmp_path, wanted["uuid"]) is None
+    # The failed build's cleanup: nothing asked of Neutron, still down.
+    assert ports.release(neutron, wanted["uuid"], tmp_path) == []  # type: ignore[arg-type]
