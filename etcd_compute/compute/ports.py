@@ -57,6 +57,11 @@ def ledger_path(state_dir: str | Path, uuid: str) -> Path:
     return Path(state_dir) / "ports" / f"{uuid}.json"
 
 
+def ledgered(state_dir: str | Path) -> set[str]:
+    """The instances whose ports are written down here (not all released yet)."""
+    return {path.stem for path in (Path(state_dir) / "ports").glob("*.json")}
+
+
 def read_ledger(state_dir: str | Path, uuid: str) -> dict[str, Any] | None:
     try:
         return json.loads(ledger_path(state_dir, uuid).read_text())

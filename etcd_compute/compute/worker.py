@@ -89,6 +89,15 @@ def destroy(uuid: str) -> None:
         ports.release(neutron(), uuid, _config["compute"]["state_dir"])
 
 
+def port_ledgers() -> set[str]:
+    """Instances whose Neutron ports are not all released (network.backend neutron): a
+    failed build's cleanup that met a Neutron outage leaves its ledger; the reconcile
+    releases those of instances that are gone."""
+    if not network_backend.uses_neutron(_config):
+        return set()
+    return ports.ledgered(_config["compute"]["state_dir"])
+
+
 def act(spec: dict[str, Any], task: dict[str, Any]) -> dict[str, Any]:
     """Run the operator's action `task` (the record's task) on the instance of `spec`."""
     uuid, action = spec["uuid"], task["action"]

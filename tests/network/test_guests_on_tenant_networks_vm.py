@@ -18,6 +18,7 @@ same host, are printed (pytest -s).
 from __future__ import annotations
 
 import shutil
+import subprocess
 import time
 import uuid as uuidlib
 from pathlib import Path
@@ -39,7 +40,7 @@ from tests.network.guests import (
     spec_for,
     ssh,
 )
-from tests.network.neutron import ALT, Cli
+from tests.network.neutron import ALT, DEMO, Cli
 from tests.support import unavailable
 from tools.local_services.netns import Host, ip
 from tools.local_services.networking import NetworkStack
@@ -161,5 +162,50 @@ def test_a_build_on_another_projects_network_fails_and_leaves_no_port(
         assert neutron.ports(device_id=spec["uuid"]) == []
         assert spec["uuid"] not in hosts["hv1"].domains()
         workers["hv1"].destroy(spec["uuid"])  # the cleanup after a failed build: nothing
+
+        # Nor a port of theirs, even on a network demo may use: "not found", left alone.
+        their_port = openstack(ALT, "port", "create", "--network", theirs["id"], "alt-port")
+        spec = spec_for(hosts["hv1"], guest_image, tenant["project_id"],
+                        networks=[{"port": their_port["id"]}])
+        with pytest.raises(RequestError) as refused:
+            workers["hv1"].build(spec).result(timeout=120)
+        assert str(refused.value) == f"port {their_port['id']} not found"
+        after = neutron.port(their_port["id"])
+        assert (after["device_id"], after["binding:host_id"]) == ("", "")
+        assert after["revision_number"] == their_port["revision_number"]
     finally:
         openstack.run(ALT, "network", "delete", theirs["id"])
+
+
+@pytest.mark.timeout(600)
+def test_a_users_own_port_carries_the_guest_and_is_kept_unbound_after(
+        openstack: Cli, hosts: OvnHypervisors, workers: dict[str, Worker],
+        tenant: dict[str, Any], neutron: NeutronClient, guest_image: str,
+        prober: Host) -> None:
+    """demo's own port, named in the request: bound to hv2 for the guest, ACTIVE, the
+    guest answers on its address; destroyed, the guest leaves it unbound, not deleted."""
+    own = openstack(DEMO, "port", "create", "--network", tenant["id"], "own-port")
+    try:
+        spec = spec_for(hosts["hv2"], guest_image, tenant["project_id"],
+                        networks=[{"port": own["id"]}])
+        try:
+            result = workers["hv2"].build(spec).result(timeout=400)
+            assert result["ports"] == [own["id"]]
+            bound = neutron.port(own["id"])
+            assert (bound["status"], bound["binding:host_id"], bound["device_id"]) == \
+                ("ACTIVE", "hv2", spec["uuid"])
+            address = own["fixed_ips"][0]["ip_address"]
+            assert result["ip"] == address
+            ready(hosts["hv2"], spec["uuid"])
+            pinged = subprocess.run(["ip", "netns", "exec", prober.netns, "busybox", "ping",
+                                     "-c", "3", "-W", "2", address], capture_output=True,
+                                    text=True, timeout=60, check=False)
+            assert pinged.returncode == 0, pinged.stdout + pinged.stderr
+        finally:
+            workers["hv2"].destroy(spec["uuid"])
+        kept = neutron.port(own["id"])
+        assert (kept["device_id"], kept["device_owner"], kept["binding:host_id"]) == \
+            ("", "", "")
+        assert f"tap{own['id'][:11]}" not in hosts["hv2"].br_int_ports()
+    finally:
+        openstack.run(DEMO, "port", "delete", own["id"])

@@ -507,3 +507,22 @@ def test_a_libvirt_host_publishes_where_its_peers_reach_its_libvirtd(daemon):
     daemon.config["driver"]["libvirt"]["migration"]["address"] = None
     daemon.service.publish_libvirt_address()  # no longer: said so
     assert hosts.libvirt_address(daemon.store, daemon.rp) is None
+
+
+def test_ports_not_released_of_an_instance_gone_are_released_at_the_reconcile(
+        daemon, monkeypatch):
+    """A failed build whose cleanup met a Neutron outage left its ports' ledger: the next
+    reconcile releases them (worker.destroy) when no spec asks for the instance; one a
+    spec asks for keeps its ports."""
+    kept = daemon.schedule()
+    daemon.service.reconcile()
+    daemon.settle()
+    gone = make_spec(daemon.rp)["uuid"]
+    released: list[str] = []
+    destroy = worker.destroy
+    monkeypatch.setattr(worker, "port_ledgers", lambda: {gone, kept["uuid"]})
+    monkeypatch.setattr(worker, "destroy", lambda uuid: (released.append(uuid),
+                                                         destroy(uuid))[-1])
+    daemon.service.reconcile()
+    assert released == [gone]
+    assert worker.list_instances() == {kept["uuid"]}

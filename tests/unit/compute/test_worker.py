@@ -267,3 +267,19 @@ def test_on_neutron_a_refused_network_builds_nothing(on_neutron):
     with pytest.raises(RequestError, match="not found"):
         worker.build(spec)
     assert built == [] and neutron.ports_by_id == {}
+
+
+def test_port_ledgers_are_the_instances_whose_ports_are_written_down(on_neutron, tmp_path):
+    _recorder, neutron, _built = on_neutron
+    neutron.add_network()
+    spec = make_spec("00000000-0000-0000-0000-0000000000aa", project_id=DEMO)
+    worker.build(spec)
+    assert worker.port_ledgers() == {spec["uuid"]}
+    worker.destroy(spec["uuid"])
+    assert worker.port_ledgers() == set()
+
+
+def test_without_neutron_there_are_no_port_ledgers(recorder, monkeypatch, tmp_path):
+    monkeypatch.setattr(worker, "_config", deep_merge(COMPUTE_DEFAULTS, {
+        "compute": {"state_dir": str(tmp_path)}}))
+    assert worker.port_ledgers() == set()
