@@ -47,6 +47,7 @@ CONTROLLER_MOVES = "tests/unit/controller/test_migrations.py::"
 WSGI = "tests/unit/api/test_wsgi.py::"
 POLICY = "tests/unit/api/test_policy.py::"
 SERVER_GROUPS = "tests/unit/api/handlers/test_server_groups.py::"
+PORTS = "tests/unit/compute/test_ports.py::"
 
 MUTATIONS = (
     Mutation("fence only after the lease expired", "etcd_compute/compute/heartbeat.py",
@@ -172,6 +173,23 @@ MUTATIONS = (
              "    if group is None:\n",
              (SERVER_GROUPS + "test_another_projects_group_is_not_found_as_one_that_does_not_"
                               "exist",)),
+    Mutation("a guest's port on another project's private network (the service user's "
+             "reach)", "etcd_compute/compute/ports.py",
+             'return network.get("project_id") == project_id or bool(network.get("shared"))',
+             "return True",
+             (PORTS + "test_another_projects_network_is_not_found_and_the_ports_made_before_go",
+              )),
+    Mutation("another project's port bound to a guest", "etcd_compute/compute/ports.py",
+             'if not port or port.get("project_id") != project_id:', "if not port:",
+             (PORTS + "test_a_port_of_another_project_or_in_use_is_refused_and_left_as_it_was",
+              )),
+    Mutation("a release deletes another project's port naming the server",
+             "etcd_compute/compute/ports.py",
+             'neutron.ports(device_id=uuid,\n'
+             '                                                project_id=ledger["project_id"])',
+             "neutron.ports(device_id=uuid)",
+             (PORTS + "test_release_deletes_what_was_made_and_a_port_made_before_a_crash_but_"
+                      "not_others",)),
 )
 
 
