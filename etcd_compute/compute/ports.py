@@ -124,6 +124,25 @@ def _security_group_ids(neutron: NeutronClient, spec: dict[str, Any]) -> list[st
     return ids
 
 
+def set_security_groups(neutron: NeutronClient, spec: dict[str, Any], groups: list[str],
+                        state_dir: str | Path) -> list[str]:
+    """The guest's ports (those written down for it) put in `groups` (names or ids of the
+    server's project; none: no group, nothing in or out), as Nova's security group actions
+    set them on every port of the server: the ports changed."""
+    ledger = read_ledger(state_dir, spec["uuid"]) or {"created": [], "bound": []}
+    ids = _security_group_ids(neutron, {**spec, "security_groups": groups}) or []
+    changed = []
+    for port_id in [*ledger["created"], *ledger["bound"]]:
+        try:
+            neutron.update_port(port_id, {"security_groups": ids})
+        except NotFound:
+            continue  # deleted meanwhile: nothing to set
+        except NeutronError as exc:
+            raise _refused(exc, f"port {port_id}: security groups not set") from None
+        changed.append(port_id)
+    return changed
+
+
 def _refused(exc: NeutronError, what: str) -> RequestError:
     """Neutron's 4xx as the request's fault, one line."""
     return RequestError(f"{what}: {exc}")

@@ -114,6 +114,10 @@ def act(spec: dict[str, Any], task: dict[str, Any]) -> dict[str, Any]:
     if action == states.REBOOT:
         return driver().reboot(uuid, bool(task.get("hard")))
     if action == states.SECURITY_GROUPS:
+        if network_backend.uses_neutron(_config):  # the ports' groups, in Neutron
+            ports.set_security_groups(neutron(), spec, task["security_groups"],
+                                      _config["compute"]["state_dir"])
+            return {}
         # The guest's network filter swapped, running or not (its definition too).
         driver().set_security_groups(spec, task["security_groups"])
         return {}

@@ -235,3 +235,19 @@ def test_neutron_down_from_the_start_leaves_no_ledger_and_nothing_to_release(
     assert ports.read_ledger(tmp_path, wanted["uuid"]) is None
     # The failed build's cleanup: nothing asked of Neutron, still down.
     assert ports.release(neutron, wanted["uuid"], tmp_path) == []  # type: ignore[arg-type]
+
+
+def test_security_groups_of_a_guest_are_set_on_its_ports_in_its_project(
+        neutron: FakeNeutron, tmp_path: Path) -> None:
+    net = neutron.add_network()
+    own = neutron.add_port(net)
+    neutron.groups = [{"id": "sg-web", "name": "web", "project_id": DEMO},
+                      {"id": "sg-db", "name": "db", "project_id": ALT}]
+    wanted = spec(networks=[{"uuid": net["id"]}, {"port": own["id"]}])
+    made = [vif["port_id"] for vif in allocate(neutron, tmp_path, wanted)]
+    assert ports.set_security_groups(neutron, wanted, ["web"], tmp_path) == made  # type: ignore[arg-type]
+    assert [neutron.ports_by_id[p]["security_groups"] for p in made] == [["sg-web"]] * 2
+    with pytest.raises(RequestError, match="security group 'db' not found"):
+        ports.set_security_groups(neutron, wanted, ["db"], tmp_path)  # type: ignore[arg-type]
+    ports.set_security_groups(neutron, wanted, [], tmp_path)  # type: ignore[arg-type]
+    assert [neutron.ports_by_id[p]["security_groups"] for p in made] == [[]] * 2

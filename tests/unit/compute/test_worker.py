@@ -283,3 +283,17 @@ def test_without_neutron_there_are_no_port_ledgers(recorder, monkeypatch, tmp_pa
     monkeypatch.setattr(worker, "_config", deep_merge(COMPUTE_DEFAULTS, {
         "compute": {"state_dir": str(tmp_path)}}))
     assert worker.port_ledgers() == set()
+
+
+def test_on_neutron_security_groups_are_the_ports_not_the_drivers(on_neutron):
+    recorder, neutron, _built = on_neutron
+    net = neutron.add_network()
+    neutron.groups = [{"id": "sg-web", "name": "web", "project_id": DEMO}]
+    spec = make_spec("00000000-0000-0000-0000-0000000000aa", project_id=DEMO,
+                     networks=[{"uuid": net["id"]}])
+    worker.build(spec)
+    assert worker.act(spec, {"action": "security-groups", "security_groups": ["web"],
+                             "from": "ACTIVE"}) == {}
+    (port,) = neutron.of_device(spec["uuid"])
+    assert port["security_groups"] == ["sg-web"]
+    assert not [asked for asked in recorder.asked if asked[0] == "security-groups"]
