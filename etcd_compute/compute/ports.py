@@ -199,7 +199,8 @@ def _one(neutron: NeutronClient, item: dict[str, Any] | None, spec: dict[str, An
          state_dir: str | Path, bridge: str, taken: set[str]) -> dict[str, Any]:
     uuid, project_id = spec["uuid"], spec["project_id"]
     if item is not None and "port" in item:
-        ledger["bound"].append(item["port"])
+        if item["port"] not in ledger["bound"]:  # (a build run again has it already)
+            ledger["bound"].append(item["port"])
         _write_ledger(state_dir, uuid, ledger)  # before it is bound: unbound if cut short
         port = _bind_users_port(neutron, item["port"], binding, project_id, uuid)
         network = neutron.network(port["network_id"])

@@ -251,3 +251,14 @@ def test_security_groups_of_a_guest_are_set_on_its_ports_in_its_project(
         ports.set_security_groups(neutron, wanted, ["db"], tmp_path)  # type: ignore[arg-type]
     ports.set_security_groups(neutron, wanted, [], tmp_path)  # type: ignore[arg-type]
     assert [neutron.ports_by_id[p]["security_groups"] for p in made] == [[]] * 2
+
+
+def test_a_build_run_again_takes_the_ports_it_made_and_bound_then(
+        neutron: FakeNeutron, tmp_path: Path) -> None:
+    net = neutron.add_network()
+    own = neutron.add_port(net)
+    wanted = spec(networks=[{"uuid": net["id"]}, {"uuid": net["id"]}, {"port": own["id"]}])
+    first = allocate(neutron, tmp_path, wanted)
+    again = allocate(neutron, tmp_path, wanted)  # the daemon restarted mid-build
+    assert again == first and len(neutron.ports_by_id) == 3
+    assert ports.read_ledger(tmp_path, wanted["uuid"])["bound"] == [own["id"]]
