@@ -17,6 +17,7 @@ same host, are printed (pytest -s).
 
 from __future__ import annotations
 
+import concurrent.futures
 import shutil
 import subprocess
 import time
@@ -67,13 +68,13 @@ def test_guests_on_two_hosts_reach_each_other_over_geneve_and_leave_no_port(
              for name in HOSTS}
     began = time.monotonic()
     building = {name: workers[name].build(spec) for name, spec in specs.items()}
-    results = {name: future.result(timeout=400) for name, future in building.items()}
-    built = time.monotonic() - began
-    to_ready = {}
-    for name, spec in specs.items():
-        ready(hosts[name], spec["uuid"])
-        to_ready[name] = time.monotonic() - began
     try:
+        results = {name: future.result(timeout=400) for name, future in building.items()}
+        built = time.monotonic() - began
+        to_ready = {}
+        for name, spec in specs.items():
+            ready(hosts[name], spec["uuid"])
+            to_ready[name] = time.monotonic() - began
         addresses = {}
         for name, spec in specs.items():
             (port_id,) = results[name]["ports"]
@@ -96,6 +97,7 @@ def test_guests_on_two_hosts_reach_each_other_over_geneve_and_leave_no_port(
         assert " 0% packet loss" in pinged.stdout, pinged.stdout
     finally:
         for name, spec in specs.items():
+            concurrent.futures.wait([building[name]], timeout=400)
             workers[name].destroy(spec["uuid"])
     for name, spec in specs.items():
         assert neutron.ports(device_id=spec["uuid"]) == []
