@@ -21,7 +21,7 @@ from tests.conftest import DaemonProcess
 from tests.network.guests import (
     ready,
 )
-from tests.support import wait_for
+from tests.support import run_cli, wait_for
 from tools.local_services import free_port
 from tools.local_services.netns import Host
 from tools.local_services.ovn_hypervisors import OvnHypervisors
@@ -42,8 +42,12 @@ def on_hv1(hosts: OvnHypervisors, store: Any, placement: Any, host_config: Any,
             key: host.config["compute"][key] for key in ("state_dir", "instances_dir")}
             | {"job_timeout_seconds": 240}, driver=host.config["driver"],
             network=deep_merge(host.config["network"], {"neutron": neutron}))
-        daemon = DaemonProcess(["compute.py", "--config",
-                                str(write_yaml("hv1.yaml", config))],
+        path = str(write_yaml("hv1.yaml", config))
+        if not neutron:  # `compute.py --check` says what it found of Neutron
+            checked = run_cli("compute.py", "--config", path, "--check", timeout=120)
+            assert checked.code == 0, checked.stderr
+            assert "neutron: ok (" in checked.stdout and "as hv1)" in checked.stdout
+        daemon = DaemonProcess(["compute.py", "--config", path],
                                tmp_path / "compute.log").start()
         started.append(daemon)
         daemon.rp = config["compute"]["uuid"]  # type: ignore[attr-defined]
