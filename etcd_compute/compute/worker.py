@@ -14,7 +14,7 @@ from typing import Any
 from etcd_compute import network_backend
 from etcd_compute.compute import ports
 from etcd_compute.drivers import Driver, load_driver
-from etcd_compute.errors import EtcdComputeError
+from etcd_compute.errors import EtcdComputeError, RequestError
 from etcd_compute.glance import GlanceClient, rotate_backups
 from etcd_compute.instances import states
 from etcd_compute.neutron import NeutronClient
@@ -181,6 +181,11 @@ def move(kind: str, spec: dict[str, Any], task: dict[str, Any] | None) -> dict[s
     """A move's step on this host (`kind` one of MOVE_KINDS)."""
     uuid, task = spec["uuid"], task or {}
     if kind == PREPARE:
+        if network_backend.uses_neutron(_config):
+            # Its ports stay bound to the source host (ML2/OVN's requested chassis): the
+            # guest would arrive with no network. Refused before anything is made here.
+            raise RequestError("moving a guest on Neutron ports is not supported yet (its "
+                               "ports stay bound to its host); it stays where it is")
         return driver().prepare_incoming(spec)
     if kind == DISCARD:
         driver().discard_incoming(uuid)

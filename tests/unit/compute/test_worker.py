@@ -297,3 +297,11 @@ def test_on_neutron_security_groups_are_the_ports_not_the_drivers(on_neutron):
     (port,) = neutron.of_device(spec["uuid"])
     assert port["security_groups"] == ["sg-web"]
     assert not [asked for asked in recorder.asked if asked[0] == "security-groups"]
+
+
+def test_on_neutron_a_move_is_refused_at_the_destination_before_anything_is_made(on_neutron):
+    recorder, _neutron, _built = on_neutron
+    spec = make_spec("00000000-0000-0000-0000-0000000000aa", project_id=DEMO)
+    with pytest.raises(RequestError, match="moving a guest on Neutron ports is not supported"):
+        worker.move(worker.PREPARE, spec, {})
+    assert recorder.asked == []
