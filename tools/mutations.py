@@ -190,6 +190,10 @@ MUTATIONS = (
              "neutron.ports(device_id=uuid)",
              (PORTS + "test_release_deletes_what_was_made_and_a_port_made_before_a_crash_but_"
                       "not_others",)),
+    Mutation("a host back from the dead deletes the ports its evacuated guest has elsewhere",
+             "etcd_compute/compute/ports.py",
+             "             if p.get(BINDING_HOST) in (host, \"\", None)}", "}",
+             (PORTS + "test_a_release_leaves_the_servers_ports_bound_to_another_host",)),
 )
 
 

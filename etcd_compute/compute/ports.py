@@ -19,12 +19,14 @@ Every port is created with `project_id` = the server's, `device_id` = the server
 ovn-controller registers as its chassis' hostname: ML2/OVN binds the port to that chassis.
 
 What was made is written down first, in `state_dir/ports/<uuid>.json` (the project, the
-ports created, the user's ports bound): `release` deletes the ports it created (and any
-other port of the project naming the server as its device: one made by a build cut short
-before it was written down) and unbinds the user's, which are kept. A build that fails
-part way releases what it made before it raises, and the cleanup after a failed build
-releases again (nothing left then). The ledger is gone once everything is released; a
-Neutron outage during a release leaves it, and the destroy is retried.
+ports created, the user's ports bound): `release` deletes the ports of the server's project
+naming the server as its device and bound to this host (those it made, and one made by a
+build cut short before it was written down) and unbinds the user's, which are kept; a
+port of the server bound to another host is that host's (an evacuation's). A build that
+fails part way releases what it made before it raises, and the cleanup after a failed
+build releases again (nothing left then). The ledger is gone once everything is released;
+a Neutron outage during a release leaves it, and the destroy (or the next reconcile)
+finishes it.
 """
 
 from __future__ import annotations
@@ -188,7 +190,7 @@ def allocate(neutron: NeutronClient, spec: dict[str, Any], host: str, state_dir:
         return made
     except BaseException:
         try:
-            release(neutron, uuid, state_dir)
+            release(neutron, uuid, state_dir, host)
         except Exception as exc:  # noqa: BLE001 (the build's own error is the one to tell)
             _log(uuid).warning("ports not released after a failed allocation: %s", exc)
         raise
@@ -273,32 +275,27 @@ def wait_until_up(neutron: NeutronClient, uuid: str, port_ids: list[str], timeou
 
 # --------------------------------------------------------------------- release
 
-def release(neutron: NeutronClient, uuid: str, state_dir: str | Path) -> list[str]:
+def release(neutron: NeutronClient, uuid: str, state_dir: str | Path, host: str) -> list[str]:
     """The ports this host made for `uuid` deleted, the user's unbound (kept): the ids
-    deleted. Nothing to do without a ledger (nothing was made). NeutronUnavailable keeps
-    the ledger (a retry finishes it)."""
+    deleted. Only the server's ports bound to this host (or to none): a port of the same
+    server bound elsewhere is another host's (an evacuation rebuilt it there while this
+    host was down). Nothing to do without a ledger (nothing was made). NeutronUnavailable
+    keeps the ledger (a retry finishes it)."""
     ledger = read_ledger(state_dir, uuid)
     if ledger is None:
         return []
     bound = set(ledger.get("bound") or [])
     found = {p["id"]: p for p in neutron.ports(device_id=uuid,
-                                                project_id=ledger["project_id"])}
+                                                project_id=ledger["project_id"])
+             if p.get(BINDING_HOST) in (host, "", None)}
     deleted = []
-    for port_id in sorted((set(ledger.get("created") or []) | set(found)) - bound):
+    for port_id in sorted(set(found) - bound):
         if neutron.delete_port(port_id):
             deleted.append(port_id)
-    for port_id in sorted(bound):
-        port = found.get(port_id)
-        if port is None:
-            try:
-                port = neutron.port(port_id)
-            except NotFound:
-                continue
-        if port.get("device_id") == uuid:
-            neutron.update_port(port_id, {"device_id": "", "device_owner": "",
-                                          BINDING_HOST: ""})
+    for port_id in sorted(bound & set(found)):
+        neutron.update_port(port_id, {"device_id": "", "device_owner": "", BINDING_HOST: ""})
     ledger_path(state_dir, uuid).unlink(missing_ok=True)
     if deleted or bound:
         _log(uuid).info("ports released: %d deleted, %d of the user's unbound", len(deleted),
-                        len(bound))
+                        len(bound & set(found)))
     return deleted

@@ -86,7 +86,8 @@ def destroy(uuid: str) -> None:
     (those made for it deleted, the user's own unbound)."""
     driver().destroy(uuid)
     if network_backend.uses_neutron(_config):
-        ports.release(neutron(), uuid, _config["compute"]["state_dir"])
+        ports.release(neutron(), uuid, _config["compute"]["state_dir"],
+                      _config["compute"]["name"])
 
 
 def port_ledgers() -> set[str]:

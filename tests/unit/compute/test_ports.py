@@ -102,7 +102,7 @@ def test_the_users_own_port_is_bound_with_a_revision_check_and_kept_on_release(
     assert (bound["device_id"], bound["binding:host_id"]) == (wanted["uuid"], HOST)
     update = next(args for name, args in neutron.calls if name == "update_port")
     assert update[2] == own["revision_number"]  # If-Match: two builds cannot both take it
-    assert ports.release(neutron, wanted["uuid"], tmp_path) == []  # type: ignore[arg-type]
+    assert ports.release(neutron, wanted["uuid"], tmp_path, HOST) == []  # type: ignore[arg-type]
     kept = neutron.ports_by_id[own["id"]]
     assert (kept["device_id"], kept["device_owner"], kept["binding:host_id"]) == ("", "", "")
     assert ports.read_ledger(tmp_path, wanted["uuid"]) is None
@@ -159,14 +159,14 @@ def test_release_deletes_what_was_made_and_a_port_made_before_a_crash_but_not_ot
     leftover = neutron.add_port(net, device_id=wanted["uuid"])
     # Another project's port naming our server as its device: not ours to delete.
     planted = neutron.add_port(net, project_id=ALT, device_id=wanted["uuid"])
-    deleted = ports.release(neutron, wanted["uuid"], tmp_path)  # type: ignore[arg-type]
+    deleted = ports.release(neutron, wanted["uuid"], tmp_path, HOST)  # type: ignore[arg-type]
     assert sorted(deleted) == sorted([vif["port_id"], leftover["id"]])
     assert list(neutron.ports_by_id) == [planted["id"]]
 
 
 def test_release_without_a_ledger_asks_neutron_nothing(neutron: FakeNeutron,
                                                        tmp_path: Path) -> None:
-    assert ports.release(neutron, spec()["uuid"], tmp_path) == []  # type: ignore[arg-type]
+    assert ports.release(neutron, spec()["uuid"], tmp_path, HOST) == []  # type: ignore[arg-type]
     assert neutron.calls == []
 
 
@@ -177,9 +177,9 @@ def test_a_release_during_an_outage_keeps_the_ledger_for_the_retry(
     allocate(neutron, tmp_path, wanted)
     neutron.down = True
     with pytest.raises(NeutronUnavailable):
-        ports.release(neutron, wanted["uuid"], tmp_path)  # type: ignore[arg-type]
+        ports.release(neutron, wanted["uuid"], tmp_path, HOST)  # type: ignore[arg-type]
     neutron.down = False
-    assert len(ports.release(neutron, wanted["uuid"], tmp_path)) == 1  # type: ignore[arg-type]
+    assert len(ports.release(neutron, wanted["uuid"], tmp_path, HOST)) == 1  # type: ignore[arg-type]
     assert neutron.ports_by_id == {}
 
 
@@ -234,7 +234,7 @@ def test_neutron_down_from_the_start_leaves_no_ledger_and_nothing_to_release(
         allocate(neutron, tmp_path, wanted)
     assert ports.read_ledger(tmp_path, wanted["uuid"]) is None
     # The failed build's cleanup: nothing asked of Neutron, still down.
-    assert ports.release(neutron, wanted["uuid"], tmp_path) == []  # type: ignore[arg-type]
+    assert ports.release(neutron, wanted["uuid"], tmp_path, HOST) == []  # type: ignore[arg-type]
 
 
 def test_security_groups_of_a_guest_are_set_on_its_ports_in_its_project(
@@ -262,3 +262,21 @@ def test_a_build_run_again_takes_the_ports_it_made_and_bound_then(
     again = allocate(neutron, tmp_path, wanted)  # the daemon restarted mid-build
     assert again == first and len(neutron.ports_by_id) == 3
     assert ports.read_ledger(tmp_path, wanted["uuid"])["bound"] == [own["id"]]
+
+
+def test_a_release_leaves_the_servers_ports_bound_to_another_host(
+        neutron: FakeNeutron, tmp_path: Path) -> None:
+    """This host was down; its guest was rebuilt on another host (an evacuation), with
+    ports of the same server bound there. Back, this host destroys its orphan and releases
+    its own ports only."""
+    net = neutron.add_network()
+    own = neutron.add_port(net)
+    wanted = spec(networks=[{"uuid": net["id"]}, {"port": own["id"]}])
+    (mine, _) = allocate(neutron, tmp_path, wanted)
+    elsewhere = neutron.add_port(net, device_id=wanted["uuid"],
+                                 **{"binding:host_id": "hv2"})
+    neutron.ports_by_id[own["id"]]["binding:host_id"] = "hv2"  # bound there again
+    assert ports.release(neutron, wanted["uuid"], tmp_path, HOST) == [  # type: ignore[arg-type]
+        mine["port_id"]]
+    assert set(neutron.ports_by_id) == {own["id"], elsewhere["id"]}
+    assert neutron.ports_by_id[own["id"]]["device_id"] == wanted["uuid"]
