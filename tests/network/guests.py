@@ -4,7 +4,7 @@ chassis each (tools/local_services/ovn_hypervisors.py), as compute hosts of netw
 neutron; demo's tenant network; a probe on it (a Neutron port plugged as an OVS internal
 port into a namespace of its own) that also stands in for the subnet's gateway; the
 compute's worker process of each host; reading a guest's console and logging in to it.
-Fixtures are imported by the test modules that use them.
+The package's conftest.py imports the fixtures.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from etcd_compute.errors import ServiceUnavailable
 from etcd_compute.neutron import NeutronClient
 from etcd_compute.virt import network as libvirt_network
 from tests.network.neutron import DEMO, Cli
-from tests.support import make_spec, unavailable, wait_for
+from tests.support import REPO, make_spec, unavailable, wait_for
 from tests.virt.conftest import GUEST_CACHE, VM_TEST_ROOT
 from tools.local_services import KeystoneServer, cloud
 from tools.local_services.netns import Host, ip, netns_usable
@@ -42,7 +42,7 @@ READY = "ETCD-COMPUTE-GUEST ready"
 
 
 def build_test_guest() -> Path:
-    done = subprocess.run(["bash", "tools/build-test-guest.sh"], capture_output=True,
+    done = subprocess.run(["bash", str(REPO / "tools/build-test-guest.sh")], capture_output=True,
                           text=True, timeout=600, check=False)
     if done.returncode != 0:
         unavailable(f"tools/build-test-guest.sh failed: {done.stderr.strip()[-500:]}")
