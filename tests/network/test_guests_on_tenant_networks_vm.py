@@ -10,17 +10,21 @@ two hosts: from a probe on the same network (a Neutron port plugged as an OVS in
 into a namespace of its own, as tests/network/test_ports_on_ovn_chassis.py does), `ssh`
 into guest A with the key of its config drive runs busybox `ping` of guest B, across the
 Geneve tunnel between the hosts. Destroyed, the guests leave no port in Neutron and no tap
-on br-int. A build naming another project's network fails in one line and leaves no port
-and no domain. Create to ready with a Neutron port, and with the libvirt NAT network on the
-same host, are printed (pytest -s).
+on br-int. A build naming another project's network or port fails in one line and leaves
+no port and no domain; a user's own port carries a guest and is kept, unbound, after it; a
+Neutron outage during a build fails it, and its port goes once Neutron is back. Create to
+ready with a Neutron port, and with the libvirt NAT network on the same host, are printed
+(pytest -s).
 """
 
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import shutil
 import subprocess
 import time
+import urllib.parse
 import uuid as uuidlib
 from pathlib import Path
 from typing import Any
@@ -28,8 +32,9 @@ from typing import Any
 import libvirt
 import pytest
 
+from etcd_compute.compute import worker
 from etcd_compute.config import deep_merge
-from etcd_compute.errors import RequestError
+from etcd_compute.errors import RequestError, ServiceUnavailable
 from etcd_compute.neutron import NeutronClient
 from tests.network.guests import (
     HOSTS,
@@ -42,11 +47,12 @@ from tests.network.guests import (
     ssh,
 )
 from tests.network.neutron import ALT, DEMO, Cli
-from tests.support import unavailable
+from tests.support import unavailable, wait_for
 from tools.local_services.netns import Host, ip
 from tools.local_services.networking import NetworkStack
 from tools.local_services.ovn_hypervisors import OvnHypervisor, OvnHypervisors
 from tools.local_services.private_libvirt import PrivateLibvirtd
+from tools.local_services.proxy import CuttableProxy
 
 pytestmark = pytest.mark.vm
 
@@ -226,3 +232,41 @@ def test_a_users_own_port_carries_the_guest_and_is_kept_unbound_after(
         assert f"tap{own['id'][:11]}" not in hosts["hv2"].br_int_ports()
     finally:
         openstack.run(DEMO, "port", "delete", own["id"])
+
+
+@pytest.mark.timeout(600)
+def test_a_neutron_outage_during_a_build_fails_it_and_its_ports_go_once_neutron_is_back(
+        hosts: OvnHypervisors, tenant: dict[str, Any], neutron: NeutronClient,
+        neutron_settings: dict[str, Any], guest_image: str) -> None:
+    """Neutron cut off (a proxy in front of it) once the build made the guest's port: the
+    build fails in one line (the port never seen up); its cleanup, Neutron still down,
+    fails too and keeps the ledger; once Neutron is back the destroy a reconcile runs
+    (worker.port_ledgers names the instance) deletes the port."""
+    host = hosts["hv1"]
+    endpoint = urllib.parse.urlsplit(neutron_settings["endpoint"])
+    proxy = CuttableProxy("127.0.0.1", int(endpoint.port or 443)).start()
+    cut_off = Worker(deep_merge(host.config, {"network": {"neutron": {
+        "endpoint": f"{endpoint.scheme}://127.0.0.1:{proxy.port}"}}}))
+    spec = spec_for(host, guest_image, tenant["project_id"], networks=[{"uuid": tenant["id"]}])
+    try:
+        building = cut_off.build(spec)
+        wait_for(lambda: neutron.ports(device_id=spec["uuid"]), timeout=120, interval=0.02,
+                 what="the build's port")
+        proxy.cut()
+        with pytest.raises(ServiceUnavailable) as failed:
+            building.result(timeout=300)
+        assert "Neutron" in str(failed.value) and "\n" not in str(failed.value)
+        with pytest.raises(ServiceUnavailable):
+            cut_off.destroy(spec["uuid"])  # the failed build's cleanup: the guest goes
+        assert spec["uuid"] not in host.domains()
+        assert cut_off.pool.submit(worker.port_ledgers).result() == {spec["uuid"]}
+        proxy.restore()
+        cut_off.destroy(spec["uuid"])  # what the reconcile does with a ledger left
+        assert neutron.ports(device_id=spec["uuid"]) == []
+        assert cut_off.pool.submit(worker.port_ledgers).result() == set()
+    finally:
+        proxy.restore()
+        with contextlib.suppress(Exception):
+            cut_off.destroy(spec["uuid"])
+        cut_off.close()
+        proxy.stop()
