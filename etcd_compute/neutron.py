@@ -153,8 +153,13 @@ class NeutronClient:
     def create_port(self, port: dict[str, Any]) -> dict[str, Any]:
         return self.request("POST", "/ports", expect=(201,), json={"port": port}).json()["port"]
 
-    def update_port(self, port_id: str, changes: dict[str, Any]) -> dict[str, Any]:
-        return self.request("PUT", f"/ports/{port_id}", json={"port": changes}).json()["port"]
+    def update_port(self, port_id: str, changes: dict[str, Any],
+                    revision: int | None = None) -> dict[str, Any]:
+        """`changes` to the port; with `revision`, only if the port is still at that
+        revision (Neutron's `If-Match`; 412 if it changed meanwhile)."""
+        headers = {"If-Match": f"revision_number={revision}"} if revision is not None else {}
+        return self.request("PUT", f"/ports/{port_id}", json={"port": changes},
+                            headers=headers).json()["port"]
 
     def delete_port(self, port_id: str) -> bool:
         """Delete the port; False if it was gone already."""

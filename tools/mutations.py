@@ -53,6 +53,7 @@ PLUGGING = "tests/unit/compute/test_plugging.py::"
 EXTERNAL_EVENTS = "tests/unit/api/handlers/test_server_external_events.py::"
 INSTANCE_EVENTS = "tests/unit/instances/test_external_events.py::"
 SCHEDULER = "tests/unit/scheduler/test_scheduler.py::"
+PORTS = "tests/unit/compute/test_ports.py::"
 
 MUTATIONS = (
     Mutation("fence only after the lease expired", "etcd_compute/compute/heartbeat.py",
@@ -230,6 +231,27 @@ MUTATIONS = (
                           "backend[libvirt-False]",
               SCHEDULER + "test_a_request_goes_only_to_a_host_of_the_schedulers_own_network_"
                           "backend[neutron-True]")),
+    Mutation("a guest's port on another project's private network (the service user's "
+             "reach)", "etcd_compute/compute/ports.py",
+             'return network.get("project_id") == project_id or bool(network.get("shared"))',
+             "return True",
+             (PORTS + "test_another_projects_network_is_not_found_and_the_ports_made_before_go",
+              )),
+    Mutation("another project's port bound to a guest", "etcd_compute/compute/ports.py",
+             'if not port or port.get("project_id") != project_id:', "if not port:",
+             (PORTS + "test_a_port_of_another_project_or_in_use_is_refused_and_left_as_it_was",
+              )),
+    Mutation("a release deletes another project's port naming the server",
+             "etcd_compute/compute/ports.py",
+             'neutron.ports(device_id=uuid,\n'
+             '                                                project_id=ledger["project_id"])',
+             "neutron.ports(device_id=uuid)",
+             (PORTS + "test_release_deletes_what_was_made_and_a_port_made_before_a_crash_but_"
+                      "not_others",)),
+    Mutation("a host back from the dead deletes the ports its evacuated guest has elsewhere",
+             "etcd_compute/compute/ports.py",
+             "             if p.get(BINDING_HOST) in (host, \"\", None)}", "}",
+             (PORTS + "test_a_release_leaves_the_servers_ports_bound_to_another_host",)),
 )
 
 

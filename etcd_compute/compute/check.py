@@ -5,11 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from etcd_compute import network_backend
 from etcd_compute.compute.identity import load_identity
 from etcd_compute.compute.metrics import checked_listen
 from etcd_compute.drivers import load_driver
 from etcd_compute.errors import ConfigError
 from etcd_compute.etcd import Store
+from etcd_compute.neutron import NeutronClient
 from etcd_compute.pki import certificate_problems
 from etcd_compute.placement import PlacementClient
 
@@ -46,6 +48,12 @@ def check(config: dict[str, Any]) -> list[str]:
     finally:
         store.close()
     lines.append(f"placement: ok ({PlacementClient(config['placement']).check()})")
+    if network_backend.uses_neutron(config):
+        neutron = NeutronClient(config["network"]["neutron"])
+        seen = len(neutron.networks(fields="id"))
+        lines.append(f"neutron: ok ({neutron.endpoint}, {seen} network(s); guests plugged "
+                     f"into {config['network']['neutron']['integration_bridge']} as "
+                     f"{config['compute']['name']})")
     driver = load_driver(config)
     try:
         lines.append(f"driver: ok ({driver.check()})")

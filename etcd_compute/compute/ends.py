@@ -53,9 +53,11 @@ class InstanceEnds:
         if host_txn.activate(self.store, read, ip, stopped) is None:
             self.machine.reread_later(spec)
             return
-        instance_log(uuid).info("%s ip=%s (build took %.1f s)",
+        instance_log(uuid).info("%s ip=%s (build took %.1f s)%s",
                                 states.SHUTOFF if stopped else states.ACTIVE, ip,
-                                time.monotonic() - job.started)
+                                time.monotonic() - job.started,
+                                f"; Neutron ports {', '.join(result['ports'])}"
+                                if result.get("ports") else "")
         if not stopped:
             self.machine.consoles.follow(spec["host"], uuid)
 

@@ -38,6 +38,7 @@ from typing import Any
 
 import pyetcd.events
 
+from etcd_compute import network_backend
 from etcd_compute.clock import SYSTEM, Clock
 from etcd_compute.compute import metrics as compute_metrics
 from etcd_compute.compute import worker
@@ -286,8 +287,10 @@ class ComputeService:
             publish_libvirt_address(self.store, rp, address)
 
     def ensure_mdserver(self) -> None:
-        """Start the metadata server for our guests if it is not running (libvirt only)."""
-        if self.config["driver"]["name"] != "libvirt":
+        """Start the metadata server for our guests if it is not running (libvirt only; it
+        serves the libvirt network's guests, not Neutron's)."""
+        if self.config["driver"]["name"] != "libvirt" or \
+                network_backend.uses_neutron(self.config):
             return
         from etcd_compute.mdserver.supervisor import ensure_mdserver
 
@@ -389,7 +392,8 @@ class ComputeService:
         try:
             held = self.pool.run(worker.list_instances)
             running = self.pool.run(worker.running)
-            self._put_guests_right(held, running, wanted)
+            self._put_guests_right(held, running, wanted,
+                                   self.pool.run(worker.port_ledgers) - held)
         except Exception as exc:  # a broken driver must not stop the daemon
             LOG.warning("reconcile: could not list or fix driver instances: %s", exc)
             return revision
@@ -398,15 +402,20 @@ class ComputeService:
                  len(wanted), revision, len(held))
         return revision
 
-    def _put_guests_right(self, held: set[str], running: set[str], wanted: set[str]) -> None:
+    def _put_guests_right(self, held: set[str], running: set[str], wanted: set[str],
+                          ported: set[str] | None = None) -> None:
         """A guest no spec of ours asks for was moved or deleted while we were away (or
-        down): destroy it here, claims untouched. One that is ours, ACTIVE and stopped (a
-        fence, a reboot of the host) is powered on again; a SHUTOFF one stays off."""
+        down): destroy it here, claims untouched; so are the Neutron ports of an instance
+        without a guest here (`ported`: a failed build's release that met an outage). One
+        that is ours, ACTIVE and stopped (a fence, a reboot of the host) is powered on
+        again; a SHUTOFF one stays off."""
         in_flight = set(self.machine.jobs)
-        for uuid in sorted(held - wanted - in_flight):
+        for uuid in sorted((held | (ported or set())) - wanted - in_flight):
             instance_log(uuid).warning(
                 "orphan: the driver holds instance %s but no spec asks for it (moved or "
-                "deleted while this host was away); destroying it here", uuid)
+                "deleted while this host was away); destroying it here" if uuid in held else
+                "orphan: the Neutron ports of instance %s are not all released and no spec "
+                "asks for it; releasing them", uuid)
             self.pool.run(worker.destroy, uuid, timeout=self.settings["job_timeout_seconds"])
         for uuid in sorted((held & wanted) - running - in_flight):
             rp = next((rp for rp in self.hosts

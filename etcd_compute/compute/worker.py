@@ -11,10 +11,13 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from etcd_compute import network_backend
+from etcd_compute.compute import ports
 from etcd_compute.drivers import Driver, load_driver
-from etcd_compute.errors import EtcdComputeError
+from etcd_compute.errors import EtcdComputeError, RequestError
 from etcd_compute.glance import GlanceClient, rotate_backups
 from etcd_compute.instances import states
+from etcd_compute.neutron import NeutronClient
 
 _driver: Driver | None = None
 _config: dict[str, Any] = {}
@@ -41,8 +44,31 @@ def driver() -> Driver:
     return _driver
 
 
+def neutron() -> NeutronClient:
+    return NeutronClient(_config["network"]["neutron"])
+
+
 def build(spec: dict[str, Any]) -> dict[str, Any]:
-    return driver().build(spec)
+    """The guest built; with network.backend neutron on its ports (compute/ports.py): made
+    before it is defined, up before the build ends, their ids in the result (`ports`)."""
+    if not network_backend.uses_neutron(_config):
+        return driver().build(spec)
+    settings, uuid = _config["network"]["neutron"], spec["uuid"]
+    client = neutron()
+    made = [] if spec.get("network") is False else ports.allocate(
+        client, spec, _config["compute"]["name"], _config["compute"]["state_dir"],
+        settings["integration_bridge"])
+    # A failure from here on is the build's: its cleanup (`destroy`) releases the ports.
+    vifs = [{key: vif[key] for key in ("port_id", "mac", "mtu", "bridge")} for vif in made]
+    result = driver().build({**spec, "vifs": vifs})
+    ids = [vif["port_id"] for vif in made]
+    if not spec.get("stopped"):
+        waited = ports.wait_until_up(client, uuid, ids, settings["vif_plugging_timeout"],
+                                     settings["vif_plugging_is_fatal"])
+        logging.getLogger(__name__).info("instance %s: %d port(s) up %.1f s after the "
+                                         "guest started", uuid, len(ids), waited)
+    ip = result.get("ip") or next((vif["ip"] for vif in made if vif["ip"]), None)
+    return {**result, "ip": ip, "ports": ids}
 
 
 def prefetch(spec: dict[str, Any]) -> None:
@@ -56,7 +82,21 @@ def prefetch(spec: dict[str, Any]) -> None:
 
 
 def destroy(uuid: str) -> None:
+    """The guest and everything it owns; with network.backend neutron, then its ports
+    (those made for it deleted, the user's own unbound)."""
     driver().destroy(uuid)
+    if network_backend.uses_neutron(_config):
+        ports.release(neutron(), uuid, _config["compute"]["state_dir"],
+                      _config["compute"]["name"])
+
+
+def port_ledgers() -> set[str]:
+    """Instances whose Neutron ports are not all released (network.backend neutron): a
+    failed build's cleanup that met a Neutron outage leaves its ledger; the reconcile
+    releases those of instances that are gone."""
+    if not network_backend.uses_neutron(_config):
+        return set()
+    return ports.ledgered(_config["compute"]["state_dir"])
 
 
 def act(spec: dict[str, Any], task: dict[str, Any]) -> dict[str, Any]:
@@ -75,6 +115,10 @@ def act(spec: dict[str, Any], task: dict[str, Any]) -> dict[str, Any]:
     if action == states.REBOOT:
         return driver().reboot(uuid, bool(task.get("hard")))
     if action == states.SECURITY_GROUPS:
+        if network_backend.uses_neutron(_config):  # the ports' groups, in Neutron
+            ports.set_security_groups(neutron(), spec, task["security_groups"],
+                                      _config["compute"]["state_dir"])
+            return {}
         # The guest's network filter swapped, running or not (its definition too).
         driver().set_security_groups(spec, task["security_groups"])
         return {}
@@ -138,6 +182,11 @@ def move(kind: str, spec: dict[str, Any], task: dict[str, Any] | None) -> dict[s
     """A move's step on this host (`kind` one of MOVE_KINDS)."""
     uuid, task = spec["uuid"], task or {}
     if kind == PREPARE:
+        if network_backend.uses_neutron(_config):
+            # Its ports stay bound to the source host (ML2/OVN's requested chassis): the
+            # guest would arrive with no network. Refused before anything is made here.
+            raise RequestError("moving a guest on Neutron ports is not supported yet (its "
+                               "ports stay bound to its host); it stays where it is")
         return driver().prepare_incoming(spec)
     if kind == DISCARD:
         driver().discard_incoming(uuid)

@@ -37,6 +37,7 @@ from etcd_compute.virt.domain import (
     resized_xml,
 )
 from etcd_compute.virt.instance_files import InstanceFiles, instance_meta
+from etcd_compute.virt.vif import Vif
 
 log = logging.getLogger(__name__)
 
@@ -114,7 +115,11 @@ class LibvirtDriver(LibvirtColdMoves):
 
         # No interface for the test driver, nor for a guest asked without one (networks
         # none): it then gets no address (_wait_for_ip finds no MAC).
-        networked = not test_driver and spec.get("network", True)
+        # On Neutron ports (spec["vifs"], made by compute/ports.py): no libvirt network,
+        # no nwfilter (the ports' security groups are Neutron's).
+        vifs = tuple(Vif.from_dict(vif) for vif in spec.get("vifs") or ())
+        on_ports = spec.get("vifs") is not None
+        networked = not test_driver and not on_ports and spec.get("network", True)
         network_name = self._ensure_network() if networked else None
         nic_filter = self._ensure_filters(spec.get("security_groups")) if networked else None
         domain_spec = DomainSpec(
@@ -130,6 +135,7 @@ class LibvirtDriver(LibvirtColdMoves):
             bridge=self.settings["bridge"] if networked else None,
             nic_filter=nic_filter,
             dhcp_server=nwfilter.gateway_of(self.settings["network_cidr"]),
+            vifs=vifs,
         )
         domain = self.connection.defineXMLFlags(
             domain_xml(domain_spec), libvirt.VIR_DOMAIN_DEFINE_VALIDATE

@@ -17,6 +17,8 @@ from pathlib import Path
 
 import libvirt
 
+from etcd_compute.virt.vif import Vif, interface_element
+
 NAMESPACE = "https://etcd-compute.invalid/xmlns/instance/1"
 NAMESPACE_PREFIX = "etcdcompute"
 
@@ -41,6 +43,8 @@ class DomainSpec:
     # The NICs' MAC addresses (network's, then bridge's) when they are kept from elsewhere
     # (a guest moved from another host); libvirt picks new ones where missing.
     macs: tuple[str, ...] = ()
+    # NICs on Neutron ports (network.backend neutron; virt/vif.py), after the others.
+    vifs: tuple[Vif, ...] = ()
 
 
 def _sub(parent: ET.Element, tag: str, text: str | None = None, **attrs: str) -> ET.Element:
@@ -105,6 +109,8 @@ def domain_xml(spec: DomainSpec) -> str:
             _sub(nic, "mac", address=macs.pop(0))
         _sub(nic, "source", bridge=spec.bridge)
         _sub(nic, "model", type="virtio")
+    for vif in spec.vifs:
+        devices.append(interface_element(vif))
 
     # The pty keeps `virsh console` working; virtlogd copies everything to the log file.
     serial = _sub(devices, "serial", type="pty")

@@ -1,5 +1,5 @@
 """The network tests' fixtures: per module, a Neutron stack on the session's Keystone and the
-`openstack` command line's shells."""
+`openstack` command line's shells; the fixtures of guests on Neutron ports (guests.py)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,15 @@ from collections.abc import Iterator
 import pytest
 
 from etcd_compute.pki import Pki
+from tests.network.guests import (  # noqa: F401 (the guests' fixtures, for the package)
+    guest_image,
+    hosts,
+    neutron,
+    neutron_settings,
+    prober,
+    tenant,
+    workers,
+)
 from tests.network.neutron import OPENSTACK, Cli, network_stack
 from tests.openstack_shell import OpenStackShells
 from tests.support import running

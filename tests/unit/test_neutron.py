@@ -125,3 +125,19 @@ def test_floating_ips_are_listed_by_their_filters() -> None:
     assert neutron.floating_ips(port_id=["p"]) == [
         {"floating_ip_address": "203.0.113.5", "port_id": "p"}]
     assert session.sent[0][2]["params"] == {"port_id": ["p"]}
+
+
+def test_a_port_update_with_a_revision_asks_neutron_to_check_it():
+    """If-Match: revision_number=N (Neutron's revision-if-match): refused with 412 when the
+    port changed since it was read, so two writers cannot both bind it."""
+    neutron, session = client({
+        f"PUT /v2.0/ports/{PORT_ID}": lambda sent: response(200, {"port": {
+            "id": PORT_ID, **sent["json"]["port"]}}) if sent["headers"].get("If-Match") ==
+        "revision_number=7" else response(412, {"NeutronError": {
+            "type": "RevisionNumberConstraintFailed", "message": "Constrained to 7."}})})
+    assert neutron.update_port(PORT_ID, {"device_id": "d"}, revision=7)["device_id"] == "d"
+    with pytest.raises(NeutronError) as refused:
+        neutron.update_port(PORT_ID, {"device_id": "d"}, revision=6)
+    assert (refused.value.status, refused.value.kind) == (412, "RevisionNumberConstraintFailed")
+    assert [kwargs["headers"] for _, _, kwargs in session.sent] == [
+        {"If-Match": "revision_number=7"}, {"If-Match": "revision_number=6"}]

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shlex
 import shutil
 import subprocess
 from dataclasses import dataclass, field
@@ -93,8 +94,14 @@ class LibvirtTls:
 
 
 class PrivateLibvirtd:
-    def __init__(self, root: Path, netns: str, tls: LibvirtTls | None = None):
+    def __init__(self, root: Path, netns: str, tls: LibvirtTls | None = None,
+                 binds: dict[str, Path] | None = None):
         self.root, self.netns, self.tls = root, netns, tls
+        # More of the machine's directories replaced inside its mount namespace: {where:
+        # by what} (a host's Open vSwitch run directory on /run/openvswitch, where the
+        # `ovs-vsctl` libvirt runs looks for its database). A missing mount point is made
+        # (an empty directory of the machine's: a mount needs one).
+        self.binds = dict(binds or {})
         self.libvirtd: subprocess.Popen[bytes] | None = None
         # The machine's probed capabilities (None: caching is off).
         self.shared_capabilities = cache_dir("libvirt-capabilities")
@@ -116,6 +123,9 @@ class PrivateLibvirtd:
         binds = []
         for directory in PRIVATE_DIRS:
             binds.append(f"mount --bind {self.root / directory} /{directory}")
+        for where, source in self.binds.items():
+            binds += [f"mkdir -p {shlex.quote(where)}",
+                      f"mount --bind {shlex.quote(str(source))} {shlex.quote(where)}"]
         return "\n".join([
             "set -e",
             "mount --make-rprivate /",

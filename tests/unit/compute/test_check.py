@@ -174,3 +174,22 @@ def test_an_unusable_hypervisor_stops_the_check_and_the_driver_is_closed(tmp_pat
     with pytest.raises(ServiceUnavailable, match="libvirt"):
         check.check(config_with(tmp_path))
     assert services.closed == ["etcd", "driver"]
+
+
+def test_on_neutron_neutron_is_checked_before_the_driver(tmp_path, services, monkeypatch):
+    class Neutron:
+        endpoint = "https://neutron.invalid:9696"
+
+        def __init__(self, settings: dict[str, Any]):
+            assert settings["integration_bridge"] == "br-int"
+
+        def networks(self, **filters: Any) -> list[dict[str, Any]]:
+            return [{"id": "a"}, {"id": "b"}]
+
+    monkeypatch.setattr(check, "NeutronClient", Neutron)
+    config = config_with(tmp_path, network={"backend": "neutron"})
+    config["compute"]["name"] = "hv1"
+    lines = check.check(config)
+    assert lines[lines.index("driver: ok (fake)") - 1] == (
+        "neutron: ok (https://neutron.invalid:9696, 2 network(s); guests plugged into br-int "
+        "as hv1)")

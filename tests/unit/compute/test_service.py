@@ -527,8 +527,9 @@ def test_neutrons_events_for_a_waiting_build_reach_it_and_nothing_else(tmp_path,
     from etcd_compute.instances import external_events
 
     port = "11111111-1111-4111-8111-111111111111"
-    real = worker.build
-    monkeypatch.setattr(worker, "build", lambda spec: {**real(spec), "ports": [port]})
+    # The guest built by the fake driver, as on Neutron ports (no Neutron here).
+    monkeypatch.setattr(worker, "build", lambda spec: {**worker.driver().build(spec),
+                                                       "ports": [port]})
     daemon = Daemon(tmp_path, monkeypatch, network={"backend": NEUTRON})
     assert daemon.service.machine.plugging.timeout == 300  # network.neutron's default
     spec = daemon.schedule()
@@ -548,9 +549,8 @@ def test_neutrons_events_for_a_waiting_build_reach_it_and_nothing_else(tmp_path,
 
 
 def test_a_build_waiting_for_its_ports_does_not_hold_the_shutdown(tmp_path, monkeypatch):
-    real = worker.build
     monkeypatch.setattr(worker, "build", lambda spec: {
-        **real(spec), "ports": ["11111111-1111-4111-8111-111111111111"]})
+        **worker.driver().build(spec), "ports": ["11111111-1111-4111-8111-111111111111"]})
     daemon = Daemon(tmp_path, monkeypatch, network={"backend": NEUTRON})
     spec = daemon.schedule()
     daemon.service.reconcile()
@@ -563,3 +563,22 @@ def test_a_build_waiting_for_its_ports_does_not_hold_the_shutdown(tmp_path, monk
     daemon.clock.advance(daemon.config["compute"]["shutdown_timeout_seconds"])  # (frees it)
     stopping.join(5)
     assert not held and daemon.pool.stopped
+
+
+def test_ports_not_released_of_an_instance_gone_are_released_at_the_reconcile(
+        daemon, monkeypatch):
+    """A failed build whose cleanup met a Neutron outage left its ports' ledger: the next
+    reconcile releases them (worker.destroy) when no spec asks for the instance; one a
+    spec asks for keeps its ports."""
+    kept = daemon.schedule()
+    daemon.service.reconcile()
+    daemon.settle()
+    gone = make_spec(daemon.rp)["uuid"]
+    released: list[str] = []
+    destroy = worker.destroy
+    monkeypatch.setattr(worker, "port_ledgers", lambda: {gone, kept["uuid"]})
+    monkeypatch.setattr(worker, "destroy", lambda uuid: (released.append(uuid),
+                                                         destroy(uuid))[-1])
+    daemon.service.reconcile()
+    assert released == [gone]
+    assert worker.list_instances() == {kept["uuid"]}

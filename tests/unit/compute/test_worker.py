@@ -15,7 +15,9 @@ from etcd_compute.config import deep_merge
 from etcd_compute.defaults import COMPUTE_DEFAULTS
 from etcd_compute.drivers.base import Driver
 from etcd_compute.drivers.fake import FakeDriver
+from etcd_compute.errors import RequestError
 from tests.support import make_spec
+from tests.unit.fake_neutron_service import DEMO, FakeNeutron
 
 JOBS = [worker.build, worker.prefetch, worker.destroy, worker.act, worker.list_instances,
         worker.running, worker.power_on, worker.consoles, worker.check]
@@ -208,3 +210,98 @@ def test_consoles_and_diagnostics_of_several_instances_are_one_job_bounded_each(
 def test_jobs_travel_to_a_worker_by_reference(job):
     """The pool pickles what it sends to a forkserver worker: module-level functions only."""
     assert pickle.loads(pickle.dumps(job)) is job
+
+
+@pytest.fixture
+def on_neutron(recorder: Recorder, monkeypatch: pytest.MonkeyPatch,
+               tmp_path: Path) -> tuple[Recorder, FakeNeutron, list[dict[str, Any]]]:
+    """A worker of network.backend neutron: the recorder driver (the specs it was asked to
+    build kept), a Neutron in memory whose ports go ACTIVE when asked about."""
+    neutron = FakeNeutron()
+    built: list[dict[str, Any]] = []
+    original = recorder.build
+
+    def build(spec: dict[str, Any]) -> dict[str, Any]:
+        built.append(spec)
+        for port in neutron.ports_by_id.values():
+            port["status"] = "ACTIVE"  # ovn-controller claimed it once the guest started
+        return {**original(spec), "ip": None}
+
+    monkeypatch.setattr(recorder, "build", build)
+    monkeypatch.setattr(worker, "_config", deep_merge(COMPUTE_DEFAULTS, {
+        "compute": {"name": "hv1", "state_dir": str(tmp_path)},
+        "network": {"backend": "neutron"}}))
+    monkeypatch.setattr(worker, "neutron", lambda: neutron)
+    return recorder, neutron, built
+
+
+def test_on_neutron_the_guest_is_built_on_its_ports_and_the_result_names_them(on_neutron):
+    recorder, neutron, built = on_neutron
+    net = neutron.add_network()
+    spec = make_spec("00000000-0000-0000-0000-0000000000aa", project_id=DEMO,
+                     networks=[{"uuid": net["id"]}])
+    result = worker.build(spec)
+    (port,) = neutron.of_device(spec["uuid"])
+    assert built[0]["vifs"] == [{"port_id": port["id"], "mac": port["mac_address"],
+                                 "mtu": 1442, "bridge": "br-int"}]
+    assert result == {"ip": port["fixed_ips"][0]["ip_address"], "ports": [port["id"]]}
+    assert port["binding:host_id"] == "hv1"
+    worker.destroy(spec["uuid"])
+    assert neutron.ports_by_id == {}
+    assert recorder.asked[-1] == ("destroy", spec["uuid"])
+
+
+def test_on_neutron_a_guest_without_a_network_gets_no_port(on_neutron):
+    _recorder, neutron, built = on_neutron
+    neutron.add_network()
+    spec = make_spec("00000000-0000-0000-0000-0000000000aa", project_id=DEMO, network=False)
+    assert worker.build(spec) == {"ip": None, "ports": []}
+    assert built[0]["vifs"] == [] and neutron.mutations() == []
+
+
+def test_on_neutron_a_refused_network_builds_nothing(on_neutron):
+    recorder, neutron, built = on_neutron
+    theirs = neutron.add_network(project_id="someone-else")
+    spec = make_spec("00000000-0000-0000-0000-0000000000aa", project_id=DEMO,
+                     networks=[{"uuid": theirs["id"]}])
+    with pytest.raises(RequestError, match="not found"):
+        worker.build(spec)
+    assert built == [] and neutron.ports_by_id == {}
+
+
+def test_port_ledgers_are_the_instances_whose_ports_are_written_down(on_neutron, tmp_path):
+    _recorder, neutron, _built = on_neutron
+    neutron.add_network()
+    spec = make_spec("00000000-0000-0000-0000-0000000000aa", project_id=DEMO)
+    worker.build(spec)
+    assert worker.port_ledgers() == {spec["uuid"]}
+    worker.destroy(spec["uuid"])
+    assert worker.port_ledgers() == set()
+
+
+def test_without_neutron_there_are_no_port_ledgers(recorder, monkeypatch, tmp_path):
+    monkeypatch.setattr(worker, "_config", deep_merge(COMPUTE_DEFAULTS, {
+        "compute": {"state_dir": str(tmp_path)}}))
+    assert worker.port_ledgers() == set()
+
+
+def test_on_neutron_security_groups_are_the_ports_not_the_drivers(on_neutron):
+    recorder, neutron, _built = on_neutron
+    net = neutron.add_network()
+    neutron.groups = [{"id": "sg-web", "name": "web", "project_id": DEMO}]
+    spec = make_spec("00000000-0000-0000-0000-0000000000aa", project_id=DEMO,
+                     networks=[{"uuid": net["id"]}])
+    worker.build(spec)
+    assert worker.act(spec, {"action": "security-groups", "security_groups": ["web"],
+                             "from": "ACTIVE"}) == {}
+    (port,) = neutron.of_device(spec["uuid"])
+    assert port["security_groups"] == ["sg-web"]
+    assert not [asked for asked in recorder.asked if asked[0] == "security-groups"]
+
+
+def test_on_neutron_a_move_is_refused_at_the_destination_before_anything_is_made(on_neutron):
+    recorder, _neutron, _built = on_neutron
+    spec = make_spec("00000000-0000-0000-0000-0000000000aa", project_id=DEMO)
+    with pytest.raises(RequestError, match="moving a guest on Neutron ports is not supported"):
+        worker.move(worker.PREPARE, spec, {})
+    assert recorder.asked == []

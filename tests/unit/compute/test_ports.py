@@ -1,0 +1,282 @@
+"""compute/ports.py against a Neutron in memory (tests/unit/fake_neutron_service.py): the ports a
+guest gets (made for it, or the user's own bound), what the service user refuses on the
+project's behalf, waiting until they are up, and their release with the guest."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from etcd_compute.compute import ports
+from etcd_compute.errors import BuildError, NeutronUnavailable, RequestError
+from tests.support import make_spec
+from tests.unit.fake_neutron_service import ALT, DEMO, FakeNeutron
+
+HOST = "hv1"
+
+
+@pytest.fixture
+def neutron() -> FakeNeutron:
+    return FakeNeutron()
+
+
+def spec(**extra: Any) -> dict[str, Any]:
+    return make_spec("00000000-0000-0000-0000-0000000000aa", project_id=DEMO, **extra)
+
+
+def allocate(neutron: FakeNeutron, state: Path, wanted: dict[str, Any]) -> list[dict[str, Any]]:
+    return ports.allocate(neutron, wanted, HOST, state)  # type: ignore[arg-type]
+
+
+def test_a_port_on_the_one_network_the_project_sees_bound_to_this_host(
+        neutron: FakeNeutron, tmp_path: Path) -> None:
+    net = neutron.add_network()
+    neutron.add_network(project_id=ALT)  # another project's: not seen
+    wanted = spec()
+    (vif,) = allocate(neutron, tmp_path, wanted)
+    port = neutron.ports_by_id[vif["port_id"]]
+    assert port["network_id"] == net["id"] and port["project_id"] == DEMO
+    assert port["device_id"] == wanted["uuid"] and port["device_owner"] == "compute:nova"
+    assert port["binding:host_id"] == HOST
+    assert vif == {"port_id": port["id"], "mac": port["mac_address"], "mtu": 1442,
+                   "bridge": "br-int", "ip": port["fixed_ips"][0]["ip_address"],
+                   "network_id": net["id"]}
+    assert ports.read_ledger(tmp_path, wanted["uuid"]) == {
+        "project_id": DEMO, "created": [port["id"]], "bound": []}
+
+
+def test_a_shared_network_is_seen_too(neutron: FakeNeutron, tmp_path: Path) -> None:
+    shared = neutron.add_network(project_id=ALT, shared=True)
+    (vif,) = allocate(neutron, tmp_path, spec())
+    assert vif["network_id"] == shared["id"]
+
+
+@pytest.mark.parametrize("networks", [0, 2])
+def test_no_network_named_and_not_exactly_one_seen_is_refused_in_one_line(
+        neutron: FakeNeutron, tmp_path: Path, networks: int) -> None:
+    for _ in range(networks):
+        neutron.add_network()
+    with pytest.raises(RequestError) as refused:
+        allocate(neutron, tmp_path, spec())
+    assert "\n" not in str(refused.value)
+    assert ("sees 2 networks" if networks else "the project has none") in str(refused.value)
+    assert neutron.mutations() == []
+
+
+def test_another_projects_network_is_not_found_and_the_ports_made_before_go(
+        neutron: FakeNeutron, tmp_path: Path) -> None:
+    """The attack: demo names alt's private network (its uuid learned somehow). The service
+    user could make the port there; the project may not."""
+    ours, theirs = neutron.add_network(), neutron.add_network(project_id=ALT)
+    wanted = spec(networks=[{"uuid": ours["id"]}, {"uuid": theirs["id"]}])
+    with pytest.raises(RequestError) as refused:
+        allocate(neutron, tmp_path, wanted)
+    assert str(refused.value) == f"network {theirs['id']} not found"
+    assert neutron.ports_by_id == {}
+    assert ports.read_ledger(tmp_path, wanted["uuid"]) is None
+
+
+def test_a_fixed_ip_is_asked_for_and_one_taken_is_the_requests_fault(
+        neutron: FakeNeutron, tmp_path: Path) -> None:
+    net = neutron.add_network()
+    (vif,) = allocate(neutron, tmp_path, spec(networks=[{"uuid": net["id"],
+                                                         "fixed_ip": "10.0.0.77"}]))
+    assert vif["ip"] == "10.0.0.77"
+    again = spec(networks=[{"uuid": net["id"], "fixed_ip": "10.0.0.77"}])
+    with pytest.raises(RequestError) as refused:
+        allocate(neutron, tmp_path, again)
+    assert "already allocated" in str(refused.value)
+    assert neutron.of_device(again["uuid"]) == []
+
+
+def test_the_users_own_port_is_bound_with_a_revision_check_and_kept_on_release(
+        neutron: FakeNeutron, tmp_path: Path) -> None:
+    net = neutron.add_network()
+    own = neutron.add_port(net)
+    wanted = spec(networks=[{"port": own["id"]}])
+    (vif,) = allocate(neutron, tmp_path, wanted)
+    assert vif["port_id"] == own["id"]
+    bound = neutron.ports_by_id[own["id"]]
+    assert (bound["device_id"], bound["binding:host_id"]) == (wanted["uuid"], HOST)
+    update = next(args for name, args in neutron.calls if name == "update_port")
+    assert update[2] == own["revision_number"]  # If-Match: two builds cannot both take it
+    assert ports.release(neutron, wanted["uuid"], tmp_path, HOST) == []  # type: ignore[arg-type]
+    kept = neutron.ports_by_id[own["id"]]
+    assert (kept["device_id"], kept["device_owner"], kept["binding:host_id"]) == ("", "", "")
+    assert ports.read_ledger(tmp_path, wanted["uuid"]) is None
+
+
+def test_a_port_of_another_project_or_in_use_is_refused_and_left_as_it_was(
+        neutron: FakeNeutron, tmp_path: Path) -> None:
+    net = neutron.add_network(shared=True)
+    theirs = neutron.add_port(net, project_id=ALT)
+    busy = neutron.add_port(net, device_id="11111111-1111-1111-1111-111111111111")
+    for port, why in ((theirs, "not found"), (busy, "is in use by device")):
+        with pytest.raises(RequestError) as refused:
+            allocate(neutron, tmp_path, spec(networks=[{"port": port["id"]}]))
+        assert why in str(refused.value)
+        assert neutron.ports_by_id[port["id"]]["revision_number"] == 1
+    assert neutron.mutations() == []
+
+
+def test_a_port_named_twice_is_refused(neutron: FakeNeutron, tmp_path: Path) -> None:
+    own = neutron.add_port(neutron.add_network())
+    with pytest.raises(RequestError, match="named twice"):
+        allocate(neutron, tmp_path, spec(networks=[{"port": own["id"]}] * 2))
+
+
+def test_a_neutron_outage_part_way_leaves_no_port(neutron: FakeNeutron,
+                                                  tmp_path: Path) -> None:
+    net = neutron.add_network()
+    neutron.fail_from["create_port"] = 2
+    wanted = spec(networks=[{"uuid": net["id"]}, {"uuid": net["id"]}])
+    with pytest.raises(NeutronUnavailable):
+        allocate(neutron, tmp_path, wanted)
+    assert neutron.ports_by_id == {}
+
+
+def test_security_groups_are_found_by_name_in_the_project(neutron: FakeNeutron,
+                                                          tmp_path: Path) -> None:
+    net = neutron.add_network()
+    neutron.groups = [{"id": "sg-web", "name": "web", "project_id": DEMO},
+                      {"id": "sg-alt", "name": "db", "project_id": ALT}]
+    (vif,) = allocate(neutron, tmp_path, spec(networks=[{"uuid": net["id"]}],
+                                              security_groups=["web"]))
+    assert neutron.ports_by_id[vif["port_id"]]["security_groups"] == ["sg-web"]
+    with pytest.raises(RequestError, match="security group 'db' not found"):
+        allocate(neutron, tmp_path, spec(networks=[{"uuid": net["id"]}],
+                                         security_groups=["db"]))
+
+
+def test_release_deletes_what_was_made_and_a_port_made_before_a_crash_but_not_others(
+        neutron: FakeNeutron, tmp_path: Path) -> None:
+    net = neutron.add_network(shared=True)
+    wanted = spec()
+    (vif,) = allocate(neutron, tmp_path, wanted)
+    # Made by a build cut short before it wrote it down: the project's, naming the server.
+    leftover = neutron.add_port(net, device_id=wanted["uuid"])
+    # Another project's port naming our server as its device: not ours to delete.
+    planted = neutron.add_port(net, project_id=ALT, device_id=wanted["uuid"])
+    deleted = ports.release(neutron, wanted["uuid"], tmp_path, HOST)  # type: ignore[arg-type]
+    assert sorted(deleted) == sorted([vif["port_id"], leftover["id"]])
+    assert list(neutron.ports_by_id) == [planted["id"]]
+
+
+def test_release_without_a_ledger_asks_neutron_nothing(neutron: FakeNeutron,
+                                                       tmp_path: Path) -> None:
+    assert ports.release(neutron, spec()["uuid"], tmp_path, HOST) == []  # type: ignore[arg-type]
+    assert neutron.calls == []
+
+
+def test_a_release_during_an_outage_keeps_the_ledger_for_the_retry(
+        neutron: FakeNeutron, tmp_path: Path) -> None:
+    neutron.add_network()
+    wanted = spec()
+    allocate(neutron, tmp_path, wanted)
+    neutron.down = True
+    with pytest.raises(NeutronUnavailable):
+        ports.release(neutron, wanted["uuid"], tmp_path, HOST)  # type: ignore[arg-type]
+    neutron.down = False
+    assert len(ports.release(neutron, wanted["uuid"], tmp_path, HOST)) == 1  # type: ignore[arg-type]
+    assert neutron.ports_by_id == {}
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def sleep(self, seconds: float) -> None:
+        self.t += seconds
+
+    def now(self) -> float:
+        return self.t
+
+
+def test_waiting_ends_when_every_port_is_active(neutron: FakeNeutron) -> None:
+    port = neutron.add_port(neutron.add_network())
+    clock = Clock()
+
+    def sleep(seconds: float) -> None:
+        clock.sleep(seconds)
+        neutron.ports_by_id[port["id"]]["status"] = "ACTIVE"
+
+    waited = ports.wait_until_up(neutron, "u", [port["id"]], 10, True,  # type: ignore[arg-type]
+                                 sleep=sleep, now=clock.now)
+    assert waited == ports.POLL_SECONDS
+
+
+@pytest.mark.parametrize("fatal", [True, False])
+def test_a_port_still_down_at_the_timeout_fails_the_build_only_if_fatal(
+        neutron: FakeNeutron, fatal: bool) -> None:
+    port = neutron.add_port(neutron.add_network())
+    clock = Clock()
+
+    def wait() -> float:
+        return ports.wait_until_up(neutron, "u", [port["id"]], 5, fatal,  # type: ignore[arg-type]
+                                   sleep=clock.sleep, now=clock.now)
+
+    if fatal:
+        with pytest.raises(BuildError, match=f"port\\(s\\) {port['id']} not up within 5 s"):
+            wait()
+    else:
+        assert wait() == 5
+    assert ports.wait_until_up(neutron, "u", [port["id"]], 0, True) == 0  # type: ignore[arg-type]
+
+
+def test_neutron_down_from_the_start_leaves_no_ledger_and_nothing_to_release(
+        neutron: FakeNeutron, tmp_path: Path) -> None:
+    neutron.add_network()
+    neutron.down = True
+    wanted = spec()
+    with pytest.raises(NeutronUnavailable):
+        allocate(neutron, tmp_path, wanted)
+    assert ports.read_ledger(tmp_path, wanted["uuid"]) is None
+    # The failed build's cleanup: nothing asked of Neutron, still down.
+    assert ports.release(neutron, wanted["uuid"], tmp_path, HOST) == []  # type: ignore[arg-type]
+
+
+def test_security_groups_of_a_guest_are_set_on_its_ports_in_its_project(
+        neutron: FakeNeutron, tmp_path: Path) -> None:
+    net = neutron.add_network()
+    own = neutron.add_port(net)
+    neutron.groups = [{"id": "sg-web", "name": "web", "project_id": DEMO},
+                      {"id": "sg-db", "name": "db", "project_id": ALT}]
+    wanted = spec(networks=[{"uuid": net["id"]}, {"port": own["id"]}])
+    made = [vif["port_id"] for vif in allocate(neutron, tmp_path, wanted)]
+    assert ports.set_security_groups(neutron, wanted, ["web"], tmp_path) == made  # type: ignore[arg-type]
+    assert [neutron.ports_by_id[p]["security_groups"] for p in made] == [["sg-web"]] * 2
+    with pytest.raises(RequestError, match="security group 'db' not found"):
+        ports.set_security_groups(neutron, wanted, ["db"], tmp_path)  # type: ignore[arg-type]
+    ports.set_security_groups(neutron, wanted, [], tmp_path)  # type: ignore[arg-type]
+    assert [neutron.ports_by_id[p]["security_groups"] for p in made] == [[]] * 2
+
+
+def test_a_build_run_again_takes_the_ports_it_made_and_bound_then(
+        neutron: FakeNeutron, tmp_path: Path) -> None:
+    net = neutron.add_network()
+    own = neutron.add_port(net)
+    wanted = spec(networks=[{"uuid": net["id"]}, {"uuid": net["id"]}, {"port": own["id"]}])
+    first = allocate(neutron, tmp_path, wanted)
+    again = allocate(neutron, tmp_path, wanted)  # the daemon restarted mid-build
+    assert again == first and len(neutron.ports_by_id) == 3
+    assert ports.read_ledger(tmp_path, wanted["uuid"])["bound"] == [own["id"]]
+
+
+def test_a_release_leaves_the_servers_ports_bound_to_another_host(
+        neutron: FakeNeutron, tmp_path: Path) -> None:
+    """This host was down; its guest was rebuilt on another host (an evacuation), with
+    ports of the same server bound there. Back, this host destroys its orphan and releases
+    its own ports only."""
+    net = neutron.add_network()
+    own = neutron.add_port(net)
+    wanted = spec(networks=[{"uuid": net["id"]}, {"port": own["id"]}])
+    (mine, _) = allocate(neutron, tmp_path, wanted)
+    elsewhere = neutron.add_port(net, device_id=wanted["uuid"],
+                                 **{"binding:host_id": "hv2"})
+    neutron.ports_by_id[own["id"]]["binding:host_id"] = "hv2"  # bound there again
+    assert ports.release(neutron, wanted["uuid"], tmp_path, HOST) == [  # type: ignore[arg-type]
+        mine["port_id"]]
+    assert set(neutron.ports_by_id) == {own["id"], elsewhere["id"]}
+    assert neutron.ports_by_id[own["id"]]["device_id"] == wanted["uuid"]

@@ -1,0 +1,134 @@
+"""Hypervisor hosts whose guests are on Neutron ports: each an OVN chassis (ovn_hosts.py: a
+network namespace on a private bridge, its own Open vSwitch and ovn-controller) with a
+private libvirtd (private_libvirt.py) in the same namespace, as a compute host of the
+`neutron` network backend is.
+
+    with OvnHypervisors.create(["hv1", "hv2"], parent, network.ovn, image_dirs,
+                               neutron_settings) as hosts:
+        config = hosts["hv1"].config         # a compute config: network.backend neutron
+        worker.init_worker(config); worker.build(spec) ...
+
+The guest's NIC is plugged as Nova's libvirt driver plugs an OVS port (virt/vif.py): libvirt
+makes the tap and runs `ovs-vsctl add-port br-int ...` itself. That `ovs-vsctl` looks for
+its database at /run/openvswitch/db.sock; in the libvirtd's private mount namespace that
+directory is the host's switch's run directory (its `db.sock`), so each libvirtd plugs into
+its own host's switch. (The mount point, an empty /run/openvswitch, is made on the
+machine if it is missing: the machine's own Open vSwitch service is not run.)
+
+The chassis' hostname is the host's name and so is the compute's (`compute.name`): ML2/OVN
+binds a port whose `binding:host_id` is that name to that chassis. The drivers run in the
+caller's process (root namespace) and reach each libvirtd by its socket; qemu runs in the
+host's namespace. `root` must be traversable by qemu's user (not a 0700 directory).
+Everything is stopped by pid, the namespaces and bridge removed, on close.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import uuid as uuidlib
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import libvirt
+
+from etcd_compute.config import deep_merge
+from etcd_compute.defaults import COMPUTE_DEFAULTS
+from etcd_compute.drivers.libvirt import LibvirtDriver
+from tools.local_services.ovn import OvnCentral
+from tools.local_services.ovn_hosts import OvnHost, OvnHosts
+from tools.local_services.private_libvirt import PrivateLibvirtd
+
+OVS_RUN_DIR = "/run/openvswitch"
+
+
+@dataclass
+class OvnHypervisor:
+    name: str
+    chassis: OvnHost
+    libvirtd: PrivateLibvirtd
+    config: dict[str, Any]
+
+    @property
+    def instances_dir(self) -> Path:
+        return Path(self.config["compute"]["instances_dir"])
+
+    def driver(self) -> LibvirtDriver:
+        return LibvirtDriver(self.config)
+
+    def console(self, uuid: str) -> str:
+        path = self.instances_dir / uuid / "console.log"
+        return path.read_text(errors="replace") if path.exists() else ""
+
+    def domains(self) -> list[str]:
+        connection = libvirt.open(self.libvirtd.uri)
+        try:
+            return [domain.name() for domain in connection.listAllDomains()]
+        finally:
+            connection.close()
+
+    def br_int_ports(self) -> list[str]:
+        """The ports on the host's br-int (the guests' taps, plugged by libvirt)."""
+        return self.chassis.switch.vsctl("list-ports", "br-int").split()
+
+
+@dataclass
+class OvnHypervisors:
+    root: Path
+    chassis: OvnHosts
+    hosts: dict[str, OvnHypervisor] = field(default_factory=dict)
+
+    def __getitem__(self, name: str) -> OvnHypervisor:
+        return self.hosts[name]
+
+    @classmethod
+    @contextlib.contextmanager
+    def create(cls, names: list[str], parent: Path, ovn: OvnCentral, image_dirs: list[str],
+               neutron: dict[str, Any]) -> Iterator[OvnHypervisors]:
+        """Hosts `names`, their files in a new directory under `parent` (removed after, and
+        `parent` too when nothing else is left in it); `neutron`: the `network.neutron`
+        section of their computes."""
+        parent.mkdir(parents=True, exist_ok=True, mode=0o711)
+        parent.chmod(0o711)
+        root = parent / f"ovn-{uuidlib.uuid4().hex[:8]}"
+        root.mkdir(mode=0o711)
+        made: OvnHypervisors | None = None
+        try:
+            Path(OVS_RUN_DIR).mkdir(exist_ok=True)
+            made = cls(root, OvnHosts.create(names, root / "switches", ovn))
+            for name in names:
+                made.add(name, image_dirs, neutron)
+            yield made
+        finally:
+            if made is not None:
+                made.close()
+            shutil.rmtree(root, ignore_errors=True)
+            with contextlib.suppress(OSError):
+                parent.rmdir()  # only when no other run is using it
+
+    def add(self, name: str, image_dirs: list[str], neutron: dict[str, Any]) -> OvnHypervisor:
+        chassis = self.chassis[name]
+        libvirtd = PrivateLibvirtd(self.root / f"libvirt-{name}", chassis.space.netns,
+                                   binds={OVS_RUN_DIR: chassis.switch.run_dir})
+        here = self.root / name
+        config = deep_merge(COMPUTE_DEFAULTS, {
+            "compute": {"name": name, "state_dir": str(here / "state"),
+                        "instances_dir": str(here / "instances")},
+            "driver": {"name": "libvirt", "libvirt": {
+                "uri": libvirtd.uri, "domain_type": "qemu",
+                "image_cache_dir": str(here / "images"), "image_file_dirs": image_dirs,
+                "boot_timeout_seconds": 180, "shutdown_timeout_seconds": 1}},
+            "network": {"backend": "neutron", "neutron": neutron},
+        })
+        self.hosts[name] = host = OvnHypervisor(name, chassis, libvirtd, config)
+        libvirtd.start()
+        return host
+
+    def close(self) -> None:
+        """Each libvirtd (its guests first), then the chassis (ovn_hosts.py)."""
+        for host in self.hosts.values():
+            with contextlib.suppress(Exception):
+                host.libvirtd.stop()
+        self.chassis.close()
