@@ -3,9 +3,10 @@
 As Neutron's install guide for OVN sets it up, with every file under the run directory:
 ML2 with the `ovn` mechanism driver (geneve project networks, flat provider ones on
 `physnet1`, port security, distributed floating IPs) and the `ovn-router` service plugin,
-writing to the northbound database of an `OvnCentral` (ovn.py); its database on a `MariaDBServer` (mariadb.py; Neutron's migrations
-run on MySQL/MariaDB only); keystonemiddleware's auth_token checks every token with the
-Keystone given, as the service user `neutron`. Served by gunicorn from Neutron's WSGI entry
+writing to the northbound database of an `OvnCentral` (ovn.py); its database on a
+`MariaDBServer` (mariadb.py; Neutron's migrations run on MySQL/MariaDB only);
+keystonemiddleware's auth_token checks every token with the Keystone given, as the service
+user `neutron`. Served by gunicorn from Neutron's WSGI entry
 (`neutron.wsgi.api`; PyPI's neutron has no `neutron-server` script). With a `Pki` it serves
 TLS with a certificate of the cluster CA. Loopback only.
 
