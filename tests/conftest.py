@@ -79,6 +79,10 @@ WORKER_GROUPS = {
     "openstack_cloud": "cloud",
     # PostgreSQL and a 4-worker Placement (per module).
     "pg_placement": "postgres",
+    # The site's uplink (tests/network/test_reach_from_outside_vm.py): a Neutron stack, two
+    # hypervisor hosts and real guests of its own, no fixed name; a group so that its
+    # module's stack is started once, on one worker.
+    "outside": "outside",
 }
 # The groups in the order workers take them up: the longest first, so the run does not
 # wait on one started last. Measured serially in one loaded run (load average 25-35), before

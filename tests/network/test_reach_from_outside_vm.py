@@ -1,0 +1,230 @@
+"""Reaching a guest from outside its cloud: an external network, a router and a floating IP,
+all through Neutron's own API (the `openstack` command line), as a user does it.
+
+The site's uplink is tools/local_services/outside.py: a bridge with a namespace "outside"
+on it (the user's laptop) and each hypervisor host's br-ex on it as `physnet1`, every host
+a gateway chassis. The admin makes the flat external network `public` on that segment;
+demo makes a network, a router with its gateway on `public` and an interface on the
+network, a security group, and a floating IP for a real TCG test guest's port. From the
+laptop: `ping` of the floating IP, `ssh -i key root@FLOATING_IP` runs a command in the
+guest (its instance id, from its config drive); without a rule for tcp/22 the connection
+is dropped. Floating IPs are distributed (`enable_distributed_floating_ip`): the NAT is on
+the guest's own chassis. Everything deleted, nothing is left in Neutron or OVN. The time
+from the guest's port ACTIVE (the build's end) to the first SSH from outside is printed
+(pytest -s).
+
+The untrusted input: a router's gateway on a network that is not external is refused; a
+floating IP of another project cannot be used by demo (404), nor can that project point
+its own at demo's port (404); neither leaves a NAT rule behind.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import shutil
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.network.guests import Worker, keypair, ready, spec_for
+from tests.network.neutron import ALT, DEMO, Cli
+from tests.support import unavailable, wait_for
+from tools.local_services.networking import NetworkStack
+from tools.local_services.outside import PHYSNET, Outside
+from tools.local_services.ovn_hypervisors import OvnHypervisors
+
+pytestmark = pytest.mark.vm
+
+ADMIN = "etcd-compute"
+INSIDE = "10.1.0.0/24"
+
+
+@pytest.fixture(scope="module")
+def outside(hosts: OvnHypervisors) -> Iterator[Outside]:
+    """The uplink, the laptop, and every host's br-ex on it (its own xdist group: the tests
+    here take most of a worker's time with real guests)."""
+    with Outside.create(hosts.chassis.hosts.values()) as made:
+        yield made
+
+
+@pytest.fixture(scope="module")
+def public(openstack: Cli, outside: Outside) -> Iterator[dict[str, Any]]:
+    """The admin's flat external network on physnet1 and its subnet: the segment's range,
+    the laptop as the site's router, no DHCP."""
+    start, end = outside.pool
+    made = openstack(ADMIN, "network", "create", "--external", "--provider-network-type",
+                     "flat", "--provider-physical-network", PHYSNET, "public")
+    try:
+        made["subnet"] = openstack(
+            ADMIN, "subnet", "create", "--network", made["id"], "--subnet-range",
+            outside.cidr, "--gateway", outside.gateway, "--no-dhcp",
+            "--allocation-pool", f"start={start},end={end}", "public-subnet")
+        yield made
+    finally:
+        openstack.run(ADMIN, "network", "delete", made["id"])
+
+
+def nb(network: NetworkStack, *args: str) -> list[dict[str, Any]]:
+    """Rows of the northbound database (`ovn-nbctl --format=json list ...`), as dicts."""
+    table = json.loads(network.ovn.nbctl("--format=json", *args))
+    return [dict(zip(table["headings"], row, strict=True)) for row in table["data"]]
+
+
+def from_outside(outside: Outside, argv: list[str], timeout: float = 60
+                 ) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(outside.run(argv), capture_output=True, text=True,
+                          timeout=timeout, check=False)
+
+
+def ssh_from_outside(outside: Outside, key: Path, known_hosts: Path, address: str,
+                     command: str, connect_timeout: int = 5
+                     ) -> subprocess.CompletedProcess[str]:
+    return from_outside(outside, [
+        "ssh", "-F", "none", "-i", str(key), "-o", "IdentitiesOnly=yes",
+        "-o", "IdentityAgent=none", "-o", "BatchMode=yes",
+        "-o", f"ConnectTimeout={connect_timeout}", "-o", "StrictHostKeyChecking=accept-new",
+        "-o", f"UserKnownHostsFile={known_hosts}", f"root@{address}", command],
+        timeout=connect_timeout + 60)
+
+
+def ping(outside: Outside, address: str, count: int = 3) -> subprocess.CompletedProcess[str]:
+    return from_outside(outside, ["busybox", "ping", "-c", str(count), "-W", "2", address])
+
+
+@pytest.mark.timeout(900)
+def test_a_guest_is_reached_from_outside_through_its_floating_ip_as_its_rules_say(
+        network: NetworkStack, openstack: Cli, hosts: OvnHypervisors, outside: Outside,
+        public: dict[str, Any], guest_image: str, tmp_path: Path) -> None:
+    if shutil.which("ssh") is None or shutil.which("ssh-keygen") is None:
+        unavailable("ssh and ssh-keygen are missing (tools/install.sh installs openssh-client)")
+    key = keypair(tmp_path / "id_guest")
+    known = tmp_path / "known_hosts"
+    inside = openstack(DEMO, "network", "create", "inside")
+    router = openstack(DEMO, "router", "create", "gateway")
+    group = openstack(DEMO, "security group", "create", "reach")
+    runner = Worker(hosts["hv2"].config)
+    spec: dict[str, Any] = {}
+    floating: dict[str, Any] = {}
+    try:
+        subnet = openstack(DEMO, "subnet", "create", "--network", inside["id"],
+                           "--subnet-range", INSIDE, "inside-subnet")
+        openstack.ok(DEMO, "router", "set", "--external-gateway", public["id"], router["id"])
+        openstack.ok(DEMO, "router", "add", "subnet", router["id"], subnet["id"])
+        openstack(DEMO, "security group rule", "create", "--ingress", "--protocol", "icmp",
+                  group["id"])
+        ssh_rule = openstack(DEMO, "security group rule", "create", "--ingress",
+                             "--protocol", "tcp", "--dst-port", "22", group["id"])
+        spec = spec_for(hosts["hv2"], guest_image, inside["project_id"],
+                        networks=[{"uuid": inside["id"]}], security_groups=["reach"],
+                        ssh_key=(tmp_path / "id_guest.pub").read_text().strip())
+        floating = openstack(DEMO, "floating ip", "create", "public")
+        address = floating["floating_ip_address"]
+        low, high = (ipaddress.ip_address(one) for one in outside.pool)
+        assert low <= ipaddress.ip_address(address) <= high, address
+
+        result = runner.build(spec).result(timeout=400)
+        active = time.monotonic()
+        (port_id,) = result["ports"]
+        openstack.ok(DEMO, "floating ip", "set", "--port", port_id, floating["id"])
+
+        def logged_in() -> subprocess.CompletedProcess[str] | None:
+            done = ssh_from_outside(outside, key, known, address,
+                                    "sed -n 's/^instance-id: *//p' /cidata/meta-data")
+            return done if done.returncode == 0 else None
+
+        done = wait_for(logged_in, timeout=300, interval=0.5,
+                        what=f"ssh root@{address} from outside")
+        to_ssh = time.monotonic() - active
+        assert spec["uuid"] in done.stdout, done.stdout
+        pinged = ping(outside, address)
+        assert " 0% packet loss" in pinged.stdout, pinged.stdout + pinged.stderr
+
+        # Distributed: the NAT names the guest's port and a MAC of its own, so the guest's
+        # chassis answers for the floating IP on br-ex.
+        (nat,) = [row for row in nb(network, "list", "NAT")
+                  if row["external_ip"] == address]
+        assert nat["type"] == "dnat_and_snat"
+        assert nat["logical_port"] == port_id and nat["external_mac"], nat
+
+        # No rule for tcp/22 any more: the connection is dropped (no answer at all), the
+        # pings still pass.
+        openstack.ok(DEMO, "security group rule", "delete", ssh_rule["id"])
+        wait_for(lambda: ssh_from_outside(outside, key, known, address, "true",
+                                          connect_timeout=3).returncode != 0 or None,
+                 timeout=60, interval=0.5, what="ssh refused without its rule")
+        refused = ssh_from_outside(outside, key, known, address, "true", connect_timeout=3)
+        assert refused.returncode == 255 and "timed out" in refused.stderr, refused.stderr
+        assert " 0% packet loss" in ping(outside, address).stdout
+        print(f"\nguest's port ACTIVE to the first ssh from outside through its floating "
+              f"IP: {to_ssh:.1f} s (hv2, distributed floating IP); from outside: "
+              + pinged.stdout.strip().splitlines()[-1])
+        ready(hosts["hv2"], spec["uuid"], timeout=10)
+    finally:
+        if floating:
+            openstack.run(DEMO, "floating ip", "delete", floating["id"])
+        if spec:
+            runner.destroy(spec["uuid"])
+        runner.close()
+        openstack.run(DEMO, "router", "remove", "subnet", router["id"], "inside-subnet")
+        openstack.run(DEMO, "router", "delete", router["id"])
+        openstack.run(DEMO, "network", "delete", inside["id"])
+        openstack.run(DEMO, "security group", "delete", group["id"])
+    assert openstack(ADMIN, "floating ip", "list") == []
+    assert openstack(ADMIN, "router", "list") == []
+    assert nb(network, "list", "NAT") == []
+    assert nb(network, "list", "Logical_Router") == []
+    assert [row for row in nb(network, "list", "Logical_Switch")
+            if row["external_ids"] and "inside" in json.dumps(row["external_ids"])] == []
+    assert ping(outside, address, count=1).returncode != 0
+
+
+def test_a_routers_gateway_on_a_network_not_external_is_refused(
+        network: NetworkStack, openstack: Cli, public: dict[str, Any]) -> None:
+    mine = openstack(DEMO, "network", "create", "not-external")
+    router = openstack(DEMO, "router", "create", "nowhere")
+    try:
+        openstack(DEMO, "subnet", "create", "--network", mine["id"], "--subnet-range",
+                  "10.2.0.0/24", "not-external-subnet")
+        refused = openstack.run(DEMO, "router", "set", "--external-gateway", mine["id"],
+                                router["id"])
+        assert refused.returncode != 0
+        assert "not a valid external network" in refused.stderr, refused.stderr
+        after = openstack(DEMO, "router", "show", router["id"])
+        assert not after["external_gateway_info"], after
+        assert nb(network, "list", "NAT") == []
+    finally:
+        openstack.run(DEMO, "router", "delete", router["id"])
+        openstack.run(DEMO, "network", "delete", mine["id"])
+
+
+def test_a_floating_ip_of_another_project_is_not_demos_to_use(
+        network: NetworkStack, openstack: Cli, public: dict[str, Any]) -> None:
+    """alt's floating IP: demo cannot see, point or delete it (404); alt cannot point it at
+    demo's port (404, the port is not alt's). It stays unassociated, no NAT behind."""
+    theirs = openstack(ALT, "floating ip", "create", "public")
+    mine = openstack(DEMO, "network", "create", "mine")
+    try:
+        openstack(DEMO, "subnet", "create", "--network", mine["id"], "--subnet-range",
+                  "10.3.0.0/24", "mine-subnet")
+        port = openstack(DEMO, "port", "create", "--network", mine["id"], "mine-port")
+        for attempt in (("floating ip", "set", "--port", port["id"], theirs["id"]),
+                        ("floating ip", "delete", theirs["id"])):
+            done = openstack.run(DEMO, *attempt)
+            assert done.returncode != 0, attempt
+            assert "404" in done.stderr or "Could not find" in done.stderr \
+                or "No FloatingIP found" in done.stderr, done.stderr
+        done = openstack.run(ALT, "floating ip", "set", "--port", port["id"], theirs["id"])
+        assert done.returncode != 0
+        assert "404" in done.stderr or "not be found" in done.stderr \
+            or "No Port found" in done.stderr, done.stderr
+        after = openstack(ALT, "floating ip", "show", theirs["id"])
+        assert (after["port_id"], after["fixed_ip_address"]) == (None, None), after
+        assert nb(network, "list", "NAT") == []
+    finally:
+        openstack.run(ALT, "floating ip", "delete", theirs["id"])
+        openstack.run(DEMO, "network", "delete", mine["id"])
