@@ -15,7 +15,8 @@ from the guest's port ACTIVE (the build's end) to the first SSH from outside is 
 
 The untrusted input: a router's gateway on a network that is not external is refused; a
 floating IP of another project cannot be used by demo (404), nor can that project point
-its own at demo's port (404); neither leaves a NAT rule behind.
+its own at demo's port (404), nor demo its own at a port with no router to `public` (404);
+none leaves a NAT rule behind.
 """
 
 from __future__ import annotations
@@ -218,7 +219,8 @@ def test_a_routers_gateway_on_a_network_not_external_is_refused(
 def test_a_floating_ip_of_another_project_is_not_demos_to_use(
         network: NetworkStack, openstack: Cli, public: dict[str, Any]) -> None:
     """alt's floating IP: demo cannot see, point or delete it (404); alt cannot point it at
-    demo's port (404, the port is not alt's). It stays unassociated, no NAT behind."""
+    demo's port (404, the port is not alt's). It stays unassociated, no NAT behind; so
+    does demo's own, pointed at a port with no router to `public`."""
     theirs = openstack(ALT, "floating ip", "create", "public")
     mine = openstack(DEMO, "network", "create", "mine")
     try:
@@ -237,9 +239,17 @@ def test_a_floating_ip_of_another_project_is_not_demos_to_use(
             or "No Port found" in done.stderr, done.stderr
         after = openstack(ALT, "floating ip", "show", theirs["id"])
         assert (after["port_id"], after["fixed_ip_address"]) == (None, None), after
+        # demo's own floating IP for a port whose network has no router to `public`: 404.
+        own = openstack(DEMO, "floating ip", "create", "public")
+        done = openstack.run(DEMO, "floating ip", "set", "--port", port["id"], own["id"])
+        assert done.returncode != 0
+        assert "is not reachable from subnet" in done.stderr, done.stderr
+        assert openstack(DEMO, "floating ip", "show", own["id"])["port_id"] is None
         assert nb(network, "list", "NAT") == []
     finally:
         openstack.run(ALT, "floating ip", "delete", theirs["id"])
+        for left in openstack(DEMO, "floating ip", "list"):
+            openstack.run(DEMO, "floating ip", "delete", left["ID"])
         openstack.run(DEMO, "network", "delete", mine["id"])
 
 
