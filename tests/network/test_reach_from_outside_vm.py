@@ -13,6 +13,10 @@ the guest's own chassis. Everything deleted, nothing is left in Neutron or OVN. 
 from the guest's port ACTIVE (the build's end) to the first SSH from outside is printed
 (pytest -s).
 
+The other choice, a provider network: the admin's shared flat `lan` on physnet1 with OVN's
+DHCP; demo's guest on it has an address of the site's segment and is reached from the
+laptop directly.
+
 The untrusted input: a router's gateway on a network that is not external is refused; a
 floating IP of another project cannot be used by demo (404), nor can that project point
 its own at demo's port (404), nor demo its own at a port with no router to `public` (404);
