@@ -127,8 +127,8 @@ def test_a_guest_is_reached_from_outside_through_its_floating_ip_as_its_rules_sa
         ssh_rule = openstack(DEMO, "security group rule", "create", "--ingress",
                              "--protocol", "tcp", "--dst-port", "22", group["id"])
         # demo's own port in its group (the guest is built on it, as with `server create
-        # --port`): the spec's group names are looked up by the service user, which did
-        # not find demo's new group here.
+        # --port`): the spec's group names are looked up by the compute's service user,
+        # whom Neutron's policy does not let read demo's groups (networking.md).
         port = openstack(DEMO, "port", "create", "--network", inside["id"],
                          "--security-group", group["id"], "guest-port")
         spec = spec_for(hosts["hv2"], guest_image, inside["project_id"],
