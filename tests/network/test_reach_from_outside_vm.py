@@ -7,7 +7,8 @@ a gateway chassis. The admin makes the flat external network `public` on that se
 demo makes a network, a router with its gateway on `public` and an interface on the
 network, a security group, and a floating IP for a real TCG test guest's port. From the
 laptop: `ping` of the floating IP, `ssh -i key root@FLOATING_IP` runs a command in the
-guest (its instance id, from its config drive); without a rule for tcp/22 the connection
+guest (its instance id, from its config drive; a ping of the laptop, out through the
+floating IP's SNAT); without a rule for tcp/22 the connection
 is dropped. Floating IPs are distributed (`enable_distributed_floating_ip`): the NAT is on
 the guest's own chassis. Everything deleted, nothing is left in Neutron or OVN. The time
 from the guest's port ACTIVE (the build's end) to the first SSH from outside is printed
@@ -156,6 +157,10 @@ def test_a_guest_is_reached_from_outside_through_its_floating_ip_as_its_rules_sa
         assert spec["uuid"] in done.stdout, done.stdout
         pinged = ping(outside, address)
         assert " 0% packet loss" in pinged.stdout, pinged.stdout + pinged.stderr
+        # And out: the guest reaches the laptop (its floating IP's SNAT, on its chassis).
+        out = ssh_from_outside(outside, key, known, address,
+                               f"ping -c 2 -W 2 {outside.address}")
+        assert " 0% packet loss" in out.stdout, out.stdout + out.stderr
 
         # Distributed: the NAT names the guest's port and a MAC of its own, so the guest's
         # chassis answers for the floating IP on br-ex.
