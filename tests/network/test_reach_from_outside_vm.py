@@ -8,11 +8,10 @@ demo makes a network, a router with its gateway on `public` and an interface on 
 network, a security group, and a floating IP for a real TCG test guest's port. From the
 laptop: `ping` of the floating IP, `ssh -i key root@FLOATING_IP` runs a command in the
 guest (its instance id, from its config drive; a ping of the laptop, out through the
-floating IP's SNAT); without a rule for tcp/22 the connection
-is dropped. Floating IPs are distributed (`enable_distributed_floating_ip`): the NAT is on
-the guest's own chassis. Everything deleted, nothing is left in Neutron or OVN. The time
-from the guest's port ACTIVE (the build's end) to the first SSH from outside is printed
-(pytest -s).
+floating IP's SNAT); without a rule for tcp/22 the connection is dropped. Floating IPs are
+distributed (`enable_distributed_floating_ip`): the NAT is on the guest's own chassis.
+Everything deleted, nothing is left in Neutron or OVN. The time from the guest's port
+ACTIVE (the build's end) to the first SSH from outside is printed (pytest -s).
 
 The other choice, a provider network: the admin's shared flat `lan` on physnet1 with OVN's
 DHCP; demo's guest on it has an address of the site's segment and is reached from the
