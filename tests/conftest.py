@@ -72,6 +72,11 @@ WORKER_GROUPS = {
     "etcd_cluster": "cluster",
     # Four more installations (CA, etcd, Placement each).
     "zone_services": "zones",
+    # The site's uplink (tests/network/test_reach_from_outside_vm.py): a Neutron stack, two
+    # hypervisor hosts and real guests of its own, no fixed name; a group of its own (before
+    # cloud's: its worker starts its own Keystone), so that its module's stack is started
+    # once, on one worker, beside the other network tests.
+    "outside": "outside",
     # Keystone and Glance (session, started on first use): tests of theirs that boot real
     # guests on the machine's libvirt are in "guests" above (the first group named wins),
     # whose worker starts its own; the API walk-through boots its guest on a hypervisor
@@ -79,10 +84,6 @@ WORKER_GROUPS = {
     "openstack_cloud": "cloud",
     # PostgreSQL and a 4-worker Placement (per module).
     "pg_placement": "postgres",
-    # The site's uplink (tests/network/test_reach_from_outside_vm.py): a Neutron stack, two
-    # hypervisor hosts and real guests of its own, no fixed name; a group so that its
-    # module's stack is started once, on one worker.
-    "outside": "outside",
 }
 # The groups in the order workers take them up: the longest first, so the run does not
 # wait on one started last. Measured serially in one loaded run (load average 25-35), before
