@@ -1,11 +1,12 @@
 """Neutron's API server with ML2/OVN, under gunicorn in its own virtualenv, behind Keystone.
 
 As Neutron's install guide for OVN sets it up, with every file under the run directory:
-ML2 with the `ovn` mechanism driver (geneve project networks, flat provider ones, port
-security) and the `ovn-router` service plugin, writing to the northbound database of an
-`OvnCentral` (ovn.py); its database on a `MariaDBServer` (mariadb.py; Neutron's migrations
-run on MySQL/MariaDB only); keystonemiddleware's auth_token checks every token with the
-Keystone given, as the service user `neutron`. Served by gunicorn from Neutron's WSGI entry
+ML2 with the `ovn` mechanism driver (geneve project networks, flat provider ones on
+`physnet1`, port security, distributed floating IPs) and the `ovn-router` service plugin,
+writing to the northbound database of an `OvnCentral` (ovn.py); its database on a
+`MariaDBServer` (mariadb.py; Neutron's migrations run on MySQL/MariaDB only);
+keystonemiddleware's auth_token checks every token with the Keystone given, as the service
+user `neutron`. Served by gunicorn from Neutron's WSGI entry
 (`neutron.wsgi.api`; PyPI's neutron has no `neutron-server` script). With a `Pki` it serves
 TLS with a certificate of the cluster CA. Loopback only.
 
@@ -75,6 +76,9 @@ def ml2_config(ovn: OvnCentral) -> str:
         "project_network_types = geneve\n"
         "mechanism_drivers = ovn\n"
         "extension_drivers = port_security\n"
+        # Flat provider networks on physnet1 only: the hosts' br-ex (outside.py).
+        "[ml2_type_flat]\n"
+        "flat_networks = physnet1\n"
         "[ml2_type_geneve]\n"
         # No range, no project network ("No tenant network is available for allocation").
         "vni_ranges = 1:65536\n"
@@ -84,6 +88,9 @@ def ml2_config(ovn: OvnCentral) -> str:
         f"ovn_nb_connection = {ovn.nb.connection}\n"
         # Each network's OVN metadata port (a localport), for the hosts' metadata agents.
         "ovn_metadata_enabled = True\n"
+        # A floating IP's NAT on the chassis of its port, not through the router's gateway
+        # chassis (each host has br-ex on physnet1: outside.py).
+        "enable_distributed_floating_ip = True\n"
         f"ovn_sb_connection = {ovn.sb.connection}\n"
     )
 

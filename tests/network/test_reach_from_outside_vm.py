@@ -1,0 +1,313 @@
+"""Reaching a guest from outside its cloud: an external network, a router and a floating IP,
+all through Neutron's own API (the `openstack` command line), as a user does it.
+
+The site's uplink is tools/local_services/outside.py: a bridge with a namespace "outside"
+on it (the user's laptop) and each hypervisor host's br-ex on it as `physnet1`, every host
+a gateway chassis. The admin makes the flat external network `public` on that segment;
+demo makes a network, a router with its gateway on `public` and an interface on the
+network, a security group, and a floating IP for a real TCG test guest's port. From the
+laptop: `ping` of the floating IP, `ssh -i key root@FLOATING_IP` runs a command in the
+guest (its instance id, from its config drive; a ping of the laptop, out through the
+floating IP's SNAT); without a rule for tcp/22 the connection is dropped. Floating IPs are
+distributed (`enable_distributed_floating_ip`): the NAT is on the guest's own chassis.
+Everything deleted, nothing is left in Neutron or OVN. The time from the guest's port
+ACTIVE (the build's end) to the first SSH from outside is printed (pytest -s).
+
+The other choice, a provider network: the admin's shared flat `lan` on physnet1 with OVN's
+DHCP; demo's guest on it has an address of the site's segment and is reached from the
+laptop directly.
+
+The untrusted input: a router's gateway on a network that is not external is refused; a
+floating IP of another project cannot be used by demo (404), nor can that project point
+its own at demo's port (404), nor demo its own at a port with no router to `public` (404);
+none leaves a NAT rule behind.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import shutil
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.network.guests import Worker, keypair, ready, spec_for
+from tests.network.neutron import ALT, DEMO, Cli
+from tests.support import unavailable, wait_for
+from tools.local_services.networking import NetworkStack
+from tools.local_services.outside import PHYSNET, Outside
+from tools.local_services.ovn_hypervisors import OvnHypervisors
+
+pytestmark = pytest.mark.vm
+
+ADMIN = "etcd-compute"
+INSIDE = "10.1.0.0/24"
+
+
+@pytest.fixture(scope="module")
+def outside(hosts: OvnHypervisors) -> Iterator[Outside]:
+    """The uplink, the laptop, and every host's br-ex on it (its own xdist group: the tests
+    here take most of a worker's time with real guests)."""
+    with Outside.create(hosts.chassis.hosts.values()) as made:
+        yield made
+
+
+@pytest.fixture
+def public(openstack: Cli, outside: Outside) -> Iterator[dict[str, Any]]:
+    """The admin's flat external network on physnet1 and its subnet: the segment's range,
+    the laptop as the site's router, no DHCP. Per test: ML2 has one flat network per
+    physical network, and the provider network's test takes physnet1 for `lan`."""
+    start, end = outside.pool
+    made = openstack(ADMIN, "network", "create", "--external", "--provider-network-type",
+                     "flat", "--provider-physical-network", PHYSNET, "public")
+    try:
+        made["subnet"] = openstack(
+            ADMIN, "subnet", "create", "--network", made["id"], "--subnet-range",
+            outside.cidr, "--gateway", outside.gateway, "--no-dhcp",
+            "--allocation-pool", f"start={start},end={end}", "public-subnet")
+        yield made
+    finally:
+        openstack.run(ADMIN, "network", "delete", made["id"])
+
+
+def nb(network: NetworkStack, *args: str) -> list[dict[str, Any]]:
+    """Rows of the northbound database (`ovn-nbctl --format=json list ...`), as dicts."""
+    table = json.loads(network.ovn.nbctl("--format=json", *args))
+    return [dict(zip(table["headings"], row, strict=True)) for row in table["data"]]
+
+
+def from_outside(outside: Outside, argv: list[str], timeout: float = 60
+                 ) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(outside.run(argv), capture_output=True, text=True,
+                          timeout=timeout, check=False)
+
+
+def ssh_from_outside(outside: Outside, key: Path, known_hosts: Path, address: str,
+                     command: str, connect_timeout: int = 5
+                     ) -> subprocess.CompletedProcess[str]:
+    return from_outside(outside, [
+        "ssh", "-F", "none", "-i", str(key), "-o", "IdentitiesOnly=yes",
+        "-o", "IdentityAgent=none", "-o", "BatchMode=yes",
+        "-o", f"ConnectTimeout={connect_timeout}", "-o", "StrictHostKeyChecking=accept-new",
+        "-o", f"UserKnownHostsFile={known_hosts}", f"root@{address}", command],
+        timeout=connect_timeout + 60)
+
+
+def ping(outside: Outside, address: str, count: int = 3) -> subprocess.CompletedProcess[str]:
+    return from_outside(outside, ["busybox", "ping", "-c", str(count), "-W", "2", address])
+
+
+@pytest.mark.timeout(900)
+def test_a_guest_is_reached_from_outside_through_its_floating_ip_as_its_rules_say(
+        network: NetworkStack, openstack: Cli, hosts: OvnHypervisors, outside: Outside,
+        public: dict[str, Any], guest_image: str, tmp_path: Path) -> None:
+    if shutil.which("ssh") is None or shutil.which("ssh-keygen") is None:
+        unavailable("ssh and ssh-keygen are missing (tools/install.sh installs openssh-client)")
+    key = keypair(tmp_path / "id_guest")
+    known = tmp_path / "known_hosts"
+    inside = openstack(DEMO, "network", "create", "inside")
+    router = openstack(DEMO, "router", "create", "gateway")
+    group = openstack(DEMO, "security group", "create", "reach")
+    runner = Worker(hosts["hv2"].config)
+    spec: dict[str, Any] = {}
+    floating: dict[str, Any] = {}
+    port: dict[str, Any] = {}
+    try:
+        subnet = openstack(DEMO, "subnet", "create", "--network", inside["id"],
+                           "--subnet-range", INSIDE, "inside-subnet")
+        openstack.ok(DEMO, "router", "set", "--external-gateway", public["id"], router["id"])
+        openstack.ok(DEMO, "router", "add", "subnet", router["id"], subnet["id"])
+        openstack(DEMO, "security group rule", "create", "--ingress", "--protocol", "icmp",
+                  group["id"])
+        ssh_rule = openstack(DEMO, "security group rule", "create", "--ingress",
+                             "--protocol", "tcp", "--dst-port", "22", group["id"])
+        # demo's own port in its group (the guest is built on it, as with `server create
+        # --port`): the spec's group names are looked up by the compute's service user,
+        # whom Neutron's policy does not let read demo's groups (networking.md).
+        port = openstack(DEMO, "port", "create", "--network", inside["id"],
+                         "--security-group", group["id"], "guest-port")
+        spec = spec_for(hosts["hv2"], guest_image, inside["project_id"],
+                        networks=[{"port": port["id"]}],
+                        ssh_key=(tmp_path / "id_guest.pub").read_text().strip())
+        floating = openstack(DEMO, "floating ip", "create", "public")
+        address = floating["floating_ip_address"]
+        low, high = (ipaddress.ip_address(one) for one in outside.pool)
+        assert low <= ipaddress.ip_address(address) <= high, address
+
+        result = runner.build(spec).result(timeout=400)
+        active = time.monotonic()
+        (port_id,) = result["ports"]
+        assert port_id == port["id"]
+        openstack.ok(DEMO, "floating ip", "set", "--port", port_id, floating["id"])
+
+        def logged_in() -> subprocess.CompletedProcess[str] | None:
+            done = ssh_from_outside(outside, key, known, address,
+                                    "sed -n 's/^instance-id: *//p' /cidata/meta-data")
+            return done if done.returncode == 0 else None
+
+        done = wait_for(logged_in, timeout=300, interval=0.5,
+                        what=f"ssh root@{address} from outside")
+        to_ssh = time.monotonic() - active
+        assert spec["uuid"] in done.stdout, done.stdout
+        pinged = ping(outside, address)
+        assert " 0% packet loss" in pinged.stdout, pinged.stdout + pinged.stderr
+        # And out: the guest reaches the laptop (its floating IP's SNAT, on its chassis).
+        out = ssh_from_outside(outside, key, known, address,
+                               f"ping -c 2 -W 2 {outside.address}")
+        assert " 0% packet loss" in out.stdout, out.stdout + out.stderr
+
+        # Distributed: the NAT names the guest's port and a MAC of its own, so the guest's
+        # chassis answers for the floating IP on br-ex.
+        (nat,) = [row for row in nb(network, "list", "NAT")
+                  if row["external_ip"] == address]
+        assert nat["type"] == "dnat_and_snat"
+        assert nat["logical_port"] == port_id and nat["external_mac"], nat
+        assert [row for row in nb(network, "list", "Logical_Switch")
+                if '"inside"' in json.dumps(row["external_ids"])]  # (checked gone below)
+
+        # No rule for tcp/22 any more: the connection is dropped (no answer at all), the
+        # pings still pass.
+        openstack.ok(DEMO, "security group rule", "delete", ssh_rule["id"])
+        wait_for(lambda: ssh_from_outside(outside, key, known, address, "true",
+                                          connect_timeout=3).returncode != 0 or None,
+                 timeout=60, interval=0.5, what="ssh refused without its rule")
+        refused = ssh_from_outside(outside, key, known, address, "true", connect_timeout=3)
+        assert refused.returncode == 255 and "timed out" in refused.stderr, refused.stderr
+        assert " 0% packet loss" in ping(outside, address).stdout
+        print(f"\nguest's port ACTIVE to the first ssh from outside through its floating "
+              f"IP: {to_ssh:.1f} s (hv2, distributed floating IP); from outside: "
+              + pinged.stdout.strip().splitlines()[-1])
+        ready(hosts["hv2"], spec["uuid"], timeout=10)
+    finally:
+        if floating:
+            openstack.run(DEMO, "floating ip", "delete", floating["id"])
+        if spec:
+            runner.destroy(spec["uuid"])
+        runner.close()
+        if port:
+            openstack.run(DEMO, "port", "delete", port["id"])
+        openstack.run(DEMO, "router", "remove", "subnet", router["id"], "inside-subnet")
+        openstack.run(DEMO, "router", "delete", router["id"])
+        openstack.run(DEMO, "network", "delete", inside["id"])
+        openstack.run(DEMO, "security group", "delete", group["id"])
+    assert openstack(ADMIN, "floating ip", "list") == []
+    assert openstack(ADMIN, "router", "list") == []
+    assert nb(network, "list", "NAT") == []
+    assert nb(network, "list", "Logical_Router") == []
+    assert [row for row in nb(network, "list", "Logical_Switch")
+            if '"inside"' in json.dumps(row["external_ids"])] == []
+    assert ping(outside, address, count=1).returncode != 0
+
+
+def test_a_routers_gateway_on_a_network_not_external_is_refused(
+        network: NetworkStack, openstack: Cli, public: dict[str, Any]) -> None:
+    mine = openstack(DEMO, "network", "create", "not-external")
+    router = openstack(DEMO, "router", "create", "nowhere")
+    try:
+        openstack(DEMO, "subnet", "create", "--network", mine["id"], "--subnet-range",
+                  "10.2.0.0/24", "not-external-subnet")
+        refused = openstack.run(DEMO, "router", "set", "--external-gateway", mine["id"],
+                                router["id"])
+        assert refused.returncode != 0
+        assert "400" in refused.stderr, refused.stderr
+        assert f"Network {mine['id']} is not an external network" in refused.stderr
+        after = openstack(DEMO, "router", "show", router["id"])
+        assert not after["external_gateway_info"], after
+        assert nb(network, "list", "NAT") == []
+    finally:
+        openstack.run(DEMO, "router", "delete", router["id"])
+        openstack.run(DEMO, "network", "delete", mine["id"])
+
+
+def test_a_floating_ip_of_another_project_is_not_demos_to_use(
+        network: NetworkStack, openstack: Cli, public: dict[str, Any]) -> None:
+    """alt's floating IP: demo cannot see, point or delete it (404); alt cannot point it at
+    demo's port (404, the port is not alt's). It stays unassociated, no NAT behind; so
+    does demo's own, pointed at a port with no router to `public`."""
+    theirs = openstack(ALT, "floating ip", "create", "public")
+    mine = openstack(DEMO, "network", "create", "mine")
+    try:
+        openstack(DEMO, "subnet", "create", "--network", mine["id"], "--subnet-range",
+                  "10.3.0.0/24", "mine-subnet")
+        port = openstack(DEMO, "port", "create", "--network", mine["id"], "mine-port")
+        for attempt in (("floating ip", "set", "--port", port["id"], theirs["id"]),
+                        ("floating ip", "delete", theirs["id"])):
+            done = openstack.run(DEMO, *attempt)
+            assert done.returncode != 0, attempt
+            assert "404" in done.stderr or "Could not find" in done.stderr \
+                or "No FloatingIP found" in done.stderr, done.stderr
+        done = openstack.run(ALT, "floating ip", "set", "--port", port["id"], theirs["id"])
+        assert done.returncode != 0
+        assert "404" in done.stderr or "not be found" in done.stderr \
+            or "No Port found" in done.stderr, done.stderr
+        after = openstack(ALT, "floating ip", "show", theirs["id"])
+        assert (after["port_id"], after["fixed_ip_address"]) == (None, None), after
+        # demo's own floating IP for a port whose network has no router to `public`: 404.
+        own = openstack(DEMO, "floating ip", "create", "public")
+        done = openstack.run(DEMO, "floating ip", "set", "--port", port["id"], own["id"])
+        assert done.returncode != 0
+        assert "is not reachable from subnet" in done.stderr, done.stderr
+        assert openstack(DEMO, "floating ip", "show", own["id"])["port_id"] is None
+        assert nb(network, "list", "NAT") == []
+    finally:
+        openstack.run(ALT, "floating ip", "delete", theirs["id"])
+        for left in openstack(DEMO, "floating ip", "list"):
+            openstack.run(DEMO, "floating ip", "delete", left["ID"])
+        openstack.run(DEMO, "network", "delete", mine["id"])
+
+
+@pytest.mark.timeout(600)
+def test_a_guest_on_a_shared_provider_network_is_on_the_sites_segment(
+        network: NetworkStack, openstack: Cli, hosts: OvnHypervisors, outside: Outside,
+        guest_image: str, tmp_path: Path) -> None:
+    """The other choice: the admin's shared flat network `lan` on physnet1 with OVN's DHCP;
+    demo's guest on it has an address of the site's segment and is reached from the laptop
+    directly (no router, no floating IP), as its security group allows."""
+    if shutil.which("ssh") is None or shutil.which("ssh-keygen") is None:
+        unavailable("ssh and ssh-keygen are missing (tools/install.sh installs openssh-client)")
+    key = keypair(tmp_path / "id_guest")
+    start, end = outside.pool
+    lan = openstack(ADMIN, "network", "create", "--share", "--provider-network-type", "flat",
+                    "--provider-physical-network", PHYSNET, "lan")
+    group = openstack(DEMO, "security group", "create", "lan-ssh")
+    runner = Worker(hosts["hv1"].config)
+    spec: dict[str, Any] = {}
+    port: dict[str, Any] = {}
+    try:
+        openstack(ADMIN, "subnet", "create", "--network", lan["id"], "--subnet-range",
+                  outside.cidr, "--gateway", outside.gateway, "--dhcp",
+                  "--allocation-pool", f"start={start},end={end}", "lan-subnet")
+        openstack(DEMO, "security group rule", "create", "--ingress", "--protocol", "tcp",
+                  "--dst-port", "22", group["id"])
+        port = openstack(DEMO, "port", "create", "--network", lan["id"],
+                         "--security-group", group["id"], "lan-port")
+        address = port["fixed_ips"][0]["ip_address"]
+        spec = spec_for(hosts["hv1"], guest_image, port["project_id"],
+                        networks=[{"port": port["id"]}],
+                        ssh_key=(tmp_path / "id_guest.pub").read_text().strip())
+        runner.build(spec).result(timeout=400)
+        active = time.monotonic()
+        done = wait_for(lambda: (lambda run: run if run.returncode == 0 else None)(
+            ssh_from_outside(outside, key, tmp_path / "known_hosts", address,
+                             "ip -4 -o addr show dev eth0")),
+            timeout=300, interval=0.5, what=f"ssh root@{address} from outside")
+        to_ssh = time.monotonic() - active
+        # The address is OVN's DHCP answer on the site's segment.
+        assert f"inet {address}/24" in done.stdout, done.stdout
+        print(f"\nguest's port ACTIVE to the first ssh from outside on the provider network: "
+              f"{to_ssh:.1f} s (hv1, {address} by OVN's DHCP)")
+    finally:
+        if spec:
+            runner.destroy(spec["uuid"])
+        runner.close()
+        if port:
+            openstack.run(DEMO, "port", "delete", port["id"])
+        openstack.run(ADMIN, "network", "delete", lan["id"])
+        openstack.run(DEMO, "security group", "delete", group["id"])
+    assert [row for row in nb(network, "list", "Logical_Switch")
+            if '"lan"' in json.dumps(row["external_ids"])] == []
