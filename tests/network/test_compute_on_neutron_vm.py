@@ -37,13 +37,13 @@ def on_hv1(hosts: OvnHypervisors, store: Any, placement: Any, host_config: Any,
     """Starts compute.py for hv1 (network.backend neutron; `neutron` overrides its
     network.neutron section), once its heartbeat is up; stopped after the test.
 
-    No compute API runs here, so Neutron's network-vif-plugged (which its notifier posts
-    to the compute API of Keystone's catalog: test_neutron_tells_the_compute_api.py)
-    never reaches the host's external-events key. The catalog's `compute` entry is the
-    session's, which the API tests' clouds point at their own APIs, so this module does
-    not run one. Instead, explicitly: the worker still polls Neutron until the port is
-    ACTIVE, and the main process waits VIF_WAIT seconds for the events, then runs the
-    guest anyway with a warning (vif_plugging_is_fatal false), which the test reads."""
+    Neutron's network-vif-plugged cannot reach this host: its notifier posts to the
+    compute API of Keystone's catalog (test_neutron_tells_the_compute_api.py), and that
+    API hands events only for servers it made (a server of schedule.py's is 404 to it,
+    `api/objects/servers.py`), so none runs here. Instead, explicitly: the worker still
+    polls Neutron until the port is ACTIVE, and the main process waits VIF_WAIT seconds
+    for the events, then runs the guest anyway with a warning (vif_plugging_is_fatal
+    false), which the test reads."""
     started: list[DaemonProcess] = []
 
     def start(**neutron: Any) -> DaemonProcess:
