@@ -259,6 +259,21 @@ def test_on_neutron_a_guest_without_a_network_gets_no_port(on_neutron):
     assert built[0]["vifs"] == [] and neutron.mutations() == []
 
 
+def test_on_neutron_a_guest_without_a_network_needs_no_neutron(on_neutron, monkeypatch):
+    """No port to make or release: built and destroyed without a Neutron client (a host
+    whose Neutron credential is missing, or whose Neutron is down)."""
+    recorder, _neutron, built = on_neutron
+
+    def no_client():
+        raise AssertionError("Neutron asked")
+
+    monkeypatch.setattr(worker, "neutron", no_client)
+    spec = make_spec("00000000-0000-0000-0000-0000000000aa", project_id=DEMO, network=False)
+    assert worker.build(spec) == {"ip": None, "ports": []}
+    worker.destroy(spec["uuid"])
+    assert built[0]["vifs"] == [] and recorder.asked[-1] == ("destroy", spec["uuid"])
+
+
 def test_on_neutron_a_refused_network_builds_nothing(on_neutron):
     recorder, neutron, built = on_neutron
     theirs = neutron.add_network(project_id="someone-else")
