@@ -54,6 +54,9 @@ def add_commands(commands: Commands) -> None:
                        help="when its host dies: rebuild it elsewhere from its image (its "
                             "local disk is lost) or end it in ERROR (default: "
                             "scheduler.on_host_failure)")
+    place.add_argument("--no-network", action="store_true",
+                       help="the guests get no network interface (and, under the neutron "
+                            "backend, no port)")
     place.add_argument("--wait", action="store_true",
                        help="follow the instances until ACTIVE or ERROR")
     show = commands.add("show", "an instance: state, host, IP, resources, error "
@@ -112,7 +115,7 @@ def cmd_place(args: argparse.Namespace, config: dict[str, Any]) -> int:
         user_data=_read_file("--user-data", args.user_data),
         ssh_key=_read_file("--key", args.key), group=_group(args.hint), zone=aggregate,
         required_resources=config["scheduler"]["required_resources"],
-        on_host_failure=args.on_host_failure,
+        on_host_failure=args.on_host_failure, network=not args.no_network,
     )
     if glance_name:
         # Found in Glance as the requesting project sees it, before anything is claimed.

@@ -34,6 +34,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -47,6 +48,7 @@ LOG = logging.getLogger("etcd_compute.compute.ports")
 DEVICE_OWNER = "compute:nova"
 BINDING_HOST = "binding:host_id"
 POLL_SECONDS = 0.5
+GROUP_ID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
 
 
 def _log(uuid: str) -> logging.LoggerAdapter:
@@ -111,7 +113,11 @@ def auto_network(neutron: NeutronClient, project_id: str) -> dict[str, Any]:
 
 def _security_group_ids(neutron: NeutronClient, spec: dict[str, Any]) -> list[str] | None:
     """The ids of the spec's security groups (names or ids) in the server's project; None:
-    Neutron's default (the project's `default` group)."""
+    Neutron's default (the project's `default` group). Neutron's policy lets the service
+    role read no project's groups (only an admin or the project), so an id not listed is
+    passed on as it is: Neutron itself checks, when the port is made or changed, that the
+    group is the port's project's (or shared with it), and refuses it else. The compute
+    API's specs carry ids, checked with the user's token."""
     names = spec.get("security_groups")
     if not names:
         return None
@@ -119,6 +125,8 @@ def _security_group_ids(neutron: NeutronClient, spec: dict[str, Any]) -> list[st
     ids = []
     for name in names:
         match = [g["id"] for g in groups if name in (g.get("name"), g.get("id"))]
+        if not match and GROUP_ID.match(name):
+            match = [name]
         if len(match) != 1:
             raise RequestError(f"security group {name!r} "
                                + ("not found" if not match else "is ambiguous: use its id"))

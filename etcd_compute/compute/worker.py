@@ -54,15 +54,16 @@ def build(spec: dict[str, Any]) -> dict[str, Any]:
     if not network_backend.uses_neutron(_config):
         return driver().build(spec)
     settings, uuid = _config["network"]["neutron"], spec["uuid"]
-    client = neutron()
-    made = [] if spec.get("network") is False else ports.allocate(
+    # A guest with no network (`network: false`) has no port: Neutron is not asked.
+    client = None if spec.get("network") is False else neutron()
+    made = [] if client is None else ports.allocate(
         client, spec, _config["compute"]["name"], _config["compute"]["state_dir"],
         settings["integration_bridge"])
     # A failure from here on is the build's: its cleanup (`destroy`) releases the ports.
     vifs = [{key: vif[key] for key in ("port_id", "mac", "mtu", "bridge")} for vif in made]
     result = driver().build({**spec, "vifs": vifs})
     ids = [vif["port_id"] for vif in made]
-    if not spec.get("stopped"):
+    if client is not None and not spec.get("stopped"):
         waited = ports.wait_until_up(client, uuid, ids, settings["vif_plugging_timeout"],
                                      settings["vif_plugging_is_fatal"])
         logging.getLogger(__name__).info("instance %s: %d port(s) up %.1f s after the "
@@ -85,9 +86,10 @@ def destroy(uuid: str) -> None:
     """The guest and everything it owns; with network.backend neutron, then its ports
     (those made for it deleted, the user's own unbound)."""
     driver().destroy(uuid)
-    if network_backend.uses_neutron(_config):
-        ports.release(neutron(), uuid, _config["compute"]["state_dir"],
-                      _config["compute"]["name"])
+    state_dir = _config["compute"]["state_dir"]
+    # Without a ledger nothing was made (a guest with no network): Neutron is not asked.
+    if network_backend.uses_neutron(_config) and ports.read_ledger(state_dir, uuid):
+        ports.release(neutron(), uuid, state_dir, _config["compute"]["name"])
 
 
 def port_ledgers() -> set[str]:

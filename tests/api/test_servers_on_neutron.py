@@ -5,10 +5,11 @@ central: tests/network) on the session's Keystone, driven with openstacksdk and 
 A create naming what its project may not use (another project's network or port, a port
 in use, a fixed IP outside the network) is refused before anything is claimed, in Nova's
 words; one that passes carries its networks and security groups to its host in the
-instance spec. The fake driver does not make ports yet: the tests make the server's port
-themselves (device_id = the server), standing in for the compute, and the API shows it as
-Nova does: the server's addresses, /ips, os-security-groups, and security groups added to
-and removed from its ports.
+instance spec. The fake-driver host makes the server's port in Neutron as any host of the
+neutron backend does (compute/ports.py, with the service credential: device_id = the
+server, bound to the host, in the groups the API checked) and deletes it with the server;
+the API shows it as Nova does: the server's addresses, /ips, os-security-groups, and
+security groups added to and removed from its ports.
 """
 
 from __future__ import annotations
@@ -34,9 +35,15 @@ from tools.local_services.networking import NetworkStack
 
 
 def cloud_config(keystone: KeystoneServer, pki: Pki) -> dict[str, Any]:
-    """The API (and its host) on the neutron backend, with the service credential."""
+    """The API (and its host) on the neutron backend, with the service credential: the host
+    makes its servers' ports. The fake driver plugs no port anywhere (no Open vSwitch, no
+    OVN chassis of the host's name), so no port of it goes ACTIVE and Neutron sends no
+    network-vif-plugged: `vif_plugging_timeout: 0` (Nova's option: do not wait) lets its
+    builds end ACTIVE without waiting for either. A fake driver that plugs OVS internal
+    ports on a per-host switch will make them go up."""
     return {"network": {"backend": "neutron", "neutron": {
-        "keystone": local_cloud.service_credentials(keystone), "ca_cert": str(pki.ca_cert)}}}
+        "keystone": local_cloud.service_credentials(keystone), "ca_cert": str(pki.ca_cert),
+        "vif_plugging_timeout": 0}}}
 
 
 @pytest.fixture(scope="module")
@@ -116,29 +123,27 @@ def test_what_the_project_may_not_use_is_refused_before_any_claim(
 @pytest.fixture
 def server(network: NetworkStack, cloud: Cloud, neutron: dict[str, Any]
            ) -> Iterator[tuple[Any, Any]]:
-    """demo's ACTIVE server on demo-net in group web, and its port, made here as the
-    compute would make it (device_id the server, device_owner compute:<zone>)."""
+    """demo's ACTIVE server on demo-net in group web, and the port its host made for it
+    (device_id the server, device_owner compute:nova, bound to the host, in group web);
+    the port is gone once the server is."""
     demo, admin = cloud.connect("demo"), cloud.connect("admin")
     made = demo.compute.create_server(name="on-neutron", flavor_id="1", image_id=IMAGE,
                                       networks=[{"uuid": neutron["net"].id}],
                                       security_groups=[{"name": "web"}])
-    port = None
     try:
         made = demo.compute.wait_for_server(made, status="ACTIVE", wait=60, interval=0.5)
-        # The compute's part, stood in for: the server's port, made by an admin for the
-        # server's project (device_id = the server, device_owner compute:<zone>).
-        port = admin.network.create_port(network_id=neutron["net"].id, device_id=made.id,
-                                         device_owner="compute:nova",
-                                         project_id=cloud.project_id("demo"),
-                                         security_group_ids=[neutron["web"].id])
+        (port,) = admin.network.ports(device_id=made.id)
+        assert (port.network_id, port.project_id, port.device_owner,
+                port.security_group_ids) == (neutron["net"].id, cloud.project_id("demo"),
+                                             "compute:nova", [neutron["web"].id])
+        assert port.binding_host_id == f"api-host-{cloud.host[:6]}"  # the host's name
         yield made, port
     finally:
         demo.compute.delete_server(made)
         demo.compute.wait_for_delete(made, wait=60, interval=0.5)
         wait_for(lambda: not cloud.usage("demo").get("consumer_count"), timeout=30,
                  what="the claim freed")
-        if port is not None:
-            admin.network.delete_port(port)
+        assert list(admin.network.ports(device_id=made.id)) == []
 
 
 def test_the_spec_carries_the_networks_and_groups_the_api_checked(

@@ -28,12 +28,22 @@ from tools.local_services.ovn_hypervisors import OvnHypervisors
 
 pytestmark = pytest.mark.vm
 
+VIF_WAIT = 20  # seconds the host waits for network-vif-plugged (no API here: see on_hv1)
+
 
 @pytest.fixture
 def on_hv1(hosts: OvnHypervisors, store: Any, placement: Any, host_config: Any,
            write_yaml: Any, tmp_path: Path) -> Callable[..., DaemonProcess]:
     """Starts compute.py for hv1 (network.backend neutron; `neutron` overrides its
-    network.neutron section), once its heartbeat is up; stopped after the test."""
+    network.neutron section), once its heartbeat is up; stopped after the test.
+
+    Neutron's network-vif-plugged cannot reach this host: its notifier posts to the
+    compute API of Keystone's catalog (test_neutron_tells_the_compute_api.py), and that
+    API hands events only for servers it made (a server of schedule.py's is 404 to it,
+    `api/objects/servers.py`), so none runs here. Instead, explicitly: the worker still
+    polls Neutron until the port is ACTIVE, and the main process waits VIF_WAIT seconds
+    for the events, then runs the guest anyway with a warning (vif_plugging_is_fatal
+    false), which the test reads."""
     started: list[DaemonProcess] = []
 
     def start(**neutron: Any) -> DaemonProcess:
@@ -41,7 +51,9 @@ def on_hv1(hosts: OvnHypervisors, store: Any, placement: Any, host_config: Any,
         config = host_config("hv1", compute={
             key: host.config["compute"][key] for key in ("state_dir", "instances_dir")}
             | {"job_timeout_seconds": 240}, driver=host.config["driver"],
-            network=deep_merge(host.config["network"], {"neutron": neutron}))
+            network=deep_merge(host.config["network"], {"neutron": {
+                "vif_plugging_timeout": VIF_WAIT, "vif_plugging_is_fatal": False,
+                **neutron}}))
         path = str(write_yaml("hv1.yaml", config))
         if not neutron:  # `compute.py --check` says what it found of Neutron
             checked = run_cli("compute.py", "--config", path, "--check", timeout=120)
@@ -63,9 +75,11 @@ def on_hv1(hosts: OvnHypervisors, store: Any, placement: Any, host_config: Any,
 
 @pytest.fixture
 def as_demo(tenant: dict[str, Any], schedule_config: dict[str, Any], write_yaml: Any) -> Path:
-    """schedule.yaml whose requests are demo's project's."""
+    """schedule.yaml whose requests are demo's project's, on the neutron backend (its
+    scheduler asks for the hosts of that backend's trait)."""
     return write_yaml("schedule-demo.yaml", deep_merge(schedule_config, {
-        "scheduler": {"project_id": tenant["project_id"]}}))
+        "scheduler": {"project_id": tenant["project_id"]},
+        "network": {"backend": "neutron"}}))
 
 
 def place(run_schedule: Any, as_demo: Path, image: str) -> str:
@@ -96,6 +110,8 @@ def test_compute_py_builds_a_guest_on_the_projects_network_and_destroy_deletes_i
     assert port["status"] == "ACTIVE"
     assert record["ip"] == port["fixed_ips"][0]["ip_address"]
     assert f"Neutron ports {port['id']}" in daemon.log()
+    # ACTIVE in Neutron (above); no event without an API: it ran anyway, saying so.
+    assert f"port(s) {port['id']} not up within {VIF_WAIT:g} s" in daemon.log()
     done = run_schedule("destroy", uuid, "--wait", config=as_demo, timeout=120)
     assert done.code == 0, done.stderr
     assert neutron.ports(device_id=uuid) == []

@@ -1,5 +1,10 @@
 """Two computes of different network backends, real Placement and etcd: each advertises its
-backend's trait, and a request goes only to a host of the scheduler's own backend."""
+backend's trait, and a request goes only to a host of the scheduler's own backend.
+
+The hosts run the fake driver and there is no Neutron here: the neutron scheduler's
+requests ask for no network (`--no-network`), so the neutron host builds them without
+ports, as it would for the compute API's `networks: none`, and they keep their claims
+(a build that needed Neutron would fail and free its claim, and the host never fills)."""
 
 from __future__ import annotations
 
@@ -7,6 +12,7 @@ import re
 
 from etcd_compute.config import deep_merge
 from etcd_compute.network_backend import LIBVIRT, NEUTRON, trait_of
+from tests.compute.helpers import wait_state
 from tests.support import wait_for
 
 QUERY = "resources=VCPU:1,MEMORY_MB:256,DISK_GB:1"
@@ -32,11 +38,15 @@ def test_a_request_goes_only_to_a_host_of_the_schedulers_network_backend(
         path = write_yaml(f"schedule-{backend}.yaml",
                           deep_merge(schedule_config, {"network": {"backend": backend}}))
         # The other host had room for them too (4 VCPU each).
-        run = run_schedule(QUERY, "--count", str(count), config=path)
+        no_network = ["--no-network"] if backend == NEUTRON else []
+        run = run_schedule(QUERY, "--count", str(count), *no_network, config=path)
         assert run.code == 0, run.stderr
         targets = re.findall(r"^NOTIFIED TARGET, (\S+), OF INSTANCE", run.stdout, re.M)
         assert targets == [rp] * count, run.stdout
+    # The neutron host's builds settled, ACTIVE with their claims (none freed by a failure).
+    for uuid in re.findall(r"OF INSTANCE (\S+)$", run.stdout, re.M):
+        assert wait_state(store, uuid, "ACTIVE", "ERROR", timeout=60)["state"] == "ACTIVE"
     # The neutron host is full; the libvirt host's room is not for a neutron scheduler.
-    run = run_schedule(QUERY, config=path)
+    run = run_schedule(QUERY, "--no-network", config=path)
     assert run.code != 0 and "NO ALLOCATIONS LEFT" in run.stdout + run.stderr, run.stdout
     assert f"root_required={trait_of(NEUTRON)}: no host" in run.stdout + run.stderr

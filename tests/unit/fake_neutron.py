@@ -1,7 +1,19 @@
 """A small Neutron in memory for unit tests: networks, subnets, ports and security groups,
-seen by a caller as Neutron's default policy lets it see them (`as_caller`), with the
-NeutronClient's methods and errors. Every request is recorded (`calls`), so a test can count
-them."""
+with the NeutronClient's methods and errors (etcd_compute/neutron.py), seen by a caller as
+Neutron's default policy lets it see them:
+
+- `as_caller(project, is_admin)`: a user's token (the compute API's callers): its
+  project's, shared and external networks; everything to an admin.
+- `service()`: the compute's service credential (the `service` role, as Nova's): every
+  project's networks, subnets and ports, which it may make, bind and delete for a project
+  (compute/ports.py); but no project's security groups, which Neutron's policy shows only
+  to an admin or the project (`service_reads_groups`: a deployment whose service user may).
+
+Neutron's refusals: a fixed IP taken (409), a revision mismatch (412), a security group
+that is not the port's project's (404, checked as Neutron checks it when a port is made
+or changed). `down` is an outage (every call raises NeutronUnavailable, as the client
+does when Neutron cannot be reached); `fail_from` fails calls by method name from the
+n-th on. Every request is recorded (`calls`: method, collection, what it named)."""
 
 from __future__ import annotations
 
@@ -10,24 +22,31 @@ import ipaddress
 import uuid as uuidlib
 from typing import Any
 
-from etcd_compute.errors import NeutronError, NotFound
+from etcd_compute.errors import NeutronError, NeutronUnavailable, NotFound
 
 _COLLECTIONS = ("networks", "subnets", "ports", "security_groups", "floatingips")
+DEMO, ALT, SERVICE = "demo-project", "alt-project", "service-project"
 
 
 class FakeNeutron:
-    def __init__(self) -> None:
+    def __init__(self, service_reads_groups: bool = False) -> None:
         self.items: dict[str, dict[str, dict[str, Any]]] = {c: {} for c in _COLLECTIONS}
         self.calls: list[tuple[str, str, dict[str, Any]]] = []
+        self.service_reads_groups = service_reads_groups
+        self.down = False
+        # Calls (by the client's method name) that fail from the n-th on: {"create_port": 2}.
+        self.fail_from: dict[str, int] = {}
+        self.counts: dict[str, int] = {}
         self._macs = 0
 
     # --- what a test sets up ---------------------------------------------------------
 
-    def add_network(self, project: str, name: str = "net", cidr: str | None = "10.0.0.0/24",
-                    shared: bool = False, external: bool = False) -> dict[str, Any]:
+    def add_network(self, project: str = DEMO, name: str = "net",
+                    cidr: str | None = "10.0.0.0/24", shared: bool = False,
+                    external: bool = False, mtu: int = 1442) -> dict[str, Any]:
         net = {"id": str(uuidlib.uuid4()), "name": name, "project_id": project,
                "tenant_id": project, "shared": shared, "router:external": external,
-               "subnets": [], "status": "ACTIVE", "admin_state_up": True}
+               "subnets": [], "status": "ACTIVE", "admin_state_up": True, "mtu": mtu}
         self.items["networks"][net["id"]] = net
         if cidr:
             subnet = {"id": str(uuidlib.uuid4()), "network_id": net["id"], "cidr": cidr,
@@ -68,10 +87,10 @@ class FakeNeutron:
                 "device_id": device_id, "device_owner": "compute:nova" if device_id else "",
                 "mac_address": f"fa:16:3e:00:00:{self._macs:02x}", "fixed_ips": fixed,
                 "status": "ACTIVE" if device_id else "DOWN",
-                "security_groups": list(security_groups or []),
-                "port_security_enabled": True, **more}
+                "security_groups": list(security_groups or []), "binding:host_id": "",
+                "revision_number": 1, "port_security_enabled": True, **more}
         self.items["ports"][port["id"]] = port
-        return port
+        return copy.deepcopy(port)  # a copy, as Neutron answers; a test changes `items`
 
     def add_floating_ip(self, port: dict[str, Any], address: str) -> dict[str, Any]:
         found = {"id": str(uuidlib.uuid4()), "floating_ip_address": address,
@@ -83,16 +102,34 @@ class FakeNeutron:
     def as_caller(self, project_id: str, is_admin: bool = False) -> FakeNeutronClient:
         return FakeNeutronClient(self, project_id, is_admin)
 
+    def service(self) -> FakeNeutronClient:
+        """The compute's client: the service user, of the service role."""
+        return FakeNeutronClient(self, SERVICE, False, service=True)
+
+    # --- what a test asks -----------------------------------------------------------
+
+    def of_device(self, device_id: str) -> list[dict[str, Any]]:
+        return [p for p in self.items["ports"].values() if p["device_id"] == device_id]
+
+    def mutations(self) -> list[tuple[str, str, dict[str, Any]]]:
+        return [call for call in self.calls if call[0] != "GET"]
+
 
 class FakeNeutronClient:
     """The NeutronClient of one caller's token: it sees what Neutron's default policy shows
-    it (its project's; shared and external networks; everything to an admin)."""
+    it (its project's; shared and external networks; everything to an admin; all but the
+    security groups to the service role)."""
 
-    def __init__(self, neutron: FakeNeutron, project_id: str, is_admin: bool):
+    def __init__(self, neutron: FakeNeutron, project_id: str, is_admin: bool,
+                 service: bool = False):
         self.neutron, self.project_id, self.is_admin = neutron, project_id, is_admin
+        self.service = service
 
     def _visible(self, collection: str, item: dict[str, Any]) -> bool:
         if self.is_admin or item["project_id"] == self.project_id:
+            return True
+        if self.service and (collection != "security_groups" or
+                             self.neutron.service_reads_groups):
             return True
         if collection == "networks":
             return bool(item["shared"] or item["router:external"])
@@ -112,15 +149,24 @@ class FakeNeutronClient:
             return str(value).lower() == str(wanted).lower()
         return value == wanted
 
+    def _record(self, name: str, method: str, collection: str, detail: dict[str, Any]) -> None:
+        """The request recorded; an outage (`down`, `fail_from`) raises as the client does."""
+        neutron = self.neutron
+        neutron.calls.append((method, collection, detail))
+        neutron.counts[name] = count = neutron.counts.get(name, 0) + 1
+        if neutron.down or count >= neutron.fail_from.get(name, count + 1):
+            raise NeutronUnavailable("Neutron: http://neutron.invalid is unreachable "
+                                     "(ConnectFailure)")
+
     def _list(self, collection: str, filters: dict[str, Any]) -> list[dict[str, Any]]:
-        self.neutron.calls.append(("GET", collection, dict(filters)))
+        self._record(collection, "GET", collection, dict(filters))
         wanted = {k: v for k, v in filters.items() if k != "fields"}
         return [copy.deepcopy(item) for item in self.neutron.items[collection].values()
                 if self._visible(collection, item) and
                 all(self._matches(item, k, v) for k, v in wanted.items())]
 
     def _one(self, collection: str, item_id: str) -> dict[str, Any]:
-        self.neutron.calls.append(("GET", collection, {"id": item_id}))
+        self._record(collection.removesuffix("s"), "GET", collection, {"id": item_id})
         item = self.neutron.items[collection].get(item_id)
         if item is None or not self._visible(collection, item):
             raise NotFound(f"Neutron GET /{collection}/{item_id}: not found")
@@ -147,14 +193,59 @@ class FakeNeutronClient:
     def ports(self, **filters: Any) -> list[dict[str, Any]]:
         return self._list("ports", filters)
 
-    def update_port(self, port_id: str, changes: dict[str, Any]) -> dict[str, Any]:
-        self.neutron.calls.append(("PUT", "ports", {"id": port_id, **changes}))
+    def _check_groups(self, port: dict[str, Any], groups: list[str], what: str) -> None:
+        """Neutron's own check of a port's groups: each the port's project's (or any, to an
+        admin); else 404 SecurityGroupNotFound."""
+        for group in groups:
+            found = self.neutron.items["security_groups"].get(group)
+            if found is None or not (self.is_admin or
+                                     found["project_id"] == port["project_id"]):
+                raise NeutronError(f"Neutron {what}: 404 Security group {group} does not "
+                                   "exist", 404, "SecurityGroupNotFound")
+
+    def create_port(self, body: dict[str, Any]) -> dict[str, Any]:
+        self._record("create_port", "POST", "ports", dict(body))
+        network = self.neutron.items["networks"].get(body["network_id"])
+        if network is None or not self._visible("networks", network):
+            raise NotFound(f"Neutron POST /ports: network {body['network_id']} not found")
+        fields = {k: v for k, v in body.items() if k not in ("network_id", "fixed_ips")}
+        fields.setdefault("project_id", self.project_id)
+        if fields["project_id"] != self.project_id and not (self.is_admin or self.service):
+            raise NeutronError("Neutron POST /ports: 403 project_id", 403, "PolicyNotAuthorized")
+        self._check_groups(fields, fields.get("security_groups") or [], "POST /ports")
+        ip = None
+        for fixed in body.get("fixed_ips") or []:
+            ip = fixed["ip_address"]
+            if any(f["ip_address"] == ip for p in self.neutron.items["ports"].values()
+                   if p["network_id"] == network["id"] for f in p["fixed_ips"]):
+                raise NeutronError(f"Neutron POST /ports: 409 IP address {ip} already "
+                                   "allocated", 409, "IpAddressAlreadyAllocated")
+        project, device = fields.pop("project_id"), fields.pop("device_id", "")
+        port = self.neutron.add_port(network, project, device, ip,
+                                     fields.pop("security_groups", None),
+                                     **{"status": "DOWN", "device_owner": "", **fields})
+        return copy.deepcopy(port)
+
+    def update_port(self, port_id: str, changes: dict[str, Any],
+                    revision: int | None = None) -> dict[str, Any]:
+        self._record("update_port", "PUT", "ports",
+                     {"id": port_id, **changes, "revision": revision})
         port = self.neutron.items["ports"].get(port_id)
         if port is None or not self._visible("ports", port):
             raise NotFound(f"Neutron PUT /ports/{port_id}: not found")
-        for group in changes.get("security_groups") or []:
-            if group not in self.neutron.items["security_groups"]:
-                raise NeutronError(f"Neutron PUT /ports/{port_id}: 404 group", 404,
-                                   "SecurityGroupNotFound")
+        if revision is not None and revision != port["revision_number"]:
+            raise NeutronError(f"Neutron PUT /ports/{port_id}: 412 revision number mismatch",
+                               412, "RevisionNumberConstraintFailed")
+        self._check_groups(port, changes.get("security_groups") or [],
+                           f"PUT /ports/{port_id}")
         port.update(copy.deepcopy(changes))
+        port["revision_number"] += 1
         return copy.deepcopy(port)
+
+    def delete_port(self, port_id: str) -> bool:
+        self._record("delete_port", "DELETE", "ports", {"id": port_id})
+        port = self.neutron.items["ports"].get(port_id)
+        if port is None or not self._visible("ports", port):
+            return False
+        del self.neutron.items["ports"][port_id]
+        return True

@@ -3,6 +3,8 @@ before any claim or connection; show names the action running; destroy's words."
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 
 from etcd_compute.cli import zones as zones_cli
@@ -131,3 +133,24 @@ def test_show_says_the_instances_security_groups(capsys, config, monkeypatch, gr
     monkeypatch.setattr(operations, "show", lambda _store, _uuid: record)
     code, out, _err = schedule(capsys, "--config", str(config), UUID)
     assert code == 0 and line in out
+
+
+@pytest.mark.parametrize(("options", "network"), [([], True), (["--no-network"], False)])
+def test_no_network_asks_for_guests_without_a_network(capsys, config, monkeypatch, options,
+                                                      network):
+    """`--no-network` reaches the request (its spec's `network: false`); without it the
+    guests are on a network."""
+    from etcd_compute.cli import instances
+
+    asked = []
+
+    def select(_config, _store, request_spec):
+        asked.append(request_spec.network)
+        return [], 0
+
+    monkeypatch.setattr(instances, "store_of", lambda _config: contextlib.nullcontext(None))
+    monkeypatch.setattr(zones_cli, "federated", lambda _store, _route: False)
+    monkeypatch.setattr(instances, "_select", select)
+    code, _out, err = schedule(capsys, "--config", str(config), "resources=VCPU:1,"
+                               "MEMORY_MB:64,DISK_GB:1", *options)
+    assert (code, err, asked) == (0, "", [network])

@@ -1,6 +1,7 @@
-"""compute/ports.py against a Neutron in memory (tests/unit/fake_neutron_service.py): the ports a
-guest gets (made for it, or the user's own bound), what the service user refuses on the
-project's behalf, waiting until they are up, and their release with the guest."""
+"""compute/ports.py against a Neutron in memory (tests/unit/fake_neutron.py, as the service
+user sees it): the ports a guest gets (made for it, or the user's own bound), what the
+service user refuses on the project's behalf, waiting until they are up, and their release
+with the guest."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import pytest
 from etcd_compute.compute import ports
 from etcd_compute.errors import BuildError, NeutronUnavailable, RequestError
 from tests.support import make_spec
-from tests.unit.fake_neutron_service import ALT, DEMO, FakeNeutron
+from tests.unit.fake_neutron import ALT, DEMO, FakeNeutron
 
 HOST = "hv1"
 
@@ -27,16 +28,16 @@ def spec(**extra: Any) -> dict[str, Any]:
 
 
 def allocate(neutron: FakeNeutron, state: Path, wanted: dict[str, Any]) -> list[dict[str, Any]]:
-    return ports.allocate(neutron, wanted, HOST, state)  # type: ignore[arg-type]
+    return ports.allocate(neutron.service(), wanted, HOST, state)  # type: ignore[arg-type]
 
 
 def test_a_port_on_the_one_network_the_project_sees_bound_to_this_host(
         neutron: FakeNeutron, tmp_path: Path) -> None:
     net = neutron.add_network()
-    neutron.add_network(project_id=ALT)  # another project's: not seen
+    neutron.add_network(ALT)  # another project's: not seen
     wanted = spec()
     (vif,) = allocate(neutron, tmp_path, wanted)
-    port = neutron.ports_by_id[vif["port_id"]]
+    port = neutron.items["ports"][vif["port_id"]]
     assert port["network_id"] == net["id"] and port["project_id"] == DEMO
     assert port["device_id"] == wanted["uuid"] and port["device_owner"] == "compute:nova"
     assert port["binding:host_id"] == HOST
@@ -48,7 +49,7 @@ def test_a_port_on_the_one_network_the_project_sees_bound_to_this_host(
 
 
 def test_a_shared_network_is_seen_too(neutron: FakeNeutron, tmp_path: Path) -> None:
-    shared = neutron.add_network(project_id=ALT, shared=True)
+    shared = neutron.add_network(ALT, shared=True)
     (vif,) = allocate(neutron, tmp_path, spec())
     assert vif["network_id"] == shared["id"]
 
@@ -69,12 +70,12 @@ def test_another_projects_network_is_not_found_and_the_ports_made_before_go(
         neutron: FakeNeutron, tmp_path: Path) -> None:
     """The attack: demo names alt's private network (its uuid learned somehow). The service
     user could make the port there; the project may not."""
-    ours, theirs = neutron.add_network(), neutron.add_network(project_id=ALT)
+    ours, theirs = neutron.add_network(), neutron.add_network(ALT)
     wanted = spec(networks=[{"uuid": ours["id"]}, {"uuid": theirs["id"]}])
     with pytest.raises(RequestError) as refused:
         allocate(neutron, tmp_path, wanted)
     assert str(refused.value) == f"network {theirs['id']} not found"
-    assert neutron.ports_by_id == {}
+    assert neutron.items["ports"] == {}
     assert ports.read_ledger(tmp_path, wanted["uuid"]) is None
 
 
@@ -98,12 +99,12 @@ def test_the_users_own_port_is_bound_with_a_revision_check_and_kept_on_release(
     wanted = spec(networks=[{"port": own["id"]}])
     (vif,) = allocate(neutron, tmp_path, wanted)
     assert vif["port_id"] == own["id"]
-    bound = neutron.ports_by_id[own["id"]]
+    bound = neutron.items["ports"][own["id"]]
     assert (bound["device_id"], bound["binding:host_id"]) == (wanted["uuid"], HOST)
-    update = next(args for name, args in neutron.calls if name == "update_port")
-    assert update[2] == own["revision_number"]  # If-Match: two builds cannot both take it
-    assert ports.release(neutron, wanted["uuid"], tmp_path, HOST) == []  # type: ignore[arg-type]
-    kept = neutron.ports_by_id[own["id"]]
+    update = next(detail for method, _, detail in neutron.calls if method == "PUT")
+    assert update["revision"] == own["revision_number"]  # If-Match: two builds cannot both take it
+    assert ports.release(neutron.service(), wanted["uuid"], tmp_path, HOST) == []  # type: ignore[arg-type]
+    kept = neutron.items["ports"][own["id"]]
     assert (kept["device_id"], kept["device_owner"], kept["binding:host_id"]) == ("", "", "")
     assert ports.read_ledger(tmp_path, wanted["uuid"]) is None
 
@@ -111,13 +112,13 @@ def test_the_users_own_port_is_bound_with_a_revision_check_and_kept_on_release(
 def test_a_port_of_another_project_or_in_use_is_refused_and_left_as_it_was(
         neutron: FakeNeutron, tmp_path: Path) -> None:
     net = neutron.add_network(shared=True)
-    theirs = neutron.add_port(net, project_id=ALT)
+    theirs = neutron.add_port(net, project=ALT)
     busy = neutron.add_port(net, device_id="11111111-1111-1111-1111-111111111111")
     for port, why in ((theirs, "not found"), (busy, "is in use by device")):
         with pytest.raises(RequestError) as refused:
             allocate(neutron, tmp_path, spec(networks=[{"port": port["id"]}]))
         assert why in str(refused.value)
-        assert neutron.ports_by_id[port["id"]]["revision_number"] == 1
+        assert neutron.items["ports"][port["id"]]["revision_number"] == 1
     assert neutron.mutations() == []
 
 
@@ -134,20 +135,43 @@ def test_a_neutron_outage_part_way_leaves_no_port(neutron: FakeNeutron,
     wanted = spec(networks=[{"uuid": net["id"]}, {"uuid": net["id"]}])
     with pytest.raises(NeutronUnavailable):
         allocate(neutron, tmp_path, wanted)
-    assert neutron.ports_by_id == {}
+    assert neutron.items["ports"] == {}
 
 
-def test_security_groups_are_found_by_name_in_the_project(neutron: FakeNeutron,
-                                                          tmp_path: Path) -> None:
+def test_security_groups_are_found_by_name_in_the_project(tmp_path: Path) -> None:
+    """A deployment whose policy lets the service user read the projects' groups: a name
+    is found in the server's project, not in another's."""
+    neutron = FakeNeutron(service_reads_groups=True)
     net = neutron.add_network()
-    neutron.groups = [{"id": "sg-web", "name": "web", "project_id": DEMO},
-                      {"id": "sg-alt", "name": "db", "project_id": ALT}]
+    web = neutron.add_group(DEMO, "web")
+    neutron.add_group(ALT, "db")
     (vif,) = allocate(neutron, tmp_path, spec(networks=[{"uuid": net["id"]}],
                                               security_groups=["web"]))
-    assert neutron.ports_by_id[vif["port_id"]]["security_groups"] == ["sg-web"]
+    assert neutron.items["ports"][vif["port_id"]]["security_groups"] == [web["id"]]
     with pytest.raises(RequestError, match="security group 'db' not found"):
         allocate(neutron, tmp_path, spec(networks=[{"uuid": net["id"]}],
                                          security_groups=["db"]))
+
+
+def test_under_neutrons_default_policy_a_group_id_is_passed_on_and_neutron_checks_it(
+        neutron: FakeNeutron, tmp_path: Path) -> None:
+    """The service role reads no project's groups: a name is not found; an id (the compute
+    API's specs carry ids, checked with the user's token) goes to Neutron, which refuses
+    another project's when the port is made: nothing is left."""
+    net = neutron.add_network()
+    web, theirs = neutron.add_group(DEMO, "web"), neutron.add_group(ALT, "db")
+    (vif,) = allocate(neutron, tmp_path, spec(networks=[{"uuid": net["id"]}],
+                                              security_groups=[web["id"]]))
+    assert neutron.items["ports"][vif["port_id"]]["security_groups"] == [web["id"]]
+    with pytest.raises(RequestError, match="security group 'web' not found"):
+        allocate(neutron, tmp_path, spec(networks=[{"uuid": net["id"]}],
+                                         security_groups=["web"]))
+    wanted = spec(networks=[{"uuid": net["id"]}], security_groups=[theirs["id"]])
+    with pytest.raises(RequestError) as refused:
+        allocate(neutron, tmp_path, wanted)
+    assert f"Security group {theirs['id']} does not exist" in str(refused.value)
+    assert neutron.of_device(wanted["uuid"]) == []
+    assert ports.read_ledger(tmp_path, wanted["uuid"]) is None
 
 
 def test_release_deletes_what_was_made_and_a_port_made_before_a_crash_but_not_others(
@@ -158,15 +182,15 @@ def test_release_deletes_what_was_made_and_a_port_made_before_a_crash_but_not_ot
     # Made by a build cut short before it wrote it down: the project's, naming the server.
     leftover = neutron.add_port(net, device_id=wanted["uuid"])
     # Another project's port naming our server as its device: not ours to delete.
-    planted = neutron.add_port(net, project_id=ALT, device_id=wanted["uuid"])
-    deleted = ports.release(neutron, wanted["uuid"], tmp_path, HOST)  # type: ignore[arg-type]
+    planted = neutron.add_port(net, project=ALT, device_id=wanted["uuid"])
+    deleted = ports.release(neutron.service(), wanted["uuid"], tmp_path, HOST)  # type: ignore[arg-type]
     assert sorted(deleted) == sorted([vif["port_id"], leftover["id"]])
-    assert list(neutron.ports_by_id) == [planted["id"]]
+    assert list(neutron.items["ports"]) == [planted["id"]]
 
 
 def test_release_without_a_ledger_asks_neutron_nothing(neutron: FakeNeutron,
                                                        tmp_path: Path) -> None:
-    assert ports.release(neutron, spec()["uuid"], tmp_path, HOST) == []  # type: ignore[arg-type]
+    assert ports.release(neutron.service(), spec()["uuid"], tmp_path, HOST) == []  # type: ignore[arg-type]
     assert neutron.calls == []
 
 
@@ -177,10 +201,10 @@ def test_a_release_during_an_outage_keeps_the_ledger_for_the_retry(
     allocate(neutron, tmp_path, wanted)
     neutron.down = True
     with pytest.raises(NeutronUnavailable):
-        ports.release(neutron, wanted["uuid"], tmp_path, HOST)  # type: ignore[arg-type]
+        ports.release(neutron.service(), wanted["uuid"], tmp_path, HOST)  # type: ignore[arg-type]
     neutron.down = False
-    assert len(ports.release(neutron, wanted["uuid"], tmp_path, HOST)) == 1  # type: ignore[arg-type]
-    assert neutron.ports_by_id == {}
+    assert len(ports.release(neutron.service(), wanted["uuid"], tmp_path, HOST)) == 1  # type: ignore[arg-type]
+    assert neutron.items["ports"] == {}
 
 
 class Clock:
@@ -200,9 +224,9 @@ def test_waiting_ends_when_every_port_is_active(neutron: FakeNeutron) -> None:
 
     def sleep(seconds: float) -> None:
         clock.sleep(seconds)
-        neutron.ports_by_id[port["id"]]["status"] = "ACTIVE"
+        neutron.items["ports"][port["id"]]["status"] = "ACTIVE"
 
-    waited = ports.wait_until_up(neutron, "u", [port["id"]], 10, True,  # type: ignore[arg-type]
+    waited = ports.wait_until_up(neutron.service(), "u", [port["id"]], 10, True,  # type: ignore[arg-type]
                                  sleep=sleep, now=clock.now)
     assert waited == ports.POLL_SECONDS
 
@@ -214,7 +238,7 @@ def test_a_port_still_down_at_the_timeout_fails_the_build_only_if_fatal(
     clock = Clock()
 
     def wait() -> float:
-        return ports.wait_until_up(neutron, "u", [port["id"]], 5, fatal,  # type: ignore[arg-type]
+        return ports.wait_until_up(neutron.service(), "u", [port["id"]], 5, fatal,  # type: ignore[arg-type]
                                    sleep=clock.sleep, now=clock.now)
 
     if fatal:
@@ -222,7 +246,7 @@ def test_a_port_still_down_at_the_timeout_fails_the_build_only_if_fatal(
             wait()
     else:
         assert wait() == 5
-    assert ports.wait_until_up(neutron, "u", [port["id"]], 0, True) == 0  # type: ignore[arg-type]
+    assert ports.wait_until_up(neutron.service(), "u", [port["id"]], 0, True) == 0  # type: ignore[arg-type]
 
 
 def test_neutron_down_from_the_start_leaves_no_ledger_and_nothing_to_release(
@@ -234,23 +258,26 @@ def test_neutron_down_from_the_start_leaves_no_ledger_and_nothing_to_release(
         allocate(neutron, tmp_path, wanted)
     assert ports.read_ledger(tmp_path, wanted["uuid"]) is None
     # The failed build's cleanup: nothing asked of Neutron, still down.
-    assert ports.release(neutron, wanted["uuid"], tmp_path, HOST) == []  # type: ignore[arg-type]
+    assert ports.release(neutron.service(), wanted["uuid"], tmp_path, HOST) == []  # type: ignore[arg-type]
 
 
 def test_security_groups_of_a_guest_are_set_on_its_ports_in_its_project(
         neutron: FakeNeutron, tmp_path: Path) -> None:
     net = neutron.add_network()
     own = neutron.add_port(net)
-    neutron.groups = [{"id": "sg-web", "name": "web", "project_id": DEMO},
-                      {"id": "sg-db", "name": "db", "project_id": ALT}]
+    web, theirs = neutron.add_group(DEMO, "web"), neutron.add_group(ALT, "db")
     wanted = spec(networks=[{"uuid": net["id"]}, {"port": own["id"]}])
     made = [vif["port_id"] for vif in allocate(neutron, tmp_path, wanted)]
-    assert ports.set_security_groups(neutron, wanted, ["web"], tmp_path) == made  # type: ignore[arg-type]
-    assert [neutron.ports_by_id[p]["security_groups"] for p in made] == [["sg-web"]] * 2
-    with pytest.raises(RequestError, match="security group 'db' not found"):
-        ports.set_security_groups(neutron, wanted, ["db"], tmp_path)  # type: ignore[arg-type]
-    ports.set_security_groups(neutron, wanted, [], tmp_path)  # type: ignore[arg-type]
-    assert [neutron.ports_by_id[p]["security_groups"] for p in made] == [[]] * 2
+    service = neutron.service()
+    assert ports.set_security_groups(service, wanted, [web["id"]], tmp_path) == made  # type: ignore[arg-type]
+    assert [neutron.items["ports"][p]["security_groups"] for p in made] == [[web["id"]]] * 2
+    with pytest.raises(RequestError, match="security groups not set"):  # another project's
+        ports.set_security_groups(service, wanted, [theirs["id"]], tmp_path)  # type: ignore[arg-type]
+    with pytest.raises(RequestError, match="security group 'web' not found"):  # unreadable
+        ports.set_security_groups(service, wanted, ["web"], tmp_path)  # type: ignore[arg-type]
+    assert [neutron.items["ports"][p]["security_groups"] for p in made] == [[web["id"]]] * 2
+    ports.set_security_groups(service, wanted, [], tmp_path)  # type: ignore[arg-type]
+    assert [neutron.items["ports"][p]["security_groups"] for p in made] == [[]] * 2
 
 
 def test_a_build_run_again_takes_the_ports_it_made_and_bound_then(
@@ -260,7 +287,7 @@ def test_a_build_run_again_takes_the_ports_it_made_and_bound_then(
     wanted = spec(networks=[{"uuid": net["id"]}, {"uuid": net["id"]}, {"port": own["id"]}])
     first = allocate(neutron, tmp_path, wanted)
     again = allocate(neutron, tmp_path, wanted)  # the daemon restarted mid-build
-    assert again == first and len(neutron.ports_by_id) == 3
+    assert again == first and len(neutron.items["ports"]) == 3
     assert ports.read_ledger(tmp_path, wanted["uuid"])["bound"] == [own["id"]]
 
 
@@ -275,8 +302,8 @@ def test_a_release_leaves_the_servers_ports_bound_to_another_host(
     (mine, _) = allocate(neutron, tmp_path, wanted)
     elsewhere = neutron.add_port(net, device_id=wanted["uuid"],
                                  **{"binding:host_id": "hv2"})
-    neutron.ports_by_id[own["id"]]["binding:host_id"] = "hv2"  # bound there again
-    assert ports.release(neutron, wanted["uuid"], tmp_path, HOST) == [  # type: ignore[arg-type]
+    neutron.items["ports"][own["id"]]["binding:host_id"] = "hv2"  # bound there again
+    assert ports.release(neutron.service(), wanted["uuid"], tmp_path, HOST) == [  # type: ignore[arg-type]
         mine["port_id"]]
-    assert set(neutron.ports_by_id) == {own["id"], elsewhere["id"]}
-    assert neutron.ports_by_id[own["id"]]["device_id"] == wanted["uuid"]
+    assert set(neutron.items["ports"]) == {own["id"], elsewhere["id"]}
+    assert neutron.items["ports"][own["id"]]["device_id"] == wanted["uuid"]

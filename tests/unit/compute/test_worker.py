@@ -17,7 +17,7 @@ from etcd_compute.drivers.base import Driver
 from etcd_compute.drivers.fake import FakeDriver
 from etcd_compute.errors import RequestError
 from tests.support import make_spec
-from tests.unit.fake_neutron_service import DEMO, FakeNeutron
+from tests.unit.fake_neutron import DEMO, FakeNeutron
 
 JOBS = [worker.build, worker.prefetch, worker.destroy, worker.act, worker.list_instances,
         worker.running, worker.power_on, worker.consoles, worker.check]
@@ -223,7 +223,7 @@ def on_neutron(recorder: Recorder, monkeypatch: pytest.MonkeyPatch,
 
     def build(spec: dict[str, Any]) -> dict[str, Any]:
         built.append(spec)
-        for port in neutron.ports_by_id.values():
+        for port in neutron.items["ports"].values():
             port["status"] = "ACTIVE"  # ovn-controller claimed it once the guest started
         return {**original(spec), "ip": None}
 
@@ -231,7 +231,7 @@ def on_neutron(recorder: Recorder, monkeypatch: pytest.MonkeyPatch,
     monkeypatch.setattr(worker, "_config", deep_merge(COMPUTE_DEFAULTS, {
         "compute": {"name": "hv1", "state_dir": str(tmp_path)},
         "network": {"backend": "neutron"}}))
-    monkeypatch.setattr(worker, "neutron", lambda: neutron)
+    monkeypatch.setattr(worker, "neutron", neutron.service)
     return recorder, neutron, built
 
 
@@ -247,7 +247,7 @@ def test_on_neutron_the_guest_is_built_on_its_ports_and_the_result_names_them(on
     assert result == {"ip": port["fixed_ips"][0]["ip_address"], "ports": [port["id"]]}
     assert port["binding:host_id"] == "hv1"
     worker.destroy(spec["uuid"])
-    assert neutron.ports_by_id == {}
+    assert neutron.items["ports"] == {}
     assert recorder.asked[-1] == ("destroy", spec["uuid"])
 
 
@@ -259,14 +259,29 @@ def test_on_neutron_a_guest_without_a_network_gets_no_port(on_neutron):
     assert built[0]["vifs"] == [] and neutron.mutations() == []
 
 
+def test_on_neutron_a_guest_without_a_network_needs_no_neutron(on_neutron, monkeypatch):
+    """No port to make or release: built and destroyed without a Neutron client (a host
+    whose Neutron credential is missing, or whose Neutron is down)."""
+    recorder, _neutron, built = on_neutron
+
+    def no_client():
+        raise AssertionError("Neutron asked")
+
+    monkeypatch.setattr(worker, "neutron", no_client)
+    spec = make_spec("00000000-0000-0000-0000-0000000000aa", project_id=DEMO, network=False)
+    assert worker.build(spec) == {"ip": None, "ports": []}
+    worker.destroy(spec["uuid"])
+    assert built[0]["vifs"] == [] and recorder.asked[-1] == ("destroy", spec["uuid"])
+
+
 def test_on_neutron_a_refused_network_builds_nothing(on_neutron):
     recorder, neutron, built = on_neutron
-    theirs = neutron.add_network(project_id="someone-else")
+    theirs = neutron.add_network("someone-else")
     spec = make_spec("00000000-0000-0000-0000-0000000000aa", project_id=DEMO,
                      networks=[{"uuid": theirs["id"]}])
     with pytest.raises(RequestError, match="not found"):
         worker.build(spec)
-    assert built == [] and neutron.ports_by_id == {}
+    assert built == [] and neutron.items["ports"] == {}
 
 
 def test_port_ledgers_are_the_instances_whose_ports_are_written_down(on_neutron, tmp_path):
@@ -288,14 +303,14 @@ def test_without_neutron_there_are_no_port_ledgers(recorder, monkeypatch, tmp_pa
 def test_on_neutron_security_groups_are_the_ports_not_the_drivers(on_neutron):
     recorder, neutron, _built = on_neutron
     net = neutron.add_network()
-    neutron.groups = [{"id": "sg-web", "name": "web", "project_id": DEMO}]
+    web = neutron.add_group(DEMO, "web")
     spec = make_spec("00000000-0000-0000-0000-0000000000aa", project_id=DEMO,
                      networks=[{"uuid": net["id"]}])
     worker.build(spec)
-    assert worker.act(spec, {"action": "security-groups", "security_groups": ["web"],
+    assert worker.act(spec, {"action": "security-groups", "security_groups": [web["id"]],
                              "from": "ACTIVE"}) == {}
     (port,) = neutron.of_device(spec["uuid"])
-    assert port["security_groups"] == ["sg-web"]
+    assert port["security_groups"] == [web["id"]]
     assert not [asked for asked in recorder.asked if asked[0] == "security-groups"]
 
 
