@@ -38,9 +38,8 @@ def on_hv1(hosts: OvnHypervisors, store: Any, placement: Any, host_config: Any,
     network.neutron section), once its heartbeat is up; stopped after the test.
 
     Neutron's network-vif-plugged cannot reach this host: its notifier posts to the
-    compute API of Keystone's catalog (test_neutron_tells_the_compute_api.py), and that
-    API hands events only for servers it made (a server of schedule.py's is 404 to it,
-    `api/objects/servers.py`), so none runs here. Instead, explicitly: the worker still
+    compute API of Keystone's catalog (test_neutron_tells_the_compute_api.py), and no
+    compute API runs here (schedule.py alone). Instead, explicitly: the worker still
     polls Neutron until the port is ACTIVE, and the main process waits VIF_WAIT seconds
     for the events, then runs the guest anyway with a warning (vif_plugging_is_fatal
     false), which the test reads."""

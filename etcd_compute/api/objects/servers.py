@@ -28,7 +28,7 @@ from etcd_compute.etcd import (
     Txn,
     put_message,
 )
-from etcd_compute.instances import external_events, ownership, states
+from etcd_compute.instances import external_events, ownership, records, states
 from etcd_compute.keys import UUID
 
 
@@ -86,11 +86,22 @@ class Servers:
         found = self._join([entry], deleted=deleted)
         return found[0] if found else None
 
-    def hand_events(self, server: Server, events: list[dict[str, Any]]) -> bool:
-        """Give the server's host what another service (Neutron) said of it: appended to
+    def events_host(self, uuid: str) -> tuple[bool, str | None]:
+        """(whether we have the instance `uuid`, the host its events go to: None while it
+        has none). Any instance, as Nova's API takes events for every instance: the API's
+        own servers and those `schedule.py` placed (known by their location)."""
+        server = self.get(uuid)
+        if server is not None:
+            return True, server.host
+        if not UUID.match(uuid):
+            return False, None
+        location = records.locate(self.store, uuid)
+        return (True, location["host"]) if location is not None else (False, None)
+
+    def hand_events(self, host: str, uuid: str, events: list[dict[str, Any]]) -> bool:
+        """Give the instance's host what another service (Neutron) said of it: appended to
         its key there (`instances/external_events.py`). False: its record is not there."""
-        assert server.host is not None
-        return external_events.hand_to_host(self.store, server.host, server.uuid, events,
+        return external_events.hand_to_host(self.store, host, uuid, events,
                                             self._events_lease())
 
     def list(self, project_id: str | None = None, deleted: bool = False) -> list[Server]:

@@ -114,3 +114,16 @@ def test_a_tag_with_control_characters_is_refused_not_a_server_error():
     answer = send(harness, {**plugged(uuid), "tag": "port\x00\n\x1b[2J"})
     assert answer.status_int == 400
     assert handed(harness, uuid) is None
+
+
+def test_an_instance_schedule_py_placed_gets_its_events_too():
+    # Nova takes events for every instance; ours that the operator placed (no server key of
+    # the API's, only its location and record) would otherwise wait out its ports' timeout.
+    harness, uuid = booted()
+    harness.store.delete(harness.store.keys.server(uuid))  # as schedule.py leaves it
+    answer = send(harness, plugged(uuid))
+    assert answer.status_int == 200, answer.text
+    entry = handed(harness, uuid)
+    assert entry is not None
+    assert [e["tag"] for e in messages.decode(messages.EXTERNAL_EVENTS, entry.value)[
+        "events"]] == [PORT]
