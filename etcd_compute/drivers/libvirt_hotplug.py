@@ -38,15 +38,14 @@ def _views(domain: libvirt.virDomain) -> list[tuple[int, int]]:
 
 class LibvirtHotplug(LibvirtHost):
     def attach_interface(self, uuid: str, vif: dict[str, object]) -> None:
-        nic = vifs.Vif.from_dict(dict(vif))
-
         def plug() -> None:
+            nic = vifs.Vif.from_dict(dict(vif))  # checked: a bad one is the job's error
             domain = self._domain(uuid)
             for affect, xml_flags in _views(domain):
                 if nic.port_id in vifs.port_ids(domain.XMLDesc(xml_flags)):
                     continue  # plugged already (a job run again)
                 domain.attachDeviceFlags(vifs.interface_xml(nic), affect)
-            log.info("instance %s: port %s plugged (%s)", uuid, nic.port_id, nic.device)
+                log.info("instance %s: port %s plugged (%s)", uuid, nic.port_id, nic.device)
 
         self._action(uuid, "attach-interface", plug)
 
