@@ -88,6 +88,18 @@ class ComputeCloud:
 
         return wait_for(settled, timeout=timeout, interval=1, what=f"{uuid} {status}")
 
+    def wait_gone(self, timeout: float = 180) -> None:
+        """Every server made here deleted (asked) and gone (404), their ports with them."""
+        admin = self.session("admin")
+        for _user, uuid in self.made:
+            admin.delete(f"{self.api.endpoint}/servers/{uuid}", raise_exc=False)
+        deadline = time.monotonic() + timeout
+        while self.made and time.monotonic() < deadline:
+            self.made = [(u, s) for u, s in self.made
+                         if admin.get(f"{self.api.endpoint}/servers/{s}",
+                                      raise_exc=False).status_code != 404]
+            time.sleep(1)
+
     def log(self) -> str:
         return "\n".join(f"--- {name}\n{daemon.log()[-3000:]}"
                          for name, daemon in self.computes.items())
@@ -135,15 +147,7 @@ def compute_cloud(hosts: OvnHypervisors, guest_image: str, keystone_server: Keys
         try:
             yield made
         finally:
-            admin = made.session("admin")
-            for _user, uuid in made.made:
-                admin.delete(f"{api.endpoint}/servers/{uuid}", raise_exc=False)
-            deadline = time.monotonic() + 120
-            while made.made and time.monotonic() < deadline:
-                made.made = [(u, s) for u, s in made.made
-                             if admin.get(f"{api.endpoint}/servers/{s}",
-                                          raise_exc=False).status_code != 404]
-                time.sleep(1)
+            made.wait_gone()
     finally:
         api.stop()
         for daemon in computes.values():
