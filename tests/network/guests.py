@@ -148,9 +148,10 @@ def ready(host: OvnHypervisor, uuid: str, timeout: float = 240) -> str:
 
 def probe(openstack: Cli, hosts: OvnHypervisors, net: dict[str, Any], address: str = PROBE_IP,
           name: str = "probe", project: str | None = None) -> tuple[Any, Host]:
-    """A port of demo's on `net` bound to hv1, plugged there as an OVS internal port and
-    moved into a namespace of its own with its fixed IP: a machine on the tenant network,
-    in demo's default security group (whose members reach each other). It also stands in
+    """A port of the network's project (or `project`) on `net` at `address`, bound to hv1,
+    plugged there as an OVS internal port and moved into a namespace of its own (`name`)
+    with its fixed IP: a machine on the network, in that project's default security group
+    (whose members reach each other). It also stands in
     for the subnet's gateway, which no router holds here, and refuses the metadata address
     behind it at once (as the libvirt network's hosts do): the guests do not wait out
     their metadata retries."""
