@@ -227,3 +227,31 @@ def test_under_libvirt_os_interface_is_not_served(harness: Harness):
                               roles=("observer",))
         assert (answer.status_int, answer.json["itemNotFound"]["message"]) == (
             404, "The resource could not be found."), answer.text
+
+
+@pytest.mark.parametrize("address,code,message", [
+    ("10.9.0.5", 400, "is not in a subnet of network"),
+    ("10.0.0.2", 400, "is already in use"),
+    ("fe80::1%eth0", 400, ""),
+])
+def test_an_attach_with_a_fixed_ip_not_to_be_had_asks_nothing(
+        cloud: Harness, neutron: FakeNeutron, address, code, message):
+    uuid, port = server_and_port(cloud, neutron)
+    net = neutron.items["networks"][port["network_id"]]
+    if address == "10.0.0.2":
+        neutron.add_port(net, device_id="another-server", ip=address)
+    answer = cloud.call("POST", f"/v2.1/servers/{uuid}/os-interface", {"interfaceAttachment": {
+        "net_id": net["id"], "fixed_ips": [{"ip_address": address}]}})
+    assert answer.status_int == code, answer.text
+    assert message in answer.text
+    assert spec_action(cloud, uuid) == "build"
+
+
+def test_an_attach_to_an_external_network_is_an_admins(cloud: Harness, neutron: FakeNeutron):
+    uuid, _ = server_and_port(cloud, neutron)
+    outside = neutron.add_network("p1", "public", external=True)
+    answer = cloud.call("POST", f"/v2.1/servers/{uuid}/os-interface",
+                        {"interfaceAttachment": {"net_id": outside["id"]}})
+    assert answer.status_int == 403, answer.text
+    assert "external network" in answer.text
+    assert spec_action(cloud, uuid) == "build"
