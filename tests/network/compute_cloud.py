@@ -117,7 +117,7 @@ def compute_cloud(hosts: OvnHypervisors, guest_image: str, keystone_server: Keys
         for name, host in hosts.hosts.items():
             config = host_config(name, compute={
                 key: host.config["compute"][key] for key in ("state_dir", "instances_dir")}
-                | {"job_timeout_seconds": 240,
+                | {"job_timeout_seconds": 240, "shutdown_timeout_seconds": 1,
                    "inventory": {"VCPU": {"total": 8}, "MEMORY_MB": {"total": 4096},
                                  "DISK_GB": {"total": 50}}},
                 driver=host.config["driver"], network=host.config["network"])

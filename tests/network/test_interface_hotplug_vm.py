@@ -6,7 +6,8 @@ of the build's interface XML: a tap on br-int, the port ACTIVE and bound to the 
 host, a new NIC with the port's MAC inside the guest, seen through ssh from the probe);
 `openstack server add network` makes a port there for it; `openstack port list --server`
 lists all three; `openstack server remove port` unplugs the user's port (kept, unbound)
-and `server remove network` the made one (deleted); `openstack server add/remove security
+and `server remove network` the made one (deleted); a port added to the stopped guest is
+in its definition only and comes up with its start; `openstack server add/remove security
 group` changes the groups on the guest's ports in Neutron. Instance actions record
 attach_interface and detach_interface.
 """
@@ -88,10 +89,22 @@ def test_openstack_adds_and_removes_ports_of_a_running_guest(
         links = ssh(prober, key, tmp_path / "known_hosts", address, "ip -o link")
         assert mine["mac_address"] not in links.stdout, links.stdout
 
+        # A stopped guest: its definition only; the port comes up with its next start.
+        openstack.ok(DEMO, "server", "stop", uuid)
+        compute_cloud.wait_status(uuid, "SHUTOFF")
+        openstack.ok(DEMO, "server", "add", "port", uuid, mine["id"])
+        assert neutron.port(mine["id"])["device_id"] == uuid
+        assert f"tap{mine['id'][:11]}" not in hosts[host].br_int_ports()
+        openstack.ok(DEMO, "server", "start", uuid)
+        compute_cloud.wait_status(uuid)
+        wait_for(lambda: neutron.port(mine["id"])["status"] == "ACTIVE", timeout=120,
+                 interval=1, what="the port plugged while stopped ACTIVE once started")
+        assert f"tap{mine['id'][:11]}" in hosts[host].br_int_ports()
+
         actions = json.loads(openstack.ok(DEMO, "server", "event", "list", uuid, "-f",
                                           "json"))
         names = [a["Action"] for a in actions]
-        assert names.count("attach_interface") == 2 and names.count("detach_interface") == 2
+        assert names.count("attach_interface") == 3 and names.count("detach_interface") == 2
 
         # Security groups: on the guest's ports in Neutron.
         group = openstack(DEMO, "security", "group", "create", "hotplug-web")
