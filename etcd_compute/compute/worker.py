@@ -164,7 +164,7 @@ def _interface(spec: dict[str, Any], task: dict[str, Any], attach: bool) -> dict
         deleted = ports.detach(client, uuid, port_id, state_dir)
         return {"detail": f"port {port_id} unplugged, {'deleted' if deleted else 'unbound'}"}
     vif = ports.attach(client, spec, task["nic"], _config["compute"]["name"], state_dir,
-                       settings["integration_bridge"])
+                       settings["integration_bridge"], task.get("id"))
     try:
         driver().attach_interface(uuid, {k: vif[k] for k in ("port_id", "mac", "mtu", "bridge")})
     except BaseException:

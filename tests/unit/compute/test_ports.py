@@ -323,3 +323,19 @@ def test_an_attach_of_another_projects_or_a_busy_port_is_refused(neutron: FakeNe
         with pytest.raises(RequestError, match=why):
             ports.attach(neutron, spec(), {"port": port["id"]}, HOST, tmp_path)  # type: ignore[arg-type]
         assert neutron.ports_by_id[port["id"]]["revision_number"] == 1
+
+
+def test_an_attach_run_again_takes_the_port_it_made_then(neutron: FakeNeutron,
+                                                         tmp_path: Path) -> None:
+    net = neutron.add_network()
+    wanted = spec(networks=[{"uuid": net["id"]}])
+    (first,) = allocate(neutron, tmp_path, wanted)
+    once = ports.attach(neutron, wanted, {"uuid": net["id"]}, HOST, tmp_path,  # type: ignore[arg-type]
+                        request_id="r1")
+    again = ports.attach(neutron, wanted, {"uuid": net["id"]}, HOST, tmp_path,  # type: ignore[arg-type]
+                         request_id="r1")
+    assert again["port_id"] == once["port_id"] != first["port_id"]
+    other = ports.attach(neutron, wanted, {"uuid": net["id"]}, HOST, tmp_path,  # type: ignore[arg-type]
+                         request_id="r2")
+    assert other["port_id"] not in (once["port_id"], first["port_id"])
+    assert len(neutron.of_device(wanted["uuid"])) == 3
