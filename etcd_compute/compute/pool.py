@@ -32,8 +32,9 @@ CHECK = "check"
 STOP, START, SUSPEND, RESUME, REBOOT, REBUILD, RESIZE, SNAPSHOT, SECURITY_GROUPS = (
     "stop", "start", "suspend", "resume", "reboot", "rebuild", "resize", "snapshot",
     "security-groups")
+ATTACH_INTERFACE, DETACH_INTERFACE = "attach-interface", "detach-interface"
 ACTION_KINDS = (STOP, START, SUSPEND, RESUME, REBOOT, REBUILD, RESIZE, SNAPSHOT,
-                SECURITY_GROUPS)
+                SECURITY_GROUPS, ATTACH_INTERFACE, DETACH_INTERFACE)
 # A move's steps (compute/moves.py).
 MOVE_KINDS = worker.MOVE_KINDS
 # The module the forkserver imports before it forks the workers.

@@ -252,6 +252,55 @@ def binding_bridge(port: dict[str, Any], default: str) -> str:
     return str(details.get("bridge_name") or default)
 
 
+# --------------------------------------------------------------------- hot-plug
+
+def attach(neutron: NeutronClient, spec: dict[str, Any], nic: dict[str, str], host: str,
+           state_dir: str | Path, bridge: str = "br-int",
+           request_id: str | None = None) -> dict[str, Any]:
+    """One more port for the guest (os-interface's attach: `nic` one item of the spec's
+    networks), made or bound and written down as a build's are: its VIF. A port made on a
+    network is in Neutron's default group, as Nova's attach makes it. The ports the guest
+    had before the request (`request_id`) are written down with it, so the attach run
+    again (a restart, a lost worker) takes the port it made then, not a second one."""
+    uuid, project_id = spec["uuid"], spec.get("project_id")
+    if not project_id:
+        raise RequestError("the request names no project: a Neutron port needs one")
+    ledger = read_ledger(state_dir, uuid) or {"project_id": project_id, "created": [],
+                                              "bound": []}
+    attaching = ledger.get("attaching") or {}
+    if request_id is None or attaching.get("request") != request_id:
+        attaching = {"request": request_id, "before": [*ledger["created"], *ledger["bound"]]}
+        ledger["attaching"] = attaching
+    binding = {"device_id": uuid, "device_owner": DEVICE_OWNER, BINDING_HOST: host}
+    # The guest's ports are not this one (a port on a network it is on already: a new one).
+    taken = set(attaching["before"]) - {nic.get("port", "")}
+    return _one(neutron, nic, {**spec, "security_groups": None}, binding, ledger,
+                state_dir, bridge, taken)
+
+
+def detach(neutron: NeutronClient, uuid: str, port_id: str, state_dir: str | Path) -> bool:
+    """A port unplugged from the guest given back (os-interface's detach): deleted if it
+    was made for it, else the user's, unbound and kept; struck from the ledger. True when
+    it was deleted."""
+    ledger = read_ledger(state_dir, uuid) or {"created": [], "bound": []}
+    made = port_id in ledger["created"]
+    if made:
+        neutron.delete_port(port_id)
+    else:
+        try:
+            neutron.update_port(port_id, {"device_id": "", "device_owner": "",
+                                          BINDING_HOST: ""})
+        except NotFound:
+            pass  # deleted meanwhile: nothing to give back
+    if ledger.get("project_id"):  # (one action at a time: an attach before it has ended)
+        ledger = {"project_id": ledger["project_id"],
+                  "created": [p for p in ledger["created"] if p != port_id],
+                  "bound": [p for p in ledger["bound"] if p != port_id]}
+        _write_ledger(state_dir, uuid, ledger)
+    _log(uuid).info("port %s %s", port_id, "deleted" if made else "unbound (the user's)")
+    return made
+
+
 # --------------------------------------------------------------------- up
 
 def wait_until_up(neutron: NeutronClient, uuid: str, port_ids: list[str], timeout: float,

@@ -124,6 +124,8 @@ def act(spec: dict[str, Any], task: dict[str, Any]) -> dict[str, Any]:
         # The guest's network filter swapped, running or not (its definition too).
         driver().set_security_groups(spec, task["security_groups"])
         return {}
+    if action in (states.ATTACH_INTERFACE, states.DETACH_INTERFACE):
+        return _interface(spec, task, action == states.ATTACH_INTERFACE)
     # Rebuild and resize leave the guest powered as it was when the action began; a snapshot
     # of a running guest is taken live.
     power_on = task["from"] == states.ACTIVE
@@ -149,6 +151,35 @@ def act(spec: dict[str, Any], task: dict[str, Any]) -> dict[str, Any]:
                                           f"{len(gone)} older backup(s)".lstrip("; ")}
         return done
     raise ValueError(f"unknown action {action!r}")
+
+
+def _interface(spec: dict[str, Any], task: dict[str, Any], attach: bool) -> dict[str, Any]:
+    """os-interface: a port made or bound (compute/ports.py) and plugged into the guest, a
+    failed plug giving it back; or unplugged, then deleted (made for it) or unbound."""
+    if not network_backend.uses_neutron(_config):
+        raise RequestError("ports are hot-plugged under network.backend neutron only")
+    settings, state_dir = _config["network"]["neutron"], _config["compute"]["state_dir"]
+    client, uuid = neutron(), spec["uuid"]
+    if not attach:
+        port_id = task["nic"]["port"]
+        driver().detach_interface(uuid, port_id)
+        deleted = ports.detach(client, uuid, port_id, state_dir)
+        return {"detail": f"port {port_id} unplugged, {'deleted' if deleted else 'unbound'}"}
+    vif = ports.attach(client, spec, task["nic"], _config["compute"]["name"], state_dir,
+                       settings["integration_bridge"], task.get("id"))
+    try:
+        driver().attach_interface(uuid, {k: vif[k] for k in ("port_id", "mac", "mtu", "bridge")})
+    except BaseException:
+        try:
+            ports.detach(client, uuid, vif["port_id"], state_dir)
+        except Exception as exc:  # noqa: BLE001 (the plug's own error is the one to tell)
+            logging.getLogger(__name__).warning("instance %s: port %s not given back: %s",
+                                                uuid, vif["port_id"], exc)
+        raise
+    if task.get("from") == states.ACTIVE:
+        ports.wait_until_up(client, uuid, [vif["port_id"]], settings["vif_plugging_timeout"],
+                            settings["vif_plugging_is_fatal"])
+    return {"detail": f"port {vif['port_id']} plugged ({vif['ip'] or 'no address'})"}
 
 
 def list_instances() -> set[str]:

@@ -19,7 +19,7 @@ import abc
 from collections.abc import Callable
 from typing import Any
 
-from etcd_compute.errors import BuildError
+from etcd_compute.errors import BuildError, RequestError
 
 # uuid, running now, why (one line), crashed, when it was observed (time.monotonic()).
 PowerReport = Callable[[str, bool, str, bool, float], None]
@@ -112,6 +112,16 @@ class Driver(abc.ABC):
     def set_security_groups(self, spec: dict[str, Any], groups: list[str]) -> None:
         """The guest's network interface filtered for `groups` (its definition and, if it
         runs, the running guest at once); nothing to do for a guest without a network."""
+
+    def attach_interface(self, uuid: str, vif: dict[str, Any]) -> None:
+        """The NIC of `vif` (a Neutron port: port_id, mac, mtu, bridge) plugged into the
+        guest: the running guest at once and its definition; plugged already: nothing."""
+        raise RequestError(f"{type(self).__name__} cannot plug a port into a guest")
+
+    def detach_interface(self, uuid: str, port_id: str) -> None:
+        """The NIC of Neutron port `port_id` unplugged from the guest (running and
+        defined); not plugged: nothing."""
+        raise RequestError(f"{type(self).__name__} cannot unplug a port from a guest")
 
     # -- moving a guest to another host (docs/explanation/moves.md): BuildError on failure
 

@@ -27,6 +27,7 @@ import libvirt
 
 from etcd_compute.drivers.libvirt_cold_move import LibvirtColdMoves
 from etcd_compute.drivers.libvirt_host import GIB, reason_of
+from etcd_compute.drivers.libvirt_hotplug import LibvirtHotplug
 from etcd_compute.errors import BuildError, ConfigError, RequestError
 from etcd_compute.virt import configdrive, nwfilter, qemu_img, snapshot
 from etcd_compute.virt.domain import (
@@ -52,9 +53,10 @@ UNDEFINE_FLAGS = (
 UNDEFINE_FLAGS_QEMU = UNDEFINE_FLAGS | libvirt.VIR_DOMAIN_UNDEFINE_NVRAM
 
 
-class LibvirtDriver(LibvirtColdMoves):
+class LibvirtDriver(LibvirtHotplug, LibvirtColdMoves):
     """Builds, acts on, moves and destroys guests (see the module's docstring; moving:
-    `libvirt_migration.py`, `libvirt_cold_move.py`)."""
+    `libvirt_migration.py`, `libvirt_cold_move.py`; hot-plugging ports:
+    `libvirt_hotplug.py`)."""
 
     # -- build -------------------------------------------------------------------------
 

@@ -12,6 +12,7 @@
     ACTIVE|SHUTOFF|SUSPENDED -snapshot-> SNAPSHOTTING -> as it was (a running guest keeps
         running)
     ACTIVE|SHUTOFF -security-groups-> FILTERING -> as it was
+    ACTIVE|SHUTOFF -attach-interface|detach-interface-> PLUGGING -> as it was
     ACTIVE|SHUTOFF -migrate-> MIGRATING -> MIGRATED (the guest left: the controller hands
         the instance over to the destination's INCOMING record) | as it was (failed)
 
@@ -64,16 +65,20 @@ INCOMING = "INCOMING"
 # Its security groups changing (the compute API's add/removeSecurityGroup): the host swaps
 # the filter on the guest's network interface, running or not; it ends as it started.
 FILTERING = "FILTERING"
+# A Neutron port hot-plugged or unplugged (the compute API's os-interface): the host makes
+# or binds the port and attaches it to the guest, running or not (or detaches it and
+# deletes or unbinds the port); it ends as it started.
+PLUGGING = "PLUGGING"
 
 STATES = (SCHEDULED, BUILDING, ACTIVE, SHUTOFF, STOPPING, STARTING, SUSPENDED, SUSPENDING,
-          RESUMING, REBOOTING, REBUILDING, RESIZING, SNAPSHOTTING, FILTERING, MIGRATING,
-          MIGRATED, INCOMING, RESCHEDULING, ERROR,
+          RESUMING, REBOOTING, REBUILDING, RESIZING, SNAPSHOTTING, FILTERING, PLUGGING,
+          MIGRATING, MIGRATED, INCOMING, RESCHEDULING, ERROR,
           DELETING, DELETED)
 # States `schedule.py --wait` stops at (ACTIVE can still change: destroy).
 FINAL = frozenset({ACTIVE, ERROR, DELETED})
 # An operator's action in progress.
 TRANSIENT = frozenset({STOPPING, STARTING, SUSPENDING, RESUMING, REBOOTING, REBUILDING,
-                       RESIZING, SNAPSHOTTING, FILTERING, MIGRATING})
+                       RESIZING, SNAPSHOTTING, FILTERING, PLUGGING, MIGRATING})
 # States in which a driver may hold the instance (a cold move's source keeps its stopped
 # copy until the hand-over; a destination may run the guest before it).
 LIVE = frozenset({BUILDING, ACTIVE, SHUTOFF, SUSPENDED, DELETING, MIGRATED, INCOMING}) | TRANSIENT
@@ -83,6 +88,8 @@ STOP, START, REBOOT, REBUILD, RESIZE, SNAPSHOT, MIGRATE, DESTROY = (
 SUSPEND, RESUME = "suspend", "resume"
 # An instance's security groups set (its spec's `security_groups`, the request's new ones).
 SECURITY_GROUPS = "security-groups"
+# A port plugged into the guest or unplugged (the request's `nic`).
+ATTACH_INTERFACE, DETACH_INTERFACE = "attach-interface", "detach-interface"
 # The destination's side of a move (a spec action, never an operator's).
 INCOMING_ACTION = "incoming"
 # An operator's action: the state it passes through, the states it may start from.
@@ -98,6 +105,10 @@ ACTIONS: dict[str, tuple[str, frozenset[str]]] = {
     SNAPSHOT: (SNAPSHOTTING, frozenset({ACTIVE, SHUTOFF, SUSPENDED})),
     # Not SUSPENDED: the guest's saved memory keeps the definition it was saved with.
     SECURITY_GROUPS: (FILTERING, frozenset({ACTIVE, SHUTOFF})),
+    # Nova's: active, paused or stopped (no pause here); a suspended guest's saved memory
+    # keeps the devices it was saved with.
+    ATTACH_INTERFACE: (PLUGGING, frozenset({ACTIVE, SHUTOFF})),
+    DETACH_INTERFACE: (PLUGGING, frozenset({ACTIVE, SHUTOFF})),
     MIGRATE: (MIGRATING, frozenset({ACTIVE, SHUTOFF})),
 }
 # Where a successful action ends; rebuild, resize and snapshot end as they started (a move
@@ -124,9 +135,9 @@ TRANSITIONS: dict[str | None, frozenset[str]] = {
     # -> SHUTOFF / ACTIVE without an action: the hypervisor saw the guest stop or start.
     ACTIVE: frozenset({SCHEDULED, RESCHEDULING, ERROR, DELETING, DELETED, SHUTOFF, STOPPING,
                        SUSPENDING, REBOOTING, REBUILDING, RESIZING, SNAPSHOTTING, FILTERING,
-                       MIGRATING}),
+                       PLUGGING, MIGRATING}),
     SHUTOFF: frozenset({SCHEDULED, RESCHEDULING, ERROR, DELETING, DELETED, ACTIVE, STARTING,
-                        REBUILDING, RESIZING, SNAPSHOTTING, FILTERING, MIGRATING}),
+                        REBUILDING, RESIZING, SNAPSHOTTING, FILTERING, PLUGGING, MIGRATING}),
     # Resumed, or evacuated (its host died: built again elsewhere, powered off, its memory
     # lost with the host), or destroyed. The hypervisor's reports do not move it.
     SUSPENDED: frozenset({SCHEDULED, RESCHEDULING, ERROR, DELETING, DELETED, RESUMING,

@@ -57,7 +57,8 @@ from etcd_compute.scheduler.spec import IMAGE_URL, operator_name
 ATTEMPTS = 5
 # The actions asked here (a move to another host: ops/migrations.py).
 ACTIONS = (states.STOP, states.START, states.SUSPEND, states.RESUME, states.REBOOT,
-           states.REBUILD, states.RESIZE, states.SNAPSHOT, states.SECURITY_GROUPS)
+           states.REBUILD, states.RESIZE, states.SNAPSHOT, states.SECURITY_GROUPS,
+           states.ATTACH_INTERFACE, states.DETACH_INTERFACE)
 
 
 class NoRoom(EtcdComputeError):
@@ -209,6 +210,10 @@ def _change(placement: PlacementClient, action: str, spec: dict[str, Any], host:
             raise states.ActionRefused(f"instance {spec['uuid']} has no network interface: "
                                        "it is in no security group and can join none")
         return Change({"security_groups": list(asked.security_groups)})
+    if action in (states.ATTACH_INTERFACE, states.DETACH_INTERFACE):
+        if asked.nic is None:
+            raise UsageError(f"{action}: the port (or network) is needed")
+        return Change({"nic": dict(asked.nic)})
     if action == states.RESIZE and asked.revert:
         return _revert(placement, spec, host, record)
     if action == states.RESIZE:
@@ -223,7 +228,9 @@ class Asked:
     image in Glance) and the guest's new user data or key (`rebuild`: user_data, ssh_key,
     each None to remove); resize the new `resources`, the consumer that holds the old size
     until it is confirmed (`hold`, the compute API's resize), or `revert` of a held one;
-    snapshot its image (`image_for`); security-groups the instance's new `security_groups`."""
+    snapshot its image (`image_for`); security-groups the instance's new `security_groups`;
+    attach-interface and detach-interface the port (`nic`: one item of the spec's
+    networks; a detach's is {port})."""
 
     hard: bool = False
     image_url: str | None = None
@@ -232,6 +239,7 @@ class Asked:
     hold: str | None = None
     revert: bool = False
     security_groups: list[str] | None = None
+    nic: dict[str, str] | None = None
     # A rebuild's image in Glance (given the instance's resources: the spec's `image`), or
     # a snapshot's queued image (given its spec): made when the request is written.
     image_for: Callable[[Any], dict[str, Any]] | None = None

@@ -99,3 +99,14 @@ def port_ids(domain_xml: str) -> list[str]:
     return [parameters.get("interfaceid", "") for parameters in
             root.iterfind("devices/interface/virtualport/parameters")
             if parameters.get("interfaceid")]
+
+
+def interface_of(domain_xml: str, port_id: str) -> str | None:
+    """The domain's `<interface>` plugged as Neutron port `port_id` (as libvirt wrote it,
+    which is what detachDeviceFlags matches), or None."""
+    root = ET.fromstring(domain_xml)
+    for nic in root.iterfind("devices/interface"):
+        parameters = nic.find("virtualport/parameters")
+        if parameters is not None and parameters.get("interfaceid") == port_id:
+            return ET.tostring(nic, encoding="unicode")
+    return None

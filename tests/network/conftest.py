@@ -1,5 +1,6 @@
 """The network tests' fixtures: per module, a Neutron stack on the session's Keystone and the
-`openstack` command line's shells; the fixtures of guests on Neutron ports (guests.py)."""
+`openstack` command line's shells; the fixtures of guests on Neutron ports (guests.py) and
+of the compute API over them (compute_cloud.py)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from collections.abc import Iterator
 import pytest
 
 from etcd_compute.pki import Pki
+from tests.network.compute_cloud import compute_cloud  # noqa: F401 (the API's, for the package)
 from tests.network.guests import (  # noqa: F401 (the guests' fixtures, for the package)
     guest_image,
     hosts,

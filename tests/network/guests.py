@@ -146,23 +146,25 @@ def ready(host: OvnHypervisor, uuid: str, timeout: float = 240) -> str:
         host.console(uuid)), timeout=timeout, interval=0.5, what=f"{uuid}'s ready marker")
 
 
-def probe(openstack: Cli, hosts: OvnHypervisors, net: dict[str, Any]) -> tuple[Any, Host]:
-    """A port of demo's on `net` bound to hv1, plugged there as an OVS internal port and
-    moved into a namespace of its own with its fixed IP: a machine on the tenant network,
-    in demo's default security group (whose members reach each other). It also stands in
+def probe(openstack: Cli, hosts: OvnHypervisors, net: dict[str, Any], address: str = PROBE_IP,
+          name: str = "probe", project: str | None = None) -> tuple[Any, Host]:
+    """A port of the network's project (or `project`) on `net` at `address`, bound to hv1,
+    plugged there as an OVS internal port and moved into a namespace of its own (`name`)
+    with its fixed IP: a machine on the network, in that project's default security group
+    (whose members reach each other). It also stands in
     for the subnet's gateway, which no router holds here, and refuses the metadata address
     behind it at once (as the libvirt network's hosts do): the guests do not wait out
     their metadata retries."""
     gateway = net["subnet"]["gateway_ip"]
     port = openstack(ADMIN, "port", "create", "--network", net["id"], "--project",
-                     net["project_id"], "--host", "hv1", "--device-owner", "probe",
-                     "--fixed-ip", f"subnet={net['subnet']['id']},ip-address={PROBE_IP}",
+                     project or net["project_id"], "--host", "hv1", "--device-owner", "probe",
+                     "--fixed-ip", f"subnet={net['subnet']['id']},ip-address={address}",
                      "--allowed-address", f"ip-address={gateway}",
-                     "--allowed-address", "ip-address=169.254.169.254", "probe")
+                     "--allowed-address", "ip-address=169.254.169.254", name)
     chassis = hosts["hv1"].chassis
     device = chassis.plug(port["id"], port["mac_address"])
-    space = hosts.chassis.net.add_space("probe")
-    chassis.move(device, space, PROBE_IP, net["mtu"])
+    space = hosts.chassis.net.add_space(name)
+    chassis.move(device, space, address, net["mtu"])
     ip("-n", space.netns, "addr", "add", f"{gateway}/24", "dev", device)
     ip("-n", space.netns, "addr", "add", "169.254.169.254/32", "dev", "lo")
     ip("-n", space.netns, "link", "set", "lo", "up")

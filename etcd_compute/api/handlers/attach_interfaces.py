@@ -2,15 +2,26 @@
 interfaces are its Neutron ports (device_id = the server), as the caller's Neutron shows
 them, in Nova's view (`views/ports.py`).
 
-Listing and showing are served. Attaching and detaching are checked as Nova checks them
-(the body's schema, the rule, the server, a network and a port not both, a fixed IP only
-with a network, the lock, the state) and then answered 400: the compute cannot plug or
-unplug a port into a running guest yet (Nova's AttachInterfaceNotSupported, and its like
-for a detach), never accepted and ignored. Under the libvirt backend os-interface is not
-served (404).
+Attaching (POST) is checked as Nova checks it (the body's schema, the rule, the server, a
+network and a port not both, a fixed IP only with a network, the lock, the state: 409
+while locked, in another task or not active or stopped), and the network or port as the
+caller's Neutron shows it (`objects/requested_networks.py`: 404 not found, 409 a port in
+use, 400 a fixed IP outside the network or taken, 403 an external network). Then the
+server's host makes the port (or binds the caller's) under the service user and plugs
+it into the guest (`compute/ports.py`, `drivers/libvirt_hotplug.py`), as the record's
+task `attach-interface`; the answer waits for it, as Nova's synchronous call does: 200
+and the interfaceAttachment (its `tag` from 2.70), or 500 with the host's reason.
+
+Detaching (DELETE) checks the same, then that the port is the server's (404 "Port X is
+not attached"), and answers 202 at once; the host unplugs it and deletes it (made for the
+server) or unbinds it (the user's), task `detach-interface`. Both are instance actions,
+`attach_interface` and `detach_interface`, as Nova records them. Under the libvirt
+backend os-interface is not served (404).
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import webob
 
@@ -18,13 +29,29 @@ from etcd_compute.api import policy, validation
 from etcd_compute.api.backend import Backend
 from etcd_compute.api.handlers import action_checks as checks
 from etcd_compute.api.handlers.servers import check_lock, lookup
+from etcd_compute.api.objects import requested_networks
 from etcd_compute.api.objects.servers import Server
 from etcd_compute.api.schemas import attach_interfaces as schema
 from etcd_compute.api.views import ports as view
-from etcd_compute.api.wsgi import ApiRequest, Router, bad_request, json_response, not_found
+from etcd_compute.api.wsgi import (
+    ApiRequest,
+    Fault,
+    Router,
+    bad_request,
+    empty_response,
+    json_response,
+    not_found,
+)
 from etcd_compute.errors import NotFound
+from etcd_compute.instances import states
+from etcd_compute.ops import lifecycle
+from etcd_compute.ops.operations import WaitTimeout
 
 ATTACH = policy.ATTACH_INTERFACES
+# How long an attach waits for the host (Nova's synchronous call: its RPC timeout).
+ATTACH_SECONDS = 120.0
+# A server's ports at most (an instance spec's networks: its schema's maxItems).
+MAX_PORTS = 16
 
 
 def routes(router: Router, api: Backend) -> None:
@@ -74,6 +101,30 @@ def _plugging(req: ApiRequest, server: Server, action: str) -> None:
     checks.check_state(server, action, ("active", "paused", "stopped"))
 
 
+def _nic(api: Backend, req: ApiRequest, asked: dict[str, Any]) -> dict[str, str]:
+    """The attach's network or port, as the caller's Neutron shows it: the request's `nic`
+    (one item of the spec's networks)."""
+    if asked.get("port_id"):
+        item: dict[str, Any] = {"port": asked["port_id"]}
+    elif asked.get("net_id"):
+        item = {"uuid": asked["net_id"], **({"fixed_ip": asked["fixed_ips"][0]["ip_address"]}
+                                            if asked.get("fixed_ips") else {})}
+    else:  # Nova's get-me-a-network for an attach is not ours
+        raise bad_request("Must input network_id or port_id")
+    project = req.context.project_id
+    try:
+        wanted = requested_networks.networks(
+            api.neutron(req.context), project, [item], 1,
+            external_ok=api.policy.allows(req.context, policy.ATTACH_EXTERNAL_NETWORK,
+                                          {"project_id": project}))
+    except (requested_networks.NetworkNotFound, requested_networks.PortNotFound) as exc:
+        raise not_found(str(exc)) from None  # Nova's attach: 404 (its create: 400)
+    except requested_networks.NetworkRequestRefused as exc:
+        raise Fault(exc.code, str(exc)) from None
+    assert wanted
+    return dict(wanted[0])
+
+
 def create(api: Backend, req: ApiRequest, server_id: str) -> webob.Response:
     _served(api)
     body = req.json_body()
@@ -84,8 +135,33 @@ def create(api: Backend, req: ApiRequest, server_id: str) -> webob.Response:
         raise bad_request("Must not input both network_id and port_id")
     if asked.get("fixed_ips") and not asked.get("net_id"):
         raise bad_request("Must input network_id when request IP address")
+    if asked.get("tag") is not None:
+        raise bad_request("Device tags are not supported")
     _plugging(req, server, "attach_interface")
-    raise bad_request(f"Attaching interfaces is not supported for instance {server.uuid}.")
+    neutron = api.neutron(req.context)
+    before = {port["id"] for port in neutron.ports(device_id=server.uuid)}
+    if len(before) >= MAX_PORTS:
+        raise Fault(403, f"Maximum number of ports exceeded (at most {MAX_PORTS} a server "
+                         "here)")
+    nic = _nic(api, req, asked)
+    requested = checks.asked(lambda: api.actions.plug(server, states.ATTACH_INTERFACE, nic,
+                                                      checks.caller(req)))
+    try:
+        outcome = lifecycle.wait(api.store, requested, ATTACH_SECONDS, lambda *_: None)
+    except WaitTimeout as exc:
+        raise Fault(500, f"Failed to attach network adapter device to {server.uuid}: "
+                         f"{exc}") from None
+    if not outcome.ok:
+        raise Fault(500, f"Failed to attach network adapter device to {server.uuid}: "
+                         f"{outcome.error[:300]}")
+    ports = neutron.ports(device_id=server.uuid)
+    new = [p for p in ports if p["id"] == nic.get("port")] or \
+        [p for p in ports if p["id"] not in before]
+    if not new:
+        raise Fault(500, f"Failed to attach network adapter device to {server.uuid}: the "
+                         "port is gone")
+    return json_response({"interfaceAttachment": view.interface(
+        new[0], req.version.at_least("2.70"))})
 
 
 def delete(api: Backend, req: ApiRequest, server_id: str, port_id: str) -> webob.Response:
@@ -94,4 +170,6 @@ def delete(api: Backend, req: ApiRequest, server_id: str, port_id: str) -> webob
     ports = api.neutron(req.context).ports(device_id=server.uuid)
     if port_id not in {port["id"] for port in ports}:
         raise not_found(f"Port {port_id[:64]} is not attached")
-    raise bad_request(f"Detaching interfaces is not supported for instance {server.uuid}.")
+    checks.asked(lambda: api.actions.plug(server, states.DETACH_INTERFACE, {"port": port_id},
+                                          checks.caller(req)))
+    return empty_response(202)

@@ -15,6 +15,8 @@ one Nova action with one event, named as Nova names them:
     revert-resize            revertResize     compute_revert_resize
     snapshot                 createImage      compute_snapshot_instance
     security-groups          security-groups (ours: Nova records none for its group actions)
+    attach-interface         attach_interface compute_attach_interface
+    detach-interface         detach_interface compute_detach_interface
     recover                  evacuate         compute_rebuild_instance
     evacuate (a drain)       migrate          compute_resize_instance
     migrate, live            live-migration   compute_live_migration
@@ -55,6 +57,8 @@ NOVA = {"create": ("create", "compute__do_build_and_run_instance"),
         "confirm-resize": ("confirmResize", "compute_confirm_resize"),
         "revert-resize": ("revertResize", "compute_revert_resize"),
         "snapshot": ("createImage", "compute_snapshot_instance"),
+        "attach-interface": ("attach_interface", "compute_attach_interface"),
+        "detach-interface": ("detach_interface", "compute_detach_interface"),
         "recover": ("evacuate", "compute_rebuild_instance"),
         "evacuate": ("migrate", "compute_resize_instance")}
 # Derived request ids: uuid5(this, "<instance>/<action>/<started_at>").

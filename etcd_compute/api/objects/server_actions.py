@@ -122,6 +122,16 @@ class ServerActions:
                           also=self._view(server, self._task(
                               "security-groups", security_groups=list(groups))), by=by)
 
+    # --- interfaces (the neutron backend's os-interface) -----------------------------------
+
+    def plug(self, server: Server, action: str, nic: dict[str, str],
+             by: str) -> lifecycle.Requested:
+        """A port plugged (`action` attach-interface: `nic` a network, with a fixed IP or
+        not, or a port) or unplugged (detach-interface: {port}) by the server's host."""
+        return lifecycle.request(self.store, self.placement, server.uuid, action,
+                                 asked=lifecycle.Asked(nic=dict(nic)),
+                                 also=self._view(server, self._task(action)), by=by)
+
     # --- rebuild --------------------------------------------------------------------------
 
     def rebuild(self, server: Server, image: Image, changes: dict[str, Any],

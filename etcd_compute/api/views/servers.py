@@ -17,6 +17,7 @@ Our states map to Nova's vm_state, task_state and power_state, and those to Nova
     RESIZING                 (as it was) / resize_migrating  RESIZE
     SNAPSHOTTING             (as it was) / image_uploading   (as it was)
     FILTERING                (as it was) / -                 (as it was)
+    PLUGGING                 (as it was) / -                 (as it was)
     MIGRATING, MIGRATED      live: active / migrating        MIGRATING
       (INCOMING)             cold: (as it was) / resize_migrating  RESIZE
       reverting a resize     resized / resize_reverting      REVERT_RESIZE
@@ -102,6 +103,10 @@ def reset_state(server: Server) -> str | None:
     return str(reset["vm_state"])
 
 
+# Actions Nova runs with no task_state (its security groups, its interface hot-plug).
+_NO_TASK_STATE = (states.SECURITY_GROUPS, states.ATTACH_INTERFACE, states.DETACH_INTERFACE)
+
+
 def nova_states(server: Server) -> tuple[str, str | None, int]:
     """(vm_state, task_state, power_state) of our state."""
     state = server.state
@@ -122,8 +127,8 @@ def nova_states(server: Server) -> tuple[str, str | None, int]:
         asked = pending(server)
         if asked is None:
             return vm_state, None, power
-        if asked["action"] == states.SECURITY_GROUPS:
-            return vm_state, None, power  # Nova sets no task_state for it
+        if asked["action"] in _NO_TASK_STATE:
+            return vm_state, None, power  # Nova sets no task_state for them
         task_state = _PENDING[asked["action"]]
         if asked["action"] == "reboot" and asked.get("hard"):
             task_state = "rebooting_hard"
@@ -157,6 +162,7 @@ def nova_states(server: Server) -> tuple[str, str | None, int]:
         states.RESIZING: (was, "resize_migrating", was_power),
         states.SNAPSHOTTING: (was, "image_uploading", was_power),
         states.FILTERING: (was, None, was_power),
+        states.PLUGGING: (was, None, was_power),
         states.DELETING: ("active", "deleting", NOSTATE),
         states.ERROR: ("error", None, NOSTATE),
         states.DELETED: ("deleted", None, NOSTATE),

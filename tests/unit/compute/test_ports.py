@@ -307,3 +307,62 @@ def test_a_release_leaves_the_servers_ports_bound_to_another_host(
         mine["port_id"]]
     assert set(neutron.items["ports"]) == {own["id"], elsewhere["id"]}
     assert neutron.items["ports"][own["id"]]["device_id"] == wanted["uuid"]
+
+
+# --- hot-plug (os-interface) ----------------------------------------------------------------
+
+def test_an_attached_port_on_a_network_the_guest_is_on_already_is_a_new_one(
+        neutron: FakeNeutron, tmp_path: Path) -> None:
+    net = neutron.add_network()
+    wanted = spec(networks=[{"uuid": net["id"]}])
+    (first,) = allocate(neutron, tmp_path, wanted)
+    vif = ports.attach(neutron.service(), wanted, {"uuid": net["id"]}, HOST, tmp_path)  # type: ignore[arg-type]
+    assert vif["port_id"] != first["port_id"]
+    port = neutron.items["ports"][vif["port_id"]]
+    assert (port["device_id"], port["binding:host_id"]) == (wanted["uuid"], HOST)
+    assert ports.read_ledger(tmp_path, wanted["uuid"])["created"] == [  # type: ignore[index]
+        first["port_id"], vif["port_id"]]
+
+
+def test_detach_deletes_a_port_made_and_unbinds_the_users(neutron: FakeNeutron,
+                                                          tmp_path: Path) -> None:
+    net = neutron.add_network()
+    wanted = spec(networks=[{"uuid": net["id"]}])
+    (made,) = allocate(neutron, tmp_path, wanted)
+    own = neutron.add_port(net)
+    ports.attach(neutron.service(), wanted, {"port": own["id"]}, HOST, tmp_path)  # type: ignore[arg-type]
+    assert neutron.items["ports"][own["id"]]["device_id"] == wanted["uuid"]
+    assert ports.detach(neutron.service(), wanted["uuid"], own["id"], tmp_path) is False  # type: ignore[arg-type]
+    kept = neutron.items["ports"][own["id"]]
+    assert (kept["device_id"], kept["binding:host_id"]) == ("", "")
+    assert ports.detach(neutron.service(), wanted["uuid"], made["port_id"], tmp_path) is True  # type: ignore[arg-type]
+    assert made["port_id"] not in neutron.items["ports"]
+    assert ports.read_ledger(tmp_path, wanted["uuid"]) == {
+        "project_id": DEMO, "created": [], "bound": []}
+
+
+def test_an_attach_of_another_projects_or_a_busy_port_is_refused(neutron: FakeNeutron,
+                                                                tmp_path: Path) -> None:
+    net = neutron.add_network(shared=True)
+    theirs = neutron.add_port(net, project_id=ALT)
+    busy = neutron.add_port(net, device_id="11111111-1111-1111-1111-111111111111")
+    for port, why in ((theirs, "not found"), (busy, "is in use by device")):
+        with pytest.raises(RequestError, match=why):
+            ports.attach(neutron.service(), spec(), {"port": port["id"]}, HOST, tmp_path)  # type: ignore[arg-type]
+        assert neutron.items["ports"][port["id"]]["revision_number"] == 1
+
+
+def test_an_attach_run_again_takes_the_port_it_made_then(neutron: FakeNeutron,
+                                                         tmp_path: Path) -> None:
+    net = neutron.add_network()
+    wanted = spec(networks=[{"uuid": net["id"]}])
+    (first,) = allocate(neutron, tmp_path, wanted)
+    once = ports.attach(neutron.service(), wanted, {"uuid": net["id"]}, HOST, tmp_path,  # type: ignore[arg-type]
+                        request_id="r1")
+    again = ports.attach(neutron.service(), wanted, {"uuid": net["id"]}, HOST, tmp_path,  # type: ignore[arg-type]
+                         request_id="r1")
+    assert again["port_id"] == once["port_id"] != first["port_id"]
+    other = ports.attach(neutron.service(), wanted, {"uuid": net["id"]}, HOST, tmp_path,  # type: ignore[arg-type]
+                         request_id="r2")
+    assert other["port_id"] not in (once["port_id"], first["port_id"])
+    assert len(neutron.of_device(wanted["uuid"])) == 3

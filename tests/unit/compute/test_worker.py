@@ -15,7 +15,7 @@ from etcd_compute.config import deep_merge
 from etcd_compute.defaults import COMPUTE_DEFAULTS
 from etcd_compute.drivers.base import Driver
 from etcd_compute.drivers.fake import FakeDriver
-from etcd_compute.errors import RequestError
+from etcd_compute.errors import BuildError, RequestError
 from tests.support import make_spec
 from tests.unit.fake_neutron import DEMO, FakeNeutron
 
@@ -93,6 +93,16 @@ class Recorder(Driver):
 
     def set_security_groups(self, spec: dict[str, Any], groups: list[str]) -> None:
         self.asked.append(("security-groups", (spec["uuid"], groups)))
+
+    def attach_interface(self, uuid: str, vif: dict[str, Any]) -> None:
+        self.asked.append(("attach-interface", (uuid, vif["port_id"])))
+        if self.refuse_plug:
+            raise BuildError("attach-interface: no PCI slot left")
+
+    def detach_interface(self, uuid: str, port_id: str) -> None:
+        self.asked.append(("detach-interface", (uuid, port_id)))
+
+    refuse_plug = False
 
 
 @pytest.fixture
@@ -319,4 +329,43 @@ def test_on_neutron_a_move_is_refused_at_the_destination_before_anything_is_made
     spec = make_spec("00000000-0000-0000-0000-0000000000aa", project_id=DEMO)
     with pytest.raises(RequestError, match="moving a guest on Neutron ports is not supported"):
         worker.move(worker.PREPARE, spec, {})
+    assert recorder.asked == []
+
+
+def test_on_neutron_a_port_is_made_then_plugged_and_unplugged_then_deleted(on_neutron):
+    recorder, neutron, _built = on_neutron
+    net, second = neutron.add_network(), neutron.add_network()
+    spec = make_spec("00000000-0000-0000-0000-0000000000aa", project_id=DEMO,
+                     networks=[{"uuid": net["id"]}])
+    worker.build(spec)
+    done = worker.act(spec, {"action": "attach-interface", "nic": {"uuid": second["id"]},
+                             "from": "SHUTOFF"})
+    (port,) = [p for p in neutron.of_device(spec["uuid"]) if p["network_id"] == second["id"]]
+    assert recorder.asked[-1] == ("attach-interface", (spec["uuid"], port["id"]))
+    assert port["id"] in done["detail"]
+    worker.act(spec, {"action": "detach-interface", "nic": {"port": port["id"]},
+                      "from": "SHUTOFF"})
+    assert recorder.asked[-1] == ("detach-interface", (spec["uuid"], port["id"]))
+    assert port["id"] not in neutron.items["ports"]
+
+
+def test_on_neutron_a_failed_plug_gives_the_port_back(on_neutron):
+    recorder, neutron, _built = on_neutron
+    net = neutron.add_network()
+    spec = make_spec("00000000-0000-0000-0000-0000000000aa", project_id=DEMO,
+                     networks=[{"uuid": net["id"]}])
+    worker.build(spec)
+    before = set(neutron.items["ports"])
+    recorder.refuse_plug = True
+    with pytest.raises(BuildError, match="no PCI slot"):
+        worker.act(spec, {"action": "attach-interface", "nic": {"uuid": net["id"]},
+                          "from": "ACTIVE"})
+    assert set(neutron.items["ports"]) == before
+
+
+def test_without_neutron_nothing_is_hot_plugged(recorder):
+    spec = make_spec("00000000-0000-0000-0000-0000000000aa")
+    with pytest.raises(RequestError, match="network.backend neutron only"):
+        worker.act(spec, {"action": "attach-interface", "nic": {"port": "p"},
+                          "from": "ACTIVE"})
     assert recorder.asked == []

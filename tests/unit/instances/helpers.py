@@ -101,5 +101,7 @@ ALLOWED_ACTIONS = {("stop", "ACTIVE"), ("start", "SHUTOFF"), ("suspend", "ACTIVE
            ("rebuild", "ACTIVE"), ("rebuild", "SHUTOFF"), ("resize", "ACTIVE"),
            ("resize", "SHUTOFF"), ("snapshot", "ACTIVE"), ("snapshot", "SHUTOFF"),
            ("snapshot", "SUSPENDED"), ("security-groups", "ACTIVE"),
-           ("security-groups", "SHUTOFF"),
+           ("security-groups", "SHUTOFF"), ("attach-interface", "ACTIVE"),
+           ("attach-interface", "SHUTOFF"), ("detach-interface", "ACTIVE"),
+           ("detach-interface", "SHUTOFF"),
            ("migrate", "ACTIVE"), ("migrate", "SHUTOFF")}

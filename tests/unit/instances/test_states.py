@@ -15,35 +15,36 @@ from tests.unit.instances.helpers import ACTIONS, ALLOWED_ACTIONS, STATES
 # may go. Not derived from `TRANSITIONS`: a test that read its expectation from the code
 # under test could not fail.
 MACHINE = """
-               SCH BLD ACT OFF STP STA SUS SSP RSM RBT RBD RSZ SNP FLT MGR MGD INC RSC ERR DLG DEL
-none           +   +   .   .   .   .   .   .   .   .   .   .   .   .   .   .   +   .   +   +   +
-SCHEDULED      +   +   .   .   .   .   .   .   .   .   .   .   .   .   .   .   .   +   +   +   +
-BUILDING       +   .   +   +   .   .   .   .   .   .   .   .   .   .   .   .   .   +   +   +   +
-ACTIVE         +   .   .   +   +   .   .   +   .   +   +   +   +   +   +   .   .   +   +   +   +
-SHUTOFF        +   .   +   .   .   +   .   .   .   .   +   +   +   +   +   .   .   +   +   +   +
-STOPPING       +   .   +   +   .   .   .   .   .   .   .   .   .   .   .   .   .   .   +   +   +
-STARTING       +   .   +   +   .   .   .   .   .   .   .   .   .   .   .   .   .   .   +   +   +
-SUSPENDED      +   .   .   .   .   .   .   .   +   .   .   .   +   .   .   .   .   +   +   +   +
-SUSPENDING     +   .   +   .   .   .   +   .   .   .   .   .   .   .   .   .   .   .   +   +   +
-RESUMING       +   .   +   .   .   .   +   .   .   .   .   .   .   .   .   .   .   .   +   +   +
-REBOOTING      +   .   +   .   .   .   .   .   .   .   .   .   .   .   .   .   .   .   +   +   +
-REBUILDING     +   .   +   +   .   .   .   .   .   .   .   .   .   .   .   .   .   .   +   +   +
-RESIZING       +   .   +   +   .   .   .   .   .   .   .   .   .   .   .   .   .   .   +   +   +
-SNAPSHOTTING   +   .   +   +   .   .   +   .   .   .   .   .   .   .   .   .   .   .   +   +   +
-FILTERING      +   .   +   +   .   .   .   .   .   .   .   .   .   .   .   .   .   .   +   +   +
-MIGRATING      +   .   +   +   .   .   .   .   .   .   .   .   .   .   .   +   .   .   +   +   +
-MIGRATED       +   .   .   +   .   .   .   .   .   .   .   .   .   .   .   .   .   .   +   +   +
-INCOMING       .   .   +   +   .   .   .   .   .   .   .   .   .   .   .   .   +   .   +   +   +
-RESCHEDULING   +   .   .   .   .   .   .   .   .   .   .   .   .   .   .   .   .   .   +   +   +
-ERROR          .   .   .   .   .   .   .   .   .   .   .   .   .   .   .   .   .   .   +   +   +
-DELETING       .   .   .   .   .   .   .   .   .   .   .   .   .   .   .   .   .   .   +   .   +
-DELETED        .   .   .   .   .   .   .   .   .   .   .   .   .   .   .   .   .   .   .   .   +
+             SCH BLD ACT OFF STP STA SUS SSP RSM RBT RBD RSZ SNP FLT PLG MGR MGD INC RSC ERR DLG DEL
+none           +   +   .   .   .   .   .   .   .   .   .   .   .   .   .   .   .   +   .   +   +   +
+SCHEDULED      +   +   .   .   .   .   .   .   .   .   .   .   .   .   .   .   .   .   +   +   +   +
+BUILDING       +   .   +   +   .   .   .   .   .   .   .   .   .   .   .   .   .   .   +   +   +   +
+ACTIVE         +   .   .   +   +   .   .   +   .   +   +   +   +   +   +   +   .   .   +   +   +   +
+SHUTOFF        +   .   +   .   .   +   .   .   .   .   +   +   +   +   +   +   .   .   +   +   +   +
+STOPPING       +   .   +   +   .   .   .   .   .   .   .   .   .   .   .   .   .   .   .   +   +   +
+STARTING       +   .   +   +   .   .   .   .   .   .   .   .   .   .   .   .   .   .   .   +   +   +
+SUSPENDED      +   .   .   .   .   .   .   .   +   .   .   .   +   .   .   .   .   .   +   +   +   +
+SUSPENDING     +   .   +   .   .   .   +   .   .   .   .   .   .   .   .   .   .   .   .   +   +   +
+RESUMING       +   .   +   .   .   .   +   .   .   .   .   .   .   .   .   .   .   .   .   +   +   +
+REBOOTING      +   .   +   .   .   .   .   .   .   .   .   .   .   .   .   .   .   .   .   +   +   +
+REBUILDING     +   .   +   +   .   .   .   .   .   .   .   .   .   .   .   .   .   .   .   +   +   +
+RESIZING       +   .   +   +   .   .   .   .   .   .   .   .   .   .   .   .   .   .   .   +   +   +
+SNAPSHOTTING   +   .   +   +   .   .   +   .   .   .   .   .   .   .   .   .   .   .   .   +   +   +
+FILTERING      +   .   +   +   .   .   .   .   .   .   .   .   .   .   .   .   .   .   .   +   +   +
+PLUGGING       +   .   +   +   .   .   .   .   .   .   .   .   .   .   .   .   .   .   .   +   +   +
+MIGRATING      +   .   +   +   .   .   .   .   .   .   .   .   .   .   .   .   +   .   .   +   +   +
+MIGRATED       +   .   .   +   .   .   .   .   .   .   .   .   .   .   .   .   .   .   .   +   +   +
+INCOMING       .   .   +   +   .   .   .   .   .   .   .   .   .   .   .   .   .   +   .   +   +   +
+RESCHEDULING   +   .   .   .   .   .   .   .   .   .   .   .   .   .   .   .   .   .   .   +   +   +
+ERROR          .   .   .   .   .   .   .   .   .   .   .   .   .   .   .   .   .   .   .   +   +   +
+DELETING       .   .   .   .   .   .   .   .   .   .   .   .   .   .   .   .   .   .   .   +   .   +
+DELETED        .   .   .   .   .   .   .   .   .   .   .   .   .   .   .   .   .   .   .   .   .   +
 """
 COLUMNS = {"SCH": "SCHEDULED", "BLD": "BUILDING", "ACT": "ACTIVE", "OFF": "SHUTOFF",
            "STP": "STOPPING", "STA": "STARTING", "SUS": "SUSPENDED", "SSP": "SUSPENDING",
            "RSM": "RESUMING", "RBT": "REBOOTING", "RBD": "REBUILDING",
-           "RSZ": "RESIZING", "SNP": "SNAPSHOTTING", "FLT": "FILTERING", "MGR": "MIGRATING",
-           "MGD": "MIGRATED",
+           "RSZ": "RESIZING", "SNP": "SNAPSHOTTING", "FLT": "FILTERING", "PLG": "PLUGGING",
+           "MGR": "MIGRATING", "MGD": "MIGRATED",
            "INC": "INCOMING", "RSC": "RESCHEDULING", "ERR": "ERROR", "DLG": "DELETING",
            "DEL": "DELETED"}
 
@@ -65,7 +66,7 @@ STATES_PAGE = "docs/reference/instance-states.md"
 
 
 def test_the_documented_machine_names_every_pair_once():
-    assert len(DOCUMENTED) == 22 * 21 == 462
+    assert len(DOCUMENTED) == 23 * 22 == 506
     assert {source for source, _ in DOCUMENTED} == {None, *states.STATES}
     assert {target for _, target in DOCUMENTED} == set(states.STATES)
 

@@ -22,7 +22,10 @@ ALLOWED = {("stop", "ACTIVE"), ("start", "SHUTOFF"), ("suspend", "ACTIVE"),
            ("rebuild", "ACTIVE"), ("rebuild", "SHUTOFF"), ("resize", "ACTIVE"),
            ("resize", "SHUTOFF"), ("snapshot", "ACTIVE"), ("snapshot", "SHUTOFF"),
            ("snapshot", "SUSPENDED"), ("security-groups", "ACTIVE"),
-           ("security-groups", "SHUTOFF")}
+           ("security-groups", "SHUTOFF"), ("attach-interface", "ACTIVE"),
+           ("attach-interface", "SHUTOFF"), ("detach-interface", "ACTIVE"),
+           ("detach-interface", "SHUTOFF")}
+NIC = {"uuid": "6f1c0f6e-3b0a-4c1e-9d1e-2f8f3c6a9a02"}
 
 
 def room(placement: FakePlacement, vcpu: int = 4) -> None:
@@ -55,6 +58,8 @@ def request(store, placement, spec, action, **params) -> lifecycle.Requested:
         params.setdefault("image_for", lambda spec: SNAPSHOT)
     if action == "security-groups":
         params.setdefault("asked", lifecycle.Asked(security_groups=[]))
+    if action in ("attach-interface", "detach-interface"):
+        params.setdefault("asked", lifecycle.Asked(nic=NIC))
     return lifecycle.request(store, placement, spec["uuid"], action, **params)
 
 
@@ -78,6 +83,8 @@ def test_an_allowed_action_is_written_into_the_hosts_spec(action, state):
         assert asked.request["snapshot"] == SNAPSHOT
     if action == "security-groups":
         assert asked.request["security_groups"] == []
+    if action in ("attach-interface", "detach-interface"):
+        assert asked.request["nic"] == NIC
 
 
 @pytest.mark.parametrize(("action", "state"), [

@@ -61,3 +61,12 @@ def test_the_domain_carries_its_vifs_after_its_other_nics_and_libvirt_takes_it()
         defined.undefine()
     finally:
         connection.close()
+
+
+def test_a_domains_nic_is_found_by_its_port_as_libvirt_wrote_it() -> None:
+    one = vif.Vif("5e0f7a1c-2b3d-4e5f-8a9b-0c1d2e3f4a5b", "fa:16:3e:00:00:01", 1442)
+    other = vif.Vif("6e0f7a1c-2b3d-4e5f-8a9b-0c1d2e3f4a5b", "fa:16:3e:00:00:02")
+    xml = (f"<domain><devices><interface type='network'/>{vif.interface_xml(other)}"
+           f"{vif.interface_xml(one)}</devices></domain>")
+    assert vif.interface_of(xml, one.port_id) == vif.interface_xml(one)
+    assert vif.interface_of(xml, "7e0f7a1c-2b3d-4e5f-8a9b-0c1d2e3f4a5b") is None

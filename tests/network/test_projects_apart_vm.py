@@ -1,0 +1,133 @@
+"""Projects kept apart on Neutron (issue 32's "Done when", as far as it runs on the netns
+hosts with real TCG guests), through the compute API (compute_cloud.py) and `openstack`:
+
+- demo makes a network and subnet; two servers of demo's on it, on two hosts (an
+  anti-affinity group), reach each other: `ssh` into one from a probe on the network
+  (guests.py) pings the other across the Geneve tunnel;
+- a server of alt's on alt's own network, whose subnet has the very same range, reaches
+  neither (an alt probe on that network is the way in): the same addresses there are
+  nobody;
+- on a network the admin shares (`--share`), alt's server cannot reach demo's server until
+  demo adds a rule to its default security group that lets the shared range in; then it
+  can.
+
+The servers are made with the API's create (the `openstack server create` command line
+looks the image up in Glance, which this cloud has none of: its image is the test guest
+by file:// URL); networks, subnets and the rule are `openstack`'s. Five guests boot side
+by side on the two hosts.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.network.compute_cloud import ComputeCloud
+from tests.network.guests import ADMIN, keypair, probe, ready, ssh
+from tests.network.neutron import ALT, DEMO, Cli
+from tests.support import unavailable
+from tools.local_services.netns import Host
+from tools.local_services.ovn_hypervisors import OvnHypervisors
+
+pytestmark = [pytest.mark.vm, pytest.mark.timeout(1200),
+              pytest.mark.xdist_group("projects-apart")]
+
+
+def network(openstack: Cli, cloud_name: str, name: str, cidr: str,
+            *more: str) -> dict[str, Any]:
+    made = openstack(cloud_name, "network", "create", *more, name)
+    made["subnet"] = openstack(cloud_name, "subnet", "create", "--network", made["id"],
+                               "--subnet-range", cidr, f"{name}-subnet")
+    return dict(made)
+
+
+def ping(space: Host, key: Path, known: Path, via: str, address: str) -> str:
+    done = ssh(space, key, known, via, f"ping -c 3 -W 2 {address}")
+    assert "packet loss" in done.stdout or done.returncode == 0, (done.stdout, done.stderr)
+    return done.stdout
+
+
+def test_projects_are_apart_until_a_rule_lets_one_in(
+        compute_cloud: ComputeCloud, hosts: OvnHypervisors, openstack: Cli,
+        tmp_path: Path) -> None:
+    if shutil.which("ssh") is None:
+        unavailable("ssh is missing (tools/install.sh installs openssh-client)")
+    key = keypair(tmp_path / "id_guest")
+    public = Path(f"{key}.pub").read_text().strip()
+    for user in ("demo", "alt"):
+        compute_cloud.session(user).post(f"{compute_cloud.api.endpoint}/os-keypairs", json={
+            "keypair": {"name": "apart", "public_key": public}})
+    nets: list[tuple[str, str]] = []
+    probes: list[tuple[Any, Host]] = []
+    try:
+        mine = network(openstack, DEMO, "demo-apart", "10.0.0.0/24")
+        nets.append((DEMO, mine["id"]))
+        theirs = network(openstack, ALT, "alt-apart", "10.0.0.0/24")
+        nets.append((ALT, theirs["id"]))
+        shared = network(openstack, ADMIN, "shared-apart", "10.3.0.0/24", "--share")
+        nets.append((ADMIN, shared["id"]))
+        alt_project = theirs["project_id"]
+        probes.append(probe(openstack, hosts, mine, name="apart-demo"))
+        probes.append(probe(openstack, hosts, theirs, name="apart-alt"))
+        probes.append(probe(openstack, hosts, shared, "10.3.0.250", "apart-shared",
+                            project=alt_project))
+        (_, demo_in), (_, alt_in), (_, shared_in) = probes
+
+        group = compute_cloud.anti_affinity("demo", "apart")
+        servers = {
+            "d1": compute_cloud.boot("demo", "d1", [{"uuid": mine["id"]}], group=group,
+                                     key_name="apart"),
+            "d2": compute_cloud.boot("demo", "d2", [{"uuid": mine["id"]}], group=group,
+                                     key_name="apart"),
+            "a1": compute_cloud.boot("alt", "a1", [{"uuid": theirs["id"]}],
+                                     key_name="apart"),
+            "d3": compute_cloud.boot("demo", "d3", [{"uuid": shared["id"]}],
+                                     key_name="apart"),
+            "a2": compute_cloud.boot("alt", "a2", [{"uuid": shared["id"]}],
+                                     key_name="apart"),
+        }
+        address, where = {}, {}
+        for name, uuid in servers.items():
+            shown = compute_cloud.wait_status(uuid, timeout=600)
+            where[name] = compute_cloud.server(uuid)["OS-EXT-SRV-ATTR:host"]
+            (address[name],) = [a["addr"] for found in shown["addresses"].values()
+                                for a in found]
+        assert where["d1"] != where["d2"], where
+        for name, uuid in servers.items():
+            ready(hosts[where[name]], uuid, timeout=400)
+
+        # demo's two servers, on two hosts, reach each other.
+        demo_known = tmp_path / "known-demo"
+        out = ping(demo_in, key, demo_known, address["d1"], address["d2"])
+        assert " 0% packet loss" in out, out
+
+        # alt's server on alt's own network (the same range) reaches neither.
+        alt_known = tmp_path / "known-alt"
+        for other in ("d1", "d2"):
+            out = ping(alt_in, key, alt_known, address["a1"], address[other])
+            assert "100% packet loss" in out, out
+
+        # On the shared network: refused until demo's default group lets the range in.
+        shared_known = tmp_path / "known-shared"
+        out = ping(shared_in, key, shared_known, address["a2"], address["d3"])
+        assert "100% packet loss" in out, out
+        openstack(DEMO, "security", "group", "rule", "create", "--ingress", "--protocol",
+                  "icmp", "--remote-ip", "10.3.0.0/24", "default")
+        out = ping(shared_in, key, shared_known, address["a2"], address["d3"])
+        assert " 0% packet loss" in out, out
+        print(f"\nprojects apart: servers on {where}")
+    finally:
+        compute_cloud.wait_gone()
+        for port, _space in probes:
+            hosts["hv1"].chassis.unplug(f"tap{port['id'][:11]}")
+            openstack.run(ADMIN, "port", "delete", port["id"])
+        rules = openstack.run(DEMO, "security", "group", "rule", "list", "default", "-f",
+                              "value", "-c", "ID", "-c", "IP Range")
+        for line in rules.stdout.splitlines():
+            if "10.3.0.0/24" in line:
+                openstack.run(DEMO, "security", "group", "rule", "delete", line.split()[0])
+        for cloud_name, net_id in reversed(nets):
+            openstack.run(cloud_name, "network", "delete", net_id)
