@@ -103,7 +103,11 @@ def until(what: str, check: Any, timeout: float = TIMEOUT, interval: float = 0.0
         if check():
             return time.monotonic() - started
         time.sleep(interval)
-    raise SystemExit(f"bench/network.py: timed out after {timeout:.0f} s waiting for {what}")
+    raise TimedOut(f"bench/network.py: timed out after {timeout:.0f} s waiting for {what}")
+
+
+class TimedOut(Exception):
+    pass
 
 
 class Pool(Worker):
@@ -249,7 +253,7 @@ def ping_stats(text: str, sent: int) -> dict[str, Any]:
     return {"sent": sent, "received": len(times),
             "p50_ms": percentile(times, 50) if times else None,
             "p99_ms": percentile(times, 99) if times else None,
-            "max_ms": max(times) if times else None}
+            "max_ms": max(times) if times else None, "samples_ms": times}
 
 
 def busybox() -> str:
@@ -376,8 +380,15 @@ def datapath(cli: Cli, hosts: OvnHypervisors, workers: dict[str, Worker], image:
 
 def idle(named: dict[str, list[int]], seconds: float) -> dict[str, Any]:
     """RSS, PSS (MiB) and CPU% (of one core) over `seconds` of each group's processes."""
-    procs = {group: [psutil.Process(p) for p in pids if psutil.pid_exists(p)]
-             for group, pids in named.items()}
+    procs: dict[str, list[psutil.Process]] = {}
+    for group, pids in named.items():
+        found: dict[int, psutil.Process] = {}
+        for pid in pids:  # and their children: ovs-vswitchd --monitor forks the daemon
+            with contextlib.suppress(psutil.Error):
+                process = psutil.Process(pid)
+                for one in [process, *process.children(recursive=True)]:
+                    found[one.pid] = one
+        procs[group] = list(found.values())
 
     def cpu(process: psutil.Process) -> float:
         with contextlib.suppress(psutil.Error):
@@ -410,6 +421,14 @@ def idle(named: dict[str, list[int]], seconds: float) -> dict[str, Any]:
     return out
 
 
+def names(pids: list[int]) -> set[str]:
+    found = set()
+    for pid in pids:
+        with contextlib.suppress(psutil.Error):
+            found.add(psutil.Process(pid).name())
+    return found
+
+
 def dnsmasq_pids(host: OvnHypervisor) -> list[int]:
     """The libvirt network's dnsmasq: the pidfile libvirtd wrote for it."""
     found = []
@@ -432,7 +451,8 @@ def metadata_host(network: NetworkStack, cli: Cli, tenant: dict[str, Any], run_d
           timeout=120, interval=0.2)
     agent = hosts["md"].metadata
     assert agent is not None
-    until("the agent's haproxy", lambda: agent.haproxy_pids(), timeout=120, interval=0.5)
+    until("the agent's haproxy", lambda: "haproxy" in names(agent.pids), timeout=120,
+          interval=0.5)
     return hosts, port["id"]
 
 
@@ -523,6 +543,9 @@ def markdown(results: dict[str, Any]) -> list[str]:
         f"**The datapath** hv1 -> hv2 across Geneve (netdev datapath), {d['pings']} busybox "
         "pings at 0.2 s:",
         "",
+        f"![{results['file'].replace('.json', '.png')}](results/"
+        f"{results['file'].replace('.json', '.png')})",
+        "",
         "| path | p50 ms | p99 ms | replies |",
         "|---|---|---|---|",
         _ping_row("guest A (hv1) -> guest B (hv2), over ssh through the probe",
@@ -563,6 +586,41 @@ def markdown(results: dict[str, Any]) -> list[str]:
               f"{idle_['machine_cpu_percent_of_2_cores']:.0f}% of its 2 cores (others' work "
               "included).", ""]
     return lines
+
+
+def plot(results: dict[str, Any], path: Path) -> None:
+    """Create -> ready per round for both backends, and the pings' CDFs, in one PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
+    one = results["one_at_a_time"]
+    for kind, label in (("neutron", "Neutron port"), ("libvirt", "libvirt NAT network")):
+        left.plot(range(1, len(one[kind]) + 1), [r["ready"] for r in one[kind]], "o-",
+                  label=f"{label}: ready")
+        left.plot(range(1, len(one[kind]) + 1), [r["built"] for r in one[kind]], "x--",
+                  label=f"{label}: build returned")
+    left.set_xlabel("round (one guest at a time, hv1)")
+    left.set_ylabel("seconds from create")
+    left.set_ylim(bottom=0)
+    left.legend(fontsize=7)
+    d = results["datapath"]
+    for key, label in (("guest_to_guest", "guest -> guest"), ("probe_to_guest",
+                       "probe -> guest"), ("ports_ping", "OVS port -> OVS port")):
+        samples = sorted((d.get(key) or {}).get("samples_ms") or [])
+        if samples:
+            right.plot(samples, [(i + 1) / len(samples) for i in range(len(samples))],
+                       label=label)
+    right.set_xscale("log")
+    right.set_xlabel("ping RTT hv1 -> hv2 over Geneve, ms (netdev datapath)")
+    right.set_ylabel("fraction of pings")
+    right.legend(fontsize=7)
+    fig.suptitle(f"bench/network.py at {results['commit']} ({results['date']})", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -613,6 +671,7 @@ def main(argv: list[str] | None = None) -> int:
                    file=f"network{'-quick' if args.quick else ''}.json")
     results["summary"] = summary(results)
     save_results(RESULTS / results["file"], results, started)
+    plot(results, RESULTS / results["file"].replace(".json", ".png"))
     for line in markdown(results):
         print(line)
     return 0
