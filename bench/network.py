@@ -444,6 +444,15 @@ def metadata_host(network: NetworkStack, cli: Cli, tenant: dict[str, Any], run_d
     agent asks nothing) and a port of the tenant network bound there, so the agent makes
     the network's namespace and haproxy."""
     hosts = OvnHosts.create(["md"], run_dir / "md", network.ovn, metadata_port=free_port())
+    try:
+        return hosts, bound_on_md(hosts, cli, tenant, neutron)
+    except BaseException:
+        hosts.close()
+        raise
+
+
+def bound_on_md(hosts: OvnHosts, cli: Cli, tenant: dict[str, Any],
+                neutron: NeutronClient) -> str:
     port = cli(ADMIN, "port", "create", "--network", tenant["id"], "--project",
                tenant["project_id"], "--host", "md", "--device-owner", "probe", "md-port")
     hosts["md"].plug(port["id"], port["mac_address"])
@@ -453,7 +462,7 @@ def metadata_host(network: NetworkStack, cli: Cli, tenant: dict[str, Any], run_d
     assert agent is not None
     until("the agent's haproxy", lambda: "haproxy" in names(agent.pids), timeout=120,
           interval=0.5)
-    return hosts, port["id"]
+    return str(port["id"])
 
 
 # --- the run -----------------------------------------------------------------------------
@@ -630,7 +639,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--at-once", type=int)
     parser.add_argument("--idle-seconds", type=float, default=30.0)
     args = parser.parse_args(argv)
-    rounds = args.rounds or (3 if args.quick else 7)
+    rounds = args.rounds or (3 if args.quick else 5)
     k = args.at_once or (6 if args.quick else 20)
     available = psutil.virtual_memory().available >> 20
     if k * (GUEST_MIB + 128) > available - 4096:
