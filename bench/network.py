@@ -42,6 +42,7 @@ from __future__ import annotations
 import argparse
 import concurrent.futures
 import contextlib
+import json
 import multiprocessing
 import os
 import re
@@ -681,6 +682,7 @@ def main(argv: list[str] | None = None) -> int:
     results["summary"] = summary(results)
     save_results(RESULTS / results["file"], results, started)
     plot(results, RESULTS / results["file"].replace(".json", ".png"))
+    (RESULTS / results["file"].replace(".json", ".partial.json")).unlink(missing_ok=True)
     for line in markdown(results):
         print(line)
     return 0
@@ -692,6 +694,12 @@ def machine() -> str:
                "?")
     return (f"{cpu}, {psutil.cpu_count()} cores, "
             f"{psutil.virtual_memory().total / 2**30:.1f} GiB; kernel {os.uname().release}")
+
+
+def checkpoint(out: dict[str, Any], args: argparse.Namespace) -> None:
+    """What is measured so far, in case the run is cut short (removed at the end)."""
+    partial = RESULTS / f"network{'-quick' if args.quick else ''}.partial.json"
+    partial.write_text(json.dumps({"load": load(), **out}, indent=1))
 
 
 def run(cli: Cli, network: NetworkStack, hosts: OvnHypervisors, tenant: dict[str, Any],
@@ -714,6 +722,7 @@ def run(cli: Cli, network: NetworkStack, hosts: OvnHypervisors, tenant: dict[str
         say("1. one at a time")
         out["one_at_a_time"] = one_at_a_time(hv1, workers["hv1"], nat, image, tenant,
                                              neutron, rounds)
+        checkpoint(out, args)
         say(f"2. {k} at once")
         out["at_once"] = {}
         for kind in ("neutron", "libvirt"):
@@ -727,10 +736,12 @@ def run(cli: Cli, network: NetworkStack, hosts: OvnHypervisors, tenant: dict[str
             finally:
                 pool.close()
             say(f"{k} at once, {kind}: {out['at_once'][kind]}")
+        checkpoint(out, args)
         say("3. the datapath")
         out["datapath"] = datapath(cli, hosts, workers, image, tenant, neutron, prober,
                                    run_dir, 50, 8 if args.quick else 32,
                                    64 if args.quick else 256)
+        checkpoint(out, args)
         say("4. idle cost")
         named = {"OVS (ovsdb-server, ovs-vswitchd)": hosts["hv2"].chassis.switch.pids,
                  "ovn-controller": hosts["hv2"].chassis.controller.pids,
