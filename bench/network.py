@@ -639,7 +639,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int)
     parser.add_argument("--at-once", type=int)
     parser.add_argument("--idle-seconds", type=float, default=30.0)
+    parser.add_argument("--plot-only", type=Path, metavar="JSON",
+                        help="only the plot of a results file (beside it, .png)")
     args = parser.parse_args(argv)
+    if args.plot_only:
+        plot(json.loads(args.plot_only.read_text()), args.plot_only.with_suffix(".png"))
+        return 0
     rounds = args.rounds or (3 if args.quick else 5)
     k = args.at_once or (6 if args.quick else 20)
     available = psutil.virtual_memory().available >> 20
@@ -681,7 +686,10 @@ def main(argv: list[str] | None = None) -> int:
                    file=f"network{'-quick' if args.quick else ''}.json")
     results["summary"] = summary(results)
     save_results(RESULTS / results["file"], results, started)
-    plot(results, RESULTS / results["file"].replace(".json", ".png"))
+    try:
+        plot(results, RESULTS / results["file"].replace(".json", ".png"))
+    except ImportError as exc:  # matplotlib: `make bench-deps`
+        say(f"no plot: {exc}; `bench/network.py --plot-only FILE` makes it later")
     (RESULTS / results["file"].replace(".json", ".partial.json")).unlink(missing_ok=True)
     for line in markdown(results):
         print(line)
