@@ -3,8 +3,11 @@
 once, the datapath between two hosts, and the network's idle cost on a host, each against
 the libvirt NAT network (the other backend) or nothing, in the same run.
 
-    .venv/bin/python bench/network.py           # full: writes bench/results/network.json
-    .venv/bin/python bench/network.py --quick   # 3 rounds, 6 at once: network-quick.json
+    .venv/bin/python bench/network.py           # 5 rounds, 20 at once: results/network.json
+    .venv/bin/python bench/network.py --quick   # 3 rounds, 6 at once: network-quick.json (~10 min)
+
+The full mode's 20 at once on the libvirt network can take over 15 min on a loaded machine (its
+builds wait on libvirt's nwfilter updates one by one; bench/REPORT.md): `--at-once` sets K.
 
 Two hypervisor hosts on this machine (tools/local_services/ovn_hypervisors.py: each a
 network namespace that is an OVN chassis, OVS with the userspace (netdev) datapath and
