@@ -371,6 +371,11 @@ def markdown(results: dict[str, Any], plots: list[str], plot_prefix: str) -> str
         from bench.drain_and_fence import markdown as drain_fence_markdown
 
         lines += ["", *drain_fence_markdown(json.loads(drain_fence.read_text()))]
+    network = Path(__file__).resolve().parent / "results" / "network.json"
+    if network.exists():  # bench/network.py, run on its own
+        from bench.network import markdown as network_markdown
+
+        lines += ["", *network_markdown(json.loads(network.read_text()))]
     return "\n".join(lines) + "\n"
 
 
