@@ -73,7 +73,7 @@ def read_ledger(state_dir: str | Path, uuid: str) -> dict[str, Any] | None:
         raise BuildError(f"ports of {uuid}: ledger unreadable ({exc})") from None
 
 
-def _write_ledger(state_dir: str | Path, uuid: str, ledger: dict[str, Any]) -> None:
+def write_ledger(state_dir: str | Path, uuid: str, ledger: dict[str, Any]) -> None:
     path = ledger_path(state_dir, uuid)
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_suffix(f".{os.getpid()}.tmp")
@@ -203,7 +203,7 @@ def _one(neutron: NeutronClient, item: dict[str, Any] | None, spec: dict[str, An
     if item is not None and "port" in item:
         if item["port"] not in ledger["bound"]:  # (a build run again has it already)
             ledger["bound"].append(item["port"])
-        _write_ledger(state_dir, uuid, ledger)  # before it is bound: unbound if cut short
+        write_ledger(state_dir, uuid, ledger)  # before it is bound: unbound if cut short
         port = _bind_users_port(neutron, item["port"], binding, project_id, uuid)
         network = neutron.network(port["network_id"])
     else:
@@ -222,13 +222,13 @@ def _one(neutron: NeutronClient, item: dict[str, Any] | None, spec: dict[str, An
             groups = _security_group_ids(neutron, spec)
             if groups is not None:
                 body["security_groups"] = groups
-            _write_ledger(state_dir, uuid, ledger)  # a port made but not written: found
+            write_ledger(state_dir, uuid, ledger)  # a port made but not written: found
             try:                                    # by its device at release
                 port = neutron.create_port(body)
             except NeutronError as exc:
                 raise _refused(exc, f"no port on network {network['id']}") from None
             ledger["created"].append(port["id"])
-            _write_ledger(state_dir, uuid, ledger)
+            write_ledger(state_dir, uuid, ledger)
     ips = [fixed["ip_address"] for fixed in port.get("fixed_ips") or []]
     _log(uuid).info("port %s on network %s (%s), bound to %s", port["id"], network["id"],
                     ", ".join(ips) or "no address", binding[BINDING_HOST])

@@ -25,6 +25,8 @@ class FakeNeutron:
         self.ports_by_id: dict[str, dict[str, Any]] = {}
         self.groups: list[dict[str, Any]] = []
         self.calls: list[tuple[str, Any]] = []
+        # A port's inactive bindings, by host (its active one is its binding:host_id).
+        self.inactive: dict[str, dict[str, dict[str, Any]]] = {}
         self.down = False
         # Calls (by method name) that fail from the n-th on: {"create_port": 2}.
         self.fail_from: dict[str, int] = {}
@@ -113,7 +115,59 @@ class FakeNeutron:
 
     def delete_port(self, port_id: str) -> bool:
         self._call("delete_port", port_id)
+        self.inactive.pop(port_id, None)
         return self.ports_by_id.pop(port_id, None) is not None
+
+    # --- port bindings (binding-extended): one per host, the port's own the active one -
+
+    def _bound_port(self, method: str, port_id: str) -> dict[str, Any]:
+        port = self.ports_by_id.get(port_id)
+        if port is None:
+            raise NotFound(f"Neutron {method} /ports/{port_id}/bindings: Port not found")
+        return port
+
+    def port_bindings(self, port_id: str) -> list[dict[str, Any]]:
+        self._call("port_bindings", port_id)
+        port = self._bound_port("GET", port_id)
+        active = [{"host": port["binding:host_id"], "status": "ACTIVE",
+                   "profile": port.get("binding:profile") or {}}] \
+            if port["binding:host_id"] else []
+        return active + [copy.deepcopy(b) for b in self.inactive.get(port_id, {}).values()]
+
+    def create_port_binding(self, port_id: str, host: str) -> dict[str, Any]:
+        self._call("create_port_binding", port_id, host)
+        port = self._bound_port("POST", port_id)
+        if host == port["binding:host_id"] or host in self.inactive.get(port_id, {}):
+            raise NeutronError(f"Neutron POST /ports/{port_id}/bindings: 409 binding for "
+                               f"host {host} already exists", 409, "PortBindingAlreadyExists")
+        binding = {"host": host, "status": "INACTIVE", "profile": {}}
+        self.inactive.setdefault(port_id, {})[host] = binding
+        return copy.deepcopy(binding)
+
+    def activate_port_binding(self, port_id: str, host: str) -> dict[str, Any]:
+        self._call("activate_port_binding", port_id, host)
+        port = self._bound_port("PUT", port_id)
+        if host == port["binding:host_id"]:
+            raise NeutronError(f"Neutron PUT /ports/{port_id}/bindings/{host}/activate: 409 "
+                               "already active", 409, "PortBindingAlreadyActive")
+        binding = self.inactive.get(port_id, {}).pop(host, None)
+        if binding is None:
+            raise NotFound(f"Neutron PUT /ports/{port_id}/bindings/{host}/activate: "
+                           "Binding not found")
+        if port["binding:host_id"]:
+            self.inactive[port_id][port["binding:host_id"]] = {
+                "host": port["binding:host_id"], "status": "INACTIVE",
+                "profile": port.get("binding:profile") or {}}
+        port.update({"binding:host_id": host, "binding:profile": binding["profile"]})
+        port["revision_number"] += 1
+        return {**binding, "status": "ACTIVE"}
+
+    def delete_port_binding(self, port_id: str, host: str) -> bool:
+        """Only an inactive one: a test that deletes the active binding is wrong."""
+        self._call("delete_port_binding", port_id, host)
+        port = self._bound_port("DELETE", port_id)
+        assert host != port["binding:host_id"], f"the active binding of {port_id} deleted"
+        return self.inactive.get(port_id, {}).pop(host, None) is not None
 
     # --- what a test asks -----------------------------------------------------------
 
@@ -122,7 +176,8 @@ class FakeNeutron:
 
     def mutations(self) -> list[str]:
         return [name for name, _ in self.calls
-                if name in ("create_port", "update_port", "delete_port")]
+                if name in ("create_port", "update_port", "delete_port", "create_port_binding",
+                            "activate_port_binding", "delete_port_binding")]
 
 
 def _matches(item: dict[str, Any], filters: dict[str, Any]) -> bool:
