@@ -187,8 +187,8 @@ class NeutronClient:
         """The port's binding for `host` made the active one (the one active before becomes
         inactive); 409 if it is active already."""
         _check_id("port", port_id)
-        return self.request("PUT", f"/ports/{port_id}/bindings/{_path(host)}/activate"
-                            ).json()["binding"]
+        body = self.request("PUT", f"/ports/{port_id}/bindings/{_path(host)}/activate").json()
+        return body.get("binding", body)  # Neutron 2025.2 answers without the envelope
 
     def delete_port_binding(self, port_id: str, host: str) -> bool:
         """The port's binding for `host` deleted; False if there was none."""

@@ -160,6 +160,12 @@ def test_a_port_binding_is_made_for_a_host_activated_and_deleted_by_its_host() -
     assert neutron.delete_port_binding(PORT_ID, "hv3") is False  # none for that host
 
 
+def test_an_activation_answered_without_the_envelope_is_the_binding() -> None:
+    neutron, _ = client({f"PUT /v2.0/ports/{PORT_ID}/bindings/hv2/activate": response(
+        200, {"host": "hv2", "status": "ACTIVE"})})
+    assert neutron.activate_port_binding(PORT_ID, "hv2")["status"] == "ACTIVE"
+
+
 def test_a_binding_s_host_is_one_path_segment_and_its_port_an_id() -> None:
     neutron, session = client({})
     with pytest.raises(NotFound, match="not an id"):

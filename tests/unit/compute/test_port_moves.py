@@ -167,3 +167,17 @@ def test_a_guest_without_ports_moves_without_a_call(neutron: FakeNeutron,
     assert port_moves.activate(neutron, UUID, "hv2", "hv1",  # type: ignore[arg-type]
                                tmp_path) == []
     assert neutron.mutations() == [] and ports.read_ledger(tmp_path, UUID) is None
+
+
+def test_an_activation_that_fails_otherwise_never_fails_the_move(
+        neutron: FakeNeutron, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture) -> None:
+    spec, hv1, hv2 = built_on_hv1(neutron, tmp_path)
+    port_moves.prepare(neutron, spec, "hv2", hv2)  # type: ignore[arg-type]
+
+    def odd(_port_id: str, _host: str) -> dict[str, Any]:
+        raise KeyError("binding")  # an answer not as expected: the guest runs there anyway
+
+    monkeypatch.setattr(neutron, "activate_port_binding", odd)
+    assert port_moves.activate(neutron, UUID, "hv2", "hv1", hv1) == []  # type: ignore[arg-type]
+    assert "not activated on hv2" in caplog.text
