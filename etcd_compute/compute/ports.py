@@ -11,6 +11,9 @@ is checked here, as Neutron would check the user's own token:
 - `{"port": id}`: the project's own port, free (no device) or already this server's; it
   is bound (`device_id`, `device_owner`, `binding:host_id`) with Neutron's revision check
   (`If-Match`), so two builds cannot both take it.
+- a port the server has already on a network it asks for (`device_id` the server, a
+  compute's, not a port the spec names): taken, and bound to this host if it was bound
+  to another, so a guest rebuilt here after an evacuation keeps its ports and addresses.
 - no `networks`: a port on the one network the project sees (its own and shared ones);
   none or several is a one-line error (Nova's get-me-a-network is not ours).
 
@@ -209,11 +212,20 @@ def _one(neutron: NeutronClient, item: dict[str, Any] | None, spec: dict[str, An
     else:
         network = (auto_network(neutron, project_id) if item is None
                    else _network(neutron, item["uuid"], project_id))
+        # The server's own port on that network: made by a build here run again, or by
+        # its build on a host it was evacuated from (rebound here: its address kept).
         existing = [p for p in neutron.ports(device_id=uuid, network_id=network["id"],
                                              project_id=project_id)
-                    if p["id"] in ledger["created"] and p["id"] not in taken]
-        if existing:  # a build run again: a port it made then
+                    if p["id"] not in taken and p.get("device_owner") == DEVICE_OWNER and
+                    (p["id"] in ledger["created"] or p["id"] not in named_ports(spec))]
+        if existing:
             port = existing[0]
+            if port["id"] not in ledger["created"]:
+                ledger["created"].append(port["id"])
+                write_ledger(state_dir, uuid, ledger)
+            if port.get(BINDING_HOST) != binding[BINDING_HOST]:
+                port = neutron.update_port(port["id"], {BINDING_HOST: binding[BINDING_HOST]},
+                                           revision=port.get("revision_number"))
         else:
             body: dict[str, Any] = {"network_id": network["id"], "project_id": project_id,
                                     "admin_state_up": True, **binding}
@@ -235,6 +247,11 @@ def _one(neutron: NeutronClient, item: dict[str, Any] | None, spec: dict[str, An
     return {"port_id": port["id"], "mac": port["mac_address"], "mtu": network.get("mtu"),
             "bridge": binding_bridge(port, bridge), "ip": ips[0] if ips else None,
             "network_id": network["id"]}
+
+
+def named_ports(spec: dict[str, Any]) -> set[str]:
+    """The user's own ports the spec names."""
+    return {item["port"] for item in spec.get("networks") or [] if "port" in item}
 
 
 def binding_bridge(port: dict[str, Any], default: str) -> str:
