@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import re
+import signal
 import subprocess
 import time
 from collections.abc import Iterator
@@ -105,11 +106,12 @@ def test_a_guest_moves_live_with_its_port_and_keeps_answering(
                      interval=0.2, what="OVN's Port_Binding of the port on hv2")
             time.sleep(5)  # the pings after the move, answered
         finally:
-            pinging.terminate()
+            pinging.send_signal(signal.SIGINT)  # ping flushes what it printed, then ends
             output.append(pinging.communicate(timeout=30)[0])
         sent, answered = lost(output[0])
         tail = [line for line in output[0].splitlines() if "icmp_seq" in line][-10:]
-        assert all("ttl=" in line for line in tail[-5:]), output[0][-3000:]
+        assert sent > 40 and len(tail) == 10, output[0][-3000:]
+        assert all("ttl=" in line for line in tail[-5:]), output[0][-3000:]  # answered again
         after = neutron.port(port_id)
         assert after["id"] == before["id"] and after["mac_address"] == before["mac_address"]
         assert after["fixed_ips"] == before["fixed_ips"]
