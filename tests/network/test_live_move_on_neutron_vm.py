@@ -7,7 +7,8 @@ the source's `migrate`).
 Guest A on hv1 and guest B on hv2 on demo's tenant network; the probe (a Neutron port in a
 namespace of its own, bound to hv1) pings A every 0.2 s while A crosses to hv2. A keeps its
 port and address; the port's `binding:host_id` and OVN's Port_Binding chassis become hv2;
-the pings resume. The loss is printed (pytest -s): the pings not answered, times 0.2 s.
+the pings resume. The pings are tests/network/pinger.py's (no `ping` needed). The loss is
+printed (pytest -s): the pings not answered, times 0.2 s.
 Destroyed on hv2, A leaves no port; nothing of it is left on hv1.
 """
 
@@ -17,6 +18,7 @@ import concurrent.futures
 import re
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -28,7 +30,7 @@ from etcd_compute.compute import worker
 from etcd_compute.errors import ServiceUnavailable
 from etcd_compute.neutron import NeutronClient
 from tests.network.guests import HOSTS, Worker, build_test_guest, ready, sb_chassis_of, spec_for
-from tests.support import unavailable, wait_for
+from tests.support import REPO, unavailable, wait_for
 from tests.virt.conftest import GUEST_CACHE, VM_TEST_ROOT
 from tools.local_services.netns import Host, netns_usable
 from tools.local_services.networking import NetworkStack
@@ -60,7 +62,7 @@ def bindings(neutron: NeutronClient, port_id: str) -> dict[str, str]:
 
 
 def lost(output: str) -> tuple[int, int]:
-    """(sent, answered) of a `ping -D -O` run so far."""
+    """(sent, answered) of a pinger run (tests/network/pinger.py)."""
     answered = set(re.findall(r"icmp_seq=(\d+) ttl=", output))
     sequences = [int(s) for s in re.findall(r"icmp_seq=(\d+)", output)]
     return (max(sequences) if sequences else 0), len(answered)
@@ -87,8 +89,9 @@ def test_a_guest_moves_live_with_its_port_and_keeps_answering(
         assert before["binding:host_id"] == "hv1" and sb_chassis_of(network, port_id) == "hv1"
 
         pinging = subprocess.Popen(
-            ["ip", "netns", "exec", prober.netns, "ping", "-D", "-O", "-i", str(INTERVAL),
-             "-W", "1", address], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            ["ip", "netns", "exec", prober.netns, sys.executable, "-m", "tests.network.pinger",
+             address, str(INTERVAL)], cwd=REPO, stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT, text=True)
         output: list[str] = []
         try:
             time.sleep(3)
@@ -106,7 +109,7 @@ def test_a_guest_moves_live_with_its_port_and_keeps_answering(
                      interval=0.2, what="OVN's Port_Binding of the port on hv2")
             time.sleep(5)  # the pings after the move, answered
         finally:
-            pinging.send_signal(signal.SIGINT)  # ping flushes what it printed, then ends
+            pinging.send_signal(signal.SIGINT)  # it prints each echo's fate, then ends
             output.append(pinging.communicate(timeout=30)[0])
         sent, answered = lost(output[0])
         tail = [line for line in output[0].splitlines() if "icmp_seq" in line][-10:]
