@@ -15,6 +15,7 @@ status and error type) for anything else it refused.
 from __future__ import annotations
 
 import re
+import urllib.parse
 from pathlib import Path
 from typing import Any
 
@@ -111,8 +112,7 @@ class NeutronClient:
         return self.request("GET", f"/{collection}", params=filters).json()[collection]
 
     def _one(self, collection: str, item_id: str) -> dict[str, Any]:
-        if not re.fullmatch(r"[0-9a-fA-F-]{1,64}", item_id or ""):
-            raise NotFound(f"{collection[:-1]} {item_id!r}: not an id")
+        _check_id(collection[:-1], item_id)
         singular = collection[:-1]
         return self.request("GET", f"/{collection}/{item_id}").json()[singular]
 
@@ -168,3 +168,44 @@ class NeutronClient:
         except NotFound:
             return False
         return True
+
+    # --- port bindings (Neutron's `binding-extended`: one binding per host, one active) --
+
+    def port_bindings(self, port_id: str) -> list[dict[str, Any]]:
+        """The port's bindings: `host`, `status` (ACTIVE or INACTIVE), `vif_type`, ..."""
+        _check_id("port", port_id)
+        return self.request("GET", f"/ports/{port_id}/bindings").json()["bindings"]
+
+    def create_port_binding(self, port_id: str, host: str) -> dict[str, Any]:
+        """An inactive binding of the port for `host` (a live move's destination); 409 if
+        the port has one for that host already."""
+        _check_id("port", port_id)
+        return self.request("POST", f"/ports/{port_id}/bindings", expect=(201,),
+                            json={"binding": {"host": host}}).json()["binding"]
+
+    def activate_port_binding(self, port_id: str, host: str) -> dict[str, Any]:
+        """The port's binding for `host` made the active one (the one active before becomes
+        inactive); 409 if it is active already."""
+        _check_id("port", port_id)
+        body = self.request("PUT", f"/ports/{port_id}/bindings/{_path(host)}/activate").json()
+        return body.get("binding", body)  # Neutron 2025.2 answers without the envelope
+
+    def delete_port_binding(self, port_id: str, host: str) -> bool:
+        """The port's binding for `host` deleted; False if there was none."""
+        _check_id("port", port_id)
+        try:
+            self.request("DELETE", f"/ports/{port_id}/bindings/{_path(host)}", expect=(204,))
+        except NotFound:
+            return False
+        return True
+
+
+def _check_id(kind: str, item_id: str) -> None:
+    """An id as Neutron makes them, before it goes into a path (NotFound otherwise)."""
+    if not re.fullmatch(r"[0-9a-fA-F-]{1,64}", item_id or ""):
+        raise NotFound(f"{kind} {item_id!r}: not an id")
+
+
+def _path(segment: str) -> str:
+    """A host name as one path segment."""
+    return urllib.parse.quote(segment, safe="")

@@ -11,6 +11,9 @@ is checked here, as Neutron would check the user's own token:
 - `{"port": id}`: the project's own port, free (no device) or already this server's; it
   is bound (`device_id`, `device_owner`, `binding:host_id`) with Neutron's revision check
   (`If-Match`), so two builds cannot both take it.
+- a port the server has already on a network it asks for (`device_id` the server, a
+  compute's, not a port the spec names): taken, and bound to this host if it was bound
+  to another, so a guest rebuilt here after an evacuation keeps its ports and addresses.
 - no `networks`: a port on the one network the project sees (its own and shared ones);
   none or several is a one-line error (Nova's get-me-a-network is not ours).
 
@@ -75,7 +78,7 @@ def read_ledger(state_dir: str | Path, uuid: str) -> dict[str, Any] | None:
         raise BuildError(f"ports of {uuid}: ledger unreadable ({exc})") from None
 
 
-def _write_ledger(state_dir: str | Path, uuid: str, ledger: dict[str, Any]) -> None:
+def write_ledger(state_dir: str | Path, uuid: str, ledger: dict[str, Any]) -> None:
     path = ledger_path(state_dir, uuid)
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_suffix(f".{os.getpid()}.tmp")
@@ -211,17 +214,26 @@ def _one(neutron: NeutronClient, item: dict[str, Any] | None, spec: dict[str, An
     if item is not None and "port" in item:
         if item["port"] not in ledger["bound"]:  # (a build run again has it already)
             ledger["bound"].append(item["port"])
-        _write_ledger(state_dir, uuid, ledger)  # before it is bound: unbound if cut short
+        write_ledger(state_dir, uuid, ledger)  # before it is bound: unbound if cut short
         port = _bind_users_port(neutron, item["port"], binding, project_id, uuid)
         network = neutron.network(port["network_id"])
     else:
         network = (auto_network(neutron, project_id) if item is None
                    else _network(neutron, item["uuid"], project_id))
+        # The server's own port on that network: made by a build here run again, or by
+        # its build on a host it was evacuated from (rebound here: its address kept).
         existing = [p for p in neutron.ports(device_id=uuid, network_id=network["id"],
                                              project_id=project_id)
-                    if p["id"] in ledger["created"] and p["id"] not in taken]
-        if existing:  # a build run again: a port it made then
+                    if p["id"] not in taken and p.get("device_owner") == DEVICE_OWNER and
+                    (p["id"] in ledger["created"] or p["id"] not in named_ports(spec))]
+        if existing:
             port = existing[0]
+            if port["id"] not in ledger["created"]:
+                ledger["created"].append(port["id"])
+                write_ledger(state_dir, uuid, ledger)
+            if port.get(BINDING_HOST) != binding[BINDING_HOST]:
+                port = neutron.update_port(port["id"], {BINDING_HOST: binding[BINDING_HOST]},
+                                           revision=port.get("revision_number"))
         else:
             body: dict[str, Any] = {"network_id": network["id"], "project_id": project_id,
                                     "admin_state_up": True, **binding}
@@ -230,19 +242,24 @@ def _one(neutron: NeutronClient, item: dict[str, Any] | None, spec: dict[str, An
             groups = _security_group_ids(neutron, spec)
             if groups is not None:
                 body["security_groups"] = groups
-            _write_ledger(state_dir, uuid, ledger)  # a port made but not written: found
+            write_ledger(state_dir, uuid, ledger)  # a port made but not written: found
             try:                                    # by its device at release
                 port = neutron.create_port(body)
             except NeutronError as exc:
                 raise _refused(exc, f"no port on network {network['id']}") from None
             ledger["created"].append(port["id"])
-            _write_ledger(state_dir, uuid, ledger)
+            write_ledger(state_dir, uuid, ledger)
     ips = [fixed["ip_address"] for fixed in port.get("fixed_ips") or []]
     _log(uuid).info("port %s on network %s (%s), bound to %s", port["id"], network["id"],
                     ", ".join(ips) or "no address", binding[BINDING_HOST])
     return {"port_id": port["id"], "mac": port["mac_address"], "mtu": network.get("mtu"),
             "bridge": binding_bridge(port, bridge), "ip": ips[0] if ips else None,
             "network_id": network["id"]}
+
+
+def named_ports(spec: dict[str, Any]) -> set[str]:
+    """The user's own ports the spec names."""
+    return {item["port"] for item in spec.get("networks") or [] if "port" in item}
 
 
 def binding_bridge(port: dict[str, Any], default: str) -> str:
@@ -296,7 +313,7 @@ def detach(neutron: NeutronClient, uuid: str, port_id: str, state_dir: str | Pat
         ledger = {"project_id": ledger["project_id"],
                   "created": [p for p in ledger["created"] if p != port_id],
                   "bound": [p for p in ledger["bound"] if p != port_id]}
-        _write_ledger(state_dir, uuid, ledger)
+        write_ledger(state_dir, uuid, ledger)
     _log(uuid).info("port %s %s", port_id, "deleted" if made else "unbound (the user's)")
     return made
 

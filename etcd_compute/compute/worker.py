@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from etcd_compute import network_backend
-from etcd_compute.compute import ports
+from etcd_compute.compute import port_moves, ports
 from etcd_compute.drivers import Driver, load_driver
 from etcd_compute.errors import EtcdComputeError, RequestError
 from etcd_compute.glance import GlanceClient, rotate_backups
@@ -26,6 +26,9 @@ _config: dict[str, Any] = {}
 # guest, or throws away what it made; the source moves the guest; what a cold move left.
 PREPARE, FINISH, DISCARD, MIGRATE, LEAVE = "prepare", "finish", "discard", "migrate", "leave"
 MOVE_KINDS = (PREPARE, FINISH, DISCARD, MIGRATE, LEAVE)
+# In a destination's target under network.backend neutron: its name, the host its ports'
+# bindings are made for (the source activates them there once the guest switched over).
+PORTS_HOST = "ports_host"
 
 
 def init_worker(config: dict[str, Any]) -> None:
@@ -212,29 +215,52 @@ def cancel_flag(state_dir: str, uuid: str) -> Path:
 
 
 def move(kind: str, spec: dict[str, Any], task: dict[str, Any] | None) -> dict[str, Any]:
-    """A move's step on this host (`kind` one of MOVE_KINDS)."""
+    """A move's step on this host (`kind` one of MOVE_KINDS); with network.backend neutron
+    its ports follow the guest (compute/port_moves.py)."""
     uuid, task = spec["uuid"], task or {}
+    on_ports = network_backend.uses_neutron(_config)
+    name, state_dir = _config["compute"]["name"], _config["compute"]["state_dir"]
     if kind == PREPARE:
-        if network_backend.uses_neutron(_config):
-            # Its ports stay bound to the source host (ML2/OVN's requested chassis): the
-            # guest would arrive with no network. Refused before anything is made here.
-            raise RequestError("moving a guest on Neutron ports is not supported yet (its "
-                               "ports stay bound to its host); it stays where it is")
-        return driver().prepare_incoming(spec)
+        if not on_ports:
+            return driver().prepare_incoming(spec)
+        client = neutron()
+        port_moves.prepare(client, spec, name, state_dir)
+        try:
+            target = driver().prepare_incoming({**spec, "vifs": []})
+        except BaseException:
+            port_moves.discard(client, uuid, name, state_dir)
+            raise
+        return {**target, PORTS_HOST: name}
     if kind == DISCARD:
         driver().discard_incoming(uuid)
+        if on_ports:
+            port_moves.discard(neutron(), uuid, name, state_dir)
         return {}
     if kind == FINISH:
         moved = task["moved"]
+        if on_ports:
+            vifs = port_moves.arrive(neutron(), spec, name, state_dir,
+                                     _config["network"]["neutron"]["integration_bridge"])
+            macs = [str(mac).lower() for mac in moved.get("macs") or []]
+            vifs.sort(key=lambda vif: macs.index(vif["mac"].lower())
+                      if vif["mac"].lower() in macs else len(macs))  # the NICs' order there
+            spec = {**spec, "vifs": vifs}
         return driver().finish_incoming(spec, moved, bool(moved.get("was_running")))
     if kind == LEAVE:
         driver().destroy(uuid)
+        if on_ports:
+            port_moves.leave(neutron(), uuid, name, state_dir)
         return {}
     if kind == MIGRATE:
-        target = task["target"]
+        target = dict(task["target"])
+        there = target.pop(PORTS_HOST, None)
         if task.get("live"):
-            flag = cancel_flag(_config["compute"]["state_dir"], uuid)
-            return {"figures": driver().live_migrate(uuid, target, cancelled=flag.exists)}
+            flag = cancel_flag(state_dir, uuid)
+            figures = driver().live_migrate(uuid, target, cancelled=flag.exists)
+            if on_ports and there:  # switched over: the ports' bindings there made active
+                figures["ports_moved"] = len(port_moves.activate(neutron(), uuid, there, name,
+                                                                 state_dir))
+            return {"figures": figures}
         sent = driver().send_stopped(uuid, target)
         return {"figures": {}, "moved": sent}
     raise ValueError(f"unknown move step {kind!r}")

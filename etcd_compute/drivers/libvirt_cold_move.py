@@ -30,6 +30,7 @@ from etcd_compute.virt.domain import DomainSpec, choose_domain_type, domain_xml,
 from etcd_compute.virt.instance_files import CONSOLE_HISTORY_BYTES, InstanceFiles, instance_meta
 from etcd_compute.virt.migration import Target
 from etcd_compute.virt.remote_files import check_received, send_files
+from etcd_compute.virt.vif import Vif
 
 log = logging.getLogger(__name__)
 
@@ -102,8 +103,10 @@ class LibvirtColdMoves(LibvirtMigrations):
     def _domain_spec(self, spec: dict[str, Any], files: InstanceFiles,
                      macs: tuple[str, ...]) -> DomainSpec:
         meta, resources = instance_meta(spec), spec["resources"]
-        # As it was built: no interface for the test driver nor a guest without a network.
-        networked = not self.is_test_driver and spec.get("network", True)
+        # As it was built: no interface for the test driver nor a guest without a network;
+        # on Neutron ports (spec["vifs"]) its NICs on the integration bridge.
+        networked = not self.is_test_driver and spec.get("network", True) and \
+            spec.get("vifs") is None
         return DomainSpec(
             uuid=spec["uuid"], name=meta["name"], memory_mb=int(resources["MEMORY_MB"]),
             vcpus=int(resources["VCPU"]),
@@ -112,7 +115,8 @@ class LibvirtColdMoves(LibvirtMigrations):
             network=self._ensure_network() if networked else None,
             bridge=self.settings["bridge"] if networked else None,
             nic_filter=self._ensure_filters(spec.get("security_groups")) if networked else None,
-            dhcp_server=nwfilter.gateway_of(self.settings["network_cidr"]), macs=macs)
+            dhcp_server=nwfilter.gateway_of(self.settings["network_cidr"]), macs=macs,
+            vifs=tuple(Vif.from_dict(vif) for vif in spec.get("vifs") or ()))
 
 
     def _keep_address(self, address: list[str] | None) -> None:

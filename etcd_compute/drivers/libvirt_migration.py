@@ -77,12 +77,14 @@ class LibvirtMigrations(LibvirtHost):
             self._create_disk(image, int(spec["resources"]["DISK_GB"]), files.disk,
                               self.is_test_driver)
             files.write_meta(instance_meta(spec))
-            if not self.is_test_driver:
+            on_ports = spec.get("vifs") is not None  # Neutron's: no libvirt network here
+            if not self.is_test_driver and not on_ports:
                 self._ensure_network()
                 self._ensure_filters()
+            gateway = nwfilter.gateway_of(self.settings["network_cidr"])
             target = Target(address, str(files.directory), self._base_sha256(files.disk),
-                            nwfilter.gateway_of(self.settings["network_cidr"]),
-                            None if self.is_test_driver else self.settings["network"])
+                            None if on_ports else gateway,
+                            None if self.is_test_driver or on_ports else self.settings["network"])
         except BaseException:
             files.remove()
             raise

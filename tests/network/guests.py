@@ -114,6 +114,11 @@ class Worker:
     def destroy(self, uuid: str) -> None:
         self.pool.submit(worker.destroy, uuid).result(timeout=120)
 
+    def move(self, kind: str, spec: dict[str, Any], task: dict[str, Any] | None = None
+             ) -> concurrent.futures.Future[dict[str, Any]]:
+        """A move's step on this host (worker.move, as compute/moves.py submits it)."""
+        return self.pool.submit(worker.move, kind, spec, task)
+
     def close(self) -> None:
         self.pool.shutdown(wait=True, cancel_futures=True)
 

@@ -33,6 +33,8 @@ class FakeNeutron:
         self.items: dict[str, dict[str, dict[str, Any]]] = {c: {} for c in _COLLECTIONS}
         self.calls: list[tuple[str, str, dict[str, Any]]] = []
         self.service_reads_groups = service_reads_groups
+        # A port's inactive bindings, by host (its active one is its binding:host_id).
+        self.inactive: dict[str, dict[str, dict[str, Any]]] = {}
         self.down = False
         # Calls (by the client's method name) that fail from the n-th on: {"create_port": 2}.
         self.fail_from: dict[str, int] = {}
@@ -248,4 +250,54 @@ class FakeNeutronClient:
         if port is None or not self._visible("ports", port):
             return False
         del self.neutron.items["ports"][port_id]
+        self.neutron.inactive.pop(port_id, None)
         return True
+
+    # --- port bindings (binding-extended): one per host, the port's own the active one -
+
+    def _bound_port(self, name: str, method: str, port_id: str) -> dict[str, Any]:
+        self._record(name, method, "bindings", {"port_id": port_id})
+        port = self.neutron.items["ports"].get(port_id)
+        if port is None or not self._visible("ports", port):
+            raise NotFound(f"Neutron {method} /ports/{port_id}/bindings: Port not found")
+        return port
+
+    def port_bindings(self, port_id: str) -> list[dict[str, Any]]:
+        port = self._bound_port("port_bindings", "GET", port_id)
+        active = [{"host": port["binding:host_id"], "status": "ACTIVE",
+                   "profile": port.get("binding:profile") or {}}] \
+            if port["binding:host_id"] else []
+        return active + [copy.deepcopy(b)
+                         for b in self.neutron.inactive.get(port_id, {}).values()]
+
+    def create_port_binding(self, port_id: str, host: str) -> dict[str, Any]:
+        port = self._bound_port("create_port_binding", "POST", port_id)
+        if host == port["binding:host_id"] or host in self.neutron.inactive.get(port_id, {}):
+            raise NeutronError(f"Neutron POST /ports/{port_id}/bindings: 409 binding for "
+                               f"host {host} already exists", 409, "PortBindingAlreadyExists")
+        binding = {"host": host, "status": "INACTIVE", "profile": {}}
+        self.neutron.inactive.setdefault(port_id, {})[host] = binding
+        return copy.deepcopy(binding)
+
+    def activate_port_binding(self, port_id: str, host: str) -> dict[str, Any]:
+        port = self._bound_port("activate_port_binding", "PUT", port_id)
+        if host == port["binding:host_id"]:
+            raise NeutronError(f"Neutron PUT /ports/{port_id}/bindings/{host}/activate: 409 "
+                               "already active", 409, "PortBindingAlreadyActive")
+        binding = self.neutron.inactive.get(port_id, {}).pop(host, None)
+        if binding is None:
+            raise NotFound(f"Neutron PUT /ports/{port_id}/bindings/{host}/activate: "
+                           "Binding not found")
+        if port["binding:host_id"]:
+            self.neutron.inactive[port_id][port["binding:host_id"]] = {
+                "host": port["binding:host_id"], "status": "INACTIVE",
+                "profile": port.get("binding:profile") or {}}
+        port.update({"binding:host_id": host, "binding:profile": binding["profile"]})
+        port["revision_number"] += 1
+        return {**binding, "status": "ACTIVE"}
+
+    def delete_port_binding(self, port_id: str, host: str) -> bool:
+        """Only an inactive one: a test that deletes the active binding is wrong."""
+        port = self._bound_port("delete_port_binding", "DELETE", port_id)
+        assert host != port["binding:host_id"], f"the active binding of {port_id} deleted"
+        return self.neutron.inactive.get(port_id, {}).pop(host, None) is not None

@@ -141,3 +141,35 @@ def test_a_port_update_with_a_revision_asks_neutron_to_check_it():
     assert (refused.value.status, refused.value.kind) == (412, "RevisionNumberConstraintFailed")
     assert [kwargs["headers"] for _, _, kwargs in session.sent] == [
         {"If-Match": "revision_number=7"}, {"If-Match": "revision_number=6"}]
+
+
+def test_a_port_binding_is_made_for_a_host_activated_and_deleted_by_its_host() -> None:
+    base = f"/v2.0/ports/{PORT_ID}/bindings"
+    binding = {"host": "hv2", "status": "INACTIVE"}
+    neutron, session = client({
+        f"POST {base}": response(201, {"binding": binding}),
+        f"PUT {base}/hv2/activate": response(200, {"binding": {**binding,
+                                                               "status": "ACTIVE"}}),
+        f"GET {base}": response(200, {"bindings": [binding]}),
+        f"DELETE {base}/hv1": response(204)})
+    assert neutron.create_port_binding(PORT_ID, "hv2") == binding
+    assert session.sent[0][2]["json"] == {"binding": {"host": "hv2"}}
+    assert neutron.activate_port_binding(PORT_ID, "hv2")["status"] == "ACTIVE"
+    assert neutron.port_bindings(PORT_ID) == [binding]
+    assert neutron.delete_port_binding(PORT_ID, "hv1") is True
+    assert neutron.delete_port_binding(PORT_ID, "hv3") is False  # none for that host
+
+
+def test_an_activation_answered_without_the_envelope_is_the_binding() -> None:
+    neutron, _ = client({f"PUT /v2.0/ports/{PORT_ID}/bindings/hv2/activate": response(
+        200, {"host": "hv2", "status": "ACTIVE"})})
+    assert neutron.activate_port_binding(PORT_ID, "hv2")["status"] == "ACTIVE"
+
+
+def test_a_binding_s_host_is_one_path_segment_and_its_port_an_id() -> None:
+    neutron, session = client({})
+    with pytest.raises(NotFound, match="not an id"):
+        neutron.create_port_binding("../networks", "hv2")
+    assert session.sent == []
+    neutron.delete_port_binding(PORT_ID, "../../networks")
+    assert session.sent[0][1] == f"/v2.0/ports/{PORT_ID}/bindings/..%2F..%2Fnetworks"

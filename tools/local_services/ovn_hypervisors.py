@@ -25,6 +25,7 @@ Everything is stopped by pid, the namespaces and bridge removed, on close.
 from __future__ import annotations
 
 import contextlib
+import grp
 import shutil
 import uuid as uuidlib
 from collections.abc import Iterator
@@ -37,11 +38,13 @@ import libvirt
 from etcd_compute.config import deep_merge
 from etcd_compute.defaults import COMPUTE_DEFAULTS
 from etcd_compute.drivers.libvirt import LibvirtDriver
+from etcd_compute.pki import Pki
 from tools.local_services.ovn import OvnCentral
 from tools.local_services.ovn_hosts import OvnHost, OvnHosts
-from tools.local_services.private_libvirt import PrivateLibvirtd
+from tools.local_services.private_libvirt import LibvirtTls, PrivateLibvirtd
 
 OVS_RUN_DIR = "/run/openvswitch"
+QEMU_GROUP = "libvirt-qemu"
 
 
 @dataclass
@@ -79,6 +82,7 @@ class OvnHypervisors:
     root: Path
     chassis: OvnHosts
     hosts: dict[str, OvnHypervisor] = field(default_factory=dict)
+    pki: Pki | None = None  # with migration: each libvirtd also listens over TLS
 
     def __getitem__(self, name: str) -> OvnHypervisor:
         return self.hosts[name]
@@ -86,10 +90,12 @@ class OvnHypervisors:
     @classmethod
     @contextlib.contextmanager
     def create(cls, names: list[str], parent: Path, ovn: OvnCentral, image_dirs: list[str],
-               neutron: dict[str, Any]) -> Iterator[OvnHypervisors]:
+               neutron: dict[str, Any], migration: bool = False) -> Iterator[OvnHypervisors]:
         """Hosts `names`, their files in a new directory under `parent` (removed after, and
         `parent` too when nothing else is left in it); `neutron`: the `network.neutron`
-        section of their computes."""
+        section of their computes. With `migration`, each libvirtd also listens over TLS on
+        its chassis' address with certificates of the hosts' own PKI, as
+        tools/local_services/hypervisors.py's do: guests move live between them."""
         parent.mkdir(parents=True, exist_ok=True, mode=0o711)
         parent.chmod(0o711)
         root = parent / f"ovn-{uuidlib.uuid4().hex[:8]}"
@@ -98,6 +104,9 @@ class OvnHypervisors:
         try:
             Path(OVS_RUN_DIR).mkdir(exist_ok=True)
             made = cls(root, OvnHosts.create(names, root / "switches", ovn))
+            if migration:
+                made.pki = Pki(root / "pki")
+                made.pki.init()
             for name in names:
                 made.add(name, image_dirs, neutron)
             yield made
@@ -110,8 +119,15 @@ class OvnHypervisors:
 
     def add(self, name: str, image_dirs: list[str], neutron: dict[str, Any]) -> OvnHypervisor:
         chassis = self.chassis[name]
+        tls, moves = None, {}
+        if self.pki is not None:
+            pki_dir = self.pki.issue_libvirt(f"host-{name}", self.root / f"libvirt-pki-{name}",
+                                             ips=[chassis.address],
+                                             qemu_group=grp.getgrnam(QEMU_GROUP).gr_gid)
+            tls = LibvirtTls(chassis.address, pki_dir)
+            moves = {"migration": {"address": chassis.address, "pki_dir": str(pki_dir)}}
         libvirtd = PrivateLibvirtd(self.root / f"libvirt-{name}", chassis.space.netns,
-                                   binds={OVS_RUN_DIR: chassis.switch.run_dir})
+                                   tls=tls, binds={OVS_RUN_DIR: chassis.switch.run_dir})
         here = self.root / name
         config = deep_merge(COMPUTE_DEFAULTS, {
             "compute": {"name": name, "state_dir": str(here / "state"),
@@ -119,7 +135,7 @@ class OvnHypervisors:
             "driver": {"name": "libvirt", "libvirt": {
                 "uri": libvirtd.uri, "domain_type": "qemu",
                 "image_cache_dir": str(here / "images"), "image_file_dirs": image_dirs,
-                "boot_timeout_seconds": 180, "shutdown_timeout_seconds": 1}},
+                "boot_timeout_seconds": 180, "shutdown_timeout_seconds": 1, **moves}},
             "network": {"backend": "neutron", "neutron": neutron},
         })
         self.hosts[name] = host = OvnHypervisor(name, chassis, libvirtd, config)

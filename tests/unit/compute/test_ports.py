@@ -366,3 +366,28 @@ def test_an_attach_run_again_takes_the_port_it_made_then(neutron: FakeNeutron,
                          request_id="r2")
     assert other["port_id"] not in (once["port_id"], first["port_id"])
     assert len(neutron.of_device(wanted["uuid"])) == 3
+
+
+
+def test_a_guest_rebuilt_here_after_its_host_died_keeps_its_ports_and_addresses(
+        neutron: FakeNeutron, tmp_path: Path) -> None:
+    """An evacuation: the guest's ports, made by its build on hv2 (dead now), are bound to
+    this host, nothing made anew; the user's own is bound here too."""
+    net = neutron.add_network()
+    own = neutron.add_port(net)
+    wanted = spec(networks=[{"uuid": net["id"]}, {"port": own["id"]}])
+    made = ports.allocate(neutron.service(), wanted, "hv2", tmp_path / "hv2")  # type: ignore[arg-type]
+    before = {p["id"]: p["fixed_ips"] for p in neutron.items["ports"].values()}
+    neutron.calls.clear()
+    again = allocate(neutron, tmp_path / "hv1", wanted)
+    assert [v["port_id"] for v in again] == [v["port_id"] for v in made]
+    assert [v["ip"] for v in again] == [v["ip"] for v in made]
+    assert not [m for m in neutron.mutations() if m[:2] == ("POST", "ports")]
+    assert {p["id"]: p["fixed_ips"] for p in neutron.items["ports"].values()} == before
+    assert all(p["binding:host_id"] == HOST for p in neutron.items["ports"].values())
+    ledger = ports.read_ledger(tmp_path / "hv1", wanted["uuid"])
+    assert ledger["created"] == [made[0]["port_id"]] and ledger["bound"] == [own["id"]]
+    # Back, the dead host's release finds none of them bound to it.
+    assert ports.release(neutron.service(), wanted["uuid"], tmp_path / "hv2",  # type: ignore[arg-type]
+                         "hv2") == []
+    assert len(neutron.items["ports"]) == 2

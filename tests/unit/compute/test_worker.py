@@ -324,12 +324,65 @@ def test_on_neutron_security_groups_are_the_ports_not_the_drivers(on_neutron):
     assert not [asked for asked in recorder.asked if asked[0] == "security-groups"]
 
 
-def test_on_neutron_a_move_is_refused_at_the_destination_before_anything_is_made(on_neutron):
-    recorder, _neutron, _built = on_neutron
-    spec = make_spec("00000000-0000-0000-0000-0000000000aa", project_id=DEMO)
-    with pytest.raises(RequestError, match="moving a guest on Neutron ports is not supported"):
+def test_on_neutron_a_live_move_takes_the_ports_along(on_neutron, monkeypatch, tmp_path):
+    recorder, neutron, _built = on_neutron
+    net = neutron.add_network()
+    spec = make_spec("00000000-0000-0000-0000-0000000000aa", project_id=DEMO,
+                     networks=[{"uuid": net["id"]}])
+    worker.build(spec)
+    (port,) = neutron.of_device(spec["uuid"])
+    source = worker._config
+    monkeypatch.setattr(recorder, "prepare_incoming", lambda asked: recorder.asked.append(
+        ("prepare", asked.get("vifs"))) or {"address": "192.0.2.2"}, raising=False)
+    monkeypatch.setattr(recorder, "live_migrate", lambda uuid, target, cancelled: recorder.asked
+                        .append(("live", target)) or {"downtime_ms": 5}, raising=False)
+    # The destination, hv2: an inactive binding there, its name in the target.
+    monkeypatch.setattr(worker, "_config", deep_merge(source, {
+        "compute": {"name": "hv2", "state_dir": str(tmp_path / "hv2")}}))
+    target = worker.move(worker.PREPARE, spec, {})
+    assert target == {"address": "192.0.2.2", "ports_host": "hv2"}
+    assert ("prepare", []) in recorder.asked  # no libvirt network there: on ports
+    assert {b["host"]: b["status"] for b in neutron.service().port_bindings(port["id"])} == {
+        "hv1": "ACTIVE", "hv2": "INACTIVE"}
+    # The source, hv1: the guest crosses (its target as the driver's), then the ports.
+    monkeypatch.setattr(worker, "_config", source)
+    done = worker.move(worker.MIGRATE, spec, {"live": True, "target": target})
+    assert ("live", {"address": "192.0.2.2"}) in recorder.asked
+    assert done == {"figures": {"downtime_ms": 5, "ports_moved": 1}}
+    assert neutron.service().port_bindings(port["id"]) == [
+        {"host": "hv2", "status": "ACTIVE", "profile": {}}]
+    worker.destroy(spec["uuid"])  # a destroy on the host it left deletes nothing
+    assert port["id"] in neutron.items["ports"]
+
+
+def test_on_neutron_a_move_called_off_drops_the_destination_s_binding(
+        on_neutron, monkeypatch, tmp_path):
+    recorder, neutron, _built = on_neutron
+    net = neutron.add_network()
+    spec = make_spec("00000000-0000-0000-0000-0000000000aa", project_id=DEMO,
+                     networks=[{"uuid": net["id"]}])
+    worker.build(spec)
+    (port,) = neutron.of_device(spec["uuid"])
+    monkeypatch.setattr(worker, "_config", deep_merge(worker._config, {
+        "compute": {"name": "hv2", "state_dir": str(tmp_path / "hv2")}}))
+
+    def refuse(_spec):
+        raise RequestError("no room")
+
+    monkeypatch.setattr(recorder, "prepare_incoming", refuse, raising=False)
+    with pytest.raises(RequestError, match="no room"):  # the driver's refusal: none left
         worker.move(worker.PREPARE, spec, {})
-    assert recorder.asked == []
+    assert [b["host"] for b in neutron.service().port_bindings(port["id"])] == ["hv1"]
+    monkeypatch.setattr(recorder, "prepare_incoming", lambda _s: {"address": "192.0.2.2"},
+                        raising=False)
+    monkeypatch.setattr(recorder, "discard_incoming", lambda uuid: recorder.asked.append(
+        ("discard", uuid)), raising=False)
+    worker.move(worker.PREPARE, spec, {})
+    worker.move(worker.DISCARD, spec, {})
+    assert ("discard", spec["uuid"]) in recorder.asked
+    assert [b["host"] for b in neutron.service().port_bindings(port["id"])] == ["hv1"]
+
+
 
 
 def test_on_neutron_a_port_is_made_then_plugged_and_unplugged_then_deleted(on_neutron):
