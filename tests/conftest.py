@@ -77,6 +77,9 @@ WORKER_GROUPS = {
     # cloud's: its worker starts its own Keystone), so that its module's stack is started
     # once, on one worker, beside the other network tests.
     "outside": "outside",
+    # Projects kept apart on Neutron (tests/network/test_projects_apart_vm.py): five real
+    # guests, a Neutron stack and a compute API of its own: a worker of its own.
+    "projects_apart": "projects-apart",
     # Keystone and Glance (session, started on first use): tests of theirs that boot real
     # guests on the machine's libvirt are in "guests" above (the first group named wins),
     # whose worker starts its own; the API walk-through boots its guest on a hypervisor
@@ -90,7 +93,8 @@ WORKER_GROUPS = {
 # the walk-through (330 s there) left guests for cloud: guests 793 s, cloud 386, cluster 209,
 # zones 194, postgres 50; so now guests and cloud are about equal.
 # outside: 225 s alone (its Neutron stack, two hosts, three guests one after another).
-GROUP_ORDER = ["guests", "cloud", "outside", "cluster", "zones", "postgres"]
+GROUP_ORDER = ["guests", "cloud", "projects-apart", "outside", "cluster", "zones",
+               "postgres"]
 
 
 def worker_group(item: pytest.Item) -> str | None:

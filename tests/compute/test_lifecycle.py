@@ -100,7 +100,8 @@ def test_each_action_through_schedule_py_with_record_events_and_usage(
     assert refused.code == 1 and refused.stdout == ""
     assert refused.stderr == (f"schedule.py: error: instance {uuid} is SHUTOFF: reboot is not "
                               "allowed now (allowed: start, rebuild, resize, snapshot, "
-                              "security-groups, migrate, destroy)\n")
+                              "security-groups, attach-interface, detach-interface, migrate, "
+                              "destroy)\n")
     assert revisions(store, rp, uuid) == before
     step("start", uuid, state="ACTIVE")
     step("reboot", "--hard", uuid, state="ACTIVE")

@@ -9,6 +9,7 @@ fixture, and `ComputeCloud`; the `openstack` fixture (conftest.py) is the comman
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -109,7 +110,7 @@ class ComputeCloud:
 def compute_cloud(hosts: OvnHypervisors, guest_image: str, keystone_server: KeystoneServer,
                   schedule_config: dict[str, Any], host_config: Callable[..., Any],
                   write_yaml: Callable[..., Path], store: Any, cluster_pki: Pki,
-                  tmp_path: Path) -> Iterator[ComputeCloud]:
+                  placement: Any, tmp_path: Path) -> Iterator[ComputeCloud]:
     computes: dict[str, DaemonProcess] = {}
     rps: dict[str, str] = {}
     api = ComputeApiServer.create(tmp_path, pki=cluster_pki)
@@ -152,3 +153,8 @@ def compute_cloud(hosts: OvnHypervisors, guest_image: str, keystone_server: Keys
         api.stop()
         for daemon in computes.values():
             daemon.stop()
+        # The hosts' names (hv1, hv2) are the chassis' and are used by other modules on
+        # the session's Placement: their providers go with them.
+        for rp in rps.values():
+            with contextlib.suppress(Exception):
+                placement.delete_provider(rp)

@@ -32,8 +32,14 @@ from tests.support import unavailable
 from tools.local_services.netns import Host
 from tools.local_services.ovn_hypervisors import OvnHypervisors
 
-pytestmark = [pytest.mark.vm, pytest.mark.timeout(1200),
-              pytest.mark.xdist_group("projects-apart")]
+
+@pytest.fixture(autouse=True)
+def projects_apart() -> None:
+    """Names this module's worker group (tests/conftest.py's WORKER_GROUPS): five guests,
+    the longest module, on a worker of its own."""
+
+
+pytestmark = [pytest.mark.vm, pytest.mark.timeout(1200)]
 
 
 def network(openstack: Cli, cloud_name: str, name: str, cidr: str,

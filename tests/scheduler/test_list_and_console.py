@@ -66,7 +66,7 @@ def test_list_by_host_name_or_uuid_and_by_state(start_compute, compute_config, h
     assert unknown.stderr == ("schedule.py: error: --state 'running': no such state; one of "
                               "SCHEDULED, BUILDING, ACTIVE, SHUTOFF, STOPPING, STARTING, "
                               "SUSPENDED, SUSPENDING, RESUMING, REBOOTING, REBUILDING, "
-                              "RESIZING, SNAPSHOTTING, FILTERING, MIGRATING, MIGRATED, "
+                              "RESIZING, SNAPSHOTTING, FILTERING, PLUGGING, MIGRATING, MIGRATED, "
                               "INCOMING, "
                               "RESCHEDULING, ERROR, DELETING, DELETED\n")
     nohost = run_schedule("list", "--host", "hv-typo")
