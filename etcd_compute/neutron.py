@@ -44,6 +44,13 @@ def _neutron_error(response: Any) -> tuple[str, str]:
     return "", _one_line(response.text)
 
 
+def matching_groups(groups: list[dict[str, Any]], wanted: str) -> list[str]:
+    """The ids of `groups` that `wanted` names, as Nova reads a security group asked for:
+    the one of that id, else every one of that name (several: the name is ambiguous)."""
+    by_id = [group["id"] for group in groups if group["id"] == wanted]
+    return by_id or [group["id"] for group in groups if group.get("name") == wanted]
+
+
 class NeutronClient:
     def __init__(self, neutron_config: dict[str, Any]):
         if not neutron_config.get("keystone"):

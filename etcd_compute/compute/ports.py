@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from etcd_compute.errors import BuildError, NeutronError, NotFound, RequestError
-from etcd_compute.neutron import NeutronClient
+from etcd_compute.neutron import NeutronClient, matching_groups
 
 LOG = logging.getLogger("etcd_compute.compute.ports")
 
@@ -127,7 +127,7 @@ def _security_group_ids(neutron: NeutronClient, spec: dict[str, Any]) -> list[st
     groups = neutron.security_groups(project_id=spec["project_id"])
     ids = []
     for name in names:
-        match = [g["id"] for g in groups if name in (g.get("name"), g.get("id"))]
+        match = matching_groups(groups, name)
         if not match and GROUP_ID.match(name):
             match = [name]
         if len(match) != 1:

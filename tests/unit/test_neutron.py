@@ -173,3 +173,12 @@ def test_a_binding_s_host_is_one_path_segment_and_its_port_an_id() -> None:
     assert session.sent == []
     neutron.delete_port_binding(PORT_ID, "../../networks")
     assert session.sent[0][1] == f"/v2.0/ports/{PORT_ID}/bindings/..%2F..%2Fnetworks"
+
+
+def test_a_group_asked_for_is_its_id_else_every_group_of_that_name() -> None:
+    from etcd_compute.neutron import matching_groups
+
+    groups = [{"id": "a", "name": "web"}, {"id": "b", "name": "web"}, {"id": "c", "name": "a"}]
+    assert matching_groups(groups, "a") == ["a"]  # the id first, not group c's name
+    assert matching_groups(groups, "web") == ["a", "b"]
+    assert matching_groups(groups, "db") == []

@@ -15,6 +15,7 @@ import uuid as uuidlib
 from typing import Any
 
 from etcd_compute.errors import NotFound
+from etcd_compute.neutron import matching_groups
 
 
 class NetworkRequestRefused(Exception):
@@ -183,19 +184,13 @@ def security_group_ids(neutron: Any, project_id: str, asked: list[str]) -> list[
     if not asked:
         return []
     groups = neutron.security_groups(project_id=project_id, fields=["id", "name"])
-    by_id = {g["id"] for g in groups}
-    by_name: dict[str, list[str]] = {}
-    for group in groups:
-        by_name.setdefault(group.get("name") or "", []).append(group["id"])
     ids = []
     for wanted in asked:
-        if wanted in by_id:
-            ids.append(wanted)
-        elif len(by_name.get(wanted, [])) > 1:
+        match = matching_groups(groups, wanted)
+        if len(match) > 1:
             raise Ambiguous(f"Multiple security groups found matching '{wanted}'. Use an ID "
                             "to be more specific.")
-        elif wanted in by_name:
-            ids.append(by_name[wanted][0])
-        else:
+        if not match:
             raise SecurityGroupNotFound(wanted)
+        ids.append(match[0])
     return list(dict.fromkeys(ids))
