@@ -28,9 +28,11 @@ help:
 	@echo "make tempest   Tempest's compute API tests against a cloud of its own (SMOKE=1: the"
 	@echo "               smoke-tagged ones, as make test runs them); report in run/"
 	@echo "make mutations the unit tests must kill the mutations in tools/mutations.py"
-	@echo "make up/down   start/stop local etcd, Placement, Keystone, Glance and libvirtd for trying"
-	@echo "               commands by hand (TLS and RBAC; configs and clouds.yaml in run/; make down"
-	@echo "               removes everything they made)"
+	@echo "make up/down   start/stop local etcd, Placement, Keystone, Glance, Neutron on OVN, a"
+	@echo "               hypervisor host and an outside namespace for trying commands by hand"
+	@echo "               (TLS and RBAC; configs, clouds.yaml and run/outside in run/; make down"
+	@echo "               removes everything they made). NETWORK=libvirt: the machine's libvirtd"
+	@echo "               and its NAT network instead of Neutron (schedule.py alone)"
 	@echo "make status    every piece make up / make demo KEEP=1 started"
 	@echo "make bench     quick benchmarks (bench/); make bench-full for the REPORT.md figures"
 
@@ -41,10 +43,11 @@ install-tempest:
 	@tools/install.sh tempest
 
 demo: install
-	@$(PY) tools/demo.py $(if $(KEEP),--keep) $(if $(PLAIN),--plain)
+	@$(PY) tools/demo.py $(if $(KEEP),--keep) $(if $(PLAIN),--plain) \
+		$(if $(NETWORK),--network $(NETWORK))
 
 up: install
-	@$(PY) -m tools.local_services up $(if $(PLAIN),--plain)
+	@$(PY) -m tools.local_services up $(if $(PLAIN),--plain) $(if $(NETWORK),--network $(NETWORK))
 
 down:
 	@$(PY) -m tools.local_services down

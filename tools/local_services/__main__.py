@@ -1,4 +1,5 @@
-"""python -m tools.local_services up|down|status [--plain] [--run-dir run]"""
+"""python -m tools.local_services up|down|status [--plain] [--network neutron|libvirt]
+[--run-dir run]"""
 
 from __future__ import annotations
 
@@ -22,6 +23,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--api-port", type=int, default=8774)
     parser.add_argument("--plain", action="store_true",
                         help="plain TCP, no certificates or RBAC (quick experiments)")
+    parser.add_argument("--network", choices=["neutron", "libvirt"], default="neutron",
+                        help="the guests' network: Neutron on OVN with a host in a network "
+                             "namespace and an outside one (default), or the machine's "
+                             "libvirt NAT network (the seed's shape, for schedule.py alone)")
     args = parser.parse_args(argv)
     stack = LocalStack.load(Path(args.run_dir).resolve())
 
@@ -32,7 +37,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.action == "up":
             stack.up(args.etcd_port, args.placement_port, say, plain=args.plain,
                      keystone_port=args.keystone_port, glance_port=args.glance_port,
-                     api_port=args.api_port)
+                     api_port=args.api_port, network_backend=args.network)
         elif args.action == "down":
             stack.down(say)
         else:

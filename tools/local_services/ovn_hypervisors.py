@@ -90,12 +90,16 @@ class OvnHypervisors:
     @classmethod
     @contextlib.contextmanager
     def create(cls, names: list[str], parent: Path, ovn: OvnCentral, image_dirs: list[str],
-               neutron: dict[str, Any], migration: bool = False) -> Iterator[OvnHypervisors]:
+               neutron: dict[str, Any], migration: bool = False,
+               metadata_port: int | None = None) -> Iterator[OvnHypervisors]:
         """Hosts `names`, their files in a new directory under `parent` (removed after, and
         `parent` too when nothing else is left in it); `neutron`: the `network.neutron`
         section of their computes. With `migration`, each libvirtd also listens over TLS on
         its chassis' address with certificates of the hosts' own PKI, as
-        tools/local_services/hypervisors.py's do: guests move live between them."""
+        tools/local_services/hypervisors.py's do: guests move live between them. With
+        `metadata_port`, each chassis runs Neutron's OVN metadata agent asking
+        127.0.0.1:`metadata_port` of its namespace (ovn_hosts.py; the caller starts the
+        metadata API there, host_mdserver.py)."""
         parent.mkdir(parents=True, exist_ok=True, mode=0o711)
         parent.chmod(0o711)
         root = parent / f"ovn-{uuidlib.uuid4().hex[:8]}"
@@ -103,7 +107,8 @@ class OvnHypervisors:
         made: OvnHypervisors | None = None
         try:
             Path(OVS_RUN_DIR).mkdir(exist_ok=True)
-            made = cls(root, OvnHosts.create(names, root / "switches", ovn))
+            made = cls(root, OvnHosts.create(names, root / "switches", ovn,
+                                                metadata_port=metadata_port))
             if migration:
                 made.pki = Pki(root / "pki")
                 made.pki.init()

@@ -17,6 +17,16 @@ its config run/compute-api.yaml: the operator's sections and `api` with the
 `etcd-compute` service user validating tokens), in the catalog as `compute`, with
 Nova's usual flavors (m1.nano ... m1.large).
 
+The guests' network (`network_backend`): `neutron` by default, every guest on a Neutron
+port: `site_network.py`'s process starts Neutron on OVN (MariaDB, OVN's databases, ovn-northd),
+one hypervisor host "local" in a network namespace (an OVN chassis with its own Open
+vSwitch, ovn-controller, a private libvirtd, Neutron's OVN metadata agent and our metadata
+API), the namespace "outside" (the user's laptop) on the site's uplink and the external
+network `public` there; run/compute.yaml is that host's, and run/outside runs a command in
+the outside namespace (`run/outside ssh ...`). `libvirt` (`make up NETWORK=libvirt`): the
+seed's shape, the machine's libvirtd and its NAT network `etcd-compute`, for schedule.py
+alone.
+
 Whatever `make up` or `make demo KEEP=1` starts or creates is recorded in
 run/services.json: services and daemons (stopped by pid), the demo's
 providers, libvirt network, nwfilters, metadata server and files. `make down`
@@ -45,9 +55,14 @@ from tools.local_services.glance import GlanceServer
 from tools.local_services.keystone import KeystoneServer
 from tools.local_services.libvirt import ensure_libvirtd
 from tools.local_services.placement import PlacementServer
-from tools.local_services.process import REPO, pid_alive, port_open, stop_pid
+from tools.local_services.process import REPO, pid_alive, port_open, stop_pid, wait_until
 
 OPERATOR = "operator"
+NEUTRON, LIBVIRT = "neutron", "libvirt"
+HOST = "local"  # the hand-run compute's name (and its chassis' on neutron)
+# Starting Neutron, OVN and the host took 30-60 s here; removing them ~10 s.
+SITE_START_TIMEOUT = 300
+SITE_STOP_TIMEOUT = 120
 # Where a hand-run compute (run/compute.yaml) keeps disks: qemu must traverse to them.
 LOCAL_VM_FILES = Path("/var/tmp/etcd-compute-local")
 
@@ -71,9 +86,12 @@ class LocalStack:
     guests: list[dict] = field(default_factory=list)
     # Resource providers of hosts that existed only for us.
     providers: list[str] = field(default_factory=list)
+    # The guests' network: `neutron` (site_network.py's process, `site`) or `libvirt`.
+    network_backend: str = NEUTRON
+    site: dict | None = None
 
     FIELDS = ("plain", "etcd", "placement", "keystone", "glance", "compute_api",
-              "libvirt_pids", "daemons", "guests", "providers")
+              "libvirt_pids", "daemons", "guests", "providers", "network_backend", "site")
     # The services make up starts, in order (make down stops them in reverse).
     SERVICES = ("etcd", "placement", "keystone", "glance", "compute_api")
 
@@ -104,15 +122,20 @@ class LocalStack:
 
     def up(self, etcd_port: int, placement_port: int, say: Say, plain: bool = False,
            keystone_port: int = 5000, glance_port: int = 9292, api_port: int = 8774,
-           guests: bool = True) -> None:
+           guests: bool = True, network_backend: str = NEUTRON) -> None:
         """Start what is not running. `guests=False` (`make tempest`: fake-driver hosts only)
-        leaves libvirt, the test guest and the hand-run host's configs alone."""
+        leaves libvirt, the network, the test guest and the hand-run host's configs alone."""
         running = bool(self.etcd and pid_alive(self.etcd["pid"]))
         if running and self.plain != plain:
             raise ServiceUnavailable(
                 f"the local services run {'plain' if self.plain else 'with TLS'}; "
                 "make down first to switch")
+        if running and guests and self.network_backend != network_backend:
+            raise ServiceUnavailable(
+                f"the local services run on network backend {self.network_backend}; "
+                "make down first to switch")
         self.plain = plain
+        self.network_backend = network_backend
         pki = None if plain else self.pki
         if pki is not None and pki.init("etcd-compute-local"):
             say(f"created the cluster CA in {pki.directory}")
@@ -145,6 +168,8 @@ class LocalStack:
         self._up_cloud(keystone_port, glance_port, say, test_guest=guests)
         if not guests:
             self.write_schedule_config(say)
+        elif self.network_backend == NEUTRON:
+            self._up_site(say)
         elif any(pid_alive(pid) for pid in self.libvirt_pids):
             say(f"libvirtd already running (pids {self.libvirt_pids})")
         else:
@@ -158,6 +183,81 @@ class LocalStack:
         if guests:
             self.write_configs(say)
         self._up_api(api_port, say)
+        if guests and self.network_backend == NEUTRON:
+            self._say_outside(say)
+
+    # --- the network on Neutron (site_network.py) ----------------------------------------
+
+    @property
+    def site_file(self) -> Path:
+        from tools.local_services.site_network import SITE_FILE
+
+        return self.run_dir / "network" / SITE_FILE
+
+    def site_info(self) -> dict[str, Any] | None:
+        """What site_network.py wrote once it was up (None: not running)."""
+        if not (self.site and pid_alive(self.site["pid"]) and self.site_file.exists()):
+            return None
+        return dict(json.loads(self.site_file.read_text()))
+
+    def _up_site(self, say: Say) -> None:
+        """site_network.py's process: Neutron on OVN, the host, the outside, `public`."""
+        import os
+        import sys
+
+        if self.site_info() is not None:
+            say(f"Neutron, OVN and host {HOST} already running (pid {self.site['pid']})")
+            return
+        log = self.run_dir / "network.log"
+        LOCAL_VM_FILES.mkdir(parents=True, exist_ok=True)
+        LOCAL_VM_FILES.chmod(0o711)
+        image_dir = Path.home() / ".cache" / "etcd-compute"
+        with open(log, "ab") as out:
+            process = subprocess.Popen(
+                [sys.executable, "-m", "tools.local_services.site_network", "--run-dir",
+                 str(self.run_dir), "--host", HOST, "--vm-root", str(LOCAL_VM_FILES),
+                 "--image-dir", str(image_dir)],
+                stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=REPO,
+                env={**os.environ, "PYTHONPATH": str(REPO)}, start_new_session=True)
+        self.site = {"pid": process.pid, "log": str(log)}
+        self.save()
+
+        def ready() -> bool:
+            if process.poll() is not None:
+                tail = log.read_text(errors="replace").strip().splitlines()[-1:] or [""]
+                raise ServiceUnavailable(f"the network (Neutron, OVN, host {HOST}) did not "
+                                         f"start; see {log} ({tail[0][:200]})")
+            return self.site_file.exists()
+
+        wait_until(ready, SITE_START_TIMEOUT, "the network (Neutron, OVN, the host)")
+        info = self.site_info() or {}
+        took = ", ".join(f"{name} {value} s" for name, value in info["timings"].items())
+        say(f"Neutron on OVN started (pid {process.pid}, {info['neutron']}, MariaDB; {took}; "
+            f"log {log})")
+        say(f"hypervisor host {HOST}: namespace {info['hosts'][HOST]['netns']}, an OVN "
+            "chassis with its own Open vSwitch, ovn-controller, libvirtd and metadata agent")
+        outside = info["outside"]
+        say(f"external network public: {outside['cidr']} (floating IPs {outside['pool'][0]}"
+            f"-{outside['pool'][1]}); outside namespace {outside['netns']} at "
+            f"{outside['address']}")
+        helper = self.run_dir / "outside"
+        helper.write_text("#!/bin/sh\n# Runs a command in the outside namespace (the user's "
+                          "laptop on the external network).\n"
+                          f"exec ip netns exec {outside['netns']} \"$@\"\n")
+        helper.chmod(0o755)
+
+    def _say_outside(self, say: Say) -> None:
+        info = self.site_info()
+        if info is None:
+            return
+        say(f"from outside: run/outside COMMAND (ip netns exec {info['outside']['netns']} "
+            "COMMAND), e.g. run/outside ssh -i KEY root@FLOATING_IP")
+
+    def network_section(self) -> dict[str, Any] | None:
+        """The computes' and the API's `network` section (None: the libvirt backend's
+        default)."""
+        info = self.site_info()
+        return None if info is None else dict(info["hosts"][HOST]["config"]["network"])
 
     def api_config(self) -> dict[str, Any]:
         """The compute API's config: the operator's sections, and `api` with the
@@ -165,8 +265,12 @@ class LocalStack:
         authtoken = {**cloud.service_credentials(self._keystone()), "auth_type": "password"}
         if not self.plain:
             authtoken["cafile"] = str(self.pki.ca_cert)
-        return {**self.operator_config(), "scheduler": self.scheduler_section(),
-                "api": {"keystone_authtoken": authtoken}}
+        config = {**self.operator_config(), "scheduler": self.scheduler_section(),
+                  "api": {"keystone_authtoken": authtoken}}
+        network = self.network_section()
+        if network is not None:
+            config["network"] = network
+        return config
 
     @staticmethod
     def scheduler_section() -> dict[str, Any]:
@@ -286,8 +390,11 @@ class LocalStack:
     def write_schedule_config(self, say: Say) -> Path:
         """run/schedule.yaml: the operator's."""
         schedule = self.run_dir / "schedule.yaml"
-        schedule.write_text(yaml.safe_dump({**self.operator_config(),
-                                            "scheduler": self.scheduler_section()}))
+        config = {**self.operator_config(), "scheduler": self.scheduler_section()}
+        network = self.network_section()
+        if network is not None:
+            config["network"] = network
+        schedule.write_text(yaml.safe_dump(config))
         schedule.chmod(0o600)  # the operator's credentials, the service password
         say(f"configs: {schedule} (operator)")
         return schedule
@@ -296,6 +403,13 @@ class LocalStack:
         """run/schedule.yaml and run/compute.yaml, for trying commands by hand."""
         schedule = self.write_schedule_config(lambda _line: None)
         local = "00000000-0000-4000-8000-00000000000a"  # the hand-run host "local"
+        info = self.site_info()
+        if info is not None:
+            compute = self.neutron_host_config(local)
+            (self.run_dir / "compute.yaml").write_text(yaml.safe_dump(compute))
+            say(f"configs: {schedule} (operator), {self.run_dir / 'compute.yaml'} (host "
+                f"'{HOST}', network.backend neutron)")
+            return
         compute = {**self.host_config(local),
                    "compute": {"uuid": local, "name": "local",
                                "state_dir": str(LOCAL_VM_FILES / "state"),
@@ -312,6 +426,19 @@ class LocalStack:
             f"log_file = {self.run_dir / 'mdserver.log'}\n")
         self.remember_guests("qemu:///system", "etcd-compute", compute, [str(LOCAL_VM_FILES)])
         say(f"configs: {schedule} (operator), {self.run_dir / 'compute.yaml'} (host 'local')")
+
+    def neutron_host_config(self, rp_uuid: str, **compute: Any) -> dict[str, Any]:
+        """A compute config for the neutron host (its name is its chassis'): its certificate
+        and etcd role, its libvirtd, directories and `network` section."""
+        info = self.site_info()
+        if info is None:
+            raise ServiceUnavailable("the network is not running: make up first")
+        host = info["hosts"][HOST]["config"]
+        return {**self.host_config(rp_uuid),
+                "compute": {"uuid": rp_uuid, "name": HOST,
+                            "state_dir": host["compute"]["state_dir"],
+                            "instances_dir": host["compute"]["instances_dir"], **compute},
+                "driver": host["driver"], "network": host["network"]}
 
     def remember_guests(self, uri: str, network: str, compute_config: dict[str, Any],
                         directories: list[str]) -> None:
@@ -340,6 +467,7 @@ class LocalStack:
         self.save()
         self._remove_guest_pieces(say)
         self._forget_providers(say)
+        self._down_site(say)
         for name in reversed(self.SERVICES):
             state = getattr(self, name)
             if state and pid_alive(state["pid"]):
@@ -353,6 +481,16 @@ class LocalStack:
         self.libvirt_pids = []
         shutil.rmtree(self.run_dir, ignore_errors=True)
         say(f"removed {self.run_dir}")
+
+    def _down_site(self, say: Say) -> None:
+        """site_network.py's process removes what it made (guests, host, outside, Neutron,
+        OVN, MariaDB) on SIGTERM, while Keystone still runs."""
+        if self.site and pid_alive(self.site["pid"]):
+            stop_pid(self.site["pid"], timeout=SITE_STOP_TIMEOUT)
+            say(f"Neutron, OVN, host {HOST} and the outside namespace removed "
+                f"(pid {self.site['pid']})")
+        self.site = None
+        self.save()
 
     def remove_demo_pieces(self, say: Say, directories: list[str]) -> None:
         """What one run of the demo made, when the services stay up: its providers, and the
@@ -415,6 +553,17 @@ class LocalStack:
             where = f"pid {state['pid']}, port {state['port']}" if state else "not started"
             mode = "" if not state else (", plain" if self.plain else ", TLS")
             lines.append(f"{name}: {'running' if alive else 'stopped'} ({where}{mode})")
+        if self.site:
+            info = self.site_info()
+            if info is None:
+                lines.append(f"network: stopped (pid {self.site['pid']})")
+            else:
+                lines.append(f"network: running (pid {self.site['pid']}, Neutron "
+                             f"{info['neutron']}, OVN, host {HOST} in namespace "
+                             f"{info['hosts'][HOST]['netns']}, log {self.site['log']})")
+                lines.append(f"outside: namespace {info['outside']['netns']} at "
+                             f"{info['outside']['address']} on public {info['outside']['cidr']}"
+                             " (run/outside COMMAND)")
         if self.libvirt_pids:
             alive = [pid for pid in self.libvirt_pids if pid_alive(pid)]
             lines.append(f"libvirtd: started by us, {len(alive)} of {len(self.libvirt_pids)} "
