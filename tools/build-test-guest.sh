@@ -163,7 +163,8 @@ say boot
 while read -r module; do insmod "/lib/modules/$module"; done </etc/module-order
 
 # DHCP in the background so the lease is renewed while the guest stays up.
-udhcpc -f -i eth0 -s /etc/udhcpc.script -t 60 -T 1 -A 1 -x hostname:etcd-compute-guest &
+udhcpc -f -i eth0 -s /etc/udhcpc.script -t 60 -T 1 -A 1 -O staticroutes \
+    -x hostname:etcd-compute-guest &
 # The SSH host key, made while the lease is awaited.
 dropbearkey -t ed25519 -f /etc/dropbear/host_key_ed25519 >/etc/dropbear/host_key.out 2>&1 &
 host_key_job=$!
@@ -292,7 +293,18 @@ case "$1" in
     deconfig) ip link set "$interface" up; ip -4 addr flush dev "$interface" ;;
     bound|renew)
         ifconfig "$interface" "$ip" netmask "${subnet:-255.255.255.0}"
-        [ -n "${router:-}" ] && route add default gw "${router%% *}" dev "$interface" 2>/dev/null
+        # Classless static routes (option 121: on Neutron with OVN, 169.254.169.254 via the
+        # network's metadata port): when given, the router option is ignored (RFC 3442).
+        if [ -n "${staticroutes:-}" ]; then
+            set -- $staticroutes
+            while [ $# -ge 2 ]; do
+                if [ "$2" = 0.0.0.0 ]; then ip route replace "$1" dev "$interface"
+                else ip route replace "$1" via "$2" dev "$interface"; fi 2>/dev/null
+                shift 2
+            done
+        elif [ -n "${router:-}" ]; then
+            route add default gw "${router%% *}" dev "$interface" 2>/dev/null
+        fi
         true ;;
 esac
 EOF
