@@ -1,13 +1,22 @@
 #!/usr/bin/env python3
 """`make demo`: the whole system once, on local services, then clean up.
 
-Starts (or reuses) local etcd, Placement, Keystone, Glance, the compute API and
-libvirtd, two compute daemons with distinct identities, schedules one instance,
-shows it, destroys it, shows its allocation is gone; then, as a user of the demo
-project, creates, shows and deletes one server through the `openstack` command line
-and the compute API; and stops everything it started, by pid. With a usable
-libvirt/qemu it boots the offline-built test guest; otherwise it says so and uses
-the fake driver.
+On the neutron network backend (the default, as `make up`'s): starts (or reuses) local
+etcd, Placement, Keystone, Glance, the compute API, Neutron on OVN, a hypervisor host in a
+network namespace (an OVN chassis) and the namespace "outside" on the external network
+`public`; as the demo project's user makes a network, a router to `public` and rules for
+SSH and ping; starts the host's compute daemon, schedules one instance with schedule.py
+(on the project's network), shows it and the lines its guest printed after reading its
+metadata through Neutron, destroys it, shows its allocation is gone; then, through the
+`openstack` command line and the compute API, creates a server with a key pair, gives it
+a floating IP, logs in to it over SSH from the outside namespace, prints the instance id
+the metadata service gave it, deletes the server and everything the demo made in Neutron;
+and stops everything it started, by pid.
+
+On the libvirt backend (`--network libvirt`, the seed's shape): the machine's libvirtd and
+its NAT network, two compute daemons with distinct identities, the same schedule.py part
+and a server created, shown and deleted through the API. With no usable libvirt/qemu it
+says so and uses the fake driver.
 """
 
 from __future__ import annotations
@@ -34,6 +43,7 @@ from etcd_compute.etcd import Store  # noqa: E402
 from etcd_compute.instances import records  # noqa: E402
 from etcd_compute.placement import PlacementClient  # noqa: E402
 from tools.local_services import LocalStack, ensure_libvirtd, stop_pid  # noqa: E402
+from tools.local_services.stack import HOST, build_test_guest  # noqa: E402
 
 RUN = REPO / "run"
 DEMO = RUN / "demo"
@@ -116,30 +126,66 @@ def main() -> int:
                         help="leave services and computes running (stop with: make down)")
     parser.add_argument("--plain", action="store_true",
                         help="plain TCP: no certificates, no RBAC (quick experiments)")
+    parser.add_argument("--network", choices=["neutron", "libvirt"], default="neutron",
+                        help="the guests' network (default neutron; libvirt: the machine's "
+                             "NAT network, the seed's shape)")
     args = parser.parse_args()
+    if args.network == "neutron" and os.environ.get("DEMO_DRIVER") == "fake":
+        fail("DEMO_DRIVER=fake runs no guest to reach", "make demo NETWORK=libvirt")
 
     stack = LocalStack.load(RUN)
     already = {name for name in LocalStack.SERVICES if getattr(stack, name)}
     try:
-        stack.up(2379, 8080, say, plain=args.plain)
+        stack.up(2379, 8080, say, plain=args.plain, network_backend=args.network)
     except EtcdComputeError as exc:
         fail(str(exc), "make down, or free ports 2379, 8080, 5000 and 9292")
+    on_neutron = stack.site_info() is not None
     started_here = set(LocalStack.SERVICES) - already
     computes: list[subprocess.Popen[bytes]] = []
     providers: list[str] = []
     driver: dict = {"name": "fake"}
     config: dict = {}
+    made: dict[str, str] = {}
     try:
         DEMO.mkdir(parents=True, exist_ok=True)
-        driver = real_vm_setup() or {"name": "fake"}
         operator = stack.operator_config()
         schedule_config = DEMO / "schedule.yaml"
-        scheduler = {"default_image": driver.get("libvirt", {}).get("default_image",
-                                                                     "file:///dev/null")}
-        schedule_config.write_text(yaml.safe_dump({**operator, "scheduler": scheduler}))
+        if on_neutron:
+            image = build_test_guest(say)
+            if image is None:
+                fail("the test guest could not be built", "see the line above")
+            driver = {"name": "libvirt"}
+            scheduler = {"default_image": f"file://{image}",
+                         # schedule.py's instances are the demo project's, on its network.
+                         "project_id": stack._keystone().add_project("demo")}  # noqa: SLF001
+            made = demo_network()
+            schedule_config.write_text(yaml.safe_dump({
+                **operator, "scheduler": scheduler, "network": stack.network_section()}))
+        else:
+            driver = real_vm_setup() or {"name": "fake"}
+            scheduler = {"default_image": driver.get("libvirt", {}).get("default_image",
+                                                                         "file:///dev/null")}
+            schedule_config.write_text(yaml.safe_dump({**operator, "scheduler": scheduler}))
         on_vm = driver["name"] == "libvirt"
         instances_dir = (VM_FILES if on_vm else DEMO) / "instances"
-        for number in (1, 2):
+        for number in (1,) if on_neutron else (1, 2):
+            if on_neutron:
+                # One host, one compute: its name is its OVN chassis' (Neutron binds the
+                # guests' ports to it).
+                rp_uuid = str(uuidlib.uuid4())
+                config = stack.neutron_host_config(rp_uuid, shutdown_timeout_seconds=10)
+                providers.append(rp_uuid)
+                path = DEMO / f"compute-{number}.yaml"
+                path.write_text(yaml.safe_dump(config))
+                log = open(DEMO / f"compute-{number}.log", "ab")
+                computes.append(subprocess.Popen(
+                    [sys.executable, str(REPO / "compute.py"), "--config", str(path)],
+                    stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                    cwd=REPO, start_new_session=True))
+                say(f"compute daemon {HOST} started (pid {computes[-1].pid}, driver libvirt, "
+                    f"network neutron, {'plain' if args.plain else 'its own certificate'}, "
+                    f"log {log.name})")
+                continue
             state = DEMO / f"compute-{number}"
             # Both daemons run on this one host: they share its instances dir (and so
             # its metadata server), each with its own identity and certificate.
@@ -165,9 +211,10 @@ def main() -> int:
             stack.remember_guests(driver["libvirt"]["uri"], "etcd-compute", config,
                                   [str(VM_FILES)])
         store = Store(operator["etcd"])
+        both = "the compute daemon" if on_neutron else "both compute daemons"
         wait(lambda: all(store.get(store.keys.alive(rp)) for rp in providers), 60,
-             "both compute daemons to report alive", computes)
-        say("both compute daemons are alive (heartbeat keys under /alive/)")
+             f"{both} to report alive", computes)
+        say(f"{both} {'is' if on_neutron else 'are'} alive (heartbeat keys under /alive/)")
         user_data = DEMO / "user-data.txt"
         user_data.write_text("hello-from-the-etcd-compute-demo\n")
         out = schedule(schedule_config, QUERY, "--user-data", str(user_data))
@@ -198,10 +245,17 @@ def main() -> int:
         if allocations:
             fail("the allocation is still there after destroy", f"see {DEMO}/compute-*.log")
         say("demo finished: schedule -> state -> destroy -> allocation gone")
-        through_the_api(stack, on_vm, store, computes)
-        say("API demo finished: openstack server create -> show -> delete --wait")
+        if on_neutron:
+            from_outside(stack, store, computes)
+            say("API demo finished: openstack server create -> floating IP -> ssh from "
+                "outside -> metadata -> delete --wait")
+        else:
+            through_the_api(stack, on_vm, store, computes)
+            say("API demo finished: openstack server create -> show -> delete --wait")
         return 0
     finally:
+        if made:
+            remove_demo_network(made)
         for rp_uuid in providers:
             stack.remember_provider(rp_uuid)
         if args.keep:
@@ -223,7 +277,7 @@ OPENSTACK = REPO / ".venv-clients" / "bin" / "openstack"
 FAKE_IMAGE = "etcd-compute-fake-guest"
 
 
-def openstack(cloud: str, *args: str) -> str:
+def openstack(cloud: str, *args: str, check: bool = True) -> str:
     """The `openstack` command line with run/clouds.yaml, shown as it runs."""
     shown = " ".join(shlex.quote(a) for a in ["openstack", "--os-cloud", cloud, *args])
     say(f"$ {shown}")
@@ -232,10 +286,109 @@ def openstack(cloud: str, *args: str) -> str:
                             env={**os.environ, "OS_CLIENT_CONFIG_FILE": str(RUN / "clouds.yaml")})
     for line in (result.stdout + result.stderr).strip().splitlines():
         print(f"    {line}", flush=True)
-    if result.returncode:
+    if result.returncode and check:
         fail(f"{shown} exited {result.returncode}",
              f"see {RUN / 'compute-api.log'} and the compute logs in {DEMO}")
     return result.stdout
+
+
+DEMO_CLOUD = "etcd-compute-demo"
+DEMO_NET, DEMO_CIDR = "demo-net", "10.1.0.0/24"
+
+
+def demo_network() -> dict[str, str]:
+    """As the demo project's user: a network and subnet, a router with its gateway on
+    `public` and an interface on the subnet, and its default security group opened to SSH
+    and ping. What it made, for remove_demo_network."""
+    made: dict[str, str] = {}
+    made["network"] = openstack(DEMO_CLOUD, "network", "create", DEMO_NET, "-f", "value",
+                                "-c", "id").strip()
+    openstack(DEMO_CLOUD, "subnet", "create", "--network", DEMO_NET, "--subnet-range",
+              DEMO_CIDR, "demo-subnet", "-f", "value", "-c", "id")
+    made["router"] = openstack(DEMO_CLOUD, "router", "create", "demo-router", "-f", "value",
+                               "-c", "id").strip()
+    openstack(DEMO_CLOUD, "router", "set", "--external-gateway", "public", "demo-router")
+    openstack(DEMO_CLOUD, "router", "add", "subnet", "demo-router", "demo-subnet")
+    made["rules"] = " ".join(
+        openstack(DEMO_CLOUD, "security", "group", "rule", "create", "--ingress",
+                  "--protocol", protocol, *extra, "default", "-f", "value", "-c", "id").strip()
+        for protocol, extra in (("tcp", ("--dst-port", "22")), ("icmp", ())))
+    return made
+
+
+def remove_demo_network(made: dict[str, str]) -> None:
+    """What demo_network made, in reverse (each step tried: the demo may have stopped
+    half-way)."""
+    steps = [("router", "remove", "subnet", "demo-router", "demo-subnet"),
+             ("router", "delete", made.get("router", "")),
+             ("network", "delete", made.get("network", "")),
+             ("security", "group", "rule", "delete", *made.get("rules", "").split())]
+    for step in steps:
+        if all(step):
+            openstack(DEMO_CLOUD, *step, check=False)
+
+
+def from_outside(stack: LocalStack, store: Store,
+                 computes: list[subprocess.Popen[bytes]]) -> None:
+    """As the demo project's user: a key pair, a server on the project's network, a
+    floating IP on `public` for it; from the outside namespace, SSH in with the key and
+    ask the metadata service for the instance id; then everything deleted."""
+    info = stack.site_info()
+    assert info is not None
+    key = DEMO / "demo-key"
+    for path in (key, key.with_suffix(".pub"), DEMO / "known_hosts"):
+        path.unlink(missing_ok=True)
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
+    openstack(DEMO_CLOUD, "keypair", "create", "--public-key", str(key.with_suffix(".pub")),
+              "demo-key", "-f", "value", "-c", "name")
+    server = floating = ""
+    try:
+        began = time.monotonic()
+        created = openstack(DEMO_CLOUD, "server", "create", "--flavor", "m1.tiny", "--image",
+                            "etcd-compute-test-guest", "--network", DEMO_NET, "--key-name",
+                            "demo-key", "--wait", "-f", "value", "-c", "id", "-c", "status",
+                            "demo-api-server").split()
+        server = next((word for word in created if _is_uuid(word)), "")
+        if not server:
+            fail("openstack server create printed no server id", "see the output above")
+        active = time.monotonic() - began
+        floating = openstack(DEMO_CLOUD, "floating", "ip", "create", "public", "-f", "value",
+                             "-c", "floating_ip_address").strip()
+        openstack(DEMO_CLOUD, "server", "add", "floating", "ip", server, floating)
+        openstack(DEMO_CLOUD, "server", "show", server, "-c", "status", "-c", "addresses",
+                  "-c", "flavor", "-c", "image")
+        netns = info["outside"]["netns"]
+        command = "id -un; wget -qO- http://169.254.169.254/latest/meta-data/instance-id; echo"
+        argv = ["ip", "netns", "exec", netns, "ssh", "-F", "none", "-i", str(key), "-o",
+                "BatchMode=yes", "-o", "ConnectTimeout=5", "-o",
+                "StrictHostKeyChecking=accept-new", "-o",
+                f"UserKnownHostsFile={DEMO / 'known_hosts'}", f"root@{floating}", command]
+        say(f"$ {' '.join(shlex.quote(a) for a in argv)}")
+        say(f"   (run/outside is `ip netns exec {netns}`: the user's laptop, on public only)")
+        deadline = time.monotonic() + 120
+        while True:
+            done = subprocess.run(argv, capture_output=True, text=True, timeout=60,
+                                  check=False)
+            if done.returncode == 0 or time.monotonic() > deadline:
+                break
+            time.sleep(1)
+        for line in (done.stdout + done.stderr).strip().splitlines():
+            print(f"    {line}", flush=True)
+        reached = time.monotonic() - began
+        if done.returncode or server not in done.stdout:
+            fail(f"ssh root@{floating} from outside did not print the instance id",
+                 f"see {DEMO}/compute-*.log and the guest's console (openstack console log "
+                 "show demo-api-server)")
+        say(f"server create -> ACTIVE {active:.1f} s, -> SSH from outside with the metadata's "
+            f"instance id {reached:.1f} s")
+    finally:
+        if server:
+            openstack(DEMO_CLOUD, "server", "delete", "--wait", server, check=False)
+            wait(lambda: _state(store, server) in ("DELETED", None), 120,
+                 f"server {server} to be DELETED", computes)
+        if floating:
+            openstack(DEMO_CLOUD, "floating", "ip", "delete", floating, check=False)
+        openstack(DEMO_CLOUD, "keypair", "delete", "demo-key", check=False)
 
 
 def through_the_api(stack: LocalStack, on_vm: bool, store: Store,
