@@ -207,7 +207,7 @@ def main() -> int:
             say(f"compute daemon demo-compute-{number} started (pid {computes[-1].pid}, "
                 f"driver {driver['name']}, {'plain' if args.plain else 'its own certificate'}, "
                 f"log {log.name})")
-        if on_vm:
+        if on_vm and not on_neutron:
             stack.remember_guests(driver["libvirt"]["uri"], "etcd-compute", config,
                                   [str(VM_FILES)])
         store = Store(operator["etcd"])
