@@ -11,7 +11,11 @@ test's ports and run directory, and a line of the tutorial that is neither run n
 fails the test, so a new step cannot go untested. One thing differs from a reader's
 machine, by the test's environment: `ssh` (run by `run/outside`, in the outside namespace)
 is given a known-hosts file of the test's own, and asked again while the guest's SSH
-server is not up yet (for up to 90 s), as the tutorial tells the reader to.
+server is not up yet (for up to 90 s), as the tutorial tells the reader to. And
+`openstack` is a small client handing its arguments to the test's long-lived `openstack`
+shell of that cloud (tests/openstack_shell.py: the same `openstackclient.shell.main`,
+clouds.yaml and output, without the 2-3 s of starting the client on a loaded machine, 22
+times).
 
 Then what is left is checked: after the tutorial's deletes, Neutron and OVN's databases
 hold what they held right after `make up` (the demo project's default security group
@@ -21,18 +25,23 @@ processes, namespaces, bridges, veths, directories and registrations `make up` m
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
+import socketserver
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import psutil
 import pytest
 
+from tests.openstack_shell import OpenStackShells
 from tests.support import REPO, unavailable
 from tools.local_services import free_port
 from tools.local_services.netns import REGISTRY, ip, netns_usable
@@ -92,16 +101,65 @@ def test_the_tutorial_blocks_are_read_as_a_reader_types_them() -> None:
     assert commands(page) == [["a b"], ["make demo"]]
 
 
+# The `openstack` the tutorial's bash finds first: its arguments, OS_CLOUD and directory to
+# the test's socket; the command's stdout, stderr and exit status back.
+CLIENT = """#!/usr/bin/python3
+import json, os, socket, sys
+with socket.socket(socket.AF_UNIX) as sock:
+    sock.connect(%r)
+    sock.sendall(json.dumps({"argv": sys.argv[1:], "cloud": os.environ.get("OS_CLOUD", ""),
+                             "cwd": os.getcwd()}).encode() + b"\\n")
+    answer = json.loads(sock.makefile().readline())
+sys.stdout.write(answer["stdout"])
+sys.stderr.write(answer["stderr"])
+sys.exit(answer["code"])
+"""
+
+
+@contextlib.contextmanager
+def openstack_server(path: Path, clouds: Path) -> Iterator[None]:
+    """The tutorial's `openstack` commands run by long-lived shells, one per cloud; the
+    `--os-cloud` given, else OS_CLOUD; clouds.yaml is make up's."""
+    shells = OpenStackShells(OPENSTACK.parent / "python",
+                             {**os.environ, "OS_CLIENT_CONFIG_FILE": str(clouds)})
+
+    class Handler(socketserver.StreamRequestHandler):
+        def handle(self) -> None:
+            asked = json.loads(self.rfile.readline())
+            argv, cloud = list(asked["argv"]), asked["cloud"]
+            if "--os-cloud" in argv:
+                at = argv.index("--os-cloud")
+                cloud = argv[at + 1]
+                del argv[at:at + 2]
+            argv = [str(Path(asked["cwd"]) / arg) if arg.startswith("run/") else arg
+                    for arg in argv]  # the shells' directory is not the tutorial's
+            done = shells.run(cloud, *argv, timeout=600)
+            self.wfile.write(json.dumps({"code": done.returncode, "stdout": done.stdout,
+                                         "stderr": done.stderr}).encode() + b"\n")
+
+    server = socketserver.ThreadingUnixStreamServer(str(path), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        server.shutdown()
+        server.server_close()
+        shells.close()
+
+
 def _workdir(tmp_path: Path) -> tuple[Path, dict[str, str]]:
     """A directory the tutorial's relative paths work in (run/, .venv-clients,
     ./compute.py, ./schedule.py), and its environment: `ssh` with the test's known-hosts
     file, asked again while the guest's SSH server is not up."""
     work = tmp_path / "tutorial"
     work.mkdir()
-    for name in (".venv-clients", "compute.py", "schedule.py"):
+    for name in ("compute.py", "schedule.py"):
         (work / name).symlink_to(REPO / name)
     tools = work / "tools-of-the-test"
     tools.mkdir()
+    # The tutorial puts .venv-clients/bin first on PATH: its `openstack` is the client.
+    (work / ".venv-clients" / "bin").mkdir(parents=True)
     ssh = tools / "ssh"
     # The first value of an option wins: the test's known-hosts file, never root's.
     ssh.write_text(
@@ -115,6 +173,9 @@ def _workdir(tmp_path: Path) -> tuple[Path, dict[str, str]]:
         "    sleep 2\n"
         "done\n")
     ssh.chmod(0o755)
+    client = work / ".venv-clients" / "bin" / "openstack"
+    client.write_text(CLIENT % str(tmp_path / "openstack.sock"))
+    client.chmod(0o755)
     env = {key: value for key, value in os.environ.items() if not key.startswith("OS_")}
     env["PATH"] = f"{tools}:{env['PATH']}"
     return work, env
@@ -242,7 +303,10 @@ def test_the_tutorial_runs_as_written_and_leaves_nothing(tmp_path: Path) -> None
     said, took = "", []
     site: dict[str, Any] = {}
     made: dict[str, Any] = {}
+    exits = contextlib.ExitStack()
     try:
+        exits.enter_context(openstack_server(tmp_path / "openstack.sock",
+                                             run_dir / "clouds.yaml"))
         for index, part in enumerate(parts):
             began = time.monotonic()
             done = subprocess.run(["bash", "-c", _script(part, run_dir, ports)], cwd=work,
@@ -262,6 +326,7 @@ def test_the_tutorial_runs_as_written_and_leaves_nothing(tmp_path: Path) -> None
                 assert {key: after[key] - before[key] for key in after
                         if after[key] - before[key]} == {}, "left in Neutron or OVN"
     finally:
+        exits.close()
         if (run_dir / "services.json").exists():
             subprocess.run(_make("down", run_dir, ports).split(), cwd=REPO,
                            capture_output=True, timeout=300, check=False)
