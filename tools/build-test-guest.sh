@@ -247,12 +247,12 @@ say() { echo "ETCD-COMPUTE-GUEST $*"; }
 
 # busybox-static's wget crashes without glibc's NSS files; nc speaks plain HTTP/1.0.
 # Status 2: refused or unreachable (nc's error, shown, says which; "No route to host": no
-# answer to ARP, as on a Neutron network whose metadata port has no agent behind it); 1: any
-# other failure.
+# answer to ARP, as on a Neutron network whose metadata port has no agent behind it: the
+# kernel gives up after 3 s, within nc's 5); 1: any other failure.
 metadata() {
     mkdir -p /tmp
     response=$(printf 'GET /latest/%s HTTP/1.0\r\nHost: 169.254.169.254\r\n\r\n' "$1" \
-        | nc -w 3 169.254.169.254 80 2>/tmp/metadata-error | tr -d '\r') || return 1
+        | nc -w 5 169.254.169.254 80 2>/tmp/metadata-error | tr -d '\r') || return 1
     if [ -s /tmp/metadata-error ]; then
         cat /tmp/metadata-error >&2
         grep -qE "refused|unreachable|No route to host" /tmp/metadata-error && return 2
