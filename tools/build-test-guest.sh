@@ -202,7 +202,7 @@ for _ in $(seq 10); do
     sleep 1
 done
 say "metadata instance-id=${id:-none}"
-say "metadata user-data=$(metadata user-data | head -n1)"
+say "metadata user-data=$([ -z "$id" ] || metadata user-data | head -n1)"  # none: not asked
 
 # SSH for root with the instance's key: the config drive's, else the metadata server's
 # (asked only if it answered above). No key, no authorized key: no one logs in.
@@ -246,16 +246,20 @@ EOF
 say() { echo "ETCD-COMPUTE-GUEST $*"; }
 
 # busybox-static's wget crashes without glibc's NSS files; nc speaks plain HTTP/1.0.
-# Status 2: refused or unreachable (nc's error, shown, says which; "No route to host": no
-# answer to ARP, as on a Neutron network whose metadata port has no agent behind it: the
-# kernel gives up after 3 s, within nc's 5); 1: any other failure.
+# Status 2: refused or unreachable (nc's error, shown, says which), or the next hop to it
+# never answered ARP (its entry in /proc/net/arp incomplete: on a Neutron network whose
+# metadata port, the route's next hop from DHCP, has no agent behind it; TCP takes that
+# as a soft error and nc waits its 3 s); 1: any other failure.
 metadata() {
     mkdir -p /tmp
     response=$(printf 'GET /latest/%s HTTP/1.0\r\nHost: 169.254.169.254\r\n\r\n' "$1" \
-        | nc -w 5 169.254.169.254 80 2>/tmp/metadata-error | tr -d '\r') || return 1
+        | nc -w 3 169.254.169.254 80 2>/tmp/metadata-error | tr -d '\r') || return 1
     if [ -s /tmp/metadata-error ]; then
         cat /tmp/metadata-error >&2
-        grep -qE "refused|unreachable|No route to host" /tmp/metadata-error && return 2
+        grep -qE "refused|unreachable" /tmp/metadata-error && return 2
+        via=$(ip route get 169.254.169.254 2>/dev/null | sed -n 's/.* via \([0-9.]*\).*/\1/p')
+        [ -n "$via" ] && awk -v ip="$via" '$1 == ip && $3 == "0x0" { found = 1 }
+            END { exit !found }' /proc/net/arp && return 2
     fi
     case "$response" in "HTTP/1."?" 200"*) ;; *) return 1 ;; esac
     printf '%s\n' "$response" | sed '1,/^$/d'
