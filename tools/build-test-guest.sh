@@ -246,10 +246,10 @@ EOF
 say() { echo "ETCD-COMPUTE-GUEST $*"; }
 
 # busybox-static's wget crashes without glibc's NSS files; nc speaks plain HTTP/1.0.
-# Status 2: refused or unreachable (nc's error, shown, says which), or the next hop to it
-# never answered ARP (its entry in /proc/net/arp incomplete: on a Neutron network whose
-# metadata port, the route's next hop from DHCP, has no agent behind it; TCP takes that
-# as a soft error and nc waits its 3 s); 1: any other failure.
+# Status 2: refused or unreachable (nc's error, shown, says which), or no answer from a
+# next hop of its own (a DHCP static route, as Neutron with OVN gives it: the network's
+# metadata port, which OVN answers ARP for, and behind which no agent listens on a host
+# that runs none; with an agent, haproxy accepts at once); 1: any other failure.
 metadata() {
     mkdir -p /tmp
     response=$(printf 'GET /latest/%s HTTP/1.0\r\nHost: 169.254.169.254\r\n\r\n' "$1" \
@@ -258,8 +258,9 @@ metadata() {
         cat /tmp/metadata-error >&2
         grep -qE "refused|unreachable" /tmp/metadata-error && return 2
         via=$(ip route get 169.254.169.254 2>/dev/null | sed -n 's/.* via \([0-9.]*\).*/\1/p')
-        [ -n "$via" ] && awk -v ip="$via" '$1 == ip && $3 == "0x0" { found = 1 }
-            END { exit !found }' /proc/net/arp && return 2
+        router=$(ip route | sed -n 's/^default via \([0-9.]*\).*/\1/p')
+        grep -q "timed out" /tmp/metadata-error && [ -n "$via" ] && [ "$via" != "$router" ] \
+            && return 2
     fi
     case "$response" in "HTTP/1."?" 200"*) ;; *) return 1 ;; esac
     printf '%s\n' "$response" | sed '1,/^$/d'
