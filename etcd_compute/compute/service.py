@@ -57,7 +57,11 @@ from etcd_compute.drivers import load_power_watch
 from etcd_compute.errors import EtcdComputeError, ServiceUnavailable
 from etcd_compute.etcd import Store
 from etcd_compute.heartbeat_timing import heartbeat_timing
-from etcd_compute.hosts import publish_libvirt_address, under_maintenance
+from etcd_compute.hosts import (
+    publish_console_address,
+    publish_libvirt_address,
+    under_maintenance,
+)
 from etcd_compute.instances import ownership, records, states
 from etcd_compute.keys import EXTERNAL_EVENTS, UUID
 from etcd_compute.network_backend import backend_of, trait_of, uses_neutron
@@ -104,6 +108,7 @@ class ComputeService:
             on_unfence=lambda: self.post(self.unfence),
             timing=heartbeat_timing(self.settings, config["etcd"]), clock=clock)
         self.consoles = Consoles(self.store, self.pool, self.post)
+        self.console_relay: Any = None  # compute/console_relay.py, when console.listen
         # Builds' claims are checked in a thread of their own, beside the image fetch, with
         # a Placement session of their own.
         self.claim_checks = ClaimChecks(PlacementClient(config["placement"]), ThreadRunner())
@@ -155,7 +160,8 @@ class ComputeService:
     def start_steps(self) -> list[Callable[[], Any]]:
         """The start after registration, in order. The pool first: a fence (the heartbeat's)
         stops it, and only the fence's lift may start it again."""
-        return [self.pool.start, self.publish_libvirt_address, self.heartbeat.start,
+        return [self.pool.start, self.publish_libvirt_address, self.start_console_relay,
+                self.heartbeat.start,
                 self.ensure_mdserver, self.reconcile, self.start_threads,
                 lambda: self.power.start(load_power_watch(self.config), self.post),
                 self._ready]
@@ -270,6 +276,8 @@ class ComputeService:
             except EtcdComputeError as exc:
                 LOG.warning("could not disable provider %s: %s", host.uuid, exc)
         self.power.stop()
+        if self.console_relay is not None:
+            self.console_relay.stop()
         self.claim_checks.stop()
         self.heartbeat.revoke()
         self.pool.stop()
@@ -285,6 +293,25 @@ class ComputeService:
             address = self.config["driver"]["libvirt"]["migration"]["address"]
         for rp in self.hosts:
             publish_libvirt_address(self.store, rp, address)
+
+    def start_console_relay(self) -> None:
+        """The console relay (`console.listen`; compute/console_relay.py), and where it
+        listens published in each host's stats for the console proxy; none (and nothing
+        published) when it is off."""
+        address = None
+        if self.config["console"]["listen"] is not None and self.console_relay is None:
+            from etcd_compute.compute import console_relay
+
+            context = console_relay.server_context(self.config["console"],
+                                                   self.config["etcd"]["ca_cert"])
+            self.console_relay = console_relay.ConsoleRelay(
+                self.config["console"]["listen"], context,
+                console_relay.from_pool(self.pool.schedule))
+            address = self.console_relay.start()
+        elif self.console_relay is not None:
+            address = self.console_relay.listening
+        for rp in self.hosts:
+            publish_console_address(self.store, rp, address)
 
     def ensure_mdserver(self) -> None:
         """Start the metadata server for our guests if it is not running (libvirt only; it

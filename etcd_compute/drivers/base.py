@@ -174,6 +174,13 @@ class Driver(abc.ABC):
         """The tail of the instance's serial console log."""
         return ""
 
+    def vnc_socket(self, uuid: str) -> str | None:
+        """The unix socket of the running guest's screen (VNC, RFB) on this host, for the
+        console relay; None when this driver gives guests no screen (the fake driver: it
+        has none, and says so) or the guest is not running here. Never a network address:
+        a guest's VNC is reachable only on its own host."""
+        return None
+
     def diagnostics(self, uuid: str) -> dict[str, Any] | None:
         """The guest's figures in Nova's diagnostics shape (2.48: state, driver, uptime,
         cpu/memory/disk/nic details); None when this driver has none or no such guest."""

@@ -118,6 +118,14 @@ def domain_xml(spec: DomainSpec) -> str:
     _sub(serial, "target", port="0")
     console = _sub(devices, "console", type="pty")
     _sub(console, "target", type="serial", port="0")
+    # The guest's screen: VNC on a unix socket that libvirt makes in the domain's own
+    # directory (mode 0700/0750, its qemu user's), never on a network address. The compute's
+    # console relay reads its path from the live XML (`vnc_socket_of`) and carries it to
+    # the console proxy over mutual TLS (remote_consoles.py).
+    graphics = _sub(devices, "graphics", type="vnc")
+    _sub(graphics, "listen", type="socket")
+    video = _sub(devices, "video")
+    _sub(video, "model", type="vga")
     _sub(devices, "memballoon", model="none")
     # Randomness from the host's /dev/urandom: the guest kernel's random pool is ready as
     # soon as its virtio-rng driver loads, instead of when a program first waits on it
@@ -144,6 +152,20 @@ def is_ours(domain: libvirt.virDomain) -> bool:
     except libvirt.libvirtError:
         return False
     return True
+
+
+def vnc_socket_of(xml: str) -> str | None:
+    """The unix socket of a running domain's VNC screen, from its live XML; None when it
+    has none (or VNC is on a network address: not ours, and never relayed)."""
+    for graphics in ET.fromstring(xml).iterfind("devices/graphics"):
+        if graphics.get("type") != "vnc":
+            continue
+        listen = graphics.find("listen")
+        path = listen.get("socket") if listen is not None and \
+            listen.get("type") == "socket" else graphics.get("socket")
+        if path and os.path.isabs(path):
+            return path
+    return None
 
 
 def mac_addresses(domain: libvirt.virDomain, network: str | None = None) -> list[str]:
