@@ -222,6 +222,20 @@ def remote_console_url(store: Store, uuid: str, host: str, settings: dict[str, A
     return remote_consoles.access_url(settings["base_url"], token)
 
 
+def remote_console(store: Store, uuid: str, settings: dict[str, Any]) -> str:
+    """`schedule.py console UUID --url`: the instance's noVNC URL for an operator (a new
+    single-use token, as the compute API's)."""
+    check_uuid(uuid)
+    host, read = records.find(store, uuid)
+    if host is None or read.record is None or read.state in (states.DELETED,
+                                                             states.DELETING):
+        raise NotFound(f"no instance {uuid}")
+    if read.state in (states.SCHEDULED, states.BUILDING, states.RESCHEDULING):
+        raise UsageError(f"instance {uuid} is not ready (state {read.state}): its screen "
+                         "comes once it is built")
+    return remote_console_url(store, uuid, host, settings, operator_name())
+
+
 def hosts(store: Store, placement: PlacementClient) -> list[dict[str, Any]]:
     """Every provider: capacity and usage per class, alive (and its driver), disabled, traits,
     instances."""
