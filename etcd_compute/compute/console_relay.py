@@ -6,23 +6,23 @@ for mutual-TLS connections: the peer must hold a certificate of the cluster CA w
 subject carries `OU=console-proxy` (`pki.CONSOLE_PROXY`); a host's, an operator's or a
 libvirt certificate is refused. The proxy names one instance (`remote_consoles`' request
 line); the relay answers `OK` and carries that guest's VNC both ways only if the driver
-has it running here with a screen (`Driver.vnc_socket`, asked in a worker), else `NO`
-with the reason. It takes no host, port or path from anyone: it is no open relay.
+has it running here with a screen (`Screens.open`: libvirt hands a connected descriptor;
+the guest's VNC listens nowhere), else `NO` with the reason. It takes no host, port or
+path from anyone: it is no open relay.
 """
 
 from __future__ import annotations
 
-import concurrent.futures
 import logging
 import select
 import socket
 import ssl
 import threading
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from etcd_compute import remote_consoles
+from etcd_compute.drivers import Screens
 from etcd_compute.errors import ConfigError
 from etcd_compute.pki import CONSOLE_PROXY_UNIT
 
@@ -31,7 +31,6 @@ LOG = logging.getLogger("etcd_compute.compute.console_relay")
 # Connections carried at once; more wait for the TLS handshake's slot.
 MAX_CONNECTIONS = 64
 HANDSHAKE_SECONDS = 10.0
-LOOKUP_SECONDS = 15.0
 CHUNK = 65536
 
 
@@ -81,13 +80,12 @@ def is_console_proxy(peer: dict[str, Any] | None) -> bool:
 
 class ConsoleRelay:
     """The relay's listening socket and its connections (threads of the compute's main
-    process); `vnc_socket(uuid)` is the driver's answer, asked in a worker."""
+    process); `screens` gives a running guest's screen."""
 
-    def __init__(self, listen: str, context: ssl.SSLContext,
-                 vnc_socket: Callable[[str], str | None]):
+    def __init__(self, listen: str, context: ssl.SSLContext, screens: Screens):
         self.address = listen_address(listen)
         self.context = context
-        self.vnc_socket = vnc_socket
+        self.screens = screens
         self.slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
         self.stopping = threading.Event()
         self.sock: socket.socket | None = None
@@ -117,6 +115,7 @@ class ConsoleRelay:
             except OSError:
                 pass
             self.sock.close()
+        self.screens.close()
 
     def _accept(self) -> None:
         assert self.sock is not None
@@ -158,18 +157,15 @@ class ConsoleRelay:
                 tls.sendall(remote_consoles.answer_no("not a console request"))
                 return
             try:
-                path = self.vnc_socket(uuid)
-            except Exception as exc:  # noqa: BLE001 (the driver's failure, one line)
-                LOG.warning("instance %s: console relay: driver: %s", uuid, exc)
-                path = None
-            if path is None:
+                guest = self.screens.open(uuid)
+            except Exception as exc:  # noqa: BLE001 (the hypervisor's failure, one line)
+                LOG.warning("instance %s: console relay: %s", uuid, exc)
+                guest = None
+            if guest is None:
                 tls.sendall(remote_consoles.answer_no(
                     f"instance {uuid} has no screen running on this host"))
                 return
-            guest = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             try:
-                guest.settimeout(HANDSHAKE_SECONDS)
-                guest.connect(path)
                 tls.sendall(remote_consoles.answer_ok())
                 LOG.info("instance %s: console opened for %s", uuid, peer)
                 tls.settimeout(None)
@@ -209,14 +205,3 @@ def pipe(one: socket.socket, other: socket.socket) -> None:
             if not data:
                 return
             (other if end is one else one).sendall(data)
-
-
-def from_pool(schedule: Callable[..., concurrent.futures.Future]) -> Callable[[str], str | None]:
-    """`vnc_socket` asked of the driver in a worker of the pool."""
-    from etcd_compute.compute import worker
-
-    def vnc_socket(uuid: str) -> str | None:
-        return schedule(worker.vnc_socket, uuid, timeout=LOOKUP_SECONDS).result(
-            LOOKUP_SECONDS + 5)
-
-    return vnc_socket

@@ -53,7 +53,7 @@ from etcd_compute.compute.machine import InstanceMachine, instance_log
 from etcd_compute.compute.pool import WorkerPool
 from etcd_compute.compute.power import PowerSync
 from etcd_compute.compute.registration import Registration
-from etcd_compute.drivers import load_power_watch
+from etcd_compute.drivers import load_power_watch, load_screens
 from etcd_compute.errors import EtcdComputeError, ServiceUnavailable
 from etcd_compute.etcd import Store
 from etcd_compute.heartbeat_timing import heartbeat_timing
@@ -302,12 +302,16 @@ class ComputeService:
         if self.config["console"]["listen"] is not None and self.console_relay is None:
             from etcd_compute.compute import console_relay
 
-            context = console_relay.server_context(self.config["console"],
-                                                   self.config["etcd"]["ca_cert"])
-            self.console_relay = console_relay.ConsoleRelay(
-                self.config["console"]["listen"], context,
-                console_relay.from_pool(self.pool.schedule))
-            address = self.console_relay.start()
+            screens = load_screens(self.config)
+            if screens is None:
+                LOG.warning("console.listen is set, but driver %s gives guests no screen: "
+                            "no console relay", self.config["driver"]["name"])
+            else:
+                context = console_relay.server_context(self.config["console"],
+                                                       self.config["etcd"]["ca_cert"])
+                self.console_relay = console_relay.ConsoleRelay(
+                    self.config["console"]["listen"], context, screens)
+                address = self.console_relay.start()
         elif self.console_relay is not None:
             address = self.console_relay.listening
         for rp in self.hosts:

@@ -204,11 +204,6 @@ def consoles(uuids: list[str], max_bytes: int) -> dict[str, dict[str, Any]]:
                    "diagnostics": driver().diagnostics(uuid)} for uuid in uuids}
 
 
-def vnc_socket(uuid: str) -> str | None:
-    """The running guest's VNC unix socket here (None: no screen; the console relay)."""
-    return driver().vnc_socket(uuid)
-
-
 def check() -> str:
     return driver().check()
 

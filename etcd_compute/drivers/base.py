@@ -16,6 +16,7 @@ guests that start or stop, from the hypervisor's own events.
 from __future__ import annotations
 
 import abc
+import socket
 from collections.abc import Callable
 from typing import Any
 
@@ -174,13 +175,6 @@ class Driver(abc.ABC):
         """The tail of the instance's serial console log."""
         return ""
 
-    def vnc_socket(self, uuid: str) -> str | None:
-        """The unix socket of the running guest's screen (VNC, RFB) on this host, for the
-        console relay; None when this driver gives guests no screen (the fake driver: it
-        has none, and says so) or the guest is not running here. Never a network address:
-        a guest's VNC is reachable only on its own host."""
-        return None
-
     def diagnostics(self, uuid: str) -> dict[str, Any] | None:
         """The guest's figures in Nova's diagnostics shape (2.48: state, driver, uptime,
         cpu/memory/disk/nic details); None when this driver has none or no such guest."""
@@ -194,6 +188,19 @@ class Driver(abc.ABC):
         """Release connections (called when a worker exits)."""
         return None
 
+
+
+class Screens(abc.ABC):
+    """The guests' screens on this host, for the console relay (the compute's main
+    process): a guest's VNC as a connected socket, never an address anyone could reach."""
+
+    @abc.abstractmethod
+    def open(self, uuid: str) -> socket.socket | None:
+        """A socket carrying the running guest `uuid`'s screen (RFB), or None: no such
+        guest of ours running here."""
+
+    def close(self) -> None:
+        return None
 
 
 class PowerWatch(abc.ABC):

@@ -25,13 +25,7 @@ from etcd_compute.drivers.base import Driver
 from etcd_compute.errors import BuildError, RequestError, ServiceUnavailable
 from etcd_compute.glance import GlanceClient
 from etcd_compute.virt import diagnostics, disks, network, nwfilter
-from etcd_compute.virt.domain import (
-    is_ours,
-    mac_addresses,
-    power_off,
-    shut_down,
-    vnc_socket_of,
-)
+from etcd_compute.virt.domain import is_ours, mac_addresses, power_off, shut_down
 from etcd_compute.virt.images import ImageCache
 from etcd_compute.virt.instance_files import InstanceFiles, bases_in_use
 from etcd_compute.virt.sources import SourcePolicy
@@ -148,15 +142,6 @@ class LibvirtHost(Driver):
 
     def console(self, uuid: str, max_bytes: int = 65536) -> str:
         return InstanceFiles.of(self.instances_dir, uuid).console_tail(max_bytes)
-
-    def vnc_socket(self, uuid: str) -> str | None:
-        domain = self._our_domain(uuid)
-        try:
-            if domain is None or not domain.isActive():
-                return None
-            return vnc_socket_of(domain.XMLDesc(0))
-        except libvirt.libvirtError:
-            return None  # gone meanwhile
 
     def diagnostics(self, uuid: str) -> dict[str, Any] | None:
         domain = self._our_domain(uuid)

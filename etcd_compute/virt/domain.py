@@ -118,12 +118,12 @@ def domain_xml(spec: DomainSpec) -> str:
     _sub(serial, "target", port="0")
     console = _sub(devices, "console", type="pty")
     _sub(console, "target", type="serial", port="0")
-    # The guest's screen: VNC on a unix socket that libvirt makes in the domain's own
-    # directory (mode 0700/0750, its qemu user's), never on a network address. The compute's
-    # console relay reads its path from the live XML (`vnc_socket_of`) and carries it to
-    # the console proxy over mutual TLS (remote_consoles.py).
+    # The guest's screen: VNC that listens nowhere, neither on an address nor on a socket
+    # file; libvirt hands one connected descriptor to whoever asks through its own
+    # (root-only) socket (virDomainOpenGraphicsFD: drivers/libvirt_screens.py), which is
+    # how the compute's console relay reaches it (remote_consoles.py).
     graphics = _sub(devices, "graphics", type="vnc")
-    _sub(graphics, "listen", type="socket")
+    _sub(graphics, "listen", type="none")
     video = _sub(devices, "video")
     _sub(video, "model", type="vga")
     _sub(devices, "memballoon", model="none")
@@ -152,20 +152,6 @@ def is_ours(domain: libvirt.virDomain) -> bool:
     except libvirt.libvirtError:
         return False
     return True
-
-
-def vnc_socket_of(xml: str) -> str | None:
-    """The unix socket of a running domain's VNC screen, from its live XML; None when it
-    has none (or VNC is on a network address: not ours, and never relayed)."""
-    for graphics in ET.fromstring(xml).iterfind("devices/graphics"):
-        if graphics.get("type") != "vnc":
-            continue
-        listen = graphics.find("listen")
-        path = listen.get("socket") if listen is not None and \
-            listen.get("type") == "socket" else graphics.get("socket")
-        if path and os.path.isabs(path):
-            return path
-    return None
 
 
 def mac_addresses(domain: libvirt.virDomain, network: str | None = None) -> list[str]:
