@@ -241,6 +241,13 @@ class ProxyServer(ThreadingMixIn, HTTPServer):
     heartbeat = None
     target_host = "relay"
     target_port = 0
+    auth_plugin = None
+    token_plugin = None
+    wrap_cmd = None
+    unix_target = None
+    unix_listen = None
+    ssl_target = False
+    ws_connection = False
 
     class Refusal(Exception):
         """A websocket refused (the HTTP error is sent)."""
@@ -265,7 +272,13 @@ class ProxyServer(ThreadingMixIn, HTTPServer):
         super().finish_request(request, client_address)
 
     def handle_error(self, request: Any, client_address: Any) -> None:
-        LOG.info("%s: connection ended with an error", client_address[0])
+        import sys
+
+        error = sys.exc_info()[1]
+        if isinstance(error, self.Refusal):
+            return  # logged, and answered, where refused
+        LOG.warning("%s: connection ended: %s: %s", client_address[0],
+                    type(error).__name__, str(error).splitlines()[0][:200] if str(error) else "")
 
 
 def web_context(settings: dict[str, Any]) -> ssl.SSLContext | None:

@@ -145,12 +145,14 @@ class ConsoleRelay:
         conn.settimeout(HANDSHAKE_SECONDS)
         tls = self.context.wrap_socket(conn, server_side=True)
         try:
+            # The request is read first (64 bytes at most, within the handshake's time), so
+            # that a refusal is read by its peer instead of lost in a reset.
+            line = _read_line(tls, remote_consoles.REQUEST_MAX_BYTES)
             if not is_console_proxy(tls.getpeercert()):
                 LOG.warning("console relay: %s refused: its certificate is not the console "
                             "proxy's", peer)
                 tls.sendall(remote_consoles.answer_no("not the console proxy's certificate"))
                 return
-            line = _read_line(tls, remote_consoles.REQUEST_MAX_BYTES)
             try:
                 uuid = remote_consoles.parse_request(line)
             except ValueError:
