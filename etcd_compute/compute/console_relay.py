@@ -46,7 +46,7 @@ def listen_address(listen: str) -> tuple[str, int]:
     except ValueError:
         raise ConfigError(f"console.listen {listen!r}: expected IP:PORT (an address, not "
                           "a name)") from None
-    if not sep or not 0 < number < 65536:
+    if not sep or not 0 <= number < 65536:  # 0: a free port, the one chosen published
         raise ConfigError(f"console.listen {listen!r}: expected IP:PORT")
     return host, number
 
