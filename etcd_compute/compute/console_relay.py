@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from etcd_compute import remote_consoles
-from etcd_compute.drivers import Screens
+from etcd_compute.drivers import Screens, load_screens
 from etcd_compute.errors import ConfigError
 from etcd_compute.pki import CONSOLE_PROXY_UNIT
 
@@ -207,3 +207,20 @@ def pipe(one: socket.socket, other: socket.socket) -> None:
             if not data:
                 return
             (other if end is one else one).sendall(data)
+
+
+def start(config: dict[str, Any]) -> ConsoleRelay | None:
+    """The compute's console relay, listening, when `console.listen` is set and the driver
+    gives guests screens; else None (the fake driver: no VMs, no screens: said once)."""
+    settings = config["console"]
+    if settings["listen"] is None:
+        return None
+    screens = load_screens(config)
+    if screens is None:
+        LOG.warning("console.listen is set, but driver %s gives guests no screen: no console "
+                    "relay", config["driver"]["name"])
+        return None
+    relay = ConsoleRelay(settings["listen"], server_context(settings, config["etcd"]["ca_cert"]),
+                         screens)
+    relay.start()
+    return relay
