@@ -180,6 +180,25 @@ def _read_line(sock: socket.socket, limit: int) -> bytes:
     return line
 
 
+def _close(sock: socket.socket) -> None:
+    try:
+        sock.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
+    sock.close()
+
+
+def _carry(relay: ssl.SSLSocket, outer: socket.socket) -> None:
+    """The relay's bytes to and from websockify's end, until either closes."""
+    try:
+        remote_consoles.pipe(relay, outer)
+    except (OSError, ssl.SSLError):
+        pass
+    finally:
+        _close(outer)
+        _close(relay)
+
+
 def handler_class() -> type:
     """websockify's request handler with our admission (imported only by the proxy)."""
     from websockify.websocketproxy import ProxyRequestHandler
@@ -212,14 +231,19 @@ def handler_class() -> type:
             relay, self.relay = self.relay, None
             if relay is None:
                 raise self.CClose(1011, "no console")
+            # websockify selects on its target and reads it once per wakeup; TLS may hold
+            # decrypted bytes no select sees. A thread carries the relay's TLS to a plain
+            # socket pair (remote_consoles.pipe reads what TLS holds first): websockify's
+            # side of it has no such bytes.
+            inner, outer = socket.socketpair()
+            carrier = threading.Thread(target=_carry, args=(relay, outer), daemon=True,
+                                       name="console-carrier")
+            carrier.start()
             try:
-                self.do_proxy(relay)
+                self.do_proxy(inner)
             finally:
-                try:
-                    relay.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
-                relay.close()
+                _close(inner)
+                carrier.join(RELAY_SECONDS)
 
         def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (http.server's)
             LOG.info("%s %s", self.client_address[0], format % args)

@@ -24,6 +24,9 @@ import base64
 import hashlib
 import re
 import secrets
+import select
+import socket
+import ssl
 import time
 from dataclasses import dataclass
 from urllib import parse
@@ -41,6 +44,7 @@ NOVNC = "novnc"
 
 # The relay's protocol.
 REQUEST_MAX_BYTES = 64
+PIPE_CHUNK = 65536
 ANSWER_MAX_BYTES = 200
 _REQUEST = re.compile(r"\ACONSOLE ([0-9a-f-]{36})\n\Z")
 
@@ -143,3 +147,17 @@ def parse_answer(line: bytes) -> str | None:
     text = line.decode("ascii", "replace").rstrip("\n")
     return text[3:] if text.startswith("NO ") else f"unexpected answer {text[:80]!r}"
 
+
+def pipe(one: socket.socket, other: socket.socket) -> None:
+    """Carry bytes both ways until either end closes, in this one thread (a TLS socket is
+    read and written by one thread only; what it has decrypted already is read first)."""
+    ends = [one, other]
+    while True:
+        ready = [end for end in ends if isinstance(end, ssl.SSLSocket) and end.pending()]
+        if not ready:
+            ready, _, _ = select.select(ends, [], [])
+        for end in ready:
+            data = end.recv(PIPE_CHUNK)
+            if not data:
+                return
+            (other if end is one else one).sendall(data)

@@ -14,7 +14,6 @@ path from anyone: it is no open relay.
 from __future__ import annotations
 
 import logging
-import select
 import socket
 import ssl
 import threading
@@ -31,7 +30,6 @@ LOG = logging.getLogger("etcd_compute.compute.console_relay")
 # Connections carried at once; more wait for the TLS handshake's slot.
 MAX_CONNECTIONS = 64
 HANDSHAKE_SECONDS = 10.0
-CHUNK = 65536
 
 
 def listen_address(listen: str) -> tuple[str, int]:
@@ -172,7 +170,7 @@ class ConsoleRelay:
                 LOG.info("instance %s: console opened for %s", uuid, peer)
                 tls.settimeout(None)
                 guest.settimeout(None)
-                pipe(tls, guest)
+                remote_consoles.pipe(tls, guest)
                 LOG.info("instance %s: console closed", uuid)
             finally:
                 guest.close()
@@ -192,21 +190,6 @@ def _read_line(sock: socket.socket, limit: int) -> bytes:
             raise ValueError("closed before its request")
         line += byte
     return line
-
-
-def pipe(one: socket.socket, other: socket.socket) -> None:
-    """Carry bytes both ways until either end closes, in this one thread (a TLS socket is
-    read and written by one thread only; what it has decrypted already is read first)."""
-    ends = [one, other]
-    while True:
-        ready = [end for end in ends if isinstance(end, ssl.SSLSocket) and end.pending()]
-        if not ready:
-            ready, _, _ = select.select(ends, [], [])
-        for end in ready:
-            data = end.recv(CHUNK)
-            if not data:
-                return
-            (other if end is one else one).sendall(data)
 
 
 def start(config: dict[str, Any]) -> ConsoleRelay | None:

@@ -167,3 +167,34 @@ def test_a_relay_with_a_certificate_of_another_ca_is_not_trusted(world, tmp_path
     with pytest.raises(Refused, match="console relay") as refusal:
         open_console(world["store"], context, token)
     assert refusal.value.status == 502
+
+
+def test_a_screens_worth_of_bytes_crosses_both_ways_without_waiting_for_more(world):
+    """Many TLS records at once: what TLS has decrypted is carried on at once (websockify
+    reads its target once per wakeup; the carrier reads TLS's own buffer first)."""
+    import socket
+    import threading
+
+    from etcd_compute.console_proxy import _carry
+
+    store, uuid = world["store"], world["uuid"]
+    guest = world["screens"].add(uuid)
+    relay = open_console(store, world["context"], remote_consoles.issue(
+        store, uuid, 600, "someone"))
+    inner, outer = socket.socketpair()
+    threading.Thread(target=_carry, args=(relay, outer), daemon=True).start()
+    screen = bytes(range(256)) * 4096  # 1 MiB: 64 TLS records at least
+    inner.settimeout(10)
+    guest.settimeout(10)
+    threading.Thread(target=guest.sendall, args=(screen,), daemon=True).start()
+    got = b""
+    while len(got) < len(screen):
+        got += inner.recv(1 << 20)
+    assert got == screen
+    threading.Thread(target=inner.sendall, args=(screen,), daemon=True).start()
+    got = b""
+    while len(got) < len(screen):
+        got += guest.recv(1 << 20)
+    assert got == screen
+    inner.close()
+    assert guest.recv(10) == b""  # the browser went: the guest's end closes
