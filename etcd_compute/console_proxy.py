@@ -180,6 +180,11 @@ def _read_line(sock: socket.socket, limit: int) -> bytes:
     return line
 
 
+def _printable(text: str) -> str:
+    """`text` in printable ASCII: anything else escaped (a log line, an HTTP status line)."""
+    return "".join(ch if " " <= ch <= "~" else ch.encode("unicode_escape").decode() for ch in text)
+
+
 def _close(sock: socket.socket) -> None:
     try:
         sock.shutdown(socket.SHUT_RDWR)
@@ -218,9 +223,10 @@ def handler_class() -> type:
                 self.relay = open_console(self.server.store, self.server.relay_context,
                                           token)
             except Refused as exc:
+                reason = _printable(exc.reason)  # the status line is latin-1, one line
                 LOG.warning("%s: websocket refused (%d): %s", self.client_address[0],
-                            exc.status, exc.reason)
-                self.send_error(exc.status, exc.reason)
+                            exc.status, reason)
+                self.send_error(exc.status, reason)
                 raise self.server.Refusal(exc.reason) from None
             except EtcdComputeError as exc:
                 LOG.warning("websocket refused: %s", exc)
@@ -246,7 +252,8 @@ def handler_class() -> type:
                 carrier.join(RELAY_SECONDS)
 
         def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (http.server's)
-            LOG.info("%s %s", self.client_address[0], format % args)
+            # What a client sent (its request line) is logged escaped, as http.server does.
+            LOG.info("%s %s", self.client_address[0], _printable(format % args))
 
     return Handler
 

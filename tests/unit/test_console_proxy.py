@@ -198,3 +198,13 @@ def test_a_screens_worth_of_bytes_crosses_both_ways_without_waiting_for_more(wor
     assert got == screen
     inner.close()
     assert guest.recv(10) == b""  # the browser went: the guest's end closes
+
+
+def test_what_a_client_sent_is_escaped_before_a_status_line_or_a_log_line():
+    from etcd_compute.console_proxy import _printable
+
+    with pytest.raises(Refused) as refusal:
+        token_of(f"/?token={TOKEN}&h%C3%A9%0d%0aSet-Cookie:x=1", None)
+    shown = _printable(refusal.value.reason)
+    assert shown.isascii() and "\r" not in shown and "\n" not in shown
+    assert "\\r\\n" in shown and "\\xe9" in shown
