@@ -46,6 +46,11 @@ from etcd_compute.instances import records, states
 LOG = logging.getLogger("etcd_compute.console_proxy")
 
 RELAY_SECONDS = 10.0
+# A client has this long to send its request (and its TLS handshake); an open console has
+# no limit.
+REQUEST_SECONDS = 30.0
+# Connections served at once; more are closed as they come.
+MAX_CONNECTIONS = 256
 
 
 class Refused(Exception):
@@ -210,6 +215,7 @@ def handler_class() -> type:
 
     class Handler(ProxyRequestHandler):  # type: ignore[misc]
         relay: ssl.SSLSocket | None = None
+        timeout = REQUEST_SECONDS  # until the request is read (no slow client holds a thread)
 
         def translate_path(self, path: str) -> str:
             self.directory = self.server.web_dir
@@ -234,6 +240,7 @@ def handler_class() -> type:
                 raise self.server.Refusal(str(exc)) from None
 
         def new_websocket_client(self) -> None:
+            self.request.socket.settimeout(None)  # a console may idle: no limit now
             relay, self.relay = self.relay, None
             if relay is None:
                 raise self.CClose(1011, "no console")
@@ -293,13 +300,27 @@ class ProxyServer(ThreadingMixIn, HTTPServer):
         self.web_context = web_context
         self.web_dir = settings["web_dir"]
         self.allowed_origins = list(settings["allowed_origins"])
+        self.slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
         super().__init__((host, port), handler_class())
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        if not self.slots.acquire(blocking=False):
+            LOG.warning("%s: refused, %d connections served already", client_address[0],
+                        MAX_CONNECTIONS)
+            self.shutdown_request(request)
+            return
+        super().process_request(request, client_address)
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self.slots.release()
 
     def finish_request(self, request: Any, client_address: Any) -> None:
         if self.web_context is not None:
-            request.settimeout(RELAY_SECONDS)
+            request.settimeout(REQUEST_SECONDS)
             request = self.web_context.wrap_socket(request, server_side=True)
-            request.settimeout(None)
         super().finish_request(request, client_address)
 
     def handle_error(self, request: Any, client_address: Any) -> None:

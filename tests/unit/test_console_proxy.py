@@ -208,3 +208,42 @@ def test_what_a_client_sent_is_escaped_before_a_status_line_or_a_log_line():
     shown = _printable(refusal.value.reason)
     assert shown.isascii() and "\r" not in shown and "\n" not in shown
     assert "\\r\\n" in shown and "\\xe9" in shown
+
+
+def test_a_silent_client_is_let_go_and_connections_are_capped(world, monkeypatch, tmp_path):
+    """A client that sends nothing holds its thread only REQUEST_SECONDS; past
+    MAX_CONNECTIONS at once, a new one is closed as it comes; noVNC's page is served."""
+    import socket
+    import threading
+    import time
+
+    import requests
+
+    from etcd_compute import console_proxy
+
+    monkeypatch.setattr(console_proxy, "REQUEST_SECONDS", 0.5)
+    monkeypatch.setattr(console_proxy, "MAX_CONNECTIONS", 2)
+    web = tmp_path / "novnc"
+    web.mkdir()
+    (web / "vnc_lite.html").write_text("<title>noVNC</title>")
+    server = console_proxy.ProxyServer(
+        {"console": {"proxy_listen": "127.0.0.1:0", "web_dir": str(web),
+                     "allowed_origins": []}}, world["store"], world["context"])
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05},
+                     daemon=True).start()
+    port = server.server_address[1]
+    try:
+        silent = [socket.create_connection(("127.0.0.1", port), timeout=5) for _ in range(2)]
+        time.sleep(0.2)
+        third = socket.create_connection(("127.0.0.1", port), timeout=5)
+        assert third.recv(10) == b""  # closed at once: two are served already
+        started = time.monotonic()
+        assert silent[0].recv(10) == b""  # let go after REQUEST_SECONDS
+        assert time.monotonic() - started < 3
+        time.sleep(0.2)
+        page = requests.get(f"http://127.0.0.1:{port}/vnc_lite.html", timeout=5)
+        assert page.status_code == 200 and "noVNC" in page.text
+        assert requests.get(f"http://127.0.0.1:{port}/", timeout=5).status_code == 404
+    finally:
+        server.shutdown()
+        server.server_close()
