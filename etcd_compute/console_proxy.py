@@ -236,7 +236,7 @@ def handler_class() -> type:
                 raise self.server.Refusal(exc.reason) from None
             except EtcdComputeError as exc:
                 LOG.warning("websocket refused: %s", exc)
-                self.send_error(503, str(exc).splitlines()[0][:200])
+                self.send_error(503, _printable(str(exc).splitlines()[0][:200]))
                 raise self.server.Refusal(str(exc)) from None
 
         def new_websocket_client(self) -> None:
@@ -257,6 +257,12 @@ def handler_class() -> type:
             finally:
                 _close(inner)
                 carrier.join(RELAY_SECONDS)
+
+        def finish(self) -> None:
+            if self.relay is not None:  # opened, but the websocket's handshake failed
+                _close(self.relay)
+                self.relay = None
+            super().finish()
 
         def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (http.server's)
             # What a client sent (its request line) is logged escaped, as http.server does.
