@@ -160,6 +160,14 @@ RULES = [
     (SECURITY_GROUPS % "list", PROJECT_READER_OR_ADMIN),
     (SECURITY_GROUPS % "add", PROJECT_MEMBER_OR_ADMIN),
     (SECURITY_GROUPS % "remove", PROJECT_MEMBER_OR_ADMIN),
+    # The proxy to Neutron's groups (to 2.35), Nova's defaults.
+    (SECURITY_GROUPS % "get", PROJECT_READER_OR_ADMIN),
+    (SECURITY_GROUPS % "show", PROJECT_READER_OR_ADMIN),
+    (SECURITY_GROUPS % "create", PROJECT_MEMBER_OR_ADMIN),
+    (SECURITY_GROUPS % "update", PROJECT_MEMBER_OR_ADMIN),
+    (SECURITY_GROUPS % "delete", PROJECT_MEMBER_OR_ADMIN),
+    (SECURITY_GROUPS % "rule:create", PROJECT_MEMBER_OR_ADMIN),
+    (SECURITY_GROUPS % "rule:delete", PROJECT_MEMBER_OR_ADMIN),
     # Nova's default: the service role (Neutron, Cinder, Cyborg send these), not admins.
     (EXTERNAL_EVENTS, "rule:service_or_admin"),
     (MIGRATE_SERVER % "migrate_live", ADMIN),

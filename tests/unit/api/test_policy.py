@@ -179,6 +179,13 @@ DEFAULTS = {
     "os_compute_api:os-attach-interfaces:delete": WRITE,
     "os_compute_api:os-security-groups:add": WRITE,
     "os_compute_api:os-security-groups:remove": WRITE,
+    "os_compute_api:os-security-groups:get": READ,
+    "os_compute_api:os-security-groups:show": READ,
+    "os_compute_api:os-security-groups:create": WRITE,
+    "os_compute_api:os-security-groups:update": WRITE,
+    "os_compute_api:os-security-groups:delete": WRITE,
+    "os_compute_api:os-security-groups:rule:create": WRITE,
+    "os_compute_api:os-security-groups:rule:delete": WRITE,
     "os_compute_api:os-server-external-events:create": SERVICE,
     "os_compute_api:os-migrate-server:migrate_live": ADMIN,
     "os_compute_api:os-migrate-server:migrate": ADMIN,
@@ -416,6 +423,22 @@ CALLS = {
         "addSecurityGroup": {"name": "default"}}, owner=SERVER),
     "os_compute_api:os-security-groups:remove": Call("POST", SERVER_ACTION, {
         "removeSecurityGroup": {"name": "default"}}, owner=SERVER),
+    "os_compute_api:os-security-groups:get": Call("GET", "/os-security-groups",
+                                                  neutron=True),
+    "os_compute_api:os-security-groups:show": Call("GET", "/os-security-groups/{network}",
+                                                   neutron=True),
+    "os_compute_api:os-security-groups:create": Call("POST", "/os-security-groups", {
+        "security_group": {"name": "web", "description": "ssh"}}, neutron=True),
+    "os_compute_api:os-security-groups:update": Call("PUT", "/os-security-groups/{network}", {
+        "security_group": {"name": "web", "description": "ssh"}}, neutron=True),
+    "os_compute_api:os-security-groups:delete": Call(
+        "DELETE", "/os-security-groups/{network}", neutron=True),
+    "os_compute_api:os-security-groups:rule:create": Call(
+        "POST", "/os-security-group-rules", {"security_group_rule": {
+            "parent_group_id": "{network}", "ip_protocol": "tcp", "from_port": 22,
+            "to_port": 22}}, neutron=True),
+    "os_compute_api:os-security-groups:rule:delete": Call(
+        "DELETE", "/os-security-group-rules/{network}", neutron=True),
     "os_compute_api:os-server-external-events:create": Call(
         "POST", "/os-server-external-events", {"events": [
             {"name": "network-changed", "server_uuid": "{server}"}]}),
