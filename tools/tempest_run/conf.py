@@ -52,6 +52,15 @@ COMPUTE_FEATURES: dict[str, tuple[bool, str]] = {
     "unified_limits": (False, "limits are ours, in etcd (os-quota-sets), not Keystone's"),
 }
 
+# What differs on the Neutron cloud (cloud.neutron): a move does not rebind the guest's
+# ports to the destination yet (Nova's port bindings), so the destination refuses it
+# (docs/explanation/networking.md, "Not yet").
+NEUTRON_COMPUTE_FEATURES: dict[str, tuple[bool, str]] = {
+    "live_migration": (False, "on Neutron ports a move is refused: ports are not rebound"),
+    "live_migrate_back_and_forth": (False, "no live migration on Neutron ports"),
+    "block_migration_for_live_migration": (False, "no live migration on Neutron ports"),
+}
+
 # Nova's names of the scheduler filters we have (etcd_compute/scheduler/filters.py):
 # alive and enabled hosts, image properties, hard affinity and anti-affinity. Tempest
 # sends only the hints of the filters named here.
@@ -131,7 +140,8 @@ def tempest_conf(cloud: Cloud, workspace: Path, build_timeout: int = 120) -> str
         # as it does against any Nova whose network it cannot list.
         "fixed_network_name": "",
         "build_interval": "1"}
-    features = {name: "true" if on else "false" for name, (on, _) in COMPUTE_FEATURES.items()}
+    flags = {**COMPUTE_FEATURES, **(NEUTRON_COMPUTE_FEATURES if cloud.neutron else {})}
+    features = {name: "true" if on else "false" for name, (on, _) in flags.items()}
     features["scheduler_enabled_filters"] = ",".join(SCHEDULER_FILTERS)
     features["nova_policy_roles"] = "admin,member,reader"
     conf["compute-feature-enabled"] = features
