@@ -173,6 +173,7 @@ RULES = [
     (MIGRATE_SERVER % "migrate_live", ADMIN),
     (MIGRATE_SERVER % "migrate", ADMIN),
     (ADMIN_ACTIONS % "reset_state", ADMIN),
+    (ADMIN_ACTIONS % "inject_network_info", ADMIN),
     (LOCK_SERVER % "lock", PROJECT_MEMBER_OR_ADMIN),
     (LOCK_SERVER % "unlock", PROJECT_MEMBER_OR_ADMIN),
     (LOCK_SERVER % "unlock:unlock_override", ADMIN),

@@ -190,6 +190,7 @@ DEFAULTS = {
     "os_compute_api:os-migrate-server:migrate_live": ADMIN,
     "os_compute_api:os-migrate-server:migrate": ADMIN,
     "os_compute_api:os-admin-actions:reset_state": ADMIN,
+    "os_compute_api:os-admin-actions:inject_network_info": ADMIN,
     "os_compute_api:os-lock-server:lock": WRITE,
     "os_compute_api:os-lock-server:unlock": WRITE,
     "os_compute_api:os-lock-server:unlock:unlock_override": ADMIN,
@@ -447,6 +448,8 @@ CALLS = {
         owner=SERVER),
     "os_compute_api:os-migrate-server:migrate": Call("POST", SERVER_ACTION, {"migrate": None},
                                                      owner=SERVER),
+    "os_compute_api:os-admin-actions:inject_network_info": Call(
+        "POST", SERVER_ACTION, {"injectNetworkInfo": None}, owner=SERVER),
     "os_compute_api:os-admin-actions:reset_state": Call("POST", SERVER_ACTION, {
         "os-resetState": {"state": "error"}}, owner=SERVER),
     "os_compute_api:os-lock-server:lock": Call("POST", SERVER_ACTION, {"lock": None},
