@@ -5,12 +5,13 @@ backend only (404 under the libvirt backend: its one group is no set of rules).
 As Nova's security_groups.py over network/security_group_api.py: the caller's own Neutron
 (its token), so Neutron's policy decides; a list is the project's groups (admins:
 `all_tenants`), sorted by tenant and name; a group's name and description must be strings
-of 1 to 255 characters once stripped (400); an id that is no uuid 400 "Security group id
-should be uuid"; an unknown group 404 "Security group X not found."; a group in use
-(Neutron's 409) 400; Neutron's 400 is 400, its 409 on a rule (a duplicate, a quota) 403, as
+of 1 to 255 characters once stripped (400; kept as given); an id that is no uuid 400
+"Security group id should be uuid"; an unknown group 404 "Security group X not found."; a
+group in use (Neutron's 409) 400; Neutron's 400 is 400, its 409 on a rule (a quota) 403, as
 Nova maps them. A rule is an ingress rule from a CIDR (default `0.0.0.0/0`) or a group, with
 Nova's checks of protocol (tcp, udp, icmp) and ports; a CIDR rule without protocol and ports
-400 "Not enough parameters to build a valid rule.".
+400 "Not enough parameters to build a valid rule.", one the group has 400 "This rule already
+exists in group G".
 """
 
 from __future__ import annotations
@@ -80,13 +81,14 @@ def _id(value: Any) -> str:
 
 
 def _property(value: Any, name: str) -> str:
+    """The value as given (spaces kept, as Nova keeps them), checked stripped."""
     if not isinstance(value, str):
         raise bad_request(f"Security group {name} is not a string or unicode")
     stripped = value.strip()
     if not 1 <= len(stripped) <= 255:
         raise bad_request(f"{name} has a length of {len(stripped)}: it must be 1 to 255 "
                           "characters")
-    return stripped
+    return value
 
 
 def _group(neutron: Any, group_id: str) -> dict[str, Any]:
@@ -235,6 +237,11 @@ def create_rule(api: Backend, req: ApiRequest) -> webob.Response:
         rule["remote_group_id"] = group_id
     else:
         rule["remote_ip_prefix"] = cidr
+    keys = ("protocol", "port_range_min", "port_range_max", "remote_group_id",
+            "remote_ip_prefix")
+    if any(r.get("direction") == "ingress" and all(r.get(k) == rule.get(k) for k in keys)
+           for r in parent.get("security_group_rules") or []):
+        raise bad_request(f"This rule already exists in group {parent['id']}")
     try:
         made = neutron.create(RULES, rule)
     except NeutronError as exc:

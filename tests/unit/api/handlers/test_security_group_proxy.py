@@ -26,9 +26,9 @@ def test_create_list_show_update_delete_as_nova(proxy):
     assert answer.status_int == 200, answer.text
     made = answer.json["security_group"]
     assert (made["name"], made["description"], made["tenant_id"], made["rules"]) == (
-        "web", "ssh", "p1", [])
+        " web ", "ssh", "p1", [])  # spaces kept, as Nova keeps them
     listed = harness.call("GET", GROUPS).json["security_groups"]
-    assert [g["name"] for g in listed] == ["web"]  # not another project's
+    assert [g["name"] for g in listed] == [" web "]  # not another project's
     assert len(harness.admin("GET", f"{GROUPS}?all_tenants=1").json["security_groups"]) == 2
     assert harness.call("GET", f"{GROUPS}/{made['id']}").json["security_group"] == made
     changed = harness.call("PUT", f"{GROUPS}/{made['id']}", {"security_group": {
@@ -99,7 +99,8 @@ def test_rules_are_made_shown_in_their_group_and_deleted(proxy):
     again = harness.call("POST", RULES, {"security_group_rule": {
         "parent_group_id": group["id"], "ip_protocol": "tcp", "from_port": 22,
         "to_port": 22, "cidr": "10.0.0.0/8"}})
-    assert again.status_int == 403  # Neutron's 409 (it exists), as Nova maps it
+    assert (again.status_int, again.json["badRequest"]["message"]) == (
+        400, f"This rule already exists in group {group['id']}")  # Nova's own check
     assert harness.call("DELETE", f"{RULES}/{rule['id']}").status_int == 202
     assert harness.call("DELETE", f"{RULES}/{rule['id']}").status_int == 404
 
