@@ -47,6 +47,7 @@ HYPERVISORS = "os_compute_api:os-hypervisors:%s"
 HOSTS = "os_compute_api:os-hosts:%s"
 EXTENSIONS = "os_compute_api:extensions"
 NETWORKS = "os_compute_api:os-networks:%s"
+TENANT_NETWORKS = "os_compute_api:os-tenant-networks:%s"
 MIGRATE_SERVER = "os_compute_api:os-migrate-server:%s"
 ADMIN_ACTIONS = "os_compute_api:os-admin-actions:%s"
 LOCK_SERVER = "os_compute_api:os-lock-server:%s"
@@ -131,6 +132,8 @@ RULES = [
     (EXTENSIONS, ANY),
     (NETWORKS % "list", ANY),
     (NETWORKS % "view", ANY),
+    (TENANT_NETWORKS % "list", PROJECT_READER_OR_ADMIN),
+    (TENANT_NETWORKS % "show", PROJECT_READER_OR_ADMIN),
     (HOSTS % "list", ADMIN),
     (HOSTS % "show", ADMIN),
     (HOSTS % "update", ADMIN),
