@@ -48,6 +48,7 @@ HOSTS = "os_compute_api:os-hosts:%s"
 EXTENSIONS = "os_compute_api:extensions"
 NETWORKS = "os_compute_api:os-networks:%s"
 TENANT_NETWORKS = "os_compute_api:os-tenant-networks:%s"
+SERVER_PASSWORD = "os_compute_api:os-server-password:%s"
 MIGRATE_SERVER = "os_compute_api:os-migrate-server:%s"
 ADMIN_ACTIONS = "os_compute_api:os-admin-actions:%s"
 LOCK_SERVER = "os_compute_api:os-lock-server:%s"
@@ -134,6 +135,8 @@ RULES = [
     (NETWORKS % "view", ANY),
     (TENANT_NETWORKS % "list", PROJECT_READER_OR_ADMIN),
     (TENANT_NETWORKS % "show", PROJECT_READER_OR_ADMIN),
+    (SERVER_PASSWORD % "show", PROJECT_READER_OR_ADMIN),
+    (SERVER_PASSWORD % "clear", PROJECT_MEMBER_OR_ADMIN),
     (HOSTS % "list", ADMIN),
     (HOSTS % "show", ADMIN),
     (HOSTS % "update", ADMIN),

@@ -181,6 +181,8 @@ DEFAULTS = {
     "os_compute_api:os-security-groups:remove": WRITE,
     "os_compute_api:os-security-groups:get": READ,
     "os_compute_api:os-tenant-networks:list": READ,
+    "os_compute_api:os-server-password:show": READ,
+    "os_compute_api:os-server-password:clear": WRITE,
     "os_compute_api:os-tenant-networks:show": READ,
     "os_compute_api:os-security-groups:show": READ,
     "os_compute_api:os-security-groups:create": WRITE,
@@ -426,6 +428,10 @@ CALLS = {
         "addSecurityGroup": {"name": "default"}}, owner=SERVER),
     "os_compute_api:os-security-groups:remove": Call("POST", SERVER_ACTION, {
         "removeSecurityGroup": {"name": "default"}}, owner=SERVER),
+    "os_compute_api:os-server-password:show": Call(
+        "GET", "/servers/{server}/os-server-password", owner=SERVER),
+    "os_compute_api:os-server-password:clear": Call(
+        "DELETE", "/servers/{server}/os-server-password", owner=SERVER),
     "os_compute_api:os-tenant-networks:list": Call("GET", "/os-tenant-networks",
                                                    neutron=True),
     "os_compute_api:os-tenant-networks:show": Call("GET", "/os-tenant-networks/{network}",
