@@ -36,6 +36,7 @@ from etcd_compute.api.handlers import (
     networks,
     quota_classes,
     quota_sets,
+    security_group_proxy,
     security_groups,
     server_actions,
     server_diagnostics,
@@ -43,6 +44,7 @@ from etcd_compute.api.handlers import (
     server_groups,
     server_ips,
     server_metadata,
+    server_password,
     servers,
     services,
     simple_tenant_usage,
@@ -75,7 +77,8 @@ class ComputeApp:
                        quota_classes, availability_zones, services, hypervisors, hosts,
                        extensions, networks, images, aggregates, simple_tenant_usage,
                        instance_usage_audit_log, migrations, server_external_events,
-                       security_groups, attach_interfaces):
+                       security_groups, attach_interfaces, security_group_proxy,
+                       server_password):
             module.routes(self.router, backend)
 
     def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]
