@@ -181,6 +181,9 @@ COMPUTE_DEFAULTS: dict[str, Any] = {
             # Seconds a live move's job runs on after the switch (the guest runs at the
             # destination): tests destroy it then.
             "switch_seconds": 0.0,
+            # The host's OVSDB (`ovs-vsctl --db`): guests' Neutron ports plugged there as
+            # OVS internal ports (drivers/fake_vifs.py); null: none plugged.
+            "ovsdb": None,
         },
     },
 }

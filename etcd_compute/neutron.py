@@ -140,6 +140,27 @@ class NeutronClient:
     def floating_ips(self, **filters: Any) -> list[dict[str, Any]]:
         return self._list("floatingips", filters)
 
+    def security_group(self, group_id: str) -> dict[str, Any]:
+        return self._one("security_groups", group_id)
+
+    def security_group_rule(self, rule_id: str) -> dict[str, Any]:
+        return self._one("security_group_rules", rule_id)
+
+    def create(self, collection: str, item: dict[str, Any]) -> dict[str, Any]:
+        """A new item of `collection` (`security_groups`, `security_group_rules`)."""
+        singular = collection[:-1]
+        return self.request("POST", f"/{collection}", expect=(201,),
+                            json={singular: item}).json()[singular]
+
+    def update(self, collection: str, item_id: str, changes: dict[str, Any]
+               ) -> dict[str, Any]:
+        singular = collection[:-1]
+        return self.request("PUT", f"/{collection}/{item_id}",
+                            json={singular: changes}).json()[singular]
+
+    def delete(self, collection: str, item_id: str) -> None:
+        self.request("DELETE", f"/{collection}/{item_id}", expect=(204,))
+
     # --- ports ----------------------------------------------------------------
 
     def port(self, port_id: str) -> dict[str, Any]:

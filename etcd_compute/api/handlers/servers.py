@@ -207,11 +207,9 @@ def _zone(api: Backend, req: ApiRequest, asked: dict[str, Any]) -> tuple[str | N
 
 def _group_hint(api: Backend, req: ApiRequest, hints: dict[str, Any]) -> ServerGroup | None:
     """The server group a create joins (the `group` hint): one the caller's project owns
-    (an admin's: any). Hints we cannot honour are refused, never ignored."""
-    other = sorted(set(hints) - {"group"})
-    if other:
-        raise bad_request(f"Scheduler hints not supported here: {', '.join(other)[:200]} "
-                          "(only group)")
+    (an admin's: any). The other hints (checked by the schema) are those of scheduler
+    filters Nova leaves off by default (SameHostFilter, DifferentHostFilter, JsonFilter,
+    ...): as Nova's scheduler without them, they place nothing."""
     wanted = hints.get("group")
     if wanted is None:
         return None
