@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import subprocess
 import uuid as uuidlib
 from collections.abc import Iterator
 from pathlib import Path
@@ -28,7 +30,7 @@ from etcd_compute.pki import Pki
 from tests.api.conftest import IMAGE, Cloud
 from tests.network.neutron import OPENSTACK, network_stack
 from tests.openstack_shell import OpenStackShells
-from tests.support import running, wait_for
+from tests.support import REPO, running, unavailable, wait_for
 from tools.local_services import KeystoneServer
 from tools.local_services import cloud as local_cloud
 from tools.local_services.networking import NetworkStack
@@ -276,3 +278,77 @@ def test_a_floating_ip_on_the_servers_port_is_among_its_addresses(
             demo.network.remove_interface_from_router(router, subnet_id=subnet.id)
             demo.network.delete_router(router)
         admin.network.delete_network(public)
+
+
+ANSIBLE_PLAYBOOK = REPO / ".venv-ansible" / "bin" / "ansible-playbook"
+PLAYBOOK = """
+- hosts: localhost
+  gather_facts: false
+  tasks:
+    - name: demo's server
+      openstack.cloud.server:
+        cloud: etcd-compute-demo
+        name: from-ansible
+        image: {image}
+        flavor: m1.tiny
+        network: demo-net
+        security_groups: [web]
+        auto_ip: false
+        wait: true
+        timeout: 120
+        state: {state}
+"""
+
+
+def ansible(cloud: Cloud, tmp_path: Path, image: str, state: str) -> str:
+    """The playbook's run as demo (`state` present or absent): its recap's `changed=N`."""
+    if not ANSIBLE_PLAYBOOK.exists():
+        unavailable(f"{ANSIBLE_PLAYBOOK} is missing (make install builds .venv-ansible)")
+    book = tmp_path / f"{state}.yml"
+    book.write_text(PLAYBOOK.format(image=image, state=state))
+    clouds = local_cloud.write_clouds_yaml(cloud.keystone, tmp_path / "clouds.yaml")
+    home = tmp_path / "ansible"
+    done = subprocess.run(
+        [str(ANSIBLE_PLAYBOOK), "-i", "localhost,", "-c", "local", "-e",
+         f"ansible_python_interpreter={ANSIBLE_PLAYBOOK.parent / 'python'}", str(book)],
+        env={"PATH": os.environ["PATH"], "HOME": str(home), "ANSIBLE_HOME": str(home),
+             "ANSIBLE_LOCAL_TEMP": str(home / "tmp"), "ANSIBLE_NOCOLOR": "1",
+             "ANSIBLE_FORCE_COLOR": "0", "OS_CLIENT_CONFIG_FILE": str(clouds)},
+        capture_output=True, text=True, timeout=300, check=False)
+    recap = re.search(r"localhost\s*:\s*ok=\d+\s+changed=(\d+)\s+unreachable=0\s+failed=0",
+                      done.stdout)
+    assert done.returncode == 0 and recap, done.stdout[-4000:] + done.stderr[-2000:]
+    return recap.group(1)
+
+
+def test_an_ansible_server_task_run_again_on_its_server_changes_nothing(
+        network: NetworkStack, cloud: Cloud, neutron: dict[str, Any],
+        glance_section: dict[str, Any], tmp_path: Path) -> None:
+    """Ansible's `openstack.cloud.server` (the collection Ansible bundles, openstacksdk
+    under it), as a playbook names a server: the first run creates it (changed), the
+    second finds it as asked, its network and security groups read through Nova's
+    os-security-groups and Neutron, and changes nothing; `state: absent` deletes it once."""
+    from etcd_compute.glance import GlanceClient
+
+    glance = GlanceClient(glance_section)
+    disk = tmp_path / "disk.raw"
+    disk.write_bytes(b"\0" * (1 << 20))
+    image, _ = local_cloud.upload_image(glance, disk, f"ansible-{uuidlib.uuid4().hex[:8]}",
+                                        owner=cloud.project_id("demo"),
+                                        visibility="private")
+    demo = cloud.connect("demo")
+    try:
+        assert ansible(cloud, tmp_path, image["id"], "present") == "1"
+        made = demo.compute.find_server("from-ansible")
+        assert made is not None and demo.compute.get_server(made.id).status == "ACTIVE"
+        assert ansible(cloud, tmp_path, image["id"], "present") == "0"
+        assert [s.id for s in demo.compute.servers(name="from-ansible")] == [made.id]
+        assert ansible(cloud, tmp_path, image["id"], "absent") == "1"
+        assert ansible(cloud, tmp_path, image["id"], "absent") == "0"
+    finally:
+        for left in demo.compute.servers(name="from-ansible"):
+            demo.compute.delete_server(left)
+            demo.compute.wait_for_delete(left, wait=60, interval=0.5)
+        glance.delete(image["id"])
+        wait_for(lambda: not cloud.usage("demo").get("consumer_count"), timeout=30,
+                 what="the claim freed")
