@@ -368,7 +368,9 @@ def test_a_guest_spoofing_another_port_or_its_floating_ip_is_dropped(
     the same echoes under its own identity, before and after, arrive, and SSH through the
     floating IP works again. OVN's port security (Neutron's `port_security_enabled`) drops
     them on the guest's own port: this holds without any code of ours; with port security
-    off on the guest's port the test fails (the spoofed echoes arrive).
+    off on the guest's port the test fails: every spoofed round arrives (tried: the
+    laptop saw rounds 102-104, 102 and 103 through the router's SNAT, the victim 103 and
+    104 and the ARP claiming the floating IP).
 
     Before that, the refusals as a user meets them: alt's floating IP pointed at demo's
     port, by alt and by demo, fails in Neutron, and our server view shows no floating
@@ -413,6 +415,8 @@ def test_a_guest_spoofing_another_port_or_its_floating_ip_is_dropped(
             assert done.returncode != 0, (cloud_name, done.stdout)
         assert openstack(ALT, "floating ip", "show", theirs["id"])["port_id"] is None
         assert floating_of(compute_cloud, uuid) == []
+        assert [row for row in nb(network, "list", "NAT")
+                if row["external_ip"] == theirs["floating_ip_address"]] == []
         openstack.ok(DEMO, "floating ip", "set", "--port", port["id"], mine["id"])
         wait_for(lambda: floating_of(compute_cloud, uuid) == [address] or None, timeout=30,
                  interval=0.5, what="the floating address in the server view")
