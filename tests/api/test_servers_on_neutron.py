@@ -122,6 +122,45 @@ def test_what_the_project_may_not_use_is_refused_before_any_claim(
     alt.network.delete_port(alt_port)
 
 
+def test_more_servers_than_the_projects_free_ports_allow_are_refused_or_fewer(
+        network: NetworkStack, cloud: Cloud, neutron: dict[str, Any]) -> None:
+    """Neutron's port quota, checked before anything is claimed as Nova's validate_networks
+    checks it: a thousand NICs on one server are refused at once (a spec carries 16); with
+    room for one more port in demo's quota, two servers (min_count) are 403, and one to
+    three (max_count) make one."""
+    demo, admin = cloud.connect("demo"), cloud.connect("admin")
+    project = cloud.project_id("demo")
+    net = neutron["net"].id
+    session, url = cloud.session("demo"), f"{cloud.api.endpoint}/servers"
+
+    def create(**more: Any) -> Any:
+        return session.post(url, raise_exc=False, json={"server": {
+            "name": "quota", "flavorRef": "1", "imageRef": IMAGE, **more}})
+
+    answer = create(networks=[{"uuid": net}] * 1000)
+    assert (answer.status_code, answer.json()["badRequest"]["message"]) == (
+        400, "At most 16 networks or ports per server here")
+    used = len(list(admin.network.ports(project_id=project)))
+    admin.network.update_quota(project, ports=used + 1)
+    try:
+        answer = create(networks=[{"uuid": net}], min_count=2)
+        assert (answer.status_code, answer.json()["forbidden"]["message"]) == (
+            403, "Maximum number of ports exceeded"), answer.text
+        assert list(demo.compute.servers()) == []
+        assert not cloud.usage("demo").get("consumer_count")
+        answer = create(networks=[{"uuid": net}], min_count=1, max_count=3)
+        assert answer.status_code == 202, answer.text
+        made = list(demo.compute.servers())
+        assert len(made) == 1, made
+    finally:
+        for left in demo.compute.servers():
+            demo.compute.delete_server(left)
+            demo.compute.wait_for_delete(left, wait=60, interval=0.5)
+        admin.network.delete_quota(project)  # back to Neutron's defaults
+        wait_for(lambda: not cloud.usage("demo").get("consumer_count"), timeout=30,
+                 what="the claim freed")
+
+
 @pytest.fixture
 def server(network: NetworkStack, cloud: Cloud, neutron: dict[str, Any]
            ) -> Iterator[tuple[Any, Any]]:
