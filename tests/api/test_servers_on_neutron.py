@@ -332,6 +332,9 @@ PLAYBOOK = """
         flavor: m1.tiny
         network: demo-net
         security_groups: [web]
+        metadata: {{role: web}}
+        tags: [web]
+        description: made by Ansible
         auto_ip: false
         wait: true
         timeout: 120
@@ -365,8 +368,9 @@ def test_an_ansible_server_task_run_again_on_its_server_changes_nothing(
         glance_section: dict[str, Any], tmp_path: Path) -> None:
     """Ansible's `openstack.cloud.server` (the collection Ansible bundles, openstacksdk
     under it), as a playbook names a server: the first run creates it (changed), the
-    second finds it as asked, its network and security groups read through Nova's
-    os-security-groups and Neutron, and changes nothing; `state: absent` deletes it once."""
+    second finds it as asked (its network and security groups read through Nova's
+    os-security-groups and Neutron; its metadata, tags and description in the server's
+    view) and changes nothing; `state: absent` deletes it once."""
     from etcd_compute.glance import GlanceClient
 
     glance = GlanceClient(glance_section)
@@ -379,7 +383,10 @@ def test_an_ansible_server_task_run_again_on_its_server_changes_nothing(
     try:
         assert ansible(cloud, tmp_path, image["id"], "present") == "1"
         made = demo.compute.find_server("from-ansible")
-        assert made is not None and demo.compute.get_server(made.id).status == "ACTIVE"
+        made = demo.compute.get_server(made.id) if made else None
+        assert made is not None and made.status == "ACTIVE"
+        assert (made.metadata, made.tags, made.description) == (
+            {"role": "web"}, ["web"], "made by Ansible")
         assert ansible(cloud, tmp_path, image["id"], "present") == "0"
         assert [s.id for s in demo.compute.servers(name="from-ansible")] == [made.id]
         assert ansible(cloud, tmp_path, image["id"], "absent") == "1"
