@@ -335,19 +335,22 @@ PLAYBOOK = """
         metadata: {{role: web}}
         tags: [web]
         description: made by Ansible
-        auto_ip: false
+        auto_ip: {auto_ip}
+        delete_ips: {auto_ip}
         wait: true
         timeout: 120
         state: {state}
 """
 
 
-def ansible(cloud: Cloud, tmp_path: Path, image: str, state: str) -> str:
-    """The playbook's run as demo (`state` present or absent): its recap's `changed=N`."""
+def ansible(cloud: Cloud, tmp_path: Path, image: str, state: str,
+            auto_ip: bool = False) -> str:
+    """The playbook's run as demo (`state` present or absent; with `auto_ip`, a floating
+    IP made for the server and deleted with it): its recap's `changed=N`."""
     if not ANSIBLE_PLAYBOOK.exists():
         unavailable(f"{ANSIBLE_PLAYBOOK} is missing (make install builds .venv-ansible)")
     book = tmp_path / f"{state}.yml"
-    book.write_text(PLAYBOOK.format(image=image, state=state))
+    book.write_text(PLAYBOOK.format(image=image, state=state, auto_ip=str(auto_ip).lower()))
     clouds = local_cloud.write_clouds_yaml(cloud.keystone, tmp_path / "clouds.yaml")
     home = tmp_path / "ansible"
     done = subprocess.run(
@@ -363,14 +366,9 @@ def ansible(cloud: Cloud, tmp_path: Path, image: str, state: str) -> str:
     return recap.group(1)
 
 
-def test_an_ansible_server_task_run_again_on_its_server_changes_nothing(
-        network: NetworkStack, cloud: Cloud, neutron: dict[str, Any],
-        glance_section: dict[str, Any], tmp_path: Path) -> None:
-    """Ansible's `openstack.cloud.server` (the collection Ansible bundles, openstacksdk
-    under it), as a playbook names a server: the first run creates it (changed), the
-    second finds it as asked (its network and security groups read through Nova's
-    os-security-groups and Neutron; its metadata, tags and description in the server's
-    view) and changes nothing; `state: absent` deletes it once."""
+@pytest.fixture
+def demo_image(cloud: Cloud, glance_section: dict[str, Any], tmp_path: Path) -> Iterator[str]:
+    """A small raw image of demo's in Glance (Ansible looks its image up there)."""
     from etcd_compute.glance import GlanceClient
 
     glance = GlanceClient(glance_section)
@@ -379,22 +377,76 @@ def test_an_ansible_server_task_run_again_on_its_server_changes_nothing(
     image, _ = local_cloud.upload_image(glance, disk, f"ansible-{uuidlib.uuid4().hex[:8]}",
                                         owner=cloud.project_id("demo"),
                                         visibility="private")
+    yield str(image["id"])
+    glance.delete(image["id"])
+
+
+def remove_ansibles_servers(cloud: Cloud) -> None:
+    demo = cloud.connect("demo")
+    for left in demo.compute.servers(name="from-ansible"):
+        demo.compute.delete_server(left)
+        demo.compute.wait_for_delete(left, wait=60, interval=0.5)
+    wait_for(lambda: not cloud.usage("demo").get("consumer_count"), timeout=30,
+             what="the claim freed")
+
+
+def test_an_ansible_server_task_run_again_on_its_server_changes_nothing(
+        network: NetworkStack, cloud: Cloud, neutron: dict[str, Any], demo_image: str,
+        tmp_path: Path) -> None:
+    """Ansible's `openstack.cloud.server` (the collection Ansible bundles, openstacksdk
+    under it), as a playbook names a server: the first run creates it (changed), the
+    second finds it as asked (its network and security groups read through Nova's
+    os-security-groups and Neutron; its metadata, tags and description in the server's
+    view) and changes nothing; `state: absent` deletes it once."""
     demo = cloud.connect("demo")
     try:
-        assert ansible(cloud, tmp_path, image["id"], "present") == "1"
+        assert ansible(cloud, tmp_path, demo_image, "present") == "1"
         made = demo.compute.find_server("from-ansible")
         made = demo.compute.get_server(made.id) if made else None
         assert made is not None and made.status == "ACTIVE"
         assert (made.metadata, made.tags, made.description) == (
             {"role": "web"}, ["web"], "made by Ansible")
-        assert ansible(cloud, tmp_path, image["id"], "present") == "0"
+        assert ansible(cloud, tmp_path, demo_image, "present") == "0"
         assert [s.id for s in demo.compute.servers(name="from-ansible")] == [made.id]
-        assert ansible(cloud, tmp_path, image["id"], "absent") == "1"
-        assert ansible(cloud, tmp_path, image["id"], "absent") == "0"
+        assert ansible(cloud, tmp_path, demo_image, "absent") == "1"
+        assert ansible(cloud, tmp_path, demo_image, "absent") == "0"
     finally:
-        for left in demo.compute.servers(name="from-ansible"):
-            demo.compute.delete_server(left)
-            demo.compute.wait_for_delete(left, wait=60, interval=0.5)
-        glance.delete(image["id"])
-        wait_for(lambda: not cloud.usage("demo").get("consumer_count"), timeout=30,
-                 what="the claim freed")
+        remove_ansibles_servers(cloud)
+
+
+def test_an_ansible_server_with_a_floating_ip_run_again_changes_nothing(
+        network: NetworkStack, cloud: Cloud, neutron: dict[str, Any], demo_image: str,
+        tmp_path: Path) -> None:
+    """`auto_ip: true`, as nodepool's and most playbooks' servers are made: openstacksdk
+    finds the external network behind demo's router, makes a floating IP for the server's
+    port and waits for it in our server view (`OS-EXT-IPS:type: floating`); run again, the
+    view shows it and nothing changes; `state: absent` with `delete_ips` deletes both."""
+    demo, admin = cloud.connect("demo"), cloud.connect("admin")
+    public = admin.network.create_network(name="public", is_router_external=True)
+    router = subnet = None
+    try:
+        admin.network.create_subnet(network_id=public.id, ip_version=4,
+                                    cidr="198.51.100.0/24", is_dhcp_enabled=False)
+        router = demo.network.create_router(
+            name="ansible-router", external_gateway_info={"network_id": public.id})
+        [subnet] = list(demo.network.subnets(network_id=neutron["net"].id))
+        demo.network.add_interface_to_router(router, subnet_id=subnet.id)
+        assert ansible(cloud, tmp_path, demo_image, "present", auto_ip=True) == "1"
+        made = demo.compute.find_server("from-ansible")
+        assert made is not None
+        shown = demo.compute.get_server(made.id).addresses["demo-net"]
+        [floating] = [a["addr"] for a in shown if a["OS-EXT-IPS:type"] == "floating"]
+        assert [ip.floating_ip_address for ip in demo.network.ips()] == [floating]
+        assert ansible(cloud, tmp_path, demo_image, "present", auto_ip=True) == "0"
+        assert [ip.floating_ip_address for ip in demo.network.ips()] == [floating]
+        assert ansible(cloud, tmp_path, demo_image, "absent", auto_ip=True) == "1"
+        assert list(demo.network.ips()) == []
+    finally:
+        remove_ansibles_servers(cloud)
+        for ip in demo.network.ips():
+            demo.network.delete_ip(ip)
+        if router is not None:
+            if subnet is not None:
+                demo.network.remove_interface_from_router(router, subnet_id=subnet.id)
+            demo.network.delete_router(router)
+        admin.network.delete_network(public)
