@@ -80,6 +80,9 @@ DELETED_RECORD_TTL = 3600
 
 COMPUTE_DEFAULTS: dict[str, Any] = {
     "etcd": ETCD_DEFAULTS,
+    # The console relay (compute/console_relay.py): the console proxy's mutual-TLS way to
+    # this host's guests' VNC. Off unless `listen` is set.
+    "console": {"listen": None, "cert": None, "key": None, "ca_cert": None},
     "placement": PLACEMENT_DEFAULTS,
     "glance": GLANCE_DEFAULTS,
     "network": NETWORK_DEFAULTS,
@@ -210,6 +213,17 @@ API_DEFAULTS: dict[str, Any] = {
 
 SCHEDULE_DEFAULTS: dict[str, Any] = {
     "etcd": ETCD_DEFAULTS,
+    # Remote consoles (remote_consoles.py, console_proxy.py): tokens live 600 s as Nova's
+    # [consoleauth] token_ttl; the proxy serves noVNC from Debian's novnc package.
+    "console": {
+        "token_ttl_seconds": 600,
+        "base_url": "http://127.0.0.1:6080/vnc_lite.html",
+        "proxy_listen": "127.0.0.1:6080",
+        "allowed_origins": [],
+        "web_dir": "/usr/share/novnc",
+        "web_cert": None, "web_key": None,
+        "cert": None, "key": None, "ca_cert": None,
+    },
     "placement": PLACEMENT_DEFAULTS,
     "glance": GLANCE_DEFAULTS,
     "network": NETWORK_DEFAULTS,

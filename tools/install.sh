@@ -16,11 +16,12 @@ die() { echo "error: $*" >&2; exit 1; }
 # etcd and libvirt are the motors; postgresql backs the multi-worker Placement tests
 # and benchmarks; dnsmasq/iptables serve libvirt's NAT network; mtools, syslinux,
 # dosfstools, busybox, cpio, kmod and fdisk build the offline test guest (installed here,
-# not by the guest's build in the middle of a test run); openssh-client logs in to it.
+# not by the guest's build in the middle of a test run); openssh-client logs in to it; novnc
+# is the console proxy's page (its files only: the proxy is ours, on websockify from PyPI).
 PACKAGES="etcd-server etcd-client libvirt-daemon-system qemu-system-x86 qemu-utils
   libvirt-dev pkg-config postgresql dnsmasq-base iptables iproute2 mtools syslinux
   syslinux-common dosfstools busybox-static cpio kmod fdisk openssh-client python3-venv
-  python3-dev gcc"
+  python3-dev gcc novnc"
 # Another apt (an unattended upgrade, a second make) holding dpkg's lock is waited for,
 # not a failure.
 APT_LOCK_WAIT="-o DPkg::Lock::Timeout=600"

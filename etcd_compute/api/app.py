@@ -36,6 +36,7 @@ from etcd_compute.api.handlers import (
     networks,
     quota_classes,
     quota_sets,
+    remote_consoles,
     security_groups,
     server_actions,
     server_diagnostics,
@@ -75,7 +76,7 @@ class ComputeApp:
                        quota_classes, availability_zones, services, hypervisors, hosts,
                        extensions, networks, images, aggregates, simple_tenant_usage,
                        instance_usage_audit_log, migrations, server_external_events,
-                       security_groups, attach_interfaces):
+                       security_groups, attach_interfaces, remote_consoles):
             module.routes(self.router, backend)
 
     def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]

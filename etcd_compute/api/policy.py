@@ -37,6 +37,7 @@ EXTENDED_ATTRIBUTES = "os_compute_api:os-extended-server-attributes"
 SERVER_TAGS = "os_compute_api:os-server-tags:%s"
 KEYPAIR_OWNER = "(" + ADMIN + ") or user_id:%(user_id)s"
 CONSOLE_OUTPUT = "os_compute_api:os-console-output"
+REMOTE_CONSOLES = "os_compute_api:os-remote-consoles"
 SERVER_METADATA = "os_compute_api:server-metadata:%s"
 IPS = "os_compute_api:ips:%s"
 INSTANCE_ACTIONS = "os_compute_api:os-instance-actions:%s"
@@ -106,6 +107,7 @@ RULES = [
     (SUSPEND_SERVER % "suspend", PROJECT_MEMBER_OR_ADMIN),
     (SUSPEND_SERVER % "resume", PROJECT_MEMBER_OR_ADMIN),
     (CONSOLE_OUTPUT, PROJECT_MEMBER_OR_ADMIN),
+    (REMOTE_CONSOLES, PROJECT_MEMBER_OR_ADMIN),
     (SERVER_METADATA % "index", PROJECT_READER_OR_ADMIN),
     (SERVER_METADATA % "show", PROJECT_READER_OR_ADMIN),
     (SERVER_METADATA % "create", PROJECT_MEMBER_OR_ADMIN),

@@ -53,7 +53,8 @@ def start(run_dir: Path, say: Say, compute_nodes: int = 1) -> tuple[LocalStack, 
         stack = LocalStack.load(run_dir)
     try:
         stack.up(free_port(), free_port(), say, keystone_port=free_port(),
-                 glance_port=free_port(), api_port=free_port(), guests=False)
+                 glance_port=free_port(), api_port=free_port(), guests=False,
+                 console_port=free_port())
         _start_controller(stack, say)
         hosts = [_start_compute(stack, number, say) for number in range(1, compute_nodes + 1)]
         _wait_alive(stack, hosts)

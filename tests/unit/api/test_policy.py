@@ -120,6 +120,7 @@ DEFAULTS = {
     "os_compute_api:os-suspend-server:suspend": WRITE,
     "os_compute_api:os-suspend-server:resume": WRITE,
     "os_compute_api:os-console-output": WRITE,
+    "os_compute_api:os-remote-consoles": WRITE,
     "os_compute_api:server-metadata:index": READ,
     "os_compute_api:server-metadata:show": READ,
     "os_compute_api:server-metadata:create": WRITE,
@@ -327,6 +328,9 @@ CALLS = {
                                                     owner=SERVER),
     "os_compute_api:os-console-output": Call("POST", SERVER_ACTION, {
         "os-getConsoleOutput": {"length": 10}}, owner=SERVER),
+    "os_compute_api:os-remote-consoles": Call("POST", "/servers/{server}/remote-consoles", {
+        "remote_console": {"protocol": "vnc", "type": "novnc"}}, version="2.6",
+        owner=SERVER),
     "os_compute_api:server-metadata:index": Call("GET", "/servers/{server}/metadata",
                                                  owner=SERVER),
     "os_compute_api:server-metadata:show": Call("GET", "/servers/{server}/metadata/k",
