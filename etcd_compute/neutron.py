@@ -166,6 +166,11 @@ class NeutronClient:
     def port(self, port_id: str) -> dict[str, Any]:
         return self._one("ports", port_id)
 
+    def port_quota(self, project_id: str) -> int:
+        """The project's port quota (`GET /quotas/{project}`); -1: unlimited."""
+        _check_id("project", project_id)
+        return int(self.request("GET", f"/quotas/{project_id}").json()["quota"]["port"])
+
     def ports(self, **filters: Any) -> list[dict[str, Any]]:
         """Ports matching `filters`; a `device_id` list is asked for in slices (a long
         query string is refused by some proxies)."""

@@ -209,6 +209,9 @@ cached_venv .venv-placement requirements-placement.txt
 cached_venv .venv-keystone requirements-keystone.txt
 cached_venv .venv-glance requirements-glance.txt
 cached_venv .venv-clients requirements-clients.txt
+# Ansible and its openstack.cloud collection, for the test of an idempotent playbook (~0.6 GB:
+# the `ansible` package bundles every collection it ships).
+cached_venv .venv-ansible requirements-ansible.txt
 # Neutron's API server with ML2/OVN (the guests' networks), on MariaDB.
 cached_venv .venv-neutron requirements-neutron.txt
 # The documentation site's builder (make docs, which make test runs).

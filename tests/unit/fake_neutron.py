@@ -40,6 +40,8 @@ class FakeNeutron:
         self.fail_from: dict[str, int] = {}
         self.counts: dict[str, int] = {}
         self._macs = 0
+        # Each project's port quota (Neutron's default: 500; -1 is unlimited).
+        self.port_quotas: dict[str, int] = {}
 
     # --- what a test sets up ---------------------------------------------------------
 
@@ -191,6 +193,12 @@ class FakeNeutronClient:
 
     def port(self, port_id: str) -> dict[str, Any]:
         return self._one("ports", port_id)
+
+    def port_quota(self, project_id: str) -> int:
+        self._record("quota", "GET", "quotas", {"id": project_id})
+        if not (self.is_admin or project_id == self.project_id):
+            raise NotFound(f"Neutron GET /quotas/{project_id}: not found")
+        return self.neutron.port_quotas.get(project_id, 500)
 
     def ports(self, **filters: Any) -> list[dict[str, Any]]:
         return self._list("ports", filters)

@@ -274,7 +274,8 @@ def create(api: Backend, req: ApiRequest) -> webob.Response:
         max_count = min_count
     if min_count > max_count:
         raise bad_request("min_count must be <= max_count")
-    network = server_networks.requested(api, req, asked, max_count)
+    network = server_networks.requested(api, req, asked, max_count, min_count)
+    max_count = min(max_count, network.servers)  # as many as the free ports allow (Nova)
     metadata = asked.get("metadata") or {}
     limits = api.quotas.limits(context.project_id)  # once per create: two etcd reads
     allowed_items = limits["metadata_items"]
