@@ -106,7 +106,9 @@ def resolve_paths(config: dict[str, Any], base: Path) -> None:
     zones = config.get("zones", {})
     zones["credential_dirs"] = [str(base / d) for d in zones.get("credential_dirs", [])]
     api = config.get("api") or {}
+    console = config.get("console") or {}
     for section, names in ((api, ("cert", "key", "policy_file")),
+                           (console, ("cert", "key", "ca_cert", "web_cert", "web_key")),
                            (api.get("keystone_authtoken") or {}, ("cafile", "certfile",
                                                                   "keyfile"))):
         for name in names:

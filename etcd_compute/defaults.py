@@ -80,6 +80,9 @@ DELETED_RECORD_TTL = 3600
 
 COMPUTE_DEFAULTS: dict[str, Any] = {
     "etcd": ETCD_DEFAULTS,
+    # The console relay (compute/console_relay.py): the console proxy's mutual-TLS way to
+    # this host's guests' VNC. Off unless `listen` is set.
+    "console": {"listen": None, "cert": None, "key": None, "ca_cert": None},
     "placement": PLACEMENT_DEFAULTS,
     "glance": GLANCE_DEFAULTS,
     "network": NETWORK_DEFAULTS,
@@ -178,6 +181,9 @@ COMPUTE_DEFAULTS: dict[str, Any] = {
             # Seconds a live move's job runs on after the switch (the guest runs at the
             # destination): tests destroy it then.
             "switch_seconds": 0.0,
+            # The host's OVSDB (`ovs-vsctl --db`): guests' Neutron ports plugged there as
+            # OVS internal ports (drivers/fake_vifs.py); null: none plugged.
+            "ovsdb": None,
         },
     },
 }
@@ -210,6 +216,17 @@ API_DEFAULTS: dict[str, Any] = {
 
 SCHEDULE_DEFAULTS: dict[str, Any] = {
     "etcd": ETCD_DEFAULTS,
+    # Remote consoles (remote_consoles.py, console_proxy.py): tokens live 600 s as Nova's
+    # [consoleauth] token_ttl; the proxy serves noVNC from Debian's novnc package.
+    "console": {
+        "token_ttl_seconds": 600,
+        "base_url": "http://127.0.0.1:6080/vnc_lite.html",
+        "proxy_listen": "127.0.0.1:6080",
+        "allowed_origins": [],
+        "web_dir": "/usr/share/novnc",
+        "web_cert": None, "web_key": None,
+        "cert": None, "key": None, "ca_cert": None,
+    },
     "placement": PLACEMENT_DEFAULTS,
     "glance": GLANCE_DEFAULTS,
     "network": NETWORK_DEFAULTS,

@@ -7,7 +7,8 @@
                        of its capacity (`compute/capacity.py` publishes it,
                        `scheduler/hostview.py` plans on it); where its libvirtd takes its
                        peers' TLS connections (`publish_libvirt_address`, at the compute's
-                       start: it outlives the host's lease, for fencing)
+                       start: it outlives the host's lease, for fencing); where its
+                       console relay listens (`publish_console_address`)
     /maintenance/<rp>  host_maintenance: who disabled it, when, why (`schedule.py host
                        disable`, ops/maintenance.py); the host reads it at start
 
@@ -171,14 +172,7 @@ def read_stats(store: KeyValueStore, rp: str) -> tuple[dict[str, Any] | None, in
 def publish_libvirt_address(store: KeyValueStore, rp: str, address: str | None) -> None:
     """Where `rp`'s libvirtd takes its peers' TLS connections (None: nowhere), kept in its
     stats (not its heartbeat: the controller fences a host whose heartbeat is gone)."""
-    def published(current: dict[str, Any]) -> dict[str, Any] | None:
-        if current.get("libvirt_address") == address:
-            return None
-        current.pop("libvirt_address", None)
-        return {**current, "updated_at": time.time(),
-                **({"libvirt_address": address} if address is not None else {})}
-
-    change_stats(store, rp, published)
+    _publish_address(store, rp, "libvirt_address", address)
 
 
 def libvirt_address(store: KeyValueStore, rp: str) -> str | None:
@@ -186,9 +180,31 @@ def libvirt_address(store: KeyValueStore, rp: str) -> str | None:
     return stats(store, rp).get("libvirt_address")
 
 
+def publish_console_address(store: KeyValueStore, rp: str, address: str | None) -> None:
+    """Where `rp`'s console relay takes the console proxy's TLS connections (`HOST:PORT`;
+    None: it serves no remote console)."""
+    _publish_address(store, rp, "console_address", address)
+
+
+def console_address(store: KeyValueStore, rp: str) -> str | None:
+    """Where `rp` said its console relay listens, if it did."""
+    return stats(store, rp).get("console_address")
+
+
+def _publish_address(store: KeyValueStore, rp: str, field: str, address: str | None) -> None:
+    def published(current: dict[str, Any]) -> dict[str, Any] | None:
+        if current.get(field) == address:
+            return None
+        current.pop(field, None)
+        return {**current, "updated_at": time.time(),
+                **({field: address} if address is not None else {})}
+
+    change_stats(store, rp, published)
+
+
 # What a host publishes of itself in its stats: whoever writes build failures (the compute,
 # `Scheduler.update_resource_stats`) keeps these unless it gives them.
-HOST_OWNED = ("capacity", "libvirt_address")
+HOST_OWNED = ("capacity", "libvirt_address", "console_address")
 STATS_ATTEMPTS = 10
 
 

@@ -48,6 +48,10 @@ and what only the compute API (`schedule.py api`, operator's credentials) writes
                                                 its hosts mirrored to Placement
     /aggregate-names/<name>                     aggregate_name: which aggregate has this name
     /aggregate-last-id                          aggregate_last_id: the last id given
+    /console-tokens/<sha256 of the token>       console_token: a remote console's
+                                                single-use token (with a lease; also
+                                                written by `schedule.py console --url`,
+                                                consumed by the console proxy)
 
 Hosts get no access to /queue/ at all: a request carries tenants' user-data,
 and only operators may ask for instances.
@@ -222,6 +226,12 @@ class Keys:
 
     def flavors(self) -> str:
         return f"{self.prefix}/flavors/"
+
+    def console_tokens(self) -> str:
+        return f"{self.prefix}/console-tokens/"
+
+    def console_token(self, digest: str) -> str:
+        return f"{self.prefix}/console-tokens/{digest}"
 
     def flavor(self, flavor_id: str) -> str:
         return f"{self.prefix}/flavors/{flavor_id}"

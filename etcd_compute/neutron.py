@@ -140,10 +140,36 @@ class NeutronClient:
     def floating_ips(self, **filters: Any) -> list[dict[str, Any]]:
         return self._list("floatingips", filters)
 
+    def security_group(self, group_id: str) -> dict[str, Any]:
+        return self._one("security_groups", group_id)
+
+    def security_group_rule(self, rule_id: str) -> dict[str, Any]:
+        return self._one("security_group_rules", rule_id)
+
+    def create(self, collection: str, item: dict[str, Any]) -> dict[str, Any]:
+        """A new item of `collection` (`security_groups`, `security_group_rules`)."""
+        singular = collection[:-1]
+        return self.request("POST", f"/{collection}", expect=(201,),
+                            json={singular: item}).json()[singular]
+
+    def update(self, collection: str, item_id: str, changes: dict[str, Any]
+               ) -> dict[str, Any]:
+        singular = collection[:-1]
+        return self.request("PUT", f"/{collection}/{item_id}",
+                            json={singular: changes}).json()[singular]
+
+    def delete(self, collection: str, item_id: str) -> None:
+        self.request("DELETE", f"/{collection}/{item_id}", expect=(204,))
+
     # --- ports ----------------------------------------------------------------
 
     def port(self, port_id: str) -> dict[str, Any]:
         return self._one("ports", port_id)
+
+    def port_quota(self, project_id: str) -> int:
+        """The project's port quota (`GET /quotas/{project}`); -1: unlimited."""
+        _check_id("project", project_id)
+        return int(self.request("GET", f"/quotas/{project_id}").json()["quota"]["port"])
 
     def ports(self, **filters: Any) -> list[dict[str, Any]]:
         """Ports matching `filters`; a `device_id` list is asked for in slices (a long

@@ -45,13 +45,19 @@ ETCD_MEMBER, PLACEMENT, SERVICE, COMPUTE, OPERATOR, ROOT = (
     "etcd-member", "placement", "service", "compute", "operator", "root")
 # A host's libvirtd serving the other hosts, and the client it (or a controller) is.
 LIBVIRT_SERVER, LIBVIRT_CLIENT = "libvirt-server", "libvirt-client"
+# A host's console relay serving the console proxy, and the proxy as its client
+# (remote_consoles.py): the relay admits only certificates whose subject carries
+# `OU=console-proxy`, so no host's, operator's or libvirt's certificate opens a console.
+CONSOLE_RELAY, CONSOLE_PROXY = "console-relay", "console-proxy"
 KINDS = (ETCD_MEMBER, PLACEMENT, SERVICE, COMPUTE, OPERATOR, ROOT, LIBVIRT_SERVER,
-         LIBVIRT_CLIENT)
-SERVER_KINDS = (ETCD_MEMBER, PLACEMENT, SERVICE, LIBVIRT_SERVER)
+         LIBVIRT_CLIENT, CONSOLE_RELAY, CONSOLE_PROXY)
+SERVER_KINDS = (ETCD_MEMBER, PLACEMENT, SERVICE, LIBVIRT_SERVER, CONSOLE_RELAY)
 # The organizational unit only libvirt client certificates carry, and the pattern of their
 # subject as libvirt (gnutls) prints it, for libvirtd's tls_allowed_dn_list.
 LIBVIRT_UNIT = "libvirt"
 LIBVIRT_ALLOWED_DN = f"OU={LIBVIRT_UNIT},CN=*"
+# The organizational unit only the console proxy's certificates carry.
+CONSOLE_PROXY_UNIT = "console-proxy"
 # libvirt's file names (pkipath, libvirtd.conf) and qemu's (its x509 cert dir), per role.
 LIBVIRT_LAYOUT = {"ca": "cacert.pem", "server-cert": "servercert.pem",
                   "server-key": "serverkey.pem", "client-cert": "clientcert.pem",
@@ -300,16 +306,16 @@ _PUBLIC = (serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicK
 
 def _subject(name: str, kind: str) -> x509.Name:
     common = x509.NameAttribute(NameOID.COMMON_NAME, name)
-    if kind == LIBVIRT_CLIENT:
-        return x509.Name([x509.NameAttribute(NameOID.ORGANIZATIONAL_UNIT_NAME, LIBVIRT_UNIT),
-                          common])
+    unit = {LIBVIRT_CLIENT: LIBVIRT_UNIT, CONSOLE_PROXY: CONSOLE_PROXY_UNIT}.get(kind)
+    if unit is not None:
+        return x509.Name([x509.NameAttribute(NameOID.ORGANIZATIONAL_UNIT_NAME, unit), common])
     return x509.Name([common])
 
 
 def _usages(kind: str) -> list[x509.ObjectIdentifier]:
     if kind == ETCD_MEMBER:
         return [ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]
-    if kind in (PLACEMENT, SERVICE, LIBVIRT_SERVER):
+    if kind in (PLACEMENT, SERVICE, LIBVIRT_SERVER, CONSOLE_RELAY):
         return [ExtendedKeyUsageOID.SERVER_AUTH]
     return [ExtendedKeyUsageOID.CLIENT_AUTH]
 

@@ -80,6 +80,12 @@ WORKER_GROUPS = {
     # Projects kept apart on Neutron (tests/network/test_projects_apart_vm.py): five real
     # guests, a Neutron stack and a compute API of its own: a worker of its own.
     "projects_apart": "projects-apart",
+    # A Neutron stack on OVN per module (tests/network/conftest.py and the API's module on
+    # Neutron): the network tests, their real guests included, on a worker of their own
+    # beside cloud's (its own Keystone and Glance): on cloud's worker they made it the run's
+    # longest by minutes. (One stack per worker for all of them left each module the
+    # previous ones' networks, and Neutron's notifier the previous compute API.)
+    "network": "network",
     # Keystone and Glance (session, started on first use): tests of theirs that boot real
     # guests on the machine's libvirt are in "guests" above (the first group named wins),
     # whose worker starts its own; the API walk-through boots its guest on a hypervisor
@@ -92,8 +98,12 @@ WORKER_GROUPS = {
 # wait on one started last. Measured serially in one loaded run (load average 25-35), before
 # the walk-through (330 s there) left guests for cloud: guests 793 s, cloud 386, cluster 209,
 # zones 194, postgres 50; so now guests and cloud are about equal.
-# outside: 225 s alone (its Neutron stack, two hosts, three guests one after another).
-GROUP_ORDER = ["guests", "cloud", "projects-apart", "outside", "cluster", "zones",
+# outside: 225 s alone (its Neutron stack, two hosts, three guests one after another); 432 s
+# with a fourth guest booted through a compute API of its own (the spoofing test), alone
+# on a machine at load average ~15.
+# network: the Neutron modules, split out of cloud's, whose worker ran 9 of them one after
+# another (1102 s alone on a loaded machine, load average 10-14).
+GROUP_ORDER = ["guests", "network", "cloud", "projects-apart", "outside", "cluster", "zones",
                "postgres"]
 
 

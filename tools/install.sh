@@ -16,11 +16,12 @@ die() { echo "error: $*" >&2; exit 1; }
 # etcd and libvirt are the motors; postgresql backs the multi-worker Placement tests
 # and benchmarks; dnsmasq/iptables serve libvirt's NAT network; mtools, syslinux,
 # dosfstools, busybox, cpio, kmod and fdisk build the offline test guest (installed here,
-# not by the guest's build in the middle of a test run); openssh-client logs in to it.
+# not by the guest's build in the middle of a test run); openssh-client logs in to it; novnc
+# is the console proxy's page (its files only: the proxy is ours, on websockify from PyPI).
 PACKAGES="etcd-server etcd-client libvirt-daemon-system qemu-system-x86 qemu-utils
   libvirt-dev pkg-config postgresql dnsmasq-base iptables iproute2 mtools syslinux
   syslinux-common dosfstools busybox-static cpio kmod fdisk openssh-client python3-venv
-  python3-dev gcc"
+  python3-dev gcc novnc"
 # Another apt (an unattended upgrade, a second make) holding dpkg's lock is waited for,
 # not a failure.
 APT_LOCK_WAIT="-o DPkg::Lock::Timeout=600"
@@ -208,6 +209,9 @@ cached_venv .venv-placement requirements-placement.txt
 cached_venv .venv-keystone requirements-keystone.txt
 cached_venv .venv-glance requirements-glance.txt
 cached_venv .venv-clients requirements-clients.txt
+# Ansible and its openstack.cloud collection, for the test of an idempotent playbook (~0.6 GB:
+# the `ansible` package bundles every collection it ships).
+cached_venv .venv-ansible requirements-ansible.txt
 # Neutron's API server with ML2/OVN (the guests' networks), on MariaDB.
 cached_venv .venv-neutron requirements-neutron.txt
 # The documentation site's builder (make docs, which make test runs).

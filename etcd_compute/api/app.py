@@ -36,6 +36,8 @@ from etcd_compute.api.handlers import (
     networks,
     quota_classes,
     quota_sets,
+    remote_consoles,
+    security_group_proxy,
     security_groups,
     server_actions,
     server_diagnostics,
@@ -43,6 +45,7 @@ from etcd_compute.api.handlers import (
     server_groups,
     server_ips,
     server_metadata,
+    server_password,
     servers,
     services,
     simple_tenant_usage,
@@ -51,6 +54,7 @@ from etcd_compute.api.handlers import (
 from etcd_compute.api.policy import PolicyNotAuthorized
 from etcd_compute.api.wsgi import ApiRequest, Fault, Router, fault_response
 from etcd_compute.errors import ConfigError, ConflictError, NotFound, ServiceUnavailable, UsageError
+from etcd_compute.instances import actions as action_txn
 
 LOG = logging.getLogger(__name__)
 # The environ's mark of a request to the legacy v2.0 endpoint (/v2/...).
@@ -75,18 +79,22 @@ class ComputeApp:
                        quota_classes, availability_zones, services, hypervisors, hosts,
                        extensions, networks, images, aggregates, simple_tenant_usage,
                        instance_usage_audit_log, migrations, server_external_events,
-                       security_groups, attach_interfaces):
+                       security_groups, attach_interfaces, remote_consoles,
+                       security_group_proxy, server_password):
             module.routes(self.router, backend)
 
     def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]
                  ) -> Iterable[bytes]:
         req = ApiRequest(environ)
-        request_id = new_request_id()
+        # One id per request (Nova's context.request_id): the caller's context, what it asks
+        # (a server's instance actions) and the answer's headers carry it.
+        request_id = environ["openstack.request_id"] = new_request_id()
         version = None
         legacy = environ.get(LEGACY_V2, False)
         try:
             version = _version(req, legacy)
-            response = self._dispatch(req, environ)
+            with action_txn.serving(request_id):
+                response = self._dispatch(req, environ)
         except Fault as fault:
             response = self._refused(req, fault.status, fault.message, fault.headers)
         except PolicyNotAuthorized as exc:

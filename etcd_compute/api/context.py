@@ -39,7 +39,9 @@ class Context:
         project's, as in Nova)."""
         if environ.get("HTTP_X_IDENTITY_STATUS") != "Confirmed":
             return None
-        oslo = oslo_context.RequestContext.from_environ(environ, request_id=new_request_id())
+        # The app's id for the request (oslo's request id middleware's key): the answer's.
+        oslo = oslo_context.RequestContext.from_environ(
+            environ, request_id=environ.get("openstack.request_id") or new_request_id())
         if not oslo.user_id or not oslo.project_id:
             raise NotProjectScoped("this API takes project-scoped tokens only")
         return cls(user_id=oslo.user_id, project_id=oslo.project_id,

@@ -37,6 +37,7 @@ EXTENDED_ATTRIBUTES = "os_compute_api:os-extended-server-attributes"
 SERVER_TAGS = "os_compute_api:os-server-tags:%s"
 KEYPAIR_OWNER = "(" + ADMIN + ") or user_id:%(user_id)s"
 CONSOLE_OUTPUT = "os_compute_api:os-console-output"
+REMOTE_CONSOLES = "os_compute_api:os-remote-consoles"
 SERVER_METADATA = "os_compute_api:server-metadata:%s"
 IPS = "os_compute_api:ips:%s"
 INSTANCE_ACTIONS = "os_compute_api:os-instance-actions:%s"
@@ -47,6 +48,8 @@ HYPERVISORS = "os_compute_api:os-hypervisors:%s"
 HOSTS = "os_compute_api:os-hosts:%s"
 EXTENSIONS = "os_compute_api:extensions"
 NETWORKS = "os_compute_api:os-networks:%s"
+TENANT_NETWORKS = "os_compute_api:os-tenant-networks:%s"
+SERVER_PASSWORD = "os_compute_api:os-server-password:%s"
 MIGRATE_SERVER = "os_compute_api:os-migrate-server:%s"
 ADMIN_ACTIONS = "os_compute_api:os-admin-actions:%s"
 LOCK_SERVER = "os_compute_api:os-lock-server:%s"
@@ -106,6 +109,7 @@ RULES = [
     (SUSPEND_SERVER % "suspend", PROJECT_MEMBER_OR_ADMIN),
     (SUSPEND_SERVER % "resume", PROJECT_MEMBER_OR_ADMIN),
     (CONSOLE_OUTPUT, PROJECT_MEMBER_OR_ADMIN),
+    (REMOTE_CONSOLES, PROJECT_MEMBER_OR_ADMIN),
     (SERVER_METADATA % "index", PROJECT_READER_OR_ADMIN),
     (SERVER_METADATA % "show", PROJECT_READER_OR_ADMIN),
     (SERVER_METADATA % "create", PROJECT_MEMBER_OR_ADMIN),
@@ -131,6 +135,10 @@ RULES = [
     (EXTENSIONS, ANY),
     (NETWORKS % "list", ANY),
     (NETWORKS % "view", ANY),
+    (TENANT_NETWORKS % "list", PROJECT_READER_OR_ADMIN),
+    (TENANT_NETWORKS % "show", PROJECT_READER_OR_ADMIN),
+    (SERVER_PASSWORD % "show", PROJECT_READER_OR_ADMIN),
+    (SERVER_PASSWORD % "clear", PROJECT_MEMBER_OR_ADMIN),
     (HOSTS % "list", ADMIN),
     (HOSTS % "show", ADMIN),
     (HOSTS % "update", ADMIN),
@@ -160,11 +168,20 @@ RULES = [
     (SECURITY_GROUPS % "list", PROJECT_READER_OR_ADMIN),
     (SECURITY_GROUPS % "add", PROJECT_MEMBER_OR_ADMIN),
     (SECURITY_GROUPS % "remove", PROJECT_MEMBER_OR_ADMIN),
+    # The proxy to Neutron's groups (to 2.35), Nova's defaults.
+    (SECURITY_GROUPS % "get", PROJECT_READER_OR_ADMIN),
+    (SECURITY_GROUPS % "show", PROJECT_READER_OR_ADMIN),
+    (SECURITY_GROUPS % "create", PROJECT_MEMBER_OR_ADMIN),
+    (SECURITY_GROUPS % "update", PROJECT_MEMBER_OR_ADMIN),
+    (SECURITY_GROUPS % "delete", PROJECT_MEMBER_OR_ADMIN),
+    (SECURITY_GROUPS % "rule:create", PROJECT_MEMBER_OR_ADMIN),
+    (SECURITY_GROUPS % "rule:delete", PROJECT_MEMBER_OR_ADMIN),
     # Nova's default: the service role (Neutron, Cinder, Cyborg send these), not admins.
     (EXTERNAL_EVENTS, "rule:service_or_admin"),
     (MIGRATE_SERVER % "migrate_live", ADMIN),
     (MIGRATE_SERVER % "migrate", ADMIN),
     (ADMIN_ACTIONS % "reset_state", ADMIN),
+    (ADMIN_ACTIONS % "inject_network_info", ADMIN),
     (LOCK_SERVER % "lock", PROJECT_MEMBER_OR_ADMIN),
     (LOCK_SERVER % "unlock", PROJECT_MEMBER_OR_ADMIN),
     (LOCK_SERVER % "unlock:unlock_override", ADMIN),

@@ -52,7 +52,8 @@ def build_parser() -> Parser:
         dest="action", required=True)
     pki.add_parser("init", help="the cluster CA (kept if it exists)")
     issue = pki.add_parser("issue", help="issue a certificate signed by the cluster CA")
-    issue.add_argument("kind", choices=["etcd-member", "placement", "service", "operator", "root"])
+    issue.add_argument("kind", choices=["etcd-member", "placement", "service", "operator", "root",
+                                        "console-relay", "console-proxy"])
     issue.add_argument("name")
     issue.add_argument("--ip", action="append", default=[], help="an address it serves on")
     issue.add_argument("--dns", action="append", default=[], help="a name it serves as")

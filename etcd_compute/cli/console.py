@@ -1,4 +1,5 @@
-"""schedule.py console UUID [--follow]: the guest's serial console, as its host publishes it.
+"""schedule.py console UUID [--follow | --url]: the guest's serial console, as its host
+publishes it; or the URL of its screen (noVNC through the console proxy).
 
 A guest writes its console: what it prints must not drive our terminal. Its text is
 shown through `terminal_text` (controls escaped, a CRLF line end kept as a line end);
@@ -15,6 +16,7 @@ from typing import Any
 
 from etcd_compute.cli import Commands, output, terminal_line, terminal_text
 from etcd_compute.cli import zones as zones_cli
+from etcd_compute.errors import UsageError
 
 
 def add_commands(commands: Commands) -> None:
@@ -22,15 +24,22 @@ def add_commands(commands: Commands) -> None:
                                       "published)", "expected exactly one instance uuid",
                            cmd_console)
     console.add_argument("uuid", metavar="UUID")
-    console.add_argument("--follow", "-f", action="store_true",
-                         help="keep printing what the guest writes, until Ctrl-C or the "
-                              "instance is gone")
+    shown = console.add_mutually_exclusive_group()
+    shown.add_argument("--follow", "-f", action="store_true",
+                       help="keep printing what the guest writes, until Ctrl-C or the "
+                            "instance is gone")
+    shown.add_argument("--url", action="store_true",
+                       help="print the URL of the guest's screen in a browser (noVNC through "
+                            "the console proxy; a single-use token, valid "
+                            "console.token_ttl_seconds)")
 
 
 def cmd_console(args: argparse.Namespace, config: dict[str, Any]) -> int:
     from etcd_compute.ops import operations
 
     uuid = operations.check_uuid(args.uuid)
+    if args.url:
+        return _url(args, config, uuid)
     if args.follow:
         return _follow(args, config, uuid)
     with zones_cli.instance_zone(config, uuid) as zone:
@@ -40,6 +49,22 @@ def cmd_console(args: argparse.Namespace, config: dict[str, Any]) -> int:
     else:
         text = terminal_text(text)
         sys.stdout.write(text if text.endswith("\n") or not text else text + "\n")
+    return 0
+
+
+def _url(args: argparse.Namespace, config: dict[str, Any], uuid: str) -> int:
+    """`console UUID --url`: the guest's noVNC URL, as the compute API gives its users."""
+    from etcd_compute.ops import operations
+
+    with zones_cli.instance_zone(config, uuid) as zone:
+        try:
+            url = operations.remote_console(zone.store, uuid, config["console"])
+        except operations.NoRemoteConsole as exc:
+            raise UsageError(str(exc)) from None
+    if args.json:
+        output.emit_json({"uuid": uuid, "type": "novnc", "url": url})
+    else:
+        print(url)
     return 0
 
 

@@ -91,6 +91,9 @@ def build_parser() -> tuple[Parser, dict[str, CommandParser]]:
     commands.add("api", "the compute API (Nova's v2.1 behind Keystone, under gunicorn; "
                         "see etcd_compute/api/)",
                  words="takes no arguments", handler=cmd_api, json=False)
+    commands.add("console-proxy", "the console proxy (noVNC and websockify: a guest's screen "
+                                  "for a console token; see etcd_compute/console_proxy.py)",
+                 words="takes no arguments", handler=cmd_console_proxy, json=False)
     zones_cli.add_commands(commands)
     images_cli.add_commands(commands)
     return parser, every
@@ -100,6 +103,16 @@ def cmd_serve(_args: argparse.Namespace, config: dict[str, Any]) -> int:
     from etcd_compute.controller.serve import ControllerService
 
     return ControllerService(config).run()
+
+
+# The commands that run until stopped: they log what they do.
+DAEMONS = ("serve", "api", "console-proxy")
+
+
+def cmd_console_proxy(_args: argparse.Namespace, config: dict[str, Any]) -> int:
+    from etcd_compute.console_proxy import serve
+
+    return serve(config)
 
 
 def cmd_api(_args: argparse.Namespace, config: dict[str, Any]) -> int:
@@ -193,7 +206,7 @@ def main(argv: list[str] | None = None) -> int:
         args = parse_args(argv)
         config = configuration.load_schedule(args.config)
         # A daemon reports what it does; a command only what went wrong.
-        default_level = "INFO" if args.command in ("serve", "api") else config["logging"]["level"]
+        default_level = "INFO" if args.command in DAEMONS else config["logging"]["level"]
         logs.setup(args.log_level or default_level)
         return args.handler(args, config)
     except EtcdComputeError as exc:

@@ -61,4 +61,22 @@ def check(config: dict[str, Any]) -> list[str]:
         driver.close()
     listen = checked_listen(config)
     lines.append(f"metrics: ok (http://{listen}/metrics)" if listen else "metrics: off")
+    lines.append(console_relay(config))
     return lines
+
+
+def console_relay(config: dict[str, Any]) -> str:
+    """The console relay's line: off, or its address and a good certificate (ConfigError:
+    a bad address, a missing file, a certificate not of the CA, expired, or another key)."""
+    settings = config["console"]
+    if settings["listen"] is None:
+        return "console relay: off"
+    from etcd_compute.compute.console_relay import listen_address, server_context
+
+    listen_address(settings["listen"])
+    server_context(settings, config["etcd"]["ca_cert"])  # the files, loadable together
+    ca = settings["ca_cert"] or config["etcd"]["ca_cert"]
+    problems = certificate_problems(Path(settings["cert"]), Path(settings["key"]), Path(ca))
+    if problems:
+        raise ConfigError(f"console: {problems[0]}")
+    return f"console relay: ok ({settings['listen']}, {settings['cert']})"

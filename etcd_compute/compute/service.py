@@ -40,8 +40,8 @@ import pyetcd.events
 
 from etcd_compute import network_backend
 from etcd_compute.clock import SYSTEM, Clock
+from etcd_compute.compute import console_relay, worker
 from etcd_compute.compute import metrics as compute_metrics
-from etcd_compute.compute import worker
 from etcd_compute.compute.capacity import CapacityAccount
 from etcd_compute.compute.checks import ClaimChecks, ThreadRunner
 from etcd_compute.compute.consoles import CONSOLE_REFRESH_SECONDS, Consoles
@@ -57,7 +57,7 @@ from etcd_compute.drivers import load_power_watch
 from etcd_compute.errors import EtcdComputeError, ServiceUnavailable
 from etcd_compute.etcd import Store
 from etcd_compute.heartbeat_timing import heartbeat_timing
-from etcd_compute.hosts import publish_libvirt_address, under_maintenance
+from etcd_compute.hosts import publish_console_address, publish_libvirt_address, under_maintenance
 from etcd_compute.instances import ownership, records, states
 from etcd_compute.keys import EXTERNAL_EVENTS, UUID
 from etcd_compute.network_backend import backend_of, trait_of, uses_neutron
@@ -104,6 +104,7 @@ class ComputeService:
             on_unfence=lambda: self.post(self.unfence),
             timing=heartbeat_timing(self.settings, config["etcd"]), clock=clock)
         self.consoles = Consoles(self.store, self.pool, self.post)
+        self.console_relay: console_relay.ConsoleRelay | None = None
         # Builds' claims are checked in a thread of their own, beside the image fetch, with
         # a Placement session of their own.
         self.claim_checks = ClaimChecks(PlacementClient(config["placement"]), ThreadRunner())
@@ -155,7 +156,7 @@ class ComputeService:
     def start_steps(self) -> list[Callable[[], Any]]:
         """The start after registration, in order. The pool first: a fence (the heartbeat's)
         stops it, and only the fence's lift may start it again."""
-        return [self.pool.start, self.publish_libvirt_address, self.heartbeat.start,
+        return [self.pool.start, self.publish_addresses, self.heartbeat.start,
                 self.ensure_mdserver, self.reconcile, self.start_threads,
                 lambda: self.power.start(load_power_watch(self.config), self.post),
                 self._ready]
@@ -270,21 +271,27 @@ class ComputeService:
             except EtcdComputeError as exc:
                 LOG.warning("could not disable provider %s: %s", host.uuid, exc)
         self.power.stop()
+        if self.console_relay is not None:
+            self.console_relay.stop()
         self.claim_checks.stop()
         self.heartbeat.revoke()
         self.pool.stop()
         self.store.close()
         LOG.info("compute stopped")
 
-    def publish_libvirt_address(self) -> None:
-        """Where this host's libvirtd takes its peers' TLS connections (none with the fake
-        driver or without driver.libvirt.migration.address): for guests moving here and for
-        a controller fencing this host once its heartbeat is gone."""
-        address = None
+    def publish_addresses(self) -> None:
+        """Where this host's libvirtd takes its peers' TLS connections (for guests moving here,
+        for a controller fencing it; none: fake driver or no migration.address), and where
+        its console relay (started here) listens: none when off or no screens."""
+        libvirt_address = None
         if self.config["driver"]["name"] == "libvirt":
-            address = self.config["driver"]["libvirt"]["migration"]["address"]
+            libvirt_address = self.config["driver"]["libvirt"]["migration"]["address"]
+        if self.console_relay is None:
+            self.console_relay = console_relay.start(self.config)
+        relay_address = self.console_relay.listening if self.console_relay else None
         for rp in self.hosts:
-            publish_libvirt_address(self.store, rp, address)
+            publish_libvirt_address(self.store, rp, libvirt_address)
+            publish_console_address(self.store, rp, relay_address)
 
     def ensure_mdserver(self) -> None:
         """Start the metadata server for our guests if it is not running (libvirt only; it

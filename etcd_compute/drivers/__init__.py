@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from etcd_compute.drivers.base import Driver, PowerReport, PowerWatch
+from etcd_compute.drivers.base import Driver, PowerReport, PowerWatch, Screens
 
-__all__ = ["Driver", "PowerReport", "PowerWatch", "load_driver", "load_power_watch"]
+__all__ = ["Driver", "PowerReport", "PowerWatch", "Screens", "load_driver",
+           "load_power_watch", "load_screens"]
 
 
 def load_driver(config: dict[str, Any]) -> Driver:
@@ -32,3 +33,15 @@ def load_power_watch(config: dict[str, Any]) -> PowerWatch | None:
     from etcd_compute.drivers.libvirt_events import LibvirtPowerWatch
 
     return LibvirtPowerWatch(config["driver"]["libvirt"]["uri"])
+
+
+def load_screens(config: dict[str, Any]) -> Screens | None:
+    """The guests' screens for the console relay, or None where guests have none: the
+    fake driver (no VMs, so no screen: it says so, and its host relays nothing), libvirt's
+    test driver (no qemu)."""
+    if config["driver"]["name"] != "libvirt" or \
+            config["driver"]["libvirt"]["uri"].startswith("test:"):
+        return None
+    from etcd_compute.drivers.libvirt_screens import LibvirtScreens
+
+    return LibvirtScreens(config["driver"]["libvirt"]["uri"])

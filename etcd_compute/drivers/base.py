@@ -16,6 +16,7 @@ guests that start or stop, from the hypervisor's own events.
 from __future__ import annotations
 
 import abc
+import socket
 from collections.abc import Callable
 from typing import Any
 
@@ -187,6 +188,19 @@ class Driver(abc.ABC):
         """Release connections (called when a worker exits)."""
         return None
 
+
+
+class Screens(abc.ABC):
+    """The guests' screens on this host, for the console relay (the compute's main
+    process): a guest's VNC as a connected socket, never an address anyone could reach."""
+
+    @abc.abstractmethod
+    def open(self, uuid: str) -> socket.socket | None:
+        """A socket carrying the running guest `uuid`'s screen (RFB), or None: no such
+        guest of ours running here."""
+
+    def close(self) -> None:
+        return None
 
 
 class PowerWatch(abc.ABC):

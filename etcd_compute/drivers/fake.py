@@ -1,28 +1,25 @@
 """A driver without VMs: each instance is a small JSON file.
 
-It keeps the contract of a real driver (idempotent, keyed by uuid, survives daemon
-restarts because its state is on disk) so the daemon's exactly-once logic is tested
-for real. `builds.log` gets a line for every build *attempt* ("start") and its
-outcome ("built", or "exists" when the instance was there already: then started if
-halted, unless asked stopped), with the worker's parent (the daemon's forkserver:
-one per daemon run) and the time: how tests prove that no instance was built twice,
-nor asked for again once done. `guests.log` gets a line whenever a guest starts or
-stops running ("run", "halt"), with its host and the time: how tests prove that no
-instance ever runs on two hosts at once. One FakeDriver serves any number of
-simulated hosts (`ecompute --fake-hosts N`). Stop, start, reboot, rebuild and resize
-change the file (running, resources, image) and log the guest's halts and runs;
-`driver.fake.action_seconds` makes them take time and `driver.fake.fail_actions`
-makes them fail, leaving the instance as it was.
+It keeps a real driver's contract (idempotent, keyed by uuid, state on disk so it survives
+restarts), so the daemon's exactly-once logic is tested for real. `builds.log` has a line per
+build *attempt* ("start") and its outcome ("built", or "exists": there already, then started
+if halted unless asked stopped), with the worker's parent (the daemon's forkserver) and the
+time: how tests prove no instance was built twice. `guests.log` has a line whenever a guest
+starts or stops running ("run", "halt"), with its host and the time: how tests prove no
+instance runs on two hosts at once. One FakeDriver serves any number of simulated hosts
+(`ecompute --fake-hosts N`). Stop, start, reboot, rebuild and resize change the file and log
+the halts and runs; `driver.fake.action_seconds` makes them take time, `fail_actions` fail.
+With `driver.fake.ovsdb`, a guest's Neutron ports are plugged on the host's Open vSwitch as
+libvirt plugs taps (fake_vifs.py), so Neutron sets them ACTIVE.
 
-A guest moves to another fake host's state directory on this machine (the
-"target" of `prepare_incoming` names it): live, its file moves there and its
-halt here is logged before its run there (no overlap, as libvirt's switch);
-cold, it is stopped here, copied there, and defined there by `finish_incoming`
-while it stays here until destroyed. A live move takes `action_seconds`, can be
-cancelled meanwhile (`abort_migration`), its job ends `switch_seconds` after the switch
-(the guest runs there meanwhile; a cancel is too late then), and fails ("migrate" in
-fail_actions) leaving the guest here; a destination with "incoming" in fail_actions cannot make
-room (a host that said it had room and had none).
+A guest moves to another fake host's state directory on this machine (the "target" of
+`prepare_incoming` names it): live, its file moves there and its halt here is logged before
+its run there (no overlap, as libvirt's switch); cold, it is stopped here, copied there, and
+defined there by `finish_incoming` while it stays here until destroyed. A live move takes
+`action_seconds`, can be cancelled meanwhile (`abort_migration`), its job ends
+`switch_seconds` after the switch (a cancel is too late then), and fails ("migrate" in
+fail_actions) leaving the guest here; a destination with "incoming" in fail_actions cannot
+make room (a host that said it had room and had none).
 """
 
 from __future__ import annotations
@@ -37,6 +34,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlparse
 
+from etcd_compute.drivers import fake_vifs
 from etcd_compute.drivers.base import Driver
 from etcd_compute.errors import BuildError, RequestError
 
@@ -186,6 +184,7 @@ class FakeDriver(FakeMoves, Driver):
         self.action_seconds = config["driver"]["fake"]["action_seconds"]
         self.switch_seconds = config["driver"]["fake"]["switch_seconds"]
         self.fail_actions = set(config["driver"]["fake"]["fail_actions"])
+        self.ovsdb = config["driver"]["fake"].get("ovsdb")  # null: plugs nothing
 
     def _path(self, uuid: str) -> Path:
         return self.root / f"{uuid}.json"
@@ -222,13 +221,14 @@ class FakeDriver(FakeMoves, Driver):
             raise BuildError("fake hypervisor is broken (driver.fake.fail_builds)")
         image = spec.get("image", {}).get("url", "")
         _check_image(image)
+        fake_vifs.plug(self.ovsdb, uuid, spec.get("vifs") or ())  # its Neutron ports
         if self.build_seconds:
             # Which worker is building what, for operators (and crash tests).
             marker = self.root / f".{uuid}.building"
             marker.write_text(str(os.getpid()))
             time.sleep(self.build_seconds)
             marker.unlink(missing_ok=True)
-        networked = spec.get("network", True)  # false: no network interface, no address
+        networked = spec.get("network", True) and "vifs" not in spec  # ports: theirs
         result = {"ip": fake_ip(uuid) if networked else None}
         running = not spec.get("stopped")
         record = {"uuid": uuid, "host": spec["host"], "result": result, "built_at": time.time(),
@@ -259,12 +259,14 @@ class FakeDriver(FakeMoves, Driver):
         """A build run again (a restart; a fence cut it once the guest was made): a halted
         guest is started unless asked stopped, as the libvirt driver starts its domain."""
         self._log(spec["uuid"], "exists")
+        fake_vifs.plug(self.ovsdb, spec["uuid"], spec.get("vifs") or ())
         if not spec.get("stopped"):
             self._set_running(spec["uuid"], True)
         return json.loads(self._path(spec["uuid"]).read_text())["result"]
 
     def destroy(self, uuid: str) -> None:
         self._set_running(uuid, False)
+        fake_vifs.unplug(self.ovsdb, uuid)
         with contextlib.suppress(FileNotFoundError):
             self._path(uuid).unlink()
 

@@ -15,6 +15,9 @@ from __future__ import annotations
 
 import time
 import uuid as uuidlib
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any
 
 from etcd_compute import events, messages
@@ -30,9 +33,32 @@ def event_action(action: str, request: dict[str, Any] | None) -> str:
     return "revert-resize" if action == "resize" and (request or {}).get("reverts") else action
 
 
+# The id of the compute API request being served (its X-Compute-Request-ID without "req-"),
+# as Nova's context.request_id: what it asks carries it, so its instance actions are found
+# by the id its answer gave. Unset elsewhere (the CLI, the controller): a fresh id each.
+_SERVING: ContextVar[str | None] = ContextVar("serving_request_id", default=None)
+
+
+@contextmanager
+def serving(request_id: str) -> Iterator[None]:
+    """While the compute API serves the request `request_id` (`req-<uuid>`)."""
+    token = _SERVING.set(request_id.removeprefix("req-"))
+    try:
+        yield
+    finally:
+        _SERVING.reset(token)
+
+
+def request_id() -> str:
+    """The id a request is written with: the compute API request's being served, else a
+    fresh one."""
+    return _SERVING.get() or str(uuidlib.uuid4())
+
+
 def new_request(by: str | None, **params: Any) -> dict[str, Any]:
-    """An operator's request (a spec's `request`): a fresh id, who, when, its parameters."""
-    return {"id": str(uuidlib.uuid4()), "by": by, "at": time.time(), **params}
+    """An operator's request (a spec's `request`): its id (`request_id`), who, when, its
+    parameters."""
+    return {"id": request_id(), "by": by, "at": time.time(), **params}
 
 
 def _rewrite_spec(store: KeyValueStore, entry: Entry, spec: dict[str, Any],
@@ -81,7 +107,7 @@ def confirm_resize(store: KeyValueStore, read: RecordRead, by: str | None,
     host, uuid = record["host"], record["uuid"]
     log = events.append(events.read(store, host, uuid), events.event(
         "confirm-resize", host, record.get("host_name"), by=by, result=events.SUCCESS,
-        request_id=str(uuidlib.uuid4())))
+        request_id=request_id()))
     compares, writes = also
     return store.commit(Txn(
         [unchanged(keys.record(host, uuid), read.revision), *compares],

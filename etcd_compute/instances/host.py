@@ -52,6 +52,7 @@ def begin_build(store: KeyValueStore, spec: dict[str, Any], spec_revision: int,
         first = not log
         success.append(events.put(keys, host, uuid, events.append(log, events.event(
             "create" if first else "build", host, host_name, by=spec.get("requested_by"),
+            request_id=spec.get("request_id") if first else None,
             started_at=spec.get("requested_at") if first else None))))
     return store.commit(Txn(
         [unchanged(keys.record(host, uuid), read.revision),

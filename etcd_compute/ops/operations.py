@@ -8,11 +8,11 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from etcd_compute import claims, messages
+from etcd_compute import claims, messages, remote_consoles
 from etcd_compute.defaults import DELETED_RECORD_TTL
 from etcd_compute.errors import EtcdComputeError, InvalidMessage, NotFound, UsageError
 from etcd_compute.etcd import Store
-from etcd_compute.hosts import heartbeats, is_alive
+from etcd_compute.hosts import console_address, heartbeats, is_alive
 from etcd_compute.instances import actions as action_txn
 from etcd_compute.instances import moves, ownership, records, states
 from etcd_compute.keys import RECORDS
@@ -198,6 +198,42 @@ def console(store: Store, uuid: str) -> str:
         return message["text"]
     raise NotFound(f"console of {uuid} not published yet (state {read.state}); "
                    "the compute publishes it once the instance is ACTIVE")
+
+
+class NoRemoteConsole(EtcdComputeError):
+    """The instance's host serves no remote console (the fake driver, or no relay)."""
+
+
+def serves_remote_consoles(store: Store, host: str) -> bool:
+    """Whether `host` publishes a console relay (a driver with screens, console.listen)."""
+    return console_address(store, host) is not None
+
+
+def remote_console_url(store: Store, uuid: str, host: str, settings: dict[str, Any],
+                       issued_by: str) -> str:
+    """The noVNC URL of instance `uuid`'s screen on `host`, with a new single-use token
+    (`console` settings: its lifetime, the proxy's base URL). NoRemoteConsole when the
+    host publishes no console relay: the proxy would have nowhere to go. The one issuer of
+    console URLs: the compute API and `schedule.py console --url` both come here."""
+    if not serves_remote_consoles(store, host):
+        raise NoRemoteConsole(f"the host of {uuid} serves no remote console (no console "
+                              "relay: the fake driver, or console.listen unset)")
+    token = remote_consoles.issue(store, uuid, settings["token_ttl_seconds"], issued_by)
+    return remote_consoles.access_url(settings["base_url"], token)
+
+
+def remote_console(store: Store, uuid: str, settings: dict[str, Any]) -> str:
+    """`schedule.py console UUID --url`: the instance's noVNC URL for an operator (a new
+    single-use token, as the compute API's)."""
+    check_uuid(uuid)
+    host, read = records.find(store, uuid)
+    if host is None or read.record is None or read.state in (states.DELETED,
+                                                             states.DELETING):
+        raise NotFound(f"no instance {uuid}")
+    if read.state in (states.SCHEDULED, states.BUILDING, states.RESCHEDULING):
+        raise UsageError(f"instance {uuid} is not ready (state {read.state}): its screen "
+                         "comes once it is built")
+    return remote_console_url(store, uuid, host, settings, operator_name())
 
 
 def hosts(store: Store, placement: PlacementClient) -> list[dict[str, Any]]:

@@ -65,6 +65,9 @@ def instance_spec(destination: Destination, request_spec: RequestSpec,
         "alternates": destination.alternates,
         "requested_at": requested_at,
         "requested_by": requested_by,
+        # The compute API request's id (its server template's), for the create's event.
+        **({"request_id": request_spec.server["request_id"]}
+           if (request_spec.server or {}).get("request_id") else {}),
         # Kept so that the controller can place it again the same way (host failure).
         "query": request_spec.request.to_query(),
         "on_host_failure": request_spec.on_host_failure or settings["on_host_failure"],

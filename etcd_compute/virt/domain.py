@@ -118,6 +118,14 @@ def domain_xml(spec: DomainSpec) -> str:
     _sub(serial, "target", port="0")
     console = _sub(devices, "console", type="pty")
     _sub(console, "target", type="serial", port="0")
+    # The guest's screen: VNC that listens nowhere, neither on an address nor on a socket
+    # file; libvirt hands one connected descriptor to whoever asks through its own
+    # (root-only) socket (virDomainOpenGraphicsFD: drivers/libvirt_screens.py), which is
+    # how the compute's console relay reaches it (remote_consoles.py).
+    graphics = _sub(devices, "graphics", type="vnc")
+    _sub(graphics, "listen", type="none")
+    video = _sub(devices, "video")
+    _sub(video, "model", type="vga")
     _sub(devices, "memballoon", model="none")
     # Randomness from the host's /dev/urandom: the guest kernel's random pool is ready as
     # soon as its virtio-rng driver loads, instead of when a program first waits on it

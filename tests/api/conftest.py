@@ -132,7 +132,8 @@ def cloud(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFacto
           etcd_server: EtcdServer, placement_server: PlacementServer, cluster_pki: Pki,
           keystone: KeystoneServer, glance_section: dict[str, Any]) -> Iterator[Cloud]:
     """The module's cloud; a module's `cloud_config(keystone, pki)` adds to the API's
-    config (its `network` section to the host's too)."""
+    config (its `network` section to the host's too), and its `cloud_host(request, config)`
+    returns the host's config changed (it may start the module's fixtures)."""
     tmp = tmp_path_factory.mktemp("api-cloud")
     prefix = f"/api-{uuidlib.uuid4().hex[:12]}"
     placement = PlacementClient(placement_server.client_config(OPERATOR_USER))
@@ -160,6 +161,9 @@ def cloud(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFacto
             "glance": glance_section}
     if "network" in more:
         host["network"] = configuration.deep_merge(host["network"], more["network"])
+    changed = getattr(request.module, "cloud_host", None)  # a module's own host settings
+    if changed:
+        host = changed(request, host)
     host_yaml = tmp / "compute.yaml"
     host_yaml.write_text(yaml.safe_dump(host))
     compute = DaemonProcess([str(REPO / "compute.py"), "--config", str(host_yaml)],

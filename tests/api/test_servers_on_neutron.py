@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import subprocess
 import uuid as uuidlib
 from collections.abc import Iterator
 from pathlib import Path
@@ -28,7 +30,7 @@ from etcd_compute.pki import Pki
 from tests.api.conftest import IMAGE, Cloud
 from tests.network.neutron import OPENSTACK, network_stack
 from tests.openstack_shell import OpenStackShells
-from tests.support import running, wait_for
+from tests.support import REPO, running, unavailable, wait_for
 from tools.local_services import KeystoneServer
 from tools.local_services import cloud as local_cloud
 from tools.local_services.networking import NetworkStack
@@ -118,6 +120,45 @@ def test_what_the_project_may_not_use_is_refused_before_any_claim(
     assert not cloud.usage("demo").get("consumer_count")
     demo.network.delete_port(used)
     alt.network.delete_port(alt_port)
+
+
+def test_more_servers_than_the_projects_free_ports_allow_are_refused_or_fewer(
+        network: NetworkStack, cloud: Cloud, neutron: dict[str, Any]) -> None:
+    """Neutron's port quota, checked before anything is claimed as Nova's validate_networks
+    checks it: a thousand NICs on one server are refused at once (a spec carries 16); with
+    room for one more port in demo's quota, two servers (min_count) are 403, and one to
+    three (max_count) make one."""
+    demo, admin = cloud.connect("demo"), cloud.connect("admin")
+    project = cloud.project_id("demo")
+    net = neutron["net"].id
+    session, url = cloud.session("demo"), f"{cloud.api.endpoint}/servers"
+
+    def create(**more: Any) -> Any:
+        return session.post(url, raise_exc=False, json={"server": {
+            "name": "quota", "flavorRef": "1", "imageRef": IMAGE, **more}})
+
+    answer = create(networks=[{"uuid": net}] * 1000)
+    assert (answer.status_code, answer.json()["badRequest"]["message"]) == (
+        400, "At most 16 networks or ports per server here")
+    used = len(list(admin.network.ports(project_id=project)))
+    admin.network.update_quota(project, ports=used + 1)
+    try:
+        answer = create(networks=[{"uuid": net}], min_count=2)
+        assert (answer.status_code, answer.json()["forbidden"]["message"]) == (
+            403, "Maximum number of ports exceeded"), answer.text
+        assert list(demo.compute.servers()) == []
+        assert not cloud.usage("demo").get("consumer_count")
+        answer = create(networks=[{"uuid": net}], min_count=1, max_count=3)
+        assert answer.status_code == 202, answer.text
+        made = list(demo.compute.servers())
+        assert len(made) == 1, made
+    finally:
+        for left in demo.compute.servers():
+            demo.compute.delete_server(left)
+            demo.compute.wait_for_delete(left, wait=60, interval=0.5)
+        admin.network.delete_quota(project)  # back to Neutron's defaults
+        wait_for(lambda: not cloud.usage("demo").get("consumer_count"), timeout=30,
+                 what="the claim freed")
 
 
 @pytest.fixture
@@ -274,5 +315,138 @@ def test_a_floating_ip_on_the_servers_port_is_among_its_addresses(
             demo.network.delete_ip(fip)
         if router is not None:
             demo.network.remove_interface_from_router(router, subnet_id=subnet.id)
+            demo.network.delete_router(router)
+        admin.network.delete_network(public)
+
+
+ANSIBLE_PLAYBOOK = REPO / ".venv-ansible" / "bin" / "ansible-playbook"
+PLAYBOOK = """
+- hosts: localhost
+  gather_facts: false
+  tasks:
+    - name: demo's server
+      openstack.cloud.server:
+        cloud: etcd-compute-demo
+        name: from-ansible
+        image: {image}
+        flavor: m1.tiny
+        network: demo-net
+        security_groups: [web]
+        metadata: {{role: web}}
+        tags: [web]
+        description: made by Ansible
+        auto_ip: {auto_ip}
+        delete_ips: {auto_ip}
+        wait: true
+        timeout: 120
+        state: {state}
+"""
+
+
+def ansible(cloud: Cloud, tmp_path: Path, image: str, state: str,
+            auto_ip: bool = False) -> str:
+    """The playbook's run as demo (`state` present or absent; with `auto_ip`, a floating
+    IP made for the server and deleted with it): its recap's `changed=N`."""
+    if not ANSIBLE_PLAYBOOK.exists():
+        unavailable(f"{ANSIBLE_PLAYBOOK} is missing (make install builds .venv-ansible)")
+    book = tmp_path / f"{state}.yml"
+    book.write_text(PLAYBOOK.format(image=image, state=state, auto_ip=str(auto_ip).lower()))
+    clouds = local_cloud.write_clouds_yaml(cloud.keystone, tmp_path / "clouds.yaml")
+    home = tmp_path / "ansible"
+    done = subprocess.run(
+        [str(ANSIBLE_PLAYBOOK), "-i", "localhost,", "-c", "local", "-e",
+         f"ansible_python_interpreter={ANSIBLE_PLAYBOOK.parent / 'python'}", str(book)],
+        env={"PATH": os.environ["PATH"], "HOME": str(home), "ANSIBLE_HOME": str(home),
+             "ANSIBLE_LOCAL_TEMP": str(home / "tmp"), "ANSIBLE_NOCOLOR": "1",
+             "ANSIBLE_FORCE_COLOR": "0", "OS_CLIENT_CONFIG_FILE": str(clouds)},
+        capture_output=True, text=True, timeout=300, check=False)
+    recap = re.search(r"localhost\s*:\s*ok=\d+\s+changed=(\d+)\s+unreachable=0\s+failed=0",
+                      done.stdout)
+    assert done.returncode == 0 and recap, done.stdout[-4000:] + done.stderr[-2000:]
+    return recap.group(1)
+
+
+@pytest.fixture
+def demo_image(cloud: Cloud, glance_section: dict[str, Any], tmp_path: Path) -> Iterator[str]:
+    """A small raw image of demo's in Glance (Ansible looks its image up there)."""
+    from etcd_compute.glance import GlanceClient
+
+    glance = GlanceClient(glance_section)
+    disk = tmp_path / "disk.raw"
+    disk.write_bytes(b"\0" * (1 << 20))
+    image, _ = local_cloud.upload_image(glance, disk, f"ansible-{uuidlib.uuid4().hex[:8]}",
+                                        owner=cloud.project_id("demo"),
+                                        visibility="private")
+    yield str(image["id"])
+    glance.delete(image["id"])
+
+
+def remove_ansibles_servers(cloud: Cloud) -> None:
+    demo = cloud.connect("demo")
+    for left in demo.compute.servers(name="from-ansible"):
+        demo.compute.delete_server(left)
+        demo.compute.wait_for_delete(left, wait=60, interval=0.5)
+    wait_for(lambda: not cloud.usage("demo").get("consumer_count"), timeout=30,
+             what="the claim freed")
+
+
+def test_an_ansible_server_task_run_again_on_its_server_changes_nothing(
+        network: NetworkStack, cloud: Cloud, neutron: dict[str, Any], demo_image: str,
+        tmp_path: Path) -> None:
+    """Ansible's `openstack.cloud.server` (the collection Ansible bundles, openstacksdk
+    under it), as a playbook names a server: the first run creates it (changed), the
+    second finds it as asked (its network and security groups read through Nova's
+    os-security-groups and Neutron; its metadata, tags and description in the server's
+    view) and changes nothing; `state: absent` deletes it once."""
+    demo = cloud.connect("demo")
+    try:
+        assert ansible(cloud, tmp_path, demo_image, "present") == "1"
+        made = demo.compute.find_server("from-ansible")
+        made = demo.compute.get_server(made.id) if made else None
+        assert made is not None and made.status == "ACTIVE"
+        assert (made.metadata, made.tags, made.description) == (
+            {"role": "web"}, ["web"], "made by Ansible")
+        assert ansible(cloud, tmp_path, demo_image, "present") == "0"
+        assert [s.id for s in demo.compute.servers(name="from-ansible")] == [made.id]
+        assert ansible(cloud, tmp_path, demo_image, "absent") == "1"
+        assert ansible(cloud, tmp_path, demo_image, "absent") == "0"
+    finally:
+        remove_ansibles_servers(cloud)
+
+
+def test_an_ansible_server_with_a_floating_ip_run_again_changes_nothing(
+        network: NetworkStack, cloud: Cloud, neutron: dict[str, Any], demo_image: str,
+        tmp_path: Path) -> None:
+    """`auto_ip: true`, as nodepool's and most playbooks' servers are made: openstacksdk
+    finds the external network behind demo's router, makes a floating IP for the server's
+    port and waits for it in our server view (`OS-EXT-IPS:type: floating`); run again, the
+    view shows it and nothing changes; `state: absent` with `delete_ips` deletes both."""
+    demo, admin = cloud.connect("demo"), cloud.connect("admin")
+    public = admin.network.create_network(name="public", is_router_external=True)
+    router = subnet = None
+    try:
+        admin.network.create_subnet(network_id=public.id, ip_version=4,
+                                    cidr="198.51.100.0/24", is_dhcp_enabled=False)
+        router = demo.network.create_router(
+            name="ansible-router", external_gateway_info={"network_id": public.id})
+        [subnet] = list(demo.network.subnets(network_id=neutron["net"].id))
+        demo.network.add_interface_to_router(router, subnet_id=subnet.id)
+        assert ansible(cloud, tmp_path, demo_image, "present", auto_ip=True) == "1"
+        made = demo.compute.find_server("from-ansible")
+        assert made is not None
+        shown = demo.compute.get_server(made.id).addresses["demo-net"]
+        [floating] = [a["addr"] for a in shown if a["OS-EXT-IPS:type"] == "floating"]
+        assert [ip.floating_ip_address for ip in demo.network.ips()] == [floating]
+        assert ansible(cloud, tmp_path, demo_image, "present", auto_ip=True) == "0"
+        assert [ip.floating_ip_address for ip in demo.network.ips()] == [floating]
+        assert ansible(cloud, tmp_path, demo_image, "absent", auto_ip=True) == "1"
+        assert list(demo.network.ips()) == []
+    finally:
+        remove_ansibles_servers(cloud)
+        for ip in demo.network.ips():
+            demo.network.delete_ip(ip)
+        if router is not None:
+            if subnet is not None:
+                demo.network.remove_interface_from_router(router, subnet_id=subnet.id)
             demo.network.delete_router(router)
         admin.network.delete_network(public)

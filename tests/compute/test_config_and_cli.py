@@ -56,6 +56,7 @@ def test_compute_check_reaches_everything(write_yaml, compute_config):
     assert lines[5].startswith("placement: ok (Placement 1.0..1.")
     assert lines[6] == "driver: ok (fake)"
     assert lines[7] == "metrics: off"
+    assert lines[8] == "console relay: off"
 
 
 def test_compute_check_with_libvirt_test_driver(write_yaml, compute_config, libvirt_test_conn):

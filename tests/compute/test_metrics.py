@@ -149,7 +149,7 @@ def test_a_refused_or_taken_address_stops_the_daemon_with_one_line(compute_confi
     served = write_yaml("served.yaml", with_metrics(compute_config, 9180))
     check = run_cli("compute.py", "--config", str(served), "--check", timeout=60)
     assert check.code == 0, check.stderr
-    assert check.stdout.splitlines()[-1] == "metrics: ok (http://127.0.0.1:9180/metrics)"
+    assert check.stdout.splitlines()[-2] == "metrics: ok (http://127.0.0.1:9180/metrics)"
 
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))

@@ -152,26 +152,30 @@ def ready(host: OvnHypervisor, uuid: str, timeout: float = 240) -> str:
 
 
 def probe(openstack: Cli, hosts: OvnHypervisors, net: dict[str, Any], address: str = PROBE_IP,
-          name: str = "probe", project: str | None = None) -> tuple[Any, Host]:
+          name: str = "probe", project: str | None = None, *more: str,
+          gateway: bool = True) -> tuple[Any, Host]:
     """A port of the network's project (or `project`) on `net` at `address`, bound to hv1,
     plugged there as an OVS internal port and moved into a namespace of its own (`name`)
     with its fixed IP: a machine on the network, in that project's default security group
-    (whose members reach each other). It also stands in
+    (whose members reach each other; `more`: other `port create` options, e.g. a
+    `--security-group`). Unless `gateway` is False (a router holds it), it also stands in
     for the subnet's gateway, which no router holds here, and refuses the metadata address
     behind it at once (as the libvirt network's hosts do): the guests do not wait out
     their metadata retries."""
-    gateway = net["subnet"]["gateway_ip"]
+    router = net["subnet"]["gateway_ip"]
+    stand_in = ["--allowed-address", f"ip-address={router}",
+                "--allowed-address", "ip-address=169.254.169.254"] if gateway else []
     port = openstack(ADMIN, "port", "create", "--network", net["id"], "--project",
                      project or net["project_id"], "--host", "hv1", "--device-owner", "probe",
                      "--fixed-ip", f"subnet={net['subnet']['id']},ip-address={address}",
-                     "--allowed-address", f"ip-address={gateway}",
-                     "--allowed-address", "ip-address=169.254.169.254", name)
+                     *stand_in, *more, name)
     chassis = hosts["hv1"].chassis
     device = chassis.plug(port["id"], port["mac_address"])
     space = hosts.chassis.net.add_space(name)
     chassis.move(device, space, address, net["mtu"])
-    ip("-n", space.netns, "addr", "add", f"{gateway}/24", "dev", device)
-    ip("-n", space.netns, "addr", "add", "169.254.169.254/32", "dev", "lo")
+    if gateway:
+        ip("-n", space.netns, "addr", "add", f"{router}/24", "dev", device)
+        ip("-n", space.netns, "addr", "add", "169.254.169.254/32", "dev", "lo")
     ip("-n", space.netns, "link", "set", "lo", "up")
     return port, space
 

@@ -36,8 +36,10 @@ from typing import Any
 
 import pytest
 
-from tests.network.guests import Worker, keypair, ready, spec_for
+from tests.network.compute_cloud import ComputeCloud
+from tests.network.guests import Worker, keypair, probe, ready, spec_for
 from tests.network.neutron import ALT, DEMO, Cli
+from tests.network.sniffer import Sniffing
 from tests.support import unavailable, wait_for
 from tools.local_services.networking import NetworkStack
 from tools.local_services.outside import PHYSNET, Outside
@@ -47,6 +49,7 @@ pytestmark = pytest.mark.vm
 
 ADMIN = "etcd-compute"
 INSIDE = "10.1.0.0/24"
+SPOOF_INSIDE, SPOOF_VICTIM = "10.4.0.0/24", "10.4.0.250"
 
 
 @pytest.fixture(scope="module")
@@ -311,3 +314,163 @@ def test_a_guest_on_a_shared_provider_network_is_on_the_sites_segment(
         openstack.run(DEMO, "security group", "delete", group["id"])
     assert [row for row in nb(network, "list", "Logical_Switch")
             if '"lan"' in json.dumps(row["external_ids"])] == []
+
+
+# Run in the guest, detached from the SSH session that starts it (its own address goes
+# away for a while): each round sends ICMP echoes of its own payload size, so the sniffers
+# tell the rounds apart. 101 and 105 are the guest's own identity (before and after);
+# 102 spoofs the victim's IP, 103 the floating IP, 104 the victim's MAC, each also with a
+# gratuitous ARP claiming the address.
+SPOOF = r"""
+OWN_IP={own_ip} OWN_MAC={own_mac} V_IP={victim_ip} V_MAC={victim_mac} FIP={floating}
+LAPTOP={laptop} GW={gateway}
+say() {{ echo "$(date +%s) $*"; }}
+both() {{ ping -c 3 -W 1 -s "$1" "$V_IP"; ping -c 3 -W 1 -s "$1" "$LAPTOP"; }}
+route() {{ ip route replace default via "$GW" dev eth0; }}
+set_mac() {{ ip link set eth0 down; ip link set eth0 address "$1"; ip link set eth0 up; route; }}
+sleep 2
+say own; both 101
+say victim-ip
+ip addr del "$OWN_IP/24" dev eth0; ip addr add "$V_IP/24" dev eth0; route
+arping -U -c 2 -I eth0 -s "$V_IP" "$V_IP"
+ping -c 3 -W 1 -s 102 "$LAPTOP"
+ip addr del "$V_IP/24" dev eth0; ip addr add "$OWN_IP/24" dev eth0; route
+say floating-ip
+ip addr add "$FIP/32" dev eth0
+arping -U -c 2 -I eth0 -s "$FIP" "$FIP"
+ping -c 3 -W 1 -s 103 -I "$FIP" "$LAPTOP"; ping -c 3 -W 1 -s 103 -I "$FIP" "$V_IP"
+ip addr del "$FIP/32" dev eth0
+say victim-mac
+set_mac "$V_MAC"
+arping -U -c 2 -I eth0 -s "$OWN_IP" "$OWN_IP"
+both 104
+set_mac "$OWN_MAC"
+say own-again; both 105
+say done
+"""
+
+
+def floating_of(compute_cloud: ComputeCloud, uuid: str) -> list[str]:
+    """The floating addresses our compute API's server view shows (as demo)."""
+    shown = compute_cloud.server(uuid, "demo")
+    return [a["addr"] for found in shown["addresses"].values() for a in found
+            if a.get("OS-EXT-IPS:type") == "floating"]
+
+
+@pytest.mark.timeout(900)
+def test_a_guest_spoofing_another_port_or_its_floating_ip_is_dropped(
+        network: NetworkStack, openstack: Cli, hosts: OvnHypervisors, outside: Outside,
+        public: dict[str, Any], compute_cloud: ComputeCloud, tmp_path: Path) -> None:
+    """A real guest (booted through our compute API on demo's port, a floating IP on it)
+    takes another port's IP, then the floating IP, then the other port's MAC, and sends
+    (ICMP echoes to that port and to the laptop, gratuitous ARP): neither the other port
+    (the victim, a Neutron port of demo's in a namespace) nor the laptop sees any of it;
+    the same echoes under its own identity, before and after, arrive, and SSH through the
+    floating IP works again. OVN's port security (Neutron's `port_security_enabled`) drops
+    them on the guest's own port: this holds without any code of ours; with port security
+    off on the guest's port the test fails: every spoofed round arrives (tried: the
+    laptop saw rounds 102-104, 102 and 103 through the router's SNAT, the victim 103 and
+    104 and the ARP claiming the floating IP).
+
+    Before that, the refusals as a user meets them: alt's floating IP pointed at demo's
+    port, by alt and by demo, fails in Neutron, and our server view shows no floating
+    address; demo's own, once associated, is the one it shows."""
+    if shutil.which("ssh") is None or shutil.which("ssh-keygen") is None:
+        unavailable("ssh and ssh-keygen are missing (tools/install.sh installs openssh-client)")
+    key = keypair(tmp_path / "id_guest")
+    known = tmp_path / "known_hosts"
+    compute_cloud.session("demo").post(f"{compute_cloud.api.endpoint}/os-keypairs", json={
+        "keypair": {"name": "spoof", "public_key": Path(f"{key}.pub").read_text().strip()}})
+    inside = openstack(DEMO, "network", "create", "spoof-inside")
+    router = openstack(DEMO, "router", "create", "spoof-gateway")
+    group = openstack(DEMO, "security group", "create", "spoof")
+    floating: list[str] = []
+    victim: tuple[Any, Any] | None = None
+    try:
+        inside["subnet"] = openstack(DEMO, "subnet", "create", "--network", inside["id"],
+                                     "--subnet-range", SPOOF_INSIDE, "spoof-subnet")
+        openstack.ok(DEMO, "router", "set", "--external-gateway", public["id"], router["id"])
+        openstack.ok(DEMO, "router", "add", "subnet", router["id"], inside["subnet"]["id"])
+        for rule in (("--protocol", "icmp"), ("--protocol", "tcp", "--dst-port", "22")):
+            openstack(DEMO, "security group rule", "create", "--ingress", *rule, group["id"])
+        victim = probe(openstack, hosts, inside, SPOOF_VICTIM, "spoof-victim", None,
+                       "--security-group", group["id"], gateway=False)
+        (victim_port, victim_space) = victim
+        port = openstack(DEMO, "port", "create", "--network", inside["id"],
+                         "--security-group", group["id"], "spoofer-port")
+        uuid = compute_cloud.boot("demo", "spoofer", [{"port": port["id"]}],
+                                  key_name="spoof")
+        theirs = openstack(ALT, "floating ip", "create", "public")
+        floating.append(theirs["id"])
+        mine = openstack(DEMO, "floating ip", "create", "public")
+        floating.append(mine["id"])
+        address = mine["floating_ip_address"]
+        compute_cloud.wait_status(uuid, timeout=600)
+        ready(hosts[compute_cloud.server(uuid)["OS-EXT-SRV-ATTR:host"]], uuid, timeout=400)
+
+        # alt's floating IP on demo's port: neither alt nor demo may.
+        for cloud_name in (ALT, DEMO):
+            done = openstack.run(cloud_name, "floating ip", "set", "--port", port["id"],
+                                 theirs["id"])
+            assert done.returncode != 0, (cloud_name, done.stdout)
+        assert openstack(ALT, "floating ip", "show", theirs["id"])["port_id"] is None
+        assert floating_of(compute_cloud, uuid) == []
+        assert [row for row in nb(network, "list", "NAT")
+                if row["external_ip"] == theirs["floating_ip_address"]] == []
+        openstack.ok(DEMO, "floating ip", "set", "--port", port["id"], mine["id"])
+        wait_for(lambda: floating_of(compute_cloud, uuid) == [address] or None, timeout=30,
+                 interval=0.5, what="the floating address in the server view")
+
+        def logged_in(command: str) -> subprocess.CompletedProcess[str] | None:
+            done = ssh_from_outside(outside, key, known, address, command)
+            return done if done.returncode == 0 else None
+
+        wait_for(lambda: logged_in("true"), timeout=300, interval=0.5,
+                 what=f"ssh root@{address} from outside")
+        (fixed,) = port["fixed_ips"]
+        script = SPOOF.format(own_ip=fixed["ip_address"], own_mac=port["mac_address"],
+                              victim_ip=SPOOF_VICTIM, victim_mac=victim_port["mac_address"],
+                              floating=address, laptop=outside.address,
+                              gateway=inside["subnet"]["gateway_ip"])
+        at_victim = Sniffing(victim_space.netns, f"tap{victim_port['id'][:11]}")
+        at_laptop = Sniffing(outside.laptop.netns, "eth0")
+        try:
+            started = logged_in(f"cat >/tmp/spoof.sh <<'EOF'\n{script}\nEOF\n"
+                                "setsid sh /tmp/spoof.sh </dev/null >/tmp/spoof.log 2>&1 &")
+            assert started is not None, "could not start the spoofing rounds"
+            log = wait_for(lambda: (lambda done: done.stdout if done and " done" in
+                                    done.stdout else None)(logged_in("cat /tmp/spoof.log")),
+                           timeout=240, interval=2, what="the spoofing rounds done")
+        finally:
+            victim_saw, laptop_saw = at_victim.stop(), at_laptop.stop()
+        seen = f"\nthe guest's log:\n{log}\nthe victim saw:\n" + "\n".join(victim_saw) \
+            + "\nthe laptop saw:\n" + "\n".join(laptop_saw)
+
+        def sizes(lines: list[str]) -> set[int]:
+            return {int(line.rsplit("size=", 1)[1]) for line in lines if " icmp " in line}
+
+        # Its own identity, before and after: arrives at both.
+        assert {101, 105} <= sizes(victim_saw) and {101, 105} <= sizes(laptop_saw), seen
+        # Spoofed: nothing arrives, nor any ARP claiming the victim's IP or the floating IP,
+        # nor any frame from the victim's MAC.
+        assert not sizes(victim_saw) & {102, 103, 104}, seen
+        assert not sizes(laptop_saw) & {102, 103, 104}, seen
+        assert not [line for line in victim_saw
+                    if f"spa={SPOOF_VICTIM} " in line or f"spa={address} " in line
+                    or victim_port["mac_address"] in line], seen
+        print(f"\nspoofing from a guest on its Neutron port: the victim saw "
+              f"{sorted(sizes(victim_saw))}, the laptop {sorted(sizes(laptop_saw))} "
+              f"(rounds 102-104 spoofed)")
+    finally:
+        for one in floating:
+            openstack.run(ADMIN, "floating ip", "delete", one)
+        compute_cloud.wait_gone()
+        if victim:
+            hosts["hv1"].chassis.unplug(f"tap{victim[0]['id'][:11]}")
+            openstack.run(ADMIN, "port", "delete", victim[0]["id"])
+        openstack.run(DEMO, "port", "delete", "spoofer-port")
+        openstack.run(DEMO, "router", "remove", "subnet", router["id"], "spoof-subnet")
+        openstack.run(DEMO, "router", "delete", router["id"])
+        openstack.run(DEMO, "network", "delete", inside["id"])
+        openstack.run(DEMO, "security group", "delete", group["id"])
+    assert nb(network, "list", "NAT") == []

@@ -40,6 +40,8 @@ class FakeNeutron:
         self.fail_from: dict[str, int] = {}
         self.counts: dict[str, int] = {}
         self._macs = 0
+        # Each project's port quota (Neutron's default: 500; -1 is unlimited).
+        self.port_quotas: dict[str, int] = {}
 
     # --- what a test sets up ---------------------------------------------------------
 
@@ -192,6 +194,12 @@ class FakeNeutronClient:
     def port(self, port_id: str) -> dict[str, Any]:
         return self._one("ports", port_id)
 
+    def port_quota(self, project_id: str) -> int:
+        self._record("quota", "GET", "quotas", {"id": project_id})
+        if not (self.is_admin or project_id == self.project_id):
+            raise NotFound(f"Neutron GET /quotas/{project_id}: not found")
+        return self.neutron.port_quotas.get(project_id, 500)
+
     def ports(self, **filters: Any) -> list[dict[str, Any]]:
         return self._list("ports", filters)
 
@@ -301,3 +309,55 @@ class FakeNeutronClient:
         port = self._bound_port("delete_port_binding", "DELETE", port_id)
         assert host != port["binding:host_id"], f"the active binding of {port_id} deleted"
         return self.neutron.inactive.get(port_id, {}).pop(host, None) is not None
+
+    # --- security groups and rules (the compute API's proxy) ---------------------------
+
+    def security_group(self, group_id: str) -> dict[str, Any]:
+        return self._one("security_groups", group_id)
+
+    def security_group_rule(self, rule_id: str) -> dict[str, Any]:
+        for group in self.neutron.items["security_groups"].values():
+            for rule in group["security_group_rules"]:
+                if rule["id"] == rule_id and self._visible("security_groups", group):
+                    return copy.deepcopy(rule)
+        raise NotFound(f"Neutron GET /security_group_rules/{rule_id}: not found")
+
+    def create(self, collection: str, item: dict[str, Any]) -> dict[str, Any]:
+        self._record(f"create_{collection}", "POST", collection, dict(item))
+        if collection == "security_groups":
+            made = self.neutron.add_group(self.project_id, item["name"])
+            made["description"] = item.get("description", "")
+            return copy.deepcopy(made)
+        group = self.neutron.items["security_groups"][item["security_group_id"]]
+        keys = ("protocol", "port_range_min", "port_range_max", "remote_ip_prefix",
+                "remote_group_id", "ethertype")
+        for rule in group["security_group_rules"]:
+            if all(rule.get(k) == item.get(k) for k in keys):
+                raise NeutronError("Neutron POST /security_group_rules: 409 exists", 409,
+                                   "SecurityGroupRuleExists")
+        rule = {"id": str(uuidlib.uuid4()), "protocol": None, "port_range_min": None,
+                "port_range_max": None, "remote_group_id": None, "remote_ip_prefix": None,
+                **item}
+        group["security_group_rules"].append(rule)
+        return copy.deepcopy(rule)
+
+    def update(self, collection: str, item_id: str, changes: dict[str, Any]
+               ) -> dict[str, Any]:
+        self._record(f"update_{collection}", "PUT", collection, {"id": item_id, **changes})
+        self._one(collection, item_id)
+        self.neutron.items[collection][item_id].update(copy.deepcopy(changes))
+        return copy.deepcopy(self.neutron.items[collection][item_id])
+
+    def delete(self, collection: str, item_id: str) -> None:
+        self._record(f"delete_{collection}", "DELETE", collection, {"id": item_id})
+        if collection == "security_group_rules":
+            for group in self.neutron.items["security_groups"].values():
+                group["security_group_rules"] = [
+                    r for r in group["security_group_rules"] if r["id"] != item_id]
+            return
+        self._one(collection, item_id)
+        if any(item_id in port["security_groups"]
+               for port in self.neutron.items["ports"].values()):
+            raise NeutronError(f"Neutron DELETE /security_groups/{item_id}: 409 in use", 409,
+                               "SecurityGroupInUse")
+        del self.neutron.items[collection][item_id]

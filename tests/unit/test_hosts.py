@@ -209,3 +209,16 @@ def test_stats_written_between_a_read_and_a_write_are_kept(monkeypatch):
     hosts.record_build_failure(store, A)
     assert hosts.libvirt_address(store, A) == "10.0.0.9"
     assert len(hosts.build_failures(store, A)) == 1
+
+
+def test_a_host_publishes_its_console_relay_and_takes_it_back():
+    store = FakeStore()
+    assert hosts.console_address(store, A) is None
+    hosts.publish_console_address(store, A, "10.0.0.1:6081")
+    hosts.publish_libvirt_address(store, A, "10.0.0.1")
+    hosts.put_stats(store, A, {"build_failures": []})  # the scheduler's write keeps it
+    assert hosts.console_address(store, A) == "10.0.0.1:6081"
+    assert hosts.libvirt_address(store, A) == "10.0.0.1"
+    hosts.publish_console_address(store, A, None)
+    assert hosts.console_address(store, A) is None
+    assert hosts.libvirt_address(store, A) == "10.0.0.1"

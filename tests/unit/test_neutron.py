@@ -182,3 +182,14 @@ def test_a_group_asked_for_is_its_id_else_every_group_of_that_name() -> None:
     assert matching_groups(groups, "a") == ["a"]  # the id first, not group c's name
     assert matching_groups(groups, "web") == ["a", "b"]
     assert matching_groups(groups, "db") == []
+
+
+def test_a_projects_port_quota_is_read_from_its_quotas() -> None:
+    project = "0b5c7d2e1f3a4b6c8d9e0a1b2c3d4e5f"
+    neutron, session = client({f"GET /v2.0/quotas/{project}": response(200, {
+        "quota": {"port": 7, "network": 100}})})
+    assert neutron.port_quota(project) == 7
+    assert [(method, path) for method, path, _ in session.sent] == [
+        ("GET", f"/v2.0/quotas/{project}")]
+    with pytest.raises(NotFound):
+        neutron.port_quota("../networks")

@@ -20,6 +20,9 @@ from etcd_compute import pki as pki_module
 from etcd_compute.errors import ConfigError
 from etcd_compute.pki import (
     COMPUTE,
+    CONSOLE_PROXY,
+    CONSOLE_PROXY_UNIT,
+    CONSOLE_RELAY,
     ETCD_MEMBER,
     KINDS,
     OPERATOR,
@@ -101,7 +104,8 @@ def test_nothing_is_issued_without_a_ca(tmp_path):
 
 @pytest.mark.parametrize(("kind", "usages"), [
     (ETCD_MEMBER, [SERVER, CLIENT]), (PLACEMENT, [SERVER]), (SERVICE, [SERVER]),
-    (COMPUTE, [CLIENT]), (OPERATOR, [CLIENT]), (ROOT, [CLIENT])])
+    (COMPUTE, [CLIENT]), (OPERATOR, [CLIENT]), (ROOT, [CLIENT]), (CONSOLE_RELAY, [SERVER]),
+    (CONSOLE_PROXY, [CLIENT])])
 def test_each_kind_may_do_what_it_is_for_and_nothing_more(pki, kind, usages):
     issued = pki.issue("holder", kind)
     certificate = load_certificate(issued.cert)
@@ -336,3 +340,16 @@ def test_a_controller_gets_a_client_certificate_only_and_a_server_needs_an_addre
     assert mode(target) == 0o700
     with pytest.raises(ConfigError, match="give its address"):
         pki.issue_libvirt("hv2", tmp_path / "h")
+
+
+def test_only_the_console_proxys_certificate_carries_its_unit(pki):
+    from cryptography.x509.oid import NameOID
+
+    def units(kind: str) -> list[str]:
+        certificate = load_certificate(pki.issue(f"u-{kind}", kind).cert)
+        return [a.value for a in
+                certificate.subject.get_attributes_for_oid(NameOID.ORGANIZATIONAL_UNIT_NAME)]
+
+    assert units(CONSOLE_PROXY) == [CONSOLE_PROXY_UNIT]
+    assert all(CONSOLE_PROXY_UNIT not in units(kind) for kind in (COMPUTE, OPERATOR,
+                                                                   CONSOLE_RELAY))

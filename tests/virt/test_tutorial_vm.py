@@ -288,7 +288,8 @@ def test_the_tutorial_runs_as_written_and_leaves_nothing(tmp_path: Path) -> None
     assert sorted(named) == sorted([*STANDS_IN, *MAKE]), "a line named here left the tutorial"
     work, env = _workdir(tmp_path)
     run_dir = work / "run"
-    ports = {name: free_port() for name in ("etcd", "placement", "keystone", "glance", "api")}
+    ports = {name: free_port() for name in ("etcd", "placement", "keystone", "glance", "api",
+                                          "console")}
     # Three runs of bash: up to make up, the user's part, make down (Neutron and OVN are
     # looked at between them).
     up_at = lines.index("make up")

@@ -21,6 +21,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--keystone-port", type=int, default=5000)
     parser.add_argument("--glance-port", type=int, default=9292)
     parser.add_argument("--api-port", type=int, default=8774)
+    parser.add_argument("--console-port", type=int, default=6080)
     parser.add_argument("--plain", action="store_true",
                         help="plain TCP, no certificates or RBAC (quick experiments)")
     parser.add_argument("--network", choices=["neutron", "libvirt"], default="neutron",
@@ -37,7 +38,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.action == "up":
             stack.up(args.etcd_port, args.placement_port, say, plain=args.plain,
                      keystone_port=args.keystone_port, glance_port=args.glance_port,
-                     api_port=args.api_port, network_backend=args.network)
+                     api_port=args.api_port, console_port=args.console_port,
+                     network_backend=args.network)
         elif args.action == "down":
             stack.down(say)
         else:

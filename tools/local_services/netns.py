@@ -26,7 +26,9 @@ import json
 import os
 import random
 import secrets
+import socket
 import subprocess
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -55,6 +57,36 @@ def netns_usable() -> str | None:
         return f"cannot create a bridge: {made.stderr.strip()[:200]}"
     ip("link", "del", probe, check=False)
     return None
+
+
+def listen_in(netns: str, address: str, port: int) -> socket.socket:
+    """A TCP socket listening on `address:port` inside the namespace `netns` (its own
+    loopback, say), made by this process: a socket stays in the namespace it was made in,
+    so a thread of ours accepts there and connects here. The namespace is entered by one
+    short-lived thread (setns(2) moves the calling thread only)."""
+    import ctypes
+
+    made: list[socket.socket] = []
+    failed: list[BaseException] = []
+
+    def enter_and_listen() -> None:
+        libc = ctypes.CDLL(None, use_errno=True)
+        try:
+            with open(f"/run/netns/{netns}", "rb") as handle:
+                if libc.setns(handle.fileno(), 0x40000000) != 0:  # CLONE_NEWNET
+                    raise OSError(ctypes.get_errno(), f"setns into {netns}")
+            made.append(socket.create_server((address, port), backlog=64))
+        except BaseException as exc:  # noqa: BLE001 (handed to the caller)
+            failed.append(exc)
+        # The thread ends here, still in `netns`: no other code runs on it.
+
+    thread = threading.Thread(target=enter_and_listen, name=f"listen-in:{netns}")
+    thread.start()
+    thread.join()
+    if failed:
+        raise ServiceUnavailable(f"cannot listen on {address}:{port} in namespace {netns}: "
+                                 f"{failed[0]}")
+    return made[0]
 
 
 @dataclass

@@ -20,8 +20,16 @@ bridge patched to it, as Neutron's ML2/OVN guide sets up a flat provider network
   its transmit checksumming off (offloads.py): the laptop's TCP reaches the userspace
   datapath through an AF_PACKET socket with its checksums filled.
 
-Everything is removed on close: the hosts' br-ex and settings (while their switches run),
-the namespace, the veths and the bridge.
+- **The cloud from the laptop** (`reach(ports)`): this machine's services on its loopback
+  (Keystone, the compute API, Neutron, Glance: their catalog's endpoints) answer at the
+  laptop's own 127.0.0.1 on the same ports, through forwarders of this process that
+  listen in the laptop's namespace (proxy.py, `listen_netns`): a client run there (Tempest
+  for its scenario tests: the cloud's API and the floating IPs both in its reach) keeps
+  the endpoints and the certificates that name them. Only the laptop's loopback: the
+  segment (and a guest on it) reaches none of them.
+
+Everything is removed on close: the forwarders, the hosts' br-ex and settings (while their
+switches run), the namespace, the veths and the bridge.
 """
 
 from __future__ import annotations
@@ -34,6 +42,7 @@ from etcd_compute.errors import ServiceUnavailable
 from tools.local_services import offloads
 from tools.local_services.netns import Host, TestNetwork, ip
 from tools.local_services.ovn_hosts import OvnHost
+from tools.local_services.proxy import CuttableProxy
 
 PHYSNET = "physnet1"
 PROVIDER_BRIDGE = "br-ex"
@@ -45,6 +54,7 @@ class Outside:
     net: TestNetwork
     laptop: Host
     hosts: list[OvnHost] = field(default_factory=list)
+    forwarders: list[CuttableProxy] = field(default_factory=list)
 
     @classmethod
     def create(cls, hosts: Iterable[OvnHost]) -> Outside:
@@ -97,6 +107,15 @@ class Outside:
         """`argv` as run in the laptop's namespace."""
         return self.net.run_in(self.laptop, argv)
 
+    def reach(self, ports: Iterable[int]) -> None:
+        """This machine's services on 127.0.0.1:`ports` answer at the laptop's 127.0.0.1 on
+        the same ports (its loopback only)."""
+        for port in ports:
+            if any(forwarder.port == port for forwarder in self.forwarders):
+                continue
+            self.forwarders.append(CuttableProxy(
+                "127.0.0.1", port, port, listen_netns=self.laptop.netns).start())
+
     # --- the hosts -----------------------------------------------------------------------
 
     def attach(self, host: OvnHost, gateway: bool = True) -> None:
@@ -134,7 +153,11 @@ class Outside:
             host.switch.vsctl("--if-exists", "del-br", PROVIDER_BRIDGE)
 
     def close(self) -> None:
-        """The hosts detached, then the namespace, the veths and the bridge."""
+        """The forwarders stopped, the hosts detached, then the namespace, the veths and the
+        bridge."""
+        for forwarder in self.forwarders:
+            forwarder.stop()
+        self.forwarders.clear()
         for host in self.hosts:
             if host.switch.vswitchd.running():
                 self.detach(host)

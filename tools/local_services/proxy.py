@@ -13,6 +13,10 @@ inside a network namespace to a service in the root namespace, so a client
 there can keep its usual endpoint (and the server certificate that names it):
 
     ip netns exec NS python -m tools.local_services.proxy 127.0.0.1:2379 10.77.3.1:2379
+
+Or, with `listen_netns`, it listens inside that namespace itself (its listening socket made
+there) and connects here: a client in the namespace reaches a service on this machine's
+loopback with nothing listening on any other address.
 """
 
 from __future__ import annotations
@@ -29,9 +33,10 @@ from tools.local_services.process import free_port
 
 class CuttableProxy:
     def __init__(self, target_host: str, target_port: int, listen_port: int | None = None,
-                 listen_host: str = "127.0.0.1"):
+                 listen_host: str = "127.0.0.1", listen_netns: str | None = None):
         self.target = (target_host, target_port)
         self.host = listen_host
+        self.netns = listen_netns
         self.port = listen_port or free_port()
         self._listener: socket.socket | None = None
         self._connections: set[socket.socket] = set()
@@ -46,10 +51,15 @@ class CuttableProxy:
         return f"{self.host}:{self.port}"
 
     def start(self) -> CuttableProxy:
-        listener = socket.socket()
-        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        listener.bind((self.host, self.port))
-        listener.listen(64)
+        if self.netns is not None:
+            from tools.local_services.netns import listen_in
+
+            listener = listen_in(self.netns, self.host, self.port)
+        else:
+            listener = socket.socket()
+            listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            listener.bind((self.host, self.port))
+            listener.listen(64)
         listener.settimeout(0.2)
         self._listener = listener
         self._open.set()

@@ -78,6 +78,9 @@ class LocalStack:
     keystone: dict | None = None
     glance: dict | None = None
     compute_api: dict | None = None
+    console_proxy: dict | None = None
+    # The console proxy's port (`up`'s; the running proxy's when there is one).
+    console_port: int = 6080
     # virtlogd and libvirtd, when we started them.
     libvirt_pids: list[int] = field(default_factory=list)
     # Daemons started for us (the demo's computes with KEEP=1): name, pid, log.
@@ -91,9 +94,10 @@ class LocalStack:
     site: dict | None = None
 
     FIELDS = ("plain", "etcd", "placement", "keystone", "glance", "compute_api",
-              "libvirt_pids", "daemons", "guests", "providers", "network_backend", "site")
+              "console_proxy", "libvirt_pids", "daemons", "guests", "providers",
+              "network_backend", "site")
     # The services make up starts, in order (make down stops them in reverse).
-    SERVICES = ("etcd", "placement", "keystone", "glance", "compute_api")
+    SERVICES = ("etcd", "placement", "keystone", "glance", "compute_api", "console_proxy")
 
     @property
     def state_file(self) -> Path:
@@ -122,7 +126,8 @@ class LocalStack:
 
     def up(self, etcd_port: int, placement_port: int, say: Say, plain: bool = False,
            keystone_port: int = 5000, glance_port: int = 9292, api_port: int = 8774,
-           guests: bool = True, network_backend: str = NEUTRON) -> None:
+           guests: bool = True, console_port: int = 6080,
+           network_backend: str = NEUTRON) -> None:
         """Start what is not running. `guests=False` (`make tempest`: fake-driver hosts only)
         leaves libvirt, the network, the test guest and the hand-run host's configs alone."""
         running = bool(self.etcd and pid_alive(self.etcd["pid"]))
@@ -136,6 +141,7 @@ class LocalStack:
                 "make down first to switch")
         self.plain = plain
         self.network_backend = network_backend
+        self.console_port = console_port
         pki = None if plain else self.pki
         if pki is not None and pki.init("etcd-compute-local"):
             say(f"created the cluster CA in {pki.directory}")
@@ -183,6 +189,7 @@ class LocalStack:
         if guests:
             self.write_configs(say)
         self._up_api(api_port, say)
+        self._up_console_proxy(say)
         if guests and self.network_backend == NEUTRON:
             self._say_outside(say)
 
@@ -301,6 +308,28 @@ class LocalStack:
             made = seed_flavors(store)
         say(f"flavors: {', '.join(made) if made else 'already there'} (openstack flavor list)")
 
+    def _up_console_proxy(self, say: Say) -> None:
+        """`schedule.py console-proxy` beside the API (not with PLAIN=1: the hosts' relays
+        speak mutual TLS only)."""
+        from tools.local_services.console_proxy import ConsoleProxyServer
+
+        if self.plain:
+            say("console proxy: not started with PLAIN=1 (hosts' console relays need TLS)")
+            return
+        proxy = ConsoleProxyServer.create(self.run_dir, self.console_port)
+        if self.console_proxy and pid_alive(self.console_proxy["pid"]):
+            say(f"console proxy already running (pid {self.console_proxy['pid']}, "
+                f"{proxy.url})")
+            return
+        if port_open(self.console_port):
+            raise ServiceUnavailable(f"port {self.console_port} is taken by another process; "
+                                     "stop it or pass --console-port")
+        proxy.start(self.operator_config())
+        self.console_proxy = {"pid": proxy.pid, "port": proxy.port}
+        self.save()
+        say(f"console proxy started (pid {proxy.pid}, noVNC at {proxy.url}; a server's "
+            "console: openstack console url show SERVER)")
+
     def _up_cloud(self, keystone_port: int, glance_port: int, say: Say,
                   test_guest: bool = True) -> None:
         """Keystone and Glance (side by side), the cloud's identities, the test guest image
@@ -371,6 +400,11 @@ class LocalStack:
                   "placement": self._placement().client_config(OPERATOR)}
         if self.glance:
             config["glance"] = self.glance_config()
+        if not self.plain:  # remote consoles: URLs on the proxy, its certificate to relays
+            from tools.local_services.console_proxy import operator_section
+
+            port = (self.console_proxy or {}).get("port", self.console_port)
+            config["console"] = operator_section(self.pki, port)
         return config
 
     def host_config(self, rp_uuid: str) -> dict[str, Any]:
@@ -410,7 +444,12 @@ class LocalStack:
             say(f"configs: {schedule} (operator), {self.run_dir / 'compute.yaml'} (host "
                 f"'{HOST}', network.backend neutron)")
             return
-        compute = {**self.host_config(local),
+        host = self.host_config(local)
+        if not self.plain:  # its guests' screens for the console proxy, on loopback
+            from tools.local_services.console_proxy import host_section
+
+            host["console"] = host_section(self.pki, "local", "127.0.0.1", 6081)
+        compute = {**host,
                    "compute": {"uuid": local, "name": "local",
                                "state_dir": str(LOCAL_VM_FILES / "state"),
                                "instances_dir": str(LOCAL_VM_FILES / "instances")},

@@ -27,9 +27,10 @@ import yaml
 from etcd_compute.errors import ServiceUnavailable
 from etcd_compute.etcd import Store
 from tools.local_services import cloud as local_cloud
-from tools.local_services.process import REPO, free_port, pid_alive
+from tools.local_services.process import REPO, free_port, pid_alive, stop_pid
 from tools.local_services.stack import LocalStack
 from tools.tempest_run.conf import Cloud
+from tools.tempest_run.network import TempestStack, neutron_extensions
 
 Say = Callable[[str], None]
 
@@ -43,22 +44,31 @@ INVENTORY = {"VCPU": {"total": 256, "reserved": 0, "allocation_ratio": 1.0},
              "DISK_GB": {"total": 2000, "reserved": 0, "allocation_ratio": 1.0}}
 
 
-def start(run_dir: Path, say: Say, compute_nodes: int = 1) -> tuple[LocalStack, Cloud]:
-    """Start everything in `run_dir`; the stack (to stop) and what tempest.conf says of it.
-    Whatever an interrupted run left there is removed first."""
-    stack = LocalStack.load(run_dir)
+def start(run_dir: Path, say: Say, compute_nodes: int = 1, network: bool = True
+          ) -> tuple[TempestStack, Cloud]:
+    """Start everything in `run_dir` (with `network`, Neutron on OVN and a chassis per
+    host: network.py); the stack (to stop) and what tempest.conf says of it. Whatever an
+    interrupted run left there is removed first."""
+    stack = TempestStack.load(run_dir)
     if stack.state_file.exists():
         say(f"removing what an earlier run left in {run_dir}")
         stack.down(say)
-        stack = LocalStack.load(run_dir)
+        stack = TempestStack.load(run_dir)
+    stack.with_network = network
+    names = [f"tempest-compute-{number}" for number in range(1, compute_nodes + 1)]
     try:
         stack.up(free_port(), free_port(), say, keystone_port=free_port(),
-                 glance_port=free_port(), api_port=free_port(), guests=False)
+                 glance_port=free_port(), api_port=free_port(), guests=False,
+                 console_port=free_port())
+        if network:
+            stack.start_chassis(names, say)
         _start_controller(stack, say)
-        hosts = [_start_compute(stack, number, say) for number in range(1, compute_nodes + 1)]
+        hosts = [_start_compute(stack, name, say) for name in names]
         _wait_alive(stack, hosts)
         images = _upload_images(stack, say)
         low, high = api_microversions(stack)
+        extensions = neutron_extensions(stack.network, stack._keystone()) \
+            if stack.network is not None else []
     except BaseException:
         stop(stack, say)
         raise
@@ -67,7 +77,8 @@ def start(run_dir: Path, say: Say, compute_nodes: int = 1) -> tuple[LocalStack, 
         auth_url=keystone.auth_url, ca_file=keystone.ca_file,
         admin_password=keystone.admin_password, image_ref=images[0], image_ref_alt=images[1],
         flavor_ref=FLAVOR_REF, flavor_ref_alt=FLAVOR_REF_ALT, min_microversion=low,
-        max_microversion=high, compute_nodes=compute_nodes)
+        max_microversion=high, compute_nodes=compute_nodes, neutron=network,
+        network_extensions=tuple(extensions))
 
 
 def stop(stack: LocalStack, say: Say, keep_logs: Path | None = None) -> None:
@@ -76,6 +87,12 @@ def stop(stack: LocalStack, say: Say, keep_logs: Path | None = None) -> None:
         keep_logs.mkdir(parents=True, exist_ok=True)
         for log in stack.run_dir.rglob("*.log"):
             shutil.copy(log, keep_logs / log.name)
+    for daemon in stack.daemons:  # the computes and the controller before their services
+        if daemon["name"].startswith(("tempest-compute-", "controller")) and \
+                pid_alive(daemon["pid"]):
+            stop_pid(daemon["pid"], timeout=20)
+    if isinstance(stack, TempestStack):
+        stack.stop_network(say)
     stack.down(say)
 
 
@@ -90,22 +107,29 @@ def _daemon(stack: LocalStack, name: str, argv: list[str]) -> int:
     return process.pid
 
 
-def _start_controller(stack: LocalStack, say: Say) -> None:
+def _start_controller(stack: TempestStack, say: Say) -> None:
     config = stack.run_dir / "schedule.yaml"  # the operator's (LocalStack.up wrote it)
+    if stack.network is not None:  # its scheduler places on the neutron backend's hosts
+        operator = yaml.safe_load(config.read_text())
+        config = stack.run_dir / "controller.yaml"
+        config.write_text(yaml.safe_dump({**operator, "network": stack.network_section()}))
+        config.chmod(0o600)
     pid = _daemon(stack, "controller", [str(REPO / "schedule.py"), "--config", str(config),
                                         "serve"])
     say(f"controller started (schedule.py serve, pid {pid})")
 
 
-def _start_compute(stack: LocalStack, number: int, say: Say) -> str:
-    """A fake-driver compute host with its own certificate and etcd role; its uuid."""
+def _start_compute(stack: TempestStack, name: str, say: Say) -> str:
+    """A fake-driver compute host with its own certificate and etcd role (on the network
+    service: plugging its guests' ports on its chassis); its uuid."""
     rp_uuid = str(uuidlib.uuid4())
-    name = f"tempest-compute-{number}"
     state = stack.run_dir / name
-    config = {**stack.host_config(rp_uuid), "driver": {"name": "fake"},
+    config = {**stack.host_config(rp_uuid), "driver": stack.fake_driver(name),
               "compute": {"uuid": rp_uuid, "name": name, "state_dir": str(state),
                           "instances_dir": str(state / "instances"),
                           "inventory": INVENTORY, "shutdown_timeout_seconds": 10}}
+    if stack.network is not None:
+        config["network"] = stack.network_section()
     path = stack.run_dir / f"{name}.yaml"
     path.write_text(yaml.safe_dump(config))
     path.chmod(0o600)

@@ -40,7 +40,10 @@ COMPUTE_FEATURES: dict[str, tuple[bool, str]] = {
     "vnc_console": (False, "no remote consoles"),
     "spice_console": (False, "no remote consoles"),
     "serial_console": (False, "no remote consoles"),
-    "interface_attach": (False, "no network service: no interfaces to attach"),
+    # os-interface lists and shows a server's ports; attach and detach are answered 400
+    # (the compute cannot plug a port into a running guest yet), so Tempest's tests of them
+    # would fail, not skip: off.
+    "interface_attach": (False, "attaching and detaching ports is refused (400)"),
     "personality": (False, "personality files are refused (user_data instead)"),
     "attach_encrypted_volume": (False, "no volume service"),
     "swap_volume": (False, "no volume service"),
@@ -49,15 +52,36 @@ COMPUTE_FEATURES: dict[str, tuple[bool, str]] = {
     "unified_limits": (False, "limits are ours, in etcd (os-quota-sets), not Keystone's"),
 }
 
+# What differs on the Neutron cloud (cloud.neutron): a move does not rebind the guest's
+# ports to the destination yet (Nova's port bindings), so the destination refuses it
+# (docs/explanation/networking.md, "Not yet").
+NEUTRON_COMPUTE_FEATURES: dict[str, tuple[bool, str]] = {
+    "live_migration": (False, "on Neutron ports a move is refused: ports are not rebound"),
+    "live_migrate_back_and_forth": (False, "no live migration on Neutron ports"),
+    "block_migration_for_live_migration": (False, "no live migration on Neutron ports"),
+}
+
 # Nova's names of the scheduler filters we have (etcd_compute/scheduler/filters.py):
 # alive and enabled hosts, image properties, hard affinity and anti-affinity. Tempest
 # sends only the hints of the filters named here.
 SCHEDULER_FILTERS = ["ComputeFilter", "ImagePropertiesFilter", "ServerGroupAntiAffinityFilter",
                      "ServerGroupAffinityFilter"]
 
-# [service_available]: the services of this cloud.
-SERVICES = {"nova": True, "glance": True, "neutron": False, "cinder": False,
+# [service_available]: the services of this cloud (neutron: when cloud.py started it).
+SERVICES = {"nova": True, "glance": True, "neutron": True, "cinder": False,
             "swift": False, "horizon": False}
+
+# [network-feature-enabled] (with Neutron): what our Neutron (ML2/OVN, the router plugin,
+# no external network) does; each with its reason. api_extensions are the aliases Neutron's
+# own /v2.0/extensions lists (cloud.py asks it), not Tempest's default "all".
+NETWORK_FEATURES: dict[str, tuple[bool, str]] = {
+    "ipv6": (True, "IPv6 subnets (OVN answers router advertisements and DHCPv6)"),
+    "ipv6_subnet_attributes": (True, "ipv6_ra_mode and ipv6_address_mode are served"),
+    "port_admin_state_change": (True, "a port's admin_state_up can be changed"),
+    "port_security": (True, "the port_security extension (ML2's port_security driver)"),
+    # No external (public) network: a floating IP needs one.
+    "floating_ips": (False, "no public network: no floating IPs"),
+}
 
 
 @dataclass(frozen=True)
@@ -75,6 +99,8 @@ class Cloud:
     max_microversion: str
     compute_nodes: int = 1
     region: str = "RegionOne"
+    neutron: bool = False  # the network service runs (Neutron on OVN)
+    network_extensions: tuple[str, ...] = ()  # the aliases Neutron serves
 
 
 def tempest_conf(cloud: Cloud, workspace: Path, build_timeout: int = 120) -> str:
@@ -86,7 +112,10 @@ def tempest_conf(cloud: Cloud, workspace: Path, build_timeout: int = 120) -> str
     conf["oslo_concurrency"] = {"lock_path": str(workspace / "tempest_lock")}
     conf["auth"] = {
         # Tempest makes a project and users of its own for each test class.
-        "use_dynamic_credentials": "true", "create_isolated_networks": "false",
+        # With Neutron, each project also gets a network, subnet and router (as devstack
+        # sets it): its servers are made on its network, as Nova's are in the gate.
+        "use_dynamic_credentials": "true",
+        "create_isolated_networks": "true" if cloud.neutron else "false",
         "admin_username": "admin", "admin_password": cloud.admin_password,
         "admin_project_name": "admin", "admin_domain_name": "Default",
         "admin_user_domain_name": "Default", "admin_project_domain_name": "Default"}
@@ -111,17 +140,46 @@ def tempest_conf(cloud: Cloud, workspace: Path, build_timeout: int = 120) -> str
         # as it does against any Nova whose network it cannot list.
         "fixed_network_name": "",
         "build_interval": "1"}
-    features = {name: "true" if on else "false" for name, (on, _) in COMPUTE_FEATURES.items()}
+    flags = {**COMPUTE_FEATURES, **(NEUTRON_COMPUTE_FEATURES if cloud.neutron else {})}
+    features = {name: "true" if on else "false" for name, (on, _) in flags.items()}
     features["scheduler_enabled_filters"] = ",".join(SCHEDULER_FILTERS)
     features["nova_policy_roles"] = "admin,member,reader"
     conf["compute-feature-enabled"] = features
-    conf["service_available"] = {name: "true" if on else "false"
-                                 for name, on in SERVICES.items()}
+    conf["service_available"] = {name: "true" if on and (name != "neutron" or cloud.neutron)
+                                 else "false" for name, on in SERVICES.items()}
+    if cloud.neutron:
+        network_sections(conf, cloud, build_timeout)
     conf["image"] = {"region": cloud.region, "endpoint_type": "public",
                      "build_timeout": str(build_timeout)}
     conf["image-feature-enabled"] = {"api_v2": "true"}
-    # Guests are never reached over the network (no network service, floating IPs).
+    # Guests are never reached over the network: a fake guest has no operating system to
+    # answer ssh or ping (its port is a switch's internal port), and there is no public
+    # network for the floating IPs Tempest would reach it through.
     conf["validation"] = {"run_validation": "false"}
     out = io.StringIO()
     conf.write(out)
     return out.getvalue()
+
+# Extensions Neutron lists that this cloud cannot use, left out of api_extensions, and why.
+NETWORK_EXTENSIONS_UNUSABLE = {
+    "auto-allocated-topology": "Nova's get-me-a-network: no default external network for "
+                               "Neutron to allocate from, and the compute API does not ask "
+                               "Neutron for a topology (networks auto is the project's one "
+                               "network)",
+}
+
+
+def network_sections(conf: configparser.ConfigParser, cloud: Cloud, build_timeout: int
+                     ) -> None:
+    """[network] and [network-feature-enabled]: Neutron in the catalog, no public network
+    (public_network_id, floating_network_name empty), project networks unreachable from
+    Tempest (nothing routes to them)."""
+    conf["network"] = {"catalog_type": "network", "region": cloud.region,
+                       "endpoint_type": "publicURL", "public_network_id": "",
+                       "floating_network_name": "", "project_networks_reachable": "false",
+                       "shared_physical_network": "false",
+                       "build_timeout": str(build_timeout)}
+    features = {name: "true" if on else "false" for name, (on, _) in NETWORK_FEATURES.items()}
+    usable = [ext for ext in cloud.network_extensions if ext not in NETWORK_EXTENSIONS_UNUSABLE]
+    features["api_extensions"] = ",".join(usable) or "all"
+    conf["network-feature-enabled"] = features

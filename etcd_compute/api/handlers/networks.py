@@ -31,6 +31,9 @@ def routes(router: Router, api: Backend) -> None:
     router.add("GET", "/os-networks", lambda req: index(api, req))
     router.add("GET", "/os-networks/{network_id}",
                lambda req, network_id: show(api, req, network_id))
+    router.add("GET", "/os-tenant-networks", lambda req: tenant_index(api, req))
+    router.add("GET", "/os-tenant-networks/{network_id}",
+               lambda req, network_id: tenant_show(api, req, network_id))
 
 
 def network_id(name: str) -> str:
@@ -73,3 +76,37 @@ def show(api: Backend, req: ApiRequest, network_id_: str) -> webob.Response:
     if network_id_ != network_id(name):
         raise not_found(f"Network {network_id_[:64]} could not be found.")
     return json_response({"network": _view(req, name)})
+
+
+# /os-tenant-networks (Nova's tenant_networks.py, to 2.35), under the neutron backend only
+# (404 otherwise): the Neutron networks the caller sees, as Nova's `network_dict` shows
+# them (id, label, and cidr as Nova's str() of an absent one: "None").
+
+
+def _tenant_view(net: dict[str, Any]) -> dict[str, Any]:
+    return {"id": net["id"], "cidr": "None", "label": net.get("name")}
+
+
+def _tenant_served(api: Backend, req: ApiRequest, rule: str) -> None:
+    _served(req)
+    if api.neutron is None:
+        raise not_found("The resource could not be found.")
+    api.policy.authorize(req.context, policy.TENANT_NETWORKS % rule,
+                         {"project_id": req.context.project_id})
+
+
+def tenant_index(api: Backend, req: ApiRequest) -> webob.Response:
+    _tenant_served(api, req, "list")
+    assert api.neutron is not None
+    return json_response({"networks": [_tenant_view(net)
+                                       for net in api.neutron(req.context).networks()]})
+
+
+def tenant_show(api: Backend, req: ApiRequest, network_id_: str) -> webob.Response:
+    _tenant_served(api, req, "show")
+    assert api.neutron is not None
+    try:
+        net = api.neutron(req.context).network(network_id_)
+    except NotFound:
+        raise not_found("Network not found") from None
+    return json_response({"network": _tenant_view(net)})

@@ -22,7 +22,7 @@ import webob
 from etcd_compute.api import policy, validation
 from etcd_compute.api.backend import Backend
 from etcd_compute.api.handlers import action_checks as checks
-from etcd_compute.api.handlers import security_groups, server_admin_actions
+from etcd_compute.api.handlers import remote_consoles, security_groups, server_admin_actions
 from etcd_compute.api.handlers import servers as server_handlers
 from etcd_compute.api.objects.servers import Server
 from etcd_compute.api.schemas import parameter_types as types
@@ -328,6 +328,7 @@ def console_output(api: Backend, req: ApiRequest, server_id: str, body: Any
 
 ACTIONS: dict[str, Action] = {
     **server_admin_actions.ACTIONS,
+    **remote_consoles.ACTIONS,
     "os-start": start, "os-stop": stop, "suspend": suspend, "resume": resume,
     "reboot": reboot, "rebuild": rebuild,
     "resize": resize, "confirmResize": confirm_resize, "revertResize": revert_resize,

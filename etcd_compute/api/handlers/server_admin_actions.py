@@ -1,5 +1,5 @@
-"""POST /servers/{id}/action: os-resetState, lock, unlock, restore, forceDelete (Nova's
-admin-actions, lock-server and deferred-delete controllers).
+"""POST /servers/{id}/action: os-resetState, injectNetworkInfo, lock, unlock, restore,
+forceDelete (Nova's admin-actions, lock-server and deferred-delete controllers).
 
 These change only the API's view of the server, as Nova's change only its database:
 - os-resetState (admins): the vm_state shown is `active` or `error`, task_state none,
@@ -91,8 +91,18 @@ def _not_soft_deleted(action: str, rule: str) -> Callable[..., webob.Response]:
     return refuse
 
 
+def inject_network_info(api: Backend, req: ApiRequest, server_id: str, _body: Any
+                        ) -> webob.Response:
+    """injectNetworkInfo (admins): 202 after the lookup, the rule and the lock, and nothing
+    else, as Nova's libvirt driver does nothing for it (only XenAPI's wrote the guest's
+    network settings); a guest here reads its network from DHCP and its metadata."""
+    checks.server_for(api, req, server_id, policy.ADMIN_ACTIONS % "inject_network_info")
+    return empty_response(202)
+
+
 ACTIONS = {
     "os-resetState": reset_state, "lock": lock, "unlock": unlock,
+    "injectNetworkInfo": inject_network_info,
     "restore": _not_soft_deleted("restore", policy.DEFERRED_DELETE % "restore"),
     "forceDelete": _not_soft_deleted("forceDelete", policy.DEFERRED_DELETE % "force"),
 }

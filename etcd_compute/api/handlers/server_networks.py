@@ -12,6 +12,7 @@ codes); what passed goes to the instance spec, whose host makes the ports.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -36,6 +37,9 @@ class Requested:
     network: bool = True
     networks: list[dict[str, str]] | None = None
     security_groups: list[str] | None = None
+    # How many of the servers asked for the project's free ports allow (Nova's
+    # `max_net_count`): the create makes no more.
+    servers: int = 1
 
 
 def _check_format(networks: Any) -> None:
@@ -78,12 +82,14 @@ def _libvirt(api: Backend, asked: dict[str, Any]) -> Requested:
     return Requested(network=networks != "none")
 
 
-def requested(api: Backend, req: ApiRequest, asked: dict[str, Any], count: int) -> Requested:
-    """The create's network, checked: 400/409 as Nova answers."""
+def requested(api: Backend, req: ApiRequest, asked: dict[str, Any], count: int,
+              min_count: int = 1) -> Requested:
+    """The create's network for `min_count` to `count` servers, checked: 400/409 as Nova
+    answers, 403 when the project's free ports are too few for `min_count` servers."""
     networks = asked.get("networks")
     _check_format(networks)
     if api.neutron is None:
-        return _libvirt(api, asked)
+        return dataclasses.replace(_libvirt(api, asked), servers=count)
     if networks not in (None, "none", []):
         api.policy.authorize(req.context, policy.SERVERS % "create:attach_network",
                              {"project_id": req.context.project_id})
@@ -101,6 +107,10 @@ def requested(api: Backend, req: ApiRequest, asked: dict[str, Any], count: int) 
         # `default` alone is what Neutron gives a port made without groups (Nova's too).
         groups = None if names in ([], ["default"]) else \
             requested_networks.security_group_ids(neutron, project, names)
+        servers = requested_networks.servers_allowed(neutron, project, wanted, count)
+        if servers < min_count:
+            raise requested_networks.PortLimitExceeded()
     except requested_networks.NetworkRequestRefused as exc:
         raise Fault(exc.code, str(exc)) from None
-    return Requested(network=wanted is not None, networks=wanted, security_groups=groups)
+    return Requested(network=wanted is not None, networks=wanted, security_groups=groups,
+                     servers=servers)

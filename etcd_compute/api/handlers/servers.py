@@ -207,11 +207,9 @@ def _zone(api: Backend, req: ApiRequest, asked: dict[str, Any]) -> tuple[str | N
 
 def _group_hint(api: Backend, req: ApiRequest, hints: dict[str, Any]) -> ServerGroup | None:
     """The server group a create joins (the `group` hint): one the caller's project owns
-    (an admin's: any). Hints we cannot honour are refused, never ignored."""
-    other = sorted(set(hints) - {"group"})
-    if other:
-        raise bad_request(f"Scheduler hints not supported here: {', '.join(other)[:200]} "
-                          "(only group)")
+    (an admin's: any). The other hints (checked by the schema) are those of scheduler
+    filters Nova leaves off by default (SameHostFilter, DifferentHostFilter, JsonFilter,
+    ...): as Nova's scheduler without them, they place nothing."""
     wanted = hints.get("group")
     if wanted is None:
         return None
@@ -276,7 +274,8 @@ def create(api: Backend, req: ApiRequest) -> webob.Response:
         max_count = min_count
     if min_count > max_count:
         raise bad_request("min_count must be <= max_count")
-    network = server_networks.requested(api, req, asked, max_count)
+    network = server_networks.requested(api, req, asked, max_count, min_count)
+    max_count = min(max_count, network.servers)  # as many as the free ports allow (Nova)
     metadata = asked.get("metadata") or {}
     limits = api.quotas.limits(context.project_id)  # once per create: two etcd reads
     allowed_items = limits["metadata_items"]

@@ -25,6 +25,7 @@ from etcd_compute.api.objects.server_groups import ServerGroup, ServerGroups
 from etcd_compute.api.objects.servers import Servers
 from etcd_compute.errors import ConflictError, EtcdComputeError, NoValidHost
 from etcd_compute.etcd import Store
+from etcd_compute.instances import actions as action_txn
 from etcd_compute.ops.queue_client import QueueClient
 from etcd_compute.placement import PlacementClient
 from etcd_compute.scheduler.hostview import Cache
@@ -171,6 +172,8 @@ class Builds:
             "access_ipv4": build.access_ipv4, "access_ipv6": build.access_ipv6,
             "user_data": build.user_data_b64, "reservation_id": reservation_id(),
             "tags": list(build.tags or []), "created_at": now,
+            # The create's (the API request's): its instances' create actions carry it.
+            "request_id": action_txn.request_id(),
         }
 
     def _schedule(self, request: RequestSpec) -> list[Destination]:

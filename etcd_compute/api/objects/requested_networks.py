@@ -3,8 +3,9 @@ Nova's `validate_networks` (nova/network/neutron.py) and its security groups' lo
 the caller's own token, so Neutron shows the caller what it may use and nothing else.
 
 `networks(...)` gives the list the instance spec carries (`networks`: items {"uuid"},
-{"port"} or {"uuid", "fixed_ip"}; None for `none`); `security_group_ids(...)` the groups'
-ids the ports are made with. A refusal is a `NetworkRequestRefused` with Nova's code and
+{"port"} or {"uuid", "fixed_ip"}; None for `none`); `servers_allowed(...)` how many servers
+the project's port quota leaves room for; `security_group_ids(...)` the groups' ids the
+ports are made with. A refusal is a `NetworkRequestRefused` with Nova's code and
 message (its exception of that name).
 """
 
@@ -50,6 +51,15 @@ class Ambiguous(NetworkRequestRefused):
     """Nova's NetworkAmbiguous and NoUniqueMatch: 409."""
 
     code = 409
+
+
+class PortLimitExceeded(NetworkRequestRefused):
+    """Nova's PortLimitExceeded: 403."""
+
+    code = 403
+
+    def __init__(self, message: str = "Maximum number of ports exceeded"):
+        super().__init__(message)
 
 
 class SecurityGroupNotFound(NetworkRequestRefused):
@@ -108,6 +118,26 @@ def networks(neutron: Any, project_id: str, asked: Any, count: int = 1,
         if item.get("fixed_ip"):
             _check_fixed_ip(neutron, item["uuid"], item["fixed_ip"])
     return wanted
+
+
+def servers_allowed(neutron: Any, project_id: str, wanted: list[dict[str, Any]] | None,
+                    count: int) -> int:
+    """How many of `count` servers on `wanted` the project's free ports allow, as Nova's
+    `validate_networks` counts them: a network asked for is a port to make per server (a
+    port given is none), against Neutron's port quota less the project's ports. A project
+    over its quota already is refused in Nova's words."""
+    per_server = sum(1 for item in wanted or [] if not item.get("port"))
+    if not per_server:
+        return count
+    quota = neutron.port_quota(project_id)
+    if quota == -1:
+        return count
+    used = len(neutron.ports(project_id=project_id, fields="id"))
+    free = quota - used
+    if free < 0:
+        raise PortLimitExceeded(f"The number of defined ports: {used} is over the limit: "
+                                f"{quota}")
+    return count if free >= per_server * count else free // per_server
 
 
 def _auto(neutron: Any, project_id: str, explicit: bool) -> list[dict[str, Any]] | None:

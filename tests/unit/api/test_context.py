@@ -30,3 +30,12 @@ def test_no_confirmation_is_no_caller_and_a_domain_token_is_refused():
         Context.from_environ(environ(**{"X-Identity-Status": "Confirmed", "X-User-Id": "u1",
                                         "X-Domain-Id": "default"}))
     assert new_request_id() != new_request_id()
+
+
+def test_the_request_id_is_the_one_the_app_gave_the_request():
+    """oslo's request id middleware's key: the id the answer's headers carry."""
+    context = Context.from_environ({**environ(**{
+        "X-Identity-Status": "Confirmed", "X-User-Id": "u1", "X-Project-Id": "p1"}),
+        "openstack.request_id": "req-0b5d6c43-43f6-4c1e-9f8b-6c5a8a6f2a11"})
+    assert context is not None
+    assert context.request_id == "req-0b5d6c43-43f6-4c1e-9f8b-6c5a8a6f2a11"

@@ -120,6 +120,7 @@ DEFAULTS = {
     "os_compute_api:os-suspend-server:suspend": WRITE,
     "os_compute_api:os-suspend-server:resume": WRITE,
     "os_compute_api:os-console-output": WRITE,
+    "os_compute_api:os-remote-consoles": WRITE,
     "os_compute_api:server-metadata:index": READ,
     "os_compute_api:server-metadata:show": READ,
     "os_compute_api:server-metadata:create": WRITE,
@@ -179,10 +180,22 @@ DEFAULTS = {
     "os_compute_api:os-attach-interfaces:delete": WRITE,
     "os_compute_api:os-security-groups:add": WRITE,
     "os_compute_api:os-security-groups:remove": WRITE,
+    "os_compute_api:os-security-groups:get": READ,
+    "os_compute_api:os-tenant-networks:list": READ,
+    "os_compute_api:os-server-password:show": READ,
+    "os_compute_api:os-server-password:clear": WRITE,
+    "os_compute_api:os-tenant-networks:show": READ,
+    "os_compute_api:os-security-groups:show": READ,
+    "os_compute_api:os-security-groups:create": WRITE,
+    "os_compute_api:os-security-groups:update": WRITE,
+    "os_compute_api:os-security-groups:delete": WRITE,
+    "os_compute_api:os-security-groups:rule:create": WRITE,
+    "os_compute_api:os-security-groups:rule:delete": WRITE,
     "os_compute_api:os-server-external-events:create": SERVICE,
     "os_compute_api:os-migrate-server:migrate_live": ADMIN,
     "os_compute_api:os-migrate-server:migrate": ADMIN,
     "os_compute_api:os-admin-actions:reset_state": ADMIN,
+    "os_compute_api:os-admin-actions:inject_network_info": ADMIN,
     "os_compute_api:os-lock-server:lock": WRITE,
     "os_compute_api:os-lock-server:unlock": WRITE,
     "os_compute_api:os-lock-server:unlock:unlock_override": ADMIN,
@@ -327,6 +340,9 @@ CALLS = {
                                                     owner=SERVER),
     "os_compute_api:os-console-output": Call("POST", SERVER_ACTION, {
         "os-getConsoleOutput": {"length": 10}}, owner=SERVER),
+    "os_compute_api:os-remote-consoles": Call("POST", "/servers/{server}/remote-consoles", {
+        "remote_console": {"protocol": "vnc", "type": "novnc"}}, version="2.6",
+        owner=SERVER),
     "os_compute_api:server-metadata:index": Call("GET", "/servers/{server}/metadata",
                                                  owner=SERVER),
     "os_compute_api:server-metadata:show": Call("GET", "/servers/{server}/metadata/k",
@@ -416,6 +432,30 @@ CALLS = {
         "addSecurityGroup": {"name": "default"}}, owner=SERVER),
     "os_compute_api:os-security-groups:remove": Call("POST", SERVER_ACTION, {
         "removeSecurityGroup": {"name": "default"}}, owner=SERVER),
+    "os_compute_api:os-server-password:show": Call(
+        "GET", "/servers/{server}/os-server-password", owner=SERVER),
+    "os_compute_api:os-server-password:clear": Call(
+        "DELETE", "/servers/{server}/os-server-password", owner=SERVER),
+    "os_compute_api:os-tenant-networks:list": Call("GET", "/os-tenant-networks",
+                                                   neutron=True),
+    "os_compute_api:os-tenant-networks:show": Call("GET", "/os-tenant-networks/{network}",
+                                                   neutron=True),
+    "os_compute_api:os-security-groups:get": Call("GET", "/os-security-groups",
+                                                  neutron=True),
+    "os_compute_api:os-security-groups:show": Call("GET", "/os-security-groups/{network}",
+                                                   neutron=True),
+    "os_compute_api:os-security-groups:create": Call("POST", "/os-security-groups", {
+        "security_group": {"name": "web", "description": "ssh"}}, neutron=True),
+    "os_compute_api:os-security-groups:update": Call("PUT", "/os-security-groups/{network}", {
+        "security_group": {"name": "web", "description": "ssh"}}, neutron=True),
+    "os_compute_api:os-security-groups:delete": Call(
+        "DELETE", "/os-security-groups/{network}", neutron=True),
+    "os_compute_api:os-security-groups:rule:create": Call(
+        "POST", "/os-security-group-rules", {"security_group_rule": {
+            "parent_group_id": "{network}", "ip_protocol": "tcp", "from_port": 22,
+            "to_port": 22}}, neutron=True),
+    "os_compute_api:os-security-groups:rule:delete": Call(
+        "DELETE", "/os-security-group-rules/{network}", neutron=True),
     "os_compute_api:os-server-external-events:create": Call(
         "POST", "/os-server-external-events", {"events": [
             {"name": "network-changed", "server_uuid": "{server}"}]}),
@@ -424,6 +464,8 @@ CALLS = {
         owner=SERVER),
     "os_compute_api:os-migrate-server:migrate": Call("POST", SERVER_ACTION, {"migrate": None},
                                                      owner=SERVER),
+    "os_compute_api:os-admin-actions:inject_network_info": Call(
+        "POST", SERVER_ACTION, {"injectNetworkInfo": None}, owner=SERVER),
     "os_compute_api:os-admin-actions:reset_state": Call("POST", SERVER_ACTION, {
         "os-resetState": {"state": "error"}}, owner=SERVER),
     "os_compute_api:os-lock-server:lock": Call("POST", SERVER_ACTION, {"lock": None},

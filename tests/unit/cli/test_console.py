@@ -85,3 +85,41 @@ def test_json_lines_carry_the_guests_text_as_it_is(capsys):
     assert lines == [{"uuid": UUID, "text": "login:\r\n", "restarted": False},
                      {"uuid": UUID, "text": "again", "restarted": True},
                      {"uuid": UUID, "end": "INSTANCE GONE", "status": 1}]
+
+
+def test_console_url_prints_the_operators_novnc_url(capsys, config, monkeypatch):
+    import contextlib
+    import types
+
+    from etcd_compute.ops import operations
+
+    monkeypatch.setattr(zones_cli, "instance_zone", lambda _config, _uuid:
+                        contextlib.nullcontext(types.SimpleNamespace(store=None)))
+    asked = []
+    monkeypatch.setattr(operations, "remote_console", lambda _store, uuid, settings: (
+        asked.append((uuid, settings["token_ttl_seconds"])) or "http://p/vnc_lite.html?x"))
+    code, out, err = schedule(capsys, "--config", str(config), "console", UUID, "--url")
+    assert (code, out, err) == (0, "http://p/vnc_lite.html?x\n", "")
+    assert asked == [(UUID, 600)]
+    code, out, _ = schedule(capsys, "--config", str(config), "console", UUID, "--url",
+                            "--json")
+    assert json.loads(out) == {"uuid": UUID, "type": "novnc", "url": "http://p/vnc_lite.html?x"}
+
+
+def test_console_url_on_a_host_without_a_relay_says_so(capsys, config, monkeypatch):
+    import contextlib
+    import types
+
+    from etcd_compute.ops import operations
+
+    monkeypatch.setattr(zones_cli, "instance_zone", lambda _config, _uuid:
+                        contextlib.nullcontext(types.SimpleNamespace(store=None)))
+
+    def refuse(_store, uuid, _settings):
+        raise operations.NoRemoteConsole(f"the host of {uuid} serves no remote console")
+
+    monkeypatch.setattr(operations, "remote_console", refuse)
+    code, out, err = schedule(capsys, "--config", str(config), "console", UUID, "--url")
+    assert code != 0 and out == "" and "serves no remote console" in err
+    schedule_usage_error(schedule(capsys, "--config", str(config), "console", UUID, "--url",
+                                  "--follow"), "not allowed with argument")

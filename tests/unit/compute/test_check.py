@@ -153,13 +153,14 @@ def test_every_part_is_one_line_in_order(tmp_path, services):
         "placement: ok (Placement 1.0..1.39 at http://127.0.0.1:8080)",
         "driver: ok (fake)",
         "metrics: off",
+        "console relay: off",
     ]
     assert services.closed == ["etcd", "driver"]
 
 
 def test_metrics_say_where_they_are_served(tmp_path, services):
     config = config_with(tmp_path, compute={"metrics_listen": "127.0.0.1:9180"})
-    assert check.check(config)[-1] == "metrics: ok (http://127.0.0.1:9180/metrics)"
+    assert check.check(config)[-2] == "metrics: ok (http://127.0.0.1:9180/metrics)"
 
 
 def test_an_unreachable_etcd_stops_the_check_and_its_connection_is_closed(tmp_path, services):
@@ -193,3 +194,22 @@ def test_on_neutron_neutron_is_checked_before_the_driver(tmp_path, services, mon
     assert lines[lines.index("driver: ok (fake)") - 1] == (
         "neutron: ok (https://neutron.invalid:9696, 2 network(s); guests plugged into br-int "
         "as hv1)")
+
+
+def test_the_console_relay_says_where_it_listens_with_a_good_certificate(tmp_path, pki):
+    from etcd_compute.pki import CONSOLE_RELAY
+
+    relay = pki.issue("console-relay-check", CONSOLE_RELAY, ips=["10.0.0.1"])
+    console = {"listen": "10.0.0.1:6081", "cert": str(relay.cert), "key": str(relay.key),
+               "ca_cert": str(pki.ca_cert)}
+    assert check.console_relay(config_with(tmp_path, console=console)) == \
+        f"console relay: ok (10.0.0.1:6081, {relay.cert})"
+    other = Pki(tmp_path / "other")
+    other.init("other")
+    with pytest.raises(ConfigError, match="console: .*not signed by the CA"):
+        check.console_relay(config_with(tmp_path, console={
+            **console, "ca_cert": str(other.ca_cert)}))
+    with pytest.raises(ConfigError, match="console.key is needed"):
+        check.console_relay(config_with(tmp_path, console={**console, "key": None}))
+    with pytest.raises(ConfigError, match="console.listen"):
+        check.console_relay(config_with(tmp_path, console={**console, "listen": "hv1:6081"}))

@@ -254,7 +254,7 @@ def test_history_etcd_compacted_is_made_up_by_a_reconcile_before_watching_again(
 # Each step of the start after registration: (the service's attribute that owns it, its name).
 START_STEPS = {
     "the worker pool": ("pool", "start"),
-    "the libvirt address": (None, "publish_libvirt_address"),
+    "the libvirt and console relay addresses": (None, "publish_addresses"),
     "the heartbeat": ("heartbeat", "start"),
     "the metadata server": (None, "ensure_mdserver"),
     "the reconcile": (None, "reconcile"),
@@ -500,14 +500,14 @@ def test_shutdown_does_not_wait_for_a_job_past_its_timeout(daemon, caplog):
 def test_a_libvirt_host_publishes_where_its_peers_reach_its_libvirtd(daemon):
     from etcd_compute import hosts
 
-    daemon.service.publish_libvirt_address()  # the fake driver: nowhere
+    daemon.service.publish_addresses()  # the fake driver: nowhere
     assert hosts.libvirt_address(daemon.store, daemon.rp) is None
     daemon.config["driver"]["name"] = "libvirt"
     daemon.config["driver"]["libvirt"]["migration"]["address"] = "10.0.0.7"
-    daemon.service.publish_libvirt_address()
+    daemon.service.publish_addresses()
     assert hosts.libvirt_address(daemon.store, daemon.rp) == "10.0.0.7"
     daemon.config["driver"]["libvirt"]["migration"]["address"] = None
-    daemon.service.publish_libvirt_address()  # no longer: said so
+    daemon.service.publish_addresses()  # no longer: said so
     assert hosts.libvirt_address(daemon.store, daemon.rp) is None
 
 

@@ -356,3 +356,33 @@ def test_security_groups_are_the_guests_flag_its_power_untouched(tmp_path):
     with pytest.raises(BuildError, match="cannot security-groups"):
         failing.set_security_groups(spec, [])
     assert saved(failing, uuid)["security_groups"] is None
+
+
+def test_on_neutron_ports_the_guest_is_plugged_with_ovsdb_and_has_no_address_of_its_own(
+        tmp_path, monkeypatch):
+    """Its address is its port's (the worker takes it); its NICs go to the host's switch at
+    driver.fake.ovsdb on build, and off it on destroy."""
+    from etcd_compute.drivers import fake_vifs
+
+    calls: list[tuple[str, Any, str]] = []
+    monkeypatch.setattr(fake_vifs, "plug", lambda db, uuid, vifs: calls.append(
+        ("plug", db, uuid)) if db and vifs else None)
+    monkeypatch.setattr(fake_vifs, "unplug", lambda db, uuid: calls.append(
+        ("unplug", db, uuid)))
+    driver = driver_in(tmp_path, ovsdb="unix:/x/db.sock")
+    spec = {**make_spec(RP), "vifs": [{"port_id": RP, "mac": "fa:16:3e:00:00:01",
+                                       "mtu": None, "bridge": "br-int"}]}
+    assert driver.build(spec) == {"ip": None}
+    driver.destroy(spec["uuid"])
+    assert calls == [("plug", "unix:/x/db.sock", spec["uuid"]),
+                     ("unplug", "unix:/x/db.sock", spec["uuid"])]
+
+
+def test_without_ovsdb_nothing_is_plugged(tmp_path, monkeypatch):
+    from etcd_compute.drivers import fake_vifs
+
+    monkeypatch.setattr(fake_vifs.subprocess, "run", lambda *a, **k: pytest.fail("ran"))
+    driver = driver_in(tmp_path)
+    spec = {**make_spec(RP), "vifs": [{"port_id": RP, "mac": "fa:16:3e:00:00:01"}]}
+    driver.build(spec)
+    driver.destroy(spec["uuid"])

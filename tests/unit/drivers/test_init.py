@@ -50,3 +50,15 @@ def test_the_libvirt_driver_is_imported_only_when_chosen(tmp_path, monkeypatch):
 def test_an_unknown_driver_is_named(tmp_path, name):
     with pytest.raises(ValueError, match=f"^unknown driver '{name}'$"):
         load_driver(config_for(tmp_path, name))
+
+
+def test_screens_come_only_from_a_real_libvirt(tmp_path):
+    from etcd_compute.drivers import load_screens
+    from etcd_compute.drivers.libvirt_screens import LibvirtScreens
+
+    assert load_screens(config_for(tmp_path, "fake")) is None  # no VMs: no screens
+    assert load_screens(config_for(tmp_path, "libvirt")) is None  # test:///: no qemu
+    config = config_for(tmp_path, "libvirt")
+    config["driver"]["libvirt"]["uri"] = "qemu:///system"
+    screens = load_screens(config)
+    assert isinstance(screens, LibvirtScreens) and screens.uri == "qemu:///system"

@@ -525,3 +525,38 @@ def test_destroy_on_a_host_that_came_back_meanwhile_is_asked_of_it():
     assert outcome == "requested"
     spec_now, _ = store.read(messages.INSTANCE_SPEC, store.keys.spec(RP, spec["uuid"]))
     assert spec_now["action"] == "destroy"
+
+
+# --------------------------------------------------------------------------- remote console
+
+CONSOLE_SETTINGS = {"token_ttl_seconds": 600, "base_url": "http://proxy:6080/vnc_lite.html"}
+
+
+def test_an_operator_gets_a_console_url_for_a_built_instance_on_a_relaying_host():
+    from etcd_compute import remote_consoles
+    from etcd_compute.hosts import publish_console_address
+
+    store = FakeStore()
+    spec = scheduled(store)
+    with pytest.raises(UsageError, match="not ready \\(state SCHEDULED\\)"):
+        operations.remote_console(store, spec["uuid"], CONSOLE_SETTINGS)
+    set_state(store, spec["uuid"], states.ACTIVE)
+    with pytest.raises(operations.NoRemoteConsole, match="serves no remote console"):
+        operations.remote_console(store, spec["uuid"], CONSOLE_SETTINGS)
+    assert not store.get_prefix(store.keys.console_tokens())[0]  # nothing issued
+    publish_console_address(store, RP, "192.0.2.1:6081")
+    url = operations.remote_console(store, spec["uuid"], CONSOLE_SETTINGS)
+    assert url.startswith("http://proxy:6080/vnc_lite.html?path=%3Ftoken%3D")
+    token = url.rsplit("%3D", 1)[1]
+    granted = remote_consoles.consume(store, token)
+    assert granted.instance_uuid == spec["uuid"] and "@" in granted.issued_by
+
+
+def test_no_console_url_for_an_instance_gone_or_unknown():
+    store = FakeStore()
+    spec = scheduled(store)
+    set_state(store, spec["uuid"], states.DELETING)
+    with pytest.raises(NotFound, match="no instance"):
+        operations.remote_console(store, spec["uuid"], CONSOLE_SETTINGS)
+    with pytest.raises(NotFound, match="no instance"):
+        operations.remote_console(store, UNKNOWN, CONSOLE_SETTINGS)

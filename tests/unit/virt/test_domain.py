@@ -217,3 +217,12 @@ def test_foreign_domains_are_not_ours() -> None:
         assert not domain.is_ours(connection.lookupByName("test"))  # the test driver's own
     finally:
         connection.close()
+
+
+def test_the_guests_screen_is_vnc_that_listens_nowhere():
+    (graphics,) = parsed().iterfind("devices/graphics")
+    assert graphics.get("type") == "vnc"
+    assert [listen.attrib for listen in graphics.iterfind("listen")] == [{"type": "none"}]
+    # No address, port, socket or password anywhere: libvirt hands out a descriptor.
+    assert set(graphics.attrib) == {"type"}
+    assert parsed().find("devices/video/model").get("type") == "vga"

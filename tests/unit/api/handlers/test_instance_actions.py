@@ -93,3 +93,25 @@ def test_a_deleted_servers_actions_are_listed_from_2_21(harness: Harness):
     assert harness.call("GET", path, version="2.20").status_int == 404
     actions = harness.call("GET", path, version="2.21").json["instanceActions"]
     assert [a["action"] for a in actions] == ["delete", "create"]
+
+
+def test_an_action_is_found_by_the_request_id_its_answer_gave(harness: Harness):
+    """Nova's context.request_id: one id per request, in the answer's X-Compute-Request-ID
+    and in the instance action it started (Tempest shows a create's action by it)."""
+    created = harness.call("POST", "/v2.1/servers", {"server": {
+        "name": "web", "flavorRef": "1", "imageRef": "file:///dev/null"}})
+    uuid, made = created.json["server"]["id"], created.headers["X-Compute-Request-ID"]
+    assert made == created.headers["X-OpenStack-Request-ID"]
+    harness.activate(uuid)
+    path = f"/v2.1/servers/{uuid}/os-instance-actions"
+    shown = harness.call("GET", f"{path}/{made}")
+    assert shown.status_int == 200, shown.text
+    assert (shown.json["instanceAction"]["action"],
+            shown.json["instanceAction"]["request_id"]) == ("create", made)
+    stop = harness.action(uuid, {"os-stop": None})
+    harness.host_does(uuid)
+    stopped = stop.headers["X-Compute-Request-ID"]
+    assert stopped != made
+    listed = harness.call("GET", path).json["instanceActions"]
+    assert [(a["action"], a["request_id"]) for a in listed] == [("stop", stopped),
+                                                                ("create", made)]

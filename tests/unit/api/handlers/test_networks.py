@@ -37,3 +37,19 @@ def test_under_neutron_the_networks_the_caller_sees():
     answer = harness.call("GET", f"/v2.1/os-networks/{theirs['id']}")
     assert (answer.status_int, answer.json["itemNotFound"]["message"]) == (
         404, "Network not found")
+
+
+def test_tenant_networks_under_neutron_until_2_36_and_not_under_libvirt():
+    from tests.unit.fake_neutron import FakeNeutron
+
+    neutron = FakeNeutron()
+    harness = Harness.new(neutron=neutron)
+    mine = neutron.add_network("p1", "mine")
+    neutron.add_network("p2", "theirs")
+    listed = harness.call("GET", "/v2.1/os-tenant-networks").json["networks"]
+    assert listed == [{"id": mine["id"], "cidr": "None", "label": "mine"}]
+    shown = harness.call("GET", f"/v2.1/os-tenant-networks/{mine['id']}").json["network"]
+    assert shown == listed[0]
+    assert harness.call("GET", "/v2.1/os-tenant-networks/" + "1" * 32).status_int == 404
+    assert harness.call("GET", "/v2.1/os-tenant-networks", version="2.36").status_int == 404
+    assert Harness.new().call("GET", "/v2.1/os-tenant-networks").status_int == 404

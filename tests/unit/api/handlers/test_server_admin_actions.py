@@ -149,3 +149,15 @@ def test_a_locked_servers_metadata_is_changed_by_an_admin_only(harness: Harness)
     assert harness.call("POST", path, {"metadata": {"k": "v"}}).status_int == 409
     assert harness.call("GET", path).json == {"metadata": {}}
     assert harness.admin("POST", path, {"metadata": {"k": "v"}}).status_int == 200
+
+
+def test_inject_network_info_is_an_admins_202_that_changes_nothing(harness: Harness):
+    uuid = active(harness)
+    before = harness.store.revision
+    assert harness.action(uuid, {"injectNetworkInfo": None}).status_int == 403
+    answer = harness.admin("POST", f"/v2.1/servers/{uuid}/action", {"injectNetworkInfo": None})
+    assert answer.status_int == 202 and answer.body == b""
+    assert harness.store.revision == before
+    missing = harness.admin("POST", "/v2.1/servers/" + "0" * 32 + "/action",
+                            {"injectNetworkInfo": None})
+    assert missing.status_int == 404

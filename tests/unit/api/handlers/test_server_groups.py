@@ -129,11 +129,30 @@ def test_another_projects_group_is_not_found_as_one_that_does_not_exist(harness:
     assert harness.backend.server_groups.list() == []
 
 
-def test_other_hints_are_refused_not_ignored(harness: Harness):
+@pytest.mark.parametrize("hints", [
+    {"same_host": "0b5d6c43-43f6-4c1e-9f8b-6c5a8a6f2a11"},
+    {"different_host": ["0b5d6c43-43f6-4c1e-9f8b-6c5a8a6f2a11"]},
+    {"query": '[">=", "$free_ram_mb", 1024]', "target_cell": "cell1", "cidr": "/24",
+     "build_near_host_ip": "10.0.0.1", "a_hint_of_another_filter": [1, 2]},
+])
+def test_hints_of_filters_that_are_off_are_taken_and_ignored_as_novas(harness: Harness,
+                                                                       hints: dict):
+    """Nova's default filters read only `group`: a hint of another filter (SameHostFilter,
+    DifferentHostFilter, JsonFilter, ...) passes the schema and places nothing."""
     answer = harness.call("POST", "/v2.1/servers", {
         "server": {"name": "x", "flavorRef": "1", "imageRef": "file:///dev/null"},
-        "os:scheduler_hints": {"same_host": "0b5d6c43-43f6-4c1e-9f8b-6c5a8a6f2a11"}})
-    assert answer.status_int == 400 and "same_host" in answer.json["badRequest"]["message"]
+        "os:scheduler_hints": hints})
+    assert answer.status_int == 202, answer.text
+
+
+@pytest.mark.parametrize("hints", [
+    {"same_host": ["not-a-server-id"]}, {"different_host": 7}, {"group": "nope"},
+    {"build_near_host_ip": "not an address"}, {"cidr": "24"}])
+def test_hints_nova_s_schema_refuses_are_400(harness: Harness, hints: dict):
+    answer = harness.call("POST", "/v2.1/servers", {
+        "server": {"name": "x", "flavorRef": "1", "imageRef": "file:///dev/null"},
+        "os:scheduler_hints": hints})
+    assert answer.status_int == 400, answer.text
 
 
 def test_deleting_a_group_leaves_its_members(harness: Harness):

@@ -161,6 +161,23 @@ def test_several_servers_cannot_share_a_port_or_a_fixed_ip(cloud: Harness,
             "is specified.")
 
 
+def test_more_servers_than_the_projects_free_ports_allow_are_refused_or_fewer(
+        cloud: Harness, neutron: FakeNeutron) -> None:
+    """Nova's port quota check before anything is claimed: fewer free ports than min_count
+    servers need is 403; fewer than max_count, as many servers as the ports allow."""
+    net = neutron.add_network(P1)
+    neutron.port_quotas[P1] = 2
+    refused(create(cloud, networks=[{"uuid": net["id"]}], min_count=3), 403,
+            "Maximum number of ports exceeded")
+    refused(create(cloud, networks=[{"uuid": net["id"]}] * 3), 403,
+            "Maximum number of ports exceeded")
+    nothing_claimed(cloud)
+    answer = create(cloud, networks=[{"uuid": net["id"]}], min_count=1, max_count=5,
+                    return_reservation_id=True)
+    assert answer.status_int == 202, answer.text
+    assert len(cloud.placement.consumers) == 2
+
+
 def test_a_name_two_groups_have_is_a_conflict(cloud: Harness, neutron: FakeNeutron) -> None:
     neutron.add_network(P1)
     neutron.add_group(P1, "web")

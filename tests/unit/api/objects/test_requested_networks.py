@@ -71,3 +71,30 @@ def test_groups_by_name_or_id_once_each() -> None:
     assert requested.security_group_ids(neutron.as_caller("p1"), "p1",
                                         ["web", web["id"]]) == [web["id"]]
     assert requested.security_group_ids(neutron.as_caller("p1"), "p1", []) == []
+
+
+def test_the_ports_a_request_needs_are_checked_against_the_projects_free_ports() -> None:
+    """Nova's validate_networks: how many of the servers asked for the project's free ports
+    allow (its ports against Neutron's port quota), a port given by the caller needing
+    none; a project over its quota already is refused in Nova's words."""
+    neutron = FakeNeutron()
+    net, other = neutron.add_network("p1"), neutron.add_network("p1", "other", "10.1.0.0/24")
+    neutron.port_quotas["p1"] = 5
+    neutron.add_port(net)  # one port of p1's already: 4 free
+    caller = neutron.as_caller("p1")
+    two = [{"uuid": net["id"]}, {"uuid": other["id"]}]
+    assert requested.servers_allowed(caller, "p1", [{"uuid": net["id"]}], 3) == 3
+    assert requested.servers_allowed(caller, "p1", [{"uuid": net["id"]}], 10) == 4
+    assert requested.servers_allowed(caller, "p1", two, 3) == 2
+    calls = len(neutron.calls)
+    port = neutron.add_port(net)
+    assert requested.servers_allowed(caller, "p1", [{"port": port["id"]}], 1) == 1
+    assert requested.servers_allowed(caller, "p1", None, 1) == 1
+    assert len(neutron.calls) == calls  # nothing to make: Neutron not asked
+    neutron.port_quotas["p1"] = -1
+    assert requested.servers_allowed(caller, "p1", two, 1000) == 1000
+    neutron.port_quotas["p1"] = 1
+    with pytest.raises(requested.PortLimitExceeded) as caught:
+        requested.servers_allowed(caller, "p1", two, 1)
+    assert str(caught.value) == "The number of defined ports: 2 is over the limit: 1"
+    assert caught.value.code == 403
