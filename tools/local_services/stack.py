@@ -473,7 +473,11 @@ class LocalStack:
         if info is None:
             raise ServiceUnavailable("the network is not running: make up first")
         host = info["hosts"][HOST]["config"]
-        return {**self.host_config(rp_uuid),
+        # No `console` section: the operator's (the proxy's base URL) is not a host's, and
+        # this host's guests' screens are not relayed yet (its qemu is in its namespace).
+        mine = {key: value for key, value in self.host_config(rp_uuid).items()
+                if key != "console"}
+        return {**mine,
                 "compute": {"uuid": rp_uuid, "name": HOST,
                             "state_dir": host["compute"]["state_dir"],
                             "instances_dir": host["compute"]["instances_dir"], **compute},
