@@ -311,7 +311,10 @@ class LocalStack:
             EtcdAuth(root).add_host(rp_uuid)
         tls = {"ca_cert": str(self.pki.ca_cert), "cert": str(issued.cert),
                "key": str(issued.key)}
-        operator = self.operator_config()
+        # The operator's console section is an issuer's (URLs, the proxy's certificate); a
+        # host's is its relay's (`write_configs`), and compute.yaml refuses the other.
+        operator = {key: value for key, value in self.operator_config().items()
+                    if key != "console"}
         return {**operator, "etcd": {**operator["etcd"], **tls},
                 "placement": {**operator["placement"], **tls}}
 
