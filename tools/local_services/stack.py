@@ -15,7 +15,9 @@ the `glance` section of the `etcd-compute` service user, and writes run/clouds.y
 command line and openstacksdk. Then the compute API (`schedule.py api`, TLS, loopback,
 its config run/compute-api.yaml: the operator's sections and `api` with the
 `etcd-compute` service user validating tokens), in the catalog as `compute`, with
-Nova's usual flavors (m1.nano ... m1.large).
+Nova's usual flavors (m1.nano ... m1.large). Then, unless plain, Horizon (the dashboard,
+tools/local_services/horizon.py: TLS, loopback, https://127.0.0.1:8443/), whose URL and
+logins it prints.
 
 Whatever `make up` or `make demo KEEP=1` starts or creates is recorded in
 run/services.json: services and daemons (stopped by pid), the demo's
@@ -63,6 +65,7 @@ class LocalStack:
     keystone: dict | None = None
     glance: dict | None = None
     compute_api: dict | None = None
+    horizon: dict | None = None
     # virtlogd and libvirtd, when we started them.
     libvirt_pids: list[int] = field(default_factory=list)
     # Daemons started for us (the demo's computes with KEEP=1): name, pid, log.
@@ -72,10 +75,10 @@ class LocalStack:
     # Resource providers of hosts that existed only for us.
     providers: list[str] = field(default_factory=list)
 
-    FIELDS = ("plain", "etcd", "placement", "keystone", "glance", "compute_api",
+    FIELDS = ("plain", "etcd", "placement", "keystone", "glance", "compute_api", "horizon",
               "libvirt_pids", "daemons", "guests", "providers")
     # The services make up starts, in order (make down stops them in reverse).
-    SERVICES = ("etcd", "placement", "keystone", "glance", "compute_api")
+    SERVICES = ("etcd", "placement", "keystone", "glance", "compute_api", "horizon")
 
     @property
     def state_file(self) -> Path:
@@ -104,9 +107,10 @@ class LocalStack:
 
     def up(self, etcd_port: int, placement_port: int, say: Say, plain: bool = False,
            keystone_port: int = 5000, glance_port: int = 9292, api_port: int = 8774,
-           guests: bool = True) -> None:
+           guests: bool = True, dashboard_port: int | None = None) -> None:
         """Start what is not running. `guests=False` (`make tempest`: fake-driver hosts only)
-        leaves libvirt, the test guest and the hand-run host's configs alone."""
+        leaves libvirt, the test guest and the hand-run host's configs alone. Horizon only
+        with a `dashboard_port` and TLS."""
         running = bool(self.etcd and pid_alive(self.etcd["pid"]))
         if running and self.plain != plain:
             raise ServiceUnavailable(
@@ -158,6 +162,8 @@ class LocalStack:
         if guests:
             self.write_configs(say)
         self._up_api(api_port, say)
+        if dashboard_port:
+            self._up_dashboard(dashboard_port, say)
 
     def api_config(self) -> dict[str, Any]:
         """The compute API's config: the operator's sections, and `api` with the
@@ -196,6 +202,30 @@ class LocalStack:
         with Store(self.operator_config()["etcd"]) as store:
             made = seed_flavors(store)
         say(f"flavors: {', '.join(made) if made else 'already there'} (openstack flavor list)")
+
+    def _up_dashboard(self, port: int, say: Say) -> None:
+        """Horizon on `port` (TLS only: plain, none), its URL and the logins said."""
+        from tools.local_services.horizon import HorizonServer
+
+        if self.plain:
+            say("Horizon not started (plain: it is served with TLS only)")
+            return
+        horizon = HorizonServer.create(self.run_dir / "horizon", port, pki=self.pki)
+        if self.horizon and pid_alive(self.horizon["pid"]):
+            say(f"Horizon already running (pid {self.horizon['pid']})")
+        else:
+            if port_open(port):
+                raise ServiceUnavailable(f"port {port} is taken by another process; stop it "
+                                         "or pass --dashboard-port")
+            keystone = self._keystone()
+            horizon.start(keystone.auth_url, keystone.ca_file)
+            self.horizon = {"pid": horizon.pid, "port": horizon.port}
+            self.save()
+            say(f"Horizon started (pid {horizon.pid}, log {horizon.log_path})")
+        keystone = self._keystone()
+        say(f"dashboard: {horizon.url} (certificate of the cluster CA {self.pki.ca_cert}); "
+            f"log in as demo / {keystone.password('demo')} or admin / "
+            f"{keystone.admin_password} (domain Default)")
 
     def _up_cloud(self, keystone_port: int, glance_port: int, say: Say,
                   test_guest: bool = True) -> None:

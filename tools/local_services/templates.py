@@ -86,6 +86,19 @@ class Template:
         root = cache_root()
         return root / f"{self.kind}-{self.key}" if root else None
 
+    def ensure(self, build: Callable[[Path], None]) -> Path | None:
+        """The template's directory, built first by `build(directory)` when it has none:
+        for a template used where it is (read-only, never written by its users), not
+        copied. None: templates are off."""
+        directory = self.directory
+        if directory is None:
+            return None
+        if not (directory / MANIFEST).exists():
+            with host_lock(f"template-{self.kind}", timeout=900):
+                if not (directory / MANIFEST).exists():  # another built it meanwhile
+                    self._build(directory, build)
+        return directory
+
     def copy(self, build: Callable[[Path], None], files: dict[str, Path]) -> bool:
         """Copy the template's `files` (its file name: where to), the template built first
         by `build(directory)` (which leaves those files there) when there is none or it is
