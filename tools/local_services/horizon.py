@@ -43,12 +43,15 @@ LAUNCH_INSTANCE_DEFAULTS = {"config_drive": False, "create_volume": False,
                             "disable_volume_snapshot": True, "enable_scheduler_hints": True,
                             "enable_metadata": True, "enable_net_ports": True,
                             "default_availability_zone": "Any"}
-# Neutron (where the catalog has it): ML2/OVN networks, subnets, ports and security groups;
-# no routers' HA/DVR knobs, no floating-IP topology check beyond Neutron's own answers.
+# Neutron where the catalog has it: ML2/OVN networks, subnets, ports, routers and security
+# groups; no HA or distributed routers (OVN's are neither), no auto-allocated network.
 NEUTRON_NETWORK = {"enable_router": True, "enable_quotas": True, "enable_ipv6": True,
                    "enable_distributed_router": False, "enable_ha_router": False,
                    "enable_fip_topology_check": True, "enable_auto_allocated_network": False,
                    "enable_rbac_policy": True}
+# Without Neutron (make up, the walk-through's cloud: guests on each host's libvirt
+# network), nothing of Neutron's is offered, and Horizon asks it for nothing it can skip.
+NO_NEUTRON = {**{key: False for key in NEUTRON_NETWORK}, "enable_ipv6": False}
 
 # The static files are compressed ahead of time (django-compressor's offline mode), once.
 STATIC_SETTINGS = ("DEBUG = False\nCOMPRESS_OFFLINE = True\nCOMPRESS_ENABLED = True\n"
@@ -95,48 +98,49 @@ def _django(settings_dir: Path, *args: str, log: Path) -> None:
                                  f"{done.returncode}, {log}): {lines[-1][:200]}")
 
 
-def _build_static(target: Path, console_type: str | None) -> None:
+def _build_static(target: Path, console_type: str | None, neutron: bool) -> None:
     """collectstatic and the offline compression into `target`, with the settings of a run
     (compress renders the templates' blocks with them: a setting that changes a page
     changes the blocks a run asks the manifest for)."""
     with tempfile.TemporaryDirectory(prefix="horizon-static-") as scratch:
         settings = Path(scratch)
-        _settings_module(settings, _static_recipe(target / "static", console_type))
+        _settings_module(settings, _static_recipe(target / "static", console_type, neutron))
         log = target / "build.log"
         _django(settings, "collectstatic", "--noinput", "-v0", log=log)
         _django(settings, "compress", "--force", "-v0", log=log)
 
 
-def _static_recipe(static: Path, console_type: str | None) -> str:
+def _static_recipe(static: Path, console_type: str | None, neutron: bool) -> str:
     """A run's settings with placeholders for what only a run has (its key, addresses and
     cache): what the static files are made with."""
     return settings_text(secret_key=secrets.token_urlsafe(32),
                          keystone_url="https://keystone.invalid/v3", ca_file=None,
                          static=static, cache_dir=static.parent / "cache",
-                         address="127.0.0.1", port=443, console_type=console_type)
+                         address="127.0.0.1", port=443, console_type=console_type,
+                         neutron=neutron)
 
 
-def static_root(run_dir: Path, console_type: str | None = None) -> Path:
+def static_root(run_dir: Path, console_type: str | None = None, neutron: bool = False) -> Path:
     """Horizon's collected and compressed static files: the cached ones of this virtualenv
     and these settings (built now if missing), or, with the cache off, the run
     directory's own."""
-    recipe = _static_recipe(Path("/static"), console_type)
+    recipe = _static_recipe(Path("/static"), console_type, neutron)
     recipe = "\n".join(line for line in recipe.splitlines()
                        if not line.startswith("SECRET_KEY"))
     template = Template("horizon-static", HORIZON_VENV, recipe)
-    directory = template.ensure(lambda target: _build_static(target, console_type))
+    directory = template.ensure(lambda target: _build_static(target, console_type, neutron))
     if directory is None:
         directory = run_dir / "static-build"
         if not (directory / "static").is_dir():
             directory.mkdir(parents=True, exist_ok=True)
-            _build_static(directory, console_type)
+            _build_static(directory, console_type, neutron)
     return directory / "static"
 
 
 def settings_text(*, secret_key: str, keystone_url: str, ca_file: str | None,
                   static: Path, cache_dir: Path, address: str, port: int,
-                  console_type: str | None = None) -> str:
-    """The run's local_settings.py."""
+                  console_type: str | None = None, neutron: bool = False) -> str:
+    """The run's local_settings.py (`neutron`: Neutron is in the catalog)."""
     settings: dict[str, Any] = {
         "SECRET_KEY": secret_key,
         "ALLOWED_HOSTS": sorted({address, "localhost", "127.0.0.1"}),
@@ -157,7 +161,7 @@ def settings_text(*, secret_key: str, keystone_url: str, ca_file: str | None,
         "CSRF_COOKIE_SECURE": True,
         "SECURE_CONTENT_TYPE_NOSNIFF": True,
         "OPENSTACK_HYPERVISOR_FEATURES": HYPERVISOR_FEATURES,
-        "OPENSTACK_NEUTRON_NETWORK": NEUTRON_NETWORK,
+        "OPENSTACK_NEUTRON_NETWORK": NEUTRON_NETWORK if neutron else NO_NEUTRON,
         "LAUNCH_INSTANCE_DEFAULTS": LAUNCH_INSTANCE_DEFAULTS,
         "OPENSTACK_ENABLE_PASSWORD_RETRIEVE": False,
         "OPENSTACK_ENABLE_INSTANCE_PASSWORD_CHANGE": False,
@@ -206,17 +210,20 @@ class HorizonServer(Service):
         return f"{'https' if self.pki else 'http'}://{self.address}:{self.port}/"
 
     def _write_settings(self, keystone_url: str, ca_file: str | None,
-                        console_type: str | None) -> None:
+                        console_type: str | None, neutron: bool) -> None:
         cache = self.run_dir / "cache"
         cache.mkdir(mode=0o700, parents=True, exist_ok=True)
         (self.run_dir / "horizon_wsgi.py").write_text(WSGI_MODULE)
         _settings_module(self.run_dir, settings_text(
             secret_key=secrets.token_urlsafe(48), keystone_url=keystone_url,
-            ca_file=ca_file, static=static_root(self.run_dir, console_type), cache_dir=cache,
-            address=self.address, port=self.port, console_type=console_type))
+            ca_file=ca_file, static=static_root(self.run_dir, console_type, neutron),
+            cache_dir=cache, address=self.address, port=self.port, console_type=console_type,
+            neutron=neutron))
 
-    def start(self, keystone_url: str, ca_file: str | None,
-              console_type: str | None = None, timeout: float = 120) -> HorizonServer:
+    def start(self, keystone_url: str, ca_file: str | None, console_type: str | None = None,
+              neutron: bool = False, timeout: float = 120) -> HorizonServer:
+        """Serve the dashboard of the cloud at `keystone_url` (its certificates signed by
+        `ca_file`); `neutron`: the catalog has Neutron's `network` service."""
         gunicorn = HORIZON_VENV / "bin" / "gunicorn"
         if not gunicorn.exists():
             raise ServiceUnavailable(f"Horizon is not installed in {HORIZON_VENV}; "
@@ -228,14 +235,18 @@ class HorizonServer(Service):
         issued = self.pki.issue("horizon", SERVICE, ips=[self.address], dns=["localhost"])
 
         def start_once() -> None:
-            self._write_settings(keystone_url, ca_file, console_type)
+            self._write_settings(keystone_url, ca_file, console_type, neutron)
             self._spawn([str(gunicorn), "--bind", f"{self.address}:{self.port}",
                          "--workers", "2", "--threads", "4", "--timeout", "120",
                          "--no-control-socket",
                          "--certfile", str(issued.cert), "--keyfile", str(issued.key),
                          "horizon_wsgi:application"],
                         env={"PYTHONPATH": str(self.run_dir),
-                             "DJANGO_SETTINGS_MODULE": "openstack_dashboard.settings"},
+                             "DJANGO_SETTINGS_MODULE": "openstack_dashboard.settings",
+                             # Horizon's Glance client leaves OPENSTACK_SSL_CACERT unused
+                             # (it verified Glance against the system's CAs): requests'
+                             # own default names the cluster CA.
+                             **({"REQUESTS_CA_BUNDLE": ca_file} if ca_file else {})},
                         cwd=self.run_dir)
             self._wait_healthy(self.url + "auth/login/", timeout, str(self.pki.ca_cert))
 

@@ -1,6 +1,7 @@
-"""Horizon on the walk-through's cloud (cloud_walk.py), driven by Debian's headless Chromium
-through Selenium: the fixtures `dashboard` (Horizon, tools/local_services/horizon.py) and
-`browser` (a `Browser`), and the reading of Horizon's log (`api_faults`).
+"""Horizon on the session's Keystone (its catalog names the cloud), driven by Debian's
+headless Chromium through Selenium: the fixtures `dashboard` (Horizon,
+tools/local_services/horizon.py) and `browser` (a `Browser`), and the reading of Horizon's
+log (`api_faults`, `tracebacks`).
 
 Chromium trusts exactly the dashboard's key (`--ignore-certificate-errors-spki-list` with
 its certificate's public key digest), not every certificate: the cluster CA is not in its
@@ -40,12 +41,15 @@ PAGE_TIMEOUT = 90
 @pytest.fixture
 def dashboard(keystone_server: KeystoneServer, cluster_pki: Pki,
               tmp_path: Path) -> Iterator[HorizonServer]:
-    """Horizon on the session's Keystone (its catalog: the test's compute API, Glance)."""
+    """Horizon on the session's Keystone (its catalog: the test's compute API, Glance, and
+    Neutron where the test's cloud has it)."""
     if not (HORIZON_VENV / "bin" / "gunicorn").exists():
         unavailable(f"Horizon is not installed in {HORIZON_VENV} (make install builds it)")
+    services = keystone_server.session().get(keystone_server.auth_url + "/services?type=network")
+    neutron = bool(services.json()["services"])
     server = HorizonServer.create(tmp_path / "horizon", pki=cluster_pki)
     with running(server, lambda: server.start(keystone_server.auth_url,
-                                              keystone_server.ca_file)):
+                                              keystone_server.ca_file, neutron=neutron)):
         yield server
 
 
@@ -198,14 +202,20 @@ def api_faults(log: str) -> list[Fault]:
     return faults
 
 
+_RECORD_START = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+ ")
+
+
 def tracebacks(log: str) -> list[str]:
-    """Each traceback in Horizon's log, with the line that logged it."""
-    lines = log.splitlines()
-    found = []
-    for number, line in enumerate(lines):
-        if line.startswith("Traceback (most recent call last)"):
-            found.append("\n".join(lines[max(0, number - 1):number + 25]))
-    return found
+    """Each log record of Horizon's that holds a traceback, whole (its first line says who
+    logged it, its last the exception)."""
+    records: list[list[str]] = []
+    for line in log.splitlines():
+        if _RECORD_START.match(line) or not records:
+            records.append([line])
+        else:
+            records[-1].append(line)
+    return ["\n".join(record).rstrip() for record in records
+            if any(line.startswith("Traceback (most recent call last)") for line in record)]
 
 
 def wait_page(browser: Browser, check: Any, what: str, timeout: float = 300,
