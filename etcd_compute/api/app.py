@@ -47,6 +47,7 @@ from etcd_compute.api.handlers import (
     services,
     simple_tenant_usage,
     versions,
+    volume_attachments,
 )
 from etcd_compute.api.policy import PolicyNotAuthorized
 from etcd_compute.api.wsgi import ApiRequest, Fault, Router, fault_response
@@ -75,7 +76,7 @@ class ComputeApp:
                        quota_classes, availability_zones, services, hypervisors, hosts,
                        extensions, networks, images, aggregates, simple_tenant_usage,
                        instance_usage_audit_log, migrations, server_external_events,
-                       security_groups, attach_interfaces):
+                       security_groups, attach_interfaces, volume_attachments):
             module.routes(self.router, backend)
 
     def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]
