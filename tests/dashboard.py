@@ -169,7 +169,7 @@ def browser(dashboard: HorizonServer, tmp_path: Path) -> Iterator[Browser]:
 # keystoneauth's debug lines (horizon.py's LOGGING: "<time> <pid> <thread> DEBUG ...").
 _LINE = re.compile(r"^\S+ \S+ (?P<pid>\d+) (?P<thread>\d+) (?P<level>[A-Z]+) (?P<name>\S+) "
                    r"(?P<message>.*)$")
-_REQUEST = re.compile(r"REQ: curl .*? -X (?P<method>[A-Z]+) (?P<url>\S+)")
+_REQUEST = re.compile(r"REQ: curl .*? -X (?P<method>[A-Z]+) \"?(?P<url>[^\s\"]+)")
 _RESPONSE = re.compile(r"RESP: \[(?P<status>\d{3})\]")
 
 

@@ -25,6 +25,7 @@ import pytest
 
 from tests.dashboard import (  # noqa: F401 (browser, dashboard: the fixtures)
     Browser,
+    Fault,
     api_faults,
     browser,
     dashboard,
@@ -40,8 +41,22 @@ from tools.local_services.keystone import KeystoneServer
 pytestmark = pytest.mark.vm
 
 FLAVOR = "m1.nano"
-# Calls of Horizon's answered 4xx that Nova answers alike, each with its reason.
-NOVA_TOO: dict[tuple[str, str], str] = {}
+# Horizon's own failure, not an answer of ours: with no metadata definitions in Glance (ours
+# loads none; devstack runs `glance-manage db_load_metadefs`), its launch wizard's Metadata
+# step asks for the namespaces' details in a pool of zero threads, and futurist refuses.
+HORIZON_EMPTY_METADEFS = ("metadefs_namespace_full_list",
+                          "ValueError: max_workers must be greater than zero")
+
+
+def horizons_own(traceback: str) -> bool:
+    where, what = HORIZON_EMPTY_METADEFS
+    return where in traceback and traceback.endswith(what)
+
+
+def nova_too(fault: Fault, api: str, deleted: str) -> bool:
+    """A 4xx of our API's that Nova gives alike: the deleted server's 404 (the instance
+    list's row polls it until it is gone)."""
+    return (fault.method, fault.url, fault.status) == ("GET", f"{api}/servers/{deleted}", 404)
 
 
 def server_id(cloud: ComputeCloud, name: str) -> str:
@@ -175,11 +190,15 @@ def test_a_user_runs_a_server_from_the_dashboard(
             assert all(host in listed for host in compute_cloud.rps), listed
             browser.save("hypervisors")
 
+            # Our API's answers only (Keystone's, Neutron's and Glance's are theirs).
             log = browser.dashboard.log_path.read_text(errors="replace")
-            faults = [fault for fault in api_faults(log)
-                      if (fault.method, fault.url.split("?")[0]) not in NOVA_TOO]
+            api = compute_cloud.api.endpoint
+            ours = [fault for fault in api_faults(log) if fault.url.startswith(api + "/")]
+            print("others' 4xx/5xx:", *(f for f in api_faults(log) if f not in ours), sep="\n")
+            faults = [fault for fault in ours if not nova_too(fault, api, uuid)]
             assert not faults, "answers Nova would not give:\n" + "\n".join(map(str, faults))
-            assert not tracebacks(log), "\n\n".join(tracebacks(log))
+            found = [each for each in tracebacks(log) if not horizons_own(each)]
+            assert not found, "\n\n".join(found)
     finally:
         found = demo.get(f"{glance_server.endpoint}/v2/images?name={snapshot}").json()
         for made in found["images"]:
