@@ -243,9 +243,9 @@ class HorizonServer(Service):
                          "horizon_wsgi:application"],
                         env={"PYTHONPATH": str(self.run_dir),
                              "DJANGO_SETTINGS_MODULE": "openstack_dashboard.settings",
-                             # Horizon's Glance client leaves OPENSTACK_SSL_CACERT unused
-                             # (it verified Glance against the system's CAs): requests'
-                             # own default names the cluster CA.
+                             # requests lets REQUESTS_CA_BUNDLE from the environment
+                             # outrank a session's own CA (Horizon's Glance client sets
+                             # OPENSTACK_SSL_CACERT on its session): it names ours too.
                              **({"REQUESTS_CA_BUNDLE": ca_file} if ca_file else {})},
                         cwd=self.run_dir)
             self._wait_healthy(self.url + "auth/login/", timeout, str(self.pki.ca_cert))
