@@ -6,7 +6,9 @@ gunicorn with TLS (tools/local_services/horizon.py), on the compute API over Neu
 Keystone and Glance, Neutron on OVN). As `demo`: Project -> Compute -> Instances, the launch
 wizard (name, the offline test guest's image from Glance, flavor m1.nano, demo's network,
 a key pair), the guest Active, its Log tab, Shut Off and Start, Create Snapshot (an image in
-Glance), Delete. As `admin`: Admin -> Compute -> Hypervisors lists the hosts. Throughout,
+Glance), Delete; and reads Overview, Images, Key Pairs, Server Groups. As `admin`: Admin ->
+Compute -> Hypervisors lists the hosts; Instances, Flavors, Host Aggregates, Defaults and
+Identity's projects and users are read. Throughout,
 Horizon's log has no traceback and no call our API answered with an error status (each one
 found was a fault of ours, fixed in the API against Nova's answer). On failure the page's
 screenshot, its HTML and Horizon's log are kept under the test's directory (`evidence/`).
@@ -119,6 +121,18 @@ def launch(browser: Browser, name: str, image: str, network: str,  # noqa: F811
              timeout=120, interval=0.5, what="the wizard closed")
 
 
+# The other pages of each, read (their calls judged with the rest in Horizon's log).
+DEMO_PAGES = ("project/", "project/images/", "project/key_pairs/", "project/server_groups/")
+ADMIN_PAGES = ("admin/instances/", "admin/flavors/", "admin/aggregates/", "admin/defaults/",
+               "identity/projects/", "identity/users/")
+
+
+def visit(browser: Browser, pages: tuple[str, ...]) -> None:  # noqa: F811
+    for page in pages:
+        browser.get(page)
+        assert "Something went wrong" not in browser.driver.page_source, page
+
+
 def image_status(cloud: ComputeCloud, glance: GlanceServer, name: str) -> str:
     found = cloud.session("demo").get(f"{glance.endpoint}/v2/images?name={name}").json()
     return str(found["images"][0]["status"]) if found["images"] else ""
@@ -143,6 +157,7 @@ def test_a_user_runs_a_server_from_the_dashboard(
     try:
         with browser.on_failure_saved():
             browser.login("demo", keystone_server.password("demo"))
+            visit(browser, DEMO_PAGES)
             browser.get("project/instances/")
             launch(browser, name, image, tenant["name"], f"{name}-key")
             uuid = wait_for(lambda: server_id(compute_cloud, name), timeout=60, interval=1,
@@ -189,6 +204,7 @@ def test_a_user_runs_a_server_from_the_dashboard(
             listed = browser.find("table#hypervisors").text
             assert all(host in listed for host in compute_cloud.rps), listed
             browser.save("hypervisors")
+            visit(browser, ADMIN_PAGES)
 
             # Our API's answers only (Keystone's, Neutron's and Glance's are theirs).
             log = browser.dashboard.log_path.read_text(errors="replace")
