@@ -14,7 +14,8 @@ found was a fault of ours, fixed in the API against Nova's answer). On failure t
 screenshot, its HTML and Horizon's log are kept under the test's directory (`evidence/`).
 
 The Console tab is not offered (CONSOLE_TYPE None) until the compute API serves a remote
-console.
+console. TODO(console): open the Console tab and compare its screenshot with a blank one,
+once the remote console (branch `console`) lands.
 """
 
 from __future__ import annotations

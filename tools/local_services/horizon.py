@@ -166,6 +166,8 @@ def settings_text(*, secret_key: str, keystone_url: str, ca_file: str | None,
         "OPENSTACK_ENABLE_PASSWORD_RETRIEVE": False,
         "OPENSTACK_ENABLE_INSTANCE_PASSWORD_CHANGE": False,
         # The remote console: None (no Console tab) until the compute API serves one.
+        # TODO(console): "AUTO" (or "novnc") once the remote-consoles API and the noVNC
+        # proxy land (branch `console`), and the browser test looks at the Console tab.
         "CONSOLE_TYPE": console_type,
         "HORIZON_IMAGES_UPLOAD_MODE": "legacy",
         "OPENSTACK_CLOUDS_YAML_NAME": "etcd-compute",
