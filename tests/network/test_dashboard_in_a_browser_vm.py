@@ -44,6 +44,20 @@ from tools.local_services.keystone import KeystoneServer
 pytestmark = pytest.mark.vm
 
 FLAVOR = "m1.nano"
+# Horizon's own failure, not an answer of ours: its launch wizard asks Glance for the
+# metadata definitions of Cinder's volumes (OS::Cinder::Volumes) even with volumes turned
+# off; none match, and it asks for the details of zero namespaces in a pool of zero
+# threads, which futurist refuses. (The other resource types now have Glance's definitions:
+# tools/local_services/glance.py loads them.)
+HORIZON_EMPTY_METADEFS = ("metadefs_namespace_full_list",
+                          "ValueError: max_workers must be greater than zero")
+
+
+def horizons_own(traceback: str) -> bool:
+    where, what = HORIZON_EMPTY_METADEFS
+    return where in traceback and traceback.endswith(what)
+
+
 def nova_too(fault: Fault, api: str, deleted: str) -> bool:
     """A 4xx of our API's that Nova gives alike: the deleted server's 404 (the instance
     list's row polls it until it is gone)."""
@@ -202,7 +216,8 @@ def test_a_user_runs_a_server_from_the_dashboard(
             print("others' 4xx/5xx:", *(f for f in api_faults(log) if f not in ours), sep="\n")
             faults = [fault for fault in ours if not nova_too(fault, api, uuid)]
             assert not faults, "answers Nova would not give:\n" + "\n".join(map(str, faults))
-            assert not tracebacks(log), "\n\n".join(tracebacks(log))
+            found = [each for each in tracebacks(log) if not horizons_own(each)]
+            assert not found, "\n\n".join(found)
     finally:
         found = demo.get(f"{glance_server.endpoint}/v2/images?name={snapshot}").json()
         for made in found["images"]:
