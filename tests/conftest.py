@@ -80,6 +80,11 @@ WORKER_GROUPS = {
     # Projects kept apart on Neutron (tests/network/test_projects_apart_vm.py): five real
     # guests, a Neutron stack and a compute API of its own: a worker of its own.
     "projects_apart": "projects-apart",
+    # Real guests on Neutron ports on two OVN hypervisor hosts (the probe beside them, or
+    # the compute API over them: tests/network/guests.py, compute_cloud.py), the browser's
+    # dashboard among them: the network tests' longer half, on a worker of its own.
+    "prober": "network-guests",
+    "compute_cloud": "network-guests",
     # A Neutron stack on OVN per module (tests/network/conftest.py and the API's module on
     # Neutron): the network tests, their real guests included, on a worker of their own
     # beside cloud's (its own Keystone and Glance): on cloud's worker they made it the run's
@@ -101,20 +106,33 @@ WORKER_GROUPS = {
 # outside: 225 s alone (its Neutron stack, two hosts, three guests one after another); 432 s
 # with a fourth guest booted through a compute API of its own (the spoofing test), alone
 # on a machine at load average ~15.
-# network: the Neutron modules, split out of cloud's, whose worker ran 9 of them one after
-# another (1102 s alone on a loaded machine, load average 10-14).
-GROUP_ORDER = ["guests", "network", "cloud", "projects-apart", "outside", "cluster", "zones",
-               "postgres"]
+# network and network-guests: the Neutron modules, split out of cloud's, whose worker ran 9
+# of them one after another (1102 s alone on a loaded machine, load average 10-14), before
+# the dashboard's browser test and Ansible's runs joined them.
+GROUP_ORDER = ["guests", "network-guests", "network", "cloud", "projects-apart", "outside",
+               "cluster", "zones", "postgres"]
+# Groups that take a whole module when one of its tests is theirs: its module-scoped hosts
+# and Neutron stack are then started on one worker only.
+WHOLE_MODULE_GROUPS = {"network-guests"}
+GROUP = pytest.StashKey[str | None]()
 
 
-def worker_group(item: pytest.Item) -> str | None:
+def fixtures_group(item: pytest.Item) -> str | None:
     return next((group for fixture, group in WORKER_GROUPS.items()
                  if fixture in getattr(item, "fixturenames", ())), None)
 
 
+def worker_group(item: pytest.Item) -> str | None:
+    """The group collection gave the test (`pytest_collection_modifyitems`)."""
+    return item.stash[GROUP] if GROUP in item.stash else fixtures_group(item)
+
+
 @pytest.hookimpl(tryfirst=True)  # before xdist reads the marks
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    whole = {item.nodeid.split("::")[0]: group for item in items
+             if (group := fixtures_group(item)) in WHOLE_MODULE_GROUPS}
     for item in items:
+        item.stash[GROUP] = whole.get(item.nodeid.split("::")[0]) or fixtures_group(item)
         group = worker_group(item)
         if group is not None:
             item.add_marker(pytest.mark.xdist_group(group))

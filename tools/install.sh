@@ -96,6 +96,18 @@ if [ -n "$network_missing" ]; then
   done
 fi
 
+# The dashboard's browser tests (tests/virt/test_dashboard_in_a_browser_vm.py): Debian's
+# Chromium, run headless, and its WebDriver (Selenium drives it; nothing is downloaded at
+# run time). Without their recommends (a desktop's fonts, themes and sound).
+BROWSER_PACKAGES="chromium chromium-driver"
+browser_missing=$(missing_of $BROWSER_PACKAGES)
+if [ -n "$browser_missing" ]; then
+  say "installing Debian packages:$browser_missing (the dashboard's browser tests)"
+  [ -n "$missing" ] || [ -n "$network_missing" ] || apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get $APT_LOCK_WAIT install -y -qq --no-install-recommends $browser_missing \
+    >>/tmp/etcd-compute-apt.log 2>&1 || die "apt-get install failed; see /tmp/etcd-compute-apt.log"
+fi
+
 # The guest filter's cap on metadata connections is an iptables rule on the guest's
 # bridge port: iptables sees bridged packets only with br_netfilter and this sysctl.
 modprobe br_netfilter 2>/dev/null || true
@@ -214,6 +226,8 @@ cached_venv .venv-clients requirements-clients.txt
 cached_venv .venv-ansible requirements-ansible.txt
 # Neutron's API server with ML2/OVN (the guests' networks), on MariaDB.
 cached_venv .venv-neutron requirements-neutron.txt
+# Horizon (the dashboard), on Django, under gunicorn.
+cached_venv .venv-horizon requirements-horizon.txt
 # The documentation site's builder (make docs, which make test runs).
 cached_venv .venv-docs requirements-docs.txt
 # Tempest (the compute API's judge) only when asked: it is large and only the tests use it.

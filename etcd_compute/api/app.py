@@ -50,6 +50,7 @@ from etcd_compute.api.handlers import (
     services,
     simple_tenant_usage,
     versions,
+    volume_attachments,
 )
 from etcd_compute.api.policy import PolicyNotAuthorized
 from etcd_compute.api.wsgi import ApiRequest, Fault, Router, fault_response
@@ -80,7 +81,7 @@ class ComputeApp:
                        extensions, networks, images, aggregates, simple_tenant_usage,
                        instance_usage_audit_log, migrations, server_external_events,
                        security_groups, attach_interfaces, remote_consoles,
-                       security_group_proxy, server_password):
+                       security_group_proxy, server_password, volume_attachments):
             module.routes(self.router, backend)
 
     def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]

@@ -40,6 +40,7 @@ CONSOLE_OUTPUT = "os_compute_api:os-console-output"
 REMOTE_CONSOLES = "os_compute_api:os-remote-consoles"
 SERVER_METADATA = "os_compute_api:server-metadata:%s"
 IPS = "os_compute_api:ips:%s"
+VOLUME_ATTACHMENTS = "os_compute_api:os-volumes-attachments:%s"
 INSTANCE_ACTIONS = "os_compute_api:os-instance-actions:%s"
 SERVER_GROUPS = "os_compute_api:os-server-groups:%s"
 AVAILABILITY_ZONE = "os_compute_api:os-availability-zone:%s"
@@ -118,6 +119,8 @@ RULES = [
     (SERVER_METADATA % "delete", PROJECT_MEMBER_OR_ADMIN),
     (IPS % "index", PROJECT_READER_OR_ADMIN),
     (IPS % "show", PROJECT_READER_OR_ADMIN),
+    (VOLUME_ATTACHMENTS % "index", PROJECT_READER_OR_ADMIN),
+    (VOLUME_ATTACHMENTS % "show", PROJECT_READER_OR_ADMIN),
     (INSTANCE_ACTIONS % "list", PROJECT_READER_OR_ADMIN),
     (INSTANCE_ACTIONS % "show", PROJECT_READER_OR_ADMIN),
     (INSTANCE_ACTIONS % "events", ADMIN),

@@ -3,8 +3,10 @@ would (`openstack`, openstacksdk): the package's OVN hypervisor hosts (guests.py
 its compute.py (network.backend neutron), the compute API (`schedule.py api`, the neutron
 backend, found in Keystone's catalog as `compute`) on the same etcd and Placement, and
 demo's servers booted from the offline test guest by its file:// URL (the API's
-`image_url_prefixes`: no Glance needed). A test module imports `compute_cloud`, the
-fixture, and `ComputeCloud`; the `openstack` fixture (conftest.py) is the command line.
+`image_url_prefixes`) or from the session's Glance (hosts and API have its `glance`
+section: the dashboard's launch wizard picks an image there). A test module imports
+`compute_cloud`, the fixture, and `ComputeCloud`; the `openstack` fixture (conftest.py) is
+the command line.
 """
 
 from __future__ import annotations
@@ -110,7 +112,8 @@ class ComputeCloud:
 def compute_cloud(hosts: OvnHypervisors, guest_image: str, keystone_server: KeystoneServer,
                   schedule_config: dict[str, Any], host_config: Callable[..., Any],
                   write_yaml: Callable[..., Path], store: Any, cluster_pki: Pki,
-                  placement: Any, tmp_path: Path) -> Iterator[ComputeCloud]:
+                  placement: Any, glance_config: dict[str, Any],
+                  tmp_path: Path) -> Iterator[ComputeCloud]:
     computes: dict[str, DaemonProcess] = {}
     rps: dict[str, str] = {}
     api = ComputeApiServer.create(tmp_path, pki=cluster_pki)
@@ -121,7 +124,8 @@ def compute_cloud(hosts: OvnHypervisors, guest_image: str, keystone_server: Keys
                 | {"job_timeout_seconds": 240, "shutdown_timeout_seconds": 1,
                    "inventory": {"VCPU": {"total": 8}, "MEMORY_MB": {"total": 4096},
                                  "DISK_GB": {"total": 50}}},
-                driver=host.config["driver"], network=host.config["network"])
+                driver=host.config["driver"], network=host.config["network"],
+                glance=glance_config)
             path = str(write_yaml(f"{name}.yaml", config))
             computes[name] = DaemonProcess(["compute.py", "--config", path],
                                            tmp_path / f"{name}-compute.log").start()
@@ -135,7 +139,7 @@ def compute_cloud(hosts: OvnHypervisors, guest_image: str, keystone_server: Keys
         seed_flavors(store)
         image_dir = guest_image.removeprefix("file://").rsplit("/", 1)[0]
         api_config = deep_merge(schedule_config, {
-            "network": hosts["hv1"].config["network"],
+            "network": hosts["hv1"].config["network"], "glance": glance_config,
             "api": {"workers": 1, "threads": 8,
                     "image_url_prefixes": [f"file://{image_dir}/"],
                     "keystone_authtoken": {**cloud.service_credentials(keystone_server),

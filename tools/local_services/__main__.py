@@ -22,6 +22,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--glance-port", type=int, default=9292)
     parser.add_argument("--api-port", type=int, default=8774)
     parser.add_argument("--console-port", type=int, default=6080)
+    parser.add_argument("--dashboard-port", type=int, default=8443,
+                        help="Horizon's port on 127.0.0.1 (0: no dashboard)")
     parser.add_argument("--plain", action="store_true",
                         help="plain TCP, no certificates or RBAC (quick experiments)")
     parser.add_argument("--network", choices=["neutron", "libvirt"], default="neutron",
@@ -39,7 +41,7 @@ def main(argv: list[str] | None = None) -> int:
             stack.up(args.etcd_port, args.placement_port, say, plain=args.plain,
                      keystone_port=args.keystone_port, glance_port=args.glance_port,
                      api_port=args.api_port, console_port=args.console_port,
-                     network_backend=args.network)
+                     dashboard_port=args.dashboard_port, network_backend=args.network)
         elif args.action == "down":
             stack.down(say)
         else:

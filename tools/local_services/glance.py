@@ -30,8 +30,11 @@ GLANCE_USER = "glance"
 POLICY = '"context_is_admin": "role:admin or role:service"\n'
 
 
+# Its metadata definitions loaded as its install guide has them (`db_load_metadefs`): what
+# Horizon's launch wizard and image forms offer as metadata (with none, Horizon fails).
 DATABASE = SyncedDatabase("glance", GLANCE_VENV, "database", ("glance-manage", "db_sync"),
-                          "glance.sqlite")
+                          "glance.sqlite", then=(("glance-manage", "db_load_metadefs", str(
+                              (GLANCE_VENV / "etc" / "glance" / "metadefs").resolve())),))
 
 
 def template() -> Template:

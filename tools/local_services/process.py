@@ -22,6 +22,7 @@ PLACEMENT_VENV = Path(os.environ.get("PLACEMENT_VENV", REPO / ".venv-placement")
 KEYSTONE_VENV = Path(os.environ.get("KEYSTONE_VENV", REPO / ".venv-keystone"))
 GLANCE_VENV = Path(os.environ.get("GLANCE_VENV", REPO / ".venv-glance"))
 NEUTRON_VENV = Path(os.environ.get("NEUTRON_VENV", REPO / ".venv-neutron"))
+HORIZON_VENV = Path(os.environ.get("HORIZON_VENV", REPO / ".venv-horizon"))
 # The `openstack` command line (python-openstackclient), in a virtualenv of its own.
 CLIENTS_VENV = Path(os.environ.get("CLIENTS_VENV", REPO / ".venv-clients"))
 

@@ -15,7 +15,9 @@ the `glance` section of the `etcd-compute` service user, and writes run/clouds.y
 command line and openstacksdk. Then the compute API (`schedule.py api`, TLS, loopback,
 its config run/compute-api.yaml: the operator's sections and `api` with the
 `etcd-compute` service user validating tokens), in the catalog as `compute`, with
-Nova's usual flavors (m1.nano ... m1.large).
+Nova's usual flavors (m1.nano ... m1.large). Then, unless plain, Horizon (the dashboard,
+tools/local_services/horizon.py: TLS, loopback, https://127.0.0.1:8443/), whose URL and
+logins it prints.
 
 The guests' network (`network_backend`): `neutron` by default, every guest on a Neutron
 port: `site_network.py`'s process starts Neutron on OVN (MariaDB, OVN's databases, ovn-northd),
@@ -81,6 +83,7 @@ class LocalStack:
     console_proxy: dict | None = None
     # The console proxy's port (`up`'s; the running proxy's when there is one).
     console_port: int = 6080
+    horizon: dict | None = None
     # virtlogd and libvirtd, when we started them.
     libvirt_pids: list[int] = field(default_factory=list)
     # Daemons started for us (the demo's computes with KEEP=1): name, pid, log.
@@ -94,10 +97,11 @@ class LocalStack:
     site: dict | None = None
 
     FIELDS = ("plain", "etcd", "placement", "keystone", "glance", "compute_api",
-              "console_proxy", "libvirt_pids", "daemons", "guests", "providers",
+              "console_proxy", "horizon", "libvirt_pids", "daemons", "guests", "providers",
               "network_backend", "site")
     # The services make up starts, in order (make down stops them in reverse).
-    SERVICES = ("etcd", "placement", "keystone", "glance", "compute_api", "console_proxy")
+    SERVICES = ("etcd", "placement", "keystone", "glance", "compute_api", "console_proxy",
+                "horizon")
 
     @property
     def state_file(self) -> Path:
@@ -127,9 +131,10 @@ class LocalStack:
     def up(self, etcd_port: int, placement_port: int, say: Say, plain: bool = False,
            keystone_port: int = 5000, glance_port: int = 9292, api_port: int = 8774,
            guests: bool = True, console_port: int = 6080,
-           network_backend: str = NEUTRON) -> None:
+           dashboard_port: int | None = None, network_backend: str = NEUTRON) -> None:
         """Start what is not running. `guests=False` (`make tempest`: fake-driver hosts only)
-        leaves libvirt, the network, the test guest and the hand-run host's configs alone."""
+        leaves libvirt, the network, the test guest and the hand-run host's configs alone.
+        Horizon only with a `dashboard_port` and TLS."""
         running = bool(self.etcd and pid_alive(self.etcd["pid"]))
         if running and self.plain != plain:
             raise ServiceUnavailable(
@@ -190,6 +195,8 @@ class LocalStack:
             self.write_configs(say)
         self._up_api(api_port, say)
         self._up_console_proxy(say)
+        if dashboard_port:
+            self._up_dashboard(dashboard_port, say)
         if guests and self.network_backend == NEUTRON:
             self._say_outside(say)
 
@@ -330,6 +337,30 @@ class LocalStack:
         say(f"console proxy started (pid {proxy.pid}, noVNC at {proxy.url}; a server's "
             "console: openstack console url show SERVER)")
 
+    def _up_dashboard(self, port: int, say: Say) -> None:
+        """Horizon on `port` (TLS only: plain, none), its URL and the logins said."""
+        from tools.local_services.horizon import HorizonServer
+
+        if self.plain:
+            say("Horizon not started (plain: it is served with TLS only)")
+            return
+        horizon = HorizonServer.create(self.run_dir / "horizon", port, pki=self.pki)
+        if self.horizon and pid_alive(self.horizon["pid"]):
+            say(f"Horizon already running (pid {self.horizon['pid']})")
+        else:
+            if port_open(port):
+                raise ServiceUnavailable(f"port {port} is taken by another process; stop it "
+                                         "or pass --dashboard-port")
+            keystone = self._keystone()
+            horizon.start(keystone.auth_url, keystone.ca_file)
+            self.horizon = {"pid": horizon.pid, "port": horizon.port}
+            self.save()
+            say(f"Horizon started (pid {horizon.pid}, log {horizon.log_path})")
+        keystone = self._keystone()
+        say(f"dashboard: {horizon.url} (certificate of the cluster CA {self.pki.ca_cert}); "
+            f"log in as demo / {keystone.password('demo')} or admin / "
+            f"{keystone.admin_password} (domain Default)")
+
     def _up_cloud(self, keystone_port: int, glance_port: int, say: Say,
                   test_guest: bool = True) -> None:
         """Keystone and Glance (side by side), the cloud's identities, the test guest image
@@ -417,7 +448,10 @@ class LocalStack:
             EtcdAuth(root).add_host(rp_uuid)
         tls = {"ca_cert": str(self.pki.ca_cert), "cert": str(issued.cert),
                "key": str(issued.key)}
-        operator = self.operator_config()
+        # The operator's console section is an issuer's (URLs, the proxy's certificate); a
+        # host's is its relay's (`write_configs`), and compute.yaml refuses the other.
+        operator = {key: value for key, value in self.operator_config().items()
+                    if key != "console"}
         return {**operator, "etcd": {**operator["etcd"], **tls},
                 "placement": {**operator["placement"], **tls}}
 
@@ -473,11 +507,9 @@ class LocalStack:
         if info is None:
             raise ServiceUnavailable("the network is not running: make up first")
         host = info["hosts"][HOST]["config"]
-        # No `console` section: the operator's (the proxy's base URL) is not a host's, and
-        # this host's guests' screens are not relayed yet (its qemu is in its namespace).
-        mine = {key: value for key, value in self.host_config(rp_uuid).items()
-                if key != "console"}
-        return {**mine,
+        # No `console` section of its own: this host's guests' screens are not relayed yet
+        # (its qemu is in its namespace).
+        return {**self.host_config(rp_uuid),
                 "compute": {"uuid": rp_uuid, "name": HOST,
                             "state_dir": host["compute"]["state_dir"],
                             "instances_dir": host["compute"]["instances_dir"], **compute},

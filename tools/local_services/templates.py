@@ -86,6 +86,19 @@ class Template:
         root = cache_root()
         return root / f"{self.kind}-{self.key}" if root else None
 
+    def ensure(self, build: Callable[[Path], None]) -> Path | None:
+        """The template's directory, built first by `build(directory)` when it has none:
+        for a template used where it is (read-only, never written by its users), not
+        copied. None: templates are off."""
+        directory = self.directory
+        if directory is None:
+            return None
+        if not (directory / MANIFEST).exists():
+            with host_lock(f"template-{self.kind}", timeout=900):
+                if not (directory / MANIFEST).exists():  # another built it meanwhile
+                    self._build(directory, build)
+        return directory
+
     def copy(self, build: Callable[[Path], None], files: dict[str, Path]) -> bool:
         """Copy the template's `files` (its file name: where to), the template built first
         by `build(directory)` (which leaves those files there) when there is none or it is
@@ -183,22 +196,27 @@ class SyncedDatabase:
     section: str  # of the service's config file
     sync_command: tuple[str, ...]  # the manage command (in the venv's bin) and its arguments
     file_name: str  # the SQLite file in the template
+    # More manage commands run after the sync, each as `sync_command` is (Glance's metadata
+    # definitions loaded, as its install guide and devstack do).
+    then: tuple[tuple[str, ...], ...] = ()
 
     def config(self, db_url: str) -> str:
         return f"[{self.section}]\nconnection = {db_url}\n"
 
     def sync(self, conf: Path) -> None:
-        manage, *args = self.sync_command
-        done = subprocess.run([str(self.venv / "bin" / manage), "--config-file", str(conf),
-                               *args], capture_output=True, text=True, check=False)
-        if done.returncode:
-            lines = (done.stderr or done.stdout).strip().splitlines() or ["(no output)"]
-            raise ServiceUnavailable(f"{' '.join(self.sync_command)} failed: "
-                                     f"{lines[-1][:200]}")
+        for command in (self.sync_command, *self.then):
+            manage, *args = command
+            done = subprocess.run([str(self.venv / "bin" / manage), "--config-file",
+                                   str(conf), *args], capture_output=True, text=True,
+                                  check=False)
+            if done.returncode:
+                lines = (done.stderr or done.stdout).strip().splitlines() or ["(no output)"]
+                raise ServiceUnavailable(f"{' '.join(command)} failed: {lines[-1][:200]}")
 
     def template(self) -> Template:
         recipe = json.dumps([self.config(f"{SQLITE}/run-dir/{self.file_name}"),
-                             list(self.sync_command[1:])])
+                             list(self.sync_command[1:]),
+                             *(list(command[1:]) for command in self.then)])
         return Template(self.kind, self.venv, recipe)
 
     def _build(self, directory: Path) -> None:

@@ -143,13 +143,23 @@ def _wait_alive(stack: LocalStack, hosts: list[str], timeout: float = 60) -> Non
     with Store(stack.operator_config()["etcd"]) as store:
         deadline = time.monotonic() + timeout
         while not all(store.get(store.keys.alive(host)) for host in hosts):
-            dead = [d["name"] for d in stack.daemons if not pid_alive(d["pid"])]
+            dead = [d for d in stack.daemons if not pid_alive(d["pid"])]
             if dead or time.monotonic() > deadline:
+                # The run directory goes with the stack: the first one's last words here.
+                last = _last_line(Path(dead[0]["log"])) if dead else ""
                 raise ServiceUnavailable(
-                    f"{', '.join(dead) or 'the computes'} "
-                    f"{'exited' if dead else 'sent no heartbeat within 60 s'}; see the logs "
-                    f"in {stack.run_dir}")
+                    f"{', '.join(d['name'] for d in dead) or 'the computes'} "
+                    f"{'exited' if dead else 'sent no heartbeat within 60 s'}"
+                    f"{f' ({last})' if last else ''}; see the logs in {stack.run_dir}")
             time.sleep(0.2)
+
+
+def _last_line(log: Path) -> str:
+    try:
+        lines = log.read_text(errors="replace").strip().splitlines()
+    except OSError:
+        return ""
+    return lines[-1][-300:] if lines else ""
 
 
 def _upload_images(stack: LocalStack, say: Say) -> list[str]:

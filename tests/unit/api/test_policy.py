@@ -129,6 +129,8 @@ DEFAULTS = {
     "os_compute_api:server-metadata:delete": WRITE,
     "os_compute_api:ips:index": READ,
     "os_compute_api:ips:show": READ,
+    "os_compute_api:os-volumes-attachments:index": READ,
+    "os_compute_api:os-volumes-attachments:show": READ,
     "os_compute_api:os-instance-actions:list": READ,
     "os_compute_api:os-instance-actions:show": READ,
     "os_compute_api:os-instance-actions:events": ADMIN,
@@ -357,6 +359,11 @@ CALLS = {
                                                   owner=SERVER),
     "os_compute_api:ips:index": Call("GET", "/servers/{server}/ips", owner=SERVER),
     "os_compute_api:ips:show": Call("GET", "/servers/{server}/ips/private", owner=SERVER),
+    "os_compute_api:os-volumes-attachments:index": Call(
+        "GET", "/servers/{server}/os-volume_attachments", owner=SERVER),
+    "os_compute_api:os-volumes-attachments:show": Call(
+        "GET", "/servers/{server}/os-volume_attachments/00000000-0000-4000-8000-000000000007",
+        owner=SERVER),
     "os_compute_api:os-instance-actions:list": Call(
         "GET", "/servers/{server}/os-instance-actions", owner=SERVER),
     "os_compute_api:os-instance-actions:show": Call(

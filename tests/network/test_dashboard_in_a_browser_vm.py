@@ -1,0 +1,225 @@
+"""A user clicks through Horizon, OpenStack's dashboard, on our cloud, in a real browser.
+
+Headless Chromium (Debian's) driven by Selenium (tests/dashboard.py) against Horizon under
+gunicorn with TLS (tools/local_services/horizon.py), on the compute API over Neutron
+(compute_cloud.py: the OVN hypervisor hosts hv1 and hv2 with real TCG guests, the session's
+Keystone and Glance, Neutron on OVN). As `demo`: Project -> Compute -> Instances, the launch
+wizard (name, the offline test guest's image from Glance, flavor m1.nano, demo's network,
+a key pair), the guest Active, its Log tab, Shut Off and Start, Create Snapshot (an image in
+Glance), Delete; and reads Overview, Images, Key Pairs, Server Groups. As `admin`: Admin ->
+Compute -> Hypervisors lists the hosts; Instances, Flavors, Host Aggregates, Defaults and
+Identity's projects and users are read. Throughout,
+Horizon's log has no traceback and no call our API answered with an error status (each one
+found was a fault of ours, fixed in the API against Nova's answer). On failure the page's
+screenshot, its HTML and Horizon's log are kept under the test's directory (`evidence/`).
+
+The Console tab is not offered (CONSOLE_TYPE None) until the compute API serves a remote
+console. TODO(console): open the Console tab and compare its screenshot with a blank one,
+once the remote console (branch `console`) lands.
+"""
+
+from __future__ import annotations
+
+import uuid as uuidlib
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.dashboard import (  # noqa: F401 (browser, dashboard: the fixtures)
+    Browser,
+    Fault,
+    api_faults,
+    browser,
+    dashboard,
+    tracebacks,
+    wait_page,
+)
+from tests.network.compute_cloud import ComputeCloud
+from tests.network.guests import build_test_guest, keypair
+from tests.support import wait_for
+from tools.local_services.glance import GlanceServer
+from tools.local_services.keystone import KeystoneServer
+
+pytestmark = pytest.mark.vm
+
+FLAVOR = "m1.nano"
+# Horizon's own failure, not an answer of ours: its launch wizard asks Glance for the
+# metadata definitions of Cinder's volumes (OS::Cinder::Volumes) even with volumes turned
+# off; none match, and it asks for the details of zero namespaces in a pool of zero
+# threads, which futurist refuses. (The other resource types now have Glance's definitions:
+# tools/local_services/glance.py loads them.)
+HORIZON_EMPTY_METADEFS = ("metadefs_namespace_full_list",
+                          "ValueError: max_workers must be greater than zero")
+
+
+def horizons_own(traceback: str) -> bool:
+    where, what = HORIZON_EMPTY_METADEFS
+    return where in traceback and traceback.endswith(what)
+
+
+def nova_too(fault: Fault, api: str, deleted: str) -> bool:
+    """A 4xx of our API's that Nova gives alike: the deleted server's 404 (the instance
+    list's row polls it until it is gone)."""
+    return (fault.method, fault.url, fault.status) == ("GET", f"{api}/servers/{deleted}", 404)
+
+
+def server_id(cloud: ComputeCloud, name: str) -> str:
+    listed = cloud.session("demo").get(f"{cloud.api.endpoint}/servers?name=^{name}$").json()
+    return str(listed["servers"][0]["id"]) if listed["servers"] else ""
+
+
+def row_text(browser: Browser, uuid: str) -> str:  # noqa: F811
+    rows = browser.driver.find_elements("css selector", f"tr[data-object-id='{uuid}']")
+    return rows[0].text if rows else ""
+
+
+def row_action(browser: Browser, uuid: str, action: str) -> None:  # noqa: F811
+    """Click the row's `action` (one of Horizon's table actions: stop, start, snapshot,
+    delete), from its menu or as its button."""
+    row = browser.find(f"tr[data-object-id='{uuid}']")
+    browser.click(row.find_element("css selector", f"[id$='__action_{action}']"))
+
+
+def confirm(browser: Browser) -> None:  # noqa: F811
+    browser.click(browser.find(".modal-dialog .modal-footer .btn-danger, "
+                               ".modal-dialog .modal-footer .btn-primary"))
+    browser.ready()
+
+
+def launch(browser: Browser, name: str, image: str, network: str,  # noqa: F811
+           key: str) -> None:
+    """The launch wizard: Details, Source, Flavor, Networks, Key Pair; Launch Instance."""
+    browser.click(browser.xpath("//a[normalize-space()='Launch Instance']"))
+    wizard = browser.find("wizard")
+    browser.find("#name", within=wizard).send_keys(name)
+
+    def step(title: str, form: str) -> Any:
+        nav = browser.find("div.wizard-nav", within=wizard)
+        browser.click(browser.xpath(f".//a[normalize-space()='{title}']", within=nav))
+        return browser.find(f"ng-include[ng-form={form}]", within=wizard)
+
+    def allocated(table: Any, label: str) -> bool:
+        return bool(table.find_elements("xpath", f".//tr[.//*[normalize-space()='{label}']]"
+                                        "//*[contains(@class,'fa-arrow-down')]"))
+
+    def allocate(table: Any, label: str) -> None:
+        # The row of `label` in the available table: its up-arrow moves it to Allocated.
+        if allocated(table, label):
+            return
+        browser.click(browser.xpath(
+            f".//tr[.//*[normalize-space()='{label}']]//*[contains(@class,'fa-arrow-up')]",
+            within=table))
+        wait_for(lambda: allocated(table, label), timeout=30, interval=0.2,
+                 what=f"{label} allocated")
+
+    allocate(step("Source", "launchInstanceSourceForm"), image)
+    allocate(step("Flavor", "launchInstanceFlavorForm"), FLAVOR)
+    allocate(step("Networks", "launchInstanceNetworkForm"), network)
+    allocate(step("Key Pair", "launchInstanceKeypairForm"), key)
+    finish = browser.find("button.btn-primary.finish", within=wizard)
+    wait_for(finish.is_enabled, timeout=30, interval=0.2, what="the wizard complete")
+    browser.click(finish)
+    wait_for(lambda: not browser.driver.find_elements("css selector", "wizard"),
+             timeout=120, interval=0.5, what="the wizard closed")
+
+
+# The other pages of each, read (their calls judged with the rest in Horizon's log).
+DEMO_PAGES = ("project/", "project/images/", "project/key_pairs/", "project/server_groups/")
+ADMIN_PAGES = ("admin/instances/", "admin/flavors/", "admin/aggregates/", "admin/defaults/",
+               "identity/projects/", "identity/users/")
+
+
+def visit(browser: Browser, pages: tuple[str, ...]) -> None:  # noqa: F811
+    for page in pages:
+        browser.get(page)
+        assert "Something went wrong" not in browser.driver.page_source, page
+
+
+def image_status(cloud: ComputeCloud, glance: GlanceServer, name: str) -> str:
+    found = cloud.session("demo").get(f"{glance.endpoint}/v2/images?name={name}").json()
+    return str(found["images"][0]["status"]) if found["images"] else ""
+
+
+# A guest booted, stopped, started and snapshotted under TCG (each a minute or two on a
+# loaded machine), after the Neutron stack, the hosts and Horizon start.
+@pytest.mark.timeout(1800)
+def test_a_user_runs_a_server_from_the_dashboard(
+        compute_cloud: ComputeCloud, tenant: dict[str, Any], browser: Browser,  # noqa: F811
+        glance_images: Any, glance_server: GlanceServer, keystone_server: KeystoneServer,
+        tmp_path: Path) -> None:
+    name = f"dash-{uuidlib.uuid4().hex[:6]}"
+    image = f"{name}-guest"
+    glance_images(build_test_guest(), image, visibility="public", architecture="x86_64",
+                  hypervisor_type="qemu")
+    key = keypair(tmp_path / "key")
+    demo = compute_cloud.session("demo")
+    demo.post(f"{compute_cloud.api.endpoint}/os-keypairs", json={"keypair": {
+        "name": f"{name}-key", "public_key": Path(f"{key}.pub").read_text().strip()}})
+    snapshot = f"{name}-snap"
+    try:
+        with browser.on_failure_saved():
+            browser.login("demo", keystone_server.password("demo"))
+            visit(browser, DEMO_PAGES)
+            browser.get("project/instances/")
+            launch(browser, name, image, tenant["name"], f"{name}-key")
+            uuid = wait_for(lambda: server_id(compute_cloud, name), timeout=60, interval=1,
+                            what=f"server {name} made")
+            compute_cloud.made.append(("demo", uuid))
+            browser.get("project/instances/")
+            wait_page(browser, lambda: "Active" in row_text(browser, uuid) and
+                      "Running" in row_text(browser, uuid), f"{name} Active", timeout=600)
+            browser.save("instances")
+
+            # Its console log, as the Log tab shows it.
+            browser.get(f"project/instances/{uuid}/?tab=instance_details__log")
+            wait_page(browser, lambda: browser.find("pre.logs").text.strip(),
+                      f"{name}'s console log", timeout=180)
+            browser.save("log")
+
+            browser.get("project/instances/")
+            row_action(browser, uuid, "stop")
+            confirm(browser)
+            wait_page(browser, lambda: "Shutoff" in row_text(browser, uuid), f"{name} Shutoff")
+            row_action(browser, uuid, "start")
+            browser.ready()
+            wait_page(browser, lambda: "Active" in row_text(browser, uuid) and
+                      "Running" in row_text(browser, uuid), f"{name} Active again")
+
+            row_action(browser, uuid, "snapshot")
+            form = browser.find(".modal-dialog form")
+            field = browser.find("#id_name", within=form)
+            field.clear()
+            field.send_keys(snapshot)
+            browser.click(browser.find("[type=submit]", within=form))
+            browser.ready()
+            wait_for(lambda: image_status(compute_cloud, glance_server, snapshot) == "active",
+                     timeout=600, interval=3, what=f"snapshot {snapshot} active")
+
+            browser.get("project/instances/")
+            row_action(browser, uuid, "delete")
+            confirm(browser)
+            wait_for(lambda: not server_id(compute_cloud, name), timeout=300, interval=2,
+                     what=f"{name} deleted")
+
+            browser.login("admin", keystone_server.admin_password)
+            browser.get("admin/hypervisors/")
+            listed = browser.find("table#hypervisors").text
+            assert all(host in listed for host in compute_cloud.rps), listed
+            browser.save("hypervisors")
+            visit(browser, ADMIN_PAGES)
+
+            # Our API's answers only (Keystone's, Neutron's and Glance's are theirs).
+            log = browser.dashboard.log_path.read_text(errors="replace")
+            api = compute_cloud.api.endpoint
+            ours = [fault for fault in api_faults(log) if fault.url.startswith(api + "/")]
+            print("others' 4xx/5xx:", *(f for f in api_faults(log) if f not in ours), sep="\n")
+            faults = [fault for fault in ours if not nova_too(fault, api, uuid)]
+            assert not faults, "answers Nova would not give:\n" + "\n".join(map(str, faults))
+            found = [each for each in tracebacks(log) if not horizons_own(each)]
+            assert not found, "\n\n".join(found)
+    finally:
+        found = demo.get(f"{glance_server.endpoint}/v2/images?name={snapshot}").json()
+        for made in found["images"]:
+            demo.delete(f"{glance_server.endpoint}/v2/images/{made['id']}", raise_exc=False)
+        demo.delete(f"{compute_cloud.api.endpoint}/os-keypairs/{name}-key", raise_exc=False)
