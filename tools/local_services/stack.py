@@ -455,10 +455,12 @@ class LocalStack:
         return {**operator, "etcd": {**operator["etcd"], **tls},
                 "placement": {**operator["placement"], **tls}}
 
-    def write_schedule_config(self, say: Say) -> Path:
-        """run/schedule.yaml: the operator's."""
+    def write_schedule_config(self, say: Say, project: str | None = None) -> Path:
+        """run/schedule.yaml: the operator's (its instances `project`'s)."""
         schedule = self.run_dir / "schedule.yaml"
         config = {**self.operator_config(), "scheduler": self.scheduler_section()}
+        if project is not None:
+            config["scheduler"]["project_id"] = self._keystone().add_project(project)
         network = self.network_section()
         if network is not None:
             config["network"] = network
@@ -469,9 +471,12 @@ class LocalStack:
 
     def write_configs(self, say: Say) -> None:
         """run/schedule.yaml and run/compute.yaml, for trying commands by hand."""
-        schedule = self.write_schedule_config(lambda _line: None)
-        local = "00000000-0000-4000-8000-00000000000a"  # the hand-run host "local"
         info = self.site_info()
+        # On Neutron a port is a project's: schedule.py's instances are demo's, on its
+        # network (the one the tour's user makes), as make demo has them.
+        schedule = self.write_schedule_config(lambda _line: None,
+                                              "demo" if info is not None else None)
+        local = "00000000-0000-4000-8000-00000000000a"  # the hand-run host "local"
         if info is not None:
             compute = self.neutron_host_config(local)
             (self.run_dir / "compute.yaml").write_text(yaml.safe_dump(compute))
