@@ -512,13 +512,18 @@ class LocalStack:
         if info is None:
             raise ServiceUnavailable("the network is not running: make up first")
         host = info["hosts"][HOST]["config"]
-        # No `console` section of its own: this host's guests' screens are not relayed yet
-        # (its qemu is in its namespace).
-        return {**self.host_config(rp_uuid),
-                "compute": {"uuid": rp_uuid, "name": HOST,
-                            "state_dir": host["compute"]["state_dir"],
-                            "instances_dir": host["compute"]["instances_dir"], **compute},
-                "driver": host["driver"], "network": host["network"]}
+        config = {**self.host_config(rp_uuid),
+                  "compute": {"uuid": rp_uuid, "name": HOST,
+                              "state_dir": host["compute"]["state_dir"],
+                              "instances_dir": host["compute"]["instances_dir"], **compute},
+                  "driver": host["driver"], "network": host["network"]}
+        if not self.plain:  # its guests' screens for the console proxy: the relay is in
+            # compute.py, on a free loopback port (the host publishes it; the proxy reads
+            # it there); libvirt hands it each screen (qemu in the namespace).
+            from tools.local_services.console_proxy import host_section
+
+            config["console"] = host_section(self.pki, HOST, "127.0.0.1")
+        return config
 
     def remember_guests(self, uri: str, network: str, compute_config: dict[str, Any],
                         directories: list[str]) -> None:
