@@ -376,6 +376,11 @@ def markdown(results: dict[str, Any], plots: list[str], plot_prefix: str) -> str
         from bench.network import markdown as network_markdown
 
         lines += ["", *network_markdown(json.loads(network.read_text()))]
+    nodepool = Path(__file__).resolve().parent / "results" / "nodepool.json"
+    if nodepool.exists():  # bench/nodepool.py, run on its own
+        from bench.nodepool import markdown as nodepool_markdown
+
+        lines += ["", *nodepool_markdown(json.loads(nodepool.read_text()))]
     return "\n".join(lines) + "\n"
 
 
