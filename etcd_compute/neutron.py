@@ -24,6 +24,10 @@ from etcd_compute.errors import ConfigError, NeutronError, NeutronUnavailable, N
 
 # Filters in one list request go into its query string: ask for this many ids at a time.
 IDS_PER_QUERY = 50
+# A connection Neutron does not accept (refused, or not in time on a loaded machine) is tried
+# again this many times, backing off from 0.5 s, before the request fails: Nova's [neutron]
+# http_retries (3). Only connecting is retried: a request that was sent is never repeated.
+CONNECT_RETRIES = 3
 
 
 def _one_line(text: str) -> str:
@@ -92,7 +96,8 @@ class NeutronClient:
 
         url = f"{self.endpoint}/v2.0{path}"
         try:
-            response = self.session.request(url, method, raise_exc=False, **kwargs)
+            response = self.session.request(url, method, raise_exc=False,
+                                            connect_retries=CONNECT_RETRIES, **kwargs)
         except ks_exceptions.Unauthorized:
             raise self._unavailable("Keystone refused our credentials "
                                     "(network.neutron.keystone)") from None

@@ -10,7 +10,7 @@ import pytest
 import requests
 
 from etcd_compute.errors import ConfigError, NeutronError, NeutronUnavailable, NotFound
-from etcd_compute.neutron import IDS_PER_QUERY, NeutronClient
+from etcd_compute.neutron import CONNECT_RETRIES, IDS_PER_QUERY, NeutronClient
 
 ENDPOINT = "http://neutron.invalid:9696"
 PORT_ID = "0b5c7d2e-1f3a-4b6c-8d9e-0a1b2c3d4e5f"
@@ -105,6 +105,46 @@ def test_an_unreachable_neutron_is_unavailable() -> None:
     neutron, _ = client({"GET /v2.0/networks": ks_exceptions.ConnectFailure("refused")})
     with pytest.raises(NeutronUnavailable, match="unreachable"):
         neutron.networks()
+
+
+def test_a_connection_neutron_does_not_accept_in_time_is_tried_again_as_nova_does(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A Neutron too busy to accept a connection (ConnectTimeout on a loaded machine) is
+    tried again, CONNECT_RETRIES times, before the build fails: Nova's [neutron]
+    http_retries. A request that was sent is not repeated."""
+    from keystoneauth1 import session as ks_session
+    from requests.adapters import BaseAdapter
+
+    monkeypatch.setattr(ks_session.time, "sleep", lambda seconds: None)  # its back-off
+
+    class Busy(BaseAdapter):
+        def __init__(self, refusals: int) -> None:
+            super().__init__()
+            self.refusals, self.sent = refusals, 0
+
+        def send(self, request: Any, **kwargs: Any) -> requests.Response:
+            self.sent += 1
+            if self.sent <= self.refusals:
+                raise requests.exceptions.ConnectTimeout("connect timed out")
+            answer = response(200, {"networks": []})
+            answer.request, answer.url = request, request.url
+            return answer
+
+        def close(self) -> None:
+            pass
+
+    for refusals, works in ((CONNECT_RETRIES, True), (CONNECT_RETRIES + 1, False)):
+        neutron = NeutronClient({"endpoint": ENDPOINT, "keystone": KEYSTONE})
+        adapter = Busy(refusals)
+        transport = requests.Session()
+        transport.mount("http://", adapter)
+        neutron.session = ks_session.Session(session=transport)
+        if works:
+            assert neutron.networks() == []
+        else:
+            with pytest.raises(NeutronUnavailable, match="unreachable"):
+                neutron.networks()
+        assert adapter.sent == refusals + 1 if works else CONNECT_RETRIES + 1
 
 
 def test_many_devices_are_asked_for_in_slices() -> None:
