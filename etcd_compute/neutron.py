@@ -24,10 +24,12 @@ from etcd_compute.errors import ConfigError, NeutronError, NeutronUnavailable, N
 
 # Filters in one list request go into its query string: ask for this many ids at a time.
 IDS_PER_QUERY = 50
-# A connection Neutron does not accept (refused, or not in time on a loaded machine) is tried
-# again this many times, backing off from 0.5 s, before the request fails: Nova's [neutron]
-# http_retries (3). Only connecting is retried: a request that was sent is never repeated.
+# A read Neutron does not answer (refused, or not in time on a loaded machine) is tried again
+# this many times, backing off from 0.5 s, before it fails: Nova's [neutron] http_retries (3).
+# Reads only: keystoneauth takes a read timeout for a connect timeout and would send a POST
+# again that Neutron may have done already (a second port for one server).
 CONNECT_RETRIES = 3
+RETRIED = frozenset({"GET", "HEAD"})
 
 
 def _one_line(text: str) -> str:
@@ -97,7 +99,8 @@ class NeutronClient:
         url = f"{self.endpoint}/v2.0{path}"
         try:
             response = self.session.request(url, method, raise_exc=False,
-                                            connect_retries=CONNECT_RETRIES, **kwargs)
+                                            connect_retries=CONNECT_RETRIES
+                                            if method in RETRIED else 0, **kwargs)
         except ks_exceptions.Unauthorized:
             raise self._unavailable("Keystone refused our credentials "
                                     "(network.neutron.keystone)") from None

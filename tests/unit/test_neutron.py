@@ -109,9 +109,10 @@ def test_an_unreachable_neutron_is_unavailable() -> None:
 
 def test_a_connection_neutron_does_not_accept_in_time_is_tried_again_as_nova_does(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    """A Neutron too busy to accept a connection (ConnectTimeout on a loaded machine) is
+    """A read Neutron is too busy to answer in time (a timeout on a loaded machine) is
     tried again, CONNECT_RETRIES times, before the build fails: Nova's [neutron]
-    http_retries. A request that was sent is not repeated."""
+    http_retries. A POST is never sent twice: keystoneauth calls a read timeout a connect
+    timeout, and Neutron may have made the port already."""
     from keystoneauth1 import session as ks_session
     from requests.adapters import BaseAdapter
 
@@ -145,6 +146,14 @@ def test_a_connection_neutron_does_not_accept_in_time_is_tried_again_as_nova_doe
             with pytest.raises(NeutronUnavailable, match="unreachable"):
                 neutron.networks()
         assert adapter.sent == refusals + 1 if works else CONNECT_RETRIES + 1
+    neutron = NeutronClient({"endpoint": ENDPOINT, "keystone": KEYSTONE})
+    adapter = Busy(1)
+    transport = requests.Session()
+    transport.mount("http://", adapter)
+    neutron.session = ks_session.Session(session=transport)
+    with pytest.raises(NeutronUnavailable, match="unreachable"):
+        neutron.request("POST", "/ports", expect=(201,), json={"port": {}})
+    assert adapter.sent == 1  # not repeated
 
 
 def test_many_devices_are_asked_for_in_slices() -> None:
