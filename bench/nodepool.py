@@ -26,7 +26,9 @@ port). Each thread measures, from its create call:
 - floating IP: create_server returned (ACTIVE, the floating IP attached and shown in the
   server's addresses);
 - the guest's sshd up: its console (console.log on the host, read every 0.05 s) first says
-  its SSH server listens: the guest's own boot, under the same load as the others;
+  its SSH server listens: the guest's own boot, under the same load as the others (an
+  upper bound: the console is read only once a list of the servers has named the server,
+  and that list is as slow as the API under load, seconds with 10 at once);
 - SSH-able: the first `ssh-keyscan` of the floating IP, run inside the outside namespace
   (the user's laptop, or nodepool's launcher), that prints a host key; tried every 0.2 s.
   SSH-able minus the guest's sshd up is what the path adds beyond the guest.
