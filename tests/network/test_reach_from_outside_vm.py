@@ -28,19 +28,24 @@ from __future__ import annotations
 import ipaddress
 import json
 import shutil
+import signal
 import subprocess
+import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from etcd_compute.config import deep_merge
+from tests.conftest import DaemonProcess
 from tests.network.compute_cloud import ComputeCloud
-from tests.network.guests import Worker, keypair, probe, ready, spec_for
+from tests.network.guests import Worker, keypair, ovn_hypervisors, probe, ready, spec_for
 from tests.network.neutron import ALT, DEMO, Cli
+from tests.network.pinger import tally
 from tests.network.sniffer import Sniffing
-from tests.support import unavailable, wait_for
+from tests.support import REPO, unavailable, wait_for
 from tools.local_services.networking import NetworkStack
 from tools.local_services.outside import PHYSNET, Outside
 from tools.local_services.ovn_hypervisors import OvnHypervisors
@@ -50,6 +55,15 @@ pytestmark = pytest.mark.vm
 ADMIN = "etcd-compute"
 INSIDE = "10.1.0.0/24"
 SPOOF_INSIDE, SPOOF_VICTIM = "10.4.0.0/24", "10.4.0.250"
+INTERVAL = 0.2  # the outside ping's, during the moves
+LIVE_LOSS_TARGET = 2.0  # seconds of an outside ping lost in a live move (issue 33)
+
+
+@pytest.fixture(scope="module")
+def hosts(network: NetworkStack, neutron_settings: dict[str, Any]) -> Iterator[OvnHypervisors]:
+    """hv1 and hv2 as guests.py's, their libvirtds also listening over TLS: the guest with
+    a floating IP moves live between them."""
+    yield from ovn_hypervisors(network, neutron_settings, migration=True)
 
 
 @pytest.fixture(scope="module")
@@ -360,7 +374,9 @@ def floating_of(compute_cloud: ComputeCloud, uuid: str) -> list[str]:
 @pytest.mark.timeout(900)
 def test_a_guest_spoofing_another_port_or_its_floating_ip_is_dropped(
         network: NetworkStack, openstack: Cli, hosts: OvnHypervisors, outside: Outside,
-        public: dict[str, Any], compute_cloud: ComputeCloud, tmp_path: Path) -> None:
+        public: dict[str, Any], compute_cloud: ComputeCloud, tmp_path: Path, store: Any,
+        schedule_config: dict[str, Any],
+        start_controller: Callable[..., DaemonProcess]) -> None:
     """A real guest (booted through our compute API on demo's port, a floating IP on it)
     takes another port's IP, then the floating IP, then the other port's MAC, and sends
     (ICMP echoes to that port and to the laptop, gratuitous ARP): neither the other port
@@ -461,6 +477,12 @@ def test_a_guest_spoofing_another_port_or_its_floating_ip_is_dropped(
         print(f"\nspoofing from a guest on its Neutron port: the victim saw "
               f"{sorted(sizes(victim_saw))}, the laptop {sorted(sizes(laptop_saw))} "
               f"(rounds 102-104 spoofed)")
+        start_controller(deep_merge(schedule_config, {
+            "network": hosts["hv1"].config["network"],
+            "scheduler": {"controller_lease_ttl": 3}}))
+        wait_for(lambda: store.get(store.keys.leader()), 30, what="a controller to lead")
+        moves_keep_the_floating_ip(network, openstack, outside, compute_cloud, uuid,
+                                   port["id"], address, lambda: logged_in("true"))
     finally:
         for one in floating:
             openstack.run(ADMIN, "floating ip", "delete", one)
@@ -474,3 +496,65 @@ def test_a_guest_spoofing_another_port_or_its_floating_ip_is_dropped(
         openstack.run(DEMO, "network", "delete", inside["id"])
         openstack.run(DEMO, "security group", "delete", group["id"])
     assert nb(network, "list", "NAT") == []
+
+
+def moves_keep_the_floating_ip(network: NetworkStack, openstack: Cli, outside: Outside,
+                               compute_cloud: ComputeCloud, uuid: str, port_id: str,
+                               address: str, ssh: Callable[[], Any]) -> None:
+    """A guest with a floating IP moves live, then cold, to the other host through our
+    compute API as an admin (`os-migrateLive`, `migrate`), while the laptop pings the
+    floating IP every INTERVAL s (tests/network/pinger.py). After each the port is bound
+    on the new host (and OVN's NAT row still names it: the floating IP stays distributed,
+    now on the new chassis) and the floating IP answers (the pings, and SSH); the pings
+    lost are printed and asserted: under LIVE_LOSS_TARGET s for the live move, bounded
+    generously for the cold one (the guest stops, its disk is copied, it boots again)."""
+    admin = compute_cloud.session("admin")
+    url = f"{compute_cloud.api.endpoint}/servers/{uuid}/action"
+    version = {"X-OpenStack-Nova-API-Version": "2.56"}
+
+    def moved(body: dict[str, Any], kind: str) -> tuple[str, float, int, int, int, str]:
+        source = compute_cloud.server(uuid)["OS-EXT-SRV-ATTR:host"]
+        target = {"hv1": "hv2", "hv2": "hv1"}[source]
+        pinging = subprocess.Popen(
+            outside.run([sys.executable, "-m", "tests.network.pinger", address,
+                         str(INTERVAL)]), cwd=REPO, stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT, text=True)
+        try:
+            time.sleep(2)
+            began = time.monotonic()
+            key = next(iter(body))
+            answer = admin.post(url, json={key: {**body[key], "host": target}},
+                                headers=version, raise_exc=False)
+            assert answer.status_code == 202, f"{kind}: {answer.status_code} {answer.text}"
+            wait_for(lambda: (lambda shown: shown["OS-EXT-SRV-ATTR:host"] == target
+                              and shown["status"] == "ACTIVE"
+                              and not shown.get("OS-EXT-STS:task_state"))(
+                compute_cloud.server(uuid)) or None, timeout=600, interval=0.5,
+                what=f"{uuid} ACTIVE on {target} after its {kind} move")
+            took = time.monotonic() - began
+            wait_for(ssh, timeout=300, interval=0.5,
+                     what=f"ssh root@{address} from outside after the {kind} move")
+            time.sleep(3)  # the pings after it, answered
+        finally:
+            pinging.send_signal(signal.SIGINT)
+            output = pinging.communicate(timeout=30)[0]
+        sent, unanswered, longest = tally(output)
+        tail = [line for line in output.splitlines() if line.startswith("icmp_seq=")][-5:]
+        assert sent > 20 and all(" ttl=" in line for line in tail), output[-3000:]
+        bound = openstack(ADMIN, "port", "show", port_id)
+        assert bound["binding_host_id"] == target, (kind, bound["binding_host_id"])
+        (nat,) = [row for row in nb(network, "list", "NAT") if row["external_ip"] == address]
+        assert nat["logical_port"] == port_id and nat["external_mac"], nat
+        return target, took, sent, unanswered, longest, output
+
+    figures = []
+    for kind, body, bound_s in (("live", {"os-migrateLive": {"block_migration": "auto"}},
+                                 LIVE_LOSS_TARGET),
+                                ("cold", {"migrate": {}}, 300.0)):
+        target, took, sent, unanswered, longest, output = moved(body, kind)
+        loss = unanswered * INTERVAL
+        figures.append(f"{kind} to {target}: {took:.1f} s, {sent} pings, {unanswered} "
+                       f"lost = {loss:.1f} s (longest gap {longest * INTERVAL:.1f} s)")
+        print(f"\nouter ping (every {INTERVAL:g} s from outside to the floating IP) "
+              f"during a {figures[-1]}")
+        assert loss < bound_s, f"{kind}: {loss:.1f} s of loss\n{output[-3000:]}"
