@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import secrets
 import shutil
 import signal
 import subprocess
@@ -409,7 +410,9 @@ def test_a_guest_spoofing_another_port_or_its_floating_ip_is_dropped(
         openstack.ok(DEMO, "router", "add", "subnet", router["id"], inside["subnet"]["id"])
         for rule in (("--protocol", "icmp"), ("--protocol", "tcp", "--dst-port", "22")):
             openstack(DEMO, "security group rule", "create", "--ingress", *rule, group["id"])
-        victim = probe(openstack, hosts, inside, SPOOF_VICTIM, "spoof-victim", None,
+        # A name of its own: a rerun in this module meets the last run's namespace.
+        victim = probe(openstack, hosts, inside, SPOOF_VICTIM,
+                       f"spoof-victim-{secrets.token_hex(2)}", None,
                        "--security-group", group["id"], gateway=False)
         (victim_port, victim_space) = victim
         port = openstack(DEMO, "port", "create", "--network", inside["id"],
