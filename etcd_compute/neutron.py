@@ -88,6 +88,12 @@ class NeutronClient:
             self._endpoint = found.rstrip("/")
         return self._endpoint
 
+    def connect(self) -> None:
+        """A token and a connection made now, with a look at the extension moves need
+        (`binding-extended`), so that a call that must be quick later (a live move's
+        activation) pays for neither."""
+        self.request("GET", "/extensions/binding-extended")
+
     def _unavailable(self, why: str) -> NeutronUnavailable:
         metrics.backend_error("neutron")
         return NeutronUnavailable(f"Neutron: {why}")

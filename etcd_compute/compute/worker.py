@@ -7,6 +7,7 @@ the main process's side.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from pathlib import Path
 from typing import Any
@@ -14,7 +15,7 @@ from typing import Any
 from etcd_compute import network_backend
 from etcd_compute.compute import port_moves, ports
 from etcd_compute.drivers import Driver, load_driver
-from etcd_compute.errors import EtcdComputeError, RequestError
+from etcd_compute.errors import EtcdComputeError, NeutronUnavailable, RequestError
 from etcd_compute.glance import GlanceClient, rotate_backups
 from etcd_compute.instances import states
 from etcd_compute.neutron import NeutronClient
@@ -256,9 +257,15 @@ def move(kind: str, spec: dict[str, Any], task: dict[str, Any] | None) -> dict[s
         there = target.pop(PORTS_HOST, None)
         if task.get("live"):
             flag = cancel_flag(state_dir, uuid)
+            # Connected before the guest crosses: the activation right after the switch-over
+            # ends a floating IP's loss (distributed NAT follows the active binding).
+            client = neutron() if on_ports and there else None
+            if client is not None:
+                with contextlib.suppress(NeutronUnavailable):  # activate retries, logs
+                    client.connect()
             figures = driver().live_migrate(uuid, target, cancelled=flag.exists)
-            if on_ports and there:  # switched over: the ports' bindings there made active
-                figures["ports_moved"] = len(port_moves.activate(neutron(), uuid, there, name,
+            if client is not None:  # switched over: the ports' bindings there made active
+                figures["ports_moved"] = len(port_moves.activate(client, uuid, there, name,
                                                                  state_dir))
             return {"figures": figures}
         sent = driver().send_stopped(uuid, target)

@@ -63,6 +63,13 @@ def neutron_settings(network: NetworkStack, keystone_server: KeystoneServer
 
 @pytest.fixture(scope="module")
 def hosts(network: NetworkStack, neutron_settings: dict[str, Any]) -> Iterator[OvnHypervisors]:
+    yield from ovn_hypervisors(network, neutron_settings)
+
+
+def ovn_hypervisors(network: NetworkStack, neutron_settings: dict[str, Any],
+                    migration: bool = False) -> Iterator[OvnHypervisors]:
+    """hv1 and hv2 for a module's `hosts` fixture; with `migration` their libvirtds also
+    listen over TLS (live moves between them)."""
     why = netns_usable()
     if why:
         unavailable(why)
@@ -70,7 +77,7 @@ def hosts(network: NetworkStack, neutron_settings: dict[str, Any]) -> Iterator[O
     try:
         with OvnHypervisors.create(HOSTS, VM_TEST_ROOT, network.ovn,
                                    sorted({str(GUEST_CACHE), str(image.parent)}),
-                                   neutron_settings) as made:
+                                   neutron_settings, migration=migration) as made:
             yield made
     except ServiceUnavailable as exc:
         unavailable(str(exc))

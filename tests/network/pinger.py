@@ -2,7 +2,7 @@
 measure a guest's network loss (the machine need not have `ping`): run in a namespace as
 `ip netns exec NS python -m tests.network.pinger ADDRESS INTERVAL`. Once interrupted (a
 second for late answers) it prints one line per echo, `icmp_seq=N ttl=...` when answered,
-`icmp_seq=N no answer` when not."""
+`icmp_seq=N no answer` when not; `tally` counts them."""
 
 from __future__ import annotations
 
@@ -67,6 +67,19 @@ def main(address: str, interval: float) -> None:
         ttl = answered.get(seq & 0xFFFF)
         print(f"icmp_seq={seq} ttl={ttl}" if ttl is not None else f"icmp_seq={seq} no answer")
     sys.stdout.flush()
+
+
+def tally(output: str) -> tuple[int, int, int]:
+    """(sent, unanswered, the longest run of unanswered echoes) of a run's output."""
+    sent = unanswered = run = longest = 0
+    for line in output.splitlines():
+        if not line.startswith("icmp_seq="):
+            continue
+        sent += 1
+        run = 0 if " ttl=" in line else run + 1
+        unanswered += run > 0
+        longest = max(longest, run)
+    return sent, unanswered, longest
 
 
 if __name__ == "__main__":

@@ -15,7 +15,6 @@ Destroyed on hv2, A leaves no port; nothing of it is left on hv1.
 from __future__ import annotations
 
 import concurrent.futures
-import re
 import signal
 import subprocess
 import sys
@@ -27,12 +26,11 @@ from typing import Any
 import pytest
 
 from etcd_compute.compute import worker
-from etcd_compute.errors import ServiceUnavailable
 from etcd_compute.neutron import NeutronClient
-from tests.network.guests import HOSTS, Worker, build_test_guest, ready, sb_chassis_of, spec_for
-from tests.support import REPO, unavailable, wait_for
-from tests.virt.conftest import GUEST_CACHE, VM_TEST_ROOT
-from tools.local_services.netns import Host, netns_usable
+from tests.network.guests import HOSTS, Worker, ovn_hypervisors, ready, sb_chassis_of, spec_for
+from tests.network.pinger import tally
+from tests.support import REPO, wait_for
+from tools.local_services.netns import Host
 from tools.local_services.networking import NetworkStack
 from tools.local_services.ovn_hypervisors import OvnHypervisors
 
@@ -44,28 +42,11 @@ INTERVAL = 0.2
 @pytest.fixture(scope="module")
 def hosts(network: NetworkStack, neutron_settings: dict[str, Any]) -> Iterator[OvnHypervisors]:
     """hv1 and hv2 as guests.py's, their libvirtds also listening over TLS (moves)."""
-    why = netns_usable()
-    if why:
-        unavailable(why)
-    image = build_test_guest()
-    try:
-        with OvnHypervisors.create(HOSTS, VM_TEST_ROOT, network.ovn,
-                                   sorted({str(GUEST_CACHE), str(image.parent)}),
-                                   neutron_settings, migration=True) as made:
-            yield made
-    except ServiceUnavailable as exc:
-        unavailable(str(exc))
+    yield from ovn_hypervisors(network, neutron_settings, migration=True)
 
 
 def bindings(neutron: NeutronClient, port_id: str) -> dict[str, str]:
     return {b["host"]: b["status"] for b in neutron.port_bindings(port_id)}
-
-
-def lost(output: str) -> tuple[int, int]:
-    """(sent, answered) of a pinger run (tests/network/pinger.py)."""
-    answered = set(re.findall(r"icmp_seq=(\d+) ttl=", output))
-    sequences = [int(s) for s in re.findall(r"icmp_seq=(\d+)", output)]
-    return (max(sequences) if sequences else 0), len(answered)
 
 
 @pytest.mark.timeout(900)
@@ -111,7 +92,8 @@ def test_a_guest_moves_live_with_its_port_and_keeps_answering(
         finally:
             pinging.send_signal(signal.SIGINT)  # it prints each echo's fate, then ends
             output.append(pinging.communicate(timeout=30)[0])
-        sent, answered = lost(output[0])
+        sent, unanswered, _longest = tally(output[0])
+        answered = sent - unanswered
         tail = [line for line in output[0].splitlines() if "icmp_seq" in line][-10:]
         assert sent > 40 and len(tail) == 10, output[0][-3000:]
         assert all("ttl=" in line for line in tail[-5:]), output[0][-3000:]  # answered again

@@ -27,20 +27,26 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import secrets
 import shutil
+import signal
 import subprocess
+import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from etcd_compute.config import deep_merge
+from tests.conftest import DaemonProcess
 from tests.network.compute_cloud import ComputeCloud
-from tests.network.guests import Worker, keypair, probe, ready, spec_for
+from tests.network.guests import Worker, keypair, ovn_hypervisors, probe, ready, spec_for
 from tests.network.neutron import ALT, DEMO, Cli
+from tests.network.pinger import tally
 from tests.network.sniffer import Sniffing
-from tests.support import unavailable, wait_for
+from tests.support import REPO, unavailable, wait_for
 from tools.local_services.networking import NetworkStack
 from tools.local_services.outside import PHYSNET, Outside
 from tools.local_services.ovn_hypervisors import OvnHypervisors
@@ -50,6 +56,19 @@ pytestmark = pytest.mark.vm
 ADMIN = "etcd-compute"
 INSIDE = "10.1.0.0/24"
 SPOOF_INSIDE, SPOOF_VICTIM = "10.4.0.0/24", "10.4.0.250"
+INTERVAL = 0.2  # the outside ping's, during the moves
+LIVE_LOSS_TARGET = 2.0  # seconds of an outside ping lost in a live move (issue 33), printed
+# What is asserted: the loss ends at Neutron's activation of the destination's binding,
+# whose PUT alone took 1.3 to 2.5 s on this shared two-core machine under other tests'
+# load (docs/explanation/networking.md#moves); test_live_move_on_neutron_vm.py's bound.
+LIVE_LOSS_BOUND = 10.0
+
+
+@pytest.fixture(scope="module")
+def hosts(network: NetworkStack, neutron_settings: dict[str, Any]) -> Iterator[OvnHypervisors]:
+    """hv1 and hv2 as guests.py's, their libvirtds also listening over TLS: the guest with
+    a floating IP moves live between them."""
+    yield from ovn_hypervisors(network, neutron_settings, migration=True)
 
 
 @pytest.fixture(scope="module")
@@ -357,10 +376,12 @@ def floating_of(compute_cloud: ComputeCloud, uuid: str) -> list[str]:
             if a.get("OS-EXT-IPS:type") == "floating"]
 
 
-@pytest.mark.timeout(900)
+@pytest.mark.timeout(1500)
 def test_a_guest_spoofing_another_port_or_its_floating_ip_is_dropped(
         network: NetworkStack, openstack: Cli, hosts: OvnHypervisors, outside: Outside,
-        public: dict[str, Any], compute_cloud: ComputeCloud, tmp_path: Path) -> None:
+        public: dict[str, Any], compute_cloud: ComputeCloud, tmp_path: Path, store: Any,
+        schedule_config: dict[str, Any],
+        start_controller: Callable[..., DaemonProcess]) -> None:
     """A real guest (booted through our compute API on demo's port, a floating IP on it)
     takes another port's IP, then the floating IP, then the other port's MAC, and sends
     (ICMP echoes to that port and to the laptop, gratuitous ARP): neither the other port
@@ -393,7 +414,9 @@ def test_a_guest_spoofing_another_port_or_its_floating_ip_is_dropped(
         openstack.ok(DEMO, "router", "add", "subnet", router["id"], inside["subnet"]["id"])
         for rule in (("--protocol", "icmp"), ("--protocol", "tcp", "--dst-port", "22")):
             openstack(DEMO, "security group rule", "create", "--ingress", *rule, group["id"])
-        victim = probe(openstack, hosts, inside, SPOOF_VICTIM, "spoof-victim", None,
+        # A name of its own: a rerun in this module meets the last run's namespace.
+        victim = probe(openstack, hosts, inside, SPOOF_VICTIM,
+                       f"spoof-victim-{secrets.token_hex(2)}", None,
                        "--security-group", group["id"], gateway=False)
         (victim_port, victim_space) = victim
         port = openstack(DEMO, "port", "create", "--network", inside["id"],
@@ -461,6 +484,15 @@ def test_a_guest_spoofing_another_port_or_its_floating_ip_is_dropped(
         print(f"\nspoofing from a guest on its Neutron port: the victim saw "
               f"{sorted(sizes(victim_saw))}, the laptop {sorted(sizes(laptop_saw))} "
               f"(rounds 102-104 spoofed)")
+        start_controller(deep_merge(schedule_config, {
+            "network": hosts["hv1"].config["network"],
+            "scheduler": {"controller_lease_ttl": 3}}))
+        wait_for(lambda: store.get(store.keys.leader()), 30, what="a controller to lead")
+        # No known host key: the test guest makes a new one at each boot (the cold move's).
+        moves_keep_the_floating_ip(network, openstack, outside, compute_cloud, uuid,
+                                   port["id"], address, lambda: (lambda done: done.returncode
+                                   == 0 or None)(ssh_from_outside(
+                                       outside, key, Path("/dev/null"), address, "true")))
     finally:
         for one in floating:
             openstack.run(ADMIN, "floating ip", "delete", one)
@@ -474,3 +506,68 @@ def test_a_guest_spoofing_another_port_or_its_floating_ip_is_dropped(
         openstack.run(DEMO, "network", "delete", inside["id"])
         openstack.run(DEMO, "security group", "delete", group["id"])
     assert nb(network, "list", "NAT") == []
+
+
+def moves_keep_the_floating_ip(network: NetworkStack, openstack: Cli, outside: Outside,
+                               compute_cloud: ComputeCloud, uuid: str, port_id: str,
+                               address: str, ssh: Callable[[], Any]) -> None:
+    """A guest with a floating IP moves live, then cold, to the other host through our
+    compute API as an admin (`os-migrateLive`, `migrate`), while the laptop pings the
+    floating IP every INTERVAL s (tests/network/pinger.py). After each the port is bound
+    on the new host (and OVN's NAT row still names it: the floating IP stays distributed,
+    now on the new chassis) and the floating IP answers (the pings, and SSH); the pings
+    lost are printed beside the live move's target (LIVE_LOSS_TARGET) and asserted within
+    bounds for a loaded machine (the cold one's generous: the guest stops, its disk is
+    copied, it boots again)."""
+    admin = compute_cloud.session("admin")
+    url = f"{compute_cloud.api.endpoint}/servers/{uuid}/action"
+    version = {"X-OpenStack-Nova-API-Version": "2.56"}
+
+    def moved(body: dict[str, Any], kind: str) -> tuple[str, float, int, int, int, str]:
+        source = compute_cloud.server(uuid)["OS-EXT-SRV-ATTR:host"]
+        target = {"hv1": "hv2", "hv2": "hv1"}[source]
+        pinging = subprocess.Popen(
+            outside.run([sys.executable, "-m", "tests.network.pinger", address,
+                         str(INTERVAL)]), cwd=REPO, stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT, text=True)
+        try:
+            time.sleep(2)
+            began = time.monotonic()
+            key = next(iter(body))
+            answer = admin.post(url, json={key: {**body[key], "host": target}},
+                                headers=version, raise_exc=False)
+            assert answer.status_code == 202, f"{kind}: {answer.status_code} {answer.text}"
+            wait_for(lambda: (lambda shown: shown["OS-EXT-SRV-ATTR:host"] == target
+                              and shown["status"] == "ACTIVE"
+                              and not shown.get("OS-EXT-STS:task_state"))(
+                compute_cloud.server(uuid)) or None, timeout=600, interval=0.5,
+                what=f"{uuid} ACTIVE on {target} after its {kind} move")
+            took = time.monotonic() - began
+            wait_for(ssh, timeout=300, interval=0.5,
+                     what=f"ssh root@{address} from outside after the {kind} move")
+            time.sleep(3)  # the pings after it, answered
+        finally:
+            pinging.send_signal(signal.SIGINT)
+            output = pinging.communicate(timeout=30)[0]
+        sent, unanswered, longest = tally(output)
+        tail = [line for line in output.splitlines() if line.startswith("icmp_seq=")][-5:]
+        assert sent > 20 and all(" ttl=" in line for line in tail), output[-3000:]
+        bound = openstack(ADMIN, "port", "show", port_id)
+        assert bound["binding_host_id"] == target, (kind, bound["binding_host_id"])
+        (nat,) = [row for row in nb(network, "list", "NAT") if row["external_ip"] == address]
+        assert nat["logical_port"] == port_id and nat["external_mac"], nat
+        return target, took, sent, unanswered, longest, output
+
+    losses = []
+    for kind, body, bound_s in (("live", {"os-migrateLive": {"block_migration": "auto"}},
+                                 LIVE_LOSS_BOUND),
+                                ("cold", {"migrate": {}}, 300.0)):
+        target, took, sent, unanswered, longest, output = moved(body, kind)
+        loss = unanswered * INTERVAL
+        print(f"\nan outside ping (every {INTERVAL:g} s to the floating IP) during a {kind} "
+              f"move to {target} ({took:.1f} s): {sent} sent, {unanswered} lost = "
+              f"{loss:.1f} s (longest gap {longest * INTERVAL:.1f} s)"
+              + (f"; target {LIVE_LOSS_TARGET:g} s" if kind == "live" else ""))
+        losses.append((kind, loss, bound_s, output))
+    for kind, loss, bound_s, output in losses:  # both moves' figures printed first
+        assert loss < bound_s, f"{kind}: {loss:.1f} s of loss\n{output[-3000:]}"

@@ -162,6 +162,9 @@ class FakeNeutronClient:
             raise NeutronUnavailable("Neutron: http://neutron.invalid is unreachable "
                                      "(ConnectFailure)")
 
+    def connect(self) -> None:
+        self._record("connect", "GET", "extensions", {"id": "binding-extended"})
+
     def _list(self, collection: str, filters: dict[str, Any]) -> list[dict[str, Any]]:
         self._record(collection, "GET", collection, dict(filters))
         wanted = {k: v for k, v in filters.items() if k != "fields"}

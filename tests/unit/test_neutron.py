@@ -242,3 +242,14 @@ def test_a_projects_port_quota_is_read_from_its_quotas() -> None:
         ("GET", f"/v2.0/quotas/{project}")]
     with pytest.raises(NotFound):
         neutron.port_quota("../networks")
+
+
+def test_connecting_looks_at_the_binding_extension_and_a_missing_one_is_an_error() -> None:
+    neutron, session = client({"GET /v2.0/extensions/binding-extended": response(
+        200, {"extension": {"alias": "binding-extended"}})})
+    neutron.connect()
+    assert [(m, p) for m, p, _ in session.sent] == [
+        ("GET", "/v2.0/extensions/binding-extended")]
+    neutron, _session = client({})
+    with pytest.raises(NotFound, match="binding-extended"):
+        neutron.connect()

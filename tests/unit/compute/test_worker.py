@@ -355,6 +355,39 @@ def test_on_neutron_a_live_move_takes_the_ports_along(on_neutron, monkeypatch, t
     assert port["id"] in neutron.items["ports"]
 
 
+def test_on_neutron_a_live_move_connects_to_neutron_before_the_guest_crosses(
+        on_neutron, monkeypatch, tmp_path):
+    """The activation right after the switch-over is what ends a floating IP's loss (the
+    guest's chassis does its NAT only once its binding is active): its client has its
+    token and connection before the guest crosses, and is the one that activates."""
+    recorder, neutron, _built = on_neutron
+    net = neutron.add_network()
+    spec = make_spec("00000000-0000-0000-0000-0000000000aa", project_id=DEMO,
+                     networks=[{"uuid": net["id"]}])
+    worker.build(spec)
+    source = worker._config
+    monkeypatch.setattr(recorder, "prepare_incoming", lambda asked: {"address": "192.0.2.2"},
+                        raising=False)
+    monkeypatch.setattr(worker, "_config", deep_merge(source, {
+        "compute": {"name": "hv2", "state_dir": str(tmp_path / "hv2")}}))
+    target = worker.move(worker.PREPARE, spec, {})
+    monkeypatch.setattr(worker, "_config", source)
+    clients: list[Any] = []
+    monkeypatch.setattr(worker, "neutron", lambda: clients.append(neutron.service())
+                        or clients[-1])
+    seen: dict[str, Any] = {}
+
+    def live(uuid, target, cancelled):
+        seen.update(clients=len(clients), calls=list(neutron.calls))
+        return {"downtime_ms": 5}
+
+    monkeypatch.setattr(recorder, "live_migrate", live, raising=False)
+    done = worker.move(worker.MIGRATE, spec, {"live": True, "target": target})
+    assert done["figures"]["ports_moved"] == 1
+    assert seen["clients"] == 1 and len(clients) == 1  # made before, used after
+    assert seen["calls"][-1] == ("GET", "extensions", {"id": "binding-extended"})
+
+
 def test_on_neutron_a_move_called_off_drops_the_destination_s_binding(
         on_neutron, monkeypatch, tmp_path):
     recorder, neutron, _built = on_neutron
