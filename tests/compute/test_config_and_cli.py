@@ -64,7 +64,8 @@ def test_compute_check_with_libvirt_test_driver(write_yaml, compute_config, libv
         "driver": {"name": "libvirt", "libvirt": {"uri": "test:///default"}}})
     result = run_compute("--config", str(write_yaml("c.yaml", config)), "--check")
     assert result.code == 0, result.stderr
-    assert result.stdout.splitlines()[-2].startswith("driver: ok (libvirt ")
+    [driver] = [line for line in result.stdout.splitlines() if line.startswith("driver: ")]
+    assert driver.startswith("driver: ok (libvirt "), result.stdout
 
 
 def test_compute_check_names_certificate_faults_in_one_line(write_yaml, compute_config,

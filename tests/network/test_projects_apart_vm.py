@@ -19,6 +19,7 @@ by side on the two hosts.
 
 from __future__ import annotations
 
+import secrets
 import shutil
 from pathlib import Path
 from typing import Any
@@ -76,9 +77,11 @@ def test_projects_are_apart_until_a_rule_lets_one_in(
         shared = network(openstack, ADMIN, "shared-apart", "10.3.0.0/24", "--share")
         nets.append((ADMIN, shared["id"]))
         alt_project = theirs["project_id"]
-        probes.append(probe(openstack, hosts, mine, name="apart-demo"))
-        probes.append(probe(openstack, hosts, theirs, name="apart-alt"))
-        probes.append(probe(openstack, hosts, shared, "10.3.0.250", "apart-shared",
+        # Names of their own: a rerun in this module meets the last run's namespaces.
+        run = secrets.token_hex(2)
+        probes.append(probe(openstack, hosts, mine, name=f"apart-demo-{run}"))
+        probes.append(probe(openstack, hosts, theirs, name=f"apart-alt-{run}"))
+        probes.append(probe(openstack, hosts, shared, "10.3.0.250", f"apart-shared-{run}",
                             project=alt_project))
         (_, demo_in), (_, alt_in), (_, shared_in) = probes
 
