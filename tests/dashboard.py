@@ -129,6 +129,9 @@ class Browser:
         except BaseException as exc:
             with contextlib.suppress(Exception):
                 self.save("failure")
+            with contextlib.suppress(Exception):  # the page's (and its frames') console
+                (self.evidence / "browser-console.log").write_text("\n".join(
+                    str(entry) for entry in self.driver.get_log("browser")))
             with contextlib.suppress(OSError):
                 shutil.copy(self.dashboard.log_path, self.evidence / "horizon.log")
             exc.add_note(f"evidence (screenshot, page, Horizon's log): {self.evidence}")
@@ -154,6 +157,7 @@ def browser(dashboard: HorizonServer, tmp_path: Path) -> Iterator[Browser]:
                      f"--user-data-dir={tmp_path / 'chromium'}",
                      f"--ignore-certificate-errors-spki-list={spki_digest(cert)}"):
         options.add_argument(argument)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
     os.environ["SE_OFFLINE"] = "true"  # Selenium Manager: never fetch a browser or driver
     driver = webdriver.Chrome(options=options, service=DriverService(
         executable_path=str(CHROMEDRIVER), log_output=str(tmp_path / "chromedriver.log")))

@@ -4,7 +4,10 @@ its compute.py (network.backend neutron), the compute API (`schedule.py api`, th
 backend, found in Keystone's catalog as `compute`) on the same etcd and Placement, and
 demo's servers booted from the offline test guest by its file:// URL (the API's
 `image_url_prefixes`) or from the session's Glance (hosts and API have its `glance`
-section: the dashboard's launch wizard picks an image there). A test module imports
+section: the dashboard's launch wizard picks an image there), and the console proxy
+(`schedule.py console-proxy`, noVNC) beside the API, each host's guests' screens relayed
+to it from a free loopback port (compute.yaml's `console`, as `make up`'s neutron host has
+it): the remote-consoles API's URLs open in a browser. A test module imports
 `compute_cloud`, the fixture, and `ComputeCloud`; the `openstack` fixture (conftest.py) is
 the command line.
 """
@@ -26,6 +29,11 @@ from tests.conftest import DaemonProcess
 from tests.support import wait_for
 from tools.local_services import KeystoneServer, cloud
 from tools.local_services.compute_api import ComputeApiServer
+from tools.local_services.console_proxy import (
+    ConsoleProxyServer,
+    host_section,
+    operator_section,
+)
 from tools.local_services.ovn_hypervisors import OvnHypervisors
 
 FLAVOR = "42"  # m1.nano: 1 vCPU, 128 MiB, 1 GB (guests.RESOURCES)
@@ -40,6 +48,7 @@ class ComputeCloud:
     computes: dict[str, DaemonProcess]
     rps: dict[str, str]
     ca: str
+    console_proxy: ConsoleProxyServer
     made: list[tuple[str, str]] = field(default_factory=list)
     sessions: dict[str, Any] = field(default_factory=dict)
 
@@ -117,6 +126,7 @@ def compute_cloud(hosts: OvnHypervisors, guest_image: str, keystone_server: Keys
     computes: dict[str, DaemonProcess] = {}
     rps: dict[str, str] = {}
     api = ComputeApiServer.create(tmp_path, pki=cluster_pki)
+    proxy = ConsoleProxyServer.create(tmp_path)
     try:
         for name, host in hosts.hosts.items():
             config = host_config(name, compute={
@@ -125,7 +135,7 @@ def compute_cloud(hosts: OvnHypervisors, guest_image: str, keystone_server: Keys
                    "inventory": {"VCPU": {"total": 8}, "MEMORY_MB": {"total": 4096},
                                  "DISK_GB": {"total": 50}}},
                 driver=host.config["driver"], network=host.config["network"],
-                glance=glance_config)
+                glance=glance_config, console=host_section(cluster_pki, name, "127.0.0.1"))
             path = str(write_yaml(f"{name}.yaml", config))
             computes[name] = DaemonProcess(["compute.py", "--config", path],
                                            tmp_path / f"{name}-compute.log").start()
@@ -140,21 +150,24 @@ def compute_cloud(hosts: OvnHypervisors, guest_image: str, keystone_server: Keys
         image_dir = guest_image.removeprefix("file://").rsplit("/", 1)[0]
         api_config = deep_merge(schedule_config, {
             "network": hosts["hv1"].config["network"], "glance": glance_config,
+            "console": operator_section(cluster_pki, proxy.port),
             "api": {"workers": 1, "threads": 8,
                     "image_url_prefixes": [f"file://{image_dir}/"],
                     "keystone_authtoken": {**cloud.service_credentials(keystone_server),
                                            "auth_type": "password",
                                            "cafile": keystone_server.ca_file}}})
+        proxy.start(deep_merge(api_config, {"logging": {"level": "INFO"}}))
         api.start(api_config)
         keystone_server.add_service("compute", "nova", api.endpoint)
         made = ComputeCloud(api, keystone_server, guest_image, computes, rps,
-                            str(cluster_pki.ca_cert))
+                            str(cluster_pki.ca_cert), proxy)
         try:
             yield made
         finally:
             made.wait_gone()
     finally:
         api.stop()
+        proxy.stop()
         for daemon in computes.values():
             daemon.stop()
         # The hosts' names (hv1, hv2) are the chassis' and are used by other modules on
