@@ -9,6 +9,7 @@ types are one-line errors that name the key).
 from __future__ import annotations
 
 import copy
+import ipaddress
 import os
 import re
 import socket
@@ -23,6 +24,22 @@ from etcd_compute.errors import ConfigError
 from etcd_compute.heartbeat_timing import heartbeat_timing
 from etcd_compute.schemas import is_valid
 from etcd_compute.schemas import validator as schema_validator
+
+
+def ip_port(value: str, key: str, *, free_port: bool = False) -> tuple[str, int]:
+    """(host, port) of a listening address `value` (`IP:PORT`, `[V6]:PORT`) of config key
+    `key`: ConfigError otherwise. `free_port`: port 0 allowed (the one chosen is published)."""
+    host, sep, port = value.rpartition(":")
+    host = host.strip("[]")
+    try:
+        ipaddress.ip_address(host)
+        number = int(port)
+    except ValueError:
+        raise ConfigError(f"{key} {value!r}: expected IP:PORT (an address, not a "
+                          "name)") from None
+    if not sep or not (0 if free_port else 1) <= number < 65536:
+        raise ConfigError(f"{key} {value!r}: expected IP:PORT")
+    return host, number
 
 
 def deep_merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:

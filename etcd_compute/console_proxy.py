@@ -25,7 +25,6 @@ and consumes tokens) and no hypervisor's.
 from __future__ import annotations
 
 import http.cookies
-import ipaddress
 import logging
 import signal
 import socket
@@ -37,6 +36,7 @@ from socketserver import ThreadingMixIn
 from typing import Any
 from urllib import parse
 
+from etcd_compute import config as configuration
 from etcd_compute import remote_consoles
 from etcd_compute.errors import ConfigError, EtcdComputeError
 from etcd_compute.etcd import KeyValueStore
@@ -64,17 +64,7 @@ class Refused(Exception):
 
 def listen_address(listen: str) -> tuple[str, int]:
     """(host, port) of `console.proxy_listen` (`IP:PORT`): ConfigError otherwise."""
-    host, sep, port = listen.rpartition(":")
-    host = host.strip("[]")
-    try:
-        ipaddress.ip_address(host)
-        number = int(port)
-    except ValueError:
-        raise ConfigError(f"console.proxy_listen {listen!r}: expected IP:PORT (an address, "
-                          "not a name)") from None
-    if not sep or not 0 <= number < 65536:
-        raise ConfigError(f"console.proxy_listen {listen!r}: expected IP:PORT")
-    return host, number
+    return configuration.ip_port(listen, "console.proxy_listen", free_port=True)
 
 
 def token_of(path: str, cookie: str | None) -> str:

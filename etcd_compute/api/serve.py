@@ -9,13 +9,13 @@ several API processes, on one machine or several, serve side by side.
 
 from __future__ import annotations
 
-import ipaddress
 import logging
 import os
 import traceback
 from pathlib import Path
 from typing import Any
 
+from etcd_compute import config as configuration
 from etcd_compute.errors import ConfigError
 
 LOG = logging.getLogger(__name__)
@@ -23,17 +23,7 @@ LOG = logging.getLogger(__name__)
 
 def listen_address(listen: str) -> tuple[str, int]:
     """(host, port) of `api.listen` (`HOST:PORT`, an IP address): ConfigError otherwise."""
-    host, sep, port = listen.rpartition(":")
-    host = host.strip("[]")
-    try:
-        ipaddress.ip_address(host)
-        number = int(port)
-    except ValueError:
-        raise ConfigError(f"api.listen {listen!r}: expected IP:PORT (an address, not a "
-                          "name)") from None
-    if not sep or not 0 < number < 65536:
-        raise ConfigError(f"api.listen {listen!r}: expected IP:PORT")
-    return host, number
+    return configuration.ip_port(listen, "api.listen")
 
 
 def gunicorn_options(config: dict[str, Any]) -> dict[str, Any]:

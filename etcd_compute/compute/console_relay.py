@@ -20,6 +20,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from etcd_compute import config as configuration
 from etcd_compute import remote_consoles
 from etcd_compute.drivers import Screens, load_screens
 from etcd_compute.errors import ConfigError
@@ -34,19 +35,7 @@ HANDSHAKE_SECONDS = 10.0
 
 def listen_address(listen: str) -> tuple[str, int]:
     """(host, port) of `console.listen` (`IP:PORT`): ConfigError otherwise."""
-    import ipaddress
-
-    host, sep, port = listen.rpartition(":")
-    host = host.strip("[]")
-    try:
-        ipaddress.ip_address(host)
-        number = int(port)
-    except ValueError:
-        raise ConfigError(f"console.listen {listen!r}: expected IP:PORT (an address, not "
-                          "a name)") from None
-    if not sep or not 0 <= number < 65536:  # 0: a free port, the one chosen published
-        raise ConfigError(f"console.listen {listen!r}: expected IP:PORT")
-    return host, number
+    return configuration.ip_port(listen, "console.listen", free_port=True)
 
 
 def server_context(settings: dict[str, Any], etcd_ca: str | None) -> ssl.SSLContext:
