@@ -24,6 +24,7 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from etcd_compute.errors import ServiceUnavailable
 from tools.local_services.netns import Host, TestNetwork, ip
 from tools.local_services.ovn import OvnCentral
 from tools.local_services.ovn_controller import OvnController, settings
@@ -133,9 +134,13 @@ class OvnHosts:
         """Every host's metadata agent (its processes and namespaces), ovn-controller (its
         chassis out of the southbound database), then its switch (all side by side), the
         southbound database's remote on the bridge, the namespaces and the bridge."""
+        leftovers = []
         for host in self.hosts.values():
             if host.metadata:
-                host.metadata.stop()
+                try:
+                    host.metadata.stop()
+                except ServiceUnavailable as exc:  # the rest still stopped, then said
+                    leftovers.append(str(exc))
         for host in self.hosts.values():
             with contextlib.suppress(subprocess.TimeoutExpired):
                 host.controller.leave()
@@ -147,3 +152,5 @@ class OvnHosts:
             with contextlib.suppress(RuntimeError):
                 self.ovn.sb.stop_listening(self.net.gateway)
         self.net.delete()
+        if leftovers:
+            raise ServiceUnavailable("; ".join(leftovers))

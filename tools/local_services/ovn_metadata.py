@@ -85,6 +85,7 @@ class OvnMetadataAgent(Service):
     api_port: int
     started_in: float | None = None
     socket_dir: Path | None = None
+    _seen_namespaces: set[str]  # every ovnmeta- namespace namespaces() found, for stop
 
     @classmethod
     def create(cls, run_dir: Path, host: Host, switch: OpenVSwitch, southbound: str,
@@ -95,6 +96,7 @@ class OvnMetadataAgent(Service):
         agent = cls(program, run_dir, 0)
         agent.host, agent.switch, agent.southbound = host, switch, southbound
         agent.program, agent.api_host, agent.api_port = program, api_host, api_port
+        agent._seen_namespaces = set()
         return agent
 
     # -- its files ------------------------------------------------------------------------
@@ -230,16 +232,44 @@ class OvnMetadataAgent(Service):
             with contextlib.suppress(OSError):
                 if space.stat().st_ino in ours:
                     named.add(space.name)
-        return sorted(name for name in named if (netns / name).exists())
+        found = sorted(name for name in named if (netns / name).exists())
+        self._seen_namespaces.update(found)
+        return found
 
-    def stop(self) -> None:
-        """Its processes (found from its pid and pidfiles) side by side, then its
-        namespaces."""
-        spaces = self.namespaces()
+    def strays(self) -> list[int]:
+        """Live processes started for this agent that are no longer its descendants (one
+        spawned while it was being stopped is reparented to init): found by our own
+        configuration file or state directory on their command line."""
+        marks = (str(self.config_file), str(self.state_dir))
+        found = []
+        for process in psutil.process_iter(["pid", "cmdline"]):
+            command = " ".join(process.info["cmdline"] or ())
+            if process.pid != os.getpid() and any(mark in command for mark in marks):
+                found.append(process.pid)
+        return found
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Its processes (found from its pid and pidfiles, then any stray of ours) side by
+        side, then its namespaces, each checked gone."""
+        spaces = set(self.namespaces())
         stop_pids(self.pids)
         self.pid = None
-        for space in spaces:
-            ip("netns", "del", space, check=False)
+        stop_pids(self.strays())
+        # A namespace the agent was making or removing as it was stopped may show up only
+        # now (its file made before its mount, or left by a removal cut short).
+        spaces.update(self.namespaces(), self._seen_namespaces)
+        deadline = time.monotonic() + timeout
+        netns = Path("/run/netns")
+        while True:
+            for space in spaces:
+                ip("netns", "del", space, check=False)
+            left = sorted(space for space in spaces if (netns / space).exists())
+            if not left:
+                break
+            if time.monotonic() > deadline:
+                raise ServiceUnavailable(f"{self.program} of {self.host.name}: namespace(s) "
+                                         f"{', '.join(left)} not removed within {timeout:.0f} s")
+            time.sleep(0.2)
         if self.socket_dir is not None:
             shutil.rmtree(self.socket_dir, ignore_errors=True)
             self.socket_dir = None
