@@ -80,11 +80,17 @@ WORKER_GROUPS = {
     # Projects kept apart on Neutron (tests/network/test_projects_apart_vm.py): five real
     # guests, a Neutron stack and a compute API of its own: a worker of its own.
     "projects_apart": "projects-apart",
-    # The Neutron modules (a Neutron stack per module; real guests on two OVN hypervisor
-    # hosts) stay in cloud's group below, one after another: split into groups of their own
-    # ("network", "network-guests") beside the outside and projects-apart groups, two runs
-    # in a row had the last two's ports never go up (no network-vif-plugged within 120 s)
-    # on a machine at load ~6; cause not found yet.
+    # Real guests on Neutron ports on two OVN hypervisor hosts (the probe beside them, or
+    # the compute API over them: tests/network/guests.py, compute_cloud.py), the browser's
+    # dashboard among them: the network tests' longer half, on a worker of its own.
+    "prober": "network-guests",
+    "compute_cloud": "network-guests",
+    # A Neutron stack on OVN per module (tests/network/conftest.py and the API's module on
+    # Neutron): the network tests, their real guests included, on a worker of their own
+    # beside cloud's (its own Keystone and Glance): on cloud's worker they made it the run's
+    # longest by minutes. (One stack per worker for all of them left each module the
+    # previous ones' networks, and Neutron's notifier the previous compute API.)
+    "network": "network",
     # Keystone and Glance (session, started on first use): tests of theirs that boot real
     # guests on the machine's libvirt are in "guests" above (the first group named wins),
     # whose worker starts its own; the API walk-through boots its guest on a hypervisor
@@ -100,13 +106,14 @@ WORKER_GROUPS = {
 # outside: 225 s alone (its Neutron stack, two hosts, three guests one after another); 432 s
 # with a fourth guest booted through a compute API of its own (the spoofing test), alone
 # on a machine at load average ~15.
-# cloud holds the Neutron modules too (1102 s alone on a loaded machine, load average 10-14,
-# before the dashboard's browser test and Ansible's runs joined them): see above.
-GROUP_ORDER = ["guests", "cloud", "projects-apart", "outside", "cluster", "zones",
-               "postgres"]
+# network and network-guests: the Neutron modules, split out of cloud's, whose worker ran 9
+# of them one after another (1102 s alone on a loaded machine, load average 10-14), before
+# the dashboard's browser test and Ansible's runs joined them.
+GROUP_ORDER = ["guests", "network-guests", "network", "cloud", "projects-apart", "outside",
+               "cluster", "zones", "postgres"]
 # Groups that take a whole module when one of its tests is theirs: its module-scoped hosts
 # and Neutron stack are then started on one worker only.
-WHOLE_MODULE_GROUPS: set[str] = set()
+WHOLE_MODULE_GROUPS = {"network-guests"}
 GROUP = pytest.StashKey[str | None]()
 
 
