@@ -66,7 +66,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import yaml  # noqa: E402
 
-from bench.services import save_results, say  # noqa: E402
+from bench.services import checkout_commit, save_results, say  # noqa: E402
 from bench.stats import percentile  # noqa: E402
 from tools.local_services import REPO, free_port  # noqa: E402
 from tools.local_services.netns import netns_usable  # noqa: E402
@@ -393,8 +393,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import openstack
 
-    commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"],
-                            capture_output=True, text=True, check=False).stdout.strip()
+    commit = checkout_commit()
     load_before = load()
     started = time.monotonic()
     ROOT.mkdir(parents=True, exist_ok=True, mode=0o711)

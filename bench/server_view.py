@@ -29,7 +29,6 @@ import concurrent.futures
 import os
 import shutil
 import signal
-import subprocess
 import sys
 import time
 import uuid as uuidlib
@@ -51,9 +50,8 @@ from bench.nodepool import (  # noqa: E402
     make_network,
     remove_network,
 )
-from bench.services import save_results, say  # noqa: E402
+from bench.services import checkout_commit, save_results, say  # noqa: E402
 from bench.stats import percentile  # noqa: E402
-from tools.local_services import REPO  # noqa: E402
 from tools.local_services.netns import netns_usable  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -181,8 +179,7 @@ def main(argv: list[str] | None = None) -> int:
     why = netns_usable()
     if why:
         raise SystemExit(f"bench/server_view.py: {why}")
-    commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"],
-                            capture_output=True, text=True, check=False).stdout.strip()
+    commit = checkout_commit()
     name = f"server_view{'-quick' if args.quick else ''}.json"
     results: dict[str, Any] = {
         "settings": {"quick": args.quick, "readers": args.readers, "seconds": seconds},
