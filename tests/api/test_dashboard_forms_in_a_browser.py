@@ -123,18 +123,33 @@ def settled(cloud: Cloud, uuid: str, status: str) -> dict[str, Any]:
     return wait_for(done, timeout=WAIT, interval=0.3, what=f"{uuid} {status}")
 
 
+def choose(browser: Browser, css: str, label: str, within: Any = None) -> None:  # noqa: F811
+    """The option shown as `label` chosen in the select `css` (shown, or hidden behind
+    Horizon's themed drop-down), as a user's choice is seen by the page's scripts."""
+    def options() -> Any:
+        found = (within or browser.driver).find_elements("css selector", css)
+        return found[0] if found and found[0].find_elements("css selector", "option") \
+            else None
+
+    select = wait_for(options, timeout=WAIT, interval=0.2, what=f"{css}'s options")
+    chosen = browser.driver.execute_script("""
+        const [select, label] = arguments;
+        for (const option of select.options) {
+          if (option.text.trim() === label || option.label.trim() === label) {
+            select.value = option.value;
+            select.dispatchEvent(new Event('change', {bubbles: true}));
+            return true;
+          }
+        }
+        return false;""", select, label)
+    assert chosen, f"{label} not among {css}'s options"
+
+
 def resize(browser: Browser, uuid: str, flavor: str) -> None:  # noqa: F811
     browser.get("project/instances/")
     row_action(browser, uuid, "resize")
     form = browser.find(".modal-dialog form")
-    browser.find("#id_flavor option", within=form)  # the flavors listed
-    browser.driver.execute_script("""
-        const select = arguments[0], name = arguments[1];
-        for (const option of select.options) {
-          if (option.text.trim() === name) { select.value = option.value; }
-        }
-        select.dispatchEvent(new Event('change', {bubbles: true}));""",
-        browser.find("#id_flavor", within=form), flavor)
+    choose(browser, "#id_flavor", flavor, within=form)
     submit(browser, form)
 
 
@@ -158,13 +173,7 @@ def test_a_member_makes_keys_groups_images_and_acts_on_a_server(
             fill(browser, {"#imageForm-name": f"{name}-image"}, within=wizard)
             wizard.find_element("css selector", "input[name='image_file']").send_keys(
                 str(image_file))
-            browser.driver.execute_script("""
-                const select = arguments[0];
-                for (const option of select.options) {
-                  if (option.label.startsWith('Raw')) { select.value = option.value; }
-                }
-                select.dispatchEvent(new Event('change', {bubbles: true}));""",
-                browser.find("#imageForm-format", within=wizard))
+            choose(browser, "#imageForm-format", "Raw", within=wizard)
             submit(browser, wizard)
             image = wait_for(lambda: _image(cloud, f"{name}-image", "active"), timeout=WAIT,
                              interval=1, what=f"{name}-image active in Glance")
@@ -191,13 +200,7 @@ def test_a_member_makes_keys_groups_images_and_acts_on_a_server(
             link(browser, "Create Server Group")
             modal = browser.find(".modal-dialog")
             fill(browser, {"input[name='name']": f"{name}-group"}, within=modal)
-            browser.driver.execute_script("""
-                const select = arguments[0];
-                for (const option of select.options) {
-                  if (option.text.trim() === 'Anti Affinity') select.value = option.value;
-                }
-                select.dispatchEvent(new Event('change', {bubbles: true}));""",
-                browser.find("select[name='policy']", within=modal))
+            choose(browser, "select[name='policy']", "Anti Affinity", within=modal)
             submit(browser, modal)
             groups = {each["name"]: each for each in
                       demo.get(f"{api}/os-server-groups").json()["server_groups"]}
