@@ -32,6 +32,11 @@ from tools.tempest_run import cloud
 SITE = next((HORIZON_VENV / "lib").glob("python3*/site-packages"), HORIZON_VENV / "lib")
 DASHBOARD = SITE / "openstack_dashboard"
 TESTS = DASHBOARD / "test" / "selenium"
+# Not run: test_regions.py reads Horizon's Django settings in the test process (Django is in
+# Horizon's virtualenv only) and tests the login page's region selector, which needs
+# several Keystone regions (ours has one). The `ui` directory's tests run Horizon in the
+# test process with Django's live server and mocked APIs: they test Horizon, not a cloud.
+IGNORED = ("integration/test_regions.py",)
 
 
 def say(line: str) -> None:
@@ -153,7 +158,8 @@ def _run(args: argparse.Namespace, horizon: HorizonServer, demo: str, admin: str
     tests = [str(TESTS / each) for each in args.tests] or [str(TESTS / "integration")]
     command = [sys.executable, "-m", "pytest", "-p", "tools.horizon_tests.chromium",
                "-c", str(ini), "--rootdir", str(TESTS), "--import-mode=importlib",
-               "-p", "no:cacheprovider", "-rA", "--junitxml", str(junit), *tests]
+               "-p", "no:cacheprovider", "-rA", "--junitxml", str(junit),
+               *(f"--ignore={TESTS / each}" for each in IGNORED), *tests]
     if args.expression:
         command += ["-k", args.expression]
     started = time.monotonic()
