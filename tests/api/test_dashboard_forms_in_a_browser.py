@@ -18,6 +18,7 @@ the test's directory (`evidence/`).
 
 from __future__ import annotations
 
+import contextlib
 import uuid as uuidlib
 from pathlib import Path
 from typing import Any
@@ -126,31 +127,35 @@ def settled(cloud: Cloud, uuid: str, status: str) -> dict[str, Any]:
 def choose(browser: Browser, css: str, label: str, within: Any = None) -> None:  # noqa: F811
     """The option shown as `label` chosen in the select `css` (shown, or hidden behind
     Horizon's themed drop-down), as a user's choice is seen by the page's scripts."""
-    def options() -> Any:
-        found = (within or browser.driver).find_elements("css selector", css)
-        return found[0] if found and found[0].find_elements("css selector", "option") \
-            else None
+    from selenium.common.exceptions import StaleElementReferenceException
 
-    select = wait_for(options, timeout=WAIT, interval=0.2, what=f"{css}'s options")
-    chosen = browser.driver.execute_script("""
-        const [select, label] = arguments;
-        for (const option of select.options) {
-          if (option.text.trim() === label || option.label.trim() === label) {
-            select.value = option.value;
-            select.dispatchEvent(new Event('change', {bubbles: true}));
-            return true;
-          }
-        }
-        return false;""", select, label)
-    assert chosen, f"{label} not among {css}'s options"
+    def chosen() -> bool:
+        with contextlib.suppress(StaleElementReferenceException):  # the form drawn again
+            return try_choosing()
+        return False
+
+    def try_choosing() -> bool:
+        found = (within or browser.driver).find_elements("css selector", css)
+        return bool(found) and bool(browser.driver.execute_script("""
+            const [select, label] = arguments;
+            for (const option of select.options) {
+              if (option.text.trim() === label || option.label.trim() === label) {
+                select.value = option.value;
+                select.dispatchEvent(new Event('change', {bubbles: true}));
+                return true;
+              }
+            }
+            return false;""", found[0], label))
+
+    # (Some lists are filled after the form shows.)
+    wait_for(chosen, timeout=WAIT, interval=0.3, what=f"{label} among {css}'s options")
 
 
 def resize(browser: Browser, uuid: str, flavor: str) -> None:  # noqa: F811
     browser.get("project/instances/")
     row_action(browser, uuid, "resize")
-    form = browser.find(".modal-dialog form")
-    choose(browser, "#id_flavor", flavor, within=form)
-    submit(browser, form)
+    choose(browser, ".modal-dialog #id_flavor", flavor)
+    submit(browser)
 
 
 def test_a_member_makes_keys_groups_images_and_acts_on_a_server(
@@ -202,9 +207,12 @@ def test_a_member_makes_keys_groups_images_and_acts_on_a_server(
             fill(browser, {"input[name='name']": f"{name}-group"}, within=modal)
             choose(browser, "select[name='policy']", "Anti Affinity", within=modal)
             submit(browser, modal)
-            groups = {each["name"]: each for each in
-                      demo.get(f"{api}/os-server-groups").json()["server_groups"]}
-            assert groups[f"{name}-group"]["policies"] == ["anti-affinity"]
+            # (The modal closes before its request is answered.)
+            group = wait_for(lambda: next((each for each in demo.get(
+                f"{api}/os-server-groups").json()["server_groups"]
+                if each["name"] == f"{name}-group"), None), timeout=WAIT, interval=0.5,
+                what=f"{name}-group made")
+            assert group["policies"] == ["anti-affinity"]
 
             # A server of demo's (made through the API: without Neutron Horizon's launch
             # wizard cannot send a network), from the image uploaded above.
