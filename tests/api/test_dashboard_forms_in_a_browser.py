@@ -76,16 +76,19 @@ def tab(browser: Browser, title: str) -> None:  # noqa: F811
 def add_member(browser: Browser, step: str, name: str) -> None:  # noqa: F811
     """In the open workflow's membership step `step` (Horizon's horizon.membership), the
     available member shown as `name` moved to the step's members."""
-    added = browser.driver.execute_script("""
-        const [step, name] = arguments;
-        for (const item of document.querySelectorAll(
-                 `.available_${step} li[data-${step}-id]`)) {
-          if (item.textContent.trim() !== name) continue;
-          const button = item.parentElement.querySelector("a[href='#add_remove']");
-          if (button) { button.click(); return true; }
-        }
-        return false;""", step, name)
-    assert added, f"{name} not offered in {step}"
+    def added() -> bool:
+        return bool(browser.driver.execute_script("""
+            const [step, name] = arguments;
+            for (const item of document.querySelectorAll(
+                     `.available_${step} li[data-${step}-id]`)) {
+              if (item.textContent.trim() !== name) continue;
+              const button = item.parentElement.querySelector("a[href='#add_remove']");
+              if (button) { button.click(); return true; }
+            }
+            return false;""", step, name))
+
+    # (The modal's form is drawn after it opens.)
+    wait_for(added, timeout=WAIT, interval=0.3, what=f"{name} offered in {step}")
     wait_for(lambda: browser.driver.execute_script("""
         const [step, name] = arguments;
         return [...document.querySelectorAll(`.${step}_members li[data-${step}-id]`)]
