@@ -47,8 +47,9 @@ def submit(browser: Browser, form: Any = None) -> None:  # noqa: F811
     form = form or browser.find(".modal-dialog")
     browser.click(browser.find(".modal-footer .btn-primary, button.btn-primary.finish",
                                within=form))
-    wait_for(lambda: not [each for each in browser.driver.find_elements(
-        "css selector", ".modal-dialog") if each.is_displayed()],
+    wait_for(lambda: not browser.driver.execute_script(
+        "return [...document.querySelectorAll('.modal-dialog')]"
+        ".some(each => each.offsetParent !== null);"),
         timeout=WAIT, interval=0.3, what="the form closed")
     browser.ready()
     shown_errors(browser)
@@ -342,7 +343,7 @@ def test_an_admin_makes_flavors_quotas_projects_users_and_aggregates(
             assert (now["instances"], now["cores"]) == (17, 33)
 
             # Identity: Create Project, Create User in it, the project's Modify Quotas.
-            browser.get("identity/projects/")
+            browser.get("identity/")
             link(browser, "Create Project")
             fill(browser, {"#id_name": f"{name}-project"})
             submit(browser)
@@ -354,7 +355,7 @@ def test_an_admin_makes_flavors_quotas_projects_users_and_aggregates(
                            "#id_confirm_password": "dash-Pass-1234"})
             submit(browser)
             assert cloud.keystone._find("users", f"{name}-user")
-            browser.get("identity/projects/")
+            browser.get("identity/")
             table_row_action(browser, "tenants", f"{name}-project", "quotas")
             fill(browser, {"#id_instances": 3, "#id_cores": 5})
             submit(browser)

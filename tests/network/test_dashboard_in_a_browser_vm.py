@@ -128,13 +128,15 @@ def console_screen(browser: Browser, png: Path) -> Path:  # noqa: F811
 # The other pages of each, read (their calls judged with the rest in Horizon's log).
 DEMO_PAGES = ("project/", "project/images/", "project/key_pairs/", "project/server_groups/")
 ADMIN_PAGES = ("admin/instances/", "admin/flavors/", "admin/aggregates/", "admin/defaults/",
-               "identity/projects/", "identity/users/")
+               "identity/", "identity/users/")
 
 
 def visit(browser: Browser, pages: tuple[str, ...]) -> None:  # noqa: F811
     for page in pages:
         browser.get(page)
-        assert "Something went wrong" not in browser.driver.page_source, page
+        shown = browser.driver.page_source
+        assert "Something went wrong" not in shown, page
+        assert "the page you were looking for does not exist" not in shown, page
 
 
 def reboots(cloud: ComputeCloud, uuid: str) -> int:
