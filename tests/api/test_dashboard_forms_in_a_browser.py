@@ -98,8 +98,18 @@ def add_member(browser: Browser, step: str, name: str) -> None:  # noqa: F811
 
 
 def link(browser: Browser, text: str) -> None:  # noqa: F811
-    browser.click(browser.xpath(f"//a[normalize-space()='{text}'] | "
-                                f"//button[normalize-space()='{text}']"))
+    """The page's link or button `text`, clicked. The page is loaded again if it does not
+    show: Chromium cancels a page's requests when the machine's addresses change
+    (net::ERR_NETWORK_CHANGED: other tests' network namespaces and bridges), and a panel
+    whose policy check was cancelled shows no actions."""
+    path = f"//a[normalize-space()='{text}'] | //button[normalize-space()='{text}']"
+    for _ in range(3):
+        with contextlib.suppress(AssertionError):
+            browser.click(browser.xpath(path, timeout=20))
+            return
+        browser.driver.refresh()
+        browser.ready()
+    browser.click(browser.xpath(path))
 
 
 def table_row_action(browser: Browser, table: str, name: str,  # noqa: F811
