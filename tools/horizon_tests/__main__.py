@@ -174,7 +174,9 @@ def report(junit: Path, seconds: float) -> str:
     """Each test: passed, failed (the failure's first line) or skipped (the reason)."""
     if not junit.exists():
         return "no results (pytest wrote no JUnit XML)\n"
-    lines, counts = [], {"passed": 0, "failed": 0, "skipped": 0}
+    # A test failed in its call and again in its teardown is two test cases in the XML:
+    # one line here, its first failure.
+    outcomes: dict[str, tuple[str, str]] = {}
     for case in ElementTree.parse(junit).iter("testcase"):
         name = f"{case.get('classname')}.{case.get('name')}"
         outcome, why = "passed", ""
@@ -184,8 +186,13 @@ def report(junit: Path, seconds: float) -> str:
                 outcome = "skipped" if kind == "skipped" else "failed"
                 why = (found.get("message") or "").splitlines()[0][:200] if \
                     found.get("message") else ""
+        if name not in outcomes or outcomes[name][0] == "passed":
+            outcomes[name] = (outcome, why)
+    counts = {"passed": 0, "failed": 0, "skipped": 0}
+    for outcome, _ in outcomes.values():
         counts[outcome] += 1
-        lines.append(f"{outcome:8} {name}{f': {why}' if why else ''}")
+    lines = [f"{outcome:8} {name}{f': {why}' if why else ''}"
+             for name, (outcome, why) in outcomes.items()]
     head = ", ".join(f"{count} {kind}" for kind, count in counts.items())
     return f"{head} in {seconds:.0f} s\n\n" + "\n".join(sorted(lines)) + "\n"
 
