@@ -103,7 +103,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--report", type=Path, default=REPO / "run" / "horizon-tests-report.txt")
     parser.add_argument("--keep", action="store_true", help="leave the cloud running")
     args = parser.parse_args(argv)
-    args.run_dir = args.run_dir.resolve()  # OVN's sockets are named under it
+    # Absolute: OVN's sockets are named under the run directory, and pytest runs in it.
+    args.run_dir, args.report = args.run_dir.resolve(), args.report.resolve()
     signal.signal(signal.SIGTERM, _interrupted)  # unwinds like Ctrl-C: all stopped
     if not DASHBOARD.is_dir():
         print(f"Horizon is not installed in {HORIZON_VENV} (make install)", file=sys.stderr)
