@@ -163,8 +163,10 @@ say boot
 while read -r module; do insmod "/lib/modules/$module"; done </etc/module-order
 
 # DHCP in the background so the lease is renewed while the guest stays up.
+# Its pid file where Tempest's scenario tests look for it (they renew the lease with
+# `kill -USR1 $(cat /var/run/udhcpc.eth0.pid)`, [scenario] dhcp_client = udhcpc).
 udhcpc -f -i eth0 -s /etc/udhcpc.script -t 60 -T 1 -A 1 -O staticroutes \
-    -x hostname:etcd-compute-guest &
+    -x hostname:etcd-compute-guest -p /var/run/udhcpc.eth0.pid &
 # The SSH host key, made while the lease is awaited.
 dropbearkey -t ed25519 -f /etc/dropbear/host_key_ed25519 >/etc/dropbear/host_key.out 2>&1 &
 host_key_job=$!
@@ -280,6 +282,17 @@ configdrive_keys() {
 }
 EOF
 
+    # sudo, as Tempest's scenario tests run their commands (`sudo sh -c ...`, `sudo
+    # mount ...`): root is the one user here, so it runs the command as it is.
+    cat >"$1/bin/sudo" <<'EOF'
+#!/bin/sh
+while [ $# -gt 0 ]; do
+    case "$1" in -n|-E|-H|-i|-s) shift ;; -u) shift 2 ;; --) shift; break ;; *) break ;; esac
+done
+exec "$@"
+EOF
+    chmod 755 "$1/bin/sudo"
+
     cat >"$1/bin/metadata" <<'EOF'
 #!/bin/sh
 # metadata PATH: the body of http://169.254.169.254/latest/PATH (/etc/guest-functions).
@@ -292,7 +305,8 @@ EOF
     echo 'root:*:0:0:root:/root:/bin/sh' >"$1/etc/passwd"
     echo 'root:x:0:' >"$1/etc/group"
     mkdir -p -m 700 "$1/root"
-    mkdir -p "$1/etc/dropbear" "$1/run"
+    mkdir -p "$1/etc/dropbear" "$1/run" "$1/var"
+    ln -s /run "$1/var/run"
 
     cat >"$1/etc/udhcpc.script" <<'EOF'
 #!/bin/sh
