@@ -161,6 +161,13 @@ exec >/dev/console 2>&1 </dev/null
 . /etc/guest-functions
 say boot
 while read -r module; do insmod "/lib/modules/$module"; done </etc/module-order
+# The boot disk's FAT partition (the one FAT filesystem), writable at /persist: what is
+# written there is in the disk, so a snapshot of it (and a server booted from that) keeps
+# it (Tempest's test_snapshot_pattern writes its timestamp there: [scenario] target_dir).
+mkdir -p /persist
+for device in /sys/class/block/*[0-9]; do
+    mount -t vfat -o rw "/dev/${device##*/}" /persist 2>/dev/null && break
+done
 
 # DHCP in the background so the lease is renewed while the guest stays up.
 # Its pid file where Tempest's scenario tests look for it (they renew the lease with
@@ -326,6 +333,10 @@ case "$1" in
         elif [ -n "${router:-}" ]; then
             route add default gw "${router%% *}" dev "$interface" 2>/dev/null
         fi
+        # The subnet's DNS servers (Tempest's test_subnet_details reads them after a
+        # renewal), written whole each time.
+        for server in ${dns:-}; do echo "nameserver $server"; done >/etc/resolv.conf.new
+        mv /etc/resolv.conf.new /etc/resolv.conf
         true ;;
 esac
 EOF

@@ -199,8 +199,10 @@ def scenario_sections(conf: configparser.ConfigParser, cloud: Cloud) -> None:
         "network_for_ssh": "public",
         "ssh_timeout": str(SSH_TIMEOUT), "connect_timeout": "60",
         "ping_timeout": str(SSH_TIMEOUT)}
-    # The guest's busybox udhcpc (its pid file where Tempest looks: /var/run/udhcpc.eth0.pid).
-    conf["scenario"] = {"dhcp_client": "udhcpc"}
+    # The guest's busybox udhcpc (its pid file where Tempest looks: /var/run/udhcpc.eth0.pid);
+    # its root is an initramfs, its disk's FAT partition the writable /persist (the
+    # timestamp test_snapshot_pattern finds again in a server of the snapshot).
+    conf["scenario"] = {"dhcp_client": "udhcpc", "target_dir": "/persist"}
     conf["network"]["public_network_id"] = cloud.public_network_id
     conf["network"]["floating_network_name"] = "public"
     conf["network-feature-enabled"]["floating_ips"] = "true"

@@ -90,7 +90,7 @@ def start(run_dir: Path, say: Say) -> tuple[TempestStack, Cloud, Outside]:
             migration=True))
         for name, host in hosts.hosts.items():
             for pid in [*host.chassis.pids, *_libvirt_pids(host)]:
-                stack.remember_daemon(f"{name}-host", pid, str(hosts.root))
+                stack.remember_daemon(f"host-{name}", pid, str(hosts.root))
             say(f"hypervisor host {name}: namespace {host.chassis.space.netns} "
                 f"({host.chassis.address}), OVN chassis, libvirtd {host.libvirtd.uri}")
         outside = site.enter_context(Outside.create(hosts.chassis.hosts.values()))
