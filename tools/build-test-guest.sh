@@ -161,6 +161,9 @@ exec >/dev/console 2>&1 </dev/null
 . /etc/guest-functions
 say boot
 while read -r module; do insmod "/lib/modules/$module"; done </etc/module-order
+# The loopback: a guest reaches its own addresses through it (Tempest's scenario tests ping
+# a guest's fixed IP from the guest itself).
+ip link set lo up
 # The boot disk's FAT partition (the one FAT filesystem), writable at /persist: what is
 # written there is in the disk, so a snapshot of it (and a server booted from that) keeps
 # it (Tempest's test_snapshot_pattern writes its timestamp there: [scenario] target_dir).
