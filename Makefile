@@ -66,7 +66,7 @@ unit: install
 
 tempest: install-tempest
 	@$(PY) -m tools.tempest_run $(if $(SMOKE),--smoke) $(if $(SCENARIO),--scenario) \
-		$(if $(REGEX),--regex '$(REGEX)')
+		$(if $(REGEX),--regex '$(REGEX)') $(if $(CONCURRENCY),--concurrency $(CONCURRENCY))
 
 mutations: install
 	@$(PY) tools/mutations.py
