@@ -105,6 +105,7 @@ class Cloud:
     scenario: bool = False
     public_network_id: str = ""
     ssh_user: str = "root"
+    hosts: tuple[str, ...] = ()  # the compute hosts' names (a move's source, destination)
 
 
 def tempest_conf(cloud: Cloud, workspace: Path, build_timeout: int = 120) -> str:
@@ -203,6 +204,9 @@ def scenario_sections(conf: configparser.ConfigParser, cloud: Cloud) -> None:
     # its root is an initramfs, its disk's FAT partition the writable /persist (the
     # timestamp test_snapshot_pattern finds again in a server of the snapshot).
     conf["scenario"] = {"dhcp_client": "udhcpc", "target_dir": "/persist"}
+    if len(cloud.hosts) >= 2:  # the moves' tests that name their hosts (from 2.74)
+        conf["compute"]["migration_source_host"] = cloud.hosts[0]
+        conf["compute"]["migration_dest_host"] = cloud.hosts[1]
     conf["network"]["public_network_id"] = cloud.public_network_id
     conf["network"]["floating_network_name"] = "public"
     conf["network-feature-enabled"]["floating_ips"] = "true"

@@ -122,7 +122,8 @@ def start(run_dir: Path, say: Say) -> tuple[TempestStack, Cloud, Outside]:
         image_ref_alt=image["id"], flavor_ref=cloud.FLAVOR_REF,
         flavor_ref_alt=cloud.FLAVOR_REF_ALT, min_microversion=low, max_microversion=high,
         compute_nodes=len(HOSTS), neutron=True, network_extensions=tuple(extensions),
-        scenario=True, public_network_id=public["id"], ssh_user=SSH_USER), outside
+        scenario=True, public_network_id=public["id"], ssh_user=SSH_USER,
+        hosts=tuple(HOSTS)), outside
 
 
 def service_ports(stack: TempestStack) -> list[int]:
