@@ -227,16 +227,32 @@ def hidden_fields(page: str) -> dict[str, str]:
     return form.fields
 
 
-class Dashboard:
-    """A logged-in browser's session on Horizon, and Horizon's log since the last read."""
+class LogTail:
+    """What a log file got since the last read (or skip)."""
 
-    def __init__(self, url: str, ca_file: str, log_path: Path):  # noqa: D107
+    def __init__(self, path: Path):  # noqa: D107
+        self.path, self.offset = path, 0
+
+    def read(self) -> str:
+        with open(self.path, "rb") as log:
+            log.seek(self.offset)
+            data = log.read()
+        self.offset += len(data)
+        return data.decode(errors="replace")
+
+    def skip(self) -> None:
+        self.offset = self.path.stat().st_size
+
+
+class Dashboard:
+    """A logged-in browser's session on Horizon."""
+
+    def __init__(self, url: str, ca_file: str):  # noqa: D107
         import requests
 
-        self.url, self.log_path = url, log_path
+        self.url = url
         self.session = requests.Session()
         self.session.verify = ca_file
-        self.read_to = 0
 
     def login(self, user: str, password: str) -> None:
         page = self.session.get(self.url + "auth/login/", timeout=120)
@@ -247,13 +263,6 @@ class Dashboard:
         if answer.status_code >= 400 or "/auth/login" in answer.url:
             raise SystemExit(f"bench/dashboard.py: Horizon's login as {user} failed "
                              f"({answer.status_code} at {answer.url})")
-
-    def new_log(self) -> str:
-        with open(self.log_path, "rb") as log:
-            log.seek(self.read_to)
-            data = log.read()
-        self.read_to += len(data)
-        return data.decode(errors="replace")
 
     def get(self, path: str, ajax: bool = False,
             cookies: dict[str, str] | None = None) -> tuple[float, Any]:
@@ -417,8 +426,8 @@ def summary(values: list[float]) -> dict[str, Any]:
 
 
 def measure(dash: Dashboard, conn: Any, count: int, rounds: int, neutron: bool,
-            network_ids: list[str], endpoints: dict[str, str], api_log: Path
-            ) -> dict[str, Any]:
+            network_ids: list[str], endpoints: dict[str, str], horizon_log: Path,
+            api_log: Path) -> dict[str, Any]:
     """`rounds` rounds of Horizon's pages and openstacksdk's calls, one after the other."""
     wizard = [(label, path) for label, path, needs in WIZARD if neutron or not needs]
     wizard += [(f"ports of network {index + 1}", f"api/neutron/ports/?network_id={net}")
@@ -435,16 +444,15 @@ def measure(dash: Dashboard, conn: Any, count: int, rounds: int, neutron: bool,
     tallies: dict[str, list[dict[str, Any]]] = {name: [] for name in pages}
     api_requests: dict[str, list[int]] = {name: [] for name in pages}
     shown: dict[str, int] = {}
-    api_read = api_log.stat().st_size
+    horizon_tail, api_tail = LogTail(horizon_log), LogTail(api_log)
     for number in range(rounds + 1):  # round 0 warms the caches and is not counted
         for name, page in pages.items():
-            dash.new_log()
+            horizon_tail.skip()
+            api_tail.skip()
             took, answer = page()
-            calls = horizon_calls(dash.new_log())
-            with open(api_log, "rb") as log:
-                log.seek(api_read)
-                fresh = log.read().decode(errors="replace")
-            api_read += len(fresh.encode())
+            time.sleep(0.2)  # the access log's line is written once the answer is sent
+            calls = horizon_calls(horizon_tail.read())
+            fresh = api_tail.read()
             if number == 0:
                 if name.startswith("instances"):
                     shown[name] = answer.text.count('data-object-id="')
@@ -654,12 +662,13 @@ def main(argv: list[str] | None = None) -> int:
             image = admin.image.find_image("tempest-image")
             results["populated"] = populate(conn, count, image.id, neutron)
             keystone = info["keystone"]
-            dash = Dashboard(info["horizon"].url, keystone.ca_file, info["horizon"].log_path)
+            dash = Dashboard(info["horizon"].url, keystone.ca_file)
             dash.login("demo", keystone.password("demo"))
             say("logged in to Horizon as demo")
             results["measured"] = measure(dash, conn, count, rounds, neutron,
                                           results["populated"]["networks"],
-                                          endpoints_of(conn), info["api_log"])
+                                          endpoints_of(conn), info["horizon"].log_path,
+                                          info["api_log"])
     finally:
         shutil.rmtree(top, ignore_errors=True)
     results["plot"] = plot({**results, "date": time.strftime("%Y-%m-%d %H:%M")},
