@@ -51,6 +51,7 @@ import argparse
 import contextlib
 import html.parser
 import importlib.metadata
+import json
 import os
 import re
 import shutil
@@ -59,7 +60,7 @@ import subprocess
 import sys
 import time
 import uuid as uuidlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -83,7 +84,9 @@ HORIZON_PAGE_SIZE = 20  # Horizon's default API_RESULT_PAGE_SIZE
 
 # The wizard's calls to Horizon's REST API, as launch-instance-model.service.js and the
 # openstack-service-api services send them: (label, path, Neutron needed). The ports of
-# each network are asked after the networks (added per network at run time).
+# each network are asked after the networks (added per network at run time); then, once
+# those answered, the server groups and the metadata definitions (METADEFS), in the
+# background of the open wizard.
 WIZARD: tuple[tuple[str, str, bool], ...] = (
     ("availability zones", "api/nova/availzones/", False),
     ("flavors", "api/nova/flavors/?is_public=true&get_extras=false", False),
@@ -95,9 +98,13 @@ WIZARD: tuple[tuple[str, str, bool], ...] = (
     ("images (community)", "api/glance/images/?status=active&sort_key=name&sort_dir=asc"
      "&visibility=community", False),
     ("server groups", "api/nova/servergroups/", False),
-    ("metadata namespaces", "api/glance/metadefs/namespaces/?resource_type=OS::Nova::Flavor",
-     False),
 )
+METADEFS: tuple[tuple[str, str, bool], ...] = tuple(
+    (f"metadata namespaces: {kind}{f' {target}' if target else ''}",
+     f"api/glance/metadefs/namespaces/?properties_target={target}&resource_type={kind}", False)
+    for kind, target in (("OS::Nova::Flavor", ""), ("OS::Glance::Image", ""),
+                         ("OS::Cinder::Volumes", ""), ("OS::Nova::Server", "metadata"),
+                         ("OS::Nova::Server", "scheduler_hints")))
 
 
 # --- Horizon's log: the calls it made --------------------------------------------------
@@ -252,14 +259,17 @@ class Dashboard:
 
         self.url = url
         self.session = requests.Session()
-        self.session.verify = ca_file
+        # Per request: requests lets REQUESTS_CA_BUNDLE from the environment outrank a
+        # session's own `verify`.
+        self.verify = ca_file
 
     def login(self, user: str, password: str) -> None:
-        page = self.session.get(self.url + "auth/login/", timeout=120)
+        page = self.session.get(self.url + "auth/login/", timeout=120, verify=self.verify)
         page.raise_for_status()
         fields = {**hidden_fields(page.text), "username": user, "password": password}
         answer = self.session.post(self.url + "auth/login/", data=fields, timeout=300,
-                                   headers={"Referer": self.url + "auth/login/"})
+                                   headers={"Referer": self.url + "auth/login/"},
+                                   verify=self.verify)
         if answer.status_code >= 400 or "/auth/login" in answer.url:
             raise SystemExit(f"bench/dashboard.py: Horizon's login as {user} failed "
                              f"({answer.status_code} at {answer.url})")
@@ -271,7 +281,7 @@ class Dashboard:
                    "Accept": "application/json"} if ajax else {}
         began = time.perf_counter()
         answer = self.session.get(self.url + path, headers=headers, cookies=cookies,
-                                  timeout=600)
+                                  timeout=600, verify=self.verify)
         seconds = time.perf_counter() - began
         if answer.status_code != 200 or (not ajax and "/auth/login" in answer.url):
             raise RuntimeError(f"GET /{path}: {answer.status_code} at {answer.url}: "
@@ -418,6 +428,30 @@ def equivalents(count: int, neutron: bool) -> dict[str, list[str]]:
     }
 
 
+def merged(tallies: Iterable[dict[str, Any]]) -> dict[str, Any]:
+    """Several pages' tallies as one (their calls' counts and seconds by kind added)."""
+    kinds: dict[str, dict[str, float]] = {}
+    for one in tallies:
+        for kind, entry in one["by_kind"].items():
+            into = kinds.setdefault(kind, {"count": 0, "seconds": 0.0})
+            into["count"] += entry["count"]
+            into["seconds"] = round(into["seconds"] + entry["seconds"], 3)
+    return {"by_kind": kinds}
+
+
+def by_kind(tallies: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
+    """Each kind of call over the rounds' tallies: p50 of its count and of its seconds (a
+    round without it counts as 0)."""
+    kinds = sorted({kind for one in tallies for kind in one["by_kind"]})
+    zero = {"count": 0, "seconds": 0.0}
+    return {kind: {
+        "count_p50": percentile([one["by_kind"].get(kind, zero)["count"] for one in tallies],
+                                50) or 0.0,
+        "seconds_p50": round(percentile([one["by_kind"].get(kind, zero)["seconds"]
+                                         for one in tallies], 50) or 0.0, 4)}
+        for kind in kinds}
+
+
 def summary(values: list[float]) -> dict[str, Any]:
     """p50, p95, min and max of `values` (seconds), and how many."""
     return {"p50": round(percentile(values, 50) or 0.0, 4),
@@ -439,6 +473,8 @@ def measure(dash: Dashboard, conn: Any, count: int, rounds: int, neutron: bool,
     }
     for label, path in wizard:
         pages[f"wizard: {label}"] = lambda path=path: dash.get(path, ajax=True)
+    for label, path, _needs in METADEFS:
+        pages[f"wizard, after: {label}"] = lambda path=path: dash.get(path, ajax=True)
     sdk = sdk_calls(conn, count, neutron, network_ids)
     seconds: dict[str, list[float]] = {name: [] for name in [*pages, *sdk]}
     tallies: dict[str, list[dict[str, Any]]] = {name: [] for name in pages}
@@ -470,12 +506,6 @@ def measure(dash: Dashboard, conn: Any, count: int, rounds: int, neutron: bool,
                 f"{name} {seconds[name][-1]:.2f} s" for name in list(pages)[:2]))
     out: dict[str, Any] = {"horizon": {}, "sdk": {}, "rows_shown": shown}
     for name in pages:
-        kinds: dict[str, list[float]] = {}
-        counts: dict[str, list[int]] = {}
-        for one in tallies[name]:
-            for kind, entry in one["by_kind"].items():
-                kinds.setdefault(kind, []).append(entry["seconds"])
-                counts.setdefault(kind, []).append(int(entry["count"]))
         out["horizon"][name] = {
             "seconds": summary(seconds[name]),
             "calls": summary([one["count"] for one in tallies[name]]),
@@ -483,27 +513,29 @@ def measure(dash: Dashboard, conn: Any, count: int, rounds: int, neutron: bool,
             "compute_api_requests": summary(api_requests[name]),
             "by_service": {service: {"count": entry["count"]} for service, entry in
                            tallies[name][-1]["by_service"].items()},
-            "by_kind": {kind: {"count_p50": percentile(counts[kind], 50),
-                               "seconds_p50": round(percentile(values, 50) or 0.0, 4)}
-                        for kind, values in kinds.items()},
+            "by_kind": by_kind(tallies[name]),
             "errors": sorted({error for one in tallies[name] for error in one["errors"]}),
             "samples": [round(value, 4) for value in seconds[name]],
         }
     for name in sdk:
         out["sdk"][name] = {"seconds": summary(seconds[name]),
                             "samples": [round(value, 4) for value in seconds[name]]}
-    wizard_names = [name for name in pages if name.startswith("wizard: ")]
-    sums = [sum(seconds[name][index] for name in wizard_names) for index in range(rounds)]
-    out["horizon"]["launch wizard (sum)"] = {
-        "seconds": summary(sums),
-        "calls": summary([sum(tallies[name][index]["count"] for name in wizard_names)
-                          for index in range(rounds)]),
-        "calls_seconds": summary([sum(tallies[name][index]["seconds"]
-                                      for name in wizard_names) for index in range(rounds)]),
-        "compute_api_requests": summary([sum(api_requests[name][index]
-                                             for name in wizard_names)
-                                         for index in range(rounds)]),
-        "samples": [round(value, 4) for value in sums]}
+    for total, prefix in (("launch wizard (sum)", "wizard: "),
+                          ("metadata definitions (sum)", "wizard, after: ")):
+        names = [name for name in pages if name.startswith(prefix)]
+        sums = [sum(seconds[name][index] for name in names) for index in range(rounds)]
+        out["horizon"][total] = {
+            "seconds": summary(sums),
+            "calls": summary([sum(tallies[name][index]["count"] for name in names)
+                              for index in range(rounds)]),
+            "calls_seconds": summary([sum(tallies[name][index]["seconds"] for name in names)
+                                      for index in range(rounds)]),
+            "compute_api_requests": summary([sum(api_requests[name][index]
+                                                 for name in names)
+                                             for index in range(rounds)]),
+            "by_kind": by_kind([merged(tallies[name][index] for name in names)
+                                for index in range(rounds)]),
+            "samples": [round(value, 4) for value in sums]}
     out["equivalents"] = {}
     for page, names in equivalents(count, neutron).items():
         sdk_sums = [sum(seconds[name][index] for name in names) for index in range(rounds)]
@@ -556,17 +588,19 @@ def markdown(results: dict[str, Any]) -> list[str]:
               "milliseconds:", "", "| call | p50 | p95 | Horizon's calls to the cloud |",
               "|---|---|---|---|"]
     for name, h in m["horizon"].items():
-        if name.startswith("wizard: "):
+        if name.startswith(("wizard: ", "wizard, after: ", "metadata definitions")):
             lines.append(f"| {name} | {_ms(h['seconds']['p50'])} | "
                          f"{_ms(h['seconds']['p95'])} | {h['calls']['p50']:.0f} |")
     for name, s in m["sdk"].items():
         lines.append(f"| sdk: {name} | {_ms(s['seconds']['p50'])} | "
                      f"{_ms(s['seconds']['p95'])} | 1+ |")
-    for page in (f"instances ({HORIZON_PAGE_SIZE} a page)", f"instances (all {count})"):
+    for page in (f"instances ({HORIZON_PAGE_SIZE} a page)", f"instances (all {count})",
+                 "launch wizard (sum)", "metadata definitions (sum)"):
         h = m["horizon"][page]
         kinds = sorted(h["by_kind"].items(), key=lambda item: -item[1]["seconds_p50"])
-        lines += ["", f"What Horizon asked the cloud for `{page}` (rows shown: "
-                  f"{m['rows_shown'].get(page, '?')}), by call, p50 over the rounds "
+        shown = f" (rows shown: {m['rows_shown'][page]})" if page in m["rows_shown"] else ""
+        lines += ["", f"What Horizon asked the cloud for `{page}`{shown}, by call, p50 "
+                  "over the rounds "
                   f"(the calls' times from Horizon's log, 1 ms clock):", "",
                   "| call | count | ms |", "|---|---|---|"]
         lines += [f"| {kind} | {entry['count_p50']:.0f} | {_ms(entry['seconds_p50'])} |"
@@ -624,7 +658,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--network", choices=["neutron", "none"], default="neutron")
     parser.add_argument("--keep-logs", type=Path, metavar="DIR",
                         help="copy the services' logs (Horizon's, the API's, ...) here")
+    parser.add_argument("--plot-only", type=Path, metavar="JSON",
+                        help="only the plot of a results file (beside it, .png)")
     args = parser.parse_args(argv)
+    if args.plot_only:
+        with_plot(args.plot_only)
+        return 0
     count = args.servers or (20 if args.quick else 200)
     rounds = args.rounds or (5 if args.quick else 20)
     neutron = args.network == "neutron"
@@ -671,12 +710,23 @@ def main(argv: list[str] | None = None) -> int:
                                           info["api_log"])
     finally:
         shutil.rmtree(top, ignore_errors=True)
-    results["plot"] = plot({**results, "date": time.strftime("%Y-%m-%d %H:%M")},
-                           RESULTS / name.replace(".json", ".png"))
     save_results(RESULTS / name, results, started)
-    for line in markdown(results):
+    with_plot(RESULTS / name)
+    for line in markdown(json.loads((RESULTS / name).read_text())):
         print(line)
     return 0
+
+
+def with_plot(path: Path) -> None:
+    """The plot of the results at `path` beside them (its name into them), if matplotlib
+    is there (`make bench-deps`)."""
+    results = json.loads(path.read_text())
+    try:
+        results["plot"] = plot(results, path.with_suffix(".png"))
+    except ImportError as exc:
+        say(f"no plot ({exc}; make bench-deps, then bench/dashboard.py --plot-only {path})")
+        return
+    path.write_text(json.dumps(results, indent=1))
 
 
 def _horizon_version() -> str:

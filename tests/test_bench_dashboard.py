@@ -9,9 +9,11 @@ import pytest
 from bench.dashboard import (
     Call,
     access_log_requests,
+    by_kind,
     call_kind,
     hidden_fields,
     horizon_calls,
+    merged,
     service_of,
     tally,
 )
@@ -86,3 +88,16 @@ def test_the_login_forms_hidden_fields_are_read():
             '<input type="hidden" name="next"></form>')
     assert hidden_fields(page) == {"csrfmiddlewaretoken": "tok", "region": "https://k/v3",
                                    "next": ""}
+
+
+def test_kinds_of_calls_are_summed_over_pages_then_taken_at_p50_over_rounds():
+    one = {"by_kind": {"compute GET /v2.1/limits": {"count": 1, "seconds": 0.1}}}
+    two = {"by_kind": {"compute GET /v2.1/limits": {"count": 2, "seconds": 0.3},
+                       "image GET /v2/images": {"count": 1, "seconds": 0.2}}}
+    assert merged([one, two]) == {"by_kind": {
+        "compute GET /v2.1/limits": {"count": 3, "seconds": 0.4},
+        "image GET /v2/images": {"count": 1, "seconds": 0.2}}}
+    # A round without a kind counts it as none: p50 of (0, 1, 1) image calls is 1.
+    assert by_kind([one, two, two]) == {
+        "compute GET /v2.1/limits": {"count_p50": 2, "seconds_p50": 0.3},
+        "image GET /v2/images": {"count_p50": 1, "seconds_p50": 0.2}}
