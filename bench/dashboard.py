@@ -9,9 +9,10 @@ each page (how many, to which service, how long each took), to show where its ti
     .venv/bin/python bench/dashboard.py --network none   # no Neutron in the catalog
 
 The cloud is the Tempest cloud's (tools/tempest_run/cloud.py: etcd with TLS and RBAC,
-Placement, Keystone, Glance, the compute API, the controller, one fake-driver compute host;
-with `--network neutron`, the default, Neutron on OVN and the host an OVN chassis that plugs
-its servers' ports, as in `make up`) on free ports in a run directory of its own, and
+Placement, Keystone, Glance, the compute API, the controller, a fake-driver compute host
+for each 40 servers (Nova's MaxInstancesPerHostFilter allows 50 a host); with `--network
+neutron`, the default, Neutron on OVN and each host an OVN chassis that plugs its servers'
+ports, as in `make up`) on free ports in a run directory of its own, and
 Horizon on it (tools/local_services/horizon.py: gunicorn, 2 workers x 4 threads, TLS). As
 admin: the demo project's quotas lifted. As the demo user (openstacksdk): a key pair, a
 server group, a network with a /22 subnet, and N servers (m1.nano, `min_count` batches of
@@ -78,6 +79,8 @@ ROOT = Path("/var/tmp/etcd-compute-bench")
 DEMO_CLOUD, ADMIN_CLOUD = "etcd-compute-demo", "etcd-compute"
 FLAVOR = "42"  # m1.nano
 BATCH = 20  # servers a create (min_count = max_count)
+# Servers a fake host is given at most: under scheduler.max_instances_per_host (Nova's 50).
+PER_HOST = 40
 CIDR = "10.30.0.0/22"
 ACTIVE_TIMEOUT = 1800.0
 HORIZON_PAGE_SIZE = 20  # Horizon's default API_RESULT_PAGE_SIZE
@@ -297,15 +300,16 @@ class Dashboard:
 
 
 @contextlib.contextmanager
-def cloud(run_dir: Path, neutron: bool, keep_logs: Path | None = None
+def cloud(run_dir: Path, neutron: bool, hosts: int, keep_logs: Path | None = None
           ) -> Iterator[dict[str, Any]]:
-    """The Tempest cloud (one fake host; Neutron with `neutron`) and Horizon on it; at the
-    end the services' logs copied to `keep_logs` (if given) and everything stopped."""
+    """The Tempest cloud (`hosts` fake hosts; Neutron with `neutron`) and Horizon on it; at
+    the end the services' logs copied to `keep_logs` (if given) and everything stopped."""
     from tools.local_services.horizon import HorizonServer
     from tools.tempest_run import cloud as tempest_cloud
 
     began = time.monotonic()
-    stack, _conf = tempest_cloud.start(run_dir, say, compute_nodes=1, network=neutron)
+    stack, _conf = tempest_cloud.start(run_dir, say, compute_nodes=hosts,
+                                        network=neutron)
     horizon: HorizonServer | None = None
     try:
         keystone = stack._keystone()
@@ -575,7 +579,8 @@ def markdown(results: dict[str, Any]) -> list[str]:
         f"`bench/dashboard.py{' --quick' if settings['quick'] else ''}` at {results['commit']}"
         f" on {results['machine']}; load before {results['load_before']}, after "
         f"{results['load_after']}. The Tempest cloud (Keystone, Glance, the compute API, "
-        f"one fake-driver host{', Neutron on OVN' if settings['neutron'] else ', no Neutron'})"
+        f"{settings.get('hosts', 1)} fake-driver host(s)"
+        f"{', Neutron on OVN' if settings['neutron'] else ', no Neutron'})"
         f", Horizon {results['horizon_version']} under gunicorn (2 workers x 4 threads, TLS) "
         f"on it, openstacksdk {results['openstacksdk']}; {count} ACTIVE servers of the demo "
         f"project (created in {results['populated']['create_s']} s). {settings['rounds']} "
@@ -703,12 +708,13 @@ def main(argv: list[str] | None = None) -> int:
     name = f"dashboard{'-quick' if args.quick else ''}.json"
     results: dict[str, Any] = {
         "settings": {"quick": args.quick, "servers": count, "rounds": rounds,
+                     "hosts": -(-count // PER_HOST),
                      "neutron": neutron, "flavor": FLAVOR, "batch": BATCH},
         "openstacksdk": importlib.metadata.version("openstacksdk"), "file": name,
         "horizon_version": _horizon_version(), "commit": commit, "load_before": load_before,
         "machine": machine()}
     try:
-        with cloud(top / "run", neutron, args.keep_logs) as info:
+        with cloud(top / "run", neutron, -(-count // PER_HOST), args.keep_logs) as info:
             results["up_s"] = info["up_s"]
             run_dir: Path = info["stack"].run_dir
             os.environ["OS_CLIENT_CONFIG_FILE"] = str(run_dir / "clouds.yaml")
