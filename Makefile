@@ -26,7 +26,8 @@ help:
 	@echo "make docs      build the documentation site into site/ (strict: a broken link, a page"
 	@echo "               out of the navigation or a reference page out of date fails it)"
 	@echo "make tempest   Tempest's compute API tests against a cloud of its own (SMOKE=1: the"
-	@echo "               smoke-tagged ones, as make test runs them); report in run/"
+	@echo "               smoke-tagged ones, as make test runs them; SCENARIO=1: its scenario"
+	@echo "               tests on real TCG guests reached from outside); report in run/"
 	@echo "make mutations the unit tests must kill the mutations in tools/mutations.py"
 	@echo "make up/down   start/stop local etcd, Placement, Keystone, Glance, Neutron on OVN, a"
 	@echo "               hypervisor host and an outside namespace for trying commands by hand"
@@ -64,7 +65,8 @@ unit: install
 	@$(PY) -m pytest -q -n $(UNIT_WORKERS) tests/unit $(PYTEST_ARGS)
 
 tempest: install-tempest
-	@$(PY) -m tools.tempest_run $(if $(SMOKE),--smoke) $(if $(REGEX),--regex '$(REGEX)')
+	@$(PY) -m tools.tempest_run $(if $(SMOKE),--smoke) $(if $(SCENARIO),--scenario) \
+		$(if $(REGEX),--regex '$(REGEX)') $(if $(CONCURRENCY),--concurrency $(CONCURRENCY))
 
 mutations: install
 	@$(PY) tools/mutations.py

@@ -38,7 +38,7 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.services import ServeProcess, Stack, save_results, say  # noqa: E402
+from bench.services import ServeProcess, Stack, checkout_commit, save_results, say  # noqa: E402
 from etcd_compute import events, messages  # noqa: E402
 from etcd_compute.config import deep_merge  # noqa: E402
 from etcd_compute.defaults import COMPUTE_DEFAULTS
@@ -269,8 +269,7 @@ def main(argv: list[str] | None = None) -> int:
     built = subprocess.run(["bash", str(REPO / "tools" / "build-test-guest.sh")],
                            capture_output=True, text=True, check=True)
     image = Path(built.stdout.strip().splitlines()[-1])
-    commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"],
-                            capture_output=True, text=True, check=False).stdout.strip()
+    commit = checkout_commit()
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="etcd-compute-bench-moves-") as tmp:
         run_dir = Path(tmp)

@@ -37,7 +37,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.services import save_results, say  # noqa: E402
+from bench.services import checkout_commit, save_results, say  # noqa: E402
 from bench.stats import percentile  # noqa: E402
 from tools.local_services import REPO  # noqa: E402
 from tools.local_services.hypervisors import Hypervisor, Hypervisors  # noqa: E402
@@ -268,8 +268,7 @@ def main(argv: list[str] | None = None) -> int:
     built = subprocess.run(["bash", str(REPO / "tools" / "build-test-guest.sh")],
                            capture_output=True, text=True, check=True)
     image = Path(built.stdout.strip().splitlines()[-1])
-    commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"],
-                            capture_output=True, text=True, check=False).stdout.strip()
+    commit = checkout_commit()
     started = time.monotonic()
     with Hypervisors.create(["a", "b"], ROOT, [str(image.parent)]) as hosts:
         rounds = []

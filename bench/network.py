@@ -64,7 +64,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import libvirt  # noqa: E402
 import psutil  # noqa: E402
 
-from bench.services import save_results, say  # noqa: E402
+from bench.services import checkout_commit, save_results, say  # noqa: E402
 from bench.stats import percentile  # noqa: E402
 from etcd_compute.compute import worker  # noqa: E402
 from etcd_compute.config import deep_merge  # noqa: E402
@@ -86,7 +86,7 @@ from tests.network.neutron import DEMO, OPENSTACK, Cli  # noqa: E402
 from tests.network.test_ports_on_ovn_chassis import tcp_transfer  # noqa: E402
 from tests.openstack_shell import OpenStackShells  # noqa: E402
 from tests.virt.conftest import GUEST_CACHE  # noqa: E402
-from tools.local_services import REPO, KeystoneServer, cloud, free_port  # noqa: E402
+from tools.local_services import KeystoneServer, cloud, free_port  # noqa: E402
 from tools.local_services.netns import Host, ip, netns_usable  # noqa: E402
 from tools.local_services.networking import NetworkStack  # noqa: E402
 from tools.local_services.ovn_hosts import OvnHosts  # noqa: E402
@@ -660,8 +660,7 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(f"bench/network.py: {why}")
     image = f"file://{build_test_guest()}"
     image_dir = str(Path(image.removeprefix("file://")).parent)
-    commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"],
-                            capture_output=True, text=True, check=False).stdout.strip()
+    commit = checkout_commit()
     load_before = load()
     started = time.monotonic()
     ROOT.mkdir(parents=True, exist_ok=True, mode=0o711)

@@ -66,7 +66,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import yaml  # noqa: E402
 
-from bench.services import save_results, say  # noqa: E402
+from bench.services import checkout_commit, save_results, say  # noqa: E402
 from bench.stats import percentile  # noqa: E402
 from tools.local_services import REPO, free_port  # noqa: E402
 from tools.local_services.netns import netns_usable  # noqa: E402
@@ -90,15 +90,19 @@ def load() -> str:
 # --- the cloud ---------------------------------------------------------------------------
 
 
-def _services(action: str, run_dir: Path, ports: dict[str, int]) -> list[str]:
+def _services(action: str, run_dir: Path, ports: dict[str, int],
+              neutron_workers: int | None = None) -> list[str]:
     options = [f"--{name}-port={port}" for name, port in ports.items()] if action == "up" else []
+    if action == "up" and neutron_workers:
+        options.append(f"--neutron-workers={neutron_workers}")
     return [sys.executable, "-m", "tools.local_services", action, "--run-dir", str(run_dir),
             *options]
 
 
 @contextlib.contextmanager
-def cloud(run_dir: Path) -> Iterator[dict[str, Any]]:
-    """make up on free ports in `run_dir` and compute.py for host local; make down after."""
+def cloud(run_dir: Path, neutron_workers: int | None = None) -> Iterator[dict[str, Any]]:
+    """make up on free ports in `run_dir` and compute.py for host local; make down after.
+    `neutron_workers`: Neutron's API workers (None: make up's default)."""
     ports = {name: free_port() for name in ("etcd", "placement", "keystone", "glance", "api",
                                           "console")}
     ports["dashboard"] = 0
@@ -106,7 +110,8 @@ def cloud(run_dir: Path) -> Iterator[dict[str, Any]]:
     started = time.monotonic()
     try:
         with (run_dir.parent / "up.log").open("wb") as log:
-            done = subprocess.run(_services("up", run_dir, ports), cwd=REPO, stdout=log,
+            done = subprocess.run(_services("up", run_dir, ports, neutron_workers), cwd=REPO,
+                                  stdout=log,
                                   stderr=subprocess.STDOUT, timeout=1500, check=False)
         if done.returncode:
             tail = (run_dir.parent / "up.log").read_text()[-3000:]
@@ -388,8 +393,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import openstack
 
-    commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"],
-                            capture_output=True, text=True, check=False).stdout.strip()
+    commit = checkout_commit()
     load_before = load()
     started = time.monotonic()
     ROOT.mkdir(parents=True, exist_ok=True, mode=0o711)

@@ -381,6 +381,11 @@ def markdown(results: dict[str, Any], plots: list[str], plot_prefix: str) -> str
         from bench.nodepool import markdown as nodepool_markdown
 
         lines += ["", *nodepool_markdown(json.loads(nodepool.read_text()))]
+    views = Path(__file__).resolve().parent / "results" / "server_view.json"
+    if views.exists():  # bench/server_view.py, run on its own
+        from bench.server_view import markdown as server_view_markdown
+
+        lines += ["", *server_view_markdown(json.loads(views.read_text()))]
     for name in ("dashboard.json", "dashboard-quick.json"):  # bench/dashboard.py
         dashboard = Path(__file__).resolve().parent / "results" / name
         if dashboard.exists():

@@ -54,6 +54,12 @@ def say(line: str) -> None:
     print(f"==> [{time.monotonic() - _STARTED:5.0f} s] {line}", flush=True)
 
 
+def checkout_commit() -> str:
+    """The checkout's commit, short, for a benchmark's results ("" outside git)."""
+    return subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"],
+                          capture_output=True, text=True, check=False).stdout.strip()
+
+
 def save_results(path: Path, results: dict[str, Any], started: float, note: str = "") -> None:
     """Stamp a benchmark's results (load after, date, duration since `started`) and write
     them to `path` as JSON, for bench/report.py."""

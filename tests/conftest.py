@@ -89,7 +89,8 @@ WORKER_GROUPS = {
     # Neutron): the network tests, their real guests included, on a worker of their own
     # beside cloud's (its own Keystone and Glance): on cloud's worker they made it the run's
     # longest by minutes. (One stack per worker for all of them left each module the
-    # previous ones' networks, and Neutron's notifier the previous compute API.)
+    # previous ones' networks, and Neutron's notifier the previous compute API: since
+    # then every compute API of a Keystone listens on one port, KeystoneServer.service_port.)
     "network": "network",
     # Keystone and Glance (session, started on first use): tests of theirs that boot real
     # guests on the machine's libvirt are in "guests" above (the first group named wins),

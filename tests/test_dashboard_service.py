@@ -106,3 +106,21 @@ def test_a_login_without_the_csrf_token_or_from_elsewhere_is_refused(
                          headers={"Referer": horizon.url + "auth/login/"},
                          allow_redirects=False)
     assert taken.status_code == 200 and not csrf_refused(taken)
+
+
+def test_a_static_path_with_doubled_slashes_is_the_same_file(horizon: HorizonServer) -> None:
+    """As nginx or Apache in front of Horizon serve it (Horizon's Images panel asks for
+    `app/core/images//actions/...`); merging slashes reaches no file outside the static
+    root."""
+    assert horizon.pki is not None
+    ca = str(horizon.pki.ca_cert)
+    file = "static/app/core/images/actions/delete-image-selected-button.template.html"
+    plain = requests.get(horizon.url + file, verify=ca, timeout=30)
+    assert plain.status_code == 200
+    doubled = requests.get(horizon.url + file.replace("images/", "images//"), verify=ca,
+                           timeout=30)
+    assert (doubled.status_code, doubled.content) == (200, plain.content)
+    for outside in ("static//..//..//etc/passwd", "static/%2e%2e//%2e%2e//etc/passwd",
+                    "static//local//local_settings.py"):
+        answer = requests.get(horizon.url + outside, verify=ca, timeout=30)
+        assert answer.status_code == 404 and b"SECRET_KEY" not in answer.content, outside

@@ -161,10 +161,22 @@ exec >/dev/console 2>&1 </dev/null
 . /etc/guest-functions
 say boot
 while read -r module; do insmod "/lib/modules/$module"; done </etc/module-order
+# The loopback: a guest reaches its own addresses through it (Tempest's scenario tests ping
+# a guest's fixed IP from the guest itself).
+ip link set lo up
+# The boot disk's FAT partition (the one FAT filesystem), writable at /persist: what is
+# written there is in the disk, so a snapshot of it (and a server booted from that) keeps
+# it (Tempest's test_snapshot_pattern writes its timestamp there: [scenario] target_dir).
+mkdir -p /persist
+for device in /sys/class/block/*[0-9]; do
+    mount -t vfat -o rw "/dev/${device##*/}" /persist 2>/dev/null && break
+done
 
 # DHCP in the background so the lease is renewed while the guest stays up.
+# Its pid file where Tempest's scenario tests look for it (they renew the lease with
+# `kill -USR1 $(cat /var/run/udhcpc.eth0.pid)`, [scenario] dhcp_client = udhcpc).
 udhcpc -f -i eth0 -s /etc/udhcpc.script -t 60 -T 1 -A 1 -O staticroutes \
-    -x hostname:etcd-compute-guest &
+    -x hostname:etcd-compute-guest -p /var/run/udhcpc.eth0.pid &
 # The SSH host key, made while the lease is awaited.
 dropbearkey -t ed25519 -f /etc/dropbear/host_key_ed25519 >/etc/dropbear/host_key.out 2>&1 &
 host_key_job=$!
@@ -280,6 +292,17 @@ configdrive_keys() {
 }
 EOF
 
+    # sudo, as Tempest's scenario tests run their commands (`sudo sh -c ...`, `sudo
+    # mount ...`): root is the one user here, so it runs the command as it is.
+    cat >"$1/bin/sudo" <<'EOF'
+#!/bin/sh
+while [ $# -gt 0 ]; do
+    case "$1" in -n|-E|-H|-i|-s) shift ;; -u) shift 2 ;; --) shift; break ;; *) break ;; esac
+done
+exec "$@"
+EOF
+    chmod 755 "$1/bin/sudo"
+
     cat >"$1/bin/metadata" <<'EOF'
 #!/bin/sh
 # metadata PATH: the body of http://169.254.169.254/latest/PATH (/etc/guest-functions).
@@ -292,7 +315,8 @@ EOF
     echo 'root:*:0:0:root:/root:/bin/sh' >"$1/etc/passwd"
     echo 'root:x:0:' >"$1/etc/group"
     mkdir -p -m 700 "$1/root"
-    mkdir -p "$1/etc/dropbear" "$1/run"
+    mkdir -p "$1/etc/dropbear" "$1/run" "$1/var"
+    ln -s /run "$1/var/run"
 
     cat >"$1/etc/udhcpc.script" <<'EOF'
 #!/bin/sh
@@ -312,6 +336,10 @@ case "$1" in
         elif [ -n "${router:-}" ]; then
             route add default gw "${router%% *}" dev "$interface" 2>/dev/null
         fi
+        # The subnet's DNS servers (Tempest's test_subnet_details reads them after a
+        # renewal), written whole each time.
+        for server in ${dns:-}; do echo "nameserver $server"; done >/etc/resolv.conf.new
+        mv /etc/resolv.conf.new /etc/resolv.conf
         true ;;
 esac
 EOF

@@ -233,4 +233,13 @@ cached_venv .venv-docs requirements-docs.txt
 # Tempest (the compute API's judge) only when asked: it is large and only the tests use it.
 if [ "${1:-}" = tempest ]; then
   cached_venv .venv-tempest requirements-tempest.txt
+  # Its scenario tests (make tempest SCENARIO=1) ping the guests' floating IPs with
+  # `ping -c1 -w1 [-M do -s N]`: iputils' options, which busybox's ping lacks.
+  ping_missing=$(missing_of iputils-ping)
+  if [ -n "$ping_missing" ]; then
+    say "installing Debian packages:$ping_missing"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get $APT_LOCK_WAIT install -y -qq --no-install-recommends $ping_missing \
+      >>/tmp/etcd-compute-apt.log 2>&1 || die "apt-get install failed; see /tmp/etcd-compute-apt.log"
+  fi
 fi

@@ -7,7 +7,9 @@ Runs in the pool's workers (HTTP only; etcd is the main process's). The service 
 is checked here, as Neutron would check the user's own token:
 
 - `{"uuid": net}` (`fixed_ip` optional): a new port on a network of the project's or a
-  shared one; any other network is "not found", as to the user.
+  shared one; any other network is "not found", as to the user, unless the API's caller
+  was shown it (`caller_sees`: an admin's server on another project's network, as Nova
+  makes it with the admin's token).
 - `{"port": id}`: the project's own port, free (no device) or already this server's; it
   is bound (`device_id`, `device_owner`, `binding:host_id`) with Neutron's revision check
   (`If-Match`), so two builds cannot both take it.
@@ -92,12 +94,14 @@ def _visible(network: dict[str, Any], project_id: str) -> bool:
     return network.get("project_id") == project_id or bool(network.get("shared"))
 
 
-def _network(neutron: NeutronClient, network_id: str, project_id: str) -> dict[str, Any]:
+def _network(neutron: NeutronClient, network_id: str, project_id: str,
+             caller_sees: bool = False) -> dict[str, Any]:
+    """The network, if the project sees it (or the API's caller saw it: `caller_sees`)."""
     try:
         network = neutron.network(network_id)
     except NotFound:
         network = {}
-    if not network or not _visible(network, project_id):
+    if not network or not (caller_sees or _visible(network, project_id)):
         raise RequestError(f"network {network_id} not found")
     return network
 
@@ -219,7 +223,8 @@ def _one(neutron: NeutronClient, item: dict[str, Any] | None, spec: dict[str, An
         network = neutron.network(port["network_id"])
     else:
         network = (auto_network(neutron, project_id) if item is None
-                   else _network(neutron, item["uuid"], project_id))
+                   else _network(neutron, item["uuid"], project_id,
+                                 bool(item.get("caller_sees"))))
         # The server's own port on that network: made by a build here run again, or by
         # its build on a host it was evacuated from (rebound here: its address kept).
         existing = [p for p in neutron.ports(device_id=uuid, network_id=network["id"],

@@ -186,10 +186,12 @@ def _check_networks(networks: Any, security_groups: Any) -> None:
     """The shapes the instance spec takes (its schema checks them again when written)."""
     if networks is not None and not (
             isinstance(networks, list) and len(networks) <= 16 and all(
-                isinstance(item, dict) and item and set(item) <= {"uuid", "port", "fixed_ip"}
-                and all(isinstance(v, str) for v in item.values()) for item in networks)):
+                isinstance(item, dict) and item
+                and set(item) <= {"uuid", "port", "fixed_ip", "caller_sees"}
+                and all(isinstance(v, bool) if k == "caller_sees" else isinstance(v, str)
+                        for k, v in item.items()) for item in networks)):
         raise UsageError("networks: expected at most 16 of {uuid}, {port} or "
-                         "{uuid, fixed_ip}")
+                         "{uuid, fixed_ip} (and caller_sees: true or false)")
     if security_groups is not None and not (
             isinstance(security_groups, list) and len(security_groups) <= 16 and
             all(isinstance(g, str) and UUID.match(g) for g in security_groups)):

@@ -168,7 +168,7 @@ def cloud(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFacto
     host_yaml.write_text(yaml.safe_dump(host))
     compute = DaemonProcess([str(REPO / "compute.py"), "--config", str(host_yaml)],
                             tmp / "compute.log").start()
-    api = ComputeApiServer.create(tmp, pki=cluster_pki)
+    api = ComputeApiServer.create(tmp, keystone.service_port("compute"), pki=cluster_pki)
     try:
         wait_for(lambda: store.get(store.keys.alive(host["compute"]["uuid"])) is not None,
                  timeout=30, what="the compute's heartbeat")

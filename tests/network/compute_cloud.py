@@ -125,7 +125,8 @@ def compute_cloud(hosts: OvnHypervisors, guest_image: str, keystone_server: Keys
                   tmp_path: Path) -> Iterator[ComputeCloud]:
     computes: dict[str, DaemonProcess] = {}
     rps: dict[str, str] = {}
-    api = ComputeApiServer.create(tmp_path, pki=cluster_pki)
+    api = ComputeApiServer.create(tmp_path, keystone_server.service_port("compute"),
+                                  pki=cluster_pki)
     proxy = ConsoleProxyServer.create(tmp_path)
     try:
         for name, host in hosts.hosts.items():

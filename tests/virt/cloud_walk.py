@@ -105,7 +105,8 @@ def walk(tmp_path: Path, test_guest_image: Path, host_config: Any, write_yaml: A
                                                        "keystone_authtoken": {
                 **cloud.service_credentials(keystone_server), "auth_type": "password",
                 "cafile": keystone_server.ca_file}}})
-            api = ComputeApiServer.create(tmp_path, pki=cluster_pki)
+            api = ComputeApiServer.create(tmp_path, keystone_server.service_port("compute"),
+                                          pki=cluster_pki)
             api.start(api_config)
             try:
                 keystone_server.add_service("compute", "nova", api.endpoint)

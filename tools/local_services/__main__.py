@@ -30,6 +30,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="the guests' network: Neutron on OVN with a host in a network "
                              "namespace and an outside one (default), or the machine's "
                              "libvirt NAT network (the seed's shape, for schedule.py alone)")
+    parser.add_argument("--neutron-workers", type=int, default=None,
+                        help="Neutron's API workers (default: one per core, at most 4)")
     args = parser.parse_args(argv)
     stack = LocalStack.load(Path(args.run_dir).resolve())
 
@@ -41,7 +43,8 @@ def main(argv: list[str] | None = None) -> int:
             stack.up(args.etcd_port, args.placement_port, say, plain=args.plain,
                      keystone_port=args.keystone_port, glance_port=args.glance_port,
                      api_port=args.api_port, console_port=args.console_port,
-                     dashboard_port=args.dashboard_port, network_backend=args.network)
+                     dashboard_port=args.dashboard_port, network_backend=args.network,
+                     neutron_workers=args.neutron_workers)
         elif args.action == "down":
             stack.down(say)
         else:

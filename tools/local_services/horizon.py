@@ -64,15 +64,28 @@ STATIC_SETTINGS = ("DEBUG = False\nCOMPRESS_OFFLINE = True\nCOMPRESS_ENABLED = T
 
 
 # The WSGI application gunicorn serves: Horizon's, its static files answered in front of it
-# by WhiteNoise (Horizon leaves them to a web server; we have none in front).
+# by WhiteNoise (Horizon leaves them to a web server; we have none in front). A static path
+# with doubled slashes is served as the web servers Horizon is deployed behind serve it
+# (nginx's merge_slashes, Apache's path mapping): Horizon's own scripts ask for some so
+# (`app/core/images//actions/...`: the Images panel's batch actions, Create Image among
+# them, were not shown when WhiteNoise answered 404).
 WSGI_MODULE = """\
+import re
+
 from django.conf import settings
 from whitenoise import WhiteNoise
 
 from openstack_dashboard.wsgi import application as horizon
 
-application = WhiteNoise(horizon, root=settings.STATIC_ROOT, prefix=settings.STATIC_URL,
-                         max_age=3600)
+served = WhiteNoise(horizon, root=settings.STATIC_ROOT, prefix=settings.STATIC_URL,
+                    max_age=3600)
+
+
+def application(environ, start_response):
+    path = environ.get("PATH_INFO", "")
+    if "//" in path and path.startswith(settings.STATIC_URL):
+        environ["PATH_INFO"] = re.sub("/{2,}", "/", path)
+    return served(environ, start_response)
 """
 
 

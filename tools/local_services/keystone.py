@@ -147,6 +147,17 @@ class KeystoneServer(Service):
         server.pki = pki
         return server
 
+    def service_port(self, kind: str) -> int:
+        """The port for every server of service `kind` this Keystone's catalog names in
+        turn (tests start one compute API after another on one Keystone): picked once, so
+        the catalog's URL never moves. A client that read the catalog keeps it for its
+        token's life: Neutron's Nova notifier sent a later module's network-vif-plugged to
+        the stopped API of an earlier one, and that module's ports were never up."""
+        key = f"{kind}_port"
+        if key not in self.extra:
+            self.extra[key] = str(free_port())
+        return int(self.extra[key])
+
     @property
     def auth_url(self) -> str:
         address = self.extra.get("address", "127.0.0.1")

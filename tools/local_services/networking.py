@@ -29,11 +29,12 @@ class NetworkStack:
     timings: dict[str, float] = field(default_factory=dict)
 
     @classmethod
-    def create(cls, run_dir: Path, keystone: KeystoneServer,
-               pki: Pki | None = None) -> NetworkStack:
+    def create(cls, run_dir: Path, keystone: KeystoneServer, pki: Pki | None = None,
+               neutron_workers: int = 1) -> NetworkStack:
         mariadb = MariaDBServer.create(run_dir / "mariadb")
         ovn = OvnCentral.create(run_dir / "ovn")
-        neutron = NeutronServer.create(run_dir / "neutron", keystone, mariadb, ovn, pki=pki)
+        neutron = NeutronServer.create(run_dir / "neutron", keystone, mariadb, ovn, pki=pki,
+                                       workers=neutron_workers)
         return cls(mariadb, ovn, neutron)
 
     @property

@@ -121,14 +121,21 @@ class NeutronServer(Service):
     database: MariaDBServer
     ovn: OvnCentral
     pki: Pki | None = None
+    workers: int = 1
 
     @classmethod
     def create(cls, run_dir: Path, keystone: KeystoneServer, database: MariaDBServer,
                ovn: OvnCentral, port: int | None = None,
-               pki: Pki | None = None) -> NeutronServer:
+               pki: Pki | None = None, workers: int = 1) -> NeutronServer:
+        """`workers`: API worker processes, each serving one request at a time (Neutron's
+        own default, `api_workers`, is one per core; the tests' many short-lived stacks
+        keep one)."""
+        if not 1 <= workers <= 16:
+            raise ValueError(f"Neutron API workers: {workers} is not 1 to 16")
         server = cls("neutron", run_dir, port or free_port(),
                      extra={"db_password": secrets.token_urlsafe(18)})
         server.keystone, server.database, server.ovn, server.pki = keystone, database, ovn, pki
+        server.workers = workers
         return server
 
     @property
@@ -272,13 +279,13 @@ class NeutronServer(Service):
                 # Neutron asks its WSGI server how many API workers it has (uwsgi's and
                 # mod_wsgi's modules, else this variable): OVN's hash ring refuses to work
                 # without the count ("The Neutron API workers count is zero").
-                "ASGI_WORKERS": "1",
+                "ASGI_WORKERS": str(self.workers),
                 # Its workers elect a first one through files named by their parent's pid in
                 # the temp dir: here, not left in /tmp.
                 "TMPDIR": str(self.run_dir / "tmp"),
                 # gthread with one thread keeps the clients' connections (a TLS handshake
-                # per request otherwise), one request at a time.
-                "GUNICORN_CMD_ARGS": (f"--bind 127.0.0.1:{self.port} --workers 1 "
+                # per request otherwise), one request at a time per worker.
+                "GUNICORN_CMD_ARGS": (f"--bind 127.0.0.1:{self.port} --workers {self.workers} "
                                       "--worker-class gthread --threads 1 --keep-alive 60 "
                                       "--no-control-socket --timeout 120"
                                       f"{tls} --config {self.config_dir / 'gunicorn.conf.py'}"),

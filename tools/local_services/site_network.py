@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
 import signal
 import sys
 import threading
@@ -84,8 +85,11 @@ def remove_public(admin: NeutronClient, network_id: str) -> None:
 
 
 def serve(run_dir: Path, host: str, vm_root: Path, image_dirs: list[str],
-          stop: threading.Event) -> None:
-    """Start everything (timings in site.json), wait for `stop`, remove everything."""
+          stop: threading.Event, neutron_workers: int | None = None) -> None:
+    """Start everything (timings in site.json), wait for `stop`, remove everything.
+    `neutron_workers`: Neutron's API workers; None: one per core (at most 4), as Neutron's
+    `api_workers` defaults: with one, every server view's port lookups wait behind whatever
+    Neutron is doing."""
     from tools.local_services.stack import LocalStack
 
     stack = LocalStack.load(run_dir)
@@ -95,7 +99,9 @@ def serve(run_dir: Path, host: str, vm_root: Path, image_dirs: list[str],
     began = time.monotonic()
     timings: dict[str, float] = {}
     with contextlib.ExitStack() as exits:
-        network = NetworkStack.create(here, keystone, None if stack.plain else stack.pki)
+        network = NetworkStack.create(here, keystone, None if stack.plain else stack.pki,
+                                      neutron_workers=neutron_workers or
+                                      min(os.cpu_count() or 1, 4))
         network.start()
         exits.callback(network.stop)
         timings["network service"] = time.monotonic() - began
@@ -142,11 +148,14 @@ def main(argv: list[str] | None = None) -> int:
                         help="where the host's guests' files go (qemu must traverse it)")
     parser.add_argument("--image-dir", action="append", default=[],
                         help="a directory file:// images may come from")
+    parser.add_argument("--neutron-workers", type=int, default=None,
+                        help="Neutron's API workers (default: one per core, at most 4)")
     args = parser.parse_args(argv)
     stop = threading.Event()
     for number in (signal.SIGTERM, signal.SIGINT):
         signal.signal(number, lambda *_: stop.set())
-    serve(Path(args.run_dir).resolve(), args.host, Path(args.vm_root), args.image_dir, stop)
+    serve(Path(args.run_dir).resolve(), args.host, Path(args.vm_root), args.image_dir, stop,
+          args.neutron_workers)
     return 0
 
 

@@ -131,10 +131,12 @@ class LocalStack:
     def up(self, etcd_port: int, placement_port: int, say: Say, plain: bool = False,
            keystone_port: int = 5000, glance_port: int = 9292, api_port: int = 8774,
            guests: bool = True, console_port: int = 6080,
-           dashboard_port: int | None = None, network_backend: str = NEUTRON) -> None:
+           dashboard_port: int | None = None, network_backend: str = NEUTRON,
+           neutron_workers: int | None = None) -> None:
         """Start what is not running. `guests=False` (`make tempest`: fake-driver hosts only)
         leaves libvirt, the network, the test guest and the hand-run host's configs alone.
-        Horizon only with a `dashboard_port` and TLS."""
+        Horizon only with a `dashboard_port` and TLS. `neutron_workers`: Neutron's API
+        workers (None: one per core, at most 4)."""
         running = bool(self.etcd and pid_alive(self.etcd["pid"]))
         if running and self.plain != plain:
             raise ServiceUnavailable(
@@ -180,7 +182,7 @@ class LocalStack:
         if not guests:
             self.write_schedule_config(say)
         elif self.network_backend == NEUTRON:
-            self._up_site(say)
+            self._up_site(say, neutron_workers)
         elif any(pid_alive(pid) for pid in self.libvirt_pids):
             say(f"libvirtd already running (pids {self.libvirt_pids})")
         else:
@@ -214,7 +216,7 @@ class LocalStack:
             return None
         return dict(json.loads(self.site_file.read_text()))
 
-    def _up_site(self, say: Say) -> None:
+    def _up_site(self, say: Say, neutron_workers: int | None = None) -> None:
         """site_network.py's process: Neutron on OVN, the host, the outside, `public`."""
         import os
         import sys
@@ -230,7 +232,8 @@ class LocalStack:
             process = subprocess.Popen(
                 [sys.executable, "-m", "tools.local_services.site_network", "--run-dir",
                  str(self.run_dir), "--host", HOST, "--vm-root", str(LOCAL_VM_FILES),
-                 "--image-dir", str(image_dir)],
+                 "--image-dir", str(image_dir),
+                 *(["--neutron-workers", str(neutron_workers)] if neutron_workers else [])],
                 stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=REPO,
                 env={**os.environ, "PYTHONPATH": str(REPO)}, start_new_session=True)
         self.site = {"pid": process.pid, "log": str(log)}

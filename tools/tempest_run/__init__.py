@@ -9,4 +9,7 @@ tempest.conf that says what this cloud has; Tempest runs from its own virtualenv
 (`.venv-tempest`); `report.py` (run by that virtualenv's Python) reads the subunit stream
 into the report: passed, skipped with Tempest's reason, failed. Everything started is
 stopped after, by pid.
+
+`--scenario` (`make tempest SCENARIO=1`): Tempest's scenario tests against `scenario.py`'s
+cloud of real TCG guests on two hypervisor hosts, Tempest run in the outside namespace.
 """

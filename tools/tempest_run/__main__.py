@@ -1,9 +1,13 @@
-"""python -m tools.tempest_run [--smoke] [--concurrency N] [--keep] [--regex REGEX]
+"""python -m tools.tempest_run [--smoke | --scenario] [--concurrency N] [--keep] [--regex RE]
 
 Start the cloud (cloud.py), write tempest.conf (conf.py) in a fresh `tempest init`
 workspace, run Tempest's tests (all of `tempest.api.compute` and the smoke tests of
 `tempest.api.network`, or the compute API's smoke tests), write the report (report.py) and
 stop everything. Exits 0 only if no test failed and some passed.
+
+With --scenario: Tempest's scenario tests (SCENARIO below) against a cloud of real TCG
+guests on two hypervisor hosts (scenario.py), Tempest run in the outside namespace, where
+the floating IPs of the external network `public` are reached.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from tools.local_services.process import REPO
 from tools.tempest_run import cloud
 from tools.tempest_run.conf import tempest_conf
 
+DEFAULT_RUN_DIR = REPO / "run" / "tempest"
 TEMPEST_VENV = Path(os.environ.get("TEMPEST_VENV", REPO / ".venv-tempest"))
 # Every compute API test, and the network API's smoke tests (Neutron's own API is not the
 # subject, but the cloud's network must be the one Tempest expects). The smoke set (what
@@ -30,6 +35,12 @@ TEMPEST_VENV = Path(os.environ.get("TEMPEST_VENV", REPO / ".venv-tempest"))
 # Neutron's time and test nothing of ours.
 ALL = r"^tempest\.api\.(compute\.|network\..*\[.*\bsmoke\b.*\])"
 SMOKE = r"^tempest\.api\.compute\..*\[.*\bsmoke\b.*\]"
+# The scenario tests of issue 33: a server reached from outside, its network, security
+# groups and moves, a snapshot booted again, servers on both hosts.
+SCENARIO = (r"^tempest\.scenario\.(test_server_basic_ops|test_network_basic_ops|"
+            r"test_security_groups_basic_ops|test_network_advanced_server_ops|"
+            r"test_snapshot_pattern|test_server_multinode)\.")
+SCENARIO_BUILD_TIMEOUT = 300  # a TCG guest's build and boot on this shared machine
 
 
 def say(line: str) -> None:
@@ -40,16 +51,21 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--smoke", action="store_true",
                         help="only the tests Tempest tags smoke (what make test runs)")
+    parser.add_argument("--scenario", action="store_true",
+                        help="the scenario tests, on real guests (scenario.py)")
     parser.add_argument("--regex", help="a narrower selection (debugging), under "
-                                        "tempest.api.compute")
-    parser.add_argument("--concurrency", type=int, default=4,
-                        help="Tempest's workers (they mostly wait on the API)")
+                                        "tempest.api.compute (tempest.scenario with "
+                                        "--scenario)")
+    parser.add_argument("--concurrency", type=int,
+                        help="Tempest's workers (they mostly wait on the API): 4; 1 with "
+                             "--scenario (TCG guests on two cores)")
     # Two hosts: Tempest's multi-host tests (affinity, os-hosts) need them; a fake host
     # costs nothing.
     parser.add_argument("--compute-nodes", type=int, default=2)
     parser.add_argument("--no-network", action="store_true",
                         help="no network service (Neutron): the cloud as before issue 32")
-    parser.add_argument("--run-dir", type=Path, default=REPO / "run" / "tempest")
+    parser.add_argument("--run-dir", type=Path, default=DEFAULT_RUN_DIR,
+                        help="default: run/tempest (run/tempest-scenario with --scenario)")
     parser.add_argument("--report", type=Path,
                         help="default: run/tempest-report.txt (smoke: tempest-smoke-...)")
     parser.add_argument("--keep", action="store_true",
@@ -63,37 +79,56 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: Tempest is not installed in {TEMPEST_VENV}; run: tools/install.sh "
               "tempest", file=sys.stderr)
         return 1
-    regex = args.regex or (SMOKE if args.smoke else ALL)
-    if not regex.startswith((r"^tempest\.api\.compute", r"^tempest\.api\.network",
-                             r"^tempest\.api\.(")):
-        print("error: --regex must select under ^tempest\\.api\\.compute or network",
-              file=sys.stderr)
-        return 1
-    report = args.report or REPO / "run" / (
-        "tempest-smoke-report.txt" if args.smoke else "tempest-report.txt")
-    workspace = args.run_dir / "workspace"
+    if args.scenario:
+        regex = args.regex or SCENARIO
+        if not regex.startswith(r"^tempest\.scenario\."):
+            print("error: with --scenario, --regex must select under ^tempest\\.scenario\\.",
+                  file=sys.stderr)
+            return 1
+    else:
+        regex = args.regex or (SMOKE if args.smoke else ALL)
+        if not regex.startswith((r"^tempest\.api\.compute", r"^tempest\.api\.network",
+                                 r"^tempest\.api\.(")):
+            print("error: --regex must select under ^tempest\\.api\\.compute or network",
+                  file=sys.stderr)
+            return 1
+    concurrency = args.concurrency or (1 if args.scenario else 4)
+    name = "tempest-scenario" if args.scenario else \
+        "tempest-smoke" if args.smoke else "tempest"
+    report = args.report or REPO / "run" / f"{name}-report.txt"
+    run_dir = args.run_dir if not args.scenario or args.run_dir != DEFAULT_RUN_DIR else \
+        REPO / "run" / "tempest-scenario"
+    workspace = run_dir / "workspace"
     started = time.monotonic()
+    prefix: list[str] = []  # how Tempest is run: in the outside namespace for --scenario
     try:
-        stack, facts = cloud.start(args.run_dir / "cloud", say,
-                                   compute_nodes=args.compute_nodes,
-                                   network=not args.no_network)
+        if args.scenario:
+            from tools.tempest_run import scenario
+
+            stack, facts, outside = scenario.start(run_dir / "cloud", say)
+            prefix = ["ip", "netns", "exec", outside.laptop.netns]
+        else:
+            stack, facts = cloud.start(run_dir / "cloud", say,
+                                       compute_nodes=args.compute_nodes,
+                                       network=not args.no_network)
     except EtcdComputeError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     try:
         say(f"cloud ready in {time.monotonic() - started:.0f} s (compute API microversions "
             f"{facts.min_microversion} to {facts.max_microversion})")
-        _init_workspace(workspace, args.run_dir)
+        _init_workspace(workspace, run_dir)
         conf = workspace / "etc" / "tempest.conf"
-        conf.write_text(tempest_conf(facts, workspace))
+        conf.write_text(tempest_conf(facts, workspace, **(
+            {"build_timeout": SCENARIO_BUILD_TIMEOUT} if args.scenario else {})))
         conf.chmod(0o600)  # the admin's password
         ran = time.monotonic()
-        code = _run(tempest, workspace, conf, regex, args.concurrency)
+        code = _run(tempest, workspace, conf, regex, concurrency, prefix)
         say(f"tempest run exited {code} after {time.monotonic() - ran:.0f} s")
     finally:
         if args.keep:
             say(f"kept running: python -m tools.local_services down --run-dir "
-                f"{args.run_dir / 'cloud'}")
+                f"{run_dir / 'cloud'}")
         else:
             cloud.stop(stack, say, keep_logs=workspace / "logs" / "services")
     return _report(workspace, report, time.monotonic() - started)
@@ -112,13 +147,15 @@ def _init_workspace(workspace: Path, run_dir: Path) -> None:
                    check=True, capture_output=True)
 
 
-def _run(tempest: Path, workspace: Path, conf: Path, regex: str, concurrency: int) -> int:
-    """`tempest run`, its output in the workspace's tempest-run.log; failures shown live."""
+def _run(tempest: Path, workspace: Path, conf: Path, regex: str, concurrency: int,
+         prefix: list[str]) -> int:
+    """`tempest run` (after `prefix`: a namespace to run in), its output in the workspace's
+    tempest-run.log; failures shown live."""
     say(f"tempest run --regex '{regex}' --concurrency {concurrency} (output: "
         f"{workspace / 'tempest-run.log'})")
     with open(workspace / "tempest-run.log", "w") as log:
         process = subprocess.Popen(
-            [str(tempest), "run", "--config-file", str(conf), "--regex", regex,
+            [*prefix, str(tempest), "run", "--config-file", str(conf), "--regex", regex,
              "--concurrency", str(concurrency)],
             cwd=workspace, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
             stdin=subprocess.DEVNULL)

@@ -101,6 +101,11 @@ class Cloud:
     region: str = "RegionOne"
     neutron: bool = False  # the network service runs (Neutron on OVN)
     network_extensions: tuple[str, ...] = ()  # the aliases Neutron serves
+    # The scenario run's (scenario.py): real guests reached through `public`'s floating IPs.
+    scenario: bool = False
+    public_network_id: str = ""
+    ssh_user: str = "root"
+    hosts: tuple[str, ...] = ()  # the compute hosts' names (a move's source, destination)
 
 
 def tempest_conf(cloud: Cloud, workspace: Path, build_timeout: int = 120) -> str:
@@ -140,7 +145,8 @@ def tempest_conf(cloud: Cloud, workspace: Path, build_timeout: int = 120) -> str
         # as it does against any Nova whose network it cannot list.
         "fixed_network_name": "",
         "build_interval": "1"}
-    flags = {**COMPUTE_FEATURES, **(NEUTRON_COMPUTE_FEATURES if cloud.neutron else {})}
+    flags = {**COMPUTE_FEATURES, **(NEUTRON_COMPUTE_FEATURES if cloud.neutron else {}),
+             **(SCENARIO_COMPUTE_FEATURES if cloud.scenario else {})}
     features = {name: "true" if on else "false" for name, (on, _) in flags.items()}
     features["scheduler_enabled_filters"] = ",".join(SCHEDULER_FILTERS)
     features["nova_policy_roles"] = "admin,member,reader"
@@ -152,13 +158,59 @@ def tempest_conf(cloud: Cloud, workspace: Path, build_timeout: int = 120) -> str
     conf["image"] = {"region": cloud.region, "endpoint_type": "public",
                      "build_timeout": str(build_timeout)}
     conf["image-feature-enabled"] = {"api_v2": "true"}
-    # Guests are never reached over the network: a fake guest has no operating system to
-    # answer ssh or ping (its port is a switch's internal port), and there is no public
-    # network for the floating IPs Tempest would reach it through.
-    conf["validation"] = {"run_validation": "false"}
+    if cloud.scenario:
+        scenario_sections(conf, cloud)
+    else:
+        # Guests are never reached over the network: a fake guest has no operating system
+        # to answer ssh or ping (its port is a switch's internal port), and there is no
+        # public network for the floating IPs Tempest would reach it through.
+        conf["validation"] = {"run_validation": "false"}
     out = io.StringIO()
     conf.write(out)
     return out.getvalue()
+
+# What differs on the scenario run's cloud (cloud.scenario: real TCG guests on two libvirt
+# hosts, scenario.py): Tempest logs in to its guests and reads what they see.
+SCENARIO_COMPUTE_FEATURES: dict[str, tuple[bool, str]] = {
+    # Nova's config drive is a `config-2` filesystem with openstack/latest/meta_data.json;
+    # ours is NoCloud (`cidata`: meta-data, user-data), which Tempest does not read.
+    "config_drive": (False, "our config drive is NoCloud (cidata), not Nova's config-2"),
+    # The metadata server answers instance-id, hostname, public keys and user data; not
+    # local-ipv4 nor public-ipv4, and it takes no password POST (os-server-password).
+    "metadata_service": (False, "no local-ipv4/public-ipv4 in the metadata, no password "
+                                "POST"),
+    # Real libvirt hosts listening over TLS to each other: guests move live, their ports
+    # rebound (docs/explanation/networking.md#moves).
+    "live_migration": (True, "os-migrateLive between the two hosts, ports rebound"),
+    "live_migrate_back_and_forth": (True, "a guest moves back as it moved there"),
+    "block_migration_for_live_migration": (True, "every live migration copies the disks"),
+}
+
+# The scenario run's guests: the test guest's login and DHCP client, how long a TCG boot
+# may take on this shared machine.
+SSH_TIMEOUT = 300
+
+
+def scenario_sections(conf: configparser.ConfigParser, cloud: Cloud) -> None:
+    """[validation], [scenario] and the public network for Tempest's scenario tests: the
+    guests reached over SSH with their key pair through a floating IP of `public`."""
+    conf["validation"] = {
+        "run_validation": "true", "connect_method": "floating", "auth_method": "keypair",
+        "image_ssh_user": cloud.ssh_user, "ip_version_for_ssh": "4",
+        "network_for_ssh": "public",
+        "ssh_timeout": str(SSH_TIMEOUT), "connect_timeout": "60",
+        "ping_timeout": str(SSH_TIMEOUT)}
+    # The guest's busybox udhcpc (its pid file where Tempest looks: /var/run/udhcpc.eth0.pid);
+    # its root is an initramfs, its disk's FAT partition the writable /persist (the
+    # timestamp test_snapshot_pattern finds again in a server of the snapshot).
+    conf["scenario"] = {"dhcp_client": "udhcpc", "target_dir": "/persist"}
+    if len(cloud.hosts) >= 2:  # the moves' tests that name their hosts (from 2.74)
+        conf["compute"]["migration_source_host"] = cloud.hosts[0]
+        conf["compute"]["migration_dest_host"] = cloud.hosts[1]
+    conf["network"]["public_network_id"] = cloud.public_network_id
+    conf["network"]["floating_network_name"] = "public"
+    conf["network-feature-enabled"]["floating_ips"] = "true"
+
 
 # Extensions Neutron lists that this cloud cannot use, left out of api_extensions, and why.
 NETWORK_EXTENSIONS_UNUSABLE = {

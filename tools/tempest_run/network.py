@@ -41,6 +41,8 @@ class TempestStack(LocalStack):
     network: NetworkStack | None = None
     chassis: OvnHosts | None = None
     with_network: bool = False
+    # The scenario run's hypervisor hosts, outside and `public` (scenario.py), closed first.
+    site_exits: contextlib.ExitStack | None = None
 
     def _up_api(self, api_port: int, say: Say) -> None:
         if self.with_network and self.network is None:
@@ -81,7 +83,15 @@ class TempestStack(LocalStack):
         return {"name": "fake", "fake": {"ovsdb": self.chassis[name].switch.connection}}
 
     def stop_network(self, say: Say) -> None:
-        """The chassis (out of OVN), then Neutron and the rest; idempotent."""
+        """The scenario's hosts, outside and `public`, the chassis (out of OVN), then
+        Neutron and the rest; idempotent."""
+        if self.site_exits is not None:
+            try:
+                self.site_exits.close()
+            except Exception as exc:  # noqa: BLE001 (said; the rest is still stopped)
+                say(f"removing the hypervisor hosts and the outside: {exc}")
+            self.site_exits = None
+            say("hypervisor hosts, the outside namespace and public removed")
         if self.chassis is not None:
             with contextlib.suppress(Exception):
                 self.chassis.close()

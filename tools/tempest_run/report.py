@@ -86,7 +86,7 @@ def summarize(results: list[dict[str, Any]]) -> dict[str, Any]:
 
 def render(summary: dict[str, Any]) -> str:
     counts = summary["counts"]
-    lines = [f"Tempest tempest.api.compute: {counts[PASSED]} passed, {counts[SKIPPED]} "
+    lines = [f"Tempest: {counts[PASSED]} passed, {counts[SKIPPED]} "
              f"skipped, {counts[FAILED]} failed", "", "Skipped, by Tempest's reason:"]
     for skip in summary["skips"]:
         lines.append(f"  {skip['count']:4d}  {skip['reason']}")

@@ -39,6 +39,7 @@ def update(api: Backend, req: ApiRequest, class_name: str) -> webob.Response:
     validation.body(schema.update_schema(req.version), body)
     if class_name != DEFAULT_CLASS:
         raise bad_request(f"Only the quota class '{DEFAULT_CLASS}' is used here.")
-    changes = {name: int(value) for name, value in body["quota_class_set"].items()}
+    changes = {name: int(value) for name, value in body["quota_class_set"].items()
+               if name != schema.NETWORKS}  # Nova takes it and has no such quota
     limits = api.quotas.update_defaults(changes)
     return json_response({"quota_class_set": _shown(limits, req)})

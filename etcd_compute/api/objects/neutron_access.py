@@ -18,14 +18,19 @@ from etcd_compute.neutron import NeutronClient
 class TokenNeutronClient(NeutronClient):
     """A NeutronClient that sends a caller's token to `endpoint`."""
 
-    def __init__(self, endpoint: str, token: str, verify: str | bool, timeout: float):
+    def __init__(self, endpoint: str, token: str, verify: str | bool, timeout: float,
+                 connections: Any = None):
+        """`connections`: a requests.Session whose kept-alive connections to Neutron are
+        reused (shared by every caller's client: one TLS handshake per connection, not
+        per request)."""
         from keystoneauth1 import session as ks_session
         from keystoneauth1 import token_endpoint
 
         self.verify, self.timeout = verify, timeout
         self._endpoint = endpoint
         self.session = ks_session.Session(auth=token_endpoint.Token(endpoint, token),
-                                          verify=verify, timeout=timeout)
+                                          verify=verify, timeout=timeout,
+                                          session=connections)
 
 
 class CallerNeutron:
@@ -35,12 +40,22 @@ class CallerNeutron:
         self.neutron_config = neutron_config
         self._service: NeutronClient | None = None
         self._lock = threading.Lock()
+        self._connections: Any = None
 
     @property
     def service(self) -> NeutronClient:
         with self._lock:
             if self._service is None:
+                import requests
+
                 self._service = NeutronClient(self.neutron_config)
+                # Its connection pool serves every caller's requests: the token is per
+                # request (a header), never per connection.
+                self._connections = requests.Session()
+                self._connections.mount("https://", requests.adapters.HTTPAdapter(
+                    pool_connections=4, pool_maxsize=16))
+                self._connections.mount("http://", requests.adapters.HTTPAdapter(
+                    pool_connections=4, pool_maxsize=16))
             return self._service
 
     def __call__(self, context: Context) -> NeutronClient:
@@ -48,4 +63,5 @@ class CallerNeutron:
         if not token:
             raise NeutronUnavailable("Neutron: the request carries no token to ask it with")
         service = self.service
-        return TokenNeutronClient(service.endpoint, token, service.verify, service.timeout)
+        return TokenNeutronClient(service.endpoint, token, service.verify, service.timeout,
+                                  self._connections)

@@ -114,6 +114,10 @@ def networks(neutron: Any, project_id: str, asked: Any, count: int = 1,
     lost = [net_id for net_id in dict.fromkeys(net_ids) if net_id not in found]
     if lost:
         raise NetworkNotFound(", ".join(lost))
+    for item in wanted:  # shown to the caller, not the project's own nor shared: its host
+        net = found.get(item.get("uuid", ""))  # uses it as Nova does with the user's token
+        if net is not None and net.get("project_id") != project_id and not net.get("shared"):
+            item["caller_sees"] = True
     for item in wanted:
         if item.get("fixed_ip"):
             _check_fixed_ip(neutron, item["uuid"], item["fixed_ip"])

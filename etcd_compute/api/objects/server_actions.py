@@ -28,7 +28,7 @@ from etcd_compute.api.objects.images import Image, Images
 from etcd_compute.api.objects.quotas import OverQuota, Quotas
 from etcd_compute.api.objects.servers import Server
 from etcd_compute.errors import InvalidMessage, NotFound, UsageError
-from etcd_compute.etcd import Compare, KeyValueStore, Op, put_message
+from etcd_compute.etcd import Compare, KeyValueStore, Op, Txn, put_message
 from etcd_compute.instances import records, states
 from etcd_compute.ops import lifecycle, migrations, operations
 from etcd_compute.placement import PlacementClient
@@ -244,8 +244,14 @@ class ServerActions:
             raise UsageError("a move needs the scheduler's config here")
         scheduler = Scheduler(self.config, store=self.store,  # type: ignore[arg-type]
                               placement=self.placement)
-        migrations.migrate(self.store, self.placement, scheduler.place, server.uuid,
-                           live=live, host=host, by=by)
+        asked = migrations.migrate(self.store, self.placement, scheduler.place, server.uuid,
+                                   live=live, host=host, by=by)
+        # Shown as Nova's task_state (migrating, resize_prep) from the 202 until the
+        # source takes the move up (servers.py drops it if the move is gone before). The
+        # move is asked already: a view changed meanwhile only misses the task.
+        compares, ops = self._view(server, self._task("live-migrate" if live else "migrate")
+                                   )(asked.request)
+        self.store.commit(Txn(compares, ops))
 
     # --- createImage ----------------------------------------------------------------------
 

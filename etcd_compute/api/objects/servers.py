@@ -29,7 +29,11 @@ from etcd_compute.etcd import (
     put_message,
 )
 from etcd_compute.instances import external_events, ownership, records, states
+from etcd_compute.instances import migrations as instance_migrations
 from etcd_compute.keys import UUID
+
+# The server view's tasks of a move (server_actions.py): shown while it is in flight.
+MOVE_TASKS = ("live-migrate", "migrate")
 
 
 class ServerChanged(Exception):
@@ -143,6 +147,8 @@ class Servers:
                                                   found.entries[0].value)
                 except InvalidMessage:
                     view.record = None
+        for view in located:
+            self._drop_move_gone(view)
         live = []
         for view in views:
             if view.record is not None and (deleted or view.record["state"] != states.DELETED):
@@ -154,6 +160,17 @@ class Servers:
             elif view.record is None and not view.doc.get("fault"):
                 self._drop_orphan(view)
         return live
+
+    def _drop_move_gone(self, view: Server) -> None:
+        """A move's task (live-migrate, migrate) whose move is no longer in flight (given up
+        before its source took it up, or done) is not shown: only the API's view of the
+        move says it was asked."""
+        task = view.doc.get("task")
+        if not task or task.get("action") not in MOVE_TASKS:
+            return
+        migration, _ = instance_migrations.read(self.store, view.uuid)
+        if migration is None or migration.get("request_id") != task["request_id"]:
+            view.doc = {**view.doc, "task": None}
 
     def _forget_if_ended(self, view: Server) -> None:
         """A located instance without a record: gone (its record expired) unless it is

@@ -75,7 +75,9 @@ RESTING = (states.ACTIVE, states.SHUTOFF, states.SUSPENDED)
 _PENDING = {"stop": "powering-off", "start": "powering-on", "suspend": "suspending",
             "resume": "resuming", "reboot": "rebooting",
             "rebuild": "rebuilding", "resize": "resize_prep",
-            "revert-resize": "resize_reverting", "snapshot": "image_snapshot"}
+            "revert-resize": "resize_reverting", "snapshot": "image_snapshot",
+            # Moves (os-migrateLive, migrate): Nova's API sets them before its 202.
+            "live-migrate": "migrating", "migrate": "resize_prep"}
 
 
 def pending(server: Server) -> dict[str, Any] | None:

@@ -79,6 +79,18 @@ def test_another_projects_network_is_not_found_and_the_ports_made_before_go(
     assert ports.read_ledger(tmp_path, wanted["uuid"]) is None
 
 
+def test_a_network_the_apis_caller_saw_takes_the_projects_port(
+        neutron: FakeNeutron, tmp_path: Path) -> None:
+    """An admin's server on another project's network (Tempest's multinode scenario): the
+    API checked it with the admin's token and says so (`caller_sees`); the port is the
+    server's project's, as Nova makes it."""
+    theirs = neutron.add_network(ALT)
+    wanted = spec(networks=[{"uuid": theirs["id"], "caller_sees": True}])
+    allocate(neutron, tmp_path, wanted)
+    (port,) = neutron.items["ports"].values()
+    assert port["network_id"] == theirs["id"] and port["project_id"] == wanted["project_id"]
+
+
 def test_a_fixed_ip_is_asked_for_and_one_taken_is_the_requests_fault(
         neutron: FakeNeutron, tmp_path: Path) -> None:
     net = neutron.add_network()

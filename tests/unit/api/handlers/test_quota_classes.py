@@ -28,7 +28,28 @@ def test_changing_the_default_class_changes_every_projects_defaults_but_not_thei
     assert harness.call("GET", "/v2.1/os-quota-class-sets/default").status_int == 403
     assert harness.admin("PUT", "/v2.1/os-quota-class-sets/gold", {
         "quota_class_set": {"instances": 1}}).status_int == 400
-    for body in ({"quota_class_set": {"instances": -2}}, {"quota_class_set": {"x": 1}},
-                 {"quota_class_set": {"server_groups": 1}}, {}):
+    for body in ({"quota_class_set": {"instances": -2}}, {"quota_class_set": {"x": 1}}, {}):
         assert harness.admin("PUT", "/v2.1/os-quota-class-sets/default",
                              body).status_int == 400, body
+    for version, body in (("2.50", {"floating_ips": 1}), ("2.57", {"injected_files": 1})):
+        assert harness.admin("PUT", "/v2.1/os-quota-class-sets/default", {
+            "quota_class_set": body}, version=version).status_int == 400, version
+
+
+def test_before_2_50_an_update_takes_the_server_group_quotas_it_does_not_show():
+    """As Nova's update schema before 2.50 (all its quotas, `networks` too), which Horizon's
+    Update Default Quotas sends at 2.1: taken and kept, shown from 2.50; `networks` (no
+    such quota since nova-network) taken and not kept."""
+    harness = Harness.new()
+    answer = harness.admin("PUT", "/v2.1/os-quota-class-sets/default", {"quota_class_set": {
+        "instances": 17, "server_groups": 12, "server_group_members": 13, "networks": 3,
+        "injected_files": 4}})
+    assert answer.status_int == 200, answer.body
+    changed = answer.json["quota_class_set"]
+    assert changed["instances"] == 17 and "server_groups" not in changed
+    assert "networks" not in changed
+    at_250 = harness.admin("GET", "/v2.1/os-quota-class-sets/default",
+                           version="2.50").json["quota_class_set"]
+    assert (at_250["server_groups"], at_250["server_group_members"]) == (12, 13)
+    assert harness.backend.quotas.limits("p1")["server_groups"] == 12
+    assert "networks" not in harness.backend.quotas.default_limits()

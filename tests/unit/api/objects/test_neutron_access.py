@@ -37,3 +37,10 @@ def test_the_service_client_is_made_once() -> None:
 def test_a_request_without_a_token_is_never_sent_as_the_service() -> None:
     with pytest.raises(NeutronUnavailable, match="no token"):
         CallerNeutron(CONFIG)(caller(None))
+
+
+def test_every_callers_client_shares_one_connection_pool_and_keeps_its_own_token() -> None:
+    neutron = CallerNeutron(CONFIG)
+    mine, theirs = neutron(caller("my-token")), neutron(caller("their-token"))
+    assert mine.session.session is theirs.session.session  # the kept-alive connections
+    assert (mine.session.auth.token, theirs.session.auth.token) == ("my-token", "their-token")

@@ -30,12 +30,14 @@ def test_the_missing_networks_are_named_together() -> None:
 
 
 def test_an_admin_sees_any_projects_network_and_port() -> None:
+    """Its host is told the caller saw the network (the project does not: its port there
+    is made as Nova makes it with the admin's token)."""
     neutron = FakeNeutron()
     net = neutron.add_network("p2")
     port = neutron.add_port(net)
     assert requested.networks(neutron.as_caller("admin", is_admin=True), "admin",
                               [{"uuid": net["id"]}, {"port": port["id"]}]) == [
-        {"uuid": net["id"]}, {"port": port["id"]}]
+        {"uuid": net["id"], "caller_sees": True}, {"port": port["id"]}]
 
 
 def test_a_shared_or_external_network_is_seen_by_anyone() -> None:
@@ -44,7 +46,8 @@ def test_a_shared_or_external_network_is_seen_by_anyone() -> None:
     external = neutron.add_network("ops", external=True, cidr="203.0.113.0/24")
     asked = [{"uuid": shared["id"]}, {"uuid": external["id"]}]
     assert requested.networks(neutron.as_caller("p1"), "p1", asked,
-                              external_ok=True) == asked
+                              external_ok=True) == [
+        {"uuid": shared["id"]}, {"uuid": external["id"], "caller_sees": True}]
     with pytest.raises(requested.NetworkRequestRefused) as caught:
         requested.networks(neutron.as_caller("p1"), "p1", asked)
     assert caught.value.code == 403

@@ -16,3 +16,9 @@ def test_the_names_change_at_2_50_and_2_57():
     properties = quota_classes.update_schema(Version(2, 50))["properties"]["quota_class_set"]
     assert properties["additionalProperties"] is False
     assert "floating_ips" not in properties["properties"]
+
+
+def test_an_update_takes_the_server_groups_and_networks_before_2_50():
+    assert {"server_groups", "networks"} <= set(quota_classes.update_names(Version(2, 49)))
+    assert "networks" not in quota_classes.update_names(Version(2, 50))
+    assert "server_groups" in quota_classes.update_names(Version(2, 57))

@@ -1,0 +1,43 @@
+"""The test guest's `sudo` (tools/build-test-guest.sh): Tempest's scenario tests run their
+commands in a guest as `sudo sh -c "..."`, `sudo mount ...`, `sudo -n ...`; root is the
+guest's one user, so the shim runs the command as it is, its options dropped and its
+arguments kept whole. Run by this machine's busybox."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.support import REPO, unavailable
+
+
+@pytest.fixture(scope="module")
+def sudo(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    if shutil.which("busybox") is None:
+        unavailable("busybox is not installed (tools/install.sh installs busybox-static)")
+    root = tmp_path_factory.mktemp("guest-root")
+    (root / "etc").mkdir()
+    (root / "bin").mkdir()
+    subprocess.run(["bash", "-c", 'source "$1" && write_init "$2"', "_",
+                    str(REPO / "tools" / "build-test-guest.sh"), str(root)], check=True)
+    return root / "bin" / "sudo"
+
+
+@pytest.mark.parametrize(("argv", "printed"), [
+    (["sh", "-c", 'echo "a  b" >&1; echo $0'], "a  b\nsh\n"),
+    (["-n", "echo", "one two"], "one two\n"),
+    (["-E", "-u", "root", "--", "printf", "%s|", "-n"], "-n|"),
+])
+def test_sudo_runs_the_command_as_it_is(sudo: Path, argv: list[str], printed: str) -> None:
+    done = subprocess.run(["busybox", "sh", str(sudo), *argv], capture_output=True,
+                          text=True, check=False, timeout=30)
+    assert (done.returncode, done.stdout) == (0, printed), done.stderr
+
+
+def test_sudo_passes_the_commands_status_on(sudo: Path) -> None:
+    done = subprocess.run(["busybox", "sh", str(sudo), "sh", "-c", "exit 3"],
+                          capture_output=True, text=True, check=False, timeout=30)
+    assert done.returncode == 3
