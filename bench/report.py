@@ -386,6 +386,13 @@ def markdown(results: dict[str, Any], plots: list[str], plot_prefix: str) -> str
         from bench.server_view import markdown as server_view_markdown
 
         lines += ["", *server_view_markdown(json.loads(views.read_text()))]
+    for name in ("dashboard.json", "dashboard-quick.json"):  # bench/dashboard.py
+        dashboard = Path(__file__).resolve().parent / "results" / name
+        if dashboard.exists():
+            from bench.dashboard import markdown as dashboard_markdown
+
+            lines += ["", *dashboard_markdown(json.loads(dashboard.read_text()))]
+            break
     return "\n".join(lines) + "\n"
 
 
