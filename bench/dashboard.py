@@ -57,7 +57,6 @@ import os
 import re
 import shutil
 import signal
-import subprocess
 import sys
 import time
 import uuid as uuidlib
@@ -70,9 +69,8 @@ from urllib.parse import urlsplit
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.services import save_results, say  # noqa: E402
+from bench.services import checkout_commit, machine_line, save_results, say  # noqa: E402
 from bench.stats import percentile  # noqa: E402
-from tools.local_services.process import REPO  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 ROOT = Path("/var/tmp/etcd-compute-bench")
@@ -662,15 +660,6 @@ def plot(results: dict[str, Any], path: Path) -> str:
     return path.name
 
 
-def machine() -> str:
-    import psutil
-
-    cpu = next((line.split(":", 1)[1].strip() for line in
-                Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("model name")),
-               "?")
-    return (f"{cpu}, {psutil.cpu_count()} cores, "
-            f"{psutil.virtual_memory().total / 2**30:.1f} GiB; kernel {os.uname().release}")
-
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -698,8 +687,7 @@ def main(argv: list[str] | None = None) -> int:
             raise SystemExit(f"bench/dashboard.py: {why} (or --network none)")
     import openstack
 
-    commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"],
-                            capture_output=True, text=True, check=False).stdout.strip()
+    commit = checkout_commit()
     load_before = Path("/proc/loadavg").read_text().strip()
     started = time.monotonic()
     ROOT.mkdir(parents=True, exist_ok=True, mode=0o711)
@@ -712,7 +700,7 @@ def main(argv: list[str] | None = None) -> int:
                      "neutron": neutron, "flavor": FLAVOR, "batch": BATCH},
         "openstacksdk": importlib.metadata.version("openstacksdk"), "file": name,
         "horizon_version": _horizon_version(), "commit": commit, "load_before": load_before,
-        "machine": machine()}
+        "machine": machine_line()}
     try:
         with cloud(top / "run", neutron, -(-count // PER_HOST), args.keep_logs) as info:
             results["up_s"] = info["up_s"]

@@ -64,7 +64,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import libvirt  # noqa: E402
 import psutil  # noqa: E402
 
-from bench.services import checkout_commit, save_results, say  # noqa: E402
+from bench.services import checkout_commit, machine_line, save_results, say  # noqa: E402
 from bench.stats import percentile  # noqa: E402
 from etcd_compute.compute import worker  # noqa: E402
 from etcd_compute.config import deep_merge  # noqa: E402
@@ -684,7 +684,7 @@ def main(argv: list[str] | None = None) -> int:
             results["load_after_before_stop"] = load()
     finally:
         shutil.rmtree(run_dir, ignore_errors=True)
-    results.update(commit=commit, load_before=load_before, machine=machine(),
+    results.update(commit=commit, load_before=load_before, machine=machine_line(),
                    file=f"network{'-quick' if args.quick else ''}.json")
     results["summary"] = summary(results)
     save_results(RESULTS / results["file"], results, started)
@@ -697,13 +697,6 @@ def main(argv: list[str] | None = None) -> int:
         print(line)
     return 0
 
-
-def machine() -> str:
-    cpu = next((line.split(":", 1)[1].strip() for line in
-                Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("model name")),
-               "?")
-    return (f"{cpu}, {psutil.cpu_count()} cores, "
-            f"{psutil.virtual_memory().total / 2**30:.1f} GiB; kernel {os.uname().release}")
 
 
 def checkpoint(out: dict[str, Any], args: argparse.Namespace) -> None:

@@ -66,7 +66,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import yaml  # noqa: E402
 
-from bench.services import checkout_commit, save_results, say  # noqa: E402
+from bench.services import checkout_commit, machine_line, save_results, say  # noqa: E402
 from bench.stats import percentile  # noqa: E402
 from tools.local_services import REPO, free_port  # noqa: E402
 from tools.local_services.netns import netns_usable  # noqa: E402
@@ -437,22 +437,13 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(top, ignore_errors=True)
     ssh = [row["ssh_s"] for one in results["baseline_runs"] for row in one["servers"]]
     results["baseline"] = {"ssh_s": {"p50": round(percentile(ssh, 50), 2) if ssh else None}}
-    results.update(commit=commit, load_before=load_before, machine=machine())
+    results.update(commit=commit, load_before=load_before, machine=machine_line())
     results["verdict"] = verdict(results)
     save_results(RESULTS / name, results, started)
     for line in markdown(results):
         print(line)
     return 0
 
-
-def machine() -> str:
-    import psutil
-
-    cpu = next((line.split(":", 1)[1].strip() for line in
-                Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("model name")),
-               "?")
-    return (f"{cpu}, {psutil.cpu_count()} cores, "
-            f"{psutil.virtual_memory().total / 2**30:.1f} GiB; kernel {os.uname().release}")
 
 
 if __name__ == "__main__":

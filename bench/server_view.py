@@ -46,11 +46,10 @@ from bench.nodepool import (  # noqa: E402
     cloud,
     left,
     load,
-    machine,
     make_network,
     remove_network,
 )
-from bench.services import checkout_commit, save_results, say  # noqa: E402
+from bench.services import checkout_commit, machine_line, save_results, say  # noqa: E402
 from bench.stats import percentile  # noqa: E402
 from tools.local_services.netns import netns_usable  # noqa: E402
 
@@ -183,7 +182,7 @@ def main(argv: list[str] | None = None) -> int:
     name = f"server_view{'-quick' if args.quick else ''}.json"
     results: dict[str, Any] = {
         "settings": {"quick": args.quick, "readers": args.readers, "seconds": seconds},
-        "commit": commit, "load_before": load(), "machine": machine(), "runs": [],
+        "commit": commit, "load_before": load(), "machine": machine_line(), "runs": [],
         "file": name}
     started = time.monotonic()
     ROOT.mkdir(parents=True, exist_ok=True, mode=0o711)

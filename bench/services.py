@@ -54,6 +54,15 @@ def say(line: str) -> None:
     print(f"==> [{time.monotonic() - _STARTED:5.0f} s] {line}", flush=True)
 
 
+def machine_line() -> str:
+    """The machine in one line, for a benchmark's report: CPU, cores, memory, kernel."""
+    cpu = next((line.split(":", 1)[1].strip() for line in
+                Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("model name")),
+               "?")
+    return (f"{cpu}, {psutil.cpu_count()} cores, "
+            f"{psutil.virtual_memory().total / 2**30:.1f} GiB; kernel {os.uname().release}")
+
+
 def checkout_commit() -> str:
     """The checkout's commit, short, for a benchmark's results ("" outside git)."""
     return subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"],
