@@ -90,6 +90,20 @@ def system_libvirt(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
                 stop_pid(pid)
 
 
+@pytest.fixture(scope="module")
+def guest_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The test guest's init and its scripts (tools/build-test-guest.sh's `write_init`)
+    written into a directory, for this machine's busybox to run pieces of."""
+    if shutil.which("busybox") is None:
+        unavailable("busybox is not installed (tools/install.sh installs busybox-static)")
+    root = tmp_path_factory.mktemp("guest-root")
+    (root / "etc").mkdir()
+    (root / "bin").mkdir()
+    subprocess.run(["bash", "-c", 'source "$1" && write_init "$2"', "_",
+                    str(REPO / "tools" / "build-test-guest.sh"), str(root)], check=True)
+    return root
+
+
 @pytest.fixture(scope="session")
 def test_guest_image() -> Path:
     """The qcow2 built by tools/build-test-guest.sh (cached, so usually instant)."""

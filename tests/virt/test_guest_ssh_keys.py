@@ -5,14 +5,12 @@ folded or quoted it; none for an instance without one."""
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 
 from etcd_compute.virt.configdrive import meta_data
-from tests.support import REPO, unavailable
 
 ED25519 = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGm1ZtN3mVg9Hn7E6y6l0PqO5c9b7cX0p0Q1r2s3t4u5"
 # 4096-bit RSA: one long word, no fold inside it.
@@ -20,16 +18,8 @@ RSA = "ssh-rsa AAAAB3NzaC1yc2EAAAADAQABAAACAQ" + "Ce3uWyitSc7a0teGhi71XIIoQ5Mtke
 
 
 @pytest.fixture(scope="module")
-def guest_functions(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    busybox = shutil.which("busybox")
-    if busybox is None:
-        unavailable("busybox is not installed (tools/install.sh installs busybox-static)")
-    root = tmp_path_factory.mktemp("guest-root")
-    (root / "etc").mkdir()
-    (root / "bin").mkdir()
-    subprocess.run(["bash", "-c", 'source "$1" && write_init "$2"', "_",
-                    str(REPO / "tools" / "build-test-guest.sh"), str(root)], check=True)
-    return root / "etc" / "guest-functions"
+def guest_functions(guest_root: Path) -> Path:
+    return guest_root / "etc" / "guest-functions"
 
 
 def keys_read(guest_functions: Path, tmp_path: Path, key: str | None) -> list[str]:

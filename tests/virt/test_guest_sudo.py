@@ -5,25 +5,15 @@ arguments kept whole. Run by this machine's busybox."""
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 
-from tests.support import REPO, unavailable
-
 
 @pytest.fixture(scope="module")
-def sudo(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    if shutil.which("busybox") is None:
-        unavailable("busybox is not installed (tools/install.sh installs busybox-static)")
-    root = tmp_path_factory.mktemp("guest-root")
-    (root / "etc").mkdir()
-    (root / "bin").mkdir()
-    subprocess.run(["bash", "-c", 'source "$1" && write_init "$2"', "_",
-                    str(REPO / "tools" / "build-test-guest.sh"), str(root)], check=True)
-    return root / "bin" / "sudo"
+def sudo(guest_root: Path) -> Path:
+    return guest_root / "bin" / "sudo"
 
 
 @pytest.mark.parametrize(("argv", "printed"), [
