@@ -44,16 +44,22 @@ INVENTORY = {"VCPU": {"total": 256, "reserved": 0, "allocation_ratio": 1.0},
              "DISK_GB": {"total": 2000, "reserved": 0, "allocation_ratio": 1.0}}
 
 
-def start(run_dir: Path, say: Say, compute_nodes: int = 1, network: bool = True
-          ) -> tuple[TempestStack, Cloud]:
-    """Start everything in `run_dir` (with `network`, Neutron on OVN and a chassis per
-    host: network.py); the stack (to stop) and what tempest.conf says of it. Whatever an
-    interrupted run left there is removed first."""
+def fresh_stack(run_dir: Path, say: Say) -> TempestStack:
+    """The stack of `run_dir`, whatever an interrupted run left there removed first."""
     stack = TempestStack.load(run_dir)
     if stack.state_file.exists():
         say(f"removing what an earlier run left in {run_dir}")
         stack.down(say)
         stack = TempestStack.load(run_dir)
+    return stack
+
+
+def start(run_dir: Path, say: Say, compute_nodes: int = 1, network: bool = True
+          ) -> tuple[TempestStack, Cloud]:
+    """Start everything in `run_dir` (with `network`, Neutron on OVN and a chassis per
+    host: network.py); the stack (to stop) and what tempest.conf says of it. Whatever an
+    interrupted run left there is removed first."""
+    stack = fresh_stack(run_dir, say)
     stack.with_network = network
     names = [f"tempest-compute-{number}" for number in range(1, compute_nodes + 1)]
     try:

@@ -67,11 +67,7 @@ def start(run_dir: Path, say: Say) -> tuple[TempestStack, Cloud, Outside]:
     why = netns_usable()
     if why:
         raise ServiceUnavailable(why)
-    stack = TempestStack.load(run_dir)
-    if stack.state_file.exists():
-        say(f"removing what an earlier run left in {run_dir}")
-        stack.down(say)
-        stack = TempestStack.load(run_dir)
+    stack = cloud.fresh_stack(run_dir, say)
     stack.with_network = True
     try:
         image_file = build_test_guest(say)
