@@ -23,14 +23,16 @@ from tests.virt.conftest import libvirt_compute
 pytestmark = pytest.mark.vm
 
 QUERY = "resources=VCPU:1,MEMORY_MB:128,DISK_GB:1"
+# The guest mounts its disk's FAT partition at /persist as it boots (read-write: a second
+# read-only mount of it is refused while that one holds it).
 WRITE_MARKER = """#!/bin/sh
 . /etc/guest-functions
-mkdir -p /mnt && mount -t vfat /dev/vda1 /mnt && echo {marker} > /mnt/marker.txt && sync \\
-  && umount /mnt && say "marker written"
+grep -q " /persist vfat " /proc/mounts && echo {marker} > /persist/marker.txt && sync \\
+  && say "marker written"
 """
 READ_MARKER = """#!/bin/sh
 . /etc/guest-functions
-mkdir -p /mnt && mount -t vfat -o ro /dev/vda1 /mnt && say "marker=$(cat /mnt/marker.txt)"
+grep -q " /persist vfat " /proc/mounts && say "marker=$(cat /persist/marker.txt)"
 """
 
 
