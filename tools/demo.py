@@ -136,9 +136,11 @@ def main() -> int:
     stack = LocalStack.load(RUN)
     already = {name for name in LocalStack.SERVICES if getattr(stack, name)}
     try:
-        stack.up(2379, 8080, say, plain=args.plain, network_backend=args.network)
+        # Kept running, the cloud is for trying by hand: the dashboard too (as make up).
+        stack.up(2379, 8080, say, plain=args.plain, network_backend=args.network,
+                 dashboard_port=8443 if args.keep else None)
     except EtcdComputeError as exc:
-        fail(str(exc), "make down, or free ports 2379, 8080, 5000 and 9292")
+        fail(str(exc), "make down, or free ports 2379, 8080, 5000, 9292, 8774, 6080 and 8443")
     on_neutron = stack.site_info() is not None
     started_here = set(LocalStack.SERVICES) - already
     computes: list[subprocess.Popen[bytes]] = []
