@@ -52,10 +52,9 @@ class CallerNeutron:
                 # Its connection pool serves every caller's requests: the token is per
                 # request (a header), never per connection.
                 self._connections = requests.Session()
-                self._connections.mount("https://", requests.adapters.HTTPAdapter(
-                    pool_connections=4, pool_maxsize=16))
-                self._connections.mount("http://", requests.adapters.HTTPAdapter(
-                    pool_connections=4, pool_maxsize=16))
+                for scheme in ("https://", "http://"):
+                    self._connections.mount(scheme, requests.adapters.HTTPAdapter(
+                        pool_connections=4, pool_maxsize=16))
             return self._service
 
     def __call__(self, context: Context) -> NeutronClient:
