@@ -80,6 +80,10 @@ WORKER_GROUPS = {
     # Projects kept apart on Neutron (tests/network/test_projects_apart_vm.py): five real
     # guests, a Neutron stack and a compute API of its own: a worker of its own.
     "projects_apart": "projects-apart",
+    # Tempest's smoke scenario tests (tests/network/test_tempest_scenario_smoke_vm.py):
+    # tools/tempest_run's scenario cloud of its own, real guests one after another: 4.3
+    # minutes alone at load average 6-10 (the cloud ready in 42 s).
+    "tempest_scenario": "tempest-scenario",
     # Real guests on Neutron ports on two OVN hypervisor hosts (the probe beside them, or
     # the compute API over them: tests/network/guests.py, compute_cloud.py), the browser's
     # dashboard among them: the network tests' longer half, on a worker of its own.
@@ -110,8 +114,8 @@ WORKER_GROUPS = {
 # network and network-guests: the Neutron modules, split out of cloud's, whose worker ran 9
 # of them one after another (1102 s alone on a loaded machine, load average 10-14), before
 # the dashboard's browser test and Ansible's runs joined them.
-GROUP_ORDER = ["guests", "network-guests", "network", "cloud", "projects-apart", "outside",
-               "cluster", "zones", "postgres"]
+GROUP_ORDER = ["guests", "network-guests", "network", "cloud", "projects-apart",
+               "tempest-scenario", "outside", "cluster", "zones", "postgres"]
 # Groups that take a whole module when one of its tests is theirs: its module-scoped hosts
 # and Neutron stack are then started on one worker only.
 WHOLE_MODULE_GROUPS = {"network-guests"}
