@@ -22,7 +22,7 @@ import uuid as uuidlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
+from typing import Any, Protocol
 
 from etcd_compute import claims, events
 from etcd_compute.errors import (
@@ -45,7 +45,14 @@ from etcd_compute.scheduler.spec import operator_name
 ATTEMPTS = 3
 # What a wait shows between the hand-over and the source's claim freed.
 FREEING_THE_SOURCE = "freeing the source's claim"
-Place = Callable[[dict[str, Any], frozenset[str]], Pick]
+
+
+class Place(Protocol):
+    """`Scheduler.place`: where the instance (its spec) would go, `exclude`d hosts aside,
+    or whether the `destination` host would take it."""
+
+    def __call__(self, spec: dict[str, Any], exclude: frozenset[str],
+                 destination: str | None = None) -> Pick: ...
 
 
 @dataclass
@@ -122,7 +129,7 @@ def migrate(store: KeyValueStore, placement: PlacementClient, place: Place, uuid
         if "project_id" not in spec:
             raise states.ActionRefused(f"instance {uuid} was not placed by a scheduler: it "
                                        "has no query or project to move it by")
-        pick = _destination(store, placement, place, spec, source, wanted)
+        pick = _destination(store, place, spec, source, wanted)
         migration_id = str(uuidlib.uuid4())
         request = action_txn.new_request(by or operator_name(), live=live,
                                          destination=pick.host.uuid, migration=migration_id)
@@ -151,8 +158,8 @@ def migrate(store: KeyValueStore, placement: PlacementClient, place: Place, uuid
     raise UsageError(f"instance {uuid} kept changing while asking for its move; try again")
 
 
-def _destination(store: KeyValueStore, placement: PlacementClient, place: Place,
-                 spec: dict[str, Any], source: str, wanted: tuple[str, str] | None) -> Pick:
+def _destination(store: KeyValueStore, place: Place, spec: dict[str, Any], source: str,
+                 wanted: tuple[str, str] | None) -> Pick:
     if wanted is None:
         return place(spec, frozenset({source}))
     rp, name = wanted
@@ -162,9 +169,8 @@ def _destination(store: KeyValueStore, placement: PlacementClient, place: Place,
         raise NoValidHost([f"host {name} is down"])
     if under_maintenance(store, rp):
         raise NoValidHost([f"host {name} is disabled"])
-    others = frozenset(p["uuid"] for p in placement.list_providers() if p["uuid"] != rp)
-    try:
-        return place(spec, others | {source})
+    try:  # Placement asked about that host's tree, as Nova's requested destination
+        return place(spec, frozenset({source}), destination=rp)
     except NoValidHost as exc:
         raise NoValidHost([f"host {name} would not take it: {reason}"
                            for reason in exc.reasons or ["no room"]]) from None

@@ -120,6 +120,19 @@ class ResourceRequest:
             params.append(("limit", str(effective_limit)))
         return "&".join(f"{key}={quote(value, safe=':,!')}" for key, value in params)
 
+    def set_destination(self, rp: str | None) -> None:
+        """The one host (its provider tree) the request may go to, as Nova's requested
+        destination: the unnumbered group's `in_tree` (every group's when that group
+        claims nothing); None drops the unnumbered group's."""
+        plain = self.groups.get("")
+        if rp is None:
+            if plain is not None:
+                plain.in_tree = None
+            return
+        for group in [plain] if plain is not None and plain.resources else \
+                self.groups.values():
+            group.in_tree = rp
+
     def add_member_of(self, aggregates: list[str]) -> None:
         """Restrict the unnumbered group to any of `aggregates` (used by --zone)."""
         group = self.groups.setdefault("", RequestGroup(""))

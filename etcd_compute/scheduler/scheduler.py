@@ -280,11 +280,13 @@ class Scheduler:
             raise NoValidHost(self.explain(request_spec, exc.report, found.limited)) from None
         return picks, found.group_revision
 
-    def place(self, spec: dict[str, Any], exclude: frozenset[str]) -> Pick:
-        """Where an existing instance (its spec) would go now, `exclude`d hosts aside: the
-        same query, filters (its server group honoured) and weighers as a new request.
-        Nothing is claimed. NoValidHost when nowhere fits."""
-        picks, _ = self.plan(for_instance(spec), exclude, member=spec["uuid"])
+    def place(self, spec: dict[str, Any], exclude: frozenset[str],
+              destination: str | None = None) -> Pick:
+        """Where an existing instance (its spec) would go now, `exclude`d hosts aside, or
+        whether the `destination` host (a provider uuid) would take it: the same query
+        (`for_instance`), filters (its server group honoured) and weighers as a new
+        request. Nothing is claimed. NoValidHost when nowhere fits."""
+        picks, _ = self.plan(for_instance(spec, destination), exclude, member=spec["uuid"])
         return picks[0]
 
     def _attempt(self, request_spec: RequestSpec) -> list[Destination]:

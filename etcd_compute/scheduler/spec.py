@@ -198,16 +198,24 @@ def _check_networks(networks: Any, security_groups: Any) -> None:
         raise UsageError("security_groups: expected at most 16 security group ids")
 
 
-def for_instance(spec: dict[str, Any]) -> RequestSpec:
+def for_instance(spec: dict[str, Any], destination: str | None = None) -> RequestSpec:
     """The request an existing instance (its spec) would be placed by again: its own query
-    (or its resources), its server group, its image in Glance (the ImagePropertiesFilter)."""
+    (or its resources), its server group, its image in Glance (the ImagePropertiesFilter).
+
+    Not the host its create named (the unnumbered `in_tree`: the compute API's 2.74 `host`
+    or `zone:host`, schedule.py's `in_tree=RP`): that was the create's alone, as Nova
+    persists no requested_destination and resets forced hosts before a move; kept, it
+    left Placement nothing to offer but the host being left. `destination`: the one host
+    a move names, asked of Placement by its tree as Nova asks of a requested destination."""
     group = spec.get("group")
-    return RequestSpec.build(
+    request_spec = RequestSpec.build(
         spec.get("query") or "resources=" + ",".join(
             f"{rc}:{n}" for rc, n in sorted(spec["resources"].items())),
         group=(group["name"], group["policy"]) if group else None,
         group_max=(group or {}).get("max_per_host"),
         glance_image=(spec.get("image") or {}).get("glance"))
+    request_spec.request.set_destination(destination)
+    return request_spec
 
 
 @dataclass

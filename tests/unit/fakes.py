@@ -513,8 +513,8 @@ class FakePlacement:
         self.calls.append(f"delete_allocations {consumer}")
         return self.consumers.pop(consumer, None) is not None
 
-    # candidates: resources, required (all, !forbidden, in:any), member_of (in:, !), limit;
-    # no granular groups, in_tree or group_policy
+    # candidates: resources, required (all, !forbidden, in:any), member_of (in:, !), in_tree
+    # (every provider is a root here), limit; no granular groups or group_policy
     def allocation_candidates(self, query: str) -> dict[str, Any]:
         params = parse_qsl(query)
         resources: dict[str, int] = {}
@@ -523,7 +523,7 @@ class FakePlacement:
         any_of: list[set[str]] = []
         member_of: list[set[str]] = []
         not_member_of: set[str] = set()
-        limit = None
+        limit = tree = None
         for key, value in params:
             if key == "resources":
                 for pair in value.split(","):
@@ -538,10 +538,14 @@ class FakePlacement:
                 not_member_of.update(value[1:].removeprefix("in:").split(","))
             elif key == "member_of":
                 member_of.append(set(value.removeprefix("in:").split(",")))
+            elif key == "in_tree":
+                tree = value
             elif key == "limit":
                 limit = int(value)
         requests, summaries = [], {}
         for uuid, provider in self.providers.items():
+            if tree is not None and uuid != tree:
+                continue
             used = self.get_usages(uuid)
             if any(self.capacity(uuid, rc) - used.get(rc, 0) < n for rc, n in resources.items()):
                 continue

@@ -712,3 +712,35 @@ def test_no_host_of_the_backend_is_told_as_such():
         scheduler.select_destinations(RequestSpec.build(QUERY))
     assert any(f"root_required={trait_of(NEUTRON)}: no host" in reason
                for reason in raised.value.reasons)
+
+
+# ------------------------------------------------------- an existing instance placed again
+
+
+def test_the_host_an_instance_was_created_on_does_not_bind_its_moves():
+    """The create's host (the API's 2.74 `host` or `zone:host`: an `in_tree` in the query
+    its spec keeps) was that request's alone, as Nova persists no requested_destination:
+    placed again with its host left out (a move, a recovery), it goes to another host.
+    Placement offered only the host left out, and the move was refused with "no room"."""
+    store, placement = FakeStore("/t"), FakePlacement()
+    source, other = (add_host(placement, store, f"host-{i}") for i in range(2))
+    scheduler = make_scheduler(store, placement)
+    spec = make_spec(source, query=f"{QUERY}&in_tree={source}")
+    assert scheduler.place(spec, frozenset({source})).host.uuid == other
+
+
+def test_a_named_destination_is_asked_of_placement_by_its_tree():
+    """As Nova's requested destination: `in_tree` of the named host, so that a host past
+    `candidate_limit` (Placement's first answers) is still asked about; full, the reason
+    names it."""
+    store, placement = FakeStore("/t"), FakePlacement()
+    hosts = [add_host(placement, store, f"host-{i}", vcpu=1) for i in range(4)]
+    scheduler = make_scheduler(store, placement, candidate_limit=2)
+    spec = make_spec(hosts[0], query=QUERY)
+    pick = scheduler.place(spec, frozenset({hosts[0]}), destination=hosts[3])
+    assert pick.host.uuid == hosts[3]
+    assert pick.allocations == {hosts[3]: {"resources": ONE}}
+    placement.claim(str(uuidlib.uuid4()), {hosts[3]: {"resources": ONE}}, "p", "u")  # full
+    with pytest.raises(NoValidHost) as full:
+        scheduler.place(spec, frozenset({hosts[0]}), destination=hosts[3])
+    assert full.value.reasons and all("no room" not in r for r in full.value.reasons)

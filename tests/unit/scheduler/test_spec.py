@@ -7,7 +7,7 @@ import uuid as uuidlib
 import pytest
 
 from etcd_compute.errors import UsageError
-from etcd_compute.scheduler.spec import Destination, RequestSpec
+from etcd_compute.scheduler.spec import Destination, RequestSpec, for_instance
 
 QUERY = "resources=VCPU:1,MEMORY_MB:256"
 AGG = "5b3a2c1d-0e9f-4a8b-8c7d-6e5f4a3b2c1d"
@@ -170,3 +170,22 @@ def test_owner_is_the_requests_else_the_configured_and_ids_are_checked():
 def test_networks_and_groups_of_another_shape_are_refused(networks, groups):
     with pytest.raises(UsageError):
         RequestSpec.build("resources=VCPU:1", networks=networks, security_groups=groups)
+
+
+def test_an_instance_is_placed_again_without_its_creates_destination():
+    """The unnumbered `in_tree` of the create (its host, named) is dropped, as Nova keeps
+    no requested_destination; a zone, traits and granular trees stay; a move's named host
+    becomes the one tree."""
+    host, other = str(uuidlib.uuid4()), str(uuidlib.uuid4())
+    query = (f"{QUERY}&required=CUSTOM_A&member_of={AGG}&in_tree={host}"
+             f"&resources1=VGPU:1&in_tree1={AGG}")
+    again = for_instance({"uuid": "u", "query": query}).request
+    assert again.groups[""].in_tree is None and again.groups["1"].in_tree == AGG
+    assert again.groups[""].member_of == [[AGG]]
+    assert again.groups[""].required_all == ["CUSTOM_A"]
+    moved = for_instance({"uuid": "u", "query": query}, destination=other).request
+    assert moved.groups[""].in_tree == other and f"in_tree={other}" in moved.to_query()
+    granular = for_instance({"uuid": "u", "query": "resources1=VCPU:1&resources2=MEMORY_MB:1"},
+                            destination=other).request
+    assert [g.in_tree for g in granular.groups.values()] == [other, other]
+    assert "resources=&" not in granular.to_query()
