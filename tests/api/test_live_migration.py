@@ -2,7 +2,7 @@
 second fake-driver compute and a controller (`schedule.py serve`) beside the module's
 cloud. The server moves running (or stopped, cold) to the other host, Placement holding
 that host alone after it and no migration consumer left; a member of its project may
-not ask."""
+not ask. A server made on a host named at its create (2.74's `host`) moves from it."""
 
 from __future__ import annotations
 
@@ -114,3 +114,36 @@ def test_an_admin_moves_a_stopped_server_cold_and_it_stays_stopped_there(
         demo.compute.delete_server(server)
         demo.compute.wait_for_delete(server, wait=60, interval=0.3)
     assert cloud.usage("demo").get("consumer_count", 0) == 0
+
+
+def test_a_server_made_on_a_named_host_moves_live_to_another_host_named(
+        cloud: Cloud, second_host: dict[str, Any]) -> None:
+    """Tempest's TestNetworkAdvancedServerMigrationWithHost: the create names the source
+    (2.74's `host`), the live move the destination. The create's host bound every later
+    placement of the server to it, and the move was refused: "No valid host was found.
+    host ... would not take it: no room"."""
+    admin = cloud.connect("admin")
+    names = {h.id: h.name for h in admin.compute.hypervisors()}
+    source, target = cloud.host, second_host["uuid"]
+    answer = admin.compute.request(
+        "/servers", "POST", microversion="2.74", raise_exc=False,
+        json={"server": {"name": "pinned", "flavorRef": "1", "imageRef": IMAGE,
+                         "networks": "auto", "host": names[source]}})
+    assert answer.status_code == 202, answer.text
+    server = admin.compute.get_server(answer.json()["server"]["id"])
+    server = admin.compute.wait_for_server(server, status="ACTIVE", wait=60, interval=0.3)
+    try:
+        assert records.find(cloud.store, server.id)[0] == source
+        admin.compute.live_migrate_server(server, host=names[target], block_migration="auto")
+
+        def moved() -> bool:
+            found = records.find(cloud.store, server.id)
+            return found[0] == target and found[1].state == "ACTIVE"
+
+        wait_for(moved, timeout=60, what="the server running on the host named")
+        shown = admin.compute.get_server(server.id)
+        assert (shown.status, shown.hypervisor_hostname) == ("ACTIVE", names[target])
+        assert set(cloud.placement.get_allocations(server.id)["allocations"]) == {target}
+    finally:
+        admin.compute.delete_server(server)
+        admin.compute.wait_for_delete(server, wait=60, interval=0.3)
