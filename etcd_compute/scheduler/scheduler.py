@@ -282,10 +282,8 @@ class Scheduler:
 
     def place(self, spec: dict[str, Any], exclude: frozenset[str],
               destination: str | None = None) -> Pick:
-        """Where an existing instance (its spec) would go now, `exclude`d hosts aside, or
-        whether the `destination` host (a provider uuid) would take it: the same query
-        (`for_instance`), filters (its server group honoured) and weighers as a new
-        request. Nothing is claimed. NoValidHost when nowhere fits."""
+        """Where an existing instance (its spec) would go now (`for_instance`), `exclude`d
+        hosts aside, or only to `destination`; nothing claimed; NoValidHost: nowhere."""
         picks, _ = self.plan(for_instance(spec, destination), exclude, member=spec["uuid"])
         return picks[0]
 
