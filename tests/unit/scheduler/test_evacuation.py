@@ -46,3 +46,12 @@ def test_anti_affinity_members_planned_together_go_to_different_hosts():
     placed = place_many(scheduler, specs, frozenset({dead}))
     hosts = [p.host.uuid for p in placed.values()]
     assert sorted(hosts) == sorted(live)
+
+
+def test_an_instance_created_on_the_dead_host_by_name_is_recovered_elsewhere():
+    """Its create named the host (the API's 2.74 `host`: `in_tree` in its kept query):
+    that bound only the create, as Nova keeps no requested destination."""
+    store, placement, scheduler, dead, live = world(hosts=1, vcpu=8)
+    spec = make_spec(dead, query=f"resources=VCPU:1,MEMORY_MB:128,DISK_GB:1&in_tree={dead}")
+    (placed,) = place_many(scheduler, [spec], frozenset({dead})).values()
+    assert isinstance(placed, Pick) and placed.host.uuid == live[0]
