@@ -27,9 +27,12 @@ from tools.local_services import free_port, stop_pid
 from tools.local_services.netns import TestNetwork, netns_usable
 
 ASKS = 5
-# What "does not delay" means (issue 18's "done when"): the other source's answer, with
-# one source holding its idle connections, in under this.
-ANSWER_WITHIN_MS = 50
+# What "does not delay" means (issue 18's "done when": "do not delay another guest's
+# answer beyond 50 ms"): the other source's answers, with one source holding its idle
+# connections, within this of its answers just before without them (the same run's
+# baseline: on a shared machine at load 12 an answer alone took up to 55 ms). A stalled
+# server delays the first by up to its idle timeout (10 s).
+DELAY_WITHIN_MS = 50
 PER_GUEST = MdserverConfig().connections_per_guest  # the default the server runs with
 
 
@@ -85,6 +88,7 @@ def test_one_source_holding_idle_connections_does_not_delay_another(
 ) -> None:
     address, port = mdserver
     ask(bridge, address, port, 1)  # the server's first answer opens its libvirt connection
+    baseline = ask(bridge, address, port, ASKS)["ms"]  # no source holds anything
     holder = None
     held: dict[str, Any] = {"opened": 0, "failed": 0}
     try:
@@ -111,10 +115,10 @@ def test_one_source_holding_idle_connections_does_not_delay_another(
             stop_pid(holder.pid)
     took = answers["ms"]
     print(f"\n{idle} idle connections from one source ({held}): another source's "
-          f"{ASKS} answers took {took} ms ({seconds:.1f} s in all)")
+          f"{ASKS} answers took {took} ms ({seconds:.1f} s in all; {baseline} ms before)")
     assert answers["status"] == [404] * ASKS, answers  # every one answered
     # Every answer: the first is the one a stalled server delays (until idle ones time out).
-    assert max(took) < ANSWER_WITHIN_MS, took
+    assert max(took) < max(baseline) + DELAY_WITHIN_MS, (took, baseline)
     # ... while the greedy source held what it may (its cap), and no more.
     if idle:
         assert held == {"opened": idle, "failed": 0, "open": min(idle, PER_GUEST)}, held
