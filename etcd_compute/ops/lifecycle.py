@@ -49,6 +49,7 @@ from etcd_compute.etcd import Compare, Entry, KeyValueStore, Op
 from etcd_compute.hosts import is_alive
 from etcd_compute.instances import actions as action_txn
 from etcd_compute.instances import records, states
+from etcd_compute.ops import migrations
 from etcd_compute.ops.operations import WaitTimeout, check_uuid, where
 from etcd_compute.placement import CONCURRENT_UPDATE, PlacementClient
 from etcd_compute.scheduler.request import RequestGroup, ResourceRequest, parse_query
@@ -391,3 +392,14 @@ def instance_events(store: KeyValueStore, uuid: str) -> list[dict[str, Any]]:
     check_uuid(uuid)
     host, _group, _read = where(store, uuid)
     return events.read(store, host, uuid)
+
+
+def revert_move(store: KeyValueStore, placement: PlacementClient, uuid: str,
+                by: str | None = None, also: Also | None = None) -> bool:
+    """A cold move awaiting its confirm reverted (`migrations.revert`), the guest started
+    again on its source if it ran before the move (`also` in that request's transaction:
+    the compute API's view); whether it was."""
+    ran = migrations.revert(store, placement, uuid, by=by)
+    if ran:
+        request(store, placement, uuid, states.START, also=also, by=by)
+    return ran
