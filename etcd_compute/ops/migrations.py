@@ -258,11 +258,12 @@ def confirm(store: KeyValueStore, placement: PlacementClient, uuid: str,
 
 
 def revert(store: KeyValueStore, placement: PlacementClient, uuid: str,
-           by: str | None = None) -> bool:
+           by: str | None = None) -> tuple[bool, str]:
     """A move awaiting its confirm reverted: the instance's claim back on the source (the
     migration consumer's, one Placement request), the move given up (a revert-resize event
     by `by`; the destination destroys the guest it defined), the source's record SHUTOFF.
-    True if it ran before the move (`lifecycle.revert_move` starts it again)."""
+    (whether it ran before the move: `lifecycle.revert_move` starts it again, the
+    destination's provider)."""
     for _ in range(ATTEMPTS):
         migration, entry, spec_entry, spec, source, there = _awaiting(store, uuid, "revert")
         there_entry, there_spec = records.read_spec(store, migration["destination"], uuid)
@@ -280,8 +281,21 @@ def revert(store: KeyValueStore, placement: PlacementClient, uuid: str,
         if migrations.give_up(store, entry, pending, why, stranded=source,
                               reverted_by=by or operator_name()) is None:
             continue
-        return ((source.record or {}).get("task") or {}).get("from") == states.ACTIVE
+        ran = ((source.record or {}).get("task") or {}).get("from") == states.ACTIVE
+        return ran, str(migration["destination"])
     raise UsageError(f"instance {uuid} kept changing while reverting its move; try again")
+
+
+def discarded_at(store: KeyValueStore, uuid: str, destination: str, timeout: float,
+                 interval: float = 0.2) -> bool:
+    """Wait until `destination` has no record of the instance (its discard done: the guest
+    it defined destroyed, its ports' activation handed back); False after `timeout`."""
+    deadline = time.monotonic() + timeout
+    while records.read_record(store, destination, uuid).record is not None:
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(interval)
+    return True
 
 
 @dataclass

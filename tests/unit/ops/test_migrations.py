@@ -410,7 +410,7 @@ def test_confirm_hands_the_move_over_and_frees_the_source():
 
 def test_revert_takes_the_source_back_and_discards_the_destination():
     store, placement, uuid, asked, _ = awaiting_confirm()
-    assert migrations.revert(store, placement, uuid, by="api:admin@admin") is True  # it ran
+    assert migrations.revert(store, placement, uuid, by="api:admin@admin") == (True, OTHER)
     source = records.read_record(store, RP, uuid)
     assert (source.state, source.record.get("error")) == ("SHUTOFF", None)
     assert records.find(store, uuid)[0] == RP
@@ -425,7 +425,7 @@ def test_revert_takes_the_source_back_and_discards_the_destination():
 
 def test_a_stopped_server_s_revert_does_not_start_it():
     store, placement, uuid, _asked, _ = awaiting_confirm("SHUTOFF")
-    assert migrations.revert(store, placement, uuid) is False
+    assert migrations.revert(store, placement, uuid) == (False, OTHER)
 
 
 @pytest.mark.parametrize("call", [migrations.confirm, migrations.revert])
@@ -444,3 +444,12 @@ def test_a_live_move_cannot_wait_for_a_confirm():
     store, placement, spec, place, _ = world()
     with pytest.raises(UsageError, match="verify is for cold moves"):
         migrations.migrate(store, placement, place, spec["uuid"], live=True, verify=True)
+
+
+def test_a_revert_s_discard_is_awaited_until_the_destination_forgets_the_instance():
+    store, placement, uuid, _asked, _ = awaiting_confirm()
+    migrations.revert(store, placement, uuid)
+    assert migrations.discarded_at(store, uuid, OTHER, timeout=0.3, interval=0.05) is False
+    entry = store.get(store.keys.spec(OTHER, uuid))
+    assert move_txn.discarded(store, entry, records.read_record(store, OTHER, uuid))
+    assert migrations.discarded_at(store, uuid, OTHER, timeout=0.3) is True

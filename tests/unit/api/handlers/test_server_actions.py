@@ -606,7 +606,11 @@ def test_migrate_waits_in_verify_resize_then_its_confirm_hands_it_over(harness: 
     assert again.status_int == 409 and "vm_state active" in again.text
 
 
-def test_migrate_s_revert_takes_it_back_to_its_source_and_starts_it(harness: Harness):
+def test_migrate_s_revert_takes_it_back_to_its_source_and_starts_it(harness: Harness,
+                                                                    monkeypatch):
+    from etcd_compute.ops import lifecycle
+
+    monkeypatch.setattr(lifecycle, "REVERT_DISCARD_SECONDS", 0.1)  # no host discards here
     uuid, source, target = migrated_awaiting_confirm(harness)
     answer = harness.action(uuid, {"revertResize": None}, roles=ADMIN, project="admin",
                             user="root")
