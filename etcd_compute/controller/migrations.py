@@ -61,8 +61,10 @@ class MoveSteps:
         ours = task.get("id") == migration["request_id"]
         if source.state == states.MIGRATED and ours:
             arrived = (there.record or {}).get("task") or {}
-            if arrived.get("finished") and migration.get("verify"):
-                # Waits for the operator's confirm (the hand-over) or revert (ops/migrations).
+            if arrived.get("finished") and migration.get("verify") and \
+                    (source_spec or {}).get("action") != states.DESTROY:
+                # Waits for the operator's confirm (the hand-over) or revert (ops/migrations);
+                # a destroy asked meanwhile is handed over with it, as any move's.
                 if migration["state"] == migrations.FINISHED:
                     return None
                 if migrations.await_confirm(self.store, entry, migration, source) is None:

@@ -453,3 +453,16 @@ def test_a_revert_s_discard_is_awaited_until_the_destination_forgets_the_instanc
     entry = store.get(store.keys.spec(OTHER, uuid))
     assert move_txn.discarded(store, entry, records.read_record(store, OTHER, uuid))
     assert migrations.discarded_at(store, uuid, OTHER, timeout=0.3) is True
+
+
+def test_a_destroy_asked_while_awaiting_the_confirm_goes_with_the_hand_over():
+    from etcd_compute.instances import actions as action_txn
+
+    store, placement, uuid, asked, steps = awaiting_confirm()
+    entry = store.get(store.keys.spec(RP, uuid))
+    spec = messages.decode(messages.INSTANCE_SPEC, entry.value)
+    assert action_txn.request_destroy(store, entry, spec, "bob") is not None
+    assert steps.step(uuid) == "handed over"
+    there = store.read(messages.INSTANCE_SPEC, store.keys.spec(OTHER, uuid))[0]
+    assert there["action"] == "destroy"
+    assert asked.migration not in placement.consumers

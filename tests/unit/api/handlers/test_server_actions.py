@@ -628,3 +628,15 @@ def test_migrate_s_revert_takes_it_back_to_its_source_and_starts_it(harness: Har
     listed = harness.call("GET", "/v2.1/os-migrations", roles=ADMIN, project="admin",
                           user="root", version="2.23").json["migrations"]
     assert [m["status"] for m in listed] == ["reverted"]
+
+
+def test_a_server_deleted_in_verify_resize_after_migrate_is_destroyed_where_it_landed(
+        harness: Harness):
+    from etcd_compute.controller.migrations import MoveSteps
+
+    uuid, _source, target = migrated_awaiting_confirm(harness)
+    assert harness.call("DELETE", f"/v2.1/servers/{uuid}").status_int == 204
+    assert MoveSteps(harness.store, harness.placement).step(uuid) == "handed over"
+    there = harness.store.read(messages.INSTANCE_SPEC,
+                               harness.store.keys.spec(target, uuid))[0]
+    assert there["action"] == "destroy"
