@@ -267,8 +267,10 @@ def await_confirm(store: KeyValueStore, migration_entry: Entry, migration: dict[
     `finished` and the source's MIGRATED task `finished` (the API's VERIFY_RESIZE), until
     the operator confirms (`hand_over`) or reverts (`give_up`); if both are as read."""
     assert source.record is not None
-    record = {**source.record, "task": {**(source.record.get("task") or {}), "finished": True},
-              "updated_at": time.time()}
+    task = {**(source.record.get("task") or {}), "finished": True}
+    if migration.get("destination_name"):
+        task["destination_name"] = migration["destination_name"]
+    record = {**source.record, "task": task, "updated_at": time.time()}
     return store.commit(Txn(
         [_same(migration_entry),
          unchanged(store.keys.record(record["host"], record["uuid"]), source.revision)],

@@ -351,8 +351,12 @@ def show(req: ApiRequest, server: Server, *, network: str, show_extended: bool,
     if shown["status"] in _PROGRESS:
         shown["progress"] = 100 if shown["status"] == "ACTIVE" else 0
     if show_extended:
-        shown["OS-EXT-SRV-ATTR:host"] = record.get("host_name")
-        shown["OS-EXT-SRV-ATTR:hypervisor_hostname"] = record.get("host_name")
+        host_name = record.get("host_name")
+        if shown["status"] == "VERIFY_RESIZE" and record.get("state") == states.MIGRATED:
+            # A cold migrate awaiting its confirm: on its destination, as Nova's shows it.
+            host_name = (record.get("task") or {}).get("destination_name") or host_name
+        shown["OS-EXT-SRV-ATTR:host"] = host_name
+        shown["OS-EXT-SRV-ATTR:hypervisor_hostname"] = host_name
         shown["OS-EXT-SRV-ATTR:instance_name"] = server.uuid
         if version.at_least("2.3"):
             shown.update({

@@ -586,8 +586,9 @@ def migrated_awaiting_confirm(harness: Harness) -> tuple[str, str, str]:
 
 def test_migrate_waits_in_verify_resize_then_its_confirm_hands_it_over(harness: Harness):
     uuid, source, target = migrated_awaiting_confirm(harness)
-    shown = harness.show(uuid, version="2.47")
+    shown = harness.show(uuid, version="2.47", roles=ADMIN, project="admin", user="root")
     assert states_of(shown) == ("VERIFY_RESIZE", "resized", None, 1)
+    assert shown["OS-EXT-SRV-ATTR:host"] == "hv2"  # on its destination, as Nova's
     listed = harness.call("GET", "/v2.1/os-migrations", roles=ADMIN, project="admin",
                           user="root", version="2.23").json["migrations"]
     assert [(m["migration_type"], m["status"]) for m in listed] == [("migration", "finished")]
