@@ -70,8 +70,18 @@ def add_commands(commands: Commands) -> None:
     migrate.add_argument("--host", metavar="HOST",
                          help="where to (a provider name or uuid; default: where the "
                               "scheduler would put it now)")
+    migrate.add_argument("--verify", action="store_true",
+                         help="cold: once defined there, wait for migrate-confirm or "
+                              "migrate-revert (the source keeps its stopped copy and claim)")
     migrate.add_argument("--wait", action="store_true",
-                         help="follow the move until it is done or given up")
+                         help="follow the move until it is done or given up (or, with "
+                              "--verify, awaits its confirm)")
+    for name, what in (("migrate-confirm", "keep a cold move asked with --verify: the "
+                                           "source's copy and claim freed"),
+                       ("migrate-revert", "undo a cold move asked with --verify: back on "
+                                          "the source, started again if it ran")):
+        command = commands.add(name, what, UUID_WORDS, cmd_migrate_verified)
+        command.add_argument("uuid", metavar="UUID")
     abort = commands.add("migrate-abort", "call an instance's move off (it stays where it "
                                           "is)", UUID_WORDS, cmd_migrate_abort)
     abort.add_argument("uuid", metavar="UUID")
@@ -129,7 +139,7 @@ def cmd_action(args: argparse.Namespace, config: dict[str, Any]) -> int:
 
 
 def cmd_migrate(args: argparse.Namespace, config: dict[str, Any]) -> int:
-    """migrate UUID [--live] [--host HOST] [--wait]."""
+    """migrate UUID [--live] [--host HOST] [--verify] [--wait]."""
     from etcd_compute.errors import NoValidHost
     from etcd_compute.ops import migrations, operations
     from etcd_compute.scheduler.scheduler import Scheduler
@@ -140,7 +150,7 @@ def cmd_migrate(args: argparse.Namespace, config: dict[str, Any]) -> int:
         scheduler = Scheduler(config, store=store, placement=placement)
         try:
             asked = migrations.migrate(store, placement, scheduler.place, uuid, args.live,
-                                       args.host)
+                                       args.host, verify=args.verify)
         except NoValidHost as exc:
             return output.no_valid_host(args.json, exc)
         if not args.json:
@@ -162,6 +172,9 @@ def cmd_migrate(args: argparse.Namespace, config: dict[str, Any]) -> int:
     if args.json:
         output.emit_json({**vars(asked), "outcome": "done" if moved.ok else "failed",
                           "host": moved.host, "record": moved.record, "event": moved.event})
+    elif moved.awaiting:
+        print(f"DEFINED ON {terminal_line(asked.destination_name)}, AWAITING "
+              "migrate-confirm OR migrate-revert")
     elif moved.ok:
         print(f"MOVED TO {terminal_line(asked.destination_name)}: "
               f"{terminal_line((moved.event or {}).get('detail') or '')}")
@@ -181,6 +194,27 @@ def cmd_migrate_abort(args: argparse.Namespace, config: dict[str, Any]) -> int:
         output.emit_json({"uuid": uuid, "was": stage, "outcome": "cancel requested"})
     else:
         print(f"MIGRATION OF {uuid} CALLED OFF (it was {stage}); the guest stays where it is")
+    return 0
+
+
+def cmd_migrate_verified(args: argparse.Namespace, config: dict[str, Any]) -> int:
+    """migrate-confirm UUID, migrate-revert UUID: a cold move that awaits either."""
+    from etcd_compute.ops import lifecycle, migrations, operations
+
+    uuid = operations.check_uuid(args.uuid)
+    with store_of(config) as store:
+        placement = placement_of(config)
+        if args.command == "migrate-confirm":
+            there = migrations.confirm(store, placement, uuid)
+            outcome, line = "confirmed", f"MIGRATION OF {uuid} CONFIRMED: ON {there}"
+        else:
+            started = lifecycle.revert_move(store, placement, uuid)
+            outcome = "reverted"
+            line = f"MIGRATION OF {uuid} REVERTED" + (": STARTING AGAIN" if started else "")
+    if args.json:
+        output.emit_json({"uuid": uuid, "outcome": outcome})
+    else:
+        print(terminal_line(line), flush=True)
     return 0
 
 

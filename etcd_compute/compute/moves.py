@@ -9,7 +9,8 @@ In the daemon's main loop, like the rest of `machine.py`; each step is a transac
   A cold move's files arrived and the controller wrote what the source sent into the
   request: it checks and defines the guest (job `finish`) and answers finished. A move
   called off (the request's `cancel`): it throws away what it made (job `discard`, never a
-  guest that runs here) and its spec and record for the instance go.
+  guest that runs here, unless the move was finished here awaiting a confirm and was
+  reverted: that guest is destroyed) and its spec and record for the instance go.
 - **The source** (spec action `migrate`). It takes the request up as any action (MIGRATING)
   and waits for the destination's target (the controller writes it into the request);
   then job `migrate`: live, the guest crosses (the driver's `live_migrate`); cold, it is

@@ -233,6 +233,10 @@ def move(kind: str, spec: dict[str, Any], task: dict[str, Any] | None) -> dict[s
             raise
         return {**target, PORTS_HOST: name}
     if kind == DISCARD:
+        if task.get("finished"):
+            # A cold move that awaited its confirm, reverted: the guest defined here goes
+            # (the source starts its own copy again).
+            driver().destroy(uuid)
         driver().discard_incoming(uuid)
         if on_ports:
             port_moves.discard(neutron(), uuid, name, state_dir)

@@ -10,7 +10,9 @@ specs (`step`, on any change of either end's record, and at the sweep):
 - the source's guest left (MIGRATED): live, the instance is handed over (all its keys to
   the destination in one transaction, ACTIVE or SHUTOFF as it was) and the source's
   resources freed in Placement (the migration consumer); cold, what the source sent goes
-  into the destination's request first, and the hand-over comes when it defined the guest;
+  into the destination's request first, and the hand-over comes when it defined the guest
+  (a move asked with `verify`, the API's migrate, waits `finished` instead for the
+  operator's confirm or revert: ops/migrations.py);
 - the move ended otherwise on the source (failed, cancelled, refused: the guest runs there
   as before): the instance's claim holds the source again (one Placement request), the
   migration goes and the destination is asked to discard what it made; an instance
@@ -59,6 +61,17 @@ class MoveSteps:
         ours = task.get("id") == migration["request_id"]
         if source.state == states.MIGRATED and ours:
             arrived = (there.record or {}).get("task") or {}
+            if arrived.get("finished") and migration.get("verify") and \
+                    (source_spec or {}).get("action") != states.DESTROY:
+                # Waits for the operator's confirm (the hand-over) or revert (ops/migrations);
+                # a destroy asked meanwhile is handed over with it, as any move's.
+                if migration["state"] == migrations.FINISHED:
+                    return None
+                if migrations.await_confirm(self.store, entry, migration, source) is None:
+                    return None
+                log.info("cold move: defined at %s; awaiting its confirm or revert",
+                         migration["destination"])
+                return "await confirm"
             if migration["live"] or arrived.get("finished"):
                 return self._hand_over(migration, entry, source_entry, source_spec, source,
                                        there)

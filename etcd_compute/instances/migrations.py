@@ -12,6 +12,10 @@
     dest      answer       finished=True (the guest defined there, started if it ran)
     controller hand_over   everything of the instance from the source to the destination in
                            one transaction (ACTIVE or SHUTOFF there); the migration goes
+    controller await_confirm  instead, a cold move asked with `verify` (the API's migrate):
+                           the migration `finished`, the source's task too (VERIFY_RESIZE);
+                           then the operator's confirm is the hand_over (a confirm-resize
+                           event), its revert a give_up of the defined guest (revert-resize)
     controller call_off    a request's cancel (the operator, or the other end failed);
                give_up     the migration goes and the destination is asked to discard
     dest      discarded    its spec and record for the instance go (nothing ran there)
@@ -39,6 +43,7 @@ from etcd_compute.etcd import (
     put_message,
     unchanged,
 )
+from etcd_compute.instances.actions import request_id
 from etcd_compute.instances.ownership import host_deletes, placed_ops, record_put, spec_put
 from etcd_compute.instances.records import RecordRead, moved
 from etcd_compute.instances.states import (
@@ -55,6 +60,9 @@ from etcd_compute.instances.states import (
 from etcd_compute.keys import Keys
 
 PREPARING, MIGRATING, FINISHING, FAILING = "preparing", "migrating", "finishing", "failing"
+# A cold move asked with `verify`, its guest defined at the destination: it waits there for a
+# confirm or a revert (Nova's VERIFY_RESIZE, its migration `finished`).
+FINISHED = "finished"
 
 
 def read(store: KeyValueStore, uuid: str) -> tuple[dict[str, Any] | None, Entry | None]:
@@ -207,13 +215,14 @@ def _figures_text(figures: dict[str, Any]) -> str:
 
 def hand_over(store: KeyValueStore, migration_entry: Entry, migration: dict[str, Any],
               spec_entry: Entry, spec: dict[str, Any], source: RecordRead,
-              destination: RecordRead) -> int | None:
+              destination: RecordRead, confirmed_by: str | None = None) -> int | None:
     """The guest runs (or, cold, is defined) at the destination: everything of the instance
     moves there in one transaction: spec (a build already done, or a destroy asked during
     the move), record (ACTIVE, or SHUTOFF
     as it was), events (the move's included), location, group member, /booted/; the
     source's keys and the migration go. Only if source, destination and migration are as
-    read."""
+    read. `confirmed_by`: a move that awaited its confirm, confirmed by whom (its
+    confirm-resize event)."""
     assert source.record is not None and destination.record is not None
     keys, uuid, here = store.keys, spec["uuid"], spec["host"]
     there = migration["destination"]
@@ -237,6 +246,10 @@ def hand_over(store: KeyValueStore, migration_entry: Entry, migration: dict[str,
               "host_name": arrived.get("host_name"), "ip": ip, "task": None, "error": None,
               "updated_at": time.time()}
     log = events.read(store, here, uuid)
+    if confirmed_by is not None:
+        log = events.append(log, events.event(
+            "confirm-resize", there, arrived.get("host_name"), by=confirmed_by,
+            result=events.SUCCESS, request_id=request_id()))
     ops: list[Any] = [*host_deletes(keys, here, uuid), Delete(keys.record(here, uuid)),
                       Delete(keys.events(here, uuid)), Delete(keys.migration(uuid)),
                       *placed_ops(keys, moved_spec, record, log)]
@@ -248,21 +261,46 @@ def hand_over(store: KeyValueStore, migration_entry: Entry, migration: dict[str,
          unchanged(keys.record(there, uuid), destination.revision)], ops))
 
 
+def await_confirm(store: KeyValueStore, migration_entry: Entry, migration: dict[str, Any],
+                  source: RecordRead) -> int | None:
+    """A cold move asked with `verify` whose guest the destination defined: the migration
+    `finished` and the source's MIGRATED task `finished` (the API's VERIFY_RESIZE), until
+    the operator confirms (`hand_over`) or reverts (`give_up`); if both are as read."""
+    assert source.record is not None
+    task = {**(source.record.get("task") or {}), "finished": True}
+    if migration.get("destination_name"):
+        task["destination_name"] = migration["destination_name"]
+    record = {**source.record, "task": task, "updated_at": time.time()}
+    return store.commit(Txn(
+        [_same(migration_entry),
+         unchanged(store.keys.record(record["host"], record["uuid"]), source.revision)],
+        [_put_migration(store.keys, migration, state=FINISHED), record_put(store.keys, record)]))
+
+
 def give_up(store: KeyValueStore, migration_entry: Entry,
             there: tuple[Entry, dict[str, Any]] | None, why: str,
-            stranded: RecordRead | None = None) -> int | None:
+            stranded: RecordRead | None = None, reverted_by: str | None = None) -> int | None:
     """The move failed or was called off and the source runs the guest as before: the
     migration goes, and the destination (if it still has the instance's spec) is asked to
     discard what it made ready. `stranded`: the source's MIGRATED record of a cold move the
-    destination could not finish: back to SHUTOFF with why (its guest is stopped there)."""
+    destination could not finish: back to SHUTOFF with why (its guest is stopped there).
+    `reverted_by`: a move that awaited its confirm, reverted by whom: its stranded record
+    back to SHUTOFF without an error, a revert-resize event (the guest there defined, the
+    destination's discard destroys it)."""
     ops: list[Any] = [Delete(migration_entry.key)]
     compares = [_same(migration_entry)]
     if stranded is not None and stranded.record is not None:
         record = stranded.record
-        compares.append(unchanged(store.keys.record(record["host"], record["uuid"]),
-                                  stranded.revision))
-        ops.append(record_put(store.keys, moved(record, SHUTOFF, error=why[:4096],
-                                                task=None)))
+        host, uuid = record["host"], record["uuid"]
+        compares.append(unchanged(store.keys.record(host, uuid), stranded.revision))
+        ops.append(record_put(store.keys, moved(
+            record, SHUTOFF, error=None if reverted_by is not None else why[:4096],
+            task=None)))
+        if reverted_by is not None:
+            log = events.append(events.read(store, host, uuid), events.event(
+                "revert-resize", host, record.get("host_name"), by=reverted_by,
+                result=events.SUCCESS, request_id=request_id()))
+            ops.append(events.put(store.keys, host, uuid, log))
     if there is not None:
         entry, spec = there
         compares.append(_same(entry))

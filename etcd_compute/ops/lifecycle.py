@@ -49,6 +49,7 @@ from etcd_compute.etcd import Compare, Entry, KeyValueStore, Op
 from etcd_compute.hosts import is_alive
 from etcd_compute.instances import actions as action_txn
 from etcd_compute.instances import records, states
+from etcd_compute.ops import migrations
 from etcd_compute.ops.operations import WaitTimeout, check_uuid, where
 from etcd_compute.placement import CONCURRENT_UPDATE, PlacementClient
 from etcd_compute.scheduler.request import RequestGroup, ResourceRequest, parse_query
@@ -265,6 +266,11 @@ def _check_held(record: dict[str, Any] | None, action: str, asked: Asked, uuid: 
         raise states.ActionRefused(f"instance {uuid} has no resize to revert")
 
 
+# How long a revert of a cold move waits for the destination's discard before it starts
+# the source's copy anyway (a destination down never discards).
+REVERT_DISCARD_SECONDS = 60.0
+
+
 def request(store: KeyValueStore, placement: PlacementClient, uuid: str, action: str, *,
             hard: bool = False, image_url: str | None = None,
             resources: dict[str, int] | None = None, asked: Asked | None = None,
@@ -391,3 +397,20 @@ def instance_events(store: KeyValueStore, uuid: str) -> list[dict[str, Any]]:
     check_uuid(uuid)
     host, _group, _read = where(store, uuid)
     return events.read(store, host, uuid)
+
+
+def revert_move(store: KeyValueStore, placement: PlacementClient, uuid: str,
+                by: str | None = None, also: Also | None = None,
+                discard_timeout: float | None = None) -> bool:
+    """A cold move awaiting its confirm reverted (`migrations.revert`), the guest started
+    again on its source if it ran before the move (`also` in that request's transaction:
+    the compute API's view); whether it was. The start waits for the destination's
+    discard first (at most `discard_timeout`, REVERT_DISCARD_SECONDS unless given), as
+    Nova destroys the destination's guest before its source starts its own: never two
+    copies running with one MAC and port."""
+    ran, destination = migrations.revert(store, placement, uuid, by=by)
+    if ran:
+        migrations.discarded_at(store, uuid, destination, REVERT_DISCARD_SECONDS
+                                if discard_timeout is None else discard_timeout)
+        request(store, placement, uuid, states.START, also=also, by=by)
+    return ran

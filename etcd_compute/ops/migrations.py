@@ -3,6 +3,10 @@
     schedule.py migrate UUID [--live] [--host HOST] [--wait]
     schedule.py migrate-abort UUID
 
+    schedule.py migrate UUID --verify [--host HOST] [--wait]  (cold; then one of:)
+    schedule.py migrate-confirm UUID
+    schedule.py migrate-revert UUID
+
 `migrate` (also what the API's os-migrateLive and migrate call): the instance must be
 ACTIVE (live) or ACTIVE or SHUTOFF (cold), its host up, nothing else asked of it, no move
 in flight, and a controller running (it carries the move between the hosts). The
@@ -13,6 +17,12 @@ and a migration consumer the source; and one etcd transaction: the migration, th
 source's request, the destination's arrival (`instances/migrations.ask`). If that
 transaction loses a race (or fails), the claims go back. `wait` follows it to its end; `abort` calls
 it off (the guest stays on the source).
+
+A cold move asked with `verify` (the compute API's migrate, as Nova's) does not end when
+the destination defined the guest: it waits there, `finished` (Nova's VERIFY_RESIZE), the
+source keeping its stopped copy and the migration consumer its claim, until `confirm` (the
+hand-over: the source's copy and claim go) or `revert` (the claim back on the source, the
+guest defined at the destination destroyed there, the source's started again if it ran).
 """
 
 from __future__ import annotations
@@ -95,11 +105,15 @@ def check_uuid_or_none(text: str) -> bool:
 
 
 def migrate(store: KeyValueStore, placement: PlacementClient, place: Place, uuid: str,
-            live: bool, host: str | None = None, by: str | None = None) -> Asked:
+            live: bool, host: str | None = None, by: str | None = None,
+            verify: bool = False) -> Asked:
     """Ask for the move (`by`: who asks, this operator unless given); ActionRefused
     (nothing written, nothing claimed) when the instance cannot move now, NoValidHost when
-    no host (or not the one named) would take it, NotFound for a host that is none."""
+    no host (or not the one named) would take it, NotFound for a host that is none.
+    `verify` (cold only): wait for `confirm` or `revert` once the destination defined it."""
     check_uuid(uuid)
+    if verify and live:
+        raise UsageError("a live move cannot wait for a confirm (verify is for cold moves)")
     if store.get(store.keys.leader()) is None:
         raise UsageError("a move needs the controller (schedule.py serve): it carries the "
                          "move between the hosts; start one first")
@@ -132,7 +146,8 @@ def migrate(store: KeyValueStore, placement: PlacementClient, place: Place, uuid
         pick = _destination(store, place, spec, source, wanted)
         migration_id = str(uuidlib.uuid4())
         request = action_txn.new_request(by or operator_name(), live=live,
-                                         destination=pick.host.uuid, migration=migration_id)
+                                         destination=pick.host.uuid, migration=migration_id,
+                                         **({"verify": True} if verify else {}))
         try:
             held, _ = claims.hold_source(placement, uuid, migration_id, pick.allocations,
                                          source)
@@ -146,7 +161,8 @@ def migrate(store: KeyValueStore, placement: PlacementClient, place: Place, uuid
                      "live": live, "state": migrations.PREPARING, "request_id": request["id"],
                      "by": request.get("by"), "requested_at": now, "updated_at": now,
                      "project_id": spec["project_id"], "user_id": spec["user_id"],
-                     "source_allocations": held, "destination_allocations": pick.allocations}
+                     "source_allocations": held, "destination_allocations": pick.allocations,
+                     **({"verify": True} if verify else {})}
         # The ask lost a race (or raised): the source back on the instance, the hold gone;
         # a claim changed since is left to whoever changed it.
         if claims.written_or_undone(
@@ -196,6 +212,92 @@ def abort(store: KeyValueStore, uuid: str, why: str | None = None) -> str:
     return migration["state"]
 
 
+def _awaiting(store: KeyValueStore, uuid: str, what: str
+              ) -> tuple[dict[str, Any], Any, Any, dict[str, Any], records.RecordRead,
+                         records.RecordRead]:
+    """(migration, its entry, the source's spec entry, spec, record, the destination's
+    record) of a move that awaits its confirm or revert; ActionRefused otherwise."""
+    check_uuid(uuid)
+    migration, entry = migrations.read(store, uuid)
+    if migration is None or entry is None:
+        if records.locate(store, uuid) is None:
+            raise NotFound(f"no instance {uuid}")
+        raise states.ActionRefused(f"instance {uuid} has no move awaiting a {what}")
+    if migration["state"] != migrations.FINISHED:
+        raise states.ActionRefused(f"instance {uuid}: its move is {migration['state']}, not "
+                                   f"awaiting a {what}")
+    source = records.read_record(store, migration["source"], uuid)
+    there = records.read_record(store, migration["destination"], uuid)
+    spec_entry, spec = records.read_spec(store, migration["source"], uuid)
+    if source.state != states.MIGRATED or there.state != states.INCOMING or \
+            spec_entry is None or spec is None:
+        raise states.ActionRefused(f"instance {uuid}: its move is not as it was left "
+                                   f"awaiting a {what} (source {source.state}, destination "
+                                   f"{there.state})")
+    return migration, entry, spec_entry, spec, source, there
+
+
+def confirm(store: KeyValueStore, placement: PlacementClient, uuid: str,
+            by: str | None = None) -> str:
+    """A move awaiting its confirm handed over (the instance's keys to the destination, a
+    confirm-resize event by `by`; the source's stopped copy goes with its spec), then the
+    source's claim freed. The destination's name. ActionRefused when none awaits one."""
+    for _ in range(ATTEMPTS):
+        migration, entry, spec_entry, spec, source, there = _awaiting(store, uuid, "confirm")
+        if migrations.hand_over(store, entry, migration, spec_entry, spec, source, there,
+                                confirmed_by=by or operator_name()) is None:
+            continue
+        try:
+            claims.release_hold(placement, migration["id"])
+        except (PlacementUnavailable, PlacementError) as exc:
+            raise UsageError(f"instance {uuid}: moved, but the source's claim (consumer "
+                             f"{migration['id']}) was not freed: {exc}; free it with "
+                             f"DELETE /allocations/{migration['id']}") from None
+        return str(migration.get("destination_name") or migration["destination"])
+    raise UsageError(f"instance {uuid} kept changing while confirming its move; try again")
+
+
+def revert(store: KeyValueStore, placement: PlacementClient, uuid: str,
+           by: str | None = None) -> tuple[bool, str]:
+    """A move awaiting its confirm reverted: the instance's claim back on the source (the
+    migration consumer's, one Placement request), the move given up (a revert-resize event
+    by `by`; the destination destroys the guest it defined), the source's record SHUTOFF.
+    (whether it ran before the move: `lifecycle.revert_move` starts it again, the
+    destination's provider)."""
+    for _ in range(ATTEMPTS):
+        migration, entry, spec_entry, spec, source, there = _awaiting(store, uuid, "revert")
+        there_entry, there_spec = records.read_spec(store, migration["destination"], uuid)
+        pending = None
+        if there_entry is not None and there_spec is not None and \
+                there_spec.get("action") == states.INCOMING_ACTION:
+            pending = (there_entry, there_spec)
+        try:
+            claims.revert_holding(placement, uuid, migration["id"])
+        except ConflictError:
+            continue  # a claim changed meanwhile: read it all again
+        except NotFound:
+            pass  # given back already (a revert cut short): the etcd side is left
+        why = f"reverted by {by or operator_name() or 'an operator'}"
+        if migrations.give_up(store, entry, pending, why, stranded=source,
+                              reverted_by=by or operator_name()) is None:
+            continue
+        ran = ((source.record or {}).get("task") or {}).get("from") == states.ACTIVE
+        return ran, str(migration["destination"])
+    raise UsageError(f"instance {uuid} kept changing while reverting its move; try again")
+
+
+def discarded_at(store: KeyValueStore, uuid: str, destination: str, timeout: float,
+                 interval: float = 0.2) -> bool:
+    """Wait until `destination` has no record of the instance (its discard done: the guest
+    it defined destroyed, its ports' activation handed back); False after `timeout`."""
+    deadline = time.monotonic() + timeout
+    while records.read_record(store, destination, uuid).record is not None:
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(interval)
+    return True
+
+
 @dataclass
 class Moved:
     """How a move ended: where the instance is, its state, the move's event."""
@@ -207,7 +309,14 @@ class Moved:
     @property
     def ok(self) -> bool:
         return self.event is not None and self.event["result"] == events.SUCCESS and \
-            self.record is not None and self.record["state"] in (states.ACTIVE, states.SHUTOFF)
+            self.record is not None and (
+                self.record["state"] in (states.ACTIVE, states.SHUTOFF) or self.awaiting)
+
+    @property
+    def awaiting(self) -> bool:
+        """A cold move asked with `verify` that awaits its confirm or revert."""
+        return self.record is not None and self.record["state"] == states.MIGRATED and \
+            bool((self.record.get("task") or {}).get("finished"))
 
 
 def moved_where(store: KeyValueStore, asked: Asked
@@ -232,6 +341,11 @@ def progress(store: KeyValueStore, placement: PlacementClient, asked: Asked
     hand-over in etcd, and in between the stage is FREEING_THE_SOURCE."""
     migration, host, read = moved_where(store, asked)
     stage = (migration or {}).get("state")
+    if stage == migrations.FINISHED and migration is not None and \
+            migration.get("request_id") == asked.request["id"]:
+        found = [e for e in events.read(store, asked.source, asked.uuid)
+                 if e.get("request_id") == asked.request["id"]]
+        return stage, read, Moved(asked.destination, read.record, found[-1] if found else None)
     if migration is not None or read.state in (states.MIGRATING, states.MIGRATED):
         return stage, read, None  # in flight, or the hand-over or give-up being written
     found = [e for e in events.read(store, host, asked.uuid)

@@ -2,7 +2,9 @@
 second fake-driver compute and a controller (`schedule.py serve`) beside the module's
 cloud. The server moves running (or stopped, cold) to the other host, Placement holding
 that host alone after it and no migration consumer left; a member of its project may
-not ask. A server made on a host named at its create (2.74's `host`) moves from it."""
+not ask. A cold move waits in VERIFY_RESIZE (both hosts held) until confirmed, or
+reverted: running again on its source. A server made on a host named at its create
+(2.74's `host`) moves from it."""
 
 from __future__ import annotations
 
@@ -95,6 +97,16 @@ def test_an_admin_moves_a_stopped_server_cold_and_it_stays_stopped_there(
         with pytest.raises(openstack.exceptions.ForbiddenException):
             demo.compute.migrate_server(server)
         admin.compute.migrate_server(server)
+        names = {h.id: h.name for h in admin.compute.hypervisors()}
+        target = next(rp for rp in names if rp != source)  # two hosts: the other one
+        # As Nova's: VERIFY_RESIZE once defined there, both hosts held until the confirm.
+        admin.compute.wait_for_server(server, status="VERIFY_RESIZE", wait=60,
+                                      interval=0.3)
+        project = cloud.project_id("demo")
+        assert cloud.placement.project_usages(project, "MIGRATION").get("consumer_count") == 1
+        (migration,) = [m for m in admin.compute.migrations() if m.server_id == server.id]
+        assert (migration.migration_type, migration.status) == ("migration", "finished")
+        demo.compute.confirm_server_resize(server)  # the owner's, as Nova's policy
 
         def moved() -> bool:
             found = records.find(cloud.store, server.id)
@@ -102,14 +114,50 @@ def test_an_admin_moves_a_stopped_server_cold_and_it_stays_stopped_there(
 
         wait_for(moved, timeout=60, what="the server stopped on the other host")
         shown = admin.compute.get_server(server.id)
-        names = {h.id: h.name for h in admin.compute.hypervisors()}
-        target = next(rp for rp in names if rp != source)  # two hosts: the other one
         assert (shown.status, shown.hypervisor_hostname) == ("SHUTOFF", names[target])
         assert set(cloud.placement.get_allocations(server.id)["allocations"]) == {target}
-        project = cloud.project_id("demo")
         assert not cloud.placement.project_usages(project, "MIGRATION").get("consumer_count")
+        (migration,) = [m for m in admin.compute.migrations() if m.server_id == server.id]
+        assert migration.status == "confirmed"
         actions = [a.action for a in admin.compute.server_actions(server.id)]
         assert "migrate" in actions and "live-migration" not in actions
+    finally:
+        demo.compute.delete_server(server)
+        demo.compute.wait_for_delete(server, wait=60, interval=0.3)
+    assert cloud.usage("demo").get("consumer_count", 0) == 0
+
+
+def test_a_cold_move_reverted_runs_again_on_its_source_and_nothing_is_left_there(
+        cloud: Cloud, second_host: dict[str, Any]) -> None:
+    """Nova's revertResize of a migration: back on the source, started again (it ran), the
+    instance's claim there alone; the destination's guest and its claim gone."""
+    admin, demo = cloud.connect("admin"), cloud.connect("demo")
+    server = demo.compute.create_server(name="back", flavor_id="1", image_id=IMAGE,
+                                        networks="auto")
+    server = demo.compute.wait_for_server(server, status="ACTIVE", wait=60, interval=0.3)
+    try:
+        source = records.find(cloud.store, server.id)[0]
+        names = {h.id: h.name for h in admin.compute.hypervisors()}
+        target = next(rp for rp in names if rp != source)
+        answer = admin.compute.post(f"/servers/{server.id}/action", microversion="2.56",
+                                    json={"migrate": {"host": names[target]}})
+        assert answer.status_code == 202, answer.text
+        admin.compute.wait_for_server(server, status="VERIFY_RESIZE", wait=60, interval=0.3)
+        assert records.find(cloud.store, server.id)[1].state == "MIGRATED"
+        assert records.read_record(cloud.store, target, server.id).state == "INCOMING"
+        admin.compute.revert_server_resize(server)
+        shown = admin.compute.wait_for_server(server, status="ACTIVE", wait=60, interval=0.3)
+        assert shown.hypervisor_hostname == names[source] and not shown.task_state
+        assert records.find(cloud.store, server.id)[0] == source
+        wait_for(lambda: records.read_record(cloud.store, target, server.id).record is None,
+                 timeout=30, what="the destination's keys for it gone")
+        assert set(cloud.placement.get_allocations(server.id)["allocations"]) == {source}
+        project = cloud.project_id("demo")
+        assert not cloud.placement.project_usages(project, "MIGRATION").get("consumer_count")
+        (migration,) = [m for m in admin.compute.migrations() if m.server_id == server.id]
+        assert migration.status == "reverted"
+        actions = [a.action for a in admin.compute.server_actions(server.id)]
+        assert "revertResize" in actions, actions
     finally:
         demo.compute.delete_server(server)
         demo.compute.wait_for_delete(server, wait=60, interval=0.3)

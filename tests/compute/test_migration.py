@@ -308,3 +308,33 @@ def test_an_instance_out_of_default_stays_out_through_a_live_move_and_a_cold_one
         assert groups_on(there) == ([], [], []), there
     shown = run_schedule(uuid)
     assert "secgroups  none\n" in shown.stdout
+
+
+def test_a_cold_move_asked_with_verify_waits_then_is_reverted_or_confirmed(
+        two_hosts, store, placement, run_schedule):
+    """`migrate --verify` (the compute API's migrate): defined and running on b, the
+    source's stopped copy and its claim kept, until migrate-revert (running on a again, b
+    emptied, never two copies running at once) or migrate-confirm (on b alone)."""
+    hosts = two_hosts
+    spec = active_on(store, placement, hosts["a"])
+    uuid = spec["uuid"]
+    for then in ("migrate-revert", "migrate-confirm"):
+        waiting = run_schedule("migrate", uuid, "--verify", "--wait", "--json", timeout=90)
+        assert waiting.code == 0, waiting.stderr
+        asked = json.loads(waiting.stdout)
+        migration, _ = migrations.read(store, uuid)
+        assert migration["state"] == "finished" and asked["record"]["state"] == "MIGRATED"
+        assert uuid in fake_files(hosts["a"]) and uuid in fake_files(hosts["b"])
+        assert held_by(placement, uuid) == {rp_of(hosts["b"])}
+        assert held_by(placement, asked["migration"]) == {rp_of(hosts["a"])}
+        time.sleep(1)  # still waiting: nothing hands it over by itself
+        assert migrations.read(store, uuid)[0]["state"] == "finished"
+        done = run_schedule(then, uuid)
+        assert done.code == 0, done.stderr
+        where = "a" if then == "migrate-revert" else "b"
+        wait_for(lambda w=where: uuid not in fake_files(hosts["b" if w == "a" else "a"]),
+                 30, what="the other copy gone")
+        wait_state(store, uuid, "ACTIVE")
+        only_copy_on(hosts, where, uuid, placement, store)
+        kinds = [e["action"] for e in events.read(store, rp_of(hosts[where]), uuid)]
+        assert kinds[-1] in ("confirm-resize", "start"), kinds

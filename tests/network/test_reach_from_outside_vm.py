@@ -537,6 +537,13 @@ def moves_keep_the_floating_ip(network: NetworkStack, openstack: Cli, outside: O
             answer = admin.post(url, json={key: {**body[key], "host": target}},
                                 headers=version, raise_exc=False)
             assert answer.status_code == 202, f"{kind}: {answer.status_code} {answer.text}"
+            if kind == "cold":  # as Nova's: in VERIFY_RESIZE until confirmed
+                wait_for(lambda: compute_cloud.server(uuid)["status"] == "VERIFY_RESIZE"
+                         or None, timeout=600, interval=0.5,
+                         what=f"{uuid} VERIFY_RESIZE after its cold move")
+                confirmed = admin.post(url, json={"confirmResize": None}, headers=version,
+                                       raise_exc=False)
+                assert confirmed.status_code == 204, confirmed.text
             wait_for(lambda: (lambda shown: shown["OS-EXT-SRV-ATTR:host"] == target
                               and shown["status"] == "ACTIVE"
                               and not shown.get("OS-EXT-STS:task_state"))(

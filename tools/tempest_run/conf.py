@@ -29,8 +29,8 @@ COMPUTE_FEATURES: dict[str, tuple[bool, str]] = {
     "shelve_migrate": (False, "no shelve action"),
     "rescue": (False, "no rescue action"),
     "stable_rescue": (False, "no rescue action"),
-    "cold_migration": (False, "migrate moves the server cold but does not wait in "
-                              "VERIFY_RESIZE for a confirm, which Tempest's tests wait for"),
+    "cold_migration": (True, "migrate (admins): a cold move that waits in VERIFY_RESIZE "
+                             "for confirmResize or revertResize, as Nova's"),
     "live_migration": (True, "os-migrateLive (admins): schedule.py migrate --live"),
     "live_migrate_back_and_forth": (True, "a guest moves back as it moved there"),
     # Our disks are local: every live migration copies them (block_migration false is 400).

@@ -187,6 +187,9 @@ def confirm_resize(api: Backend, req: ApiRequest, server_id: str, body: Any
     validation.body(schema.confirm_resize, body)
     server = checks.server_for(api, req, server_id, policy.SERVERS % "confirm_resize")
     checks.check_state(server, "confirmResize", {"resized"})
+    if api.actions.awaits_move_confirm(server):  # a cold migrate's (Nova's too)
+        checks.asked(lambda: api.actions.confirm_move(server, checks.caller(req)))
+        return empty_response(204)
     checks.asked(lambda: api.actions.confirm_resize(server, checks.caller(req)))
     return empty_response(204)
 
@@ -196,6 +199,9 @@ def revert_resize(api: Backend, req: ApiRequest, server_id: str, body: Any
     validation.body(schema.revert_resize, body)
     server = checks.server_for(api, req, server_id, policy.SERVERS % "revert_resize")
     checks.check_state(server, "revertResize", {"resized"})
+    if api.actions.awaits_move_confirm(server):
+        checks.asked(lambda: api.actions.revert_move(server, checks.caller(req)))
+        return empty_response(202)
     checks.asked(lambda: api.actions.revert_resize(server, checks.caller(req)))
     return empty_response(202)
 
@@ -225,10 +231,10 @@ def migrate_live(api: Backend, req: ApiRequest, server_id: str, body: Any) -> we
 
 
 def migrate(api: Backend, req: ApiRequest, server_id: str, body: Any) -> webob.Response:
-    """Nova's migrate (admins; a host from 2.56): `schedule.py migrate`'s cold move, to the
-    host named or where the scheduler puts it. Ours does not wait for a confirm: the
-    server is ACTIVE (or SHUTOFF) on the destination once moved, as Nova's is when its
-    resize_confirm_window confirms a migration at once (docs/reference/compute-api.md)."""
+    """Nova's migrate (admins; a host from 2.56): `schedule.py migrate --verify`'s cold
+    move, to the host named or where the scheduler puts it. As Nova's, it waits in
+    VERIFY_RESIZE once defined at the destination (the source keeping its stopped copy and
+    its claim) for confirmResize or revertResize (docs/reference/compute-api.md)."""
     validation.body(schema.migrate_schema(req.version), body)
     asked = body["migrate"] if isinstance(body["migrate"], dict) else {}
     server = checks.server_for(api, req, server_id, policy.MIGRATE_SERVER % "migrate")

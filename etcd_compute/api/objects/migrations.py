@@ -8,7 +8,9 @@ instance rebuilt elsewhere) an instance's event log holds is one migration.
                                       (VERIFY_RESIZE), then confirmed
                                       or reverted by a later confirm/revert; error
     migrate          live-migration   running; completed; error
-                     (migration when cold: its figures name no downtime)
+                     migration (cold) migrating; finished (VERIFY_RESIZE: the API's
+                                      migrate awaits its confirm), then confirmed or
+                                      reverted; confirmed (one not waiting); error
     evacuate         migration        running; completed; error (a drain's move)
     recover          evacuation       accepted; done; failed
 
@@ -28,6 +30,7 @@ from typing import Any
 from etcd_compute import events
 from etcd_compute.api.objects.servers import Server, Servers
 from etcd_compute.etcd import KeyValueStore
+from etcd_compute.instances import states
 
 # Derived uuids: uuid5(this, "<instance>/<action>/<started_at>").
 _NAMESPACE = uuidlib.UUID("7d1c5f02-3b7e-4a0c-9a55-52f3c1e8b0d4")
@@ -91,10 +94,12 @@ def of_server(server: Server, log: events.Events) -> list[Migration]:
         kind = TYPES.get(event["action"])
         if kind is None:
             continue
-        if kind == "live-migration" and "downtime" not in (event.get("detail") or "") \
-                and event["result"] == events.SUCCESS:
+        cold = kind == "live-migration" and (event.get("live") is False or (
+            "downtime" not in (event.get("detail") or "") and
+            event["result"] == events.SUCCESS))
+        if cold:
             kind = "migration"
-        running, success, failure = _STATUS[kind]
+        running, success, failure = _STATUS["resize" if cold else kind]
         status = {events.RUNNING: running, events.SUCCESS: success,
                   "asked": "pre-migrating"}.get(event["result"], failure)
         later = ordered[index + 1:]
@@ -114,12 +119,30 @@ def of_server(server: Server, log: events.Events) -> list[Migration]:
                         current_host if current_host != source else None)
             if status != success:
                 dest = dest if status == running else None
+            elif cold:
+                status = _cold_status(server, event, later)
         migration_id, uuid = _ids(server.uuid, event)
         user, project = _owner(event, server)
         found.append(Migration(migration_id, uuid, server.uuid, kind, status, source, dest,
                                float(event["started_at"]), event.get("ended_at"), user,
                                project))
     return found
+
+
+def _cold_status(server: Server, event: dict[str, Any], later: list[dict[str, Any]]) -> str:
+    """A cold move that moved: finished while it awaits its confirm (its source's record
+    MIGRATED, its task finished), reverted when its revert is the next event, else
+    confirmed (by its confirm, or at once when it did not wait: a drain's, the
+    operator's)."""
+    record = server.record or {}
+    if record.get("state") == states.MIGRATED and \
+            record.get("request_id") == event.get("request_id") and \
+            (record.get("task") or {}).get("finished"):
+        return "finished"
+    after = later[0] if later else {}  # the confirm or revert is written with its end
+    if after.get("action") == "revert-resize" and after.get("result") == events.SUCCESS:
+        return "reverted"
+    return "confirmed"
 
 
 def every(store: KeyValueStore, servers: Servers) -> list[Migration]:

@@ -235,8 +235,9 @@ class ServerActions:
 
     def move(self, server: Server, host: str | None, by: str,
              live: bool = True) -> None:
-        """Move the server to another host (`schedule.py migrate [--live]`'s path,
-        ops/migrations.py), running (live) or stopped and started again (cold): where
+        """Move the server to another host (`schedule.py migrate [--live | --verify]`'s
+        path, ops/migrations.py), running (live) or stopped and started again (cold, then
+        awaiting `confirm_move` or `revert_move`: Nova's VERIFY_RESIZE): where
         the scheduler would put it now, or the host named (a provider name or uuid)
         checked the same way; both hosts held in Placement while it moves. NoValidHost,
         NotFound (no such host), ActionRefused."""
@@ -245,13 +246,27 @@ class ServerActions:
         scheduler = Scheduler(self.config, store=self.store,  # type: ignore[arg-type]
                               placement=self.placement)
         asked = migrations.migrate(self.store, self.placement, scheduler.place, server.uuid,
-                                   live=live, host=host, by=by)
+                                   live=live, host=host, by=by, verify=not live)
         # Shown as Nova's task_state (migrating, resize_prep) from the 202 until the
         # source takes the move up (servers.py drops it if the move is gone before). The
         # move is asked already: a view changed meanwhile only misses the task.
         compares, ops = self._view(server, self._task("live-migrate" if live else "migrate")
                                    )(asked.request)
         self.store.commit(Txn(compares, ops))
+
+    def awaits_move_confirm(self, server: Server) -> bool:
+        """Whether the server's VERIFY_RESIZE is a cold move's (else a resize's)."""
+        return server.state == states.MIGRATED
+
+    def confirm_move(self, server: Server, by: str) -> None:
+        """A cold move awaiting its confirm handed over (`schedule.py migrate-confirm`)."""
+        migrations.confirm(self.store, self.placement, server.uuid, by=by)
+
+    def revert_move(self, server: Server, by: str) -> None:
+        """A cold move awaiting its confirm reverted (`schedule.py migrate-revert`): back
+        on its source, started again if it ran (the view's task until then)."""
+        lifecycle.revert_move(self.store, self.placement, server.uuid, by=by,
+                              also=self._view(server, self._task("revert-resize")))
 
     # --- createImage ----------------------------------------------------------------------
 

@@ -23,6 +23,8 @@ Our states map to Nova's vm_state, task_state and power_state, and those to Nova
       reverting a resize     resized / resize_reverting      REVERT_RESIZE
     ACTIVE, SHUTOFF holding
       a resize's old size    resized / -                     VERIFY_RESIZE
+    MIGRATED, a cold migrate
+      awaiting its confirm   resized / -                     VERIFY_RESIZE
     DELETING                 active / deleting               ACTIVE
     ERROR                    error / -                       ERROR (with its fault)
 
@@ -141,6 +143,10 @@ def nova_states(server: Server) -> tuple[str, str | None, int]:
     was = {states.SHUTOFF: "stopped", states.SUSPENDED: "suspended"}.get(
         str(task.get("from")), "active")
     was_power = RUNNING if was == "active" else SHUTDOWN
+    if state == states.MIGRATED and task.get("finished") and not task.get("live"):
+        # A cold migrate defined at its destination, awaiting its confirm or revert
+        # (ops/migrations.py): Nova's VERIFY_RESIZE.
+        return "resized", None, was_power
     if state in (states.MIGRATING, states.MIGRATED, states.INCOMING):
         # A move to another host (ops/migrations.py): Nova's live migration, or its cold
         # migrate (a resize to another host).
@@ -345,8 +351,12 @@ def show(req: ApiRequest, server: Server, *, network: str, show_extended: bool,
     if shown["status"] in _PROGRESS:
         shown["progress"] = 100 if shown["status"] == "ACTIVE" else 0
     if show_extended:
-        shown["OS-EXT-SRV-ATTR:host"] = record.get("host_name")
-        shown["OS-EXT-SRV-ATTR:hypervisor_hostname"] = record.get("host_name")
+        host_name = record.get("host_name")
+        if shown["status"] == "VERIFY_RESIZE" and record.get("state") == states.MIGRATED:
+            # A cold migrate awaiting its confirm: on its destination, as Nova's shows it.
+            host_name = (record.get("task") or {}).get("destination_name") or host_name
+        shown["OS-EXT-SRV-ATTR:host"] = host_name
+        shown["OS-EXT-SRV-ATTR:hypervisor_hostname"] = host_name
         shown["OS-EXT-SRV-ATTR:instance_name"] = server.uuid
         if version.at_least("2.3"):
             shown.update({

@@ -455,3 +455,17 @@ def test_without_neutron_nothing_is_hot_plugged(recorder):
         worker.act(spec, {"action": "attach-interface", "nic": {"port": "p"},
                           "from": "ACTIVE"})
     assert recorder.asked == []
+
+
+def test_a_discard_after_a_reverted_cold_move_destroys_the_guest_defined_here(
+        recorder, monkeypatch, tmp_path: Path):
+    monkeypatch.setattr(worker, "_config", deep_merge(COMPUTE_DEFAULTS, {
+        "compute": {"name": "hv2", "state_dir": str(tmp_path)}}))
+    monkeypatch.setattr(recorder, "discard_incoming", lambda uuid: recorder.asked.append(
+        ("discard", uuid)), raising=False)
+    spec = make_spec("00000000-0000-0000-0000-0000000000aa")
+    worker.move(worker.DISCARD, spec, {"target": {}})
+    assert recorder.asked == [("discard", spec["uuid"])]  # made ready only: never destroyed
+    recorder.asked.clear()
+    worker.move(worker.DISCARD, spec, {"finished": True})
+    assert recorder.asked == [("destroy", spec["uuid"]), ("discard", spec["uuid"])]

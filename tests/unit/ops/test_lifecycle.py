@@ -495,3 +495,22 @@ def test_an_instance_without_a_network_joins_no_security_group_nothing_written()
         request(store, placement, spec, "security-groups",
                 asked=lifecycle.Asked(security_groups=["default"]))
     assert store.revision == before
+
+
+def test_a_reverted_move_of_a_running_server_starts_it_again_once_discarded(monkeypatch):
+    from etcd_compute.ops import migrations
+    from tests.unit.ops.test_migrations import OTHER, RP, awaiting_confirm
+
+    store, placement, uuid, _asked, _steps = awaiting_confirm()
+    order = []
+    monkeypatch.setattr(migrations, "discarded_at", lambda _s, u, there, timeout: order.append(
+        ("discarded", there, timeout, store.get(store.keys.spec(RP, uuid)) is not None)))
+    assert lifecycle.revert_move(store, placement, uuid, by="api:root@admin",
+                                 discard_timeout=5.0) is True
+    spec = store.read(messages.INSTANCE_SPEC, store.keys.spec(RP, uuid))[0]
+    assert (spec["action"], spec["request"]["by"]) == ("start", "api:root@admin")
+    assert order == [("discarded", OTHER, 5.0, True)]  # awaited before the start
+    stopped = awaiting_confirm("SHUTOFF")
+    assert lifecycle.revert_move(stopped[0], stopped[1], stopped[2]) is False
+    spec = stopped[0].read(messages.INSTANCE_SPEC, stopped[0].keys.spec(RP, stopped[2]))[0]
+    assert spec["action"] == "migrate"  # nothing asked of it: it stays SHUTOFF

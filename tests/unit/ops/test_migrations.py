@@ -341,3 +341,128 @@ def test_a_claim_that_is_not_on_its_host_alone_is_refused_with_nothing_changed()
         migrations.migrate(store, placement, place, uuid, live=True)
     assert store.revision == before and set(placement.consumers) == {uuid}
     assert set(placement.get_allocations(uuid)["allocations"]) == {OTHER}
+
+
+# --- a cold move asked with verify: confirm or revert ------------------------------------
+
+TARGET = {"address": "10.0.0.2", "instance_dir": "/srv/i", "base_sha256": None,
+          "dhcp_server": None, "network": None}
+
+
+def defined_there(store, placement, uuid: str, source: str = RP,
+                  destination: str = OTHER, was_running: bool = True) -> str | None:
+    """A cold move asked, played through to its destination's guest defined: each end by
+    the host-side transactions, the controller by its steps; the last step's outcome."""
+    from etcd_compute.controller.migrations import MoveSteps
+    from etcd_compute.instances import actions as action_txn
+
+    steps = MoveSteps(store, placement)
+    move_txn.answer(store, records.read_record(store, destination, uuid), target=TARGET)
+    assert steps.step(uuid) == "relay"
+    entry = store.get(store.keys.spec(source, uuid))
+    action_txn.begin_action(store, messages.decode(messages.INSTANCE_SPEC, entry.value),
+                            entry.mod_revision, records.read_record(store, source, uuid))
+    move_txn.migrated(store, records.read_record(store, source, uuid), {},
+                      {"files": [], "was_running": was_running})
+    assert steps.step(uuid) == "finish"
+    move_txn.answer(store, records.read_record(store, destination, uuid), finished=True,
+                    ip="192.168.1.9")
+    return steps.step(uuid)
+
+
+def awaiting_confirm(state: str = "ACTIVE"):
+    """A cold move asked with verify, its guest defined at the destination."""
+    from etcd_compute.controller.migrations import MoveSteps
+
+    store, placement, spec, place, _ = world(state)
+    uuid = spec["uuid"]
+    asked = migrations.migrate(store, placement, place, uuid, live=False, verify=True)
+    assert defined_there(store, placement, uuid,
+                         was_running=state == "ACTIVE") == "await confirm"
+    return store, placement, uuid, asked, MoveSteps(store, placement)
+
+
+def test_a_verified_cold_move_waits_finished_with_both_claims_held():
+    store, placement, uuid, asked, steps = awaiting_confirm()
+    assert steps.step(uuid) is None  # no hand-over until confirmed
+    migration, _ = move_txn.read(store, uuid)
+    assert (migration["state"], migration["verify"]) == ("finished", True)
+    source = records.read_record(store, RP, uuid)
+    assert source.state == "MIGRATED" and source.record["task"]["finished"] is True
+    assert set(placement.get_allocations(uuid)["allocations"]) == {OTHER}
+    assert set(placement.get_allocations(asked.migration)["allocations"]) == {RP}
+    stage, _read, moved = migrations.progress(store, placement, asked)
+    assert stage == "finished" and moved is not None and moved.ok and moved.awaiting
+
+
+def test_confirm_hands_the_move_over_and_frees_the_source():
+    store, placement, uuid, asked, _ = awaiting_confirm()
+    assert migrations.confirm(store, placement, uuid, by="api:admin@admin") == "host-b"
+    assert records.find(store, uuid)[0] == OTHER
+    assert records.read_record(store, OTHER, uuid).state == "ACTIVE"
+    assert store.get(store.keys.spec(RP, uuid)) is None  # the source's copy goes with it
+    assert asked.migration not in placement.consumers
+    assert move_txn.read(store, uuid) == (None, None)
+    last = events.read(store, OTHER, uuid)[-1]
+    assert (last["action"], last["by"], last["result"]) == (
+        "confirm-resize", "api:admin@admin", "success")
+
+
+def test_revert_takes_the_source_back_and_discards_the_destination():
+    store, placement, uuid, asked, _ = awaiting_confirm()
+    assert migrations.revert(store, placement, uuid, by="api:admin@admin") == (True, OTHER)
+    source = records.read_record(store, RP, uuid)
+    assert (source.state, source.record.get("error")) == ("SHUTOFF", None)
+    assert records.find(store, uuid)[0] == RP
+    assert set(placement.get_allocations(uuid)["allocations"]) == {RP}
+    assert asked.migration not in placement.consumers
+    assert move_txn.read(store, uuid) == (None, None)
+    there = store.read(messages.INSTANCE_SPEC, store.keys.spec(OTHER, uuid))[0]
+    assert there["request"]["cancel"] == "reverted by api:admin@admin"
+    last = events.read(store, RP, uuid)[-1]
+    assert (last["action"], last["result"]) == ("revert-resize", "success")
+
+
+def test_a_stopped_server_s_revert_does_not_start_it():
+    store, placement, uuid, _asked, _ = awaiting_confirm("SHUTOFF")
+    assert migrations.revert(store, placement, uuid) == (False, OTHER)
+
+
+@pytest.mark.parametrize("call", [migrations.confirm, migrations.revert])
+def test_confirm_and_revert_need_a_move_awaiting_one(call):
+    store, placement, spec, place, _ = world()
+    with pytest.raises(states.ActionRefused, match="no move awaiting"):
+        call(store, placement, spec["uuid"])
+    migrations.migrate(store, placement, place, spec["uuid"], live=False, verify=True)
+    with pytest.raises(states.ActionRefused, match="its move is preparing"):
+        call(store, placement, spec["uuid"])
+    with pytest.raises(NotFound):
+        call(store, placement, str(uuidlib.uuid4()))
+
+
+def test_a_live_move_cannot_wait_for_a_confirm():
+    store, placement, spec, place, _ = world()
+    with pytest.raises(UsageError, match="verify is for cold moves"):
+        migrations.migrate(store, placement, place, spec["uuid"], live=True, verify=True)
+
+
+def test_a_revert_s_discard_is_awaited_until_the_destination_forgets_the_instance():
+    store, placement, uuid, _asked, _ = awaiting_confirm()
+    migrations.revert(store, placement, uuid)
+    assert migrations.discarded_at(store, uuid, OTHER, timeout=0.3, interval=0.05) is False
+    entry = store.get(store.keys.spec(OTHER, uuid))
+    assert move_txn.discarded(store, entry, records.read_record(store, OTHER, uuid))
+    assert migrations.discarded_at(store, uuid, OTHER, timeout=0.3) is True
+
+
+def test_a_destroy_asked_while_awaiting_the_confirm_goes_with_the_hand_over():
+    from etcd_compute.instances import actions as action_txn
+
+    store, placement, uuid, asked, steps = awaiting_confirm()
+    entry = store.get(store.keys.spec(RP, uuid))
+    spec = messages.decode(messages.INSTANCE_SPEC, entry.value)
+    assert action_txn.request_destroy(store, entry, spec, "bob") is not None
+    assert steps.step(uuid) == "handed over"
+    there = store.read(messages.INSTANCE_SPEC, store.keys.spec(OTHER, uuid))[0]
+    assert there["action"] == "destroy"
+    assert asked.migration not in placement.consumers

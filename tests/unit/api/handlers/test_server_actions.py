@@ -568,3 +568,76 @@ def test_a_suspended_server_is_snapshotted_and_stays_suspended(harness: Harness)
     assert spec_of(harness, uuid)["action"] == "snapshot"
     harness.host_does(uuid)
     assert states_of(harness.show(uuid)) == ("SUSPENDED", "suspended", None, 4)
+
+
+def migrated_awaiting_confirm(harness: Harness) -> tuple[str, str, str]:
+    """A server moved cold through the API's migrate, its guest defined on hv2: VERIFY_RESIZE."""
+    from tests.unit.ops.test_migrations import defined_there
+
+    uuid, source, target = movable(harness)
+    answer = harness.action(uuid, {"migrate": None}, roles=ADMIN, project="admin",
+                            user="root")
+    assert answer.status_int == 202, answer.text
+    assert spec_of(harness, uuid)["request"]["verify"] is True
+    assert defined_there(harness.store, harness.placement, uuid, source,
+                         target) == "await confirm"
+    return uuid, source, target
+
+
+def test_migrate_waits_in_verify_resize_then_its_confirm_hands_it_over(harness: Harness):
+    uuid, source, target = migrated_awaiting_confirm(harness)
+    shown = harness.show(uuid, version="2.47", roles=ADMIN, project="admin", user="root")
+    assert states_of(shown) == ("VERIFY_RESIZE", "resized", None, 1)
+    assert shown["OS-EXT-SRV-ATTR:host"] == "hv2"  # on its destination, as Nova's
+    listed = harness.call("GET", "/v2.1/os-migrations", roles=ADMIN, project="admin",
+                          user="root", version="2.23").json["migrations"]
+    assert [(m["migration_type"], m["status"]) for m in listed] == [("migration", "finished")]
+    hold = spec_of(harness, uuid)["request"]["migration"]
+    assert set(harness.placement.get_allocations(hold)["allocations"]) == {source}
+    assert harness.action(uuid, {"confirmResize": None}, roles=ADMIN, project="admin",
+                          user="root").status_int == 204
+    assert records.locate(harness.store, uuid)["host"] == target
+    assert hold not in harness.placement.consumers
+    assert states_of(harness.show(uuid, version="2.47")) == ("ACTIVE", "active", None, 1)
+    listed = harness.call("GET", "/v2.1/os-migrations", roles=ADMIN, project="admin",
+                          user="root", version="2.23").json["migrations"]
+    assert [m["status"] for m in listed] == ["confirmed"]
+    again = harness.action(uuid, {"confirmResize": None}, roles=ADMIN, project="admin",
+                           user="root")
+    assert again.status_int == 409 and "vm_state active" in again.text
+
+
+def test_migrate_s_revert_takes_it_back_to_its_source_and_starts_it(harness: Harness,
+                                                                    monkeypatch):
+    from etcd_compute.ops import lifecycle
+
+    monkeypatch.setattr(lifecycle, "REVERT_DISCARD_SECONDS", 0.1)  # no host discards here
+    uuid, source, target = migrated_awaiting_confirm(harness)
+    answer = harness.action(uuid, {"revertResize": None}, roles=ADMIN, project="admin",
+                            user="root")
+    assert answer.status_int == 202, answer.text
+    assert records.locate(harness.store, uuid)["host"] == source
+    assert set(harness.placement.get_allocations(uuid)["allocations"]) == {source}
+    spec = spec_of(harness, uuid)
+    assert spec["action"] == "start" and spec["request"]["by"] == "api:root@admin"
+    assert harness.show(uuid, version="2.47")["OS-EXT-STS:task_state"] == "resize_reverting"
+    there = harness.store.read(messages.INSTANCE_SPEC,
+                               harness.store.keys.spec(target, uuid))[0]
+    assert there["request"]["cancel"].startswith("reverted by")
+    harness.host_does(uuid)
+    assert states_of(harness.show(uuid, version="2.47")) == ("ACTIVE", "active", None, 1)
+    listed = harness.call("GET", "/v2.1/os-migrations", roles=ADMIN, project="admin",
+                          user="root", version="2.23").json["migrations"]
+    assert [m["status"] for m in listed] == ["reverted"]
+
+
+def test_a_server_deleted_in_verify_resize_after_migrate_is_destroyed_where_it_landed(
+        harness: Harness):
+    from etcd_compute.controller.migrations import MoveSteps
+
+    uuid, _source, target = migrated_awaiting_confirm(harness)
+    assert harness.call("DELETE", f"/v2.1/servers/{uuid}").status_int == 204
+    assert MoveSteps(harness.store, harness.placement).step(uuid) == "handed over"
+    there = harness.store.read(messages.INSTANCE_SPEC,
+                               harness.store.keys.spec(target, uuid))[0]
+    assert there["action"] == "destroy"

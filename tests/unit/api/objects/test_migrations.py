@@ -45,3 +45,22 @@ def test_a_cold_move_names_no_downtime():
     (found,) = migrations.of_server(_server("hv2"), [_event("migrate", "hv1", 2.0,
                                                             detail="3.0 s")])
     assert (found.migration_type, found.dest_compute) == ("migration", "hv2")
+
+
+def test_a_cold_move_finished_then_confirmed_or_reverted():
+    cold = _event("migrate", "hv1", 2.0, detail="3.0 s", live=False, request_id="r1")
+    waiting = _server("hv1")
+    waiting.record.update(state="MIGRATED", request_id="r1",
+                          task={"id": "r1", "finished": True})
+    assert migrations.of_server(waiting, [cold])[0].status == "finished"
+    confirmed = [cold, _event("confirm-resize", "hv2", 3.0)]
+    assert migrations.of_server(_server("hv2"), confirmed)[0].status == "confirmed"
+    reverted = [cold, _event("revert-resize", "hv1", 3.0), _event("start", "hv1", 3.5)]
+    assert migrations.of_server(_server("hv1"), reverted)[0].status == "reverted"
+    running = _event("migrate", "hv1", 2.0, result=events.RUNNING, live=False)
+    assert (migrations.of_server(_server("hv1"), [running])[0].migration_type,
+            migrations.of_server(_server("hv1"), [running])[0].status) == (
+        "migration", "migrating")
+    # One that did not wait (a drain's, the operator's): confirmed at once, as Nova's
+    # resize_confirm_window of 1 s would.
+    assert migrations.of_server(_server("hv2"), [cold])[0].status == "confirmed"

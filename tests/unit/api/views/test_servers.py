@@ -180,3 +180,15 @@ def test_a_server_in_no_group_has_no_security_groups_key():
         shown = view.show(req, server(states.ACTIVE, security_groups=groups), network="n",
                           show_extended=False, show_extra_specs=False, is_admin=False)
         assert shown.get("security_groups") == expected
+
+
+def test_a_cold_move_awaiting_its_confirm_is_verify_resize():
+    moving = server(states.MIGRATED, task={"id": REQUEST, "at": 1.0, "from": "SHUTOFF",
+                                           "live": False})
+    assert (*view.nova_states(moving), view.status(moving)) == (
+        "stopped", "resize_migrating", 4, "RESIZE")
+    moving.record["task"]["finished"] = True
+    assert (*view.nova_states(moving), view.status(moving)) == ("resized", None, 4,
+                                                                 "VERIFY_RESIZE")
+    moving.doc.update(asked("revert-resize"))
+    assert view.nova_states(moving)[0] == "resized"
