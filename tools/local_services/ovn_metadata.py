@@ -84,8 +84,14 @@ def write_private(path: Path, text: str) -> None:
 
 
 def namespaces_in_use(inodes: set[int]) -> set[int]:
-    """The pids of the processes in a namespace (network or mount) of `inodes`."""
-    found = set()
+    """The pids of the processes in a namespace (network or mount) of `inodes` (never ours:
+    our own namespaces are left out of `inodes`)."""
+    own = set()
+    for kind in ("net", "mnt"):
+        with contextlib.suppress(OSError):
+            own.add(os.stat(f"/proc/self/ns/{kind}").st_ino)
+    inodes = inodes - own
+    found: set[int] = set()
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
@@ -243,8 +249,18 @@ class OvnMetadataAgent(Service):
 
     @property
     def netns_dir(self) -> Path | None:
-        """Its own /run/netns, seen through its root (None when it is not running)."""
-        return Path(f"/proc/{self.pid}/root/run/netns") if self.running() else None
+        """Its own /run/netns, seen through its root; None when it is not running or its
+        tmpfs is not mounted yet (until then that directory is the machine's, whose
+        namespaces are not its)."""
+        if not self.running():
+            return None
+        try:
+            mounts = Path(f"/proc/{self.pid}/mounts").read_text()
+        except OSError:
+            return None
+        if f"{NAMESPACE_PREFIX}{self.host.netns} /run/netns tmpfs " not in mounts:
+            return None
+        return Path(f"/proc/{self.pid}/root/run/netns")
 
     def namespaces(self) -> list[str]:
         """The ovnmeta- namespaces it made (named in its own /run/netns)."""
@@ -280,9 +296,13 @@ class OvnMetadataAgent(Service):
         left in any of them (the names are the mount namespace's, so with it they go)."""
         self.namespace_ids()
         mount = None
-        with contextlib.suppress(OSError, TypeError):
-            if self.running():
+        # Its mount namespace once its /run/netns is its own (never the one it came from:
+        # until it unshares, the agent's pid is in ours, the machine's).
+        with contextlib.suppress(OSError):
+            if self.netns_dir is not None:
                 mount = os.stat(f"/proc/{self.pid}/ns/mnt").st_ino
+                if mount == os.stat("/proc/self/ns/mnt").st_ino:
+                    mount = None
         stop_pids(self.pids)
         self.pid = None
         stop_pids(self.strays())
