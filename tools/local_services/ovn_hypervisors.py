@@ -65,11 +65,23 @@ class OvnHypervisor:
 
     @property
     def pids(self) -> list[int]:
-        """The chassis' (its switch, ovn-controller, metadata agent), the libvirtd's and the
-        metadata API's."""
+        """Every process of the host: the chassis' (its switch, ovn-controller, metadata
+        agent and its descendants), the libvirtd's and the metadata API's."""
+        return [*self.chassis.pids, *self._own_daemons()]
+
+    @property
+    def daemon_pids(self) -> list[int]:
+        """Its daemons, each to run as long as the host: as `pids`, but of the metadata
+        agent only its own (its privsep helpers come and go)."""
+        agent = self.chassis.metadata
+        return [*self.chassis.switch.pids, *self.chassis.controller.pids,
+                *([agent.pid] if agent is not None and agent.pid else []),
+                *self._own_daemons()]
+
+    def _own_daemons(self) -> list[int]:
         daemon = self.libvirtd.libvirtd
         own = [daemon.pid if daemon else None, self.mdserver.pid if self.mdserver else None]
-        return [*self.chassis.pids, *(pid for pid in own if isinstance(pid, int))]
+        return [pid for pid in own if isinstance(pid, int)]
 
     @property
     def instances_dir(self) -> Path:

@@ -93,7 +93,7 @@ def start(run_dir: Path, say: Say) -> tuple[TempestStack, Cloud, Outside]:
             neutron_settings(stack.network, local_cloud.service_credentials(keystone)),
             migration=True, metadata_port=METADATA_PORT))
         for name, host in hosts.hosts.items():
-            for pid in host.pids:
+            for pid in host.daemon_pids:  # each must live as long as the cloud
                 stack.remember_daemon(f"host-{name}", pid, str(hosts.root))
             say(f"hypervisor host {name}: namespace {host.chassis.space.netns} "
                 f"({host.chassis.address}), OVN chassis, libvirtd {host.libvirtd.uri}, "
