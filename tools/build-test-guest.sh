@@ -16,6 +16,7 @@
 #   ETCD-COMPUTE-GUEST configdrive user-data=<first line>
 #   ETCD-COMPUTE-GUEST metadata instance-id=<id>
 #   ETCD-COMPUTE-GUEST metadata user-data=<first line>
+#   ETCD-COMPUTE-GUEST hostname=<name>
 #   ETCD-COMPUTE-GUEST sshd host-key=ssh-ed25519 <base64>
 #   ETCD-COMPUTE-GUEST sshd ready keys=<n>
 #   ETCD-COMPUTE-GUEST ready
@@ -34,7 +35,11 @@
 # kernel makes it from timing jitter, about 1 s of CPU under TCG), and printed on the
 # console, where the user checks the key ssh shows the first time. `metadata PATH` is a
 # command there too (`ssh root@<ip> metadata meta-data/instance-id`), and dbclient
-# (dropbear's ssh client) reaches the other guests.
+# (dropbear's ssh client) reaches the other guests. Its hostname is its metadata's, as
+# cloud-init sets it: the config drive's local-hostname, else the metadata server's
+# meta-data/hostname (Tempest's MetadataDowntimeMeter compares the two). Debian's curl
+# (this machine's, with its shared libraries, as for dropbear) is there too: Tempest's
+# scenario tests run `curl http://169.254.169.254/...` in the guest.
 #
 # A user-data whose first line starts with "#!" is then run as a busybox sh
 # script, its output on the console, followed by
@@ -53,12 +58,14 @@
 set -euo pipefail
 
 CACHE_DIR=${ETCD_COMPUTE_GUEST_CACHE:-$HOME/.cache/etcd-compute/test-guest}
-PACKAGES="busybox-static syslinux syslinux-common mtools dosfstools qemu-utils cpio kmod fdisk"
+PACKAGES="busybox-static syslinux syslinux-common mtools dosfstools qemu-utils cpio kmod fdisk curl"
 # SSH: Debian's dropbear packages, unpacked into the image (not installed here):
 # dropbear-bin and the libraries of its that a Debian machine may lack (ldd finds the
 # rest here). The server, its key maker, and its client (ssh from guest to guest).
 SSH_PACKAGES="dropbear-bin libtomcrypt1 libtommath1"
 SSH_PROGRAMS="usr/sbin/dropbear usr/bin/dropbearkey usr/bin/dbclient"
+# This machine's programs (their packages in PACKAGES) copied in with their libraries.
+MACHINE_PROGRAMS="usr/bin/curl"
 # The kernel modules the guest loads (everything else it needs is built in).
 MODULES="virtio_pci virtio_net virtio_blk virtio_rng ata_piix sr_mod isofs vfat nls_cp437 nls_ascii"
 
@@ -125,7 +132,8 @@ download() {
     (cd "$dir" && apt-get download -qq "$@" 2>/dev/null)
 }
 
-# install_programs ROOT UNPACKED PATH...: the programs at UNPACKED/PATH into ROOT/bin,
+# install_programs ROOT UNPACKED PATH...: the programs at UNPACKED/PATH (UNPACKED empty:
+# this machine's) into ROOT/bin,
 # with every shared library they load (from UNPACKED first, else this machine's, which
 # is the same Debian release) at its path and the dynamic loader, as ldd lists them.
 install_programs() {
@@ -199,6 +207,7 @@ for _ in $(seq 20); do
 done
 if [ -f /cidata/meta-data ]; then
     id=$(sed -n "s/^instance-id: *['\"]\{0,1\}\([^'\"]*\).*/\1/p" /cidata/meta-data)
+    name=$(sed -n "s/^local-hostname: *['\"]\{0,1\}\([^'\"]*\).*/\1/p" /cidata/meta-data)
     say "configdrive instance-id=$id"
     say "configdrive user-data=$(head -n1 /cidata/user-data)"
 else
@@ -215,6 +224,13 @@ for _ in $(seq 10); do
 done
 say "metadata instance-id=${id:-none}"
 say "metadata user-data=$([ -z "$id" ] || metadata user-data | head -n1)"  # none: not asked
+# The hostname, as cloud-init sets it from local-hostname: the config drive's, else the
+# metadata server's (asked only if it answered above).
+if [ -z "${name:-}" ] && [ -n "$id" ]; then
+    name=$(metadata meta-data/hostname 2>/dev/null | head -n1)
+fi
+[ -z "${name:-}" ] || hostname "$name"
+say "hostname=$(hostname)"
 
 # SSH for root with the instance's key: the config drive's, else the metadata server's
 # (asked only if it answered above). No key, no authorized key: no one logs in.
@@ -374,6 +390,7 @@ build() {
     download "$work/ssh" $SSH_PACKAGES
     for deb in "$work"/ssh/*.deb; do dpkg-deb -x "$deb" "$work/ssh/unpacked"; done
     install_programs "$root" "$work/ssh/unpacked" $SSH_PROGRAMS
+    install_programs "$root" "" $MACHINE_PROGRAMS
     write_init "$root"
     (cd "$root" && find . | cpio -o -H newc --quiet | gzip -9) >"$work/initrd.gz"
 

@@ -5,14 +5,17 @@ own host, in the `ovnmeta-<network>` namespace of Neutron's OVN metadata agent
 metadata API, our mdserver in signed mode (tools/local_services/host_mdserver.py), with
 X-Instance-ID = the port's device_id, signed with the secret they share.
 
-One host as an OVN chassis (ovn_hosts.py) with the agent and our mdserver in its
-namespace; as demo a network and subnet; as admin a port bound to the host with device_id
-an instance's uuid, plugged there and moved into a namespace of its own (the guest's
-stand-in) with its fixed IP. The guest's stand-in gets that instance's meta_data.json; a
+Two hosts as OVN chassis on one machine (ovn_hosts.py), each with the agent and our
+mdserver in its namespace; as demo a network and subnet; as admin a port on each host
+with device_id an instance's uuid, plugged there and moved into a namespace of its own
+(the guest's stand-in) with its fixed IP. Each guest's stand-in gets its own instance's
+meta_data.json from its own host: both agents serve the same network, each with its own
+`ovnmeta-<network>` (in the agent's private /run/netns), as two machines' agents do. A
 request straight to the mdserver naming the instance without its signature, or with a
-wrong one, gets 403. The agent's start, its memory (RSS and PSS of it, its privsep
-daemons and haproxy) and the time from ACTIVE to the first answer are printed (pytest -s;
-METADATA_AGENT=neutron-ovn-agent runs the same with the other agent, for comparison).
+wrong one, gets 403. Stopped, an agent leaves no process and no namespace. The first
+agent's start, its memory (RSS and PSS of it, its privsep daemons and haproxy) and the
+time from ACTIVE to the first answer are printed (pytest -s; METADATA_AGENT=
+neutron-ovn-agent runs the same with the other agent, for comparison).
 """
 
 from __future__ import annotations
@@ -41,12 +44,12 @@ from tools.local_services.netns import ip, netns_usable
 from tools.local_services.networking import NetworkStack
 from tools.local_services.ovn_hosts import OvnHosts
 from tools.local_services.ovn_metadata import NAMESPACE_PREFIX as OVNMETA
-from tools.local_services.ovn_metadata import PROGRAMS
+from tools.local_services.ovn_metadata import PROGRAMS, namespaces_in_use
 
 ADMIN = "etcd-compute"
-HOST = "hv1"
+HOSTS = ["hv1", "hv2"]
 CIDR = "10.0.0.0/24"
-GUEST_ADDRESS = "10.0.0.31"
+GUEST_ADDRESSES = {"hv1": "10.0.0.31", "hv2": "10.0.0.32"}
 METADATA = "http://169.254.169.254"
 PROGRAM = os.environ.get("METADATA_AGENT", PROGRAMS[0])
 
@@ -87,7 +90,7 @@ def host_with_agent(tmp_path: Path, network: NetworkStack) -> Iterator[OvnHosts]
         unavailable(why)
     try:
         # The metadata API's port in the host's own namespace, where nothing else listens.
-        hosts = OvnHosts.create([HOST], tmp_path / "hosts", network.ovn,
+        hosts = OvnHosts.create(HOSTS, tmp_path / "hosts", network.ovn,
                                 metadata_port=free_port(), metadata_program=PROGRAM)
     except ServiceUnavailable as exc:
         unavailable(str(exc))
@@ -116,57 +119,86 @@ def wait_for(check: Any, timeout: float, what: str) -> Any:
     raise AssertionError(f"{what} within {timeout:.0f} s")
 
 
-def test_a_guest_gets_its_own_metadata_through_neutrons_agent_and_a_forged_id_gets_403(
+def test_guests_on_two_hosts_get_metadata_through_their_own_agents_and_a_forged_id_gets_403(
         tmp_path: Path, network: NetworkStack, openstack: Cli,
         host_with_agent: OvnHosts, demo_net: dict[str, Any]) -> None:
     hosts = host_with_agent
-    host = hosts[HOST]
-    agent = host.metadata
-    assert agent is not None and agent.running()
+    agents = {name: hosts[name].metadata for name in HOSTS}
+    assert all(agent is not None and agent.running() for agent in agents.values())
+    agent = agents[HOSTS[0]]
+    assert agent is not None
     started_in = agent.started_in or 0.0
-    # What the compute writes when it builds a guest, written here for the guest's stand-in.
-    uuid = str(uuidlib.uuid4())
-    instances_dir = tmp_path / "instances"
-    files = InstanceFiles.of(instances_dir, uuid)
-    files.create()
-    files.write_meta(instance_meta({"uuid": uuid, "name": "through-neutron"}))
-    api = HostMdserver.create(tmp_path / "mdserver", host.space, hosts.metadata_port or 0,
-                              instances_dir, libvirt_node(tmp_path / "node.xml", uuid),
-                              agent.secret_file).start()
+    # What the compute writes when it builds a guest, written here for each guest's
+    # stand-in, on its own host.
+    uuids = {name: str(uuidlib.uuid4()) for name in HOSTS}
+    apis = {}
     try:
-        port = openstack(ADMIN, "port", "create", "--network", demo_net["id"], "--host", HOST,
-                         "--device-owner", "compute:nova", "--device", uuid,
-                         "--fixed-ip", f"subnet={demo_net['subnet']['id']},"
-                         f"ip-address={GUEST_ADDRESS}", "guest-port")
-        # The network's OVN metadata port (Neutron made it with the subnet): the guest's
-        # route to 169.254.169.254, as OVN's DHCP would give it.
+        for name in HOSTS:
+            instances_dir = tmp_path / f"instances-{name}"
+            files = InstanceFiles.of(instances_dir, uuids[name])
+            files.create()
+            files.write_meta(instance_meta({"uuid": uuids[name], "name": f"guest-{name}"}))
+            host_agent = agents[name]
+            assert host_agent is not None
+            apis[name] = HostMdserver.create(
+                tmp_path / f"mdserver-{name}", hosts[name].space, hosts.metadata_port or 0,
+                instances_dir, libvirt_node(tmp_path / f"node-{name}.xml", uuids[name]),
+                host_agent.secret_file).start()
+        ports = {name: openstack(
+            ADMIN, "port", "create", "--network", demo_net["id"], "--host", name,
+            "--device-owner", "compute:nova", "--device", uuids[name],
+            "--fixed-ip", f"subnet={demo_net['subnet']['id']},"
+            f"ip-address={GUEST_ADDRESSES[name]}", f"guest-port-{name}") for name in HOSTS}
+        # The network's OVN metadata port (Neutron made it with the subnet): the guests'
+        # route to 169.254.169.254, as OVN's DHCP would give it; a localport, answered on
+        # each chassis by its own agent.
         metadata_ports = openstack(ADMIN, "port", "list", "--network", demo_net["id"],
                                    "--device-owner", "network:distributed", "--long")
         assert len(metadata_ports) == 1, metadata_ports
         via = metadata_ports[0]["Fixed IP Addresses"][0]["ip_address"]
 
-        device = host.plug(port["id"], port["mac_address"])
-        guest = hosts.net.add_space("guest")
-        host.move(device, guest, GUEST_ADDRESS, demo_net["mtu"])
-        ip("-n", guest.netns, "route", "add", "169.254.169.254/32", "via", via)
-        wait_for(lambda: openstack.ok(ADMIN, "port", "show", port["id"], "-c", "status",
-                                      "-f", "value").strip() == "ACTIVE", 60, "port ACTIVE")
+        guests = {}
+        for name in HOSTS:
+            host = hosts[name]
+            device = host.plug(ports[name]["id"], ports[name]["mac_address"])
+            guests[name] = guest = hosts.net.add_space(f"guest-{name}")
+            host.move(device, guest, GUEST_ADDRESSES[name], demo_net["mtu"])
+            ip("-n", guest.netns, "route", "add", "169.254.169.254/32", "via", via)
+        for name in HOSTS:
+            wait_for(lambda name=name: openstack.ok(
+                ADMIN, "port", "show", ports[name]["id"], "-c", "status", "-f", "value"
+            ).strip() == "ACTIVE", 60, f"port on {name} ACTIVE")
         active = time.monotonic()
 
-        def answered() -> tuple[int, bytes] | None:
-            got = http_get(guest, f"{METADATA}/openstack/latest/meta_data.json", timeout=15)
+        def answered(name: str) -> tuple[int, bytes] | None:
+            got = http_get(guests[name], f"{METADATA}/openstack/latest/meta_data.json",
+                           timeout=15)
             return got if got[0] == 200 else None
 
-        status, body = wait_for(answered, 90, "an answer to the guest through the agent")
-        first_answer = time.monotonic() - active
-        document = json.loads(body)
-        assert document["uuid"] == uuid and document["name"] == "through-neutron"
-        assert http_get(guest, f"{METADATA}/latest/meta-data/instance-id")[1] == \
-            uuid.encode()
+        bodies = {}
+        first_answer = 0.0
+        for name in HOSTS:
+            status, bodies[name] = wait_for(lambda name=name: answered(name), 90,
+                                            f"an answer to the guest on {name} through "
+                                            "its agent")
+            first_answer = first_answer or time.monotonic() - active
+            document = json.loads(bodies[name])
+            assert document["uuid"] == uuids[name] and document["name"] == f"guest-{name}"
+            assert http_get(guests[name], f"{METADATA}/latest/meta-data/instance-id")[1] == \
+                uuids[name].encode()
+        # Each agent has its own namespace of the same name for the network: two.
         space = OVNMETA + demo_net["id"]
-        assert agent.namespaces() == [space]
+        ids = {}
+        for name in HOSTS:
+            host_agent = agents[name]
+            assert host_agent is not None
+            ids[name] = host_agent.namespace_ids()
+            assert list(ids[name]) == [space]
+        assert ids[HOSTS[0]][space] != ids[HOSTS[1]][space]
+        assert space not in ip("netns", "list").stdout  # not the machine's names
 
         # Straight to the mdserver, past the agent: naming the instance is not enough.
+        api, uuid, body = apis[HOSTS[0]], uuids[HOSTS[0]], bodies[HOSTS[0]]
         secret = agent.secret_file.read_bytes().strip()
         good = hmac.new(secret, uuid.encode(), hashlib.sha256).hexdigest()
         path = "/openstack/latest/meta_data.json"
@@ -176,27 +208,31 @@ def test_a_guest_gets_its_own_metadata_through_neutrons_agent_and_a_forged_id_ge
         other = hmac.new(b"not the secret", uuid.encode(), hashlib.sha256).hexdigest()
         assert api.get(path, {"X-Instance-ID": uuid, "X-Instance-ID-Signature": other}
                        )[0] == 403
-        # ... with its signature it is (what the agent sends), and only for ours.
+        # ... with its signature it is (what the agent sends), and only for ours: the other
+        # host's guest is not this host's.
         assert api.get(path, {"X-Instance-ID": uuid, "X-Instance-ID-Signature": good}) == \
             (200, body)
-        stranger = str(uuidlib.uuid4())
-        signed = hmac.new(secret, stranger.encode(), hashlib.sha256).hexdigest()
-        assert api.get(path, {"X-Instance-ID": stranger,
-                              "X-Instance-ID-Signature": signed})[0] == 404
+        for stranger in (str(uuidlib.uuid4()), uuids[HOSTS[1]]):
+            signed = hmac.new(secret, stranger.encode(), hashlib.sha256).hexdigest()
+            assert api.get(path, {"X-Instance-ID": stranger,
+                                  "X-Instance-ID-Signature": signed})[0] == 404
 
         pids = agent.pids
         rss, pss, lines = memory(pids)
         print(f"\n{PROGRAM}: started in {started_in:.2f} s; first answer "
               f"{first_answer:.2f} s after ACTIVE; {len(pids)} processes, RSS {rss:.1f} MiB, "
               f"PSS {pss:.1f} MiB (RSS/PSS MiB: {', '.join(lines)})")
-        openstack.ok(ADMIN, "port", "delete", port["id"])
+        for name in HOSTS:
+            openstack.ok(ADMIN, "port", "delete", ports[name]["id"])
     finally:
-        api.stop()
-    # Stopped, the agent leaves no process (privsep daemons and haproxy included) and no
-    # namespace.
-    spaces = agent.namespaces()
-    agent.stop()
+        for started in apis.values():
+            started.stop()
+    # Stopped, an agent leaves no process (privsep daemons and haproxy included) and no
+    # namespace: no process is left in its mount namespace or its ovnmeta- ones.
+    pids = [pid for host_agent in agents.values() if host_agent for pid in host_agent.pids]
+    inodes = {inode for found in ids.values() for inode in found.values()}
+    for host_agent in agents.values():
+        assert host_agent is not None
+        host_agent.stop()
     assert not [pid for pid in pids if pid_alive(pid)]
-    listed = ip("netns", "list").stdout
-    assert not [name for name in spaces if name in listed]
-    assert space not in listed
+    assert not namespaces_in_use(inodes)

@@ -2,8 +2,8 @@
 
 schedule -> ACTIVE with IP -> the console shows the guest read its own
 instance-id and user-data from both the config drive and the metadata
-server -> destroy leaves no domain, disk, overlay, config drive, allocation
-or etcd key.
+server, and took its hostname from them -> destroy leaves no domain, disk,
+overlay, config drive, allocation or etcd key.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import pytest
 
 from etcd_compute import messages
 from etcd_compute.instances import ownership
+from etcd_compute.virt.instance_files import InstanceFiles
 from tests.compute.helpers import wait_state
 from tests.support import wait_for
 from tests.virt.conftest import libvirt_compute
@@ -50,12 +51,18 @@ def test_schedule_boot_console_destroy_with_a_real_guest(
         published, _ = store.read(messages.CONSOLE, store.keys.console(rp, uuid))
         return published["text"] if published else ""
 
-    wait_for(lambda: "ETCD-COMPUTE-GUEST metadata user-data" in console(), 120,
+    wait_for(lambda: "ETCD-COMPUTE-GUEST hostname=" in console(), 120,
              interval=0.5, what="the guest to read its metadata")
     text = console()
     for source in ("configdrive", "metadata"):
         assert f"ETCD-COMPUTE-GUEST {source} instance-id={uuid}" in text
         assert f"ETCD-COMPUTE-GUEST {source} user-data=user-data-through-the-whole-stack" in text
+    # Its hostname is its metadata's (the config drive's local-hostname), as cloud-init
+    # sets it: Tempest's metadata meter compares `hostname` with meta-data/hostname.
+    meta = InstanceFiles.of(config["compute"]["instances_dir"], uuid).read_meta()
+    assert meta is not None
+    lines = [line.strip() for line in text.splitlines()]
+    assert f"ETCD-COMPUTE-GUEST hostname={meta['hostname']}" in lines
     shown = run_schedule("console", uuid)
     assert f"metadata instance-id={uuid}" in shown.stdout
 

@@ -15,6 +15,13 @@ directory is the host's switch's run directory (its `db.sock`), so each libvirtd
 its own host's switch. (The mount point, an empty /run/openvswitch, is made on the
 machine if it is missing: the machine's own Open vSwitch service is not run.)
 
+With `metadata_port`, each host serves its guests' metadata as a compute node of Nova
+with ML2/OVN does: its chassis runs Neutron's OVN metadata agent (ovn_metadata.py, in a
+mount namespace of its own, so two hosts on one machine each have their
+`ovnmeta-<network>`), and the host runs our metadata API in signed mode on
+127.0.0.1:`metadata_port` of its namespace (host_mdserver.py), reading the host's
+instances and asking its libvirtd.
+
 The chassis' hostname is the host's name and so is the compute's (`compute.name`): ML2/OVN
 binds a port whose `binding:host_id` is that name to that chassis. The drivers run in the
 caller's process (root namespace) and reach each libvirtd by its socket; qemu runs in the
@@ -39,6 +46,7 @@ from etcd_compute.config import deep_merge
 from etcd_compute.defaults import COMPUTE_DEFAULTS
 from etcd_compute.drivers.libvirt import LibvirtDriver
 from etcd_compute.pki import Pki
+from tools.local_services.host_mdserver import HostMdserver
 from tools.local_services.ovn import OvnCentral
 from tools.local_services.ovn_hosts import OvnHost, OvnHosts
 from tools.local_services.private_libvirt import LibvirtTls, PrivateLibvirtd
@@ -53,6 +61,27 @@ class OvnHypervisor:
     chassis: OvnHost
     libvirtd: PrivateLibvirtd
     config: dict[str, Any]
+    mdserver: HostMdserver | None = None  # with a metadata port: the host's metadata API
+
+    @property
+    def pids(self) -> list[int]:
+        """Every process of the host: the chassis' (its switch, ovn-controller, metadata
+        agent and its descendants), the libvirtd's and the metadata API's."""
+        return [*self.chassis.pids, *self._own_daemons()]
+
+    @property
+    def daemon_pids(self) -> list[int]:
+        """Its daemons, each to run as long as the host: as `pids`, but of the metadata
+        agent only its own (its privsep helpers come and go)."""
+        agent = self.chassis.metadata
+        return [*self.chassis.switch.pids, *self.chassis.controller.pids,
+                *([agent.pid] if agent is not None and agent.pid else []),
+                *self._own_daemons()]
+
+    def _own_daemons(self) -> list[int]:
+        daemon = self.libvirtd.libvirtd
+        own = [daemon.pid if daemon else None, self.mdserver.pid if self.mdserver else None]
+        return [pid for pid in own if isinstance(pid, int)]
 
     @property
     def instances_dir(self) -> Path:
@@ -97,9 +126,9 @@ class OvnHypervisors:
         section of their computes. With `migration`, each libvirtd also listens over TLS on
         its chassis' address with certificates of the hosts' own PKI, as
         tools/local_services/hypervisors.py's do: guests move live between them. With
-        `metadata_port`, each chassis runs Neutron's OVN metadata agent asking
-        127.0.0.1:`metadata_port` of its namespace (ovn_hosts.py; the caller starts the
-        metadata API there, host_mdserver.py)."""
+        `metadata_port`, each chassis runs Neutron's OVN metadata agent (ovn_hosts.py) and
+        each host our metadata API on 127.0.0.1:`metadata_port` of its namespace
+        (host_mdserver.py), which the agent asks."""
         parent.mkdir(parents=True, exist_ok=True, mode=0o711)
         parent.chmod(0o711)
         root = parent / f"ovn-{uuidlib.uuid4().hex[:8]}"
@@ -145,11 +174,19 @@ class OvnHypervisors:
         })
         self.hosts[name] = host = OvnHypervisor(name, chassis, libvirtd, config)
         libvirtd.start()
+        if chassis.metadata is not None and self.chassis.metadata_port:
+            host.mdserver = HostMdserver.create(
+                self.root / f"mdserver-{name}", chassis.space, self.chassis.metadata_port,
+                host.instances_dir, libvirtd.uri, chassis.metadata.secret_file)
+            host.mdserver.start()
         return host
 
     def close(self) -> None:
-        """Each libvirtd (its guests first), then the chassis (ovn_hosts.py)."""
+        """Each metadata API and libvirtd (its guests first), then the chassis
+        (ovn_hosts.py)."""
         for host in self.hosts.values():
+            if host.mdserver is not None:
+                host.mdserver.stop()
             with contextlib.suppress(Exception):
                 host.libvirtd.stop()
         self.chassis.close()

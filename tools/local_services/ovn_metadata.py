@@ -15,29 +15,32 @@ signature (HMAC-SHA256 with `metadata_proxy_shared_secret`, made per run here).
 The program is Neutron 29's `neutron-ovn-metadata-agent` (the lighter of the two that do
 this, docs/explanation/networking.md#metadata) or, for comparison, `neutron-ovn-agent`
 with its `metadata` extension; same configuration. It runs in the host's network
-namespace (nsenter: the network namespace only, so the namespaces it makes are the
-machine's, as `ip netns` shows them), against the host's own Open vSwitch database (its
-socket) and the southbound database, its state and lock directories in the run directory;
-as root, so no sudo and no rootwrap: `root_helper = env` (a command run as it is), and
-privsep's helpers started so (`privsep-helper` of Neutron's virtualenv, on its PATH).
+namespace (nsenter: the network namespace only) and in a mount namespace of its own
+(unshare) whose /run/netns is a private tmpfs holding only the host's own namespace (as
+`ip netns` names it outside): the `ovnmeta-<network>` namespaces it makes are named there,
+so two hosts' agents on one machine each make their own `ovnmeta-<network>` for a
+network with guests on both, as two machines' agents do. It runs against the host's own
+Open vSwitch database (its socket) and the southbound database, its state and lock
+directories in the run directory; as root, so no sudo and no rootwrap: `root_helper =
+env` (a command run as it is), and privsep's helpers started so (`privsep-helper` of
+Neutron's virtualenv, on its PATH).
 
 Stopped by pid: the agent is started as a child subreaper, so the privsep daemons (which
 fork away from the helper the agent started) and the haproxys (which daemonize) stay its
 descendants and are found from its pid, never by name; the haproxys are also found by the
 pidfiles the agent wrote in our state directory. (Being their subreaper, the agent also
 holds any that exit before it as zombies, a pid each, until it exits: for tests; a host's
-service manager runs the agent in production.) The namespaces it made (those of our
-haproxys' pidfiles, the peers of the host's veths, and any ovnmeta- namespace one of our
-processes is in) are removed at stop. Namespaces are the machine's: two hosts' agents on
-one machine with ports of the same network would both want `ovnmeta-<network>` (one host
-per network here).
+service manager runs the agent in production.) Its namespaces are seen from outside
+through the agent's own root (`/proc/<pid>/root/run/netns`); they live as long as a
+process is in them or in the agent's mount namespace (which holds their names), so once
+its processes are stopped they are gone, which `stop` checks (no process left in the
+mount namespace or in any of them).
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-import re
 import secrets
 import shutil
 import sys
@@ -48,13 +51,20 @@ from pathlib import Path
 import psutil
 
 from etcd_compute.errors import ServiceUnavailable
-from tools.local_services.netns import Host, ip
+from tools.local_services.netns import Host
 from tools.local_services.ovs import OpenVSwitch
 from tools.local_services.process import NEUTRON_VENV, Service, stop_pids, wait_until
 
 PROGRAMS = ("neutron-ovn-metadata-agent", "neutron-ovn-agent")
 NAMESPACE_PREFIX = "ovnmeta-"
 MAX_SOCKET_PATH = 97  # haproxy's limit on a unix socket's path
+# The agent's own /run/netns (run by sh in its new mount namespace, in the host's network
+# namespace): a tmpfs over the machine's, with the host's namespace under its own name.
+PRIVATE_NETNS = (
+    'mount -t tmpfs -o mode=0755,size=1m "ovnmeta-$1" /run/netns'
+    ' && touch "/run/netns/$1" && mount --bind /proc/self/ns/net "/run/netns/$1"'
+    ' && shift && exec "$@"'
+)
 # Makes the process a child subreaper (PR_SET_CHILD_SUBREAPER, kept across execve), then
 # execs the agent: its descendants' orphans are reparented to it, not to init.
 SUBREAPER_EXEC = (
@@ -73,6 +83,26 @@ def write_private(path: Path, text: str) -> None:
         handle.write(text)
 
 
+def namespaces_in_use(inodes: set[int]) -> set[int]:
+    """The pids of the processes in a namespace (network or mount) of `inodes` (never ours:
+    our own namespaces are left out of `inodes`)."""
+    own = set()
+    for kind in ("net", "mnt"):
+        with contextlib.suppress(OSError):
+            own.add(os.stat(f"/proc/self/ns/{kind}").st_ino)
+    inodes = inodes - own
+    found: set[int] = set()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        for kind in ("net", "mnt"):
+            with contextlib.suppress(OSError):
+                if os.stat(entry / "ns" / kind).st_ino in inodes:
+                    found.add(int(entry.name))
+    found.discard(os.getpid())
+    return found
+
+
 class OvnMetadataAgent(Service):
     """The metadata agent of one host, asking the metadata API at `api_host`:`api_port`
     (an address in the host's namespace)."""
@@ -85,7 +115,7 @@ class OvnMetadataAgent(Service):
     api_port: int
     started_in: float | None = None
     socket_dir: Path | None = None
-    _seen_namespaces: set[str]  # every ovnmeta- namespace namespaces() found, for stop
+    _seen_namespaces: set[int]  # every ovnmeta- namespace namespace_ids() found, for stop
 
     @classmethod
     def create(cls, run_dir: Path, host: Host, switch: OpenVSwitch, southbound: str,
@@ -168,13 +198,16 @@ class OvnMetadataAgent(Service):
         if not program.exists():
             raise ServiceUnavailable(f"{program} is missing (make install builds "
                                      ".venv-neutron)")
-        for tool in ("haproxy", "nsenter"):
+        for tool in ("haproxy", "nsenter", "unshare"):
             if shutil.which(tool) is None:
                 raise ServiceUnavailable(f"{tool} is not installed; run: make install")
         self._write_config()
         began = time.monotonic()
         path = f"{NEUTRON_VENV / 'bin'}:{os.environ.get('PATH', '/usr/sbin:/usr/bin')}"
+        # nsenter, unshare and sh each exec the next: the pid is the agent's.
         self._spawn(["nsenter", f"--net=/run/netns/{self.host.netns}", "--",
+                     "unshare", "--mount", "--propagation", "private", "--",
+                     "sh", "-c", PRIVATE_NETNS, "private-netns", self.host.netns,
                      sys.executable, "-c", SUBREAPER_EXEC, str(program),
                      "--config-file", str(self.config_file)],
                     env={"PATH": path}, cwd=self.run_dir)
@@ -214,26 +247,35 @@ class OvnMetadataAgent(Service):
                     found.append(process.pid)
         return found
 
+    @property
+    def netns_dir(self) -> Path | None:
+        """Its own /run/netns, seen through its root; None when it is not running or its
+        tmpfs is not mounted yet (until then that directory is the machine's, whose
+        namespaces are not its)."""
+        if not self.running():
+            return None
+        try:
+            mounts = Path(f"/proc/{self.pid}/mounts").read_text()
+        except OSError:
+            return None
+        if f"{NAMESPACE_PREFIX}{self.host.netns} /run/netns tmpfs " not in mounts:
+            return None
+        return Path(f"/proc/{self.pid}/root/run/netns")
+
     def namespaces(self) -> list[str]:
-        """The ovnmeta- namespaces it made: those of our haproxys' pidfiles, those peered
-        with the host's veths, and any one of our processes is in."""
-        named = {NAMESPACE_PREFIX + pidfile.stem
-                 for pidfile in (self.pids_dir.glob("*.pid") if self.pids_dir.is_dir() else [])}
-        ours = set()
-        for pid in self.pids:
-            with contextlib.suppress(OSError):
-                ours.add(os.stat(f"/proc/{pid}/ns/net").st_ino)
-        # The peers of the host's veths (a namespace made before its haproxy failed to
-        # start holds no process of ours): the host's namespace is ours alone.
-        links = ip("-n", self.host.netns, "-o", "link", "show", "type", "veth", check=False)
-        named.update(re.findall(r"link-netns (" + NAMESPACE_PREFIX + r"\S+)", links.stdout))
-        netns = Path("/run/netns")
-        for space in netns.glob(NAMESPACE_PREFIX + "*") if netns.is_dir() else []:
-            with contextlib.suppress(OSError):
-                if space.stat().st_ino in ours:
-                    named.add(space.name)
-        found = sorted(name for name in named if (netns / name).exists())
-        self._seen_namespaces.update(found)
+        """The ovnmeta- namespaces it made (named in its own /run/netns)."""
+        return sorted(self.namespace_ids())
+
+    def namespace_ids(self) -> dict[str, int]:
+        """Its ovnmeta- namespaces by name: their inode numbers (as /proc/PID/ns/net shows
+        them), each remembered for stop's check."""
+        found = {}
+        netns = self.netns_dir
+        with contextlib.suppress(OSError):
+            for space in netns.glob(NAMESPACE_PREFIX + "*") if netns else []:
+                with contextlib.suppress(OSError):
+                    found[space.name] = space.stat().st_ino
+        self._seen_namespaces.update(found.values())
         return found
 
     def strays(self) -> list[int]:
@@ -250,25 +292,32 @@ class OvnMetadataAgent(Service):
 
     def stop(self, timeout: float = 10.0) -> None:
         """Its processes (found from its pid and pidfiles, then any stray of ours) side by
-        side, then its namespaces, each checked gone."""
-        spaces = set(self.namespaces())
+        side; then its mount namespace and its ovnmeta- namespaces checked gone: no process
+        left in any of them (the names are the mount namespace's, so with it they go)."""
+        self.namespace_ids()
+        mount = None
+        # Its mount namespace once its /run/netns is its own (never the one it came from:
+        # until it unshares, the agent's pid is in ours, the machine's).
+        with contextlib.suppress(OSError):
+            if self.netns_dir is not None:
+                mount = os.stat(f"/proc/{self.pid}/ns/mnt").st_ino
+                if mount == os.stat("/proc/self/ns/mnt").st_ino:
+                    mount = None
         stop_pids(self.pids)
         self.pid = None
         stop_pids(self.strays())
-        # A namespace the agent was making or removing as it was stopped may show up only
-        # now (its file made before its mount, or left by a removal cut short).
-        spaces.update(self.namespaces(), self._seen_namespaces)
+        watched = {*self._seen_namespaces, *([mount] if mount else [])}
         deadline = time.monotonic() + timeout
-        netns = Path("/run/netns")
         while True:
-            for space in spaces:
-                ip("netns", "del", space, check=False)
-            left = sorted(space for space in spaces if (netns / space).exists())
+            left = namespaces_in_use(watched)
             if not left:
                 break
             if time.monotonic() > deadline:
-                raise ServiceUnavailable(f"{self.program} of {self.host.name}: namespace(s) "
-                                         f"{', '.join(left)} not removed within {timeout:.0f} s")
+                raise ServiceUnavailable(
+                    f"{self.program} of {self.host.name}: process(es) "
+                    f"{', '.join(map(str, sorted(left)))} still in its namespaces "
+                    f"{timeout:.0f} s after its stop")
+            stop_pids(sorted(left))
             time.sleep(0.2)
         if self.socket_dir is not None:
             shutil.rmtree(self.socket_dir, ignore_errors=True)

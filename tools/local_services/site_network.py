@@ -38,7 +38,6 @@ from typing import Any
 
 from etcd_compute.neutron import NeutronClient
 from tools.local_services import cloud
-from tools.local_services.host_mdserver import HostMdserver
 from tools.local_services.networking import NetworkStack
 from tools.local_services.outside import PHYSNET, Outside
 from tools.local_services.ovn_hypervisors import OvnHypervisors
@@ -108,13 +107,6 @@ def serve(run_dir: Path, host: str, vm_root: Path, image_dirs: list[str],
         service = neutron_settings(network, cloud.service_credentials(keystone))
         hosts = exits.enter_context(OvnHypervisors.create(
             [host], vm_root, network.ovn, image_dirs, service, metadata_port=METADATA_PORT))
-        for one in hosts.hosts.values():
-            assert one.chassis.metadata is not None
-            api = HostMdserver.create(here / f"mdserver-{one.name}", one.chassis.space,
-                                      METADATA_PORT, one.instances_dir, one.libvirtd.uri,
-                                      one.chassis.metadata.secret_file)
-            exits.callback(api.stop)
-            api.start()
         timings["hypervisor host"] = time.monotonic() - began - sum(timings.values())
         outside = exits.enter_context(Outside.create(hosts.chassis.hosts.values()))
         admin = NeutronClient(neutron_settings(
@@ -129,7 +121,7 @@ def serve(run_dir: Path, host: str, vm_root: Path, image_dirs: list[str],
             "public": public["id"],
             "hosts": {name: {"netns": one.chassis.space.netns, "config": one.config}
                       for name, one in hosts.hosts.items()},
-            "pids": [*network.pids, *hosts.chassis.pids],
+            "pids": [*network.pids, *(pid for one in hosts.hosts.values() for pid in one.pids)],
             "timings": {name: round(value, 1) for name, value in timings.items()},
         }
         partial = site_file.with_suffix(".partial")

@@ -178,8 +178,11 @@ SCENARIO_COMPUTE_FEATURES: dict[str, tuple[bool, str]] = {
     # Nova's config drive is a `config-2` filesystem with openstack/latest/meta_data.json;
     # ours is NoCloud (`cidata`: meta-data, user-data), which Tempest does not read.
     "config_drive": (False, "our config drive is NoCloud (cidata), not Nova's config-2"),
-    # The metadata server answers instance-id, hostname, public keys and user data; not
-    # local-ipv4 nor public-ipv4, and it takes no password POST (os-server-password).
+    # Each host serves its guests' metadata through Neutron's OVN metadata agent (the live
+    # moves' MetadataDowntimeMeter reads meta-data/hostname through it whatever this flag
+    # says); the server answers instance-id, hostname, public keys and user data, not
+    # local-ipv4 nor public-ipv4, and it takes no password POST (os-server-password),
+    # which test_server_basic_ops checks when this is on.
     "metadata_service": (False, "no local-ipv4/public-ipv4 in the metadata, no password "
                                 "POST"),
     # Real libvirt hosts listening over TLS to each other: guests move live, their ports
@@ -210,6 +213,9 @@ def scenario_sections(conf: configparser.ConfigParser, cloud: Cloud) -> None:
     # its root is an initramfs, its disk's FAT partition the writable /persist (the
     # timestamp test_snapshot_pattern finds again in a server of the snapshot).
     conf["scenario"] = {"dhcp_client": "udhcpc", "target_dir": "/persist"}
+    # Tempest logs what the moves' tests measure (the floating IP's and the metadata's
+    # downtime through a live migration) at debug only: in tempest.log.
+    conf["DEFAULT"]["debug"] = "true"
     if len(cloud.hosts) >= 2:  # the moves' tests that name their hosts (from 2.74)
         conf["compute"]["migration_source_host"] = cloud.hosts[0]
         conf["compute"]["migration_dest_host"] = cloud.hosts[1]

@@ -19,8 +19,11 @@ answer at the namespace's own 127.0.0.1 on the same ports (`Outside.reach`), so 
 catalog's endpoints and the certificates naming them hold, and the floating IPs are on
 its segment.
 
-The guests get no metadata agent here: the metadata server answers neither `local-ipv4`
-nor `public-ipv4` nor takes a password (conf.py's `metadata_service` false says so); a
+Each host serves its guests' metadata as a Nova compute node with ML2/OVN does (Neutron's
+OVN metadata agent in a mount namespace of its own, our metadata API in signed mode:
+ovn_hypervisors.py), so a guest's metadata answers on either host and through a live move
+(Tempest's MetadataDowntimeMeter). The metadata server answers neither `local-ipv4` nor
+`public-ipv4` nor takes a password (conf.py's `metadata_service` false says so); a
 guest's key pair comes from its config drive.
 """
 
@@ -42,7 +45,12 @@ from tools.local_services.netns import netns_usable
 from tools.local_services.outside import Outside
 from tools.local_services.ovn_hypervisors import OvnHypervisor, OvnHypervisors
 from tools.local_services.process import free_port
-from tools.local_services.site_network import make_public, neutron_settings, remove_public
+from tools.local_services.site_network import (
+    METADATA_PORT,
+    make_public,
+    neutron_settings,
+    remove_public,
+)
 from tools.local_services.stack import build_test_guest
 from tools.tempest_run import cloud
 from tools.tempest_run.conf import Cloud
@@ -83,12 +91,13 @@ def start(run_dir: Path, say: Say) -> tuple[TempestStack, Cloud, Outside]:
         hosts = site.enter_context(OvnHypervisors.create(
             HOSTS, VM_ROOT, stack.network.ovn, [str(image_file.parent)],
             neutron_settings(stack.network, local_cloud.service_credentials(keystone)),
-            migration=True))
+            migration=True, metadata_port=METADATA_PORT))
         for name, host in hosts.hosts.items():
-            for pid in [*host.chassis.pids, *_libvirt_pids(host)]:
+            for pid in host.daemon_pids:  # each must live as long as the cloud
                 stack.remember_daemon(f"host-{name}", pid, str(hosts.root))
             say(f"hypervisor host {name}: namespace {host.chassis.space.netns} "
-                f"({host.chassis.address}), OVN chassis, libvirtd {host.libvirtd.uri}")
+                f"({host.chassis.address}), OVN chassis, libvirtd {host.libvirtd.uri}, "
+                f"metadata agent and API")
         outside = site.enter_context(Outside.create(hosts.chassis.hosts.values()))
         admin = NeutronClient(neutron_settings(
             stack.network, keystone.client_section("admin", None, "admin")))
@@ -130,11 +139,6 @@ def service_ports(stack: TempestStack) -> list[int]:
             stack._glance().endpoint]  # noqa: SLF001
     return sorted({*(int(urlsplit(url).port or 0) for url in urls),
                    int(stack.compute_api["port"]), int(stack.placement["port"])} - {0})
-
-
-def _libvirt_pids(host: OvnHypervisor) -> list[int]:
-    pid = getattr(host.libvirtd, "pid", None)
-    return [pid] if isinstance(pid, int) else []
 
 
 def _start_compute(stack: TempestStack, host: OvnHypervisor, say: Say) -> str:
