@@ -95,16 +95,24 @@ class MariaDBServer(Service):
             self.home.chmod(0o755)
             shutil.chown(self.home, "mysql")
         data = self.home / "data"
+        # Its temporary tables in a directory of its own, not the machine's /tmp: in ci-52
+        # mariadb-install-db aborted because its '/tmp/#sql-temptable-...' file was gone.
+        scratch = self.home / "tmp"
+        if not scratch.exists():
+            scratch.mkdir(mode=0o700)
+            shutil.chown(scratch, "mysql")
         if not data.exists():
             with open(self.log_path, "ab") as log:
                 done = subprocess.run(
-                    ["mariadb-install-db", *OPTIONS, f"--datadir={data}", "--user=mysql",
+                    ["mariadb-install-db", *OPTIONS, f"--tmpdir={scratch}", f"--datadir={data}",
+                     "--user=mysql",
                      # root only over the socket, as the machine's root: no password to leak.
                      "--auth-root-authentication-method=socket", "--skip-test-db"],
                     stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, check=False)
             if done.returncode:
                 raise self._fail(f"mariadb-install-db failed (exit {done.returncode})")
-        self._spawn([str(MARIADBD), *OPTIONS, f"--datadir={data}", f"--socket={self.socket}",
+        self._spawn([str(MARIADBD), *OPTIONS, f"--tmpdir={scratch}", f"--datadir={data}",
+                     f"--socket={self.socket}",
                      f"--pid-file={self.home / 'mariadbd.pid'}", "--user=mysql",
                      "--bind-address=127.0.0.1", f"--port={self.port}"])
 
