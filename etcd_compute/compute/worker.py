@@ -262,7 +262,7 @@ def move(kind: str, spec: dict[str, Any], task: dict[str, Any] | None) -> dict[s
         if task.get("live"):
             flag = cancel_flag(state_dir, uuid)
             # Connected before the guest crosses: the activation right after the switch-over
-            # ends a floating IP's loss (distributed NAT follows the active binding).
+            # (a distributed floating IP's NAT would follow the active binding).
             client = neutron() if on_ports and there else None
             if client is not None:
                 with contextlib.suppress(NeutronUnavailable):  # activate retries, logs

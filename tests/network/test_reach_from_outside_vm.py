@@ -9,7 +9,7 @@ network, a security group, and a floating IP for a real TCG test guest's port. F
 laptop: `ping` of the floating IP, `ssh -i key root@FLOATING_IP` runs a command in the
 guest (its instance id, from its config drive; a ping of the laptop, out through the
 floating IP's SNAT); without a rule for tcp/22 the connection is dropped. Floating IPs are
-distributed (`enable_distributed_floating_ip`): the NAT is on the guest's own chassis.
+centralized (Neutron's default): the NAT is on the router's gateway chassis.
 Everything deleted, nothing is left in Neutron or OVN. The time from the guest's port
 ACTIVE (the build's end) to the first SSH from outside is printed (pytest -s).
 
@@ -58,10 +58,10 @@ INSIDE = "10.1.0.0/24"
 SPOOF_INSIDE, SPOOF_VICTIM = "10.4.0.0/24", "10.4.0.250"
 INTERVAL = 0.2  # the outside ping's, during the moves
 LIVE_LOSS_TARGET = 2.0  # seconds of an outside ping lost in a live move (issue 33), printed
-# What is asserted: the loss ends at Neutron's activation of the destination's binding,
-# whose PUT alone took 1.3 to 2.5 s on this shared two-core machine under other tests'
-# load (docs/explanation/networking.md#moves); test_live_move_on_neutron_vm.py's bound.
-LIVE_LOSS_BOUND = 10.0
+# What is asserted: Tempest's own bound on a floating IP's downtime in its live moves (the
+# gap is libvirt's pause and the guest's RARP, 0.2 s quiet; a loaded machine's pause is
+# longer: docs/explanation/networking.md#moves).
+LIVE_LOSS_BOUND = 5.0
 
 
 @pytest.fixture(scope="module")
@@ -183,12 +183,12 @@ def test_a_guest_is_reached_from_outside_through_its_floating_ip_as_its_rules_sa
                                f"ping -c 2 -W 2 {outside.address}")
         assert " 0% packet loss" in out.stdout, out.stdout + out.stderr
 
-        # Distributed: the NAT names the guest's port and a MAC of its own, so the guest's
-        # chassis answers for the floating IP on br-ex.
+        # Centralized: the NAT names the guest's port but no MAC of its own, so the router's
+        # gateway chassis answers for the floating IP on br-ex.
         (nat,) = [row for row in nb(network, "list", "NAT")
                   if row["external_ip"] == address]
         assert nat["type"] == "dnat_and_snat"
-        assert nat["logical_port"] == port_id and nat["external_mac"], nat
+        assert nat["logical_port"] == port_id and not nat["external_mac"], nat
         assert [row for row in nb(network, "list", "Logical_Switch")
                 if '"inside"' in json.dumps(row["external_ids"])]  # (checked gone below)
 
@@ -202,7 +202,7 @@ def test_a_guest_is_reached_from_outside_through_its_floating_ip_as_its_rules_sa
         assert refused.returncode == 255 and "timed out" in refused.stderr, refused.stderr
         assert " 0% packet loss" in ping(outside, address).stdout
         print(f"\nguest's port ACTIVE to the first ssh from outside through its floating "
-              f"IP: {to_ssh:.1f} s (hv2, distributed floating IP); from outside: "
+              f"IP: {to_ssh:.1f} s (hv2, centralized floating IP); from outside: "
               + pinged.stdout.strip().splitlines()[-1])
         ready(hosts["hv2"], spec["uuid"], timeout=10)
     finally:
@@ -514,11 +514,10 @@ def moves_keep_the_floating_ip(network: NetworkStack, openstack: Cli, outside: O
     """A guest with a floating IP moves live, then cold, to the other host through our
     compute API as an admin (`os-migrateLive`, `migrate`), while the laptop pings the
     floating IP every INTERVAL s (tests/network/pinger.py). After each the port is bound
-    on the new host (and OVN's NAT row still names it: the floating IP stays distributed,
-    now on the new chassis) and the floating IP answers (the pings, and SSH); the pings
-    lost are printed beside the live move's target (LIVE_LOSS_TARGET) and asserted within
-    bounds for a loaded machine (the cold one's generous: the guest stops, its disk is
-    copied, it boots again)."""
+    on the new host (and OVN's NAT row still names it, centralized) and the floating IP
+    answers (the pings, and SSH); the pings lost are printed beside the live move's target
+    (LIVE_LOSS_TARGET) and asserted within bounds for a loaded machine (the cold one's
+    generous: the guest stops, its disk is copied, it boots again)."""
     admin = compute_cloud.session("admin")
     url = f"{compute_cloud.api.endpoint}/servers/{uuid}/action"
     version = {"X-OpenStack-Nova-API-Version": "2.56"}
@@ -562,7 +561,7 @@ def moves_keep_the_floating_ip(network: NetworkStack, openstack: Cli, outside: O
         bound = openstack(ADMIN, "port", "show", port_id)
         assert bound["binding_host_id"] == target, (kind, bound["binding_host_id"])
         (nat,) = [row for row in nb(network, "list", "NAT") if row["external_ip"] == address]
-        assert nat["logical_port"] == port_id and nat["external_mac"], nat
+        assert nat["logical_port"] == port_id and not nat["external_mac"], nat
         return target, took, sent, unanswered, longest, output
 
     losses = []

@@ -2,7 +2,7 @@
 
 As Neutron's install guide for OVN sets it up, with every file under the run directory:
 ML2 with the `ovn` mechanism driver (geneve project networks, flat provider ones on
-`physnet1`, port security, distributed floating IPs) and the `ovn-router` service plugin,
+`physnet1`, port security, centralized floating IPs) and the `ovn-router` service plugin,
 writing to the northbound database of an `OvnCentral` (ovn.py); its database on a
 `MariaDBServer` (mariadb.py; Neutron's migrations run on MySQL/MariaDB only);
 keystonemiddleware's auth_token checks every token with the Keystone given, as the service
@@ -88,9 +88,10 @@ def ml2_config(ovn: OvnCentral) -> str:
         f"ovn_nb_connection = {ovn.nb.connection}\n"
         # Each network's OVN metadata port (a localport), for the hosts' metadata agents.
         "ovn_metadata_enabled = True\n"
-        # A floating IP's NAT on the chassis of its port, not through the router's gateway
-        # chassis (each host has br-ex on physnet1: outside.py).
-        "enable_distributed_floating_ip = True\n"
+        # A floating IP's NAT on the router's gateway chassis (Neutron's default): a live
+        # move then keeps it through the guest's RARP, not only once the destination's
+        # binding is activated (docs/explanation/networking.md#moves).
+        "enable_distributed_floating_ip = False\n"
         f"ovn_sb_connection = {ovn.sb.connection}\n"
     )
 
