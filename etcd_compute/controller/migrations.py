@@ -20,6 +20,10 @@ specs (`step`, on any change of either end's record, and at the sweep):
 - a destroy asked during the move waits for the source's job: a guest that stayed is
   destroyed there (then given up as above); one that left (MIGRATED) is handed over with
   the destroy, which the destination carries out.
+- a move reverted by the operator whose guest ran (`reverting`): the source's copy is
+  started (the revert's request, in the transaction that deletes the migration) only once
+  the destination has no record of it (discarded) or is dead and recovered (fenced: its
+  guests are off); never before: two copies of one guest never run.
 
 A dead host in the middle of a move: a source whose guest had left is handed over; one
 still moving gives up the move (its recovery follows); a destination's INCOMING record is

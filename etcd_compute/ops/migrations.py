@@ -22,7 +22,8 @@ A cold move asked with `verify` (the compute API's migrate, as Nova's) does not 
 the destination defined the guest: it waits there, `finished` (Nova's VERIFY_RESIZE), the
 source keeping its stopped copy and the migration consumer its claim, until `confirm` (the
 hand-over: the source's copy and claim go) or `revert` (the claim back on the source, the
-guest defined at the destination destroyed there, the source's started again if it ran).
+guest defined at the destination destroyed there; the source's started again if it ran, by
+the controller and only once the destination's copy is gone: the revert awaits nothing).
 """
 
 from __future__ import annotations
