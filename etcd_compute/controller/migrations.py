@@ -35,7 +35,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from etcd_compute import claims, events, hosts, messages
+from etcd_compute import claims, events, messages
 from etcd_compute.errors import ConflictError, EtcdComputeError, NotFound
 from etcd_compute.etcd import Entry, KeyValueStore
 from etcd_compute.instances import migrations, records, states
@@ -133,9 +133,10 @@ class MoveSteps:
         guests are off; it discards when it returns, its spec still asks it to). A
         destination alive that never discards leaves the source stopped (the operator's
         part: docs/explanation/moves.md). The source's copy is started only if it is
-        still there, SHUTOFF, nothing else asked of it (a destroy, or its host dead: its
-        recovery decides) and its host alive; the migration goes either way, and at once
-        for an instance destroyed meanwhile (nothing will start)."""
+        still there, SHUTOFF, and no destroy or drain asked of it (its host down: it
+        starts it when back; recovered elsewhere meanwhile, it is rebuilt stopped, as its
+        record says); the migration goes either way, and at once for an instance destroyed
+        meanwhile (nothing will start)."""
         uuid = migration["instance"]
         log = instance_log(uuid)
         destroyed = (source_spec or {}).get("action") == states.DESTROY or \
@@ -147,8 +148,7 @@ class MoveSteps:
         start = None
         if source_entry is not None and source_spec is not None and \
                 source.state == states.SHUTOFF and \
-                source_spec.get("action") not in (states.DESTROY, "evacuate") and \
-                hosts.is_alive(self.store, migration["source"]):
+                source_spec.get("action") not in (states.DESTROY, "evacuate"):
             start = (source_entry, source_spec, source)
         if migrations.reverted(self.store, entry, migration, start) is None:
             return None  # something changed: the next event decides

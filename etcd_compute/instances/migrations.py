@@ -338,9 +338,8 @@ def reverted(store: KeyValueStore, migration_entry: Entry, migration: dict[str, 
     fenced): the migration goes and, with `start` (the source's spec entry, spec and
     SHUTOFF record as read), the source is asked to start its copy in the same transaction,
     with the revert's request (its id is the one the compute API's view awaits; asked now,
-    after the revert-resize event). Only if
-    all are as read; ActionRefused (nothing written) when the record does not allow a
-    start."""
+    after the revert-resize event). Only if all are as read; ActionRefused (nothing
+    written) when the record does not allow a start."""
     assert migration["state"] == REVERTING
     drop = ([_same(migration_entry)], [Delete(migration_entry.key)])
     if start is None:

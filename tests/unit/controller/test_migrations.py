@@ -330,3 +330,18 @@ def test_a_revert_whose_source_died_starts_nothing_there():
     assert move_txn.read(store, uuid) == (None, None)
     assert records.read_record(store, RP, uuid).state == "ERROR"
     assert store.get(store.keys.spec(RP, uuid)) is None  # nothing asked to start
+
+
+def test_a_revert_whose_source_is_down_writes_the_start_for_its_return():
+    """The destination discarded while the source's host is down (not recovered yet): the
+    start is written all the same (the destination's copy is gone): taken up if the host
+    comes back; rebuilt elsewhere, the instance is stopped as its record says."""
+    from etcd_compute.instances.states import wants_stopped
+
+    store, placement, uuid, _asked, steps, done = reverting()
+    store.delete(store.keys.alive(RP))
+    discard_there(store, uuid)
+    assert steps.step(uuid) == "revert started"
+    entry, spec = source_spec(store, uuid)
+    assert (spec["action"], spec["request"]["id"]) == ("start", done.request["id"])
+    assert wants_stopped(records.read_record(store, RP, uuid).record, spec) is True
