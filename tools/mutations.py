@@ -131,6 +131,16 @@ MUTATIONS = (
              "                return None\n",
              (CONTROLLER_MOVES + "test_a_hand_over_that_loses_its_compare_keeps_the_source_s_"
                                  "hold",)),
+    # A revert that started the source's copy while the destination still ran its own: two
+    # copies of one guest on one MAC and port (a revert waited 60 s, then started anyway).
+    Mutation("a revert starts the source before the destination discarded its copy",
+             "etcd_compute/controller/migrations.py",
+             "        if there.record is not None and not destination_dead and not destroyed:",
+             "        if there.record is None and not destination_dead and not destroyed:",
+             (CONTROLLER_MOVES + "test_a_revert_starts_the_source_s_copy_only_once_the_"
+                                 "destination_discarded",
+              "tests/unit/ops/test_lifecycle.py::test_a_reverted_move_whose_destination_never_"
+              "discards_never_starts_the_source")),
     # The live move's supervisor (found in a hung CI run): libvirt 9.0's client can hold a
     # second thread's call on the migration's connection until migrateToURI3 returns.
     Mutation("the move's bound waits for libvirt to answer a look",

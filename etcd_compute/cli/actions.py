@@ -82,6 +82,11 @@ def add_commands(commands: Commands) -> None:
                                           "the source, started again if it ran")):
         command = commands.add(name, what, UUID_WORDS, cmd_migrate_verified)
         command.add_argument("uuid", metavar="UUID")
+        if name == "migrate-revert":
+            command.add_argument("--wait", action="store_true",
+                                 help="follow it until the source runs its copy again (the "
+                                      "controller starts it once the destination discarded "
+                                      "its own)")
     abort = commands.add("migrate-abort", "call an instance's move off (it stays where it "
                                           "is)", UUID_WORDS, cmd_migrate_abort)
     abort.add_argument("uuid", metavar="UUID")
@@ -198,7 +203,8 @@ def cmd_migrate_abort(args: argparse.Namespace, config: dict[str, Any]) -> int:
 
 
 def cmd_migrate_verified(args: argparse.Namespace, config: dict[str, Any]) -> int:
-    """migrate-confirm UUID, migrate-revert UUID: a cold move that awaits either."""
+    """migrate-confirm UUID, migrate-revert UUID [--wait]: a cold move that awaits
+    either."""
     from etcd_compute.ops import lifecycle, migrations, operations
 
     uuid = operations.check_uuid(args.uuid)
@@ -208,9 +214,24 @@ def cmd_migrate_verified(args: argparse.Namespace, config: dict[str, Any]) -> in
             there = migrations.confirm(store, placement, uuid)
             outcome, line = "confirmed", f"MIGRATION OF {uuid} CONFIRMED: ON {there}"
         else:
-            started = lifecycle.revert_move(store, placement, uuid)
+            start = lifecycle.revert_move(store, placement, uuid)
             outcome = "reverted"
-            line = f"MIGRATION OF {uuid} REVERTED" + (": STARTING AGAIN" if started else "")
+            line = f"MIGRATION OF {uuid} REVERTED" + (
+                ": STARTS AGAIN ONCE ITS DESTINATION DISCARDED ITS COPY" if start else "")
+            if start is not None and args.wait:
+                if not args.json:
+                    print(terminal_line(line), flush=True)
+                # The record followed, as any action's --wait: the controller writes the
+                # start, the source's host runs it.
+                done = lifecycle.wait(store, start, config["scheduler"]["wait_timeout_seconds"],
+                                      output.progress_of(args.json))
+                if args.json:
+                    output.emit_json({**start.as_dict(), "outcome": "reverted" if done.ok
+                                      else "failed", "record": done.record,
+                                      "event": done.event})
+                elif not done.ok:
+                    output.error(f"revert of {uuid}: not started again: {done.error}")
+                return 0 if done.ok else 1
     if args.json:
         output.emit_json({"uuid": uuid, "outcome": outcome})
     else:

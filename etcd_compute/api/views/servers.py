@@ -21,6 +21,7 @@ Our states map to Nova's vm_state, task_state and power_state, and those to Nova
     MIGRATING, MIGRATED      live: active / migrating        MIGRATING
       (INCOMING)             cold: (as it was) / resize_migrating  RESIZE
       reverting a resize     resized / resize_reverting      REVERT_RESIZE
+      (or a cold migrate: SHUTOFF until its destination discarded, then STARTING)
     ACTIVE, SHUTOFF holding
       a resize's old size    resized / -                     VERIFY_RESIZE
     MIGRATED, a cold migrate
@@ -111,6 +112,15 @@ def reset_state(server: Server) -> str | None:
 _NO_TASK_STATE = (states.SECURITY_GROUPS, states.ATTACH_INTERFACE, states.DETACH_INTERFACE)
 
 
+def _reverting_move(server: Server, task: dict[str, Any]) -> bool:
+    """The host starting the source's copy of a reverted cold move, the revert asked
+    through the API: the start goes by the revert's request (controller/migrations.py),
+    and Nova shows resize_reverting until its source runs again."""
+    asked = server.doc.get("task") or {}
+    return asked.get("action") == "revert-resize" and \
+        asked.get("request_id") == task.get("id")
+
+
 def nova_states(server: Server) -> tuple[str, str | None, int]:
     """(vm_state, task_state, power_state) of our state."""
     state = server.state
@@ -136,10 +146,14 @@ def nova_states(server: Server) -> tuple[str, str | None, int]:
         task_state = _PENDING[asked["action"]]
         if asked["action"] == "reboot" and asked.get("hard"):
             task_state = "rebooting_hard"
+        if asked["action"] == "revert-resize":
+            vm_state = "resized"  # Nova's REVERT_RESIZE until the revert is done
         return vm_state, task_state, power
     if state == states.RESIZING and task.get("reverts"):
         return "resized", "resize_reverting", RUNNING if task.get("from") == states.ACTIVE \
             else SHUTDOWN
+    if state == states.STARTING and _reverting_move(server, task):
+        return "resized", "resize_reverting", SHUTDOWN
     was = {states.SHUTOFF: "stopped", states.SUSPENDED: "suspended"}.get(
         str(task.get("from")), "active")
     was_power = RUNNING if was == "active" else SHUTDOWN

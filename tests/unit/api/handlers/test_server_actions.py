@@ -607,23 +607,39 @@ def test_migrate_waits_in_verify_resize_then_its_confirm_hands_it_over(harness: 
     assert again.status_int == 409 and "vm_state active" in again.text
 
 
-def test_migrate_s_revert_takes_it_back_to_its_source_and_starts_it(harness: Harness,
-                                                                    monkeypatch):
-    from etcd_compute.ops import lifecycle
+def test_migrate_s_revert_answers_at_once_and_starts_it_after_the_destination_discards(
+        harness: Harness):
+    from etcd_compute.controller.migrations import MoveSteps
+    from etcd_compute.instances import migrations as move_txn
 
-    monkeypatch.setattr(lifecycle, "REVERT_DISCARD_SECONDS", 0.1)  # no host discards here
     uuid, source, target = migrated_awaiting_confirm(harness)
     answer = harness.action(uuid, {"revertResize": None}, roles=ADMIN, project="admin",
                             user="root")
     assert answer.status_int == 202, answer.text
     assert records.locate(harness.store, uuid)["host"] == source
     assert set(harness.placement.get_allocations(uuid)["allocations"]) == {source}
-    spec = spec_of(harness, uuid)
-    assert spec["action"] == "start" and spec["request"]["by"] == "api:root@admin"
-    assert harness.show(uuid, version="2.47")["OS-EXT-STS:task_state"] == "resize_reverting"
     there = harness.store.read(messages.INSTANCE_SPEC,
                                harness.store.keys.spec(target, uuid))[0]
     assert there["request"]["cancel"].startswith("reverted by")
+    # Nothing is started while the destination holds its copy: REVERT_RESIZE meanwhile.
+    steps = MoveSteps(harness.store, harness.placement)
+    assert steps.step(uuid) is None
+    assert spec_of(harness, uuid)["action"] == "migrate"
+    shown = harness.show(uuid, version="2.47")
+    assert (shown["status"], shown["OS-EXT-STS:task_state"]) == ("REVERT_RESIZE",
+                                                                 "resize_reverting")
+    again = harness.action(uuid, {"os-start": None}, roles=ADMIN, project="admin",
+                           user="root")
+    assert again.status_int == 409, again.text
+    # The destination discards: the controller asks the source to start, with the revert's
+    # request; still reverting until the source runs it.
+    entry = harness.store.get(harness.store.keys.spec(target, uuid))
+    assert move_txn.discarded(harness.store, entry,
+                              records.read_record(harness.store, target, uuid))
+    assert steps.step(uuid) == "revert started"
+    spec = spec_of(harness, uuid)
+    assert spec["action"] == "start" and spec["request"]["by"] == "api:root@admin"
+    assert harness.show(uuid, version="2.47")["OS-EXT-STS:task_state"] == "resize_reverting"
     harness.host_does(uuid)
     assert states_of(harness.show(uuid, version="2.47")) == ("ACTIVE", "active", None, 1)
     listed = harness.call("GET", "/v2.1/os-migrations", roles=ADMIN, project="admin",

@@ -138,6 +138,28 @@ def test_a_held_resize_is_verify_resize_and_its_revert_revert_resize():
     assert view.nova_states(reverting) == ("resized", "resize_reverting", 4)
 
 
+def test_a_reverted_cold_move_is_revert_resize_until_its_source_runs_it_again():
+    """The source stays SHUTOFF until the destination discarded its copy, then the
+    controller's start goes by the revert's request: REVERT_RESIZE through both, ACTIVE
+    once done; another start is powering-on as ever."""
+    waiting = server(states.SHUTOFF, request_id=None, updated_at=1.0)
+    waiting.doc.update(asked("revert-resize"))
+    assert (*view.nova_states(waiting), view.status(waiting)) == (
+        "resized", "resize_reverting", 4, "REVERT_RESIZE")
+    starting = server(states.STARTING, request_id=REQUEST,
+                      task={"id": REQUEST, "at": 2.0, "action": "start", "from": "SHUTOFF"})
+    starting.doc.update(asked("revert-resize"))
+    assert (*view.nova_states(starting), view.status(starting)) == (
+        "resized", "resize_reverting", 4, "REVERT_RESIZE")
+    another = server(states.STARTING, task={"id": "x", "at": 2.0, "action": "start",
+                                             "from": "SHUTOFF"})
+    another.doc.update(asked("revert-resize"))
+    assert view.nova_states(another) == ("stopped", "powering-on", 4)
+    done = server(states.ACTIVE, request_id=REQUEST)
+    done.doc.update(asked("revert-resize"))
+    assert (*view.nova_states(done), view.status(done)) == ("active", None, 1, "ACTIVE")
+
+
 def test_the_flavor_follows_the_instances_size():
     small = dict(DOC["flavor"], id="2", name="m1.small", vcpus=2)
     resized = server(states.ACTIVE, resources={"VCPU": 2})
