@@ -69,6 +69,12 @@ class Hypervisor(Driver):
     def resume(self, uuid: str) -> dict[str, Any]:
         return self.start(uuid)
 
+    def pause(self, uuid: str) -> None:
+        return None  # a paused guest's domain stays running
+
+    def unpause(self, uuid: str) -> dict[str, Any]:
+        return {"ip": None}
+
     def reboot(self, uuid: str, hard: bool) -> dict[str, Any]:
         return self.start(uuid)
 
