@@ -54,6 +54,7 @@ EXTERNAL_EVENTS = "tests/unit/api/handlers/test_server_external_events.py::"
 INSTANCE_EVENTS = "tests/unit/instances/test_external_events.py::"
 SCHEDULER = "tests/unit/scheduler/test_scheduler.py::"
 PORTS = "tests/unit/compute/test_ports.py::"
+POWER = "tests/unit/compute/test_power.py::"
 
 MUTATIONS = (
     Mutation("fence only after the lease expired", "etcd_compute/compute/heartbeat.py",
@@ -82,6 +83,16 @@ MUTATIONS = (
              "    ERROR: frozenset({ERROR, DELETING, DELETED}),",
              "    ERROR: frozenset({ERROR, DELETING, DELETED, BUILDING}),",
              (STATES + "test_every_move_is_allowed_or_refused_as_documented[ERROR-BUILDING]",)),
+    # A paused guest's memory is gone with its power: the record must not stay PAUSED.
+    Mutation("a PAUSED record does not follow its guest powered off",
+             "etcd_compute/compute/power.py",
+             "(states.SHUTOFF, True),\n                                         "
+             "(states.PAUSED, False)):", "(states.SHUTOFF, True)):",
+             (POWER + "test_a_paused_guest_that_stopped_shows_shutoff_its_memory_gone",)),
+    Mutation("unpause allowed from ACTIVE", "etcd_compute/instances/states.py",
+             "    UNPAUSE: (UNPAUSING, frozenset({PAUSED})),",
+             "    UNPAUSE: (UNPAUSING, frozenset({PAUSED, ACTIVE})),",
+             (STATES + "test_every_action_in_every_state_is_allowed_or_refused_naming_both",)),
     # Issue 21: a move's steps pass the one claim check (compute/moves.py).
     Mutation("a move's source takes it up without its claim check",
              "etcd_compute/compute/moves.py",

@@ -1,6 +1,6 @@
-"""schedule.py's actions on an instance: stop, start, suspend, resume, reboot, rebuild,
-resize, security-groups (and the confirm or revert of a resize the compute API holds);
-migrate (to another host, live or cold) and migrate-abort; its events.
+"""schedule.py's actions on an instance: stop, start, suspend, resume, pause, unpause,
+reboot, rebuild, resize, security-groups (and the confirm or revert of a resize the compute
+API holds); migrate (to another host, live or cold) and migrate-abort; its events.
 
 Each is refused before anything is written when the instance's state does not allow it
 (exit 1), else written into its host's spec; --wait follows it until its host has done
@@ -22,6 +22,9 @@ SUMMARIES = {
     "suspend": "stop an instance keeping its memory on its host's disk (SUSPENDED); its "
                "disk, claim and IP are kept",
     "resume": "run a suspended instance again from the memory suspend kept",
+    "pause": "freeze an instance's guest, its memory kept in its host's RAM (PAUSED); its "
+             "disk, claim and IP are kept",
+    "unpause": "run a paused instance on from where pause froze it",
     "reboot": "restart an instance's guest (asked first, or at once with --hard)",
     "rebuild": "a fresh disk from its image (or --image), same uuid, IP, claim and host",
     "resize": "a new size (resources=... only) on the same host, claimed first",
@@ -96,8 +99,8 @@ def add_commands(commands: Commands) -> None:
 
 
 def cmd_action(args: argparse.Namespace, config: dict[str, Any]) -> int:
-    """stop|start|suspend|resume|reboot|rebuild UUID, resize QUERY UUID, security-groups
-    default|none UUID."""
+    """stop|start|suspend|resume|pause|unpause|reboot|rebuild UUID, resize QUERY UUID,
+    security-groups default|none UUID."""
     from etcd_compute.ops import lifecycle, operations
 
     action = args.command

@@ -1,8 +1,10 @@
 """The operator's lifecycle actions on the instance's host: stop, start, suspend, resume,
-reboot, rebuild, resize, snapshot, security-groups (the compute API's add/removeSecurityGroup).
+pause, unpause, reboot, rebuild, resize, snapshot, security-groups (the compute API's
+add/removeSecurityGroup).
 
     schedule.py stop UUID | start UUID | reboot [--hard] UUID | rebuild [--image URL] UUID
     schedule.py suspend UUID | resume UUID
+    schedule.py pause UUID | unpause UUID
     schedule.py resize QUERY UUID
     schedule.py events UUID
 
@@ -57,9 +59,9 @@ from etcd_compute.scheduler.spec import IMAGE_URL, operator_name
 
 ATTEMPTS = 5
 # The actions asked here (a move to another host: ops/migrations.py).
-ACTIONS = (states.STOP, states.START, states.SUSPEND, states.RESUME, states.REBOOT,
-           states.REBUILD, states.RESIZE, states.SNAPSHOT, states.SECURITY_GROUPS,
-           states.ATTACH_INTERFACE, states.DETACH_INTERFACE)
+ACTIONS = (states.STOP, states.START, states.SUSPEND, states.RESUME, states.PAUSE,
+           states.UNPAUSE, states.REBOOT, states.REBUILD, states.RESIZE, states.SNAPSHOT,
+           states.SECURITY_GROUPS, states.ATTACH_INTERFACE, states.DETACH_INTERFACE)
 
 
 class NoRoom(EtcdComputeError):

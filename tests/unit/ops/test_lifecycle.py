@@ -18,7 +18,8 @@ from tests.unit.ops.test_operations import RP, UNKNOWN, alive, scheduled, set_st
 
 NEW = {"VCPU": 2, "MEMORY_MB": 128, "DISK_GB": 1}
 ALLOWED = {("stop", "ACTIVE"), ("start", "SHUTOFF"), ("suspend", "ACTIVE"),
-           ("resume", "SUSPENDED"), ("reboot", "ACTIVE"),
+           ("resume", "SUSPENDED"), ("pause", "ACTIVE"), ("unpause", "PAUSED"),
+           ("reboot", "ACTIVE"), ("reboot", "PAUSED"), ("snapshot", "PAUSED"),
            ("rebuild", "ACTIVE"), ("rebuild", "SHUTOFF"), ("resize", "ACTIVE"),
            ("resize", "SHUTOFF"), ("snapshot", "ACTIVE"), ("snapshot", "SHUTOFF"),
            ("snapshot", "SUSPENDED"), ("security-groups", "ACTIVE"),
