@@ -10,10 +10,10 @@ the main loop publish each new one under its host's own prefix
 unchanged since read and not DELETED), then mark it published.
 
 The API clears a password by deleting that key (its DELETE, Nova's 204): the deletion comes
-back here (the host's own watch of its password keys; with many hosts in one process, the
-watch of all of /hosts/) and the files go, so the guest may POST again, as Nova lets it. A
-deletion missed while the compute was away is found at the next start or resync (`sync`):
-a password marked published whose key is gone was cleared.
+back here (the host's watch of its password keys) and the files go, so the guest may POST
+again, as Nova lets it. A deletion missed while the compute was away is found when the
+watch starts or resyncs (`sync`): a password marked published whose key is gone was
+cleared.
 """
 
 from __future__ import annotations
@@ -25,12 +25,15 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+import pyetcd.events
+
 from etcd_compute import messages
 from etcd_compute.clock import SYSTEM, Clock
 from etcd_compute.etcd import Compare, KeyValueStore, Txn, put_message
 from etcd_compute.instances import records, states
-from etcd_compute.keys import UUID
+from etcd_compute.keys import PASSWORD, UUID
 from etcd_compute.virt.instance_files import InstanceFiles
+from etcd_compute.watching import PrefixWatch, on_owner_thread
 
 LOG = logging.getLogger("etcd_compute.compute")
 
@@ -52,6 +55,9 @@ class Passwords:
         # No host of ours holds the instance (another compute's, sharing the directory):
         # uuid -> the password left alone, until the guest's password changes.
         self.not_ours: dict[str, str] = {}
+        self.watch: PrefixWatch | None = None
+        self.stopping = threading.Event()
+        self.clock: Clock = SYSTEM
 
     # --- the scan (its own thread) -------------------------------------------------------
 
@@ -74,12 +80,44 @@ class Passwords:
             self.pending.add(uuid)
             self.post(self.publish, (uuid,))
 
-    def run(self, stopping: threading.Event, clock: Clock = SYSTEM) -> None:
-        while not clock.wait(stopping, SCAN_SECONDS):
+    @classmethod
+    def of(cls, service: Any) -> Passwords:
+        """For a compute service (its store, hosts, settings, post, stopping and clock)."""
+        made = cls(service.store, service.hosts, service.settings["instances_dir"],
+                   service.post)
+        made.stopping, made.clock = service.stopping, service.clock
+        return made
+
+    def start(self) -> None:
+        """With one host: the watch of its password keys, and the scan's thread (both end
+        when the compute stops). A process that simulates many hosts runs the fake driver:
+        no metadata server, no passwords."""
+        if len(self.hosts) != 1:
+            return
+        self.watch = PrefixWatch(
+            self.store, self.keys.passwords(self.hosts[0]),
+            on_event=lambda event: self.post(self.on_event, (event,)),
+            resync=on_owner_thread(self.post, self.sync, self.stopping.is_set),
+            name="passwords-watch", log=LOG)
+        threading.Thread(target=self.watch.run, name="passwords-watch", daemon=True).start()
+        threading.Thread(target=self.run, name="passwords", daemon=True).start()
+
+    def on_event(self, event: Any) -> None:
+        """A password key of ours deleted (the API's clear): `cleared` (main loop)."""
+        key = self.keys.parse_host_key(event.key.decode())
+        if isinstance(event, pyetcd.events.DeleteEvent) and key is not None and \
+                key.kind == PASSWORD and key.host in self.hosts:
+            self.cleared(key.uuid)
+
+    def run(self) -> None:
+        """Scan until the compute stops, then end the watch too."""
+        while not self.clock.wait(self.stopping, SCAN_SECONDS):
             try:
                 self.scan()
             except OSError as exc:
                 LOG.warning("passwords: cannot look at %s: %s", self.instances_dir, exc)
+        if self.watch is not None:
+            self.watch.cancel()
 
     # --- the main loop ------------------------------------------------------------------
 

@@ -7,15 +7,12 @@ other threads only put events on `self.events`:
   prefix, resubscribed from the last seen revision + 1 after any error; after
   a compaction it has the main loop reconcile and carries on from there;
 - the timer thread: console refresh, inventory refresh, metadata server check;
-- the password scan: a password a guest POSTed to its metadata server (`passwords.py`),
-  and the watch of our password keys (the compute API clears one by deleting it);
-- pool callbacks: a build, destroy or action job finished, failed, timed
-  out or its worker died;
+- pool callbacks: a build, destroy or action job finished, failed, timed out or its worker died;
 - the power watch (libvirt's lifecycle events): a guest started or stopped
   (`power.py` decides whether that was our own doing).
 
-What an event does to an instance is `machine.py`'s business; the heartbeat
-lease is `heartbeat.py`'s; Placement registration is `registration.py`'s.
+What an event does to an instance is `machine.py`'s business; the heartbeat lease is
+`heartbeat.py`'s; Placement registration is `registration.py`'s; passwords `passwords.py`'s.
 
 The start: registration in Placement first (unreachable then, `run` ends: exit 3);
 every step after it (`start_steps`: pool, heartbeat, reconcile, watch...) is an event
@@ -42,7 +39,7 @@ import pyetcd.events
 
 from etcd_compute import network_backend
 from etcd_compute.clock import SYSTEM, Clock
-from etcd_compute.compute import console_relay, worker
+from etcd_compute.compute import console_relay, passwords, worker
 from etcd_compute.compute import metrics as compute_metrics
 from etcd_compute.compute.capacity import CapacityAccount
 from etcd_compute.compute.checks import ClaimChecks, ThreadRunner
@@ -52,7 +49,6 @@ from etcd_compute.compute.heartbeat import Heartbeat
 from etcd_compute.compute.identity import HostIdentity
 from etcd_compute.compute.inventory import arch_trait, hypervisor_traits
 from etcd_compute.compute.machine import InstanceMachine, instance_log
-from etcd_compute.compute.passwords import Passwords
 from etcd_compute.compute.pool import WorkerPool
 from etcd_compute.compute.power import PowerSync
 from etcd_compute.compute.registration import Registration
@@ -62,7 +58,7 @@ from etcd_compute.etcd import Store
 from etcd_compute.heartbeat_timing import heartbeat_timing
 from etcd_compute.hosts import publish_console_address, publish_libvirt_address, under_maintenance
 from etcd_compute.instances import ownership, records, states
-from etcd_compute.keys import EXTERNAL_EVENTS, PASSWORD, UUID
+from etcd_compute.keys import EXTERNAL_EVENTS, UUID
 from etcd_compute.network_backend import backend_of, trait_of, uses_neutron
 from etcd_compute.placement import PlacementClient
 from etcd_compute.watching import PrefixWatch, on_owner_thread
@@ -94,10 +90,6 @@ class ComputeService:
         # Neutron's events for our builds (plugging.py): their own watch, when one host's
         # specs are all the main watch follows.
         self.events_watch: PrefixWatch | None = None
-        # The guests' passwords (passwords.py), and the watch of their keys (one host).
-        self.passwords = Passwords(self.store, self.hosts, self.settings["instances_dir"],
-                                   self.post)
-        self.passwords_watch: PrefixWatch | None = None
         self.pool = WorkerPool(config)
         self.gate = Gate()
         self.fencer = Fencer(config, self.pool, self.gate)
@@ -124,6 +116,7 @@ class ComputeService:
                                busy=lambda uuid: uuid in self.machine.jobs,
                                settled_at=lambda uuid: self.machine.settled.get(uuid, 0.0))
         self.machine.power_check = self.power.check
+        self.passwords = passwords.Passwords.of(self)  # a guest's POST, published (one host)
         # Our capacity as we account for it, published in /stats/<rp> for schedulers that
         # plan without asking Placement for candidates; of our traits, those a filter
         # compares (ImagePropertiesFilter: architecture, hypervisor): a query naming any
@@ -164,7 +157,7 @@ class ComputeService:
         """The start after registration, in order. The pool first: a fence (the heartbeat's)
         stops it, and only the fence's lift may start it again."""
         return [self.pool.start, self.publish_addresses, self.heartbeat.start,
-                self.ensure_mdserver, self.reconcile, self.passwords.sync, self.start_threads,
+                self.ensure_mdserver, self.reconcile, self.passwords.start, self.start_threads,
                 lambda: self.power.start(load_power_watch(self.config), self.post),
                 self._ready]
 
@@ -208,16 +201,6 @@ class ComputeService:
                                        self.stopping.is_set), name="events-watch", log=LOG)
             threading.Thread(target=self.events_watch.run, name="events-watch",
                              daemon=True).start()
-        if len(self.hosts) == 1:  # (many hosts: the main watch has all of /hosts/)
-            prefix = self.keys.passwords(next(iter(self.hosts)))
-            self.passwords_watch = PrefixWatch(
-                self.store, prefix, on_event=self._watch_event,
-                resync=on_owner_thread(self.post, self.passwords.sync, self.stopping.is_set),
-                name="passwords-watch", log=LOG)
-            threading.Thread(target=self.passwords_watch.run, name="passwords-watch",
-                             daemon=True).start()
-        threading.Thread(target=self.passwords.run, args=(self.stopping, self.clock),
-                         name="passwords", daemon=True).start()
         threading.Thread(target=self._timer_loop, name="timer", daemon=True).start()
 
     @property
@@ -238,7 +221,7 @@ class ComputeService:
 
     def stop(self) -> None:
         self.stopping.set()
-        for watch in (self.watch, self.events_watch, self.passwords_watch):
+        for watch in (self.watch, self.events_watch):
             if watch is not None:
                 watch.cancel()  # nothing more to hand over (the connection closes next)
         self.post(lambda: None)
@@ -264,7 +247,7 @@ class ComputeService:
 
     def shutdown(self) -> None:
         """Let in-flight jobs finish (bounded), make hosts unschedulable, drop the lease."""
-        for watch in (self.watch, self.events_watch, self.passwords_watch):
+        for watch in (self.watch, self.events_watch):
             if watch is not None:
                 watch.cancel()
         deadline = self.clock.now() + self.settings["shutdown_timeout_seconds"]
@@ -372,10 +355,6 @@ class ComputeService:
         key = self.keys.parse_host_key(event.key.decode())
         if key is not None and key.kind == EXTERNAL_EVENTS and key.host in self.hosts:
             self.machine.plugging.on_events(key.host, key.uuid, None if deleted else event.value)
-            return
-        if key is not None and key.kind == PASSWORD:
-            if deleted and key.host in self.hosts:
-                self.passwords.cleared(key.uuid)
             return
         parsed = self.keys.parse_spec(event.key.decode())
         if parsed is None or parsed[0] not in self.hosts:

@@ -13,7 +13,7 @@ from etcd_compute.compute.passwords import Passwords
 from etcd_compute.instances import records, states
 from etcd_compute.virt.instance_files import InstanceFiles
 from tests.support import make_spec
-from tests.unit.fakes import EventLoop, FakeStore
+from tests.unit.fakes import EventLoop, FakeStore, delete_event, put_event
 
 RP, OTHER = str(uuidlib.uuid4()), str(uuidlib.uuid4())
 
@@ -99,6 +99,19 @@ def test_a_cleared_password_goes_and_the_guest_may_post_again(tmp_path):
     assert files.keep_password("two")
     host.scan()
     assert host.published(uuid) == "two"
+
+
+def test_only_a_deleted_password_key_of_ours_clears_the_password_here(tmp_path):
+    host = Host(tmp_path)
+    uuid, files = host.instance()
+    files.keep_password("p")
+    for event in (put_event(host.store.keys.password(RP, uuid), b"{}", 9),
+                  delete_event(host.store.keys.password(OTHER, uuid), 9),
+                  delete_event(host.store.keys.console(RP, uuid), 9)):
+        host.passwords.on_event(event)
+    assert files.read_password() == "p"
+    host.passwords.on_event(delete_event(host.store.keys.password(RP, uuid), 10))
+    assert files.read_password() is None
 
 
 def test_a_clear_missed_while_away_is_found_by_sync(tmp_path):

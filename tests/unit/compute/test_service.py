@@ -143,24 +143,6 @@ def test_other_events_under_the_prefix_change_nothing(tmp_path, monkeypatch):
     assert daemon.placement.consumers == claims
 
 
-def test_a_deleted_password_key_of_ours_clears_the_guests_password_here(tmp_path, monkeypatch):
-    from etcd_compute.virt.instance_files import InstanceFiles
-
-    daemon = Daemon(tmp_path, monkeypatch, hosts=2)
-    spec = daemon.schedule()
-    files = InstanceFiles.of(tmp_path / "instances", spec["uuid"])
-    files.create()
-    files.keep_password("p")
-    theirs = str(uuidlib.uuid4())
-    for event in (put_event(daemon.keys.password(daemon.rp, spec["uuid"]), b"{}", 9),
-                  delete_event(daemon.keys.password(theirs, spec["uuid"]), 9)):
-        daemon.service.on_watch_event(event)  # a put, another host's delete: nothing
-    assert files.read_password() == "p"
-    daemon.service.on_watch_event(delete_event(daemon.keys.password(daemon.rp, spec["uuid"]),
-                                               10))
-    assert files.read_password() is None
-
-
 def test_a_spec_without_allocations_is_judged_and_the_next_reconcile_meets_it_too(daemon):
     """The schema leaves `allocations` optional: the capacity account read it before the spec
     was judged (KeyError: neither refused nor built) and every start's reconcile died on it."""
