@@ -141,8 +141,9 @@ def test_guests_on_two_hosts_get_metadata_through_their_own_agents_and_a_forged_
             host_agent = agents[name]
             assert host_agent is not None
             apis[name] = HostMdserver.create(
-                tmp_path / f"mdserver-{name}", hosts[name].space, hosts.metadata_port or 0,
-                instances_dir, libvirt_node(tmp_path / f"node-{name}.xml", uuids[name]),
+                tmp_path / f"mdserver-{name}", hosts[name].space, host_agent.api_host,
+                host_agent.api_port, instances_dir,
+                libvirt_node(tmp_path / f"node-{name}.xml", uuids[name]),
                 host_agent.secret_file).start()
         ports = {name: openstack(
             ADMIN, "port", "create", "--network", demo_net["id"], "--host", name,
@@ -186,6 +187,24 @@ def test_guests_on_two_hosts_get_metadata_through_their_own_agents_and_a_forged_
             assert document["uuid"] == uuids[name] and document["name"] == f"guest-{name}"
             assert http_get(guests[name], f"{METADATA}/latest/meta-data/instance-id")[1] == \
                 uuids[name].encode()
+            # Its fixed address as the agent names it; no floating IP, no credential: "".
+            assert http_get(guests[name], f"{METADATA}/latest/meta-data/local-ipv4") == \
+                (200, GUEST_ADDRESSES[name].encode())
+            assert http_get(guests[name], f"{METADATA}/latest/meta-data/public-ipv4") == \
+                (200, b"")
+        # A guest's password, POSTed through its agent: kept in its own instance's directory
+        # (no compute here to publish it: answered after the server's wait), once; too long
+        # is 400 and nothing is kept.
+        password_url = f"{METADATA}/openstack/2013-10-17/password"
+        first, second = (InstanceFiles.of(tmp_path / f"instances-{name}", uuids[name])
+                         for name in HOSTS)
+        assert http_get(guests[HOSTS[0]], password_url, data=b"p" * 256) == (200, b"")
+        assert first.read_password() == "p" * 256 and second.read_password() is None
+        assert http_get(guests[HOSTS[0]], password_url, data=b"again") == (
+            409, b"a password is set already\n")
+        assert http_get(guests[HOSTS[1]], password_url, data=b"x" * 257)[0] == 400
+        assert second.read_password() is None and first.read_password() == "p" * 256
+        assert http_get(guests[HOSTS[0]], password_url) == (200, b"p" * 256)
         # Each agent has its own namespace of the same name for the network: two.
         space = OVNMETA + demo_net["id"]
         ids = {}
@@ -216,6 +235,13 @@ def test_guests_on_two_hosts_get_metadata_through_their_own_agents_and_a_forged_
             signed = hmac.new(secret, stranger.encode(), hashlib.sha256).hexdigest()
             assert api.get(path, {"X-Instance-ID": stranger,
                                   "X-Instance-ID-Signature": signed})[0] == 404
+        # A password for the other guest without its signature: refused, nothing kept.
+        victim = uuids[HOSTS[1]]
+        for forged in ({}, {"X-Instance-ID-Signature": good}):
+            assert http_get(hosts[HOSTS[1]].space, apis[HOSTS[1]].url + "/openstack/latest/"
+                            "password", {"X-Instance-ID": victim, **forged},
+                            data=b"hijacked")[0] == 403
+        assert second.read_password() is None
 
         pids = agent.pids
         rss, pss, lines = memory(pids)
