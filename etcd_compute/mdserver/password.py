@@ -5,7 +5,9 @@ the server's owner and clears it, after which the guest may POST again.
 
 Guests are untrusted: a body of more than MAX_SIZE bytes is 400 and nothing is kept (Nova's
 limit; the server's max_request_body_bytes refuses more still with 413 before we read), so
-is one that is not UTF-8 text; a second POST while one is kept is 409 (Nova's Conflict). The
+is one that is not UTF-8 text; a second POST while one is kept is 409 (Nova's Conflict); an
+empty one is no password, as Nova keeps it: nothing kept (Neutron's metadata proxy reads a
+request in one `recv`, so a client that sends its body apart has it arrive empty). The
 password is kept in the asking instance's own directory only (`InstanceFiles.keep_password`:
 whole or not at all, one of two POSTs at once), the instance being the one the request was
 resolved to (its lease, or the agent's signature): a guest cannot name another.
@@ -50,6 +52,10 @@ def accept(files: InstanceFiles, body: bytes, wait: float | None = None,
         text = body.decode("utf-8")
     except UnicodeDecodeError:
         raise PasswordRefused("400 Bad Request", "the password is not UTF-8 text") from None
+    if not text:  # Nova keeps "" as no password: nothing to keep, nothing to publish
+        if files.read_password():
+            raise PasswordRefused("409 Conflict", "a password is set already")
+        return True
     if not files.keep_password(text):
         raise PasswordRefused("409 Conflict", "a password is set already")
     deadline = now() + (PUBLISH_WAIT_SECONDS if wait is None else wait)

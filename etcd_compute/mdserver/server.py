@@ -183,6 +183,10 @@ def create_server(config: MdserverConfig, sock: socket.socket,
         max_request_body_size=config.max_request_body_bytes,
         ident="etcd-compute-mdserver",
         expose_tracebacks=False,
+        # Waitress drops X-Forwarded-For from a proxy it does not trust; in signed mode the
+        # agent's names the guest (local-ipv4; nothing else rests on it), in lease mode a
+        # guest's own would be a lie.
+        clear_untrusted_proxy_headers=config.mode != "signed",
     )
     if config.mode == "lease":
         PerSourceAdmission(SourceCounts(config.connections_per_guest)).install(server)

@@ -83,6 +83,14 @@ def test_a_mark_of_another_password_is_not_this_ones(files):
                   now=lambda: next(clock)) is False
 
 
+def test_an_empty_post_is_no_password_and_keeps_nothing(files):
+    assert accept(files, b"", wait=0) is True and left(files) == []
+    accept(files, b"set", wait=0)
+    with pytest.raises(PasswordRefused) as refused:
+        accept(files, b"", wait=0)
+    assert refused.value.status == "409 Conflict" and current(files) == "set"
+
+
 def test_once_cleared_the_guest_may_post_again(files):
     accept(files, b"one", wait=0)
     files.mark_password_published("one")
