@@ -54,6 +54,7 @@ EXTERNAL_EVENTS = "tests/unit/api/handlers/test_server_external_events.py::"
 INSTANCE_EVENTS = "tests/unit/instances/test_external_events.py::"
 SCHEDULER = "tests/unit/scheduler/test_scheduler.py::"
 PORTS = "tests/unit/compute/test_ports.py::"
+POWER = "tests/unit/compute/test_power.py::"
 
 MUTATIONS = (
     Mutation("fence only after the lease expired", "etcd_compute/compute/heartbeat.py",
@@ -82,6 +83,16 @@ MUTATIONS = (
              "    ERROR: frozenset({ERROR, DELETING, DELETED}),",
              "    ERROR: frozenset({ERROR, DELETING, DELETED, BUILDING}),",
              (STATES + "test_every_move_is_allowed_or_refused_as_documented[ERROR-BUILDING]",)),
+    # A paused guest's memory is gone with its power: the record must not stay PAUSED.
+    Mutation("a PAUSED record does not follow its guest powered off",
+             "etcd_compute/compute/power.py",
+             "(states.SHUTOFF, True),\n                                         "
+             "(states.PAUSED, False)):", "(states.SHUTOFF, True)):",
+             (POWER + "test_a_paused_guest_that_stopped_shows_shutoff_its_memory_gone",)),
+    Mutation("unpause allowed from ACTIVE", "etcd_compute/instances/states.py",
+             "    UNPAUSE: (UNPAUSING, frozenset({PAUSED})),",
+             "    UNPAUSE: (UNPAUSING, frozenset({PAUSED, ACTIVE})),",
+             (STATES + "test_every_action_in_every_state_is_allowed_or_refused_naming_both",)),
     # Issue 21: a move's steps pass the one claim check (compute/moves.py).
     Mutation("a move's source takes it up without its claim check",
              "etcd_compute/compute/moves.py",
@@ -131,6 +142,16 @@ MUTATIONS = (
              "                return None\n",
              (CONTROLLER_MOVES + "test_a_hand_over_that_loses_its_compare_keeps_the_source_s_"
                                  "hold",)),
+    # A revert that started the source's copy while the destination still ran its own: two
+    # copies of one guest on one MAC and port (a revert waited 60 s, then started anyway).
+    Mutation("a revert starts the source before the destination discarded its copy",
+             "etcd_compute/controller/migrations.py",
+             "        if there.record is not None and not destination_dead and not destroyed:",
+             "        if there.record is None and not destination_dead and not destroyed:",
+             (CONTROLLER_MOVES + "test_a_revert_starts_the_source_s_copy_only_once_the_"
+                                 "destination_discarded",
+              "tests/unit/ops/test_lifecycle.py::test_a_reverted_move_whose_destination_never_"
+              "discards_never_starts_the_source")),
     # The live move's supervisor (found in a hung CI run): libvirt 9.0's client can hold a
     # second thread's call on the migration's connection until migrateToURI3 returns.
     Mutation("the move's bound waits for libvirt to answer a look",

@@ -63,6 +63,7 @@ AUDIT_LOG = "os_compute_api:os-instance-usage-audit-log:%s"
 MIGRATIONS = "os_compute_api:os-migrations:index"
 EXTERNAL_EVENTS = "os_compute_api:os-server-external-events:create"
 SUSPEND_SERVER = "os_compute_api:os-suspend-server:%s"
+PAUSE_SERVER = "os_compute_api:os-pause-server:%s"
 SECURITY_GROUPS = "os_compute_api:os-security-groups:%s"
 ATTACH_INTERFACES = "os_compute_api:os-attach-interfaces:%s"
 ATTACH_EXTERNAL_NETWORK = "network:attach_external_network"
@@ -109,6 +110,8 @@ RULES = [
     (SERVERS % "stop", PROJECT_MEMBER_OR_ADMIN),
     (SUSPEND_SERVER % "suspend", PROJECT_MEMBER_OR_ADMIN),
     (SUSPEND_SERVER % "resume", PROJECT_MEMBER_OR_ADMIN),
+    (PAUSE_SERVER % "pause", PROJECT_MEMBER_OR_ADMIN),
+    (PAUSE_SERVER % "unpause", PROJECT_MEMBER_OR_ADMIN),
     (CONSOLE_OUTPUT, PROJECT_MEMBER_OR_ADMIN),
     (REMOTE_CONSOLES, PROJECT_MEMBER_OR_ADMIN),
     (SERVER_METADATA % "index", PROJECT_READER_OR_ADMIN),

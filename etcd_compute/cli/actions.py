@@ -1,6 +1,6 @@
-"""schedule.py's actions on an instance: stop, start, suspend, resume, reboot, rebuild,
-resize, security-groups (and the confirm or revert of a resize the compute API holds);
-migrate (to another host, live or cold) and migrate-abort; its events.
+"""schedule.py's actions on an instance: stop, start, suspend, resume, pause, unpause,
+reboot, rebuild, resize, security-groups (and the confirm or revert of a resize the compute
+API holds); migrate (to another host, live or cold) and migrate-abort; its events.
 
 Each is refused before anything is written when the instance's state does not allow it
 (exit 1), else written into its host's spec; --wait follows it until its host has done
@@ -22,6 +22,9 @@ SUMMARIES = {
     "suspend": "stop an instance keeping its memory on its host's disk (SUSPENDED); its "
                "disk, claim and IP are kept",
     "resume": "run a suspended instance again from the memory suspend kept",
+    "pause": "freeze an instance's guest, its memory kept in its host's RAM (PAUSED); its "
+             "disk, claim and IP are kept",
+    "unpause": "run a paused instance on from where pause froze it",
     "reboot": "restart an instance's guest (asked first, or at once with --hard)",
     "rebuild": "a fresh disk from its image (or --image), same uuid, IP, claim and host",
     "resize": "a new size (resources=... only) on the same host, claimed first",
@@ -82,6 +85,11 @@ def add_commands(commands: Commands) -> None:
                                           "the source, started again if it ran")):
         command = commands.add(name, what, UUID_WORDS, cmd_migrate_verified)
         command.add_argument("uuid", metavar="UUID")
+        if name == "migrate-revert":
+            command.add_argument("--wait", action="store_true",
+                                 help="follow it until the source runs its copy again (the "
+                                      "controller starts it once the destination discarded "
+                                      "its own)")
     abort = commands.add("migrate-abort", "call an instance's move off (it stays where it "
                                           "is)", UUID_WORDS, cmd_migrate_abort)
     abort.add_argument("uuid", metavar="UUID")
@@ -91,8 +99,8 @@ def add_commands(commands: Commands) -> None:
 
 
 def cmd_action(args: argparse.Namespace, config: dict[str, Any]) -> int:
-    """stop|start|suspend|resume|reboot|rebuild UUID, resize QUERY UUID, security-groups
-    default|none UUID."""
+    """stop|start|suspend|resume|pause|unpause|reboot|rebuild UUID, resize QUERY UUID,
+    security-groups default|none UUID."""
     from etcd_compute.ops import lifecycle, operations
 
     action = args.command
@@ -198,7 +206,8 @@ def cmd_migrate_abort(args: argparse.Namespace, config: dict[str, Any]) -> int:
 
 
 def cmd_migrate_verified(args: argparse.Namespace, config: dict[str, Any]) -> int:
-    """migrate-confirm UUID, migrate-revert UUID: a cold move that awaits either."""
+    """migrate-confirm UUID, migrate-revert UUID [--wait]: a cold move that awaits
+    either."""
     from etcd_compute.ops import lifecycle, migrations, operations
 
     uuid = operations.check_uuid(args.uuid)
@@ -208,9 +217,24 @@ def cmd_migrate_verified(args: argparse.Namespace, config: dict[str, Any]) -> in
             there = migrations.confirm(store, placement, uuid)
             outcome, line = "confirmed", f"MIGRATION OF {uuid} CONFIRMED: ON {there}"
         else:
-            started = lifecycle.revert_move(store, placement, uuid)
+            start = lifecycle.revert_move(store, placement, uuid)
             outcome = "reverted"
-            line = f"MIGRATION OF {uuid} REVERTED" + (": STARTING AGAIN" if started else "")
+            line = f"MIGRATION OF {uuid} REVERTED" + (
+                ": STARTS AGAIN ONCE ITS DESTINATION DISCARDED ITS COPY" if start else "")
+            if start is not None and args.wait:
+                if not args.json:
+                    print(terminal_line(line), flush=True)
+                # The record followed, as any action's --wait: the controller writes the
+                # start, the source's host runs it.
+                done = lifecycle.wait(store, start, config["scheduler"]["wait_timeout_seconds"],
+                                      output.progress_of(args.json))
+                if args.json:
+                    output.emit_json({**start.as_dict(), "outcome": "reverted" if done.ok
+                                      else "failed", "record": done.record,
+                                      "event": done.event})
+                elif not done.ok:
+                    output.error(f"revert of {uuid}: not started again: {done.error}")
+                return 0 if done.ok else 1
     if args.json:
         output.emit_json({"uuid": uuid, "outcome": outcome})
     else:

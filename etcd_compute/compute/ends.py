@@ -26,9 +26,9 @@ from etcd_compute.instances import states
 LOG = logging.getLogger("etcd_compute.compute")
 
 # What a drain may take away from this host (a stopped or suspended one is built again
-# stopped).
+# stopped, a paused one running: its memory stays behind either way).
 EVACUABLE = (states.SCHEDULED, states.BUILDING, states.ACTIVE, states.SHUTOFF,
-             states.SUSPENDED)
+             states.SUSPENDED, states.PAUSED)
 
 
 def instance_log(uuid: str) -> logging.LoggerAdapter:

@@ -105,10 +105,10 @@ DESTROY_SECONDS = Histogram(
     ["result"], buckets=DESTROY_BUCKETS)
 ACTIONS_DONE = Counter(
     "etcd_compute_actions",
-    "Operators' actions ended on this host, by action (stop, start, suspend, resume, reboot, "
-    "rebuild, resize, snapshot) and result: success, failure (the instance is as it was), "
-    "cancelled (destroyed meanwhile), refused (not allowed in its state, or its claim not "
-    "held).",
+    "Operators' actions ended on this host, by action (stop, start, suspend, resume, pause, "
+    "unpause, reboot, rebuild, resize, snapshot) and result: success, failure (the instance "
+    "is as it was), cancelled (destroyed meanwhile), refused (not allowed in its state, or its "
+    "claim not held).",
     ["action", "result"])
 ACTION_SECONDS = Histogram(
     "etcd_compute_action_duration_seconds",

@@ -32,9 +32,10 @@ CHECK = "check"
 STOP, START, SUSPEND, RESUME, REBOOT, REBUILD, RESIZE, SNAPSHOT, SECURITY_GROUPS = (
     "stop", "start", "suspend", "resume", "reboot", "rebuild", "resize", "snapshot",
     "security-groups")
+PAUSE, UNPAUSE = "pause", "unpause"
 ATTACH_INTERFACE, DETACH_INTERFACE = "attach-interface", "detach-interface"
-ACTION_KINDS = (STOP, START, SUSPEND, RESUME, REBOOT, REBUILD, RESIZE, SNAPSHOT,
-                SECURITY_GROUPS, ATTACH_INTERFACE, DETACH_INTERFACE)
+ACTION_KINDS = (STOP, START, SUSPEND, RESUME, PAUSE, UNPAUSE, REBOOT, REBUILD, RESIZE,
+                SNAPSHOT, SECURITY_GROUPS, ATTACH_INTERFACE, DETACH_INTERFACE)
 # A move's steps (compute/moves.py).
 MOVE_KINDS = worker.MOVE_KINDS
 # The module the forkserver imports before it forks the workers.

@@ -14,7 +14,12 @@ not our own doing and not stale:
 
 Then ACTIVE and not running -> SHUTOFF (the guest shut down, crashed, or was
 powered off outside etcd-compute); SHUTOFF and running -> ACTIVE (started
-outside). One transaction each (`instances.host.power_changed`), with an event.
+outside); PAUSED and not running -> SHUTOFF (powered off or crashed, or its host
+restarted: its memory is gone, as Nova's power sync stops a paused server found shut
+down). A paused guest runs as far as this sync sees (libvirt's PAUSED domain is active):
+a PAUSED record stays while its guest is there, and, as Nova's, an ACTIVE one whose guest
+was paused outside etcd-compute, or a PAUSED one unpaused outside, is left as it is.
+One transaction each (`instances.host.power_changed`), with an event.
 """
 
 from __future__ import annotations
@@ -82,7 +87,8 @@ class PowerSync:
                 break
         else:
             return  # not an instance of ours (another host's, or gone)
-        if (read.state, running) not in ((states.ACTIVE, False), (states.SHUTOFF, True)):
+        if (read.state, running) not in ((states.ACTIVE, False), (states.SHUTOFF, True),
+                                         (states.PAUSED, False)):
             return  # the record says so already (or an action will decide)
         if host_txn.power_changed(self.store, read, running, why, crashed) is None:
             self.check(uuid)  # the record moved meanwhile: look again

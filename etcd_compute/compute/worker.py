@@ -118,6 +118,11 @@ def act(spec: dict[str, Any], task: dict[str, Any]) -> dict[str, Any]:
         return {}
     if action == states.RESUME:
         return driver().resume(uuid)
+    if action == states.PAUSE:
+        driver().pause(uuid)
+        return {}
+    if action == states.UNPAUSE:
+        return driver().unpause(uuid)
     if action == states.REBOOT:
         return driver().reboot(uuid, bool(task.get("hard")))
     if action == states.SECURITY_GROUPS:

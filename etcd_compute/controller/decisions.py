@@ -284,8 +284,8 @@ class Controller:
         if read.state in (None, states.ERROR, states.DELETED):
             return "left"
         if read.state in (states.INCOMING, states.MIGRATED):
-            # Not its home, or its guest left: the move's own steps decide (a hand-over).
-            self.moves.step(uuid)
+            # Not its home, or its guest left: the move's steps decide (a hand-over, a revert).
+            self.moves.step(uuid, dead=host)
             return "left"
         if read.state == states.MIGRATING:
             self.moves.abandon(uuid, f"its host {host} died during the move")

@@ -20,6 +20,10 @@ specs (`step`, on any change of either end's record, and at the sweep):
 - a destroy asked during the move waits for the source's job: a guest that stayed is
   destroyed there (then given up as above); one that left (MIGRATED) is handed over with
   the destroy, which the destination carries out.
+- a move reverted by the operator whose guest ran (`reverting`): the source's copy is
+  started (the revert's request, in the transaction that deletes the migration) only once
+  the destination has no record of it (discarded) or is dead and recovered (fenced: its
+  guests are off); never before: two copies of one guest never run.
 
 A dead host in the middle of a move: a source whose guest had left is handed over; one
 still moving gives up the move (its recovery follows); a destination's INCOMING record is
@@ -48,8 +52,10 @@ class MoveSteps:
     def __init__(self, store: KeyValueStore, placement: PlacementClient):
         self.store, self.keys, self.placement = store, store.keys, placement
 
-    def step(self, uuid: str) -> str | None:
-        """Take the next step of the instance's move, if one is due; what was done."""
+    def step(self, uuid: str, dead: str | None = None) -> str | None:
+        """Take the next step of the instance's move, if one is due; what was done. `dead`:
+        a host the controller recovers now (down past its grace, or fenced: its guests
+        are off), as its recovery steps its moves."""
         migration, entry = migrations.read(self.store, uuid)
         if migration is None or entry is None:
             return None
@@ -57,6 +63,9 @@ class MoveSteps:
         source = records.read_record(self.store, migration["source"], uuid)
         there = records.read_record(self.store, migration["destination"], uuid)
         source_entry, source_spec = records.read_spec(self.store, migration["source"], uuid)
+        if migration["state"] == migrations.REVERTING:
+            return self._revert(migration, entry, source, there, source_entry, source_spec,
+                                destination_dead=dead == migration["destination"])
         task = (source.record or {}).get("task") or {}
         ours = task.get("id") == migration["request_id"]
         if source.state == states.MIGRATED and ours:
@@ -114,6 +123,43 @@ class MoveSteps:
                      "live" if migration["live"] else "cold")
             return "relay"
         return None
+
+    def _revert(self, migration: dict[str, Any], entry: Entry, source: records.RecordRead,
+                there: records.RecordRead, source_entry: Entry | None,
+                source_spec: dict[str, Any] | None, destination_dead: bool) -> str | None:
+        """A reverted move whose guest ran: the one place its source's copy is started,
+        and only once the destination's copy is gone: discarded (no record there any
+        more), or its host dead and recovered (its lease lost, it fenced itself: its
+        guests are off; it discards when it returns, its spec still asks it to). A
+        destination alive that never discards leaves the source stopped (the operator's
+        part: docs/explanation/moves.md). The source's copy is started only if it is
+        still there, SHUTOFF, and no destroy or drain asked of it (its host down: it
+        starts it when back; recovered elsewhere meanwhile, it is rebuilt stopped, as its
+        record says); the migration goes either way, and at once for an instance destroyed
+        meanwhile (nothing will start)."""
+        uuid = migration["instance"]
+        log = instance_log(uuid)
+        destroyed = (source_spec or {}).get("action") == states.DESTROY or \
+            source.state in (states.DELETING, states.DELETED) or \
+            (source.record is None and records.locate(self.store, uuid) is None)
+        if there.record is not None and not destination_dead and not destroyed:
+            log.debug("revert: waiting for %s to discard its copy", migration["destination"])
+            return None
+        start = None
+        if source_entry is not None and source_spec is not None and \
+                source.state == states.SHUTOFF and \
+                source_spec.get("action") not in (states.DESTROY, "evacuate"):
+            start = (source_entry, source_spec, source)
+        if migrations.reverted(self.store, entry, migration, start) is None:
+            return None  # something changed: the next event decides
+        if start is None:
+            log.warning("revert of the move to %s done; its source's copy not started (%s)",
+                        migration["destination"], source.state or "gone")
+            return "reverted"
+        log.warning("revert of the move to %s: %s; its source's copy starts again",
+                    migration.get("destination_name") or migration["destination"],
+                    "its host is dead" if there.record is not None else "discarded there")
+        return "revert started"
 
     def _why(self, migration: dict[str, Any], source: records.RecordRead) -> str:
         if source.record is None:

@@ -90,8 +90,19 @@ class Driver(abc.ABC):
         """Run the suspended guest again from the memory `suspend` kept; `{"ip": ...}`."""
 
     @abc.abstractmethod
+    def pause(self, uuid: str) -> None:
+        """Freeze the running guest, its memory kept in this host's RAM (Nova's pause,
+        libvirt's suspend of the domain); done already if it was paused."""
+
+    @abc.abstractmethod
+    def unpause(self, uuid: str) -> dict[str, Any]:
+        """Run the paused guest on from where `pause` froze it; `{"ip": ...}`. Done already
+        if it runs; BuildError if it is not running at all (its memory is gone)."""
+
+    @abc.abstractmethod
     def reboot(self, uuid: str, hard: bool) -> dict[str, Any]:
-        """Restart the guest: soft (asked, then hard after the timeout) or hard at once."""
+        """Restart the guest: soft (asked, then hard after the timeout) or hard at once;
+        a paused guest, which cannot answer, hard."""
 
     @abc.abstractmethod
     def rebuild(self, spec: dict[str, Any], power_on: bool) -> dict[str, Any]:

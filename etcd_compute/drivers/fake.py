@@ -36,6 +36,7 @@ from urllib.parse import unquote, urlparse
 
 from etcd_compute.drivers import fake_vifs
 from etcd_compute.drivers.base import Driver
+from etcd_compute.drivers.fake_guest import boot_log, fake_diagnostics
 from etcd_compute.errors import BuildError, RequestError
 
 
@@ -203,11 +204,13 @@ class FakeDriver(FakeMoves, Driver):
         _write_instance(self.root, uuid, instance)
 
     def _set_running(self, uuid: str, running: bool) -> bool:
-        """Flip the guest's running flag (atomically); False if it was so already."""
+        """Flip the guest's running flag (atomically); False if it was so already. A guest
+        powered off is paused no more (its memory is gone), as a libvirt domain."""
         instance = self._load(uuid)
         if instance is None or instance.get("running", True) == running:
             return False
-        self._save(uuid, {**instance, "running": running})
+        self._save(uuid, {**instance, "running": running,
+                          **({} if running else {"paused": False})})
         _log_guest(self.root, uuid, instance.get("host", "-"), "run" if running else "halt")
         return True
 
@@ -318,6 +321,23 @@ class FakeDriver(FakeMoves, Driver):
         self._set_running(uuid, True)
         return {"ip": self._address(uuid)}
 
+    def pause(self, uuid: str) -> None:
+        self._pause(uuid, "pause", True)
+
+    def unpause(self, uuid: str) -> dict[str, Any]:
+        self._pause(uuid, "unpause", False)
+        return {"ip": self._address(uuid)}
+
+    def _pause(self, uuid: str, action: str, paused: bool) -> None:
+        """The running guest frozen or run on (done already: nothing); `unpauses` counts
+        the times it ran on from a pause, not booted (tests read it)."""
+        instance = self._begin(uuid, action)
+        if not instance.get("running", True):
+            raise BuildError(f"{action}: the guest is not running")
+        ran_on = not paused and bool(instance.get("paused"))
+        self._save(uuid, {**instance, "paused": paused,
+                          "unpauses": int(instance.get("unpauses", 0)) + ran_on})
+
     def reboot(self, uuid: str, hard: bool) -> dict[str, Any]:
         self._begin(uuid, "reboot")
         self._set_running(uuid, False)
@@ -394,41 +414,6 @@ class FakeDriver(FakeMoves, Driver):
     def diagnostics(self, uuid: str) -> dict[str, Any] | None:
         instance = self._load(uuid)
         return fake_diagnostics(instance) if instance is not None else None
-
-
-def fake_diagnostics(instance: dict[str, Any]) -> dict[str, Any]:
-    """A fake guest's diagnostics from its state, in Nova's 2.48 shape: its size, whether it
-    runs, how long since it was built; counters are zero (it does nothing). `driver` is
-    "libvirt" as Nova's own fake driver says (Nova's field takes only real drivers' names);
-    `hypervisor` says what it is."""
-    resources = instance.get("resources") or {}
-    vcpus = int(resources.get("VCPU", 1))
-    running = instance.get("running", True)
-    nics = [{"mac_address": None, "rx_octets": 0, "rx_errors": 0, "rx_drop": 0,
-             "rx_packets": 0, "rx_rate": None, "tx_octets": 0, "tx_errors": 0,
-             "tx_drop": 0, "tx_packets": 0, "tx_rate": None}] \
-        if instance.get("network", True) else []
-    return {"state": "running" if running else "shutdown", "driver": "libvirt",
-            "hypervisor": "fake", "hypervisor_os": "fake", "config_drive": True,
-            "uptime": None,  # the compute API counts it from the launch, as Nova
-            "num_cpus": vcpus, "num_nics": len(nics), "num_disks": 1,
-            "memory_details": {"maximum": int(resources.get("MEMORY_MB", 0)), "used": 0},
-            "cpu_details": [{"id": n, "time": 0, "utilisation": None} for n in range(vcpus)],
-            "nic_details": nics,
-            "disk_details": [{"read_bytes": 0, "read_requests": 0, "write_bytes": 0,
-                              "write_requests": 0, "errors_count": 0}]}
-
-
-def boot_log(uuid: str) -> str:
-    """A fake guest's console: a short boot log of several lines, as a real guest's
-    serial console has (clients and Tempest read its tail), ending with the line that
-    names the instance."""
-    return (f"[    0.000000] Linux version 6.1.0-fake (fake driver)\n"
-            f"[    0.010000] Command line: console=ttyS0\n"
-            f"[    0.500000] Run /sbin/init as init process\n"
-            f"Starting fake guest {uuid}...\n"
-            f"fake login: \n"
-            f"fake console of {uuid}: booted\n")
 
 
 def _write_instance(root: Path, uuid: str, instance: dict[str, Any]) -> None:

@@ -5,10 +5,12 @@ build: base image (cache) -> qcow2 overlay -> NoCloud config drive -> meta.json
 removes everything the build created and raises BuildError with one line.
 
 stop, reboot and resize ask the guest to power off (ACPI) and power it off hard
-after `shutdown_timeout_seconds`, as Nova does. resize redefines the domain with
-the new memory and vCPUs (all else kept: MAC, disks, filters) and grows the
-disk; a failure puts the old definition back. rebuild stages a new overlay from
-the image first (a refused image leaves the guest untouched), then powers the
+after `shutdown_timeout_seconds`, as Nova does (a paused guest's reboot is hard at once).
+suspend is libvirt's managed save (the memory on disk, the domain stopped); pause is
+libvirt's suspend of the domain (its vCPUs stopped, the memory in qemu: Nova's pause).
+resize redefines the domain with the new memory and vCPUs (all else kept: MAC, disks,
+filters) and grows the disk; a failure puts the old definition back. rebuild stages a new
+overlay from the image first (a refused image leaves the guest untouched), then powers the
 guest off and swaps the disk; the domain, so its MAC and its DHCP address, stay.
 
 With the test driver (fast tests) there is no hypervisor behind the domain:
@@ -186,10 +188,34 @@ class LibvirtDriver(LibvirtHotplug, LibvirtColdMoves):
 
         return self._action(uuid, "resume", step)
 
+    def pause(self, uuid: str) -> None:
+        def step() -> None:
+            # libvirt's suspend of the domain (Nova's pause): its vCPUs stopped, its memory
+            # left in qemu's process; the domain stays active, in libvirt's PAUSED state.
+            domain = self._domain(uuid)
+            if not domain.isActive():
+                raise BuildError("pause: the guest is not running")
+            if domain.state()[0] != libvirt.VIR_DOMAIN_PAUSED:
+                domain.suspend()
+
+        self._action(uuid, "pause", step)
+
+    def unpause(self, uuid: str) -> dict[str, Any]:
+        def step() -> dict[str, Any]:
+            domain = self._domain(uuid)
+            if not domain.isActive():
+                raise BuildError("unpause: the guest is not running (its memory is gone)")
+            if domain.state()[0] == libvirt.VIR_DOMAIN_PAUSED:
+                domain.resume()
+            return {"ip": self._current_ip(domain)}
+
+        return self._action(uuid, "unpause", step)
+
     def reboot(self, uuid: str, hard: bool) -> dict[str, Any]:
         def step() -> dict[str, Any]:
             domain = self._domain(uuid)
-            if hard:
+            # A paused guest cannot answer the ACPI request: powered off at once.
+            if hard or domain.state()[0] == libvirt.VIR_DOMAIN_PAUSED:
                 power_off(domain)
             else:
                 self._shut_down(domain)

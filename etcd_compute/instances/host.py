@@ -168,8 +168,8 @@ def delete(store: KeyValueStore, spec: dict[str, Any], read: RecordRead, ttl: in
 
 def power_changed(store: KeyValueStore, read: RecordRead, running: bool, why: str,
                   crashed: bool = False) -> int | None:
-    """ACTIVE <-> SHUTOFF without an action: the hypervisor saw the guest stop (on its own,
-    crashed, or stopped behind our back) or start."""
+    """ACTIVE <-> SHUTOFF (PAUSED -> SHUTOFF) without an action: the hypervisor saw the
+    guest stop (on its own, crashed, or stopped behind our back) or start."""
     assert read.record is not None
     keys, record = store.keys, read.record
     host, uuid = record["host"], record["uuid"]

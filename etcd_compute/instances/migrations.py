@@ -18,7 +18,12 @@
                            event), its revert a give_up of the defined guest (revert-resize)
     controller call_off    a request's cancel (the operator, or the other end failed);
                give_up     the migration goes and the destination is asked to discard
+    operator  give_up      a revert of a move awaiting its confirm whose guest ran: the
+                           migration stays, `reverting`, until the destination's copy is gone
     dest      discarded    its spec and record for the instance go (nothing ran there)
+    controller reverted    the destination discarded (or is dead, fenced): the migration
+                           goes, and the source's copy is asked to start in the same
+                           transaction (never before: two copies never run)
 
 Each compares what it read (the spec's and record's revisions, the migration's), so a
 step is taken once. The claims move in Placement around these (`claims.hold_source`,
@@ -43,7 +48,7 @@ from etcd_compute.etcd import (
     put_message,
     unchanged,
 )
-from etcd_compute.instances.actions import request_id
+from etcd_compute.instances.actions import request_action, request_id
 from etcd_compute.instances.ownership import host_deletes, placed_ops, record_put, spec_put
 from etcd_compute.instances.records import RecordRead, moved
 from etcd_compute.instances.states import (
@@ -54,6 +59,7 @@ from etcd_compute.instances.states import (
     MIGRATE,
     MIGRATED,
     SHUTOFF,
+    START,
     check_action,
     check_transition,
 )
@@ -63,6 +69,9 @@ PREPARING, MIGRATING, FINISHING, FAILING = "preparing", "migrating", "finishing"
 # A cold move asked with `verify`, its guest defined at the destination: it waits there for a
 # confirm or a revert (Nova's VERIFY_RESIZE, its migration `finished`).
 FINISHED = "finished"
+# Such a move reverted whose guest ran before it: the source's copy waits, stopped, until the
+# destination discarded its own (or is dead), then the controller starts it (`reverted`).
+REVERTING = "reverting"
 
 
 def read(store: KeyValueStore, uuid: str) -> tuple[dict[str, Any] | None, Entry | None]:
@@ -279,27 +288,37 @@ def await_confirm(store: KeyValueStore, migration_entry: Entry, migration: dict[
 
 def give_up(store: KeyValueStore, migration_entry: Entry,
             there: tuple[Entry, dict[str, Any]] | None, why: str,
-            stranded: RecordRead | None = None, reverted_by: str | None = None) -> int | None:
+            stranded: RecordRead | None = None, reverted_by: str | None = None,
+            reverting: dict[str, Any] | None = None,
+            also: tuple[list[Compare], list[Any]] = ([], [])) -> int | None:
     """The move failed or was called off and the source runs the guest as before: the
     migration goes, and the destination (if it still has the instance's spec) is asked to
     discard what it made ready. `stranded`: the source's MIGRATED record of a cold move the
     destination could not finish: back to SHUTOFF with why (its guest is stopped there).
     `reverted_by`: a move that awaited its confirm, reverted by whom: its stranded record
     back to SHUTOFF without an error, a revert-resize event (the guest there defined, the
-    destination's discard destroys it)."""
-    ops: list[Any] = [Delete(migration_entry.key)]
-    compares = [_same(migration_entry)]
+    destination's discard destroys it). `reverting`: such a revert's request when the guest
+    ran before the move: the migration is kept, `reverting` with it, until the destination
+    discarded (`reverted` starts the source's copy then); the record's updated_at is the
+    request's time. `also`: the caller's compares and writes (the compute API's view)."""
+    compares = [_same(migration_entry), *also[0]]
+    ops: list[Any] = [Delete(migration_entry.key) if reverting is None else
+                      _put_migration(store.keys, _migration(migration_entry),
+                                     state=REVERTING, revert=reverting), *also[1]]
     if stranded is not None and stranded.record is not None:
         record = stranded.record
         host, uuid = record["host"], record["uuid"]
         compares.append(unchanged(store.keys.record(host, uuid), stranded.revision))
-        ops.append(record_put(store.keys, moved(
-            record, SHUTOFF, error=None if reverted_by is not None else why[:4096],
-            task=None)))
+        back = moved(record, SHUTOFF, error=None if reverted_by is not None else why[:4096],
+                     task=None)
+        if reverting is not None:
+            back["updated_at"] = reverting["at"]
+        ops.append(record_put(store.keys, back))
         if reverted_by is not None:
             log = events.append(events.read(store, host, uuid), events.event(
                 "revert-resize", host, record.get("host_name"), by=reverted_by,
-                result=events.SUCCESS, request_id=request_id()))
+                result=events.SUCCESS,
+                request_id=(reverting or {}).get("id") or request_id()))
             ops.append(events.put(store.keys, host, uuid, log))
     if there is not None:
         entry, spec = there
@@ -307,6 +326,27 @@ def give_up(store: KeyValueStore, migration_entry: Entry,
         ops.append(spec_put(store.keys, {**spec, "request": {**spec["request"],
                                                              "cancel": why[:1024]}}))
     return store.commit(Txn(compares, ops))
+
+
+def _migration(entry: Entry) -> dict[str, Any]:
+    return messages.decode(messages.MIGRATION, entry.value)
+
+
+def reverted(store: KeyValueStore, migration_entry: Entry, migration: dict[str, Any],
+             start: tuple[Entry, dict[str, Any], RecordRead] | None) -> int | None:
+    """A `reverting` move whose destination's copy is gone (discarded, or its host dead and
+    fenced): the migration goes and, with `start` (the source's spec entry, spec and
+    SHUTOFF record as read), the source is asked to start its copy in the same transaction,
+    with the revert's request (its id is the one the compute API's view awaits; asked now,
+    after the revert-resize event). Only if all are as read; ActionRefused (nothing
+    written) when the record does not allow a start."""
+    assert migration["state"] == REVERTING
+    drop = ([_same(migration_entry)], [Delete(migration_entry.key)])
+    if start is None:
+        return store.commit(Txn(*drop))
+    entry, spec, read = start
+    return request_action(store, entry, spec, read, START,
+                          {**migration["revert"], "at": time.time()}, drop)
 
 
 def discarded(store: KeyValueStore, spec_entry: Entry, read_there: RecordRead

@@ -6,11 +6,12 @@
           \\-> ERROR / DELETING (a bad spec, a destroy before the build started)
 
     ACTIVE  -stop->    STOPPING   -> SHUTOFF      SHUTOFF -start-> STARTING -> ACTIVE
-    ACTIVE  -reboot->  REBOOTING  -> ACTIVE
     ACTIVE  -suspend-> SUSPENDING -> SUSPENDED  SUSPENDED -resume-> RESUMING -> ACTIVE
+    ACTIVE  -pause->   PAUSING    -> PAUSED     PAUSED    -unpause-> UNPAUSING -> ACTIVE
+    ACTIVE|PAUSED -reboot-> REBOOTING -> ACTIVE (a paused guest's reboot is hard)
     ACTIVE|SHUTOFF -rebuild-> REBUILDING -> as it was;  -resize-> RESIZING -> as it was
-    ACTIVE|SHUTOFF|SUSPENDED -snapshot-> SNAPSHOTTING -> as it was (a running guest keeps
-        running)
+    ACTIVE|SHUTOFF|SUSPENDED|PAUSED -snapshot-> SNAPSHOTTING -> as it was (a running guest
+        keeps running, a paused one stays paused)
     ACTIVE|SHUTOFF -security-groups-> FILTERING -> as it was
     ACTIVE|SHUTOFF -attach-interface|detach-interface-> PLUGGING -> as it was
     ACTIVE|SHUTOFF -migrate-> MIGRATING -> MIGRATED (the guest left: the controller hands
@@ -47,6 +48,14 @@ STARTING = "STARTING"
 SUSPENDED = "SUSPENDED"
 SUSPENDING = "SUSPENDING"
 RESUMING = "RESUMING"
+# Paused (Nova's pause, libvirt's suspend of the domain): the guest's vCPUs stopped, its
+# memory kept in the host's RAM (nothing written to disk); unpause runs it on from there.
+# Its own state: the domain stays active (libvirt's PAUSED), so start, stop and suspend do
+# not apply; unpause, a (hard) reboot, a snapshot or destroy may follow. Its memory is lost
+# with its host (a fence, a host restart): the power sync then shows it SHUTOFF, as Nova's.
+PAUSED = "PAUSED"
+PAUSING = "PAUSING"
+UNPAUSING = "UNPAUSING"
 REBOOTING = "REBOOTING"
 REBUILDING = "REBUILDING"
 RESIZING = "RESIZING"
@@ -71,21 +80,25 @@ FILTERING = "FILTERING"
 PLUGGING = "PLUGGING"
 
 STATES = (SCHEDULED, BUILDING, ACTIVE, SHUTOFF, STOPPING, STARTING, SUSPENDED, SUSPENDING,
-          RESUMING, REBOOTING, REBUILDING, RESIZING, SNAPSHOTTING, FILTERING, PLUGGING,
+          RESUMING, PAUSED, PAUSING, UNPAUSING, REBOOTING, REBUILDING, RESIZING, SNAPSHOTTING,
+          FILTERING, PLUGGING,
           MIGRATING, MIGRATED, INCOMING, RESCHEDULING, ERROR,
           DELETING, DELETED)
 # States `schedule.py --wait` stops at (ACTIVE can still change: destroy).
 FINAL = frozenset({ACTIVE, ERROR, DELETED})
 # An operator's action in progress.
-TRANSIENT = frozenset({STOPPING, STARTING, SUSPENDING, RESUMING, REBOOTING, REBUILDING,
-                       RESIZING, SNAPSHOTTING, FILTERING, PLUGGING, MIGRATING})
+TRANSIENT = frozenset({STOPPING, STARTING, SUSPENDING, RESUMING, PAUSING, UNPAUSING,
+                       REBOOTING, REBUILDING, RESIZING, SNAPSHOTTING, FILTERING, PLUGGING,
+                       MIGRATING})
 # States in which a driver may hold the instance (a cold move's source keeps its stopped
 # copy until the hand-over; a destination may run the guest before it).
-LIVE = frozenset({BUILDING, ACTIVE, SHUTOFF, SUSPENDED, DELETING, MIGRATED, INCOMING}) | TRANSIENT
+LIVE = frozenset({BUILDING, ACTIVE, SHUTOFF, SUSPENDED, PAUSED, DELETING, MIGRATED,
+                  INCOMING}) | TRANSIENT
 
 STOP, START, REBOOT, REBUILD, RESIZE, SNAPSHOT, MIGRATE, DESTROY = (
     "stop", "start", "reboot", "rebuild", "resize", "snapshot", "migrate", "destroy")
 SUSPEND, RESUME = "suspend", "resume"
+PAUSE, UNPAUSE = "pause", "unpause"
 # An instance's security groups set (its spec's `security_groups`, the request's new ones).
 SECURITY_GROUPS = "security-groups"
 # A port plugged into the guest or unplugged (the request's `nic`).
@@ -98,22 +111,30 @@ ACTIONS: dict[str, tuple[str, frozenset[str]]] = {
     START: (STARTING, frozenset({SHUTOFF})),
     SUSPEND: (SUSPENDING, frozenset({ACTIVE})),
     RESUME: (RESUMING, frozenset({SUSPENDED})),
-    REBOOT: (REBOOTING, frozenset({ACTIVE})),
+    PAUSE: (PAUSING, frozenset({ACTIVE})),
+    UNPAUSE: (UNPAUSING, frozenset({PAUSED})),
+    # Nova hard-reboots a paused server (the guest powered off and started again).
+    REBOOT: (REBOOTING, frozenset({ACTIVE, PAUSED})),
     REBUILD: (REBUILDING, frozenset({ACTIVE, SHUTOFF})),
     RESIZE: (RESIZING, frozenset({ACTIVE, SHUTOFF})),
-    # Nova snapshots a suspended server too: its disk, copied while the guest is saved.
-    SNAPSHOT: (SNAPSHOTTING, frozenset({ACTIVE, SHUTOFF, SUSPENDED})),
-    # Not SUSPENDED: the guest's saved memory keeps the definition it was saved with.
+    # Nova snapshots a suspended server too: its disk, copied while the guest is saved; and
+    # a paused one, live (its guest stays paused).
+    SNAPSHOT: (SNAPSHOTTING, frozenset({ACTIVE, SHUTOFF, SUSPENDED, PAUSED})),
+    # Not SUSPENDED: the guest's saved memory keeps the definition it was saved with. Not
+    # PAUSED either (unpause it first).
     SECURITY_GROUPS: (FILTERING, frozenset({ACTIVE, SHUTOFF})),
-    # Nova's: active, paused or stopped (no pause here); a suspended guest's saved memory
-    # keeps the devices it was saved with.
+    # Nova's: active, paused or stopped; ours not paused (unpause it first: a port plugged
+    # into a paused guest is not answered for); a suspended guest's saved memory keeps the
+    # devices it was saved with.
     ATTACH_INTERFACE: (PLUGGING, frozenset({ACTIVE, SHUTOFF})),
     DETACH_INTERFACE: (PLUGGING, frozenset({ACTIVE, SHUTOFF})),
+    # Nova moves a paused server live too; ours not (unpause it first).
     MIGRATE: (MIGRATING, frozenset({ACTIVE, SHUTOFF})),
 }
 # Where a successful action ends; rebuild, resize and snapshot end as they started (a move
 # ends MIGRATED, TRANSITIONS below).
-ENDS = {STOP: SHUTOFF, START: ACTIVE, SUSPEND: SUSPENDED, RESUME: ACTIVE, REBOOT: ACTIVE}
+ENDS = {STOP: SHUTOFF, START: ACTIVE, SUSPEND: SUSPENDED, RESUME: ACTIVE, PAUSE: PAUSED,
+        UNPAUSE: ACTIVE, REBOOT: ACTIVE}
 
 # Allowed moves (docs/reference/instance-states.md has them pair by pair); None is "no record
 # yet" (a spec written without one, or unreadable). From an action's state: where the
@@ -134,14 +155,19 @@ TRANSITIONS: dict[str | None, frozenset[str]] = {
     RESCHEDULING: frozenset({SCHEDULED, ERROR, DELETING, DELETED}),
     # -> SHUTOFF / ACTIVE without an action: the hypervisor saw the guest stop or start.
     ACTIVE: frozenset({SCHEDULED, RESCHEDULING, ERROR, DELETING, DELETED, SHUTOFF, STOPPING,
-                       SUSPENDING, REBOOTING, REBUILDING, RESIZING, SNAPSHOTTING, FILTERING,
-                       PLUGGING, MIGRATING}),
+                       SUSPENDING, PAUSING, REBOOTING, REBUILDING, RESIZING, SNAPSHOTTING,
+                       FILTERING, PLUGGING, MIGRATING}),
     SHUTOFF: frozenset({SCHEDULED, RESCHEDULING, ERROR, DELETING, DELETED, ACTIVE, STARTING,
                         REBUILDING, RESIZING, SNAPSHOTTING, FILTERING, PLUGGING, MIGRATING}),
     # Resumed, or evacuated (its host died: built again elsewhere, powered off, its memory
     # lost with the host), or destroyed. The hypervisor's reports do not move it.
     SUSPENDED: frozenset({SCHEDULED, RESCHEDULING, ERROR, DELETING, DELETED, RESUMING,
                           SNAPSHOTTING}),
+    # Unpaused, rebooted, snapshotted, evacuated or destroyed; -> SHUTOFF without an action:
+    # the hypervisor saw the guest stop (powered off, crashed, its host restarted: its
+    # memory is gone), as Nova's power sync stops a paused server found shut down.
+    PAUSED: frozenset({SCHEDULED, RESCHEDULING, ERROR, DELETING, DELETED, SHUTOFF, UNPAUSING,
+                       REBOOTING, SNAPSHOTTING}),
     **_ENDS_OF_AN_ACTION,
     # The guest left: MIGRATED, the controller hands the instance over.
     MIGRATING: _ENDS_OF_AN_ACTION[MIGRATING] | {MIGRATED},

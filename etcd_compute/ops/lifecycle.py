@@ -1,8 +1,10 @@
 """The operator's lifecycle actions on the instance's host: stop, start, suspend, resume,
-reboot, rebuild, resize, snapshot, security-groups (the compute API's add/removeSecurityGroup).
+pause, unpause, reboot, rebuild, resize, snapshot, security-groups (the compute API's
+add/removeSecurityGroup).
 
     schedule.py stop UUID | start UUID | reboot [--hard] UUID | rebuild [--image URL] UUID
     schedule.py suspend UUID | resume UUID
+    schedule.py pause UUID | unpause UUID
     schedule.py resize QUERY UUID
     schedule.py events UUID
 
@@ -45,7 +47,7 @@ from etcd_compute.errors import (
     PlacementError,
     UsageError,
 )
-from etcd_compute.etcd import Compare, Entry, KeyValueStore, Op
+from etcd_compute.etcd import Entry, KeyValueStore
 from etcd_compute.hosts import is_alive
 from etcd_compute.instances import actions as action_txn
 from etcd_compute.instances import records, states
@@ -57,9 +59,9 @@ from etcd_compute.scheduler.spec import IMAGE_URL, operator_name
 
 ATTEMPTS = 5
 # The actions asked here (a move to another host: ops/migrations.py).
-ACTIONS = (states.STOP, states.START, states.SUSPEND, states.RESUME, states.REBOOT,
-           states.REBUILD, states.RESIZE, states.SNAPSHOT, states.SECURITY_GROUPS,
-           states.ATTACH_INTERFACE, states.DETACH_INTERFACE)
+ACTIONS = (states.STOP, states.START, states.SUSPEND, states.RESUME, states.PAUSE,
+           states.UNPAUSE, states.REBOOT, states.REBUILD, states.RESIZE, states.SNAPSHOT,
+           states.SECURITY_GROUPS, states.ATTACH_INTERFACE, states.DETACH_INTERFACE)
 
 
 class NoRoom(EtcdComputeError):
@@ -89,9 +91,7 @@ class Change:
     undo: Callable[[], Any] | None = None
 
 
-# The compute API's writes that go in the request's transaction: (compares, operations)
-# for the request it is given (its id).
-Also = Callable[[dict[str, Any]], tuple[list[Compare], list[Op]]]
+Also = migrations.Also
 
 
 def check_image(url: str | None) -> str | None:
@@ -266,11 +266,6 @@ def _check_held(record: dict[str, Any] | None, action: str, asked: Asked, uuid: 
         raise states.ActionRefused(f"instance {uuid} has no resize to revert")
 
 
-# How long a revert of a cold move waits for the destination's discard before it starts
-# the source's copy anyway (a destination down never discards).
-REVERT_DISCARD_SECONDS = 60.0
-
-
 def request(store: KeyValueStore, placement: PlacementClient, uuid: str, action: str, *,
             hard: bool = False, image_url: str | None = None,
             resources: dict[str, int] | None = None, asked: Asked | None = None,
@@ -297,6 +292,7 @@ def request(store: KeyValueStore, placement: PlacementClient, uuid: str, action:
         host, _group, read = where(store, uuid)
         states.check_action(read.state, action, uuid)
         _check_held(read.record, action, asked, uuid)
+        migrations.check_not_reverting(store, uuid)
         entry, spec = records.read_spec(store, host, uuid)
         if entry is None or spec is None:
             raise states.ActionRefused(f"instance {uuid} is {read.state} but its host holds "
@@ -400,17 +396,14 @@ def instance_events(store: KeyValueStore, uuid: str) -> list[dict[str, Any]]:
 
 
 def revert_move(store: KeyValueStore, placement: PlacementClient, uuid: str,
-                by: str | None = None, also: Also | None = None,
-                discard_timeout: float | None = None) -> bool:
-    """A cold move awaiting its confirm reverted (`migrations.revert`), the guest started
-    again on its source if it ran before the move (`also` in that request's transaction:
-    the compute API's view); whether it was. The start waits for the destination's
-    discard first (at most `discard_timeout`, REVERT_DISCARD_SECONDS unless given), as
-    Nova destroys the destination's guest before its source starts its own: never two
-    copies running with one MAC and port."""
-    ran, destination = migrations.revert(store, placement, uuid, by=by)
-    if ran:
-        migrations.discarded_at(store, uuid, destination, REVERT_DISCARD_SECONDS
-                                if discard_timeout is None else discard_timeout)
-        request(store, placement, uuid, states.START, also=also, by=by)
-    return ran
+                by: str | None = None, also: Also | None = None) -> Requested | None:
+    """A cold move awaiting its confirm reverted (`migrations.revert`); nothing awaited
+    (the compute API's 202). If the guest ran before the move, the controller starts the
+    source's copy once the destination discarded its own (as Nova destroys the
+    destination's guest before its source starts: never two copies running with one MAC
+    and port): that start, to follow with `wait` (`also`: the compute API's view, in the
+    revert's transaction); None when it did not run (nothing starts)."""
+    done = migrations.revert(store, placement, uuid, by=by, also=also)
+    if done.request is None:
+        return None
+    return Requested(uuid, done.source, states.START, done.request)

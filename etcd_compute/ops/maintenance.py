@@ -135,13 +135,20 @@ def drain(store: KeyValueStore, placement: PlacementClient, host: str, timeout: 
             continue
         if spec is None or record["state"] not in (states.SCHEDULED, states.BUILDING,
                                                    states.ACTIVE, states.SHUTOFF,
-                                                   states.SUSPENDED):
+                                                   states.SUSPENDED, states.PAUSED):
             continue
         if mode != REBUILD and record["state"] == states.SUSPENDED:
             # Nova moves no suspended server: its memory is in this host's managed save.
             summary["left"] += 1
             progress(f"{uuid} left on {provider['name']} (SUSPENDED: resume it and drain "
                      "again, or drain --mode rebuild, which builds it again stopped)")
+            continue
+        if mode != REBUILD and record["state"] == states.PAUSED:
+            # Our moves take no paused guest (Nova's live migration does).
+            summary["left"] += 1
+            progress(f"{uuid} left on {provider['name']} (PAUSED: unpause it and drain "
+                     "again, or drain --mode rebuild, which builds it again running, its "
+                     "memory lost)")
             continue
         if mode != REBUILD and record["state"] in (states.ACTIVE, states.SHUTOFF):
             moves.append((uuid, mode == LIVE and record["state"] == states.ACTIVE))

@@ -22,7 +22,8 @@ A cold move asked with `verify` (the compute API's migrate, as Nova's) does not 
 the destination defined the guest: it waits there, `finished` (Nova's VERIFY_RESIZE), the
 source keeping its stopped copy and the migration consumer its claim, until `confirm` (the
 hand-over: the source's copy and claim go) or `revert` (the claim back on the source, the
-guest defined at the destination destroyed there, the source's started again if it ran).
+guest defined at the destination destroyed there; the source's started again if it ran, by
+the controller and only once the destination's copy is gone: the revert awaits nothing).
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ from etcd_compute.errors import (
     PlacementUnavailable,
     UsageError,
 )
-from etcd_compute.etcd import KeyValueStore
+from etcd_compute.etcd import Compare, KeyValueStore, Op
 from etcd_compute.hosts import is_alive, under_maintenance
 from etcd_compute.instances import actions as action_txn
 from etcd_compute.instances import migrations, records, states
@@ -53,6 +54,9 @@ from etcd_compute.scheduler.planner import Pick
 from etcd_compute.scheduler.spec import operator_name
 
 ATTEMPTS = 3
+# The compute API's writes that go in a request's transaction: (compares, operations) for
+# the request it is given (its id).
+Also = Callable[[dict[str, Any]], tuple[list[Compare], list[Op]]]
 # What a wait shows between the hand-over and the source's claim freed.
 FREEING_THE_SOURCE = "freeing the source's claim"
 
@@ -258,12 +262,14 @@ def confirm(store: KeyValueStore, placement: PlacementClient, uuid: str,
 
 
 def revert(store: KeyValueStore, placement: PlacementClient, uuid: str,
-           by: str | None = None) -> tuple[bool, str]:
+           by: str | None = None, also: Also | None = None) -> Reverted:
     """A move awaiting its confirm reverted: the instance's claim back on the source (the
     migration consumer's, one Placement request), the move given up (a revert-resize event
     by `by`; the destination destroys the guest it defined), the source's record SHUTOFF.
-    (whether it ran before the move: `lifecycle.revert_move` starts it again, the
-    destination's provider)."""
+    If the guest ran before the move, the migration stays, `reverting`, with the revert's
+    request: the controller starts the source's copy with it once the destination's copy
+    is gone (controller/migrations.py), never before; `also` (the compute API's view,
+    given that request) goes in the same transaction. Nothing is awaited here."""
     for _ in range(ATTEMPTS):
         migration, entry, spec_entry, spec, source, there = _awaiting(store, uuid, "revert")
         there_entry, there_spec = records.read_spec(store, migration["destination"], uuid)
@@ -277,25 +283,43 @@ def revert(store: KeyValueStore, placement: PlacementClient, uuid: str,
             continue  # a claim changed meanwhile: read it all again
         except NotFound:
             pass  # given back already (a revert cut short): the etcd side is left
-        why = f"reverted by {by or operator_name() or 'an operator'}"
-        if migrations.give_up(store, entry, pending, why, stranded=source,
-                              reverted_by=by or operator_name()) is None:
-            continue
+        who = by or operator_name()
+        why = f"reverted by {who or 'an operator'}"
         ran = ((source.record or {}).get("task") or {}).get("from") == states.ACTIVE
-        return ran, str(migration["destination"])
+        request = action_txn.new_request(who) if ran else None
+        if migrations.give_up(store, entry, pending, why, stranded=source, reverted_by=who,
+                              reverting=request,
+                              also=also(request) if also and request else ([], [])) is None:
+            continue
+        return Reverted(uuid, migration["source"], str(migration["destination"]), request)
     raise UsageError(f"instance {uuid} kept changing while reverting its move; try again")
 
 
-def discarded_at(store: KeyValueStore, uuid: str, destination: str, timeout: float,
-                 interval: float = 0.2) -> bool:
-    """Wait until `destination` has no record of the instance (its discard done: the guest
-    it defined destroyed, its ports' activation handed back); False after `timeout`."""
-    deadline = time.monotonic() + timeout
-    while records.read_record(store, destination, uuid).record is not None:
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(interval)
-    return True
+def check_not_reverting(store: KeyValueStore, uuid: str) -> None:
+    """ActionRefused while the instance's move is `reverting`: its source's copy waits,
+    stopped, for the destination to discard its own (then the controller starts it);
+    nothing else is asked of it meanwhile (a start would run two copies)."""
+    migration, _ = migrations.read(store, uuid)
+    if migration is not None and migration["state"] == migrations.REVERTING:
+        there = migration.get("destination_name") or migration["destination"]
+        raise states.ActionRefused(
+            f"instance {uuid}: its move is being reverted; it is started again once "
+            f"{there} has discarded its copy")
+
+
+@dataclass
+class Reverted:
+    """A revert written: the source, the destination, and the request the source's start
+    goes by once the destination discarded (None: the guest did not run, nothing starts)."""
+
+    uuid: str
+    source: str
+    destination: str
+    request: dict[str, Any] | None
+
+    @property
+    def ran(self) -> bool:
+        return self.request is not None
 
 
 @dataclass

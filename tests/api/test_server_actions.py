@@ -1,5 +1,5 @@
 """Server actions through the real API with openstacksdk, a fake-driver compute doing them:
-stop, start, suspend, resume, hard reboot, rebuild, a resize held in Placement until
+stop, start, suspend, resume, pause, unpause, hard reboot, rebuild, a resize held in Placement until
 confirmed (and one reverted), the console output, the instance actions, a server out of
 the default security group and back (shown at once, on the guest, kept across a compute
 restart); nothing left in Placement after."""
@@ -101,6 +101,47 @@ def test_suspend_keeps_the_guest_and_resume_runs_it_again_as_novas(cloud: Cloud)
         settle(cloud, conn, server, "SUSPENDED")
     finally:
         conn.compute.delete_server(server)  # from SUSPENDED: its saved memory goes too
+        conn.compute.wait_for_delete(server, wait=60, interval=0.3)
+    assert not guest.exists()
+    wait_for(lambda: not cloud.usage("demo"), timeout=30, what="the claim freed")
+
+
+def test_pause_freezes_the_guest_and_unpause_runs_it_on_as_novas(cloud: Cloud) -> None:
+    import json
+
+    conn = cloud.connect("demo")
+    server = boot(conn, "frozen")
+    guest = cloud.compute.log_path.parent / "state" / "fake-instances" / f"{server.id}.json"
+    try:
+        conn.compute.pause_server(server)
+        paused = settle(cloud, conn, server, "PAUSED")
+        assert (paused.vm_state, paused.power_state) == ("paused", 3)
+        saved = json.loads(guest.read_text())
+        assert saved["paused"] is True and saved["running"] is True  # its domain stays up
+        # Nova's check_instance_state: not start, stop, suspend, pause again, resize.
+        for refused in (conn.compute.start_server, conn.compute.stop_server,
+                        conn.compute.suspend_server, conn.compute.pause_server,
+                        lambda s: conn.compute.resize_server(s, "2")):
+            with pytest.raises(Exception, match="while it is in vm_state paused"):
+                refused(server)
+        conn.compute.unpause_server(server)
+        unpaused = settle(cloud, conn, server, "ACTIVE")
+        assert (unpaused.vm_state, unpaused.power_state) == ("active", 1)
+        saved = json.loads(guest.read_text())
+        assert saved["paused"] is False and saved["unpauses"] == 1  # ran on, not booted
+        with pytest.raises(Exception, match="while it is in vm_state active"):
+            conn.compute.unpause_server(server)
+        # A hard reboot of a paused server boots it afresh, as Nova's.
+        conn.compute.pause_server(server)
+        settle(cloud, conn, server, "PAUSED")
+        conn.compute.reboot_server(server, "HARD")
+        settle(cloud, conn, server, "ACTIVE")
+        actions = [a.action for a in conn.compute.server_actions(server)]
+        assert actions[:5] == ["reboot", "pause", "unpause", "pause", "create"]
+        conn.compute.pause_server(server)
+        settle(cloud, conn, server, "PAUSED")
+    finally:
+        conn.compute.delete_server(server)  # from PAUSED, as Nova's
         conn.compute.wait_for_delete(server, wait=60, interval=0.3)
     assert not guest.exists()
     wait_for(lambda: not cloud.usage("demo"), timeout=30, what="the claim freed")

@@ -455,7 +455,8 @@ def test_record_states_follow_the_documented_machine(start_compute, compute_conf
     del documented["migrate"], documented["attach-interface"], documented["detach-interface"]
     images = [f"record-states-{uuid[:8]}-{n}" for n in range(3)]
     sequence = [["stop", uuid], ["start", uuid], ["suspend", uuid], ["snapshot", uuid, images[2]],
-                ["resume", uuid], ["reboot", uuid], ["security-groups", "none", uuid],
+                ["resume", uuid], ["pause", uuid], ["reboot", uuid], ["pause", uuid],
+                ["unpause", uuid], ["reboot", uuid], ["security-groups", "none", uuid],
                 ["rebuild", uuid],
                 ["resize", "resources=VCPU:2,MEMORY_MB:128,DISK_GB:2", uuid],
                 ["snapshot", uuid, images[0]], ["stop", uuid],

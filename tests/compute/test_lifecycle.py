@@ -326,6 +326,49 @@ def test_a_stopped_instance_is_moved_stopped_by_a_drain_and_by_its_hosts_death(
     assert claimed(placement, uuid) == {"VCPU": 1, "MEMORY_MB": 64, "DISK_GB": 1}
 
 
+def test_a_paused_instance_is_left_by_a_live_drain_and_built_again_running_elsewhere(
+        start_compute, start_controller, compute_config, host_config, schedule_config,
+        store, placement, run_schedule):
+    """Its memory is in its host's RAM: a live drain leaves it (ours moves no paused guest)
+    and says why; a rebuild drain, and its host's death, build it again elsewhere running,
+    as Nova's evacuate of a paused server ends ACTIVE."""
+    from tests.compute.test_host_failure import fast_controller, rp_of
+
+    a, b = compute_config, host_config("host-b")
+    start_controller(fast_controller(schedule_config))
+    computes = {rp_of(a): start_compute(a, name="host-a"),
+                rp_of(b): start_compute(b, name="host-b")}
+    for config in (a, b):
+        alive(store, config)
+    wait_for(lambda: store.get(store.keys.leader()), 20, what="a controller to lead")
+    uuid = schedule(schedule_config, store, query=QUERY)[0]
+    first, second = (a, b) if record(store, uuid)["host"] == rp_of(a) else (b, a)
+    assert ask(store, placement, uuid, "pause").ok
+    assert record(store, uuid)["state"] == "PAUSED"
+    assert uuid in fake_running(first)  # frozen, not off
+    left = run_schedule("host", "drain", first["compute"]["name"])
+    said = left.stdout + left.stderr
+    assert "left on" in said and "PAUSED: unpause it" in said, said
+    assert record(store, uuid)["state"] == "PAUSED"
+    assert run_schedule("host", "enable", first["compute"]["name"]).code == 0
+    drained = run_schedule("host", "drain", first["compute"]["name"], "--mode", "rebuild")
+    assert drained.code == 0, drained.stderr
+    moved = wait_state(store, uuid, "ACTIVE")
+    assert moved["host"] == rp_of(second) and uuid in fake_running(second)
+    # Paused there, then its host dies: the controller builds it on the first one, running.
+    assert ask(store, placement, uuid, "pause").ok
+    assert run_schedule("host", "enable", first["compute"]["name"]).code == 0
+    computes[rp_of(second)].kill9()
+    power_loss(second)
+    wait_for(lambda: (record(store, uuid) or {}).get("host") == rp_of(first), 30,
+             what="the instance rebuilt on the first host")
+    assert wait_state(store, uuid, "ACTIVE")["host"] == rp_of(first)
+    assert uuid in fake_running(first)
+    assert [e["action"] for e in log_of(store, uuid)] == [
+        "create", "pause", "evacuate", "reschedule", "build", "pause", "recover", "build"]
+    assert claimed(placement, uuid) == {"VCPU": 1, "MEMORY_MB": 64, "DISK_GB": 1}
+
+
 def test_a_resize_undo_takes_back_only_its_own_claim_in_real_placement(placement):
     """What two racing resizes rely on, against Placement itself: a write bumps the
     consumer generation by one, so an undo at "ours + 1" fails once someone wrote after."""

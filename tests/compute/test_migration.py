@@ -329,8 +329,12 @@ def test_a_cold_move_asked_with_verify_waits_then_is_reverted_or_confirmed(
         assert held_by(placement, asked["migration"]) == {rp_of(hosts["a"])}
         time.sleep(1)  # still waiting: nothing hands it over by itself
         assert migrations.read(store, uuid)[0]["state"] == "finished"
-        done = run_schedule(then, uuid)
+        done = run_schedule(then, uuid, *(["--wait"] if then == "migrate-revert" else []),
+                            timeout=60)
         assert done.code == 0, done.stderr
+        if then == "migrate-revert":  # followed until the source runs it again
+            assert "STARTS AGAIN ONCE ITS DESTINATION DISCARDED ITS COPY" in done.stdout
+            assert records.find(store, uuid)[1].state == "ACTIVE"
         where = "a" if then == "migrate-revert" else "b"
         wait_for(lambda w=where: uuid not in fake_files(hosts["b" if w == "a" else "a"]),
                  30, what="the other copy gone")
@@ -338,3 +342,50 @@ def test_a_cold_move_asked_with_verify_waits_then_is_reverted_or_confirmed(
         only_copy_on(hosts, where, uuid, placement, store)
         kinds = [e["action"] for e in events.read(store, rp_of(hosts[where]), uuid)]
         assert kinds[-1] in ("confirm-resize", "start"), kinds
+
+
+def test_a_revert_whose_destination_is_cut_off_starts_the_source_only_once_it_fenced(
+        start_compute, start_controller, compute_config, host_config, schedule_config, store,
+        placement, run_schedule):
+    """The destination runs the guest a cold move defined there, and is cut off from etcd
+    as the move is reverted: it never hears of the revert. The source's copy stays stopped
+    until the destination lost its lease and fenced itself (its guest powered off) and the
+    controller recovered it; then it starts. Back, the destination discards its copy: one
+    copy, never two running at once."""
+    from etcd_compute.config import deep_merge
+    from tests.compute.test_host_failure import two_hosts_and_a_controller
+    from tools.local_services.proxy import CuttableProxy
+
+    address, port = compute_config["etcd"]["endpoints"][0].rsplit(":", 1)
+    proxy = CuttableProxy(address, int(port)).start()
+    try:
+        there = deep_merge(compute_config, {"etcd": {"endpoints": [proxy.endpoint]}})
+        there, here, computes = two_hosts_and_a_controller(
+            start_compute, start_controller, compute_config, host_config, schedule_config,
+            store, a_config=there)
+        hosts = {"a": here, "b": there}
+        uuid = active_on(store, placement, here)["uuid"]
+        waiting = run_schedule("migrate", uuid, "--verify", "--host", rp_of(there), "--wait",
+                               timeout=90)
+        assert waiting.code == 0, waiting.stderr
+        assert migrations.read(store, uuid)[0]["state"] == "finished"
+        proxy.cut()
+        done = run_schedule("migrate-revert", uuid, timeout=60)
+        assert done.code == 0, done.stderr
+        assert migrations.read(store, uuid)[0]["state"] == "reverting"
+        assert records.read_record(store, rp_of(here), uuid).state == "SHUTOFF"
+        wait_for(lambda: "fenced: powered off 1 guest(s)" in computes[rp_of(there)].log(), 15,
+                 what="the destination to fence itself")
+        # (the destination's INCOMING record stays until it is back: read the source's)
+        wait_for(lambda: records.read_record(store, rp_of(here), uuid).state == "ACTIVE", 30,
+                 what="the source's copy started")
+        assert records.find(store, uuid)[0] == rp_of(here)
+        assert migrations.read(store, uuid) == (None, None)
+        proxy.restore()
+        wait_for(lambda: uuid not in fake_files(there), 30,
+                 what="the destination to discard its copy on return")
+        wait_for(lambda: store.get_prefix(store.keys.host(rp_of(there)))[0] == [], 30,
+                 what="the destination's keys for it gone")
+        only_copy_on(hosts, "a", uuid, placement, store)
+    finally:
+        proxy.stop()

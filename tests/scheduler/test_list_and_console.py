@@ -65,7 +65,8 @@ def test_list_by_host_name_or_uuid_and_by_state(start_compute, compute_config, h
     assert unknown.code == 2 and unknown.stdout == ""
     assert unknown.stderr == ("schedule.py: error: --state 'running': no such state; one of "
                               "SCHEDULED, BUILDING, ACTIVE, SHUTOFF, STOPPING, STARTING, "
-                              "SUSPENDED, SUSPENDING, RESUMING, REBOOTING, REBUILDING, "
+                              "SUSPENDED, SUSPENDING, RESUMING, PAUSED, PAUSING, UNPAUSING, "
+                              "REBOOTING, REBUILDING, "
                               "RESIZING, SNAPSHOTTING, FILTERING, PLUGGING, MIGRATING, MIGRATED, "
                               "INCOMING, "
                               "RESCHEDULING, ERROR, DELETING, DELETED\n")

@@ -49,6 +49,7 @@ class Compute:
 
     def __init__(self, host: Hypervisor, computes: ComputeHosts, log: Path, store) -> None:
         self.host, self.rp, self._log = host, computes.rp("a"), log
+        self.computes = computes
         self.instances_dir = host.instances_dir
         computes.start("a")
         wait_for(lambda: store.get(store.keys.alive(self.rp)), 60, what="compute heartbeat")
@@ -235,6 +236,78 @@ def test_a_suspended_guest_resumes_counting_where_it_stopped(
         assert saved.parent.is_dir() and not saved.exists()
         assert [e["action"] for e in lifecycle.instance_events(store, uuid)] == [
             "create", "suspend", "resume", "suspend", "destroy"]
+        assert "Traceback" not in compute.log()
+    finally:
+        if uuid in {d.name() for d in connection.listAllDomains()}:
+            run_schedule("destroy", uuid, "--wait", timeout=60)
+        connection.close()
+
+
+def test_a_paused_guest_stops_where_it_is_and_unpause_runs_it_on(
+        compute: Compute, test_guest_image: Path, run_schedule, store, placement,
+        tmp_path: Path) -> None:
+    """pause is libvirt's suspend of the domain (Nova's pause): the guest frozen, its memory
+    in qemu's process, the domain PAUSED; its counter stops and nothing else of it runs.
+    A restart of compute.py keeps it PAUSED (the domain is), unpause runs it on from the
+    same tick (no boot), and a paused guest powered off behind our back shows SHUTOFF."""
+    rp, instances_dir = compute.rp, compute.instances_dir
+    script = tmp_path / "user-data"
+    script.write_text(COUNTING)
+    placed = run_schedule("resources=VCPU:1,MEMORY_MB:128,DISK_GB:1", "--image",
+                          f"file://{test_guest_image}", "--user-data", str(script),
+                          timeout=120)
+    assert placed.code == 0, placed.stderr
+    uuid = placed.stdout.split()[-1]
+    connection = compute.host.connection()
+    try:
+        wait_state(store, uuid, "ACTIVE", timeout=180)
+        wait_for(lambda: len(ticks(guest_console(instances_dir, uuid))) >= 3, 120,
+                 interval=0.5, what="the guest counting")
+        done = run_schedule("pause", uuid, "--wait", timeout=120)
+        assert done.code == 0, done.stderr
+        assert record(store, uuid)["state"] == "PAUSED"
+        domain = connection.lookupByName(uuid)
+        assert domain.state()[0] == libvirt.VIR_DOMAIN_PAUSED and domain.isActive()
+        assert not domain.hasManagedSaveImage(0)  # nothing written to disk
+        assert placement.get_usages(rp) == START  # paused: it keeps its claim
+        counted = max(ticks(guest_console(instances_dir, uuid)))
+        time.sleep(4)  # frozen: not one tick more
+        assert max(ticks(guest_console(instances_dir, uuid))) == counted
+        refused = run_schedule("stop", uuid, timeout=60)
+        assert refused.code == 1 and "is PAUSED: stop is not allowed now (allowed: " \
+            "unpause, reboot, snapshot, destroy)" in refused.stderr, refused.stderr
+
+        # compute.py killed and started again: its reconcile and power sync find the domain
+        # PAUSED (active): the record stays PAUSED, the guest frozen.
+        compute.computes.kill9("a")
+        compute.computes.start("a")
+        wait_for(lambda: compute.log().count("compute ready") >= 2, 90,
+                 what="the restarted compute reconciled and ready")
+        time.sleep(2)  # its power sync's check of every guest, answered
+        assert record(store, uuid)["state"] == "PAUSED"
+        assert domain.state()[0] == libvirt.VIR_DOMAIN_PAUSED
+        assert max(ticks(guest_console(instances_dir, uuid))) == counted
+
+        done = run_schedule("unpause", uuid, "--wait", timeout=120)
+        assert done.code == 0, done.stderr
+        assert record(store, uuid)["state"] == "ACTIVE"
+        assert domain.state()[0] == libvirt.VIR_DOMAIN_RUNNING
+        # The same qemu runs on: the console log goes on from the tick it froze at.
+        wait_for(lambda: max(ticks(guest_console(instances_dir, uuid))) > counted + 2, 60,
+                 interval=0.5, what="the unpaused guest counting on")
+        seen = ticks(guest_console(instances_dir, uuid))
+        assert seen == list(range(1, len(seen) + 1)), seen  # on from where it was, from 1 once
+        assert guest_console(instances_dir, uuid).count("ETCD-COMPUTE-GUEST boot") == 1
+
+        # Paused again, then powered off behind our back: its memory is gone, SHUTOFF.
+        assert run_schedule("pause", uuid, "--wait", timeout=120).code == 0
+        domain.destroy()
+        wait_state(store, uuid, "SHUTOFF", timeout=30)
+        assert run_schedule("destroy", uuid, "--wait", timeout=60).code == 0
+        with pytest.raises(libvirt.libvirtError):
+            connection.lookupByName(uuid)
+        assert [e["action"] for e in lifecycle.instance_events(store, uuid)] == [
+            "create", "pause", "unpause", "pause", "power-off", "destroy"]
         assert "Traceback" not in compute.log()
     finally:
         if uuid in {d.name() for d in connection.listAllDomains()}:

@@ -2,7 +2,9 @@
 by name, its user-data writes a marker to its disk; `schedule.py snapshot UUID NAME --wait`
 of the running guest (it keeps running: same qemu process); the image is in Glance, owned
 by the instance's project, with Nova's snapshot properties; a new guest booted by the
-snapshot's name finds the marker on its disk and says so on its console."""
+snapshot's name finds the marker on its disk and says so on its console. A paused guest's
+snapshot is live too: it stays paused (PAUSED, the same qemu process, libvirt's paused
+domain), as Nova's of a paused server."""
 
 from __future__ import annotations
 
@@ -43,9 +45,10 @@ def console(instances_dir: Path, uuid: str) -> str:
         return ""
 
 
+@pytest.mark.parametrize("paused", [False, True], ids=["running", "paused"])
 def test_a_live_snapshot_boots_with_what_the_guest_wrote(
-        vm_config, test_guest_image: Path, compute_config, glance_config, glance_images,
-        start_compute, run_schedule, schedule_config, write_yaml, store, placement,
+        paused: bool, vm_config, test_guest_image: Path, compute_config, glance_config,
+        glance_images, start_compute, run_schedule, schedule_config, write_yaml, store, placement,
         tmp_path: Path) -> None:
     name = f"test-guest-{uuidlib.uuid4().hex[:8]}"
     glance_images(test_guest_image, name, visibility="public", architecture="x86_64",
@@ -76,16 +79,21 @@ def test_a_live_snapshot_boots_with_what_the_guest_wrote(
                  240, interval=0.5, what="the first guest to write its marker")
         connection = libvirt.open("qemu:///system")
         qemu_before = connection.lookupByName(first).ID()
+        if paused:
+            done = run_schedule("pause", first, "--wait", config=schedule, timeout=120)
+            assert done.code == 0, done.stderr
 
         taken = run_schedule("snapshot", first, snapshot_name, "--wait", config=schedule,
                              timeout=300)
         assert taken.code == 0, taken.stdout + taken.stderr
         image_id = re.search(r"IMAGE (\S+) " + snapshot_name + " ACTIVE", taken.stdout).group(1)
-        # Live: the same guest (same qemu process) still runs, ACTIVE again.
+        # Live: the same guest (same qemu process) still runs, ACTIVE again (or PAUSED).
         assert connection.lookupByName(first).isActive()
         assert connection.lookupByName(first).ID() == qemu_before
+        assert (connection.lookupByName(first).state()[0] == libvirt.VIR_DOMAIN_PAUSED) \
+            is paused
         connection.close()
-        assert record(store, first)["state"] == "ACTIVE"
+        assert record(store, first)["state"] == ("PAUSED" if paused else "ACTIVE")
         event = lifecycle.instance_events(store, first)[-1]
         assert (event["action"], event["result"]) == ("snapshot", "success")
         assert image_id in event["detail"] and "live" in event["detail"]

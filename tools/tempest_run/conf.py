@@ -23,7 +23,8 @@ COMPUTE_FEATURES: dict[str, tuple[bool, str]] = {
     "disk_config": (False, "OS-DCF:diskConfig is MANUAL: our disks are never repartitioned"),
     "change_password": (False, "no admin password is set in a guest"),
     "enable_instance_password": (False, "no admin password is set, so none is returned"),
-    "pause": (False, "no pause action"),
+    "pause": (True, "pause and unpause: libvirt's suspend of the domain, its memory in RAM "
+                    "(PAUSED)"),
     "suspend": (True, "suspend and resume: libvirt's managed save (SUSPENDED)"),
     "shelve": (False, "no shelve action"),
     "shelve_migrate": (False, "no shelve action"),

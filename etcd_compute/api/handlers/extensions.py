@@ -62,6 +62,7 @@ SERVED = (
     ("os-migrations", "Migrations", "Provide data on migrations."),
     ("os-multiple-create", "MultipleCreate",
      "Allow multiple create in the Create Server v2.1 API."),
+    ("os-pause-server", "PauseServer", "Enable pause/unpause server actions."),
     ("os-quota-sets", "Quotas", "Quotas management support."),
     ("os-server-diagnostics", "ServerDiagnostics",
      "Allow Admins to view server diagnostics through server action."),

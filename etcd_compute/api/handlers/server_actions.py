@@ -1,7 +1,8 @@
-"""POST /servers/{id}/action: os-start, os-stop, suspend, resume, reboot, rebuild, resize,
-confirmResize, revertResize, createImage, createBackup, os-getConsoleOutput, os-migrateLive,
-migrate (Nova's servers, suspend-server, create-backup, console-output and migrate-server
-controllers); the actions that change only the API's view are `server_admin_actions.py`'s.
+"""POST /servers/{id}/action: os-start, os-stop, suspend, resume, pause, unpause, reboot,
+rebuild, resize, confirmResize, revertResize, createImage, createBackup, os-getConsoleOutput,
+os-migrateLive, migrate (Nova's servers, suspend-server, pause-server, create-backup,
+console-output and migrate-server controllers); the actions that change only the API's
+view are `server_admin_actions.py`'s.
 
 As Nova: the body names one action (an unknown one is 400 "There is no such action"),
 its schema is checked first (400), then the server (404 for another project's), the
@@ -96,6 +97,22 @@ def resume(api: Backend, req: ApiRequest, server_id: str, body: Any) -> webob.Re
     server = checks.server_for(api, req, server_id, policy.SUSPEND_SERVER % "resume")
     checks.check_state(server, "resume", {"suspended"})
     checks.asked(lambda: api.actions.resume(server, checks.caller(req)))
+    return empty_response(202)
+
+
+def pause(api: Backend, req: ApiRequest, server_id: str, body: Any) -> webob.Response:
+    validation.body(schema.pause, body)
+    server = checks.server_for(api, req, server_id, policy.PAUSE_SERVER % "pause")
+    checks.check_state(server, "pause", {"active"})
+    checks.asked(lambda: api.actions.pause(server, checks.caller(req)))
+    return empty_response(202)
+
+
+def unpause(api: Backend, req: ApiRequest, server_id: str, body: Any) -> webob.Response:
+    validation.body(schema.unpause, body)
+    server = checks.server_for(api, req, server_id, policy.PAUSE_SERVER % "unpause")
+    checks.check_state(server, "unpause", {"paused"})
+    checks.asked(lambda: api.actions.unpause(server, checks.caller(req)))
     return empty_response(202)
 
 
@@ -336,6 +353,7 @@ ACTIONS: dict[str, Action] = {
     **server_admin_actions.ACTIONS,
     **remote_consoles.ACTIONS,
     "os-start": start, "os-stop": stop, "suspend": suspend, "resume": resume,
+    "pause": pause, "unpause": unpause,
     "reboot": reboot, "rebuild": rebuild,
     "resize": resize, "confirmResize": confirm_resize, "revertResize": revert_resize,
     "os-getConsoleOutput": console_output, "createImage": create_image,

@@ -94,6 +94,14 @@ class ServerActions:
         lifecycle.request(self.store, self.placement, server.uuid, states.RESUME,
                           also=self._view(server, self._task("resume")), by=by)
 
+    def pause(self, server: Server, by: str) -> None:
+        lifecycle.request(self.store, self.placement, server.uuid, states.PAUSE,
+                          also=self._view(server, self._task("pause")), by=by)
+
+    def unpause(self, server: Server, by: str) -> None:
+        lifecycle.request(self.store, self.placement, server.uuid, states.UNPAUSE,
+                          also=self._view(server, self._task("unpause")), by=by)
+
     def reboot(self, server: Server, hard: bool, by: str) -> None:
         """A hard reboot of a stopped server powers it on, as Nova's does (our start)."""
         if hard and server.state == states.SHUTOFF:

@@ -20,6 +20,8 @@ start = _bare("os-start")
 stop = _bare("os-stop")
 suspend = _bare("suspend")
 resume = _bare("resume")
+pause = _bare("pause")
+unpause = _bare("unpause")
 confirm_resize = _bare("confirmResize")
 revert_resize = _bare("revertResize")
 

@@ -12,7 +12,11 @@ Our states map to Nova's vm_state, task_state and power_state, and those to Nova
     SUSPENDED                suspended / -     shutdown      SUSPENDED
     SUSPENDING               active / suspending             ACTIVE
     RESUMING                 suspended / resuming            SUSPENDED
+    PAUSED                   paused / -        paused        PAUSED
+    PAUSING                  active / pausing                ACTIVE
+    UNPAUSING                paused / unpausing              PAUSED
     REBOOTING                active / rebooting[_hard]       REBOOT, HARD_REBOOT
+      from PAUSED            paused / rebooting_hard         PAUSED
     REBUILDING               (as it was) / rebuilding        REBUILD
     RESIZING                 (as it was) / resize_migrating  RESIZE
     SNAPSHOTTING             (as it was) / image_uploading   (as it was)
@@ -21,6 +25,7 @@ Our states map to Nova's vm_state, task_state and power_state, and those to Nova
     MIGRATING, MIGRATED      live: active / migrating        MIGRATING
       (INCOMING)             cold: (as it was) / resize_migrating  RESIZE
       reverting a resize     resized / resize_reverting      REVERT_RESIZE
+      (or a cold migrate: SHUTOFF until its destination discarded, then STARTING)
     ACTIVE, SHUTOFF holding
       a resize's old size    resized / -                     VERIFY_RESIZE
     MIGRATED, a cold migrate
@@ -33,8 +38,8 @@ task_state) until the instance moves on (docs/reference/compute-api.md).
 
 An action asked through the API that its host has not taken up yet (the view's `task`)
 shows as Nova's task_state at once: powering-off, powering-on, rebooting[_hard],
-rebuilding, resize_prep, resize_reverting, suspending, resuming (as Nova sets it before
-casting to the host).
+rebuilding, resize_prep, resize_reverting, suspending, resuming, pausing, unpausing (as
+Nova sets it before casting to the host).
 """
 
 from __future__ import annotations
@@ -49,7 +54,7 @@ from etcd_compute.api.objects.servers import Server
 from etcd_compute.api.wsgi import ApiRequest
 from etcd_compute.instances import states
 
-NOSTATE, RUNNING, SHUTDOWN = 0, 1, 4
+NOSTATE, RUNNING, PAUSED, SHUTDOWN = 0, 1, 3, 4
 _STATUS = {
     ("active", None): "ACTIVE", ("active", "rebooting"): "REBOOT",
     ("active", "rebooting_hard"): "HARD_REBOOT", ("active", "rebuilding"): "REBUILD",
@@ -59,7 +64,8 @@ _STATUS = {
     ("stopped", "resize_prep"): "RESIZE", ("stopped", "resize_migrating"): "RESIZE",
     ("stopped", "rebuilding"): "REBUILD", ("error", None): "ERROR",
     ("error", "rebuilding"): "REBUILD", ("deleted", None): "DELETED",
-    ("suspended", None): "SUSPENDED", ("resized", None): "VERIFY_RESIZE",
+    ("suspended", None): "SUSPENDED", ("paused", None): "PAUSED",
+    ("resized", None): "VERIFY_RESIZE",
     ("resized", "resize_reverting"): "REVERT_RESIZE",
 }
 # Nova's statuses (the `status` filter accepts these).
@@ -72,10 +78,11 @@ _PROGRESS = ("ACTIVE", "BUILD", "REBUILD", "RESIZE", "VERIFY_RESIZE", "MIGRATING
 
 
 # Our states an action starts from (an action asked shows on them at once).
-RESTING = (states.ACTIVE, states.SHUTOFF, states.SUSPENDED)
+RESTING = (states.ACTIVE, states.SHUTOFF, states.SUSPENDED, states.PAUSED)
 # The task_state of an action asked and not taken up yet.
 _PENDING = {"stop": "powering-off", "start": "powering-on", "suspend": "suspending",
-            "resume": "resuming", "reboot": "rebooting",
+            "resume": "resuming", "pause": "pausing", "unpause": "unpausing",
+            "reboot": "rebooting",
             "rebuild": "rebuilding", "resize": "resize_prep",
             "revert-resize": "resize_reverting", "snapshot": "image_snapshot",
             # Moves (os-migrateLive, migrate): Nova's API sets them before its 202.
@@ -111,13 +118,22 @@ def reset_state(server: Server) -> str | None:
 _NO_TASK_STATE = (states.SECURITY_GROUPS, states.ATTACH_INTERFACE, states.DETACH_INTERFACE)
 
 
+def _reverting_move(server: Server, task: dict[str, Any]) -> bool:
+    """The host starting the source's copy of a reverted cold move, the revert asked
+    through the API: the start goes by the revert's request (controller/migrations.py),
+    and Nova shows resize_reverting until its source runs again."""
+    asked = server.doc.get("task") or {}
+    return asked.get("action") == "revert-resize" and \
+        asked.get("request_id") == task.get("id")
+
+
 def nova_states(server: Server) -> tuple[str, str | None, int]:
     """(vm_state, task_state, power_state) of our state."""
     state = server.state
     reset = reset_state(server) if pending(server) is None else None
     if reset is not None and not server.doc.get("deleting"):
         power = {states.ACTIVE: RUNNING, states.SHUTOFF: SHUTDOWN,
-                 states.SUSPENDED: SHUTDOWN}.get(state, NOSTATE)
+                 states.SUSPENDED: SHUTDOWN, states.PAUSED: PAUSED}.get(state, NOSTATE)
         return reset, None, power
     if server.doc.get("deleting") and state not in (states.ERROR, states.DELETED):
         state = states.DELETING  # asked; the host has not taken it up yet
@@ -126,8 +142,9 @@ def nova_states(server: Server) -> tuple[str, str | None, int]:
     held = bool(record.get("resize_hold"))
     if state in RESTING:
         vm_state = "resized" if held else {states.ACTIVE: "active", states.SHUTOFF: "stopped",
-                                           states.SUSPENDED: "suspended"}[state]
-        power = RUNNING if state == states.ACTIVE else SHUTDOWN
+                                           states.SUSPENDED: "suspended",
+                                           states.PAUSED: "paused"}[state]
+        power = {states.ACTIVE: RUNNING, states.PAUSED: PAUSED}.get(state, SHUTDOWN)
         asked = pending(server)
         if asked is None:
             return vm_state, None, power
@@ -136,13 +153,17 @@ def nova_states(server: Server) -> tuple[str, str | None, int]:
         task_state = _PENDING[asked["action"]]
         if asked["action"] == "reboot" and asked.get("hard"):
             task_state = "rebooting_hard"
+        if asked["action"] == "revert-resize":
+            vm_state = "resized"  # Nova's REVERT_RESIZE until the revert is done
         return vm_state, task_state, power
     if state == states.RESIZING and task.get("reverts"):
         return "resized", "resize_reverting", RUNNING if task.get("from") == states.ACTIVE \
             else SHUTDOWN
-    was = {states.SHUTOFF: "stopped", states.SUSPENDED: "suspended"}.get(
-        str(task.get("from")), "active")
-    was_power = RUNNING if was == "active" else SHUTDOWN
+    if state == states.STARTING and _reverting_move(server, task):
+        return "resized", "resize_reverting", SHUTDOWN
+    was = {states.SHUTOFF: "stopped", states.SUSPENDED: "suspended",
+           states.PAUSED: "paused"}.get(str(task.get("from")), "active")
+    was_power = {"active": RUNNING, "paused": PAUSED}.get(was, SHUTDOWN)
     if state == states.MIGRATED and task.get("finished") and not task.get("live"):
         # A cold migrate defined at its destination, awaiting its confirm or revert
         # (ops/migrations.py): Nova's VERIFY_RESIZE.
@@ -164,8 +185,15 @@ def nova_states(server: Server) -> tuple[str, str | None, int]:
         states.SUSPENDED: ("suspended", None, SHUTDOWN),
         states.SUSPENDING: ("active", "suspending", RUNNING),
         states.RESUMING: ("suspended", "resuming", SHUTDOWN),
-        states.REBOOTING: ("active", "rebooting_hard" if task.get("hard") else "rebooting",
-                              RUNNING),
+        # A paused guest: its vCPUs stopped, its memory in the host's RAM (Nova's libvirt:
+        # power_state 3).
+        states.PAUSED: ("paused", None, PAUSED),
+        states.PAUSING: ("active", "pausing", RUNNING),
+        states.UNPAUSING: ("paused", "unpausing", PAUSED),
+        # Nova keeps a paused server's vm_state until its (hard) reboot is done.
+        states.REBOOTING: ("paused", "rebooting_hard", PAUSED) if was == "paused" else
+                          ("active", "rebooting_hard" if task.get("hard") else "rebooting",
+                           RUNNING),
         states.REBUILDING: (was, "rebuilding", was_power),
         states.RESIZING: (was, "resize_migrating", was_power),
         states.SNAPSHOTTING: (was, "image_uploading", was_power),

@@ -119,6 +119,8 @@ DEFAULTS = {
     SERVERS + "stop": WRITE,
     "os_compute_api:os-suspend-server:suspend": WRITE,
     "os_compute_api:os-suspend-server:resume": WRITE,
+    "os_compute_api:os-pause-server:pause": WRITE,
+    "os_compute_api:os-pause-server:unpause": WRITE,
     "os_compute_api:os-console-output": WRITE,
     "os_compute_api:os-remote-consoles": WRITE,
     "os_compute_api:server-metadata:index": READ,
@@ -340,6 +342,10 @@ CALLS = {
                                                      owner=SERVER),
     "os_compute_api:os-suspend-server:resume": Call("POST", SERVER_ACTION, {"resume": None},
                                                     owner=SERVER),
+    "os_compute_api:os-pause-server:pause": Call("POST", SERVER_ACTION, {"pause": None},
+                                                 owner=SERVER),
+    "os_compute_api:os-pause-server:unpause": Call("POST", SERVER_ACTION, {"unpause": None},
+                                                   owner=SERVER),
     "os_compute_api:os-console-output": Call("POST", SERVER_ACTION, {
         "os-getConsoleOutput": {"length": 10}}, owner=SERVER),
     "os_compute_api:os-remote-consoles": Call("POST", "/servers/{server}/remote-consoles", {

@@ -93,3 +93,43 @@ def test_an_action_as_json(capsys, config, asked):
     assert code == 0
     assert json.loads(out) == {"uuid": UUID, "host": "rp", "action": "start",
                                "request_id": "r-1", "outcome": "requested"}
+
+
+@pytest.fixture
+def reverting(monkeypatch):
+    """migrate-revert over no store: the revert answers the start to follow, the wait what
+    the record showed (`ended`: the start's event)."""
+    import contextlib
+
+    from etcd_compute.cli import actions
+    from etcd_compute.ops import lifecycle
+
+    followed: list[str] = []
+    ended = {"event": {"result": "success"}}
+    monkeypatch.setattr(actions, "store_of", lambda _c: contextlib.nullcontext(None))
+    monkeypatch.setattr(actions, "placement_of", lambda _c: None)
+    monkeypatch.setattr(lifecycle, "revert_move", lambda _s, _p, uuid: lifecycle.Requested(
+        uuid, "rp", "start", {"id": "r-1"}))
+
+    def wait(_store, requested, _timeout, _seen):
+        followed.append(requested.request["id"])
+        return lifecycle.Outcome({"state": "ACTIVE"}, ended["event"])
+
+    monkeypatch.setattr(lifecycle, "wait", wait)
+    return followed, ended
+
+
+def test_migrate_revert_answers_at_once_and_with_wait_follows_the_start(capsys, config,
+                                                                        reverting):
+    followed, ended = reverting
+    code, out, _err = schedule(capsys, "--config", str(config), "migrate-revert", UUID)
+    assert (code, followed) == (0, [])
+    assert out == (f"MIGRATION OF {UUID} REVERTED: STARTS AGAIN ONCE ITS DESTINATION "
+                   "DISCARDED ITS COPY\n")
+    code, out, _err = schedule(capsys, "--config", str(config), "migrate-revert", UUID,
+                               "--wait")
+    assert (code, followed) == (0, ["r-1"])
+    ended["event"] = {"result": "error", "error": "no disk"}
+    code, _out, err = schedule(capsys, "--config", str(config), "migrate-revert", UUID,
+                               "--wait")
+    assert code == 1 and "not started again: no disk" in err

@@ -178,7 +178,7 @@ def test_jobs_of_kind_counts_the_machines_jobs_by_kind():
     jobs = {"a": job(BUILD), "b": job(DESTROY), "c": job(BUILD)}
     counts = {kind: cm.jobs_of_kind(jobs, kind) for kind in cm.KINDS}
     assert counts == {kind: {BUILD: 2, DESTROY: 1}.get(kind, 0) for kind in cm.KINDS}
-    assert len(cm.KINDS) == 20  # build, destroy, cleanup, check, eleven actions, a move's five
+    assert len(cm.KINDS) == 22  # build, destroy, cleanup, check, 13 actions, a move's five
     # steps
 
 

@@ -141,13 +141,42 @@ def test_a_guest_that_is_no_instance_of_ours_is_left_alone(host, sync):
 
 
 @pytest.mark.parametrize("state", ["DELETING", "ERROR", "SCHEDULED", "SUSPENDED"])
-def test_only_active_and_shutoff_records_follow_the_hypervisor(host, sync, state):
+def test_only_active_shutoff_and_paused_records_follow_the_hypervisor(host, sync, state):
     spec = active(host)
     record = host.record(spec["uuid"])
     host.store.put("instance_record", host.keys.record(host.rp, spec["uuid"]),
                    {**record, "state": state})
     report(sync, host, spec["uuid"], False)
     assert host.record(spec["uuid"])["state"] == state
+
+
+def paused(host: Host) -> dict[str, Any]:
+    spec = active(host)
+    record = host.record(spec["uuid"])
+    host.store.put("instance_record", host.keys.record(host.rp, spec["uuid"]),
+                   {**record, "state": "PAUSED"})
+    return spec
+
+
+def test_a_paused_guest_found_running_stays_paused(host, sync):
+    # libvirt's PAUSED domain is active: the watch reports it running, as it is.
+    spec = paused(host)
+    writes = len(host.store.committed)
+    report(sync, host, spec["uuid"], True, "found running")
+    assert host.record(spec["uuid"])["state"] == "PAUSED"
+    assert len(host.store.committed) == writes
+
+
+def test_a_paused_guest_that_stopped_shows_shutoff_its_memory_gone(host, sync):
+    # Powered off behind our back, crashed, or its host restarted: Nova's sync stops a
+    # paused server found shut down; unpause could not bring it back.
+    spec = paused(host)
+    report(sync, host, spec["uuid"], False, "powered off outside etcd-compute")
+    assert host.record(spec["uuid"])["state"] == "SHUTOFF"
+    event = last_event(host, spec["uuid"])
+    assert (event["action"], event["by"], event["detail"]) == (
+        "power-off", "hypervisor", "powered off outside etcd-compute")
+    assert spec["uuid"] not in host.consoles.followed
 
 
 def test_a_lost_race_looks_again(host, sync, monkeypatch):

@@ -75,6 +75,13 @@ class Recorder(Driver):
         self.asked.append(("resume", uuid))
         return {"ip": "198.51.100.7"}
 
+    def pause(self, uuid: str) -> None:
+        self.asked.append(("pause", uuid))
+
+    def unpause(self, uuid: str) -> dict[str, Any]:
+        self.asked.append(("unpause", uuid))
+        return {"ip": "198.51.100.7"}
+
     def reboot(self, uuid: str, hard: bool) -> dict[str, Any]:
         self.asked.append(("reboot", (uuid, hard)))
         return {"ip": "198.51.100.7"}
@@ -163,6 +170,9 @@ def test_an_action_is_its_drivers_operation_powered_as_it_began(recorder):
     assert worker.act(spec, {"action": "suspend", "from": "ACTIVE"}) == {}
     assert worker.act(spec, {"action": "resume", "from": "SUSPENDED"}) == \
         {"ip": "198.51.100.7"}
+    assert worker.act(spec, {"action": "pause", "from": "ACTIVE"}) == {}
+    assert worker.act(spec, {"action": "unpause", "from": "PAUSED"}) == \
+        {"ip": "198.51.100.7"}
     worker.act(spec, {"action": "reboot", "from": "ACTIVE", "hard": True})
     worker.act(spec, {"action": "rebuild", "from": "SHUTOFF", "image": image})
     worker.act(spec, {"action": "rebuild", "from": "ACTIVE"})  # from the spec's own image
@@ -176,12 +186,13 @@ def test_an_action_is_its_drivers_operation_powered_as_it_began(recorder):
                              "security_groups": []}) == {}
     assert recorder.asked == [
         ("stop", uuid), ("start", uuid), ("suspend", uuid), ("resume", uuid),
+        ("pause", uuid), ("unpause", uuid),
         ("reboot", (uuid, True)),
         ("rebuild", ("file:///dev/zero", False)), ("rebuild", (spec["image"]["url"], True)),
         ("resize", (bigger, True)), ("snapshot", (snapshot["image_id"], True)),
         ("snapshot", (snapshot["image_id"], False)), ("security-groups", (uuid, []))]
-    with pytest.raises(ValueError, match="unknown action 'pause'"):
-        worker.act(spec, {"action": "pause", "from": "ACTIVE"})
+    with pytest.raises(ValueError, match="unknown action 'hibernate'"):
+        worker.act(spec, {"action": "hibernate", "from": "ACTIVE"})
 
 
 def test_a_backup_rotates_the_instances_older_backups_once_it_is_up(recorder, monkeypatch):

@@ -223,3 +223,125 @@ def test_a_destroy_during_a_move_waits_for_the_source_then_goes_with_the_guest(m
     assert uuid not in placement.consumers
     assert store.get(store.keys.spec(OTHER, uuid)) is None
     assert store.get(store.keys.spec(RP, uuid)) is None
+
+
+# --- a revert of a cold move that awaited its confirm ---------------------------------------
+
+def reverting(state: str = "ACTIVE"):
+    """A cold move asked with verify, defined at the destination, then reverted."""
+    from tests.unit.ops.test_migrations import awaiting_confirm
+
+    store, placement, uuid, asked, steps = awaiting_confirm(state)
+    done = ops.revert(store, placement, uuid, by="alice")
+    return store, placement, uuid, asked, steps, done
+
+
+def discard_there(store: FakeStore, uuid: str) -> None:
+    """What the destination's compute does with the revert's cancel (job discard)."""
+    entry = store.get(store.keys.spec(OTHER, uuid))
+    assert move_txn.discarded(store, entry, records.read_record(store, OTHER, uuid))
+
+
+def test_a_revert_starts_the_source_s_copy_only_once_the_destination_discarded():
+    store, placement, uuid, asked, steps, done = reverting()
+    for _ in range(2):
+        assert steps.step(uuid) is None and steps.sweep() == 1
+    assert source_spec(store, uuid)[1]["action"] == "migrate"  # nothing asked of it yet
+    discard_there(store, uuid)
+    assert steps.step(uuid) == "revert started"
+    spec = source_spec(store, uuid)[1]
+    assert (spec["action"], spec["request"]["id"], spec["request"]["by"]) == (
+        "start", done.request["id"], "alice")
+    assert move_txn.read(store, uuid) == (None, None)
+    assert steps.step(uuid) is None  # once
+    assert set(placement.get_allocations(uuid)["allocations"]) == {RP}
+    assert asked.migration not in placement.consumers
+
+
+def test_a_stopped_guest_s_revert_leaves_nothing_for_the_controller():
+    store, placement, uuid, _asked, steps, done = reverting("SHUTOFF")
+    assert done.request is None and move_txn.read(store, uuid) == (None, None)
+    discard_there(store, uuid)
+    assert steps.step(uuid) is None
+    assert source_spec(store, uuid)[1]["action"] == "migrate"
+
+
+def test_a_revert_whose_destination_died_starts_the_source_once_it_is_recovered():
+    """Its lease lost, the destination fenced itself (its guests off): once the controller
+    recovers it, the source's copy starts; its cancelled spec stays for it to discard when
+    it returns (its ports handed back then)."""
+    store, placement, uuid, _asked, _steps, done = reverting()
+    controller = Controller(store, placement, {"host_failure_grace_seconds": 0})
+    assert controller.moves.step(uuid) is None
+    store.delete(store.keys.alive(OTHER))
+    controller.on_alive(OTHER, False)
+    controller.recover_due()
+    spec = source_spec(store, uuid)[1]
+    assert (spec["action"], spec["request"]["id"]) == ("start", done.request["id"])
+    assert move_txn.read(store, uuid) == (None, None)
+    there = messages.decode(messages.INSTANCE_SPEC, store.get(store.keys.spec(OTHER, uuid))
+                            .value)
+    assert there["request"]["cancel"] == "reverted by alice"
+    controller.recover_due()  # again at the next tick: nothing more
+    assert source_spec(store, uuid)[1]["request"]["id"] == done.request["id"]
+
+
+def test_a_revert_whose_destination_is_only_down_not_recovered_yet_waits():
+    store, placement, uuid, _asked, _steps, _done = reverting()
+    controller = Controller(store, placement, {"host_failure_grace_seconds": 3600})
+    store.delete(store.keys.alive(OTHER))
+    controller.on_alive(OTHER, False)
+    controller.recover_due()
+    controller.sweep()
+    assert source_spec(store, uuid)[1]["action"] == "migrate"
+    assert move_txn.read(store, uuid)[0]["state"] == "reverting"
+
+
+def test_a_destroy_while_reverting_ends_the_revert_with_nothing_started():
+    """The destroy needs no discard: the source's host destroys its stopped copy and frees
+    the claim (the revert put it back there alone); the destination discards its own."""
+    from etcd_compute import claims
+    from etcd_compute.instances import host as host_txn
+
+    store, placement, uuid, asked, steps, _done = reverting()
+    entry, spec = source_spec(store, uuid)
+    assert action_txn.request_destroy(store, entry, spec, "bob") is not None
+    assert steps.step(uuid) == "reverted"  # nothing will start: no key left waiting
+    assert move_txn.read(store, uuid) == (None, None)
+    entry, spec = source_spec(store, uuid)
+    host_txn.mark_deleting(store, spec, records.read_record(store, RP, uuid))
+    assert claims.free_here(placement, uuid, RP) is True
+    host_txn.delete(store, spec, records.read_record(store, RP, uuid), 3600)
+    discard_there(store, uuid)
+    assert steps.step(uuid) is None
+    assert uuid not in placement.consumers and asked.migration not in placement.consumers
+
+
+def test_a_revert_whose_source_died_starts_nothing_there():
+    """The source's host died while reverting: its recovery decides (here, no placer: ERROR),
+    and once the destination discarded, the revert ends with nothing started."""
+    store, placement, uuid, _asked, _steps, _done = reverting()
+    controller = Controller(store, placement, {"host_failure_grace_seconds": 0})
+    store.delete(store.keys.alive(RP))
+    controller.on_alive(RP, False)
+    controller.recover_due()
+    discard_there(store, uuid)
+    assert controller.moves.step(uuid) == "reverted"
+    assert move_txn.read(store, uuid) == (None, None)
+    assert records.read_record(store, RP, uuid).state == "ERROR"
+    assert store.get(store.keys.spec(RP, uuid)) is None  # nothing asked to start
+
+
+def test_a_revert_whose_source_is_down_writes_the_start_for_its_return():
+    """The destination discarded while the source's host is down (not recovered yet): the
+    start is written all the same (the destination's copy is gone): taken up if the host
+    comes back; rebuilt elsewhere, the instance is stopped as its record says."""
+    from etcd_compute.instances.states import wants_stopped
+
+    store, placement, uuid, _asked, steps, done = reverting()
+    store.delete(store.keys.alive(RP))
+    discard_there(store, uuid)
+    assert steps.step(uuid) == "revert started"
+    entry, spec = source_spec(store, uuid)
+    assert (spec["action"], spec["request"]["id"]) == ("start", done.request["id"])
+    assert wants_stopped(records.read_record(store, RP, uuid).record, spec) is True

@@ -69,6 +69,12 @@ class Hypervisor(Driver):
     def resume(self, uuid: str) -> dict[str, Any]:
         return self.start(uuid)
 
+    def pause(self, uuid: str) -> None:
+        return None  # a paused guest's domain stays running
+
+    def unpause(self, uuid: str) -> dict[str, Any]:
+        return {"ip": None}
+
     def reboot(self, uuid: str, hard: bool) -> dict[str, Any]:
         return self.start(uuid)
 
@@ -148,6 +154,9 @@ RESUMED: dict[str, tuple[str, Any, bool | None]] = {
     "start of a running guest": ("running", lambda d, s: d.start(s["uuid"]), True),
     "suspend of a suspended guest": ("suspended", lambda d, s: d.suspend(s["uuid"]), False),
     "resume of a guest resumed": ("running", lambda d, s: d.resume(s["uuid"]), True),
+    "pause of a paused guest": ("paused", lambda d, s: d.pause(s["uuid"]), True),
+    "unpause of a guest unpaused": ("running", lambda d, s: d.unpause(s["uuid"]), True),
+    "reboot of a paused guest": ("paused", lambda d, s: d.reboot(s["uuid"], False), True),
     "soft reboot of a guest it shut down": ("stopped", lambda d, s: d.reboot(s["uuid"], False),
                                             True),
     "hard reboot of a guest it powered off": ("stopped", lambda d, s: d.reboot(s["uuid"], True),
@@ -188,6 +197,8 @@ def left(driver: Driver, spec: dict[str, Any], how: str) -> None:
         driver.stop(spec["uuid"])
     elif how == "suspended":
         driver.suspend(spec["uuid"])
+    elif how == "paused":
+        driver.pause(spec["uuid"])
 
 
 @pytest.mark.parametrize("case", RESUMED)

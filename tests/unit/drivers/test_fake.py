@@ -188,6 +188,39 @@ def test_a_stopped_guest_cannot_be_suspended(tmp_path):
     assert "suspended" not in saved(driver, spec["uuid"])
 
 
+def test_pause_freezes_the_guest_running_and_unpause_runs_it_on(tmp_path):
+    driver = driver_in(tmp_path)
+    spec = make_spec(RP)
+    uuid = spec["uuid"]
+    driver.build(spec)
+    driver.pause(uuid)
+    driver.pause(uuid)  # again (a job run again after a restart): nothing happens
+    # Its domain stays up (libvirt's PAUSED is active): not halted, no new run.
+    assert uuid in driver.running() and saved(driver, uuid)["paused"] is True
+    assert driver.diagnostics(uuid)["state"] == "paused"
+    assert driver.unpause(uuid) == {"ip": fake_ip(uuid)}
+    driver.unpause(uuid)  # again: running on, nothing to count
+    assert saved(driver, uuid)["paused"] is False and saved(driver, uuid)["unpauses"] == 1
+    assert guest_events(driver, uuid) == ["run"]
+
+
+def test_a_paused_guest_powered_off_is_paused_no_more_and_cannot_be_unpaused(tmp_path):
+    driver = driver_in(tmp_path)
+    spec = make_spec(RP)
+    uuid = spec["uuid"]
+    driver.build(spec)
+    driver.pause(uuid)
+    assert driver.fence() == [uuid]  # its memory is gone with the power
+    assert saved(driver, uuid)["paused"] is False and uuid not in driver.running()
+    for action in ("pause", "unpause"):
+        with pytest.raises(BuildError, match=f"{action}: the guest is not running"):
+            getattr(driver, action)(uuid)
+    driver.power_on(uuid)
+    driver.pause(uuid)
+    driver.reboot(uuid, hard=True)  # a paused guest's reboot starts it afresh
+    assert saved(driver, uuid)["paused"] is False and uuid in driver.running()
+
+
 def test_resize_and_rebuild_change_the_instance_and_keep_it_powered_as_asked(tmp_path):
     driver = driver_in(tmp_path)
     spec = make_spec(RP)

@@ -201,10 +201,47 @@ def test_a_stopped_guest_cannot_be_suspended(built):
     assert not driver.connection.lookupByName(spec["uuid"]).hasManagedSaveImage(0)
 
 
+def test_pause_suspends_the_domain_in_memory_and_unpause_resumes_it(built):
+    driver, spec = built
+    uuid = spec["uuid"]
+    found = driver.connection.lookupByName(uuid)
+    driver.pause(uuid)
+    # libvirt's PAUSED: still active (its memory in qemu), nothing saved to disk.
+    assert found.state()[0] == libvirt.VIR_DOMAIN_PAUSED and found.isActive()
+    assert not found.hasManagedSaveImage(0) and uuid in driver.running()
+    driver.pause(uuid)  # again (run after a restart): paused already, nothing to do
+    assert driver.unpause(uuid) == {"ip": None}
+    assert found.state()[0] == libvirt.VIR_DOMAIN_RUNNING
+    driver.unpause(uuid)  # again: running, nothing to do
+    assert found.state()[0] == libvirt.VIR_DOMAIN_RUNNING
+
+
+def test_a_paused_guest_is_rebooted_hard_even_when_asked_soft(built):
+    driver, spec = built
+    uuid = spec["uuid"]
+    driver.pause(uuid)
+    asked: list[str] = []
+    real = driver._shut_down
+    driver._shut_down = lambda domain: asked.append(domain.name()) or real(domain)
+    assert driver.reboot(uuid, False) == {"ip": None}
+    assert asked == []  # never asked over ACPI: it could not answer
+    assert driver.connection.lookupByName(uuid).state()[0] == libvirt.VIR_DOMAIN_RUNNING
+
+
+def test_a_stopped_guest_cannot_be_paused_nor_unpaused(built):
+    driver, spec = built
+    driver.stop(spec["uuid"])
+    with pytest.raises(BuildError, match="^pause: the guest is not running$"):
+        driver.pause(spec["uuid"])
+    with pytest.raises(BuildError, match=r"^unpause: the guest is not running \(its memory"):
+        driver.unpause(spec["uuid"])
+
+
 def test_actions_on_an_instance_that_is_not_here_fail_in_one_line(driver):
     uuid = str(uuidlib.uuid4())
     for call in (lambda: driver.stop(uuid), lambda: driver.start(uuid),
                  lambda: driver.suspend(uuid), lambda: driver.resume(uuid),
+                 lambda: driver.pause(uuid), lambda: driver.unpause(uuid),
                  lambda: driver.reboot(uuid, False)):
         with pytest.raises(BuildError, match=f"instance {uuid} has no domain on this host"):
             call()

@@ -97,7 +97,8 @@ STATES = [None, *states.STATES]
 ACTIONS = list(states.ACTIONS)
 
 ALLOWED_ACTIONS = {("stop", "ACTIVE"), ("start", "SHUTOFF"), ("suspend", "ACTIVE"),
-                   ("resume", "SUSPENDED"), ("reboot", "ACTIVE"),
+                   ("resume", "SUSPENDED"), ("pause", "ACTIVE"), ("unpause", "PAUSED"),
+                   ("reboot", "ACTIVE"), ("reboot", "PAUSED"), ("snapshot", "PAUSED"),
            ("rebuild", "ACTIVE"), ("rebuild", "SHUTOFF"), ("resize", "ACTIVE"),
            ("resize", "SHUTOFF"), ("snapshot", "ACTIVE"), ("snapshot", "SHUTOFF"),
            ("snapshot", "SUSPENDED"), ("security-groups", "ACTIVE"),

@@ -1,4 +1,4 @@
-"""The states' table: every one of the 462 moves allowed or refused as
+"""The states' table: every one of the 650 moves allowed or refused as
 docs/reference/instance-states.md documents it, the operator's actions allowed and refused
 in every state, and whether an instance built again should be powered off."""
 
@@ -15,34 +15,38 @@ from tests.unit.instances.helpers import ACTIONS, ALLOWED_ACTIONS, STATES
 # may go. Not derived from `TRANSITIONS`: a test that read its expectation from the code
 # under test could not fail.
 MACHINE = """
-             SCH BLD ACT OFF STP STA SUS SSP RSM RBT RBD RSZ SNP FLT PLG MGR MGD INC RSC ERR DLG DEL
-none           +   +   .   .   .   .   .   .   .   .   .   .   .   .   .   .   .   +   .   +   +   +
-SCHEDULED      +   +   .   .   .   .   .   .   .   .   .   .   .   .   .   .   .   .   +   +   +   +
-BUILDING       +   .   +   +   .   .   .   .   .   .   .   .   .   .   .   .   .   .   +   +   +   +
-ACTIVE         +   .   .   +   +   .   .   +   .   +   +   +   +   +   +   +   .   .   +   +   +   +
-SHUTOFF        +   .   +   .   .   +   .   .   .   .   +   +   +   +   +   +   .   .   +   +   +   +
-STOPPING       +   .   +   +   .   .   .   .   .   .   .   .   .   .   .   .   .   .   .   +   +   +
-STARTING       +   .   +   +   .   .   .   .   .   .   .   .   .   .   .   .   .   .   .   +   +   +
-SUSPENDED      +   .   .   .   .   .   .   .   +   .   .   .   +   .   .   .   .   .   +   +   +   +
-SUSPENDING     +   .   +   .   .   .   +   .   .   .   .   .   .   .   .   .   .   .   .   +   +   +
-RESUMING       +   .   +   .   .   .   +   .   .   .   .   .   .   .   .   .   .   .   .   +   +   +
-REBOOTING      +   .   +   .   .   .   .   .   .   .   .   .   .   .   .   .   .   .   .   +   +   +
-REBUILDING     +   .   +   +   .   .   .   .   .   .   .   .   .   .   .   .   .   .   .   +   +   +
-RESIZING       +   .   +   +   .   .   .   .   .   .   .   .   .   .   .   .   .   .   .   +   +   +
-SNAPSHOTTING   +   .   +   +   .   .   +   .   .   .   .   .   .   .   .   .   .   .   .   +   +   +
-FILTERING      +   .   +   +   .   .   .   .   .   .   .   .   .   .   .   .   .   .   .   +   +   +
-PLUGGING       +   .   +   +   .   .   .   .   .   .   .   .   .   .   .   .   .   .   .   +   +   +
-MIGRATING      +   .   +   +   .   .   .   .   .   .   .   .   .   .   .   .   +   .   .   +   +   +
-MIGRATED       +   .   .   +   .   .   .   .   .   .   .   .   .   .   .   .   .   .   .   +   +   +
-INCOMING       .   .   +   +   .   .   .   .   .   .   .   .   .   .   .   .   .   +   .   +   +   +
-RESCHEDULING   +   .   .   .   .   .   .   .   .   .   .   .   .   .   .   .   .   .   .   +   +   +
-ERROR          .   .   .   .   .   .   .   .   .   .   .   .   .   .   .   .   .   .   .   +   +   +
-DELETING       .   .   .   .   .   .   .   .   .   .   .   .   .   .   .   .   .   .   .   +   .   +
-DELETED        .   .   .   .   .   .   .   .   .   .   .   .   .   .   .   .   .   .   .   .   .   +
-"""
+             SCH BLD ACT OFF STP STA SUS SSP RSM PSD PSG UPS RBT RBD RSZ SNP FLT PLG MGR MGD INC RSC ERR DLG DEL
+none           +   +   .   .   .   .   .   .   .   .   .   .   .   .   .   .   .   .   .   .   +   .   +   +   +
+SCHEDULED      +   +   .   .   .   .   .   .   .   .   .   .   .   .   .   .   .   .   .   .   .   +   +   +   +
+BUILDING       +   .   +   +   .   .   .   .   .   .   .   .   .   .   .   .   .   .   .   .   .   +   +   +   +
+ACTIVE         +   .   .   +   +   .   .   +   .   .   +   .   +   +   +   +   +   +   +   .   .   +   +   +   +
+SHUTOFF        +   .   +   .   .   +   .   .   .   .   .   .   .   +   +   +   +   +   +   .   .   +   +   +   +
+STOPPING       +   .   +   +   .   .   .   .   .   .   .   .   .   .   .   .   .   .   .   .   .   .   +   +   +
+STARTING       +   .   +   +   .   .   .   .   .   .   .   .   .   .   .   .   .   .   .   .   .   .   +   +   +
+SUSPENDED      +   .   .   .   .   .   .   .   +   .   .   .   .   .   .   +   .   .   .   .   .   +   +   +   +
+SUSPENDING     +   .   +   .   .   .   +   .   .   .   .   .   .   .   .   .   .   .   .   .   .   .   +   +   +
+RESUMING       +   .   +   .   .   .   +   .   .   .   .   .   .   .   .   .   .   .   .   .   .   .   +   +   +
+PAUSED         +   .   .   +   .   .   .   .   .   .   .   +   +   .   .   +   .   .   .   .   .   +   +   +   +
+PAUSING        +   .   +   .   .   .   .   .   .   +   .   .   .   .   .   .   .   .   .   .   .   .   +   +   +
+UNPAUSING      +   .   +   .   .   .   .   .   .   +   .   .   .   .   .   .   .   .   .   .   .   .   +   +   +
+REBOOTING      +   .   +   .   .   .   .   .   .   +   .   .   .   .   .   .   .   .   .   .   .   .   +   +   +
+REBUILDING     +   .   +   +   .   .   .   .   .   .   .   .   .   .   .   .   .   .   .   .   .   .   +   +   +
+RESIZING       +   .   +   +   .   .   .   .   .   .   .   .   .   .   .   .   .   .   .   .   .   .   +   +   +
+SNAPSHOTTING   +   .   +   +   .   .   +   .   .   +   .   .   .   .   .   .   .   .   .   .   .   .   +   +   +
+FILTERING      +   .   +   +   .   .   .   .   .   .   .   .   .   .   .   .   .   .   .   .   .   .   +   +   +
+PLUGGING       +   .   +   +   .   .   .   .   .   .   .   .   .   .   .   .   .   .   .   .   .   .   +   +   +
+MIGRATING      +   .   +   +   .   .   .   .   .   .   .   .   .   .   .   .   .   .   .   +   .   .   +   +   +
+MIGRATED       +   .   .   +   .   .   .   .   .   .   .   .   .   .   .   .   .   .   .   .   .   .   +   +   +
+INCOMING       .   .   +   +   .   .   .   .   .   .   .   .   .   .   .   .   .   .   .   .   +   .   +   +   +
+RESCHEDULING   +   .   .   .   .   .   .   .   .   .   .   .   .   .   .   .   .   .   .   .   .   .   +   +   +
+ERROR          .   .   .   .   .   .   .   .   .   .   .   .   .   .   .   .   .   .   .   .   .   .   +   +   +
+DELETING       .   .   .   .   .   .   .   .   .   .   .   .   .   .   .   .   .   .   .   .   .   .   +   .   +
+DELETED        .   .   .   .   .   .   .   .   .   .   .   .   .   .   .   .   .   .   .   .   .   .   .   .   +
+"""  # noqa: E501 (a row per state, a column per state)
 COLUMNS = {"SCH": "SCHEDULED", "BLD": "BUILDING", "ACT": "ACTIVE", "OFF": "SHUTOFF",
            "STP": "STOPPING", "STA": "STARTING", "SUS": "SUSPENDED", "SSP": "SUSPENDING",
-           "RSM": "RESUMING", "RBT": "REBOOTING", "RBD": "REBUILDING",
+           "RSM": "RESUMING", "PSD": "PAUSED", "PSG": "PAUSING", "UPS": "UNPAUSING",
+           "RBT": "REBOOTING", "RBD": "REBUILDING",
            "RSZ": "RESIZING", "SNP": "SNAPSHOTTING", "FLT": "FILTERING", "PLG": "PLUGGING",
            "MGR": "MIGRATING", "MGD": "MIGRATED",
            "INC": "INCOMING", "RSC": "RESCHEDULING", "ERR": "ERROR", "DLG": "DELETING",
@@ -66,7 +70,7 @@ STATES_PAGE = "docs/reference/instance-states.md"
 
 
 def test_the_documented_machine_names_every_pair_once():
-    assert len(DOCUMENTED) == 23 * 22 == 506
+    assert len(DOCUMENTED) == 26 * 25 == 650
     assert {source for source, _ in DOCUMENTED} == {None, *states.STATES}
     assert {target for _, target in DOCUMENTED} == set(states.STATES)
 
@@ -124,7 +128,12 @@ def test_destroy_is_allowed_in_every_state(state):
     # A suspended guest's memory is lost with its host: built again, it is powered off.
     ("SUSPENDED", None, None, True), ("SUSPENDING", "suspend", "ACTIVE", True),
     ("RESUMING", "resume", "SUSPENDED", False),
-    ("SNAPSHOTTING", "snapshot", "SUSPENDED", True)])
+    ("SNAPSHOTTING", "snapshot", "SUSPENDED", True),
+    # A paused guest's memory is lost with its host too; built again, it runs (Nova's
+    # evacuate of a paused server ends ACTIVE).
+    ("PAUSED", None, None, False), ("PAUSING", "pause", "ACTIVE", False),
+    ("UNPAUSING", "unpause", "PAUSED", False), ("SNAPSHOTTING", "snapshot", "PAUSED", False),
+    ("REBOOTING", "reboot", "PAUSED", False)])
 def test_wants_stopped_follows_the_state_and_the_action_under_way(state, action, start,
                                                                  stopped):
     record = {"state": state}

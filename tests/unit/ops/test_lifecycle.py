@@ -18,7 +18,8 @@ from tests.unit.ops.test_operations import RP, UNKNOWN, alive, scheduled, set_st
 
 NEW = {"VCPU": 2, "MEMORY_MB": 128, "DISK_GB": 1}
 ALLOWED = {("stop", "ACTIVE"), ("start", "SHUTOFF"), ("suspend", "ACTIVE"),
-           ("resume", "SUSPENDED"), ("reboot", "ACTIVE"),
+           ("resume", "SUSPENDED"), ("pause", "ACTIVE"), ("unpause", "PAUSED"),
+           ("reboot", "ACTIVE"), ("reboot", "PAUSED"), ("snapshot", "PAUSED"),
            ("rebuild", "ACTIVE"), ("rebuild", "SHUTOFF"), ("resize", "ACTIVE"),
            ("resize", "SHUTOFF"), ("snapshot", "ACTIVE"), ("snapshot", "SHUTOFF"),
            ("snapshot", "SUSPENDED"), ("security-groups", "ACTIVE"),
@@ -497,20 +498,40 @@ def test_an_instance_without_a_network_joins_no_security_group_nothing_written()
     assert store.revision == before
 
 
-def test_a_reverted_move_of_a_running_server_starts_it_again_once_discarded(monkeypatch):
-    from etcd_compute.ops import migrations
+def test_a_reverted_move_answers_with_the_start_to_follow_nothing_started_yet():
+    from tests.unit.ops.test_migrations import RP, awaiting_confirm
+
+    store, placement, uuid, _asked, _steps = awaiting_confirm()
+    requested = lifecycle.revert_move(store, placement, uuid, by="api:root@admin")
+    assert requested is not None
+    assert (requested.host, requested.action, requested.request["by"]) == (
+        RP, "start", "api:root@admin")
+    spec = store.read(messages.INSTANCE_SPEC, store.keys.spec(RP, uuid))[0]
+    assert spec["action"] == "migrate"  # the controller starts it, once discarded
+    stopped = awaiting_confirm("SHUTOFF")
+    assert lifecycle.revert_move(stopped[0], stopped[1], stopped[2]) is None
+
+
+def test_a_reverted_move_whose_destination_never_discards_never_starts_the_source():
+    """Two copies of one guest (one MAC, one port) must never run: however long the
+    destination takes, the source's copy is not started while the destination holds its
+    own, and the revert returns at once (the compute API's 202)."""
+    import time
+
+    from etcd_compute.controller.migrations import MoveSteps
     from tests.unit.ops.test_migrations import OTHER, RP, awaiting_confirm
 
     store, placement, uuid, _asked, _steps = awaiting_confirm()
-    order = []
-    monkeypatch.setattr(migrations, "discarded_at", lambda _s, u, there, timeout: order.append(
-        ("discarded", there, timeout, store.get(store.keys.spec(RP, uuid)) is not None)))
-    assert lifecycle.revert_move(store, placement, uuid, by="api:root@admin",
-                                 discard_timeout=5.0) is True
+    started = time.monotonic()
+    lifecycle.revert_move(store, placement, uuid, by="api:root@admin")
+    assert time.monotonic() - started < 0.05  # nothing awaited
+    steps = MoveSteps(store, placement)
+    for _ in range(3):
+        steps.step(uuid)
+        steps.sweep()
     spec = store.read(messages.INSTANCE_SPEC, store.keys.spec(RP, uuid))[0]
-    assert (spec["action"], spec["request"]["by"]) == ("start", "api:root@admin")
-    assert order == [("discarded", OTHER, 5.0, True)]  # awaited before the start
-    stopped = awaiting_confirm("SHUTOFF")
-    assert lifecycle.revert_move(stopped[0], stopped[1], stopped[2]) is False
-    spec = stopped[0].read(messages.INSTANCE_SPEC, stopped[0].keys.spec(RP, stopped[2]))[0]
-    assert spec["action"] == "migrate"  # nothing asked of it: it stays SHUTOFF
+    assert spec["action"] != "start"
+    assert records.read_record(store, RP, uuid).state == "SHUTOFF"
+    assert records.read_record(store, OTHER, uuid).record is not None  # never discarded
+    with pytest.raises(states.ActionRefused, match="revert"):
+        lifecycle.request(store, placement, uuid, "start")

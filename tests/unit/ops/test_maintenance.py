@@ -150,6 +150,24 @@ def test_a_live_drain_moves_running_instances_live_and_stopped_ones_cold():
     assert DISABLED_TRAIT in placement.get_traits(RP)
 
 
+def test_a_live_drain_leaves_a_paused_instance_and_a_rebuild_drain_takes_it():
+    from tests.unit.ops.test_migrations import world
+    from tests.unit.ops.test_operations import RP, set_state
+
+    store, placement, spec, place, _ = world()
+    set_state(store, spec["uuid"], "PAUSED")
+    said: list[str] = []
+    assert maintenance.drain(store, placement, RP, 5, said.append, place=place) == \
+        {"moved": 0, "error": 0, "left": 1, "gone": 0}
+    assert said == [f"{spec['uuid']} left on host-a (PAUSED: unpause it and drain again, or "
+                    "drain --mode rebuild, which builds it again running, its memory lost)"]
+    store.put_raw(store.keys.leader(), "controller")
+    with pytest.raises(maintenance.DrainTimeout, match="1 instance"):
+        maintenance.drain(store, placement, RP, 0, said.append, mode="rebuild")
+    kept, _ = store.read(messages.INSTANCE_SPEC, store.keys.spec(RP, spec["uuid"]))
+    assert kept["action"] == "evacuate"
+
+
 def test_a_live_drain_leaves_what_no_other_host_would_take_and_one_at_a_time_if_asked():
     from tests.unit.ops.test_migrations import world
     from tests.unit.ops.test_operations import RP

@@ -410,13 +410,20 @@ def test_confirm_hands_the_move_over_and_frees_the_source():
 
 def test_revert_takes_the_source_back_and_discards_the_destination():
     store, placement, uuid, asked, _ = awaiting_confirm()
-    assert migrations.revert(store, placement, uuid, by="api:admin@admin") == (True, OTHER)
+    done = migrations.revert(store, placement, uuid, by="api:admin@admin")
+    assert (done.ran, done.source, done.destination) == (True, RP, OTHER)
+    assert done.request["by"] == "api:admin@admin"
     source = records.read_record(store, RP, uuid)
     assert (source.state, source.record.get("error")) == ("SHUTOFF", None)
     assert records.find(store, uuid)[0] == RP
     assert set(placement.get_allocations(uuid)["allocations"]) == {RP}
     assert asked.migration not in placement.consumers
-    assert move_txn.read(store, uuid) == (None, None)
+    # It ran: the migration waits, reverting, for the destination's discard (the
+    # controller starts the source's copy then, with the revert's request).
+    migration, _ = move_txn.read(store, uuid)
+    assert (migration["state"], migration["revert"]) == ("reverting", done.request)
+    assert store.read(messages.INSTANCE_SPEC, store.keys.spec(RP, uuid))[0]["action"] != \
+        "start"
     there = store.read(messages.INSTANCE_SPEC, store.keys.spec(OTHER, uuid))[0]
     assert there["request"]["cancel"] == "reverted by api:admin@admin"
     last = events.read(store, RP, uuid)[-1]
@@ -425,7 +432,9 @@ def test_revert_takes_the_source_back_and_discards_the_destination():
 
 def test_a_stopped_server_s_revert_does_not_start_it():
     store, placement, uuid, _asked, _ = awaiting_confirm("SHUTOFF")
-    assert migrations.revert(store, placement, uuid) == (False, OTHER)
+    done = migrations.revert(store, placement, uuid)
+    assert (done.ran, done.destination) == (False, OTHER)
+    assert move_txn.read(store, uuid) == (None, None)  # nothing left to do
 
 
 @pytest.mark.parametrize("call", [migrations.confirm, migrations.revert])
@@ -446,13 +455,14 @@ def test_a_live_move_cannot_wait_for_a_confirm():
         migrations.migrate(store, placement, place, spec["uuid"], live=True, verify=True)
 
 
-def test_a_revert_s_discard_is_awaited_until_the_destination_forgets_the_instance():
+def test_nothing_is_asked_of_an_instance_whose_move_is_reverting():
     store, placement, uuid, _asked, _ = awaiting_confirm()
     migrations.revert(store, placement, uuid)
-    assert migrations.discarded_at(store, uuid, OTHER, timeout=0.3, interval=0.05) is False
-    entry = store.get(store.keys.spec(OTHER, uuid))
-    assert move_txn.discarded(store, entry, records.read_record(store, OTHER, uuid))
-    assert migrations.discarded_at(store, uuid, OTHER, timeout=0.3) is True
+    with pytest.raises(states.ActionRefused, match="being reverted; it is started again once "
+                                                   "host-b has discarded its copy"):
+        migrations.check_not_reverting(store, uuid)
+    with pytest.raises(states.ActionRefused, match="is reverting, not awaiting a revert"):
+        migrations.revert(store, placement, uuid)
 
 
 def test_a_destroy_asked_while_awaiting_the_confirm_goes_with_the_hand_over():

@@ -283,9 +283,9 @@ def test_an_unknown_state_is_a_usage_error_naming_the_states():
         operations.check_state("running")
     assert str(caught.value) == (
         "--state 'running': no such state; one of SCHEDULED, BUILDING, ACTIVE, SHUTOFF, "
-        "STOPPING, STARTING, SUSPENDED, SUSPENDING, RESUMING, REBOOTING, REBUILDING, RESIZING, "
-        "SNAPSHOTTING, FILTERING, PLUGGING, MIGRATING, MIGRATED, INCOMING, RESCHEDULING, ERROR, "
-        "DELETING, DELETED")
+        "STOPPING, STARTING, SUSPENDED, SUSPENDING, RESUMING, PAUSED, PAUSING, UNPAUSING, "
+        "REBOOTING, REBUILDING, RESIZING, SNAPSHOTTING, FILTERING, PLUGGING, MIGRATING, "
+        "MIGRATED, INCOMING, RESCHEDULING, ERROR, DELETING, DELETED")
 
 
 def test_list_filters_by_host_uuid_or_name_and_by_state():

@@ -570,6 +570,127 @@ def test_a_suspended_server_is_snapshotted_and_stays_suspended(harness: Harness)
     assert states_of(harness.show(uuid)) == ("SUSPENDED", "suspended", None, 4)
 
 
+def paused(harness: Harness) -> str:
+    """A server paused by its host."""
+    uuid = active(harness)
+    assert harness.action(uuid, {"pause": None}).status_int == 202
+    harness.host_does(uuid)
+    return uuid
+
+
+def test_pause_shows_pausing_at_once_and_paused_once_done_then_unpause(harness: Harness):
+    uuid = active(harness)
+    answer = harness.action(uuid, {"pause": None})
+    assert answer.status_int == 202 and answer.body == b""
+    assert spec_of(harness, uuid)["action"] == "pause"
+    assert states_of(harness.show(uuid)) == ("ACTIVE", "active", "pausing", 1)
+    harness.host_does(uuid)
+    # Nova: vm_state paused, the guest frozen in memory (power_state 3, PAUSED).
+    assert states_of(harness.show(uuid)) == ("PAUSED", "paused", None, 3)
+    assert harness.action(uuid, {"unpause": None}).status_int == 202
+    assert spec_of(harness, uuid)["action"] == "unpause"
+    assert states_of(harness.show(uuid)) == ("PAUSED", "paused", "unpausing", 3)
+    harness.host_does(uuid)
+    assert states_of(harness.show(uuid)) == ("ACTIVE", "active", None, 1)
+
+
+@pytest.mark.parametrize(("body", "action"), [
+    ({"os-start": None}, "start"), ({"os-stop": None}, "stop"),
+    ({"reboot": {"type": "SOFT"}}, "reboot"), ({"suspend": None}, "suspend"),
+    ({"resume": None}, "resume"), ({"pause": None}, "pause"),
+    ({"resize": {"flavorRef": "2"}}, "resize"), ({"migrate": None}, "migrate"),
+    ({"rebuild": {"imageRef": "http://images.example/cirros.img"}}, "rebuild")])
+def test_a_paused_server_refuses_what_nova_refuses_with_novas_409(harness: Harness, body,
+                                                                   action):
+    uuid = paused(harness)
+    before = harness.store.revision
+    answer = harness.action(uuid, body, roles=ADMIN, project="admin", user="root") \
+        if action == "migrate" else harness.action(uuid, body)
+    assert answer.status_int == 409, answer.json
+    assert answer.json["conflictingRequest"]["message"] == \
+        f"Cannot '{action}' instance {uuid} while it is in vm_state paused"
+    assert harness.store.revision == before
+
+
+def test_unpause_of_a_server_that_is_not_paused_is_novas_409(harness: Harness):
+    uuid = active(harness)
+    before = harness.store.revision
+    answer = harness.action(uuid, {"unpause": None})
+    assert answer.status_int == 409
+    assert answer.json["conflictingRequest"]["message"] == \
+        f"Cannot 'unpause' instance {uuid} while it is in vm_state active"
+    assert harness.store.revision == before
+    harness.action(uuid, {"os-stop": None})
+    harness.host_does(uuid)
+    before = harness.store.revision
+    for action in ("pause", "unpause"):
+        answer = harness.action(uuid, {action: None})
+        assert answer.json["conflictingRequest"]["message"] == \
+            f"Cannot '{action}' instance {uuid} while it is in vm_state stopped"
+    assert harness.store.revision == before
+
+
+def test_pause_while_an_action_is_asked_is_novas_409_on_its_task_state(harness: Harness):
+    uuid = active(harness)
+    harness.action(uuid, {"os-stop": None})
+    answer = harness.action(uuid, {"pause": None})
+    assert answer.status_int == 409
+    assert answer.json["conflictingRequest"]["message"] == \
+        f"Cannot 'pause' instance {uuid} while it is in task_state powering-off"
+
+
+def test_a_paused_server_is_rebooted_hard_as_novas_and_deleted(harness: Harness):
+    uuid = paused(harness)
+    assert harness.action(uuid, {"reboot": {"type": "HARD"}}).status_int == 202
+    # Nova keeps vm_state paused until the reboot is done: status PAUSED meanwhile.
+    assert states_of(harness.show(uuid)) == ("PAUSED", "paused", "rebooting_hard", 3)
+    assert spec_of(harness, uuid)["request"]["hard"] is True
+    harness.host_does(uuid)
+    assert states_of(harness.show(uuid)) == ("ACTIVE", "active", None, 1)
+    uuid = paused(harness)
+    assert harness.call("DELETE", f"/v2.1/servers/{uuid}").status_int == 204
+
+
+def test_a_paused_server_is_not_moved_live_here_and_says_why(harness: Harness):
+    uuid, _source, _target = movable(harness)
+    harness.action(uuid, {"pause": None})
+    harness.host_does(uuid)
+    before = harness.store.revision
+    # Nova's check lets a paused server through (its live migration moves it paused); our
+    # moves take no paused guest, and say so (docs/reference/compute-api.md).
+    answer = harness.action(uuid, live("hv2"), roles=ADMIN, project="admin", user="root",
+                            version="2.30")
+    assert answer.status_int == 409, answer.text
+    assert f"instance {uuid} is PAUSED: migrate is not allowed now" in \
+        answer.json["conflictingRequest"]["message"]
+    assert harness.store.revision == before
+
+
+def test_pause_and_unpause_are_their_own_policies(harness: Harness):
+    uuid = active(harness)
+    answer = harness.action(uuid, {"pause": None}, roles=("reader",))
+    assert answer.status_int == 403
+    assert "os_compute_api:os-pause-server:pause" in answer.json["forbidden"]["message"]
+    assert harness.action(uuid, {"pause": None}, project="p2").status_int == 404
+    assert harness.action(uuid, {"pause": {"x": 1}}).status_int == 202  # Nova: any value
+    harness.host_does(uuid)
+    answer = harness.action(uuid, {"unpause": None}, roles=("reader",))
+    assert "os_compute_api:os-pause-server:unpause" in answer.json["forbidden"]["message"]
+
+
+def test_a_paused_server_is_snapshotted_and_stays_paused(harness: Harness):
+    from tests.unit.api.objects.test_images import FakeGlance
+
+    uuid = paused(harness)
+    harness.backend.images.glance = FakeGlance()
+    answer = harness.action(uuid, {"createImage": {"name": "frozen"}}, version="2.45")
+    assert answer.status_int == 202, answer.text
+    assert states_of(harness.show(uuid)) == ("PAUSED", "paused", "image_snapshot", 3)
+    harness.host_does(uuid)
+    assert spec_of(harness, uuid)["action"] == "snapshot"
+    assert states_of(harness.show(uuid)) == ("PAUSED", "paused", None, 3)
+
+
 def migrated_awaiting_confirm(harness: Harness) -> tuple[str, str, str]:
     """A server moved cold through the API's migrate, its guest defined on hv2: VERIFY_RESIZE."""
     from tests.unit.ops.test_migrations import defined_there
@@ -607,23 +728,39 @@ def test_migrate_waits_in_verify_resize_then_its_confirm_hands_it_over(harness: 
     assert again.status_int == 409 and "vm_state active" in again.text
 
 
-def test_migrate_s_revert_takes_it_back_to_its_source_and_starts_it(harness: Harness,
-                                                                    monkeypatch):
-    from etcd_compute.ops import lifecycle
+def test_migrate_s_revert_answers_at_once_and_starts_it_after_the_destination_discards(
+        harness: Harness):
+    from etcd_compute.controller.migrations import MoveSteps
+    from etcd_compute.instances import migrations as move_txn
 
-    monkeypatch.setattr(lifecycle, "REVERT_DISCARD_SECONDS", 0.1)  # no host discards here
     uuid, source, target = migrated_awaiting_confirm(harness)
     answer = harness.action(uuid, {"revertResize": None}, roles=ADMIN, project="admin",
                             user="root")
     assert answer.status_int == 202, answer.text
     assert records.locate(harness.store, uuid)["host"] == source
     assert set(harness.placement.get_allocations(uuid)["allocations"]) == {source}
-    spec = spec_of(harness, uuid)
-    assert spec["action"] == "start" and spec["request"]["by"] == "api:root@admin"
-    assert harness.show(uuid, version="2.47")["OS-EXT-STS:task_state"] == "resize_reverting"
     there = harness.store.read(messages.INSTANCE_SPEC,
                                harness.store.keys.spec(target, uuid))[0]
     assert there["request"]["cancel"].startswith("reverted by")
+    # Nothing is started while the destination holds its copy: REVERT_RESIZE meanwhile.
+    steps = MoveSteps(harness.store, harness.placement)
+    assert steps.step(uuid) is None
+    assert spec_of(harness, uuid)["action"] == "migrate"
+    shown = harness.show(uuid, version="2.47")
+    assert (shown["status"], shown["OS-EXT-STS:task_state"]) == ("REVERT_RESIZE",
+                                                                 "resize_reverting")
+    again = harness.action(uuid, {"os-start": None}, roles=ADMIN, project="admin",
+                           user="root")
+    assert again.status_int == 409, again.text
+    # The destination discards: the controller asks the source to start, with the revert's
+    # request; still reverting until the source runs it.
+    entry = harness.store.get(harness.store.keys.spec(target, uuid))
+    assert move_txn.discarded(harness.store, entry,
+                              records.read_record(harness.store, target, uuid))
+    assert steps.step(uuid) == "revert started"
+    spec = spec_of(harness, uuid)
+    assert spec["action"] == "start" and spec["request"]["by"] == "api:root@admin"
+    assert harness.show(uuid, version="2.47")["OS-EXT-STS:task_state"] == "resize_reverting"
     harness.host_does(uuid)
     assert states_of(harness.show(uuid, version="2.47")) == ("ACTIVE", "active", None, 1)
     listed = harness.call("GET", "/v2.1/os-migrations", roles=ADMIN, project="admin",

@@ -35,6 +35,13 @@ def server(state: str, **record) -> Server:
     (states.RESUMING, {"from": "SUSPENDED"}, ("suspended", "resuming", 4, "SUSPENDED")),
     (states.SNAPSHOTTING, {"from": "SUSPENDED"}, ("suspended", "image_uploading", 4,
                                                   "SUSPENDED")),
+    # A paused guest: frozen in memory, Nova's power_state 3 (PAUSED).
+    (states.PAUSED, None, ("paused", None, 3, "PAUSED")),
+    (states.PAUSING, {"from": "ACTIVE"}, ("active", "pausing", 1, "ACTIVE")),
+    (states.UNPAUSING, {"from": "PAUSED"}, ("paused", "unpausing", 3, "PAUSED")),
+    (states.SNAPSHOTTING, {"from": "PAUSED"}, ("paused", "image_uploading", 3, "PAUSED")),
+    (states.REBOOTING, {"from": "PAUSED", "hard": True}, ("paused", "rebooting_hard", 3,
+                                                          "PAUSED")),
     (states.REBOOTING, {"hard": True}, ("active", "rebooting_hard", 1, "HARD_REBOOT")),
     (states.REBOOTING, {}, ("active", "rebooting", 1, "REBOOT")),
     (states.REBUILDING, {"from": "SHUTOFF"}, ("stopped", "rebuilding", 4, "REBUILD")),
@@ -106,6 +113,8 @@ def asked(action: str, at: float = 5.0, **extra) -> dict:
     (states.SHUTOFF, asked("start"), ("stopped", "powering-on", 4, "SHUTOFF")),
     (states.ACTIVE, asked("suspend"), ("active", "suspending", 1, "ACTIVE")),
     (states.SUSPENDED, asked("resume"), ("suspended", "resuming", 4, "SUSPENDED")),
+    (states.ACTIVE, asked("pause"), ("active", "pausing", 1, "ACTIVE")),
+    (states.PAUSED, asked("unpause"), ("paused", "unpausing", 3, "PAUSED")),
     (states.ACTIVE, asked("reboot", hard=True), ("active", "rebooting_hard", 1,
                                                  "HARD_REBOOT")),
     (states.ACTIVE, asked("rebuild"), ("active", "rebuilding", 1, "REBUILD")),
@@ -136,6 +145,28 @@ def test_a_held_resize_is_verify_resize_and_its_revert_revert_resize():
     reverting = server(states.RESIZING, resize_hold=hold,
                        task={"id": REQUEST, "at": 1.0, "from": "SHUTOFF", "reverts": REQUEST})
     assert view.nova_states(reverting) == ("resized", "resize_reverting", 4)
+
+
+def test_a_reverted_cold_move_is_revert_resize_until_its_source_runs_it_again():
+    """The source stays SHUTOFF until the destination discarded its copy, then the
+    controller's start goes by the revert's request: REVERT_RESIZE through both, ACTIVE
+    once done; another start is powering-on as ever."""
+    waiting = server(states.SHUTOFF, request_id=None, updated_at=1.0)
+    waiting.doc.update(asked("revert-resize"))
+    assert (*view.nova_states(waiting), view.status(waiting)) == (
+        "resized", "resize_reverting", 4, "REVERT_RESIZE")
+    starting = server(states.STARTING, request_id=REQUEST,
+                      task={"id": REQUEST, "at": 2.0, "action": "start", "from": "SHUTOFF"})
+    starting.doc.update(asked("revert-resize"))
+    assert (*view.nova_states(starting), view.status(starting)) == (
+        "resized", "resize_reverting", 4, "REVERT_RESIZE")
+    another = server(states.STARTING, task={"id": "x", "at": 2.0, "action": "start",
+                                             "from": "SHUTOFF"})
+    another.doc.update(asked("revert-resize"))
+    assert view.nova_states(another) == ("stopped", "powering-on", 4)
+    done = server(states.ACTIVE, request_id=REQUEST)
+    done.doc.update(asked("revert-resize"))
+    assert (*view.nova_states(done), view.status(done)) == ("active", None, 1, "ACTIVE")
 
 
 def test_the_flavor_follows_the_instances_size():
