@@ -8,6 +8,9 @@ permissions can give each host exactly its keys (see `etcd_auth.py`):
     /hosts/<rp_uuid>/booted/<instance_uuid>     the guest IP (kept from the original toy)
     /hosts/<rp_uuid>/console/<instance_uuid>    tail of the serial log
     /hosts/<rp_uuid>/events/<instance_uuid>     instance_events: the last actions on it
+    /hosts/<rp_uuid>/password/<instance_uuid>   server_password: what the guest POSTed to
+                                                its metadata server (the compute API reads
+                                                and deletes it: os-server-password)
     /hosts/<rp_uuid>/external-events/<instance_uuid>
                                                 external_events: what Neutron told the
                                                 compute API of it (written by the API)
@@ -71,7 +74,8 @@ UUID = re.compile(r"\A[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{1
 # Per-instance key kinds under /hosts/<rp>/.
 SPECS, RECORDS, BOOTED, CONSOLE, EVENTS = "specs", "instances", "booted", "console", "events"
 EXTERNAL_EVENTS = "external-events"
-HOST_KINDS = (SPECS, RECORDS, BOOTED, CONSOLE, EVENTS, EXTERNAL_EVENTS)
+PASSWORD = "password"
+HOST_KINDS = (SPECS, RECORDS, BOOTED, CONSOLE, EVENTS, EXTERNAL_EVENTS, PASSWORD)
 
 
 @dataclass(frozen=True)
@@ -120,6 +124,14 @@ class Keys:
 
     def events(self, rp_uuid: str, instance_uuid: str) -> str:
         return f"{self.host(rp_uuid)}{EVENTS}/{instance_uuid}"
+
+    def passwords(self, rp_uuid: str) -> str:
+        return f"{self.host(rp_uuid)}{PASSWORD}/"
+
+    def password(self, rp_uuid: str, instance_uuid: str) -> str:
+        """The guest's password, published by its host; the compute API deletes it to clear
+        it (os-server-password), and the host then forgets it too."""
+        return f"{self.passwords(rp_uuid)}{instance_uuid}"
 
     def external_events_prefix(self, rp_uuid: str) -> str:
         return f"{self.host(rp_uuid)}{EXTERNAL_EVENTS}/"

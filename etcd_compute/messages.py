@@ -38,6 +38,7 @@ ZONE_INSTANCE = "zone_instance"
 ZONE_INTENT = "zone_intent"
 MIGRATION = "migration"
 EXTERNAL_EVENTS = "external_events"
+SERVER_PASSWORD = "server_password"
 # The compute API's (etcd_compute/api/).
 SERVER = "server"
 FLAVOR = "flavor"

@@ -57,6 +57,18 @@ def matching_groups(groups: list[dict[str, Any]], wanted: str) -> list[str]:
     return by_id or [group["id"] for group in groups if group.get("name") == wanted]
 
 
+def floating_addresses(neutron: Any, port_ids: list[str]) -> dict[str, list[str]]:
+    """The floating IP addresses on each of `port_ids` (a port id -> its addresses; ports
+    without one left out), asked IDS_PER_QUERY ports at a time: the compute API's server
+    addresses and the metadata server's public-ipv4. `neutron`: a NeutronClient, or
+    anything with its `floating_ips` (the API's Neutron as its caller sees it)."""
+    floating: dict[str, list[str]] = {}
+    for start in range(0, len(port_ids), IDS_PER_QUERY):
+        for found in neutron.floating_ips(port_id=port_ids[start:start + IDS_PER_QUERY]):
+            floating.setdefault(found["port_id"], []).append(found["floating_ip_address"])
+    return floating
+
+
 class NeutronClient:
     def __init__(self, neutron_config: dict[str, Any]):
         if not neutron_config.get("keystone"):

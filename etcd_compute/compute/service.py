@@ -7,13 +7,12 @@ other threads only put events on `self.events`:
   prefix, resubscribed from the last seen revision + 1 after any error; after
   a compaction it has the main loop reconcile and carries on from there;
 - the timer thread: console refresh, inventory refresh, metadata server check;
-- pool callbacks: a build, destroy or action job finished, failed, timed
-  out or its worker died;
+- pool callbacks: a build, destroy or action job finished, failed, timed out or its worker died;
 - the power watch (libvirt's lifecycle events): a guest started or stopped
   (`power.py` decides whether that was our own doing).
 
-What an event does to an instance is `machine.py`'s business; the heartbeat
-lease is `heartbeat.py`'s; Placement registration is `registration.py`'s.
+What an event does to an instance is `machine.py`'s business; the heartbeat lease is
+`heartbeat.py`'s; Placement registration is `registration.py`'s; passwords `passwords.py`'s.
 
 The start: registration in Placement first (unreachable then, `run` ends: exit 3);
 every step after it (`start_steps`: pool, heartbeat, reconcile, watch...) is an event
@@ -40,7 +39,7 @@ import pyetcd.events
 
 from etcd_compute import network_backend
 from etcd_compute.clock import SYSTEM, Clock
-from etcd_compute.compute import console_relay, worker
+from etcd_compute.compute import console_relay, passwords, worker
 from etcd_compute.compute import metrics as compute_metrics
 from etcd_compute.compute.capacity import CapacityAccount
 from etcd_compute.compute.checks import ClaimChecks, ThreadRunner
@@ -117,6 +116,7 @@ class ComputeService:
                                busy=lambda uuid: uuid in self.machine.jobs,
                                settled_at=lambda uuid: self.machine.settled.get(uuid, 0.0))
         self.machine.power_check = self.power.check
+        self.passwords = passwords.Passwords.of(self)  # a guest's POST, published (one host)
         # Our capacity as we account for it, published in /stats/<rp> for schedulers that
         # plan without asking Placement for candidates; of our traits, those a filter
         # compares (ImagePropertiesFilter: architecture, hypervisor): a query naming any
@@ -157,7 +157,7 @@ class ComputeService:
         """The start after registration, in order. The pool first: a fence (the heartbeat's)
         stops it, and only the fence's lift may start it again."""
         return [self.pool.start, self.publish_addresses, self.heartbeat.start,
-                self.ensure_mdserver, self.reconcile, self.start_threads,
+                self.ensure_mdserver, self.reconcile, self.passwords.start, self.start_threads,
                 lambda: self.power.start(load_power_watch(self.config), self.post),
                 self._ready]
 

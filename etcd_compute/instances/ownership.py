@@ -26,9 +26,9 @@ from etcd_compute.keys import Keys
 def host_keys(keys: Keys, host: str, uuid: str) -> list[str]:
     """The instance's keys on its host besides its record and events: what the host removes
     at the end (the events stay as long as the record), what other services told of it
-    (`external_events.py`, written by the compute API) with them."""
+    (`external_events.py`, written by the compute API) and the guest's password with them."""
     return [keys.spec(host, uuid), keys.booted(host, uuid), keys.console(host, uuid),
-            keys.external_events(host, uuid)]
+            keys.external_events(host, uuid), keys.password(host, uuid)]
 
 
 def operator_keys(keys: Keys, uuid: str, group: str | None) -> list[str]:

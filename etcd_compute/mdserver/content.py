@@ -1,4 +1,6 @@
-"""What a guest sees: EC2-style and OpenStack-style paths rendered from its meta.json."""
+"""What a guest sees: EC2-style and OpenStack-style paths rendered from its meta.json (and,
+put in by the server for the paths that show them, `local_ipv4` and `public_ipv4`:
+addresses.py). Its password (openstack/<version>/password) is the server's: password.py."""
 
 from __future__ import annotations
 
@@ -32,11 +34,14 @@ def render(path: str, meta: dict[str, Any]) -> tuple[str, bytes] | None:
             "/meta-data/instance-id": meta["uuid"],
             "/meta-data/hostname": meta["hostname"],
             "/meta-data/local-hostname": meta["hostname"],
+            # Nova's: the fixed address and the floating IP, "" when there is none.
+            "/meta-data/local-ipv4": meta.get("local_ipv4") or "",
+            "/meta-data/public-ipv4": meta.get("public_ipv4") or "",
         }
         if rest in entries:
             return plain(entries[rest])
         if rest == "/meta-data":
-            index = ["instance-id", "hostname", "local-hostname"]
+            index = ["instance-id", "hostname", "local-hostname", "local-ipv4", "public-ipv4"]
             return plain("\n".join(index + (["public-keys/"] if ssh_key else [])) + "\n")
         if ssh_key:
             keys = {
@@ -52,7 +57,8 @@ def render(path: str, meta: dict[str, Any]) -> tuple[str, bytes] | None:
     if openstack:
         rest = (openstack.group(2) or "/").rstrip("/") or "/"
         if rest == "/":
-            return plain("meta_data.json\n" + ("user_data\n" if user_data is not None else ""))
+            return plain("meta_data.json\npassword\n"
+                         + ("user_data\n" if user_data is not None else ""))
         if rest == "/meta_data.json":
             document = {
                 "uuid": meta["uuid"],

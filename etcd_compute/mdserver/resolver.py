@@ -13,6 +13,7 @@ from typing import Any
 
 import libvirt
 
+from etcd_compute.mdserver.addresses import ipv4_or_empty
 from etcd_compute.mdserver.settings import MdserverConfig
 from etcd_compute.virt import network
 from etcd_compute.virt.domain import is_ours, mac_addresses
@@ -39,6 +40,10 @@ class InstanceResolver:
     def meta_for_request(self, environ: dict[str, Any]) -> dict[str, Any] | None:
         """The meta.json of the guest whose address the request comes from."""
         return self.meta_for(environ.get("REMOTE_ADDR", ""))
+
+    def address_for_request(self, environ: dict[str, Any]) -> str:
+        """The guest's own address: where the request comes from."""
+        return ipv4_or_empty(environ.get("REMOTE_ADDR", ""))
 
     def meta_for(self, ip: str) -> dict[str, Any] | None:
         try:

@@ -1,7 +1,8 @@
 """The metadata server process: HTTP on 169.254.169.254:80 for the guests of this host.
 
 It serves EC2-style paths (/latest/meta-data/..., /latest/user-data) and
-OpenStack's /openstack/latest/meta_data.json (`content.py`). Each guest gets
+OpenStack's /openstack/latest/meta_data.json (`content.py`; the addresses in meta-data:
+`addresses.py`), and takes the guest's password (`password.py`). Each guest gets
 only its own data; any other source gets 404. Who is asking is known one of two
 ways (mdserver.conf `mode`): `lease`, a guest on the libvirt NAT network by its
 source address (`resolver.py`); `signed`, Neutron's metadata agent asking for a
@@ -30,6 +31,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import re
 import resource
 import signal
 import socket
@@ -42,13 +44,19 @@ from typing import Any
 import libvirt
 import waitress
 
+from etcd_compute.config import load_compute
 from etcd_compute.errors import ConfigError
+from etcd_compute.mdserver import password
+from etcd_compute.mdserver.addresses import PublicAddresses
 from etcd_compute.mdserver.admission import PerSourceAdmission, SourceCounts
-from etcd_compute.mdserver.content import render
+from etcd_compute.mdserver.content import VERSION, render
+from etcd_compute.mdserver.password import PasswordRefused
 from etcd_compute.mdserver.resolver import InstanceResolver
 from etcd_compute.mdserver.settings import MdserverConfig, load_config
 from etcd_compute.mdserver.signed import Forbidden, SignedResolver, read_secret
+from etcd_compute.neutron import NeutronClient
 from etcd_compute.virt import network
+from etcd_compute.virt.instance_files import InstanceFiles
 
 log = logging.getLogger("etcd_compute.mdserver")
 
@@ -58,40 +66,85 @@ ADDRESS_CHECK_SECONDS = 2.0
 # libvirt's connection, the log file, and some slack.
 SPARE_FILES = 64
 StartResponse = Callable[[str, list[tuple[str, str]]], Any]
+PASSWORD_PATH = re.compile(r"openstack/" + VERSION + r"/password/?")
+ADDRESS_PATHS = ("/meta-data/local-ipv4", "/meta-data/public-ipv4")
 
 
 class MetadataApp:
     """The WSGI application: the asking guest's own data, or 404 (403 for a signed request
-    without a good signature)."""
+    without a good signature). GET and HEAD, and POST of the guest's password
+    (password.py); any other method 405."""
 
-    def __init__(self, resolver: InstanceResolver | SignedResolver):
+    def __init__(self, resolver: InstanceResolver | SignedResolver,
+                 addresses: PublicAddresses | None = None):
         self.resolver = resolver
+        self.addresses = addresses or PublicAddresses(None)
 
     def __call__(self, environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
         source = environ.get("REMOTE_ADDR", "")
         path = environ.get("PATH_INFO", "")
-        if environ.get("REQUEST_METHOD") not in ("GET", "HEAD"):
+        method = environ.get("REQUEST_METHOD")
+        is_password = PASSWORD_PATH.fullmatch(path.lstrip("/")) is not None
+        if method not in ("GET", "HEAD") and not (method == "POST" and is_password):
             status, content_type, body = "405 Method Not Allowed", "text/plain", b""
         else:
             try:
                 meta = self.resolver.meta_for_request(environ)
-                answer = render(path, meta) if meta else None
+                answer = self.answer(environ, path, meta, is_password) if meta else None
             except Forbidden:
                 status, answer = Forbidden.status, None
+            except PasswordRefused as refused:
+                status, answer = refused.status, ("text/plain", f"{refused}\n".encode())
             else:
-                status = "404 Not Found"
-            if answer is None:
-                content_type, body = "text/plain", b""
-            else:
-                status = "200 OK"
-                content_type, body = answer
+                status = "404 Not Found" if answer is None else "200 OK"
+            content_type, body = answer or ("text/plain", b"")
         if isinstance(self.resolver, SignedResolver) and "HTTP_X_FORWARDED_FOR" in environ:
             # the guest the agent asks for, as the agent says
             source += f" for {environ['HTTP_X_FORWARDED_FOR'][:64]!r}"
-        log.info("%s %s %r %s", source, environ.get("REQUEST_METHOD"), path[:200], status[:3])
+        log.info("%s %s %r %s", source, method, path[:200], status[:3])
         start_response(status, [("Content-Type", content_type),
                                 ("Content-Length", str(len(body)))])
-        return [body] if environ.get("REQUEST_METHOD") != "HEAD" else []
+        return [body] if method != "HEAD" else []
+
+    def answer(self, environ: dict[str, Any], path: str, meta: dict[str, Any],
+               is_password: bool) -> tuple[str, bytes] | None:
+        """(content type, body) for the instance of `meta`, None when there is no such path
+        (PasswordRefused for a password POST not taken)."""
+        if is_password:
+            files = InstanceFiles.of(self.resolver.config.instances_dir, meta["uuid"])
+            if environ.get("REQUEST_METHOD") == "POST":
+                if not password.accept(files, read_body(environ, password.MAX_SIZE)):
+                    log.warning("instance %s: its password is kept but the compute did not "
+                                "publish it within %.0f s", meta["uuid"],
+                                password.PUBLISH_WAIT_SECONDS)
+                return "text/plain", b""
+            return "text/plain; charset=utf-8", password.current(files).encode()
+        if path.rstrip("/").endswith(ADDRESS_PATHS):
+            local = self.resolver.address_for_request(environ)
+            meta = {**meta, "local_ipv4": local}
+            if path.rstrip("/").endswith("/public-ipv4"):
+                meta["public_ipv4"] = self.addresses.public_ipv4(meta["uuid"], local)
+        return render(path, meta)
+
+
+def read_body(environ: dict[str, Any], limit: int) -> bytes:
+    """At most `limit` + 1 bytes of the request's body (one more tells it is too long)."""
+    try:
+        length = max(0, int(environ.get("CONTENT_LENGTH") or 0))
+    except ValueError:
+        length = 0
+    return environ["wsgi.input"].read(min(length, limit + 1)) if length else b""
+
+
+def public_addresses(config: MdserverConfig) -> PublicAddresses:
+    """public-ipv4 from Neutron with the credential of `compute_config` (none: "")."""
+    if not config.compute_config:
+        return PublicAddresses(None)
+    neutron = load_compute(config.compute_config)["network"]["neutron"]
+    if not neutron.get("keystone"):
+        raise ConfigError(f"mdserver.compute_config {config.compute_config}: its "
+                          "network.neutron.keystone is not set (public-ipv4 asks Neutron)")
+    return PublicAddresses(lambda: NeutronClient(neutron))
 
 
 def listening_socket(config: MdserverConfig) -> socket.socket:
@@ -111,12 +164,13 @@ def resolver_for(config: MdserverConfig) -> InstanceResolver | SignedResolver:
 
 
 def create_server(config: MdserverConfig, sock: socket.socket,
-                  resolver: InstanceResolver | SignedResolver | None = None) -> Any:
+                  resolver: InstanceResolver | SignedResolver | None = None,
+                  addresses: PublicAddresses | None = None) -> Any:
     """A waitress server for `sock` with mdserver.conf's limits; in lease mode each guest
     held to its share of them (in signed mode every connection is the agent's, and each
     network's haproxy bounds its guests)."""
     server = waitress.create_server(
-        MetadataApp(resolver or resolver_for(config)),
+        MetadataApp(resolver or resolver_for(config), addresses),
         sockets=[sock],
         threads=config.threads,
         connection_limit=config.connection_limit,
@@ -129,6 +183,10 @@ def create_server(config: MdserverConfig, sock: socket.socket,
         max_request_body_size=config.max_request_body_bytes,
         ident="etcd-compute-mdserver",
         expose_tracebacks=False,
+        # Waitress drops X-Forwarded-For from a proxy it does not trust; in signed mode the
+        # agent's names the guest (local-ipv4; nothing else rests on it), in lease mode a
+        # guest's own would be a lie.
+        clear_untrusted_proxy_headers=config.mode != "signed",
     )
     if config.mode == "lease":
         PerSourceAdmission(SourceCounts(config.connections_per_guest)).install(server)
@@ -193,10 +251,11 @@ class MetadataAddressKeeper(threading.Thread):
 
 
 def serve(config: MdserverConfig, pid_file: Path | None = None,
-          resolver: InstanceResolver | SignedResolver | None = None) -> None:
+          resolver: InstanceResolver | SignedResolver | None = None,
+          addresses: PublicAddresses | None = None) -> None:
     """Run until SIGTERM or SIGINT."""
     sock = listening_socket(config)
-    server = create_server(config, sock, resolver)
+    server = create_server(config, sock, resolver, addresses)
     keeper = None
     if config.bind_address == network.METADATA_ADDRESS:
         keeper = MetadataAddressKeeper(config)
@@ -242,6 +301,7 @@ def main(argv: list[str] | None = None) -> int:
         config = load_config(args.config)
         raise_open_files_limit(config)
         resolver = resolver_for(config)  # the secret read once, before listening
+        addresses = public_addresses(config)
     except ConfigError as exc:
         print(exc, file=sys.stderr)
         return exc.exit_code
@@ -254,7 +314,7 @@ def main(argv: list[str] | None = None) -> int:
         format="%(asctime)s mdserver[%(process)d] %(levelname)s %(message)s",
     )
     try:
-        serve(config, args.pid_file, resolver)
+        serve(config, args.pid_file, resolver, addresses)
     except OSError as exc:
         log.error("cannot serve on %s:%d: %s", config.bind_address, config.port, exc)
         return 3

@@ -26,10 +26,14 @@ class MdserverConfig:
     # signs with the secret in shared_secret_file (signed.py; network.backend neutron).
     mode: str = "lease"
     shared_secret_file: str = ""
+    # The compute.yaml whose `network.neutron` credential the server asks Neutron with for a
+    # guest's floating IP (meta-data/public-ipv4, addresses.py); empty: public-ipv4 is "".
+    compute_config: str = ""
     # Guests are untrusted clients: requests are served by this many threads; each guest
     # (source address) holds at most connections_per_guest connections (more are closed at
     # once) and all guests together at most connection_limit; an idle connection is closed
-    # after this long, and a request's headers and body are bounded (guests only ever GET).
+    # after this long, and a request's headers and body are bounded (guests GET, and POST a
+    # password of at most 256 bytes: password.py).
     threads: int = 4
     connections_per_guest: int = 8
     connection_limit: int = 1024

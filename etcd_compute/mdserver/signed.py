@@ -29,6 +29,7 @@ from typing import Any
 import libvirt
 
 from etcd_compute.errors import ConfigError
+from etcd_compute.mdserver.addresses import ipv4_or_empty
 from etcd_compute.mdserver.resolver import InstanceResolver
 from etcd_compute.mdserver.settings import MdserverConfig
 from etcd_compute.virt.domain import is_ours
@@ -107,6 +108,11 @@ class SignedResolver:
         if not self.runs_here_as_ours(instance_id):
             return None
         return files.read_meta()
+
+    def address_for_request(self, environ: dict[str, Any]) -> str:
+        """The guest's address as the agent names it (X-Forwarded-For, one IPv4 address;
+        "" otherwise): the agent found the instance it signs by this address."""
+        return ipv4_or_empty(environ.get("HTTP_X_FORWARDED_FOR") or "")
 
     def runs_here_as_ours(self, uuid: str) -> bool:
         """Whether the domain named `uuid` on this hypervisor is ours and running."""

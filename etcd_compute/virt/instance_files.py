@@ -6,6 +6,10 @@
     console.history.log   what the console showed on the hosts it ran on before (a moved
                   guest's), at most CONSOLE_HISTORY_BYTES
     meta.json     what the metadata server serves to this guest
+    password      the password the guest POSTed to its metadata server (once; Nova's
+                  os-server-password), kept until the compute API clears it
+    password.published   the sha256 of the password the compute published to etcd (the
+                  metadata server answers the guest's POST once this matches)
 
 Everything an instance owns on disk is in this one directory, so destroy is
 one rmtree. It is tenant data: the files are 0600 (libvirt's DAC driver hands
@@ -16,6 +20,8 @@ traverse them to open its disks; no other user may list or read them.
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import json
 import os
 import re
@@ -79,6 +85,54 @@ class InstanceFiles:
     def meta(self) -> Path:
         return self.directory / "meta.json"
 
+    @property
+    def password(self) -> Path:
+        return self.directory / "password"
+
+    @property
+    def password_published(self) -> Path:
+        return self.directory / "password.published"
+
+    def keep_password(self, text: str) -> bool:
+        """Keep the guest's password unless one is kept already (False then): written whole
+        to a file of its own, then linked into place, which fails if `password` exists, so
+        two POSTs at once keep one and no reader ever sees part of one."""
+        partial = self.directory / f"password.{os.getpid()}.{time.monotonic_ns()}.partial"
+        write_private(partial, text.encode())
+        try:
+            os.link(partial, self.password)
+            return True
+        except FileExistsError:
+            return False
+        finally:
+            partial.unlink(missing_ok=True)
+
+    def read_password(self) -> str | None:
+        """The kept password, None when there is none (or it is not UTF-8 text)."""
+        try:
+            return self.password.read_bytes().decode("utf-8")
+        except (OSError, UnicodeDecodeError):
+            return None
+
+    def mark_password_published(self, text: str) -> None:
+        """The compute published `text` (the digest of it, written atomically)."""
+        partial = self.password_published.with_suffix(".partial")
+        write_private(partial, password_digest(text).encode())
+        partial.rename(self.password_published)
+
+    def password_is_published(self, text: str) -> bool:
+        try:
+            return self.password_published.read_text() == password_digest(text)
+        except OSError:
+            return False
+
+    def clear_password(self) -> None:
+        """The password gone (the compute API cleared it): the guest may POST again. The
+        password first, so a scan in between never takes the mark for a new one's."""
+        for path in (self.password, self.password_published):
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
+
     def create(self) -> None:
         for directory in (self.directory.parent, self.directory):
             directory.mkdir(parents=True, exist_ok=True, mode=DIRECTORY_MODE)
@@ -128,6 +182,10 @@ def instance_meta(spec: dict[str, Any]) -> dict[str, Any]:
         "ssh_key": spec.get("ssh_key"),
         "created_at": time.time(),
     }
+
+
+def password_digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def hostname_for(name: str | None, uuid: str) -> str:

@@ -24,6 +24,7 @@ import hashlib
 import hmac
 import json
 import os
+import subprocess
 import time
 import uuid as uuidlib
 from collections.abc import Iterator
@@ -39,8 +40,8 @@ from etcd_compute.virt.instance_files import InstanceFiles, instance_meta
 from tests.network.neutron import DEMO, Cli
 from tests.support import unavailable
 from tools.local_services import free_port, pid_alive
-from tools.local_services.host_mdserver import HostMdserver, http_get
-from tools.local_services.netns import ip, netns_usable
+from tools.local_services.host_mdserver import HostMdserver, http_get, in_host
+from tools.local_services.netns import Host, ip, netns_usable
 from tools.local_services.networking import NetworkStack
 from tools.local_services.ovn_hosts import OvnHosts
 from tools.local_services.ovn_metadata import NAMESPACE_PREFIX as OVNMETA
@@ -109,6 +110,15 @@ def demo_net(openstack: Cli) -> Iterator[dict[str, Any]]:
         openstack.run(DEMO, "network", "delete", net["id"])
 
 
+def curl_post(guest: Host, url: str, data: str) -> tuple[int, str]:
+    """POST `data` to `url` with curl from inside `guest`'s namespace: (status, body)."""
+    done = subprocess.run(in_host(guest, ["curl", "-sS", "--max-time", "30", "-w",
+                                          "\n%{http_code}", "--data-binary", data, url]),
+                          capture_output=True, text=True, timeout=60, check=True)
+    body, _, status = done.stdout.rpartition("\n")
+    return int(status), body
+
+
 def wait_for(check: Any, timeout: float, what: str) -> Any:
     began = time.monotonic()
     while time.monotonic() - began < timeout:
@@ -141,8 +151,9 @@ def test_guests_on_two_hosts_get_metadata_through_their_own_agents_and_a_forged_
             host_agent = agents[name]
             assert host_agent is not None
             apis[name] = HostMdserver.create(
-                tmp_path / f"mdserver-{name}", hosts[name].space, hosts.metadata_port or 0,
-                instances_dir, libvirt_node(tmp_path / f"node-{name}.xml", uuids[name]),
+                tmp_path / f"mdserver-{name}", hosts[name].space, host_agent.api_host,
+                host_agent.api_port, instances_dir,
+                libvirt_node(tmp_path / f"node-{name}.xml", uuids[name]),
                 host_agent.secret_file).start()
         ports = {name: openstack(
             ADMIN, "port", "create", "--network", demo_net["id"], "--host", name,
@@ -186,6 +197,25 @@ def test_guests_on_two_hosts_get_metadata_through_their_own_agents_and_a_forged_
             assert document["uuid"] == uuids[name] and document["name"] == f"guest-{name}"
             assert http_get(guests[name], f"{METADATA}/latest/meta-data/instance-id")[1] == \
                 uuids[name].encode()
+            # Its fixed address as the agent names it; no floating IP, no credential: "".
+            assert http_get(guests[name], f"{METADATA}/latest/meta-data/local-ipv4") == \
+                (200, GUEST_ADDRESSES[name].encode())
+            assert http_get(guests[name], f"{METADATA}/latest/meta-data/public-ipv4") == \
+                (200, b"")
+        # A guest's password, POSTed through its agent as Tempest's guest does (curl: the
+        # agent reads a request in one recv, body and headers together): kept in its own
+        # instance's directory (no compute here to publish it: answered after the server's
+        # wait), once; too long is 400 and nothing is kept.
+        password_url = f"{METADATA}/openstack/2013-10-17/password"
+        first, second = (InstanceFiles.of(tmp_path / f"instances-{name}", uuids[name])
+                         for name in HOSTS)
+        assert curl_post(guests[HOSTS[0]], password_url, "p" * 256) == (200, "")
+        assert first.read_password() == "p" * 256 and second.read_password() is None
+        assert curl_post(guests[HOSTS[0]], password_url, "again") == (
+            409, "a password is set already\n")
+        assert curl_post(guests[HOSTS[1]], password_url, "x" * 257)[0] == 400
+        assert second.read_password() is None and first.read_password() == "p" * 256
+        assert http_get(guests[HOSTS[0]], password_url) == (200, b"p" * 256)
         # Each agent has its own namespace of the same name for the network: two.
         space = OVNMETA + demo_net["id"]
         ids = {}
@@ -216,6 +246,13 @@ def test_guests_on_two_hosts_get_metadata_through_their_own_agents_and_a_forged_
             signed = hmac.new(secret, stranger.encode(), hashlib.sha256).hexdigest()
             assert api.get(path, {"X-Instance-ID": stranger,
                                   "X-Instance-ID-Signature": signed})[0] == 404
+        # A password for the other guest without its signature: refused, nothing kept.
+        victim = uuids[HOSTS[1]]
+        for forged in ({}, {"X-Instance-ID-Signature": good}):
+            assert http_get(hosts[HOSTS[1]].space, apis[HOSTS[1]].url + "/openstack/latest/"
+                            "password", {"X-Instance-ID": victim, **forged},
+                            data=b"hijacked")[0] == 403
+        assert second.read_password() is None
 
         pids = agent.pids
         rss, pss, lines = memory(pids)

@@ -80,7 +80,7 @@ def test_every_host_key_parses_back_to_its_provider_kind_and_instance(kind):
     k = Keys("/p")
     key = {keys.SPECS: k.spec, keys.RECORDS: k.record, keys.BOOTED: k.booted,
            keys.CONSOLE: k.console, keys.EVENTS: k.events,
-           keys.EXTERNAL_EVENTS: k.external_events}[kind](RP, INSTANCE)
+           keys.EXTERNAL_EVENTS: k.external_events, keys.PASSWORD: k.password}[kind](RP, INSTANCE)
     assert k.parse_host_key(key) == HostKey(RP, kind, INSTANCE)
 
 

@@ -150,6 +150,8 @@ def test_a_very_long_reason_is_shortened_to_one_line():
     [
         (messages.CONSOLE, {"uuid": RP, "text": "boot", "updated_at": 1.0, "truncated": False}),
         (messages.ALIVE, {"host": RP, "name": "h", "since": 1.0, "pid": 1, "driver": "fake"}),
+        (messages.SERVER_PASSWORD, {"uuid": RP, "password": "p\u00e4ss\nw0rd=",
+                                    "updated_at": 1.0}),
     ],
 )
 def test_other_messages_round_trip(schema, message):
@@ -218,6 +220,9 @@ def test_counts_and_lengths_are_bounded(change, schema):
 
 
 def test_console_text_is_bounded():
+    password = {"uuid": RP, "password": "x" * 257, "updated_at": 1.0}
+    with pytest.raises(InvalidMessage, match="server_password: password"):
+        messages.check(messages.SERVER_PASSWORD, password)
     console = {"uuid": RP, "text": "x" * 65537, "updated_at": 1.0}
     with pytest.raises(InvalidMessage, match="console: text"):
         messages.check(messages.CONSOLE, console)

@@ -43,6 +43,14 @@ SERVICE_ROLE = "service"
 DATABASE = "neutron"
 MIGRATION = ("upgrade", "heads")
 DUMP = "neutron.sql"
+# Neutron's defaults (secure RBAC) but for one rule: the compute hosts' service user may read
+# floating IPs, so a host's metadata server answers its guest's public-ipv4 (Nova's [neutron]
+# user, an admin, reads them for its metadata; Neutron's default is admin or the project's
+# reader). docs/explanation/networking.md#addresses-and-a-guests-password.
+POLICY = (
+    '"get_floatingip": "(rule:admin_only) or (role:reader and project_id:%(project_id)s) '
+    'or (rule:service_api)"\n'
+)
 
 
 # gunicorn's config. Neutron's ML2/OVN driver takes SIGTERM over in the worker (oslo.service's
@@ -202,6 +210,7 @@ class NeutronServer(Service):
         # Found beside neutron.conf (oslo.config looks in the config files' directories).
         shutil.copy(NEUTRON_VENV / "etc" / "neutron" / "api-paste.ini",
                     self.config_dir / "api-paste.ini")
+        (self.config_dir / "policy.yaml").write_text(POLICY)
         conf = self.config_dir / "neutron.conf"
         conf.write_text(
             "[DEFAULT]\n"
@@ -226,6 +235,7 @@ class NeutronServer(Service):
             "send_events_interval = 1\n"
             f"[database]\nconnection = {self.db_url}\n"
             f"[oslo_concurrency]\nlock_path = {self.run_dir / 'lock'}\n"
+            + f"[oslo_policy]\npolicy_file = {self.config_dir / 'policy.yaml'}\n"
             + ml2_config(self.ovn)
             + self._keystone_authtoken()
             + self._nova()

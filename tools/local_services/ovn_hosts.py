@@ -13,8 +13,11 @@ the northbound port up, and Neutron sets the port ACTIVE. Everything is stopped 
 the namespaces and bridge removed by `close`.
 
 With `metadata_port`, each host also runs Neutron's OVN metadata agent (ovn_metadata.py),
-asking the host's metadata API at 127.0.0.1:`metadata_port` in the host's namespace (the
-test starts that API, e.g. host_mdserver.py, with `host.metadata.secret_file`).
+asking the host's metadata API at the hosts' bridge's own address in the root namespace
+(`net.gateway`, where a compute host's own services are: its metadata API reaches Keystone
+and Neutron there), on a port of the host's own: `metadata_port` for the first host, a free
+one for each other (the test starts that API, e.g. host_mdserver.py, at
+`host.metadata.api_host`:`api_port` with `host.metadata.secret_file`).
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ from tools.local_services.ovn import OvnCentral
 from tools.local_services.ovn_controller import OvnController, settings
 from tools.local_services.ovn_metadata import PROGRAMS, OvnMetadataAgent
 from tools.local_services.ovs import INTEGRATION_BRIDGE, OpenVSwitch
-from tools.local_services.process import stop_pids
+from tools.local_services.process import free_port, stop_pids
 
 
 @dataclass
@@ -81,7 +84,8 @@ class OvnHosts:
     run_dir: Path
     southbound: str = ""
     hosts: dict[str, OvnHost] = field(default_factory=dict)
-    # The metadata API's port in each host's namespace: with it, a metadata agent per host.
+    # The first host's metadata API's port (others get free ports): with it, a metadata agent
+    # per host.
     metadata_port: int | None = None
     metadata_program: str = PROGRAMS[0]
 
@@ -93,8 +97,8 @@ class OvnHosts:
                metadata_port: int | None = None,
                metadata_program: str = PROGRAMS[0]) -> OvnHosts:
         """Hosts `names` started, their files under `run_dir` (everything stopped and
-        removed if one fails to start), each with a metadata agent asking
-        127.0.0.1:`metadata_port` when it is given; a context manager that closes them."""
+        removed if one fails to start), each with a metadata agent when `metadata_port` is
+        given (above); a context manager that closes them."""
         hosts = cls(TestNetwork.create(), ovn, run_dir, metadata_port=metadata_port,
                     metadata_program=metadata_program)
         try:
@@ -120,9 +124,10 @@ class OvnHosts:
         switch.start(settings(name, self.southbound, space.ip))
         controller.start()
         if self.metadata_port:
+            port = self.metadata_port if len(self.hosts) == 1 else free_port()
             host.metadata = OvnMetadataAgent.create(
                 self.run_dir / name / "metadata", space, switch, self.southbound,
-                self.metadata_port, program=self.metadata_program)
+                port, api_host=self.net.gateway, program=self.metadata_program)
             host.metadata.start()
         return host
 

@@ -18,9 +18,10 @@ machine if it is missing: the machine's own Open vSwitch service is not run.)
 With `metadata_port`, each host serves its guests' metadata as a compute node of Nova
 with ML2/OVN does: its chassis runs Neutron's OVN metadata agent (ovn_metadata.py, in a
 mount namespace of its own, so two hosts on one machine each have their
-`ovnmeta-<network>`), and the host runs our metadata API in signed mode on
-127.0.0.1:`metadata_port` of its namespace (host_mdserver.py), reading the host's
-instances and asking its libvirtd.
+`ovnmeta-<network>`), and the host runs our metadata API in signed mode where its agent asks it
+(host_mdserver.py: in the root namespace on the hosts' bridge's address, a port each),
+reading the host's instances, asking its libvirtd, and asking Neutron for public-ipv4
+with the host's compute's credential.
 
 The chassis' hostname is the host's name and so is the compute's (`compute.name`): ML2/OVN
 binds a port whose `binding:host_id` is that name to that chassis. The drivers run in the
@@ -127,8 +128,8 @@ class OvnHypervisors:
         its chassis' address with certificates of the hosts' own PKI, as
         tools/local_services/hypervisors.py's do: guests move live between them. With
         `metadata_port`, each chassis runs Neutron's OVN metadata agent (ovn_hosts.py) and
-        each host our metadata API on 127.0.0.1:`metadata_port` of its namespace
-        (host_mdserver.py), which the agent asks."""
+        each host our metadata API where the agent asks it (host_mdserver.py; the first
+        host's on `metadata_port`)."""
         parent.mkdir(parents=True, exist_ok=True, mode=0o711)
         parent.chmod(0o711)
         root = parent / f"ovn-{uuidlib.uuid4().hex[:8]}"
@@ -176,8 +177,9 @@ class OvnHypervisors:
         libvirtd.start()
         if chassis.metadata is not None and self.chassis.metadata_port:
             host.mdserver = HostMdserver.create(
-                self.root / f"mdserver-{name}", chassis.space, self.chassis.metadata_port,
-                host.instances_dir, libvirtd.uri, chassis.metadata.secret_file)
+                self.root / f"mdserver-{name}", chassis.space, chassis.metadata.api_host,
+                chassis.metadata.api_port, host.instances_dir, libvirtd.uri,
+                chassis.metadata.secret_file, config)
             host.mdserver.start()
         return host
 

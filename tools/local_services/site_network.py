@@ -10,7 +10,8 @@ It starts, on the Keystone of `make up` (run/services.json):
   Neutron with ML2/OVN (in Keystone's catalog as `network` while it runs);
 - the hypervisor host (ovn_hypervisors.py): a network namespace that is an OVN chassis
   (its own Open vSwitch and ovn-controller), a private libvirtd there, Neutron's OVN
-  metadata agent, and our metadata API in signed mode in its namespace (host_mdserver.py);
+  metadata agent, and our metadata API in signed mode where that agent asks it
+  (host_mdserver.py: in the root namespace, on the hosts' bridge's address);
 - the site's uplink (outside.py): a namespace "outside" (the user's laptop) on a segment
   of its own, the host's br-ex on it as `physnet1`, the host a gateway chassis;
 - the admin's flat external network `public` on that segment (`public-subnet`: the
@@ -43,7 +44,7 @@ from tools.local_services.outside import PHYSNET, Outside
 from tools.local_services.ovn_hypervisors import OvnHypervisors
 
 PUBLIC = "public"
-METADATA_PORT = 8775  # the metadata API in the host's own namespace (Nova's port)
+METADATA_PORT = 8775  # the host's metadata API, on the hosts' bridge's address (Nova's port)
 SITE_FILE = "site.json"
 
 

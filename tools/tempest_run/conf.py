@@ -181,11 +181,11 @@ SCENARIO_COMPUTE_FEATURES: dict[str, tuple[bool, str]] = {
     "config_drive": (False, "our config drive is NoCloud (cidata), not Nova's config-2"),
     # Each host serves its guests' metadata through Neutron's OVN metadata agent (the live
     # moves' MetadataDowntimeMeter reads meta-data/hostname through it whatever this flag
-    # says); the server answers instance-id, hostname, public keys and user data, not
-    # local-ipv4 nor public-ipv4, and it takes no password POST (os-server-password),
-    # which test_server_basic_ops checks when this is on.
-    "metadata_service": (False, "no local-ipv4/public-ipv4 in the metadata, no password "
-                                "POST"),
+    # says), with local-ipv4 and public-ipv4 (the port's floating IP, from Neutron) and the
+    # password a guest POSTs, published by its compute for os-server-password: what
+    # test_server_basic_ops checks when this is on (docs/explanation/networking.md#metadata).
+    "metadata_service": (True, "public-ipv4 (the floating IP) and a POSTed password shown "
+                               "by os-server-password"),
     # Real libvirt hosts listening over TLS to each other: guests move live, their ports
     # rebound (docs/explanation/networking.md#moves).
     "live_migration": (True, "os-migrateLive between the two hosts, ports rebound"),

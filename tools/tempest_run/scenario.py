@@ -22,9 +22,10 @@ its segment.
 Each host serves its guests' metadata as a Nova compute node with ML2/OVN does (Neutron's
 OVN metadata agent in a mount namespace of its own, our metadata API in signed mode:
 ovn_hypervisors.py), so a guest's metadata answers on either host and through a live move
-(Tempest's MetadataDowntimeMeter). The metadata server answers neither `local-ipv4` nor
-`public-ipv4` nor takes a password (conf.py's `metadata_service` false says so); a
-guest's key pair comes from its config drive.
+(Tempest's MetadataDowntimeMeter), with `public-ipv4` (Neutron's policy lets the hosts'
+service user read floating IPs) and the password a guest POSTs, shown by
+os-server-password (conf.py's `metadata_service` true); a guest's key pair comes from its
+config drive.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
-"""/servers/{id}/os-server-password (Nova's server_password.py): the encrypted password a
-guest posted to its metadata server, and its clearing. Our metadata server takes no
-password from a guest, so there is never one: GET answers `""` (Nova's answer for a server
-without one) and DELETE 204, after the server's lookup (404) and the rule (403)."""
+"""/servers/{id}/os-server-password (Nova's server_password.py): the password a guest
+POSTed to its metadata server (often encrypted with the server's key pair), and its
+clearing: GET `{"password": ...}` (`""` without one), DELETE 204, after the server's lookup
+(404) and the rule (403), whatever the lock (`objects/server_passwords.py`)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import webob
 from etcd_compute.api import policy
 from etcd_compute.api.backend import Backend
 from etcd_compute.api.handlers import action_checks as checks
+from etcd_compute.api.objects.server_passwords import ServerPasswords
 from etcd_compute.api.wsgi import ApiRequest, Router, empty_response, json_response
 
 
@@ -21,10 +22,13 @@ def routes(router: Router, api: Backend) -> None:
 
 
 def show(api: Backend, req: ApiRequest, server_id: str) -> webob.Response:
-    checks.server_for(api, req, server_id, policy.SERVER_PASSWORD % "show", locked_ok=True)
-    return json_response({"password": ""})
+    server = checks.server_for(api, req, server_id, policy.SERVER_PASSWORD % "show",
+                               locked_ok=True)
+    return json_response({"password": ServerPasswords(api.store).show(server)})
 
 
 def clear(api: Backend, req: ApiRequest, server_id: str) -> webob.Response:
-    checks.server_for(api, req, server_id, policy.SERVER_PASSWORD % "clear", locked_ok=True)
+    server = checks.server_for(api, req, server_id, policy.SERVER_PASSWORD % "clear",
+                               locked_ok=True)
+    ServerPasswords(api.store).clear(server)
     return empty_response(204)

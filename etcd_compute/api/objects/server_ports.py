@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from etcd_compute.neutron import IDS_PER_QUERY
+from etcd_compute.neutron import IDS_PER_QUERY, floating_addresses
 
 
 @dataclass
@@ -31,11 +31,7 @@ class ServerPorts:
         for start in range(0, len(net_ids), IDS_PER_QUERY):  # a query string stays short
             networks.update({net["id"]: net for net in
                              neutron.networks(id=net_ids[start:start + IDS_PER_QUERY])})
-        floating: dict[str, list[str]] = {}
-        port_ids = [port["id"] for port in ports] if names else []
-        for start in range(0, len(port_ids), IDS_PER_QUERY):
-            for found in neutron.floating_ips(port_id=port_ids[start:start + IDS_PER_QUERY]):
-                floating.setdefault(found["port_id"], []).append(found["floating_ip_address"])
+        floating = floating_addresses(neutron, [port["id"] for port in ports]) if names else {}
         return cls(ports, networks, floating)
 
     def of_server(self, server_uuid: str) -> list[dict[str, Any]]:

@@ -27,8 +27,9 @@ def test_move_takes_spec_record_location_and_member_to_the_new_host_together():
     allocations = {OTHER: {"resources": spec["resources"]}}
     revision = moves.move(store, spec, records.read_record(store, RP, spec["uuid"]), OTHER,
                               allocations, [])
-    # 5 deletes (spec, booted, console, external events, record) and the events moved along
-    assert len(store.committed[-1].success) == scheduling.operations(1, grouped=True) + 7
+    # 6 deletes (spec, booted, console, external events, password, record) and the events
+    # moved along
+    assert len(store.committed[-1].success) == scheduling.operations(1, grouped=True) + 8
     # Nothing of it is left on the old host.
     assert store.get_prefix(store.keys.host(RP))[0] == []
     moved_spec, _ = store.read(messages.INSTANCE_SPEC, store.keys.spec(OTHER, spec["uuid"]))

@@ -22,7 +22,7 @@ def test_host_keys_are_the_hosts_own_keys_but_the_record():
     keys = FakeStore("/p").keys
     assert ownership.host_keys(keys, RP, "u") == [
         f"/p/hosts/{RP}/specs/u", f"/p/hosts/{RP}/booted/u", f"/p/hosts/{RP}/console/u",
-        f"/p/hosts/{RP}/external-events/u"]
+        f"/p/hosts/{RP}/external-events/u", f"/p/hosts/{RP}/password/u"]
     assert all(k.startswith(keys.host(RP)) for k in ownership.host_keys(keys, RP, "u"))
     assert keys.record(RP, "u") not in ownership.host_keys(keys, RP, "u")
 

@@ -71,9 +71,9 @@ def test_unschedule_takes_back_every_key_while_nobody_acted():
              schedule_one(store)]
     assert scheduling.unschedule(store, [_as_read(store, s) for s in specs]) is not None
     assert keys_left(store) == set()
-    # Each: record, events, spec, booted, console, external events, location, server view
-    # (and group member): one transaction.
-    assert len(store.committed[-1].success) == 9 + 8
+    # Each: record, events, spec, booted, console, external events, password, location,
+    # server view (and group member): one transaction.
+    assert len(store.committed[-1].success) == 10 + 9
 
 
 def test_unschedule_refuses_once_a_host_began_the_build():

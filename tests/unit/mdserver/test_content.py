@@ -22,7 +22,8 @@ TEXT = "text/plain; charset=utf-8"
 @pytest.mark.parametrize(
     ("path", "body"),
     [
-        ("/latest/meta-data/", "instance-id\nhostname\nlocal-hostname\npublic-keys/\n"),
+        ("/latest/meta-data/", "instance-id\nhostname\nlocal-hostname\nlocal-ipv4\npublic-ipv4\n"
+                                "public-keys/\n"),
         ("/latest/meta-data/instance-id", META["uuid"]),
         ("/2009-04-04/meta-data/instance-id", META["uuid"]),
         ("/latest/meta-data/hostname", "web-1"),
@@ -42,15 +43,16 @@ def test_ec2_paths(path: str, body: str) -> None:
                                             ("/openstack", "latest\n"),
                                             ("/openstack/", "latest\n"),
                                             ("/openstack/latest/",
-                                             "meta_data.json\nuser_data\n")])
+                                             "meta_data.json\npassword\nuser_data\n")])
 def test_indexes_list_what_is_there(path: str, body: str) -> None:
     assert render(path, META) == (TEXT, body.encode())
 
 
 def test_indexes_leave_out_what_the_instance_does_not_have() -> None:
     assert render("/latest/", BARE) == (TEXT, b"meta-data/\n")
-    assert render("/latest/meta-data", BARE) == (TEXT, b"instance-id\nhostname\nlocal-hostname\n")
-    assert render("/openstack/latest", BARE) == (TEXT, b"meta_data.json\n")
+    assert render("/latest/meta-data", BARE) == (
+        TEXT, b"instance-id\nhostname\nlocal-hostname\nlocal-ipv4\npublic-ipv4\n")
+    assert render("/openstack/latest", BARE) == (TEXT, b"meta_data.json\npassword\n")
 
 
 def test_openstack_meta_data_json() -> None:

@@ -109,6 +109,7 @@ def test_waitress_gets_the_limits_of_mdserver_conf(idle, cleanup):
         assert adj.cleanup_interval == cleanup
         assert (adj.max_request_header_size, adj.max_request_body_size) == (4096, 10)
         assert adj.expose_tracebacks is False
+        assert adj.clear_untrusted_proxy_headers  # a guest's own X-Forwarded-For: dropped
     finally:
         waitress.close()
         sock.close()
@@ -127,6 +128,8 @@ def test_in_signed_mode_the_secret_is_read_and_no_per_source_cap_holds_the_agent
     try:
         # Every connection is the agent's: a per-source cap would cap all guests together.
         assert not hasattr(waitress.channel_class, "counts")
+        # The agent's X-Forwarded-For reaches us (local-ipv4).
+        assert not waitress.adj.clear_untrusted_proxy_headers
     finally:
         waitress.close()
         sock.close()

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import io
 import os
 import uuid as uuidlib
 from pathlib import Path
@@ -16,7 +17,7 @@ import libvirt
 import pytest
 
 from etcd_compute.errors import ConfigError
-from etcd_compute.mdserver import signed
+from etcd_compute.mdserver import password, signed
 from etcd_compute.mdserver.server import MetadataApp
 from etcd_compute.mdserver.settings import MdserverConfig
 from etcd_compute.mdserver.signed import Forbidden, SignedResolver, read_secret, signature
@@ -157,6 +158,52 @@ def test_a_signed_request_without_an_instance_id_is_403(instances_dir):
     app = MetadataApp(resolver(instances_dir, FakeConnection({})))
     assert call(app, request(None, neutron_signature("")))[0] == "403 Forbidden"
     assert call(app, request("", neutron_signature("")))[0] == "403 Forbidden"
+
+
+def post_password(instance_id: str, sign: str | None, body: bytes,
+                  forwarded_for: str = "10.0.0.5") -> dict[str, Any]:
+    return request(instance_id, sign, PATH_INFO="/openstack/2013-10-17/password",
+                   REQUEST_METHOD="POST", CONTENT_LENGTH=str(len(body)),
+                   HTTP_X_FORWARDED_FOR=forwarded_for, **{"wsgi.input": io.BytesIO(body)})
+
+
+@pytest.mark.parametrize("sign", [None, "0" * 64, "mine"])
+def test_a_password_posted_for_another_instance_without_its_signature_is_403_and_not_kept(
+        instances_dir, sign):
+    mine, victim = instance(instances_dir), instance(instances_dir)
+    app = MetadataApp(resolver(instances_dir, FakeConnection({mine: FakeDomain(),
+                                                              victim: FakeDomain()})))
+    given = neutron_signature(mine) if sign == "mine" else sign
+    assert call(app, post_password(victim, given, b"hijacked")) == ("403 Forbidden", b"")
+    for uuid in (mine, victim):
+        assert not InstanceFiles.of(instances_dir, uuid).password.exists()
+
+
+def test_a_signed_password_is_kept_for_its_own_instance_only(instances_dir, monkeypatch):
+    monkeypatch.setattr(password, "PUBLISH_WAIT_SECONDS", 0)
+    mine, other = instance(instances_dir), instance(instances_dir)
+    app = MetadataApp(resolver(instances_dir, FakeConnection({mine: FakeDomain(),
+                                                              other: FakeDomain()})))
+    assert call(app, post_password(mine, neutron_signature(mine), b"secret")) == ("200 OK", b"")
+    assert InstanceFiles.of(instances_dir, mine).read_password() == "secret"
+    assert not InstanceFiles.of(instances_dir, other).password.exists()
+    again = call(app, post_password(mine, neutron_signature(mine), b"again"))
+    assert again == ("409 Conflict", b"a password is set already\n")
+    too_long = call(app, post_password(other, neutron_signature(other), b"x" * 257))
+    assert too_long[0] == "400 Bad Request"
+    assert not InstanceFiles.of(instances_dir, other).password.exists()
+    get = request(mine, neutron_signature(mine), PATH_INFO="/openstack/latest/password")
+    assert call(app, get) == ("200 OK", b"secret")
+
+
+@pytest.mark.parametrize(("forwarded_for", "local"), [
+    ("10.0.0.5", b"10.0.0.5"), ("10.0.0.5, 10.9.9.9", b""), ("fe80::1", b""), ("", b"")])
+def test_local_ipv4_is_the_address_the_agent_names(instances_dir, forwarded_for, local):
+    mine = instance(instances_dir)
+    app = MetadataApp(resolver(instances_dir, FakeConnection({mine: FakeDomain()})))
+    environ = request(mine, neutron_signature(mine), PATH_INFO="/latest/meta-data/local-ipv4",
+                      HTTP_X_FORWARDED_FOR=forwarded_for)
+    assert call(app, environ) == ("200 OK", local)
 
 
 # -- signed: the instance's own data ----------------------------------------------------
