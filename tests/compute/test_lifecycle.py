@@ -282,11 +282,11 @@ def test_a_kill9_during_an_action_is_resumed_and_a_stopped_instance_stays_stoppe
     assert [e["result"] for e in log_of(store, stopping)] == ["success", "success"]
 
 
-@pytest.mark.parametrize("action", ["stop", "suspend"])
-def test_a_stopped_instance_is_moved_stopped_by_a_drain_and_by_its_hosts_death(
-        start_compute, start_controller, compute_config, host_config, schedule_config,
-        store, placement, run_schedule, action):
-    """A suspended one too: its memory stays with the host, so it is built again off."""
+def two_hosts_and_an_instance(start_compute, start_controller, compute_config, host_config,
+                              schedule_config, store
+                              ) -> tuple[str, tuple[dict, dict], dict[str, Any]]:
+    """host-a and host-b up with a quick controller, and one instance placed: its uuid,
+    (its host's config, the other's), the computes by provider."""
     from tests.compute.test_host_failure import fast_controller, rp_of
 
     a, b = compute_config, host_config("host-b")
@@ -297,7 +297,18 @@ def test_a_stopped_instance_is_moved_stopped_by_a_drain_and_by_its_hosts_death(
         alive(store, config)
     wait_for(lambda: store.get(store.keys.leader()), 20, what="a controller to lead")
     uuid = schedule(schedule_config, store, query=QUERY)[0]
-    first, second = (a, b) if record(store, uuid)["host"] == rp_of(a) else (b, a)
+    return uuid, ((a, b) if record(store, uuid)["host"] == rp_of(a) else (b, a)), computes
+
+
+@pytest.mark.parametrize("action", ["stop", "suspend"])
+def test_a_stopped_instance_is_moved_stopped_by_a_drain_and_by_its_hosts_death(
+        start_compute, start_controller, compute_config, host_config, schedule_config,
+        store, placement, run_schedule, action):
+    """A suspended one too: its memory stays with the host, so it is built again off."""
+    from tests.compute.test_host_failure import rp_of
+
+    uuid, (first, second), computes = two_hosts_and_an_instance(
+        start_compute, start_controller, compute_config, host_config, schedule_config, store)
     assert ask(store, placement, uuid, action).ok
     if action == "suspend":
         assert record(store, uuid)["state"] == "SUSPENDED"
@@ -319,7 +330,7 @@ def test_a_stopped_instance_is_moved_stopped_by_a_drain_and_by_its_hosts_death(
     wait_for(lambda: (record(store, uuid) or {}).get("host") == rp_of(first), 30,
              what="the instance rebuilt on the first host")
     assert wait_state(store, uuid, "SHUTOFF")["host"] == rp_of(first)
-    ran = [(u, e, h) for _at, u, e, h in timeline([a, b]) if u == uuid and e == "run"]
+    ran = [(u, e, h) for _at, u, e, h in timeline([first, second]) if u == uuid and e == "run"]
     assert ran == [(uuid, "run", rp_of(first))]  # only its first build ever ran
     assert [e["action"] for e in log_of(store, uuid)] == [
         "create", action, "evacuate", "reschedule", "build", "recover", "build"]
@@ -332,17 +343,10 @@ def test_a_paused_instance_is_left_by_a_live_drain_and_built_again_running_elsew
     """Its memory is in its host's RAM: a live drain leaves it (ours moves no paused guest)
     and says why; a rebuild drain, and its host's death, build it again elsewhere running,
     as Nova's evacuate of a paused server ends ACTIVE."""
-    from tests.compute.test_host_failure import fast_controller, rp_of
+    from tests.compute.test_host_failure import rp_of
 
-    a, b = compute_config, host_config("host-b")
-    start_controller(fast_controller(schedule_config))
-    computes = {rp_of(a): start_compute(a, name="host-a"),
-                rp_of(b): start_compute(b, name="host-b")}
-    for config in (a, b):
-        alive(store, config)
-    wait_for(lambda: store.get(store.keys.leader()), 20, what="a controller to lead")
-    uuid = schedule(schedule_config, store, query=QUERY)[0]
-    first, second = (a, b) if record(store, uuid)["host"] == rp_of(a) else (b, a)
+    uuid, (first, second), computes = two_hosts_and_an_instance(
+        start_compute, start_controller, compute_config, host_config, schedule_config, store)
     assert ask(store, placement, uuid, "pause").ok
     assert record(store, uuid)["state"] == "PAUSED"
     assert uuid in fake_running(first)  # frozen, not off

@@ -186,24 +186,34 @@ def ticks(console: str) -> list[int]:
             if line.startswith("ETCD-COMPUTE-GUEST tick ") and line.split()[-1].isdigit()]
 
 
-def test_a_suspended_guest_resumes_counting_where_it_stopped(
-        compute: Compute, test_guest_image: Path, run_schedule, store, placement,
-        tmp_path: Path) -> None:
-    """suspend is libvirt's managed save: the guest's memory on the host's disk, the domain
-    shut off; resume restores it, so its counter goes on instead of starting again."""
-    rp, instances_dir = compute.rp, compute.instances_dir
+def place_counting(run_schedule, test_guest_image: Path, tmp_path: Path) -> str:
+    """A test guest that prints a counter tick every second (COUNTING), placed: its uuid."""
     script = tmp_path / "user-data"
     script.write_text(COUNTING)
     placed = run_schedule("resources=VCPU:1,MEMORY_MB:128,DISK_GB:1", "--image",
                           f"file://{test_guest_image}", "--user-data", str(script),
                           timeout=120)
     assert placed.code == 0, placed.stderr
-    uuid = placed.stdout.split()[-1]
+    return str(placed.stdout.split()[-1])
+
+
+def wait_counting(store, instances_dir: Path, uuid: str) -> None:
+    """The counting guest ACTIVE and three ticks on its console."""
+    wait_state(store, uuid, "ACTIVE", timeout=180)
+    wait_for(lambda: len(ticks(guest_console(instances_dir, uuid))) >= 3, 120,
+             interval=0.5, what="the guest counting")
+
+
+def test_a_suspended_guest_resumes_counting_where_it_stopped(
+        compute: Compute, test_guest_image: Path, run_schedule, store, placement,
+        tmp_path: Path) -> None:
+    """suspend is libvirt's managed save: the guest's memory on the host's disk, the domain
+    shut off; resume restores it, so its counter goes on instead of starting again."""
+    rp, instances_dir = compute.rp, compute.instances_dir
+    uuid = place_counting(run_schedule, test_guest_image, tmp_path)
     connection = compute.host.connection()
     try:
-        wait_state(store, uuid, "ACTIVE", timeout=180)
-        wait_for(lambda: len(ticks(guest_console(instances_dir, uuid))) >= 3, 120,
-                 interval=0.5, what="the guest counting")
+        wait_counting(store, instances_dir, uuid)
         done = run_schedule("suspend", uuid, "--wait", timeout=120)
         assert done.code == 0, done.stderr
         counted = max(ticks(guest_console(instances_dir, uuid)))
@@ -251,18 +261,10 @@ def test_a_paused_guest_stops_where_it_is_and_unpause_runs_it_on(
     A restart of compute.py keeps it PAUSED (the domain is), unpause runs it on from the
     same tick (no boot), and a paused guest powered off behind our back shows SHUTOFF."""
     rp, instances_dir = compute.rp, compute.instances_dir
-    script = tmp_path / "user-data"
-    script.write_text(COUNTING)
-    placed = run_schedule("resources=VCPU:1,MEMORY_MB:128,DISK_GB:1", "--image",
-                          f"file://{test_guest_image}", "--user-data", str(script),
-                          timeout=120)
-    assert placed.code == 0, placed.stderr
-    uuid = placed.stdout.split()[-1]
+    uuid = place_counting(run_schedule, test_guest_image, tmp_path)
     connection = compute.host.connection()
     try:
-        wait_state(store, uuid, "ACTIVE", timeout=180)
-        wait_for(lambda: len(ticks(guest_console(instances_dir, uuid))) >= 3, 120,
-                 interval=0.5, what="the guest counting")
+        wait_counting(store, instances_dir, uuid)
         done = run_schedule("pause", uuid, "--wait", timeout=120)
         assert done.code == 0, done.stderr
         assert record(store, uuid)["state"] == "PAUSED"
