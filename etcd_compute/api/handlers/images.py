@@ -29,7 +29,7 @@ from etcd_compute.api.wsgi import (
     json_response,
     not_found,
 )
-from etcd_compute.errors import NotFound
+from etcd_compute.errors import GlanceError, NotFound
 from etcd_compute.glance import GlanceClient, is_image_id
 
 # Glance's image fields: not the image's metadata (its other keys are its properties).
@@ -207,6 +207,9 @@ def delete(api: Backend, req: ApiRequest, image_id: str) -> webob.Response:
         _glance(api, req).delete(image["id"])
     except NotFound:
         raise not_found("Image not found.") from None
+    except GlanceError as exc:
+        # Nova's: Glance's conflict is ImageDeleteConflict (409), another refusal Invalid.
+        raise Fault(409 if exc.status == 409 else 400, str(exc)) from None
     return empty_response(204)
 
 

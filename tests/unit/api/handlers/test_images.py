@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from etcd_compute.errors import NotFound
+from etcd_compute.errors import GlanceError, NotFound
 from etcd_compute.glance import visible_to
 from tests.unit.api.harness import Harness
 
@@ -180,3 +180,18 @@ def test_who_changes_an_image_is_glances_rule_answered_as_nova(harness: Harness,
     # Reading stays the reader's (Glance's get_image), not another project's private one.
     shown = harness.call("GET", f"/v2.1/images/{image}/metadata", **who)
     assert shown.status_int == (404 if answer == 404 else 200)
+
+
+@pytest.mark.parametrize(("status", "answer"), [(409, 409), (400, 400), (413, 400)])
+def test_a_delete_glance_refuses_is_answered_as_novas_not_a_500(harness: Harness, status: int,
+                                                                 answer: int):
+    """Glance's 409 is Nova's ImageDeleteConflict (409), its other refusals Nova's Invalid
+    (400): seen after Glance half-deleted an image ("Image status transition from deleted
+    to deleted is not allowed"), where we answered 500."""
+    def refuse(image_id: str) -> None:
+        raise GlanceError(f"Glance DELETE /v2/images/{image_id}: {status} refused", status)
+    harness.glance.delete = refuse  # type: ignore[method-assign]
+    answered = harness.call("DELETE", f"/v2.1/images/{MINE}")
+    assert answered.status_int == answer, answered.text
+    assert f"{status} refused" in answered.text
+    assert MINE in harness.glance.images
