@@ -64,10 +64,16 @@ class PublicAddresses:
             self._cache[(uuid, fixed_ip)] = (now, found)
         return found
 
+    def _neutron(self) -> Any:
+        """The one Neutron client, made by the first request that needs it."""
+        with self._lock:
+            if self._client is None:
+                self._client = self._make()  # type: ignore[misc]
+            return self._client
+
     def _ask(self, uuid: str, fixed_ip: str) -> str:
-        if self._client is None:
-            self._client = self._make()
-        ports = [port["id"] for port in self._client.ports(device_id=uuid)
+        client = self._neutron()
+        ports = [port["id"] for port in client.ports(device_id=uuid)
                  if any(ip.get("ip_address") == fixed_ip for ip in port.get("fixed_ips", []))]
-        floating = floating_addresses(self._client, ports)
+        floating = floating_addresses(client, ports)
         return next((address for port in ports for address in floating.get(port, [])), "")
